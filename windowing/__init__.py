@@ -1,0 +1,13 @@
+"""rewindow's windowing engine: streaming window semantics, replayed deterministically."""
+
+from windowing.config import ConfigError, Pipeline, load_pipeline, parse_pipeline
+
+__all__ = ["ConfigError", "Pipeline", "load_pipeline", "parse_pipeline", "replay", "ReplayResult"]
+
+
+def __getattr__(name):  # the Spark runner imports pyspark; keep `import windowing` light
+    if name in ("replay", "ReplayResult"):
+        from windowing import engine
+
+        return getattr(engine, name)
+    raise AttributeError(name)
