@@ -1,0 +1,295 @@
+"""One asset group per pipeline YAML: the replay of the event history, partition by partition.
+
+Each pipeline gets a ``@multi_asset`` producing four assets from one replay:
+
+| asset | what | where |
+|---|---|---|
+| ``<pipeline>/window_state`` | state carried to the next partition | ``<out>/state/`` |
+| ``<pipeline>/windowed_aggregates`` | emitted windows | ``<out>/aggregates/`` |
+| ``<pipeline>/late_events`` | (event, window) pairs that were late | ``<out>/late_events/`` |
+| ``<pipeline>/rejected_events`` | rows that could not be processed | ``<out>/rejected/`` |
+
+with ``<out> = <output_root>/<pipeline name>/<partition key>/``, written atomically by
+``windowing.io.write_outputs`` (a rerun replaces exactly that folder).
+
+The state of partition N is the starting state of N+1. ``window_state`` declares that
+dependency on its own previous partition, and reads the state from the store above,
+never through an IO manager, so a single-run backfill over a range works: it replays
+the partitions oldest to newest inside the one run, each to its own folder, carrying
+the state from one to the next exactly as separate runs would.
+"""
+
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from assets import landing, store
+from assets.events import EVENTS_KEY
+from assets.preview import markdown_preview
+from orchestration.resources import SparkResource, StorageResource
+
+OUTPUTS = {  # asset name -> folder written by windowing.io.write_outputs
+    "window_state": "state",
+    "windowed_aggregates": "aggregates",
+    "late_events": "late_events",
+    "rejected_events": "rejected",
+}
+CHECK_NAME = "state_chain_in_sync"
+
+
+class ReplayConfig(dg.Config):
+    """Run configuration of a pipeline's replay."""
+
+    flush_at_end: bool = Field(
+        default=False,
+        description=(
+            "Emit every window still open after the newest partition of this run (reason END_OF_INPUT). "
+            "Use it only at the real end of the history: a flushed partition's state cannot be continued."
+        ),
+    )
+
+
+def asset_prefix(pipeline_name: str) -> str:
+    """A Dagster-safe name for a pipeline (``clicks-hourly`` -> ``clicks_hourly``)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", pipeline_name)
+    return name if re.match(r"[A-Za-z_]", name) else f"p_{name}"
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    key: str
+    folder: Path
+    metrics: dict[str, Any]
+    lineage: store.Lineage
+    state: Any  # the state as written, read back: the next partition's start
+
+
+def build_pipeline_assets(
+    pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition
+) -> dg.AssetsDefinition:
+    """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`)."""
+    prefix = asset_prefix(pipeline.name)
+    keys = {name: dg.AssetKey([prefix, name]) for name in OUTPUTS}
+    state_key = keys["window_state"]
+    previous = dg.TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
+    common = {
+        "pipeline": pipeline.name,
+        "pipeline_file": str(pipeline_file),
+        "fingerprint": pipeline.fingerprint(),
+        "window": pipeline.window.type.value,
+    }
+    descriptions = {
+        "window_state": "Watermarks, clocks and open windows at the end of the partition: the next partition starts from it.",
+        "windowed_aggregates": "Windows emitted during the partition (one row per emission).",
+        "late_events": "Events that arrived after their window had closed, one row per (event, window).",
+        "rejected_events": "Rows that could not be processed, with the reason.",
+    }
+    specs = [
+        dg.AssetSpec(
+            key,
+            deps=[EVENTS_KEY, dg.AssetDep(state_key, partition_mapping=previous)]
+            if name == "window_state"
+            else [EVENTS_KEY],
+            description=f"{descriptions[name]} Pipeline `{pipeline.name}` ({pipeline_file.name}).",
+            group_name=prefix,
+            partitions_def=partitions_def,
+            metadata=common,
+            kinds={"spark", "parquet"},
+        )
+        for name, key in keys.items()
+    ]
+    check = dg.AssetCheckSpec(
+        CHECK_NAME,
+        asset=state_key,
+        description=(
+            "Every materialized partition was computed from the current state of the partition before it. "
+            "Fails (warning) after a rerun changed an earlier partition's state; its metadata names the "
+            "partitions to rerun."
+        ),
+    )
+
+    @dg.multi_asset(
+        name=f"{prefix}_replay",
+        specs=specs,
+        check_specs=[check],
+        can_subset=False,
+        partitions_def=partitions_def,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+    def replay_pipeline(
+        context: dg.AssetExecutionContext, config: ReplayConfig, pyspark: SparkResource, storage: StorageResource
+    ):
+        spark = pyspark.spark_session
+        pipeline_dir = storage.output_path() / pipeline.name
+        chain = _chain(partitions_def)
+        run_keys = sorted(context.partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
+        if pipeline.flush_at_end:
+            context.log.warning(
+                f"{pipeline_file.name}: replay.flushAtEnd is ignored by Dagster runs; "
+                "use the run config flush_at_end for the newest partition of a run"
+            )
+        carried = _starting_state(spark, pipeline, pipeline_dir, chain, run_keys[0])
+        for i, key in enumerate(run_keys, 1):
+            began = time.monotonic()
+            flush = config.flush_at_end and key == run_keys[-1]
+            window = partitions_def.time_window_for_partition_key(key)
+            carried = _replay_one(spark, pipeline, storage, pipeline_dir, key, window, chain[key], carried, flush, context.run_id)
+            m = carried.metrics
+            context.log.info(
+                f"[{i}/{len(run_keys)}] {pipeline.name} {key}: {m.get('input_rows')} events, "
+                f"{m.get('windows_emitted')} windows emitted {m.get('emitted_by_reason')}, "
+                f"{m.get('late_events')} late, {m.get('rejected_rows')} rejected, "
+                f"watermark {m.get('watermark_reached')} ({time.monotonic() - began:.1f}s) -> {carried.folder}"
+            )
+            for name, asset_key in keys.items():
+                context.add_asset_metadata(
+                    _metadata(spark, carried, name), asset_key=asset_key, partition_key=key
+                )
+        for asset_key in keys.values():
+            yield dg.MaterializeResult(asset_key=asset_key)
+        yield _chain_check(pipeline, pipeline_dir, chain, state_key)
+
+    return replay_pipeline
+
+
+def _chain(partitions_def: dg.TimeWindowPartitionsDefinition) -> dict[str, str | None]:
+    """Every partition key, in time order, mapped to the key before it (None for the first)."""
+    keys = partitions_def.get_partition_keys()
+    return dict(zip(keys, [None, *keys[:-1]]))
+
+
+def _keys_before(chain: dict[str, str | None], key: str) -> list[str]:
+    out = []
+    for k in chain:
+        if k == key:
+            break
+        out.append(k)
+    return out
+
+
+def _starting_state(spark, pipeline, pipeline_dir: Path, chain, first_key: str) -> PartitionResult | None:
+    """The state the run's oldest partition starts from, after checking the chain up to it.
+
+    None for the first partition of the history. Fails the run, saying what to run,
+    when the previous state is missing, out of date, or was flushed at end.
+    """
+    from windowing.io import StateError, read_state
+
+    prev = chain[first_key]
+    if prev is None:
+        return None
+    earlier = _keys_before(chain, first_key)
+    missing = store.first_missing(pipeline_dir, earlier)
+    if missing is not None:
+        raise dg.Failure(
+            f"Cannot replay partition {first_key} of pipeline {pipeline.name}: the state of partition "
+            f"{missing} is missing ({pipeline_dir / missing / store.STATE_DIR}). Partitions are replayed in "
+            f"order, each from the state of the one before: materialize {missing}..{first_key} "
+            "(one backfill runs them in a single run)."
+        )
+    stale = store.out_of_date_partitions(pipeline_dir, pipeline.fingerprint(), [(k, chain[k]) for k in earlier])
+    if stale:
+        raise dg.Failure(
+            f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {stale[0].partition} "
+            f"{stale[0].reason}. Rerun {stale[0].partition}..{first_key} (one backfill runs them in a single run).",
+            metadata={"out_of_date": dg.MetadataValue.json([vars(s) for s in stale])},
+        )
+    folder = pipeline_dir / prev
+    lineage = store.Lineage.read(folder)
+    if lineage.flushed_at_end:
+        raise dg.Failure(
+            f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {prev} was replayed "
+            "with flush_at_end, so the windows open at its end were emitted and are not in its state. "
+            f"Rerun {prev} without flush_at_end first."
+        )
+    try:
+        state = read_state(spark, str(folder / store.STATE_DIR))
+    except StateError as exc:
+        raise dg.Failure(f"Cannot replay partition {first_key} of pipeline {pipeline.name}: {exc}") from exc
+    return PartitionResult(prev, folder, {}, lineage, state)
+
+
+def _replay_one(
+    spark, pipeline, storage: StorageResource, pipeline_dir: Path, key, window, prev_key, start, flush, run_id
+) -> PartitionResult:
+    """Replay one partition from ``start`` (the previous partition's result, or None) and store it."""
+    from windowing import replay
+    from windowing.io import read_state, write_outputs
+
+    events, _ = landing.read_partition_events(
+        spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time
+    )
+    result = replay(spark, pipeline, events, state=start.state if start else None, flush_at_end=flush)
+    folder = pipeline_dir / key
+    metrics = write_outputs(result, str(folder))
+    state = read_state(spark, str(folder / store.STATE_DIR))
+    lineage = store.Lineage(
+        pipeline=pipeline.name,
+        fingerprint=pipeline.fingerprint(),
+        partition=key,
+        previous_partition=prev_key,
+        start_state_hash=start.lineage.state_hash if start else None,
+        state_hash=store.state_content_hash(state),
+        flushed_at_end=flush,
+        run_id=run_id,
+    )
+    lineage.write(folder)
+    return PartitionResult(key, folder, dict(metrics), lineage, state)
+
+
+def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
+    """Metadata of one asset of one partition: the replay's figures, the path, a preview."""
+    m = part.metrics
+    pct = m.get("lateness_ms_percentiles") or {}
+    meta: dict[str, Any] = {
+        "input_rows": dg.MetadataValue.int(int(m.get("input_rows", 0))),
+        "windows_emitted": dg.MetadataValue.int(int(m.get("windows_emitted", 0))),
+        "emitted_by_reason": dg.MetadataValue.json(m.get("emitted_by_reason") or {}),
+        "late_events": dg.MetadataValue.int(int(m.get("late_events", 0))),
+        "rejected_rows": dg.MetadataValue.int(int(m.get("rejected_rows", 0))),
+        "unique_keys": dg.MetadataValue.int(int(m.get("unique_keys", 0))),
+        "watermark_reached": dg.MetadataValue.text(str(m.get("watermark_reached"))),
+        "lateness_ms_percentiles": dg.MetadataValue.json(pct),
+        "previous_partition": dg.MetadataValue.text(str(part.lineage.previous_partition)),
+        "state_hash": dg.MetadataValue.text(part.lineage.state_hash),
+        "flushed_at_end": dg.MetadataValue.bool(part.lineage.flushed_at_end),
+        "path": dg.MetadataValue.path(str(part.folder / OUTPUTS[name])),
+    }
+    if name == "window_state":
+        meta["windows_created"] = dg.MetadataValue.int(int(m.get("windows_created", 0)))
+        meta["idle_keys_removed"] = dg.MetadataValue.int(int(m.get("idle_keys_removed", 0)))
+    else:
+        df = spark.read.parquet(str(part.folder / OUTPUTS[name]))
+        order = [c for c in ("window_start", "window_end") if c in df.columns]
+        meta["preview"] = markdown_preview(df.orderBy(*order) if order else df)
+    return meta
+
+
+def _chain_check(pipeline, pipeline_dir: Path, chain, state_key: dg.AssetKey) -> dg.AssetCheckResult:
+    stale = store.out_of_date_partitions(pipeline_dir, pipeline.fingerprint(), list(chain.items()))
+    done = [k for k in chain if (pipeline_dir / k).is_dir()]
+    meta: dict[str, Any] = {"materialized_partitions": dg.MetadataValue.int(len(done))}
+    if stale:
+        meta["rerun_from"] = dg.MetadataValue.text(stale[0].partition)
+        meta["rerun_range"] = dg.MetadataValue.text(f"{stale[0].partition}..{done[-1]}")
+        meta["out_of_date"] = dg.MetadataValue.md(
+            "| partition | why |\n|---|---|\n" + "\n".join(f"| {s.partition} | {s.reason} |" for s in stale)
+        )
+    return dg.AssetCheckResult(
+        asset_key=state_key,
+        check_name=CHECK_NAME,
+        passed=not stale,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata=meta,
+        description=(
+            f"{len(stale)} materialized partition(s) out of date: rerun {stale[0].partition}..{done[-1]}"
+            if stale
+            else "every materialized partition follows from the state before it"
+        ),
+    )

@@ -1,0 +1,81 @@
+"""The Dagster definitions of rewindow (loaded by ``workspace.yaml``).
+
+Everything is built in :func:`build_definitions`, which Dagster calls when it loads
+the code location (``@dg.definitions``): the pipelines folder and the partition
+grain decide the shape of the asset graph, so they are read then (from the arguments
+or the environment), never when this module is imported. Tests and the demo call
+``build_definitions(...)`` with explicit settings.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import dagster as dg
+
+from assets.events import build_events_asset
+from assets.pipelines import asset_prefix, build_pipeline_assets
+from orchestration.partitions import PartitionSettings
+from orchestration.resources import SparkResource, StorageResource, resolved, spark_from_env, storage_from_env
+from orchestration.schedules import newest_partition_schedule, replay_job
+
+
+def load_pipelines(folder: str | Path) -> list[tuple[object, Path]]:
+    """Every ``*.yaml`` / ``*.yml`` pipeline in ``folder``, by file name.
+
+    A file that does not validate stops the load with its message (which names the file
+    and field); so do two pipelines whose names map to the same asset prefix.
+    """
+    from windowing import load_pipeline
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        warnings.warn(f"pipelines folder {folder.resolve()} does not exist: no pipeline assets", stacklevel=2)
+        return []
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    out, seen = [], {}
+    for f in files:
+        pipeline = load_pipeline(f)
+        prefix = asset_prefix(pipeline.name)
+        if prefix in seen:
+            raise ValueError(
+                f"{f}: pipeline name {pipeline.name!r} clashes with {seen[prefix]} (both become asset group {prefix!r})"
+            )
+        seen[prefix] = f
+        out.append((pipeline, f))
+    return out
+
+
+def build_definitions(
+    *,
+    storage: StorageResource | None = None,
+    spark: SparkResource | None = None,
+    partitions: PartitionSettings | None = None,
+) -> dg.Definitions:
+    """Assemble assets, job, schedule, resources and the in-process executor.
+
+    Unset arguments come from the environment (see ``orchestration.resources`` and
+    ``orchestration.partitions``). The in-process executor runs every step of a run in
+    one process, so Spark starts once per run.
+    """
+    storage = storage or storage_from_env()
+    spark = spark or spark_from_env()
+    partitions = partitions or PartitionSettings.from_env()
+    partitions_def = partitions.partitions_def()
+    pipelines = load_pipelines(resolved(storage.pipelines_dir))
+    assets = [build_events_asset(partitions_def)]
+    assets += [build_pipeline_assets(p, f, partitions_def) for p, f in pipelines]
+    job = replay_job()
+    return dg.Definitions(
+        assets=assets,
+        jobs=[job],
+        schedules=[newest_partition_schedule(job, partitions.grain)],
+        resources={"pyspark": spark, "storage": storage},
+        executor=dg.in_process_executor,
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()

@@ -1,0 +1,135 @@
+"""Resources: the Spark session and the storage locations.
+
+Settings come from run configuration or from environment variables through
+``dg.EnvVar``, resolved by Dagster when a run starts. Nothing here reads the
+environment at import time; :func:`storage_from_env` and :func:`spark_from_env` are
+called by ``build_definitions()`` and only check *whether* a variable is set, so an
+unset variable falls back to the default instead of failing the run.
+
+| variable | resource field | default |
+|---|---|---|
+| ``REWINDOW_SPARK_MASTER`` | ``SparkResource.master`` | ``local[*]`` |
+| ``REWINDOW_SPARK_CONF`` | ``SparkResource.extra_conf`` | none |
+| ``REWINDOW_LANDING_ZONE`` | ``StorageResource.landing_zone`` | ``data/events`` |
+| ``REWINDOW_PIPELINES_DIR`` | ``StorageResource.pipelines_dir`` | ``data/pipelines`` |
+| ``REWINDOW_OUTPUT_ROOT`` | ``StorageResource.output_root`` | ``data/output`` |
+| ``REWINDOW_ARRIVAL_COLUMN`` | ``StorageResource.arrival_time_column`` | ``arrival_time`` |
+
+Relative paths are relative to the working directory of the code location (the
+repository root with ``workspace.yaml``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+from pydantic import Field
+
+DEFAULT_MASTER = "local[*]"
+DEFAULT_LANDING_ZONE = "data/events"
+DEFAULT_PIPELINES_DIR = "data/pipelines"
+DEFAULT_OUTPUT_ROOT = "data/output"
+DEFAULT_ARRIVAL_COLUMN = "arrival_time"
+
+
+def parse_conf(text: str) -> dict[str, str]:
+    """``"k1=v1,k2=v2"`` (commas or newlines) into a dict; refuses an entry without ``=``."""
+    out: dict[str, str] = {}
+    for item in text.replace("\n", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"REWINDOW_SPARK_CONF / extra_conf: {item!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class SparkResource(PySparkResource):
+    """dagster-pyspark's ``PySparkResource``, with the master and extra settings as typed
+    fields so that they can come from ``dg.EnvVar`` (values of the inherited
+    ``spark_config`` dict are not resolved from the environment by Dagster).
+
+    The session is built with :func:`windowing.spark.spark_session`, which always sets
+    ``spark.sql.session.timeZone=UTC`` and ``PYSPARK_PYTHON``; with a ``local`` master
+    ``spark.pyspark.python`` is also pinned to this interpreter. Settings are merged as
+    ``spark_config``, then ``extra_conf``, then ``spark.master`` = ``master``.
+    """
+
+    spark_config: dict[str, Any] = Field(default_factory=dict, description="Spark settings.")
+    master: str = Field(default=DEFAULT_MASTER, description="Spark master URL.")
+    extra_conf: str = Field(
+        default="", description="More Spark settings as 'key=value,key=value' (e.g. from an env var)."
+    )
+
+    def settings(self) -> dict[str, str]:
+        conf = {k: str(v) for k, v in self.spark_config.items()}
+        conf.update(parse_conf(self.extra_conf))
+        if self.master.startswith("local"):
+            conf.setdefault("spark.pyspark.python", sys.executable)
+        return conf
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        from windowing.spark import spark_session
+
+        conf = self.settings()
+        if "spark.pyspark.python" in conf:
+            # PySpark takes the workers' interpreter from the environment, not the setting.
+            os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
+        self._spark_session = spark_session(master=self.master, conf=conf)
+
+
+class StorageResource(dg.ConfigurableResource):
+    """Where the events come from and where the outputs go."""
+
+    landing_zone: str = Field(
+        default=DEFAULT_LANDING_ZONE, description="Parquet events, one date=YYYY-MM-DD folder per arrival day."
+    )
+    pipelines_dir: str = Field(
+        default=DEFAULT_PIPELINES_DIR, description="Folder of pipeline YAML files (read when definitions load)."
+    )
+    output_root: str = Field(
+        default=DEFAULT_OUTPUT_ROOT, description="Outputs: <output_root>/<pipeline>/<partition key>/."
+    )
+    arrival_time_column: str = Field(
+        default=DEFAULT_ARRIVAL_COLUMN,
+        description="Arrival-time column of the landing zone (used by the historical_events asset).",
+    )
+
+    def landing_path(self) -> Path:
+        return Path(self.landing_zone).resolve()
+
+    def output_path(self) -> Path:
+        return Path(self.output_root).resolve()
+
+
+def env_or(name: str, default: str) -> str:
+    """``dg.EnvVar(name)`` when the variable is set (resolved by Dagster at run time), else ``default``."""
+    return dg.EnvVar(name) if os.environ.get(name) else default
+
+
+def storage_from_env() -> StorageResource:
+    return StorageResource(
+        landing_zone=env_or("REWINDOW_LANDING_ZONE", DEFAULT_LANDING_ZONE),
+        pipelines_dir=env_or("REWINDOW_PIPELINES_DIR", DEFAULT_PIPELINES_DIR),
+        output_root=env_or("REWINDOW_OUTPUT_ROOT", DEFAULT_OUTPUT_ROOT),
+        arrival_time_column=env_or("REWINDOW_ARRIVAL_COLUMN", DEFAULT_ARRIVAL_COLUMN),
+    )
+
+
+def spark_from_env() -> SparkResource:
+    return SparkResource(
+        master=env_or("REWINDOW_SPARK_MASTER", DEFAULT_MASTER),
+        extra_conf=env_or("REWINDOW_SPARK_CONF", ""),
+    )
+
+
+def resolved(value: str) -> str:
+    """The value of a field that may hold a ``dg.EnvVar`` (for use when definitions load)."""
+    return value.get_value() if isinstance(value, dg.EnvVar) else value

@@ -1,0 +1,33 @@
+"""The job that replays the history, and the schedule that keeps it up to date."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+REPLAY_JOB = "replay_history"
+
+
+def replay_job() -> dg.UnresolvedAssetJobDefinition:
+    """Every asset: the events and each pipeline's replay, partitioned alike."""
+    return dg.define_asset_job(
+        REPLAY_JOB,
+        selection=dg.AssetSelection.all(),
+        description="Register the landing zone's events and replay every pipeline over them.",
+    )
+
+
+def newest_partition_schedule(job, grain: str) -> dg.ScheduleDefinition:
+    """Runs once per partition, just after it is complete, on the newest complete partition.
+
+    Daily partitions run at 01:00 UTC (the landing zone gets an hour to receive the
+    day's last files); hourly ones at a quarter past the hour. Stopped by default:
+    turn it on in the UI (Automation) or with ``dagster schedule start``.
+    """
+    when = {"hour_of_day": 1} if grain == "daily" else {"minute_of_hour": 15}
+    return dg.build_schedule_from_partitioned_job(
+        job,
+        name=f"{REPLAY_JOB}_schedule",
+        description="Replay the newest complete partition of the event history.",
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        **when,
+    )

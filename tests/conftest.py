@@ -1,0 +1,29 @@
+"""One Spark session for the whole test run (start-up costs seconds)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from windowing.spark import spark_session
+
+    session = spark_session(
+        "local[2]",
+        {
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "2",
+            "spark.sql.adaptive.enabled": "false",
+            "spark.driver.memory": "2g",
+            "spark.python.worker.reuse": "true",
+        },
+        app_name="rewindow-tests",
+    )
+    yield session
+    session.stop()

@@ -1,0 +1,404 @@
+"""Reference model of rewindow's windowing semantics: one event at a time.
+
+A deliberately naive simulation of the live system, written to be read next to
+``docs/semantics.md`` (cited as "§n" below): each worker processes its batches in
+order, each batch's events in arrival order, then commits; windows close after each
+commit. No vectorisation, no cleverness: the test suite checks the Spark engine
+against this model on generated cases, so every rule is spelled out literally.
+
+    res = reference_replay(pipeline, rows, state=None, flush_at_end=False)
+
+``rows`` are dicts keyed by input column name; time columns are int epoch
+milliseconds (``None`` = missing, which rejects the row). ``res.state`` carries
+everything to the next call, so replaying history in pieces gives the same output
+as one call over all of it (§9).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any, Hashable
+
+from windowing.config import Clock, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
+
+#: Minus infinity: the starting value of every watermark and clock (§3).
+MIN_TIMESTAMP = float("-inf")
+#: Emission reasons (§6, §7, §8).
+WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT, AGGREGATE = (
+    "WATERMARK", "IDLE", "MAX_DURATION", "END_OF_INPUT", "AGGREGATE")
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class KeyState:
+    """One (worker, key): watermark, activity, open windows (§3, §6, §9)."""
+
+    wm: float | int = MIN_TIMESTAMP  # key watermark, before delayWindowClose
+    max_event_ms: float | int = MIN_TIMESTAMP  # greatest event time seen (late ones too)
+    max_arrival_ms: float | int = MIN_TIMESTAMP  # greatest arrival time seen (late ones too)
+    #: open windows: (start, end) -> {aggregate name: partial value}; for sessions
+    #: (earliest, latest event time).
+    windows: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerState:
+    """One worker: last committed batch, global watermark, processing clock (§3)."""
+
+    last_batch: int | None = None
+    global_wm: float | int = MIN_TIMESTAMP
+    clock_ms: float | int = MIN_TIMESTAMP  # greatest arrival time committed so far
+    keys: dict[Hashable, KeyState] = field(default_factory=dict)
+
+
+@dataclass
+class ModelState:
+    """Everything carried between calls. ``emissions`` counts, per (worker, key,
+    window_start, window_end), how many times that window was emitted (closed)."""
+
+    fingerprint: str
+    workers: dict[Hashable, WorkerState] = field(default_factory=dict)
+    emissions: dict[tuple, int] = field(default_factory=dict)
+
+
+@dataclass
+class RefResult:
+    aggregates: list[dict]
+    late_events: list[dict]
+    rejected: list[dict]
+    state: ModelState
+    metrics: dict[str, int]
+
+
+@dataclass
+class _Event:
+    row: dict
+    worker: Hashable
+    key: Hashable
+    batch: int
+    arrival_ms: int
+    event_ms: int
+    order: tuple  # arrival order inside the worker (§2)
+
+
+# --------------------------------------------------------------------------- aggregates (§8)
+
+
+def _fold_sum(acc, v):
+    """Left-to-right sum ignoring nulls; starts at 0.0 for floats, 0 for ints."""
+    if v is None:
+        return acc
+    if acc is None:
+        acc = 0.0 if isinstance(v, float) else 0
+    return acc + v
+
+
+def _empty(agg) -> Any:
+    return {"count": 0, "avg": (None, 0), "distinct": frozenset()}.get(agg.type)
+
+
+def _apply(agg, acc, row: dict) -> Any:
+    """The partial aggregate after one more event (nulls ignored, like SQL)."""
+    if agg.column is None:  # only `count` may have no column: counts events
+        return acc + 1
+    v = row.get(agg.column)
+    if v is None:
+        return acc
+    if agg.type == "count":
+        return acc + 1
+    if agg.type == "sum":
+        return _fold_sum(acc, v)
+    if agg.type == "avg":
+        return (_fold_sum(acc[0], v), acc[1] + 1)
+    if agg.type == "distinct":
+        return acc | {v}
+    if agg.type == "min":
+        return v if acc is None or v < acc else acc
+    if agg.type == "max":
+        return v if acc is None or v > acc else acc
+    if agg.type == "first":
+        return v if acc is None else acc
+    if agg.type == "last":
+        return v
+    raise AssertionError(agg.type)
+
+
+def _combine(agg, a, b) -> Any:
+    """Merge partial aggregates of two sessions, ``a`` starting first (§7)."""
+    if agg.type == "count":
+        return a + b
+    if agg.type == "sum":
+        return _fold_sum(a, b)
+    if agg.type == "avg":
+        return (_fold_sum(a[0], b[0]), a[1] + b[1])
+    if agg.type == "distinct":
+        return a | b
+    if b is None:
+        return a
+    if a is None:
+        return b
+    return {"min": min(a, b), "max": max(a, b), "first": a, "last": b}[agg.type]
+
+
+def _final(agg, acc) -> Any:
+    if agg.type == "avg":
+        s, n = acc
+        return None if n == 0 else s / n
+    if agg.type == "distinct":
+        return len(acc)
+    return acc
+
+
+# --------------------------------------------------------------------------- window assignment (§4)
+
+
+def window_bounds(window, t: int) -> list[tuple[int, int]]:
+    """The fixed windows ``[s, s + S)`` holding event time ``t``, by start.
+
+    Tumbling: ``s = floor((t - O) / S) * S + O``. Sliding: every ``s = k * L + O``
+    with ``s <= t < s + S``.
+    """
+    span, off = window.span_ms, window.offset_ms
+    step = span if window.type is WindowType.TUMBLING else window.slide_ms
+    s = (t - off) // step * step + off  # greatest window start <= t
+    out = []
+    while s > t - span:
+        out.append((s, s + span))
+        s -= step
+    return sorted(out)
+
+
+def _ms(t) -> int | None:
+    """An output timestamp: minus infinity becomes None."""
+    return None if t == MIN_TIMESTAMP else int(t)
+
+
+# --------------------------------------------------------------------------- the replay
+
+
+class _Replay:
+    def __init__(self, pipeline: Pipeline, state: ModelState):
+        self.p, self.w, self.st = pipeline, pipeline.window, state
+        self.aggregates: list[dict] = []
+        self.late: list[dict] = []
+        self.rejected: list[dict] = []
+        self.m = dict.fromkeys(
+            ["input_rows", "rejected_rows", "late_events", "windows_created", "windows_emitted",
+             "idle_keys_removed", "unique_keys"], 0)
+
+    def effective(self, wm):
+        """``wm - delayWindowClose``; minus infinity stays minus infinity (§3)."""
+        return wm - self.w.delay_ms
+
+    # ---- §1 normalisation, §2 arrival order
+
+    def normalise(self, row: dict) -> _Event | None:
+        """The row as an event, or None after writing it to ``rejected`` (§1)."""
+        src, w = self.p.source, self.w
+        arrival = row.get(src.arrival_time)
+        event = row.get(w.event_time) if w.event_time else arrival  # processing-time strategy
+        batch = row.get(src.batch_column) if src.batch_column else None
+        worker = row.get(src.worker) if src.worker else None
+        if arrival is None:
+            reason = "arrival time is null"
+        elif event is None:
+            reason = "event time is null"
+        elif src.batch_column and batch is None:
+            reason = "batch is null"
+        else:
+            reason = None
+            if not src.batch_column:
+                batch = arrival // src.batch_interval_ms
+            ws = self.st.workers.get(worker)
+            if ws is not None and ws.last_batch is not None and batch <= ws.last_batch:
+                reason = "batch already committed"
+        if reason is not None:
+            self.rejected.append({**row, "reason": reason})
+            return None
+        tiebreak = tuple((row.get(c) is not None, row.get(c)) for c in src.arrival_order)  # nulls first
+        order = (batch, arrival, tiebreak, repr(sorted(row.items())))
+        key = row.get(w.key) if w.key else None
+        return _Event(row, worker, key, batch, arrival, event, order)
+
+    def run(self, rows: list[dict], flush_at_end: bool) -> None:
+        self.m["input_rows"] = len(rows)
+        by_worker: dict[Hashable, list[_Event]] = {}
+        for row in rows:
+            ev = self.normalise(row)
+            if ev is not None:
+                by_worker.setdefault(ev.worker, []).append(ev)
+        self.m["rejected_rows"] = len(self.rejected)
+        self.m["unique_keys"] = len({(e.worker, e.key) for evs in by_worker.values() for e in evs})
+        for worker in sorted(by_worker, key=repr):
+            ws = self.st.workers.setdefault(worker, WorkerState())
+            events = sorted(by_worker[worker], key=lambda e: e.order)
+            for batch, group in groupby(events, key=lambda e: e.batch):
+                batch_events = list(group)
+                for ev in batch_events:
+                    self.process(ws, ev)
+                self.commit(worker, ws, batch, batch_events)
+        if flush_at_end:
+            self.flush_end()
+        self.m["late_events"] = len(self.late)
+
+    # ---- §5 lateness, §4/§7 window assignment, §8 atAggregate
+
+    def process(self, ws: WorkerState, ev: _Event) -> None:
+        """Apply one event to its key, against the key's effective watermark as of
+        the key's previous commit (the watermark only moves at commits)."""
+        ks = ws.keys.setdefault(ev.key, KeyState())
+        ks.max_event_ms = max(ks.max_event_ms, ev.event_ms)
+        ks.max_arrival_ms = max(ks.max_arrival_ms, ev.arrival_ms)
+        eff = self.effective(ks.wm)
+        t = ev.event_ms
+        if self.w.type is WindowType.SESSION:
+            self.process_session(ks, ev, eff)
+            return
+        for start, end in window_bounds(self.w, t):
+            if self.w.lateness is Lateness.BEFORE_WATERMARK:
+                late = t < eff
+            else:  # WINDOW_CLOSED: the window has already closed
+                late = end <= eff
+            if late:
+                self.write_late(ev, start, end, eff)
+                continue
+            if (start, end) not in ks.windows:
+                ks.windows[(start, end)] = {a.name: _empty(a) for a in self.p.aggregates}
+                self.m["windows_created"] += 1
+            self.enter(ks, ev, (start, end), ks.windows[(start, end)], eff)
+
+    def process_session(self, ks: KeyState, ev: _Event, eff) -> None:
+        """§7: join (and merge) the open sessions with ``start - G < t < end + G``, in
+        start order, skipping any that would make the span reach ``maximumDuration``."""
+        t, gap, max_dur = ev.event_ms, self.w.gap_ms, self.w.maximum_duration_ms
+        late = t < eff if self.w.lateness is Lateness.BEFORE_WATERMARK else t + gap <= eff
+        if late:
+            self.write_late(ev, t, t, eff)
+            return
+        start = end = t
+        merged = []
+        for s, e in sorted(b for b in ks.windows if b[0] - gap < t < b[1] + gap):
+            if max_dur is not None and max(end, e) - min(start, s) >= max_dur:
+                continue  # stays apart
+            start, end = min(start, s), max(end, e)
+            merged.append((s, e))
+        acc = {a.name: _empty(a) for a in self.p.aggregates}
+        for bounds in merged:  # in start order
+            part = ks.windows.pop(bounds)
+            acc = {a.name: _combine(a, acc[a.name], part[a.name]) for a in self.p.aggregates}
+        if not merged:
+            self.m["windows_created"] += 1
+        assert (start, end) not in ks.windows
+        self.enter(ks, ev, (start, end), acc, eff)
+
+    def enter(self, ks: KeyState, ev: _Event, bounds, acc: dict, eff) -> None:
+        """The event enters a window; with ``atAggregate``, snapshot it (§8)."""
+        acc = {a.name: _apply(a, acc[a.name], ev.row) for a in self.p.aggregates}
+        ks.windows[bounds] = acc
+        if Trigger.AT_AGGREGATE in self.p.triggers:
+            n = self.st.emissions.get((ev.worker, ev.key, *bounds), 0) + 1
+            self.aggregates.append(self.out_row(ev.worker, ev.key, bounds, acc, AGGREGATE, ev.batch, eff, n))
+
+    def write_late(self, ev: _Event, start: int, end: int, eff) -> None:
+        self.late.append({**ev.row, "batch": ev.batch, "window_start": start, "window_end": end,
+                          "watermark": eff, "lateness_ms": eff - ev.event_ms})
+
+    # ---- §3 commit, §6 closing
+
+    def commit(self, worker, ws: WorkerState, batch: int, events: list[_Event]) -> None:
+        """Move the watermarks, then close: WATERMARK (/MAX_DURATION), then IDLE."""
+        pick = min if self.w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else max
+        keys_in_batch: dict[Hashable, list[int]] = {}
+        for ev in events:
+            keys_in_batch.setdefault(ev.key, []).append(ev.event_ms)
+        for key, times in keys_in_batch.items():
+            ks = ws.keys[key]
+            ks.wm = max(ks.wm, pick(times))
+        ws.global_wm = max(ws.global_wm, pick(ev.event_ms for ev in events))
+        ws.clock_ms = max(ws.clock_ms, max(ev.arrival_ms for ev in events))
+        ws.last_batch = batch
+
+        # 1. WATERMARK: only keys whose batch just committed (others' watermarks did not move).
+        gap, max_dur = self.w.idle_timeout_ms, self.w.maximum_duration_ms
+        for key in keys_in_batch:
+            ks = ws.keys[key]
+            eff = self.effective(ks.wm)
+            for start, end in sorted(ks.windows):
+                if self.w.type is not WindowType.SESSION:
+                    reason = WATERMARK if end <= eff else None
+                elif end + gap <= eff:
+                    reason = WATERMARK
+                elif max_dur is not None and start + max_dur <= eff:
+                    reason = MAX_DURATION
+                else:
+                    reason = None
+                if reason:
+                    self.close(worker, key, ks, (start, end), reason, batch)
+
+        # 2. IDLE: every key of the worker with open windows, at every commit.
+        idle_ms = self.w.idle_timeout_ms
+        if idle_ms is None:
+            return
+        for key, ks in sorted(ws.keys.items(), key=lambda kv: repr(kv[0])):
+            if not ks.windows:
+                continue
+            if self.w.idle_clock is Clock.EVENT_TIME:
+                silent = self.effective(ws.global_wm) - ks.max_event_ms
+            else:
+                silent = ws.clock_ms - ks.max_arrival_ms
+            if silent >= idle_ms:
+                for bounds in sorted(ks.windows):
+                    self.close(worker, key, ks, bounds, IDLE, batch)
+                self.m["idle_keys_removed"] += 1
+
+    def flush_end(self) -> None:
+        """§6.3: every open window, emitted at the worker's last committed batch."""
+        for worker, ws in sorted(self.st.workers.items(), key=lambda kv: repr(kv[0])):
+            for key, ks in sorted(ws.keys.items(), key=lambda kv: repr(kv[0])):
+                for bounds in sorted(ks.windows):
+                    self.close(worker, key, ks, bounds, END_OF_INPUT, ws.last_batch)
+
+    def close(self, worker, key, ks: KeyState, bounds, reason: str, batch: int) -> None:
+        """Remove an open window and emit it with the next emission number (§6)."""
+        acc = ks.windows.pop(bounds)
+        n = self.st.emissions.get((worker, key, *bounds), 0) + 1
+        self.st.emissions[(worker, key, *bounds)] = n
+        if Trigger.AT_WINDOW_END in self.p.triggers:
+            eff = self.effective(ks.wm)
+            self.aggregates.append(self.out_row(worker, key, bounds, acc, reason, batch, eff, n))
+            self.m["windows_emitted"] += 1
+
+    def out_row(self, worker, key, bounds, acc, reason, batch, eff, emission) -> dict:
+        row: dict[str, Any] = {}
+        if self.p.source.worker:
+            row[self.p.source.worker] = worker
+        if self.w.key:
+            row[self.w.key] = key
+        row["window_start"], row["window_end"] = bounds
+        for a in self.p.aggregates:
+            row[a.name] = _final(a, acc[a.name])
+        row.update(emit_reason=reason, emit_batch=batch, emit_watermark=_ms(eff), emission=emission)
+        return row
+
+
+def reference_replay(pipeline: Pipeline, rows: list[dict], state: ModelState | None = None,
+                     flush_at_end: bool | None = False) -> RefResult:
+    """Replay ``rows`` through ``pipeline`` event by event (docs/semantics.md).
+
+    ``state`` is a previous result's ``state`` (never mutated); ``flush_at_end=None``
+    means ``pipeline.flush_at_end``.
+    """
+    if state is None:
+        st = ModelState(fingerprint=pipeline.fingerprint())
+    else:
+        assert state.fingerprint == pipeline.fingerprint(), "state written by another pipeline"
+        st = copy.deepcopy(state)
+    if flush_at_end is None:
+        flush_at_end = pipeline.flush_at_end
+    rp = _Replay(pipeline, st)
+    rp.run(rows, flush_at_end)
+    return RefResult(rp.aggregates, rp.late, rp.rejected, copy.deepcopy(st), rp.m)

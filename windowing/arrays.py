@@ -1,0 +1,118 @@
+"""Small vectorised building blocks over NumPy arrays: segments, scans, searches.
+
+A *segmented* array is a flat array plus a sorted, non-decreasing segment id per
+element (e.g. one segment per key). Every helper here works on all segments at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: Minus infinity for watermarks and clocks that have not moved yet.
+MIN_TIMESTAMP = np.iinfo(np.int64).min
+#: Plus infinity, for "never".
+MAX_TIMESTAMP = np.iinfo(np.int64).max
+
+
+def sat_sub(values: np.ndarray, delta: int) -> np.ndarray:
+    """``values - delta`` where MIN_TIMESTAMP stays MIN_TIMESTAMP (minus infinity)."""
+    out = values - delta
+    out[values == MIN_TIMESTAMP] = MIN_TIMESTAMP
+    return out
+
+
+def sat_add(values: np.ndarray, delta: int) -> np.ndarray:
+    """``values + delta`` saturating at MAX_TIMESTAMP, MIN_TIMESTAMP kept."""
+    out = values.astype(np.int64, copy=True)
+    ok = (values != MIN_TIMESTAMP) & (values <= MAX_TIMESTAMP - delta)
+    out[ok] = values[ok] + delta
+    out[(values != MIN_TIMESTAMP) & ~ok] = MAX_TIMESTAMP
+    return out
+
+
+def starts_of(seg: np.ndarray) -> np.ndarray:
+    """Indices where a new segment begins (``seg`` sorted)."""
+    if len(seg) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.concatenate(([True], seg[1:] != seg[:-1])))
+
+
+def dense_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique values, rank of each value among them)."""
+    uniq, inv = np.unique(values, return_inverse=True)
+    return uniq, inv.astype(np.int64).reshape(-1)
+
+
+def seg_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Running maximum that restarts at every segment (``seg`` sorted).
+
+    Values are replaced by their ranks and shifted into disjoint ranges per segment,
+    so one ``np.maximum.accumulate`` never carries a maximum across segments.
+    """
+    if len(values) == 0:
+        return values.copy()
+    uniq, rank = dense_rank(values)
+    width = np.int64(len(uniq))
+    enc = seg.astype(np.int64) * width + rank
+    return uniq[np.maximum.accumulate(enc) - seg.astype(np.int64) * width]
+
+
+def seg_searchsorted(
+    table: np.ndarray, table_seg: np.ndarray, query: np.ndarray, query_seg: np.ndarray
+) -> np.ndarray:
+    """For each query, the first index i of ``table`` in the query's segment with
+    ``table[i] >= query`` (``side='left'``); ``len(table)`` or the next segment's first
+    index when there is none — callers compare against the segment's end.
+
+    ``table`` must be non-decreasing inside each segment, ``table_seg`` sorted.
+    """
+    if len(query) == 0:
+        return np.zeros(0, dtype=np.int64)
+    uniq, rank = dense_rank(np.concatenate([table, query]))
+    width = np.int64(len(uniq))
+    enc_t = table_seg.astype(np.int64) * width + rank[: len(table)]
+    enc_q = query_seg.astype(np.int64) * width + rank[len(table) :]
+    return np.searchsorted(enc_t, enc_q, side="left")
+
+
+def seg_rank(seg: np.ndarray) -> np.ndarray:
+    """0-based position of each element inside its segment (``seg`` sorted)."""
+    n = len(seg)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    st = starts_of(seg)
+    first = np.repeat(st, np.diff(np.append(st, n)))
+    return np.arange(n, dtype=np.int64) - first
+
+
+def order_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Order-preserving int64 codes of any sortable Arrow array; nulls get -1 (first)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_integer(arr.type) and arr.null_count == 0:
+        return arr.to_numpy(zero_copy_only=False).astype(np.int64)
+    uniq = sorted_unique(arr)
+    return codes_in(arr, uniq)
+
+
+def sorted_unique(*arrays: pa.Array) -> pa.Array:
+    """Sorted distinct non-null values of the given arrays (one common type)."""
+    parts = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+    parts = [a for a in parts if len(a)]
+    if not parts:
+        return arrays[0].slice(0, 0) if arrays else pa.array([])
+    allv = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+    uniq = pc.unique(allv.drop_null())
+    return uniq.take(pc.sort_indices(uniq))
+
+
+def codes_in(arr: pa.Array, uniq: pa.Array) -> np.ndarray:
+    """Index of each value of ``arr`` in ``uniq`` (sorted); -1 for nulls."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if len(arr) == 0:
+        return np.zeros(0, dtype=np.int64)
+    idx = pc.index_in(arr, value_set=uniq)
+    return pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)

@@ -1,0 +1,430 @@
+"""Run a replay on Spark: normalise, build worker timelines, run the kernel per key.
+
+Phases (see docs/architecture.md):
+
+1. **Normalise** in Spark expressions: ``arrival_ms``, ``event_ms``, the batch, the
+   row hash, and a rejection reason for rows that cannot be processed.
+2. **Worker timelines**: one Spark aggregation per (worker, batch) gives the watermark
+   candidates and arrival maxima; the driver turns these (one row per batch, not per
+   event) into each worker's global watermark and clock after every commit.
+3. **Per-key kernel**: events and carried state rows are hash-partitioned by
+   (worker, key) and each partition runs :func:`windowing.kernel.process` through
+   ``mapInArrow`` — many keys per call, vectorised with NumPy.
+4. **Outputs**: emitted windows, late events, rejected rows, the new state, metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from windowing import kernel as K
+from windowing.arrays import MIN_TIMESTAMP, sat_sub
+from windowing.config import ConfigError, Pipeline, WatermarkStrategy
+
+REJECT_REASON = "reason"
+
+
+class StateMismatchError(ValueError):
+    """The carried state was written by a different pipeline configuration."""
+
+
+@dataclass
+class ReplayResult:
+    """What one replay produced. DataFrames are lazy views of one computed kernel run."""
+
+    aggregates: Any
+    late_events: Any
+    rejected: Any
+    state: Any
+    metrics: dict
+
+    def unpersist(self) -> None:
+        for df in self._cached:
+            df.unpersist()
+
+    _cached: tuple = ()
+
+
+def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool | None = None) -> ReplayResult:
+    """Replay ``events_df`` through ``pipeline``'s window, continuing from ``state``.
+
+    Args:
+        spark: the SparkSession.
+        pipeline: a validated :class:`~windowing.config.Pipeline`.
+        events_df: the historical events (any row order, any partitioning).
+        state: the ``state`` DataFrame of the previous replay (the previous partition),
+            or None to start from nothing.
+        flush_at_end: emit every still-open window with reason ``END_OF_INPUT`` after
+            the last batch; defaults to ``pipeline.flush_at_end``.
+
+    Returns:
+        :class:`ReplayResult` with ``aggregates``, ``late_events``, ``rejected`` and
+        ``state`` DataFrames and a ``metrics`` dict.
+
+    Raises:
+        ConfigError: a configured column is missing or has an unusable type.
+        StateMismatchError: ``state`` was written under another configuration.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
+    _check_columns(pipeline, events_df)
+    input_cols = list(events_df.columns)
+    norm = _normalise(pipeline, events_df)
+
+    worker_state, key_state = _split_state(spark, pipeline, state, events_df)
+    if worker_state:
+        norm = _reject_committed(spark, pipeline, norm, worker_state)
+
+    # Phase 2: one small aggregation per (worker, batch), plus rejected counts.
+    wcol = pipeline.source.worker
+    wexpr = F.col(wcol) if wcol else F.lit(0)
+    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else F.max("__evt")
+    summary = (
+        norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w"), F.col("__batch"))
+        .agg(cand.alias("cand"), F.max("__arr").alias("maxarr"), F.count(F.lit(1)).alias("n"))
+        .collect()
+    )
+    timelines, worker_rows = _timelines(pipeline, summary, worker_state)
+    rejected_counts: dict[str, int] = {}
+    for r in summary:
+        if r[REJECT_REASON] is not None:
+            rejected_counts[r[REJECT_REASON]] = rejected_counts.get(r[REJECT_REASON], 0) + r["n"]
+
+    # Phase 3: the kernel, per partition of (worker, key).
+    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON).withColumn("__kind", F.lit(K.EVENT).cast("byte"))
+    arrow_types = _arrow_types(spark, events_df)
+    spec = K.Spec(pipeline=pipeline, input_types={c: arrow_types[c] for c in input_cols})
+    kernel_in = events
+    if key_state is not None:
+        kernel_in = events.unionByName(key_state, allowMissingColumns=True)
+    part_cols = [F.col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
+    nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
+    out_schema = _union_schema(spec)
+    fn = _KernelTask(spec, timelines, flush, out_schema)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    out = kernel_in.mapInArrow(fn, from_arrow_schema(out_schema, prefer_timestamp_ntz=False))
+    out = out.persist(StorageLevel.MEMORY_AND_DISK)
+
+    aggregates = out.where(F.col("__out") == 0).select("agg.*")
+    late = out.where(F.col("__out") == 1).select("late.*")
+    state_rows = out.where(F.col("__out") == 2).select("state.*")
+    if worker_rows:
+        from pyspark.sql.pandas.types import from_arrow_schema as fas
+
+        wdf = spark.createDataFrame(
+            _worker_state_table(spec, worker_rows).to_pandas(types_mapper=None), fas(spec.state_schema(), prefer_timestamp_ntz=False)
+        ) if False else spark.createDataFrame(
+            [tuple(r.get(f.name) for f in spec.state_schema()) for r in worker_rows],
+            fas(spec.state_schema(), prefer_timestamp_ntz=False),
+        )
+        state_out = state_rows.unionByName(wdf)
+    else:
+        state_out = state_rows
+    rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*input_cols, REJECT_REASON)
+
+    metrics = _metrics(out, F, rejected_counts, worker_rows, pipeline)
+    result = ReplayResult(aggregates, late, rejected, state_out, metrics)
+    result._cached = (out,)
+    return result
+
+
+# --------------------------------------------------------------------------- phase 1
+
+
+_TIME_TYPES = ("timestamp", "timestamp_ntz", "date", "string", "bigint", "int", "smallint", "tinyint")
+_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double")
+
+
+def _check_columns(pipeline: Pipeline, df) -> None:
+    """Fail before any work if a configured column is missing or unusable."""
+    types = dict(df.dtypes)
+    w = pipeline.window
+    named = [
+        ("source.arrivalTime", pipeline.source.arrival_time),
+        *[(f"source.arrivalOrder[{i}]", c) for i, c in enumerate(pipeline.source.arrival_order)],
+        ("source.batch.column", pipeline.source.batch_column),
+        ("source.worker", pipeline.source.worker),
+        ("keyExtractor", w.key),
+        ("timeConfig.eventTimeExtractor", w.event_time),
+        *[(f"aggregateDefinition[{i}].column", a.column) for i, a in enumerate(pipeline.aggregates)],
+    ]
+    for where, col in named:
+        if col and col not in types:
+            raise ConfigError(
+                f"{where}: column {col!r} is not in the input (columns: {', '.join(sorted(types))})"
+            )
+    for where, col in (("source.arrivalTime", pipeline.source.arrival_time), ("timeConfig.eventTimeExtractor", w.event_time)):
+        if col and types[col] not in _TIME_TYPES:
+            raise ConfigError(
+                f"{where}: column {col!r} has type {types[col]}; expected a timestamp, date, "
+                "integer epoch milliseconds or a timestamp string"
+            )
+    if pipeline.source.batch_column and types[pipeline.source.batch_column] not in ("bigint", "int", "smallint", "tinyint"):
+        raise ConfigError(
+            f"source.batch.column: column {pipeline.source.batch_column!r} has type "
+            f"{types[pipeline.source.batch_column]}; expected an integer batch id"
+        )
+    for i, a in enumerate(pipeline.aggregates):
+        if a.column is None:
+            continue
+        t = types[a.column]
+        if a.type in ("sum", "avg") and t not in _NUMERIC:
+            raise ConfigError(
+                f"aggregateDefinition[{i}].column: {a.type} needs a numeric column; {a.column!r} is {t}"
+            )
+        if t.startswith(("array", "map", "struct", "binary")):
+            raise ConfigError(f"aggregateDefinition[{i}].column: {a.column!r} of type {t} cannot be aggregated")
+
+
+def _to_ms(F, col_name: str, dtype: str):
+    c = F.col(col_name)
+    if dtype in ("timestamp", "timestamp_ntz", "string"):
+        ts = F.try_to_timestamp(c) if dtype == "string" else c.cast("timestamp")
+        us = F.unix_micros(ts)
+        return (us - F.pmod(us, F.lit(1000))).cast("long") / F.lit(1000)
+    if dtype == "date":
+        return F.unix_date(c).cast("long") * F.lit(86_400_000)
+    return c.cast("long")
+
+
+def _normalise(pipeline: Pipeline, df):
+    from pyspark.sql import functions as F
+
+    types = dict(df.dtypes)
+    src, w = pipeline.source, pipeline.window
+    arr = _to_ms(F, src.arrival_time, types[src.arrival_time]).cast("long")
+    evt = _to_ms(F, w.event_time, types[w.event_time]).cast("long") if w.event_time else None
+    cols = list(df.columns)
+    out = df.withColumn("__arr", arr)
+    out = out.withColumn("__evt", evt if evt is not None else F.col("__arr"))
+    if src.batch_column:
+        batch = F.col(src.batch_column).cast("long")
+    else:
+        batch = F.floor(F.col("__arr") / F.lit(src.batch_interval_ms)).cast("long")
+    out = out.withColumn("__batch", batch)
+    reason = F.when(F.col(src.arrival_time).isNull(), F.lit("arrival time is null")).when(
+        F.col("__arr").isNull(), F.lit("arrival time unparseable")
+    )
+    if w.event_time:
+        reason = reason.when(F.col(w.event_time).isNull(), F.lit("event time is null")).when(
+            F.col("__evt").isNull(), F.lit("event time unparseable")
+        )
+    if src.batch_column:
+        reason = reason.when(F.col(src.batch_column).isNull(), F.lit("batch is null"))
+    out = out.withColumn(REJECT_REASON if REJECT_REASON not in cols else "__reason_tmp", reason)
+    if REJECT_REASON in cols:
+        raise ConfigError(f"input column {REJECT_REASON!r} clashes with the rejected output's reason column")
+    return out.withColumn("__hash", F.xxhash64(*[F.col(c) for c in cols]))
+
+
+def _reject_committed(spark, pipeline, norm, worker_state):
+    """Rows of a batch their worker already committed in an earlier partition."""
+    from pyspark.sql import functions as F
+
+    wcol = pipeline.source.worker
+    last = {(_hashable(r["worker"])): r["batch"] for r in worker_state if r["batch"] is not None}
+    if not last:
+        return norm
+    wexpr = F.col(wcol) if wcol else F.lit(0)
+    cond = None
+    for wv, b in last.items():
+        match = wexpr.isNull() if wv is None else (wexpr == F.lit(wv))
+        c = match & (F.col("__batch") <= F.lit(b))
+        cond = c if cond is None else (cond | c)
+    return norm.withColumn(
+        REJECT_REASON,
+        F.when(F.col(REJECT_REASON).isNull() & cond, F.lit("batch already committed")).otherwise(F.col(REJECT_REASON)),
+    )
+
+
+def _hashable(v):
+    return v if not isinstance(v, (list, dict)) else repr(v)
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _split_state(spark, pipeline: Pipeline, state, events_df):
+    """Worker rows (collected: one per worker) and key/window rows (for the kernel)."""
+    if state is None:
+        return [], None
+    from pyspark.sql import functions as F
+
+    fp = pipeline.fingerprint()
+    found = [r[0] for r in state.select("fingerprint").distinct().limit(3).collect()]
+    if any(f != fp for f in found):
+        raise StateMismatchError(
+            f"the carried state was written by a different pipeline configuration "
+            f"(state fingerprint {found}, this pipeline {fp}); replay from the first partition"
+        )
+    wcol, kcol = pipeline.source.worker, pipeline.window.key
+    types = dict(events_df.dtypes)
+    worker_state = [
+        {"worker": (r[wcol] if wcol else 0), "batch": r["batch"], "watermark_ms": r["watermark_ms"], "clock_ms": r["clock_ms"]}
+        for r in state.where(F.col("state_kind") == "worker").collect()
+    ]
+    kind = (
+        F.when(F.col("state_kind") == "key", F.lit(K.STATE_KEY))
+        .when(F.col("state_kind") == "window", F.lit(K.STATE_WINDOW))
+        .otherwise(F.lit(K.STATE_EMITTED))
+        .cast("byte")
+    )
+    keep = [c for c in (wcol, kcol) if c]
+    rows = state.where(F.col("state_kind") != "worker")
+    cols = [F.col(c).cast(types[c]).alias(c) for c in keep]
+    cols += [F.col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
+    return worker_state, rows.select(*cols, kind.alias("__kind"))
+
+
+def _timelines(pipeline: Pipeline, summary, worker_state):
+    """Each worker's global watermark and clock after every commit (driver side, per batch)."""
+    w = pipeline.window
+    per_worker: dict[Any, list] = {}
+    for r in summary:
+        if r[REJECT_REASON] is None:
+            per_worker.setdefault(_hashable(r["__w"]), []).append((r["__batch"], r["cand"], r["maxarr"]))
+    init = {_hashable(s["worker"]): s for s in worker_state}
+    timelines: dict[Any, K.Timeline] = {}
+    rows = []
+    for wv in list(dict.fromkeys([*per_worker, *init])):
+        items = sorted(per_worker.get(wv, []))
+        s0 = init.get(wv, {})
+        wm0 = s0.get("watermark_ms")
+        clock0 = s0.get("clock_ms")
+        batches = np.array([i[0] for i in items], dtype=np.int64)
+        cand = np.array([i[1] for i in items], dtype=np.int64)
+        arr = np.array([i[2] for i in items], dtype=np.int64)
+        gwm = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if wm0 is None else wm0], cand]))[1:]
+        clock = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if clock0 is None else clock0], arr]))[1:]
+        last_batch = int(batches[-1]) if len(batches) else s0.get("batch")
+        timelines[wv] = K.Timeline(batches, sat_sub(gwm, w.delay_ms), clock, last_batch)
+        rows.append({
+            "state_kind": "worker",
+            "fingerprint": pipeline.fingerprint(),
+            **({pipeline.source.worker: wv} if pipeline.source.worker else {}),
+            "batch": last_batch,
+            "watermark_ms": int(gwm[-1]) if len(gwm) and gwm[-1] != MIN_TIMESTAMP else wm0,
+            "clock_ms": int(clock[-1]) if len(clock) and clock[-1] != MIN_TIMESTAMP else clock0,
+        })
+    return timelines, rows
+
+
+def _worker_state_table(spec, rows):  # kept for symmetry with the kernel's tables
+    return pa.Table.from_pylist(rows, schema=spec.state_schema())
+
+
+# --------------------------------------------------------------------------- phase 3
+
+
+def _arrow_types(spark, df) -> dict[str, pa.DataType]:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    tz = spark.conf.get("spark.sql.session.timeZone")
+    return {f.name: to_arrow_type(f.dataType, timezone=tz) for f in df.schema.fields}
+
+
+def _union_schema(spec: K.Spec) -> pa.Schema:
+    return pa.schema([
+        pa.field("__out", pa.int8()),
+        pa.field("agg", pa.struct(list(spec.aggregates_schema()))),
+        pa.field("late", pa.struct(list(spec.late_schema()))),
+        pa.field("state", pa.struct(list(spec.state_schema()))),
+        pa.field("counter", pa.struct([pa.field("name", pa.string()), pa.field("value", pa.int64())])),
+    ])
+
+
+class _KernelTask:
+    """The function each Spark task runs over its partition's Arrow batches."""
+
+    def __init__(self, spec, timelines, flush, schema):
+        self.spec, self.timelines, self.flush, self.schema = spec, timelines, flush, schema
+
+    def __call__(self, batches):
+        batches = list(batches)
+        if not batches or not sum(b.num_rows for b in batches):
+            return
+        table = pa.Table.from_batches(batches)
+        out = K.process(table, self.spec, self.timelines, self.flush)
+        counters = pa.table({"name": list(out.counters), "value": pa.array(list(out.counters.values()), pa.int64())})
+        for kind, t in enumerate((out.aggregates, out.late, out.state, counters)):
+            if t.num_rows:
+                yield self._wrap(kind, t)
+
+    def _wrap(self, kind: int, t: pa.Table) -> pa.RecordBatch:
+        n = t.num_rows
+        arrays = [pa.array(np.full(n, kind, dtype=np.int8))]
+        for i, f in enumerate(self.schema):
+            if i == 0:
+                continue
+            if i - 1 == kind:
+                t = t.combine_chunks()
+                arrays.append(pa.StructArray.from_arrays([c.chunk(0) if c.num_chunks else pa.array([], c.type)
+                                                          for c in t.columns], fields=list(f.type)))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _metrics(out, F, rejected_counts, worker_rows, pipeline) -> dict:
+    """VoltSP-named counters of this replay (one pass over the persisted kernel output)."""
+    rows = (
+        out.groupBy("__out", F.col("agg.emit_reason").alias("reason"), F.col("counter.name").alias("counter"))
+        .agg(F.count(F.lit(1)).alias("n"), F.sum("counter.value").alias("v"))
+        .collect()
+    )
+    by_reason: dict[str, int] = {}
+    counters: dict[str, int] = {}
+    late = state_rows = 0
+    for r in rows:
+        if r["__out"] == 0:
+            by_reason[r["reason"]] = r["n"]
+        elif r["__out"] == 1:
+            late = r["n"]
+        elif r["__out"] == 3:
+            counters[r["counter"]] = int(r["v"] or 0)
+    lateness = (
+        out.where(F.col("__out") == 1)
+        .agg(F.percentile("late.lateness_ms", [0.5, 0.9, 0.99]).alias("p"), F.max("late.lateness_ms").alias("mx"))
+        .collect()[0]
+    )
+    open_windows = out.where((F.col("__out") == 2) & (F.col("state.state_kind") == "window")).count()
+    wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
+    from datetime import datetime, timezone
+
+    emitted = {k: v for k, v in by_reason.items() if k != "AGGREGATE"}
+    return {
+        "pipeline": pipeline.name,
+        "input_rows": counters.get("events", 0) + sum(rejected_counts.values()),
+        "rejected_rows": sum(rejected_counts.values()),
+        "rejected_by_reason": dict(sorted(rejected_counts.items())),
+        "late_events": late,
+        "windows_created": counters.get("windows_created", 0),
+        "windows_emitted": sum(emitted.values()),
+        "emitted_by_reason": dict(sorted(emitted.items())),
+        "snapshots_emitted": by_reason.get("AGGREGATE", 0),
+        "idle_keys_removed": counters.get("idle_keys_removed", 0),
+        "unique_keys": counters.get("unique_keys", 0),
+        "open_windows": open_windows,
+        "watermark_reached": (
+            datetime.fromtimestamp(max(wm) / 1000, tz=timezone.utc).isoformat() if wm else None
+        ),
+        "lateness_ms_percentiles": {
+            "p50": _num(lateness["p"], 0), "p90": _num(lateness["p"], 1), "p99": _num(lateness["p"], 2),
+            "max": lateness["mx"],
+        },
+    }
+
+
+def _num(p, i):
+    return None if p is None else float(p[i])

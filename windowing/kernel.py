@@ -1,0 +1,1213 @@
+"""The per-key windowing kernel: pure NumPy/pyarrow over many keys at once.
+
+It takes one Arrow table holding the events of a set of complete keys (in any row
+order) together with those keys' carried state rows, and returns the emitted windows,
+the late (event, window) pairs, and the new state — following docs/semantics.md.
+Nothing here imports Spark; :mod:`windowing.engine` runs this on Spark partitions.
+
+How tumbling and sliding windows are computed without a per-event loop:
+
+* events are sorted in arrival order per key; a key's watermark after each of its
+  batches is a segmented running maximum of per-batch candidates;
+* lateness is an array comparison against the watermark of the key's previous batch;
+* a window closes at the first of its key's batches whose effective watermark reaches
+  its end (a segmented ``searchsorted``);
+* an idle flush of a key between two of its own batches is a ``searchsorted`` in its
+  worker's global timeline; each flush starts a new *generation* of the key's windows;
+* aggregates per (key, generation, window) are unbuffered ``ufunc.at`` reductions in
+  arrival order, so float sums are a left fold that a carried partial sum continues.
+
+Session windows merge sequentially and run a tight per-key loop (``_sessions``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from windowing.arrays import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    codes_in,
+    order_codes,
+    sat_add,
+    sat_sub,
+    seg_cummax,
+    seg_rank,
+    seg_searchsorted,
+    sorted_unique,
+    starts_of,
+)
+from windowing.config import Aggregate, Clock, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
+
+# Row kinds of the kernel's input table (column ``__kind``).
+STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
+
+# Emission reasons.
+OPEN, WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT, AGGREGATE = 0, 1, 2, 3, 4, 5
+REASON_NAMES = {WATERMARK: "WATERMARK", IDLE: "IDLE", MAX_DURATION: "MAX_DURATION",
+                END_OF_INPUT: "END_OF_INPUT", AGGREGATE: "AGGREGATE"}
+
+TS = pa.timestamp("us", tz="UTC")
+STATE_PREFIX = "__s_"
+#: Columns late_events adds to the input columns.
+LATE_ADDED_COLUMNS = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
+#: Internal columns the engine adds to every event row.
+EVENT_COLUMNS = ("__kind", "__batch", "__arr", "__evt", "__hash")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A worker's commits in this replay: batches in order and the clocks after each.
+
+    ``geff[i]`` is the effective global watermark and ``clock[i]`` the processing clock
+    after committing ``batches[i]``. ``last_batch`` is the last committed batch,
+    including earlier partitions (None if the worker never committed one).
+    """
+
+    batches: np.ndarray
+    geff: np.ndarray
+    clock: np.ndarray
+    last_batch: int | None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the kernel needs from a pipeline, as plain values."""
+
+    pipeline: Pipeline
+    input_types: Mapping[str, pa.DataType]
+
+    @property
+    def window(self):
+        return self.pipeline.window
+
+    @property
+    def worker_col(self) -> str | None:
+        return self.pipeline.source.worker
+
+    @property
+    def key_col(self) -> str | None:
+        return self.pipeline.window.key
+
+    @property
+    def snapshots(self) -> bool:
+        return Trigger.AT_AGGREGATE in self.pipeline.triggers
+
+    def value_type(self, agg: Aggregate) -> pa.DataType:
+        return self.input_types[agg.column]
+
+    def output_type(self, agg: Aggregate) -> pa.DataType:
+        if agg.type in ("count", "distinct"):
+            return pa.int64()
+        if agg.type == "avg":
+            return pa.float64()
+        vt = self.value_type(agg)
+        if agg.type == "sum":
+            return pa.int64() if pa.types.is_integer(vt) else pa.float64()
+        return vt
+
+    def partial_fields(self, agg: Aggregate) -> list[pa.Field]:
+        name = f"partial_{agg.name}"
+        if agg.type in ("sum", "avg"):
+            return [pa.field(name, self.output_type(_as_sum(agg))), pa.field(name + "_n", pa.int64())]
+        if agg.type == "distinct":
+            return [pa.field(name, pa.list_(self.value_type(agg)))]
+        return [pa.field(name, self.output_type(agg))]
+
+    def key_fields(self) -> list[pa.Field]:
+        return [pa.field(c, self.input_types[c]) for c in (self.worker_col, self.key_col) if c]
+
+    def aggregates_schema(self) -> pa.Schema:
+        return pa.schema(
+            self.key_fields()
+            + [pa.field("window_start", TS), pa.field("window_end", TS)]
+            + [pa.field(a.name, self.output_type(a)) for a in self.pipeline.aggregates]
+            + [pa.field("emit_reason", pa.string()), pa.field("emit_batch", pa.int64()),
+               pa.field("emit_watermark", TS), pa.field("emission", pa.int64())]
+        )
+
+    def late_input_columns(self) -> list[str]:
+        """Input columns carried into late_events (a same-named added column wins)."""
+        return [c for c in self.input_types if c not in LATE_ADDED_COLUMNS]
+
+    def late_schema(self) -> pa.Schema:
+        return pa.schema(
+            [pa.field(c, self.input_types[c]) for c in self.late_input_columns()]
+            + [pa.field("batch", pa.int64()), pa.field("window_start", TS), pa.field("window_end", TS),
+               pa.field("watermark", TS), pa.field("lateness_ms", pa.int64())]
+        )
+
+    def state_schema(self) -> pa.Schema:
+        fields = [pa.field("state_kind", pa.string()), pa.field("fingerprint", pa.string())]
+        fields += self.key_fields()
+        fields += [pa.field(n, pa.int64()) for n in (
+            "batch", "watermark_ms", "clock_ms", "max_event_ms", "window_start_ms", "window_end_ms",
+            "emissions", "events")]
+        for a in self.pipeline.aggregates:
+            fields += self.partial_fields(a)
+        return pa.schema(fields)
+
+
+def _as_sum(agg: Aggregate) -> Aggregate:
+    return Aggregate(type="sum", column=agg.column, name=agg.name)
+
+
+@dataclass
+class KernelOutput:
+    aggregates: pa.Table
+    late: pa.Table
+    state: pa.Table
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+# =========================================================================== entry point
+
+
+def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flush_at_end: bool) -> KernelOutput:
+    """Replay the events of complete keys in ``table`` (events and state rows, any order)."""
+    k = _Keys(table, spec)
+    ev = _Events(table, spec, k)
+    kb = _KeyBatches(ev, k, spec)
+    idle = _Idle(kb, k, spec, timelines)
+    if spec.window.type is WindowType.SESSION:
+        groups, late, snaps = _sessions(ev, kb, k, idle, spec, flush_at_end, timelines)
+    else:
+        groups, late, snaps = _windows(ev, kb, k, idle, spec, flush_at_end, timelines)
+    out_aggs = [groups.emitted_table(k, spec)]
+    if snaps is not None:
+        out_aggs.append(snaps.emitted_table(k, spec))
+    state = pa.concat_tables([_key_state_rows(k, kb, spec), groups.state_table(k, spec),
+                              groups.emitted_counter_table(k, kb, spec)])
+    counters = {
+        "windows_created": int(groups.created),
+        "idle_keys_removed": int(groups.idle_flushes),
+        "unique_keys": int((kb.key_first >= 0).sum()),
+        "events": int(ev.n),
+    }
+    return KernelOutput(pa.concat_tables(out_aggs), late.table(ev, spec), state, counters)
+
+
+# =========================================================================== inputs
+
+
+class _Keys:
+    """Dense ids for the (worker, key) pairs in the table, and their carried state."""
+
+    def __init__(self, table: pa.Table, spec: Spec):
+        self.table = table
+        n = table.num_rows
+        self.kind = table["__kind"].to_numpy().astype(np.int8)
+        codes = []
+        for c in (spec.worker_col, spec.key_col):
+            if c:
+                codes.append(order_codes(table[c]))
+        if codes:
+            enc = codes[0] + 1
+            if len(codes) == 2:
+                enc = enc * (codes[1].max(initial=0) + 2) + codes[1] + 1
+            _, gid = np.unique(enc, return_inverse=True)
+            self.gid = gid.reshape(-1).astype(np.int64)
+        else:
+            self.gid = np.zeros(n, dtype=np.int64)
+        self.n = int(self.gid.max()) + 1 if n else 0
+        first = np.full(self.n, n, dtype=np.int64)
+        np.minimum.at(first, self.gid, np.arange(n, dtype=np.int64))
+        self.rep_row = first  # a row of each key, to copy its worker/key values from
+        if spec.worker_col:
+            wvals = table[spec.worker_col].take(pa.array(first)).to_pylist()
+        else:
+            wvals = [0] * self.n
+        self.worker_values = wvals
+        self.wm0 = np.full(self.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.maxev0 = self.wm0.copy()
+        self.maxarr0 = self.wm0.copy()
+        rows = np.flatnonzero(self.kind == STATE_KEY)
+        if len(rows):
+            g = self.gid[rows]
+            for arr, col in ((self.wm0, "watermark_ms"), (self.maxev0, "max_event_ms"), (self.maxarr0, "clock_ms")):
+                v = _scol(table, col, rows)
+                arr[g] = pc.fill_null(v, MIN_TIMESTAMP).to_numpy().astype(np.int64)
+
+    def take_key_columns(self, gids: np.ndarray, spec: Spec) -> dict[str, pa.Array]:
+        rows = pa.array(self.rep_row[gids])
+        return {c: self.table[c].take(rows) for c in (spec.worker_col, spec.key_col) if c}
+
+
+class _Events:
+    """The events, sorted in arrival order per key."""
+
+    def __init__(self, table: pa.Table, spec: Spec, k: _Keys):
+        rows = np.flatnonzero(k.kind == EVENT)
+        sub = table.take(pa.array(rows))
+        keys = [sub["__hash"].to_numpy()]
+        for c in reversed(spec.pipeline.source.arrival_order):
+            keys.append(order_codes(sub[c]))
+        keys += [sub["__arr"].to_numpy(), sub["__batch"].to_numpy(), k.gid[rows]]
+        order = np.lexsort(keys) if len(rows) else np.zeros(0, dtype=np.int64)
+        self.rows = rows[order]  # table row of each sorted event
+        self.n = len(self.rows)
+        self.g = k.gid[self.rows]
+        self.batch = table["__batch"].to_numpy()[self.rows].astype(np.int64)
+        self.arr = table["__arr"].to_numpy()[self.rows].astype(np.int64)
+        self.t = table["__evt"].to_numpy()[self.rows].astype(np.int64)
+        self.table = table
+
+    def column(self, name: str) -> pa.Array:
+        return self.table[name].take(pa.array(self.rows)).combine_chunks() if self.n else \
+            pa.array([], type=self.table.schema.field(name).type)
+
+
+class _KeyBatches:
+    """One entry per (key, batch) with events: watermarks before and after its commit."""
+
+    def __init__(self, ev: _Events, k: _Keys, spec: Spec):
+        w = spec.window
+        if ev.n:
+            change = np.concatenate(([True], (ev.g[1:] != ev.g[:-1]) | (ev.batch[1:] != ev.batch[:-1])))
+        else:
+            change = np.zeros(0, dtype=bool)
+        self.start = np.flatnonzero(change)
+        self.n = len(self.start)
+        self.of_event = np.cumsum(change) - 1
+        self.g = ev.g[self.start]
+        self.batch = ev.batch[self.start]
+        if self.n:
+            reduce = np.minimum if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum
+            cand = reduce.reduceat(ev.t, self.start)
+            maxev = np.maximum.reduceat(ev.t, self.start)
+            maxarr = np.maximum.reduceat(ev.arr, self.start)
+        else:
+            cand = maxev = maxarr = np.zeros(0, dtype=np.int64)
+        self.first_of_key = starts_of(self.g)
+        self.key_first = np.full(k.n, -1, dtype=np.int64)
+        self.key_last = np.full(k.n, -1, dtype=np.int64)
+        self.key_first[self.g[self.first_of_key]] = self.first_of_key
+        self.key_last[self.g[self.first_of_key]] = np.append(self.first_of_key[1:], self.n) - 1
+        self.wm_after = self._running(cand, k.wm0)
+        self.maxev_after = self._running(maxev, k.maxev0)
+        self.maxarr_after = self._running(maxarr, k.maxarr0)
+        wm_before = np.empty_like(self.wm_after)
+        if self.n:
+            wm_before[1:] = self.wm_after[:-1]
+            wm_before[self.first_of_key] = k.wm0[self.g[self.first_of_key]]
+        self.eff_before = sat_sub(wm_before, w.delay_ms)
+        self.eff_after = sat_sub(self.wm_after, w.delay_ms)
+        # The key's values at the end of this replay.
+        has = self.key_last >= 0
+        self.wm_final = k.wm0.copy()
+        self.maxev_final = k.maxev0.copy()
+        self.maxarr_final = k.maxarr0.copy()
+        self.wm_final[has] = self.wm_after[self.key_last[has]]
+        self.maxev_final[has] = self.maxev_after[self.key_last[has]]
+        self.maxarr_final[has] = self.maxarr_after[self.key_last[has]]
+        self.eff_final = sat_sub(self.wm_final, w.delay_ms)
+
+    def _running(self, per_batch: np.ndarray, initial: np.ndarray) -> np.ndarray:
+        v = per_batch.astype(np.int64, copy=True)
+        if self.n:
+            f = self.first_of_key
+            v[f] = np.maximum(v[f], initial[self.g[f]])
+        return seg_cummax(v, self.g)
+
+
+class _Idle:
+    """Where each key goes idle: before its first batch here, and after each of its batches.
+
+    ``kb_fire[j]``: the key goes idle after its batch j and before its next one, at the
+    worker commit ``kb_batch[j]``. ``pre_fire[g]``: key g (with carried windows) goes idle
+    before its first batch of this replay. ``gen[j]``: the generation of batch j's windows.
+    """
+
+    def __init__(self, kb: _KeyBatches, k: _Keys, spec: Spec, timelines: Mapping[Any, Timeline]):
+        w = spec.window
+        self.kb_fire = np.zeros(kb.n, dtype=bool)
+        self.kb_batch = np.zeros(kb.n, dtype=np.int64)
+        self.pre_fire = np.zeros(k.n, dtype=bool)
+        self.pre_batch = np.zeros(k.n, dtype=np.int64)
+        self.last_batch = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
+        wkeys = np.array([_hashable(v) for v in k.worker_values], dtype=object)
+        for wv in dict.fromkeys(wkeys.tolist()):
+            tl = timelines.get(wv)
+            gmask = wkeys == wv
+            if tl is None:
+                continue
+            if tl.last_batch is not None:
+                self.last_batch[gmask] = tl.last_batch
+            if w.idle_timeout_ms is None or len(tl.batches) == 0:
+                continue
+            series = tl.geff if w.idle_clock is Clock.EVENT_TIME else tl.clock
+            L = len(tl.batches)
+            # After each of the key's batches.
+            sel = np.flatnonzero(gmask[kb.g])
+            if len(sel):
+                p0 = np.searchsorted(tl.batches, kb.batch[sel])
+                nxt = np.append(p0[1:], L)
+                last_of_key = np.append(kb.g[sel][1:] != kb.g[sel][:-1], True)
+                p1 = np.where(last_of_key, L, nxt)
+                activity = kb.maxev_after[sel] if w.idle_clock is Clock.EVENT_TIME else kb.maxarr_after[sel]
+                c = np.maximum(p0, np.searchsorted(series, sat_add(activity, w.idle_timeout_ms), side="left"))
+                fire = c < p1
+                self.kb_fire[sel] = fire
+                self.kb_batch[sel[fire]] = tl.batches[c[fire]]
+            # Before the key's first batch, for keys with carried state.
+            gs = np.flatnonzero(gmask)
+            activity = k.maxev0[gs] if w.idle_clock is Clock.EVENT_TIME else k.maxarr0[gs]
+            gs, activity = gs[activity != MIN_TIMESTAMP], activity[activity != MIN_TIMESTAMP]
+            if len(gs):
+                first = kb.key_first[gs]
+                p1 = np.where(first >= 0, np.searchsorted(tl.batches, kb.batch[np.maximum(first, 0)]), L)
+                c = np.searchsorted(series, sat_add(activity, w.idle_timeout_ms), side="left")
+                fire = c < p1
+                self.pre_fire[gs] = fire
+                self.pre_batch[gs[fire]] = tl.batches[np.minimum(c[fire], L - 1)]
+        # Generation of each key batch: flushes before it, including the one before its first batch.
+        f = self.kb_fire.astype(np.int64)
+        incl = np.cumsum(f)
+        excl = incl - f
+        base = np.zeros(kb.n, dtype=np.int64)
+        if kb.n:
+            counts = np.diff(np.append(kb.first_of_key, kb.n))
+            base = np.repeat(excl[kb.first_of_key], counts)
+        self.gen = excl - base + self.pre_fire[kb.g].astype(np.int64) if kb.n else np.zeros(0, dtype=np.int64)
+
+
+def _hashable(v):
+    return v if not isinstance(v, (list, dict)) else repr(v)
+
+
+def _scol(table: pa.Table, name: str, rows: np.ndarray) -> pa.Array:
+    """State column ``name`` at ``rows`` (no state rows: the column may not exist)."""
+    if len(rows) == 0:
+        return pa.array([], pa.int64())
+    return table[STATE_PREFIX + name].take(pa.array(rows)).combine_chunks()
+
+
+# =========================================================================== groups
+
+
+class _Groups:
+    """Windows of one kind of output, one row per (key, generation, window).
+
+    ``partials`` holds per aggregate: ``n`` (non-null count), ``s`` (sum), ``code`` (min/
+    max/first/last as codes into ``domains``), ``dcount`` and ``dmembers`` (distinct).
+    """
+
+    def __init__(self, spec: Spec, domains: dict[str, pa.Array]):
+        self.spec = spec
+        self.domains = domains
+        self.created = 0
+        self.idle_flushes = 0
+
+    def set(self, g, ws, we, reason, emit_batch, emit_wm, emission, events, partials, reopenable=None):
+        self.g, self.ws, self.we = g, ws, we
+        self.reason, self.emit_batch, self.emit_wm, self.emission = reason, emit_batch, emit_wm, emission
+        self.events, self.partials = events, partials
+        self.reopenable = reopenable  # (g, ws, we, emissions) of emitted windows that may reopen
+
+    def _agg_columns(self, sel: np.ndarray) -> dict[str, pa.Array]:
+        cols = {}
+        for a, p in zip(self.spec.pipeline.aggregates, self.partials):
+            cols[a.name] = _final_value(a, p, sel, self.spec, self.domains)
+        return cols
+
+    def emitted_table(self, k: _Keys, spec: Spec) -> pa.Table:
+        sel = np.flatnonzero(self.reason != OPEN)
+        cols = k.take_key_columns(self.g[sel], spec)
+        cols["window_start"] = _ts(self.ws[sel])
+        cols["window_end"] = _ts(self.we[sel])
+        cols.update(self._agg_columns(sel))
+        names = np.array([None, *[REASON_NAMES[i] for i in range(1, 6)]], dtype=object)
+        cols["emit_reason"] = pa.array(names[self.reason[sel]], pa.string())
+        cols["emit_batch"] = pa.array(self.emit_batch[sel], pa.int64())
+        cols["emit_watermark"] = _ts(self.emit_wm[sel])
+        cols["emission"] = pa.array(self.emission[sel], pa.int64())
+        return pa.table(cols, schema=spec.aggregates_schema())
+
+    def state_table(self, k: _Keys, spec: Spec) -> pa.Table:
+        sel = np.flatnonzero(self.reason == OPEN)
+        m = len(sel)
+        cols = _state_base(spec, k, self.g[sel], "window")
+        cols["window_start_ms"] = pa.array(self.ws[sel], pa.int64())
+        cols["window_end_ms"] = pa.array(self.we[sel], pa.int64())
+        cols["emissions"] = pa.array(self.emission[sel] - 1, pa.int64())
+        cols["events"] = pa.array(self.events[sel], pa.int64())
+        for a, p in zip(spec.pipeline.aggregates, self.partials):
+            cols.update(_partial_columns(a, p, sel, spec, self.domains))
+        return _fill_state(cols, m, spec)
+
+    def emitted_counter_table(self, k: _Keys, kb: _KeyBatches, spec: Spec) -> pa.Table:
+        g, ws, we, em = self.reopenable
+        cols = _state_base(spec, k, g, "emitted")
+        cols["window_start_ms"] = pa.array(ws, pa.int64())
+        cols["window_end_ms"] = pa.array(we, pa.int64())
+        cols["emissions"] = pa.array(em, pa.int64())
+        return _fill_state(cols, len(g), spec)
+
+
+def _ts(ms: np.ndarray) -> pa.Array:
+    ms = np.asarray(ms, dtype=np.int64)
+    mask = (ms == MIN_TIMESTAMP) | (ms == MAX_TIMESTAMP)
+    return pa.array(np.where(mask, 0, ms) * 1000, type=pa.int64(), mask=mask).cast(TS)
+
+
+def _i64(v: np.ndarray) -> pa.Array:
+    v = np.asarray(v, dtype=np.int64)
+    return pa.array(v, pa.int64(), mask=v == MIN_TIMESTAMP)
+
+
+def _state_base(spec: Spec, k: _Keys, g: np.ndarray, kind: str) -> dict[str, pa.Array]:
+    cols: dict[str, pa.Array] = {
+        "state_kind": pa.array([kind] * len(g), pa.string()),
+        "fingerprint": pa.array([spec.pipeline.fingerprint()] * len(g), pa.string()),
+    }
+    cols.update(k.take_key_columns(g, spec))
+    return cols
+
+
+def _fill_state(cols: dict[str, pa.Array], m: int, spec: Spec) -> pa.Table:
+    schema = spec.state_schema()
+    arrays = [cols[f.name] if f.name in cols else pa.nulls(m, f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _key_state_rows(k: _Keys, kb: _KeyBatches, spec: Spec) -> pa.Table:
+    g = np.arange(k.n)
+    cols = _state_base(spec, k, g, "key")
+    cols["watermark_ms"] = _i64(kb.wm_final)
+    cols["max_event_ms"] = _i64(kb.maxev_final)
+    cols["clock_ms"] = _i64(kb.maxarr_final)
+    return _fill_state(cols, k.n, spec)
+
+
+# =========================================================================== aggregates
+
+
+def _domains(spec: Spec, k: _Keys, ev: _Events) -> dict[str, pa.Array]:
+    """Sorted distinct values per column used by code-based aggregates (events + state)."""
+    table = k.table
+    out: dict[str, pa.Array] = {}
+    state_rows = pa.array(np.flatnonzero(k.kind == STATE_WINDOW))
+    for a in spec.pipeline.aggregates:
+        if a.type not in ("min", "max", "first", "last", "distinct"):
+            continue
+        parts = [ev.column(a.column)]
+        if len(state_rows):
+            p = table[STATE_PREFIX + f"partial_{a.name}"].take(state_rows).combine_chunks()
+            parts.append(pc.list_flatten(p) if a.type == "distinct" else p)
+        uniq = sorted_unique(*parts)
+        out[a.column] = sorted_unique(out[a.column], uniq) if a.column in out else uniq
+    return out
+
+
+def _value_arrays(spec: Spec, ev: _Events, domains) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per aggregate column: (numeric values or codes, non-null mask), in event order."""
+    out = {}
+    for a in spec.pipeline.aggregates:
+        if a.column is None or a.column in out and a.type not in ("sum", "avg"):
+            continue
+        col = ev.column(a.column)
+        valid = ~col.is_null().to_numpy(zero_copy_only=False)
+        if a.type in ("sum", "avg"):
+            dtype = np.int64 if pa.types.is_integer(col.type) else np.float64
+            vals = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)
+            out[("num", a.column)] = (vals, valid)
+        elif a.type != "count":
+            out[("code", a.column)] = (codes_in(col, domains[a.column]), valid)
+        else:
+            out[("valid", a.column)] = (valid, valid)
+    return out
+
+
+def _state_partials(spec: Spec, k: _Keys, rows: np.ndarray, domains) -> list[dict]:
+    """Partial aggregates of carried windows (table rows ``rows``), one dict per aggregate."""
+    t = k.table
+    take = pa.array(rows)
+    out = []
+    for a in spec.pipeline.aggregates:
+        col = t[STATE_PREFIX + f"partial_{a.name}"].take(take).combine_chunks()
+        p: dict[str, Any] = {}
+        if a.type in ("sum", "avg"):
+            dtype = np.int64 if pa.types.is_integer(col.type) else np.float64
+            p["s"] = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)
+            n = t[STATE_PREFIX + f"partial_{a.name}_n"].take(take)
+            p["n"] = pc.fill_null(n, 0).to_numpy().astype(np.int64)
+        elif a.type == "count":
+            p["n"] = pc.fill_null(col, 0).to_numpy().astype(np.int64)
+        elif a.type == "distinct":
+            lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
+            p["members"] = (np.repeat(np.arange(len(rows)), lengths), codes_in(pc.list_flatten(col), domains[a.column]))
+        else:
+            p["code"] = codes_in(col, domains[a.column])
+        out.append(p)
+    return out
+
+
+def _final_value(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) -> pa.Array:
+    if a.type == "count":
+        return pa.array(p["n"][sel], pa.int64())
+    if a.type == "distinct":
+        return pa.array(p["dcount"][sel], pa.int64())
+    if a.type in ("sum", "avg"):
+        n, s = p["n"][sel], p["s"][sel]
+        if a.type == "avg":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return pa.array(s.astype(np.float64) / np.where(n > 0, n, 1), pa.float64(), mask=n == 0)
+        return pa.array(s, spec.output_type(a), mask=n == 0)
+    return _decode(p["code"][sel], domains[a.column])
+
+
+def _decode(codes: np.ndarray, domain: pa.Array) -> pa.Array:
+    mask = codes < 0
+    return domain.take(pa.array(np.where(mask, 0, codes), pa.int64(), mask=mask)) if len(domain) else \
+        pa.nulls(len(codes), domain.type)
+
+
+def _partial_columns(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) -> dict[str, pa.Array]:
+    name = f"partial_{a.name}"
+    if a.type in ("sum", "avg"):
+        vt = spec.output_type(_as_sum(a))
+        return {name: pa.array(p["s"][sel], vt), name + "_n": pa.array(p["n"][sel], pa.int64())}
+    if a.type == "count":
+        return {name: pa.array(p["n"][sel], pa.int64())}
+    if a.type == "distinct":
+        grp, codes = p["members"]
+        # Members of the selected groups, as one sorted list per group.
+        pos = np.full(len(p["dcount"]), -1, dtype=np.int64)
+        pos[sel] = np.arange(len(sel))
+        keep = pos[grp] >= 0
+        gi, ci = pos[grp[keep]], codes[keep]
+        order = np.lexsort((ci, gi))
+        gi, ci = gi[order], ci[order]
+        offsets = np.concatenate(([0], np.cumsum(np.bincount(gi, minlength=len(sel)))))
+        values = _decode(ci, domains[a.column])
+        return {name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)}
+    return {name: _decode(p["code"][sel], domains[a.column])}
+
+
+def _reduce(spec: Spec, grp: np.ndarray, ngroups: int, ev_idx: np.ndarray, values, domains,
+            init: list[dict] | None, init_grp: np.ndarray) -> list[dict]:
+    """Aggregate events ``ev_idx`` (in arrival order) into groups ``grp``.
+
+    ``init`` are carried partials of groups ``init_grp``; they come first in every fold.
+    """
+    out = []
+    for i, a in enumerate(spec.pipeline.aggregates):
+        ini = init[i] if init is not None else None
+        p: dict[str, Any] = {}
+        if a.type == "count":
+            if a.column is None:
+                gv = grp
+            else:
+                gv = grp[values[("valid", a.column)][0][ev_idx]]
+            p["n"] = np.bincount(gv, minlength=ngroups).astype(np.int64)
+            if ini is not None:
+                np.add.at(p["n"], init_grp, ini["n"])
+        elif a.type in ("sum", "avg"):
+            vals, valid = values[("num", a.column)]
+            vals, valid = vals[ev_idx], valid[ev_idx]
+            s = np.zeros(ngroups, dtype=vals.dtype)
+            n = np.zeros(ngroups, dtype=np.int64)
+            if ini is not None:
+                s[init_grp] = ini["s"]
+                n[init_grp] = ini["n"]
+            np.add.at(s, grp[valid], vals[valid])  # unbuffered: a left fold in arrival order
+            n += np.bincount(grp[valid], minlength=ngroups)
+            p["s"], p["n"] = s, n
+        else:
+            codes, valid = values[("code", a.column)]
+            ok = valid[ev_idx]
+            gv, cv = grp[ok], codes[ev_idx][ok]
+            if a.type == "distinct":
+                C = np.int64(len(domains[a.column]) + 1)
+                mg, mc = gv, cv
+                if ini is not None:
+                    sg, sc = ini["members"]
+                    mg, mc = np.concatenate([init_grp[sg], gv]), np.concatenate([sc, cv])
+                enc = np.unique(mg.astype(np.int64) * C + mc)
+                ug, uc = enc // C, enc % C
+                p["dcount"] = np.bincount(ug, minlength=ngroups).astype(np.int64)
+                p["members"] = (ug, uc)
+            else:
+                code = np.full(ngroups, -1, dtype=np.int64)
+                if ini is not None:
+                    code[init_grp] = ini["code"]
+                if a.type == "min":
+                    code[code < 0] = MAX_TIMESTAMP
+                    np.minimum.at(code, gv, cv)
+                    code[code == MAX_TIMESTAMP] = -1
+                elif a.type == "max":
+                    np.maximum.at(code, gv, cv)
+                elif a.type == "first":  # carried first wins; else the first non-null event
+                    u, idx = np.unique(gv, return_index=True)
+                    keep = code[u] < 0
+                    code[u[keep]] = cv[idx[keep]]
+                else:  # last: the last non-null event; else the carried last
+                    u, idx = np.unique(gv[::-1], return_index=True)
+                    code[u] = cv[len(cv) - 1 - idx]
+                p["code"] = code
+        out.append(p)
+    return out
+
+
+# =========================================================================== tumbling / sliding
+
+
+def _assign(t: np.ndarray, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(event index, window start, window end) for every window an event belongs to."""
+    idx = np.arange(len(t), dtype=np.int64)
+    if w.type is WindowType.TUMBLING:
+        ws = np.floor_divide(t - w.offset_ms, w.span_ms) * w.span_ms + w.offset_ms
+        return idx, ws, ws + w.span_ms
+    L, S = w.slide_ms, w.span_ms
+    base = np.floor_divide(t - w.offset_ms, L) * L + w.offset_ms
+    k = -(-S // L)
+    pe, starts = [], []
+    for j in range(k):
+        s = base - j * L
+        ok = s + S > t
+        pe.append(idx[ok])
+        starts.append(s[ok])
+    pe_a, ws = np.concatenate(pe), np.concatenate(starts)
+    order = np.lexsort((ws, pe_a))
+    return pe_a[order], ws[order], ws[order] + S
+
+
+class _Late:
+    def __init__(self, ev_idx, ws, we, wm):
+        self.ev_idx, self.ws, self.we, self.wm = ev_idx, ws, we, wm
+
+    def table(self, ev: _Events, spec: Spec) -> pa.Table:
+        take = pa.array(ev.rows[self.ev_idx]) if len(self.ev_idx) else pa.array([], pa.int64())
+        cols = {c: ev.table[c].take(take) for c in spec.late_input_columns()}
+        cols["batch"] = pa.array(ev.batch[self.ev_idx], pa.int64())
+        cols["window_start"] = _ts(self.ws)
+        cols["window_end"] = _ts(self.we)
+        cols["watermark"] = _ts(self.wm)
+        cols["lateness_ms"] = pa.array(self.wm - ev.t[self.ev_idx], pa.int64())
+        return pa.table(cols, schema=spec.late_schema())
+
+
+def _windows(ev, kb, k, idle, spec, flush_at_end, timelines):
+    w = spec.window
+    domains = _domains(spec, k, ev)
+    values = _value_arrays(spec, ev, domains)
+    pe, ws, we = _assign(ev.t, w)
+    eff_prev = kb.eff_before[kb.of_event[pe]]
+    late = (we <= eff_prev) if w.lateness is Lateness.WINDOW_CLOSED else (ev.t[pe] < eff_prev)
+    late_out = _Late(pe[late], ws[late], we[late], eff_prev[late])
+    acc = ~late
+    pe, ws, we = pe[acc], ws[acc], we[acc]
+    pgen = idle.gen[kb.of_event[pe]]
+
+    # Carried windows (generation 0) and accepted pairs, grouped by (key, gen, start, end).
+    srows = np.flatnonzero(k.kind == STATE_WINDOW)
+    t = k.table
+    s_ws = _scol(t, "window_start_ms", srows).to_numpy().astype(np.int64)
+    s_we = _scol(t, "window_end_ms", srows).to_numpy().astype(np.int64)
+    s_em = pc.fill_null(_scol(t, "emissions", srows), 0).to_numpy().astype(np.int64)
+    s_events = pc.fill_null(_scol(t, "events", srows), 0).to_numpy().astype(np.int64)
+    ns = len(srows)
+    all_g = np.concatenate([k.gid[srows], ev.g[pe]])
+    all_gen = np.concatenate([np.zeros(ns, np.int64), pgen])
+    all_ws = np.concatenate([s_ws, ws])
+    all_we = np.concatenate([s_we, we])
+    all_pos = np.concatenate([np.full(ns, -1, np.int64), pe])  # arrival order; carried first
+    order = np.lexsort((all_pos, all_we, all_ws, all_gen, all_g))
+    all_g, all_gen, all_ws, all_we, all_pos = (x[order] for x in (all_g, all_gen, all_ws, all_we, all_pos))
+    n_all = len(order)
+    if n_all:
+        newgrp = np.concatenate(([True], (all_g[1:] != all_g[:-1]) | (all_gen[1:] != all_gen[:-1])
+                                 | (all_ws[1:] != all_ws[:-1]) | (all_we[1:] != all_we[:-1])))
+    else:
+        newgrp = np.zeros(0, dtype=bool)
+    grp = np.cumsum(newgrp) - 1
+    M = int(grp[-1]) + 1 if n_all else 0
+    gs = np.flatnonzero(newgrp)
+    G_g, G_gen, G_ws, G_we = all_g[gs], all_gen[gs], all_ws[gs], all_we[gs]
+    is_state = order < ns
+    G_state = np.full(M, -1, dtype=np.int64)  # index into srows
+    G_state[grp[is_state]] = order[is_state]
+    ev_el = ~is_state
+    partials = _reduce(spec, grp[ev_el], M, all_pos[ev_el], values, domains,
+                       _state_partials(spec, k, srows, domains) if ns else None,
+                       grp[is_state] if ns else np.zeros(0, np.int64))
+    events = np.bincount(grp[ev_el], minlength=M).astype(np.int64)
+    if ns:
+        np.add.at(events, grp[is_state], s_events[order[is_state]])
+
+    # Closing: first key batch whose effective watermark reaches the end ...
+    pos = seg_searchsorted(kb.eff_after, kb.g, G_we, G_g)
+    has_wm = (pos < kb.n) & (pos <= np.where(kb.key_last[G_g] >= 0, kb.key_last[G_g], -1))
+    has_wm &= np.take(kb.g, np.minimum(pos, max(kb.n - 1, 0)), mode="clip") == G_g if kb.n else False
+    # ... unless the generation ended with an idle flush first.
+    end_kb, end_fired = _generation_ends(kb, idle, k, G_g, G_gen)
+    reason = np.full(M, OPEN, dtype=np.int8)
+    emit_batch = np.zeros(M, dtype=np.int64)
+    emit_wm = np.full(M, MIN_TIMESTAMP, dtype=np.int64)
+    by_wm = has_wm & (~end_fired | (pos <= end_kb))
+    reason[by_wm] = WATERMARK
+    safe = np.minimum(pos, max(kb.n - 1, 0))
+    if kb.n:
+        emit_batch[by_wm] = kb.batch[safe[by_wm]]
+        emit_wm[by_wm] = kb.eff_after[safe[by_wm]]
+    by_idle = end_fired & ~by_wm
+    reason[by_idle] = IDLE
+    _set_idle_emit(by_idle, end_kb, G_g, idle, kb, k, spec, emit_batch, emit_wm)
+    _flush_open(reason, emit_batch, emit_wm, G_g, idle, kb, flush_at_end)
+
+    groups = _Groups(spec, domains)
+    created = np.ones(M, dtype=bool)
+    created[G_state >= 0] = False
+    groups.created = int(created.sum())
+    emission, reopen = _emissions(k, kb, G_g, G_ws, G_we, G_gen, reason,
+                                  np.where(G_state >= 0, s_em[np.maximum(G_state, 0)] if ns else 0, 0),
+                                  spec, lambda g: kb.eff_final[g], 0)
+    groups.idle_flushes = _count_idle_flushes(reason, G_g, G_gen)
+    groups.set(G_g, G_ws, G_we, reason, emit_batch, emit_wm, emission, events, partials, reopen)
+
+    snaps = None
+    if spec.snapshots:
+        snaps = _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, emission,
+                           partials_init=(_state_partials(spec, k, srows, domains) if ns else None),
+                           is_state=is_state, order=order, s_events=s_events, ev=ev, kb=kb)
+    return groups, late_out, snaps
+
+
+def _generation_ends(kb, idle, k, G_g, G_gen):
+    """For each group's (key, generation): the key batch after which it was flushed idle
+    (-1: before the key's first batch) and whether it was flushed at all."""
+    fired = np.flatnonzero(idle.kb_fire)
+    width = np.int64(max(int(G_gen.max(initial=0)), int(idle.gen.max(initial=0))) + 2)
+    # generation x of key g ends at the fired batch j with gen[j] == x
+    enc_f = kb.g[fired].astype(np.int64) * width + idle.gen[fired]
+    enc_q = G_g.astype(np.int64) * width + G_gen
+    i = np.searchsorted(enc_f, enc_q)
+    ok = i < len(enc_f)
+    ok[ok] = enc_f[i[ok]] == enc_q[ok]
+    end_kb = np.full(len(G_g), MAX_TIMESTAMP, dtype=np.int64)
+    end_kb[ok] = fired[i[ok]]
+    pre = (G_gen == 0) & idle.pre_fire[G_g]
+    end_kb[pre] = -1
+    return end_kb, ok | pre
+
+
+def _set_idle_emit(mask, end_kb, G_g, idle, kb, k, spec, emit_batch, emit_wm):
+    j = end_kb[mask]
+    pre = j < 0
+    jj = np.maximum(j, 0)
+    g = G_g[mask]
+    eb = np.where(pre, idle.pre_batch[g], idle.kb_batch[jj] if kb.n else 0)
+    ew = np.where(pre, sat_sub(k.wm0[g], spec.window.delay_ms), kb.eff_after[jj] if kb.n else MIN_TIMESTAMP)
+    emit_batch[mask] = eb
+    emit_wm[mask] = ew
+
+
+def _flush_open(reason, emit_batch, emit_wm, G_g, idle, kb, flush_at_end):
+    if not flush_at_end:
+        return
+    m = reason == OPEN
+    reason[m] = END_OF_INPUT
+    emit_batch[m] = idle.last_batch[G_g[m]]
+    emit_wm[m] = kb.eff_final[G_g[m]]
+
+
+def _count_idle_flushes(reason, G_g, G_gen) -> int:
+    m = reason == IDLE
+    if not m.any():
+        return 0
+    return len(np.unique(np.stack([G_g[m], G_gen[m]], axis=1), axis=0))
+
+
+def _emissions(k, kb, G_g, G_ws, G_we, G_gen, reason, carried_prior, spec, final_eff, reopen_margin):
+    """Emission number of every group and the counters of re-openable emitted windows.
+
+    A (key, window) emitted before, in this replay or an earlier one, gets the next number.
+    """
+    t = k.table
+    erows = np.flatnonzero(k.kind == STATE_EMITTED)
+    e_g = k.gid[erows]
+    e_ws = _scol(t, "window_start_ms", erows).to_numpy().astype(np.int64)
+    e_we = _scol(t, "window_end_ms", erows).to_numpy().astype(np.int64)
+    e_n = _scol(t, "emissions", erows).to_numpy().astype(np.int64)
+    M, ne = len(G_g), len(erows)
+    cg = np.concatenate([e_g, G_g])
+    cws = np.concatenate([e_ws, G_ws])
+    cwe = np.concatenate([e_we, G_we])
+    src = np.concatenate([np.zeros(ne, np.int64), np.ones(M, np.int64)])
+    cgen = np.concatenate([np.full(ne, -1, np.int64), G_gen])
+    order = np.lexsort((cgen, src, cwe, cws, cg))
+    og, ows, owe = cg[order], cws[order], cwe[order]
+    run_start = np.concatenate(([True], (og[1:] != og[:-1]) | (ows[1:] != ows[:-1]) | (owe[1:] != owe[:-1]))) \
+        if len(order) else np.zeros(0, bool)
+    run = np.cumsum(run_start) - 1
+    nrun = int(run[-1]) + 1 if len(order) else 0
+    base = np.zeros(nrun, dtype=np.int64)
+    is_e = order < ne
+    base[run[is_e]] = e_n[order[is_e]]
+    prior = np.zeros(len(order), dtype=np.int64)
+    prior[~is_e] = carried_prior[order[~is_e] - ne]
+    # rank of each group within its run (carried counter rows excluded)
+    grp_rank = np.zeros(len(order), dtype=np.int64)
+    gi = np.flatnonzero(~is_e)
+    if len(gi):
+        grp_rank[gi] = seg_rank(run[gi])
+    first_prior = np.zeros(nrun, dtype=np.int64)
+    if len(gi):
+        firsts = gi[seg_rank(run[gi]) == 0]
+        first_prior[run[firsts]] = prior[firsts]
+    emission = np.zeros(M, dtype=np.int64)
+    emission[order[gi] - ne] = base[run[gi]] + first_prior[run[gi]] + grp_rank[gi] + 1
+    # Re-openable counters: runs whose last group is emitted (or only a carried counter).
+    last_of_run = np.append(run_start[1:], True) if len(order) else np.zeros(0, bool)
+    lo = np.flatnonzero(last_of_run)
+    lo_is_e = is_e[lo]
+    lo_group = np.where(lo_is_e, -1, order[lo] - ne)
+    total = np.where(lo_is_e, base[run[lo]], 0)
+    ok_g = ~lo_is_e
+    total[ok_g] = emission[lo_group[ok_g]]
+    open_last = np.zeros(len(lo), dtype=bool)
+    open_last[ok_g] = reason[lo_group[ok_g]] == OPEN
+    keep = ~open_last & (total > 0) & (owe[lo] + reopen_margin > final_eff(og[lo]))
+    keep &= ~(np.isin(np.arange(len(lo)), np.flatnonzero(ok_g)) & (reason[np.maximum(lo_group, 0)] == WATERMARK))
+    return emission, (og[lo][keep], ows[lo][keep], owe[lo][keep], total[keep])
+
+
+def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, emission, partials_init,
+               is_state, order, s_events, ev, kb):
+    """atAggregate: one row per accepted (event, window) with the window's running aggregate."""
+    e_grp = grp[ev_el]
+    e_pos = all_pos[ev_el]
+    n = len(e_grp)
+    st_grp = grp[is_state]
+    has_state = np.zeros(M, dtype=bool)
+    has_state[st_grp] = True
+    # Each snapshot is "the group so far": reduce prefixes by treating every element as its own group.
+    # prefix i of group x = carried partial + events of x up to i (inclusive).
+    idx = np.arange(n, dtype=np.int64)
+    rank = seg_rank(e_grp)
+    start = idx - rank
+    # expand prefixes: element j contributes to snapshots j..end of its group; done per aggregate
+    out_partials = []
+    sp = partials_init
+    st_index = np.full(M, -1, dtype=np.int64)
+    st_index[st_grp] = np.arange(len(st_grp))
+    for i, a in enumerate(spec.pipeline.aggregates):
+        ini = sp[i] if sp is not None else None
+        p: dict[str, Any] = {}
+        si = st_index[e_grp]
+        has = si >= 0
+        if a.type == "count":
+            if a.column is None:
+                c = rank + 1
+            else:
+                valid = values[("valid", a.column)][0][e_pos].astype(np.int64)
+                c = _seg_cumsum_int(valid, e_grp)
+            if ini is not None:
+                c = c + np.where(has, ini["n"][np.maximum(si, 0)], 0)
+            p["n"] = c
+        elif a.type in ("sum", "avg"):
+            vals, valid = values[("num", a.column)]
+            v, ok = vals[e_pos], valid[e_pos]
+            s = np.zeros(n, dtype=v.dtype)
+            init_s = np.zeros(M, dtype=v.dtype)
+            nn = _seg_cumsum_int(ok.astype(np.int64), e_grp)
+            if ini is not None:
+                init_s[st_grp] = ini["s"]
+                nn = nn + np.where(has, ini["n"][np.maximum(si, 0)], 0)
+            # sequential running sum per group (a left fold, same as the final sum)
+            gstarts = starts_of(e_grp)
+            ends = np.append(gstarts[1:], n)
+            vv = np.where(ok, v, 0)
+            for a0, b0 in zip(gstarts.tolist(), ends.tolist()):
+                s[a0:b0] = np.cumsum(np.concatenate(([init_s[e_grp[a0]]], vv[a0:b0])))[1:]
+            p["s"], p["n"] = s, nn
+        else:
+            codes, valid = values[("code", a.column)]
+            c, ok = codes[e_pos], valid[e_pos]
+            if a.type == "distinct":
+                C = np.int64(len(domains[a.column]) + 1)
+                enc = e_grp.astype(np.int64) * C + np.where(ok, c, 0)
+                seen_state = np.zeros(n, dtype=bool)
+                if ini is not None:
+                    sg, sc = ini["members"]
+                    st_enc = st_grp[sg].astype(np.int64) * C + sc
+                    seen_state = np.isin(enc, st_enc)
+                _, first_idx = np.unique(enc, return_index=True)
+                new = np.zeros(n, dtype=bool)
+                new[first_idx] = True
+                new &= ok & ~seen_state
+                dc = _seg_cumsum_int(new.astype(np.int64), e_grp)
+                if ini is not None:
+                    counts = np.bincount(sg, minlength=len(st_grp))
+                    dc = dc + np.where(has, counts[np.maximum(si, 0)], 0)
+                p["dcount"] = dc
+            elif a.type in ("min", "max"):
+                big = np.int64(len(domains[a.column]) + 2)
+                val = np.where(ok, c if a.type == "max" else big - 2 - c, -1)
+                init = np.full(M, -1, dtype=np.int64)
+                if ini is not None:
+                    ic = ini["code"]
+                    init[st_grp] = np.where(ic >= 0, ic if a.type == "max" else big - 2 - ic, -1)
+                val = np.maximum(val, init[e_grp])
+                enc = e_grp.astype(np.int64) * big + (val + 1)
+                run = np.maximum.accumulate(enc) - e_grp.astype(np.int64) * big - 1
+                p["code"] = np.where(run < 0, -1, run if a.type == "max" else big - 2 - run)
+            elif a.type == "first":
+                cand = np.where(ok, idx, n)
+                firstpos = np.full(M, n, dtype=np.int64)
+                np.minimum.at(firstpos, e_grp, cand)
+                fp = firstpos[e_grp]
+                code = np.where(fp <= idx, c[np.minimum(fp, n - 1)] if n else -1, -1)
+                if ini is not None:
+                    carried = np.where(has, ini["code"][np.maximum(si, 0)], -1)
+                    code = np.where(carried >= 0, carried, code)
+                p["code"] = code
+            else:  # last
+                lastpos = np.where(ok, idx, -1)
+                lastpos = np.maximum.accumulate(lastpos) if n else lastpos
+                code = np.where(lastpos >= start, c[np.maximum(lastpos, 0)] if n else -1, -1)
+                if ini is not None:
+                    carried = np.where(has, ini["code"][np.maximum(si, 0)], -1)
+                    code = np.where(code >= 0, code, carried)
+                p["code"] = code
+        out_partials.append(p)
+    snaps = _Groups(spec, domains)
+    ev_kb = kb.of_event[e_pos]
+    events = rank + 1 + np.where(st_index[e_grp] >= 0, s_events[order[is_state]][np.maximum(st_index[e_grp], 0)]
+                                 if len(st_grp) else 0, 0)
+    snaps.set(G_g[e_grp], G_ws[e_grp], G_we[e_grp], np.full(n, AGGREGATE, np.int8), ev.batch[e_pos],
+              kb.eff_before[ev_kb], emission[e_grp], events, out_partials,
+              (np.zeros(0, np.int64),) * 4)
+    return snaps
+
+
+def _seg_cumsum_int(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Running integer sum restarting at each segment (exact, so a global cumsum works)."""
+    if len(v) == 0:
+        return v.astype(np.int64)
+    c = np.cumsum(v)
+    st = starts_of(seg)
+    before = (c - v)[st]
+    return c - np.repeat(before, np.diff(np.append(st, len(v))))
+
+
+# =========================================================================== sessions
+
+
+def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
+    """Session windows: a tight sequential merge per key (docs/semantics.md section 7).
+
+    Merges are order-dependent (an event can bridge two sessions; maximumDuration makes a
+    merge skip), so each key's events are walked in arrival order; aggregates of merged
+    sessions combine in start order, then the event is applied.
+    """
+    w = spec.window
+    G, M = w.gap_ms, w.maximum_duration_ms
+    closed_mode = w.lateness is Lateness.WINDOW_CLOSED
+    aggs = spec.pipeline.aggregates
+    domains = _domains(spec, k, ev)
+    values = _value_arrays(spec, ev, domains)
+    # Per-event, per-aggregate inputs as Python lists: (kind, value, valid).
+    ev_inputs = []
+    for a in aggs:
+        if a.type == "count":
+            v = values[("valid", a.column)][0].tolist() if a.column else [True] * ev.n
+            ev_inputs.append((v, v))
+        elif a.type in ("sum", "avg"):
+            vals, valid = values[("num", a.column)]
+            ev_inputs.append((vals.tolist(), valid.tolist()))
+        else:
+            codes, valid = values[("code", a.column)]
+            ev_inputs.append((codes.tolist(), valid.tolist()))
+    kinds = [a.type for a in aggs]
+
+    def empty():
+        return [[0, 0, -1, set()] for _ in aggs]  # n, s, code, members
+
+    def apply(parts, i):
+        for p, kind, (v, ok) in zip(parts, kinds, ev_inputs):
+            if not ok[i]:
+                continue
+            if kind == "count":
+                p[0] += 1
+            elif kind in ("sum", "avg"):
+                p[1] = p[1] + v[i]
+                p[0] += 1
+            elif kind == "distinct":
+                p[3].add(v[i])
+            elif kind == "min":
+                p[2] = v[i] if p[2] < 0 else min(p[2], v[i])
+            elif kind == "max":
+                p[2] = max(p[2], v[i])
+            elif kind == "first":
+                if p[2] < 0:
+                    p[2] = v[i]
+            else:
+                p[2] = v[i]
+
+    def combine(acc, other):
+        for p, q, kind in zip(acc, other, kinds):
+            p[0] += q[0]
+            if kind in ("sum", "avg"):
+                p[1] = p[1] + q[1]
+            elif kind == "distinct":
+                p[3] |= q[3]
+            elif kind == "min":
+                p[2] = q[2] if p[2] < 0 else (min(p[2], q[2]) if q[2] >= 0 else p[2])
+            elif kind == "max":
+                p[2] = max(p[2], q[2])
+            elif kind == "first":
+                p[2] = p[2] if p[2] >= 0 else q[2]
+            elif kind == "last":
+                p[2] = q[2] if q[2] >= 0 else p[2]
+
+    # Carried sessions and emission counters, per key.
+    t = k.table
+    srows = np.flatnonzero(k.kind == STATE_WINDOW)
+    carried: dict[int, list] = {}
+    if len(srows):
+        sp = _state_partials(spec, k, srows, domains)
+        s_ws = _scol(t, "window_start_ms", srows).to_numpy().tolist()
+        s_we = _scol(t, "window_end_ms", srows).to_numpy().tolist()
+        s_events = pc.fill_null(_scol(t, "events", srows), 0).to_numpy().tolist()
+        members = [[set() for _ in srows] for _ in aggs]
+        for ai, a in enumerate(aggs):
+            if a.type == "distinct":
+                for r, c in zip(*(x.tolist() for x in sp[ai]["members"])):
+                    members[ai][r].add(c)
+        for r, g in enumerate(k.gid[srows].tolist()):
+            parts = []
+            for ai, a in enumerate(aggs):
+                p = sp[ai]
+                parts.append([int(p["n"][r]) if "n" in p else 0,
+                              p["s"][r].item() if "s" in p else 0,
+                              int(p["code"][r]) if "code" in p else -1,
+                              members[ai][r]])
+            carried.setdefault(g, []).append([s_ws[r], s_we[r], s_events[r], parts])
+    erows = np.flatnonzero(k.kind == STATE_EMITTED)
+    counters: dict[tuple, int] = {}
+    if len(erows):
+        for g, a0, b0, n0 in zip(k.gid[erows].tolist(),
+                                 _scol(t, "window_start_ms", erows).to_pylist(),
+                                 _scol(t, "window_end_ms", erows).to_pylist(),
+                                 _scol(t, "emissions", erows).to_pylist()):
+            counters[(g, a0, b0)] = n0
+
+    out = []  # (g, start, end, reason, batch, wm, emission, events, parts)
+    snaps = []
+    late = ([], [], [])
+    created = idle_flushes = 0
+    ts = ev.t.tolist()
+    kb_start = kb.start.tolist() + [ev.n]
+    eff_before, eff_after = kb.eff_before.tolist(), kb.eff_after.tolist()
+    kb_batch, kb_fire, fire_batch = kb.batch.tolist(), idle.kb_fire.tolist(), idle.kb_batch.tolist()
+    ev_batch = ev.batch.tolist()
+
+    def emit(g, s, reason, batch, wm):
+        key = (g, s[0], s[1])
+        counters[key] = counters.get(key, 0) + 1
+        out.append((g, s[0], s[1], reason, batch, wm, counters[key], s[2], s[3]))
+
+    keys = sorted(set(kb.g.tolist()) | set(carried))
+    for g in keys:
+        open_ = carried.get(g, [])
+        if open_ and idle.pre_fire[g]:
+            for s in sorted(open_, key=lambda s: s[0]):
+                emit(g, s, IDLE, int(idle.pre_batch[g]), int(sat_sub(k.wm0[g:g + 1], w.delay_ms)[0]))
+            open_ = []
+            idle_flushes += 1
+        j0 = int(kb.key_first[g])
+        for j in (range(j0, int(kb.key_last[g]) + 1) if j0 >= 0 else ()):
+            eff = eff_before[j]
+            for i in range(kb_start[j], kb_start[j + 1]):
+                te = ts[i]
+                if eff != MIN_TIMESTAMP and ((te + G <= eff) if closed_mode else (te < eff)):
+                    late[0].append(i), late[1].append(te), late[2].append(eff)
+                    continue
+                lo, hi, merged, rest = te, te, [], []
+                for s in sorted(open_, key=lambda s: s[0]):
+                    if s[0] - G < te < s[1] + G and not (M and max(hi, s[1]) - min(lo, s[0]) >= M):
+                        merged.append(s)
+                        lo, hi = min(lo, s[0]), max(hi, s[1])
+                    else:
+                        rest.append(s)
+                parts, events = empty(), 0
+                for s in merged:
+                    combine(parts, s[3])
+                    events += s[2]
+                if not merged:
+                    created += 1
+                apply(parts, i)
+                session = [lo, hi, events + 1, parts]
+                open_ = rest + [session]
+                if snaps is not None and spec.snapshots:
+                    snaps.append((g, lo, hi, AGGREGATE, ev_batch[i], eff,
+                                  counters.get((g, lo, hi), 0) + 1, events + 1, _copy_parts(parts)))
+            eff = eff_after[j]
+            keep = []
+            for s in sorted(open_, key=lambda s: s[0]):
+                if eff != MIN_TIMESTAMP and s[1] + G <= eff:
+                    emit(g, s, WATERMARK, kb_batch[j], eff)
+                elif eff != MIN_TIMESTAMP and M and s[0] + M <= eff:
+                    emit(g, s, MAX_DURATION, kb_batch[j], eff)
+                else:
+                    keep.append(s)
+            open_ = keep
+            if kb_fire[j] and open_:
+                for s in open_:
+                    emit(g, s, IDLE, fire_batch[j], eff)
+                open_ = []
+                idle_flushes += 1
+        final_eff = int(kb.eff_final[g])
+        for s in sorted(open_, key=lambda s: s[0]):
+            if flush_at_end:
+                emit(g, s, END_OF_INPUT, int(idle.last_batch[g]), final_eff)
+            else:
+                out.append((g, s[0], s[1], OPEN, 0, MIN_TIMESTAMP, counters.get((g, s[0], s[1]), 0) + 1, s[2], s[3]))
+
+    groups = _rows_to_groups(spec, domains, out)
+    groups.created, groups.idle_flushes = created, idle_flushes
+    open_keys = {(r[0], r[1], r[2]) for r in out if r[3] == OPEN}
+    keep = [(g, a0, b0, n0) for (g, a0, b0), n0 in sorted(counters.items())
+            if (g, a0, b0) not in open_keys and b0 + G > int(kb.eff_final[g])]
+    groups.reopenable = tuple(np.array([r[i] for r in keep], dtype=np.int64) for i in range(4))
+    snap_groups = None
+    if spec.snapshots:
+        snap_groups = _rows_to_groups(spec, domains, snaps)
+        snap_groups.reopenable = (np.zeros(0, np.int64),) * 4
+    late_out = _Late(np.array(late[0], np.int64), np.array(late[1], np.int64), np.array(late[1], np.int64),
+                     np.array(late[2], np.int64))
+    return groups, late_out, snap_groups
+
+
+def _copy_parts(parts):
+    return [[p[0], p[1], p[2], set(p[3])] for p in parts]
+
+
+def _rows_to_groups(spec, domains, rows) -> _Groups:
+    n = len(rows)
+    cols = list(zip(*rows)) if rows else [()] * 9
+    groups = _Groups(spec, domains)
+    partials = []
+    for ai, a in enumerate(spec.pipeline.aggregates):
+        ps = [r[8][ai] for r in rows]
+        p: dict[str, Any] = {"n": np.array([q[0] for q in ps], dtype=np.int64)}
+        if a.type in ("sum", "avg"):
+            dtype = np.int64 if pa.types.is_integer(spec.value_type(a)) else np.float64
+            p["s"] = np.array([q[1] for q in ps], dtype=dtype)
+        elif a.type == "distinct":
+            p["dcount"] = np.array([len(q[3]) for q in ps], dtype=np.int64)
+            gi = [r for r, q in enumerate(ps) for _ in q[3]]
+            ci = [c for q in ps for c in sorted(q[3])]
+            p["members"] = (np.array(gi, dtype=np.int64), np.array(ci, dtype=np.int64))
+        elif a.type != "count":
+            p["code"] = np.array([q[2] for q in ps], dtype=np.int64)
+        partials.append(p)
+    arr = [np.array(c, dtype=np.int64) if n else np.zeros(0, np.int64) for c in cols[:8]]
+    groups.set(arr[0], arr[1], arr[2], arr[3].astype(np.int8), arr[4], arr[5], arr[6], arr[7], partials)
+    return groups
