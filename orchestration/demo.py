@@ -108,6 +108,7 @@ def run_demo(args, start: datetime) -> int:
     defs = build_definitions(storage=storage, partitions=settings)
     job = defs.resolve_job_def(REPLAY_JOB)
     run_config = {
+        "loggers": {"console": {"config": {"log_level": "INFO"}}},
         "ops": {f"{asset_prefix(p.name)}_replay": {"config": {"flush_at_end": args.flush_at_end}} for p, _ in pipelines}
     }
     print(f"replaying  partitions {first}..{last} of {len(pipelines)} pipeline(s) in one Dagster run ...")
@@ -142,11 +143,17 @@ def run_demo(args, start: datetime) -> int:
         for ev in result.get_asset_check_evaluations():
             if ev.check_name == CHECK_NAME and ev.asset_key.path[0] == asset_prefix(pipeline.name):
                 print(f"  state chain check: {'passed' if ev.passed else 'FAILED'}")
-    env_hint = "" if settings.start == PartitionSettings.from_env().start else f"REWINDOW_HISTORY_START={settings.start} "
-    print(
-        f"\nBrowse it:  DAGSTER_HOME={home} {env_hint}"
-        f"REWINDOW_PIPELINES_DIR={storage.pipelines_dir} dagster dev -w workspace.yaml  (http://127.0.0.1:3000)"
-    )
+    hints = {"DAGSTER_HOME": str(home)}
+    for var, ours, theirs in (
+        ("REWINDOW_LANDING_ZONE", storage.landing_zone, env.landing_zone),
+        ("REWINDOW_PIPELINES_DIR", storage.pipelines_dir, env.pipelines_dir),
+        ("REWINDOW_OUTPUT_ROOT", storage.output_root, env.output_root),
+        ("REWINDOW_HISTORY_START", settings.start, PartitionSettings.from_env().start),
+    ):
+        if ours != theirs and ours != str(Path(resolved(theirs)).resolve()):
+            hints[var] = ours
+    print("\nBrowse it in the UI (http://127.0.0.1:3000):")
+    print("  " + " ".join(f"{k}={v}" for k, v in hints.items()) + " dagster dev -w workspace.yaml")
     return 0
 
 

@@ -60,6 +60,10 @@ class SparkResource(PySparkResource):
     ``spark.sql.session.timeZone=UTC`` and ``PYSPARK_PYTHON``; with a ``local`` master
     ``spark.pyspark.python`` is also pinned to this interpreter. Settings are merged as
     ``spark_config``, then ``extra_conf``, then ``spark.master`` = ``master``.
+
+    When a session already runs in the process (the test suite's shared session, a
+    notebook), it is reused as it is rather than through ``getOrCreate()``, which would
+    silently rewrite its runtime settings; only the UTC time zone is re-asserted.
     """
 
     spark_config: dict[str, Any] = Field(default_factory=dict, description="Spark settings.")
@@ -76,8 +80,23 @@ class SparkResource(PySparkResource):
         return conf
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from windowing.spark import spark_session
+        from pyspark.sql import SparkSession
 
+        from windowing.spark import REQUIRED_CONF, spark_session
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            # A session already runs in this process (tests, notebooks, the demo's second run):
+            # getOrCreate() would silently rewrite its runtime settings, so take it as it is.
+            for key, value in REQUIRED_CONF.items():
+                active.conf.set(key, value)
+            if active.sparkContext.master != self.master and context.log:
+                context.log.warning(
+                    f"reusing the running Spark session (master {active.sparkContext.master}); "
+                    f"master {self.master} applies to new processes only"
+                )
+            self._spark_session = active
+            return
         conf = self.settings()
         if "spark.pyspark.python" in conf:
             # PySpark takes the workers' interpreter from the environment, not the setting.

@@ -3,8 +3,10 @@ in the reference model's shape, so tests can compare engine and model row for ro
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import random
-from datetime import datetime
+
 
 from pyspark.sql import types as T
 
@@ -40,7 +42,7 @@ def to_df(spark, rows, columns=None, partitions=None, seed=None):
 
 def _ms(v):
     if isinstance(v, datetime):
-        return int(v.timestamp() * 1000)
+        return to_ms(v)
     return v
 
 
@@ -65,3 +67,13 @@ def run_engine(spark, pipeline, rows, state=None, flush_at_end=False, columns=No
     res = replay(spark, pipeline, df, state=state, flush_at_end=flush_at_end)
     out = (rows_of(res.aggregates), rows_of(res.late_events), rows_of(res.rejected), res.state, res.metrics)
     return out
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_ms(v: datetime) -> int:
+    """Exact epoch milliseconds of a datetime (naive ones are UTC)."""
+    if v.tzinfo is None:
+        v = v.replace(tzinfo=timezone.utc)
+    return (v - _EPOCH) // timedelta(milliseconds=1)

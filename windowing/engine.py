@@ -380,25 +380,28 @@ def _metrics(out, F, rejected_counts, worker_rows, pipeline) -> dict:
     """VoltSP-named counters of this replay (one pass over the persisted kernel output)."""
     rows = (
         out.groupBy("__out", F.col("agg.emit_reason").alias("reason"), F.col("counter.name").alias("counter"))
-        .agg(F.count(F.lit(1)).alias("n"), F.sum("counter.value").alias("v"))
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum("counter.value").alias("v"),
+            F.percentile("late.lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
+            F.max("late.lateness_ms").alias("mx"),
+            F.count(F.when(F.col("state.state_kind") == "window", 1)).alias("open"),
+        )
         .collect()
     )
     by_reason: dict[str, int] = {}
     counters: dict[str, int] = {}
-    late = state_rows = 0
+    late = open_windows = 0
+    lateness = {"p": None, "mx": None}
     for r in rows:
         if r["__out"] == 0:
             by_reason[r["reason"]] = r["n"]
         elif r["__out"] == 1:
-            late = r["n"]
+            late, lateness = r["n"], r
+        elif r["__out"] == 2:
+            open_windows += r["open"]
         elif r["__out"] == 3:
             counters[r["counter"]] = int(r["v"] or 0)
-    lateness = (
-        out.where(F.col("__out") == 1)
-        .agg(F.percentile("late.lateness_ms", [0.5, 0.9, 0.99]).alias("p"), F.max("late.lateness_ms").alias("mx"))
-        .collect()[0]
-    )
-    open_windows = out.where((F.col("__out") == 2) & (F.col("state.state_kind") == "window")).count()
     wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
     from datetime import datetime, timezone
 

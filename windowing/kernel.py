@@ -178,7 +178,8 @@ def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flus
         groups, late, snaps = _sessions(ev, kb, k, idle, spec, flush_at_end, timelines)
     else:
         groups, late, snaps = _windows(ev, kb, k, idle, spec, flush_at_end, timelines)
-    out_aggs = [groups.emitted_table(k, spec)]
+    # Windows close (and count for `emission`) either way; atWindowEnd decides if that is output.
+    out_aggs = [groups.emitted_table(k, spec)] if Trigger.AT_WINDOW_END in spec.pipeline.triggers else []
     if snaps is not None:
         out_aggs.append(snaps.emitted_table(k, spec))
     state = pa.concat_tables([_key_state_rows(k, kb, spec), groups.state_table(k, spec),
@@ -189,7 +190,8 @@ def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flus
         "unique_keys": int((kb.key_first >= 0).sum()),
         "events": int(ev.n),
     }
-    return KernelOutput(pa.concat_tables(out_aggs), late.table(ev, spec), state, counters)
+    aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
+    return KernelOutput(aggs, late.table(ev, spec), state, counters)
 
 
 # =========================================================================== inputs
@@ -360,7 +362,9 @@ class _Idle:
             gs, activity = gs[activity != MIN_TIMESTAMP], activity[activity != MIN_TIMESTAMP]
             if len(gs):
                 first = kb.key_first[gs]
-                p1 = np.where(first >= 0, np.searchsorted(tl.batches, kb.batch[np.maximum(first, 0)]), L)
+                p1 = np.full(len(gs), L, dtype=np.int64)
+                has = first >= 0
+                p1[has] = np.searchsorted(tl.batches, kb.batch[first[has]])
                 c = np.searchsorted(series, sat_add(activity, w.idle_timeout_ms), side="left")
                 fire = c < p1
                 self.pre_fire[gs] = fire
@@ -937,10 +941,11 @@ def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, e
                     sg, sc = ini["members"]
                     st_enc = st_grp[sg].astype(np.int64) * C + sc
                     seen_state = np.isin(enc, st_enc)
-                _, first_idx = np.unique(enc, return_index=True)
+                okix = np.flatnonzero(ok)
+                _, first_idx = np.unique(enc[okix], return_index=True)
                 new = np.zeros(n, dtype=bool)
-                new[first_idx] = True
-                new &= ok & ~seen_state
+                new[okix[first_idx]] = True
+                new &= ~seen_state
                 dc = _seg_cumsum_int(new.astype(np.int64), e_grp)
                 if ini is not None:
                     counts = np.bincount(sg, minlength=len(st_grp))

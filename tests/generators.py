@@ -1,0 +1,125 @@
+"""Hypothesis strategies: random pipelines (every option mixed) and event histories."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from windowing.config import parse_pipeline
+
+S = 1000
+
+AGGREGATES = [
+    {"type": "count"},
+    {"type": "count", "column": "qty"},
+    {"type": "sum", "column": "amount"},
+    {"type": "sum", "column": "qty"},
+    {"type": "avg", "column": "amount"},
+    {"type": "min", "column": "tag"},
+    {"type": "max", "column": "amount"},
+    {"type": "distinct", "column": "tag"},
+    {"type": "first", "column": "tag"},
+    {"type": "last", "column": "qty"},
+]
+
+
+@st.composite
+def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "session-window")):
+    wtype = draw(st.sampled_from(windows))
+    event_time = draw(st.booleans()) or wtype == "session-window" and draw(st.booleans())
+    tc: dict = {}
+    if event_time:
+        tc["eventTimeExtractor"] = "event_time"
+        tc["watermarkStrategy"] = draw(st.sampled_from(["MIN_EVENT_TIME", "MAX_EVENT_TIME"]))
+        tc["lateness"] = draw(st.sampled_from(["WINDOW_CLOSED", "BEFORE_WATERMARK"]))
+    if draw(st.booleans()):
+        tc["delayWindowClose"] = f"{draw(st.integers(0, 6))}s"
+    window: dict = {}
+    if wtype == "session-window":
+        tc["idleTimeout"] = f"{draw(st.integers(1, 12))}s"
+        if draw(st.booleans()):
+            window["maximumDuration"] = f"{draw(st.integers(2, 25))}s"
+    else:
+        span = draw(st.integers(1, 12))
+        window["windowSpan"] = f"{span}s"
+        if wtype == "sliding-time-window":
+            window["windowSlide"] = f"{draw(st.integers(1, span))}s"
+        if draw(st.booleans()):
+            window["windowOffset"] = f"{draw(st.integers(0, span - 1))}s"
+        if draw(st.booleans()):
+            tc["idleTimeout"] = f"{draw(st.integers(1, 15))}s"
+    if "idleTimeout" in tc and event_time and draw(st.booleans()):
+        tc["idleTimeoutClock"] = "PROCESSING_TIME"
+    if draw(st.booleans()):
+        window["keyExtractor"] = "user"
+    window["timeConfig"] = tc
+    aggs = draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=5, unique_by=lambda a: repr(a)))
+    window["aggregateDefinition"] = aggs
+    source: dict = {"arrivalTime": "arrival", "arrivalOrder": ["offset"]}
+    if draw(st.booleans()):
+        source["batch"] = {"column": "batch"}
+    else:
+        source["batch"] = {"interval": f"{draw(st.integers(1, 3))}s"}
+    if draw(st.booleans()):
+        source["worker"] = "worker"
+    triggers = draw(st.sampled_from([["atWindowEnd"], ["atWindowEnd"], ["atWindowEnd", "atAggregate"], ["atAggregate"]]))
+    doc = {"name": "gen", "source": source, "emitter": {wtype: window, "triggers": triggers}}
+    return parse_pipeline(doc)
+
+
+@st.composite
+def histories(draw, max_events=30, nulls=True):
+    """Rows in arrival order per worker: arrival ms, batch, event time ms, key, values."""
+    n = draw(st.integers(0, max_events))
+    rows = []
+    arrival = 0
+    batch = 0
+    for i in range(n):
+        arrival += draw(st.sampled_from([0, 0, 300, 1000, 2000, 5000]))
+        if draw(st.integers(0, 3)) == 0:
+            batch += 1
+        shape = draw(st.integers(0, 9))
+        if shape == 0:  # far late
+            lag = draw(st.integers(5, 40)) * S
+        elif shape == 1:  # from the future
+            lag = -draw(st.integers(1, 8)) * S
+        else:
+            lag = draw(st.integers(0, 4)) * S
+        row = {
+            "arrival": arrival,
+            "batch": batch,
+            "offset": i,
+            "event_time": arrival - lag,
+            "worker": draw(st.integers(0, 1)),
+            "user": draw(st.sampled_from(["a", "b", "c"])),
+            "amount": draw(st.sampled_from([0.1, 0.2, 0.3, 1e16, -1.5, 2.25, None] if nulls else [0.1, 0.2, 0.3, 1e16, -1.5])),
+            "qty": draw(st.sampled_from([1, 2, -3, 10, None] if nulls else [1, 2, -3, 10])),
+            "tag": draw(st.sampled_from(["x", "y", "z", None] if nulls else ["x", "y", "z"])),
+        }
+        if nulls and draw(st.integers(0, 40)) == 0:
+            row[draw(st.sampled_from(["arrival", "event_time"]))] = None
+        rows.append(row)
+    return rows
+
+
+def split_points(pipeline, rows, cuts):
+    """Cut history into pieces the way arrival-time partitions do, never inside a batch.
+
+    With a batch column the cuts fall between batch ids; with a batch interval they fall
+    on arrival times that are multiples of the interval (contract section 8). Rows with
+    no arrival time go with the first piece.
+    """
+    if pipeline.source.batch_column:
+        pos = lambda r: r["batch"]  # noqa: E731
+        bounds = sorted({r["batch"] for r in rows})
+    else:
+        iv = pipeline.source.batch_interval_ms
+        pos = lambda r: -1 if r["arrival"] is None else r["arrival"] // iv  # noqa: E731
+        bounds = sorted({pos(r) for r in rows if r["arrival"] is not None})
+    if not bounds:
+        return [rows]
+    cut_at = sorted({bounds[int(c * len(bounds)) % len(bounds)] for c in cuts} - {bounds[0]})
+    pieces, lo = [], None
+    for hi in cut_at + [None]:
+        pieces.append([r for r in rows if (lo is None or pos(r) >= lo) and (hi is None or pos(r) < hi)])
+        lo = hi
+    return pieces
