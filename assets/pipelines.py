@@ -126,36 +126,59 @@ def build_pipeline_assets(
         context: dg.AssetExecutionContext, config: ReplayConfig, pyspark: SparkResource, storage: StorageResource
     ):
         spark = pyspark.spark_session
-        pipeline_dir = storage.output_path() / pipeline.name
-        chain = _chain(partitions_def)
-        run_keys = sorted(context.partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
-        if pipeline.flush_at_end:
-            context.log.warning(
-                f"{pipeline_file.name}: replay.flushAtEnd is ignored by Dagster runs; "
-                "use the run config flush_at_end for the newest partition of a run"
-            )
-        carried = _starting_state(spark, pipeline, pipeline_dir, chain, run_keys[0])
-        for i, key in enumerate(run_keys, 1):
-            began = time.monotonic()
-            flush = config.flush_at_end and key == run_keys[-1]
-            window = partitions_def.time_window_for_partition_key(key)
-            carried = _replay_one(spark, pipeline, storage, pipeline_dir, key, window, chain[key], carried, flush, context.run_id)
-            m = carried.metrics
-            context.log.info(
-                f"[{i}/{len(run_keys)}] {pipeline.name} {key}: {m.get('input_rows')} events, "
-                f"{m.get('windows_emitted')} windows emitted {m.get('emitted_by_reason')}, "
-                f"{m.get('late_events')} late, {m.get('rejected_rows')} rejected, "
-                f"watermark {m.get('watermark_reached')} ({time.monotonic() - began:.1f}s) -> {carried.folder}"
-            )
+        _warn_about_ignored_settings(context.log, pipeline, pipeline_file, storage)
+        for part in replay_partitions(
+            spark, pipeline, partitions_def, storage, context.partition_keys, config.flush_at_end, context.log, context.run_id
+        ):
             for name, asset_key in keys.items():
-                context.add_asset_metadata(
-                    _metadata(spark, carried, name), asset_key=asset_key, partition_key=key
-                )
+                context.add_asset_metadata(_metadata(spark, part, name), asset_key=asset_key, partition_key=part.key)
         for asset_key in keys.values():
             yield dg.MaterializeResult(asset_key=asset_key)
-        yield _chain_check(pipeline, pipeline_dir, chain, state_key)
+        yield _chain_check(pipeline, storage, partitions_def, state_key)
 
     return replay_pipeline
+
+
+def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource, partition_keys, flush_at_end, log, run_id):
+    """Replay ``partition_keys`` oldest to newest, each from the state the one before left.
+
+    Yields a :class:`PartitionResult` per partition once its outputs are stored. The
+    run's oldest partition starts from the stored state of the partition before it
+    (checked first: see :func:`_starting_state`); the others from the state the
+    previous iteration wrote and read back, exactly what a separate run would read.
+    ``flush_at_end`` applies to the newest partition only: the end of this history.
+    """
+    pipeline_dir = storage.output_path() / pipeline.name
+    chain = _chain(partitions_def)
+    keys = sorted(partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
+    carried = _starting_state(spark, pipeline, pipeline_dir, chain, keys[0])
+    for i, key in enumerate(keys, 1):
+        began = time.monotonic()
+        window = partitions_def.time_window_for_partition_key(key)
+        flush = flush_at_end and key == keys[-1]
+        carried = _replay_one(spark, pipeline, storage, key, window, chain[key], carried, flush, run_id, log)
+        m = carried.metrics
+        log.info(
+            f"[{i}/{len(keys)}] {pipeline.name} {key}: {m.get('input_rows')} events, "
+            f"{m.get('windows_emitted')} windows emitted {m.get('emitted_by_reason')}, "
+            f"{m.get('late_events')} late, {m.get('rejected_rows')} rejected, watermark "
+            f"{m.get('watermark_reached')}{' (flushed at end)' if flush else ''} "
+            f"in {time.monotonic() - began:.1f}s -> {carried.folder}"
+        )
+        yield carried
+
+
+def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: StorageResource) -> None:
+    if pipeline.source.path and Path(pipeline.source.path).resolve() != storage.landing_path():
+        log.warning(
+            f"{pipeline_file.name}: source.path {pipeline.source.path} is not the landing zone; "
+            f"Dagster runs read {storage.landing_path()} (StorageResource.landing_zone)"
+        )
+    if pipeline.flush_at_end:
+        log.warning(
+            f"{pipeline_file.name}: replay.flushAtEnd is ignored by Dagster runs; "
+            "use the run config flush_at_end for the newest partition of a run"
+        )
 
 
 def _chain(partitions_def: dg.TimeWindowPartitionsDefinition) -> dict[str, str | None]:
@@ -215,19 +238,27 @@ def _starting_state(spark, pipeline, pipeline_dir: Path, chain, first_key: str) 
     return PartitionResult(prev, folder, {}, lineage, state)
 
 
-def _replay_one(
-    spark, pipeline, storage: StorageResource, pipeline_dir: Path, key, window, prev_key, start, flush, run_id
-) -> PartitionResult:
+def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key, start, flush, run_id, log):
     """Replay one partition from ``start`` (the previous partition's result, or None) and store it."""
     from windowing import replay
-    from windowing.io import read_state, write_outputs
+    from windowing.config import ConfigError
+    from windowing.engine import StateMismatchError
+    from windowing.io import InputError, read_state, write_outputs
 
-    events, _ = landing.read_partition_events(
-        spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time
-    )
-    result = replay(spark, pipeline, events, state=start.state if start else None, flush_at_end=flush)
-    folder = pipeline_dir / key
-    metrics = write_outputs(result, str(folder))
+    folder = storage.output_path() / pipeline.name / key
+    try:
+        events, source = landing.read_partition_events(
+            spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time
+        )
+        if source is None:
+            log.warning(f"{key}: no landing folder for this day; replayed as a partition without events")
+        result = replay(spark, pipeline, events, state=start.state if start else None, flush_at_end=flush)
+        try:
+            metrics = write_outputs(result, str(folder))
+        finally:
+            result.unpersist()
+    except (ConfigError, StateMismatchError, InputError, landing.LandingZoneError) as exc:
+        raise dg.Failure(f"Cannot replay partition {key} of pipeline {pipeline.name}: {exc}") from exc
     state = read_state(spark, str(folder / store.STATE_DIR))
     lineage = store.Lineage(
         pipeline=pipeline.name,
@@ -271,7 +302,10 @@ def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
     return meta
 
 
-def _chain_check(pipeline, pipeline_dir: Path, chain, state_key: dg.AssetKey) -> dg.AssetCheckResult:
+def _chain_check(pipeline, storage: StorageResource, partitions_def, state_key: dg.AssetKey) -> dg.AssetCheckResult:
+    """The state chain over every materialized partition of the pipeline (see store.out_of_date_partitions)."""
+    pipeline_dir = storage.output_path() / pipeline.name
+    chain = _chain(partitions_def)
     stale = store.out_of_date_partitions(pipeline_dir, pipeline.fingerprint(), list(chain.items()))
     done = [k for k in chain if (pipeline_dir / k).is_dir()]
     meta: dict[str, Any] = {"materialized_partitions": dg.MetadataValue.int(len(done))}

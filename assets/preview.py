@@ -13,9 +13,8 @@ def markdown_preview(df, rows: int = PREVIEW_ROWS) -> dg.MetadataValue:
     header = "| " + " | ".join(df.columns) + " |"
     rule = "|" + "---|" * len(df.columns)
     body = ["| " + " | ".join(_cell(v) for v in r) + " |" for r in sample]
-    if not sample:
-        body = ["| " + " | ".join("" for _ in df.columns) + " |"]
-    return dg.MetadataValue.md("\n".join([header, rule, *body]))
+    text = "\n".join([header, rule, *body])
+    return dg.MetadataValue.md(text if sample else text + "\n\n_(no rows)_")
 
 
 def _cell(value) -> str:

@@ -54,6 +54,7 @@ class Lineage:
     def write(self, folder: Path) -> None:
         """Write ``lineage.json`` into ``folder`` atomically (temp file, then rename)."""
         fd, tmp = tempfile.mkstemp(prefix=".lineage-", suffix=".json", dir=folder)
+        os.fchmod(fd, 0o644)  # mkstemp makes it private; it is as readable as the outputs beside it
         with os.fdopen(fd, "w") as fh:
             json.dump(asdict(self), fh, indent=2, sort_keys=True)
         os.replace(tmp, folder / LINEAGE_FILE)

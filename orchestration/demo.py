@@ -3,7 +3,7 @@
     python -m orchestration.demo --days 3
 
 1. writes ``--days`` days of sample clickstream events (``windowing.sample``) into the
-   landing zone (``data/events`` by default);
+   landing zone (``data/landing`` by default);
 2. puts the example pipelines (``examples/pipelines/*.yaml``) into the pipelines folder
    when it holds none (``data/pipelines`` by default);
 3. materializes every asset over all the generated partitions as ONE single-run
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=500, help="distinct user_id values (default %(default)s)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--flush-at-end", action="store_true", help="emit the windows still open after the last day")
-    parser.add_argument("--landing-zone", help="default $REWINDOW_LANDING_ZONE or data/events")
+    parser.add_argument("--landing-zone", help="default $REWINDOW_LANDING_ZONE or data/landing")
     parser.add_argument("--pipelines-dir", help="default $REWINDOW_PIPELINES_DIR or data/pipelines")
     parser.add_argument("--output-root", help="default $REWINDOW_OUTPUT_ROOT or data/output")
     parser.add_argument("--dagster-home", help="Dagster instance folder (default $DAGSTER_HOME or data/dagster_home)")

@@ -10,7 +10,7 @@ unset variable falls back to the default instead of failing the run.
 |---|---|---|
 | ``REWINDOW_SPARK_MASTER`` | ``SparkResource.master`` | ``local[*]`` |
 | ``REWINDOW_SPARK_CONF`` | ``SparkResource.extra_conf`` | none |
-| ``REWINDOW_LANDING_ZONE`` | ``StorageResource.landing_zone`` | ``data/events`` |
+| ``REWINDOW_LANDING_ZONE`` | ``StorageResource.landing_zone`` | ``data/landing`` |
 | ``REWINDOW_PIPELINES_DIR`` | ``StorageResource.pipelines_dir`` | ``data/pipelines`` |
 | ``REWINDOW_OUTPUT_ROOT`` | ``StorageResource.output_root`` | ``data/output`` |
 | ``REWINDOW_ARRIVAL_COLUMN`` | ``StorageResource.arrival_time_column`` | ``arrival_time`` |
@@ -31,7 +31,7 @@ from dagster_pyspark import PySparkResource
 from pydantic import Field
 
 DEFAULT_MASTER = "local[*]"
-DEFAULT_LANDING_ZONE = "data/events"
+DEFAULT_LANDING_ZONE = "data/landing"
 DEFAULT_PIPELINES_DIR = "data/pipelines"
 DEFAULT_OUTPUT_ROOT = "data/output"
 DEFAULT_ARRIVAL_COLUMN = "arrival_time"

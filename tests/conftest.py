@@ -17,7 +17,7 @@ def spark():
     session = spark_session(
         "local[2]",
         {
-            "spark.sql.shuffle.partitions": "4",
+            "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.sql.adaptive.enabled": "false",
             "spark.driver.memory": "2g",

@@ -27,9 +27,13 @@ COLUMN_TYPES = {
 }
 
 
+#: The columns of tests/generators.py histories (used when a history is empty).
+GENERATED_COLUMNS = ["arrival", "event_time", "batch", "offset", "worker", "user", "amount", "qty", "tag"]
+
+
 def to_df(spark, rows, columns=None, partitions=None, seed=None):
     """A DataFrame of ``rows`` with an explicit schema; optionally shuffled and split."""
-    columns = columns or sorted({c for r in rows for c in r}, key=list(COLUMN_TYPES).index)
+    columns = columns or sorted({c for r in rows for c in r}, key=list(COLUMN_TYPES).index) or GENERATED_COLUMNS
     schema = T.StructType([T.StructField(c, COLUMN_TYPES[c], True) for c in columns])
     rows = list(rows)
     if seed is not None:

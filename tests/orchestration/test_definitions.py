@@ -1,0 +1,79 @@
+"""The definitions load from workspace.yaml, follow the environment, and refuse bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from orchestration.definitions import build_definitions, load_pipelines
+from orchestration.partitions import PartitionSettings
+from orchestration.resources import StorageResource
+from orchestration.schedules import REPLAY_JOB
+from tests.orchestration.conftest import PIPELINE_YAML
+
+REPO = Path(__file__).resolve().parents[2]
+ASSETS = {"window_state", "windowed_aggregates", "late_events", "rejected_events"}
+
+
+def test_workspace_validates_with_the_dagster_cli(pipelines_dir):
+    dagster = Path(sys.executable).parent / "dagster"
+    env = {**os.environ, "REWINDOW_PIPELINES_DIR": str(pipelines_dir), "REWINDOW_PARTITION_GRAIN": "hourly"}
+    done = subprocess.run(
+        [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Validation successful" in done.stdout + done.stderr
+
+
+def test_definitions_module_builds_from_the_environment(monkeypatch, pipelines_dir, tmp_path):
+    from orchestration.definitions import defs
+
+    monkeypatch.setenv("REWINDOW_PIPELINES_DIR", str(pipelines_dir))
+    monkeypatch.setenv("REWINDOW_OUTPUT_ROOT", str(tmp_path))
+    monkeypatch.delenv("REWINDOW_PARTITION_GRAIN", raising=False)
+    d = defs()
+    keys = d.resolve_all_asset_keys()
+    assert dg.AssetKey(["historical_events"]) in keys
+    assert {k.path[1] for k in keys if k.path[0] == "clicks_hourly"} == ASSETS
+    job = d.resolve_job_def(REPLAY_JOB)
+    assert job.partitions_def.get_first_partition_key() == "2024-01-01"
+    (schedule,) = d.schedules
+    assert d.resolve_schedule_def(schedule.name).cron_schedule == "0 1 * * *"  # daily, 01:00 UTC
+    # Storage comes through dg.EnvVar, resolved by Dagster when a run starts.
+    storage = d.resources["storage"]
+    assert isinstance(storage.output_root, dg.EnvVar) and storage.output_root.get_value() == str(tmp_path)
+    assert d.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"
+
+
+def test_hourly_grain_and_groups(pipelines_dir):
+    d = build_definitions(
+        storage=StorageResource(pipelines_dir=str(pipelines_dir)),
+        partitions=PartitionSettings(grain="hourly", start="2024-01-01"),
+    )
+    spec = d.resolve_assets_def(dg.AssetKey(["clicks_hourly", "window_state"]))
+    assert spec.partitions_def.get_first_partition_key() == "2024-01-01-00:00"
+    assert spec.group_names_by_key[dg.AssetKey(["clicks_hourly", "window_state"])] == "clicks_hourly"
+    assert d.resolve_schedule_def("replay_history_schedule").cron_schedule == "15 * * * *"
+    # The state depends on its own previous partition.
+    deps = d.resolve_asset_graph().get(dg.AssetKey(["clicks_hourly", "window_state"])).parent_keys
+    assert dg.AssetKey(["clicks_hourly", "window_state"]) in deps
+
+
+def test_a_bad_pipeline_file_stops_the_load_with_its_name(tmp_path):
+    (tmp_path / "good.yaml").write_text(PIPELINE_YAML)
+    (tmp_path / "bad.yaml").write_text(PIPELINE_YAML.replace("windowSpan: 1h", "windowSpan: soon"))
+    with pytest.raises(ValueError, match=r"bad\.yaml.*windowSpan"):
+        load_pipelines(tmp_path)
+
+
+def test_two_pipelines_with_one_asset_prefix_are_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text(PIPELINE_YAML)
+    (tmp_path / "b.yaml").write_text(PIPELINE_YAML.replace("name: clicks-hourly", "name: clicks_hourly"))
+    with pytest.raises(ValueError, match="clashes"):
+        load_pipelines(tmp_path)
