@@ -110,7 +110,7 @@ def out_of_date_partitions(
             elif not (pipeline_dir / prev).is_dir():
                 reason = f"its previous partition {prev} has no outputs"
             else:
-                prev_lin = lineages.get(prev, Lineage.read(pipeline_dir / prev))
+                prev_lin = lineages[prev] if prev in lineages else Lineage.read(pipeline_dir / prev)
                 if prev_lin is not None and prev_lin.state_hash != lin.start_state_hash:
                     reason = f"was computed from an older state of partition {prev}, which has been rerun since"
                 elif prev_lin is not None and prev_lin.flushed_at_end:

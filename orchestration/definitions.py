@@ -31,7 +31,11 @@ def load_pipelines(folder: str | Path) -> list[tuple[object, Path]]:
 
     folder = Path(folder)
     if not folder.is_dir():
-        warnings.warn(f"pipelines folder {folder.resolve()} does not exist: no pipeline assets", stacklevel=2)
+        warnings.warn(
+            f"pipelines folder {folder.resolve()} does not exist: no pipeline assets. Run "
+            "`python -m orchestration.demo` (it copies examples/pipelines there) or set REWINDOW_PIPELINES_DIR",
+            stacklevel=2,
+        )
         return []
     files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
     out, seen = [], {}

@@ -64,8 +64,15 @@ def run_demo(args, start: datetime) -> int:
 
     from assets.pipelines import CHECK_NAME, asset_prefix
     from orchestration.definitions import build_definitions, load_pipelines
-    from orchestration.partitions import PartitionSettings
-    from orchestration.resources import StorageResource, resolved, storage_from_env
+    from orchestration.partitions import DEFAULT_GRAIN, DEFAULT_HISTORY_START, PartitionSettings
+    from orchestration.resources import (
+        DEFAULT_LANDING_ZONE,
+        DEFAULT_OUTPUT_ROOT,
+        DEFAULT_PIPELINES_DIR,
+        StorageResource,
+        resolved,
+        storage_from_env,
+    )
     from orchestration.schedules import REPLAY_JOB
 
     env = storage_from_env()
@@ -144,15 +151,17 @@ def run_demo(args, start: datetime) -> int:
             if ev.check_name == CHECK_NAME and ev.asset_key.path[0] == asset_prefix(pipeline.name):
                 print(f"  state chain check: {'passed' if ev.passed else 'FAILED'}")
     hints = {"DAGSTER_HOME": str(home)}
-    for var, ours, theirs in (
-        ("REWINDOW_LANDING_ZONE", storage.landing_zone, env.landing_zone),
-        ("REWINDOW_PIPELINES_DIR", storage.pipelines_dir, env.pipelines_dir),
-        ("REWINDOW_OUTPUT_ROOT", storage.output_root, env.output_root),
-        ("REWINDOW_HISTORY_START", settings.start, PartitionSettings.from_env().start),
+    for var, ours, default in (
+        ("REWINDOW_LANDING_ZONE", storage.landing_zone, DEFAULT_LANDING_ZONE),
+        ("REWINDOW_PIPELINES_DIR", storage.pipelines_dir, DEFAULT_PIPELINES_DIR),
+        ("REWINDOW_OUTPUT_ROOT", storage.output_root, DEFAULT_OUTPUT_ROOT),
+        ("REWINDOW_PARTITION_GRAIN", settings.grain, DEFAULT_GRAIN),
+        ("REWINDOW_HISTORY_START", settings.start, DEFAULT_HISTORY_START),
+        ("REWINDOW_HISTORY_END", settings.end, None),
     ):
-        if ours != theirs and ours != str(Path(resolved(theirs)).resolve()):
+        if ours != default and ours != str(Path(default or "").resolve()):
             hints[var] = ours
-    print("\nBrowse it in the UI (http://127.0.0.1:3000):")
+    print(f"\nBrowse it in the UI (http://127.0.0.1:3000), from {REPO}:")
     print("  " + " ".join(f"{k}={v}" for k, v in hints.items()) + " dagster dev -w workspace.yaml")
     return 0
 

@@ -85,11 +85,7 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     wcol = pipeline.source.worker
     wexpr = F.col(wcol) if wcol else F.lit(0)
     cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else F.max("__evt")
-    summary = (
-        norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w"), F.col("__batch"))
-        .agg(cand.alias("cand"), F.max("__arr").alias("maxarr"), F.count(F.lit(1)).alias("n"))
-        .collect()
-    )
+    summary = _summary(pipeline, norm, cand, wexpr)
     timelines, worker_rows = _timelines(pipeline, summary, worker_state)
     rejected_counts: dict[str, int] = {}
     for r in summary:
@@ -129,6 +125,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     else:
         state_out = state_rows
     rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*input_cols, REJECT_REASON)
+    if not rejected_counts:  # known from the summary: spare a scan of the input
+        rejected = rejected.limit(0)
 
     metrics = _metrics(out, F, rejected_counts, worker_rows, pipeline)
     result = ReplayResult(aggregates, late, rejected, state_out, metrics)
@@ -282,6 +280,26 @@ def _split_state(spark, pipeline: Pipeline, state, events_df):
     cols = [F.col(c).cast(types[c]).alias(c) for c in keep]
     cols += [F.col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
     return worker_state, rows.select(*cols, kind.alias("__kind"))
+
+
+def _summary(pipeline: Pipeline, norm, cand, wexpr) -> list[dict]:
+    """Per (worker, batch): watermark candidate, greatest arrival, rows; rejected counts.
+
+    Idle detection needs every commit of a worker; without an idle timeout only each
+    worker's last commit matters, so the batches are folded in Spark first (the greatest
+    per-batch candidate is the global watermark after the last batch).
+    """
+    from pyspark.sql import functions as F
+
+    per_batch = norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w"), F.col("__batch")).agg(
+        cand.alias("cand"), F.max("__arr").alias("maxarr"), F.count(F.lit(1)).alias("n")
+    )
+    if pipeline.window.idle_timeout_ms is None:
+        per_batch = per_batch.groupBy(REJECT_REASON, "__w").agg(
+            F.max("__batch").alias("__batch"), F.max("cand").alias("cand"), F.max("maxarr").alias("maxarr"),
+            F.sum("n").alias("n"),
+        )
+    return per_batch.toArrow().to_pylist()  # Arrow: one row per batch, fast to collect
 
 
 def _timelines(pipeline: Pipeline, summary, worker_state):

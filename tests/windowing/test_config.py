@@ -1,0 +1,317 @@
+"""Pipeline configuration: the example files load; every mistake is a ConfigError that
+names the YAML field and the bad value; the Pipeline is frozen; durations parse to ms."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from pyspark.sql import types as T
+
+from windowing import ConfigError, load_pipeline, parse_pipeline, replay
+from windowing.config import Clock, Lateness, WatermarkStrategy, WindowType
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples" / "pipelines").glob("*.yaml"))
+
+S, M, H = 1_000, 60_000, 3_600_000
+
+
+def test_examples_exist():
+    assert {p.name for p in EXAMPLES} >= {"clicks-hourly.yaml", "sessions.yaml"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_configs_load(path):
+    p = load_pipeline(path)
+    assert p.name == yaml.safe_load(path.read_text())["name"]
+    assert p.source.arrival_time == "arrival_time"
+    assert p.source.worker == "partition"
+    assert p.window.key == "user_id"
+    assert p.window.event_time == "event_time"
+
+
+def test_clicks_hourly_values():
+    p = load_pipeline(ROOT / "examples/pipelines/clicks-hourly.yaml")
+    w = p.window
+    assert (w.type, w.span_ms, w.slide_ms, w.offset_ms) == (WindowType.TUMBLING, H, None, 0)
+    assert (w.watermark_strategy, w.delay_ms, w.lateness) == (WatermarkStrategy.MIN_EVENT_TIME, 5 * S, Lateness.WINDOW_CLOSED)
+    assert (w.idle_timeout_ms, w.idle_clock) == (30 * M, Clock.EVENT_TIME)
+    assert p.source.arrival_order == ("offset",)
+    assert (p.source.batch_column, p.source.batch_interval_ms) == (None, S)
+    assert [(a.type, a.column, a.name) for a in p.aggregates] == [
+        ("count", None, "count"),
+        ("sum", "amount", "sum_amount"),
+        ("min", "amount", "min_amount"),
+        ("max", "amount", "max_amount"),
+        ("distinct", "event_id", "unique_events"),
+    ]
+    assert p.flush_at_end is False
+
+
+def test_sessions_values():
+    p = load_pipeline(ROOT / "examples/pipelines/sessions.yaml")
+    w = p.window
+    assert p.name == "user-sessions"
+    assert (w.type, w.gap_ms, w.maximum_duration_ms) == (WindowType.SESSION, 5 * M, 2 * H)
+    assert w.idle_clock is Clock.EVENT_TIME  # the default when an event-time column is set
+    assert [a.name for a in p.aggregates] == ["count", "sum_amount", "first_event_id", "last_event_id"]
+
+
+# --------------------------------------------------------------------------- mistakes
+
+BASE = {
+    "version": 1,
+    "name": "t",
+    "source": {"arrivalTime": "arrival_time", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}},
+    "emitter": {
+        "tumbling-time-window": {
+            "windowSpan": "1h",
+            "keyExtractor": "user_id",
+            "timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "30m"},
+            "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"}],
+        }
+    },
+}
+TW = ("emitter", "tumbling-time-window")
+
+
+def _doc(*edits):
+    """BASE with edits: (path tuple, value) sets, (path tuple, DELETE) removes."""
+    doc = copy.deepcopy(BASE)
+    for path, value in edits:
+        node = doc
+        for k in path[:-1]:
+            node = node[k]
+        if value is DELETE:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+    return doc
+
+
+DELETE = object()
+
+
+def _sliding(**fields):
+    return (("emitter",), {"sliding-time-window": {
+        "windowSpan": "1h", "windowSlide": "15m", **fields,
+        "aggregateDefinition": [{"type": "count"}]}})
+
+
+def _session(**fields):
+    return (("emitter",), {"session-window": {
+        **fields, "timeConfig": {"eventTimeExtractor": "event_time"}, "aggregateDefinition": [{"type": "count"}]}})
+
+
+F = "emitter.tumbling-time-window"
+MISTAKES = [
+    # edits,                                                              substrings the message must hold
+    ([(("emitter",), {"hopping-time-window": {"windowSpan": "1h"}})],     ["emitter.hopping-time-window", "unknown window type"]),  # unknown window type
+    ([(TW + ("windowSpan",), "0s")],                                      [f"{F}.windowSpan", "'0s'"]),  # zero span
+    ([(TW + ("windowSpan",), "-5s")],                                     [f"{F}.windowSpan", "'-5s'"]),  # negative span
+    ([(TW + ("windowSpan",), DELETE)],                                    [f"{F}.windowSpan", "required"]),  # missing span
+    ([_sliding(windowSlide="0m")],                                        ["emitter.sliding-time-window.windowSlide", "'0m'"]),  # slide not positive
+    ([_sliding(windowSlide="2h")],                                        ["emitter.sliding-time-window.windowSlide", "'2h'", "'1h'"]),  # slide larger than span
+    ([_session()],                                                        ["emitter.session-window", "idleTimeout", "required"]),  # session without its gap
+    ([_session(idleTimeout="0s")],                                        ["emitter.session-window.idleTimeout", "'0s'"]),  # zero session gap
+    ([(TW + ("windowSpan",), "5x")],                                      [f"{F}.windowSpan", "'5x'"]),  # malformed: unknown unit
+    ([(TW + ("windowSpan",), "PT")],                                      [f"{F}.windowSpan", "'PT'"]),  # malformed: ISO without a component
+    ([(TW + ("windowSpan",), "P")],                                       [f"{F}.windowSpan", "'P'"]),  # malformed: bare P
+    ([(TW + ("windowSpan",), "1.5h")],                                    [f"{F}.windowSpan", "'1.5h'"]),  # malformed: fractional short form
+    ([(TW + ("windowSpan",), 5)],                                         [f"{F}.windowSpan", "5"]),  # bare number: unit unknown
+    ([(TW + ("timeConfig", "delayWindowClose"), "-5s")],                  [f"{F}.timeConfig.delayWindowClose", "'-5s'"]),  # negative delay
+    ([(TW + ("timeConfig", "idleTimeout"), "soon")],                      [f"{F}.timeConfig.idleTimeout", "'soon'"]),  # malformed idle timeout
+    ([(("source", "batch"), {"interval": "0ms"})],                        ["source.batch.interval", "'0ms'"]),  # batch interval not positive
+    ([(TW + ("aggregateDefinition",), [{"type": "median", "column": "amount"}])],
+     [f"{F}.aggregateDefinition[0].type", "'median'"]),  # unknown aggregate type
+    ([(TW + ("aggregateDefinition", 1), {"type": "sum"})],                [f"{F}.aggregateDefinition[1].column", "'sum'"]),  # aggregate without its column
+    ([(TW + ("aggregateDefinition", 1), {"type": "count"})],              [f"{F}.aggregateDefinition[1].name", "'count'"]),  # duplicate output name (default names)
+    ([(TW + ("aggregateDefinition", 1), {"type": "sum", "column": "amount", "name": "count"})],
+     [f"{F}.aggregateDefinition[1].name", "'count'"]),  # duplicate output name (explicit name)
+    ([(TW + ("aggregateDefinition", 1), {"type": "max", "column": "amount", "name": "window_end"})],
+     [f"{F}.aggregateDefinition[1].name", "'window_end'"]),  # name taken by an output column
+    ([(TW + ("aggregateDefinition",), [])],                               [f"{F}.aggregateDefinition", "[]"]),  # no aggregates
+    ([(TW + ("timeConfig", "watermarkStrategy"), "LATEST_EVENT_TIME")],   [f"{F}.timeConfig.watermarkStrategy", "'LATEST_EVENT_TIME'"]),  # unknown strategy
+    ([(TW + ("timeConfig", "lateness"), "ALLOWED_LATENESS")],             [f"{F}.timeConfig.lateness", "'ALLOWED_LATENESS'"]),  # unknown lateness
+    ([(TW + ("timeConfig", "idleTimeoutClock"), "WALL_CLOCK")],           [f"{F}.timeConfig.idleTimeoutClock", "'WALL_CLOCK'"]),  # unknown clock
+    ([(TW + ("timeConfig", "eventTimeExtractor"), DELETE), (TW + ("timeConfig", "idleTimeoutClock"), "EVENT_TIME")],
+     [f"{F}.timeConfig.idleTimeoutClock", "EVENT_TIME", "eventTimeExtractor"]),  # event-time clock without event time
+    ([(TW + ("windowSpn",), "1h")],                                       [f"{F}.windowSpn", "unknown field"]),  # typo in the window
+    ([(TW + ("timeConfig", "watermarkStrategey"), "MIN_EVENT_TIME")],     [f"{F}.timeConfig.watermarkStrategey", "unknown field"]),  # typo in timeConfig
+    ([(("source", "arivalTime"), "x")],                                   ["source.arivalTime", "unknown field"]),  # typo in source
+    ([(("replay",), {"flushAtEnd": True, "flushAtEnd2": True})],          ["replay.flushAtEnd2", "unknown field"]),  # typo in replay
+    ([(("sorce",), {})],                                                  ["sorce", "unknown field"]),  # typo at the root
+    ([(TW + ("windowSlide",), "15m")],                                    [f"{F}.windowSlide", "unknown field"]),  # slide on a tumbling window
+    ([(TW + ("aggregateDefinition", 0), {"type": "count", "colum": "x"})], [f"{F}.aggregateDefinition[0].colum", "unknown field"]),  # typo in an aggregate
+    ([(("source", "arrivalTime"), DELETE)],                               ["source.arrivalTime", "None"]),  # required column missing
+    ([(("replay",), {"flushAtEnd": "yes"})],                              ["replay.flushAtEnd", "'yes'"]),  # not a boolean
+    ([(("version",), 2)],                                                 ["version", "2"]),  # unsupported version
+    ([(("emitter", "triggers"), ["atEnd"])],                              ["emitter.triggers[0]", "'atEnd'"]),  # unknown trigger
+]
+
+
+@pytest.mark.parametrize(("edits", "needles"), MISTAKES, ids=[n[0] + ("" if len(n) < 2 else " " + n[1]) for _, n in MISTAKES])
+def test_mistakes_name_field_and_value(edits, needles):
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline(_doc(*edits))
+    msg = str(info.value)
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+def test_base_doc_is_valid():
+    """The mistakes above fail because of their edit, not because BASE is broken."""
+    p = parse_pipeline(_doc())
+    assert p.window.span_ms == H and [a.name for a in p.aggregates] == ["count", "sum_amount"]
+    parse_pipeline(_doc(_sliding(windowSlide="1h")))  # slide == span is allowed
+    parse_pipeline(_doc(_session(idleTimeout="5m")))
+
+
+def test_load_pipeline_prefixes_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_doc((TW + ("aggregateDefinition",), [{"type": "median", "column": "amount"}]))))
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(bad)
+    assert str(bad) in str(info.value) and "aggregateDefinition[0].type" in str(info.value) and "'median'" in str(info.value)
+
+
+def test_load_pipeline_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="nope.yaml"):
+        load_pipeline(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match="broken.yaml"):
+        load_pipeline(broken)
+
+
+# --------------------------------------------------------------------------- frozen
+
+
+def test_pipeline_is_frozen():
+    p = parse_pipeline(_doc())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.name = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.window.span_ms = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.source.arrival_time = "x"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.aggregates[0].column = "amount"  # type: ignore[misc]
+    assert isinstance(p.aggregates, tuple) and isinstance(p.source.arrival_order, tuple)
+    assert isinstance(p.triggers, tuple)
+    assert hash(p) == hash(parse_pipeline(_doc()))  # frozen and hashable: usable as a key
+
+
+def test_pipeline_does_not_alias_the_document():
+    doc = _doc()
+    p = parse_pipeline(doc)
+    doc["emitter"]["tumbling-time-window"]["aggregateDefinition"].append({"type": "max", "column": "amount"})
+    doc["source"]["arrivalOrder"].append("other")
+    assert [a.name for a in p.aggregates] == ["count", "sum_amount"]
+    assert p.source.arrival_order == ("offset",)
+
+
+# --------------------------------------------------------------------------- durations
+
+DURATIONS = [
+    ("500ms", 500),  # milliseconds
+    ("5s", 5 * S),  # seconds
+    ("5m", 5 * M),  # minutes (m is minutes, not months)
+    ("1h", H),  # hours
+    ("1d", 24 * H),  # days
+    ("PT5M", 5 * M),  # ISO-8601 minutes
+    ("PT1H30M", 90 * M),  # ISO-8601 combined
+    ("P1D", 24 * H),  # ISO-8601 days
+    ("PT0.5S", 500),  # ISO-8601 fractional seconds
+    ("P1DT1S", 24 * H + S),  # ISO-8601 days and time
+    ("PT0.001S", 1),  # one millisecond
+    (" 90s ", 90 * S),  # surrounding blanks
+]
+
+
+@pytest.mark.parametrize(("text", "ms"), DURATIONS, ids=[d[0] for d in DURATIONS])
+def test_durations(text, ms):
+    p = parse_pipeline(_doc((TW + ("windowSpan",), text), (TW + ("timeConfig", "delayWindowClose"), text)))
+    assert p.window.span_ms == ms
+    assert p.window.delay_ms == ms
+
+
+def test_delay_may_be_zero():
+    assert parse_pipeline(_doc((TW + ("timeConfig", "delayWindowClose"), "0s"))).window.delay_ms == 0
+
+
+# --------------------------------------------------------------------------- columns checked at replay
+
+SCHEMA = T.StructType([
+    T.StructField("arrival_time", T.TimestampType()),
+    T.StructField("event_time", T.TimestampType()),
+    T.StructField("offset", T.LongType()),
+    T.StructField("user_id", T.StringType()),
+    T.StructField("amount", T.DoubleType()),
+])
+
+
+@pytest.fixture(scope="module")
+def events_df(spark):
+    from datetime import datetime, timezone
+
+    t = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    return spark.createDataFrame([(t, t, 1, "u1", 1.5)], SCHEMA)
+
+
+def _replay_without_jobs(spark, pipeline, df):
+    """replay() must raise before Spark runs any job: check the job group stays empty."""
+    sc = spark.sparkContext
+    group = f"config-check-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "configuration check")
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as info:
+            replay(spark, pipeline, df)
+        elapsed = time.monotonic() - started
+        jobs = list(sc.statusTracker().getJobIdsForGroup(group))
+        df.count()  # control: a job in this group is seen by the tracker
+        control = list(sc.statusTracker().getJobIdsForGroup(group))
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    assert control, "the job-group check cannot see jobs; the assertion below would be vacuous"
+    assert jobs == [], f"replay ran Spark jobs {jobs} before refusing the configuration"
+    assert elapsed < 5, elapsed
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("edits", "needles"),
+    [
+        ([(TW + ("keyExtractor",), "customer")], ["keyExtractor", "'customer'"]),  # key column missing
+        ([(TW + ("aggregateDefinition", 1), {"type": "sum", "column": "price"})], ["aggregateDefinition[1].column", "'price'"]),  # aggregate column missing
+        ([(("source", "arrivalOrder"), ["offset", "kafka_offset"])], ["source.arrivalOrder[1]", "'kafka_offset'"]),  # tie-breaker missing
+        ([(TW + ("timeConfig", "eventTimeExtractor"), "ts")], ["eventTimeExtractor", "'ts'"]),  # event time missing
+        ([(("source", "worker"), "partition")], ["source.worker", "'partition'"]),  # worker missing
+    ],
+    ids=["key", "aggregate", "arrivalOrder", "eventTime", "worker"],
+)
+def test_replay_refuses_missing_column_before_any_job(spark, events_df, edits, needles):
+    msg = _replay_without_jobs(spark, parse_pipeline(_doc(*edits)), events_df)
+    for needle in needles:
+        assert needle in msg, msg
+
+
+@pytest.mark.parametrize("agg", ["sum", "avg"])
+def test_replay_refuses_numeric_aggregate_over_string(spark, events_df, agg):
+    pipeline = parse_pipeline(_doc((TW + ("aggregateDefinition", 1), {"type": agg, "column": "user_id"})))
+    msg = _replay_without_jobs(spark, pipeline, events_df)
+    assert "aggregateDefinition[1].column" in msg and "'user_id'" in msg and "string" in msg and agg in msg
+
+
+def test_replay_refuses_string_batch_column(spark, events_df):
+    pipeline = parse_pipeline(_doc((("source", "batch"), {"column": "user_id"})))
+    msg = _replay_without_jobs(spark, pipeline, events_df)
+    assert "source.batch.column" in msg and "'user_id'" in msg
