@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import random
 import zlib
 
 import pyarrow as pa
@@ -86,6 +87,9 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     outs = []
     for p in range(partitions):
         sub = table.filter(pa.array([x == p for x in part], pa.bool_()))
+        # Spark hands a partition's rows over in no particular order: neither may we.
+        sub = sub.take(pa.array(random.Random(p + sub.num_rows).sample(range(sub.num_rows), sub.num_rows),
+                                pa.int64()))
         if sub.num_rows:
             outs.append(K.process(sub, spec, timelines, flush_at_end))
     aggs = pa.concat_tables([o.aggregates for o in outs]) if outs else spec.aggregates_schema().empty_table()

@@ -116,3 +116,13 @@ def codes_in(arr: pa.Array, uniq: pa.Array) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     idx = pc.index_in(arr, value_set=uniq)
     return pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def group_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Equal values get equal int64 codes (in no particular order); nulls get -1."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_integer(arr.type) and arr.null_count == 0:
+        return arr.to_numpy(zero_copy_only=False).astype(np.int64)
+    idx = pc.dictionary_encode(arr).indices
+    return pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)

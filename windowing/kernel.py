@@ -33,6 +33,7 @@ from windowing.arrays import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
     codes_in,
+    group_codes,
     order_codes,
     sat_add,
     sat_sub,
@@ -207,7 +208,7 @@ class _Keys:
         codes = []
         for c in (spec.worker_col, spec.key_col):
             if c:
-                codes.append(order_codes(table[c]))
+                codes.append(group_codes(table[c]))
         if codes:
             enc = codes[0] + 1
             if len(codes) == 2:
@@ -491,39 +492,58 @@ def _key_state_rows(k: _Keys, kb: _KeyBatches, spec: Spec) -> pa.Table:
 # =========================================================================== aggregates
 
 
-def _domains(spec: Spec, k: _Keys, ev: _Events) -> dict[str, pa.Array]:
-    """Sorted distinct values per column used by code-based aggregates (events + state)."""
+def _dkey(a: Aggregate) -> tuple[str, bool]:
+    """Which value domain an aggregate codes its column in: sorted for min/max only."""
+    return (a.column, a.type in ("min", "max"))
+
+
+def _domains(spec: Spec, k: _Keys, ev: _Events) -> dict[tuple[str, bool], pa.Array]:
+    """Distinct values per column (events and carried partials), sorted where order matters.
+
+    Aggregates over arbitrary types (strings, timestamps, ...) work on integer codes into
+    these domains; only min/max need the codes to follow the values' order.
+    """
     table = k.table
-    out: dict[str, pa.Array] = {}
-    state_rows = pa.array(np.flatnonzero(k.kind == STATE_WINDOW))
+    out: dict[tuple[str, bool], pa.Array] = {}
+    state_rows = np.flatnonzero(k.kind == STATE_WINDOW)
     for a in spec.pipeline.aggregates:
-        if a.type not in ("min", "max", "first", "last", "distinct"):
+        if a.type not in ("min", "max", "first", "last", "distinct") or _dkey(a) in out:
             continue
-        parts = [ev.column(a.column)]
-        if len(state_rows):
-            p = table[STATE_PREFIX + f"partial_{a.name}"].take(state_rows).combine_chunks()
-            parts.append(pc.list_flatten(p) if a.type == "distinct" else p)
-        uniq = sorted_unique(*parts)
-        out[a.column] = sorted_unique(out[a.column], uniq) if a.column in out else uniq
+        parts = [table[a.column].combine_chunks()]
+        for b in spec.pipeline.aggregates:
+            if b.column == a.column and len(state_rows) and b.type in ("min", "max", "first", "last", "distinct"):
+                p = _scol(table, f"partial_{b.name}", state_rows)
+                parts.append(pc.list_flatten(p) if b.type == "distinct" else p)
+        parts = [x for x in parts if len(x)]
+        allv = pa.concat_arrays(parts) if len(parts) > 1 else (parts[0] if parts else table[a.column].combine_chunks())
+        uniq = pc.unique(allv.drop_null())
+        if _dkey(a)[1]:
+            uniq = uniq.take(pc.sort_indices(uniq))
+        out[_dkey(a)] = uniq
     return out
 
 
-def _value_arrays(spec: Spec, ev: _Events, domains) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per aggregate column: (numeric values or codes, non-null mask), in event order."""
+def _value_arrays(spec: Spec, ev: _Events, domains) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Per aggregate input: (numeric values or codes, non-null mask), in event order.
+
+    Codes are computed on the table's column as it came and then permuted into event
+    order: integers are cheap to move, strings are not.
+    """
     out = {}
+    table = ev.table
     for a in spec.pipeline.aggregates:
-        if a.column is None or a.column in out and a.type not in ("sum", "avg"):
+        if a.column is None:
             continue
-        col = ev.column(a.column)
-        valid = ~col.is_null().to_numpy(zero_copy_only=False)
+        col = table[a.column].combine_chunks()
+        valid = ~col.is_null().to_numpy(zero_copy_only=False)[ev.rows]
         if a.type in ("sum", "avg"):
             dtype = np.int64 if pa.types.is_integer(col.type) else np.float64
-            vals = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)
+            vals = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)[ev.rows]
             out[("num", a.column)] = (vals, valid)
-        elif a.type != "count":
-            out[("code", a.column)] = (codes_in(col, domains[a.column]), valid)
-        else:
+        elif a.type == "count":
             out[("valid", a.column)] = (valid, valid)
+        elif ("code", *_dkey(a)) not in out:
+            out[("code", *_dkey(a))] = (codes_in(col, domains[_dkey(a)])[ev.rows], valid)
     return out
 
 
@@ -544,9 +564,9 @@ def _state_partials(spec: Spec, k: _Keys, rows: np.ndarray, domains) -> list[dic
             p["n"] = pc.fill_null(col, 0).to_numpy().astype(np.int64)
         elif a.type == "distinct":
             lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
-            p["members"] = (np.repeat(np.arange(len(rows)), lengths), codes_in(pc.list_flatten(col), domains[a.column]))
+            p["members"] = (np.repeat(np.arange(len(rows)), lengths), codes_in(pc.list_flatten(col), domains[_dkey(a)]))
         else:
-            p["code"] = codes_in(col, domains[a.column])
+            p["code"] = codes_in(col, domains[_dkey(a)])
         out.append(p)
     return out
 
@@ -562,7 +582,7 @@ def _final_value(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) ->
             with np.errstate(invalid="ignore", divide="ignore"):
                 return pa.array(s.astype(np.float64) / np.where(n > 0, n, 1), pa.float64(), mask=n == 0)
         return pa.array(s, spec.output_type(a), mask=n == 0)
-    return _decode(p["code"][sel], domains[a.column])
+    return _decode(p["code"][sel], domains[_dkey(a)])
 
 
 def _decode(codes: np.ndarray, domain: pa.Array) -> pa.Array:
@@ -588,9 +608,9 @@ def _partial_columns(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains
         order = np.lexsort((ci, gi))
         gi, ci = gi[order], ci[order]
         offsets = np.concatenate(([0], np.cumsum(np.bincount(gi, minlength=len(sel)))))
-        values = _decode(ci, domains[a.column])
+        values = _decode(ci, domains[_dkey(a)])
         return {name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)}
-    return {name: _decode(p["code"][sel], domains[a.column])}
+    return {name: _decode(p["code"][sel], domains[_dkey(a)])}
 
 
 def _reduce(spec: Spec, grp: np.ndarray, ngroups: int, ev_idx: np.ndarray, values, domains,
@@ -623,11 +643,11 @@ def _reduce(spec: Spec, grp: np.ndarray, ngroups: int, ev_idx: np.ndarray, value
             n += np.bincount(grp[valid], minlength=ngroups)
             p["s"], p["n"] = s, n
         else:
-            codes, valid = values[("code", a.column)]
+            codes, valid = values[("code", *_dkey(a))]
             ok = valid[ev_idx]
             gv, cv = grp[ok], codes[ev_idx][ok]
             if a.type == "distinct":
-                C = np.int64(len(domains[a.column]) + 1)
+                C = np.int64(len(domains[_dkey(a)]) + 1)
                 mg, mc = gv, cv
                 if ini is not None:
                     sg, sc = ini["members"]
@@ -736,10 +756,12 @@ def _windows(ev, kb, k, idle, spec, flush_at_end, timelines):
     is_state = order < ns
     G_state = np.full(M, -1, dtype=np.int64)  # index into srows
     G_state[grp[is_state]] = order[is_state]
+    state_grp = np.zeros(ns, dtype=np.int64)  # the group of each carried window, in srows order
+    state_grp[order[is_state]] = grp[is_state]
     ev_el = ~is_state
     partials = _reduce(spec, grp[ev_el], M, all_pos[ev_el], values, domains,
                        _state_partials(spec, k, srows, domains) if ns else None,
-                       grp[is_state] if ns else np.zeros(0, np.int64))
+                       state_grp)
     events = np.bincount(grp[ev_el], minlength=M).astype(np.int64)
     if ns:
         np.add.at(events, grp[is_state], s_events[order[is_state]])
@@ -778,7 +800,7 @@ def _windows(ev, kb, k, idle, spec, flush_at_end, timelines):
     if spec.snapshots:
         snaps = _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, emission,
                            partials_init=(_state_partials(spec, k, srows, domains) if ns else None),
-                           is_state=is_state, order=order, s_events=s_events, ev=ev, kb=kb)
+                           state_grp=state_grp, s_events=s_events, ev=ev, kb=kb)
     return groups, late_out, snaps
 
 
@@ -882,12 +904,12 @@ def _emissions(k, kb, G_g, G_ws, G_we, G_gen, reason, carried_prior, spec, final
 
 
 def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, emission, partials_init,
-               is_state, order, s_events, ev, kb):
+               state_grp, s_events, ev, kb):
     """atAggregate: one row per accepted (event, window) with the window's running aggregate."""
     e_grp = grp[ev_el]
     e_pos = all_pos[ev_el]
     n = len(e_grp)
-    st_grp = grp[is_state]
+    st_grp = state_grp
     has_state = np.zeros(M, dtype=bool)
     has_state[st_grp] = True
     # Each snapshot is "the group so far": reduce prefixes by treating every element as its own group.
@@ -931,10 +953,10 @@ def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, e
                 s[a0:b0] = np.cumsum(np.concatenate(([init_s[e_grp[a0]]], vv[a0:b0])))[1:]
             p["s"], p["n"] = s, nn
         else:
-            codes, valid = values[("code", a.column)]
+            codes, valid = values[("code", *_dkey(a))]
             c, ok = codes[e_pos], valid[e_pos]
             if a.type == "distinct":
-                C = np.int64(len(domains[a.column]) + 1)
+                C = np.int64(len(domains[_dkey(a)]) + 1)
                 enc = e_grp.astype(np.int64) * C + np.where(ok, c, 0)
                 seen_state = np.zeros(n, dtype=bool)
                 if ini is not None:
@@ -952,7 +974,7 @@ def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, e
                     dc = dc + np.where(has, counts[np.maximum(si, 0)], 0)
                 p["dcount"] = dc
             elif a.type in ("min", "max"):
-                big = np.int64(len(domains[a.column]) + 2)
+                big = np.int64(len(domains[_dkey(a)]) + 2)
                 val = np.where(ok, c if a.type == "max" else big - 2 - c, -1)
                 init = np.full(M, -1, dtype=np.int64)
                 if ini is not None:
@@ -983,7 +1005,7 @@ def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, e
         out_partials.append(p)
     snaps = _Groups(spec, domains)
     ev_kb = kb.of_event[e_pos]
-    events = rank + 1 + np.where(st_index[e_grp] >= 0, s_events[order[is_state]][np.maximum(st_index[e_grp], 0)]
+    events = rank + 1 + np.where(st_index[e_grp] >= 0, s_events[np.maximum(st_index[e_grp], 0)]
                                  if len(st_grp) else 0, 0)
     snaps.set(G_g[e_grp], G_ws[e_grp], G_we[e_grp], np.full(n, AGGREGATE, np.int8), ev.batch[e_pos],
               kb.eff_before[ev_kb], emission[e_grp], events, out_partials,
@@ -1027,7 +1049,7 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
             vals, valid = values[("num", a.column)]
             ev_inputs.append((vals.tolist(), valid.tolist()))
         else:
-            codes, valid = values[("code", a.column)]
+            codes, valid = values[("code", *_dkey(a))]
             ev_inputs.append((codes.tolist(), valid.tolist()))
     kinds = [a.type for a in aggs]
 
