@@ -113,14 +113,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     late = out.where(F.col("__out") == 1).select("late.*")
     state_rows = out.where(F.col("__out") == 2).select("state.*")
     if worker_rows:
-        from pyspark.sql.pandas.types import from_arrow_schema as fas
-
-        wdf = spark.createDataFrame(
-            _worker_state_table(spec, worker_rows).to_pandas(types_mapper=None), fas(spec.state_schema(), prefer_timestamp_ntz=False)
-        ) if False else spark.createDataFrame(
-            [tuple(r.get(f.name) for f in spec.state_schema()) for r in worker_rows],
-            fas(spec.state_schema(), prefer_timestamp_ntz=False),
-        )
+        schema = from_arrow_schema(spec.state_schema(), prefer_timestamp_ntz=False)
+        wdf = spark.createDataFrame([tuple(r.get(f.name) for f in spec.state_schema()) for r in worker_rows], schema)
         state_out = state_rows.unionByName(wdf)
     else:
         state_out = state_rows
@@ -333,10 +327,6 @@ def _timelines(pipeline: Pipeline, summary, worker_state):
             "clock_ms": int(clock[-1]) if len(clock) and clock[-1] != MIN_TIMESTAMP else clock0,
         })
     return timelines, rows
-
-
-def _worker_state_table(spec, rows):  # kept for symmetry with the kernel's tables
-    return pa.Table.from_pylist(rows, schema=spec.state_schema())
 
 
 # --------------------------------------------------------------------------- phase 3
