@@ -75,6 +75,31 @@ def rewindow_replay(spark, inp: str, out: str) -> dict:
     return metrics
 
 
+def _hot_key(folder: Path, n: int, days: int) -> None:
+    """N events of key ``user-hot`` spread over the history, a few percent late."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    start = int(datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
+    arrival = np.sort(rng.integers(start, start + days * 86_400_000, size=n))
+    lag = rng.exponential(2_000.0, size=n).astype(np.int64)
+    late = rng.random(n) < 0.03
+    lag[late] += rng.integers(60_000, 3_600_000, size=int(late.sum()))
+    ts = pa.timestamp("us", tz="UTC")
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({
+        "arrival_time": pa.array(arrival * 1000, pa.int64()).cast(ts),
+        "event_time": pa.array((arrival - lag) * 1000, pa.int64()).cast(ts),
+        "offset": pa.array(np.arange(n) + 10**12, pa.int64()),
+        "partition": pa.array(np.full(n, 8), pa.int32()),
+        "user_id": pa.array(["user-hot"] * n),
+        "amount": pa.array(np.round(rng.lognormal(2.0, 1.0, size=n), 2)),
+        "event_id": pa.array([f"hot-{i}" for i in range(n)]),
+    }), folder / "part-00000.parquet")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=10_000_000)
@@ -84,6 +109,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each (median is reported)")
     ap.add_argument("--workdir", default=None, help="keep data here (default: a temp dir, removed)")
     ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--hot-key", type=int, default=0, metavar="N",
+                    help="add N events of one single key (memory check for skewed keys)")
     args = ap.parse_args()
     if args.quick:
         args.events, args.keys = 1_000_000, 20_000
@@ -94,6 +121,8 @@ def main() -> None:
     if not data.exists():
         generate_history(data, datetime(2024, 1, 1, tzinfo=timezone.utc), args.days, args.events // args.days,
                          args.keys, seed=11, partitions=8, files_per_day=8)
+    if args.hot_key and not (data / "hot").exists():
+        _hot_key(data / "hot", args.hot_key, args.days)
     print(f"data: {args.events:,} events, {args.keys:,} keys, {args.days} days in {data} "
           f"(generated in {time.monotonic() - t0:.1f}s)", flush=True)
 
@@ -118,7 +147,8 @@ def main() -> None:
     plain, rep = statistics.median(plain_t), statistics.median(replay_t)
     print(f"replay: {metrics['input_rows']:,} events, {metrics['windows_emitted']:,} windows emitted, "
           f"{metrics['late_events']:,} late, {metrics['open_windows']:,} open at end")
-    print(f"throughput: plain {args.events / plain:,.0f} events/s, replay {args.events / rep:,.0f} events/s")
+    n = metrics["input_rows"]
+    print(f"throughput: plain {n / plain:,.0f} events/s, replay {n / rep:,.0f} events/s")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     print(f"ratio_vs_plain_spark={rep / plain:.2f}")
