@@ -605,7 +605,11 @@ def _partial_columns(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains
         pos[sel] = np.arange(len(sel))
         keep = pos[grp] >= 0
         gi, ci = pos[grp[keep]], codes[keep]
-        order = np.lexsort((ci, gi))
+        # Each list in value order: the carried state must not depend on input row order.
+        domain = domains[_dkey(a)]
+        value_rank = np.empty(len(domain), dtype=np.int64)
+        value_rank[pc.sort_indices(domain).to_numpy()] = np.arange(len(domain))
+        order = np.lexsort((value_rank[ci] if len(ci) else ci, gi))
         gi, ci = gi[order], ci[order]
         offsets = np.concatenate(([0], np.cumsum(np.bincount(gi, minlength=len(sel)))))
         values = _decode(ci, domains[_dkey(a)])

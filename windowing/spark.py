@@ -33,6 +33,13 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     """
     from pyspark.sql import SparkSession
 
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        # Reuse the running session as it is (a test run, a notebook, Dagster's resource):
+        # a builder would overwrite its settings with ours. Only correctness is asserted.
+        for k, v in REQUIRED_CONF.items():
+            active.conf.set(k, v)
+        return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     master = master or "local[*]"
@@ -46,7 +53,4 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    # getOrCreate() may hand back an existing session: re-assert what correctness needs.
-    for k, v in REQUIRED_CONF.items():
-        spark.conf.set(k, v)
     return spark

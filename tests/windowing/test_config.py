@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import time
 import uuid
 from pathlib import Path
 
@@ -29,11 +28,11 @@ def test_examples_exist():
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_configs_load(path):
     p = load_pipeline(path)
-    assert p.name == yaml.safe_load(path.read_text())["name"]
-    assert p.source.arrival_time == "arrival_time"
-    assert p.source.worker == "partition"
-    assert p.window.key == "user_id"
-    assert p.window.event_time == "event_time"
+    doc = yaml.safe_load(path.read_text())
+    assert p.name == doc["name"]
+    assert p.source.arrival_time == doc["source"]["arrivalTime"]
+    assert p.window.type.value in doc["emitter"]
+    assert p.aggregates
 
 
 def test_clicks_hourly_values():
@@ -271,10 +270,8 @@ def _replay_without_jobs(spark, pipeline, df):
     group = f"config-check-{uuid.uuid4().hex}"
     sc.setJobGroup(group, "configuration check")
     try:
-        started = time.monotonic()
         with pytest.raises(ConfigError) as info:
             replay(spark, pipeline, df)
-        elapsed = time.monotonic() - started
         jobs = list(sc.statusTracker().getJobIdsForGroup(group))
         df.count()  # control: a job in this group is seen by the tracker
         control = list(sc.statusTracker().getJobIdsForGroup(group))
@@ -283,7 +280,6 @@ def _replay_without_jobs(spark, pipeline, df):
         sc.setLocalProperty("spark.job.description", None)
     assert control, "the job-group check cannot see jobs; the assertion below would be vacuous"
     assert jobs == [], f"replay ran Spark jobs {jobs} before refusing the configuration"
-    assert elapsed < 5, elapsed
     return str(info.value)
 
 
