@@ -20,6 +20,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--state-in", help="state folder of the previous replay (OUT_DIR/state)")
     r.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
     _spark_args(r)
+    v = sub.add_parser("verify", help="run the data-quality checks on a replay's output folder")
+    v.add_argument("output_dir", metavar="OUTPUT_DIR", help="a `rewindow replay --output` folder")
+    v.add_argument("--config", required=True, help="the pipeline YAML the replay ran")
+    v.add_argument("--input", nargs="+", help="the events it replayed (enables input and conservation checks)")
+    v.add_argument("--state-in", help="the state it started from (the previous partition's OUT_DIR/state)")
+    v.add_argument("--max-skew", default="7d", help="largest accepted |event time - arrival time| (default 7d)")
+    v.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
+    v.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    _spark_args(v)
     g = sub.add_parser("generate", help="write sample event history (Parquet)")
     g.add_argument("--output", required=True)
     g.add_argument("--start", default="2024-01-01")
@@ -31,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "replay":
             return _replay(args)
+        if args.command == "verify":
+            return _verify(args)
         return _generate(args)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"rewindow: error: {exc}", file=sys.stderr)
@@ -58,8 +69,9 @@ def _replay(args) -> int:
 
     spark = _spark(args)
     started = time.monotonic()
-    events = read_events(spark, args.input)
     state = read_state(spark, args.state_in) if args.state_in else None
+    # pipeline/state: an empty partition (no files) replays as zero events.
+    events = read_events(spark, args.input, pipeline=pipeline, state=state)
     result = replay(spark, pipeline, events, state=state, flush_at_end=args.flush_at_end)
     metrics = write_outputs(result, args.output)
     result.unpersist()
@@ -70,6 +82,40 @@ def _replay(args) -> int:
         f"{m['rejected_rows']:,} rejected, {m['open_windows']:,} still open; watermark {m['watermark_reached']}"
     )
     print(f"outputs in {args.output}/ (aggregates, late_events, rejected, state, metrics.json)")
+    return 0
+
+
+def _verify(args) -> int:
+    from windowing.config import load_pipeline
+    from windowing.durations import parse_duration_ms
+
+    pipeline = load_pipeline(args.config)
+    try:
+        max_skew_ms = parse_duration_ms(args.max_skew, "--max-skew")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    from windowing.io import read_events, read_outputs, read_state
+    from windowing.validation import format_table, run_checks
+
+    spark = _spark(args)
+    outputs = read_outputs(spark, args.output_dir)
+    prev = read_state(spark, args.state_in) if args.state_in else None
+    events = read_events(spark, args.input, pipeline=pipeline, state=prev) if args.input else None
+    results = run_checks(spark, pipeline, outputs, input_df=events, prev_state=prev, max_skew_ms=max_skew_ms,
+                         only=set(args.check) if args.check else None)
+    failed = [r for r in results if not r.passed]
+    if args.json:
+        print(json.dumps([{"name": r.name, "status": r.status, **r.metadata()} for r in results],
+                         indent=2, default=str))
+    else:
+        print(format_table(results))
+        ran = [r for r in results if not r.skipped]
+        print(f"\n{len(ran) - len(failed)} of {len(ran)} checks passed ({len(results) - len(ran)} skipped) "
+              f"on {args.output_dir}")
+    if failed:
+        print(f"rewindow: verify: {len(failed)} check(s) failed: {', '.join(r.name for r in failed)}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

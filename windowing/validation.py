@@ -42,7 +42,7 @@ import datetime as _dt
 import decimal
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -191,9 +191,14 @@ class _Rule:
         return cond if self.applies is None else (_holds(self.applies) & cond)
 
 
-def _evaluate(df, rules: Sequence[_Rule], sample_size: int) -> list[CheckResult]:
+def _wanted(only, name: str) -> bool:
+    return only is None or name in only
+
+
+def _evaluate(df, rules: Sequence[_Rule], sample_size: int, only=None) -> list[CheckResult]:
     """All rules of one DataFrame in one aggregation; samples only for failing rules."""
     F = _F()
+    rules = [r for r in rules if _wanted(only, r.name)]
     active = [r for r in rules if r.ok is not None]
     counts = {}
     if active:
@@ -276,8 +281,6 @@ def input_schema(pipeline: Pipeline, input_types: dict | None = None):
 
     def want(col, accepted, canonical):
         t = types.get(col)
-        if accepted is None:
-            return t if t is not None else None
         return t if isinstance(t, accepted) else canonical
 
     cols: dict[str, Any] = {}
@@ -344,12 +347,10 @@ def late_schema(pipeline: Pipeline, input_types: dict):
 
 
 def state_schema(pipeline: Pipeline, input_types: dict):
-    """pandera schema of ``state`` (kernel ``Spec.state_schema``)."""
-    import pandera.pyspark as pa
-
+    """pandera schema of ``state`` (kernel ``Spec.state_schema``); the kinds are the
+    ``state_kind`` rule's, which can show the offending rows."""
     spec = _spec(pipeline, input_types)
-    return _output_schema(f"{pipeline.name}.state", spec.state_schema(), {"state_kind", "fingerprint"},
-                          {"state_kind": [pa.Check.isin(list(STATE_KINDS))]})
+    return _output_schema(f"{pipeline.name}.state", spec.state_schema(), {"state_kind", "fingerprint"})
 
 
 def rejected_schema(pipeline: Pipeline, input_types: dict):
@@ -393,7 +394,7 @@ def allowed_reasons(pipeline: Pipeline) -> list[str]:
 
 
 def input_checks(pipeline: Pipeline, events_df, max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
-                 sample_size: int = DEFAULT_SAMPLE_SIZE) -> list[CheckResult]:
+                 sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
     """Checks of a pipeline's input events.
 
     * ``input_schema`` (pandera): configured columns present with usable types, arrival
@@ -404,14 +405,17 @@ def input_checks(pipeline: Pipeline, events_df, max_skew_ms: int = DEFAULT_MAX_S
     """
     F = _F()
     types = {f.name: f.dataType for f in events_df.schema.fields}
-    out = [_pandera_check("input_schema", "configured columns present, with usable types; arrival time non-null",
-                          input_schema(pipeline, types), events_df, sample_size)]
+    out = []
+    if _wanted(only, "input_schema"):
+        out.append(_pandera_check("input_schema", "configured columns present, with usable types; arrival time "
+                                  "non-null", input_schema(pipeline, types), events_df, sample_size))
     src, w = pipeline.source, pipeline.window
     names = [src.arrival_time] + ([w.event_time] if w.event_time else [])
     if any(c not in types for c in names):
         missing = ", ".join(c for c in names if c not in types)
-        out.append(_skip("input_times_parseable", "arrival/event times present and parseable", f"missing {missing}"))
-        out.append(_skip("input_event_time_skew", "event time near arrival time", f"missing {missing}"))
+        for n in ("input_times_parseable", "input_event_time_skew"):
+            if _wanted(only, n):
+                out.append(_skip(n, "arrival/event times present, parseable and close", f"missing {missing}"))
         return out
     arr = time_ms(src.arrival_time, types[src.arrival_time])
     evt = time_ms(w.event_time, types[w.event_time]) if w.event_time else arr
@@ -425,17 +429,19 @@ def input_checks(pipeline: Pipeline, events_df, max_skew_ms: int = DEFAULT_MAX_S
               applies=arr.isNotNull() & evt.isNotNull(),
               why_skipped="processing time: event time is the arrival time"),
     ]
-    return out + _evaluate(events_df, rules, sample_size)
+    return out + _evaluate(events_df, rules, sample_size, only)
 
 
 def aggregates_checks(pipeline: Pipeline, aggregates, input_types: dict | None = None,
-                      sample_size: int = DEFAULT_SAMPLE_SIZE) -> list[CheckResult]:
+                      sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
     """Checks of the ``aggregates`` output (emitted windows and ``AGGREGATE`` snapshots)."""
     F = _F()
     w = pipeline.window
     session = w.type is WindowType.SESSION
     out = []
-    if input_types is not None:
+    if not _wanted(only, "aggregates_schema"):
+        pass
+    elif input_types is not None:
         out.append(_pandera_check("aggregates_schema", "columns and types of the kernel's aggregates schema; "
                                   "bounds, reason, batch, emission non-null; emission >= 1",
                                   aggregates_schema(pipeline, input_types), aggregates, sample_size))
@@ -474,11 +480,12 @@ def aggregates_checks(pipeline: Pipeline, aggregates, input_types: dict | None =
                        wm_ok.otherwise(F.lit(True))))
     allowed = allowed_reasons(pipeline)
     rules.append(_Rule("aggregates_emit_reason", f"emit_reason in {allowed}", reason.isin(allowed)))
-    out += _evaluate(aggregates, rules, sample_size)
+    out += _evaluate(aggregates, rules, sample_size, only)
     key = _group_columns(pipeline) + ["window_start", "window_end", "emission"]
-    out.append(_duplicates("aggregates_unique_emission",
-                           f"({', '.join(key)}) unique among emitted (non-AGGREGATE) rows",
-                           aggregates.where(~_holds(reason == AGGREGATE_REASON)), key, sample_size))
+    if _wanted(only, "aggregates_unique_emission"):
+        out.append(_duplicates("aggregates_unique_emission",
+                               f"({', '.join(key)}) unique among emitted (non-AGGREGATE) rows",
+                               aggregates.where(~_holds(reason == AGGREGATE_REASON)), key, sample_size))
     return out
 
 
@@ -531,14 +538,16 @@ def _event_ms_in(pipeline: Pipeline, df):
 
 
 def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
-                sample_size: int = DEFAULT_SAMPLE_SIZE) -> list[CheckResult]:
+                sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
     """Checks of ``late_events``: the lateness rule of the pipeline's mode, ``lateness_ms``,
     and that each row names a window its event belongs to."""
     F = _F()
     w = pipeline.window
     session = w.type is WindowType.SESSION
     out = []
-    if input_types is not None:
+    if not _wanted(only, "late_events_schema"):
+        pass
+    elif input_types is not None:
         out.append(_pandera_check("late_events_schema", "columns and types of the kernel's late_events schema",
                                   late_schema(pipeline, input_types), late, sample_size))
     else:
@@ -569,19 +578,21 @@ def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
               (_c("lateness_ms") == wm - t) if t is not None else None, why_skipped=no_t),
         _Rule("late_window_membership", member_desc, member, why_skipped=no_t),
     ]
-    return out + _evaluate(late, rules, sample_size)
+    return out + _evaluate(late, rules, sample_size, only)
 
 
 def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
-                 sample_size: int = DEFAULT_SAMPLE_SIZE) -> list[CheckResult]:
+                 sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
     """Checks of ``state``: kinds, one (this pipeline's) fingerprint, window bounds, and
     no duplicate worker, key or window rows."""
     F = _F()
     session = pipeline.window.type is WindowType.SESSION
     out = []
-    if input_types is not None:
+    if not _wanted(only, "state_schema"):
+        pass
+    elif input_types is not None:
         out.append(_pandera_check("state_schema", "columns and types of the kernel's state schema; "
-                                  "state_kind in worker/key/window/emitted",
+                                  "state_kind and fingerprint non-null",
                                   state_schema(pipeline, input_types), state, sample_size))
     else:
         out.append(_skip("state_schema", "columns and types of state", "input types unknown"))
@@ -598,7 +609,9 @@ def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
               bounds & F.when(kind == "window", _c("events") >= 1).otherwise(_c("emissions") >= 1),
               applies=kind.isin("window", "emitted")),
     ]
-    out += _evaluate(state, rules, sample_size)
+    out += _evaluate(state, rules, sample_size, only)
+    if not _wanted(only, "state_unique"):
+        return out
     # A window is either open or a re-openable emitted counter, never both, never twice.
     cls = F.when(kind.isin("window", "emitted"), F.lit("window")).otherwise(kind)
     key = _group_columns(pipeline)
@@ -609,16 +622,18 @@ def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
 
 
 def rejected_checks(pipeline: Pipeline, rejected, input_types: dict | None = None,
-                    sample_size: int = DEFAULT_SAMPLE_SIZE) -> list[CheckResult]:
+                    sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
     """Checks of ``rejected``: the schema and known reasons."""
     out = []
-    if input_types is not None:
+    if not _wanted(only, "rejected_schema"):
+        pass
+    elif input_types is not None:
         out.append(_pandera_check("rejected_schema", "the input columns and a non-null reason",
                                   rejected_schema(pipeline, input_types), rejected, sample_size))
     else:
         out.append(_skip("rejected_schema", "the input columns and a reason", "input types unknown"))
     return out + _evaluate(rejected, [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}",
-                                            _c("reason").isin(list(REJECT_REASONS)))], sample_size)
+                                            _c("reason").isin(list(REJECT_REASONS)))], sample_size, only)
 
 
 # =========================================================================== conservation
@@ -732,6 +747,9 @@ def conservation_check(pipeline: Pipeline, outputs, input_df, prev_state=None,
                 if v is not None:
                     d[full] = _dt.datetime.fromtimestamp(v / 1000, tz=_dt.timezone.utc)
             sample.append(_jsonable(d))
+    if not by_counts:
+        desc = ("input memberships - rejected == AGGREGATE snapshots + late rows, per "
+                + ("(worker, key)" if session else "(worker, key, window)"))
     return CheckResult(name, n == 0, n, sample, desc + f" (by {' and '.join(checks)})")
 
 
@@ -793,7 +811,8 @@ def load_outputs(spark, outputs):
 
 
 def run_checks(spark, pipeline: Pipeline, outputs, input_df=None, prev_state=None,
-               max_skew_ms: int = DEFAULT_MAX_SKEW_MS, sample_size: int = DEFAULT_SAMPLE_SIZE) -> list[CheckResult]:
+               max_skew_ms: int = DEFAULT_MAX_SKEW_MS, sample_size: int = DEFAULT_SAMPLE_SIZE,
+               only=None) -> list[CheckResult]:
     """Every check, on one replay's outputs (and its input and starting state, if given).
 
     Args:
@@ -806,25 +825,45 @@ def run_checks(spark, pipeline: Pipeline, outputs, input_df=None, prev_state=Non
             it conservation assumes the replay started from no open windows.
         max_skew_ms: the largest accepted ``|event time - arrival time|``.
         sample_size: failing rows kept per check.
+        only: names of the checks to run (default: all of :data:`CHECK_NAMES`).
 
     Returns:
-        One :class:`CheckResult` per check, in a stable order; skipped ones included.
+        One :class:`CheckResult` per check run, in a stable order; skipped ones included.
     """
+    if only is not None:
+        unknown = set(only) - set(CHECK_NAMES)
+        if unknown:
+            raise ValueError(f"unknown check(s) {sorted(unknown)}; known: {', '.join(CHECK_NAMES)}")
     o = load_outputs(spark, outputs)
     types = input_types_of(o, input_df)
     results: list[CheckResult] = []
     if input_df is not None:
-        results += input_checks(pipeline, input_df, max_skew_ms, sample_size)
+        results += input_checks(pipeline, input_df, max_skew_ms, sample_size, only)
     else:
-        for n in ("input_schema", "input_times_parseable", "input_event_time_skew"):
-            results.append(_skip(n, "input events", "no input given"))
-    results += aggregates_checks(pipeline, o.aggregates, types, sample_size)
-    results += late_checks(pipeline, o.late_events, types, sample_size)
-    results += state_checks(pipeline, o.state, types, sample_size)
-    results += rejected_checks(pipeline, o.rejected, types, sample_size)
-    results.append(conservation_check(pipeline, o, input_df, prev_state, sample_size))
-    results.append(metrics_check(pipeline, o, input_df))
+        results += [_skip(n, "input events", "no input given") for n in INPUT_CHECKS if _wanted(only, n)]
+    results += aggregates_checks(pipeline, o.aggregates, types, sample_size, only)
+    results += late_checks(pipeline, o.late_events, types, sample_size, only)
+    results += state_checks(pipeline, o.state, types, sample_size, only)
+    results += rejected_checks(pipeline, o.rejected, types, sample_size, only)
+    if _wanted(only, "conservation"):
+        results.append(conservation_check(pipeline, o, input_df, prev_state, sample_size))
+    if _wanted(only, "metrics_consistent"):
+        results.append(metrics_check(pipeline, o, input_df))
     return results
+
+
+INPUT_CHECKS = ("input_schema", "input_times_parseable", "input_event_time_skew")
+#: Every check :func:`run_checks` runs, in its order.
+CHECK_NAMES = (
+    *INPUT_CHECKS,
+    "aggregates_schema", "aggregates_window_bounds", "aggregates_window_span", "aggregates_count_positive",
+    "aggregates_min_avg_max", "aggregates_distinct_le_count", "aggregates_emit_watermark", "aggregates_emit_reason",
+    "aggregates_unique_emission",
+    "late_events_schema", "late_rule", "late_lateness_ms", "late_window_membership",
+    "state_schema", "state_kind", "state_fingerprint", "state_window_bounds", "state_unique",
+    "rejected_schema", "rejected_reason",
+    "conservation", "metrics_consistent",
+)
 
 
 def format_table(results: Sequence[CheckResult], samples: int = 2) -> str:

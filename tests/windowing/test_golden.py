@@ -67,7 +67,7 @@ def test_kernel(case):
     assert _observed(aggs, late_rows) == (emitted, late)
 
 
-@pytest.mark.parametrize("seed", [None, 1, 2])
+@pytest.mark.parametrize("seed", [None, 2])
 @pytest.mark.parametrize("case", CASES, ids=ids)
 def test_spark_engine(spark, case, seed):
     pipeline, rows, flush, emitted, late = _case(case)
