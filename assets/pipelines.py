@@ -41,6 +41,13 @@ OUTPUTS = {  # asset name -> folder written by windowing.io.write_outputs
     "rejected_events": "rejected",
 }
 CHECK_NAME = "state_chain_in_sync"
+#: Blocking data-quality checks per output asset: which windowing.validation checks each covers.
+QUALITY_CHECKS = {
+    "window_state": ("state_", "conservation"),
+    "windowed_aggregates": ("aggregates_", "metrics_consistent"),
+    "late_events": ("late_",),
+    "rejected_events": ("rejected_", "input_"),
+}
 
 
 class ReplayConfig(dg.Config):
@@ -51,6 +58,13 @@ class ReplayConfig(dg.Config):
         description=(
             "Emit every window still open after the newest partition of this run (reason END_OF_INPUT). "
             "Use it only at the real end of the history: a flushed partition's state cannot be continued."
+        ),
+    )
+    checks: bool = Field(
+        default=True,
+        description=(
+            "Validate every partition's input and outputs (pandera schemas, window rules, conservation). "
+            "A failing partition stops the run before the next one, and later runs refuse to continue from it."
         ),
     )
 
@@ -68,6 +82,7 @@ class PartitionResult:
     metrics: dict[str, Any]
     lineage: store.Lineage
     state: Any  # the state as written, read back: the next partition's start
+    checks: tuple = ()  # windowing.validation.CheckResult of this partition (empty: not run)
 
 
 def build_pipeline_assets(
@@ -114,10 +129,24 @@ def build_pipeline_assets(
         ),
     )
 
+    quality = [
+        dg.AssetCheckSpec(
+            f"{name}_valid",
+            asset=keys[name],
+            blocking=True,
+            description=(
+                "Data-quality checks of every partition in the run (windowing.validation: "
+                + ", ".join(f"{p}*" if p.endswith("_") else p for p in QUALITY_CHECKS[name])
+                + "). Fails when one fails; the run then stops before the next partition."
+            ),
+        )
+        for name in OUTPUTS
+    ]
+
     @dg.multi_asset(
         name=f"{prefix}_replay",
         specs=specs,
-        check_specs=[check],
+        check_specs=[check, *quality],
         can_subset=False,
         partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(),
@@ -127,19 +156,36 @@ def build_pipeline_assets(
     ):
         spark = pyspark.spark_session
         _warn_about_ignored_settings(context.log, pipeline, pipeline_file, storage)
+        parts = []
         for part in replay_partitions(
-            spark, pipeline, partitions_def, storage, context.partition_keys, config.flush_at_end, context.log, context.run_id
+            spark, pipeline, partitions_def, storage, context.partition_keys, config.flush_at_end, context.log,
+            context.run_id, config.checks,
         ):
+            parts.append(part)
             for name, asset_key in keys.items():
                 context.add_asset_metadata(_metadata(spark, part, name), asset_key=asset_key, partition_key=part.key)
+        bad = [p for p in parts if p.lineage.failed_checks]
+        if bad:
+            # Blocking: nothing after the failing partition was replayed, and the run fails
+            # rather than report the whole range as materialized.
+            for name in OUTPUTS:
+                yield _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], parts, config.checks)
+            raise dg.Failure(
+                f"partition {bad[0].key} of pipeline {pipeline.name} failed its data-quality checks "
+                f"({', '.join(bad[0].lineage.failed_checks)}; see {bad[0].folder / store.CHECKS_FILE}); "
+                "the partitions after it were not replayed"
+            )
         for asset_key in keys.values():
             yield dg.MaterializeResult(asset_key=asset_key)
         yield _chain_check(pipeline, storage, partitions_def, state_key)
+        for name in OUTPUTS:
+            yield _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], parts, config.checks)
 
     return replay_pipeline
 
 
-def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource, partition_keys, flush_at_end, log, run_id):
+def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource, partition_keys, flush_at_end, log, run_id,
+                      checks: bool = True):
     """Replay ``partition_keys`` oldest to newest, each from the state the one before left.
 
     Yields a :class:`PartitionResult` per partition once its outputs are stored. The
@@ -156,7 +202,7 @@ def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource,
         began = time.monotonic()
         window = partitions_def.time_window_for_partition_key(key)
         flush = flush_at_end and key == keys[-1]
-        carried = _replay_one(spark, pipeline, storage, key, window, chain[key], carried, flush, run_id, log)
+        carried = _replay_one(spark, pipeline, storage, key, window, chain[key], carried, flush, run_id, log, checks)
         m = carried.metrics
         log.info(
             f"[{i}/{len(keys)}] {pipeline.name} {key}: {m.get('input_rows')} events, "
@@ -166,6 +212,12 @@ def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource,
             f"in {time.monotonic() - began:.1f}s -> {carried.folder}"
         )
         yield carried
+        if carried.lineage.failed_checks:
+            log.error(
+                f"{pipeline.name} {key}: data-quality checks failed ({', '.join(carried.lineage.failed_checks)}); "
+                f"not replaying the partitions after it. Details: {carried.folder / store.CHECKS_FILE}"
+            )
+            return
 
 
 def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: StorageResource) -> None:
@@ -225,6 +277,12 @@ def _starting_state(spark, pipeline, pipeline_dir: Path, chain, first_key: str) 
         )
     folder = pipeline_dir / prev
     lineage = store.Lineage.read(folder)
+    if lineage.failed_checks:
+        raise dg.Failure(
+            f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {prev} failed its "
+            f"data-quality checks ({', '.join(lineage.failed_checks)}; see {folder / store.CHECKS_FILE}). "
+            f"Fix the input and rerun {prev} first."
+        )
     if lineage.flushed_at_end:
         raise dg.Failure(
             f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {prev} was replayed "
@@ -238,7 +296,8 @@ def _starting_state(spark, pipeline, pipeline_dir: Path, chain, first_key: str) 
     return PartitionResult(prev, folder, {}, lineage, state)
 
 
-def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key, start, flush, run_id, log):
+def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key, start, flush, run_id, log,
+                checks: bool = True):
     """Replay one partition from ``start`` (the previous partition's result, or None) and store it."""
     from windowing import replay
     from windowing.config import ConfigError
@@ -259,6 +318,13 @@ def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key
             result.unpersist()
     except (ConfigError, StateMismatchError, InputError, landing.LandingZoneError) as exc:
         raise dg.Failure(f"Cannot replay partition {key} of pipeline {pipeline.name}: {exc}") from exc
+    results: tuple = ()
+    if checks:
+        from windowing.validation import failures, run_checks
+
+        results = tuple(run_checks(spark, pipeline, str(folder), input_df=events,
+                                   prev_state=start.state if start else None))
+        store.write_checks(folder, results)
     state = read_state(spark, str(folder / store.STATE_DIR))
     lineage = store.Lineage(
         pipeline=pipeline.name,
@@ -269,9 +335,10 @@ def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key
         state_hash=store.state_content_hash(state),
         flushed_at_end=flush,
         run_id=run_id,
+        failed_checks=tuple(r.name for r in failures(results)) if checks else (),
     )
     lineage.write(folder)
-    return PartitionResult(key, folder, dict(metrics), lineage, state)
+    return PartitionResult(key, folder, dict(metrics), lineage, state, results)
 
 
 def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
@@ -326,4 +393,39 @@ def _chain_check(pipeline, storage: StorageResource, partitions_def, state_key: 
             if stale
             else "every materialized partition follows from the state before it"
         ),
+    )
+
+
+def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -> dg.AssetCheckResult:
+    """One blocking check over the run's partitions: the windowing.validation checks it covers."""
+    if not enabled:
+        return dg.AssetCheckResult(
+            asset_key=asset_key, check_name=check_name, passed=True,
+            description="not run: checks were disabled in this run's config",
+            metadata={"checked_partitions": dg.MetadataValue.int(0)},
+        )
+    per_partition: dict[str, dict[str, int]] = {}
+    samples: dict[str, Any] = {}
+    for part in parts:
+        mine = [r for r in part.checks if r.name.startswith(tuple(prefixes))]
+        per_partition[part.key] = {r.name: r.failure_count for r in mine if not r.passed}
+        for r in mine:
+            if not r.passed and r.name not in samples:
+                samples[r.name] = {"partition": part.key, "description": r.description, "rows": r.sample[:5]}
+    failed = {k: v for k, v in per_partition.items() if v}
+    return dg.AssetCheckResult(
+        asset_key=asset_key,
+        check_name=check_name,
+        passed=not failed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=(
+            f"failed in partition(s) {', '.join(failed)}" if failed
+            else f"all checks passed in {len(per_partition)} partition(s)"
+        ),
+        metadata={
+            "checked_partitions": dg.MetadataValue.int(len(per_partition)),
+            "failure_count": dg.MetadataValue.int(sum(sum(v.values()) for v in failed.values())),
+            "failures_by_partition": dg.MetadataValue.json(failed),
+            "sample_failing_rows": dg.MetadataValue.json(samples),
+        },
     )

@@ -50,6 +50,8 @@ class Lineage:
     state_hash: str
     flushed_at_end: bool
     run_id: str
+    #: Data-quality checks (windowing.validation) that failed on this partition's outputs.
+    failed_checks: tuple[str, ...] = ()
 
     def write(self, folder: Path) -> None:
         """Write ``lineage.json`` into ``folder`` atomically (temp file, then rename)."""
@@ -151,3 +153,16 @@ def state_content_hash(state_df) -> str:
         F.count(F.lit(1)), F.coalesce(F.sum(row.cast("decimal(38,0)")), F.lit(0))
     ).first()
     return f"{rows}-{total}"
+
+
+CHECKS_FILE = "checks.json"
+
+
+def write_checks(folder: Path, results) -> None:
+    """The partition's data-quality results, beside its outputs (atomically)."""
+    doc = [{"name": r.name, "passed": r.passed, **r.metadata()} for r in results]
+    fd, tmp = tempfile.mkstemp(prefix=".checks-", suffix=".json", dir=folder)
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, folder / CHECKS_FILE)

@@ -88,7 +88,7 @@ class Replayer:
         other.instance = self.instance
         return other
 
-    def run(self, first: str, last: str | None = None, flush_at_end: bool = False):
+    def run(self, first: str, last: str | None = None, flush_at_end: bool = False, checks: bool = False):
         tags = {}
         if last is not None:
             tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
@@ -96,7 +96,7 @@ class Replayer:
             instance=self.instance,
             partition_key=None if last is not None else first,
             tags=tags,
-            run_config={"ops": {"clicks_hourly_replay": {"config": {"flush_at_end": flush_at_end}}}},
+            run_config={"ops": {"clicks_hourly_replay": {"config": {"flush_at_end": flush_at_end, "checks": checks}}}},
             raise_on_error=False,
         )
 

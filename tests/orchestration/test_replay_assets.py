@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import timedelta
 
 import dagster as dg
 import pytest
@@ -30,7 +31,7 @@ def one_by_one(spark, history, pipelines_dir, tmp_path_factory) -> Replayer:
 def backfill(spark, history, pipelines_dir, tmp_path_factory) -> Replayer:
     """The same three partitions as one single-run backfill."""
     r = Replayer(history, pipelines_dir, tmp_path_factory.mktemp("backfill"))
-    result = r.run(DAYS[0], DAYS[-1])
+    result = r.run(DAYS[0], DAYS[-1], checks=True)  # with the data-quality checks, as a scheduled run
     assert result.success, failure_message(result)
     assert len(result.get_asset_materialization_events()) == 3 * 5  # 3 partitions x (events + 4 outputs)
     return r
@@ -199,3 +200,42 @@ def test_hourly_partitions_equal_one_replay_of_those_hours(spark, history, pipel
     assert rows(got[0].unionByName(got[1]).unionByName(got[2])) == expected
     counts = [json.loads((r.folder(h) / "metrics.json").read_text())["input_rows"] for h in hours]
     assert sum(counts) == inputs > 0
+
+
+def test_backfill_ran_blocking_quality_checks_that_passed(backfill):
+    """Every output asset has a blocking pandera/rule check; the backfill ran them per partition."""
+    from assets.store import CHECKS_FILE
+
+    for day in DAYS:
+        results = json.loads((backfill.folder(day) / CHECKS_FILE).read_text())
+        assert {r["name"] for r in results} >= {"conservation", "aggregates_schema", "late_rule", "state_unique"}
+        assert all(r["passed"] for r in results), [r for r in results if not r["passed"]]
+    checks = backfill.defs.resolve_asset_graph().asset_check_keys
+    names = {k.name for k in checks}
+    assert {"window_state_valid", "windowed_aggregates_valid", "late_events_valid", "rejected_events_valid"} <= names
+
+
+def test_failing_quality_check_blocks_the_next_partition(spark, history, pipelines_dir, tmp_path):
+    """Day 2 holds an event stamped 30 days before its arrival: the input skew check fails,
+    the run fails naming it, and day 3 refuses to continue from day 2."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    landing = tmp_path / "landing"
+    shutil.copytree(history, landing)
+    day2 = landing / "date=2024-01-02"
+    t = pq.read_table(next(day2.glob("*.parquet")))
+    odd = t.slice(0, 1).to_pylist()[0]
+    odd["event_time"] = odd["event_time"] - timedelta(days=30)
+    odd["offset"] = 10**9
+    pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), day2 / "zz-odd.parquet")
+    r = Replayer(landing, pipelines_dir, tmp_path / "out")
+    assert r.run("2024-01-01", checks=True).success
+    second = r.run("2024-01-02", checks=True)
+    assert not second.success
+    assert "input_event_time_skew" in failure_message(second)
+    third = r.run("2024-01-03", checks=True)
+    assert not third.success
+    assert "failed its data-quality checks" in failure_message(third)
