@@ -15,7 +15,11 @@ Phases (see docs/architecture.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,22 +38,28 @@ class StateMismatchError(ValueError):
 
 @dataclass
 class ReplayResult:
-    """What one replay produced. DataFrames are lazy views of one computed kernel run."""
+    """What one replay produced.
+
+    ``aggregates``, ``late_events`` and ``state`` read the Parquet parts the kernel
+    tasks wrote under ``files`` (a per-replay work folder); ``rejected`` is a lazy view
+    of the input. :meth:`unpersist` removes the work folder.
+    """
 
     aggregates: Any
     late_events: Any
     rejected: Any
     state: Any
     metrics: dict
+    files: dict = field(default_factory=dict)  # output name -> folder of Parquet parts
+    workdir: str | None = None
 
     def unpersist(self) -> None:
-        for df in self._cached:
-            df.unpersist()
-
-    _cached: tuple = ()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool | None = None) -> ReplayResult:
+def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool | None = None,
+           workdir: str | None = None) -> ReplayResult:
     """Replay ``events_df`` through ``pipeline``'s window, continuing from ``state``.
 
     Args:
@@ -60,6 +70,9 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
             or None to start from nothing.
         flush_at_end: emit every still-open window with reason ``END_OF_INPUT`` after
             the last batch; defaults to ``pipeline.flush_at_end``.
+        workdir: where the kernel tasks write their Parquet parts; it must be a path
+            every executor can write (on a cluster: a shared filesystem). Defaults to
+            the Spark setting ``spark.rewindow.workdir``, else a local temp folder.
 
     Returns:
         :class:`ReplayResult` with ``aggregates``, ``late_events``, ``rejected`` and
@@ -69,7 +82,6 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         ConfigError: a configured column is missing or has an unusable type.
         StateMismatchError: ``state`` was written under another configuration.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
@@ -102,30 +114,20 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     part_cols = [F.col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
     nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
     kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
-    out_schema = _union_schema(spec)
-    fn = _KernelTask(spec, timelines, flush, out_schema)
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    out = kernel_in.mapInArrow(fn, from_arrow_schema(out_schema, prefer_timestamp_ntz=False))
-    out = out.persist(StorageLevel.MEMORY_AND_DISK)
-
-    aggregates = out.where(F.col("__out") == 0).select("agg.*")
-    late = out.where(F.col("__out") == 1).select("late.*")
-    state_rows = out.where(F.col("__out") == 2).select("state.*")
-    if worker_rows:
-        schema = from_arrow_schema(spec.state_schema(), prefer_timestamp_ntz=False)
-        wdf = spark.createDataFrame([tuple(r.get(f.name) for f in spec.state_schema()) for r in worker_rows], schema)
-        state_out = state_rows.unionByName(wdf)
-    else:
-        state_out = state_rows
+    run_dir = os.path.join(workdir or spark.conf.get("spark.rewindow.workdir", None) or tempfile.gettempdir(),
+                           f"rewindow-{uuid.uuid4().hex[:12]}")
+    fn = _KernelTask(spec, timelines, flush, run_dir)
+    # The tasks write their outputs as Parquet parts and hand back only small counters:
+    # no output rows cross into the JVM, no cache, no second pass to write them.
+    counters = kernel_in.mapInArrow(fn, "name string, value long").groupBy("name").sum("value").collect()
+    files = _finish_files(spec, run_dir, worker_rows)
+    aggregates, late, state_out = (spark.read.parquet(files[n]) for n in ("aggregates", "late_events", "state"))
     rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*input_cols, REJECT_REASON)
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
 
-    metrics = _metrics(out, F, rejected_counts, worker_rows, pipeline)
-    result = ReplayResult(aggregates, late, rejected, state_out, metrics)
-    result._cached = (out,)
-    return result
+    metrics = _metrics({r["name"]: int(r[1]) for r in counters}, late, F, rejected_counts, worker_rows, pipeline)
+    return ReplayResult(aggregates, late, rejected, state_out, metrics, files=files, workdir=run_dir)
 
 
 # --------------------------------------------------------------------------- phase 1
@@ -339,77 +341,69 @@ def _arrow_types(spark, df) -> dict[str, pa.DataType]:
     return {f.name: to_arrow_type(f.dataType, timezone=tz) for f in df.schema.fields}
 
 
-def _union_schema(spec: K.Spec) -> pa.Schema:
-    return pa.schema([
-        pa.field("__out", pa.int8()),
-        pa.field("agg", pa.struct(list(spec.aggregates_schema()))),
-        pa.field("late", pa.struct(list(spec.late_schema()))),
-        pa.field("state", pa.struct(list(spec.state_schema()))),
-        pa.field("counter", pa.struct([pa.field("name", pa.string()), pa.field("value", pa.int64())])),
-    ])
+OUTPUT_PARTS = {"aggregates": "aggregates", "late_events": "late", "state": "state"}
 
 
 class _KernelTask:
-    """The function each Spark task runs over its partition's Arrow batches."""
+    """What each Spark task runs over its partition: the kernel, then Parquet parts.
 
-    def __init__(self, spec, timelines, flush, schema):
-        self.spec, self.timelines, self.flush, self.schema = spec, timelines, flush, schema
+    A part is named by the Spark partition id and written to a temporary name first,
+    so a retried or speculative attempt replaces it with identical content.
+    """
+
+    def __init__(self, spec, timelines, flush, run_dir):
+        self.spec, self.timelines, self.flush, self.run_dir = spec, timelines, flush, run_dir
 
     def __call__(self, batches):
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
         batches = list(batches)
         if not batches or not sum(b.num_rows for b in batches):
             return
-        table = pa.Table.from_batches(batches)
-        out = K.process(table, self.spec, self.timelines, self.flush)
-        counters = pa.table({"name": list(out.counters), "value": pa.array(list(out.counters.values()), pa.int64())})
-        for kind, t in enumerate((out.aggregates, out.late, out.state, counters)):
-            if t.num_rows:
-                yield self._wrap(kind, t)
+        out = K.process(pa.Table.from_batches(batches), self.spec, self.timelines, self.flush)
+        part = f"part-{TaskContext.get().partitionId():05d}.parquet"
+        for name, attr in OUTPUT_PARTS.items():
+            table = getattr(out, attr)
+            if table.num_rows:
+                folder = os.path.join(self.run_dir, name)
+                os.makedirs(folder, exist_ok=True)
+                tmp = os.path.join(folder, f".{part}.{uuid.uuid4().hex[:8]}")
+                pq.write_table(table, tmp)
+                os.replace(tmp, os.path.join(folder, part))
+        yield pa.RecordBatch.from_pydict(
+            {"name": list(out.counters), "value": pa.array(list(out.counters.values()), pa.int64())}
+        )
 
-    def _wrap(self, kind: int, t: pa.Table) -> pa.RecordBatch:
-        n = t.num_rows
-        arrays = [pa.array(np.full(n, kind, dtype=np.int8))]
-        for i, f in enumerate(self.schema):
-            if i == 0:
-                continue
-            if i - 1 == kind:
-                t = t.combine_chunks()
-                arrays.append(pa.StructArray.from_arrays([c.chunk(0) if c.num_chunks else pa.array([], c.type)
-                                                          for c in t.columns], fields=list(f.type)))
-            else:
-                arrays.append(pa.nulls(n, f.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+def _finish_files(spec: K.Spec, run_dir: str, worker_rows) -> dict[str, str]:
+    """Complete the output folders: a schema-carrying empty part each, the worker state."""
+    import pyarrow.parquet as pq
+
+    schemas = {"aggregates": spec.aggregates_schema(), "late_events": spec.late_schema(),
+               "state": spec.state_schema()}
+    files = {}
+    for name, schema in schemas.items():
+        folder = os.path.join(run_dir, name)
+        os.makedirs(folder, exist_ok=True)
+        pq.write_table(schema.empty_table(), os.path.join(folder, "part-empty.parquet"))
+        files[name] = folder
+    if worker_rows:
+        pq.write_table(pa.Table.from_pylist(worker_rows, schema=schemas["state"]),
+                       os.path.join(files["state"], "part-workers.parquet"))
+    return files
 
 
 # --------------------------------------------------------------------------- metrics
 
 
-def _metrics(out, F, rejected_counts, worker_rows, pipeline) -> dict:
-    """VoltSP-named counters of this replay (one pass over the persisted kernel output)."""
-    rows = (
-        out.groupBy("__out", F.col("agg.emit_reason").alias("reason"), F.col("counter.name").alias("counter"))
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.sum("counter.value").alias("v"),
-            F.percentile("late.lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
-            F.max("late.lateness_ms").alias("mx"),
-            F.count(F.when(F.col("state.state_kind") == "window", 1)).alias("open"),
-        )
-        .collect()
-    )
-    by_reason: dict[str, int] = {}
-    counters: dict[str, int] = {}
-    late = open_windows = 0
-    lateness = {"p": None, "mx": None}
-    for r in rows:
-        if r["__out"] == 0:
-            by_reason[r["reason"]] = r["n"]
-        elif r["__out"] == 1:
-            late, lateness = r["n"], r
-        elif r["__out"] == 2:
-            open_windows += r["open"]
-        elif r["__out"] == 3:
-            counters[r["counter"]] = int(r["v"] or 0)
+def _metrics(counters: dict, late, F, rejected_counts, worker_rows, pipeline) -> dict:
+    """VoltSP-named counters of this replay (from the kernel tasks, plus lateness percentiles)."""
+    by_reason = {k.removeprefix("emitted_"): v for k, v in counters.items() if k.startswith("emitted_") and v}
+    lateness = late.agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
+                        F.max("lateness_ms").alias("mx")).collect()[0] if counters.get("late", 0) else {"p": None, "mx": None}
+    late_n = counters.get("late", 0)
+    open_windows = counters.get("open_windows", 0)
     wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
     from datetime import datetime, timezone
 
@@ -419,7 +413,7 @@ def _metrics(out, F, rejected_counts, worker_rows, pipeline) -> dict:
         "input_rows": counters.get("events", 0) + sum(rejected_counts.values()),
         "rejected_rows": sum(rejected_counts.values()),
         "rejected_by_reason": dict(sorted(rejected_counts.items())),
-        "late_events": late,
+        "late_events": late_n,
         "windows_created": counters.get("windows_created", 0),
         "windows_emitted": sum(emitted.values()),
         "emitted_by_reason": dict(sorted(emitted.items())),

@@ -97,7 +97,7 @@ def check_parquet_footers(files, error: type[ValueError] = InputError) -> int:
     return rows
 
 
-_SPARK_PATH = re.compile(r"file:(/[^\s,;'\"\]\)]+)")
+_SPARK_PATH = re.compile(r"file:/*(/[^\s,;'\"\]\)]+)")
 
 
 def _file_named_in(exc: BaseException, roots) -> Path | None:
@@ -108,6 +108,27 @@ def _file_named_in(exc: BaseException, roots) -> Path | None:
         if f.is_file() and any(r == f or r in f.resolve().parents for r in roots):
             return f
     return None
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost ``Caused by:`` of a JVM error (its first line otherwise)."""
+    causes = [ln.strip()[len("Caused by:"):].strip() for ln in str(exc).splitlines()
+              if ln.strip().startswith("Caused by:")]
+    return causes[-1][:300] if causes else _first_line(exc)
+
+
+def input_error_from(exc: BaseException, inputs) -> InputError | None:
+    """An :class:`InputError` naming the input file a Spark failure names, or None.
+
+    Spark reads data pages lazily, at the first action: a file whose footer is fine but
+    whose pages are damaged fails there, deep inside a job. Callers that run the replay
+    (the CLI) turn such a failure into an error naming the file.
+    """
+    inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    bad = _file_named_in(exc, [p for p in inputs if _is_local(p)])
+    if bad is None:
+        return None
+    return InputError(f"{bad}: cannot read Parquet input: {_root_cause(exc)}")
 
 
 # --------------------------------------------------------------------------- events
@@ -302,10 +323,10 @@ def write_outputs(result, out_dir) -> dict:
             for name in OUTPUTS:
                 try:
                     getattr(result, name).write.mode("error").parquet(str(staging / name))
-                except Exception as exc:
-                    bad = _file_named_in(exc, ["/"])
+                except Exception as exc:  # a damaged input page surfaces here, at the first action
+                    bad = _file_named_in(exc, ["/"]) if "FAILED_READ_FILE" in str(exc) else None
                     if bad is not None and staging not in bad.parents:
-                        raise InputError(f"{bad}: cannot read Parquet input: {_first_line(exc)}") from exc
+                        raise InputError(f"{bad}: cannot read Parquet input: {_root_cause(exc)}") from exc
                     raise
             (staging / "metrics.json").write_text(json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
             _swap(staging, out)

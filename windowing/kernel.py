@@ -183,15 +183,20 @@ def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flus
     out_aggs = [groups.emitted_table(k, spec)] if Trigger.AT_WINDOW_END in spec.pipeline.triggers else []
     if snaps is not None:
         out_aggs.append(snaps.emitted_table(k, spec))
+    aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
     state = pa.concat_tables([_key_state_rows(k, kb, spec), groups.state_table(k, spec),
                               groups.emitted_counter_table(k, kb, spec)])
+    emitted = {v["values"]: v["counts"] for v in pc.value_counts(aggs.column("emit_reason")).to_pylist()} \
+        if aggs.num_rows else {}
     counters = {
+        **{f"emitted_{r}": int(emitted.get(r, 0)) for r in REASON_NAMES.values()},
+        "late": int(len(late.ev_idx)),
+        "open_windows": int((groups.reason == OPEN).sum()),
         "windows_created": int(groups.created),
         "idle_keys_removed": int(groups.idle_flushes),
         "unique_keys": int((kb.key_first >= 0).sum()),
         "events": int(ev.n),
     }
-    aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
     return KernelOutput(aggs, late.table(ev, spec), state, counters)
 
 

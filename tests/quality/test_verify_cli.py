@@ -1,0 +1,66 @@
+"""``rewindow verify``: the checks on a replay's output folder, from the shell."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.quality.conftest import copy_tree
+from windowing import cli
+from windowing import validation as V
+
+
+@pytest.fixture
+def verify(spark, monkeypatch, capsys):
+    """``rewindow verify ARGS`` in this process (on the suite's Spark): (exit code, stdout, stderr)."""
+    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+
+    def run(*args):
+        code = cli.main(["verify", *map(str, args)])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_verify_passes_on_a_good_output(verify, replayed):
+    r = replayed("clicks")
+    code, out, err = verify(r.out2, "--config", r.config, "--input", r.day2, "--state-in", r.out1 / "state")
+    assert code == 0, out + err
+    for name in V.CHECK_NAMES:
+        assert f"\n{name} " in out
+    assert "FAIL" not in out and "SKIP" not in out
+    assert f"{len(V.CHECK_NAMES)} of {len(V.CHECK_NAMES)} checks passed (0 skipped)" in out
+
+
+def test_verify_fails_on_an_output_that_lost_rows(verify, replayed, tmp_path):
+    r = replayed("clicks")
+    out_dir = copy_tree(r.out2, tmp_path / "out")
+    sorted((out_dir / "aggregates").glob("part-*.parquet"))[0].unlink()  # a lost file: its windows are gone
+    code, out, err = verify(out_dir, "--config", r.config, "--input", r.day2, "--state-in", r.out1 / "state",
+                            "--check", "conservation", "--check", "metrics_consistent", "--check", "state_unique")
+    assert code == 1
+    lines = {ln.split()[0]: ln.split()[1] for ln in out.splitlines() if ln and ln.split()[0] in V.CHECK_NAMES}
+    assert lines == {"conservation": "FAIL", "metrics_consistent": "FAIL", "state_unique": "PASS"}
+    assert "2 check(s) failed: conservation, metrics_consistent" in err
+
+
+def test_verify_json_and_skips_without_input(verify, replayed):
+    r = replayed("sessions")
+    code, out, _ = verify(r.out2, "--config", r.config, "--json", "--check", "conservation",
+                          "--check", "state_fingerprint")
+    assert code == 0
+    doc = {d["name"]: d for d in json.loads(out)}
+    assert doc["conservation"]["status"] == "SKIP" and doc["state_fingerprint"]["status"] == "PASS"
+    assert doc["state_fingerprint"]["failure_count"] == 0
+
+
+def test_verify_usage_errors_exit_2(verify, replayed, tmp_path):
+    r = replayed("clicks")
+    code, _, err = verify(tmp_path / "nothing", "--config", r.config)
+    assert code == 2 and "no replay output here" in err
+    code, _, err = verify(r.out2, "--config", r.config, "--check", "no_such_check")
+    assert code == 2 and "unknown check" in err
+    code, _, err = verify(r.out2, "--config", r.config, "--max-skew", "soon")
+    assert code == 2 and "--max-skew" in err
