@@ -66,6 +66,7 @@ class Lineage:
         """The lineage of the partition in ``folder``, or ``None`` when it has none."""
         try:
             doc = json.loads((folder / LINEAGE_FILE).read_text())
+            doc["failed_checks"] = tuple(doc.get("failed_checks", ()))
             return cls(**doc)
         except (OSError, ValueError, TypeError):
             return None

@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,9 +96,11 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
 
     # Phase 2: one small aggregation per (worker, batch), plus rejected counts.
     wcol = pipeline.source.worker
-    wexpr = F.col(wcol) if wcol else F.lit(0)
+    wexpr = _col(wcol) if wcol else F.lit(0)
     cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else F.max("__evt")
-    summary = _summary(pipeline, norm, cand, wexpr)
+    inputs = events_df.inputFiles()
+    with _naming_bad_files(inputs):
+        summary = _summary(pipeline, norm, cand, wexpr)
     timelines, worker_rows = _timelines(pipeline, summary, worker_state)
     rejected_counts: dict[str, int] = {}
     for r in summary:
@@ -111,7 +114,7 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     kernel_in = events
     if key_state is not None:
         kernel_in = events.unionByName(key_state, allowMissingColumns=True)
-    part_cols = [F.col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
+    part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
     nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
     kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
     run_dir = os.path.join(workdir or spark.conf.get("spark.rewindow.workdir", None) or tempfile.gettempdir(),
@@ -119,10 +122,11 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     fn = _KernelTask(spec, timelines, flush, run_dir)
     # The tasks write their outputs as Parquet parts and hand back only small counters:
     # no output rows cross into the JVM, no cache, no second pass to write them.
-    counters = kernel_in.mapInArrow(fn, "name string, value long").groupBy("name").sum("value").collect()
+    with _naming_bad_files(inputs):
+        counters = kernel_in.mapInArrow(fn, "name string, value long").groupBy("name").sum("value").collect()
     files = _finish_files(spec, run_dir, worker_rows)
     aggregates, late, state_out = (spark.read.parquet(files[n]) for n in ("aggregates", "late_events", "state"))
-    rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*input_cols, REJECT_REASON)
+    rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*[_col(c) for c in input_cols], REJECT_REASON)
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
 
@@ -137,9 +141,35 @@ _TIME_TYPES = ("timestamp", "timestamp_ntz", "date", "string", "bigint", "int", 
 _NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double")
 
 
+@contextmanager
+def _naming_bad_files(inputs):
+    """Spark reads data pages at the first action: name the damaged input file then."""
+    from windowing.io import input_error_from
+
+    try:
+        yield
+    except Exception as exc:
+        err = input_error_from(exc, inputs)
+        if err is None:
+            raise
+        raise err from exc
+
+
+def _col(name: str):
+    """A column by its literal name (dots and backticks are part of the name)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def _check_columns(pipeline: Pipeline, df) -> None:
     """Fail before any work if a configured column is missing or unusable."""
     types = dict(df.dtypes)
+    internal = [c for c in types if c.startswith("__")]
+    if internal:
+        raise ConfigError(
+            f"input column {internal[0]!r}: names starting with '__' are reserved for the engine; rename it"
+        )
     w = pipeline.window
     named = [
         ("source.arrivalTime", pipeline.source.arrival_time),
@@ -166,6 +196,9 @@ def _check_columns(pipeline: Pipeline, df) -> None:
             f"source.batch.column: column {pipeline.source.batch_column!r} has type "
             f"{types[pipeline.source.batch_column]}; expected an integer batch id"
         )
+    for where, col in (n for n in named if not n[0].startswith("aggregateDefinition")):  # identity columns
+        if col and types[col].startswith(("array", "map", "struct")):
+            raise ConfigError(f"{where}: column {col!r} of type {types[col]} cannot identify a key, worker or order")
     for i, a in enumerate(pipeline.aggregates):
         if a.column is None:
             continue
@@ -179,7 +212,7 @@ def _check_columns(pipeline: Pipeline, df) -> None:
 
 
 def _to_ms(F, col_name: str, dtype: str):
-    c = F.col(col_name)
+    c = _col(col_name)
     if dtype in ("timestamp", "timestamp_ntz", "string"):
         ts = F.try_to_timestamp(c) if dtype == "string" else c.cast("timestamp")
         us = F.unix_micros(ts)
@@ -200,23 +233,23 @@ def _normalise(pipeline: Pipeline, df):
     out = df.withColumn("__arr", arr)
     out = out.withColumn("__evt", evt if evt is not None else F.col("__arr"))
     if src.batch_column:
-        batch = F.col(src.batch_column).cast("long")
+        batch = _col(src.batch_column).cast("long")
     else:
         batch = F.floor(F.col("__arr") / F.lit(src.batch_interval_ms)).cast("long")
     out = out.withColumn("__batch", batch)
-    reason = F.when(F.col(src.arrival_time).isNull(), F.lit("arrival time is null")).when(
+    reason = F.when(_col(src.arrival_time).isNull(), F.lit("arrival time is null")).when(
         F.col("__arr").isNull(), F.lit("arrival time unparseable")
     )
     if w.event_time:
-        reason = reason.when(F.col(w.event_time).isNull(), F.lit("event time is null")).when(
+        reason = reason.when(_col(w.event_time).isNull(), F.lit("event time is null")).when(
             F.col("__evt").isNull(), F.lit("event time unparseable")
         )
     if src.batch_column:
-        reason = reason.when(F.col(src.batch_column).isNull(), F.lit("batch is null"))
+        reason = reason.when(_col(src.batch_column).isNull(), F.lit("batch is null"))
     out = out.withColumn(REJECT_REASON if REJECT_REASON not in cols else "__reason_tmp", reason)
     if REJECT_REASON in cols:
         raise ConfigError(f"input column {REJECT_REASON!r} clashes with the rejected output's reason column")
-    return out.withColumn("__hash", F.xxhash64(*[F.col(c) for c in cols]))
+    return out.withColumn("__hash", F.xxhash64(*[_col(c) for c in cols]))
 
 
 def _reject_committed(spark, pipeline, norm, worker_state):
@@ -227,7 +260,7 @@ def _reject_committed(spark, pipeline, norm, worker_state):
     last = {(_hashable(r["worker"])): r["batch"] for r in worker_state if r["batch"] is not None}
     if not last:
         return norm
-    wexpr = F.col(wcol) if wcol else F.lit(0)
+    wexpr = _col(wcol) if wcol else F.lit(0)
     cond = None
     for wv, b in last.items():
         match = wexpr.isNull() if wv is None else (wexpr == F.lit(wv))
@@ -273,8 +306,8 @@ def _split_state(spark, pipeline: Pipeline, state, events_df):
     )
     keep = [c for c in (wcol, kcol) if c]
     rows = state.where(F.col("state_kind") != "worker")
-    cols = [F.col(c).cast(types[c]).alias(c) for c in keep]
-    cols += [F.col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
+    cols = [_col(c).cast(types[c]).alias(c) for c in keep]
+    cols += [_col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
     return worker_state, rows.select(*cols, kind.alias("__kind"))
 
 

@@ -344,11 +344,9 @@ def test_the_cli_refuses_a_missing_state(spark, replayed, tmp_path, monkeypatch,
     assert not (tmp_path / "o").exists()
 
 
-# --------------------------------------------------------------------------- engine bugs (xfail)
+# --------------------------------------------------------------------------- unusual column names and types
 
 
-@pytest.mark.xfail(strict=True, reason="engine: a struct/array key column crashes the kernel "
-                   "(ArrowNotImplementedError: dictionary_encode in a Python worker) instead of a ConfigError")
 def test_a_key_column_of_nested_type_is_a_config_error(spark):
     events = frame(spark, [(at(1), at(1), 1, (1,), 1.0, "x")],
                    "arr timestamp, evt timestamp, seq long, k struct<x:int>, v double, id string")
@@ -356,8 +354,8 @@ def test_a_key_column_of_nested_type_is_a_config_error(spark):
         replay(spark, small(), events, flush_at_end=True).aggregates.collect()
 
 
-@pytest.mark.xfail(strict=True, reason="engine: configured column names containing a dot are read as struct "
-                   "fields (F.col('user.id')): AnalysisException UNRESOLVED_COLUMN")
+@pytest.mark.xfail(strict=True, reason="engine: a configured column name containing a dot is still resolved as "
+                   "a struct field somewhere in the kernel's plan (AnalysisException UNRESOLVED_COLUMN)")
 def test_column_names_with_dots_are_taken_literally(spark):
     p = small(**{"source/arrivalTime": "arr.t", "emitter/tumbling-time-window/keyExtractor": "user.id"})
     events = frame(spark, [(at(1), at(1), 1, "a", 1.0, "x")],
@@ -366,8 +364,6 @@ def test_column_names_with_dots_are_taken_literally(spark):
     assert window["count"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="engine: an input column named like an internal one (__batch, __arr, "
-                   "__evt, __hash, __kind) is silently overwritten: sum(__batch) sums batch numbers")
 def test_input_columns_named_like_engine_internals_are_not_overwritten(spark):
     p = small(**{"emitter/tumbling-time-window/aggregateDefinition": ["count", {"type": "sum", "column": "__batch"}]})
     events = frame(spark, [(at(1), at(1), 1, "a", 7, "x"), (at(2), at(2), 2, "a", 9, "y")],
