@@ -8,13 +8,13 @@ checked against the model on a smaller sample (tests/windowing/test_engine_vs_mo
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 
 import random
 import zlib
 
 import pyarrow as pa
 
+from tests.engine_harness import to_ms
 from windowing import engine as E
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
@@ -121,12 +121,3 @@ def _ms_rows(t: pa.Table) -> list[dict]:
         out.append(r)
     return out
 
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def to_ms(v: datetime) -> int:
-    """Exact epoch milliseconds of a datetime (naive ones are UTC)."""
-    if v.tzinfo is None:
-        v = v.replace(tzinfo=timezone.utc)
-    return (v - _EPOCH) // timedelta(milliseconds=1)
