@@ -119,7 +119,13 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
     run_dir = os.path.join(workdir or spark.conf.get("spark.rewindow.workdir", None) or tempfile.gettempdir(),
                            f"rewindow-{uuid.uuid4().hex[:12]}")
-    fn = _KernelTask(spec, timelines, flush, run_dir)
+    # PySpark's mapInArrow resolves columns by name, which a dot in a name breaks: hand
+    # such columns over under a safe name, and the task puts the real name back.
+    names = kernel_in.columns
+    safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
+    if safe != names:
+        kernel_in = kernel_in.toDF(*safe)
+    fn = _KernelTask(spec, timelines, flush, run_dir, dict(zip(safe, names)))
     # The tasks write their outputs as Parquet parts and hand back only small counters:
     # no output rows cross into the JVM, no cache, no second pass to write them.
     with _naming_bad_files(inputs):
@@ -384,8 +390,9 @@ class _KernelTask:
     so a retried or speculative attempt replaces it with identical content.
     """
 
-    def __init__(self, spec, timelines, flush, run_dir):
+    def __init__(self, spec, timelines, flush, run_dir, names=None):
         self.spec, self.timelines, self.flush, self.run_dir = spec, timelines, flush, run_dir
+        self.names = names or {}
 
     def __call__(self, batches):
         import pyarrow.parquet as pq
@@ -394,7 +401,9 @@ class _KernelTask:
         batches = list(batches)
         if not batches or not sum(b.num_rows for b in batches):
             return
-        out = K.process(pa.Table.from_batches(batches), self.spec, self.timelines, self.flush)
+        table = pa.Table.from_batches(batches)
+        table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
+        out = K.process(table, self.spec, self.timelines, self.flush)
         part = f"part-{TaskContext.get().partitionId():05d}.parquet"
         for name, attr in OUTPUT_PARTS.items():
             table = getattr(out, attr)

@@ -354,8 +354,6 @@ def test_a_key_column_of_nested_type_is_a_config_error(spark):
         replay(spark, small(), events, flush_at_end=True).aggregates.collect()
 
 
-@pytest.mark.xfail(strict=True, reason="engine: a configured column name containing a dot is still resolved as "
-                   "a struct field somewhere in the kernel's plan (AnalysisException UNRESOLVED_COLUMN)")
 def test_column_names_with_dots_are_taken_literally(spark):
     p = small(**{"source/arrivalTime": "arr.t", "emitter/tumbling-time-window/keyExtractor": "user.id"})
     events = frame(spark, [(at(1), at(1), 1, "a", 1.0, "x")],
