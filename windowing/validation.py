@@ -249,6 +249,16 @@ def _pandera_check(name: str, description: str, schema, df, sample_size: int) ->
     return CheckResult(name, not errors, len(errors), errors[:sample_size], description)
 
 
+def _schema_check(name: str, description: str, skip_description: str, schema_of, pipeline: Pipeline, df,
+                  input_types: dict | None, sample_size: int, only) -> list[CheckResult]:
+    """An output's pandera schema check, skipped when the input column types are unknown."""
+    if not _wanted(only, name):
+        return []
+    if input_types is None:
+        return [_skip(name, skip_description, "input types unknown")]
+    return [_pandera_check(name, description, schema_of(pipeline, input_types), df, sample_size)]
+
+
 def _schema(columns: dict, name: str):
     import pandera.pyspark as pa
 
@@ -438,15 +448,11 @@ def aggregates_checks(pipeline: Pipeline, aggregates, input_types: dict | None =
     F = _F()
     w = pipeline.window
     session = w.type is WindowType.SESSION
-    out = []
-    if not _wanted(only, "aggregates_schema"):
-        pass
-    elif input_types is not None:
-        out.append(_pandera_check("aggregates_schema", "columns and types of the kernel's aggregates schema; "
-                                  "bounds, reason, batch, emission non-null; emission >= 1",
-                                  aggregates_schema(pipeline, input_types), aggregates, sample_size))
-    else:
-        out.append(_skip("aggregates_schema", "columns and types of aggregates", "input types unknown"))
+    out = _schema_check("aggregates_schema",
+                         "columns and types of the kernel's aggregates schema; "
+                         "bounds, reason, batch, emission non-null; emission >= 1",
+                         "columns and types of aggregates", aggregates_schema, pipeline, aggregates, input_types,
+                         sample_size, only)
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("emit_watermark")
     reason = _c("emit_reason")
     rules = [
@@ -544,14 +550,8 @@ def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
     F = _F()
     w = pipeline.window
     session = w.type is WindowType.SESSION
-    out = []
-    if not _wanted(only, "late_events_schema"):
-        pass
-    elif input_types is not None:
-        out.append(_pandera_check("late_events_schema", "columns and types of the kernel's late_events schema",
-                                  late_schema(pipeline, input_types), late, sample_size))
-    else:
-        out.append(_skip("late_events_schema", "columns and types of late_events", "input types unknown"))
+    out = _schema_check("late_events_schema", "columns and types of the kernel's late_events schema",
+                         "columns and types of late_events", late_schema, pipeline, late, input_types, sample_size, only)
     t = _event_ms_in(pipeline, late)
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("watermark")
     no_t = "the event time column is not in late_events"
@@ -587,15 +587,9 @@ def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
     no duplicate worker, key or window rows."""
     F = _F()
     session = pipeline.window.type is WindowType.SESSION
-    out = []
-    if not _wanted(only, "state_schema"):
-        pass
-    elif input_types is not None:
-        out.append(_pandera_check("state_schema", "columns and types of the kernel's state schema; "
-                                  "state_kind and fingerprint non-null",
-                                  state_schema(pipeline, input_types), state, sample_size))
-    else:
-        out.append(_skip("state_schema", "columns and types of state", "input types unknown"))
+    out = _schema_check("state_schema",
+                         "columns and types of the kernel's state schema; state_kind and fingerprint non-null",
+                         "columns and types of state", state_schema, pipeline, state, input_types, sample_size, only)
     kind = _c("state_kind")
     ws, we = _c("window_start_ms"), _c("window_end_ms")
     fp = pipeline.fingerprint()
@@ -624,14 +618,8 @@ def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
 def rejected_checks(pipeline: Pipeline, rejected, input_types: dict | None = None,
                     sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
     """Checks of ``rejected``: the schema and known reasons."""
-    out = []
-    if not _wanted(only, "rejected_schema"):
-        pass
-    elif input_types is not None:
-        out.append(_pandera_check("rejected_schema", "the input columns and a non-null reason",
-                                  rejected_schema(pipeline, input_types), rejected, sample_size))
-    else:
-        out.append(_skip("rejected_schema", "the input columns and a reason", "input types unknown"))
+    out = _schema_check("rejected_schema", "the input columns and a non-null reason",
+                         "the input columns and a reason", rejected_schema, pipeline, rejected, input_types, sample_size, only)
     return out + _evaluate(rejected, [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}",
                                             _c("reason").isin(list(REJECT_REASONS)))], sample_size, only)
 
