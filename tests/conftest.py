@@ -6,8 +6,17 @@ import os
 import sys
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+# Generated cases: the same cases on every run by default, so a test run (and CI) is
+# repeatable. REWINDOW_HYPOTHESIS=explore draws new cases each run (bug hunting), and
+# REWINDOW_CASES_SCALE=N multiplies the number of cases of the model comparisons.
+settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("REWINDOW_HYPOTHESIS", "repeatable"))
+
 
 
 @pytest.fixture(scope="session")

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from windowing.config import parse_pipeline
 
 S = 1000
+
+
+def cases(n: int) -> settings:
+    """Settings for a generated-case test: n cases (times REWINDOW_CASES_SCALE), no deadline."""
+    scale = int(os.environ.get("REWINDOW_CASES_SCALE", "1"))
+    return settings(max_examples=n * scale, deadline=None, suppress_health_check=list(HealthCheck))
+
 
 AGGREGATES = [
     {"type": "count"},

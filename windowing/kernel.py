@@ -908,7 +908,9 @@ def _emissions(k, kb, G_g, G_ws, G_we, G_gen, reason, carried_prior, spec, final
     open_last = np.zeros(len(lo), dtype=bool)
     open_last[ok_g] = reason[lo_group[ok_g]] == OPEN
     keep = ~open_last & (total > 0) & (owe[lo] + reopen_margin > final_eff(og[lo]))
-    keep &= ~(np.isin(np.arange(len(lo)), np.flatnonzero(ok_g)) & (reason[np.maximum(lo_group, 0)] == WATERMARK))
+    closed_by_wm = np.zeros(len(lo), dtype=bool)
+    closed_by_wm[ok_g] = reason[lo_group[ok_g]] == WATERMARK
+    keep &= ~closed_by_wm
     return emission, (og[lo][keep], ows[lo][keep], owe[lo][keep], total[keep])
 
 

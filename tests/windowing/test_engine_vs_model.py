@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.engine_harness import canon, run_engine
-from tests.generators import histories, pipelines, split_points
+from tests.generators import cases, histories, pipelines, split_points
 from tests.reference_model import reference_replay
 from windowing.io import read_state
 
-SPARK_CASES = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+SPARK_CASES = cases(30)
 _tmp = itertools.count()
 
 
@@ -31,7 +31,7 @@ def test_engine_matches_model(spark, pipeline, rows, flush, seed):
     assert metrics["rejected_rows"] == len(ref.rejected)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@cases(10)
 @given(pipelines(), histories(nulls=False), st.lists(st.floats(0, 1), min_size=1, max_size=2), st.booleans())
 def test_pieces_through_parquet_state_match_model(spark, tmp_path_factory, pipeline, rows, cuts, flush):
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
