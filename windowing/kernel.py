@@ -23,7 +23,7 @@ Session windows merge sequentially and run a tight per-key loop (``_sessions``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -251,23 +251,32 @@ class _Events:
 
     def __init__(self, table: pa.Table, spec: Spec, k: _Keys):
         rows = np.flatnonzero(k.kind == EVENT)
-        sub = table.take(pa.array(rows))
-        keys = [sub["__hash"].to_numpy()]
-        for c in reversed(spec.pipeline.source.arrival_order):
+        src = spec.pipeline.source
+        # Only the sort columns, and only the event rows (state rows have nulls there).
+        sub = table.select(["__hash", *src.arrival_order, "__arr", "__batch", "__evt"])
+        if len(rows) != table.num_rows:
+            sub = sub.take(pa.array(rows))
+        arr, batch = _int64(sub["__arr"]), _int64(sub["__batch"])
+        keys = [_int64(sub["__hash"])]
+        for c in reversed(src.arrival_order):
             keys.append(order_codes(sub[c]))
-        keys += [sub["__arr"].to_numpy(), sub["__batch"].to_numpy(), k.gid[rows]]
+        keys += [arr, batch, k.gid[rows]]
         order = np.lexsort(keys) if len(rows) else np.zeros(0, dtype=np.int64)
         self.rows = rows[order]  # table row of each sorted event
         self.n = len(self.rows)
         self.g = k.gid[self.rows]
-        self.batch = table["__batch"].to_numpy()[self.rows].astype(np.int64)
-        self.arr = table["__arr"].to_numpy()[self.rows].astype(np.int64)
-        self.t = table["__evt"].to_numpy()[self.rows].astype(np.int64)
+        self.batch = batch[order]
+        self.arr = arr[order]
+        self.t = _int64(sub["__evt"])[order]
         self.table = table
 
     def column(self, name: str) -> pa.Array:
         return self.table[name].take(pa.array(self.rows)).combine_chunks() if self.n else \
             pa.array([], type=self.table.schema.field(name).type)
+
+
+def _int64(col: pa.ChunkedArray) -> np.ndarray:
+    return col.to_numpy().astype(np.int64, copy=False)
 
 
 class _KeyBatches:
@@ -502,29 +511,44 @@ def _dkey(a: Aggregate) -> tuple[str, bool]:
     return (a.column, a.type in ("min", "max"))
 
 
-def _domains(spec: Spec, k: _Keys, ev: _Events) -> dict[tuple[str, bool], pa.Array]:
+class _Domain(NamedTuple):
+    """The distinct values of a column (sorted where order matters) and the table
+    column's codes into them (-1 for null)."""
+
+    values: pa.Array
+    codes: np.ndarray
+
+
+def _domains(spec: Spec, k: _Keys, ev: _Events) -> dict[tuple[str, bool], _Domain]:
     """Distinct values per column (events and carried partials), sorted where order matters.
 
     Aggregates over arbitrary types (strings, timestamps, ...) work on integer codes into
-    these domains; only min/max need the codes to follow the values' order.
+    these domains; only min/max need the codes to follow the values' order. One hash
+    pass (``dictionary_encode``) gives both the values and the codes.
     """
     table = k.table
-    out: dict[tuple[str, bool], pa.Array] = {}
+    out: dict[tuple[str, bool], _Domain] = {}
     state_rows = np.flatnonzero(k.kind == STATE_WINDOW)
     for a in spec.pipeline.aggregates:
         if a.type not in ("min", "max", "first", "last", "distinct") or _dkey(a) in out:
             continue
-        parts = [table[a.column].combine_chunks()]
+        column = table[a.column].combine_chunks()
+        parts = [column]
         for b in spec.pipeline.aggregates:
             if b.column == a.column and len(state_rows) and b.type in ("min", "max", "first", "last", "distinct"):
                 p = _scol(table, f"partial_{b.name}", state_rows)
                 parts.append(pc.list_flatten(p) if b.type == "distinct" else p)
-        parts = [x for x in parts if len(x)]
-        allv = pa.concat_arrays(parts) if len(parts) > 1 else (parts[0] if parts else table[a.column].combine_chunks())
-        uniq = pc.unique(allv.drop_null())
-        if _dkey(a)[1]:
-            uniq = uniq.take(pc.sort_indices(uniq))
-        out[_dkey(a)] = uniq
+        allv = pa.concat_arrays(parts) if len(parts) > 1 else column
+        enc = pc.dictionary_encode(allv)
+        values = enc.dictionary
+        codes = pc.fill_null(enc.indices.slice(0, len(column)), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        if _dkey(a)[1] and len(values):
+            order = pc.sort_indices(values).to_numpy()
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            values = values.take(pa.array(order))
+            codes = np.where(codes >= 0, rank[np.maximum(codes, 0)], -1)
+        out[_dkey(a)] = _Domain(values, codes)
     return out
 
 
@@ -548,7 +572,7 @@ def _value_arrays(spec: Spec, ev: _Events, domains) -> dict[tuple, tuple[np.ndar
         elif a.type == "count":
             out[("valid", a.column)] = (valid, valid)
         elif ("code", *_dkey(a)) not in out:
-            out[("code", *_dkey(a))] = (codes_in(col, domains[_dkey(a)])[ev.rows], valid)
+            out[("code", *_dkey(a))] = (domains[_dkey(a)].codes[ev.rows], valid)
     return out
 
 
@@ -569,9 +593,9 @@ def _state_partials(spec: Spec, k: _Keys, rows: np.ndarray, domains) -> list[dic
             p["n"] = pc.fill_null(col, 0).to_numpy().astype(np.int64)
         elif a.type == "distinct":
             lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
-            p["members"] = (np.repeat(np.arange(len(rows)), lengths), codes_in(pc.list_flatten(col), domains[_dkey(a)]))
+            p["members"] = (np.repeat(np.arange(len(rows)), lengths), codes_in(pc.list_flatten(col), domains[_dkey(a)].values))
         else:
-            p["code"] = codes_in(col, domains[_dkey(a)])
+            p["code"] = codes_in(col, domains[_dkey(a)].values)
         out.append(p)
     return out
 
@@ -587,7 +611,7 @@ def _final_value(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) ->
             with np.errstate(invalid="ignore", divide="ignore"):
                 return pa.array(s.astype(np.float64) / np.where(n > 0, n, 1), pa.float64(), mask=n == 0)
         return pa.array(s, spec.output_type(a), mask=n == 0)
-    return _decode(p["code"][sel], domains[_dkey(a)])
+    return _decode(p["code"][sel], domains[_dkey(a)].values)
 
 
 def _decode(codes: np.ndarray, domain: pa.Array) -> pa.Array:
@@ -611,15 +635,13 @@ def _partial_columns(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains
         keep = pos[grp] >= 0
         gi, ci = pos[grp[keep]], codes[keep]
         # Each list in value order: the carried state must not depend on input row order.
-        domain = domains[_dkey(a)]
-        value_rank = np.empty(len(domain), dtype=np.int64)
-        value_rank[pc.sort_indices(domain).to_numpy()] = np.arange(len(domain))
-        order = np.lexsort((value_rank[ci] if len(ci) else ci, gi))
-        gi, ci = gi[order], ci[order]
+        values = _decode(ci, domains[_dkey(a)].values)
+        order = pc.sort_indices(pa.table({"g": gi, "v": values}), [("g", "ascending"), ("v", "ascending")])
+        gi = gi[order.to_numpy()]
+        values = values.take(order)
         offsets = np.concatenate(([0], np.cumsum(np.bincount(gi, minlength=len(sel)))))
-        values = _decode(ci, domains[_dkey(a)])
         return {name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)}
-    return {name: _decode(p["code"][sel], domains[_dkey(a)])}
+    return {name: _decode(p["code"][sel], domains[_dkey(a)].values)}
 
 
 def _reduce(spec: Spec, grp: np.ndarray, ngroups: int, ev_idx: np.ndarray, values, domains,
@@ -656,7 +678,7 @@ def _reduce(spec: Spec, grp: np.ndarray, ngroups: int, ev_idx: np.ndarray, value
             ok = valid[ev_idx]
             gv, cv = grp[ok], codes[ev_idx][ok]
             if a.type == "distinct":
-                C = np.int64(len(domains[_dkey(a)]) + 1)
+                C = np.int64(len(domains[_dkey(a)].values) + 1)
                 mg, mc = gv, cv
                 if ini is not None:
                     sg, sc = ini["members"]
@@ -967,7 +989,7 @@ def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, e
             codes, valid = values[("code", *_dkey(a))]
             c, ok = codes[e_pos], valid[e_pos]
             if a.type == "distinct":
-                C = np.int64(len(domains[_dkey(a)]) + 1)
+                C = np.int64(len(domains[_dkey(a)].values) + 1)
                 enc = e_grp.astype(np.int64) * C + np.where(ok, c, 0)
                 seen_state = np.zeros(n, dtype=bool)
                 if ini is not None:
@@ -985,7 +1007,7 @@ def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, e
                     dc = dc + np.where(has, counts[np.maximum(si, 0)], 0)
                 p["dcount"] = dc
             elif a.type in ("min", "max"):
-                big = np.int64(len(domains[_dkey(a)]) + 2)
+                big = np.int64(len(domains[_dkey(a)].values) + 2)
                 val = np.where(ok, c if a.type == "max" else big - 2 - c, -1)
                 init = np.full(M, -1, dtype=np.int64)
                 if ini is not None:
