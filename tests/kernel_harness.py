@@ -74,10 +74,9 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     ev_cols["__batch"] = [v[3] for v in valid]
     ev_cols["__arr"] = [v[1] for v in valid]
     ev_cols["__evt"] = [v[2] for v in valid]
-    ev_cols["__hash"] = [0] * len(valid)
     schema = pa.schema([pa.field(c, t) for c, t in types.items()] + [
         pa.field("__kind", pa.int8()), pa.field("__batch", pa.int64()), pa.field("__arr", pa.int64()),
-        pa.field("__evt", pa.int64()), pa.field("__hash", pa.int64())])
+        pa.field("__evt", pa.int64())])
     table = pa.table(ev_cols, schema=schema)
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")

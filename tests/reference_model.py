@@ -17,6 +17,7 @@ as one call over all of it (§9).
 from __future__ import annotations
 
 import copy
+import struct
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, Hashable
@@ -28,6 +29,16 @@ MIN_TIMESTAMP = float("-inf")
 #: Emission reasons (§6, §7, §8).
 WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT, AGGREGATE = (
     "WATERMARK", "IDLE", "MAX_DURATION", "END_OF_INPUT", "AGGREGATE")
+
+
+def _value_order(v: Any) -> tuple:
+    """Sort key of one column value (§2): nulls first; floats in IEEE total order."""
+    if v is None:
+        return (0, 0)
+    if isinstance(v, float):
+        bits = struct.unpack("<q", struct.pack("<d", v))[0]
+        return (1, bits ^ 0x7FFF_FFFF_FFFF_FFFF if bits < 0 else bits)
+    return (1, v)
 
 
 # --------------------------------------------------------------------------- state
@@ -220,7 +231,8 @@ class _Replay:
             self.rejected.append({**row, "reason": reason})
             return None
         tiebreak = tuple((row.get(c) is not None, row.get(c)) for c in src.arrival_order)  # nulls first
-        order = (batch, arrival, tiebreak, repr(sorted(row.items())))
+        rest = tuple(_value_order(row.get(c)) for c in sorted(row))  # §2: then the remaining columns
+        order = (batch, arrival, tiebreak, rest)
         key = row.get(w.key) if w.key else None
         return _Event(row, worker, key, batch, arrival, event, order)
 

@@ -126,3 +126,31 @@ def group_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return arr.to_numpy(zero_copy_only=False).astype(np.int64)
     idx = pc.dictionary_encode(arr).indices
     return pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def value_order_keys(arr: pa.Array | pa.ChunkedArray) -> list[np.ndarray]:
+    """``np.lexsort`` keys (least significant first) ordering values of any type.
+
+    Nulls come first, then values in order: floats by IEEE total order (-0.0 before
+    0.0, NaN last, so no two distinct floats tie), integers and temporal types by their
+    integer value, strings and binaries bytewise, nested values by their ``repr``.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = arr.type
+    valid = arr.is_valid().to_numpy(zero_copy_only=False).astype(np.int8)
+    if pa.types.is_dictionary(t):
+        return value_order_keys(arr.cast(t.value_type))
+    if pa.types.is_floating(t):
+        bits = pc.fill_null(arr.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False).view(np.int64)
+        return [np.where(bits < 0, bits ^ np.int64(0x7FFF_FFFF_FFFF_FFFF), bits), valid]
+    if pa.types.is_temporal(t) and t.bit_width in _INT_OF:
+        arr, t = arr.view(_INT_OF[t.bit_width]), _INT_OF[t.bit_width]
+    if (pa.types.is_integer(t) and t != pa.uint64()) or pa.types.is_boolean(t):
+        return [pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False).astype(np.int64), valid]
+    if pa.types.is_nested(t) or pa.types.is_interval(t):
+        arr = pa.array([None if v is None else repr(v) for v in arr.to_pylist()], pa.string())
+    return [order_codes(arr)]
+
+
+_INT_OF = {32: pa.int32(), 64: pa.int64()}

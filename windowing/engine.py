@@ -2,8 +2,8 @@
 
 Phases (see docs/architecture.md):
 
-1. **Normalise** in Spark expressions: ``arrival_ms``, ``event_ms``, the batch, the
-   row hash, and a rejection reason for rows that cannot be processed.
+1. **Normalise** in Spark expressions: ``arrival_ms``, ``event_ms``, the batch and a
+   rejection reason for rows that cannot be processed.
 2. **Worker timelines**: one Spark aggregation per (worker, batch) gives the watermark
    candidates and arrival maxima; the driver turns these (one row per batch, not per
    event) into each worker's global watermark and clock after every commit.
@@ -255,7 +255,7 @@ def _normalise(pipeline: Pipeline, df):
     out = out.withColumn(REJECT_REASON if REJECT_REASON not in cols else "__reason_tmp", reason)
     if REJECT_REASON in cols:
         raise ConfigError(f"input column {REJECT_REASON!r} clashes with the rejected output's reason column")
-    return out.withColumn("__hash", F.xxhash64(*[_col(c) for c in cols]))
+    return out
 
 
 def _reject_committed(spark, pipeline, norm, worker_state):

@@ -42,6 +42,7 @@ from windowing.arrays import (
     seg_searchsorted,
     sorted_unique,
     starts_of,
+    value_order_keys,
 )
 from windowing.config import Aggregate, Clock, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
 
@@ -58,7 +59,7 @@ STATE_PREFIX = "__s_"
 #: Columns late_events adds to the input columns.
 LATE_ADDED_COLUMNS = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
 #: Internal columns the engine adds to every event row.
-EVENT_COLUMNS = ("__kind", "__batch", "__arr", "__evt", "__hash")
+EVENT_COLUMNS = ("__kind", "__batch", "__arr", "__evt")
 
 
 @dataclass(frozen=True)
@@ -253,15 +254,14 @@ class _Events:
         rows = np.flatnonzero(k.kind == EVENT)
         src = spec.pipeline.source
         # Only the sort columns, and only the event rows (state rows have nulls there).
-        sub = table.select(["__hash", *src.arrival_order, "__arr", "__batch", "__evt"])
+        sub = table.select([*src.arrival_order, "__arr", "__batch", "__evt"])
         if len(rows) != table.num_rows:
             sub = sub.take(pa.array(rows))
         arr, batch = _int64(sub["__arr"]), _int64(sub["__batch"])
-        keys = [_int64(sub["__hash"])]
-        for c in reversed(src.arrival_order):
-            keys.append(order_codes(sub[c]))
+        keys = [order_codes(sub[c]) for c in reversed(src.arrival_order)]
         keys += [arr, batch, k.gid[rows]]
         order = np.lexsort(keys) if len(rows) else np.zeros(0, dtype=np.int64)
+        order = _break_ties(order, keys, table, rows, spec)
         self.rows = rows[order]  # table row of each sorted event
         self.n = len(self.rows)
         self.g = k.gid[self.rows]
@@ -273,6 +273,37 @@ class _Events:
     def column(self, name: str) -> pa.Array:
         return self.table[name].take(pa.array(self.rows)).combine_chunks() if self.n else \
             pa.array([], type=self.table.schema.field(name).type)
+
+
+def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows: np.ndarray,
+                spec: Spec) -> np.ndarray:
+    """Order events equal in (key, batch, arrival, arrivalOrder) by their other columns.
+
+    The contract's arrival order ends with "the row's remaining columns": runs of tied
+    events are sorted by every input column's value, columns taken by name, so the
+    order is total on distinct rows and does not depend on how the input came.
+    """
+    if len(order) < 2:
+        return order
+    same = np.ones(len(order) - 1, dtype=bool)
+    for key in keys:
+        ks = key[order]
+        same &= ks[1:] == ks[:-1]
+    if not same.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= same
+    tied[:-1] |= same
+    pos = np.flatnonzero(tied)
+    run = np.cumsum(np.concatenate(([True], ~same)))[pos]
+    take = pa.array(rows[order[pos]])
+    sort_keys = []
+    for c in sorted(spec.input_types, reverse=True):
+        sort_keys += value_order_keys(table[c].take(take))
+    sub = np.lexsort([*sort_keys, run])
+    out = order.copy()
+    out[pos] = order[pos][sub]
+    return out
 
 
 def _int64(col: pa.ChunkedArray) -> np.ndarray:
