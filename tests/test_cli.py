@@ -132,6 +132,19 @@ def test_replay_writes_every_output_and_a_summary(spark, history, day1_run):
     columns = [k for k, _ in aggregates[0]]
     assert columns == ["partition", "user_id", "window_start", "window_end", "count", "sum_amount", "min_amount",
                        "max_amount", "unique_events", "emit_reason", "emit_batch", "emit_watermark", "emission"]
+    # Lateness percentiles: Spark's exact percentile of the written late events.
+    from pyspark.sql import functions as F
+
+    p = spark.read.parquet(str(out / "late_events")).agg(
+        F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"), F.max("lateness_ms").alias("mx")).first()
+    assert metrics["lateness_ms_percentiles"] == {"p50": p["p"][0], "p90": p["p"][1], "p99": p["p"][2], "max": p["mx"]}
+    # ... which is also what the Spark job for very many late events gives.
+    from windowing import engine
+
+    late = str(out / "late_events")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "DRIVER_PERCENTILES_MAX", 0)
+        assert engine._lateness(metrics["late_events"], late, spark.read.parquet(late), F).asDict() == p.asDict()
     # The summary on stdout.
     assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in stdout
     assert f"{metrics['windows_emitted']:,} windows emitted" in stdout

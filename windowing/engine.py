@@ -136,7 +136,9 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
 
-    metrics = _metrics({r["name"]: int(r[1]) for r in counters}, late, F, rejected_counts, worker_rows, pipeline)
+    counts = {r["name"]: int(r[1]) for r in counters}
+    metrics = _metrics(counts, _lateness(counts.get("late", 0), files["late_events"], late, F),
+                       rejected_counts, worker_rows, pipeline)
     return ReplayResult(aggregates, late, rejected, state_out, metrics, files=files, workdir=run_dir)
 
 
@@ -439,11 +441,27 @@ def _finish_files(spec: K.Spec, run_dir: str, worker_rows) -> dict[str, str]:
 # --------------------------------------------------------------------------- metrics
 
 
-def _metrics(counters: dict, late, F, rejected_counts, worker_rows, pipeline) -> dict:
+#: Up to this many late events, lateness percentiles are computed in the driver from the
+#: written parts (8 bytes each); beyond it, by a Spark job.
+DRIVER_PERCENTILES_MAX = 20_000_000
+
+
+def _lateness(n: int, folder: str, late, F) -> dict:
+    """Exact p50/p90/p99 (linear interpolation, as Spark's ``percentile``) and max."""
+    if not n:
+        return {"p": None, "mx": None}
+    if n > DRIVER_PERCENTILES_MAX:
+        return late.agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
+                        F.max("lateness_ms").alias("mx")).collect()[0]
+    import pyarrow.parquet as pq
+
+    values = pq.read_table(folder, columns=["lateness_ms"])["lateness_ms"].to_numpy()
+    return {"p": np.percentile(values, [50, 90, 99]).tolist(), "mx": int(values.max())}
+
+
+def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipeline) -> dict:
     """VoltSP-named counters of this replay (from the kernel tasks, plus lateness percentiles)."""
     by_reason = {k.removeprefix("emitted_"): v for k, v in counters.items() if k.startswith("emitted_") and v}
-    lateness = late.agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
-                        F.max("lateness_ms").alias("mx")).collect()[0] if counters.get("late", 0) else {"p": None, "mx": None}
     late_n = counters.get("late", 0)
     open_windows = counters.get("open_windows", 0)
     wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
