@@ -108,9 +108,11 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
             rejected_counts[r[REJECT_REASON]] = rejected_counts.get(r[REJECT_REASON], 0) + r["n"]
 
     # Phase 3: the kernel, per partition of (worker, key).
-    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON).withColumn("__kind", F.lit(K.EVENT).cast("byte"))
     arrow_types = _arrow_types(spark, events_df)
     spec = K.Spec(pipeline=pipeline, input_types={c: arrow_types[c] for c in input_cols})
+    # Events go to the tasks as they came; the tasks compute the internal columns they can
+    # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
+    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(spec))
     kernel_in = events
     if key_state is not None:
         kernel_in = events.unionByName(key_state, allowMissingColumns=True)
@@ -220,14 +222,25 @@ def _check_columns(pipeline: Pipeline, df) -> None:
 
 
 def _to_ms(F, col_name: str, dtype: str):
+    """Epoch milliseconds of a time column, or (timestamps, strings) epoch microseconds to
+    be floored to milliseconds by :func:`_floor_div`. Tasks compute the same from zoned
+    timestamps, dates and integers (``kernel.task_derived``)."""
     c = _col(col_name)
     if dtype in ("timestamp", "timestamp_ntz", "string"):
         ts = F.try_to_timestamp(c) if dtype == "string" else c.cast("timestamp")
-        us = F.unix_micros(ts)
-        return (us - F.pmod(us, F.lit(1000))).cast("long") / F.lit(1000)
+        return F.unix_micros(ts), 1000
     if dtype == "date":
-        return F.unix_date(c).cast("long") * F.lit(86_400_000)
-    return c.cast("long")
+        return F.unix_date(c).cast("long") * F.lit(K.MS_PER_DAY), 1
+    return c.cast("long"), 1
+
+
+def _floor_div(F, df, name: str, value, divisor: int):
+    """``df`` with ``name`` = floor(value / divisor), exact in 64-bit integers."""
+    if divisor == 1:
+        return df.withColumn(name, value.cast("long"))
+    tmp = f"{name}_undivided"
+    return df.withColumn(tmp, value.cast("long")).withColumn(
+        name, F.expr(f"({tmp} - pmod({tmp}, {divisor})) div {divisor}")).drop(tmp)
 
 
 def _normalise(pipeline: Pipeline, df):
@@ -235,16 +248,16 @@ def _normalise(pipeline: Pipeline, df):
 
     types = dict(df.dtypes)
     src, w = pipeline.source, pipeline.window
-    arr = _to_ms(F, src.arrival_time, types[src.arrival_time]).cast("long")
-    evt = _to_ms(F, w.event_time, types[w.event_time]).cast("long") if w.event_time else None
     cols = list(df.columns)
-    out = df.withColumn("__arr", arr)
-    out = out.withColumn("__evt", evt if evt is not None else F.col("__arr"))
-    if src.batch_column:
-        batch = _col(src.batch_column).cast("long")
+    out = _floor_div(F, df, "__arr", *_to_ms(F, src.arrival_time, types[src.arrival_time]))
+    if w.event_time:
+        out = _floor_div(F, out, "__evt", *_to_ms(F, w.event_time, types[w.event_time]))
     else:
-        batch = F.floor(F.col("__arr") / F.lit(src.batch_interval_ms)).cast("long")
-    out = out.withColumn("__batch", batch)
+        out = out.withColumn("__evt", F.col("__arr"))
+    if src.batch_column:
+        out = out.withColumn("__batch", _col(src.batch_column).cast("long"))
+    else:
+        out = _floor_div(F, out, "__batch", F.col("__arr"), src.batch_interval_ms)
     reason = F.when(_col(src.arrival_time).isNull(), F.lit("arrival time is null")).when(
         F.col("__arr").isNull(), F.lit("arrival time unparseable")
     )

@@ -58,8 +58,10 @@ TS = pa.timestamp("us", tz="UTC")
 STATE_PREFIX = "__s_"
 #: Columns late_events adds to the input columns.
 LATE_ADDED_COLUMNS = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
-#: Internal columns the engine adds to every event row.
+#: Internal columns of every event row: the engine adds them, or (see ``task_derived``)
+#: the kernel computes them from the input columns.
 EVENT_COLUMNS = ("__kind", "__batch", "__arr", "__evt")
+MS_PER_DAY = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -167,11 +169,79 @@ class KernelOutput:
     counters: dict[str, int] = field(default_factory=dict)
 
 
+# =========================================================================== derived columns
+
+
+def _ms_derivable(t: pa.DataType) -> bool:
+    """Time types whose epoch milliseconds a task computes exactly like the engine's Spark
+    expression (zoned timestamps, integers, dates; not strings or local timestamps, which
+    need Spark's parser and session time zone)."""
+    return (pa.types.is_timestamp(t) and t.tz is not None) or pa.types.is_date32(t) or (
+        pa.types.is_integer(t) and t != pa.uint64())
+
+
+def task_derived(spec: Spec) -> frozenset[str]:
+    """Internal columns the kernel can compute from the input columns itself, so the engine
+    need not compute and ship them (fewer columns through the shuffle and into Python)."""
+    src, w, types = spec.pipeline.source, spec.window, spec.input_types
+    out = set()
+    if _ms_derivable(types[src.arrival_time]):
+        out.add("__arr")
+        if src.batch_column is None:
+            out.add("__batch")
+        if w.event_time is None:
+            out.add("__evt")
+    if w.event_time is not None and _ms_derivable(types[w.event_time]):
+        out.add("__evt")
+    if src.batch_column is not None and pa.types.is_integer(types[src.batch_column]) \
+            and types[src.batch_column] != pa.uint64():
+        out.add("__batch")
+    return frozenset(out)
+
+
+def _epoch_ms(col: pa.ChunkedArray) -> np.ndarray:
+    """Epoch milliseconds (floored) of a time column; nulls (state rows) give 0."""
+    arr = col.combine_chunks()
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        v = pc.fill_null(arr.view(pa.int64()), 0).to_numpy()
+        per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[t.unit]
+        return v * 1000 if per_ms is None else np.floor_divide(v, per_ms)
+    if pa.types.is_date32(t):
+        return pc.fill_null(arr.view(pa.int32()), 0).to_numpy().astype(np.int64) * MS_PER_DAY
+    return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy()
+
+
+def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
+    """The table with ``__kind``, ``__arr``, ``__evt`` and ``__batch`` (computing those the
+    engine left out, see :func:`task_derived`)."""
+    src, w = spec.pipeline.source, spec.window
+    names = table.column_names
+    if "__kind" not in names:
+        table = table.append_column("__kind", pa.array(np.full(table.num_rows, EVENT, np.int8)))
+    elif table["__kind"].null_count:
+        table = table.set_column(names.index("__kind"), "__kind", pc.fill_null(table["__kind"], np.int8(EVENT)))
+    if "__arr" not in names:
+        arr = _epoch_ms(table[src.arrival_time])
+        table = table.append_column("__arr", pa.array(arr))
+    if "__evt" not in names:
+        evt = _epoch_ms(table[w.event_time]) if w.event_time else table["__arr"].to_numpy()
+        table = table.append_column("__evt", pa.array(evt))
+    if "__batch" not in names:
+        if src.batch_column:
+            batch = pc.fill_null(table[src.batch_column].cast(pa.int64()), 0).to_numpy()
+        else:
+            batch = np.floor_divide(table["__arr"].to_numpy(), src.batch_interval_ms)
+        table = table.append_column("__batch", pa.array(batch))
+    return table
+
+
 # =========================================================================== entry point
 
 
 def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flush_at_end: bool) -> KernelOutput:
     """Replay the events of complete keys in ``table`` (events and state rows, any order)."""
+    table = with_event_columns(table, spec)
     k = _Keys(table, spec)
     ev = _Events(table, spec, k)
     kb = _KeyBatches(ev, k, spec)

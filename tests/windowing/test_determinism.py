@@ -13,7 +13,7 @@ off by one ulp, fails).
 The history is ``windowing.sample.generate_history`` (2 days, 4 workers, ~60 keys), plus
 per day a file of awkward rows: rows to reject (null event or arrival time), exact
 duplicates, and rows tying with another on (batch, arrival time, offset), which only the
-row hash orders.
+remaining columns order.
 """
 
 from __future__ import annotations
