@@ -45,18 +45,39 @@ def dense_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inv.astype(np.int64).reshape(-1)
 
 
+def _seg_keys(values: np.ndarray, seg: np.ndarray):
+    """Int64 keys ordered like the pairs (seg, value), minus infinity first in a segment:
+    ``(keys, width, lo)`` with ``key = seg * width + (value - lo + 1)`` (0 for minus
+    infinity), or None when the values span too wide a range for that (then callers rank
+    the values first, which costs a sort)."""
+    seg64 = seg.astype(np.int64)
+    real = values != MIN_TIMESTAMP
+    lo, hi = (int(values[real].min()), int(values[real].max())) if real.any() else (0, 0)
+    width = hi - lo + 2
+    if len(seg64) and (int(seg64.min()) < 0 or width * (int(seg64.max()) + 1) >= 2**62):
+        return None
+    return np.where(real, values - (lo - 1), 0) + seg64 * width, width, lo
+
+
 def seg_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     """Running maximum that restarts at every segment (``seg`` sorted).
 
-    Values are replaced by their ranks and shifted into disjoint ranges per segment,
-    so one ``np.maximum.accumulate`` never carries a maximum across segments.
+    Values are shifted into disjoint ranges per segment (directly, or through their
+    ranks when the range is too wide), so one ``np.maximum.accumulate`` never carries a
+    maximum across segments.
     """
     if len(values) == 0:
         return values.copy()
+    seg64 = seg.astype(np.int64)
+    keyed = _seg_keys(values, seg64)
+    if keyed is not None:
+        enc, width, lo = keyed
+        out = np.maximum.accumulate(enc) - seg64 * width
+        return np.where(out == 0, MIN_TIMESTAMP, out + (lo - 1))
     uniq, rank = dense_rank(values)
     width = np.int64(len(uniq))
-    enc = seg.astype(np.int64) * width + rank
-    return uniq[np.maximum.accumulate(enc) - seg.astype(np.int64) * width]
+    enc = seg64 * width + rank
+    return uniq[np.maximum.accumulate(enc) - seg64 * width]
 
 
 def seg_searchsorted(
@@ -70,6 +91,10 @@ def seg_searchsorted(
     """
     if len(query) == 0:
         return np.zeros(0, dtype=np.int64)
+    keyed = _seg_keys(np.concatenate([table, query]), np.concatenate([table_seg, query_seg]))
+    if keyed is not None:
+        enc = keyed[0]
+        return np.searchsorted(enc[: len(table)], enc[len(table):], side="left")
     uniq, rank = dense_rank(np.concatenate([table, query]))
     width = np.int64(len(uniq))
     enc_t = table_seg.astype(np.int64) * width + rank[: len(table)]

@@ -289,8 +289,8 @@ class _Keys:
             enc = codes[0] + 1
             if len(codes) == 2:
                 enc = enc * (codes[1].max(initial=0) + 2) + codes[1] + 1
-            _, gid = np.unique(enc, return_inverse=True)
-            self.gid = gid.reshape(-1).astype(np.int64)
+            # Dense ids by hashing (no sort): the ids' order carries no meaning.
+            self.gid = pc.dictionary_encode(pa.array(enc, pa.int64())).indices.to_numpy().astype(np.int64)
         else:
             self.gid = np.zeros(n, dtype=np.int64)
         self.n = int(self.gid.max()) + 1 if n else 0
@@ -784,7 +784,8 @@ def _reduce(spec: Spec, grp: np.ndarray, ngroups: int, ev_idx: np.ndarray, value
                 if ini is not None:
                     sg, sc = ini["members"]
                     mg, mc = np.concatenate([init_grp[sg], gv]), np.concatenate([sc, cv])
-                enc = np.unique(mg.astype(np.int64) * C + mc)
+                # Distinct (group, value) pairs by hashing; their order does not matter.
+                enc = pc.unique(pa.array(mg.astype(np.int64) * C + mc, pa.int64())).to_numpy()
                 ug, uc = enc // C, enc % C
                 p["dcount"] = np.bincount(ug, minlength=ngroups).astype(np.int64)
                 p["members"] = (ug, uc)

@@ -1,0 +1,64 @@
+"""The segmented NumPy helpers against one-element-at-a-time versions, on narrow and very
+wide value ranges (which take different paths) and with minus infinity mixed in."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.generators import cases
+from windowing.arrays import MIN_TIMESTAMP, seg_cummax, seg_searchsorted, value_order_keys
+
+VALUES = st.one_of(
+    st.integers(-50, 50),
+    st.sampled_from([MIN_TIMESTAMP, 2**62, -(2**62), 2**63 - 1, 1_700_000_000_000]),
+)
+
+
+@st.composite
+def segmented(draw, sorted_inside=False):
+    sizes = draw(st.lists(st.integers(0, 6), min_size=1, max_size=6))
+    seg = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    values = np.array([draw(VALUES) for _ in range(len(seg))], dtype=np.int64)
+    if sorted_inside:
+        for s in range(len(sizes)):
+            values[seg == s] = np.sort(values[seg == s])
+    return values, seg
+
+
+@cases(300)
+@given(segmented())
+def test_seg_cummax_restarts_at_every_segment(vs):
+    values, seg = vs
+    expected, run, prev = [], None, None
+    for v, s in zip(values.tolist(), seg.tolist()):
+        run = v if s != prev else max(run, v)
+        prev = s
+        expected.append(run)
+    assert seg_cummax(values, seg).tolist() == expected
+
+
+@cases(300)
+@given(segmented(sorted_inside=True), segmented())
+def test_seg_searchsorted_finds_the_first_greater_or_equal_in_the_segment(table, queries):
+    tv, ts = table
+    qv, qs = queries
+    got = seg_searchsorted(tv, ts, qv, qs)
+    for q, s, g in zip(qv.tolist(), qs.tolist(), got.tolist()):
+        inside = [i for i in range(len(tv)) if ts[i] == s]
+        hit = [i for i in inside if tv[i] >= q]
+        if hit:
+            assert g == hit[0]
+        else:  # past the segment's last element (its end, or the next segment's start)
+            end = (inside[-1] + 1) if inside else int(np.searchsorted(ts, s))
+            assert g == end
+
+
+def test_value_order_keys_orders_floats_totally_and_nulls_first():
+    import pyarrow as pa
+
+    arr = pa.array([1.0, -0.0, 0.0, None, float("nan"), -2.0, float("-inf")])
+    order = np.lexsort(value_order_keys(arr))
+    assert [repr(v) for v in arr.take(pa.array(order)).to_pylist()] == [
+        "None", "-inf", "-2.0", "-0.0", "0.0", "1.0", "nan"]
