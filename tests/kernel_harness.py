@@ -67,6 +67,9 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
         summary[key] = (pick(c, evt), max(a, arr), n + 1)
     srows = [{"reason": None, "__w": wv, "__batch": b, "cand": c, "maxarr": a, "n": n}
              for (wv, b), (c, a, n) in summary.items()]
+    srows = pa.Table.from_pylist(srows, schema=pa.schema([
+        ("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()), ("cand", pa.int64()),
+        ("maxarr", pa.int64()), ("n", pa.int64())]))
     timelines, worker_rows = E._timelines(pipeline, srows, state.workers if state else [])
     # Kernel input: events plus carried key/window rows, split into partitions by key.
     ev_cols = {c: [r.get(c) for r, *_ in valid] for c in columns}

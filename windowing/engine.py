@@ -102,10 +102,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     with _naming_bad_files(inputs):
         summary = _summary(pipeline, norm, cand, wexpr)
     timelines, worker_rows = _timelines(pipeline, summary, worker_state)
-    rejected_counts: dict[str, int] = {}
-    for r in summary:
-        if r[REJECT_REASON] is not None:
-            rejected_counts[r[REJECT_REASON]] = rejected_counts.get(r[REJECT_REASON], 0) + r["n"]
+    rejected = summary.filter(summary[REJECT_REASON].is_valid()).group_by(REJECT_REASON).aggregate([("n", "sum")])
+    rejected_counts = {r[REJECT_REASON]: int(r["n_sum"]) for r in rejected.to_pylist()}
 
     # Phase 3: the kernel, per partition of (worker, key).
     arrow_types = _arrow_types(spark, events_df)
@@ -332,7 +330,7 @@ def _split_state(spark, pipeline: Pipeline, state, events_df):
     return worker_state, rows.select(*cols, kind.alias("__kind"))
 
 
-def _summary(pipeline: Pipeline, norm, cand, wexpr) -> list[dict]:
+def _summary(pipeline: Pipeline, norm, cand, wexpr) -> pa.Table:
     """Per (worker, batch): watermark candidate, greatest arrival, rows; rejected counts.
 
     Idle detection needs every commit of a worker; without an idle timeout only each
@@ -341,35 +339,52 @@ def _summary(pipeline: Pipeline, norm, cand, wexpr) -> list[dict]:
     """
     from pyspark.sql import functions as F
 
+    w = pipeline.window
+    if w.idle_timeout_ms is None and w.watermark_strategy is WatermarkStrategy.MAX_EVENT_TIME:
+        # The greatest of the per-batch maxima is the greatest event time: one level.
+        return norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w")).agg(
+            F.max("__batch").alias("__batch"), F.max("__evt").alias("cand"), F.max("__arr").alias("maxarr"),
+            F.count(F.lit(1)).alias("n"),
+        ).toArrow()
     per_batch = norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w"), F.col("__batch")).agg(
         cand.alias("cand"), F.max("__arr").alias("maxarr"), F.count(F.lit(1)).alias("n")
     )
-    if pipeline.window.idle_timeout_ms is None:
+    if w.idle_timeout_ms is None:
         per_batch = per_batch.groupBy(REJECT_REASON, "__w").agg(
             F.max("__batch").alias("__batch"), F.max("cand").alias("cand"), F.max("maxarr").alias("maxarr"),
             F.sum("n").alias("n"),
         )
-    return per_batch.toArrow().to_pylist()  # Arrow: one row per batch, fast to collect
+    return per_batch.toArrow()  # Arrow: one row per batch, fast to collect
 
 
-def _timelines(pipeline: Pipeline, summary, worker_state):
-    """Each worker's global watermark and clock after every commit (driver side, per batch)."""
+def _timelines(pipeline: Pipeline, summary: pa.Table, worker_state):
+    """Each worker's global watermark and clock after every commit (driver side, per batch).
+
+    ``summary`` has one row per (reject reason, worker ``__w``, batch) — or per (reason,
+    worker) when folded — with the watermark candidate ``cand`` and ``maxarr``.
+    """
+    import pyarrow.compute as pc
+
     w = pipeline.window
-    per_worker: dict[Any, list] = {}
-    for r in summary:
-        if r[REJECT_REASON] is None:
-            per_worker.setdefault(_hashable(r["__w"]), []).append((r["__batch"], r["cand"], r["maxarr"]))
+    per_worker: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    if summary.num_rows:
+        ok = summary.filter(pc.is_null(summary[REJECT_REASON]))
+        enc = pc.dictionary_encode(ok["__w"].combine_chunks(), null_encoding="encode")
+        ids = enc.indices.to_numpy(zero_copy_only=False)
+        cols = [ok[c].to_numpy() for c in ("__batch", "cand", "maxarr")]
+        for i, wv in enumerate(enc.dictionary.to_pylist()):
+            sel = np.flatnonzero(ids == i)
+            sel = sel[np.argsort(cols[0][sel], kind="stable")]
+            per_worker[_hashable(wv)] = tuple(c[sel].astype(np.int64) for c in cols)
     init = {_hashable(s["worker"]): s for s in worker_state}
     timelines: dict[Any, K.Timeline] = {}
     rows = []
-    for wv in list(dict.fromkeys([*per_worker, *init])):
-        items = sorted(per_worker.get(wv, []))
+    empty = np.zeros(0, dtype=np.int64)
+    for wv in sorted(dict.fromkeys([*per_worker, *init]), key=repr):
+        batches, cand, arr = per_worker.get(wv, (empty, empty, empty))
         s0 = init.get(wv, {})
         wm0 = s0.get("watermark_ms")
         clock0 = s0.get("clock_ms")
-        batches = np.array([i[0] for i in items], dtype=np.int64)
-        cand = np.array([i[1] for i in items], dtype=np.int64)
-        arr = np.array([i[2] for i in items], dtype=np.int64)
         gwm = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if wm0 is None else wm0], cand]))[1:]
         clock = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if clock0 is None else clock0], arr]))[1:]
         last_batch = int(batches[-1]) if len(batches) else s0.get("batch")
