@@ -40,7 +40,6 @@ from windowing.arrays import (
     seg_cummax,
     seg_rank,
     seg_searchsorted,
-    sorted_unique,
     starts_of,
     value_order_keys,
 )
@@ -58,9 +57,6 @@ TS = pa.timestamp("us", tz="UTC")
 STATE_PREFIX = "__s_"
 #: Columns late_events adds to the input columns.
 LATE_ADDED_COLUMNS = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
-#: Internal columns of every event row: the engine adds them, or (see ``task_derived``)
-#: the kernel computes them from the input columns.
-EVENT_COLUMNS = ("__kind", "__batch", "__arr", "__evt")
 MS_PER_DAY = 86_400_000
 
 
@@ -339,10 +335,6 @@ class _Events:
         self.arr = arr[order]
         self.t = _int64(sub["__evt"])[order]
         self.table = table
-
-    def column(self, name: str) -> pa.Array:
-        return self.table[name].take(pa.array(self.rows)).combine_chunks() if self.n else \
-            pa.array([], type=self.table.schema.field(name).type)
 
 
 def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows: np.ndarray,
