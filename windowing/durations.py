@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+DAY_MS = 86_400_000
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": DAY_MS}
 _SHORT = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 _ISO = re.compile(
     r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d{1,3})?)S)?)?$"

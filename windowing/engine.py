@@ -28,6 +28,8 @@ import pyarrow as pa
 
 from windowing import kernel as K
 from windowing.arrays import MIN_TIMESTAMP, sat_sub
+from windowing.columns import col as _col
+from windowing.columns import epoch_ms
 from windowing.config import ConfigError, Pipeline, WatermarkStrategy
 
 REJECT_REASON = "reason"
@@ -163,13 +165,6 @@ def _naming_bad_files(inputs):
         raise err from exc
 
 
-def _col(name: str):
-    """A column by its literal name (dots and backticks are part of the name)."""
-    from pyspark.sql import functions as F
-
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
 def _check_columns(pipeline: Pipeline, df) -> None:
     """Fail before any work if a configured column is missing or unusable."""
     types = dict(df.dtypes)
@@ -219,43 +214,24 @@ def _check_columns(pipeline: Pipeline, df) -> None:
             raise ConfigError(f"aggregateDefinition[{i}].column: {a.column!r} of type {t} cannot be aggregated")
 
 
-def _to_ms(F, col_name: str, dtype: str):
-    """Epoch milliseconds of a time column, or (timestamps, strings) epoch microseconds to
-    be floored to milliseconds by :func:`_floor_div`. Tasks compute the same from zoned
-    timestamps, dates and integers (``kernel.task_derived``)."""
-    c = _col(col_name)
-    if dtype in ("timestamp", "timestamp_ntz", "string"):
-        ts = F.try_to_timestamp(c) if dtype == "string" else c.cast("timestamp")
-        return F.unix_micros(ts), 1000
-    if dtype == "date":
-        return F.unix_date(c).cast("long") * F.lit(K.MS_PER_DAY), 1
-    return c.cast("long"), 1
-
-
-def _floor_div(F, df, name: str, value, divisor: int):
-    """``df`` with ``name`` = floor(value / divisor), exact in 64-bit integers."""
-    if divisor == 1:
-        return df.withColumn(name, value.cast("long"))
-    tmp = f"{name}_undivided"
-    return df.withColumn(tmp, value.cast("long")).withColumn(
-        name, F.expr(f"({tmp} - pmod({tmp}, {divisor})) div {divisor}")).drop(tmp)
+def _floor_div(F, df, name: str, source: str, divisor: int):
+    """``df`` with ``name`` = floor(``source`` / divisor), exact in 64-bit integers (Spark's
+    ``/`` goes through doubles). Tasks compute the same (``kernel.with_event_columns``)."""
+    return df.withColumn(name, F.expr(f"({source} - pmod({source}, {divisor})) div {divisor}"))
 
 
 def _normalise(pipeline: Pipeline, df):
     from pyspark.sql import functions as F
 
-    types = dict(df.dtypes)
+    types = {f.name: f.dataType for f in df.schema.fields}
     src, w = pipeline.source, pipeline.window
     cols = list(df.columns)
-    out = _floor_div(F, df, "__arr", *_to_ms(F, src.arrival_time, types[src.arrival_time]))
-    if w.event_time:
-        out = _floor_div(F, out, "__evt", *_to_ms(F, w.event_time, types[w.event_time]))
-    else:
-        out = out.withColumn("__evt", F.col("__arr"))
+    out = df.withColumn("__arr", epoch_ms(src.arrival_time, types[src.arrival_time]))
+    out = out.withColumn("__evt", epoch_ms(w.event_time, types[w.event_time]) if w.event_time else F.col("__arr"))
     if src.batch_column:
         out = out.withColumn("__batch", _col(src.batch_column).cast("long"))
     else:
-        out = _floor_div(F, out, "__batch", F.col("__arr"), src.batch_interval_ms)
+        out = _floor_div(F, out, "__batch", "__arr", src.batch_interval_ms)
     reason = F.when(_col(src.arrival_time).isNull(), F.lit("arrival time is null")).when(
         F.col("__arr").isNull(), F.lit("arrival time unparseable")
     )

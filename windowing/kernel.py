@@ -44,6 +44,7 @@ from windowing.arrays import (
     value_order_keys,
 )
 from windowing.config import Aggregate, Clock, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
+from windowing.durations import DAY_MS
 
 # Row kinds of the kernel's input table (column ``__kind``).
 STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
@@ -57,7 +58,6 @@ TS = pa.timestamp("us", tz="UTC")
 STATE_PREFIX = "__s_"
 #: Columns late_events adds to the input columns.
 LATE_ADDED_COLUMNS = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
-MS_PER_DAY = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ def _epoch_ms(col: pa.ChunkedArray) -> np.ndarray:
         per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[t.unit]
         return v * 1000 if per_ms is None else np.floor_divide(v, per_ms)
     if pa.types.is_date32(t):
-        return pc.fill_null(arr.view(pa.int32()), 0).to_numpy().astype(np.int64) * MS_PER_DAY
+        return pc.fill_null(arr.view(pa.int32()), 0).to_numpy().astype(np.int64) * DAY_MS
     return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy()
 
 

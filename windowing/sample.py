@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-DAY_MS = 86_400_000
+from windowing.durations import DAY_MS
 
 
 def generate_history(

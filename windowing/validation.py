@@ -46,13 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from windowing.columns import col as _col
+from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WindowType
 
 #: Default of ``max_skew_ms``: how far an event time may be from its arrival time.
 DEFAULT_MAX_SKEW_MS = 7 * 86_400_000
 #: Failing rows kept in a result.
 DEFAULT_SAMPLE_SIZE = 5
-DAY_MS = 86_400_000
 
 STATE_KINDS = ("worker", "key", "window", "emitted")
 #: Every reason the engine gives for a rejected row (docs/semantics.md section 1).
@@ -139,36 +140,9 @@ def _F():
     return F
 
 
-def _c(name: str):
-    """A column by exact name (dots and spaces in names are not struct access)."""
-    return _F().col("`" + name.replace("`", "``") + "`")
-
-
 def _ms(name: str):
     """A timestamp column as epoch milliseconds (floored, like the engine)."""
-    return _F().unix_millis(_c(name))
-
-
-def time_ms(name: str, dtype):
-    """Epoch milliseconds of an input time column, null when null or unparseable.
-
-    The types docs/semantics.md section 1 accepts: timestamp (sub-ms floored), date
-    (midnight UTC), integer (epoch ms), string (ISO-8601, UTC unless it has an offset).
-    Anything else gives null.
-    """
-    from pyspark.sql import types as T
-
-    F = _F()
-    c = _c(name)
-    if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
-        return F.unix_millis(c.cast(T.TimestampType()))
-    if isinstance(dtype, T.StringType):
-        return F.unix_millis(F.try_to_timestamp(c))
-    if isinstance(dtype, T.DateType):
-        return F.unix_date(c).cast("long") * F.lit(DAY_MS)
-    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
-        return c.cast("long")
-    return F.lit(None).cast("long")
+    return _F().unix_millis(_col(name))
 
 
 def _holds(cond):
@@ -217,7 +191,7 @@ def _evaluate(df, rules: Sequence[_Rule], sample_size: int, only=None) -> list[C
 
 def _duplicates(name: str, description: str, df, cols: list[str], sample_size: int) -> CheckResult:
     F = _F()
-    dup = df.groupBy(*[_c(c) for c in cols]).agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1)
+    dup = df.groupBy(*[_col(c) for c in cols]).agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1)
     n = dup.count()
     sample = [_jsonable(r.asDict(recursive=True)) for r in dup.limit(sample_size).collect()] if n else []
     return CheckResult(name, n == 0, n, sample, description)
@@ -427,8 +401,8 @@ def input_checks(pipeline: Pipeline, events_df, max_skew_ms: int = DEFAULT_MAX_S
             if _wanted(only, n):
                 out.append(_skip(n, "arrival/event times present, parseable and close", f"missing {missing}"))
         return out
-    arr = time_ms(src.arrival_time, types[src.arrival_time])
-    evt = time_ms(w.event_time, types[w.event_time]) if w.event_time else arr
+    arr = epoch_ms(src.arrival_time, types[src.arrival_time])
+    evt = epoch_ms(w.event_time, types[w.event_time]) if w.event_time else arr
     rules = [
         _Rule("input_times_parseable",
               "arrival and event times present and parseable (failing rows are rejected by the replay)",
@@ -454,7 +428,7 @@ def aggregates_checks(pipeline: Pipeline, aggregates, input_types: dict | None =
                          "columns and types of aggregates", aggregates_schema, pipeline, aggregates, input_types,
                          sample_size, only)
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("emit_watermark")
-    reason = _c("emit_reason")
+    reason = _col("emit_reason")
     rules = [
         _Rule("aggregates_window_bounds",
               "window_end >= window_start (sessions)" if session else "window_end > window_start",
@@ -472,7 +446,7 @@ def aggregates_checks(pipeline: Pipeline, aggregates, input_types: dict | None =
                            ((we - ws) == F.lit(w.span_ms)) & (F.pmod(ws - F.lit(w.offset_ms), F.lit(step)) == 0)))
     counts = _aggregate_names(pipeline, "count", None)
     rules.append(_Rule("aggregates_count_positive", "count >= 1 (every window holds an event)",
-                       _all([_c(a.name) >= 1 for a in counts]), why_skipped="no plain count aggregate"))
+                       _all([_col(a.name) >= 1 for a in counts]), why_skipped="no plain count aggregate"))
     rules.append(_min_avg_max_rule(pipeline))
     rules.append(_distinct_rule(pipeline))
     gap = w.idle_timeout_ms if session else 0
@@ -513,13 +487,13 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
         mins, maxs, avgs = (_aggregate_names(pipeline, t, col) for t in ("min", "max", "avg"))
         for lo in mins:
             for hi in maxs:
-                conds.append(F.when(_c(lo.name).isNull() | _c(hi.name).isNull(), True)
-                             .otherwise(_c(lo.name) <= _c(hi.name)))
+                conds.append(F.when(_col(lo.name).isNull() | _col(hi.name).isNull(), True)
+                             .otherwise(_col(lo.name) <= _col(hi.name)))
         for av in avgs:
             for b in mins + maxs:
-                tol = F.lit(1e-9) * F.greatest(F.abs(_c(b.name).cast("double")), F.lit(1.0))
-                cmp = (_c(b.name) <= _c(av.name) + tol) if b.type == "min" else (_c(av.name) - tol <= _c(b.name))
-                conds.append(F.when(_c(b.name).isNull() | _c(av.name).isNull(), True).otherwise(cmp))
+                tol = F.lit(1e-9) * F.greatest(F.abs(_col(b.name).cast("double")), F.lit(1.0))
+                cmp = (_col(b.name) <= _col(av.name) + tol) if b.type == "min" else (_col(av.name) - tol <= _col(b.name))
+                conds.append(F.when(_col(b.name).isNull() | _col(av.name).isNull(), True).otherwise(cmp))
     return _Rule("aggregates_min_avg_max", "min <= avg <= max over the same column", _all(conds),
                  why_skipped="no two of min/avg/max over one column")
 
@@ -531,7 +505,7 @@ def _distinct_rule(pipeline: Pipeline) -> _Rule:
     for d in _aggregate_names(pipeline, "distinct"):
         same = _aggregate_names(pipeline, "count", d.column)
         for cnt in same or ([plain] if plain else []):
-            conds.append(F.when(_c(cnt.name).isNull(), True).otherwise(_c(d.name) <= _c(cnt.name)))
+            conds.append(F.when(_col(cnt.name).isNull(), True).otherwise(_col(d.name) <= _col(cnt.name)))
     return _Rule("aggregates_distinct_le_count", "distinct <= count", _all(conds),
                  why_skipped="no distinct aggregate with a count to compare")
 
@@ -540,7 +514,7 @@ def _event_ms_in(pipeline: Pipeline, df):
     """The event time (ms) of rows carrying the input columns, or None if absent."""
     col = pipeline.window.event_time or pipeline.source.arrival_time
     types = {f.name: f.dataType for f in df.schema.fields}
-    return time_ms(col, types[col]) if col in types else None
+    return epoch_ms(col, types[col]) if col in types else None
 
 
 def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
@@ -575,7 +549,7 @@ def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
     rules = [
         rule,
         _Rule("late_lateness_ms", "lateness_ms == watermark - event time",
-              (_c("lateness_ms") == wm - t) if t is not None else None, why_skipped=no_t),
+              (_col("lateness_ms") == wm - t) if t is not None else None, why_skipped=no_t),
         _Rule("late_window_membership", member_desc, member, why_skipped=no_t),
     ]
     return out + _evaluate(late, rules, sample_size, only)
@@ -590,17 +564,17 @@ def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
     out = _schema_check("state_schema",
                          "columns and types of the kernel's state schema; state_kind and fingerprint non-null",
                          "columns and types of state", state_schema, pipeline, state, input_types, sample_size, only)
-    kind = _c("state_kind")
-    ws, we = _c("window_start_ms"), _c("window_end_ms")
+    kind = _col("state_kind")
+    ws, we = _col("window_start_ms"), _col("window_end_ms")
     fp = pipeline.fingerprint()
     bounds = (we >= ws) if session else (we > ws)
     rules = [
         _Rule("state_kind", f"state_kind in {list(STATE_KINDS)}", kind.isin(list(STATE_KINDS))),
-        _Rule("state_fingerprint", f"one fingerprint, this pipeline's ({fp})", _c("fingerprint") == F.lit(fp)),
+        _Rule("state_fingerprint", f"one fingerprint, this pipeline's ({fp})", _col("fingerprint") == F.lit(fp)),
         _Rule("state_window_bounds",
               "window/emitted rows: window_end_ms " + (">=" if session else ">") + " window_start_ms; "
               "open windows hold events >= 1; emitted counters >= 1",
-              bounds & F.when(kind == "window", _c("events") >= 1).otherwise(_c("emissions") >= 1),
+              bounds & F.when(kind == "window", _col("events") >= 1).otherwise(_col("emissions") >= 1),
               applies=kind.isin("window", "emitted")),
     ]
     out += _evaluate(state, rules, sample_size, only)
@@ -609,7 +583,7 @@ def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
     # A window is either open or a re-openable emitted counter, never both, never twice.
     cls = F.when(kind.isin("window", "emitted"), F.lit("window")).otherwise(kind)
     key = _group_columns(pipeline)
-    keyed = state.select(cls.alias("state_class"), *[_c(c) for c in key], "window_start_ms", "window_end_ms")
+    keyed = state.select(cls.alias("state_class"), *[_col(c) for c in key], "window_start_ms", "window_end_ms")
     out.append(_duplicates("state_unique", "no duplicate worker, key or (worker, key, window) rows",
                            keyed, ["state_class", *key, "window_start_ms", "window_end_ms"], sample_size))
     return out
@@ -621,7 +595,7 @@ def rejected_checks(pipeline: Pipeline, rejected, input_types: dict | None = Non
     out = _schema_check("rejected_schema", "the input columns and a non-null reason",
                          "the input columns and a reason", rejected_schema, pipeline, rejected, input_types, sample_size, only)
     return out + _evaluate(rejected, [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}",
-                                            _c("reason").isin(list(REJECT_REASONS)))], sample_size, only)
+                                            _col("reason").isin(list(REJECT_REASONS)))], sample_size, only)
 
 
 # =========================================================================== conservation
@@ -632,12 +606,12 @@ def _memberships(pipeline: Pipeline, df, key_types: dict, sign: int, source: str
     F = _F()
     w, src = pipeline.window, pipeline.source
     types = {f.name: f.dataType for f in df.schema.fields}
-    arr = time_ms(src.arrival_time, types[src.arrival_time])
-    t = time_ms(w.event_time, types[w.event_time]) if w.event_time else arr
+    arr = epoch_ms(src.arrival_time, types[src.arrival_time])
+    t = epoch_ms(w.event_time, types[w.event_time]) if w.event_time else arr
     valid = arr.isNotNull() & t.isNotNull()
     if src.batch_column:
-        valid = valid & _c(src.batch_column).isNotNull()
-    keys = [_c(c).cast(key_types[c]).alias(c) for c in key_types]
+        valid = valid & _col(src.batch_column).isNotNull()
+    keys = [_col(c).cast(key_types[c]).alias(c) for c in key_types]
     base = df.where(valid).select(*keys, t.alias("__t"))
     tcol = F.col("__t")
     if w.type is WindowType.SESSION:
@@ -679,7 +653,7 @@ def conservation_check(pipeline: Pipeline, outputs, input_df, prev_state=None,
     if missing:
         return _skip(name, desc, f"input lacks configured column(s) {', '.join(missing)}")
     key_types = {c: in_types[c] for c in _group_columns(pipeline)}
-    kcols = [_c(c).cast(t).alias(c) for c, t in key_types.items()]
+    kcols = [_col(c).cast(t).alias(c) for c, t in key_types.items()]
 
     def rows(df, ws, we, n, source):
         if session:
@@ -689,17 +663,17 @@ def conservation_check(pipeline: Pipeline, outputs, input_df, prev_state=None,
     parts = [_memberships(pipeline, input_df, key_types, 1, "input"),
              _memberships(pipeline, outputs.rejected, key_types, -1, "rejected"),
              rows(outputs.late_events, _ms("window_start"), _ms("window_end"), F.lit(-1), "late")]
-    reason = _c("emit_reason")
+    reason = _col("emit_reason")
     aggs = outputs.aggregates
     checks = []
     if by_counts:
         emitted = aggs.where(~_holds(reason == AGGREGATE_REASON))
-        parts.append(rows(emitted, _ms("window_start"), _ms("window_end"), -_c(plain.name), "emitted"))
-        st = outputs.state.where(_c("state_kind") == "window")
-        parts.append(rows(st, _c("window_start_ms"), _c("window_end_ms"), -_c("events"), "open"))
+        parts.append(rows(emitted, _ms("window_start"), _ms("window_end"), -_col(plain.name), "emitted"))
+        st = outputs.state.where(_col("state_kind") == "window")
+        parts.append(rows(st, _col("window_start_ms"), _col("window_end_ms"), -_col("events"), "open"))
         if prev_state is not None:
-            pst = prev_state.where(_c("state_kind") == "window")
-            parts.append(rows(pst, _c("window_start_ms"), _c("window_end_ms"), _c("events"), "prev_open"))
+            pst = prev_state.where(_col("state_kind") == "window")
+            parts.append(rows(pst, _col("window_start_ms"), _col("window_end_ms"), _col("events"), "prev_open"))
         checks.append("counts")
     if by_snapshots:
         snaps = aggs.where(_holds(reason == AGGREGATE_REASON))
@@ -723,7 +697,7 @@ def conservation_check(pipeline: Pipeline, outputs, input_df, prev_state=None,
     if by_snapshots:
         balance.append(("balance_snapshots", side("input", "rejected", "late", "snapshots")))
     group = [*key_types, *([] if session else ["ws", "we"])]
-    g = allrows.groupBy(*[_c(c) for c in group]).agg(*aggs_exprs, *[e.alias(n) for n, e in balance])
+    g = allrows.groupBy(*[_col(c) for c in group]).agg(*aggs_exprs, *[e.alias(n) for n, e in balance])
     bad = g.where(_any([F.col(n) != 0 for n, _ in balance]))
     n = bad.count()
     sample = []
@@ -758,7 +732,7 @@ def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
     m = getattr(outputs, "metrics", None)
     if not m:
         return _skip(name, desc, "no metrics")
-    reason = _c("emit_reason")
+    reason = _col("emit_reason")
     a = outputs.aggregates.agg(
         F.sum(F.when(_holds(reason == AGGREGATE_REASON), 0).otherwise(1)).alias("emitted"),
         F.sum(F.when(_holds(reason == AGGREGATE_REASON), 1).otherwise(0)).alias("snapshots")).first()
@@ -767,7 +741,7 @@ def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
         "snapshots_emitted": int(a["snapshots"] or 0),
         "late_events": outputs.late_events.count(),
         "rejected_rows": outputs.rejected.count(),
-        "open_windows": outputs.state.where(_c("state_kind") == "window").count(),
+        "open_windows": outputs.state.where(_col("state_kind") == "window").count(),
     }
     if input_df is not None:
         found["input_rows"] = input_df.count()
