@@ -65,23 +65,16 @@ def _replay(args) -> int:
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     from windowing.engine import replay
-    from windowing.io import input_error_from, read_events, read_state, write_outputs
+    from windowing.io import read_events, read_state, write_outputs
 
     spark = _spark(args)
     started = time.monotonic()
     state = read_state(spark, args.state_in) if args.state_in else None
     # pipeline/state: an empty partition (no files) replays as zero events.
     events = read_events(spark, args.input, pipeline=pipeline, state=state)
-    try:
-        result = replay(spark, pipeline, events, state=state, flush_at_end=args.flush_at_end)
-        metrics = write_outputs(result, args.output)
-    except (ConfigError, ValueError, OSError):
-        raise
-    except Exception as exc:  # Spark failing on a damaged data page: name the file
-        error = input_error_from(exc, args.input)
-        if error is None:
-            raise
-        raise error from exc
+    # Both name an input file Spark fails to read (a damaged data page) in an InputError.
+    result = replay(spark, pipeline, events, state=state, flush_at_end=args.flush_at_end)
+    metrics = write_outputs(result, args.output)
     result.unpersist()
     m = dict(metrics)
     print(
