@@ -35,10 +35,11 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.
         column = storage.arrival_time_column
         for key in context.partition_keys:
             window = partitions_def.time_window_for_partition_key(key)
-            events, folder = landing.read_partition_events(
-                spark, storage.landing_path(), window.start, window.end, column
+            events, files = landing.read_partition_events(
+                spark, storage.landing_path(), window.start, window.end, column,
+                partition_column=storage.partition_column(),
             )
-            files = sorted(folder.glob("*.parquet")) if folder else []
+            files = files or []
             has_arrival = column in events.columns
             rows, first, last = events.select(
                 F.count(F.lit(1)),
@@ -50,10 +51,10 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.
                 {
                     "rows": dg.MetadataValue.int(rows),
                     "files": dg.MetadataValue.int(len(files)),
-                    "bytes": dg.MetadataValue.int(sum(f.stat().st_size for f in files)),
+                    "bytes": dg.MetadataValue.int(sum(f.size for f in files)),
                     "first_arrival": dg.MetadataValue.text(str(first)),
                     "last_arrival": dg.MetadataValue.text(str(last)),
-                    "path": dg.MetadataValue.path(str(folder or storage.landing_path())),
+                    "path": dg.MetadataValue.path(storage.landing_path()),
                     "preview": markdown_preview(events.orderBy(column) if has_arrival else events),
                 },
                 partition_key=key,

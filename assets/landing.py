@@ -1,29 +1,37 @@
-"""The landing zone: historical events as Parquet, one folder per arrival day.
+"""The landing zone: historical events, cut into partitions of arrival time by Spark filters.
 
-Layout: ``<landing zone>/date=YYYY-MM-DD/*.parquet`` (what ``windowing.sample`` writes
-and what most ingestion jobs produce). A partition of the event history is an arrival
-time window ``[start, end)`` inside one UTC day (a day, or an hour of it).
+The landing zone is a local folder or any URI Spark reads, in any format Spark reads
+(the pipeline's ``source.format``, ``source.schema`` and ``source.options``). A
+partition of the event history is an arrival-time window ``[start, end)`` inside one
+UTC day (a day, or an hour of it). Its rows are chosen by Spark filters, never by
+listing folders in Python:
 
-Nothing is dropped on the way to the engine: the day folder is authoritative for the
-day, so with hourly partitions a row is placed in the hour of its arrival time
-*clamped into its folder's day*; a row whose arrival time is null or unreadable goes
-with the day's first hour, where the engine rejects it with a reason.
+* **With a partition column** (default ``date``, the Hive-style layout
+  ``<landing zone>/date=YYYY-MM-DD/``, what ``windowing.sample`` writes and most
+  ingestion jobs produce): the day is ``date = <day>``, so Spark reads only that day's
+  files. The day is authoritative: with hourly partitions a row is placed in the hour
+  of its arrival time *clamped into its day*, and a row whose arrival time is null or
+  unreadable goes with the day's first hour, where the engine rejects it with a reason.
+  The partition column itself is dropped (the events are the files' columns).
+* **Without one** (``partition_column=None``): rows whose arrival time lies in
+  ``[start, end)``; rows whose arrival time is null or unreadable belong to no window,
+  so they go with the first partition of the history (``unplaced=True``), where the
+  engine rejects them with a reason. Nothing is lost either way.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
+
+from windowing.io import InputError, check_parquet_files
+from windowing.lake import Lake, join
 
 DAY = timedelta(days=1)
+DEFAULT_PARTITION_COLUMN = "date"
 
 
 class LandingZoneError(RuntimeError):
-    """The landing zone is missing or holds no event folders."""
-
-
-def day_folder(landing_zone: str | Path, day: datetime) -> Path:
-    return Path(landing_zone) / f"date={day:%Y-%m-%d}"
+    """The landing zone is missing or holds no events to read a schema from."""
 
 
 def day_of(start: datetime, end: datetime) -> datetime:
@@ -34,42 +42,72 @@ def day_of(start: datetime, end: datetime) -> datetime:
     return day
 
 
-def list_day_folders(landing_zone: str | Path) -> list[Path]:
-    root = Path(landing_zone)
-    return sorted(p for p in root.glob("date=*") if p.is_dir()) if root.is_dir() else []
+def read_landing(spark, landing_zone: str, source=None, partition_column: str | None = DEFAULT_PARTITION_COLUMN):
+    """The whole landing zone as one DataFrame (lazy: filters decide what is read)."""
+    reader = spark.read.format(source.format if source else "parquet")
+    if source is not None and source.schema:
+        reader = reader.schema(source.schema)
+    for k, v in (source.options if source else ()):
+        reader = reader.option(k, v)
+    if partition_column is None:
+        reader = reader.option("recursiveFileLookup", "true")
+    else:
+        reader = reader.option("basePath", landing_zone)
+    try:
+        df = reader.load(landing_zone)
+        df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
+    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
+        text = str(exc)
+        if "PATH_NOT_FOUND" in text or "UNABLE_TO_INFER_SCHEMA" in text or "does not exist" in text:
+            raise LandingZoneError(
+                f"landing zone {landing_zone} holds no events"
+                + (f" in {partition_column}=YYYY-MM-DD folders" if partition_column else "")
+                + "; generate sample history with `python -m orchestration.demo` or point "
+                "REWINDOW_LANDING_ZONE at your events"
+            ) from exc
+        raise InputError(f"landing zone {landing_zone}: cannot read it: {text.splitlines()[0][:300]}") from exc
+    if partition_column is not None and partition_column not in df.columns:
+        raise LandingZoneError(
+            f"landing zone {landing_zone}: no {partition_column}=... folders (partition column {partition_column!r} "
+            f"not found; columns: {', '.join(df.columns)}); set the partition column or none"
+        )
+    return df
 
 
-def read_partition_events(spark, landing_zone: str | Path, start: datetime, end: datetime, arrival_column: str):
+def read_partition_events(spark, landing_zone: str, start: datetime, end: datetime, arrival_column: str,
+                          *, source=None, pipeline=None, partition_column: str | None = DEFAULT_PARTITION_COLUMN,
+                          unplaced: bool = False):
     """The events of the arrival window ``[start, end)`` as a Spark DataFrame.
 
-    Returns ``(events, source folder or None)``. A day with no folder is a day without
-    events: an empty frame with the landing zone's schema, so the replay still runs and
-    carries the state forward. Raises :class:`LandingZoneError` when the landing zone
-    holds no day folder at all (no schema to go by).
+    Returns ``(events, files)``: ``files`` are the data files the partition reads
+    (:class:`windowing.lake.Entry`, checked first: each footer readable, the pipeline's
+    columns present with one type) when the partition column tells them, else ``None``. See the module docstring for which
+    rows belong to the window.
     """
     from pyspark.sql import functions as F
 
-    from windowing.io import read_events
-
+    landing_zone = str(landing_zone)
+    df = read_landing(spark, landing_zone, source, partition_column)
+    arrival = _as_timestamp(df, arrival_column)
+    if partition_column is None:
+        inside = (arrival >= F.lit(start)) & (arrival < F.lit(end))
+        events = df.where(inside | arrival.isNull()) if unplaced else df.where(inside)
+        return events, None
     day = day_of(start, end)
-    folder = day_folder(landing_zone, day)
-    if not folder.is_dir():
-        others = list_day_folders(landing_zone)
-        if not others:
-            raise LandingZoneError(
-                f"landing zone {Path(landing_zone).resolve()} holds no date=YYYY-MM-DD folders of Parquet "
-                "events; generate sample history with `python -m orchestration.demo` or point "
-                "REWINDOW_LANDING_ZONE at your events"
-            )
-        return read_events(spark, [str(others[0])]).limit(0), None
-    events = read_events(spark, [str(folder)])
+    day_rows = df.where(F.col(f"`{partition_column}`").cast("date") == F.lit(day.date()))
+    files = None
+    if (source.format if source else "parquet") == "parquet":
+        lake = Lake(spark)
+        files = lake.files(join(landing_zone, f"{partition_column}={day:%Y-%m-%d}"))
+        check_parquet_files(lake, [e.path for e in files], pipeline, InputError)
+    events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
-        return events, folder
-    # Hourly (or finer) partitions: the row's arrival time clamped into its folder's day.
+        return events, files
+    # Hourly (or finer) partitions: the row's arrival time clamped into its day.
     arrival = _as_timestamp(events, arrival_column)
     first, last = F.lit(day), F.lit(day + DAY - timedelta(microseconds=1))
     placed = F.coalesce(F.least(F.greatest(arrival, first), last), first)
-    return events.where((placed >= F.lit(start)) & (placed < F.lit(end))), folder
+    return events.where((placed >= F.lit(start)) & (placed < F.lit(end))), files
 
 
 def _as_timestamp(df, column: str):

@@ -9,8 +9,9 @@ Each pipeline gets a ``@multi_asset`` producing four assets from one replay:
 | ``<pipeline>/late_events`` | (event, window) pairs that were late | ``<out>/late_events/`` |
 | ``<pipeline>/rejected_events`` | rows that could not be processed | ``<out>/rejected/`` |
 
-with ``<out> = <output_root>/<pipeline name>/<partition key>/``, written atomically by
-``windowing.io.write_outputs`` (a rerun replaces exactly that folder).
+with ``<out>`` the current run of ``<output_root>/<pipeline name>/<partition key>/``,
+committed by ``windowing.io`` (a rerun commits a new run that replaces it as a whole;
+the output root may be any URI Spark writes).
 
 The state of partition N is the starting state of N+1. ``window_state`` declares that
 dependency on its own previous partition, and reads the state from the store above,
@@ -32,9 +33,10 @@ from pydantic import Field
 from assets import landing, store
 from assets.events import EVENTS_KEY
 from assets.preview import markdown_preview
+from windowing.lake import join
 from orchestration.resources import SparkResource, StorageResource
 
-OUTPUTS = {  # asset name -> folder written by windowing.io.write_outputs
+OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
     "window_state": "state",
     "windowed_aggregates": "aggregates",
     "late_events": "late_events",
@@ -78,7 +80,8 @@ def asset_prefix(pipeline_name: str) -> str:
 @dataclass(frozen=True)
 class PartitionResult:
     key: str
-    folder: Path
+    folder: str  # the partition's output (its commit records and runs)
+    run_path: str  # the committed run this result is
     metrics: dict[str, Any]
     lineage: store.Lineage
     state: Any  # the state as written, read back: the next partition's start
@@ -172,12 +175,12 @@ def build_pipeline_assets(
                 yield _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], parts, config.checks)
             raise dg.Failure(
                 f"partition {bad[0].key} of pipeline {pipeline.name} failed its data-quality checks "
-                f"({', '.join(bad[0].lineage.failed_checks)}; see {bad[0].folder / store.CHECKS_FILE}); "
+                f"({', '.join(bad[0].lineage.failed_checks)}; see the check results of {bad[0].run_path}); "
                 "the partitions after it were not replayed"
             )
         for asset_key in keys.values():
             yield dg.MaterializeResult(asset_key=asset_key)
-        yield _chain_check(pipeline, storage, partitions_def, state_key)
+        yield _chain_check(spark, pipeline, storage, partitions_def, state_key)
         for name in OUTPUTS:
             yield _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], parts, config.checks)
 
@@ -194,9 +197,10 @@ def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource,
     previous iteration wrote and read back, exactly what a separate run would read.
     ``flush_at_end`` applies to the newest partition only: the end of this history.
     """
-    pipeline_dir = storage.output_path() / pipeline.name
+    pipeline_dir = join(storage.output_path(), pipeline.name)
     chain = _chain(partitions_def)
     keys = sorted(partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
+    _check_roots(storage)
     carried = _starting_state(spark, pipeline, pipeline_dir, chain, keys[0])
     for i, key in enumerate(keys, 1):
         began = time.monotonic()
@@ -209,19 +213,33 @@ def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource,
             f"{m.get('windows_emitted')} windows emitted {m.get('emitted_by_reason')}, "
             f"{m.get('late_events')} late, {m.get('rejected_rows')} rejected, watermark "
             f"{m.get('watermark_reached')}{' (flushed at end)' if flush else ''} "
-            f"in {time.monotonic() - began:.1f}s -> {carried.folder}"
+            f"in {time.monotonic() - began:.1f}s -> {carried.run_path}"
         )
         yield carried
         if carried.lineage.failed_checks:
             log.error(
                 f"{pipeline.name} {key}: data-quality checks failed ({', '.join(carried.lineage.failed_checks)}); "
-                f"not replaying the partitions after it. Details: {carried.folder / store.CHECKS_FILE}"
+                f"not replaying the partitions after it. Details: the check results of {carried.run_path}"
             )
             return
 
 
+def _check_roots(storage: StorageResource) -> None:
+    """The output root must not be the landing zone, inside it, or hold it."""
+    from windowing.lake import inside
+
+    out, landing = storage.output_path(), storage.landing_path()
+    if inside(out, landing) or inside(landing, out):
+        raise dg.Failure(
+            f"output root {out} overlaps the landing zone {landing}: outputs would be read as events "
+            "(or written over them); set REWINDOW_OUTPUT_ROOT outside the landing zone"
+        )
+
+
 def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: StorageResource) -> None:
-    if pipeline.source.path and Path(pipeline.source.path).resolve() != storage.landing_path():
+    from windowing.lake import qualify
+
+    if pipeline.source.path and qualify(pipeline.source.path) != qualify(storage.landing_path()):
         log.warning(
             f"{pipeline_file.name}: source.path {pipeline.source.path} is not the landing zone; "
             f"Dagster runs read {storage.landing_path()} (StorageResource.landing_zone)"
@@ -248,7 +266,7 @@ def _keys_before(chain: dict[str, str | None], key: str) -> list[str]:
     return out
 
 
-def _starting_state(spark, pipeline, pipeline_dir: Path, chain, first_key: str) -> PartitionResult | None:
+def _starting_state(spark, pipeline, pipeline_dir: str, chain, first_key: str) -> PartitionResult | None:
     """The state the run's oldest partition starts from, after checking the chain up to it.
 
     None for the first partition of the history. Fails the run, saying what to run,
@@ -260,27 +278,29 @@ def _starting_state(spark, pipeline, pipeline_dir: Path, chain, first_key: str) 
     if prev is None:
         return None
     earlier = _keys_before(chain, first_key)
-    missing = store.first_missing(pipeline_dir, earlier)
+    commits = store.pipeline_commits(spark, pipeline_dir)
+    missing = store.first_missing(commits, earlier)
     if missing is not None:
         raise dg.Failure(
             f"Cannot replay partition {first_key} of pipeline {pipeline.name}: the state of partition "
-            f"{missing} is missing ({pipeline_dir / missing / store.STATE_DIR}). Partitions are replayed in "
+            f"{missing} is missing (nothing committed in {join(pipeline_dir, missing)}). "
+            "Partitions are replayed in "
             f"order, each from the state of the one before: materialize {missing}..{first_key} "
             "(one backfill runs them in a single run)."
         )
-    stale = store.out_of_date_partitions(pipeline_dir, pipeline.fingerprint(), [(k, chain[k]) for k in earlier])
+    stale = store.out_of_date_partitions(commits, pipeline.fingerprint(), [(k, chain[k]) for k in earlier])
     if stale:
         raise dg.Failure(
             f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {stale[0].partition} "
             f"{stale[0].reason}. Rerun {stale[0].partition}..{first_key} (one backfill runs them in a single run).",
             metadata={"out_of_date": dg.MetadataValue.json([vars(s) for s in stale])},
         )
-    folder = pipeline_dir / prev
-    lineage = store.Lineage.read(folder)
+    commit = commits[prev]
+    lineage = store.Lineage.of(commit)
     if lineage.failed_checks:
         raise dg.Failure(
             f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {prev} failed its "
-            f"data-quality checks ({', '.join(lineage.failed_checks)}; see {folder / store.CHECKS_FILE}). "
+            f"data-quality checks ({', '.join(lineage.failed_checks)}; see the check results of {commit.run_path}). "
             f"Fix the input and rerun {prev} first."
         )
     if lineage.flushed_at_end:
@@ -290,42 +310,45 @@ def _starting_state(spark, pipeline, pipeline_dir: Path, chain, first_key: str) 
             f"Rerun {prev} without flush_at_end first."
         )
     try:
-        state = read_state(spark, str(folder / store.STATE_DIR))
+        state = read_state(spark, commit.output)
     except StateError as exc:
         raise dg.Failure(f"Cannot replay partition {first_key} of pipeline {pipeline.name}: {exc}") from exc
-    return PartitionResult(prev, folder, {}, lineage, state)
+    return PartitionResult(prev, commit.output, commit.run_path, {}, lineage, state)
 
 
 def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key, start, flush, run_id, log,
                 checks: bool = True):
-    """Replay one partition from ``start`` (the previous partition's result, or None) and store it."""
+    """Replay one partition from ``start`` (the previous partition's result, or None), check
+    its staged outputs, and commit outputs, lineage and check results together."""
     from windowing import replay
     from windowing.config import ConfigError
     from windowing.engine import StateMismatchError
-    from windowing.io import InputError, read_state, write_outputs
+    from windowing.io import InputError, OutputError, stage_outputs
 
-    folder = storage.output_path() / pipeline.name / key
+    folder = store.partition_dir(storage.output_path(), pipeline.name, key)
     try:
-        events, source = landing.read_partition_events(
-            spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time
+        events, files = landing.read_partition_events(
+            spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time,
+            source=pipeline.source, pipeline=pipeline, partition_column=storage.partition_column(),
+            unplaced=prev_key is None,
         )
-        if source is None:
-            log.warning(f"{key}: no landing folder for this day; replayed as a partition without events")
+        if files is not None and not files:
+            log.warning(f"{key}: no landing files for this day; replayed as a partition without events")
         result = replay(spark, pipeline, events, state=start.state if start else None, flush_at_end=flush)
         try:
-            metrics = write_outputs(result, str(folder))
+            staged = stage_outputs(result, folder, pipeline=pipeline, inputs=[storage.landing_path()])
         finally:
             result.unpersist()
-    except (ConfigError, StateMismatchError, InputError, landing.LandingZoneError) as exc:
+    except (ConfigError, StateMismatchError, InputError, OutputError, landing.LandingZoneError) as exc:
         raise dg.Failure(f"Cannot replay partition {key} of pipeline {pipeline.name}: {exc}") from exc
+    outputs = staged.read()
     results: tuple = ()
     if checks:
         from windowing.validation import failures, run_checks
 
-        results = tuple(run_checks(spark, pipeline, str(folder), input_df=events,
+        results = tuple(run_checks(spark, pipeline, outputs, input_df=events,
                                    prev_state=start.state if start else None))
-        store.write_checks(folder, results)
-    state = read_state(spark, str(folder / store.STATE_DIR))
+    state = outputs.state
     lineage = store.Lineage(
         pipeline=pipeline.name,
         fingerprint=pipeline.fingerprint(),
@@ -337,8 +360,8 @@ def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key
         run_id=run_id,
         failed_checks=tuple(r.name for r in failures(results)) if checks else (),
     )
-    lineage.write(folder)
-    return PartitionResult(key, folder, dict(metrics), lineage, state, results)
+    staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
+    return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results)
 
 
 def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
@@ -357,24 +380,25 @@ def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
         "previous_partition": dg.MetadataValue.text(str(part.lineage.previous_partition)),
         "state_hash": dg.MetadataValue.text(part.lineage.state_hash),
         "flushed_at_end": dg.MetadataValue.bool(part.lineage.flushed_at_end),
-        "path": dg.MetadataValue.path(str(part.folder / OUTPUTS[name])),
+        "path": dg.MetadataValue.path(f"{part.run_path}/{OUTPUTS[name]}"),
     }
     if name == "window_state":
         meta["windows_created"] = dg.MetadataValue.int(int(m.get("windows_created", 0)))
         meta["idle_keys_removed"] = dg.MetadataValue.int(int(m.get("idle_keys_removed", 0)))
     else:
-        df = spark.read.parquet(str(part.folder / OUTPUTS[name]))
+        df = spark.read.parquet(f"{part.run_path}/{OUTPUTS[name]}")
         order = [c for c in ("window_start", "window_end") if c in df.columns]
         meta["preview"] = markdown_preview(df.orderBy(*order) if order else df)
     return meta
 
 
-def _chain_check(pipeline, storage: StorageResource, partitions_def, state_key: dg.AssetKey) -> dg.AssetCheckResult:
+def _chain_check(spark, pipeline, storage: StorageResource, partitions_def, state_key: dg.AssetKey) -> dg.AssetCheckResult:
     """The state chain over every materialized partition of the pipeline (see store.out_of_date_partitions)."""
-    pipeline_dir = storage.output_path() / pipeline.name
+    pipeline_dir = join(storage.output_path(), pipeline.name)
     chain = _chain(partitions_def)
-    stale = store.out_of_date_partitions(pipeline_dir, pipeline.fingerprint(), list(chain.items()))
-    done = [k for k in chain if (pipeline_dir / k).is_dir()]
+    commits = store.pipeline_commits(spark, pipeline_dir)
+    stale = store.out_of_date_partitions(commits, pipeline.fingerprint(), list(chain.items()))
+    done = [k for k in chain if k in commits]
     meta: dict[str, Any] = {"materialized_partitions": dg.MetadataValue.int(len(done))}
     if stale:
         meta["rerun_from"] = dg.MetadataValue.text(stale[0].partition)

@@ -1,36 +1,36 @@
 """The partition store: where each pipeline partition's outputs live, and how they chain.
 
-Layout under the output root, one folder per pipeline and partition::
+Layout under the output root (a local folder or any URI Spark writes), one output per
+pipeline and partition, committed by :mod:`windowing.io`::
 
     <output_root>/<pipeline name>/<partition key>/
-        aggregates/  late_events/  rejected/  state/  metrics.json   (windowing.io.write_outputs)
-        lineage.json                                                 (this module)
+        runs/<run id>/aggregates/ late_events/ rejected/ state/ metrics.json/
+        _commits/<seq>-<run id>/     the commit record: the current run, its metrics,
+                                     and this module's lineage and check results
 
-``state/`` of partition N is the starting state of partition N+1. ``lineage.json``
-records which state a partition started from and which state it ended with, as
-content hashes, so that a rerun of an earlier partition that *changed* its state
-shows every later partition as out of date, while a rerun that reproduced the same
-state (the normal case: replays are deterministic) changes nothing.
-
-Everything here except :func:`state_content_hash` is plain Python over files.
+``state/`` of partition N's current run is the starting state of partition N+1. The
+lineage in the commit record says which state a partition started from and which
+state it ended with, as content hashes, so that a rerun of an earlier partition that
+*changed* its state shows every later partition as out of date, while a rerun that
+reproduced the same state (the normal case: replays are deterministic) changes nothing.
+Lineage and checks are part of the commit itself: a partition's outputs, lineage and
+check results become current together, or not at all.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
-LINEAGE_FILE = "lineage.json"
+from windowing.io import Commit, current_commits_under
+from windowing.lake import join
+
 STATE_DIR = "state"
 
 
-def partition_dir(output_root: str | Path, pipeline_name: str, partition_key: str) -> Path:
-    """``<output_root>/<pipeline>/<partition key>``: the folder one partition owns."""
-    return Path(output_root) / pipeline_name / partition_key
+def partition_dir(output_root: str, pipeline_name: str, partition_key: str) -> str:
+    """``<output_root>/<pipeline>/<partition key>``: the output one partition owns."""
+    return join(str(output_root), pipeline_name, partition_key)
 
 
 @dataclass(frozen=True)
@@ -53,23 +53,24 @@ class Lineage:
     #: Data-quality checks (windowing.validation) that failed on this partition's outputs.
     failed_checks: tuple[str, ...] = ()
 
-    def write(self, folder: Path) -> None:
-        """Write ``lineage.json`` into ``folder`` atomically (temp file, then rename)."""
-        fd, tmp = tempfile.mkstemp(prefix=".lineage-", suffix=".json", dir=folder)
-        os.fchmod(fd, 0o644)  # mkstemp makes it private; it is as readable as the outputs beside it
-        with os.fdopen(fd, "w") as fh:
-            json.dump(asdict(self), fh, indent=2, sort_keys=True)
-        os.replace(tmp, folder / LINEAGE_FILE)
+    def to_extra(self) -> dict:
+        return {"lineage": asdict(self)}
 
     @classmethod
-    def read(cls, folder: Path) -> "Lineage | None":
-        """The lineage of the partition in ``folder``, or ``None`` when it has none."""
-        try:
-            doc = json.loads((folder / LINEAGE_FILE).read_text())
-            doc["failed_checks"] = tuple(doc.get("failed_checks", ()))
-            return cls(**doc)
-        except (OSError, ValueError, TypeError):
+    def of(cls, commit: Commit | None) -> "Lineage | None":
+        """The lineage a commit record carries, or ``None`` (no commit, or no lineage)."""
+        doc = (commit.extra or {}).get("lineage") if commit is not None else None
+        if not isinstance(doc, dict):
             return None
+        try:
+            return cls(**{**doc, "failed_checks": tuple(doc.get("failed_checks", ()))})
+        except TypeError:
+            return None
+
+
+def pipeline_commits(spark, pipeline_dir: str) -> dict[str, Commit]:
+    """The current commit of every partition of a pipeline, by partition key (one read)."""
+    return current_commits_under(spark, pipeline_dir)
 
 
 @dataclass(frozen=True)
@@ -81,53 +82,51 @@ class OutOfDate:
 
 
 def out_of_date_partitions(
-    pipeline_dir: Path,
+    commits: Mapping[str, Commit],
     fingerprint: str,
     partitions: Sequence[tuple[str, str | None]],
 ) -> list[OutOfDate]:
     """Check the state chain of the materialized partitions, oldest first.
 
-    ``partitions`` lists ``(partition key, previous partition key or None for the
-    first partition of the history)`` in time order; only those with a folder under
-    ``pipeline_dir`` are checked. A partition is out of date when it has no lineage
-    record (an interrupted run), was computed under another pipeline configuration,
-    its predecessor has no outputs, its predecessor's current state is not the one it
-    started from, or its predecessor is itself out of date (the error carries forward).
+    ``commits`` maps partition keys to their current commit (:func:`pipeline_commits`);
+    ``partitions`` lists ``(partition key, previous partition key or None for the first
+    partition of the history)`` in time order; only committed ones are checked. A
+    partition is out of date when its commit has no lineage (written outside Dagster),
+    was computed under another pipeline configuration, its predecessor has no outputs,
+    its predecessor's current state is not the one it started from, or its predecessor
+    is itself out of date (the error carries forward).
     """
     out: list[OutOfDate] = []
-    lineages: dict[str, Lineage | None] = {}
     stale: set[str] = set()
     for key, prev in partitions:
-        folder = pipeline_dir / key
-        if not folder.is_dir():
+        if key not in commits:
             continue
-        lin = lineages[key] = Lineage.read(folder)
+        lin = Lineage.of(commits[key])
         reason = None
         if lin is None:
-            reason = f"has no {LINEAGE_FILE} (its run did not finish): rerun it"
+            reason = "has no lineage in its commit record (written outside this chain): rerun it"
         elif lin.fingerprint != fingerprint:
             reason = "was computed with another window/time/aggregate configuration of the pipeline"
         elif prev is not None:
+            prev_lin = Lineage.of(commits.get(prev))
             if prev in stale:
                 reason = f"starts from partition {prev}, which is out of date"
-            elif not (pipeline_dir / prev).is_dir():
+            elif prev not in commits:
                 reason = f"its previous partition {prev} has no outputs"
-            else:
-                prev_lin = lineages[prev] if prev in lineages else Lineage.read(pipeline_dir / prev)
-                if prev_lin is not None and prev_lin.state_hash != lin.start_state_hash:
-                    reason = f"was computed from an older state of partition {prev}, which has been rerun since"
-                elif prev_lin is not None and prev_lin.flushed_at_end:
-                    reason = f"continues from partition {prev}, which was replayed with flush_at_end"
+            elif prev_lin is not None and prev_lin.state_hash != lin.start_state_hash:
+                reason = f"was computed from an older state of partition {prev}, which has been rerun since"
+            elif prev_lin is not None and prev_lin.flushed_at_end:
+                reason = f"continues from partition {prev}, which was replayed with flush_at_end"
         if reason:
             stale.add(key)
             out.append(OutOfDate(key, reason))
     return out
 
 
-def first_missing(pipeline_dir: Path, keys: Iterable[str]) -> str | None:
-    """The first of ``keys`` (in the given order) that has no ``state/`` folder."""
+def first_missing(commits: Mapping[str, Commit], keys: Iterable[str]) -> str | None:
+    """The first of ``keys`` (in the given order) that has no committed output."""
     for key in keys:
-        if not (pipeline_dir / key / STATE_DIR).is_dir():
+        if key not in commits:
             return key
     return None
 
@@ -156,14 +155,6 @@ def state_content_hash(state_df) -> str:
     return f"{rows}-{total}"
 
 
-CHECKS_FILE = "checks.json"
-
-
-def write_checks(folder: Path, results) -> None:
-    """The partition's data-quality results, beside its outputs (atomically)."""
-    doc = [{"name": r.name, "passed": r.passed, **r.metadata()} for r in results]
-    fd, tmp = tempfile.mkstemp(prefix=".checks-", suffix=".json", dir=folder)
-    os.fchmod(fd, 0o644)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh, indent=2, sort_keys=True, default=str)
-    os.replace(tmp, folder / CHECKS_FILE)
+def checks_extra(results) -> dict:
+    """The partition's data-quality results, for its commit record."""
+    return {"checks": [{"name": r.name, "passed": r.passed, **r.metadata()} for r in results]}

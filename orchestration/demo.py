@@ -18,7 +18,6 @@ definitions (see docs/orchestration.md), unless given here.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -70,6 +69,7 @@ def run_demo(args, start: datetime) -> int:
         DEFAULT_OUTPUT_ROOT,
         DEFAULT_PIPELINES_DIR,
         StorageResource,
+        absolute,
         resolved,
         storage_from_env,
     )
@@ -77,10 +77,11 @@ def run_demo(args, start: datetime) -> int:
 
     env = storage_from_env()
     storage = StorageResource(
-        landing_zone=str(Path(args.landing_zone or resolved(env.landing_zone)).resolve()),
+        landing_zone=absolute(args.landing_zone or resolved(env.landing_zone)),
         pipelines_dir=str(Path(args.pipelines_dir or resolved(env.pipelines_dir)).resolve()),
-        output_root=str(Path(args.output_root or resolved(env.output_root)).resolve()),
+        output_root=absolute(args.output_root or resolved(env.output_root)),
         arrival_time_column=resolved(env.arrival_time_column),
+        landing_partition_column=resolved(env.landing_partition_column),
     )
     pipelines_dir = Path(storage.pipelines_dir)
     if not any(pipelines_dir.glob("*.y*ml")):
@@ -136,12 +137,19 @@ def run_demo(args, start: datetime) -> int:
 
     print(f"done       run {result.run_id} in {elapsed:.1f}s\n")
     keys = partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(first, last))
+    from windowing.io import current_commits_under
+    from windowing.lake import join
+    from windowing.spark import spark_session
+
+    spark = spark_session()  # the run's session, still running in this process
     for pipeline, _ in pipelines:
-        root = Path(storage.output_root) / pipeline.name
-        print(f"pipeline {pipeline.name!r}: outputs in {root}/<partition>/{{aggregates,late_events,rejected,state}}")
+        root = join(storage.output_root, pipeline.name)
+        commits = current_commits_under(spark, root)
+        print(f"pipeline {pipeline.name!r}: outputs in {root}/<partition>/runs/<run>/"
+              "{aggregates,late_events,rejected,state} (the current run: see _commits/)")
         print(f"  {'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}  watermark reached")
         for key in keys:
-            m = json.loads((root / key / "metrics.json").read_text())
+            m = commits[key].metrics
             print(
                 f"  {key:<18}{m.get('input_rows', 0):>10,}{m.get('windows_emitted', 0):>10,}"
                 f"{m.get('late_events', 0):>8,}{m.get('rejected_rows', 0):>10,}{m.get('open_windows', 0):>8,}"

@@ -14,16 +14,20 @@ unset variable falls back to the default instead of failing the run.
 | ``REWINDOW_PIPELINES_DIR`` | ``StorageResource.pipelines_dir`` | ``data/pipelines`` |
 | ``REWINDOW_OUTPUT_ROOT`` | ``StorageResource.output_root`` | ``data/output`` |
 | ``REWINDOW_ARRIVAL_COLUMN`` | ``StorageResource.arrival_time_column`` | ``arrival_time`` |
+| ``REWINDOW_LANDING_PARTITION_COLUMN`` | ``StorageResource.landing_partition_column`` | ``date`` |
 
-Relative paths are relative to the working directory of the code location (the
-repository root with ``workspace.yaml``).
+The landing zone and the output root are local folders or any URI Spark reaches
+(``s3a://bucket/events``, ``abfss://...``, ``gs://...``, ``hdfs://...``); the
+pipelines folder is local (it is read when the definitions load). Relative paths are
+relative to the working directory of the code location (the repository root with
+``workspace.yaml``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -35,6 +39,7 @@ DEFAULT_LANDING_ZONE = "data/landing"
 DEFAULT_PIPELINES_DIR = "data/pipelines"
 DEFAULT_OUTPUT_ROOT = "data/output"
 DEFAULT_ARRIVAL_COLUMN = "arrival_time"
+DEFAULT_PARTITION_COLUMN = "date"
 
 
 def parse_conf(text: str) -> dict[str, str]:
@@ -108,24 +113,41 @@ class StorageResource(dg.ConfigurableResource):
     """Where the events come from and where the outputs go."""
 
     landing_zone: str = Field(
-        default=DEFAULT_LANDING_ZONE, description="Parquet events, one date=YYYY-MM-DD folder per arrival day."
+        default=DEFAULT_LANDING_ZONE,
+        description="Events (folder or URI), one <partition column>=YYYY-MM-DD folder per arrival day.",
     )
     pipelines_dir: str = Field(
         default=DEFAULT_PIPELINES_DIR, description="Folder of pipeline YAML files (read when definitions load)."
     )
     output_root: str = Field(
-        default=DEFAULT_OUTPUT_ROOT, description="Outputs: <output_root>/<pipeline>/<partition key>/."
+        default=DEFAULT_OUTPUT_ROOT, description="Outputs (folder or URI): <output_root>/<pipeline>/<partition key>/."
     )
     arrival_time_column: str = Field(
         default=DEFAULT_ARRIVAL_COLUMN,
         description="Arrival-time column of the landing zone (used by the historical_events asset).",
     )
+    landing_partition_column: str = Field(
+        default=DEFAULT_PARTITION_COLUMN,
+        description=(
+            "Column of the landing zone's Hive-style layout holding the arrival day (date=YYYY-MM-DD), so a "
+            "partition reads only its day's files; empty: no such layout, partitions filter on the arrival time."
+        ),
+    )
 
-    def landing_path(self) -> Path:
-        return Path(self.landing_zone).resolve()
+    def landing_path(self) -> str:
+        return absolute(self.landing_zone)
 
-    def output_path(self) -> Path:
-        return Path(self.output_root).resolve()
+    def output_path(self) -> str:
+        return absolute(self.output_root)
+
+    def partition_column(self) -> str | None:
+        return self.landing_partition_column.strip() or None
+
+
+def absolute(location: str) -> str:
+    """A URI as it is; a local path made absolute (no filesystem access)."""
+    return location if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", location) or location.startswith("file:") \
+        else os.path.abspath(location)
 
 
 def env_or(name: str, default: str) -> str:
@@ -139,6 +161,7 @@ def storage_from_env() -> StorageResource:
         pipelines_dir=env_or("REWINDOW_PIPELINES_DIR", DEFAULT_PIPELINES_DIR),
         output_root=env_or("REWINDOW_OUTPUT_ROOT", DEFAULT_OUTPUT_ROOT),
         arrival_time_column=env_or("REWINDOW_ARRIVAL_COLUMN", DEFAULT_ARRIVAL_COLUMN),
+        landing_partition_column=env_or("REWINDOW_LANDING_PARTITION_COLUMN", DEFAULT_PARTITION_COLUMN),
     )
 
 

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.outputs import commits, metrics as metrics_of, run_dir
 from windowing.cli import main
 from windowing.spark import LOCAL_DEFAULT_CONF, REQUIRED_CONF
 
@@ -84,8 +85,8 @@ def _files(folder: Path) -> set[str]:
 
 
 def _no_debris(parent: Path, name: str) -> None:
-    """write_outputs stages next to the output folder; only its lock file may remain."""
-    assert [p.name for p in parent.iterdir() if p.name.startswith(f".{name}.")] in ([], [f".{name}.lock"])
+    """Outputs live inside their own folder: nothing is written beside it."""
+    assert [p.name for p in parent.iterdir() if p.name.startswith(f".{name}")] == []
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +118,13 @@ def flush_run(spark, history):
 
 
 def test_replay_writes_every_output_and_a_summary(spark, history, day1_run):
-    out, stdout = day1_run
-    assert _files(out) >= {"metrics.json"} | {f"{name}/_SUCCESS" for name in OUTPUTS}
+    out0, stdout = day1_run
+    out = run_dir(out0)
+    assert {p.name for p in out0.iterdir()} == {"runs", "_commits"}
+    assert _files(out) >= {f"{name}/_SUCCESS" for name in OUTPUTS}
     for name in OUTPUTS:
         assert list((out / name).glob("*.parquet")), name
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = metrics_of(out0)
     assert metrics["pipeline"] == "clicks-hourly"
     assert metrics["input_rows"] == history["rows1"]
     aggregates = _rows(spark, out / "aggregates")
@@ -144,13 +147,13 @@ def test_replay_writes_every_output_and_a_summary(spark, history, day1_run):
     late = str(out / "late_events")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine, "DRIVER_PERCENTILES_MAX", 0)
-        assert engine._lateness(metrics["late_events"], late, spark.read.parquet(late), F).asDict() == p.asDict()
+        assert engine._lateness(metrics["late_events"], spark.read.parquet(late), F).asDict() == p.asDict()
     # The summary on stdout.
     assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in stdout
     assert f"{metrics['windows_emitted']:,} windows emitted" in stdout
     assert f"{metrics['late_events']:,} late" in stdout
     assert str(out) in stdout
-    _no_debris(out.parent, out.name)
+    _no_debris(out0.parent, out0.name)
 
 
 def test_second_day_continues_from_the_state(spark, history, day1_run):
@@ -162,14 +165,21 @@ def test_second_day_continues_from_the_state(spark, history, day1_run):
     rc, _, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day1"], history["day2"],
                          "--output", runs / "both-days")
     assert rc == 0, stderr
-    day2_aggs = _rows(spark, runs / "day2" / "aggregates")
+    day2, both, one = run_dir(runs / "day2"), run_dir(runs / "both-days"), run_dir(out1)
+    day2_aggs = _rows(spark, day2 / "aggregates")
     # Windows opened on day 1 and carried in the state close on day 2 ...
     assert any(dict(r)["window_start"] < DAY2_START_US for r in day2_aggs)
     # ... and day 1 then day 2 is exactly both days in one go.
     for name in ("aggregates", "late_events", "rejected"):
-        pieces = sorted(_rows(spark, out1 / name) + _rows(spark, runs / "day2" / name), key=repr)
-        assert pieces == _rows(spark, runs / "both-days" / name), name
-    assert _rows(spark, runs / "day2" / "state") == _rows(spark, runs / "both-days" / "state")
+        pieces = sorted(_rows(spark, one / name) + _rows(spark, day2 / name), key=repr)
+        assert pieces == _rows(spark, both / name), name
+    assert _rows(spark, day2 / "state") == _rows(spark, both / "state")
+    # --state-in also takes the previous output itself.
+    rc, _, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day2"], "--output",
+                         runs / "day2-b", "--state-in", out1)
+    assert rc == 0, stderr
+    for name in OUTPUTS:
+        assert _rows(spark, run_dir(runs / "day2-b") / name) == _rows(spark, day2 / name), name
 
 
 def test_state_of_another_pipeline_is_refused(spark, history, day1_run):
@@ -184,37 +194,63 @@ def test_state_of_another_pipeline_is_refused(spark, history, day1_run):
 
 def test_flush_at_end_emits_open_windows(spark, day1_run, flush_run):
     out1, _ = day1_run
-    flushed = _rows(spark, flush_run / "aggregates")
+    flushed = _rows(spark, run_dir(flush_run) / "aggregates")
     end = [r for r in flushed if dict(r)["emit_reason"] == "END_OF_INPUT"]
-    metrics1 = json.loads((out1 / "metrics.json").read_text())
+    metrics1 = metrics_of(out1)
     assert len(end) == metrics1["open_windows"] > 0  # every window day 1 left open
-    assert json.loads((flush_run / "metrics.json").read_text())["emitted_by_reason"]["END_OF_INPUT"] == len(end)
+    assert metrics_of(flush_run)["emitted_by_reason"]["END_OF_INPUT"] == len(end)
     # Everything else is what the run without flush emitted.
-    assert [r for r in flushed if dict(r)["emit_reason"] != "END_OF_INPUT"] == _rows(spark, out1 / "aggregates")
-    assert not [r for r in _rows(spark, flush_run / "state") if dict(r)["state_kind"] == "window"]
+    assert [r for r in flushed if dict(r)["emit_reason"] != "END_OF_INPUT"] == _rows(spark, run_dir(out1) / "aggregates")
+    assert not [r for r in _rows(spark, run_dir(flush_run) / "state") if dict(r)["state_kind"] == "window"]
 
 
-def test_rerun_into_the_same_folder_replaces_it_exactly(spark, history, day1_run, flush_run):
+def test_rerun_into_the_same_output_commits_a_new_run_that_replaces_it(spark, history, day1_run, flush_run):
     out1, _ = day1_run
     target = history["base"] / "runs" / "rerun"
-    shutil.copytree(flush_run, target)  # a previous, different output in the folder
-    (target / "stray.txt").write_text("left by hand")
-    stray_part = next((target / "aggregates").glob("*.parquet"))
-    shutil.copy(stray_part, target / "aggregates" / "part-99999-stale.snappy.parquet")
-    before = _files(target)
+    shutil.copytree(flush_run, target)  # a previous, different output (flushed at end)
+    previous = commits(target)[-1]
     rc, _, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day1"], "--output", target)
     assert rc == 0, stderr
-    after = _files(target)
-    # Part names are deterministic (part-<partition>.parquet), so a name may come back:
-    # what must not survive is a file of the previous output that this run did not write.
-    assert before - after, "nothing of the previous output was replaced"
-    assert not {f for f in after if "stale" in f or f == "stray.txt"}
-    assert after - {f for f in after if f.endswith((".crc", ".parquet"))} == (
-        {"metrics.json"} | {f"{name}/_SUCCESS" for name in OUTPUTS})
+    # The new run is current, as a whole; the previous one is kept beside it for rollback.
+    recs = commits(target)
+    assert [r["seq"] for r in recs] == [1, 2] and recs[0]["run_id"] == previous["run_id"]
+    assert (target / previous["run"] / "aggregates" / "_SUCCESS").exists()
     for name in OUTPUTS:
-        assert _rows(spark, target / name) == _rows(spark, out1 / name), name
-    assert json.loads((target / "metrics.json").read_text()) == json.loads((out1 / "metrics.json").read_text())
+        assert _rows(spark, run_dir(target) / name) == _rows(spark, run_dir(out1) / name), name
+    assert metrics_of(target) == metrics_of(out1)
     _no_debris(target.parent, target.name)
+
+
+def test_only_the_last_runs_are_kept(spark, history, day1_run, tmp_path):
+    from windowing import io as wio
+
+    out1, _ = day1_run
+    target = tmp_path / "many"
+    shutil.copytree(out1, target)
+    for _ in range(wio.KEEP_RUNS):
+        rc, _, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day1"], "--output", target)
+        assert rc == 0, stderr
+    recs = commits(target)
+    assert [r["seq"] for r in recs] == list(range(2, wio.KEEP_RUNS + 2))  # the first run was dropped
+    assert sorted(p.name for p in (target / "runs").iterdir()) == sorted(r["run_id"] for r in recs)
+
+
+@pytest.mark.parametrize("what", ["the input itself", "inside the input", "a folder of other files"])
+def test_an_output_that_is_not_rewindows_is_refused_and_left_alone(spark, history, tmp_path, what):
+    """Issue 8, data loss 1: --output once deleted whatever folder it named, the events included."""
+    events = tmp_path / "events"
+    shutil.copytree(history["day1"], events)
+    target = {"the input itself": events, "inside the input": events / "out",
+              "a folder of other files": tmp_path / "thesis"}[what]
+    if what == "a folder of other files":
+        (target / "src").mkdir(parents=True)
+        (target / "thesis.tex").write_text("\\section{Results}")
+    before = _files(tmp_path)
+    rc, stdout, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", events, "--output", target)
+    assert rc == 2 and stdout == ""
+    assert str(target) in stderr
+    assert ("is not a rewindow output" in stderr) if what == "a folder of other files" else ("the input" in stderr)
+    assert _files(tmp_path) == before  # nothing written, nothing deleted
 
 
 def test_bad_config_exits_non_zero_naming_the_field(spark, history, tmp_path):
@@ -269,4 +305,4 @@ def test_console_script_end_to_end(spark, history, day1_run):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in proc.stdout
     for name in OUTPUTS:
-        assert _rows(spark, target / name) == _rows(spark, out1 / name), name
+        assert _rows(spark, run_dir(target) / name) == _rows(spark, run_dir(out1) / name), name

@@ -15,13 +15,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("replay", help="replay events (Parquet) through a pipeline (YAML)")
     r.add_argument("--config", required=True, help="pipeline YAML (contract section 10)")
-    r.add_argument("--input", required=True, nargs="+", help="Parquet dataset(s) of events")
-    r.add_argument("--output", required=True, help="output folder (replaced atomically)")
-    r.add_argument("--state-in", help="state folder of the previous replay (OUT_DIR/state)")
+    r.add_argument("--input", nargs="+", help="events: folders, files or URIs (default: the pipeline's source)")
+    r.add_argument("--output", required=True, help="output folder or URI (a new run, committed atomically)")
+    r.add_argument("--state-in", help="the previous replay's output (or its OUT_DIR/state)")
     r.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
     _spark_args(r)
     v = sub.add_parser("verify", help="run the data-quality checks on a replay's output folder")
-    v.add_argument("output_dir", metavar="OUTPUT_DIR", help="a `rewindow replay --output` folder")
+    v.add_argument("output_dir", metavar="OUTPUT_DIR", help="a `rewindow replay --output` folder or URI")
     v.add_argument("--config", required=True, help="the pipeline YAML the replay ran")
     v.add_argument("--input", nargs="+", help="the events it replayed (enables input and conservation checks)")
     v.add_argument("--state-in", help="the state it started from (the previous partition's OUT_DIR/state)")
@@ -49,15 +49,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _spark_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--master", default=None, help="Spark master: local[*] (default), spark://, yarn, k8s://")
+    where.add_argument("--remote", default=None, help="Spark Connect server: sc://HOST:PORT")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
 
 
 def _spark(args):
     from windowing.spark import spark_session
 
-    conf = dict(c.split("=", 1) for c in args.conf)
-    return spark_session(args.master, conf)
+    conf = {}
+    for c in args.conf:
+        key, sep, value = c.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--conf {c!r}: expected KEY=VALUE")
+        conf[key.strip()] = value
+    return spark_session(args.master, conf, remote=args.remote)
 
 
 def _replay(args) -> int:
@@ -65,24 +72,31 @@ def _replay(args) -> int:
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     from windowing.engine import replay
-    from windowing.io import read_events, read_state, write_outputs
+    from windowing.io import check_output_target, read_events, read_state, stage_outputs
 
     spark = _spark(args)
     started = time.monotonic()
+    inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
+    check_output_target(spark, args.output, inputs)  # before any work: never write over the events
     state = read_state(spark, args.state_in) if args.state_in else None
     # pipeline/state: an empty partition (no files) replays as zero events.
     events = read_events(spark, args.input, pipeline=pipeline, state=state)
     # Both name an input file Spark fails to read (a damaged data page) in an InputError.
     result = replay(spark, pipeline, events, state=state, flush_at_end=args.flush_at_end)
-    metrics = write_outputs(result, args.output)
-    result.unpersist()
+    try:
+        staged = stage_outputs(result, args.output, pipeline=pipeline, inputs=inputs)
+        commit = staged.commit()
+    finally:
+        result.unpersist()
+    metrics = result.metrics
     m = dict(metrics)
     print(
         f"replayed {m['input_rows']:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
         f"{m['windows_emitted']:,} windows emitted {m['emitted_by_reason']}, {m['late_events']:,} late, "
         f"{m['rejected_rows']:,} rejected, {m['open_windows']:,} still open; watermark {m['watermark_reached']}"
     )
-    print(f"outputs in {args.output}/ (aggregates, late_events, rejected, state, metrics.json)")
+    print(f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json), "
+          f"committed as run {commit.seq} of {args.output}")
     return 0
 
 

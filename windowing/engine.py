@@ -15,10 +15,6 @@ Phases (see docs/architecture.md):
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,9 +39,10 @@ class StateMismatchError(ValueError):
 class ReplayResult:
     """What one replay produced.
 
-    ``aggregates``, ``late_events`` and ``state`` read the Parquet parts the kernel
-    tasks wrote under ``files`` (a per-replay work folder); ``rejected`` is a lazy view
-    of the input. :meth:`unpersist` removes the work folder.
+    ``aggregates``, ``late_events`` and ``state`` are views of the kernel's output, which
+    Spark holds (persisted) from the one kernel pass; ``rejected`` is a lazy view of the
+    input. Write them with :func:`windowing.io.write_outputs`; :meth:`unpersist`
+    releases the kernel's output.
     """
 
     aggregates: Any
@@ -53,16 +50,17 @@ class ReplayResult:
     rejected: Any
     state: Any
     metrics: dict
-    files: dict = field(default_factory=dict)  # output name -> folder of Parquet parts
-    workdir: str | None = None
+    #: The input files Spark read (to name a damaged one if a later write fails on it).
+    input_files: tuple = ()
+    _persisted: Any = field(default=None, repr=False)
 
     def unpersist(self) -> None:
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._persisted is not None:
+            self._persisted.unpersist()
+            self._persisted = None
 
 
-def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool | None = None,
-           workdir: str | None = None) -> ReplayResult:
+def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool | None = None) -> ReplayResult:
     """Replay ``events_df`` through ``pipeline``'s window, continuing from ``state``.
 
     Args:
@@ -73,9 +71,6 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
             or None to start from nothing.
         flush_at_end: emit every still-open window with reason ``END_OF_INPUT`` after
             the last batch; defaults to ``pipeline.flush_at_end``.
-        workdir: where the kernel tasks write their Parquet parts; it must be a path
-            every executor can write (on a cluster: a shared filesystem). Defaults to
-            the Spark setting ``spark.rewindow.workdir``, else a local temp folder.
 
     Returns:
         :class:`ReplayResult` with ``aggregates``, ``late_events``, ``rejected`` and
@@ -119,29 +114,37 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
     nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
     kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
-    run_dir = os.path.join(workdir or spark.conf.get("spark.rewindow.workdir", None) or tempfile.gettempdir(),
-                           f"rewindow-{uuid.uuid4().hex[:12]}")
     # PySpark's mapInArrow resolves columns by name, which a dot in a name breaks: hand
     # such columns over under a safe name, and the task puts the real name back.
     names = kernel_in.columns
     safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
     if safe != names:
         kernel_in = kernel_in.toDF(*safe)
-    fn = _KernelTask(spec, timelines, flush, run_dir, dict(zip(safe, names)))
-    # The tasks write their outputs as Parquet parts and hand back only small counters:
-    # no output rows cross into the JVM, no cache, no second pass to write them.
-    with _naming_bad_files(inputs):
-        counters = kernel_in.mapInArrow(fn, "name string, value long").groupBy("name").sum("value").collect()
-    files = _finish_files(spec, run_dir, worker_rows)
-    aggregates, late, state_out = (spark.read.parquet(files[n]) for n in ("aggregates", "late_events", "state"))
+    schemas = _output_schemas(spec)
+    fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas)
+    # The tasks hand back every output as rows of one Spark dataset (one struct column per
+    # output), held by Spark for the writes: no shared folder between driver and executors.
+    kernel_out = kernel_in.mapInArrow(fn, _tagged_spark_schema(schemas)).persist()
+    try:
+        with _naming_bad_files(inputs):
+            counters = (kernel_out.where(F.col("counter").isNotNull())
+                        .groupBy(F.col("counter.name").alias("name")).agg(F.sum("counter.value").alias("value"))
+                        .collect())
+    except BaseException:
+        kernel_out.unpersist()
+        raise
+    aggregates, late = (kernel_out.where(F.col(n).isNotNull()).select(f"{n}.*") for n in ("aggregates", "late_events"))
+    state_out = kernel_out.where(F.col("state").isNotNull()).select("state.*")
+    if worker_rows:
+        state_out = state_out.unionByName(_frame_from_arrow(spark, pa.Table.from_pylist(worker_rows, schema=schemas["state"])))
     rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*[_col(c) for c in input_cols], REJECT_REASON)
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
 
-    counts = {r["name"]: int(r[1]) for r in counters}
-    metrics = _metrics(counts, _lateness(counts.get("late", 0), files["late_events"], late, F),
-                       rejected_counts, worker_rows, pipeline)
-    return ReplayResult(aggregates, late, rejected, state_out, metrics, files=files, workdir=run_dir)
+    counts = {r["name"]: int(r["value"]) for r in counters}
+    metrics = _metrics(counts, _lateness(counts.get("late", 0), late, F), rejected_counts, worker_rows, pipeline)
+    return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
+                        _persisted=kernel_out)
 
 
 # --------------------------------------------------------------------------- phase 1
@@ -386,80 +389,89 @@ def _arrow_types(spark, df) -> dict[str, pa.DataType]:
     return {f.name: to_arrow_type(f.dataType, timezone=tz) for f in df.schema.fields}
 
 
-OUTPUT_PARTS = {"aggregates": "aggregates", "late_events": "late", "state": "state"}
+#: Kernel output attribute of each output, in the order of the tagged schema's columns.
+OUTPUT_ATTRS = {"aggregates": "aggregates", "late_events": "late", "state": "state"}
+_COUNTER = pa.struct([("name", pa.string()), ("value", pa.int64())])
+
+
+def _output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
+    return {"aggregates": spec.aggregates_schema(), "late_events": spec.late_schema(), "state": spec.state_schema()}
+
+
+def _tagged_arrow_schema(schemas: dict[str, pa.Schema]) -> pa.Schema:
+    """One nullable struct column per output, plus the counters: each row fills one."""
+    fields = [pa.field(name, pa.struct(list(schema))) for name, schema in schemas.items()]
+    return pa.schema([*fields, pa.field("counter", _COUNTER)])
+
+
+def _tagged_spark_schema(schemas: dict[str, pa.Schema]):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(_tagged_arrow_schema(schemas))
+
+
+def _frame_from_arrow(spark, table: pa.Table):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame(table.to_pylist(), from_arrow_schema(table.schema))
 
 
 class _KernelTask:
-    """What each Spark task runs over its partition: the kernel, then Parquet parts.
+    """What each Spark task runs over its partition: the kernel, then its outputs as rows.
 
-    A part is named by the Spark partition id and written to a temporary name first,
-    so a retried or speculative attempt replaces it with identical content.
+    Each output table becomes Arrow batches of the tagged schema (:func:`_tagged_arrow_schema`)
+    with only that output's struct column filled; the counters come last.
     """
 
-    def __init__(self, spec, timelines, flush, run_dir, names=None):
-        self.spec, self.timelines, self.flush, self.run_dir = spec, timelines, flush, run_dir
+    def __init__(self, spec, timelines, flush, names, schemas):
+        self.spec, self.timelines, self.flush = spec, timelines, flush
         self.names = names or {}
+        self.schema = _tagged_arrow_schema(schemas)
 
     def __call__(self, batches):
-        import pyarrow.parquet as pq
-        from pyspark import TaskContext
-
         batches = list(batches)
         if not batches or not sum(b.num_rows for b in batches):
             return
         table = pa.Table.from_batches(batches)
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         out = K.process(table, self.spec, self.timelines, self.flush)
-        part = f"part-{TaskContext.get().partitionId():05d}.parquet"
-        for name, attr in OUTPUT_PARTS.items():
-            table = getattr(out, attr)
-            if table.num_rows:
-                folder = os.path.join(self.run_dir, name)
-                os.makedirs(folder, exist_ok=True)
-                tmp = os.path.join(folder, f".{part}.{uuid.uuid4().hex[:8]}")
-                pq.write_table(table, tmp)
-                os.replace(tmp, os.path.join(folder, part))
-        yield pa.RecordBatch.from_pydict(
-            {"name": list(out.counters), "value": pa.array(list(out.counters.values()), pa.int64())}
+        for name, attr in OUTPUT_ATTRS.items():
+            result = getattr(out, attr)
+            if result.num_rows:
+                yield from self._tagged(name, result)
+        counters = pa.StructArray.from_arrays(
+            [pa.array(list(out.counters), pa.string()), pa.array(list(out.counters.values()), pa.int64())],
+            fields=list(_COUNTER),
         )
+        yield self._batch("counter", counters)
 
+    def _tagged(self, name: str, table: pa.Table):
+        struct_type = self.schema.field(name).type
+        for batch in table.cast(pa.schema(list(struct_type))).to_batches(max_chunksize=65_536):
+            yield self._batch(name, pa.StructArray.from_arrays(batch.columns, fields=list(struct_type)))
 
-def _finish_files(spec: K.Spec, run_dir: str, worker_rows) -> dict[str, str]:
-    """Complete the output folders: a schema-carrying empty part each, the worker state."""
-    import pyarrow.parquet as pq
-
-    schemas = {"aggregates": spec.aggregates_schema(), "late_events": spec.late_schema(),
-               "state": spec.state_schema()}
-    files = {}
-    for name, schema in schemas.items():
-        folder = os.path.join(run_dir, name)
-        os.makedirs(folder, exist_ok=True)
-        pq.write_table(schema.empty_table(), os.path.join(folder, "part-empty.parquet"))
-        files[name] = folder
-    if worker_rows:
-        pq.write_table(pa.Table.from_pylist(worker_rows, schema=schemas["state"]),
-                       os.path.join(files["state"], "part-workers.parquet"))
-    return files
+    def _batch(self, name: str, array: pa.Array) -> pa.RecordBatch:
+        n = len(array)
+        cols = [array if f.name == name else pa.nulls(n, f.type) for f in self.schema]
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
 
 # --------------------------------------------------------------------------- metrics
 
 
 #: Up to this many late events, lateness percentiles are computed in the driver from the
-#: written parts (8 bytes each); beyond it, by a Spark job.
+#: collected values (8 bytes each, through Arrow); beyond it, by a Spark job.
 DRIVER_PERCENTILES_MAX = 20_000_000
 
 
-def _lateness(n: int, folder: str, late, F) -> dict:
+def _lateness(n: int, late, F) -> dict:
     """Exact p50/p90/p99 (linear interpolation, as Spark's ``percentile``) and max."""
     if not n:
         return {"p": None, "mx": None}
     if n > DRIVER_PERCENTILES_MAX:
         return late.agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
                         F.max("lateness_ms").alias("mx")).collect()[0]
-    import pyarrow.parquet as pq
-
-    values = pq.read_table(folder, columns=["lateness_ms"])["lateness_ms"].to_numpy()
+    values = late.select("lateness_ms").toArrow()["lateness_ms"].to_numpy()
     return {"p": np.percentile(values, [50, 90, 99]).tolist(), "mx": int(values.max())}
 
 

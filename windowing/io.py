@@ -1,41 +1,70 @@
-"""Reading events and state, and writing a replay's outputs atomically.
+"""Reading events and state, and committing a replay's outputs, on any filesystem Spark reaches.
 
-Failure behaviour, which the data-quality tests (tests/quality/) pin down:
+Every data path is a string: a local folder or any URI Spark reads (``file:``,
+``s3a:``, ``gs:``, ``abfss:``, ``hdfs:``, ``viewfs:``). Data goes through Spark's
+readers and writers only; the few other filesystem operations go through
+:class:`windowing.lake.Lake` (Hadoop's API), never Python file I/O.
 
-* A corrupted, truncated or empty Parquet file is an :class:`InputError` (or a
-  :class:`StateError` for state) whose message starts with **that file's path**: every
-  local data file's footer is opened with pyarrow before Spark reads it (a few KB per
-  file, no data pages), because Spark only reads footers lazily and its errors name the
-  folder or nothing.
-* An empty partition (a folder without data files) is a success with zero rows, given
-  a schema: ``schema=`` explicitly, or derived from the pipeline (and the carried
-  state, which records the key and value column types). Files with zero rows carry
-  their own schema and need nothing.
-* :func:`write_outputs` holds an exclusive lock (``flock`` on ``.<out>.lock`` beside the
-  output folder) for the whole write: two runs writing the same folder take turns.
-  Outputs are written to a staging folder and swapped in with one atomic
-  ``renameat2(RENAME_EXCHANGE)``: a run killed at any point leaves either the previous
-  output or the new one, complete. Leftovers of killed runs (staging folders, a
-  displaced previous output) are cleaned up or restored by the next write.
+Output layout (one *output* = one replay target, e.g. one partition)::
+
+    OUT/runs/<run id>/aggregates/ late_events/ rejected/ state/ metrics.json/
+    OUT/_commits/<seq>-<run id>/part-*.json      one commit record per committed run
+
+**Commit.** A replay writes into a run folder of its own, then writes one small commit
+record (a single JSON object, written last by Spark's committer). Readers — ``rewindow
+verify``, the next partition, the Dagster assets — take the record that sorts last
+(highest sequence number, then run id) and read that run, so they see the previous
+complete output or the new complete output, never a mix or a part, on object stores
+as on local disks. A run killed at any moment leaves no record, so the previous output
+stays current and a rerun gives the same rows. The last :data:`KEEP_RUNS` committed
+runs are kept for rollback and comparison (:func:`list_commits`); older runs and
+abandoned run folders are deleted where the session can delete (not over Spark Connect).
+
+**Concurrent runs of one output** do not lock each other out: both write complete run
+folders and both commit; the record that sorts last wins as a whole. Each run takes
+sequence number (greatest seen + 1), so a run that commits after another has seen it
+sorts after it; two runs that read the same greatest number tie and the later run id
+(its start time) wins. Either way the current output is exactly one run's.
+
+**Output targets.** A replay writes only where rewindow's own layout is, or nothing is:
+an existing target holding anything else (``thesis.tex``, ``src/``, the events) is
+refused, naming what is there, and so is an output that is an input or inside one, or
+holds one. Nothing is ever deleted outside ``OUT/runs`` and ``OUT/_commits``.
+
+**Input failures.** A path that does not exist, a missing catalog table and an unknown
+data source are :class:`InputError` naming them, before any work. For Parquet, every
+file's footer is read (Hadoop's Parquet reader; no data pages): a file that is not
+Parquet, and a file lacking a configured column or holding it with another type than
+the other files, is named, with the column. An empty partition (no data files) is
+zero events with a schema derived from the pipeline (and the carried state's types).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import errno
-import fcntl
 import json
-import os
 import re
-import shutil
 import uuid
-from pathlib import Path
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from types import SimpleNamespace
+from urllib.parse import unquote
+
+from windowing.lake import Lake, display, inside, join, qualify
 
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
+RUNS = "runs"
+COMMITS = "_commits"
+METRICS = "metrics.json"
+#: Committed runs kept per output (the current one and the four before it).
+KEEP_RUNS = 5
+#: Uncommitted run folders older than this are abandoned (their run was killed).
+ABANDONED_AFTER_S = 6 * 3600
 #: Columns every state dataset has (kernel ``Spec.state_schema``).
 STATE_REQUIRED_COLUMNS = ("state_kind", "fingerprint", "window_start_ms", "window_end_ms", "events")
+COMMIT_SCHEMA = (
+    "seq long, run_id string, run string, committed_at string, pipeline string, fingerprint string, "
+    "metrics string, extra string"
+)
 
 
 class InputError(ValueError):
@@ -46,68 +75,20 @@ class StateError(ValueError):
     """Carried state is missing or unreadable. The message names the path."""
 
 
-def _local(path: str | os.PathLike) -> Path:
-    s = str(path)
-    if "://" in s and not s.startswith("file://"):
-        raise ValueError(f"{s}: only local paths are supported for atomic writes")
-    return Path(s.removeprefix("file://"))
+class OutputError(ValueError):
+    """The output target cannot be written. The message names the path."""
 
 
-def _is_local(path) -> bool:
-    s = str(path)
-    return "://" not in s or s.startswith("file://")
+# --------------------------------------------------------------------------- errors
 
 
-# --------------------------------------------------------------------------- files
-
-
-def _hidden(name: str) -> bool:
-    # Spark's file index skips these too (_SUCCESS, .crc files, _temporary/ ...).
-    return name.startswith(("_", "."))
-
-
-def data_files(path: str | os.PathLike) -> list[Path]:
-    """The files Spark reads under ``path`` (recursively, hidden names skipped), sorted."""
-    p = _local(path)
-    if p.is_file():
-        return [p]
-    out: list[Path] = []
-    for root, dirs, files in os.walk(p):
-        dirs[:] = sorted(d for d in dirs if not _hidden(d))
-        out += [Path(root) / f for f in sorted(files) if not _hidden(f)]
-    return out
-
-
-def check_parquet_footers(files, error: type[ValueError] = InputError) -> int:
-    """Open every file's Parquet footer; raise ``error`` naming the first bad file.
-
-    Returns the total number of rows the footers declare. Cheap: pyarrow reads the
-    footer only (the file's tail), never the data pages.
-    """
-    import pyarrow.parquet as pq
-
-    rows = 0
-    for f in files:
-        try:
-            rows += pq.ParquetFile(f).metadata.num_rows
-        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for bad files
-            size = f.stat().st_size if f.exists() else None
-            raise error(f"{f}: not a readable Parquet file ({size} bytes; corrupted or truncated?): "
-                        f"{_first_line(exc)}") from exc
-    return rows
-
-
-_SPARK_PATH = re.compile(r"file:/*(/[^\s,;'\"\]\)]+)")
-
-
-def _file_named_in(exc: BaseException, roots) -> Path | None:
-    """A data file under ``roots`` that Spark's error message names, if any."""
-    roots = [_local(r).resolve() for r in roots]
-    for m in _SPARK_PATH.finditer(str(exc)):
-        f = Path(m.group(1).rstrip(".:"))
-        if f.is_file() and any(r == f or r in f.resolve().parents for r in roots):
-            return f
-    return None
+def _first_line(exc: BaseException) -> str:
+    """The first informative line of an error (py4j puts "An error occurred ..." first)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    for ln in lines:
+        if not ln.startswith(("An error occurred while calling", "JVM stacktrace")):
+            return ln[:500]
+    return lines[0][:500] if lines else type(exc).__name__
 
 
 def _root_cause(exc: BaseException) -> str:
@@ -117,66 +98,152 @@ def _root_cause(exc: BaseException) -> str:
     return causes[-1][:300] if causes else _first_line(exc)
 
 
-def input_error_from(exc: BaseException, inputs) -> InputError | None:
+def _path_part(uri: str) -> str:
+    return re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?", "", uri)
+
+
+def file_named_in(exc: BaseException, files) -> str | None:
+    """The one of ``files`` (URIs) that Spark's error message names, if any."""
+    text = str(exc)
+    for f in sorted(files, key=len, reverse=True):
+        if f in text or (_path_part(f) and _path_part(f) in text):
+            return f
+    return None
+
+
+def input_error_from(exc: BaseException, files) -> InputError | None:
     """An :class:`InputError` naming the input file a Spark failure names, or None.
 
     Spark reads data pages lazily, at the first action: a file whose footer is fine but
-    whose pages are damaged fails there, deep inside a job. Callers that run the replay
-    (the CLI) turn such a failure into an error naming the file.
+    whose pages are damaged fails there, deep inside a job.
     """
-    inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-    bad = _file_named_in(exc, [p for p in inputs if _is_local(p)])
+    bad = file_named_in(exc, files)
     if bad is None:
         return None
-    return InputError(f"{bad}: cannot read Parquet input: {_root_cause(exc)}")
+    return InputError(f"{display(bad)}: cannot read input: {_root_cause(exc)}")
+
+
+def _missing_path(exc: BaseException) -> bool:
+    return "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc)
 
 
 # --------------------------------------------------------------------------- events
 
 
-def read_events(spark, paths, schema=None, pipeline=None, state=None):
-    """Read a Parquet dataset of events (a folder, nested folders, a file, or a list).
+def read_events(spark, paths=None, schema=None, pipeline=None, state=None):
+    """Read events: the given paths, else the pipeline's ``source.path`` or ``source.table``.
 
     Args:
-        spark: the SparkSession.
-        paths: one path or a list of them.
+        spark: the SparkSession (classic or Spark Connect).
+        paths: one path/URI or a list of them; None reads the pipeline's source.
         schema: the events' schema (a ``StructType`` or DDL string), used when the
             dataset holds no data file at all (an empty partition).
-        pipeline: without ``schema``, an empty partition gets a schema derived from the
-            pipeline's columns (see :func:`empty_events_schema`), with the types the
-            carried ``state`` records when it is given.
+        pipeline: gives the source's format, schema and options; without ``schema``,
+            an empty partition gets a schema derived from the pipeline's columns (see
+            :func:`empty_events_schema`), with the types ``state`` records.
         state: the carried state DataFrame (only read for its column types).
 
     Raises:
-        InputError: a path does not exist, a file is not readable Parquet (the message
-            names the file), or the dataset is empty and no schema can be had.
+        InputError: a path, the table or the format does not exist, a file is not
+            readable (named), a file lacks a configured column or holds it with another
+            type (file and column named), or the dataset is empty and no schema can be had.
     """
-    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    src = pipeline.source if pipeline is not None else None
+    fmt = src.format if src else "parquet"
+    if paths is None:
+        if src is not None and src.table:
+            return _read_table(spark, src.table)
+        if src is None or not src.path:
+            raise InputError("no input given: pass input paths, or set source.path or source.table in the pipeline")
+        paths = [src.path]
+    paths = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
+    paths = [str(p) for p in paths]
     if not paths:
         raise InputError("no input path given")
+    lake = Lake(spark)
     for p in paths:
-        if _is_local(p) and not _local(p).exists():
+        if not lake.exists(p):
             raise InputError(f"{p}: input does not exist")
-    local = [p for p in paths if _is_local(p)]
-    files = [f for p in local for f in data_files(p)]
-    check_parquet_footers(files, InputError)
-    if len(local) == len(paths) and not files:
-        if schema is None and pipeline is None:
-            raise InputError(
-                f"{', '.join(map(str, paths))}: no Parquet files (an empty partition); "
-                "pass the events' schema or the pipeline to replay it as zero events"
-            )
-        return _empty_frame(spark, schema if schema is not None else empty_events_schema(pipeline, state))
+    reader = _reader(spark, src, recursive=True)
     try:
-        # recursiveFileLookup: folder names like date=... must not become columns,
-        # or one day read alone would differ from the same day read with the others.
-        df = spark.read.option("recursiveFileLookup", "true").parquet(*[str(p) for p in paths])
-        df.schema  # noqa: B018 - resolve now, so a bad file fails here with its path
+        df = reader.load(paths)
+        df.schema  # noqa: B018 - resolve now: a bad path or format fails here, naming it
     except Exception as exc:  # Spark wraps everything in its own exception types
-        bad = _file_named_in(exc, local)
-        where = str(bad) if bad else ", ".join(map(str, paths))
-        raise InputError(f"{where}: cannot read Parquet input: {_first_line(exc)}") from exc
+        if "UNABLE_TO_INFER_SCHEMA" in str(exc):
+            return _empty_events(spark, paths, schema, pipeline, state)
+        raise _read_error(exc, fmt, paths) from exc
+    if fmt == "parquet":
+        files = df.inputFiles()
+        if not files:
+            return _empty_events(spark, paths, schema, pipeline, state)
+        check_parquet_files(lake, files, pipeline, InputError)
     return df
+
+
+def _reader(spark, src, recursive: bool):
+    reader = spark.read.format(src.format if src else "parquet")
+    if src is not None and src.schema:
+        reader = reader.schema(src.schema)
+    for k, v in (src.options if src else ()):
+        reader = reader.option(k, v)
+    if recursive:
+        # Folder names like date=... must not become columns, or one day read alone would
+        # differ from the same day read with the others.
+        reader = reader.option("recursiveFileLookup", "true")
+    return reader
+
+
+def _read_table(spark, table: str):
+    try:
+        df = spark.read.table(table)
+        df.schema  # noqa: B018
+        return df
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"source.table {table!r}: cannot read the table: {_first_line(exc)}") from exc
+
+
+def _read_error(exc: BaseException, fmt: str, paths) -> InputError:
+    text = str(exc)
+    if "DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text:
+        return InputError(f"source.format {fmt!r}: Spark has no such data source (is its package on the classpath?)")
+    if _missing_path(exc):
+        return InputError(f"{', '.join(paths)}: input does not exist ({_first_line(exc)})")
+    return InputError(f"{', '.join(paths)}: cannot read {fmt} input: {_first_line(exc)}")
+
+
+def _empty_events(spark, paths, schema, pipeline, state):
+    if schema is None and pipeline is None:
+        raise InputError(
+            f"{', '.join(paths)}: no data files (an empty partition); "
+            "pass the events' schema or the pipeline to replay it as zero events"
+        )
+    if schema is None:
+        schema = pipeline.source.schema or empty_events_schema(pipeline, state)
+    return _empty_frame(spark, schema)
+
+
+def check_parquet_files(lake: Lake, files, pipeline=None, error: type[ValueError] = InputError) -> None:
+    """Read every file's footer; raise ``error`` naming the first bad file.
+
+    A file is bad when it is not readable Parquet, or (given ``pipeline``) when it
+    lacks a column the pipeline reads or holds it with another type than the first
+    file that has it. Cheap: footers only, never data pages.
+    """
+    wanted = pipeline.input_columns if pipeline is not None else ()
+    seen: dict[str, tuple[str, str]] = {}
+    for f in files:
+        try:
+            cols = lake.parquet_columns(f)
+        except Exception as exc:  # noqa: BLE001 - pyarrow/Hadoop raise many types for bad files
+            raise error(f"{display(f)}: not a readable Parquet file (corrupted or truncated?): "
+                        f"{_root_cause(exc)}") from exc
+        for c in wanted:
+            if c not in cols:
+                raise error(f"{display(f)}: column {c!r} is missing from this file "
+                            f"(it has {', '.join(sorted(cols))})")
+            if c in seen and seen[c][0] != cols[c]:
+                raise error(f"{display(f)}: column {c!r} is {cols[c]} here but {seen[c][0]} in {display(seen[c][1])}")
+            seen.setdefault(c, (cols[c], f))
 
 
 def _empty_frame(spark, schema):
@@ -228,180 +295,321 @@ def empty_events_schema(pipeline, state=None):
     return T.StructType([T.StructField(c, t, True) for c, t in types.items()])
 
 
-# --------------------------------------------------------------------------- state
+# --------------------------------------------------------------------------- commits
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit record: which run of an output is (or was) current, and its figures."""
+
+    seq: int
+    run_id: str
+    run: str  # the run folder, relative to the output
+    committed_at: str
+    pipeline: str
+    fingerprint: str
+    metrics: dict
+    extra: dict
+    output: str  # the output this record belongs to
+
+    @property
+    def run_path(self) -> str:
+        return join(self.output, self.run)
+
+    @property
+    def order(self) -> tuple[int, str]:
+        return (self.seq, self.run_id)
+
+
+def list_commits(spark, out) -> list[Commit]:
+    """Every commit record of the output ``out``, oldest first; [] when none."""
+    out = str(out)
+    try:
+        rows = spark.read.schema(COMMIT_SCHEMA).json(join(out, COMMITS, "*")).collect()
+    except Exception as exc:  # noqa: BLE001
+        if _missing_path(exc):
+            return []
+        raise OutputError(f"{join(out, COMMITS)}: commit records are unreadable: {_first_line(exc)}") from exc
+    commits = []
+    for r in rows:
+        if r["seq"] is None or not r["run_id"]:
+            raise OutputError(f"{join(out, COMMITS)}: a commit record is damaged: {r}")
+        commits.append(Commit(
+            seq=r["seq"], run_id=r["run_id"], run=r["run"], committed_at=r["committed_at"], pipeline=r["pipeline"],
+            fingerprint=r["fingerprint"], metrics=json.loads(r["metrics"] or "null") or {},
+            extra=json.loads(r["extra"] or "null") or {}, output=out,
+        ))
+    return sorted(commits, key=lambda c: c.order)
+
+
+def current_commits_under(spark, root) -> dict[str, Commit]:
+    """The current commit of every output directly under ``root`` (``root/<name>/``),
+    by name, in one read (e.g. every partition of a pipeline)."""
+    from pyspark.sql import functions as F
+
+    root = str(root)
+    try:
+        rows = (spark.read.schema(COMMIT_SCHEMA).json(join(root, "*", COMMITS, "*"))
+                .withColumn("__file", F.input_file_name()).collect())
+    except Exception as exc:  # noqa: BLE001
+        if _missing_path(exc):
+            return {}
+        raise OutputError(f"{root}: commit records are unreadable: {_first_line(exc)}") from exc
+    best: dict[str, Commit] = {}
+    for r in rows:
+        name = unquote(r["__file"].split(f"/{COMMITS}/", 1)[0].rstrip("/").rsplit("/", 1)[-1])
+        c = Commit(seq=r["seq"], run_id=r["run_id"], run=r["run"], committed_at=r["committed_at"],
+                   pipeline=r["pipeline"], fingerprint=r["fingerprint"],
+                   metrics=json.loads(r["metrics"] or "null") or {}, extra=json.loads(r["extra"] or "null") or {},
+                   output=join(root, name))
+        if name not in best or c.order > best[name].order:
+            best[name] = c
+    return best
+
+
+def current_commit(spark, out) -> Commit | None:
+    """The commit record that names ``out``'s current run, or None before the first commit."""
+    commits = list_commits(spark, out)
+    return commits[-1] if commits else None
+
+
+def _new_run_id() -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:8]}"
+
+
+def check_output_target(spark, out, inputs=()) -> None:
+    """Refuse, before any work, an output that is not rewindow's to write (module docstring).
+
+    Raises:
+        OutputError: ``out`` is an input, inside one or holds one; or it exists and
+            holds something other than rewindow's ``runs/`` and ``_commits/``.
+    """
+    out = str(out)
+    for p in inputs or ():
+        if inside(out, str(p)) or inside(str(p), out):
+            raise OutputError(
+                f"{out}: the output is the input {p} or overlaps it; choose an output folder outside the events"
+            )
+    lake = Lake(spark)
+    if lake.connect:
+        foreign = [e for e in lake.files(out) if not inside(e.path, join(qualify(out), RUNS))]
+    else:
+        if lake.exists(out) and lake.is_file(out):
+            raise OutputError(f"{out}: is a file, not an output folder")
+        foreign = [e for e in lake.children(out) if e.path.rstrip("/").rsplit("/", 1)[-1] not in (RUNS, COMMITS)]
+    if foreign:
+        raise OutputError(
+            f"{out}: exists and is not a rewindow output (it holds {display(foreign[0].path)}); "
+            "rewindow replaces only what it wrote: choose an empty or new folder"
+        )
+
+
+@dataclass
+class Staged:
+    """A run's outputs, written and complete but not yet current (see :func:`stage_outputs`)."""
+
+    spark: object
+    output: str
+    run_id: str
+    metrics: dict
+    pipeline: str
+    fingerprint: str
+
+    @property
+    def run(self) -> str:
+        return f"{RUNS}/{self.run_id}"
+
+    @property
+    def path(self) -> str:
+        return join(self.output, self.run)
+
+    def read(self):
+        """The staged outputs, as :func:`read_outputs` returns them."""
+        return read_run(self.spark, self.path)
+
+    def commit(self, extra: dict | None = None) -> Commit:
+        """Make this run the output's current one: write its commit record (last)."""
+        previous = list_commits(self.spark, self.output)
+        seq = (previous[-1].seq + 1) if previous else 1
+        record = {
+            "seq": seq, "run_id": self.run_id, "run": self.run,
+            "committed_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "pipeline": self.pipeline, "fingerprint": self.fingerprint,
+            "metrics": json.dumps(self.metrics, sort_keys=True),
+            "extra": json.dumps(extra or {}, sort_keys=True, default=str),
+        }
+        target = join(self.output, COMMITS, f"{seq:010d}-{self.run_id}")
+        try:
+            (self.spark.createDataFrame([record], COMMIT_SCHEMA).coalesce(1)
+             .write.mode("errorifexists").json(target))
+        except Exception as exc:  # noqa: BLE001
+            raise OutputError(f"{target}: cannot write the commit record: {_root_cause(exc)}") from exc
+        commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=record["committed_at"],
+                        pipeline=self.pipeline, fingerprint=self.fingerprint, metrics=self.metrics,
+                        extra=extra or {}, output=self.output)
+        prune(self.spark, self.output)
+        return commit
+
+
+def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
+    """Write a replay's outputs into a new run folder of ``out_dir`` (not yet current).
+
+    Spark's own writer writes ``aggregates/ late_events/ rejected/ state/`` and
+    ``metrics.json/`` (a one-line JSON dataset). Raises :class:`OutputError` naming the
+    path when the target is refused or a write fails, :class:`InputError` when Spark
+    fails reading an input file while computing the outputs (the file named).
+    """
+    out = str(out_dir)
+    spark = result.aggregates.sparkSession
+    check_output_target(spark, out, inputs)
+    staged = Staged(spark, out, _new_run_id(), result.metrics,
+                    pipeline.name if pipeline is not None else str(result.metrics.get("pipeline")),
+                    pipeline.fingerprint() if pipeline is not None else "")
+    files = list(getattr(result, "input_files", ()) or ())
+    for name in OUTPUTS:
+        target = join(staged.path, name)
+        try:
+            getattr(result, name).write.mode("errorifexists").parquet(target)
+        except Exception as exc:  # a damaged input page surfaces here, at the first action
+            err = input_error_from(exc, files)
+            if err is not None:
+                raise err from exc
+            raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
+    target = join(staged.path, METRICS)
+    try:
+        spark.createDataFrame([(json.dumps(result.metrics, indent=None, sort_keys=True),)], "value string") \
+            .coalesce(1).write.mode("errorifexists").text(target)
+    except Exception as exc:  # noqa: BLE001
+        raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
+    return staged
+
+
+def write_outputs(result, out_dir, pipeline=None, inputs=(), extra: dict | None = None) -> dict:
+    """Write a replay's outputs under ``out_dir`` and make them current (stage, then commit).
+
+    Returns the metrics. A rerun makes a new run current with the same rows; a crash or
+    kill part-way leaves the previous output current. See the module docstring.
+    """
+    staged = stage_outputs(result, out_dir, pipeline=pipeline, inputs=inputs)
+    staged.commit(extra)
+    return result.metrics
+
+
+def prune(spark, out) -> list[str]:
+    """Delete runs beyond the last :data:`KEEP_RUNS` committed and abandoned run folders.
+
+    Returns what was deleted. A no-op where the session cannot delete (Spark Connect).
+    """
+    lake = Lake(spark)
+    if lake.connect:
+        return []
+    commits = list_commits(spark, out)
+    keep_runs = []
+    for c in reversed(commits):
+        if c.run_id not in keep_runs:
+            keep_runs.append(c.run_id)
+        if len(keep_runs) == KEEP_RUNS:
+            break
+    deleted = []
+    for c in commits:
+        if c.run_id not in keep_runs:
+            for p in (join(out, COMMITS, f"{c.seq:010d}-{c.run_id}"), c.run_path):
+                if lake.delete(p):
+                    deleted.append(p)
+    committed = {c.run_id for c in commits}
+    now = datetime.now(timezone.utc)
+    for e in lake.children(join(out, RUNS)):
+        run_id = e.path.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            started = datetime.strptime(run_id.split("-", 1)[0], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+        if run_id not in committed and (now - started).total_seconds() > ABANDONED_AFTER_S:
+            if lake.delete(e.path):
+                deleted.append(e.path)
+    return deleted
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_run(spark, run_path):
+    """The outputs of one run folder: ``aggregates``, ``late_events``, ``rejected``,
+    ``state`` DataFrames and ``metrics`` (a dict, or None without ``metrics.json``)."""
+    lake = Lake(spark)
+    frames = {}
+    for name in OUTPUTS:
+        folder = join(run_path, name)
+        if not lake.exists(join(folder, "_SUCCESS")):
+            raise InputError(f"{folder}: missing or incomplete output")
+        check_parquet_files(lake, [e.path for e in lake.files(folder)], None, InputError)
+        frames[name] = spark.read.parquet(folder)
+    return SimpleNamespace(**frames, metrics=_read_metrics(spark, lake, join(run_path, METRICS)), path=run_path)
+
+
+def _read_metrics(spark, lake: Lake, path: str) -> dict | None:
+    if not lake.exists(path):
+        return None
+    try:
+        text = "\n".join(r[0] for r in spark.read.text(path).collect())
+        metrics = json.loads(text)
+    except Exception as exc:  # noqa: BLE001 - json or Spark errors
+        raise InputError(f"{path}: not readable metrics JSON: {_first_line(exc)}") from exc
+    if not isinstance(metrics, dict):
+        raise InputError(f"{path}: not readable metrics JSON: expected an object")
+    return metrics
+
+
+def read_outputs(spark, out_dir):
+    """The current outputs of ``out_dir`` (through its last commit record), as
+    :func:`read_run` returns them plus ``commit``.
+
+    ``out_dir`` may also be a run folder (``OUT/runs/<id>``), read as it is.
+    """
+    out = str(out_dir)
+    commit = current_commit(spark, out)
+    if commit is None:
+        if Lake(spark).exists(join(out, "aggregates", "_SUCCESS")):
+            return SimpleNamespace(**vars(read_run(spark, out)), commit=None)
+        raise InputError(f"{out_dir}: no committed replay output here")
+    outputs = read_run(spark, commit.run_path)
+    if outputs.metrics is None:
+        outputs.metrics = commit.metrics
+    return SimpleNamespace(**vars(outputs), commit=commit)
 
 
 def read_state(spark, state_dir):
-    """Read the state a previous replay wrote (``OUT_DIR/state``).
+    """Read the state a previous replay wrote.
+
+    ``state_dir`` is a replay output (its current run's state is read), that output's
+    ``state`` folder (``OUT/state``, the same), or a plain state dataset folder.
 
     Raises:
-        StateError: the folder is missing, incomplete (no ``_SUCCESS``: an interrupted
-            run), holds a file that is not readable Parquet (named), or is not a
-            rewindow state.
+        StateError: nothing is there, the dataset is incomplete (no ``_SUCCESS``: an
+            interrupted run), holds a file that is not readable Parquet (named), or is
+            not a rewindow state.
     """
-    p = _local(state_dir)
-    if not p.is_dir():
+    path = str(state_dir).rstrip("/")
+    lake = Lake(spark)
+    commit = current_commit(spark, path)
+    if commit is None and path.rsplit("/", 1)[-1] == "state":
+        commit = current_commit(spark, path.rsplit("/", 1)[0])
+    folder = join(commit.run_path, "state") if commit is not None else path
+    if not lake.exists(folder):
         raise StateError(
             f"{state_dir}: no state here (the folder does not exist); replay the previous partition first"
         )
-    if not (p / "_SUCCESS").exists():
+    if not lake.exists(join(folder, "_SUCCESS")):
         raise StateError(f"{state_dir}: no complete state here (missing _SUCCESS: from an interrupted run?)")
-    check_parquet_footers(data_files(p), StateError)
+    files = [e.path for e in lake.files(folder)]
+    check_parquet_files(lake, files, None, StateError)
     try:
-        df = spark.read.parquet(str(p))
+        df = spark.read.parquet(folder)
         df.schema  # noqa: B018
-    except Exception as exc:
-        bad = _file_named_in(exc, [p])
-        raise StateError(f"{bad or state_dir}: state is unreadable: {_first_line(exc)}") from exc
+    except Exception as exc:  # noqa: BLE001
+        bad = file_named_in(exc, files)
+        raise StateError(f"{display(bad) if bad else state_dir}: state is unreadable: {_first_line(exc)}") from exc
     missing = [c for c in STATE_REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise StateError(f"{state_dir}: not a rewindow state (missing columns {', '.join(missing)})")
     return df
-
-
-def read_outputs(spark, out_dir):
-    """A replay's written outputs: ``aggregates``, ``late_events``, ``rejected``, ``state``
-    DataFrames and ``metrics`` (a dict, or None without ``metrics.json``)."""
-    out = _local(out_dir)
-    if not out.is_dir():
-        raise InputError(f"{out_dir}: no replay output here")
-    frames = {}
-    for name in OUTPUTS:
-        folder = out / name
-        if not (folder / "_SUCCESS").exists():
-            raise InputError(f"{folder}: missing or incomplete output")
-        check_parquet_footers(data_files(folder), InputError)
-        frames[name] = spark.read.parquet(str(folder))
-    metrics_file = out / "metrics.json"
-    metrics = json.loads(metrics_file.read_text()) if metrics_file.exists() else None
-    return SimpleNamespace(**frames, metrics=metrics, path=out)
-
-
-# --------------------------------------------------------------------------- writing
-
-
-def lock_path(out_dir) -> Path:
-    """The lock file guarding ``out_dir``: ``.<name>.lock`` beside it (never deleted)."""
-    out = _local(out_dir)
-    return out.parent / f".{out.name}.lock"
-
-
-@contextlib.contextmanager
-def output_lock(out_dir):
-    """Hold the exclusive lock of ``out_dir`` (blocks while another writer holds it).
-
-    ``flock`` locks die with their process, so a killed writer never leaves a stale lock.
-    """
-    path = lock_path(out_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield path
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def write_outputs(result, out_dir) -> dict:
-    """Write ``aggregates/ late_events/ rejected/ state/ metrics.json`` under ``out_dir``.
-
-    Holds :func:`output_lock` throughout. Everything is written to a staging folder next
-    to ``out_dir`` and swapped in atomically: a rerun replaces the previous output
-    exactly, and a crash or kill part-way leaves the previous output untouched.
-
-    Raises:
-        InputError: Spark failed reading an input file while computing the outputs (the
-            message names the file when Spark's error does).
-    """
-    out = _local(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with output_lock(out):
-        _recover(out)
-        tag = uuid.uuid4().hex[:8]
-        staging = out.parent / f".{out.name}.staging-{tag}"
-        try:
-            files = getattr(result, "files", None) or {}
-            for name in OUTPUTS:
-                if name in files and _is_local(files[name]):
-                    # The kernel tasks already wrote these parts: copying files is enough.
-                    shutil.copytree(files[name], staging / name)
-                    (staging / name / "_SUCCESS").touch()
-                    continue
-                try:
-                    getattr(result, name).write.mode("error").parquet(str(staging / name))
-                except Exception as exc:  # a damaged input page surfaces here, at the first action
-                    bad = _file_named_in(exc, ["/"]) if "FAILED_READ_FILE" in str(exc) else None
-                    if bad is not None and staging not in bad.parents:
-                        raise InputError(f"{bad}: cannot read Parquet input: {_root_cause(exc)}") from exc
-                    raise
-            (staging / "metrics.json").write_text(json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
-            _swap(staging, out)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-    return result.metrics
-
-
-def _leftovers(out: Path, kind: str) -> list[Path]:
-    return sorted(out.parent.glob(f".{glob_escape(out.name)}.{kind}-*"))
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
-
-
-def _recover(out: Path) -> None:
-    """Undo what a killed writer left (called under the lock, so no writer is running)."""
-    old = _leftovers(out, "old")
-    if not out.exists() and old:
-        os.rename(old[-1], out)  # killed between the two renames of the fallback swap
-        old = old[:-1]
-    for p in old + _leftovers(out, "staging"):
-        shutil.rmtree(p, ignore_errors=True)
-
-
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically exchange two paths (Linux ``renameat2``); False when unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
-def _swap(staging: Path, out: Path) -> None:
-    if not out.exists():
-        os.rename(staging, out)
-        return
-    if _exchange(staging, out):
-        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous output
-        return
-    # No atomic exchange here: two renames; _recover() repairs a kill between them.
-    old = out.parent / f".{out.name}.old-{staging.name.rsplit('-', 1)[-1]}"
-    os.rename(out, old)
-    try:
-        os.rename(staging, out)
-    except BaseException:
-        if old.exists() and not out.exists():
-            os.rename(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first informative line of an error (py4j puts "An error occurred ..." first)."""
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    for ln in lines:
-        if not ln.startswith(("An error occurred while calling", "JVM stacktrace")):
-            return ln[:500]
-    return lines[0][:500] if lines else type(exc).__name__

@@ -24,8 +24,13 @@ LOCAL_DEFAULT_CONF = {
 }
 
 
-def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "rewindow"):
+def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "rewindow",
+                  remote: str | None = None):
     """Build (or reuse) the SparkSession.
+
+    ``remote`` (``sc://host:port``) connects to a Spark Connect server instead (Databricks
+    serverless and shared clusters speak only Spark Connect); ``conf`` entries are then
+    set as runtime settings of the session, where the server allows.
 
     ``master`` defaults to ``local[*]``. ``conf`` entries override the local defaults;
     the settings in :data:`REQUIRED_CONF` are always applied. Workers run the current
@@ -33,6 +38,15 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     """
     from pyspark.sql import SparkSession
 
+    if remote:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        for k, v in {**{k: str(v) for k, v in (conf or {}).items()}, **REQUIRED_CONF}.items():
+            try:
+                spark.conf.set(k, v)
+            except Exception:  # noqa: BLE001 - static settings belong to the server's own start-up
+                if k in REQUIRED_CONF and spark.conf.get(k, None) != v:
+                    raise
+        return spark
     active = SparkSession.getActiveSession()
     if active is not None:
         # Reuse the running session as it is (a test run, a notebook, Dagster's resource):

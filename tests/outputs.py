@@ -1,0 +1,46 @@
+"""Reading a committed replay output in tests, with plain file I/O (local outputs only).
+
+The engine reads outputs through Spark (``windowing.io.read_outputs``); the tests read
+the commit records directly, so that they check what is on disk independently.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def commits(out: Path) -> list[dict]:
+    """Every commit record under ``out/_commits``, oldest first (metrics/extra parsed)."""
+    folder = Path(out) / "_commits"
+    records = []
+    for d in sorted(folder.iterdir()) if folder.is_dir() else []:
+        parts = [p for p in d.glob("part-*") if p.is_file()]
+        if not parts:
+            continue  # a commit still being written (only _temporary/)
+        (line,) = [ln for p in parts for ln in p.read_text().splitlines() if ln.strip()]
+        rec = json.loads(line)
+        rec["metrics"] = json.loads(rec["metrics"])
+        rec["extra"] = json.loads(rec.get("extra") or "{}")
+        records.append(rec)
+    return sorted(records, key=lambda r: (r["seq"], r["run_id"]))
+
+
+def current(out: Path) -> dict:
+    recs = commits(out)
+    assert recs, f"{out}: nothing committed"
+    return recs[-1]
+
+
+def run_dir(out: Path) -> Path:
+    """The folder of ``out``'s current run (``out/runs/<run id>``)."""
+    return Path(out) / current(out)["run"]
+
+
+def metrics(out: Path) -> dict:
+    """The current run's metrics: its ``metrics.json`` dataset, checked against the commit record's."""
+    folder = run_dir(out) / "metrics.json"
+    (part,) = [p for p in folder.glob("part-*") if p.is_file()]
+    written = json.loads(part.read_text())
+    assert written == current(out)["metrics"]
+    return written

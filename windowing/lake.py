@@ -1,0 +1,191 @@
+"""Files on any filesystem Spark reaches, through Spark and Hadoop only.
+
+rewindow never opens, lists, renames or locks a data path with Python's ``os``,
+``pathlib`` or ``shutil``: a data path may be ``s3a://``, ``gs://``, ``abfss://``,
+``hdfs://`` or ``viewfs://`` as well as a local folder, and on a cluster the driver
+and the executors share no ``/tmp``. Datasets are read and written by Spark's own
+readers and writers. The few operations a writer needs besides (does a path exist,
+what is directly under it, delete a run folder that is no longer kept, read a Parquet
+footer) go through :class:`Lake`:
+
+* on a classic session, Hadoop's ``FileSystem`` API in the driver's JVM (the same
+  code and settings, ``spark.hadoop.*``, Spark's own readers use);
+* over Spark Connect (no JVM in the client), Spark reads: the ``binaryFile`` source
+  lists files (its content column is never read) and Parquet footers come from Spark's
+  schema inference of one file. Deletions are not available there: old runs are left
+  for the store's lifecycle rules (see docs/deployment.md).
+
+Paths are plain strings. A path without a scheme is a local path, made absolute
+(string arithmetic only) so that two spellings of one folder compare equal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def qualify(path: str | os.PathLike) -> str:
+    """``path`` as a URI: local paths become ``file:/abs/path``; trailing ``/`` removed."""
+    s = os.fspath(path)
+    if not _SCHEME.match(s):
+        s = "file:" + os.path.abspath(s)
+    elif s.startswith("file://") and not s.startswith("file:///"):
+        pass  # file://host/... is left alone
+    elif s.startswith("file:///"):
+        s = "file:" + s[len("file://"):]
+    return s.rstrip("/") if len(s.rstrip("/")) > len(s.split(":", 1)[0]) + 2 else s
+
+
+def join(base: str, *parts: str) -> str:
+    """``base/part/...`` for URIs and local paths alike."""
+    out = os.fspath(base).rstrip("/")
+    for p in parts:
+        out = f"{out}/{p.strip('/')}"
+    return out
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (both qualified first)."""
+    p, r = qualify(path), qualify(root)
+    return p == r or p.startswith(r.rstrip("/") + "/")
+
+
+def display(path: str) -> str:
+    """How a path is shown in messages: local paths without ``file:``."""
+    return path[len("file:"):] if path.startswith("file:/") and not path.startswith("file://") else path
+
+
+def hidden(name: str) -> bool:
+    """Names Spark's file index skips (``_SUCCESS``, ``.crc`` files, ``_temporary/``)."""
+    return name.startswith(("_", "."))
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    is_dir: bool
+    size: int
+
+
+class Lake:
+    """Filesystem operations for one Spark session (see the module docstring)."""
+
+    def __init__(self, spark):
+        self.spark = spark
+        self.connect = is_connect(spark)
+
+    # ------------------------------------------------------------------ JVM side
+
+    def _fs(self, path: str):
+        jvm = self.spark._jvm
+        conf = self.spark._jsc.hadoopConfiguration()
+        jpath = jvm.org.apache.hadoop.fs.Path(path)
+        return jpath.getFileSystem(conf), jpath
+
+    # ------------------------------------------------------------------ queries
+
+    def exists(self, path: str) -> bool:
+        if not self.connect:
+            fs, p = self._fs(path)
+            return bool(fs.exists(p))
+        try:
+            self.spark.read.format("binaryFile").load(path).select("path").limit(1).collect()
+            return True
+        except Exception as exc:  # noqa: BLE001 - Spark reports a missing path as an AnalysisException
+            if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+                return False
+            raise
+
+    def is_file(self, path: str) -> bool:
+        if not self.connect:
+            fs, p = self._fs(path)
+            return bool(fs.exists(p)) and bool(fs.getFileStatus(p).isFile())
+        files = self.files(path)
+        return len(files) == 1 and qualify(files[0].path) == qualify(path)
+
+    def children(self, path: str) -> list[Entry]:
+        """What is directly under ``path`` (hidden names included), sorted; [] if missing.
+
+        Over Spark Connect only files are seen (recursively), hidden ones not at all.
+        """
+        if self.connect:
+            return self.files(path)
+        fs, p = self._fs(path)
+        if not fs.exists(p):
+            return []
+        return sorted(
+            (Entry(str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen())) for s in fs.listStatus(p)),
+            key=lambda e: e.path,
+        )
+
+    def files(self, path: str) -> list[Entry]:
+        """The data files Spark would read under ``path`` (recursive, hidden skipped)."""
+        if not self.connect:
+            fs, p = self._fs(path)
+            if not fs.exists(p):
+                return []
+            out, it = [], fs.listFiles(p, True)
+            while it.hasNext():
+                s = it.next()
+                rel = str(s.getPath().toString())[len(str(fs.makeQualified(p).toString())):]
+                if not any(hidden(part) for part in rel.split("/") if part):
+                    out.append(Entry(str(s.getPath().toString()), False, int(s.getLen())))
+            return sorted(out, key=lambda e: e.path)
+        try:
+            rows = (self.spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+                    .load(path).select("path", "length").collect())
+        except Exception as exc:  # noqa: BLE001
+            if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+                return []
+            raise
+        return sorted((Entry(r["path"], False, int(r["length"])) for r in rows), key=lambda e: e.path)
+
+    # ------------------------------------------------------------------ changes
+
+    def delete(self, path: str) -> bool:
+        """Delete ``path`` recursively; False where this session cannot (Spark Connect)."""
+        if self.connect:
+            return False
+        fs, p = self._fs(path)
+        return bool(fs.delete(p, True))
+
+    # ------------------------------------------------------------------ Parquet
+
+    def parquet_columns(self, path: str) -> dict[str, str]:
+        """A Parquet file's top-level columns and their types, from its footer only.
+
+        The types are Parquet's (``int64``, ``binary (STRING)``, ...) on a classic session
+        and Spark's over Spark Connect; either way two files agree exactly when these do.
+        Raises whatever the reader raises for a file that is not Parquet.
+        """
+        if self.connect:
+            schema = self.spark.read.parquet(path).schema
+            return {f.name: f.dataType.simpleString() for f in schema.fields}
+        jvm = self.spark._jvm
+        conf = self.spark._jsc.hadoopConfiguration()
+        jpath = jvm.org.apache.hadoop.fs.Path(path)
+        input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jpath, conf)
+        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(input_file)
+        try:
+            schema = reader.getFooter().getFileMetaData().getSchema()
+            out = {}
+            for i in range(schema.getFieldCount()):
+                t = schema.getType(i)
+                if t.isPrimitive():
+                    logical = t.getLogicalTypeAnnotation()
+                    out[t.getName()] = str(t.asPrimitiveType().getPrimitiveTypeName()) + (
+                        f" ({logical})" if logical is not None else "")
+                else:
+                    out[t.getName()] = str(t).replace("\n", " ")
+            return out
+        finally:
+            reader.close()
