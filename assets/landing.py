@@ -99,7 +99,7 @@ def read_partition_events(spark, landing_zone: str, start: datetime, end: dateti
     if (source.format if source else "parquet") == "parquet":
         lake = Lake(spark)
         files = lake.files(join(landing_zone, f"{partition_column}={day:%Y-%m-%d}"))
-        check_parquet_files(lake, [e.path for e in files], pipeline, InputError)
+        check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
     events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
         return events, files

@@ -120,7 +120,7 @@ def input_error_from(exc: BaseException, files) -> InputError | None:
     bad = file_named_in(exc, files)
     if bad is None:
         return None
-    return InputError(f"{display(bad)}: cannot read input: {_root_cause(exc)}")
+    return InputError(f"{display(bad)}: cannot read Parquet input: {_root_cause(exc)}")
 
 
 def _missing_path(exc: BaseException) -> bool:
@@ -176,7 +176,9 @@ def read_events(spark, paths=None, schema=None, pipeline=None, state=None):
         files = df.inputFiles()
         if not files:
             return _empty_events(spark, paths, schema, pipeline, state)
-        check_parquet_files(lake, files, pipeline, InputError)
+        # Columns missing from the whole input are the engine's to report (naming the YAML
+        # field); here, a column some files have and others lack, or hold as another type.
+        check_parquet_files(lake, files, pipeline, InputError, only=set(df.columns))
     return df
 
 
@@ -222,14 +224,15 @@ def _empty_events(spark, paths, schema, pipeline, state):
     return _empty_frame(spark, schema)
 
 
-def check_parquet_files(lake: Lake, files, pipeline=None, error: type[ValueError] = InputError) -> None:
+def check_parquet_files(lake: Lake, files, pipeline=None, error: type[ValueError] = InputError,
+                        only=None) -> None:
     """Read every file's footer; raise ``error`` naming the first bad file.
 
     A file is bad when it is not readable Parquet, or (given ``pipeline``) when it
     lacks a column the pipeline reads or holds it with another type than the first
     file that has it. Cheap: footers only, never data pages.
     """
-    wanted = pipeline.input_columns if pipeline is not None else ()
+    wanted = [c for c in (pipeline.input_columns if pipeline is not None else ()) if only is None or c in only]
     seen: dict[str, tuple[str, str]] = {}
     for f in files:
         try:
@@ -571,7 +574,7 @@ def read_outputs(spark, out_dir):
     if commit is None:
         if Lake(spark).exists(join(out, "aggregates", "_SUCCESS")):
             return SimpleNamespace(**vars(read_run(spark, out)), commit=None)
-        raise InputError(f"{out_dir}: no committed replay output here")
+        raise InputError(f"{out_dir}: no replay output here (nothing committed under {COMMITS}/)")
     outputs = read_run(spark, commit.run_path)
     if outputs.metrics is None:
         outputs.metrics = commit.metrics

@@ -61,6 +61,8 @@ def inside(path: str, root: str) -> bool:
 
 def display(path: str) -> str:
     """How a path is shown in messages: local paths without ``file:``."""
+    if path.startswith("file:///"):
+        return path[len("file://"):]
     return path[len("file:"):] if path.startswith("file:/") and not path.startswith("file://") else path
 
 

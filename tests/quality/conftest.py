@@ -59,7 +59,7 @@ class Replayed:
     pipeline: object
     day1: Path  # input folders
     day2: Path
-    out1: Path  # write_outputs folders
+    out1: Path  # write_outputs outputs (committed runs)
     out2: Path
     result2: object = None  # day 2's ReplayResult, still cached (checks on results in memory)
 
@@ -71,7 +71,7 @@ class Replayed:
     def state1(self, spark):
         from windowing.io import read_state
 
-        return read_state(spark, self.out1 / "state")
+        return read_state(spark, self.out1)
 
     def outputs(self, spark, day: int = 2):
         from windowing.io import read_outputs
@@ -115,7 +115,7 @@ def replayed(spark, history, configs, tmp_path_factory):
             r1 = replay(spark, pipeline, read_events(spark, [str(history[0])]))
             write_outputs(r1, out1)
             r1.unpersist()
-            r2 = replay(spark, pipeline, read_events(spark, [str(history[1])]), state=read_state(spark, out1 / "state"))
+            r2 = replay(spark, pipeline, read_events(spark, [str(history[1])]), state=read_state(spark, out1))
             write_outputs(r2, out2)
             cache[name] = Replayed(name, configs[name], pipeline, history[0], history[1], out1, out2, r2)
         return cache[name]
@@ -154,12 +154,12 @@ def pytest_collection_modifyitems(config, items):
 def cli_runs(replayed, tmp_path_factory):
     """The fault scenarios of processes.py on clicks day 1, started now (see ``CliRuns``).
 
-    The killed run's folder holds day 2's output beforehand, so old and new differ.
+    The killed runs' outputs hold day 2's output beforehand, so old and new differ.
     """
     from tests.quality.processes import CliRuns
 
     r = replayed("clicks")
-    runs = CliRuns.start(r.config, r.day1, r.out2, tmp_path_factory.mktemp("cli-runs"))
+    runs = CliRuns.start(r.config, r.day1, r.day2, r.out2, tmp_path_factory.mktemp("cli-runs"))
     yield runs
     runs.stop()
 

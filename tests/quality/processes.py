@@ -5,8 +5,11 @@ once, as early as possible (``cli_runs`` in conftest.py), and the tests that che
 (marked ``cli_runs``) are run last: meanwhile the rest of the suite runs.
 
 * **killed**: a replay into a folder holding a previous output, SIGKILLed (with its whole
-  process group, JVM included) as soon as its staging folder appears;
-* **concurrent**: two replays of the same partition into the same, fresh folder.
+  process group, JVM included) as soon as its run folder appears (while Spark writes);
+* **killed-committing**: the same, SIGKILLed as soon as its commit record starts to be
+  written (the last step);
+* **concurrent**: two replays of the same partition into the same, fresh folder, one of
+  day 1's events and one of day 2's, so that a mix of the two would show.
 """
 
 from __future__ import annotations
@@ -35,12 +38,12 @@ def tree_digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def staging_folders(out: Path) -> list[Path]:
-    return sorted(out.parent.glob(f".{out.name}.staging-*"))
+def run_folders(out: Path) -> set[str]:
+    return {p.name for p in (out / "runs").iterdir()} if (out / "runs").is_dir() else set()
 
 
-def leftovers(out: Path) -> list[Path]:
-    return staging_folders(out) + sorted(out.parent.glob(f".{out.name}.old-*"))
+def commit_folders(out: Path) -> set[str]:
+    return {p.name for p in (out / "_commits").iterdir()} if (out / "_commits").is_dir() else set()
 
 
 def start_replay(config: Path, events: Path, out: Path, log: Path) -> subprocess.Popen:
@@ -69,13 +72,16 @@ def kill_group(proc: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
-def kill_when_writing(proc: subprocess.Popen, out: Path, timeout_s: float = TIMEOUT_S) -> str:
-    """Poll for ``out``'s staging folder; SIGKILL the run the moment it appears."""
+def kill_when(proc: subprocess.Popen, out: Path, moment: str, timeout_s: float = TIMEOUT_S) -> str:
+    """SIGKILL the run the moment a new run folder (``moment="write"``) or a new commit
+    record folder (``moment="commit"``) appears under ``out``."""
+    listing = run_folders if moment == "write" else commit_folders
+    before = listing(out)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if staging_folders(out):
+        if listing(out) - before:
             kill_group(proc)
-            return "killed mid-write"
+            return f"killed mid-{moment}"
         if proc.poll() is not None:
             return f"exited with {proc.returncode} before writing"
         time.sleep(0.005)
@@ -84,34 +90,44 @@ def kill_when_writing(proc: subprocess.Popen, out: Path, timeout_s: float = TIME
 
 
 @dataclass
+class Killed:
+    moment: str  # "write" or "commit"
+    out: Path
+    before: dict[str, str]  # tree_digest of the previous output
+    proc: subprocess.Popen
+    log: Path
+    outcome: Future
+
+
+@dataclass
 class CliRuns:
-    killed_out: Path
-    killed_before: dict[str, str]  # tree_digest of the previous output
-    killed_proc: subprocess.Popen
-    killed_log: Path
-    killed: Future
+    killed: dict[str, Killed]
     concurrent_out: Path
+    concurrent_inputs: list[Path]
     concurrent_procs: list[subprocess.Popen]
     concurrent_logs: list[Path]
-    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1))
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2))
 
     @classmethod
-    def start(cls, config: Path, events: Path, previous_output: Path, base: Path) -> "CliRuns":
+    def start(cls, config: Path, events: Path, other_events: Path, previous_output: Path, base: Path) -> "CliRuns":
         import shutil
 
-        killed_out = shutil.copytree(previous_output, base / "killed" / "out")
-        before = tree_digest(killed_out)
         conc = base / "concurrent"
         conc.mkdir()
         logs = [conc / f"run{i}.log" for i in range(2)]
-        procs = [start_replay(config, events, conc / "out", log) for log in logs]
-        killed_proc = start_replay(config, events, killed_out, base / "killed" / "run.log")
-        runs = cls(killed_out, before, killed_proc, base / "killed" / "run.log", None, conc / "out", procs, logs)
-        runs.killed = runs._pool.submit(kill_when_writing, killed_proc, killed_out)
+        inputs = [events, other_events]
+        procs = [start_replay(config, e, conc / "out", log) for e, log in zip(inputs, logs)]
+        runs = cls({}, conc / "out", inputs, procs, logs)
+        for moment in ("write", "commit"):
+            out = shutil.copytree(previous_output, base / f"killed-{moment}" / "out")
+            log = base / f"killed-{moment}" / "run.log"
+            proc = start_replay(config, events, out, log)
+            runs.killed[moment] = Killed(moment, out, tree_digest(out), proc, log,
+                                         runs._pool.submit(kill_when, proc, out, moment))
         return runs
 
     def stop(self) -> None:
-        for p in [self.killed_proc, *self.concurrent_procs]:
+        for p in [*(k.proc for k in self.killed.values()), *self.concurrent_procs]:
             if p.poll() is None:
                 kill_group(p)
         self._pool.shutdown(wait=True)

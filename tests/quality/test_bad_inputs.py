@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.outputs import run_dir
 from tests.quality.conftest import rows
 from windowing import parse_pipeline, replay
 from windowing import validation as V
@@ -215,7 +216,7 @@ def test_files_with_zero_rows_are_an_empty_partition(spark, replayed, tmp_path):
 
 
 def test_an_empty_folder_without_schema_or_pipeline_is_an_input_error(spark, tmp_path):
-    with pytest.raises(InputError, match="no Parquet files .* pass the events' schema or the pipeline"):
+    with pytest.raises(InputError, match="no data files .* pass the events' schema or the pipeline"):
         read_events(spark, [str(tmp_path)])
     df = read_events(spark, [str(tmp_path)], schema=SCHEMA)
     assert df.count() == 0 and df.columns == ["arr", "evt", "seq", "k", "v", "id"]
@@ -306,12 +307,12 @@ def test_missing_or_broken_state_is_refused_with_a_clear_message(spark, replayed
     with pytest.raises(StateError, match=r"no state here \(the folder does not exist\)"):
         read_state(spark, tmp_path / "nowhere")
 
-    incomplete = shutil.copytree(r.out1 / "state", tmp_path / "incomplete")
+    incomplete = shutil.copytree(run_dir(r.out1) / "state", tmp_path / "incomplete")
     (incomplete / "_SUCCESS").unlink()
     with pytest.raises(StateError, match="no complete state here"):
         read_state(spark, incomplete)
 
-    garbage = shutil.copytree(r.out1 / "state", tmp_path / "garbage")
+    garbage = shutil.copytree(run_dir(r.out1) / "state", tmp_path / "garbage")
     bad = sorted(garbage.glob("part-*"))[0]
     _garbage(bad)
     with pytest.raises(StateError) as err:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.outputs import run_dir
 from tests.quality.conftest import copy_tree
 from windowing import cli
 from windowing import validation as V
@@ -37,7 +38,7 @@ def test_verify_passes_on_a_good_output(verify, replayed):
 def test_verify_fails_on_an_output_that_lost_rows(verify, replayed, tmp_path):
     r = replayed("clicks")
     out_dir = copy_tree(r.out2, tmp_path / "out")
-    sorted((out_dir / "aggregates").glob("part-*.parquet"))[0].unlink()  # a lost file: its windows are gone
+    sorted((run_dir(out_dir) / "aggregates").glob("part-*.parquet"))[0].unlink()  # a lost file: its windows are gone
     code, out, err = verify(out_dir, "--config", r.config, "--input", r.day2, "--state-in", r.out1 / "state",
                             "--check", "conservation", "--check", "metrics_consistent", "--check", "state_unique")
     assert code == 1
