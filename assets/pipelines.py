@@ -278,12 +278,12 @@ def _starting_state(spark, pipeline, pipeline_dir: str, chain, first_key: str) -
     if prev is None:
         return None
     earlier = _keys_before(chain, first_key)
-    commits = store.pipeline_commits(spark, pipeline_dir)
+    commits = store.pipeline_commits(spark, pipeline_dir, [*earlier, first_key])
     missing = store.first_missing(commits, earlier)
     if missing is not None:
         raise dg.Failure(
             f"Cannot replay partition {first_key} of pipeline {pipeline.name}: the state of partition "
-            f"{missing} is missing (nothing committed in {join(pipeline_dir, missing)}). "
+            f"{missing} is missing (nothing committed in {join(pipeline_dir, store.partition_folder(missing))}). "
             "Partitions are replayed in "
             f"order, each from the state of the one before: materialize {missing}..{first_key} "
             "(one backfill runs them in a single run)."
@@ -396,7 +396,7 @@ def _chain_check(spark, pipeline, storage: StorageResource, partitions_def, stat
     """The state chain over every materialized partition of the pipeline (see store.out_of_date_partitions)."""
     pipeline_dir = join(storage.output_path(), pipeline.name)
     chain = _chain(partitions_def)
-    commits = store.pipeline_commits(spark, pipeline_dir)
+    commits = store.pipeline_commits(spark, pipeline_dir, chain)
     stale = store.out_of_date_partitions(commits, pipeline.fingerprint(), list(chain.items()))
     done = [k for k in chain if k in commits]
     meta: dict[str, Any] = {"materialized_partitions": dg.MetadataValue.int(len(done))}

@@ -28,9 +28,15 @@ from windowing.lake import join
 STATE_DIR = "state"
 
 
+def partition_folder(partition_key: str) -> str:
+    """The folder name of a partition: its key without ``:`` (hourly keys are
+    ``2024-01-01-00:00``; Hadoop paths cannot hold a colon), so ``2024-01-01-0000``."""
+    return partition_key.replace(":", "")
+
+
 def partition_dir(output_root: str, pipeline_name: str, partition_key: str) -> str:
-    """``<output_root>/<pipeline>/<partition key>``: the output one partition owns."""
-    return join(str(output_root), pipeline_name, partition_key)
+    """``<output_root>/<pipeline>/<partition folder>``: the output one partition owns."""
+    return join(str(output_root), pipeline_name, partition_folder(partition_key))
 
 
 @dataclass(frozen=True)
@@ -68,9 +74,10 @@ class Lineage:
             return None
 
 
-def pipeline_commits(spark, pipeline_dir: str) -> dict[str, Commit]:
-    """The current commit of every partition of a pipeline, by partition key (one read)."""
-    return current_commits_under(spark, pipeline_dir)
+def pipeline_commits(spark, pipeline_dir: str, partition_keys: Iterable[str]) -> dict[str, Commit]:
+    """The current commit of each of ``partition_keys`` that has one, by key (one read)."""
+    found = current_commits_under(spark, pipeline_dir)
+    return {k: found[partition_folder(k)] for k in partition_keys if partition_folder(k) in found}
 
 
 @dataclass(frozen=True)

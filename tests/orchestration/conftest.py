@@ -101,7 +101,23 @@ class Replayer:
         )
 
     def folder(self, partition: str) -> Path:
-        return self.output_root / "clicks-hourly" / partition
+        """The partition's output (its runs and commit records)."""
+        return self.output_root / "clicks-hourly" / partition.replace(":", "")
+
+    def current(self, partition: str) -> Path:
+        """The partition's current run folder."""
+        from tests.outputs import run_dir
+
+        return run_dir(self.folder(partition))
+
+
+def lineage(folder: Path):
+    """The lineage the partition's current commit record carries."""
+    from assets.store import Lineage
+    from tests.outputs import current
+
+    doc = current(folder)["extra"]["lineage"]
+    return Lineage(**{**doc, "failed_checks": tuple(doc["failed_checks"])})
 
 
 def failure_message(result) -> str:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from orchestration import demo
+from tests.outputs import metrics as metrics_of
 
 
 def test_demo_generates_replays_and_summarises(spark, pipelines_dir, tmp_path, capsys, monkeypatch):
@@ -25,7 +24,7 @@ def test_demo_generates_replays_and_summarises(spark, pipelines_dir, tmp_path, c
     assert "state chain check: passed" in out
     assert f"DAGSTER_HOME={tmp_path / 'home'}" in out
     for day in ("2024-01-01", "2024-01-02"):
-        metrics = json.loads((tmp_path / "out" / "clicks-hourly" / day / "metrics.json").read_text())
+        metrics = metrics_of(tmp_path / "out" / "clicks-hourly" / day)
         assert metrics["input_rows"] == 200
         assert f"  {day}  " in out
     assert (tmp_path / "home" / "history").is_dir()  # the runs are in a persistent instance

@@ -11,7 +11,8 @@ import pytest
 
 from assets.pipelines import CHECK_NAME
 from assets.store import Lineage, state_content_hash
-from tests.orchestration.conftest import DAYS, Replayer, failure_message, rows
+from tests.orchestration.conftest import DAYS, Replayer, failure_message, lineage, rows
+from tests.outputs import current, metrics as metrics_of
 
 AGG = dg.AssetKey(["clicks_hourly", "windowed_aggregates"])
 STATE = dg.AssetKey(["clicks_hourly", "window_state"])
@@ -38,7 +39,7 @@ def backfill(spark, history, pipelines_dir, tmp_path_factory) -> Replayer:
 
 
 def _union(spark, replayer: Replayer, output: str):
-    frames = [spark.read.parquet(str(replayer.folder(day) / output)) for day in DAYS]
+    frames = [spark.read.parquet(str(replayer.current(day) / output)) for day in DAYS]
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
@@ -51,10 +52,10 @@ def test_one_by_one_equals_backfill_equals_single_replay(spark, history, pipelin
 
     for day in DAYS:  # each partition folder: identical, output by output
         for output in ("aggregates", "late_events", "rejected", "state"):
-            a = spark.read.parquet(str(one_by_one.folder(day) / output))
-            b = spark.read.parquet(str(backfill.folder(day) / output))
+            a = spark.read.parquet(str(one_by_one.current(day) / output))
+            b = spark.read.parquet(str(backfill.current(day) / output))
             assert rows(a) == rows(b), (day, output)
-        assert Lineage.read(one_by_one.folder(day)).state_hash == Lineage.read(backfill.folder(day)).state_hash
+        assert lineage(one_by_one.folder(day)).state_hash == lineage(backfill.folder(day)).state_hash
 
     pipeline = load_pipeline(pipelines_dir / "clicks-hourly.yaml")
     whole = replay(spark, pipeline, read_events(spark, [str(history / f"date={d}") for d in DAYS]))
@@ -67,7 +68,7 @@ def test_one_by_one_equals_backfill_equals_single_replay(spark, history, pipelin
     for replayer in (one_by_one, backfill):
         assert rows(_union(spark, replayer, "aggregates")) == expected_aggregates
         assert rows(_union(spark, replayer, "late_events")) == expected_late
-        assert Lineage.read(replayer.folder(DAYS[-1])).state_hash == expected_state
+        assert lineage(replayer.folder(DAYS[-1])).state_hash == expected_state
 
 
 def test_materializations_carry_per_partition_metadata(one_by_one, backfill):
@@ -77,7 +78,7 @@ def test_materializations_carry_per_partition_metadata(one_by_one, backfill):
                 dg.AssetRecordsFilter(asset_key=AGG, asset_partitions=[day]), limit=1
             ).records
             meta = records[0].asset_materialization.metadata
-            metrics = json.loads((replayer.folder(day) / "metrics.json").read_text())
+            metrics = metrics_of(replayer.folder(day))
             # In the backfill too, each partition has its own figures, not the run's.
             assert meta["input_rows"].value == metrics["input_rows"] == 300
             assert meta["emitted_by_reason"].value == metrics["emitted_by_reason"]
@@ -87,7 +88,7 @@ def test_materializations_carry_per_partition_metadata(one_by_one, backfill):
             assert meta["unique_keys"].value == metrics["unique_keys"] > 0
             assert meta["watermark_reached"].value.startswith(day)
             assert set(meta["lateness_ms_percentiles"].value) == {"p50", "p90", "p99", "max"}
-            assert meta["path"].value == str(replayer.folder(day) / "aggregates")
+            assert meta["path"].value == str(replayer.current(day) / "aggregates")
             assert meta["preview"].value.startswith("| ") and "window_start" in meta["preview"].value
 
 
@@ -96,14 +97,14 @@ def test_rerun_of_a_past_partition_is_identical_and_marks_later_ones(spark, one_
     from dagster._utils.test.data_versions import get_stale_status_resolver
 
     day = DAYS[1]
-    before = {o: rows(spark.read.parquet(str(one_by_one.folder(day) / o))) for o in ("aggregates", "late_events")}
-    hash_before = Lineage.read(one_by_one.folder(day)).state_hash
+    before = {o: rows(spark.read.parquet(str(one_by_one.current(day) / o))) for o in ("aggregates", "late_events")}
+    hash_before = lineage(one_by_one.folder(day)).state_hash
 
     result = one_by_one.run(day)
     assert result.success, failure_message(result)
     for output, expected in before.items():
-        assert rows(spark.read.parquet(str(one_by_one.folder(day) / output))) == expected
-    assert Lineage.read(one_by_one.folder(day)).state_hash == hash_before
+        assert rows(spark.read.parquet(str(one_by_one.current(day) / output))) == expected
+    assert lineage(one_by_one.folder(day)).state_hash == hash_before
     # Same state as before: the chain check finds nothing to rerun.
     (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
     assert check.check_name == CHECK_NAME and check.passed
@@ -161,7 +162,7 @@ def test_flush_at_end_and_an_empty_day(spark, history, one_by_one, tmp_path):
     shutil.copytree(one_by_one.output_root, r.output_root)
     result = r.run(DAYS[2], flush_at_end=True)
     assert result.success, failure_message(result)
-    reasons = json.loads((r.folder(DAYS[2]) / "metrics.json").read_text())["emitted_by_reason"]
+    reasons = metrics_of(r.folder(DAYS[2]))["emitted_by_reason"]
     assert reasons.get("END_OF_INPUT", 0) > 0
 
     # 2024-01-04 has no landing folder: an empty day, but it cannot continue a flushed state.
@@ -171,9 +172,9 @@ def test_flush_at_end_and_an_empty_day(spark, history, one_by_one, tmp_path):
     assert r.run(DAYS[2]).success
     result = r.run("2024-01-04")
     assert result.success, failure_message(result)
-    metrics = json.loads((r.folder("2024-01-04") / "metrics.json").read_text())
+    metrics = metrics_of(r.folder("2024-01-04"))
     assert metrics["input_rows"] == 0
-    assert Lineage.read(r.folder("2024-01-04")).previous_partition == DAYS[2]
+    assert lineage(r.folder("2024-01-04")).previous_partition == DAYS[2]
 
 
 def test_hourly_partitions_equal_one_replay_of_those_hours(spark, history, pipelines_dir, tmp_path):
@@ -196,18 +197,16 @@ def test_hourly_partitions_equal_one_replay_of_those_hours(spark, history, pipel
         inputs = whole.metrics["input_rows"]
     finally:
         whole.unpersist()
-    got = [spark.read.parquet(str(r.folder(h) / "aggregates")) for h in hours]
+    got = [spark.read.parquet(str(r.current(h) / "aggregates")) for h in hours]
     assert rows(got[0].unionByName(got[1]).unionByName(got[2])) == expected
-    counts = [json.loads((r.folder(h) / "metrics.json").read_text())["input_rows"] for h in hours]
+    counts = [metrics_of(r.folder(h))["input_rows"] for h in hours]
     assert sum(counts) == inputs > 0
 
 
 def test_backfill_ran_blocking_quality_checks_that_passed(backfill):
     """Every output asset has a blocking pandera/rule check; the backfill ran them per partition."""
-    from assets.store import CHECKS_FILE
-
     for day in DAYS:
-        results = json.loads((backfill.folder(day) / CHECKS_FILE).read_text())
+        results = current(backfill.folder(day))["extra"]["checks"]
         assert {r["name"] for r in results} >= {"conservation", "aggregates_schema", "late_rule", "state_unique"}
         assert all(r["passed"] for r in results), [r for r in results if not r["passed"]]
     checks = backfill.defs.resolve_asset_graph().asset_check_keys

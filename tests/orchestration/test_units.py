@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from assets.landing import day_of
 from assets.pipelines import asset_prefix
 from assets.store import Lineage, first_missing, out_of_date_partitions
+from windowing.io import Commit
 from orchestration.partitions import PartitionSettings
 from orchestration.resources import SparkResource, parse_conf
 
@@ -16,16 +18,19 @@ D1, D2, D3, D4 = "2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"
 CHAIN = [(D1, None), (D2, D1), (D3, D2), (D4, D3)]
 
 
-def _lineage(folder, key, prev, start, end, fingerprint="fp", flushed=False):
-    folder.mkdir(parents=True)
-    (folder / "state").mkdir()
-    Lineage("p", fingerprint, key, prev, start, end, flushed, "run").write(folder)
+def _commit(key, extra):
+    return Commit(seq=1, run_id="r", run="runs/r", committed_at="", pipeline="p", fingerprint="fp", metrics={},
+                  extra=extra, output=f"/out/p/{key}")
+
+
+def _lineage(commits, key, prev, start, end, fingerprint="fp", flushed=False):
+    commits[key] = _commit(key, Lineage("p", fingerprint, key, prev, start, end, flushed, "run").to_extra())
 
 
 @pytest.mark.parametrize(
     "layout, expected",
     [
-        # (partition, start hash, end hash) written; expected out-of-date partitions
+        # (partition, start hash, end hash) committed; expected out-of-date partitions
         ([(D1, None, "a"), (D2, "a", "b"), (D3, "b", "c")], []),  # a consistent chain
         ([(D1, None, "a2"), (D2, "a", "b"), (D3, "b", "c")], [D2, D3]),  # D1 rerun with other data
         ([(D1, None, "a"), (D2, "a", "b2"), (D3, "b", "c")], [D3]),  # D2 rerun, D3 not yet
@@ -33,37 +38,37 @@ def _lineage(folder, key, prev, start, end, fingerprint="fp", flushed=False):
         ([(D2, "a", "b")], [D2]),  # the first partition is missing
     ],
 )
-def test_out_of_date_partitions(tmp_path, layout, expected):
+def test_out_of_date_partitions(layout, expected):
+    commits = {}
     for key, start, end in layout:
-        _lineage(tmp_path / key, key, dict(CHAIN)[key], start, end)
-    got = out_of_date_partitions(tmp_path, "fp", CHAIN)
+        _lineage(commits, key, dict(CHAIN)[key], start, end)
+    got = out_of_date_partitions(commits, "fp", CHAIN)
     assert [o.partition for o in got] == expected
 
 
-def test_out_of_date_reasons(tmp_path):
-    _lineage(tmp_path / D1, D1, None, None, "a", flushed=True)
-    _lineage(tmp_path / D2, D2, D1, "a", "b")
-    _lineage(tmp_path / D3, D3, D2, "b", "c", fingerprint="old")
-    (tmp_path / D4 / "state").mkdir(parents=True)  # outputs without lineage: an interrupted run
-    got = {o.partition: o.reason for o in out_of_date_partitions(tmp_path, "fp", CHAIN)}
+def test_out_of_date_reasons():
+    commits = {}
+    _lineage(commits, D1, None, None, "a", flushed=True)
+    _lineage(commits, D2, D1, "a", "b")
+    _lineage(commits, D3, D2, "b", "c", fingerprint="old")
+    commits[D4] = _commit(D4, {})  # committed outside the chain (rewindow replay): no lineage
+    got = {o.partition: o.reason for o in out_of_date_partitions(commits, "fp", CHAIN)}
     assert "flush_at_end" in got[D2]
     assert "another window/time/aggregate configuration" in got[D3]
-    assert "lineage.json" in got[D4]
+    assert "no lineage" in got[D4]
 
 
-def test_first_missing(tmp_path):
-    (tmp_path / D1 / "state").mkdir(parents=True)
-    (tmp_path / D2).mkdir()  # a folder without state does not count
-    assert first_missing(tmp_path, [D1, D2, D3]) == D2
-    assert first_missing(tmp_path, [D1]) is None
+def test_first_missing():
+    commits = {D1: _commit(D1, {})}
+    assert first_missing(commits, [D1, D2, D3]) == D2
+    assert first_missing(commits, [D1]) is None
 
 
-def test_lineage_round_trip_and_missing(tmp_path):
-    assert Lineage.read(tmp_path) is None
-    lin = Lineage("p", "fp", D2, D1, "a", "b", False, "run")
-    lin.write(tmp_path)
-    assert Lineage.read(tmp_path) == lin
-    assert oct((tmp_path / "lineage.json").stat().st_mode & 0o777) == "0o644"
+def test_lineage_round_trip_and_missing():
+    assert Lineage.of(None) is None
+    assert Lineage.of(_commit(D2, {})) is None
+    lin = Lineage("p", "fp", D2, D1, "a", "b", False, "run", ("conservation",))
+    assert Lineage.of(_commit(D2, json.loads(json.dumps(lin.to_extra())))) == lin
 
 
 @pytest.mark.parametrize(
