@@ -2,13 +2,16 @@
 
 ``load_pipeline(path)`` returns a frozen, validated :class:`Pipeline`. Every
 mistake raises :class:`ConfigError` naming the YAML field and the bad value.
-Unknown fields are refused too: a typo must not silently become a default.
+Unknown fields are refused too: a typo must not silently become a default. So are a
+key given twice in one mapping (plain YAML keeps the last one), a file that is not
+UTF-8, and a duration longer than ``durations.MAX_DURATION_MS`` (100 years).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from windowing.durations import parse_duration_ms
+from windowing.durations import format_duration_ms, parse_duration_ms
 
 
 class ConfigError(ValueError):
@@ -73,7 +76,24 @@ class Source:
     batch_column: str | None = None
     batch_interval_ms: int | None = DEFAULT_BATCH_INTERVAL_MS
     worker: str | None = None
+    #: Where the events live: ``path`` (a folder or any URI Spark reads: ``file:``,
+    #: ``s3a:``, ``gs:``, ``abfss:``, ``hdfs:``, ``viewfs:``) or ``table`` (a catalog
+    #: table), one of them at most (neither: the caller names the input).
     path: str | None = None
+    table: str | None = None
+    #: Spark data source name: parquet (default), orc, json, csv, or one the cluster
+    #: provides (delta, iceberg, ...).
+    format: str = "parquet"
+    #: The events' schema as a Spark DDL string; required for csv and json.
+    schema: str | None = None
+    #: A column of a Hive-style layout (``date=YYYY-MM-DD/``) holding the arrival day:
+    #: partitions filter on it so that Spark reads only the day's files.
+    partition_column: str | None = None
+    #: Extra reader options (``header: true`` for csv, ...).
+    options: tuple[tuple[str, str], ...] = ()
+
+    #: Fields that say where events are, not what they mean (not in the fingerprint).
+    LOCATION_FIELDS = ("path", "table", "format", "schema", "partition_column", "options")
 
 
 @dataclass(frozen=True)
@@ -82,6 +102,7 @@ class Window:
 
     Tumbling, span S, offset O: ``[N*S + O, (N+1)*S + O)``.
     Sliding, span S, slide L:   every ``[N*L + O, N*L + O + S)`` containing t.
+    The offset satisfies ``0 <= O < S``.
     Session, gap G:             events closer than G merge; see docs/semantics.md.
     """
 
@@ -132,7 +153,7 @@ class Pipeline:
         watermarks and partial aggregates would silently mean something else.
         """
         semantic = {
-            "source": {k: v for k, v in asdict(self.source).items() if k != "path"},
+            "source": {k: v for k, v in asdict(self.source).items() if k not in Source.LOCATION_FIELDS},
             "window": asdict(self.window),
             "aggregates": [asdict(a) for a in self.aggregates],
         }
@@ -147,17 +168,93 @@ def load_pipeline(path: str | Path) -> Pipeline:
     """Read and validate a pipeline YAML file (contract section 10)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        data = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read pipeline file: {exc.strerror or exc}") from exc
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(_utf8_text(data), Loader=_StrictLoader)
+        return parse_pipeline(doc)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
-    try:
-        return parse_pipeline(doc)
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
+
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _utf8_text(data: bytes) -> str:
+    """The file's text: UTF-8 only (with or without a byte-order mark), never the locale's encoding."""
+    start = len(_UTF8_BOM) if data.startswith(_UTF8_BOM) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = start + exc.start
+        line = data.count(b"\n", 0, at) + 1
+        raise ConfigError(
+            f"not UTF-8: byte 0x{data[at]:02x} at byte offset {at} (line {line}): {exc.reason}; "
+            "save the pipeline file as UTF-8"
+        ) from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping, at any depth.
+
+    Plain YAML loading keeps the last of two equal keys, so ``windowSpan: 1h`` then
+    ``windowSpan: 2d`` would silently mean 2d. A key written beside a ``<<`` merge still
+    overrides the merged one: that is YAML's rule, not a duplicate.
+    """
+
+    _MERGE_TAG = "tag:yaml.org,2002:merge"
+
+    def construct_document(self, node):
+        self._fields = _field_paths(node)  # for messages: mapping node -> its YAML field
+        return super().construct_document(node)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            self._refuse_duplicates(node)
+        return super().construct_mapping(node, deep=deep)
+
+    def _refuse_duplicates(self, node: yaml.MappingNode) -> None:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == self._MERGE_TAG:  # merge sources: checked as mappings of their own
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    if isinstance(source, yaml.MappingNode):
+                        self._refuse_duplicates(source)
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: SafeLoader refuses it itself
+                continue
+            if first is not key_node:
+                parent = getattr(self, "_fields", {}).get(id(node), "")
+                field = f"{parent}.{key}" if parent else str(key)
+                raise ConfigError(
+                    f"line {key_node.start_mark.line + 1}: {field}: duplicate key {key!r}, first given on "
+                    f"line {first.start_mark.line + 1}; give each key once (YAML would keep the last silently)"
+                )
+
+
+def _field_paths(root: yaml.Node) -> dict[int, str]:
+    """``id(node) -> field`` (``emitter.tumbling-time-window``, ``...aggregateDefinition[0]``)."""
+    paths: dict[int, str] = {}
+    todo = [(root, "")]
+    while todo:
+        node, path = todo.pop()
+        if id(node) in paths:  # an alias: keep the first path; also stops recursive documents
+            continue
+        paths[id(node)] = path
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                name = k.value if isinstance(k, yaml.ScalarNode) else "?"
+                todo.append((v, f"{path}.{name}" if path else name))
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend((v, f"{path}[{i}]") for i, v in enumerate(node.value))
+    return paths
 
 
 def parse_pipeline(doc: Any) -> Pipeline:
@@ -210,7 +307,8 @@ def parse_pipeline(doc: Any) -> Pipeline:
 
 
 def _parse_source(s: Mapping[str, Any]) -> Source:
-    _only(s, "source", {"path", "arrivalTime", "arrivalOrder", "batch", "worker"})
+    _only(s, "source", {"path", "table", "format", "schema", "partitionColumn", "options", "arrivalTime",
+                        "arrivalOrder", "batch", "worker"})
     arrival = _column(s.get("arrivalTime"), "source.arrivalTime", required=True)
     order = s.get("arrivalOrder", []) or []
     if isinstance(order, str):
@@ -228,10 +326,30 @@ def _parse_source(s: Mapping[str, Any]) -> Source:
             batch_column, batch_interval = _column(b["column"], "source.batch.column", required=True), None
         else:
             batch_interval = _positive_duration(b["interval"], "source.batch.interval")
-    path = s.get("path")
-    if path is not None and not isinstance(path, str):
-        raise ConfigError(f"source.path: {path!r} must be a string")
+    path, table = s.get("path"), s.get("table")
+    for field, value in (("source.path", path), ("source.table", table)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(f"{field}: {value!r} must be a non-empty string")
+    if path is not None and table is not None:
+        raise ConfigError("source: give source.path or source.table, not both")
+    fmt = s.get("format", "parquet")
+    if not isinstance(fmt, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", fmt):
+        raise ConfigError(f"source.format: {fmt!r} is not a data source name (parquet, orc, json, csv, delta, ...)")
+    fmt = fmt.lower()
+    schema = s.get("schema")
+    if schema is not None and (not isinstance(schema, str) or not schema.strip()):
+        raise ConfigError(f"source.schema: {schema!r} must be a Spark DDL string such as 'a string, b long'")
+    if fmt in ("csv", "json") and schema is None:
+        raise ConfigError(f"source.schema: source.format {fmt} needs an explicit schema (a Spark DDL string)")
+    options = s.get("options", {}) or {}
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise ConfigError(f"source.options: {options!r} must be a mapping of reader options")
     return Source(
+        table=table.strip() if table else None,
+        format=fmt,
+        schema=schema,
+        partition_column=_column(s.get("partitionColumn"), "source.partitionColumn"),
+        options=tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items())),
         arrival_time=arrival,
         arrival_order=order_cols,
         batch_column=batch_column,
@@ -268,8 +386,6 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str):
         if "windowSpan" not in w:
             raise ConfigError(f"{f}.windowSpan: required for {wtype.value}")
         span = _positive_duration(w["windowSpan"], f"{f}.windowSpan")
-        if "windowOffset" in w:
-            offset = _duration(w["windowOffset"], f"{f}.windowOffset")
     if wtype is WindowType.SLIDING:
         if "windowSlide" not in w:
             raise ConfigError(f"{f}.windowSlide: required for sliding-time-window")
@@ -278,6 +394,8 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str):
             raise ConfigError(
                 f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}"
             )
+    if wtype in (WindowType.TUMBLING, WindowType.SLIDING) and "windowOffset" in w:
+        offset = _window_offset(w["windowOffset"], span, slide or span, w["windowSpan"], f"{f}.windowOffset")
     if wtype is WindowType.SESSION and "maximumDuration" in w:
         max_dur = _positive_duration(w["maximumDuration"], f"{f}.maximumDuration")
 
@@ -412,6 +530,32 @@ def _positive_duration(v: Any, f: str) -> int:
     ms = _duration(v, f)
     if ms <= 0:
         raise ConfigError(f"{f}: {v!r} must be longer than zero")
+    return ms
+
+
+def _window_offset(v: Any, span_ms: int, period_ms: int, span_text: Any, f: str) -> int:
+    """``windowOffset`` in ``[0, windowSpan)``.
+
+    Offsets O and O + period (the span for tumbling windows, the slide for sliding ones)
+    give the same windows, so a negative offset or one of a whole span or more is
+    refused rather than silently reduced; the message names the equivalent offset.
+    """
+    rule = f"an offset must satisfy 0 <= windowOffset < windowSpan ({span_text!r})"
+    text = v.strip() if isinstance(v, str) else None
+    if text and text.startswith("-"):
+        try:
+            ms = -parse_duration_ms(text[1:], f)
+        except ValueError:
+            raise ConfigError(f"{f}: {v!r} is negative; {rule}") from None
+        raise ConfigError(
+            f"{f}: {v!r} is negative; {rule}; {format_duration_ms(ms % period_ms)} gives the same windows"
+        )
+    ms = _duration(v, f)
+    if ms >= span_ms:
+        raise ConfigError(
+            f"{f}: {v!r} is not shorter than windowSpan {span_text!r}; {rule} "
+            f"(it gives the same windows as {format_duration_ms(ms % period_ms)})"
+        )
     return ms
 
 

@@ -311,3 +311,205 @@ def test_replay_refuses_string_batch_column(spark, events_df):
     pipeline = parse_pipeline(_doc((("source", "batch"), {"column": "user_id"})))
     msg = _replay_without_jobs(spark, pipeline, events_df)
     assert "source.batch.column" in msg and "'user_id'" in msg
+
+
+# --------------------------------------------------------------------------- file-level refusals (issue 8, item 7)
+
+PIPELINE_YAML = """\
+version: 1
+name: t
+source:
+  arrivalTime: arrival_time
+emitter:
+  tumbling-time-window:
+    windowSpan: 1h
+    timeConfig:
+      eventTimeExtractor: event_time
+    aggregateDefinition:
+      - type: count
+"""
+
+
+def _write(tmp_path, text: str | bytes, name: str = "pipeline.yaml") -> Path:
+    path = tmp_path / name
+    if isinstance(text, str):
+        path.write_text(text, encoding="utf-8")
+    else:
+        path.write_bytes(text)
+    return path
+
+
+def test_pipeline_yaml_fixture_is_valid(tmp_path):
+    """The refusals below fail because of their edit, not because PIPELINE_YAML is broken."""
+    assert load_pipeline(_write(tmp_path, PIPELINE_YAML)).window.span_ms == H
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line", "first_line", "field"),
+    [
+        # YAML itself keeps the last of two equal keys: `windowSpan: 2d` would silently win.
+        (PIPELINE_YAML.replace("    windowSpan: 1h\n", "    windowSpan: 1h\n    windowSpan: 2d\n"),
+         "windowSpan", 8, 7, "emitter.tumbling-time-window.windowSpan"),  # in the window block
+        (PIPELINE_YAML + "name: u\n", "name", 12, 2, "name"),  # at the root, far apart
+        (PIPELINE_YAML.replace("      eventTimeExtractor: event_time\n",
+                               "      eventTimeExtractor: event_time\n      eventTimeExtractor: ts\n"),
+         "eventTimeExtractor", 10, 9, "emitter.tumbling-time-window.timeConfig.eventTimeExtractor"),  # nested deeper
+        (PIPELINE_YAML.replace("      - type: count\n", "      - {type: count, type: sum}\n"),
+         "type", 11, 11, "emitter.tumbling-time-window.aggregateDefinition[0].type"),  # flow mapping inside a list
+    ],
+    ids=["window", "root", "timeConfig", "aggregate"],
+)
+def test_duplicate_keys_are_refused(tmp_path, text, key, line, first_line, field):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    msg = str(info.value)
+    for needle in (str(path), f"line {line}", f"{key!r}", field, f"line {first_line}"):
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path):
+    """A key given explicitly beside a `<<` merge overrides the merged one: YAML's own rule, not a typo."""
+    text = PIPELINE_YAML.replace("version: 1\n", "version: 1\nx-defaults: &tc {eventTimeExtractor: ts}\n")
+    text = text.replace("    timeConfig:\n", "    timeConfig:\n      <<: *tc\n")
+    with pytest.raises(ConfigError, match="x-defaults: unknown field"):  # loads, then the extra root key is refused
+        load_pipeline(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("data", "offset", "line"),
+    [
+        (PIPELINE_YAML.replace("name: t", "name: caf\xe9").encode("latin-1"), 20, 2),  # Latin-1 é
+        (PIPELINE_YAML.encode() + b"# \xff\xfe\n", len(PIPELINE_YAML) + 2, 12),  # stray bytes in a trailing comment
+        ("\ufeff".encode() + PIPELINE_YAML.replace("name: t", "name: caf\xe9").encode("latin-1"), 23, 2),  # BOM, then Latin-1
+    ],
+    ids=["latin-1", "comment", "bom"],
+)
+def test_non_utf8_file_names_the_file_and_byte(tmp_path, data, offset, line):
+    path = _write(tmp_path, data)
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    msg = str(info.value)
+    for needle in (str(path), "UTF-8", f"byte offset {offset}", f"line {line}"):
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+def test_utf8_with_bom_loads(tmp_path):
+    path = _write(tmp_path, "\ufeff".encode() + PIPELINE_YAML.replace("name: t", "name: caf\xe9").encode())
+    assert load_pipeline(path).name == "caf\xe9"
+
+
+@pytest.mark.parametrize(
+    ("data", "needles"),
+    [
+        (PIPELINE_YAML.replace("name: t", "name: caf\xe9").encode("latin-1"), ["UTF-8", "byte offset 20"]),  # not UTF-8
+        (PIPELINE_YAML.replace("    windowSpan: 1h\n", "    windowSpan: 1h\n    windowSpan: 2d\n").encode(),
+         ["line 8", "'windowSpan'"]),  # duplicate key
+        (PIPELINE_YAML.replace("windowSpan: 1h", "windowSpan: 999999999999999d").encode(),
+         ["emitter.tumbling-time-window.windowSpan", "'999999999999999d'"]),  # out-of-range duration
+    ],
+    ids=["non-utf8", "duplicate-key", "out-of-range"],
+)
+def test_cli_reports_config_file_errors_before_spark(tmp_path, capsys, data, needles):
+    """`rewindow replay` loads the configuration before Spark starts: exit 2, the file named, nothing written."""
+    from windowing.cli import main
+
+    path = _write(tmp_path, data)
+    out = tmp_path / "out"
+    rc = main(["replay", "--config", str(path), "--input", str(tmp_path / "events"), "--output", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("rewindow: error: ") and str(path) in err, err
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in {err!r}"
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- duration range
+
+DAYS_100_YEARS = 36_525  # 100 Julian years: durations.MAX_DURATION_MS
+
+
+@pytest.mark.parametrize(
+    ("edits", "field", "value"),
+    [
+        ([(TW + ("windowSpan",), "999999999999999d")], f"{F}.windowSpan", "999999999999999d"),  # the reported crash
+        ([(TW + ("windowSpan",), "P999999999999999D")], f"{F}.windowSpan", "P999999999999999D"),  # ISO-8601 form
+        ([(TW + ("windowSpan",), f"P{DAYS_100_YEARS}DT0.001S")], f"{F}.windowSpan", f"P{DAYS_100_YEARS}DT0.001S"),  # 1 ms past the bound
+        ([(TW + ("windowSpan",), f"{DAYS_100_YEARS * 24 + 1}h")], f"{F}.windowSpan", f"{DAYS_100_YEARS * 24 + 1}h"),  # 1 h past it
+        ([(TW + ("windowSpan",), "9" * 5000 + "ms")], f"{F}.windowSpan", "9" * 20),  # more digits than int() takes
+        ([(TW + ("timeConfig", "delayWindowClose"), "9999999999999s")], f"{F}.timeConfig.delayWindowClose", "9999999999999s"),  # every duration field
+        ([(TW + ("timeConfig", "idleTimeout"), "P99999999DT1H")], f"{F}.timeConfig.idleTimeout", "P99999999DT1H"),
+        ([(("source", "batch"), {"interval": "99999999999999m"})], "source.batch.interval", "99999999999999m"),
+        ([_sliding(windowSlide="999999999999999d")], "emitter.sliding-time-window.windowSlide", "999999999999999d"),
+        ([_session(idleTimeout="999999999999999d")], "emitter.session-window.idleTimeout", "999999999999999d"),
+        ([_session(idleTimeout="5m", maximumDuration="999999999999999d")], "emitter.session-window.maximumDuration", "999999999999999d"),
+        ([(TW + ("windowOffset",), "999999999999999d")], f"{F}.windowOffset", "999999999999999d"),  # range before offset < span
+    ],
+    ids=["span", "span-iso", "bound+1ms", "bound+1h", "5000-digits", "delay", "idle", "batch", "slide", "gap", "max-duration", "offset"],
+)
+def test_out_of_range_durations_are_refused(edits, field, value):
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline(_doc(*edits))
+    msg = str(info.value)
+    for needle in (field + ":", value, "100 years"):
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+def test_duration_bound_is_inclusive_and_fits_int64_and_datetime():
+    from datetime import datetime, timedelta, timezone
+
+    from windowing.durations import MAX_DURATION_MS, parse_duration_ms
+
+    assert MAX_DURATION_MS == DAYS_100_YEARS * 24 * H == 3_155_760_000_000
+    for text in (f"{DAYS_100_YEARS}d", f"P{DAYS_100_YEARS}D", f"{MAX_DURATION_MS}ms"):
+        assert parse_duration_ms(text, "f") == MAX_DURATION_MS  # the bound itself is accepted
+    p = parse_pipeline(_doc((TW + ("windowSpan",), f"{DAYS_100_YEARS}d"),
+                            (TW + ("timeConfig", "delayWindowClose"), f"{DAYS_100_YEARS}d")))
+    assert p.window.span_ms == p.window.delay_ms == MAX_DURATION_MS
+    # Why it is safe: a few durations added to any datetime-representable time stay far inside
+    # int64 milliseconds (and Spark's int64 microseconds), and a datetime in the middle of the
+    # range moves by the bound without leaving it.
+    latest_ms = int(datetime(9999, 12, 31, tzinfo=timezone.utc).timestamp() * 1000)
+    assert (latest_ms + 4 * MAX_DURATION_MS) * 1000 < 2**63 - 1
+    t = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert t + timedelta(milliseconds=MAX_DURATION_MS) - timedelta(milliseconds=2 * MAX_DURATION_MS) < t
+
+
+# --------------------------------------------------------------------------- windowOffset range
+
+SW = "emitter.sliding-time-window"
+OFFSET_MISTAKES = [
+    # edits,                                                  substrings the message must hold
+    ([(TW + ("windowOffset",), "-3s")],                       [f"{F}.windowOffset", "'-3s'", "negative", "0 <= windowOffset < windowSpan", "'1h'", "3597s"]),  # negative: suggest the equivalent
+    ([(TW + ("windowOffset",), "- PT1M")],                    [f"{F}.windowOffset", "'- PT1M'", "negative", "'1h'", "59m"]),  # negative ISO-8601
+    ([(TW + ("windowOffset",), "-soon")],                     [f"{F}.windowOffset", "'-soon'", "negative"]),  # negative and malformed
+    ([(TW + ("windowOffset",), "1h")],                        [f"{F}.windowOffset", "'1h'", "0 <= windowOffset < windowSpan", "same windows as 0ms"]),  # equal to the span
+    ([(TW + ("windowOffset",), "90m")],                       [f"{F}.windowOffset", "'90m'", "'1h'", "same windows as 30m"]),  # larger than the span
+    ([_sliding(windowOffset="61m")],                          [f"{SW}.windowOffset", "'61m'", "'1h'", "same windows as 1m"]),  # sliding: equivalent modulo the slide (15m)
+    ([_sliding(windowOffset="-1m")],                          [f"{SW}.windowOffset", "'-1m'", "negative", "14m"]),  # sliding negative: modulo the slide
+    ([(TW + ("windowOffset",), "soon")],                      [f"{F}.windowOffset", "'soon'", "not a duration"]),  # malformed
+]
+
+
+@pytest.mark.parametrize(("edits", "needles"), OFFSET_MISTAKES, ids=[n[1] for _, n in OFFSET_MISTAKES])
+def test_window_offset_must_be_within_the_span(edits, needles):
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline(_doc(*edits))
+    msg = str(info.value)
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+@pytest.mark.parametrize(
+    ("edits", "offset_ms"),
+    [
+        ([(TW + ("windowOffset",), "0s")], 0),  # the lower bound
+        ([(TW + ("windowOffset",), "3599999ms")], H - 1),  # one millisecond below the span
+        ([(TW + ("windowOffset",), "PT15M")], 15 * M),  # ISO-8601
+        ([_sliding(windowOffset="59m")], 59 * M),  # sliding: below the span, even past the slide
+    ],
+    ids=["zero", "span-1ms", "iso", "sliding-past-slide"],
+)
+def test_window_offset_in_range_is_accepted(edits, offset_ms):
+    assert parse_pipeline(_doc(*edits)).window.offset_ms == offset_ms
