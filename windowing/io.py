@@ -162,7 +162,11 @@ def read_events(spark, paths=None, schema=None, pipeline=None, state=None):
         raise InputError("no input path given")
     lake = Lake(spark)
     for p in paths:
-        if not lake.exists(p):
+        try:
+            found = lake.exists(p)
+        except Exception as exc:  # noqa: BLE001 - e.g. no FileSystem for the scheme (a missing jar)
+            raise InputError(f"{p}: cannot reach it: {_root_cause(exc)}") from exc
+        if not found:
             raise InputError(f"{p}: input does not exist")
     reader = _reader(spark, src, recursive=True)
     try:

@@ -1,0 +1,144 @@
+"""Where events come from: ``source.path`` URIs, ``source.table``, ``source.format``
+(parquet, orc, json, csv), and how a partition's rows are chosen in a landing zone
+(Spark filters: a partition column, or the arrival time). Bad locations fail before
+any work, naming what is wrong.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from assets.landing import LandingZoneError, read_partition_events
+from windowing import parse_pipeline, replay
+from windowing.io import InputError, read_events
+from windowing.sample import generate_history
+
+START = datetime(2024, 6, 1, tzinfo=timezone.utc)
+#: The generated files' columns, in their order (csv is positional).
+DDL = ("arrival_time timestamp, event_time timestamp, offset long, partition int, user_id string, amount double, "
+       "event_id string")
+
+
+def _pipeline(**source):
+    return parse_pipeline({
+        "version": 1, "name": "src",
+        "source": {"arrivalTime": "arrival_time", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
+                   "worker": "partition", **source},
+        "emitter": {"tumbling-time-window": {
+            "windowSpan": "1h", "keyExtractor": "user_id",
+            "timeConfig": {"eventTimeExtractor": "event_time", "delayWindowClose": "5s"},
+            "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"},
+                                    {"type": "distinct", "column": "event_id"}]}},
+    })
+
+
+def _rows(df):
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sources")
+    days = generate_history(base / "landing", START, days=2, events_per_day=800, keys=15, seed=9, files_per_day=2)
+    return base, days
+
+
+@pytest.fixture(scope="module")
+def expected(spark, history):
+    """Day 1 replayed from its Parquet folder: what every other source must give."""
+    _, days = history
+    pipeline = _pipeline()
+    result = replay(spark, pipeline, read_events(spark, [str(days[0])], pipeline=pipeline))
+    out = {name: _rows(getattr(result, name)) for name in ("aggregates", "late_events", "state")}
+    result.unpersist()
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["orc", "json", "csv"])
+def test_other_formats_replay_to_the_same_output(spark, history, expected, tmp_path, fmt):
+    _, days = history
+    target = tmp_path / fmt
+    events = spark.read.parquet(str(days[0]))
+    writer = events.write.option("header", "true") if fmt == "csv" else events.write
+    writer.format(fmt).save(str(target))
+    options = {"header": True} if fmt == "csv" else {}
+    pipeline = _pipeline(path=str(target), format=fmt, **({"schema": DDL} if fmt != "orc" else {}),
+                         **({"options": options} if options else {}))
+    result = replay(spark, pipeline, read_events(spark, pipeline=pipeline))  # the source from the YAML
+    try:
+        for name, rows in expected.items():
+            assert _rows(getattr(result, name)) == rows, name
+    finally:
+        result.unpersist()
+
+
+def test_csv_and_json_need_a_schema():
+    with pytest.raises(Exception, match="source.schema: source.format csv needs an explicit schema"):
+        _pipeline(path="x", format="csv")
+
+
+def test_a_catalog_table_replays_to_the_same_output(spark, history, expected):
+    _, days = history
+    spark.read.parquet(str(days[0])).createOrReplaceTempView("rewindow_test_events")
+    pipeline = _pipeline(table="rewindow_test_events")
+    result = replay(spark, pipeline, read_events(spark, pipeline=pipeline))
+    try:
+        assert _rows(result.aggregates) == expected["aggregates"]
+    finally:
+        result.unpersist()
+
+
+@pytest.mark.parametrize("source, message", [
+    ({"table": "no_such_table_here"}, r"source.table 'no_such_table_here': cannot read the table"),
+    ({"path": "{base}", "format": "nosuchformat"}, r"source.format 'nosuchformat': Spark has no such data source"),
+    ({"path": "{base}/nowhere"}, r"{base}/nowhere: input does not exist"),
+    ({"path": "s3a://bucket/events"}, r"s3a://bucket/events: cannot reach it: .*s3a"),
+])
+def test_bad_locations_fail_before_any_work_naming_them(spark, history, source, message):
+    base, _ = history
+    source = {k: v.format(base=base) for k, v in source.items()}
+    with pytest.raises(InputError, match=message.format(base=base)):
+        read_events(spark, pipeline=_pipeline(**source))
+
+
+def test_a_partition_reads_only_its_day_through_the_partition_column(spark, history):
+    base, days = history
+    day = START + timedelta(days=1)
+    events, files = read_partition_events(spark, str(base / "landing"), day, day + timedelta(days=1),
+                                          "arrival_time", pipeline=_pipeline())
+    assert [f.path.rsplit("/", 2)[-2] for f in files] == ["date=2024-06-02"] * len(files) and files
+    assert "date" not in events.columns
+    # Spark prunes the other day's files: the scan's files are the day's own.
+    plan = events._jdf.queryExecution().executedPlan().toString()
+    assert "PartitionFilters" in plan and "2024-06-02" in plan.replace("19876", "2024-06-02")
+    assert _rows(events) == _rows(spark.read.parquet(str(days[1])))
+
+
+def test_without_a_partition_column_rows_are_chosen_by_arrival_time(spark, history, tmp_path):
+    """A flat landing zone: each hour is the rows arriving in it; rows with a null arrival
+    time go with the history's first partition (where the engine rejects them), once."""
+    from pyspark.sql import functions as F
+
+    _, days = history
+    flat = tmp_path / "flat"
+    all_events = spark.read.parquet(*map(str, days))
+    nulls = all_events.limit(3).withColumn("arrival_time", F.lit(None).cast("timestamp"))
+    all_events.unionByName(nulls).repartition(3).write.parquet(str(flat))
+    hours = [START + timedelta(hours=h) for h in range(48)]
+    counts = []
+    for i, h in enumerate(hours):
+        events, files = read_partition_events(spark, str(flat), h, h + timedelta(hours=1), "arrival_time",
+                                              partition_column=None, unplaced=i == 0)
+        assert files is None
+        counts.append(events.count())
+    assert sum(counts) == all_events.count() + 3  # every row in exactly one partition
+    first, _ = read_partition_events(spark, str(flat), hours[0], hours[1], "arrival_time",
+                                     partition_column=None, unplaced=True)
+    assert first.where(F.col("arrival_time").isNull()).count() == 3
+
+
+def test_a_missing_landing_zone_is_named(spark, tmp_path):
+    with pytest.raises(LandingZoneError, match=f"landing zone {tmp_path / 'none'} holds no events"):
+        read_partition_events(spark, str(tmp_path / "none"), START, START + timedelta(days=1), "arrival_time")
