@@ -122,26 +122,31 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         kernel_in = kernel_in.toDF(*safe)
     schemas = _output_schemas(spec)
     fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas)
-    # The tasks hand back every output as rows of one Spark dataset (one struct column per
-    # output), held by Spark for the writes: no shared folder between driver and executors.
-    kernel_out = kernel_in.mapInArrow(fn, _tagged_spark_schema(schemas)).persist()
+    # The tasks hand their outputs back through Spark as Arrow IPC blobs (a few rows per
+    # task), which Spark holds for the writes: no shared folder between driver and
+    # executors, and each output is turned into Spark rows once, with its own schema.
+    kernel_out = kernel_in.mapInArrow(fn, "output string, data binary").persist()
     try:
         with _naming_bad_files(inputs):
-            counters = (kernel_out.where(F.col("counter").isNotNull())
-                        .groupBy(F.col("counter.name").alias("name")).agg(F.sum("counter.value").alias("value"))
-                        .collect())
+            blobs = kernel_out.where(F.col("output") == "counters").select("data").collect()
     except BaseException:
         kernel_out.unpersist()
         raise
-    aggregates, late = (kernel_out.where(F.col(n).isNotNull()).select(f"{n}.*") for n in ("aggregates", "late_events"))
-    state_out = kernel_out.where(F.col("state").isNotNull()).select("state.*")
+    counts: dict[str, int] = {}
+    for row in blobs:
+        for r in _decode_blob(row["data"]).to_pylist():
+            counts[r["name"]] = counts.get(r["name"], 0) + int(r["value"])
+    aggregates, late, state_out = (
+        kernel_out.where(F.col("output") == name).mapInArrow(_DecodeTask(schemas[name]), _spark_schema(schemas[name]))
+        for name in ("aggregates", "late_events", "state")
+    )
     if worker_rows:
-        state_out = state_out.unionByName(_frame_from_arrow(spark, pa.Table.from_pylist(worker_rows, schema=schemas["state"])))
+        workers = pa.Table.from_pylist(worker_rows, schema=schemas["state"])
+        state_out = state_out.unionByName(spark.createDataFrame(workers.to_pylist(), _spark_schema(schemas["state"])))
     rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*[_col(c) for c in input_cols], REJECT_REASON)
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
 
-    counts = {r["name"]: int(r["value"]) for r in counters}
     metrics = _metrics(counts, _lateness(counts.get("late", 0), late, F), rejected_counts, worker_rows, pipeline)
     return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
                         _persisted=kernel_out)
@@ -389,44 +394,41 @@ def _arrow_types(spark, df) -> dict[str, pa.DataType]:
     return {f.name: to_arrow_type(f.dataType, timezone=tz) for f in df.schema.fields}
 
 
-#: Kernel output attribute of each output, in the order of the tagged schema's columns.
+#: Kernel output attribute of each output.
 OUTPUT_ATTRS = {"aggregates": "aggregates", "late_events": "late", "state": "state"}
-_COUNTER = pa.struct([("name", pa.string()), ("value", pa.int64())])
+#: Rows per Arrow IPC blob handed back by a kernel task (bounded, far below Spark's 2 GB).
+BLOB_ROWS = 262_144
 
 
 def _output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
     return {"aggregates": spec.aggregates_schema(), "late_events": spec.late_schema(), "state": spec.state_schema()}
 
 
-def _tagged_arrow_schema(schemas: dict[str, pa.Schema]) -> pa.Schema:
-    """One nullable struct column per output, plus the counters: each row fills one."""
-    fields = [pa.field(name, pa.struct(list(schema))) for name, schema in schemas.items()]
-    return pa.schema([*fields, pa.field("counter", _COUNTER)])
-
-
-def _tagged_spark_schema(schemas: dict[str, pa.Schema]):
+def _spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(_tagged_arrow_schema(schemas))
+    return from_arrow_schema(schema)
 
 
-def _frame_from_arrow(spark, table: pa.Table):
-    from pyspark.sql.pandas.types import from_arrow_schema
+def _blob(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
-    return spark.createDataFrame(table.to_pylist(), from_arrow_schema(table.schema))
+
+def _decode_blob(data) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data).read_all()
 
 
 class _KernelTask:
-    """What each Spark task runs over its partition: the kernel, then its outputs as rows.
-
-    Each output table becomes Arrow batches of the tagged schema (:func:`_tagged_arrow_schema`)
-    with only that output's struct column filled; the counters come last.
-    """
+    """What each Spark task runs over its partition: the kernel, then its outputs as
+    ``(output, Arrow IPC blob)`` rows (the counters too, as output ``counters``)."""
 
     def __init__(self, spec, timelines, flush, names, schemas):
         self.spec, self.timelines, self.flush = spec, timelines, flush
         self.names = names or {}
-        self.schema = _tagged_arrow_schema(schemas)
+        self.schemas = schemas
 
     def __call__(self, batches):
         batches = list(batches)
@@ -435,25 +437,29 @@ class _KernelTask:
         table = pa.Table.from_batches(batches)
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         out = K.process(table, self.spec, self.timelines, self.flush)
+        names, blobs = [], []
         for name, attr in OUTPUT_ATTRS.items():
-            result = getattr(out, attr)
-            if result.num_rows:
-                yield from self._tagged(name, result)
-        counters = pa.StructArray.from_arrays(
-            [pa.array(list(out.counters), pa.string()), pa.array(list(out.counters.values()), pa.int64())],
-            fields=list(_COUNTER),
-        )
-        yield self._batch("counter", counters)
+            result = getattr(out, attr).cast(self.schemas[name])
+            for start in range(0, result.num_rows, BLOB_ROWS):
+                names.append(name)
+                blobs.append(_blob(result.slice(start, BLOB_ROWS)))
+        names.append("counters")
+        blobs.append(_blob(pa.table({"name": pa.array(list(out.counters), pa.string()),
+                                     "value": pa.array(list(out.counters.values()), pa.int64())})))
+        yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
+                                         names=["output", "data"])
 
-    def _tagged(self, name: str, table: pa.Table):
-        struct_type = self.schema.field(name).type
-        for batch in table.cast(pa.schema(list(struct_type))).to_batches(max_chunksize=65_536):
-            yield self._batch(name, pa.StructArray.from_arrays(batch.columns, fields=list(struct_type)))
 
-    def _batch(self, name: str, array: pa.Array) -> pa.RecordBatch:
-        n = len(array)
-        cols = [array if f.name == name else pa.nulls(n, f.type) for f in self.schema]
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+class _DecodeTask:
+    """Turns a kernel output's IPC blobs back into its rows (zero-copy Arrow reads)."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+
+    def __call__(self, batches):
+        for batch in batches:
+            for data in batch.column(batch.schema.get_field_index("data")):
+                yield from _decode_blob(data.as_buffer()).cast(self.schema).to_batches()
 
 
 # --------------------------------------------------------------------------- metrics

@@ -448,7 +448,7 @@ class Staged:
         target = join(self.output, COMMITS, f"{seq:010d}-{self.run_id}")
         try:
             (self.spark.createDataFrame([record], COMMIT_SCHEMA).coalesce(1)
-             .write.mode("errorifexists").json(target))
+             .write.mode("error").json(target))
         except Exception as exc:  # noqa: BLE001
             raise OutputError(f"{target}: cannot write the commit record: {_root_cause(exc)}") from exc
         commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=record["committed_at"],
@@ -476,7 +476,7 @@ def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
     for name in OUTPUTS:
         target = join(staged.path, name)
         try:
-            getattr(result, name).write.mode("errorifexists").parquet(target)
+            getattr(result, name).write.mode("error").parquet(target)
         except Exception as exc:  # a damaged input page surfaces here, at the first action
             err = input_error_from(exc, files)
             if err is not None:
@@ -485,7 +485,7 @@ def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
     target = join(staged.path, METRICS)
     try:
         spark.createDataFrame([(json.dumps(result.metrics, indent=None, sort_keys=True),)], "value string") \
-            .coalesce(1).write.mode("errorifexists").text(target)
+            .coalesce(1).write.mode("error").text(target)
     except Exception as exc:  # noqa: BLE001
         raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
     return staged

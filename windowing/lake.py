@@ -84,14 +84,20 @@ class Lake:
     def __init__(self, spark):
         self.spark = spark
         self.connect = is_connect(spark)
+        self._conf = None
 
     # ------------------------------------------------------------------ JVM side
 
+    def _hadoop_conf(self):
+        """The session's Hadoop settings as Spark's own readers see them (``spark.hadoop.*``
+        at start-up and Hadoop keys set at runtime with ``spark.conf.set``)."""
+        if self._conf is None:
+            self._conf = self.spark._jsparkSession.sessionState().newHadoopConf()
+        return self._conf
+
     def _fs(self, path: str):
-        jvm = self.spark._jvm
-        conf = self.spark._jsc.hadoopConfiguration()
-        jpath = jvm.org.apache.hadoop.fs.Path(path)
-        return jpath.getFileSystem(conf), jpath
+        jpath = self.spark._jvm.org.apache.hadoop.fs.Path(path)
+        return jpath.getFileSystem(self._hadoop_conf()), jpath
 
     # ------------------------------------------------------------------ queries
 
@@ -173,9 +179,8 @@ class Lake:
             schema = self.spark.read.parquet(path).schema
             return {f.name: f.dataType.simpleString() for f in schema.fields}
         jvm = self.spark._jvm
-        conf = self.spark._jsc.hadoopConfiguration()
         jpath = jvm.org.apache.hadoop.fs.Path(path)
-        input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jpath, conf)
+        input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jpath, self._hadoop_conf())
         reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(input_file)
         try:
             schema = reader.getFooter().getFileMetaData().getSchema()
