@@ -38,3 +38,15 @@ def spark():
     )
     yield session
     session.stop()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "spark: uses a Spark session (set automatically from the fixtures)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that needs Spark, so the fast tier is ``-m "not spark and not cluster"``
+    (the reference model, the kernel against it, configuration: about a minute)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.spark)
