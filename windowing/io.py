@@ -409,6 +409,24 @@ def check_output_target(spark, out, inputs=()) -> None:
             f"{out}: exists and is not a rewindow output (it holds {display(foreign[0].path)}); "
             "rewindow replaces only what it wrote: choose an empty or new folder"
         )
+    # A write probe: a read-only target fails now, not after the replay. What the probe
+    # created is removed again if still empty, so a refused run leaves nothing behind.
+    created = []  # the folders the probe will create: out and its missing parents, deepest first
+    parent = out.rstrip("/")
+    while not lake.connect and "/" in parent.split("://", 1)[-1].strip("/") and not lake.exists(parent):
+        created.append(parent)
+        parent = parent.rsplit("/", 1)[0]
+    try:
+        made = lake.connect or lake.mkdirs(join(out, RUNS)) or lake.exists(join(out, RUNS))
+        why = "the filesystem refused to create a folder (read-only? no permission?)"
+    except Exception as exc:  # noqa: BLE001 - Hadoop's AccessControlException, IOException, ...
+        made, why = False, _root_cause(exc)
+    if not made:
+        raise OutputError(f"{out}: cannot write here: {why}")
+    if created and lake.delete_if_empty(join(out, RUNS)):
+        for folder in created:
+            if not lake.delete_if_empty(folder):
+                break
 
 
 @dataclass

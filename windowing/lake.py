@@ -159,6 +159,23 @@ class Lake:
 
     # ------------------------------------------------------------------ changes
 
+    def mkdirs(self, path: str) -> bool:
+        """Create ``path`` and its parents (a write probe); False where this session cannot."""
+        if self.connect:
+            return False
+        fs, p = self._fs(path)
+        return bool(fs.mkdirs(p))
+
+    def delete_if_empty(self, path: str) -> bool:
+        """Delete ``path`` only if it is an empty folder (never anything another run wrote)."""
+        if self.connect:
+            return False
+        fs, p = self._fs(path)
+        try:
+            return bool(fs.exists(p)) and not list(fs.listStatus(p)) and bool(fs.delete(p, False))
+        except Exception:  # noqa: BLE001 - not empty after all (a concurrent writer): leave it
+            return False
+
     def delete(self, path: str) -> bool:
         """Delete ``path`` recursively; False where this session cannot (Spark Connect)."""
         if self.connect:

@@ -121,3 +121,59 @@ def test_runs_that_never_committed_are_swept_once_abandoned(spark, replayed, tmp
     deleted = io.prune(spark, str(out))
     assert [Path(p.removeprefix("file:")).name for p in deleted] == ["20200101T000000000000Z-deadbeef"]
     assert recent.exists() and run_folders(out) == {current(out)["run_id"], recent.parent.name}
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size, read_only=False)``: a real small filesystem mounted under tmp_path
+    (needs root, as in CI; skipped otherwise), unmounted afterwards."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = []
+
+    def mount(size: str, read_only: bool = False) -> Path:
+        target = tmp_path / f"mnt{len(mounted)}"
+        target.mkdir()
+        opts = f"size={size}" + (",ro" if read_only else "")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(target)], capture_output=True)
+        if proc.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in mounted:
+        subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, tmpfs, monkeypatch, capsys):
+    """Issue 8 item 8: a read-only output used to fail only after the whole replay."""
+    from windowing import cli, engine
+
+    r = replayed("clicks")
+    target = tmpfs("1m", read_only=True) / "out"
+    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(engine, "replay", lambda *a, **k: pytest.fail("the replay ran"))
+    code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"rewindow: error: {target}: cannot write here")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_full_disk_is_one_line_naming_the_dataset_and_commits_nothing(spark, replayed, tmpfs, monkeypatch,
+                                                                       capsys):
+    """Issue 8 item 8: a full disk gave a raw shutil.Error or a 600-line Java trace."""
+    from windowing import cli
+
+    r = replayed("clicks")
+    target = tmpfs("24k") / "out"
+    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert re.match(rf"rewindow: error: {re.escape(str(target))}/runs/[^/]+/\w+: cannot write: ", err), err
+    assert len(err.strip().splitlines()) == 1
+    assert not (target / "_commits").exists()  # nothing committed: readers see no output
