@@ -1,0 +1,36 @@
+"""No Python file I/O on data paths: data lives on any filesystem Spark reaches.
+
+Events, outputs, state and commit records go through Spark's readers and writers and
+``windowing.lake.Lake`` (Hadoop's API). Python's ``os``/``pathlib``/``shutil``/``fcntl``
+file operations are allowed only where the path is local by design: the pipeline YAML
+(``config.py``), the pipelines folder and the Dagster home (``orchestration/``), and the
+sample-history generator (``sample.py``, which writes local test and demo data).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FILE_IO = re.compile(
+    r"\bos\.(path\.(exists|isdir|isfile|getsize)|listdir|walk|makedirs|mkdir|remove|rename|replace|unlink|scandir|stat)"
+    r"|\bshutil\.|\bfcntl\b|\bopen\(|\bPath\(|\.glob\(|\.iterdir\(|\.read_text\(|\.write_text\(|\.mkdir\("
+    r"|\.exists\(\)|\.is_dir\(\)|\.is_file\(\)|\bpq\.(read|write)|ParquetFile\("
+)
+LOCAL_BY_DESIGN = {"windowing/config.py", "windowing/sample.py", "orchestration/demo.py",
+                   "orchestration/definitions.py"}
+
+
+def test_engine_and_assets_do_no_python_file_io_on_data_paths():
+    found = []
+    for folder in ("windowing", "assets", "orchestration"):
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            rel = str(f.relative_to(ROOT))
+            if rel in LOCAL_BY_DESIGN:
+                continue
+            for n, line in enumerate(f.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if FILE_IO.search(code) and "hadoop.fs.Path" not in code and "jvm." not in code:
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, "Python file I/O on a data path:\n" + "\n".join(found)
