@@ -32,10 +32,17 @@ AGGREGATES = [
 ]
 
 
+FIRST_LAST = [{"type": "first", "column": "tag"}, {"type": "last", "column": "qty"}]
+
+
 @st.composite
-def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "session-window")):
+def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "session-window"), first_last=False,
+              event_time=None):
+    """Random pipelines; ``first_last``: always with the ``first`` and ``last`` aggregates;
+    ``event_time``: with (True) or without (False) an event-time column, else drawn."""
     wtype = draw(st.sampled_from(windows))
-    event_time = draw(st.booleans()) or wtype == "session-window" and draw(st.booleans())
+    if event_time is None:
+        event_time = draw(st.booleans()) or wtype == "session-window" and draw(st.booleans())
     tc: dict = {}
     if event_time:
         tc["eventTimeExtractor"] = "event_time"
@@ -63,6 +70,8 @@ def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "ses
         window["keyExtractor"] = "user"
     window["timeConfig"] = tc
     aggs = draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=5, unique_by=lambda a: repr(a)))
+    if first_last:
+        aggs += [a for a in FIRST_LAST if a not in aggs]
     window["aggregateDefinition"] = aggs
     source: dict = {"arrivalTime": "arrival", "arrivalOrder": ["offset"]}
     if draw(st.booleans()):
@@ -77,38 +86,82 @@ def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "ses
 
 
 @st.composite
-def histories(draw, max_events=30, nulls=True):
-    """Rows in arrival order per worker: arrival ms, batch, event time ms, key, values."""
-    n = draw(st.integers(0, max_events))
+def histories(draw, max_events=30, nulls=True, bridges=2, bridge_gap_ms=None, min_events=0):
+    """Rows in arrival order per worker: arrival ms, batch, event time ms, key, values.
+
+    Besides single events (on time, late, from the future), a history may hold
+    *bridges*: on one worker and key, an event at ``T + 2h`` arrives just before one at
+    ``T`` (same batch, so neither is late for the other), then one at ``T + h`` arrives
+    (same batch or a later one). With a session gap ``G`` in ``(h, 2h]`` the first two
+    open separate sessions and the third merges them: the merged session's first arrival
+    is in the session that starts later (docs/semantics.md section 7, issue 8 item 11).
+    Each step draws a bridge with odds ``bridges`` to 10 (0: none, the histories drawn
+    before bridges existed); ``bridge_gap_ms``: draw ``h`` so that this gap merges.
+    """
+    n = draw(st.integers(min_events, max_events))
     rows = []
     arrival = 0
     batch = 0
-    for i in range(n):
+
+    def values(i):
+        return {
+            "offset": draw(st.sampled_from([i, i, i, max(i - 1, 0)])),  # sometimes a tie (§2)
+            "worker": draw(st.integers(0, 1)),
+            "user": draw(st.sampled_from(["a", "b", "c"])),
+            "amount": draw(st.sampled_from([0.1, 0.2, 0.3, 1e16, -1.5, 2.25, None] if nulls
+                                           else [0.1, 0.2, 0.3, 1e16, -1.5])),
+            "qty": draw(st.sampled_from([1, 2, -3, 10, None] if nulls else [1, 2, -3, 10])),
+            "tag": draw(st.sampled_from(["x", "y", "z", None] if nulls else ["x", "y", "z"])),
+        }
+
+    while len(rows) < n:
+        i = len(rows)
         arrival += draw(st.sampled_from([0, 0, 300, 1000, 2000, 5000]))
         if draw(st.integers(0, 3)) == 0:
             batch += 1
-        shape = draw(st.integers(0, 9))
+        shape = draw(st.integers(0, 9 + bridges))
+        if shape >= 10:  # a bridge (see above)
+            if bridge_gap_ms:  # h < G <= 2h
+                h = draw(st.integers((bridge_gap_ms + 1) // 2, bridge_gap_ms - 1))
+            else:  # 2..6 s merges for a third of the generated gaps (1..12 s), and the span
+                h = draw(st.integers(2, 6)) * S  # 2h stays under more maximumDurations (2..25 s)
+            t = arrival - draw(st.integers(0, 4)) * S
+            later = {**values(i), "arrival": arrival, "batch": batch, "event_time": t + 2 * h}
+            earlier = {**values(i + 1), "arrival": arrival, "batch": batch, "event_time": t}
+            step = draw(st.sampled_from([0, 0, 1000, 3000]))
+            arrival += step
+            batch += int(step > 0)
+            bridge = {**values(i + 2), "arrival": arrival, "batch": batch, "event_time": t + h}
+            for r in (earlier, bridge):
+                r["worker"], r["user"] = later["worker"], later["user"]
+            # Values that tell arrival order from start order apart: first(tag) differs, and
+            # last(qty) does when the bridge's own value is null.
+            others = [v for v in ("x", "y", "z", None) if v != later["tag"] and (nulls or v)]
+            earlier["tag"] = draw(st.sampled_from(others))
+            if nulls and draw(st.booleans()):
+                bridge["qty"] = None
+            rows += [later, earlier, bridge]
+            continue
         if shape == 0:  # far late
             lag = draw(st.integers(5, 40)) * S
         elif shape == 1:  # from the future
             lag = -draw(st.integers(1, 8)) * S
         else:
             lag = draw(st.integers(0, 4)) * S
-        row = {
-            "arrival": arrival,
-            "batch": batch,
-            "offset": draw(st.sampled_from([i, i, i, max(i - 1, 0)])),  # sometimes a tie (§2)
-            "event_time": arrival - lag,
-            "worker": draw(st.integers(0, 1)),
-            "user": draw(st.sampled_from(["a", "b", "c"])),
-            "amount": draw(st.sampled_from([0.1, 0.2, 0.3, 1e16, -1.5, 2.25, None] if nulls else [0.1, 0.2, 0.3, 1e16, -1.5])),
-            "qty": draw(st.sampled_from([1, 2, -3, 10, None] if nulls else [1, 2, -3, 10])),
-            "tag": draw(st.sampled_from(["x", "y", "z", None] if nulls else ["x", "y", "z"])),
-        }
+        row = {"arrival": arrival, "batch": batch, "event_time": arrival - lag, **values(i)}
         if nulls and draw(st.integers(0, 40)) == 0:
             row[draw(st.sampled_from(["arrival", "event_time"]))] = None
         rows.append(row)
     return rows
+
+
+@st.composite
+def bridging_sessions(draw, nulls=True):
+    """(pipeline, rows): a session pipeline with an event-time column and ``first`` and
+    ``last``, and a history rich in bridges that its gap merges (see :func:`histories`)."""
+    pipeline = draw(pipelines(windows=("session-window",), first_last=True, event_time=True))
+    rows = draw(histories(nulls=nulls, bridges=6, bridge_gap_ms=pipeline.window.gap_ms, min_events=5))
+    return pipeline, rows
 
 
 def split_points(pipeline, rows, cuts):

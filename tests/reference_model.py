@@ -112,8 +112,13 @@ def _empty(agg) -> Any:
     return {"count": 0, "avg": (None, 0), "distinct": frozenset()}.get(agg.type)
 
 
-def _apply(agg, acc, row: dict) -> Any:
-    """The partial aggregate after one more event (nulls ignored, like SQL)."""
+def _apply(agg, acc, row: dict, order: tuple) -> Any:
+    """The partial aggregate after one more event (nulls ignored, like SQL).
+
+    ``first`` and ``last`` keep ``(arrival order, value)`` of the event that gave their
+    value (``order`` is the event's §2 arrival order), so merged sessions can pick theirs
+    by arrival order (§7).
+    """
     if agg.column is None:  # only `count` may have no column: counts events
         return acc + 1
     v = row.get(agg.column)
@@ -132,14 +137,17 @@ def _apply(agg, acc, row: dict) -> Any:
     if agg.type == "max":
         return v if acc is None or v > acc else acc
     if agg.type == "first":
-        return v if acc is None else acc
+        return (order, v) if acc is None or order < acc[0] else acc
     if agg.type == "last":
-        return v
+        return (order, v) if acc is None or order > acc[0] else acc
     raise AssertionError(agg.type)
 
 
 def _combine(agg, a, b) -> Any:
-    """Merge partial aggregates of two sessions, ``a`` starting first (§7)."""
+    """Merge partial aggregates of two sessions, ``a`` starting first (§7).
+
+    ``first`` / ``last``: the one that arrived first / last, whichever session it is in.
+    """
     if agg.type == "count":
         return a + b
     if agg.type == "sum":
@@ -152,7 +160,10 @@ def _combine(agg, a, b) -> Any:
         return a
     if a is None:
         return b
-    return {"min": min(a, b), "max": max(a, b), "first": a, "last": b}[agg.type]
+    if agg.type in ("first", "last"):  # (arrival order, value); only equal rows tie (§2)
+        pick = min if agg.type == "first" else max
+        return pick(a, b, key=lambda p: p[0])
+    return {"min": min(a, b), "max": max(a, b)}[agg.type]
 
 
 def _final(agg, acc) -> Any:
@@ -161,6 +172,8 @@ def _final(agg, acc) -> Any:
         return None if n == 0 else s / n
     if agg.type == "distinct":
         return len(acc)
+    if agg.type in ("first", "last"):
+        return None if acc is None else acc[1]
     return acc
 
 
@@ -309,7 +322,7 @@ class _Replay:
 
     def enter(self, ks: KeyState, ev: _Event, bounds, acc: dict, eff) -> None:
         """The event enters a window; with ``atAggregate``, snapshot it (§8)."""
-        acc = {a.name: _apply(a, acc[a.name], ev.row) for a in self.p.aggregates}
+        acc = {a.name: _apply(a, acc[a.name], ev.row, ev.order) for a in self.p.aggregates}
         ks.windows[bounds] = acc
         if Trigger.AT_AGGREGATE in self.p.triggers:
             n = self.st.emissions.get((ev.worker, ev.key, *bounds), 0) + 1

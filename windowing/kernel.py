@@ -111,12 +111,30 @@ class Spec:
             return pa.int64() if pa.types.is_integer(vt) else pa.float64()
         return vt
 
+    def keeps_arrival(self, agg: Aggregate) -> bool:
+        """Whether the carried partial of ``agg`` records where its value arrived: ``first``
+        and ``last`` of session windows, whose merges pick them by arrival order."""
+        return self.window.type is WindowType.SESSION and agg.type in ("first", "last")
+
     def partial_fields(self, agg: Aggregate) -> list[pa.Field]:
+        """State columns of one aggregate's partial value.
+
+        ``first`` / ``last`` of sessions add ``partial_<name>_batch`` and
+        ``partial_<name>_seq`` (int64, null while the value is null): the arrival position
+        of the event that gave the value, as (its batch, its rank among its key's events
+        of that batch in arrival order, from 0). Batches of a worker only grow from one
+        partition to the next and a batch is never split between partitions, so these
+        pairs order a key's events by arrival across partitions, and they do not depend
+        on which other keys or rows a replay holds (see :func:`_sessions`).
+        """
         name = f"partial_{agg.name}"
         if agg.type in ("sum", "avg"):
             return [pa.field(name, self.output_type(_as_sum(agg))), pa.field(name + "_n", pa.int64())]
         if agg.type == "distinct":
             return [pa.field(name, pa.list_(self.value_type(agg)))]
+        if self.keeps_arrival(agg):
+            return [pa.field(name, self.output_type(agg)), pa.field(name + "_batch", pa.int64()),
+                    pa.field(name + "_seq", pa.int64())]
         return [pa.field(name, self.output_type(agg))]
 
     def key_fields(self) -> list[pa.Field]:
@@ -689,8 +707,22 @@ def _state_partials(spec: Spec, k: _Keys, rows: np.ndarray, domains) -> list[dic
             p["members"] = (np.repeat(np.arange(len(rows)), lengths), codes_in(pc.list_flatten(col), domains[_dkey(a)].values))
         else:
             p["code"] = codes_in(col, domains[_dkey(a)].values)
+            if spec.keeps_arrival(a):
+                p["at"] = _carried_arrival(t, a, rows, take)
         out.append(p)
     return out
+
+
+def _carried_arrival(t: pa.Table, a: Aggregate, rows: np.ndarray, take: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(batch, seq) where carried sessions' ``first`` / ``last`` values arrived
+    (:meth:`Spec.partial_fields`). State written before these columns existed has none:
+    its sessions then rank by start, which is how merges combined them then."""
+    names = [STATE_PREFIX + f"partial_{a.name}_{c}" for c in ("batch", "seq")]
+    if not all(n in t.column_names for n in names):
+        start = pc.fill_null(_scol(t, "window_start_ms", rows), 0).to_numpy().astype(np.int64)
+        return np.full(len(rows), MIN_TIMESTAMP, dtype=np.int64), start
+    b, q = (pc.fill_null(t[n].take(take), 0).to_numpy().astype(np.int64) for n in names)
+    return b, q
 
 
 def _final_value(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) -> pa.Array:
@@ -734,7 +766,12 @@ def _partial_columns(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains
         values = values.take(order)
         offsets = np.concatenate(([0], np.cumsum(np.bincount(gi, minlength=len(sel)))))
         return {name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)}
-    return {name: _decode(p["code"][sel], domains[_dkey(a)].values)}
+    out = {name: _decode(p["code"][sel], domains[_dkey(a)].values)}
+    if spec.keeps_arrival(a):
+        null = p["code"][sel] < 0
+        out[name + "_batch"] = pa.array(p["at"][0][sel], pa.int64(), mask=null)
+        out[name + "_seq"] = pa.array(p["at"][1][sel], pa.int64(), mask=null)
+    return out
 
 
 def _reduce(spec: Spec, grp: np.ndarray, ngroups: int, ev_idx: np.ndarray, values, domains,
@@ -1159,6 +1196,15 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
     Merges are order-dependent (an event can bridge two sessions; maximumDuration makes a
     merge skip), so each key's events are walked in arrival order; aggregates of merged
     sessions combine in start order, then the event is applied.
+
+    ``first`` and ``last`` are by arrival order (contract section 7), and a merge can join
+    a session that started later but arrived earlier, so each such partial keeps the
+    arrival position of its value and a merge takes the earliest / latest one. Here a
+    position is one int per key: an event's index in arrival order (``ev``), and for
+    values carried from earlier partitions a negative rank of their (batch, seq) pairs
+    (:meth:`Spec.partial_fields`). Every carried value arrived before every event here,
+    since a worker's batches only grow across partitions (older ones are rejected), so
+    carried positions rank below events, and among themselves by (batch, seq).
     """
     w = spec.window
     G, M = w.gap_ms, w.maximum_duration_ms
@@ -1181,7 +1227,7 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
     kinds = [a.type for a in aggs]
 
     def empty():
-        return [[0, 0, -1, set()] for _ in aggs]  # n, s, code, members
+        return [[0, 0, -1, set(), 0] for _ in aggs]  # n, s, code, members, arrival position of code
 
     def apply(parts, i):
         for p, kind, (v, ok) in zip(parts, kinds, ev_inputs):
@@ -1200,9 +1246,9 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
                 p[2] = max(p[2], v[i])
             elif kind == "first":
                 if p[2] < 0:
-                    p[2] = v[i]
+                    p[2], p[4] = v[i], i
             else:
-                p[2] = v[i]
+                p[2], p[4] = v[i], i
 
     def combine(acc, other):
         for p, q, kind in zip(acc, other, kinds):
@@ -1215,17 +1261,21 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
                 p[2] = q[2] if p[2] < 0 else (min(p[2], q[2]) if q[2] >= 0 else p[2])
             elif kind == "max":
                 p[2] = max(p[2], q[2])
-            elif kind == "first":
-                p[2] = p[2] if p[2] >= 0 else q[2]
+            elif kind == "first":  # the value that arrived first, whichever session holds it
+                if q[2] >= 0 and (p[2] < 0 or q[4] < p[4]):
+                    p[2], p[4] = q[2], q[4]
             elif kind == "last":
-                p[2] = q[2] if q[2] >= 0 else p[2]
+                if q[2] >= 0 and (p[2] < 0 or q[4] > p[4]):
+                    p[2], p[4] = q[2], q[4]
 
     # Carried sessions and emission counters, per key.
     t = k.table
     srows = np.flatnonzero(k.kind == STATE_WINDOW)
     carried: dict[int, list] = {}
+    at_pos, at_batch, at_seq = None, np.zeros(0, np.int64), np.zeros(0, np.int64)
     if len(srows):
         sp = _state_partials(spec, k, srows, domains)
+        at_pos, at_batch, at_seq = _carried_positions(spec, sp)
         s_ws = _scol(t, "window_start_ms", srows).to_numpy().tolist()
         s_we = _scol(t, "window_end_ms", srows).to_numpy().tolist()
         s_events = pc.fill_null(_scol(t, "events", srows), 0).to_numpy().tolist()
@@ -1241,7 +1291,8 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
                 parts.append([int(p["n"][r]) if "n" in p else 0,
                               p["s"][r].item() if "s" in p else 0,
                               int(p["code"][r]) if "code" in p else -1,
-                              members[ai][r]])
+                              members[ai][r],
+                              int(at_pos[ai][r]) if at_pos is not None and at_pos[ai] is not None else 0])
             carried.setdefault(g, []).append([s_ws[r], s_we[r], s_events[r], parts])
     erows = np.flatnonzero(k.kind == STATE_EMITTED)
     counters: dict[tuple, int] = {}
@@ -1326,6 +1377,13 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
 
     groups = _rows_to_groups(spec, domains, out)
     groups.created, groups.idle_flushes = created, idle_flushes
+    # Positions back to (batch, seq) for the state: carried ones first, then the events'.
+    ev_seq = np.arange(ev.n, dtype=np.int64) - kb.start[kb.of_event] if ev.n else np.zeros(0, np.int64)
+    all_batch, all_seq = np.concatenate([at_batch, ev.batch]), np.concatenate([at_seq, ev_seq])
+    for a, p in zip(aggs, groups.partials):
+        if spec.keeps_arrival(a):
+            idx = np.where(p["code"] >= 0, p["pos"] + len(at_batch), 0)
+            p["at"] = (all_batch[idx], all_seq[idx]) if len(all_batch) else (idx, idx)
     open_keys = {(r[0], r[1], r[2]) for r in out if r[3] == OPEN}
     keep = [(g, a0, b0, n0) for (g, a0, b0), n0 in sorted(counters.items())
             if (g, a0, b0) not in open_keys and b0 + G > int(kb.eff_final[g])]
@@ -1339,8 +1397,29 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
     return groups, late_out, snap_groups
 
 
+def _carried_positions(spec: Spec, sp: list[dict]):
+    """Arrival positions (see :func:`_sessions`) of carried ``first`` / ``last`` values.
+
+    Returns, per aggregate, the positions of its carried values (None for aggregates
+    that keep none), and the (batch, seq) of positions ``-K .. -1`` in order.
+    """
+    fl = [i for i, a in enumerate(spec.pipeline.aggregates) if spec.keeps_arrival(a)]
+    out: list = [None] * len(sp)
+    if not fl:
+        return out, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    b = np.concatenate([sp[i]["at"][0] for i in fl])
+    q = np.concatenate([sp[i]["at"][1] for i in fl])
+    order = np.lexsort((q, b))
+    pos = np.empty(len(b), dtype=np.int64)
+    pos[order] = np.arange(len(b), dtype=np.int64) - len(b)
+    n = len(b) // len(fl)
+    for j, i in enumerate(fl):
+        out[i] = pos[j * n:(j + 1) * n]
+    return out, b[order], q[order]
+
+
 def _copy_parts(parts):
-    return [[p[0], p[1], p[2], set(p[3])] for p in parts]
+    return [[p[0], p[1], p[2], set(p[3]), p[4]] for p in parts]
 
 
 def _rows_to_groups(spec, domains, rows) -> _Groups:
@@ -1361,6 +1440,8 @@ def _rows_to_groups(spec, domains, rows) -> _Groups:
             p["members"] = (np.array(gi, dtype=np.int64), np.array(ci, dtype=np.int64))
         elif a.type != "count":
             p["code"] = np.array([q[2] for q in ps], dtype=np.int64)
+            if spec.keeps_arrival(a):
+                p["pos"] = np.array([q[4] for q in ps], dtype=np.int64)
         partials.append(p)
     arr = [np.array(c, dtype=np.int64) if n else np.zeros(0, np.int64) for c in cols[:8]]
     groups.set(arr[0], arr[1], arr[2], arr[3].astype(np.int8), arr[4], arr[5], arr[6], arr[7], partials)

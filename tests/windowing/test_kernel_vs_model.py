@@ -7,11 +7,12 @@ history with out-of-order, late, future and unprocessable events.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from tests.engine_harness import canon
-from tests.generators import cases, histories, pipelines, split_points
+from tests.generators import bridging_sessions, cases, histories, pipelines, split_points
 from tests.kernel_harness import local_replay
 from tests.reference_model import reference_replay
 from windowing.config import parse_pipeline
@@ -34,10 +35,52 @@ def _compare(pipeline, rows, flush):
     return ref
 
 
+#: Issue 8, item 11: on one key, gap 5 s, one event per batch, id15@65 s, id26@59 s, id5@60 s,
+#: then id35@62 s bridges [59,60] and [65,65]. The merged session's first arrival is id15
+#: (its session started later but arrived earlier); with a null bridging value its last
+#: non-null arrival is id5. A 10 s delay keeps 59 s from being late after the 65 s commit.
+BRIDGE_PIPELINE = parse_pipeline({
+    "name": "gen",
+    "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+    "emitter": {"session-window": {"timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s",
+                                                  "delayWindowClose": "10s"},
+                                   "aggregateDefinition": [{"type": "count"}, {"type": "first", "column": "name"},
+                                                           {"type": "last", "column": "name"},
+                                                           {"type": "sum", "column": "amount"}]},
+                "triggers": ["atWindowEnd"]},
+})
+
+
+def bridge_rows(bridge_value="id35"):
+    names = ["id15", "id26", "id5", bridge_value]
+    return [{"arrival": b * 1000, "batch": b, "offset": b, "event_time": t * 1000, "worker": 0, "user": "a",
+             "amount": 0.1 * b, "qty": b, "tag": "x", "name": n}
+            for b, (n, t) in enumerate(zip(names, [65, 59, 60, 62]), start=1)]
+
+
 @CASES
+@example(pipeline=BRIDGE_PIPELINE, rows=bridge_rows(), flush=True)
+@example(pipeline=BRIDGE_PIPELINE, rows=bridge_rows(None), flush=False)
 @given(pipelines(), histories(), st.booleans())
 def test_kernel_matches_model(pipeline, rows, flush):
     _compare(pipeline, rows, flush)
+
+
+@pytest.mark.parametrize("bridge_value, first, last", [("id35", "id15", "id35"), (None, "id15", "id5")])
+@pytest.mark.parametrize("cuts", [[], [1], [2], [3], [1, 2, 3]], ids=repr)
+def test_session_first_last_by_arrival_after_a_bridging_merge(bridge_value, first, last, cuts):
+    """The pinned case of issue 8, item 11, in one go and cut after any batch (the bridging
+    event then merges sessions carried in the state, whose first/last arrived in earlier
+    pieces): first and last are by arrival order, as the contract (section 7) says."""
+    rows = bridge_rows(bridge_value)
+    ref = reference_replay(BRIDGE_PIPELINE, rows, flush_at_end=True)
+    assert [(r["window_start"], r["window_end"], r["count"], r["first_name"], r["last_name"])
+            for r in ref.aggregates] == [(59000, 65000, 4, first, last)]
+    state, aggs = None, []
+    for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
+        a, _, _, state = local_replay(BRIDGE_PIPELINE, rows[lo:hi], state, flush_at_end=hi == len(rows))
+        aggs += a
+    assert canon(aggs) == canon(ref.aggregates)
 
 
 def _row(arrival, event_time, user):
@@ -63,9 +106,31 @@ IDLE_ONLY_STATE = example(
 
 @CASES
 @IDLE_ONLY_STATE
+@example(pipeline=BRIDGE_PIPELINE, rows=bridge_rows(None), cuts=[0.75], flush=True)  # carried + carried
+@example(pipeline=BRIDGE_PIPELINE, rows=bridge_rows(), cuts=[0.25, 0.5, 0.75], flush=True)
 @given(pipelines(), histories(nulls=False), st.lists(st.floats(0, 1), min_size=1, max_size=3), st.booleans())
 def test_pieces_match_one_go(pipeline, rows, cuts, flush):
     """History replayed in pieces with state carried == one replay == the model."""
+    _pieces_match_one_go(pipeline, rows, cuts, flush)
+
+
+@cases(100)
+@given(bridging_sessions(), st.booleans())
+def test_bridging_session_merges_match_model(case, flush):
+    """Session histories where merges often join a session that started later but
+    arrived earlier: first/last by arrival order (issue 8, item 11)."""
+    _compare(*case, flush)
+
+
+@cases(60)
+@given(bridging_sessions(), st.lists(st.floats(0, 1), min_size=1, max_size=3), st.booleans())
+def test_bridging_session_merges_in_pieces(case, cuts, flush):
+    """The same, cut into pieces: merges of sessions carried in the state keep their
+    first/last arrival order."""
+    _pieces_match_one_go(*case, cuts, flush)
+
+
+def _pieces_match_one_go(pipeline, rows, cuts, flush):
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
     pieces = split_points(pipeline, rows, cuts)
     state, aggs, late = None, [], []
@@ -75,3 +140,21 @@ def test_pieces_match_one_go(pipeline, rows, cuts, flush):
         late += l
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
+
+
+def test_session_state_keeps_where_first_and_last_arrived():
+    """The state after batches 1..3 of the pinned case: each open session's first/last
+    with (batch, rank in the key's batch) of its arrival. State written before these
+    columns existed still replays; its carried sessions rank by start, as merges
+    combined them then."""
+    rows = bridge_rows(None)
+    _, _, _, state = local_replay(BRIDGE_PIPELINE, rows[:3])
+    cols = ["window_start_ms", "partial_first_name", "partial_first_name_batch", "partial_first_name_seq",
+            "partial_last_name", "partial_last_name_batch", "partial_last_name_seq"]
+    windows = sorted(tuple(r[c] for c in cols) for r in state.rows.to_pylist() if r["state_kind"] == "window")
+    assert windows == [(59000, "id26", 2, 0, "id5", 3, 0), (65000, "id15", 1, 0, "id15", 1, 0)]
+    aggs, *_ = local_replay(BRIDGE_PIPELINE, rows[3:], state, flush_at_end=True)
+    assert [(r["first_name"], r["last_name"], r["count"]) for r in aggs] == [("id15", "id5", 4)]
+    state.rows = state.rows.drop_columns([c for c in cols if c.endswith(("_batch", "_seq"))])
+    aggs, *_ = local_replay(BRIDGE_PIPELINE, rows[3:], state, flush_at_end=True)
+    assert [(r["first_name"], r["last_name"], r["count"]) for r in aggs] == [("id26", "id15", 4)]

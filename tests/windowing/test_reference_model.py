@@ -191,6 +191,37 @@ def test_session_merge_bridges_two_sessions():
     assert res.metrics["windows_created"] == 3  # [0,0], [18,18], [40,40]; the merge creates none
 
 
+@pytest.mark.parametrize("bridge_value, first, last", [("id35", "id15", "id35"), (None, "id15", "id5")])
+def test_session_first_last_by_arrival_across_a_bridging_merge(bridge_value, first, last):
+    """
+    gap 5 s, delay 10 s, MIN_EVENT_TIME, one key, one event per batch (issue 8, item 11)
+      b1: id15@65              -> [65,65]                      (wm 65, effective 55)
+      b2: id26@59              -> 59 is not < 65-5: [59,59]    (59+5 > 55: not late)
+      b3: id5@60               -> [59,60]
+      b4: id35@62 (or null)    -> 54<62<65 and 60<62<70: bridges both into [59,65]
+    The merged session started with [59,60], but its first arrival is id15 (batch 1):
+    first/last are by arrival order, not by the merged sessions' start order. With a null
+    bridging value, last is the latest non-null by arrival: id5 (batch 3), not id15.
+    Cut into pieces after any batch, the carried sessions remember where their first and
+    last arrived, so the result is the same.
+    """
+    p = make_pipeline("session-window", aggs=["count", {"type": "first", "column": "name"},
+                                              {"type": "last", "column": "name"}],
+                      time={"eventTimeExtractor": "event_time", "idleTimeout": "5s", "delayWindowClose": "10s"})
+    names = ["id15", "id26", "id5", bridge_value]
+    rows = [{"name": n, "event_time": t * S, "batch": b, "arrival": b * S}
+            for b, (n, t) in enumerate(zip(names, [65, 59, 60, 62]), start=1)]
+    expected = [(59, 65, 4, first, last, "END_OF_INPUT", 4)]
+    once = reference_replay(p, rows, flush_at_end=True)
+    assert windows(once, "count", "first_name", "last_name") == expected
+    for cuts in ([1], [2], [3], [1, 2, 3]):
+        state, out = None, []
+        for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
+            res = reference_replay(p, rows[lo:hi], state=state, flush_at_end=hi == len(rows))
+            state, out = res.state, out + res.aggregates
+        assert canon(out) == canon(once.aggregates), cuts
+
+
 def test_session_maximum_duration_skips_and_closes():
     """
     gap 10 s, maximumDuration 15 s, MIN_EVENT_TIME
