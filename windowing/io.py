@@ -168,6 +168,13 @@ def read_events(spark, paths=None, schema=None, pipeline=None, state=None):
             raise InputError(f"{p}: cannot reach it: {_root_cause(exc)}") from exc
         if not found:
             raise InputError(f"{p}: input does not exist")
+    footers = None
+    if fmt == "parquet":
+        # Every footer first: Spark infers the schema from one file and reads pages lazily,
+        # so a damaged or foreign file would otherwise fail later, or unnamed.
+        footers = read_footers(lake, [e.path for p in paths for e in lake.files(p)], InputError)
+        if not footers:
+            return _empty_events(spark, paths, schema, pipeline, state)
     reader = _reader(spark, src, recursive=True)
     try:
         df = reader.load(paths)
@@ -176,13 +183,10 @@ def read_events(spark, paths=None, schema=None, pipeline=None, state=None):
         if "UNABLE_TO_INFER_SCHEMA" in str(exc):
             return _empty_events(spark, paths, schema, pipeline, state)
         raise _read_error(exc, fmt, paths) from exc
-    if fmt == "parquet":
-        files = df.inputFiles()
-        if not files:
-            return _empty_events(spark, paths, schema, pipeline, state)
+    if footers:
         # Columns missing from the whole input are the engine's to report (naming the YAML
         # field); here, a column some files have and others lack, or hold as another type.
-        check_parquet_files(lake, files, pipeline, InputError, only=set(df.columns))
+        check_columns(footers, pipeline, InputError, only=set(df.columns))
     return df
 
 
@@ -228,22 +232,26 @@ def _empty_events(spark, paths, schema, pipeline, state):
     return _empty_frame(spark, schema)
 
 
-def check_parquet_files(lake: Lake, files, pipeline=None, error: type[ValueError] = InputError,
-                        only=None) -> None:
-    """Read every file's footer; raise ``error`` naming the first bad file.
-
-    A file is bad when it is not readable Parquet, or (given ``pipeline``) when it
-    lacks a column the pipeline reads or holds it with another type than the first
-    file that has it. Cheap: footers only, never data pages.
-    """
-    wanted = [c for c in (pipeline.input_columns if pipeline is not None else ()) if only is None or c in only]
-    seen: dict[str, tuple[str, str]] = {}
+def read_footers(lake: Lake, files, error: type[ValueError] = InputError) -> dict[str, dict[str, str]]:
+    """Every file's top-level columns and types, from its Parquet footer (never data pages);
+    raises ``error`` naming the first file that is not readable Parquet."""
+    footers = {}
     for f in files:
         try:
-            cols = lake.parquet_columns(f)
-        except Exception as exc:  # noqa: BLE001 - pyarrow/Hadoop raise many types for bad files
-            raise error(f"{display(f)}: not a readable Parquet file (corrupted or truncated?): "
+            footers[f] = lake.parquet_columns(f)
+        except Exception as exc:  # noqa: BLE001 - Hadoop/Spark raise many types for bad files
+            raise error(f"{display(f)}: not a readable Parquet file (corrupted, truncated or another format?): "
                         f"{_root_cause(exc)}") from exc
+    return footers
+
+
+def check_columns(footers: dict[str, dict[str, str]], pipeline, error: type[ValueError] = InputError,
+                  only=None) -> None:
+    """Raise ``error`` naming the first file that lacks a column the pipeline reads, or holds
+    it with another type than the first file that has it (only columns in ``only``, if given)."""
+    wanted = [c for c in (pipeline.input_columns if pipeline is not None else ()) if only is None or c in only]
+    seen: dict[str, tuple[str, str]] = {}
+    for f, cols in footers.items():
         for c in wanted:
             if c not in cols:
                 raise error(f"{display(f)}: column {c!r} is missing from this file "
@@ -251,6 +259,12 @@ def check_parquet_files(lake: Lake, files, pipeline=None, error: type[ValueError
             if c in seen and seen[c][0] != cols[c]:
                 raise error(f"{display(f)}: column {c!r} is {cols[c]} here but {seen[c][0]} in {display(seen[c][1])}")
             seen.setdefault(c, (cols[c], f))
+
+
+def check_parquet_files(lake: Lake, files, pipeline=None, error: type[ValueError] = InputError,
+                        only=None) -> None:
+    """:func:`read_footers` then :func:`check_columns`."""
+    check_columns(read_footers(lake, files, error), pipeline, error, only)
 
 
 def _empty_frame(spark, schema):
