@@ -11,7 +11,7 @@ as unsynced in the UI.
 import dagster as dg
 
 from assets import landing
-from assets.preview import markdown_preview
+from assets.preview import table_preview
 from orchestration.resources import SparkResource, StorageResource
 
 EVENTS_KEY = dg.AssetKey(["historical_events"])
@@ -55,7 +55,7 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.
                     "first_arrival": dg.MetadataValue.text(str(first)),
                     "last_arrival": dg.MetadataValue.text(str(last)),
                     "path": dg.MetadataValue.path(storage.landing_path()),
-                    "preview": markdown_preview(events.orderBy(column) if has_arrival else events),
+                    "preview": table_preview(events.orderBy(column) if has_arrival else events),
                 },
                 partition_key=key,
             )

@@ -89,7 +89,19 @@ def test_materializations_carry_per_partition_metadata(one_by_one, backfill):
             assert meta["watermark_reached"].value.startswith(day)
             assert set(meta["lateness_ms_percentiles"].value) == {"p50", "p90", "p99", "max"}
             assert meta["path"].value == str(replayer.current(day) / "aggregates")
-            assert meta["preview"].value.startswith("| ") and "window_start" in meta["preview"].value
+            preview = meta["preview"].value
+            assert [c.name for c in preview.schema.columns][:4] == ["partition", "user_id", "window_start", "window_end"]
+            assert dict(zip((c.name for c in preview.schema.columns), (c.type for c in preview.schema.columns)))[
+                "sum_amount"] == "double"
+            assert 0 < len(preview.records) <= 5 and isinstance(preview.records[0].data["count"], int)
+            # Numbers Dagster plots over partitions, one series each.
+            for reason in ("watermark", "idle", "max_duration", "end_of_input"):
+                assert meta[f"windows_emitted_{reason}"].value == metrics["emitted_by_reason"].get(reason.upper(), 0)
+            accepted = metrics["input_rows"] - metrics["rejected_rows"]
+            assert meta["late_share"].value == round(metrics["late_events"] / accepted, 6) > 0
+            assert meta["lateness_p99_ms"].value == round(metrics["lateness_ms_percentiles"]["p99"])
+            assert isinstance(meta["lateness_p50_ms"].value, int)
+            assert meta["replay_seconds"].value > 0 and meta["events_per_second"].value > 0
 
 
 def test_rerun_of_a_past_partition_is_identical_and_marks_later_ones(spark, one_by_one):
