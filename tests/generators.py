@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import decimal
 import os
+from decimal import Decimal
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -30,6 +32,28 @@ AGGREGATES = [
     {"type": "first", "column": "tag"},
     {"type": "last", "column": "qty"},
 ]
+
+
+#: The types a generated ``amount`` column may have besides float64: decimal(precision, scale).
+DECIMAL_AMOUNTS = [(12, 2), (10, 2), (5, 5), (30, 10), (38, 18), (38, 0), (38, 36)]
+
+#: Wide enough for any decimal(38) arithmetic without rounding.
+_EXACT = decimal.Context(prec=200)
+
+
+def dec(unscaled: int, scale: int) -> Decimal:
+    """The Decimal ``unscaled * 10^-scale``, exactly, written with ``scale`` decimals (the
+    default context would round values of more than 28 digits)."""
+    return Decimal(unscaled).scaleb(-scale, _EXACT)
+
+
+def decimal_values(precision: int, scale: int) -> list[Decimal]:
+    """Amounts of a decimal(precision, scale) column: one unit of the last place, thirds
+    (averages that round), half the range (two of them fill it) and the largest values
+    either way, whose sums leave 38 digits when the sum's type has no room left."""
+    top = 10 ** precision - 1
+    units = [1, 2, -1, 0, top // 3, -(top // 3), 5 * 10 ** (precision - 1), top, -top]
+    return [dec(u, scale) for u in units]
 
 
 FIRST_LAST = [{"type": "first", "column": "tag"}, {"type": "last", "column": "qty"}]
@@ -86,7 +110,24 @@ def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "ses
 
 
 @st.composite
-def histories(draw, max_events=30, nulls=True, bridges=2, bridge_gap_ms=None, min_events=0):
+def amount_types(draw):
+    """The type of the ``amount`` column of a generated case: None (float64) three times in
+    four, else a decimal (precision, scale) of :data:`DECIMAL_AMOUNTS`."""
+    if draw(st.integers(0, 3)):
+        return None
+    return draw(st.sampled_from(DECIMAL_AMOUNTS))
+
+
+@st.composite
+def typed_histories(draw, **kwargs):
+    """(amount type, rows): :func:`histories` whose ``amount`` column is float64 (None) or
+    decimal (precision, scale) as :func:`amount_types` draws."""
+    amount = draw(amount_types())
+    return amount, draw(histories(amount=amount, **kwargs))
+
+
+@st.composite
+def histories(draw, max_events=30, nulls=True, bridges=2, bridge_gap_ms=None, min_events=0, amount=None):
     """Rows in arrival order per worker: arrival ms, batch, event time ms, key, values.
 
     Besides single events (on time, late, from the future), a history may hold
@@ -97,8 +138,14 @@ def histories(draw, max_events=30, nulls=True, bridges=2, bridge_gap_ms=None, mi
     is in the session that starts later (docs/semantics.md section 7, issue 8 item 11).
     Each step draws a bridge with odds ``bridges`` to 10 (0: none, the histories drawn
     before bridges existed); ``bridge_gap_ms``: draw ``h`` so that this gap merges.
+    ``amount``: None for float amounts, or (precision, scale) for Decimal amounts of
+    :func:`decimal_values`.
     """
     n = draw(st.integers(min_events, max_events))
+    if amount is None:
+        amounts = [0.1, 0.2, 0.3, 1e16, -1.5, 2.25, None] if nulls else [0.1, 0.2, 0.3, 1e16, -1.5]
+    else:
+        amounts = decimal_values(*amount) + ([None] if nulls else [])
     rows = []
     arrival = 0
     batch = 0
@@ -108,8 +155,7 @@ def histories(draw, max_events=30, nulls=True, bridges=2, bridge_gap_ms=None, mi
             "offset": draw(st.sampled_from([i, i, i, max(i - 1, 0)])),  # sometimes a tie (§2)
             "worker": draw(st.integers(0, 1)),
             "user": draw(st.sampled_from(["a", "b", "c"])),
-            "amount": draw(st.sampled_from([0.1, 0.2, 0.3, 1e16, -1.5, 2.25, None] if nulls
-                                           else [0.1, 0.2, 0.3, 1e16, -1.5])),
+            "amount": draw(st.sampled_from(amounts)),
             "qty": draw(st.sampled_from([1, 2, -3, 10, None] if nulls else [1, 2, -3, 10])),
             "tag": draw(st.sampled_from(["x", "y", "z", None] if nulls else ["x", "y", "z"])),
         }

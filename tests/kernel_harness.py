@@ -26,14 +26,24 @@ ARROW_TYPES = {
 }
 
 
+def column_type(column: str, decimals=None) -> pa.DataType:
+    """The Arrow type of a generated column (``decimals``: {column: (precision, scale)})."""
+    if decimals and column in decimals:
+        return pa.decimal128(*decimals[column])
+    return ARROW_TYPES[column]
+
+
 class LocalState:
     def __init__(self, workers, rows: pa.Table):
         self.workers, self.rows = workers, rows
 
 
-def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=False, partitions=3):
+def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=False, partitions=3,
+                 decimals=None):
+    """Replay ``rows`` through the kernel; ``decimals`` ({column: (precision, scale)}) makes
+    those columns decimal128 instead of their usual type (values are ``Decimal``)."""
     columns = [c for c in ARROW_TYPES if any(c in r for r in rows)] or list(ARROW_TYPES)
-    types = {c: ARROW_TYPES[c] for c in columns}
+    types = {c: column_type(c, decimals) for c in columns}
     spec = K.Spec(pipeline=pipeline, input_types=types)
     src, w = pipeline.source, pipeline.window
     wcol = src.worker

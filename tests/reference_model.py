@@ -11,14 +11,18 @@ against this model on generated cases, so every rule is spelled out literally.
 ``rows`` are dicts keyed by input column name; time columns are int epoch
 milliseconds (``None`` = missing, which rejects the row). ``res.state`` carries
 everything to the next call, so replaying history in pieces gives the same output
-as one call over all of it (§9).
+as one call over all of it (§9). Decimal columns hold ``decimal.Decimal`` values and
+are named with their type: ``reference_replay(..., decimals={"amount": (12, 2)})``.
 """
 
 from __future__ import annotations
 
 import copy
+import decimal
 import struct
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from itertools import groupby
 from typing import Any, Hashable
 
@@ -99,13 +103,50 @@ class _Event:
 # --------------------------------------------------------------------------- aggregates (§8)
 
 
+#: Decimal arithmetic without rounding: every sum is exact, whatever its size.
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, traps=[decimal.Inexact])
+
+
 def _fold_sum(acc, v):
-    """Left-to-right sum ignoring nulls; starts at 0.0 for floats, 0 for ints."""
+    """Left-to-right sum ignoring nulls; starts at 0.0 for floats, 0 for ints; decimals
+    add exactly (the default context would round past 28 digits)."""
     if v is None:
         return acc
+    if isinstance(v, Decimal):
+        return v if acc is None else _EXACT.add(acc, v)
     if acc is None:
         acc = 0.0 if isinstance(v, float) else 0
     return acc + v
+
+
+def _round_half_up(x: Fraction, scale: int) -> Decimal:
+    """``x`` rounded to ``scale`` decimals, halves away from zero."""
+    units = abs(x) * 10 ** scale
+    whole = units.numerator // units.denominator
+    if units - whole >= Fraction(1, 2):
+        whole += 1
+    return Decimal((int(x < 0 and whole > 0), tuple(int(d) for d in str(whole)), -scale))
+
+
+def _fits(d: Decimal, precision: int, scale: int) -> bool:
+    """Whether ``d`` (of at most ``scale`` decimals) fits decimal(precision, scale)."""
+    return d.copy_abs() < Fraction(10) ** (precision - scale)
+
+
+def _decimal_final(agg, acc, precision: int, scale: int) -> Decimal | None:
+    """§8, decimal columns, as Spark types ``sum`` and ``avg`` of decimal(p, s): the sum is
+    decimal(min(38, p + 10), s), null when the exact sum does not fit it; the average is
+    the exact ``sum / count`` rounded HALF_UP into decimal(min(38, p + 4), min(38, s + 4)),
+    null when the sum does not fit or the average does not fit its type."""
+    sum_p = min(38, precision + 10)
+    s = acc if agg.type == "sum" else acc[0]
+    if s is None or not _fits(s, sum_p, scale):
+        return None
+    if agg.type == "sum":
+        return s.quantize(Decimal(1).scaleb(-scale), context=_EXACT)
+    avg_p, avg_s = min(38, precision + 4), min(38, scale + 4)
+    avg = _round_half_up(Fraction(s) / acc[1], avg_s)
+    return avg if _fits(avg, avg_p, avg_s) else None
 
 
 def _empty(agg) -> Any:
@@ -166,7 +207,10 @@ def _combine(agg, a, b) -> Any:
     return {"min": min(a, b), "max": max(a, b)}[agg.type]
 
 
-def _final(agg, acc) -> Any:
+def _final(agg, acc, decimal_type=None) -> Any:
+    """The output value; ``decimal_type`` (precision, scale) when the column is decimal."""
+    if decimal_type is not None and agg.type in ("sum", "avg"):
+        return _decimal_final(agg, acc, *decimal_type)
     if agg.type == "avg":
         s, n = acc
         return None if n == 0 else s / n
@@ -205,8 +249,9 @@ def _ms(t) -> int | None:
 
 
 class _Replay:
-    def __init__(self, pipeline: Pipeline, state: ModelState):
+    def __init__(self, pipeline: Pipeline, state: ModelState, decimals=None):
         self.p, self.w, self.st = pipeline, pipeline.window, state
+        self.decimals = dict(decimals or {})
         self.aggregates: list[dict] = []
         self.late: list[dict] = []
         self.rejected: list[dict] = []
@@ -405,17 +450,18 @@ class _Replay:
             row[self.w.key] = key
         row["window_start"], row["window_end"] = bounds
         for a in self.p.aggregates:
-            row[a.name] = _final(a, acc[a.name])
+            row[a.name] = _final(a, acc[a.name], self.decimals.get(a.column))
         row.update(emit_reason=reason, emit_batch=batch, emit_watermark=_ms(eff), emission=emission)
         return row
 
 
 def reference_replay(pipeline: Pipeline, rows: list[dict], state: ModelState | None = None,
-                     flush_at_end: bool | None = False) -> RefResult:
+                     flush_at_end: bool | None = False, decimals=None) -> RefResult:
     """Replay ``rows`` through ``pipeline`` event by event (docs/semantics.md).
 
     ``state`` is a previous result's ``state`` (never mutated); ``flush_at_end=None``
-    means ``pipeline.flush_at_end``.
+    means ``pipeline.flush_at_end``; ``decimals``: {column: (precision, scale)} of the
+    decimal columns (their values are ``Decimal``s).
     """
     if state is None:
         st = ModelState(fingerprint=pipeline.fingerprint())
@@ -424,6 +470,6 @@ def reference_replay(pipeline: Pipeline, rows: list[dict], state: ModelState | N
         st = copy.deepcopy(state)
     if flush_at_end is None:
         flush_at_end = pipeline.flush_at_end
-    rp = _Replay(pipeline, st)
+    rp = _Replay(pipeline, st, decimals)
     rp.run(rows, flush_at_end)
     return RefResult(rp.aggregates, rp.late, rp.rejected, copy.deepcopy(st), rp.m)

@@ -15,7 +15,8 @@ How tumbling and sliding windows are computed without a per-event loop:
 * an idle flush of a key between two of its own batches is a ``searchsorted`` in its
   worker's global timeline; each flush starts a new *generation* of the key's windows;
 * aggregates per (key, generation, window) are unbuffered ``ufunc.at`` reductions in
-  arrival order, so float sums are a left fold that a carried partial sum continues.
+  arrival order, so float sums are a left fold that a carried partial sum continues;
+  decimal sums are exact: unscaled Python integers in object arrays (see ``_decimal_ints``).
 
 Session windows merge sequentially and run a tight per-key loop (``_sessions``).
 """
@@ -102,14 +103,24 @@ class Spec:
         return self.input_types[agg.column]
 
     def output_type(self, agg: Aggregate) -> pa.DataType:
+        """The output column's type; ``sum`` and ``avg`` of decimal(p, s) take Spark's
+        types: decimal(min(38, p + 10), s) and decimal(min(38, p + 4), min(38, s + 4))."""
         if agg.type in ("count", "distinct"):
             return pa.int64()
-        if agg.type == "avg":
-            return pa.float64()
         vt = self.value_type(agg)
+        if agg.type == "avg":
+            if _is_decimal(vt):
+                return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 4), min(MAX_DECIMAL_DIGITS, vt.scale + 4))
+            return pa.float64()
         if agg.type == "sum":
+            if _is_decimal(vt):
+                return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 10), vt.scale)
             return pa.int64() if pa.types.is_integer(vt) else pa.float64()
         return vt
+
+    def sum_type(self, agg: Aggregate) -> pa.DataType:
+        """The type of the partial sum of a ``sum`` or ``avg``."""
+        return self.output_type(_as_sum(agg))
 
     def keeps_arrival(self, agg: Aggregate) -> bool:
         """Whether the carried partial of ``agg`` records where its value arrived: ``first``
@@ -126,10 +137,18 @@ class Spec:
         partition to the next and a batch is never split between partitions, so these
         pairs order a key's events by arrival across partitions, and they do not depend
         on which other keys or rows a replay holds (see :func:`_sessions`).
+
+        Decimal sums add ``partial_<name>_overflow`` (int64): the exact partial sum is
+        ``partial_<name> + partial_<name>_overflow * 10^(P - s)`` for a partial of type
+        decimal(P, s), so a running sum past P digits (which a later event may bring back)
+        is carried exactly; the overflow is 0 otherwise.
         """
         name = f"partial_{agg.name}"
         if agg.type in ("sum", "avg"):
-            return [pa.field(name, self.output_type(_as_sum(agg))), pa.field(name + "_n", pa.int64())]
+            out = [pa.field(name, self.sum_type(agg)), pa.field(name + "_n", pa.int64())]
+            if _is_decimal(self.sum_type(agg)):
+                out.append(pa.field(name + "_overflow", pa.int64()))
+            return out
         if agg.type == "distinct":
             return [pa.field(name, pa.list_(self.value_type(agg)))]
         if self.keeps_arrival(agg):
@@ -173,6 +192,117 @@ class Spec:
 
 def _as_sum(agg: Aggregate) -> Aggregate:
     return Aggregate(type="sum", column=agg.column, name=agg.name)
+
+
+#: The most digits a decimal holds (Spark's, and Arrow's decimal128).
+MAX_DECIMAL_DIGITS = 38
+
+
+def _is_decimal(t: pa.DataType) -> bool:
+    return pa.types.is_decimal(t)
+
+
+def _sum_dtype(t: pa.DataType):
+    """NumPy dtype of the sums of a column of type ``t``: exact int64 for integers, exact
+    Python ints (unscaled) for decimals, float64 otherwise."""
+    if pa.types.is_integer(t):
+        return np.int64
+    return object if _is_decimal(t) else np.float64
+
+
+def _decimal_ints(arr: pa.Array | pa.ChunkedArray, scale: int | None = None) -> np.ndarray:
+    """The unscaled values of a decimal array as Python ints (object array; 0 for nulls),
+    at ``scale`` if given (exactly: a value that does not fit is an error).
+
+    Read straight from the 16-byte two's complement values (through int64 when every
+    value fits 64 bits), never through ``Decimal`` objects.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = arr.type
+    if not pa.types.is_decimal128(t):
+        arr = arr.cast(pa.decimal128(t.precision, t.scale))
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=object)
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=2 * (arr.offset + n))[2 * arr.offset:]
+    lo, hi = raw[0::2], raw[1::2]
+    if arr.null_count:
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        lo, hi = np.where(valid, lo, 0), np.where(valid, hi, 0)
+    if (hi == (lo >> 63)).all():
+        out = lo.astype(object)
+    else:
+        out = hi.astype(object) * (1 << 64) + lo.view(np.uint64).astype(object)
+    if scale is not None and scale != t.scale:
+        if scale > t.scale:
+            out = out * 10 ** (scale - t.scale)
+        else:
+            f = 10 ** (t.scale - scale)
+            if any(v % f for v in out.tolist()):
+                raise ValueError(f"decimal values of scale {t.scale} do not fit scale {scale}")
+            out = np.array([v // f for v in out.tolist()], dtype=object)
+    return out
+
+
+_M64 = (1 << 64) - 1
+
+
+def _decimal_array(x: np.ndarray, null: np.ndarray, t: pa.DataType) -> pa.Array:
+    """A decimal128 array of type ``t`` from unscaled Python ints; null where ``null`` or
+    where the value does not fit ``t``'s precision (an overflow)."""
+    n = len(x)
+    limit = 10 ** t.precision
+    null = np.asarray(null, dtype=bool)
+    if n:
+        null = null | ~((x < limit) & (x > -limit)).astype(bool)
+    v = np.where(null, 0, x)
+    if n == 0 or ((v < 2 ** 63) & (v >= -2 ** 63)).all():
+        lo = v.astype(np.int64)
+        hi = lo >> 63
+    else:
+        lo = (v & _M64).astype(np.uint64).view(np.int64)
+        hi = (v >> 64).astype(np.int64)
+    data = np.empty(2 * n, dtype=np.int64)
+    data[0::2], data[1::2] = lo, hi
+    validity = pa.array(~null, pa.bool_()).buffers()[1] if null.any() else None
+    return pa.Array.from_buffers(t, n, [validity, pa.py_buffer(data)], null_count=int(null.sum()))
+
+
+def _div_half_up(a: int, b: int) -> int:
+    """``a / b`` (b > 0) rounded to an integer, halves away from zero."""
+    q, r = divmod(abs(a), b)
+    q += 2 * r >= b
+    return q if a >= 0 else -q
+
+
+def _decimal_avg(sums: np.ndarray, n: np.ndarray, sum_type: pa.DataType, t: pa.DataType) -> pa.Array:
+    """Spark's avg of decimals: the exact ``sum / n`` rounded HALF_UP to ``t``'s scale; null
+    when there is no value, when the sum overflows ``sum_type``, or the average ``t``.
+
+    (Spark divides at 39 decimals rounding down, then rounds HALF_UP to the scale, which
+    is the same: a half-way point of at most 38 decimals survives the truncation.)
+    """
+    shift = 10 ** (t.scale - sum_type.scale)
+    limit = 10 ** sum_type.precision
+    out = np.zeros(len(sums), dtype=object)
+    null = np.asarray(n, dtype=np.int64) <= 0
+    for i, (x, k) in enumerate(zip(sums.tolist(), np.asarray(n).tolist())):
+        if k <= 0 or not -limit < x < limit:
+            null[i] = True
+        else:
+            out[i] = _div_half_up(x * shift, k)
+    return _decimal_array(out, null, t)
+
+
+def _split_overflow(x: np.ndarray, t: pa.DataType) -> tuple[np.ndarray, np.ndarray]:
+    """Exact unscaled partial sums ``x`` as ``(low, high)`` with ``x = low + high *
+    10^precision``, ``low`` fitting ``t`` and both of the sign of ``x`` (``high`` is 0 unless
+    the sum outgrew ``t``; it stays far within int64: every event adds less than one)."""
+    limit = 10 ** t.precision
+    high = [(abs(v) // limit) * (1 if v >= 0 else -1) for v in x.tolist()]
+    low = np.array([v - h * limit for v, h in zip(x.tolist(), high)], dtype=object)
+    return low, np.array(high, dtype=np.int64)
 
 
 @dataclass
@@ -677,8 +807,11 @@ def _value_arrays(spec: Spec, ev: _Events, domains) -> dict[tuple, tuple[np.ndar
         col = table[a.column].combine_chunks()
         valid = ~col.is_null().to_numpy(zero_copy_only=False)[ev.rows]
         if a.type in ("sum", "avg"):
-            dtype = np.int64 if pa.types.is_integer(col.type) else np.float64
-            vals = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)[ev.rows]
+            if _is_decimal(col.type):
+                vals = _decimal_ints(col)[ev.rows]
+            else:
+                dtype = _sum_dtype(col.type)
+                vals = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)[ev.rows]
             out[("num", a.column)] = (vals, valid)
         elif a.type == "count":
             out[("valid", a.column)] = (valid, valid)
@@ -696,8 +829,17 @@ def _state_partials(spec: Spec, k: _Keys, rows: np.ndarray, domains) -> list[dic
         col = t[STATE_PREFIX + f"partial_{a.name}"].take(take).combine_chunks()
         p: dict[str, Any] = {}
         if a.type in ("sum", "avg"):
-            dtype = np.int64 if pa.types.is_integer(col.type) else np.float64
-            p["s"] = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)
+            st = spec.sum_type(a)
+            if _is_decimal(st):
+                p["s"] = _decimal_ints(col, st.scale)
+                over = STATE_PREFIX + f"partial_{a.name}_overflow"
+                if over in t.column_names:
+                    high = pc.fill_null(t[over].take(take), 0).to_numpy().astype(np.int64)
+                    if high.any():
+                        p["s"] = p["s"] + high.astype(object) * 10 ** st.precision
+            else:
+                dtype = np.int64 if pa.types.is_integer(col.type) else np.float64
+                p["s"] = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)
             n = t[STATE_PREFIX + f"partial_{a.name}_n"].take(take)
             p["n"] = pc.fill_null(n, 0).to_numpy().astype(np.int64)
         elif a.type == "count":
@@ -732,6 +874,10 @@ def _final_value(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) ->
         return pa.array(p["dcount"][sel], pa.int64())
     if a.type in ("sum", "avg"):
         n, s = p["n"][sel], p["s"][sel]
+        if _is_decimal(spec.sum_type(a)):
+            if a.type == "avg":
+                return _decimal_avg(s, n, spec.sum_type(a), spec.output_type(a))
+            return _decimal_array(s, n == 0, spec.output_type(a))
         if a.type == "avg":
             with np.errstate(invalid="ignore", divide="ignore"):
                 return pa.array(s.astype(np.float64) / np.where(n > 0, n, 1), pa.float64(), mask=n == 0)
@@ -748,7 +894,11 @@ def _decode(codes: np.ndarray, domain: pa.Array) -> pa.Array:
 def _partial_columns(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) -> dict[str, pa.Array]:
     name = f"partial_{a.name}"
     if a.type in ("sum", "avg"):
-        vt = spec.output_type(_as_sum(a))
+        vt = spec.sum_type(a)
+        if _is_decimal(vt):
+            low, high = _split_overflow(p["s"][sel], vt)
+            return {name: _decimal_array(low, np.zeros(len(sel), bool), vt),
+                    name + "_n": pa.array(p["n"][sel], pa.int64()), name + "_overflow": pa.array(high, pa.int64())}
         return {name: pa.array(p["s"][sel], vt), name + "_n": pa.array(p["n"][sel], pa.int64())}
     if a.type == "count":
         return {name: pa.array(p["n"][sel], pa.int64())}
@@ -1289,7 +1439,7 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
             for ai, a in enumerate(aggs):
                 p = sp[ai]
                 parts.append([int(p["n"][r]) if "n" in p else 0,
-                              p["s"][r].item() if "s" in p else 0,
+                              _py(p["s"][r]) if "s" in p else 0,
                               int(p["code"][r]) if "code" in p else -1,
                               members[ai][r],
                               int(at_pos[ai][r]) if at_pos is not None and at_pos[ai] is not None else 0])
@@ -1418,6 +1568,11 @@ def _carried_positions(spec: Spec, sp: list[dict]):
     return out, b[order], q[order]
 
 
+def _py(v):
+    """A NumPy scalar as a Python number (decimal sums already are Python ints)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def _copy_parts(parts):
     return [[p[0], p[1], p[2], set(p[3]), p[4]] for p in parts]
 
@@ -1431,8 +1586,7 @@ def _rows_to_groups(spec, domains, rows) -> _Groups:
         ps = [r[8][ai] for r in rows]
         p: dict[str, Any] = {"n": np.array([q[0] for q in ps], dtype=np.int64)}
         if a.type in ("sum", "avg"):
-            dtype = np.int64 if pa.types.is_integer(spec.value_type(a)) else np.float64
-            p["s"] = np.array([q[1] for q in ps], dtype=dtype)
+            p["s"] = np.array([q[1] for q in ps], dtype=_sum_dtype(spec.value_type(a)))
         elif a.type == "distinct":
             p["dcount"] = np.array([len(q[3]) for q in ps], dtype=np.int64)
             gi = [r for r, q in enumerate(ps) for _ in q[3]]

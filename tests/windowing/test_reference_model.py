@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from decimal import Decimal
 
 import pytest
 from hypothesis import given, settings
@@ -375,6 +376,30 @@ def test_float_sum_is_a_left_to_right_fold_in_arrival_order():
     random.Random(0).shuffle(rows)
     (row,) = reference_replay(p, rows, flush_at_end=True).aggregates
     assert row["sum_v"] == ((0.0 + 1e16) + 1.0 - 1e16) + 1.0 == 1.0
+
+
+BIG = Decimal(10 ** 38 - 1)  # the largest decimal(38, 0)
+THIRTY = Decimal(10 ** 30 - 1)  # 30 digits: Python's default context would round their sum
+NEG = BIG.copy_negate()  # (-BIG would round to 28 digits in the default context)
+
+
+@pytest.mark.parametrize("ptype, vals, total, avg", [
+    ((12, 2), ["0.10", "0.20", "0.02"], "0.32", "0.106667"),  # avg 0.10666.. at scale 2 + 4, HALF_UP
+    ((12, 2), ["-0.01", "-0.02", "-0.02"], "-0.05", "-0.016667"),  # halves away from zero
+    ((12, 2), [None, None], None, None),  # no value
+    ((30, 0), [THIRTY] * 3, str(3 * (10 ** 30 - 1)), str(10 ** 30 - 1) + ".0000"),  # exact past 28 digits
+    ((38, 0), [BIG, BIG], None, None),  # the sum leaves decimal(38, 0): null
+    ((38, 0), [BIG, BIG, NEG, NEG, Decimal(1)], "1", "0.2000"),  # judged on the exact total
+    ((38, 0), [BIG], str(BIG), None),  # the average leaves decimal(38, 4): null
+])
+def test_decimal_sum_and_avg(ptype, vals, total, avg):
+    """§8 decimals: exact sums of type decimal(min(38, p + 10), s), null on overflow;
+    averages of type decimal(min(38, p + 4), min(38, s + 4)) rounded HALF_UP."""
+    p = make_pipeline(windowSpan="10s", aggs=[{"type": "sum", "column": "v"}, {"type": "avg", "column": "v"}])
+    rows = [ev(f"r{i}", 1, 1, v=None if v is None else Decimal(v)) for i, v in enumerate(vals)]
+    (row,) = reference_replay(p, rows, flush_at_end=True, decimals={"v": ptype}).aggregates
+    assert (row["sum_v"], row["avg_v"]) == (total and Decimal(total), avg and Decimal(avg))
+    assert (str(row["sum_v"]), str(row["avg_v"])) == (str(total), str(avg))  # and the type's scale
 
 
 # --------------------------------------------------------------------------- rejected rows
