@@ -23,10 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("verify", help="run the data-quality checks on a replay's output folder")
     v.add_argument("output_dir", metavar="OUTPUT_DIR", help="a `rewindow replay --output` folder or URI")
     v.add_argument("--config", required=True, help="the pipeline YAML the replay ran")
-    v.add_argument("--input", nargs="+", help="the events it replayed (enables input and conservation checks)")
+    v.add_argument("--input", nargs="+",
+                   help="the events it replayed: enables the input and conservation checks, and replay_reproduces "
+                        "(a fresh replay compared row for row)")
     v.add_argument("--state-in", help="the state it started from (the previous partition's OUT_DIR/state)")
+    v.add_argument("--flush-at-end", action="store_true", default=None,
+                   help="the replay ran with --flush-at-end (default: the pipeline's replay.flushAtEnd)")
     v.add_argument("--max-skew", default="7d", help="largest accepted |event time - arrival time| (default 7d)")
-    v.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
+    v.add_argument("--check", action="append", metavar="NAME",
+                   help="run only this check (repeatable); one that cannot run is an error")
     v.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     _spark_args(v)
     g = sub.add_parser("generate", help="write sample event history (Parquet)")
@@ -101,6 +106,8 @@ def _replay(args) -> int:
 
 
 def _verify(args) -> int:
+    """Exit 0: every check that ran passed; 1: a check failed; 2: a usage or input error,
+    including a check asked for with --check that cannot run (say, no metrics to compare)."""
     from windowing.config import load_pipeline
     from windowing.durations import parse_duration_ms
 
@@ -116,22 +123,29 @@ def _verify(args) -> int:
     outputs = read_outputs(spark, args.output_dir)
     prev = read_state(spark, args.state_in) if args.state_in else None
     events = read_events(spark, args.input, pipeline=pipeline, state=prev) if args.input else None
+    only = set(args.check) if args.check else None
     results = run_checks(spark, pipeline, outputs, input_df=events, prev_state=prev, max_skew_ms=max_skew_ms,
-                         only=set(args.check) if args.check else None)
+                         only=only, recompute=events is not None, flush_at_end=args.flush_at_end)
     failed = [r for r in results if not r.passed]
+    # A check asked for by name gives a verdict or an error, never a silent skip.
+    cannot = [r for r in results if r.skipped] if only is not None else []
     if args.json:
         print(json.dumps([{"name": r.name, "status": r.status, **r.metadata()} for r in results],
                          indent=2, default=str))
     else:
         print(format_table(results))
         ran = [r for r in results if not r.skipped]
-        print(f"\n{len(ran) - len(failed)} of {len(ran)} checks passed ({len(results) - len(ran)} skipped) "
-              f"on {args.output_dir}")
+        summary = f"{len(ran) - len(failed)} of {len(ran)} checks passed" if ran else "no check ran"
+        skipped = f"{len(cannot)} requested check(s) could not run" if cannot else f"{len(results) - len(ran)} skipped"
+        print(f"\n{summary} ({skipped}) on {args.output_dir}")
     if failed:
         print(f"rewindow: verify: {len(failed)} check(s) failed: {', '.join(r.name for r in failed)}",
               file=sys.stderr)
-        return 1
-    return 0
+    if cannot:
+        for r in cannot:
+            print(f"rewindow: error: check {r.name} cannot run: {r.skip_reason}", file=sys.stderr)
+        return 2
+    return 1 if failed else 0
 
 
 def _generate(args) -> int:

@@ -8,7 +8,7 @@ dicts, and what it checks. An asset check turns one into::
     dg.AssetCheckResult(check_name=r.name, passed=r.passed,
                         severity=dg.AssetCheckSeverity.ERROR, metadata=r.metadata())
 
-Two kinds of checks:
+Three kinds of checks:
 
 * **Schema checks** (``*_schema``) are pandera ``DataFrameSchema`` validations: columns
   present, with the types the kernel writes, required values non-null. pandera on Spark
@@ -20,6 +20,13 @@ Two kinds of checks:
   aggregate consistency (``min <= avg <= max``, ``distinct <= count``, ``count >= 1``),
   emission watermarks, uniqueness of emissions and state rows, the lateness rules, and
   **conservation**: every valid input event is accounted for exactly once.
+* **The recompute** (``replay_reproduces``, only when asked for: it costs a replay):
+  a fresh replay of the input from the same state writes the same rows, every value
+  exact. The rules cannot see a value changed within them (a sum + 1000); this can.
+
+Keys are grouped as the engine tells them apart (:func:`as_key`: ``-0.0`` and ``0.0``
+are two keys); values are ordered as Spark orders them (NaN above everything, ``-0.0 ==
+0.0``; see ``_min_avg_max_rule`` and docs/data-quality.md).
 
 Conservation, per (worker, key, window) for tumbling and sliding windows and per
 (worker, key) for sessions, with *memberships* = the (event, window) pairs an event
@@ -42,6 +49,7 @@ import datetime as _dt
 import decimal
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -62,6 +70,8 @@ REJECT_REASONS = (
     "arrival time unparseable",
     "event time is null",
     "event time unparseable",
+    "arrival time out of range",
+    "event time out of range",
     "batch is null",
     "batch already committed",
 )
@@ -78,7 +88,8 @@ class CheckResult:
     ``failure_count`` counts failing rows (rule checks), failing groups (uniqueness,
     conservation) or errors in pandera's report (schema checks). ``sample`` holds up to
     a few failing rows / groups / pandera errors as JSON-friendly dicts. A ``skipped``
-    check did not apply (e.g. no input given, or no aggregate to compare) and passed.
+    check did not apply (e.g. no input given, or no aggregate to compare) and passed;
+    ``skip_reason`` says why (``rewindow verify`` refuses a requested check that skips).
     """
 
     name: str
@@ -87,6 +98,7 @@ class CheckResult:
     sample: list[dict]
     description: str
     skipped: bool = False
+    skip_reason: str = ""
 
     @property
     def status(self) -> str:
@@ -108,7 +120,7 @@ def failures(results: Iterable[CheckResult]) -> list[CheckResult]:
 
 
 def _skip(name: str, description: str, why: str) -> CheckResult:
-    return CheckResult(name, True, 0, [], f"{description} (skipped: {why})", skipped=True)
+    return CheckResult(name, True, 0, [], f"{description} (skipped: {why})", skipped=True, skip_reason=why)
 
 
 def _jsonable(v: Any) -> Any:
@@ -189,9 +201,50 @@ def _evaluate(df, rules: Sequence[_Rule], sample_size: int, only=None) -> list[C
     return out
 
 
+def _has_float(dtype) -> bool:
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
+        return True
+    if isinstance(dtype, T.ArrayType):
+        return _has_float(dtype.elementType)
+    if isinstance(dtype, T.MapType):
+        return _has_float(dtype.keyType) or _has_float(dtype.valueType)
+    if isinstance(dtype, T.StructType):
+        return any(_has_float(f.dataType) for f in dtype.fields)
+    return False
+
+
+#: ``to_json`` options that keep every timestamp digit (the default drops microseconds).
+_JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
+
+
+def as_key(c, dtype):
+    """A worker or key column as the engine tells keys apart, for grouping.
+
+    The engine groups keys by value with floats compared bit for bit (Arrow hashing):
+    ``-0.0`` and ``0.0`` are two keys. Spark's ``groupBy`` normalises ``-0.0`` to ``0.0``
+    (and every NaN to one NaN), which would merge two of the engine's keys into one; a
+    float's text form keeps them apart (``CAST(-0.0 AS STRING)`` is ``-0.0``, and
+    distinct doubles have distinct texts). Every NaN is one key: Spark writes one NaN
+    bit pattern, so no output could tell NaNs apart anyway. Floats nested in arrays,
+    maps or structs go through ``to_json`` the same way; other types group as they are.
+    """
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
+        return c.cast("string")
+    if _has_float(dtype):
+        return _F().to_json(c, _JSON_EXACT)
+    return c
+
+
 def _duplicates(name: str, description: str, df, cols: list[str], sample_size: int) -> CheckResult:
     F = _F()
-    dup = df.groupBy(*[_col(c) for c in cols]).agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    dup = (df.groupBy(*[as_key(_col(c), types[c]).alias(c) for c in cols])
+           .agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1))
     n = dup.count()
     sample = [_jsonable(r.asDict(recursive=True)) for r in dup.limit(sample_size).collect()] if n else []
     return CheckResult(name, n == 0, n, sample, description)
@@ -259,7 +312,7 @@ def input_schema(pipeline: Pipeline, input_types: dict | None = None):
     types = input_types or {}
     src, w = pipeline.source, pipeline.window
     integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
-    numeric = integral + (T.FloatType, T.DoubleType)
+    numeric = integral + (T.FloatType, T.DoubleType, T.DecimalType)
     times = integral + (T.TimestampType, T.TimestampNTZType, T.DateType, T.StringType)
     nested = (T.ArrayType, T.MapType, T.StructType, T.BinaryType)
 
@@ -479,9 +532,44 @@ def _all(conds: list):
 
 
 def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
-    """min <= avg <= max over the same column (avg within a relative 1e-9 of the bounds:
-    a float average of equal values may round past them)."""
+    """min <= avg <= max over one column, with values ordered as Spark orders them.
+
+    * NaN equals NaN and is greater than every other value, +inf included; ``-0.0``
+      equals ``0.0``. So a NaN amount makes ``max`` (and the sum) NaN, and ``min``
+      ignores it unless every amount is NaN; ``min <= max`` always holds.
+    * A finite avg lies within a relative 1e-9 of finite bounds (a float average of
+      equal values may round past them).
+    * avg is the sum (an IEEE left fold, like Spark's) over the count, so it is NaN or
+      infinite exactly when the sum is, which needs a cause the bounds show: NaN needs
+      a NaN amount (max NaN) or a +inf and a -inf (each an amount or an overflowing
+      sum); +inf needs max +inf or an overflow (count x max >= the largest double) and
+      no -inf; -inf the mirror image. Without a plain count any overflow is possible.
+    """
     F = _F()
+    inf, top = float("inf"), sys.float_info.max
+    plain = _plain_count(pipeline)
+    n = _col(plain.name).cast("double") if plain is not None else None
+
+    def num(a: Aggregate):
+        return _col(a.name).cast("double")
+
+    def nan(x):
+        return F.isnan(x)
+
+    def finite(x):
+        return ~nan(x) & (F.abs(x) != F.lit(inf))
+
+    def reaches_up(hi):  # the sum can be +inf: an amount is, or it can overflow
+        grow = (hi * n >= F.lit(top)) if n is not None else (hi > 0)
+        return ~nan(hi) & ((hi == F.lit(inf)) | grow)
+
+    def reaches_down(lo):
+        grow = (lo * n <= F.lit(-top)) if n is not None else (lo < 0)
+        return ~nan(lo) & ((lo == F.lit(-inf)) | grow)
+
+    def every(conds):
+        return _all(conds) if conds else F.lit(True)
+
     conds = []
     for col in dict.fromkeys(a.column for a in pipeline.aggregates if a.column):
         mins, maxs, avgs = (_aggregate_names(pipeline, t, col) for t in ("min", "max", "avg"))
@@ -490,11 +578,25 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
                 conds.append(F.when(_col(lo.name).isNull() | _col(hi.name).isNull(), True)
                              .otherwise(_col(lo.name) <= _col(hi.name)))
         for av in avgs:
-            for b in mins + maxs:
-                tol = F.lit(1e-9) * F.greatest(F.abs(_col(b.name).cast("double")), F.lit(1.0))
-                cmp = (_col(b.name) <= _col(av.name) + tol) if b.type == "min" else (_col(av.name) - tol <= _col(b.name))
-                conds.append(F.when(_col(b.name).isNull() | _col(av.name).isNull(), True).otherwise(cmp))
-    return _Rule("aggregates_min_avg_max", "min <= avg <= max over the same column", _all(conds),
+            if not (mins or maxs):
+                continue
+            a = num(av)
+            los, his = [num(x) for x in mins], [num(x) for x in maxs]
+
+            def tol(b):
+                return F.lit(1e-9) * F.greatest(F.abs(b), F.lit(1.0))
+
+            within = every([finite(lo) & (lo <= a + tol(lo)) for lo in los]
+                           + [finite(hi) & (a - tol(hi) <= hi) for hi in his])
+            nan_ok = every([nan(hi) | (reaches_up(hi) & every([reaches_down(lo) for lo in los])) for hi in his])
+            up_ok = every([reaches_up(hi) for hi in his] + [~nan(lo) & (lo != F.lit(-inf)) for lo in los])
+            down_ok = every([reaches_down(lo) for lo in los] + [~nan(hi) & (hi != F.lit(inf)) for hi in his])
+            null = _any([_col(x.name).isNull() for x in (av, *mins, *maxs)])
+            conds.append(F.when(null, True).when(nan(a), nan_ok).when(a == F.lit(inf), up_ok)
+                         .when(a == F.lit(-inf), down_ok).otherwise(within))
+    return _Rule("aggregates_min_avg_max",
+                 "min <= avg <= max over the same column (Spark's order: NaN above +inf, -0.0 == 0.0; "
+                 "a NaN or infinite avg only with the amounts or overflow that explain it)", _all(conds),
                  why_skipped="no two of min/avg/max over one column")
 
 
@@ -696,8 +798,8 @@ def conservation_check(pipeline: Pipeline, outputs, input_df, prev_state=None,
         balance.append(("balance", side("input", "rejected", "prev_open", "emitted", "open", "late")))
     if by_snapshots:
         balance.append(("balance_snapshots", side("input", "rejected", "late", "snapshots")))
-    group = [*key_types, *([] if session else ["ws", "we"])]
-    g = allrows.groupBy(*[_col(c) for c in group]).agg(*aggs_exprs, *[e.alias(n) for n, e in balance])
+    group = [as_key(_col(c), t).alias(c) for c, t in key_types.items()] + ([] if session else [_col("ws"), _col("we")])
+    g = allrows.groupBy(*group).agg(*aggs_exprs, *[e.alias(n) for n, e in balance])
     bad = g.where(_any([F.col(n) != 0 for n, _ in balance]))
     n = bad.count()
     sample = []
@@ -731,7 +833,10 @@ def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
     name, desc = "metrics_consistent", "metrics.json counts equal the written datasets' row counts"
     m = getattr(outputs, "metrics", None)
     if not m:
-        return _skip(name, desc, "no metrics")
+        path = getattr(outputs, "path", None)
+        where = f"{str(path).rstrip('/')}/metrics.json is missing" if path else "the outputs carry none"
+        carried = " and no commit record carries them" if path else ""
+        return _skip(name, desc, f"no metrics: {where}{carried}")
     reason = _col("emit_reason")
     a = outputs.aggregates.agg(
         F.sum(F.when(_holds(reason == AGGREGATE_REASON), 0).otherwise(1)).alias("emitted"),
@@ -747,6 +852,120 @@ def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
         found["input_rows"] = input_df.count()
     wrong = [{"metric": k, "metrics.json": m.get(k), "dataset": v} for k, v in found.items() if m.get(k) != v]
     return CheckResult(name, not wrong, len(wrong), wrong, desc)
+
+
+# =========================================================================== recompute
+
+RECOMPUTE_CHECK = "replay_reproduces"
+
+
+def canonical_rows(df):
+    """``df`` with every column in a form whose equality is exact, for row comparisons.
+
+    Spark compares doubles as numbers in set operations and joins (``-0.0 = 0.0``, every
+    NaN alike) and cannot compare maps at all; floats become their text (one text per
+    double: the sign of zero kept), nested values their JSON (with every timestamp
+    digit). Columns are taken in name order.
+    """
+    from pyspark.sql import types as T
+
+    F = _F()
+    cols = []
+    for f in sorted(df.schema.fields, key=lambda f: f.name):
+        c, t = _col(f.name), f.dataType
+        if isinstance(t, (T.FloatType, T.DoubleType)):
+            c = c.cast("string")
+        elif isinstance(t, (T.ArrayType, T.MapType, T.StructType)):
+            c = F.to_json(c, _JSON_EXACT)
+        cols.append(c.alias(f.name))
+    return df.select(*cols)
+
+
+def _schema_text(df) -> dict[str, str]:
+    return {f.name: f.dataType.simpleString() for f in df.schema.fields}
+
+
+def compare_frames(dataset: str, found, expected, sample_size: int = DEFAULT_SAMPLE_SIZE) -> tuple[int, list[dict]]:
+    """Rows of ``found`` and ``expected`` that differ, as a multiset (floats bit for bit).
+
+    Returns (differing rows: those only in ``found`` plus those only in ``expected``,
+    a sample of them). Different columns or types are one difference, shown.
+    """
+    a, b = _schema_text(found), _schema_text(expected)
+    if a != b:
+        diff = {c: {"output": a.get(c), "replay": b.get(c)} for c in sorted(set(a) | set(b)) if a.get(c) != b.get(c)}
+        return 1, [{"dataset": dataset, "schema": diff}]
+    fa, fb = canonical_rows(found), canonical_rows(expected)
+    only_out, only_replay = fa.exceptAll(fb), fb.exceptAll(fa)
+    n_out, n_replay = only_out.count(), only_replay.count()
+    sample = []
+    for side, frame, n in (("output", only_out, n_out), ("replay", only_replay, n_replay)):
+        if n:
+            sample += [{"dataset": dataset, "only_in": side, "row": _jsonable(r.asDict(recursive=True))}
+                       for r in frame.limit(sample_size).collect()]
+    # interleave so that a changed row shows both versions first
+    outs = [x for x in sample if x["only_in"] == "output"]
+    reps = [x for x in sample if x["only_in"] == "replay"]
+    mixed = [x for pair in zip(outs, reps) for x in pair] + outs[len(reps):] + reps[len(outs):]
+    return n_out + n_replay, mixed
+
+
+def replay_check(spark, pipeline: Pipeline, outputs, input_df, prev_state=None, flush_at_end: bool | None = None,
+                 sample_size: int = DEFAULT_SAMPLE_SIZE) -> CheckResult:
+    """The outputs are what a fresh replay of their input writes, row for row.
+
+    Replays ``input_df`` from ``prev_state`` (the engine is deterministic: docs/semantics.md)
+    and compares ``aggregates``, ``late_events``, ``rejected`` and ``state`` as multisets
+    of rows, every value exactly (floats bit for bit), and ``metrics`` key by key. This is
+    the one check that sees a changed value that keeps every rule (a sum + 1000, a lowered
+    min); it needs the input and the state the replay started from.
+    ``flush_at_end`` defaults to the pipeline's ``replay.flushAtEnd``.
+    """
+    from windowing.config import ConfigError
+
+    name = RECOMPUTE_CHECK
+    flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
+    desc = (f"a fresh replay of the input (from the given state; flush at end: {str(flush).lower()}) "
+            "writes these outputs row for row, floats bit for bit, and these metrics")
+    if input_df is None:
+        return _skip(name, desc, "no input given: nothing to recompute from (pass the input, and the state "
+                                 "the replay started from)")
+    from windowing.engine import StateMismatchError, replay
+
+    try:
+        fresh = replay(spark, pipeline, input_df, state=prev_state, flush_at_end=flush)
+    except (ConfigError, StateMismatchError) as exc:
+        return CheckResult(name, False, 1, [{"error": f"the input cannot be replayed: {exc}"[:2000]}], desc)
+    try:
+        total, sample, per = 0, [], {}
+        for ds in ("aggregates", "late_events", "rejected", "state"):
+            n, rows = compare_frames(ds, getattr(outputs, ds), getattr(fresh, ds), sample_size)
+            if n:
+                per[ds] = n
+                total += n
+                sample += rows
+        mine = getattr(outputs, "metrics", None)
+        if mine:
+            norm = lambda m: json.loads(json.dumps(m, sort_keys=True, default=str))  # noqa: E731
+            a, b = norm(mine), norm(fresh.metrics)
+            wrong = [{"dataset": "metrics", "metric": k, "output": a.get(k), "replay": b.get(k)}
+                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+            if wrong:
+                per["metrics"] = len(wrong)
+                total += len(wrong)
+                sample += wrong
+    finally:
+        fresh.unpersist()
+    if total:
+        desc += " (differing: " + ", ".join(f"{ds} {n}" for ds, n in per.items()) + ")"
+        if not flush and outputs.aggregates.where(_col("emit_reason") == "END_OF_INPUT").limit(1).count():
+            desc += "; the output holds END_OF_INPUT emissions: was it replayed with --flush-at-end?"
+    # one sample per differing dataset first, then the rest
+    firsts = {}
+    for x in sample:
+        firsts.setdefault(x["dataset"], x)
+    ordered = list(firsts.values()) + [x for x in sample if x not in firsts.values()]
+    return CheckResult(name, total == 0, total, ordered[:max(sample_size, len(firsts))], desc)
 
 
 # =========================================================================== all of it
@@ -774,7 +993,7 @@ def load_outputs(spark, outputs):
 
 def run_checks(spark, pipeline: Pipeline, outputs, input_df=None, prev_state=None,
                max_skew_ms: int = DEFAULT_MAX_SKEW_MS, sample_size: int = DEFAULT_SAMPLE_SIZE,
-               only=None) -> list[CheckResult]:
+               only=None, recompute: bool = False, flush_at_end: bool | None = None) -> list[CheckResult]:
     """Every check, on one replay's outputs (and its input and starting state, if given).
 
     Args:
@@ -788,6 +1007,10 @@ def run_checks(spark, pipeline: Pipeline, outputs, input_df=None, prev_state=Non
         max_skew_ms: the largest accepted ``|event time - arrival time|``.
         sample_size: failing rows kept per check.
         only: names of the checks to run (default: all of :data:`CHECK_NAMES`).
+        recompute: run ``replay_reproduces`` (a fresh replay of ``input_df`` from
+            ``prev_state``, compared row for row). It costs a replay, so it runs only when
+            asked: ``recompute=True`` or named in ``only``; it needs ``input_df``.
+        flush_at_end: how the replay being checked flushed (default: the pipeline's).
 
     Returns:
         One :class:`CheckResult` per check run, in a stable order; skipped ones included.
@@ -811,6 +1034,12 @@ def run_checks(spark, pipeline: Pipeline, outputs, input_df=None, prev_state=Non
         results.append(conservation_check(pipeline, o, input_df, prev_state, sample_size))
     if _wanted(only, "metrics_consistent"):
         results.append(metrics_check(pipeline, o, input_df))
+    if _wanted(only, RECOMPUTE_CHECK):
+        if recompute or (only is not None and RECOMPUTE_CHECK in only):
+            results.append(replay_check(spark, pipeline, o, input_df, prev_state, flush_at_end, sample_size))
+        else:
+            results.append(_skip(RECOMPUTE_CHECK, "a fresh replay of the input writes these outputs row for row",
+                                 "not asked for (run_checks(recompute=True); rewindow verify --input does)"))
     return results
 
 
@@ -824,7 +1053,7 @@ CHECK_NAMES = (
     "late_events_schema", "late_rule", "late_lateness_ms", "late_window_membership",
     "state_schema", "state_kind", "state_fingerprint", "state_window_bounds", "state_unique",
     "rejected_schema", "rejected_reason",
-    "conservation", "metrics_consistent",
+    "conservation", "metrics_consistent", RECOMPUTE_CHECK,
 )
 
 

@@ -20,13 +20,16 @@ def test_checks_pass_on_engine_output(spark, replayed, name):
     ``rewindow verify``, in test_verify_cli.py.)"""
     r = replayed(name)
     outputs = r.result2 if name == "sessions" else r.out2
-    results = V.run_checks(spark, r.pipeline, outputs, input_df=r.events(spark, 2), prev_state=r.state1(spark))
+    results = V.run_checks(spark, r.pipeline, outputs, input_df=r.events(spark, 2), prev_state=r.state1(spark),
+                           recompute=name == "sliding")
     assert [x.name for x in results] == list(V.CHECK_NAMES)
     assert not V.failures(results), V.format_table(results)
     ran = {x.name for x in results if not x.skipped}
     assert {"input_schema", "aggregates_schema", "conservation", "metrics_consistent", "state_unique"} <= ran
-    if name == "sliding":  # every check applies to this pipeline
+    if name == "sliding":  # every check applies to this pipeline (the recompute when asked for)
         assert ran == set(V.CHECK_NAMES)
+    else:  # a replay's cost: not without recompute=True
+        assert "replay_reproduces" not in ran
 
 
 def test_without_input_the_input_and_conservation_checks_are_skipped(spark, replayed):
@@ -160,6 +163,13 @@ CORRUPTIONS = {
             F.expr(EMITTED) | (F.col("user_id") != o.aggregates.where(f"NOT ({EMITTED})")
                                .orderBy("user_id").first()["user_id"]))),
             ev, st)),
+    ("replay_reproduces", "clicks"): (
+        "a sum 1000 too high (every rule still holds)",
+        lambda o, ev, st: (_with(o, aggregates=o.aggregates.withColumn(
+            "sum_amount", F.when(F.col("user_id") == o.aggregates.orderBy("user_id").first()["user_id"],
+                                 F.col("sum_amount") + 1000).otherwise(F.col("sum_amount")))), ev, st)),
+    ("replay_reproduces", "sessions"): (
+        "day 2 recomputed without the state it started from", lambda o, ev, st: (o, ev, None)),
     ("metrics_consistent", "clicks"): (
         "metrics.json miscounting late events",
         lambda o, ev, st: (_with(o, metrics={**o.metrics, "late_events": o.metrics["late_events"] + 1}), ev, st)),

@@ -31,7 +31,7 @@ def test_verify_passes_on_a_good_output(verify, replayed):
     assert code == 0, out + err
     for name in V.CHECK_NAMES:
         assert f"\n{name} " in out
-    assert "FAIL" not in out and "SKIP" not in out
+    assert "FAIL" not in out and "SKIP" not in out  # replay_reproduces included: --input recomputes
     assert f"{len(V.CHECK_NAMES)} of {len(V.CHECK_NAMES)} checks passed (0 skipped)" in out
 
 
@@ -48,13 +48,18 @@ def test_verify_fails_on_an_output_that_lost_rows(verify, replayed, tmp_path):
 
 
 def test_verify_json_and_skips_without_input(verify, replayed):
+    """Without --input the input, conservation and recompute checks cannot run: skipped
+    in a full run, an error (exit 2, saying why) when asked for by name."""
     r = replayed("sessions")
-    code, out, _ = verify(r.out2, "--config", r.config, "--json", "--check", "conservation",
-                          "--check", "state_fingerprint")
-    assert code == 0
+    code, out, err = verify(r.out2, "--config", r.config, "--json", "--check", "conservation",
+                            "--check", "state_fingerprint")
+    assert code == 2, out + err
     doc = {d["name"]: d for d in json.loads(out)}
     assert doc["conservation"]["status"] == "SKIP" and doc["state_fingerprint"]["status"] == "PASS"
     assert doc["state_fingerprint"]["failure_count"] == 0
+    assert err.strip() == "rewindow: error: check conservation cannot run: no input given"
+    code, out, err = verify(r.out2, "--config", r.config, "--json", "--check", "state_fingerprint")
+    assert code == 0 and [d["name"] for d in json.loads(out)] == ["state_fingerprint"], out + err
 
 
 def test_verify_usage_errors_exit_2(verify, replayed, tmp_path):
