@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from windowing.durations import DAY_MS
 
+#: The representable times, in epoch milliseconds: 0001-01-01T00:00:00.000Z to
+#: 9999-12-31T23:59:59.999Z (both included), the range Spark timestamps and Python
+#: datetimes both hold. Input times outside it are rejected ("... out of range"), so every
+#: time the engine computes with (windows, watermarks, lateness) stays far from int64
+#: overflow and every output time converts to a datetime.
+MIN_EPOCH_MS = -62_135_596_800_000
+MAX_EPOCH_MS = 253_402_300_799_999
+
 
 def col(name: str):
     """A column by its literal name (dots, spaces and backticks are part of the name)."""
@@ -16,14 +24,16 @@ def col(name: str):
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def epoch_ms(name: str, dtype):
+def epoch_ms_unchecked(name: str, dtype):
     """Epoch milliseconds of an input time column of Spark type ``dtype``, null when null
-    or unparseable.
+    or unparseable, whatever its range (see :func:`epoch_ms`).
 
     The types docs/semantics.md section 1 accepts: timestamp (sub-ms floored, also
     before 1970), date (midnight UTC), integer (epoch ms), string (ISO-8601, UTC unless
-    it has an offset). Anything else gives null. Tasks compute the same from zoned
-    timestamps, dates and integers (``kernel.task_derived``).
+    it has an offset). Anything else gives null. No value overflows here: integers are
+    taken as they are, timestamps divided, dates (32-bit days) multiplied into 64 bits.
+    Tasks compute the same from zoned timestamps, dates and integers
+    (``kernel.task_derived``), for the rows :func:`epoch_ms` accepts.
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -38,3 +48,17 @@ def epoch_ms(name: str, dtype):
     if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
         return c.cast("long")
     return F.lit(None).cast("long")
+
+
+def in_range(ms):
+    """``ms`` (an epoch-ms column) where it lies in [MIN_EPOCH_MS, MAX_EPOCH_MS], else null."""
+    from pyspark.sql import functions as F
+
+    return F.when(ms.between(F.lit(MIN_EPOCH_MS), F.lit(MAX_EPOCH_MS)), ms)
+
+
+def epoch_ms(name: str, dtype):
+    """Epoch milliseconds of an input time column, null when null, unparseable or outside
+    the representable range (:data:`MIN_EPOCH_MS` .. :data:`MAX_EPOCH_MS`): the time the
+    engine replays a row at, null exactly for the rows it rejects for their time."""
+    return in_range(epoch_ms_unchecked(name, dtype))

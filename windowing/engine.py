@@ -25,10 +25,13 @@ import pyarrow as pa
 from windowing import kernel as K
 from windowing.arrays import MIN_TIMESTAMP, sat_sub
 from windowing.columns import col as _col
-from windowing.columns import epoch_ms
+from windowing.columns import epoch_ms, epoch_ms_unchecked, in_range
 from windowing.config import ConfigError, Pipeline, WatermarkStrategy
 
 REJECT_REASON = "reason"
+#: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
+ARRIVAL_OUT_OF_RANGE = "arrival time out of range"
+EVENT_OUT_OF_RANGE = "event time out of range"
 
 
 class StateMismatchError(ValueError):
@@ -122,23 +125,26 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         kernel_in = kernel_in.toDF(*safe)
     schemas = _output_schemas(spec)
     fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas)
-    # The tasks hand their outputs back through Spark as Arrow IPC blobs (a few rows per
-    # task), which Spark holds for the writes: no shared folder between driver and
-    # executors, and each output is turned into Spark rows once, with its own schema.
-    kernel_out = kernel_in.mapInArrow(fn, "output string, data binary").persist()
+    # The tasks hand their outputs back through Spark, which holds them for the writes: no
+    # shared folder between driver and executors. Emitted windows (the bulk) come back as
+    # rows of their own schema; late events, state rows and counters ride along as a few
+    # rows carrying an Arrow IPC blob each (SIDE_OUTPUT names which), decoded once per output.
+    kernel_out = kernel_in.mapInArrow(fn, _spark_schema(fn.schema)).persist()
     try:
         with _naming_bad_files(inputs):
-            blobs = kernel_out.where(F.col("output") == "counters").select("data").collect()
+            blobs = kernel_out.where(F.col(SIDE_OUTPUT) == "counters").select(SIDE_DATA).collect()
     except BaseException:
         kernel_out.unpersist()
         raise
     counts: dict[str, int] = {}
     for row in blobs:
-        for r in _decode_blob(row["data"]).to_pylist():
+        for r in _decode_blob(row[SIDE_DATA]).to_pylist():
             counts[r["name"]] = counts.get(r["name"], 0) + int(r["value"])
-    aggregates, late, state_out = (
-        kernel_out.where(F.col("output") == name).mapInArrow(_DecodeTask(schemas[name]), _spark_schema(schemas[name]))
-        for name in ("aggregates", "late_events", "state")
+    aggregates = kernel_out.where(F.col(SIDE_OUTPUT).isNull()).drop(SIDE_OUTPUT, SIDE_DATA)
+    late, state_out = (
+        kernel_out.where(F.col(SIDE_OUTPUT) == name).select(SIDE_DATA)
+        .mapInArrow(_DecodeTask(schemas[name]), _spark_schema(schemas[name]))
+        for name in ("late_events", "state")
     )
     if worker_rows:
         workers = pa.Table.from_pylist(worker_rows, schema=schemas["state"])
@@ -157,6 +163,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
 
 _TIME_TYPES = ("timestamp", "timestamp_ntz", "date", "string", "bigint", "int", "smallint", "tinyint")
 _NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double")
+#: Decimal types (``decimal(p,s)``) sum and average exactly, with Spark's result types.
+_DECIMAL = "decimal("
 
 
 @contextmanager
@@ -214,7 +222,7 @@ def _check_columns(pipeline: Pipeline, df) -> None:
         if a.column is None:
             continue
         t = types[a.column]
-        if a.type in ("sum", "avg") and t not in _NUMERIC:
+        if a.type in ("sum", "avg") and t not in _NUMERIC and not t.startswith(_DECIMAL):
             raise ConfigError(
                 f"aggregateDefinition[{i}].column: {a.type} needs a numeric column; {a.column!r} is {t}"
             )
@@ -234,19 +242,22 @@ def _normalise(pipeline: Pipeline, df):
     types = {f.name: f.dataType for f in df.schema.fields}
     src, w = pipeline.source, pipeline.window
     cols = list(df.columns)
-    out = df.withColumn("__arr", epoch_ms(src.arrival_time, types[src.arrival_time]))
+    # Times outside [MIN_EPOCH_MS, MAX_EPOCH_MS] are null here (and rejected below), so
+    # nothing computed from them (the batch, windows, lateness) can overflow.
+    arr_any = epoch_ms_unchecked(src.arrival_time, types[src.arrival_time])
+    out = df.withColumn("__arr", in_range(arr_any))
     out = out.withColumn("__evt", epoch_ms(w.event_time, types[w.event_time]) if w.event_time else F.col("__arr"))
     if src.batch_column:
         out = out.withColumn("__batch", _col(src.batch_column).cast("long"))
     else:
         out = _floor_div(F, out, "__batch", "__arr", src.batch_interval_ms)
     reason = F.when(_col(src.arrival_time).isNull(), F.lit("arrival time is null")).when(
-        F.col("__arr").isNull(), F.lit("arrival time unparseable")
-    )
+        arr_any.isNull(), F.lit("arrival time unparseable")
+    ).when(F.col("__arr").isNull(), F.lit(ARRIVAL_OUT_OF_RANGE))
     if w.event_time:
         reason = reason.when(_col(w.event_time).isNull(), F.lit("event time is null")).when(
-            F.col("__evt").isNull(), F.lit("event time unparseable")
-        )
+            epoch_ms_unchecked(w.event_time, types[w.event_time]).isNull(), F.lit("event time unparseable")
+        ).when(F.col("__evt").isNull(), F.lit(EVENT_OUT_OF_RANGE))
     if src.batch_column:
         reason = reason.when(_col(src.batch_column).isNull(), F.lit("batch is null"))
     out = out.withColumn(REJECT_REASON if REJECT_REASON not in cols else "__reason_tmp", reason)
@@ -283,17 +294,31 @@ def _hashable(v):
 
 
 def _split_state(spark, pipeline: Pipeline, state, events_df):
-    """Worker rows (collected: one per worker) and key/window rows (for the kernel)."""
+    """Worker rows (collected: one per worker) and key/window rows (for the kernel).
+
+    The state is checked first (:func:`_state_problems`): another pipeline's state is a
+    :class:`StateMismatchError`, missing columns or columns of other types than this
+    pipeline writes for these inputs a :class:`~windowing.io.StateError` naming them.
+    """
     if state is None:
         return [], None
     from pyspark.sql import functions as F
 
+    from windowing.io import StateError
+
+    problems = _state_problems(spark, pipeline, state, events_df)  # no Spark job
     fp = pipeline.fingerprint()
-    found = [r[0] for r in state.select("fingerprint").distinct().limit(3).collect()]
-    if any(f != fp for f in found):
-        raise StateMismatchError(
-            f"the carried state was written by a different pipeline configuration "
-            f"(state fingerprint {found}, this pipeline {fp}); replay from the first partition"
+    if "fingerprint" in state.columns:  # another pipeline's state: say that, not what it lacks
+        found = [r[0] for r in state.select("fingerprint").distinct().limit(3).collect()]
+        if any(f != fp for f in found):
+            raise StateMismatchError(
+                f"the carried state was written by a different pipeline configuration "
+                f"(state fingerprint {found}, this pipeline {fp}); replay from the first partition"
+            )
+    if problems:
+        raise StateError(
+            f"{_state_location(state)}: the carried state does not fit pipeline {pipeline.name!r} "
+            f"and these events: {'; '.join(problems)}"
         )
     wcol, kcol = pipeline.source.worker, pipeline.window.key
     types = dict(events_df.dtypes)
@@ -312,6 +337,77 @@ def _split_state(spark, pipeline: Pipeline, state, events_df):
     cols = [_col(c).cast(types[c]).alias(c) for c in keep]
     cols += [_col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
     return worker_state, rows.select(*cols, kind.alias("__kind"))
+
+
+def _state_problems(spark, pipeline: Pipeline, state, events_df) -> list[str]:
+    """What is wrong with the carried state's columns, one phrase each (none: it fits).
+
+    The state must have every column of the kernel's ``Spec(pipeline, input
+    types).state_schema()``, with that type: the worker and key columns with the type
+    they have in these events, the partial values the type their aggregate keeps. A pandera
+    schema checks it, at schema depth, on a zero-row view of the state: no data is read.
+    """
+    import pandera.pyspark as pdr
+    from pandera.config import ValidationDepth, config_context
+    from pandera.errors import SchemaError, SchemaErrors
+
+    spec = K.Spec(pipeline=pipeline, input_types=_arrow_types(spark, events_df))
+    expected = {f.name: f.dataType for f in _spark_schema(spec.state_schema()).fields}
+    found = {f.name: f.dataType for f in state.schema.fields}
+    schema = pdr.DataFrameSchema(
+        {c: pdr.Column(t, nullable=True, required=True) for c, t in expected.items()},
+        name=f"{pipeline.name}.state", strict=False,
+    )
+    try:
+        with config_context(validation_enabled=True, validation_depth=ValidationDepth.SCHEMA_ONLY):
+            report = schema.validate(state.limit(0), lazy=True).pandera.errors
+    except (SchemaError, SchemaErrors):  # pandera versions that raise after all
+        report = None
+    if report is None:  # no report: the same comparison, directly
+        report = {"SCHEMA": {
+            "COLUMN_NOT_IN_DATAFRAME": [{"column": c} for c in expected if c not in found],
+            "WRONG_DATATYPE": [{"column": c} for c, t in found.items() if c in expected and t != expected[c]],
+        }}
+    input_types = dict(events_df.dtypes)
+    roles = {c: r for r, c in (("worker", pipeline.source.worker), ("key", pipeline.window.key)) if c}
+    owner = {f.name: a for a in pipeline.aggregates for f in spec.partial_fields(a)}
+    out = []
+    for reason, errors in dict(report.get("SCHEMA", {})).items():
+        for e in errors:
+            c = e.get("column")
+            if reason == "COLUMN_NOT_IN_DATAFRAME":
+                what = (f"the {roles[c]} column" if c in roles else
+                        f"the partial value of aggregate {owner[c].name!r}" if c in owner else "")
+                out.append(f"column {c!r} is missing" + (f" ({what})" if what else ""))
+            elif reason == "WRONG_DATATYPE" and c in expected and c in found:
+                has, want = found[c].simpleString(), expected[c].simpleString()
+                if c in roles:
+                    out.append(f"column {c!r} (the {roles[c]} column) is {has} in the state but {input_types[c]} "
+                               "in the input: its type changed since the state was written")
+                elif c in owner and owner[c].column:
+                    a = owner[c]
+                    out.append(f"column {c!r} is {has} in the state, but {a.type} over {a.column!r} "
+                               f"({input_types[a.column]} in the input) keeps {want}")
+                else:
+                    out.append(f"column {c!r} is {has}; the pipeline's state has {want}")
+            else:
+                out.append(f"{c!r}: {e.get('error', reason)}")
+    for reason, errors in dict(report).items():  # anything else pandera found
+        if reason != "SCHEMA":
+            out += [f"{e.get('column')!r}: {e.get('error', reason)}" for errs in dict(errors).values() for e in errs]
+    return out
+
+
+def _state_location(state) -> str:
+    """The folder the state DataFrame was read from (for messages), if it was read from files."""
+    from windowing.lake import display
+
+    try:
+        files = state.inputFiles()
+    except Exception:  # noqa: BLE001 - not a file-based DataFrame (Spark Connect, a local frame)
+        files = []
+    folders = sorted({f.rsplit("/", 1)[0] for f in files})
+    return display(folders[0]) if len(folders) == 1 else "carried state"
 
 
 def _summary(pipeline: Pipeline, norm, cand, wexpr) -> pa.Table:
@@ -394,8 +490,6 @@ def _arrow_types(spark, df) -> dict[str, pa.DataType]:
     return {f.name: to_arrow_type(f.dataType, timezone=tz) for f in df.schema.fields}
 
 
-#: Kernel output attribute of each output.
-OUTPUT_ATTRS = {"aggregates": "aggregates", "late_events": "late", "state": "state"}
 #: Rows per Arrow IPC blob handed back by a kernel task (bounded, far below Spark's 2 GB).
 BLOB_ROWS = 262_144
 
@@ -421,14 +515,25 @@ def _decode_blob(data) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data).read_all()
 
 
+#: The kernel task's extra columns: which side output a row carries, and its IPC blob.
+SIDE_OUTPUT, SIDE_DATA = "__side_output", "__side_data"
+
+
 class _KernelTask:
-    """What each Spark task runs over its partition: the kernel, then its outputs as
-    ``(output, Arrow IPC blob)`` rows (the counters too, as output ``counters``)."""
+    """What each Spark task runs over its partition: the kernel, then its outputs as rows.
+
+    The rows have the aggregates' schema plus :data:`SIDE_OUTPUT` and :data:`SIDE_DATA`:
+    an emitted window is a row with both null; late events, state rows and the counters
+    are a few rows with the aggregates' columns null and an Arrow IPC blob in
+    :data:`SIDE_DATA` (at most :data:`BLOB_ROWS` rows each).
+    """
 
     def __init__(self, spec, timelines, flush, names, schemas):
         self.spec, self.timelines, self.flush = spec, timelines, flush
         self.names = names or {}
         self.schemas = schemas
+        self.schema = schemas["aggregates"].append(pa.field(SIDE_OUTPUT, pa.string())).append(
+            pa.field(SIDE_DATA, pa.binary()))
 
     def __call__(self, batches):
         batches = list(batches)
@@ -437,8 +542,14 @@ class _KernelTask:
         table = pa.Table.from_batches(batches)
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         out = K.process(table, self.spec, self.timelines, self.flush)
+        aggregates = out.aggregates.cast(self.schemas["aggregates"])
+        n = aggregates.num_rows
+        if n:
+            aggregates = aggregates.append_column(self.schema.field(SIDE_OUTPUT), pa.nulls(n, pa.string()))
+            aggregates = aggregates.append_column(self.schema.field(SIDE_DATA), pa.nulls(n, pa.binary()))
+            yield from aggregates.to_batches()
         names, blobs = [], []
-        for name, attr in OUTPUT_ATTRS.items():
+        for name, attr in (("late_events", "late"), ("state", "state")):
             result = getattr(out, attr).cast(self.schemas[name])
             for start in range(0, result.num_rows, BLOB_ROWS):
                 names.append(name)
@@ -446,8 +557,10 @@ class _KernelTask:
         names.append("counters")
         blobs.append(_blob(pa.table({"name": pa.array(list(out.counters), pa.string()),
                                      "value": pa.array(list(out.counters.values()), pa.int64())})))
-        yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
-                                         names=["output", "data"])
+        k = len(names)
+        cols = [pa.nulls(k, f.type) for f in self.schemas["aggregates"]]
+        yield pa.RecordBatch.from_arrays([*cols, pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
+                                         schema=self.schema)
 
 
 class _DecodeTask:
@@ -458,7 +571,7 @@ class _DecodeTask:
 
     def __call__(self, batches):
         for batch in batches:
-            for data in batch.column(batch.schema.get_field_index("data")):
+            for data in batch.column(0):
                 yield from _decode_blob(data.as_buffer()).cast(self.schema).to_batches()
 
 
@@ -487,7 +600,7 @@ def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipel
     late_n = counters.get("late", 0)
     open_windows = counters.get("open_windows", 0)
     wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
-    from datetime import datetime, timezone
+    from datetime import datetime, timedelta, timezone
 
     emitted = {k: v for k, v in by_reason.items() if k != "AGGREGATE"}
     return {
@@ -504,7 +617,9 @@ def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipel
         "unique_keys": counters.get("unique_keys", 0),
         "open_windows": open_windows,
         "watermark_reached": (
-            datetime.fromtimestamp(max(wm) / 1000, tz=timezone.utc).isoformat() if wm else None
+            # Exact in integers (ms / 1000 as a float is off by microseconds near year 9999).
+            (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=int(max(wm)))).isoformat()
+            if wm else None
         ),
         "lateness_ms_percentiles": {
             "p50": _num(lateness["p"], 0), "p90": _num(lateness["p"], 1), "p99": _num(lateness["p"], 2),

@@ -281,8 +281,10 @@ def empty_events_schema(pipeline, state=None):
     Times are timestamps, ``arrivalOrder`` and batch columns longs. Worker, key and
     aggregated columns take the type the carried ``state`` records for them (its key
     columns, and the partial-aggregate columns of min/max/first/last/distinct, which keep
-    the value's type); otherwise strings (doubles for sum/avg). With no events the types
-    only have to agree with the state the replay carries forward.
+    the value's type; a decimal(P, s) partial sum gives that decimal type if one of these
+    keeps it, else decimal(P - 10, s), or decimal(38, s) when P is 38, which sums to the
+    same type); otherwise strings (doubles for sum/avg). With no events the types only
+    have to agree with the state the replay carries forward.
     """
     from pyspark.sql import types as T
 
@@ -306,6 +308,14 @@ def empty_events_schema(pipeline, state=None):
             continue
         partial = state_types.get(f"partial_{a.name}")
         if a.type in ("sum", "avg"):
+            if isinstance(partial, T.DecimalType):  # the sum of decimal(p, s) is decimal(min(38, p + 10), s)
+                kept = [state_types.get(f"partial_{b.name}") for b in pipeline.aggregates
+                        if b.column == a.column and b.type in ("min", "max", "first", "last", "distinct")]
+                kept = [t.elementType if isinstance(t, T.ArrayType) else t for t in kept]
+                exact = next((t for t in kept if isinstance(t, T.DecimalType)), None)
+                p = partial.precision - 10 if partial.precision < 38 else 38
+                put(a.column, exact or T.DecimalType(p, partial.scale))
+                continue
             put(a.column, partial if isinstance(partial, (T.LongType, T.DoubleType)) else T.DoubleType())
         elif a.type == "distinct" and isinstance(partial, T.ArrayType):
             put(a.column, partial.elementType)
@@ -617,16 +627,47 @@ def read_outputs(spark, out_dir):
     return SimpleNamespace(**vars(outputs), commit=commit)
 
 
+def _check_state_parts(lake: Lake, files) -> None:
+    """Every state part is readable Parquet with the same columns of the same types.
+
+    Spark takes a dataset's schema from one file (or the schema it stored in it), so a
+    part lacking a column would be read as nulls, or fail far from here; a part whose
+    column has another type, likewise. Footers only, each read once.
+    """
+    first: tuple[str, dict] | None = None
+    for f in files:
+        try:
+            cols = lake.parquet_columns(f)
+        except Exception as exc:  # noqa: BLE001 - pyarrow/Hadoop raise many types for bad files
+            raise StateError(f"{display(f)}: not a readable Parquet file (corrupted or truncated?): "
+                             f"{_root_cause(exc)}") from exc
+        if first is None:
+            first = (f, cols)
+            continue
+        ref_file, ref = first
+        for lacking, other, gone in ((f, ref_file, [c for c in ref if c not in cols]),
+                                     (ref_file, f, [c for c in cols if c not in ref])):
+            if gone:
+                raise StateError(f"{display(lacking)}: state column {gone[0]!r} is missing from this part "
+                                 f"({display(other)} has it): damaged state")
+        for c, t in cols.items():
+            if ref[c] != t:
+                raise StateError(f"{display(f)}: state column {c!r} is {t} here but {ref[c]} in {display(ref_file)}")
+
+
 def read_state(spark, state_dir):
     """Read the state a previous replay wrote.
 
     ``state_dir`` is a replay output (its current run's state is read), that output's
     ``state`` folder (``OUT/state``, the same), or a plain state dataset folder.
+    Whether the state fits a pipeline and its inputs is checked when a replay starts
+    from it (``engine._split_state``).
 
     Raises:
         StateError: nothing is there, the dataset is incomplete (no ``_SUCCESS``: an
-            interrupted run), holds a file that is not readable Parquet (named), or is
-            not a rewindow state.
+            interrupted run), holds a file that is not readable Parquet (named), parts
+            that disagree on a column or its type (part and column named), or is not a
+            rewindow state.
     """
     path = str(state_dir).rstrip("/")
     lake = Lake(spark)
@@ -641,7 +682,7 @@ def read_state(spark, state_dir):
     if not lake.exists(join(folder, "_SUCCESS")):
         raise StateError(f"{state_dir}: no complete state here (missing _SUCCESS: from an interrupted run?)")
     files = [e.path for e in lake.files(folder)]
-    check_parquet_files(lake, files, None, StateError)
+    _check_state_parts(lake, files)
     try:
         df = spark.read.parquet(folder)
         df.schema  # noqa: B018

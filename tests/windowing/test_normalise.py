@@ -1,6 +1,8 @@
 """The internal time columns are computed in two places: in Spark (for the summary and
 the rejected rows) and, for zoned timestamps, dates and integers, in the kernel tasks
-(so they are not shuffled). Both must agree exactly, on awkward values too."""
+(so they are not shuffled). Both must agree exactly, on awkward values too: the edges
+of the representable range included. Times outside that range are rejected in Spark, so
+the tasks never see them, and nothing computed from them overflows."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 
 from windowing import kernel as K
 from windowing import parse_pipeline
+from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.engine import _arrow_types, _normalise
 
 UTC = timezone.utc
@@ -20,7 +23,7 @@ TIMES = [
     datetime(1, 1, 1, tzinfo=UTC),
     datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),  # beyond 2^53 microseconds
 ]
-INTS = [0, 1_999, -1_999, -1, 2**62 + 7, -(2**62) - 7]
+INTS = [0, 1_999, -1_999, -1, MAX_EPOCH_MS, MIN_EPOCH_MS]  # the range's edges (floored by 7 ms, 1 s, 1 day)
 
 
 def _pipeline(arrival: str, event: str, batch: dict) -> object:
@@ -53,7 +56,8 @@ def test_tasks_derive_the_engines_time_columns(spark, case):
     spec = K.Spec(pipeline=pipeline, input_types=_arrow_types(spark, df))
     derived = K.task_derived(spec)
     assert derived == {"__arr", "__evt", "__batch"}
-    expected = _normalise(pipeline, df).select("__arr", "__evt", "__batch").toArrow()
+    expected = _normalise(pipeline, df).select("__arr", "__evt", "__batch", "reason").toArrow()
+    assert expected["reason"].null_count == len(rows)  # every row is replayed
     table = K.with_event_columns(df.toArrow(), spec)
     for c in ("__arr", "__evt", "__batch"):
         assert table[c].to_pylist() == expected[c].to_pylist(), c
@@ -65,3 +69,65 @@ def test_strings_and_local_timestamps_stay_with_spark(spark):
     for arrival in ("s", "l"):
         spec = K.Spec(pipeline=_pipeline(arrival, arrival, {"interval": "1s"}), input_types=_arrow_types(spark, df))
         assert K.task_derived(spec) == frozenset()
+
+
+# --------------------------------------------------------------------------- the representable range
+
+
+def test_the_range_is_year_1_to_year_9999_in_whole_milliseconds():
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert MIN_EPOCH_MS == (datetime(1, 1, 1, tzinfo=UTC) - epoch) // timedelta(milliseconds=1)
+    assert MAX_EPOCH_MS == (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - epoch) // timedelta(milliseconds=1)
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Integer epoch ms: (value, accepted?).
+EDGES = [(INT64_MIN, False), (INT64_MIN + 1, False), (-(10**16), False), (MIN_EPOCH_MS - 1, False),
+         (MIN_EPOCH_MS, True), (0, True), (MAX_EPOCH_MS, True), (MAX_EPOCH_MS + 1, False), (10**16, False),
+         (INT64_MAX, False)]
+
+
+@pytest.mark.parametrize("batch", [{"interval": "7ms"}, {"interval": "1d"}, {"column": "b"}])
+def test_integer_times_outside_the_range_are_rejected_without_overflow(spark, batch):
+    """int64 min used to overflow the batch computation (ARITHMETIC_OVERFLOW); 2^63-1 and
+    1e16 used to pass, and fail after the whole replay, naming no column."""
+    rows = [(v, 1_000, i, i) for i, (v, _) in enumerate(EDGES)]   # bad arrival times
+    rows += [(1_000, v, 100 + i, 100 + i) for i, (v, _) in enumerate(EDGES)]  # bad event times
+    df = spark.createDataFrame(rows, "n long, n2 long, b long, id long")
+    pipeline = _pipeline("n", "n2", batch)
+    out = {r["id"]: r for r in _normalise(pipeline, df).collect()}  # evaluates __batch too
+    for i, (v, ok) in enumerate(EDGES):
+        arr, evt = out[i], out[100 + i]
+        assert arr["reason"] == (None if ok else "arrival time out of range"), v
+        assert evt["reason"] == (None if ok else "event time out of range"), v
+        assert (arr["__arr"], evt["__evt"]) == ((v, v) if ok else (None, None)), v
+        assert arr["__batch"] is not None or not ok
+    # What the tasks compute for the accepted rows (the only ones they get) agrees.
+    spec = K.Spec(pipeline=pipeline, input_types=_arrow_types(spark, df))
+    accepted = _normalise(pipeline, df).where("reason is null")
+    expected = accepted.select("__arr", "__evt", "__batch").toArrow()
+    table = K.with_event_columns(accepted.select(*df.columns).toArrow(), spec)
+    for c in ("__arr", "__evt", "__batch"):
+        assert table[c].to_pylist() == expected[c].to_pylist(), c
+
+
+def test_timestamps_and_dates_beyond_the_range_are_rejected(spark):
+    """Spark timestamps and dates can hold years beyond 9999 and before 1 (Parquet files do)."""
+    from pyspark.sql import functions as F
+
+    df = spark.sql(f"""
+        select *, timestamp'2024-01-01 00:00:00' as ok_ts, date'2024-01-01' as ok_d from values
+          (1, timestamp_millis({MAX_EPOCH_MS}), date'9999-12-31'),
+          (2, timestamp_millis({MAX_EPOCH_MS + 1}), date_from_unix_date(2932897)),
+          (3, timestamp_millis({MIN_EPOCH_MS}), date'0001-01-01'),
+          (4, timestamp_millis({MIN_EPOCH_MS - 1}), date_from_unix_date(-719163)),
+          (5, timestamp_micros({MAX_EPOCH_MS * 1000 + 999}), date'2024-01-01')
+        as t(id, ts, d)""")
+    assert [r[0] for r in df.orderBy("id").select(F.year("ts")).collect()] == [9999, 10000, 1, 0, 9999]
+    assert [r[0] for r in df.orderBy("id").select(F.year("d")).collect()] == [9999, 10000, 1, 0, 2024]
+    for arrival, event, which in (("ts", "ok_ts", "arrival"), ("ok_ts", "ts", "event"),
+                                  ("d", "ok_d", "arrival"), ("ok_d", "d", "event")):
+        norm = _normalise(_pipeline(arrival, event, {"interval": "1s"}), df)
+        got = {r["id"]: r["reason"] for r in norm.select("id", "reason").collect()}
+        bad = f"{which} time out of range"
+        assert got == {1: None, 2: bad, 3: None, 4: bad, 5: None}, (arrival, event)

@@ -1,0 +1,317 @@
+"""Hostile inputs of issue 8: what each gets, with conservation checked on every replay.
+
+| input | behaviour |
+|---|---|
+| integer epoch-ms time outside 0001-01-01 .. 9999-12-31T23:59:59.999 (``-2^63``, ``2^63-1``, ``1e16``) | row goes to ``rejected`` (``arrival time out of range`` / ``event time out of range``); the range's edges are replayed; ``verify`` runs |
+| a state part lacking a column, or holding it with another type than the other parts | ``StateError`` naming the part and the column |
+| a state lacking a column the pipeline needs (``watermark_ms``, ``partial_sum_amount``, the key) | ``StateError`` naming the column, before the replay's work |
+| a key column whose type changed since the state was written | ``StateError`` naming the column and both types |
+| a watermark near year 9999 | ``watermark_reached`` exact to the millisecond |
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from tests.outputs import run_dir
+from windowing import replay
+from windowing import validation as V
+from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
+from windowing.io import StateError, read_events, read_state, write_outputs
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+OUT_OF_RANGE = ("arrival time out of range", "event time out of range")
+
+
+def _as_epoch_ms(table: pa.Table) -> pa.Table:
+    """The generated events with integer epoch-millisecond times (as some sources deliver them)."""
+    for name in ("arrival_time", "event_time"):
+        ms = pc.cast(table[name], pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+        table = table.set_column(table.column_names.index(name), name, ms)
+    return table
+
+
+def _day_with(history, tmp_path: Path, changes: dict[int, dict]) -> tuple[Path, pa.Table]:
+    """Day 1 of ``history`` with integer times, rows ``changes`` (row -> column -> value) edited."""
+    table = pa.concat_tables([pq.read_table(f) for f in sorted(Path(history[0]).glob("*.parquet"))])
+    table = _as_epoch_ms(table.sort_by([("offset", "ascending"), ("partition", "ascending")]))
+    cols = {c: table[c].to_pylist() for c in ("arrival_time", "event_time")}
+    for row, values in changes.items():
+        for c, v in values.items():
+            cols[c][row] = v
+    for c, values in cols.items():
+        table = table.set_column(table.column_names.index(c), c, pa.array(values, pa.int64()))
+    folder = tmp_path / "day"
+    folder.mkdir()
+    half = table.num_rows // 2
+    pq.write_table(table.slice(0, half), folder / "part-00000.parquet")
+    pq.write_table(table.slice(half), folder / "part-00001.parquet")
+    return folder, table
+
+
+def _verify(spark, monkeypatch, capsys, config, out, day):
+    from windowing import cli
+
+    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    code = cli.main(["verify", str(out), "--config", str(config), "--input", str(day), "--json"])
+    return code, capsys.readouterr()
+
+
+def _expected_failures() -> set[str]:
+    """Checks that flag out-of-range rows: the input check (its rows are rejected) and,
+    until validation knows the new reasons, the rejected-reason check."""
+    pending = set() if set(OUT_OF_RANGE) <= set(V.REJECT_REASONS) else {"rejected_reason"}
+    return {"input_times_parseable"} | pending
+
+
+# --------------------------------------------------------------------------- item 3: times out of range
+
+
+BAD_TIMES = {  # row -> the edit, and the reason its row gets
+    3: ({"arrival_time": INT64_MIN}, "arrival time out of range"),  # used to crash: ARITHMETIC_OVERFLOW
+    10: ({"event_time": INT64_MIN}, "event time out of range"),  # used to give lateness_ms -9.2e18
+    20: ({"event_time": INT64_MAX}, "event time out of range"),  # used to fail after the replay
+    30: ({"arrival_time": INT64_MAX}, "arrival time out of range"),
+    40: ({"arrival_time": 10**16}, "arrival time out of range"),
+    50: ({"event_time": 10**16}, "event time out of range"),
+    60: ({"event_time": MAX_EPOCH_MS + 1}, "event time out of range"),
+    70: ({"arrival_time": MIN_EPOCH_MS - 1}, "arrival time out of range"),
+    80: ({"arrival_time": INT64_MIN, "event_time": INT64_MAX}, "arrival time out of range"),
+}
+
+
+def test_integer_times_out_of_range_are_rejected_and_verify_runs(spark, history, configs, tmp_path,
+                                                                 monkeypatch, capsys):
+    from windowing import load_pipeline
+
+    pipeline = load_pipeline(configs["clicks"])
+    day, table = _day_with(history, tmp_path, {row: edit for row, (edit, _) in BAD_TIMES.items()})
+    events = read_events(spark, [str(day)])
+    result = replay(spark, pipeline, events)
+    try:
+        offsets = table["offset"].to_pylist()
+        parts = table["partition"].to_pylist()
+        want = {(offsets[row], parts[row]): reason for row, (_, reason) in BAD_TIMES.items()}
+        got = {(r["offset"], r["partition"]): r["reason"]
+               for r in result.rejected.select("offset", "partition", "reason").collect()}
+        assert got == want
+        assert result.metrics["rejected_by_reason"] == {
+            "arrival time out of range": 5, "event time out of range": 4}
+        assert result.metrics["input_rows"] == table.num_rows
+        lateness = [r[0] for r in result.late_events.select("lateness_ms").collect()]
+        assert all(0 <= v < 86_400_000 for v in lateness), max(lateness)
+        [cons] = V.run_checks(spark, pipeline, result, input_df=events, only={"conservation"})
+        assert cons.passed, cons
+        out = tmp_path / "out"
+        write_outputs(result, out, pipeline=pipeline)
+    finally:
+        result.unpersist()
+    assert result.metrics["watermark_reached"].startswith("2024-01-0")
+    # verify runs every check on it (no crash); only the checks that flag such rows fail.
+    code, io = _verify(spark, monkeypatch, capsys, configs["clicks"], out, day)
+    assert "Traceback" not in io.err and "rewindow: error" not in io.err, io.err
+    results = {r["name"]: r for r in json.loads(io.out)}
+    failed = {n for n, r in results.items() if r["status"] == "FAIL"}
+    assert results["conservation"]["status"] == "PASS"
+    assert failed <= _expected_failures(), {n: results[n] for n in failed}
+    assert results["input_times_parseable"]["failure_count"] == len(BAD_TIMES)
+    assert code == (1 if failed else 0)
+
+
+def test_times_at_the_edges_of_the_range_are_replayed(spark, history, configs, tmp_path):
+    """0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z are times like any other."""
+    from windowing import load_pipeline
+
+    pipeline = load_pipeline(configs["clicks"])
+    edges = {5: {"event_time": MIN_EPOCH_MS}, 15: {"event_time": MAX_EPOCH_MS}}
+    day, table = _day_with(history, tmp_path, edges)
+    events = read_events(spark, [str(day)])
+    result = replay(spark, pipeline, events, flush_at_end=True)
+    try:
+        assert result.metrics["rejected_rows"] == 0
+        assert result.metrics["input_rows"] == table.num_rows
+        ends = result.aggregates.selectExpr("unix_millis(window_start) s", "unix_millis(window_end) e")
+        span = 3_600_000
+        assert ends.where(f"s = {MAX_EPOCH_MS + 1 - span}").count() == 1  # the last hour of 9999
+        first = MIN_EPOCH_MS  # an hour boundary
+        found = ends.where(f"s = {first}").count() + result.late_events.where(
+            f"unix_millis(window_start) = {first}").count()
+        assert found == 1
+        # One worker's batch held only the 9999 event (MIN_EVENT_TIME): its watermark, exactly.
+        assert result.metrics["watermark_reached"] == "9999-12-31T23:59:59.999000+00:00"
+        checks = V.run_checks(spark, pipeline, result, input_df=events)
+        # Every check runs; only the skew check flags the two edge events (by design).
+        assert {c.name: c.failure_count for c in V.failures(checks)} == {"input_event_time_skew": 2}, \
+            V.format_table(checks)
+    finally:
+        result.unpersist()
+
+
+# --------------------------------------------------------------------------- item 4: damaged or drifting state
+
+
+def _state_copy(replayed, tmp_path: Path, name: str, edit, parts="all", keep_spark_schema=False) -> Path:
+    """A copy of clicks' day-1 state with ``edit`` applied to its parts (all, or the first)."""
+    r = replayed("clicks")
+    folder = tmp_path / name
+    shutil.copytree(run_dir(r.out1) / "state", folder)
+    for crc in folder.glob(".*.crc"):
+        crc.unlink()
+    files = sorted(folder.glob("part-*.parquet"))
+    assert len(files) >= 2
+    for f in files if parts == "all" else files[:1]:
+        t = edit(pq.read_table(f))
+        # Spark stores its schema in each file: a writer that keeps it hides the change from
+        # Spark's reader (it fills the column with nulls); most writers drop it.
+        pq.write_table(t if keep_spark_schema else t.replace_schema_metadata(None), f)
+    return folder
+
+
+def _drop(column):
+    return lambda t: t.drop_columns([column])
+
+
+def _key_as_int(t: pa.Table) -> pa.Table:
+    """The key column as integers (in a state file)."""
+    i = t.column_names.index("user_id")
+    return t.set_column(i, "user_id", pc.cast(pc.fill_null(pc.utf8_length(t["user_id"]), 0), pa.int64()))
+
+
+def _length_of(name: str):
+    """A column as integers (in a DataFrame)."""
+    from pyspark.sql import functions as F
+
+    return F.length(name).cast("long")
+
+
+@pytest.mark.parametrize("keep_spark_schema", [False, True], ids=["plain", "spark-schema-kept"])
+@pytest.mark.parametrize("column", ["watermark_ms", "partial_sum_amount", "user_id"])
+def test_a_state_part_lacking_a_column_is_named(spark, replayed, tmp_path, column, keep_spark_schema):
+    folder = _state_copy(replayed, tmp_path, "state", _drop(column), parts="first",
+                         keep_spark_schema=keep_spark_schema)
+    bad = sorted(folder.glob("part-*.parquet"))[0]
+    with pytest.raises(StateError) as err:
+        read_state(spark, folder)
+    assert str(err.value).startswith(f"{bad}: state column {column!r} is missing from this part"), err.value
+
+
+def test_a_state_part_with_another_column_type_is_named(spark, replayed, tmp_path):
+    folder = _state_copy(replayed, tmp_path, "state", _key_as_int, parts="first")
+    with pytest.raises(StateError) as err:
+        read_state(spark, folder)
+    msg = str(err.value)
+    first, second = sorted(folder.glob("part-*.parquet"))[:2]
+    assert msg.startswith(f"{second}: state column 'user_id' is BINARY (STRING) here but INT64 in {first}"), msg
+
+
+STATE_LACKS = {  # column every part lacks -> what the message says
+    "watermark_ms": "column 'watermark_ms' is missing",
+    "partial_sum_amount": "column 'partial_sum_amount' is missing (the partial value of aggregate 'sum_amount')",
+    "user_id": "column 'user_id' is missing (the key column)",
+    "partition": "column 'partition' is missing (the worker column)",
+}
+
+
+@pytest.mark.parametrize("column", list(STATE_LACKS))
+def test_a_state_lacking_a_column_is_refused_naming_it(spark, replayed, tmp_path, column):
+    r = replayed("clicks")
+    folder = _state_copy(replayed, tmp_path, "state", _drop(column))
+    state = read_state(spark, folder)  # consistent parts: a readable dataset, but not this pipeline's state
+    with pytest.raises(StateError) as err:
+        replay(spark, r.pipeline, r.events(spark, 2), state=state)
+    msg = str(err.value)
+    assert msg.startswith(f"{folder}: the carried state does not fit pipeline 'clicks-hourly'"), msg
+    assert STATE_LACKS[column] in msg, msg
+
+
+def test_a_key_column_whose_type_changed_is_refused_naming_both_types(spark, replayed, tmp_path):
+    r = replayed("clicks")
+    folder = _state_copy(replayed, tmp_path, "state", _key_as_int)
+    with pytest.raises(StateError, match=r"column 'user_id' \(the key column\) is bigint in the state but string "
+                                         r"in the input: its type changed"):
+        replay(spark, r.pipeline, r.events(spark, 2), state=read_state(spark, folder))
+    # The other way round: the events' key column changed type since day 1's state.
+    events = r.events(spark, 2).withColumn("user_id", _length_of("user_id"))
+    with pytest.raises(StateError, match=r"column 'user_id' \(the key column\) is string in the state but bigint"):
+        replay(spark, r.pipeline, events, state=r.state1(spark))
+
+
+def test_a_partial_whose_type_changed_is_refused(spark, replayed, tmp_path):
+    r = replayed("clicks")
+    folder = _state_copy(replayed, tmp_path, "state",
+                         lambda t: t.set_column(t.column_names.index("partial_min_amount"), "partial_min_amount",
+                                                pc.cast(t["partial_min_amount"], pa.float32())))
+    with pytest.raises(StateError, match=r"column 'partial_min_amount' is float in the state, but min over 'amount' "
+                                         r"\(double in the input\) keeps double"):
+        replay(spark, r.pipeline, r.events(spark, 2), state=read_state(spark, folder))
+
+
+def test_the_cli_names_the_damaged_state_and_writes_nothing(spark, replayed, tmp_path, monkeypatch, capsys):
+    from windowing import cli
+
+    r = replayed("clicks")
+    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    for name, edit, parts in (("one-part", _drop("watermark_ms"), "first"), ("all-parts", _drop("watermark_ms"), "all"),
+                              ("key-type", _key_as_int, "all")):
+        folder = _state_copy(replayed, tmp_path, name, edit, parts=parts)
+        out = tmp_path / f"out-{name}"
+        code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day2), "--output", str(out),
+                         "--state-in", str(folder)])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        [line] = [ln for ln in err.splitlines() if ln.startswith("rewindow: error: ")]
+        assert str(folder) in line and ("watermark_ms" in line or "user_id" in line), line
+        assert "Traceback" not in err
+        assert not out.exists()
+
+
+def test_the_state_of_the_pipeline_itself_passes(spark, replayed):
+    """The check refuses nothing a replay wrote (day 2 from day 1, conservation holding),
+    and reads no data (schema only: no Spark job)."""
+    from tests.quality.test_bad_inputs import jobs_run_by
+    from windowing.engine import _state_problems
+
+    r = replayed("clicks")
+    prev = r.state1(spark)
+    events = r.events(spark, 2)
+    found = []
+    assert jobs_run_by(spark, lambda: found.append(_state_problems(spark, r.pipeline, prev, events))) == []
+    assert found == [[]]
+    broken = prev.drop("watermark_ms").withColumn("user_id", _length_of("user_id"))
+    assert jobs_run_by(spark, lambda: found.append(_state_problems(spark, r.pipeline, broken, events))) == []
+    assert found[1] == ["column 'watermark_ms' is missing",
+                        "column 'user_id' (the key column) is bigint in the state but string in the input: "
+                        "its type changed since the state was written"]
+    result = replay(spark, r.pipeline, events, state=prev)
+    try:
+        [cons] = V.run_checks(spark, r.pipeline, result, input_df=events, prev_state=prev, only={"conservation"})
+        assert cons.passed, cons
+    finally:
+        result.unpersist()
+
+
+# --------------------------------------------------------------------------- item 12a: exact watermark
+
+
+@pytest.mark.parametrize("ms", [MAX_EPOCH_MS, MAX_EPOCH_MS - 1, MIN_EPOCH_MS, 1_704_067_200_001, -1, 0,
+                                253_402_300_799_001, 4_102_444_800_123])
+def test_watermark_reached_is_exact_to_the_millisecond(ms):
+    from windowing import parse_pipeline
+    from windowing.engine import _metrics
+
+    pipeline = parse_pipeline({
+        "name": "n", "source": {"arrivalTime": "t"},
+        "emitter": {"tumbling-time-window": {"windowSpan": "1s", "aggregateDefinition": ["count"]}},
+    })
+    metrics = _metrics({}, {"p": None, "mx": None}, {}, [{"watermark_ms": ms}, {"watermark_ms": None}], pipeline)
+    reached = datetime.fromisoformat(metrics["watermark_reached"])
+    assert reached == datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    assert reached.microsecond % 1000 == 0
