@@ -306,3 +306,10 @@ def test_console_script_end_to_end(spark, history, day1_run):
     assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in proc.stdout
     for name in OUTPUTS:
         assert _rows(spark, run_dir(target) / name) == _rows(spark, run_dir(out1) / name), name
+
+
+def test_a_malformed_conf_says_key_value_is_expected(tmp_path, capsys):
+    rc = main(["replay", "--config", str(CLICKS), "--output", str(tmp_path / "o"), "--conf",
+               "spark.sql.shuffle.partitions"])
+    assert rc == 2
+    assert "--conf 'spark.sql.shuffle.partitions': expected KEY=VALUE" in capsys.readouterr().err

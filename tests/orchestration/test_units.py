@@ -118,3 +118,16 @@ def test_day_of_refuses_a_window_across_days():
     )
     with pytest.raises(ValueError, match="more than one arrival day"):
         day_of(datetime(2024, 1, 1, 23, tzinfo=utc), datetime(2024, 1, 2, 1, tzinfo=utc))
+
+
+@pytest.mark.parametrize("landing, output", [("/lake/events", "/lake/events/out"), ("/lake/events", "/lake"),
+                                             ("/lake/events", "/lake/events")])
+def test_an_output_root_overlapping_the_landing_zone_is_refused(landing, output):
+    import dagster as dg
+
+    from assets.pipelines import _check_roots
+    from orchestration.resources import StorageResource
+
+    with pytest.raises(dg.Failure, match="overlaps the landing zone"):
+        _check_roots(StorageResource(landing_zone=landing, output_root=output))
+    _check_roots(StorageResource(landing_zone=landing, output_root="/lake/replays"))  # beside it: fine
