@@ -140,7 +140,7 @@ def build_pipeline_assets(
             blocking=True,
             description=(
                 "Data-quality checks of every partition in the run (windowing.validation: "
-                + ", ".join(f"{p}*" if p.endswith("_") else p for p in QUALITY_CHECKS[name])
+                + ", ".join(f"`{p}*`" if p.endswith("_") else f"`{p}`" for p in QUALITY_CHECKS[name])
                 + "). Fails when one fails; the run then stops before the next partition."
             ),
         )

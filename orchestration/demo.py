@@ -27,6 +27,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "pipelines"
+#: ``dagster.yaml`` of the demo's instance (kept if the user has one).
+DAGSTER_YAML = """\
+# Dagster instance of the rewindow demo (written by python -m orchestration.demo).
+telemetry:
+  enabled: false
+concurrency:
+  runs:
+    max_concurrent_runs: 1   # one Spark at a time on a laptop; a pipeline's partitions run in order anyway
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,6 +121,9 @@ def run_demo(args, start: datetime) -> int:
 
     home = Path(args.dagster_home or os.environ.get("DAGSTER_HOME") or "data/dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        # The demo's instance settings (Dagster warns at start-up without the file).
+        (home / "dagster.yaml").write_text(DAGSTER_YAML)
     instance = dg.DagsterInstance.from_config(str(home))
     defs = build_definitions(storage=storage, partitions=settings)
     job = defs.resolve_job_def(REPLAY_JOB)

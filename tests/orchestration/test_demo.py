@@ -28,3 +28,4 @@ def test_demo_generates_replays_and_summarises(spark, pipelines_dir, tmp_path, c
         assert metrics["input_rows"] == 200
         assert f"  {day}  " in out
     assert (tmp_path / "home" / "history").is_dir()  # the runs are in a persistent instance
+    assert "telemetry" in (tmp_path / "home" / "dagster.yaml").read_text()  # the demo instance has its settings
