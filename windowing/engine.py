@@ -126,25 +126,34 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     schemas = _output_schemas(spec)
     fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas)
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
-    # shared folder between driver and executors. Emitted windows (the bulk) come back as
-    # rows of their own schema; late events, state rows and counters ride along as a few
-    # rows carrying an Arrow IPC blob each (SIDE_OUTPUT names which), decoded once per output.
-    kernel_out = kernel_in.mapInArrow(fn, _spark_schema(fn.schema)).persist()
+    # shared folder between driver and executors. Each output comes back as a few rows
+    # carrying an Arrow IPC blob each (SIDE_OUTPUT names which): cheap to hold, and turned
+    # into Spark rows of the output's own schema once, by the write (measured: converting
+    # the emitted windows to rows before holding them cost a third more at 10 M events).
+    kernel_out = _hold(spark, kernel_in.mapInArrow(fn, _spark_schema(fn.schema)))
     try:
         with _naming_bad_files(inputs):
             blobs = kernel_out.where(F.col(SIDE_OUTPUT) == "counters").select(SIDE_DATA).collect()
+        counts: dict[str, int] = {}
+        for row in blobs:
+            for r in _decode_blob(row[SIDE_DATA]).to_pylist():
+                counts[r["name"]] = counts.get(r["name"], 0) + int(r["value"])
+        lateness_ms = None
+        if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
+            lateness_ms = np.concatenate([
+                _decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy()
+                for r in kernel_out.where(F.col(SIDE_OUTPUT) == "lateness").select(SIDE_DATA).collect()])
     except BaseException:
         kernel_out.unpersist()
         raise
-    counts: dict[str, int] = {}
-    for row in blobs:
-        for r in _decode_blob(row[SIDE_DATA]).to_pylist():
-            counts[r["name"]] = counts.get(r["name"], 0) + int(r["value"])
-    aggregates = kernel_out.where(F.col(SIDE_OUTPUT).isNull()).drop(SIDE_OUTPUT, SIDE_DATA)
-    late, state_out = (
+    # One write task per ROWS_PER_FILE rows of an output (at most one per kernel task):
+    # a write task has a fixed cost (a Python worker, a file), most kernel tasks' outputs
+    # are small, and the rows are the same however they are grouped into files.
+    aggregates, late, state_out = (
         kernel_out.where(F.col(SIDE_OUTPUT) == name).select(SIDE_DATA)
+        .coalesce(max(1, min(nparts, -(-counts.get(f"rows_{name}", 0) // ROWS_PER_FILE))))
         .mapInArrow(_DecodeTask(schemas[name]), _spark_schema(schemas[name]))
-        for name in ("late_events", "state")
+        for name in ("aggregates", "late_events", "state")
     )
     if worker_rows:
         workers = pa.Table.from_pylist(worker_rows, schema=schemas["state"])
@@ -153,7 +162,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
 
-    metrics = _metrics(counts, _lateness(counts.get("late", 0), late, F), rejected_counts, worker_rows, pipeline)
+    metrics = _metrics(counts, _lateness(counts.get("late", 0), late, F, lateness_ms), rejected_counts, worker_rows,
+                       pipeline)
     return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
                         _persisted=kernel_out)
 
@@ -492,6 +502,8 @@ def _arrow_types(spark, df) -> dict[str, pa.DataType]:
 
 #: Rows per Arrow IPC blob handed back by a kernel task (bounded, far below Spark's 2 GB).
 BLOB_ROWS = 262_144
+#: Rows of an output per written file (and write task), at most.
+ROWS_PER_FILE = 1_000_000
 
 
 def _output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
@@ -520,20 +532,15 @@ SIDE_OUTPUT, SIDE_DATA = "__side_output", "__side_data"
 
 
 class _KernelTask:
-    """What each Spark task runs over its partition: the kernel, then its outputs as rows.
-
-    The rows have the aggregates' schema plus :data:`SIDE_OUTPUT` and :data:`SIDE_DATA`:
-    an emitted window is a row with both null; late events, state rows and the counters
-    are a few rows with the aggregates' columns null and an Arrow IPC blob in
-    :data:`SIDE_DATA` (at most :data:`BLOB_ROWS` rows each).
-    """
+    """What each Spark task runs over its partition: the kernel, then its outputs as
+    ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
+    :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too)."""
 
     def __init__(self, spec, timelines, flush, names, schemas):
         self.spec, self.timelines, self.flush = spec, timelines, flush
         self.names = names or {}
         self.schemas = schemas
-        self.schema = schemas["aggregates"].append(pa.field(SIDE_OUTPUT, pa.string())).append(
-            pa.field(SIDE_DATA, pa.binary()))
+        self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
 
     def __call__(self, batches):
         batches = list(batches)
@@ -542,24 +549,21 @@ class _KernelTask:
         table = pa.Table.from_batches(batches)
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         out = K.process(table, self.spec, self.timelines, self.flush)
-        aggregates = out.aggregates.cast(self.schemas["aggregates"])
-        n = aggregates.num_rows
-        if n:
-            aggregates = aggregates.append_column(self.schema.field(SIDE_OUTPUT), pa.nulls(n, pa.string()))
-            aggregates = aggregates.append_column(self.schema.field(SIDE_DATA), pa.nulls(n, pa.binary()))
-            yield from aggregates.to_batches()
         names, blobs = [], []
-        for name, attr in (("late_events", "late"), ("state", "state")):
+        if out.late.num_rows:
+            names.append("lateness")  # the late events' lateness alone, for percentiles in the driver
+            blobs.append(_blob(out.late.select(["lateness_ms"])))
+        for name, attr in (("aggregates", "aggregates"), ("late_events", "late"), ("state", "state")):
             result = getattr(out, attr).cast(self.schemas[name])
             for start in range(0, result.num_rows, BLOB_ROWS):
                 names.append(name)
                 blobs.append(_blob(result.slice(start, BLOB_ROWS)))
+        counters = {**out.counters, "rows_aggregates": out.aggregates.num_rows, "rows_late_events": out.late.num_rows,
+                    "rows_state": out.state.num_rows}
         names.append("counters")
-        blobs.append(_blob(pa.table({"name": pa.array(list(out.counters), pa.string()),
-                                     "value": pa.array(list(out.counters.values()), pa.int64())})))
-        k = len(names)
-        cols = [pa.nulls(k, f.type) for f in self.schemas["aggregates"]]
-        yield pa.RecordBatch.from_arrays([*cols, pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
+        blobs.append(_blob(pa.table({"name": pa.array(list(counters), pa.string()),
+                                     "value": pa.array(list(counters.values()), pa.int64())})))
+        yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
                                          schema=self.schema)
 
 
@@ -583,15 +587,34 @@ class _DecodeTask:
 DRIVER_PERCENTILES_MAX = 20_000_000
 
 
-def _lateness(n: int, late, F) -> dict:
-    """Exact p50/p90/p99 (linear interpolation, as Spark's ``percentile``) and max."""
+def _lateness(n: int, late, F, values=None) -> dict:
+    """Exact p50/p90/p99 (linear interpolation, as Spark's ``percentile``) and max: in the
+    driver from ``values`` (or the late events) up to :data:`DRIVER_PERCENTILES_MAX`, else
+    by a Spark job."""
     if not n:
         return {"p": None, "mx": None}
     if n > DRIVER_PERCENTILES_MAX:
         return late.agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
                         F.max("lateness_ms").alias("mx")).collect()[0]
-    values = late.select("lateness_ms").toArrow()["lateness_ms"].to_numpy()
+    if values is None:
+        values = late.select("lateness_ms").toArrow()["lateness_ms"].to_numpy()
     return {"p": np.percentile(values, [50, 90, 99]).tolist(), "mx": int(values.max())}
+
+
+def _hold(spark, df):
+    """``df`` persisted for the writes. Held rows are read back once or twice, so Spark's
+    in-memory column compression (encoding every value to save memory) is not worth its
+    CPU here: it is off while the cache is built (the setting applies at persist time)."""
+    key = "spark.sql.inMemoryColumnarStorage.compressed"
+    before = spark.conf.get(key, None)
+    try:
+        spark.conf.set(key, "false")
+        return df.persist()
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipeline) -> dict:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -515,21 +516,28 @@ def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
                     pipeline.name if pipeline is not None else str(result.metrics.get("pipeline")),
                     pipeline.fingerprint() if pipeline is not None else "")
     files = list(getattr(result, "input_files", ()) or ())
-    for name in OUTPUTS:
+    frames = {name: getattr(result, name) for name in OUTPUTS}
+    frames[METRICS] = spark.createDataFrame(
+        [(json.dumps(result.metrics, indent=None, sort_keys=True),)], "value string").coalesce(1)
+
+    def write(name: str) -> None:
         target = join(staged.path, name)
         try:
-            getattr(result, name).write.mode("error").parquet(target)
+            writer = frames[name].write.mode("error")
+            writer.text(target) if name == METRICS else writer.parquet(target)
         except Exception as exc:  # a damaged input page surfaces here, at the first action
             err = input_error_from(exc, files)
             if err is not None:
                 raise err from exc
             raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
-    target = join(staged.path, METRICS)
-    try:
-        spark.createDataFrame([(json.dumps(result.metrics, indent=None, sort_keys=True),)], "value string") \
-            .coalesce(1).write.mode("error").text(target)
-    except Exception as exc:  # noqa: BLE001
-        raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
+
+    # The datasets are independent Spark jobs: run them side by side, so that the small
+    # ones (late events, state, metrics) do not wait for each other's start-up.
+    with ThreadPoolExecutor(max_workers=len(frames)) as pool:
+        futures = [pool.submit(write, name) for name in frames]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        raise errors[0]
     return staged
 
 
