@@ -599,7 +599,10 @@ def read_run(spark, run_path):
         folder = join(run_path, name)
         if not lake.exists(join(folder, "_SUCCESS")):
             raise InputError(f"{folder}: missing or incomplete output")
-        check_parquet_files(lake, [e.path for e in lake.files(folder)], None, InputError)
+        files = [e.path for e in lake.files(folder)]
+        if not files:
+            raise InputError(f"{folder}: the output holds no data file (not even an empty one): it was damaged")
+        check_parquet_files(lake, files, None, InputError)
         frames[name] = spark.read.parquet(folder)
     return SimpleNamespace(**frames, metrics=_read_metrics(spark, lake, join(run_path, METRICS)), path=run_path)
 
