@@ -366,12 +366,16 @@ def list_commits(spark, out) -> list[Commit]:
     for r in rows:
         if r["seq"] is None or not r["run_id"]:
             raise OutputError(f"{join(out, COMMITS)}: a commit record is damaged: {r}")
-        commits.append(Commit(
-            seq=r["seq"], run_id=r["run_id"], run=r["run"], committed_at=r["committed_at"], pipeline=r["pipeline"],
-            fingerprint=r["fingerprint"], metrics=json.loads(r["metrics"] or "null") or {},
-            extra=json.loads(r["extra"] or "null") or {}, output=out,
-        ))
+        commits.append(_commit_of(r, out))
     return sorted(commits, key=lambda c: c.order)
+
+
+def _commit_of(r, output: str) -> Commit:
+    """A :class:`Commit` from a commit record row (JSON fields parsed)."""
+    return Commit(seq=r["seq"], run_id=r["run_id"], run=r["run"], committed_at=r["committed_at"],
+                  pipeline=r["pipeline"], fingerprint=r["fingerprint"],
+                  metrics=json.loads(r["metrics"] or "null") or {}, extra=json.loads(r["extra"] or "null") or {},
+                  output=output)
 
 
 def current_commits_under(spark, root) -> dict[str, Commit]:
@@ -390,10 +394,7 @@ def current_commits_under(spark, root) -> dict[str, Commit]:
     best: dict[str, Commit] = {}
     for r in rows:
         name = unquote(r["__file"].split(f"/{COMMITS}/", 1)[0].rstrip("/").rsplit("/", 1)[-1])
-        c = Commit(seq=r["seq"], run_id=r["run_id"], run=r["run"], committed_at=r["committed_at"],
-                   pipeline=r["pipeline"], fingerprint=r["fingerprint"],
-                   metrics=json.loads(r["metrics"] or "null") or {}, extra=json.loads(r["extra"] or "null") or {},
-                   output=join(root, name))
+        c = _commit_of(r, join(root, name))
         if name not in best or c.order > best[name].order:
             best[name] = c
     return best

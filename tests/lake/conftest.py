@@ -45,6 +45,18 @@ def _assert_stopped(pids: list[int], what: str) -> None:
     assert not alive, f"{what}: processes still alive after stop(): {alive}"
 
 
+def _serve(service, name: str, ready: str):
+    """Start ``service``, yield it, then stop it and check its processes are gone."""
+    service.start()
+    _STARTUP[f"{name} ({ready})"] = service.startup_seconds
+    try:
+        yield service
+    finally:
+        pids = service.pids
+        service.stop()
+        _assert_stopped(pids, name)
+
+
 @pytest.fixture(scope="session")
 def lake_dir(tmp_path_factory) -> Lake:
     """A session tmp dir seen as ``viewfs://lake/data``: ``.path``, ``.uri``,
@@ -57,14 +69,7 @@ def lake_dir(tmp_path_factory) -> Lake:
 def spark_standalone(tmp_path_factory):
     """A started :class:`SparkStandalone`: master + 2 workers (1 core, 2g each)."""
     cluster = SparkStandalone(tmp_path_factory.mktemp("standalone"), workers=2, cores=1, memory="2g")
-    cluster.start()
-    _STARTUP["spark_standalone (master + 2 workers ALIVE)"] = cluster.startup_seconds
-    try:
-        yield cluster
-    finally:
-        pids = cluster.pids
-        cluster.stop()
-        _assert_stopped(pids, "spark_standalone")
+    yield from _serve(cluster, "spark_standalone", "master + 2 workers ALIVE")
 
 
 @pytest.fixture(scope="session")
@@ -79,14 +84,7 @@ def spark_connect(tmp_path_factory, lake_dir):
             "spark.sql.shuffle.partitions": "2",
         },
     )
-    server.start()
-    _STARTUP["spark_connect (port open + client verified)"] = server.startup_seconds
-    try:
-        yield server
-    finally:
-        pids = server.pids
-        server.stop()
-        _assert_stopped(pids, "spark_connect")
+    yield from _serve(server, "spark_connect", "port open + client verified")
 
 
 @pytest.fixture(scope="session")

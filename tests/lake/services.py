@@ -113,25 +113,24 @@ def error_lines(path: str | os.PathLike, limit: int = 8) -> str:
     return "\n".join(hits[:limit])
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists (a zombie counts as existing until it is reaped)."""
+def _signal0_alive(send, target: int) -> bool:
+    """Whether signal 0 reaches ``target`` through ``send`` (``os.kill`` or ``os.killpg``)."""
     try:
-        os.kill(pid, 0)
+        send(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists (a zombie counts as existing until it is reaped)."""
+    return _signal0_alive(os.kill, pid)
 
 
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return _signal0_alive(os.killpg, pgid)
 
 
 class ManagedProcess:

@@ -125,6 +125,21 @@ def replayed(spark, history, configs, tmp_path_factory):
         r.result2.unpersist()
 
 
+@pytest.fixture
+def verify(spark, monkeypatch, capsys):
+    """``rewindow verify ARGS`` in this process (on the suite's Spark): (exit code, stdout, stderr)."""
+    from windowing import cli
+
+    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+
+    def run(*args):
+        code = cli.main(["verify", *map(str, args)])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
 def copy_tree(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst

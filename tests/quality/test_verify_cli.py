@@ -8,21 +8,7 @@ import pytest
 
 from tests.outputs import run_dir
 from tests.quality.conftest import copy_tree
-from windowing import cli
 from windowing import validation as V
-
-
-@pytest.fixture
-def verify(spark, monkeypatch, capsys):
-    """``rewindow verify ARGS`` in this process (on the suite's Spark): (exit code, stdout, stderr)."""
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
-
-    def run(*args):
-        code = cli.main(["verify", *map(str, args)])
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 def test_verify_passes_on_a_good_output(verify, replayed):

@@ -27,19 +27,6 @@ from windowing import cli
 from windowing import validation as V
 
 
-@pytest.fixture
-def verify(spark, monkeypatch, capsys):
-    """``rewindow verify ARGS`` in this process (on the suite's Spark): (exit code, stdout, stderr)."""
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
-
-    def run(*args):
-        code = cli.main(["verify", *map(str, args)])
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
-
-
 def statuses(out: str) -> dict[str, str]:
     """check name -> PASS/FAIL/SKIP, from verify's table."""
     return {ln.split()[0]: ln.split()[1] for ln in out.splitlines() if ln.split() and ln.split()[0] in V.CHECK_NAMES}
