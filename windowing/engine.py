@@ -132,7 +132,7 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     # the emitted windows to rows before holding them cost a third more at 10 M events).
     kernel_out = _hold(spark, kernel_in.mapInArrow(fn, _spark_schema(fn.schema)))
     try:
-        with _naming_bad_files(inputs):
+        with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):  # runs the kernel
             blobs = kernel_out.where(F.col(SIDE_OUTPUT) == "counters").select(SIDE_DATA).collect()
         counts: dict[str, int] = {}
         for row in blobs:
@@ -151,7 +151,7 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     # are small, and the rows are the same however they are grouped into files.
     aggregates, late, state_out = (
         kernel_out.where(F.col(SIDE_OUTPUT) == name).select(SIDE_DATA)
-        .coalesce(max(1, min(nparts, -(-counts.get(f"rows_{name}", 0) // ROWS_PER_FILE))))
+        .coalesce(_write_tasks(counts.get(f"rows_{name}", 0), nparts, _task_slots(spark)))
         .mapInArrow(_DecodeTask(schemas[name]), _spark_schema(schemas[name]))
         for name in ("aggregates", "late_events", "state")
     )
@@ -506,6 +506,24 @@ BLOB_ROWS = 262_144
 ROWS_PER_FILE = 1_000_000
 
 
+def _write_tasks(rows: int, most: int, slots: int | None) -> int:
+    """Write tasks for an output of ``rows`` rows: one per :data:`ROWS_PER_FILE` rows, at
+    most ``most``; more tasks than task ``slots`` are rounded up to whole waves (3 tasks on
+    2 slots take as long as 4 of three quarters the size)."""
+    n = max(1, -(-rows // ROWS_PER_FILE))
+    if slots and n > slots:
+        n = -(-n // slots) * slots
+    return min(n, max(1, most))
+
+
+def _task_slots(spark) -> int | None:
+    """How many tasks the session runs at once (None over Spark Connect: not known)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        return None
+
+
 def _output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
     return {"aggregates": spec.aggregates_schema(), "late_events": spec.late_schema(), "state": spec.state_schema()}
 
@@ -605,16 +623,51 @@ def _hold(spark, df):
     """``df`` persisted for the writes. Held rows are read back once or twice, so Spark's
     in-memory column compression (encoding every value to save memory) is not worth its
     CPU here: it is off while the cache is built (the setting applies at persist time)."""
-    key = "spark.sql.inMemoryColumnarStorage.compressed"
-    before = spark.conf.get(key, None)
-    try:
-        spark.conf.set(key, "false")
+    with _session_conf(spark, {"spark.sql.inMemoryColumnarStorage.compressed": "false"}):
         return df.persist()
+
+
+#: Spark's default cap on the bytes of an Arrow batch handed to Python.
+_ARROW_BATCH_BYTES_DEFAULT = ("67108864b", "64m", "67108864")
+#: The value that turns the cap off: Spark then stops measuring the batch after every row.
+_ARROW_BATCH_BYTES_OFF = "2147483647"
+
+
+def _kernel_job_conf(spark) -> dict[str, str]:
+    """Settings for the job that runs the kernel.
+
+    Spark 4 caps each Arrow batch it hands to Python at
+    ``spark.sql.execution.arrow.maxBytesPerBatch`` and, to do so, measures the batch after
+    every row it adds: at 10 M events that measuring was ~45 % of the JVM time of the
+    kernel stage (5 s of 26 s, bench/replay_bench.py at full size). Event rows are small,
+    and batches stay bounded by ``maxRecordsPerBatch`` (10,000 rows), so the kernel's
+    input goes without the byte cap. A cap the session set itself is kept. (The writes'
+    input, Arrow blobs of up to :data:`BLOB_ROWS` rows each, keeps it: it is what bounds
+    their batches.)
+    """
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    try:
+        current = spark.conf.get(key)
+    except Exception:  # noqa: BLE001 - a Spark without the setting (before 4.0): nothing to do
+        return {}
+    return {key: _ARROW_BATCH_BYTES_OFF} if str(current).strip().lower() in _ARROW_BATCH_BYTES_DEFAULT else {}
+
+
+@contextmanager
+def _session_conf(spark, conf: dict[str, str]):
+    """Set runtime SQL settings for the jobs started inside the block, then put back the
+    previous values (Spark reads them when a job or a cache is planned)."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    try:
+        for k, v in conf.items():
+            spark.conf.set(k, v)
+        yield
     finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipeline) -> dict:

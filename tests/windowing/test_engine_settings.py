@@ -1,0 +1,79 @@
+"""The Spark settings a replay changes for its own jobs, and how it sizes its writes.
+
+A replay runs its kernel job without Spark's per-batch byte cap on Arrow input (Spark
+measures the batch after every row to enforce it) and builds its held cache without
+compression. Both are its own business: the session a user passes in must come back with
+every setting as it was, and a cap the user chose is theirs to keep.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from windowing import parse_pipeline, replay
+from windowing.engine import ROWS_PER_FILE, _kernel_job_conf, _write_tasks
+from windowing.io import read_events
+from windowing.sample import generate_history
+
+ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+
+PIPELINE = parse_pipeline({
+    "name": "settings",
+    "source": {"arrivalTime": "arrival_time", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
+               "worker": "partition"},
+    "emitter": {"tumbling-time-window": {
+        "windowSpan": "10m", "keyExtractor": "user_id",
+        "timeConfig": {"eventTimeExtractor": "event_time"},
+        "aggregateDefinition": [{"type": "count"}],
+    }},
+})
+
+
+@pytest.mark.parametrize("rows, most, slots, expected", [
+    (0, 8, 2, 1),                        # an empty output is still one (empty) file
+    (ROWS_PER_FILE // 2, 8, 2, 1),
+    (int(2.8 * ROWS_PER_FILE), 40, 2, 4),  # 3 files' worth on 2 slots: two even waves of 2
+    (int(2.8 * ROWS_PER_FILE), 40, 200, 3),  # a big cluster runs the 3 at once
+    (int(2.8 * ROWS_PER_FILE), 40, None, 3),  # Spark Connect: slots unknown
+    (int(9.5 * ROWS_PER_FILE), 8, 2, 8),  # never more than the kernel's tasks
+    (int(5.5 * ROWS_PER_FILE), 40, 4, 8),
+])
+def test_write_tasks(rows, most, slots, expected):
+    assert _write_tasks(rows, most, slots) == expected
+
+
+@pytest.fixture(scope="module")
+def events(spark, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("settings-events")
+    generate_history(folder, datetime(2024, 1, 1, tzinfo=timezone.utc), 1, 2_000, 50, seed=3, partitions=2,
+                     files_per_day=2)
+    return read_events(spark, str(folder))
+
+
+def _replay(spark, events):
+    result = replay(spark, PIPELINE, events)
+    try:
+        return result.aggregates.count()
+    finally:
+        result.unpersist()
+
+
+def test_a_replay_leaves_the_session_settings_as_it_found_them(spark, events):
+    before = {k: spark.conf.get(k) for k in (ARROW_BYTES, CACHE_COMPRESSED)}
+    assert _kernel_job_conf(spark) == {ARROW_BYTES: "2147483647"}  # Spark's default cap: lifted for the kernel
+    assert _replay(spark, events) > 0
+    assert {k: spark.conf.get(k) for k in before} == before
+
+
+def test_a_cap_the_user_set_is_kept(spark, events):
+    spark.conf.set(ARROW_BYTES, "8m")
+    try:
+        assert _kernel_job_conf(spark) == {}
+        baseline = _replay(spark, events)
+        assert spark.conf.get(ARROW_BYTES) == "8m"
+    finally:
+        spark.conf.unset(ARROW_BYTES)
+    assert _replay(spark, events) == baseline  # the same windows with or without the cap
