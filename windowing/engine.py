@@ -124,7 +124,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     if safe != names:
         kernel_in = kernel_in.toDF(*safe)
     schemas = _output_schemas(spec)
-    fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas)
+    fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas,
+                     lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts))
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
     # shared folder between driver and executors. Each output comes back as a few rows
     # carrying an Arrow IPC blob each (SIDE_OUTPUT names which): cheap to hold, and turned
@@ -132,17 +133,26 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     # the emitted windows to rows before holding them cost a third more at 10 M events).
     kernel_out = _hold(spark, kernel_in.mapInArrow(fn, _spark_schema(fn.schema)))
     try:
-        with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):  # runs the kernel
-            blobs = kernel_out.where(F.col(SIDE_OUTPUT) == "counters").select(SIDE_DATA).collect()
+        # One job runs the kernel and brings back the counters, with the lateness values of
+        # the tasks that had at most their share of DRIVER_PERCENTILES_MAX late events.
+        with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):
+            rows = (kernel_out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED))
+                    .select(SIDE_OUTPUT, SIDE_DATA).collect())
         counts: dict[str, int] = {}
-        for row in blobs:
-            for r in _decode_blob(row[SIDE_DATA]).to_pylist():
-                counts[r["name"]] = counts.get(r["name"], 0) + int(r["value"])
+        values = []
+        for row in rows:
+            table = _decode_blob(row[SIDE_DATA])
+            if row[SIDE_OUTPUT] == "counters":
+                for r in table.to_pylist():
+                    counts[r["name"]] = counts.get(r["name"], 0) + int(r["value"])
+            else:
+                values.append(table["lateness_ms"].to_numpy())
         lateness_ms = None
         if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
-            lateness_ms = np.concatenate([
-                _decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy()
-                for r in kernel_out.where(F.col(SIDE_OUTPUT) == "lateness").select(SIDE_DATA).collect()])
+            if sum(len(v) for v in values) < counts["late"]:  # a task had more than its share: fetch the rest
+                values += [_decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy() for r in
+                           kernel_out.where(F.col(SIDE_OUTPUT) == LATENESS_HELD).select(SIDE_DATA).collect()]
+            lateness_ms = np.concatenate(values)
     except BaseException:
         kernel_out.unpersist()
         raise
@@ -547,6 +557,9 @@ def _decode_blob(data) -> pa.Table:
 
 #: The kernel task's extra columns: which side output a row carries, and its IPC blob.
 SIDE_OUTPUT, SIDE_DATA = "__side_output", "__side_data"
+#: Side outputs of a task's lateness values: collected with the counters (the task had at
+#: most its share of :data:`DRIVER_PERCENTILES_MAX` late events), or held for a second look.
+LATENESS_COLLECTED, LATENESS_HELD = "lateness", "lateness_held"
 
 
 class _KernelTask:
@@ -554,8 +567,9 @@ class _KernelTask:
     ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
     :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too)."""
 
-    def __init__(self, spec, timelines, flush, names, schemas):
+    def __init__(self, spec, timelines, flush, names, schemas, lateness_share: int = 0):
         self.spec, self.timelines, self.flush = spec, timelines, flush
+        self.lateness_share = lateness_share
         self.names = names or {}
         self.schemas = schemas
         self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
@@ -568,8 +582,8 @@ class _KernelTask:
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         out = K.process(table, self.spec, self.timelines, self.flush)
         names, blobs = [], []
-        if out.late.num_rows:
-            names.append("lateness")  # the late events' lateness alone, for percentiles in the driver
+        if out.late.num_rows:  # the late events' lateness alone, for percentiles in the driver
+            names.append(LATENESS_COLLECTED if out.late.num_rows <= self.lateness_share else LATENESS_HELD)
             blobs.append(_blob(out.late.select(["lateness_ms"])))
         for name, attr in (("aggregates", "aggregates"), ("late_events", "late"), ("state", "state")):
             result = getattr(out, attr).cast(self.schemas[name])

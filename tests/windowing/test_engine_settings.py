@@ -77,3 +77,30 @@ def test_a_cap_the_user_set_is_kept(spark, events):
     finally:
         spark.conf.unset(ARROW_BYTES)
     assert _replay(spark, events) == baseline  # the same windows with or without the cap
+
+
+def test_lateness_percentiles_are_exact_whichever_way_the_values_come_back(spark, events, monkeypatch):
+    """Lateness values come back with the counters when a task has at most its share of
+    DRIVER_PERCENTILES_MAX late events, by a second look at the held output when it has
+    more, and through a Spark job above the maximum: the percentiles are the same."""
+    from pyspark.sql import functions as F
+
+    from windowing import engine
+
+    def percentiles():
+        result = replay(spark, PIPELINE, events)
+        try:
+            exact = result.late_events.agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
+                                           F.max("lateness_ms").alias("mx")).first()
+            return result.metrics, {"p50": exact["p"][0], "p90": exact["p"][1], "p99": exact["p"][2],
+                                    "max": exact["mx"]}
+        finally:
+            result.unpersist()
+
+    metrics, exact = percentiles()
+    late = metrics["late_events"]
+    assert late > 10 and metrics["lateness_ms_percentiles"] == exact
+    for most in (late, late // 2, 0):  # some tasks over their share; over the maximum; all through Spark
+        monkeypatch.setattr(engine, "DRIVER_PERCENTILES_MAX", most)
+        again, _ = percentiles()
+        assert again["lateness_ms_percentiles"] == exact, most
