@@ -87,6 +87,9 @@ class PartitionResult:
     state: Any  # the state as written, read back: the next partition's start
     checks: tuple = ()  # windowing.validation.CheckResult of this partition (empty: not run)
     seconds: float = 0.0  # replay and write time of the partition
+    #: False: a blocking check failed, so the run was staged but not committed (run_path
+    #: is the staged run, kept for inspection; the previous committed output stays current).
+    committed: bool = True
 
 
 def build_pipeline_assets(
@@ -160,30 +163,46 @@ def build_pipeline_assets(
     ):
         spark = pyspark.spark_session
         _warn_about_ignored_settings(context.log, pipeline, pipeline_file, storage)
-        parts = []
-        for part in replay_partitions(
-            spark, pipeline, partitions_def, storage, context.partition_keys, config.flush_at_end, context.log,
-            context.run_id, config.checks,
-        ):
-            parts.append(part)
-            for name, asset_key in keys.items():
-                context.add_asset_metadata(_metadata(spark, part, name), asset_key=asset_key, partition_key=part.key)
-        bad = [p for p in parts if p.lineage.failed_checks]
-        if bad:
-            # Blocking: nothing after the failing partition was replayed, and the run fails
-            # rather than report the whole range as materialized.
-            for name in OUTPUTS:
-                yield _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], parts, config.checks)
-            raise dg.Failure(
-                f"partition {bad[0].key} of pipeline {pipeline.name} failed its data-quality checks "
-                f"({', '.join(bad[0].lineage.failed_checks)}; see the check results of {bad[0].run_path}); "
-                "the partitions after it were not replayed"
-            )
-        for asset_key in keys.values():
-            yield dg.MaterializeResult(asset_key=asset_key)
+        parts: list[PartitionResult] = []
+        refused = None
+        try:
+            for part in replay_partitions(
+                spark, pipeline, partitions_def, storage, context.partition_keys, config.flush_at_end, context.log,
+                context.run_id, config.checks,
+            ):
+                parts.append(part)
+        except dg.Failure as exc:  # refused before or between partitions: still report the chain
+            refused = exc
+        bad = [p for p in parts if not p.committed]
+        if refused is None and not bad:
+            for part in parts:
+                for name, asset_key in keys.items():
+                    context.add_asset_metadata(_metadata(spark, part, name), asset_key=asset_key,
+                                               partition_key=part.key)
+            for asset_key in keys.values():
+                yield dg.MaterializeResult(asset_key=asset_key)
+        else:
+            # The run fails, but the partitions it committed before stopping are current on
+            # disk: record them as materialized, each under its own partition key, so that
+            # Dagster shows what the next partition will start from.
+            for part in (p for p in parts if p.committed):
+                for name, asset_key in keys.items():
+                    context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
+                                                              metadata=_metadata(spark, part, name)))
         yield _chain_check(spark, pipeline, storage, partitions_def, state_key)
         for name in OUTPUTS:
             yield _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], parts, config.checks)
+        if refused is not None:
+            raise refused
+        if bad:
+            # Blocking: nothing after the failing partition was replayed, and its output
+            # was not committed (write-audit-publish).
+            raise dg.Failure(
+                f"partition {bad[0].key} of pipeline {pipeline.name} failed its data-quality checks "
+                f"({', '.join(bad[0].lineage.failed_checks)}); its output was not committed (the previous "
+                f"output of {bad[0].key}, if any, stays current; the staged run is kept for inspection at "
+                f"{bad[0].run_path}). The partitions after it were not replayed."
+            )
 
     return replay_pipeline
 
@@ -284,8 +303,8 @@ def _starting_state(spark, pipeline, pipeline_dir: str, chain, first_key: str) -
     if missing is not None:
         raise dg.Failure(
             f"Cannot replay partition {first_key} of pipeline {pipeline.name}: the state of partition "
-            f"{missing} is missing (nothing committed in {join(pipeline_dir, store.partition_folder(missing))}). "
-            "Partitions are replayed in "
+            f"{missing} is missing (nothing committed in {join(pipeline_dir, store.partition_folder(missing))}; "
+            "a replay that fails a blocking data-quality check is not committed). Partitions are replayed in "
             f"order, each from the state of the one before: materialize {missing}..{first_key} "
             "(one backfill runs them in a single run)."
         )
@@ -320,7 +339,9 @@ def _starting_state(spark, pipeline, pipeline_dir: str, chain, first_key: str) -
 def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key, start, flush, run_id, log,
                 checks: bool = True):
     """Replay one partition from ``start`` (the previous partition's result, or None), check
-    its staged outputs, and commit outputs, lineage and check results together."""
+    its staged outputs, and commit outputs, lineage and check results together, only if
+    no blocking check failed (write-audit-publish). A failing partition's staged run is
+    left uncommitted, for inspection: the previous committed output stays current."""
     from windowing import replay
     from windowing.config import ConfigError
     from windowing.engine import StateMismatchError
@@ -347,7 +368,7 @@ def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key
     outputs = staged.read()
     results: tuple = ()
     if checks:
-        from windowing.validation import failures, run_checks
+        from windowing.validation import blocking_failures, run_checks
 
         results = tuple(run_checks(spark, pipeline, outputs, input_df=events,
                                    prev_state=start.state if start else None))
@@ -361,8 +382,11 @@ def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key
         state_hash=store.state_content_hash(state),
         flushed_at_end=flush,
         run_id=run_id,
-        failed_checks=tuple(r.name for r in failures(results)) if checks else (),
+        failed_checks=tuple(r.name for r in blocking_failures(results)) if checks else (),
     )
+    if lineage.failed_checks:  # write-audit-publish: a partition that fails its checks is not published
+        return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds,
+                               committed=False)
     staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
     return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds)
 
@@ -446,27 +470,40 @@ def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -
             metadata={"checked_partitions": dg.MetadataValue.int(0)},
         )
     per_partition: dict[str, dict[str, int]] = {}
+    warnings: dict[str, dict[str, int]] = {}
     samples: dict[str, Any] = {}
     for part in parts:
         mine = [r for r in part.checks if r.name.startswith(tuple(prefixes))]
-        per_partition[part.key] = {r.name: r.failure_count for r in mine if not r.passed}
+        per_partition[part.key] = {r.name: r.failure_count for r in mine if not r.passed and r.blocking}
+        warned = {r.name: r.failure_count for r in mine if not r.passed and not r.blocking}
+        if warned:
+            warnings[part.key] = warned
         for r in mine:
             if not r.passed and r.name not in samples:
                 samples[r.name] = {"partition": part.key, "description": r.description, "rows": r.sample[:5]}
     failed = {k: v for k, v in per_partition.items() if v}
+    not_committed = {p.key: p.run_path for p in parts if not p.committed}
+    if failed:
+        description = (f"failed in partition(s) {', '.join(failed)}: not committed (staged runs kept for "
+                       "inspection, see `not_committed`)")
+    elif warnings:
+        description = (f"passed with warnings in partition(s) {', '.join(warnings)}: rejected rows within "
+                       "quality.maxRejectedShare")
+    else:
+        description = f"all checks passed in {len(per_partition)} partition(s)"
     return dg.AssetCheckResult(
         asset_key=asset_key,
         check_name=check_name,
-        passed=not failed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=(
-            f"failed in partition(s) {', '.join(failed)}" if failed
-            else f"all checks passed in {len(per_partition)} partition(s)"
-        ),
+        passed=not failed and not warnings,
+        # A warning (rejected rows within the pipeline's quality.maxRejectedShare) does not block.
+        severity=dg.AssetCheckSeverity.ERROR if failed else dg.AssetCheckSeverity.WARN,
+        description=description,
         metadata={
             "checked_partitions": dg.MetadataValue.int(len(per_partition)),
             "failure_count": dg.MetadataValue.int(sum(sum(v.values()) for v in failed.values())),
             "failures_by_partition": dg.MetadataValue.json(failed),
+            "warnings_by_partition": dg.MetadataValue.json(warnings),
+            "not_committed": dg.MetadataValue.json(not_committed),
             "sample_failing_rows": dg.MetadataValue.json(samples),
         },
     )

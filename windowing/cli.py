@@ -106,8 +106,10 @@ def _replay(args) -> int:
 
 
 def _verify(args) -> int:
-    """Exit 0: every check that ran passed; 1: a check failed; 2: a usage or input error,
-    including a check asked for with --check that cannot run (say, no metrics to compare)."""
+    """Exit 0: every check that ran passed or only warned (rejected rows within the
+    pipeline's ``quality.maxRejectedShare``); 1: a blocking check failed; 2: a usage or
+    input error, including a check asked for with --check that cannot run (say, no
+    metrics to compare)."""
     from windowing.config import load_pipeline
     from windowing.durations import parse_duration_ms
 
@@ -126,7 +128,8 @@ def _verify(args) -> int:
     only = set(args.check) if args.check else None
     results = run_checks(spark, pipeline, outputs, input_df=events, prev_state=prev, max_skew_ms=max_skew_ms,
                          only=only, recompute=events is not None, flush_at_end=args.flush_at_end)
-    failed = [r for r in results if not r.passed]
+    failed = [r for r in results if not r.passed and r.blocking]
+    warned = [r for r in results if not r.passed and not r.blocking]
     # A check asked for by name gives a verdict or an error, never a silent skip.
     cannot = [r for r in results if r.skipped] if only is not None else []
     if args.json:
@@ -135,9 +138,13 @@ def _verify(args) -> int:
     else:
         print(format_table(results))
         ran = [r for r in results if not r.skipped]
-        summary = f"{len(ran) - len(failed)} of {len(ran)} checks passed" if ran else "no check ran"
+        summary = f"{len(ran) - len(failed) - len(warned)} of {len(ran)} checks passed" if ran else "no check ran"
+        if warned:
+            summary += f", {len(warned)} warned"
         skipped = f"{len(cannot)} requested check(s) could not run" if cannot else f"{len(results) - len(ran)} skipped"
         print(f"\n{summary} ({skipped}) on {args.output_dir}")
+    if warned:
+        print(f"rewindow: verify: {len(warned)} warning(s): {', '.join(r.name for r in warned)}", file=sys.stderr)
     if failed:
         print(f"rewindow: verify: {len(failed)} check(s) failed: {', '.join(r.name for r in failed)}",
               file=sys.stderr)

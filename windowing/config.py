@@ -126,6 +126,22 @@ class Window:
         return self.idle_timeout_ms
 
 
+#: Default of ``quality.maxRejectedShare``: one rejected row in a thousand.
+DEFAULT_MAX_REJECTED_SHARE = 0.001
+
+
+@dataclass(frozen=True)
+class Quality:
+    """``quality:``: how many rejected rows a partition may have before its checks block.
+
+    Rejected rows are expected data (the replay routes them to ``rejected`` with the
+    reason). While a partition's rejected rows are at most ``max_rejected_share`` of its
+    input rows, the input checks that flag them warn; above it they block.
+    """
+
+    max_rejected_share: float = DEFAULT_MAX_REJECTED_SHARE
+
+
 @dataclass(frozen=True)
 class Pipeline:
     name: str
@@ -135,6 +151,7 @@ class Pipeline:
     triggers: tuple[Trigger, ...] = (Trigger.AT_WINDOW_END,)
     flush_at_end: bool = False
     version: int = 1
+    quality: Quality = Quality()
 
     @property
     def input_columns(self) -> tuple[str, ...]:
@@ -260,7 +277,7 @@ def _field_paths(root: yaml.Node) -> dict[int, str]:
 def parse_pipeline(doc: Any) -> Pipeline:
     """Validate a parsed YAML document into a :class:`Pipeline`."""
     m = _mapping(doc, "<root>")
-    _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers"})
+    _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers", "quality"})
     version = m.get("version", 1)
     if version != 1:
         raise ConfigError(f"version: {version!r} is not supported; use 1")
@@ -303,7 +320,33 @@ def parse_pipeline(doc: Any) -> Pipeline:
         triggers=triggers,
         flush_at_end=flush,
         version=1,
+        quality=_parse_quality(_mapping(m.get("quality", {}) or {}, "quality")),
     )
+
+
+def _parse_quality(q: Mapping[str, Any]) -> Quality:
+    _only(q, "quality", {"maxRejectedShare"})
+    if "maxRejectedShare" not in q:
+        return Quality()
+    return Quality(max_rejected_share=parse_share(q["maxRejectedShare"], "quality.maxRejectedShare"))
+
+
+def parse_share(v: Any, f: str) -> float:
+    """A share of rows: a number from 0 to 1 (``0.001``) or a percentage (``"0.1%"``)."""
+    text = v.strip() if isinstance(v, str) else v
+    try:
+        if isinstance(text, str) and text.endswith("%"):
+            share = float(text[:-1].strip()) / 100
+        elif isinstance(text, bool) or not isinstance(text, (int, float)):
+            raise ValueError
+        else:
+            share = float(text)
+    except ValueError:
+        raise ConfigError(f"{f}: {v!r} is not a share; use a number from 0 to 1 (0.001) or a percentage (0.1%)") \
+            from None
+    if not 0 <= share <= 1 or share != share:
+        raise ConfigError(f"{f}: {v!r} is not between 0 and 1 (0% and 100%)")
+    return share
 
 
 def _parse_source(s: Mapping[str, Any]) -> Source:

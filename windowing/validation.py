@@ -99,10 +99,12 @@ class CheckResult:
     description: str
     skipped: bool = False
     skip_reason: str = ""
+    #: A failure that blocks (stops the run, is not committed); False: a warning.
+    blocking: bool = True
 
     @property
     def status(self) -> str:
-        return "SKIP" if self.skipped else ("PASS" if self.passed else "FAIL")
+        return "SKIP" if self.skipped else ("PASS" if self.passed else ("FAIL" if self.blocking else "WARN"))
 
     def metadata(self) -> dict[str, Any]:
         """Plain values for an asset check's metadata (or a JSON report)."""
@@ -111,12 +113,44 @@ class CheckResult:
             "sample": self.sample,
             "description": self.description,
             "skipped": self.skipped,
+            "blocking": self.blocking,
         }
 
 
 def failures(results: Iterable[CheckResult]) -> list[CheckResult]:
-    """The results that did not pass."""
+    """The results that did not pass (blocking or warnings)."""
     return [r for r in results if not r.passed]
+
+
+def blocking_failures(results: Iterable[CheckResult]) -> list[CheckResult]:
+    """The results that did not pass and block: what stops a partition from being committed."""
+    return [r for r in results if not r.passed and r.blocking]
+
+
+#: Input checks whose failing rows are rows the replay rejects (with a reason): they warn
+#: while the rejected rows are within ``quality.maxRejectedShare``, and block above it.
+REJECTING_CHECKS = ("input_times_parseable",)
+
+
+def apply_rejection_policy(pipeline: Pipeline, results: list[CheckResult], input_rows: int | None,
+                           rejected_rows: int | None) -> list[CheckResult]:
+    """``results`` with the checks of :data:`REJECTING_CHECKS` made warnings when the
+    replay's rejected rows are at most ``pipeline.quality.max_rejected_share`` of its
+    input, and left blocking (saying why) above it."""
+    from dataclasses import replace
+
+    limit = pipeline.quality.max_rejected_share
+    out = []
+    for r in results:
+        if r.name in REJECTING_CHECKS and not r.passed and input_rows is not None and rejected_rows is not None:
+            share = rejected_rows / input_rows if input_rows else 0.0
+            within = share <= limit
+            r = replace(r, blocking=not within, description=(
+                f"{r.description}; {rejected_rows:,} of {input_rows:,} rows rejected ({share:.4%}), "
+                + ("within" if within else "above")
+                + f" quality.maxRejectedShare ({limit:.4%}): " + ("a warning" if within else "blocking")))
+        out.append(r)
+    return out
 
 
 def _skip(name: str, description: str, why: str) -> CheckResult:
@@ -303,8 +337,9 @@ def input_schema(pipeline: Pipeline, input_types: dict | None = None):
 
     Every configured column is required; time columns must be a timestamp, date, integer
     (epoch ms) or string, a batch column an integer, a sum/avg column a number, other
-    aggregated columns anything but a nested or binary type. The arrival time must not
-    be null. ``input_types`` (the frame's own types) lets an acceptable type stand;
+    aggregated columns anything but a nested or binary type. Null times are not the
+    schema's business: those rows are rejected by the replay and flagged by
+    ``input_times_parseable``. ``input_types`` (the frame's own types) lets an acceptable type stand;
     an unacceptable one is checked against the canonical type, so pandera reports it.
     """
     from pyspark.sql import types as T
@@ -321,7 +356,7 @@ def input_schema(pipeline: Pipeline, input_types: dict | None = None):
         return t if isinstance(t, accepted) else canonical
 
     cols: dict[str, Any] = {}
-    cols[src.arrival_time] = _column(want(src.arrival_time, times, T.TimestampType()), nullable=False)
+    cols[src.arrival_time] = _column(want(src.arrival_time, times, T.TimestampType()))
     if w.event_time:
         cols.setdefault(w.event_time, _column(want(w.event_time, times, T.TimestampType())))
     if src.batch_column:
@@ -444,8 +479,8 @@ def input_checks(pipeline: Pipeline, events_df, max_skew_ms: int = DEFAULT_MAX_S
     types = {f.name: f.dataType for f in events_df.schema.fields}
     out = []
     if _wanted(only, "input_schema"):
-        out.append(_pandera_check("input_schema", "configured columns present, with usable types; arrival time "
-                                  "non-null", input_schema(pipeline, types), events_df, sample_size))
+        out.append(_pandera_check("input_schema", "configured columns present, with usable types",
+                                  input_schema(pipeline, types), events_df, sample_size))
     src, w = pipeline.source, pipeline.window
     names = [src.arrival_time] + ([w.event_time] if w.event_time else [])
     if any(c not in types for c in names):
@@ -991,6 +1026,14 @@ def load_outputs(spark, outputs):
     return outputs
 
 
+def _row_counts(o, input_df) -> tuple[int, int]:
+    """(input rows, rejected rows) of the replay being checked: from its metrics, or counted."""
+    m = getattr(o, "metrics", None) or {}
+    if isinstance(m.get("input_rows"), int) and isinstance(m.get("rejected_rows"), int):
+        return m["input_rows"], m["rejected_rows"]
+    return input_df.count(), o.rejected.count()
+
+
 def run_checks(spark, pipeline: Pipeline, outputs, input_df=None, prev_state=None,
                max_skew_ms: int = DEFAULT_MAX_SKEW_MS, sample_size: int = DEFAULT_SAMPLE_SIZE,
                only=None, recompute: bool = False, flush_at_end: bool | None = None) -> list[CheckResult]:
@@ -1023,7 +1066,11 @@ def run_checks(spark, pipeline: Pipeline, outputs, input_df=None, prev_state=Non
     types = input_types_of(o, input_df)
     results: list[CheckResult] = []
     if input_df is not None:
-        results += input_checks(pipeline, input_df, max_skew_ms, sample_size, only)
+        inputs = input_checks(pipeline, input_df, max_skew_ms, sample_size, only)
+        if any(r.name in REJECTING_CHECKS and not r.passed for r in inputs):
+            rows, rejected = _row_counts(o, input_df)
+            inputs = apply_rejection_policy(pipeline, inputs, rows, rejected)
+        results += inputs
     else:
         results += [_skip(n, "input events", "no input given") for n in INPUT_CHECKS if _wanted(only, n)]
     results += aggregates_checks(pipeline, o.aggregates, types, sample_size, only)

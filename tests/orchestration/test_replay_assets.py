@@ -226,27 +226,95 @@ def test_backfill_ran_blocking_quality_checks_that_passed(backfill):
     assert {"window_state_valid", "windowed_aggregates_valid", "late_events_valid", "rejected_events_valid"} <= names
 
 
-def test_failing_quality_check_blocks_the_next_partition(spark, history, pipelines_dir, tmp_path):
-    """Day 2 holds an event stamped 30 days before its arrival: the input skew check fails,
-    the run fails naming it, and day 3 refuses to continue from day 2."""
-    import shutil
-
+def _landing_with_odd_row(history, tmp_path, day: str, **edit):
+    """A copy of the landing zone with one extra row in ``day``, edited by ``edit``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     landing = tmp_path / "landing"
     shutil.copytree(history, landing)
-    day2 = landing / "date=2024-01-02"
-    t = pq.read_table(next(day2.glob("*.parquet")))
+    folder = landing / f"date={day}"
+    t = pq.read_table(next(folder.glob("*.parquet")))
     odd = t.slice(0, 1).to_pylist()[0]
-    odd["event_time"] = odd["event_time"] - timedelta(days=30)
     odd["offset"] = 10**9
-    pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), day2 / "zz-odd.parquet")
+    for column, change in edit.items():
+        odd[column] = change(odd[column])
+    pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), folder / "zz-odd.parquet")
+    return landing
+
+
+def _check_evaluations(result) -> dict:
+    """The run's asset check evaluations, by check name."""
+    return {e.event_specific_data.check_name: e.event_specific_data for e in result.all_events
+            if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def _committed(folder) -> bool:
+    commits = folder / "_commits"
+    return commits.is_dir() and any(commits.iterdir())
+
+
+def test_failing_quality_check_blocks_the_next_partition(spark, history, pipelines_dir, tmp_path):
+    """Day 2 holds an event stamped 30 days before its arrival: the input skew check fails,
+    the run fails naming it, day 2's output is staged but not committed (write-audit-publish),
+    Dagster does not show it materialized, and day 3 refuses to continue from it."""
+    landing = _landing_with_odd_row(history, tmp_path, "2024-01-02", event_time=lambda t: t - timedelta(days=30))
     r = Replayer(landing, pipelines_dir, tmp_path / "out")
     assert r.run("2024-01-01", checks=True).success
     second = r.run("2024-01-02", checks=True)
     assert not second.success
-    assert "input_event_time_skew" in failure_message(second)
+    message = failure_message(second)
+    assert "input_event_time_skew" in message and "not committed" in message
+    day2 = r.folder("2024-01-02")
+    assert not _committed(day2)  # nothing current ...
+    staged = list((day2 / "runs").iterdir())
+    assert len(staged) == 1 and (staged[0] / "aggregates").is_dir()  # ... the staged run kept for inspection
+    assert str(staged[0]) in message
+    assert r.instance.get_materialized_partitions(STATE) == {"2024-01-01"}  # Dagster agrees with the disk
+    checks = _check_evaluations(second)
+    failing = checks["rejected_events_valid"]
+    assert not failing.passed
+    assert failing.metadata["not_committed"].value == {"2024-01-02": str(staged[0])}
+    assert CHECK_NAME in checks  # the chain check reports even when the run fails
     third = r.run("2024-01-03", checks=True)
     assert not third.success
-    assert "failed its data-quality checks" in failure_message(third)
+    assert "state of partition 2024-01-02 is missing" in failure_message(third)
+
+
+def test_a_failing_partition_in_a_range_leaves_the_ones_before_it_materialized(spark, history, pipelines_dir,
+                                                                               tmp_path):
+    """A backfill of days 1-3 where day 2 fails: day 1 is committed and shown materialized
+    under its own partition key, day 2 is staged only, day 3 never ran."""
+    landing = _landing_with_odd_row(history, tmp_path, "2024-01-02", event_time=lambda t: t - timedelta(days=30))
+    r = Replayer(landing, pipelines_dir, tmp_path / "out")
+    result = r.run(DAYS[0], DAYS[-1], checks=True)
+    assert not result.success
+    assert _committed(r.folder("2024-01-01")) and not _committed(r.folder("2024-01-02"))
+    assert not r.folder("2024-01-03").exists()
+    assert r.instance.get_materialized_partitions(AGG) == {"2024-01-01"}
+    assert r.instance.get_materialized_partitions(STATE) == {"2024-01-01"}
+
+
+@pytest.mark.parametrize("limit, blocks", [("1%", False), ("0.1%", True), (0, True)])
+def test_rejected_rows_warn_within_the_pipelines_limit_and_block_above_it(spark, history, tmp_path, limit, blocks):
+    """One row of 301 (0.33 %) with a null event time: it is rejected either way. Within
+    quality.maxRejectedShare (1 %) the input check warns and the partition is committed;
+    above it (the default 0.1 %, or 0) it blocks and nothing is committed."""
+    from tests.orchestration.conftest import PIPELINE_YAML
+
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    (pipelines / "clicks-hourly.yaml").write_text(PIPELINE_YAML + f"quality:\n  maxRejectedShare: {limit!r}\n"
+                                                  .replace("'", ""))
+    landing = _landing_with_odd_row(history, tmp_path, "2024-01-01", event_time=lambda t: None)
+    r = Replayer(landing, pipelines, tmp_path / "out")
+    result = r.run("2024-01-01", checks=True)
+    check = _check_evaluations(result)["rejected_events_valid"]
+    assert not check.passed
+    assert check.metadata["failures_by_partition" if blocks else "warnings_by_partition"].value == {
+        "2024-01-01": {"input_times_parseable": 1}}
+    assert result.success is (not blocks)
+    assert _committed(r.folder("2024-01-01")) is (not blocks)
+    if not blocks:
+        assert check.severity == dg.AssetCheckSeverity.WARN
+        assert metrics_of(r.folder("2024-01-01"))["rejected_rows"] == 1

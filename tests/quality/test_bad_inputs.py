@@ -108,7 +108,10 @@ def test_null_and_unparseable_times_are_rejected_with_their_reason(spark):
         only={"input_schema", "input_times_parseable", "rejected_reason", "conservation", "metrics_consistent"})}
     result.unpersist()
     assert checks["input_times_parseable"].failure_count == 4  # the checks flag the rows ...
-    assert not checks["input_schema"].passed  # ... and the null arrival time
+    assert checks["input_times_parseable"].blocking  # 4 of 6 rejected: far above quality.maxRejectedShare
+    assert "4 of 6 rows rejected (66.6667%), above quality.maxRejectedShare (0.1000%)" in \
+        checks["input_times_parseable"].description
+    assert checks["input_schema"].passed  # types are fine: null times are the rejected rows' business
     for ok in ("rejected_reason", "conservation", "metrics_consistent"):  # ... which were all accounted for
         assert checks[ok].passed, checks[ok]
 

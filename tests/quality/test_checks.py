@@ -81,8 +81,8 @@ WINDOW = "state_kind = 'window'"
 #: (check, pipeline) -> (what is wrong, corruption of (outputs, input, previous state)).
 CORRUPTIONS = {
     ("input_schema", "clicks"): (
-        "an event without arrival time",
-        lambda o, ev, st: (o, _add(ev, arrival_time="NULL"), st)),
+        "an arrival time of type double (a null one is a rejected row: input_times_parseable's)",
+        lambda o, ev, st: (o, ev.withColumn("arrival_time", ev["arrival_time"].cast("double")), st)),
     ("input_times_parseable", "clicks"): (
         "an event without event time",
         lambda o, ev, st: (o, _add(ev, event_time="NULL"), st)),
@@ -231,6 +231,7 @@ def test_results_carry_asset_check_metadata(spark, replayed):
     r = replayed("clicks")
     [res] = V.run_checks(spark, r.pipeline, r.out2, only={"state_unique"})
     meta = res.metadata()
-    assert meta == {"failure_count": 0, "sample": [], "description": res.description, "skipped": False}
+    assert meta == {"failure_count": 0, "sample": [], "description": res.description, "skipped": False,
+                    "blocking": True}
     with pytest.raises(ValueError, match="unknown check"):
         V.run_checks(spark, r.pipeline, r.out2, only={"no_such_check"})

@@ -152,6 +152,10 @@ MISTAKES = [
     ([(("replay",), {"flushAtEnd": "yes"})],                              ["replay.flushAtEnd", "'yes'"]),  # not a boolean
     ([(("version",), 2)],                                                 ["version", "2"]),  # unsupported version
     ([(("emitter", "triggers"), ["atEnd"])],                              ["emitter.triggers[0]", "'atEnd'"]),  # unknown trigger
+    ([(("quality",), {"maxRejectedShare": "lots"})],                      ["quality.maxRejectedShare", "'lots'"]),  # not a share
+    ([(("quality",), {"maxRejectedShare": 5})],                           ["quality.maxRejectedShare", "5", "between 0 and 1"]),  # a count, not a share
+    ([(("quality",), {"maxRejectedShare": "150%"})],                      ["quality.maxRejectedShare", "'150%'"]),  # over 100 %
+    ([(("quality",), {"maxRejectShare": "1%"})],                          ["quality.maxRejectShare", "unknown field"]),  # typo in quality
 ]
 
 
@@ -162,6 +166,16 @@ def test_mistakes_name_field_and_value(edits, needles):
     msg = str(info.value)
     for needle in needles:
         assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+@pytest.mark.parametrize("given, share", [(None, 0.001), ("0.1%", 0.001), ("2.5 %", 0.025), (0, 0.0), (0.05, 0.05),
+                                           (1, 1.0)])
+def test_quality_max_rejected_share(given, share):
+    """quality.maxRejectedShare: a number from 0 to 1 or a percentage (default 0.1 %); it
+    decides only when checks block, so the state's fingerprint ignores it."""
+    p = parse_pipeline(_doc() if given is None else _doc((("quality",), {"maxRejectedShare": given})))
+    assert p.quality.max_rejected_share == pytest.approx(share, abs=1e-15)
+    assert p.fingerprint() == parse_pipeline(_doc()).fingerprint()
 
 
 def test_base_doc_is_valid():
