@@ -19,6 +19,7 @@ from assets.pipelines import asset_prefix, build_pipeline_assets
 from orchestration.partitions import PartitionSettings
 from orchestration.resources import SparkResource, StorageResource, resolved, spark_from_env, storage_from_env
 from orchestration.schedules import newest_partition_schedule, replay_job
+from orchestration.sensors import build_landing_zone_sensor, landing_location
 
 
 def load_pipelines(folder: str | Path) -> list[tuple[object, Path]]:
@@ -57,15 +58,16 @@ def build_definitions(
     spark: SparkResource | None = None,
     partitions: PartitionSettings | None = None,
 ) -> dg.Definitions:
-    """Assemble assets, job, schedule, resources and the in-process executor.
+    """Assemble assets, job, schedule, sensor, resources and the in-process executor.
 
     Unset arguments come from the environment (see ``orchestration.resources`` and
-    ``orchestration.partitions``). The in-process executor runs every step of a run in
-    one process, so Spark starts once per run.
+    ``orchestration.partitions``). Partitions without an end end where the landing zone
+    ends (``PartitionSettings.with_landed_end``, which lists it now). The in-process
+    executor runs every step of a run in one process, so Spark starts once per run.
     """
     storage = storage or storage_from_env()
     spark = spark or spark_from_env()
-    partitions = partitions or PartitionSettings.from_env()
+    partitions = (partitions or PartitionSettings.from_env()).with_landed_end(*landing_location(storage))
     partitions_def = partitions.partitions_def()
     pipelines = load_pipelines(resolved(storage.pipelines_dir))
     assets = [build_events_asset(partitions_def)]
@@ -75,6 +77,7 @@ def build_definitions(
         assets=assets,
         jobs=[job],
         schedules=[newest_partition_schedule(job, partitions.grain)],
+        sensors=[build_landing_zone_sensor(job, partitions, storage, [k for a in assets for k in a.keys])],
         resources={"pyspark": spark, "storage": storage},
         executor=dg.in_process_executor,
     )

@@ -111,13 +111,23 @@ def run_demo(args, start: datetime) -> int:
         )
         print(f"history    {len(folders)} day(s) x {args.events_per_day:,} events -> {storage.landing_zone}")
 
-    settings = PartitionSettings.from_env()
-    settings = PartitionSettings(grain=settings.grain, start=start.strftime("%Y-%m-%d"), end=settings.end)
+    from orchestration.sensors import landing_location
+
+    configured = PartitionSettings.from_env()
+    settings = PartitionSettings(grain=configured.grain, start=start.strftime("%Y-%m-%d"), end=configured.end)
+    # Without REWINDOW_HISTORY_END the partitions end after the newest landed day, as `dagster dev` computes it.
+    settings = settings.with_landed_end(*landing_location(storage))
     partitions_def = settings.partitions_def()
     first = partitions_def.get_partition_key_for_timestamp(start.timestamp())
     last = partitions_def.get_partition_key_for_timestamp(
         (start + timedelta(days=args.days)).timestamp() - 1
     )
+    newest = partitions_def.get_last_partition_key()
+    if newest is None or newest < first:
+        print(f"error: no partition from {first}: the partitions end before it (REWINDOW_HISTORY_END "
+              f"{settings.end or 'unset: up to the last complete partition'})", file=sys.stderr)
+        return 2
+    last = min(last, newest)  # --no-generate over fewer landed days than --days
 
     home = Path(args.dagster_home or os.environ.get("DAGSTER_HOME") or "data/dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -177,7 +187,7 @@ def run_demo(args, start: datetime) -> int:
         ("REWINDOW_OUTPUT_ROOT", storage.output_root, DEFAULT_OUTPUT_ROOT),
         ("REWINDOW_PARTITION_GRAIN", settings.grain, DEFAULT_GRAIN),
         ("REWINDOW_HISTORY_START", settings.start, DEFAULT_HISTORY_START),
-        ("REWINDOW_HISTORY_END", settings.end, None),
+        ("REWINDOW_HISTORY_END", configured.end, None),
     ):
         if ours != default and ours != str(Path(default or "").resolve()):
             hints[var] = ours

@@ -1,0 +1,264 @@
+"""Partitions end where the landed data ends; the landing-zone sensor replays new days or asks for a reload.
+
+No Spark: the end is computed from the landing zone's folder names (pyarrow.fs), and the
+sensor is evaluated against an ephemeral instance, materializations reported to it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from orchestration.definitions import build_definitions
+from orchestration.partitions import PartitionSettings, landed_days
+from orchestration.resources import StorageResource
+from orchestration.schedules import REPLAY_JOB
+from orchestration.sensors import SENSOR_NAME
+
+DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
+
+
+def land(root: Path, *days: str, column: str = "date") -> Path:
+    """``<root>/<column>=<day>/part-0.parquet`` per day (only the folder names matter here)."""
+    for day in days:
+        (root / f"{column}={day}").mkdir(parents=True, exist_ok=True)
+        (root / f"{column}={day}" / "part-0.parquet").write_bytes(b"")
+    return root
+
+
+def defs_for(landing, pipelines_dir, grain="daily", start="2024-01-01", end=None, column="date"):
+    storage = StorageResource(
+        landing_zone=str(landing), pipelines_dir=str(pipelines_dir), landing_partition_column=column
+    )
+    return build_definitions(storage=storage, partitions=PartitionSettings(grain=grain, start=start, end=end))
+
+
+def partition_keys(defs) -> list[str]:
+    return defs.resolve_job_def(REPLAY_JOB).partitions_def.get_partition_keys()
+
+
+def built_quietly(*args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        defs = defs_for(*args, **kwargs)
+    # The end comes from the landing zone (or the configuration): no fallback warning.
+    assert not [str(w.message) for w in caught if "landing zone" in str(w.message)]
+    return defs
+
+
+def test_three_landed_days_make_three_daily_partitions(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", *DAYS)
+    (landing / "_SUCCESS").write_bytes(b"")  # files and other folders at the top are not days
+    (landing / "date=not-a-day").mkdir()
+    (landing / "other=2024-02-01").mkdir()
+    defs = built_quietly(landing, pipelines_dir)
+    assert partition_keys(defs) == DAYS
+    # Every asset of the graph shares them.
+    state = defs.resolve_assets_def(dg.AssetKey(["clicks_hourly", "window_state"]))
+    assert state.partitions_def.get_last_partition_key() == "2024-01-03"
+
+
+def test_hourly_partitions_cover_every_hour_of_the_newest_landed_day(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", *DAYS)
+    keys = partition_keys(built_quietly(landing, pipelines_dir, grain="hourly"))
+    assert len(keys) == 72
+    assert (keys[0], keys[-1]) == ("2024-01-01-00:00", "2024-01-03-23:00")
+
+
+def test_a_gap_in_the_landed_days_is_still_a_partition(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", "2024-01-01", "2024-01-04")
+    assert partition_keys(built_quietly(landing, pipelines_dir)) == [
+        "2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"
+    ]
+
+
+def test_the_partition_column_names_the_folders(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", *DAYS, column="dt")
+    assert partition_keys(built_quietly(landing, pipelines_dir, column="dt")) == DAYS
+
+
+def test_a_file_uri_landing_zone(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", *DAYS)
+    assert partition_keys(built_quietly(landing.as_uri(), pipelines_dir)) == DAYS
+
+
+def test_a_configured_end_wins(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", *DAYS)
+    keys = partition_keys(built_quietly(landing, pipelines_dir, end="2024-01-06"))
+    assert keys == DAYS + ["2024-01-04", "2024-01-05"]
+    assert partition_keys(built_quietly(landing, pipelines_dir, end="2024-01-02")) == ["2024-01-01"]
+
+
+def test_the_end_comes_from_the_environment_when_the_definitions_load(tmp_path, pipelines_dir, monkeypatch):
+    from orchestration.definitions import defs
+
+    landing = land(tmp_path / "landing", *DAYS)
+    monkeypatch.setenv("REWINDOW_LANDING_ZONE", str(landing))
+    monkeypatch.setenv("REWINDOW_PIPELINES_DIR", str(pipelines_dir))
+    for var in ("REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_START", "REWINDOW_HISTORY_END",
+                "REWINDOW_LANDING_PARTITION_COLUMN"):
+        monkeypatch.delenv(var, raising=False)
+    assert partition_keys(defs()) == DAYS
+    land(landing, "2024-01-04")  # lands later: the next load (a reload) sees it
+    assert partition_keys(defs())[-1] == "2024-01-04"
+    monkeypatch.setenv("REWINDOW_HISTORY_END", "2024-01-03")
+    assert partition_keys(defs()) == DAYS[:2]
+    # `rolling`: the old end, up to the last complete day, whatever has landed (for
+    # deployments that land data daily and never reload the code location).
+    monkeypatch.setenv("REWINDOW_HISTORY_END", "rolling")
+    keys = partition_keys(defs())
+    assert keys[0] == DAYS[0] and len(keys) > 300
+
+
+def test_days_landed_before_the_start_end_one_day_after_the_start(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", "2023-12-30", "2023-12-31")
+    assert partition_keys(built_quietly(landing, pipelines_dir)) == ["2024-01-01"]
+
+
+def fallback_keys(defs) -> tuple[str, str | None]:
+    partitions_def = defs.resolve_job_def(REPLAY_JOB).partitions_def
+    assert partitions_def.end is None  # up to the last complete partition, as before
+    return partitions_def.get_first_partition_key(), partitions_def.get_last_partition_key()
+
+
+@pytest.mark.parametrize(
+    "case, why",
+    [
+        ("missing", "cannot list it (FileNotFoundError"),
+        ("empty", "it holds no date=YYYY-MM-DD folder"),
+        ("no column", "it has no partition column"),
+        ("unknown scheme", "cannot list it (ArrowInvalid"),
+    ],
+)
+def test_without_landed_days_partitions_fall_back_to_the_last_complete_one_with_a_warning(
+    tmp_path, pipelines_dir, case, why
+):
+    landing, column = tmp_path / "landing", "date"
+    if case == "empty":
+        landing.mkdir()
+    elif case == "no column":
+        land(landing, *DAYS)
+        column = ""
+    elif case == "unknown scheme":
+        landing = "nosuchfs://bucket/landing"
+    with pytest.warns(UserWarning) as caught:
+        defs = defs_for(landing, pipelines_dir, column=column)
+    (message,) = [str(w.message) for w in caught if "landing zone" in str(w.message)]
+    assert message.startswith(f"landing zone {landing}: {why}"), message
+    assert "up to the last complete one" in message
+    first, last = fallback_keys(defs)
+    assert first == "2024-01-01" and last > "2025-01-01"
+
+
+def test_landed_days_are_listed_without_spark(tmp_path):
+    from pyspark import SparkContext
+
+    before = SparkContext._active_spark_context  # the suite's shared session may run already
+    land(tmp_path, "2024-03-02", "2024-03-01")
+    for location in (str(tmp_path), f"file:{tmp_path}", tmp_path.as_uri()):
+        assert [str(d) for d in landed_days(location, "date")] == ["2024-03-01", "2024-03-02"]
+    assert SparkContext._active_spark_context is before
+
+
+# --- the sensor -------------------------------------------------------------------------------
+
+
+def evaluate(defs, instance, cursor=None):
+    """The sensor's result, and the cursor of the next tick."""
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
+    with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as context:
+        result = sensor(context)
+    return result, (result.cursor if isinstance(result, dg.SensorResult) else cursor)
+
+
+def report(instance, defs, *partitions):
+    """Every asset of the job materialized for ``partitions`` (as a run would)."""
+    for key in defs.resolve_all_asset_keys():
+        for partition in partitions:
+            instance.report_runless_asset_event(dg.AssetMaterialization(key, partition=partition))
+
+
+def test_sensor_is_registered_stopped_every_five_minutes(tmp_path, pipelines_dir):
+    defs = built_quietly(land(tmp_path / "landing", *DAYS), pipelines_dir)
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    assert sensor.minimum_interval_seconds == 300
+    assert sensor.job_name == REPLAY_JOB
+
+
+def test_sensor_requests_the_unmaterialized_newest_landed_partition_once(tmp_path, pipelines_dir):
+    defs = built_quietly(land(tmp_path / "landing", *DAYS), pipelines_dir)
+    with dg.DagsterInstance.ephemeral() as instance:
+        report(instance, defs, "2024-01-01", "2024-01-02")
+        result, cursor = evaluate(defs, instance)
+        assert isinstance(result, dg.SensorResult), result
+        (request,) = result.run_requests
+        assert (request.partition_key, request.run_key) == ("2024-01-03", "2024-01-03")
+        # The next tick does not request it again ...
+        again, _ = evaluate(defs, instance, cursor=cursor)
+        assert isinstance(again, dg.SkipReason) and "already requested" in again.skip_message
+        # ... and once it is materialized there is nothing to do.
+        report(instance, defs, "2024-01-03")
+        done, _ = evaluate(defs, instance, cursor=cursor)
+        assert isinstance(done, dg.SkipReason) and "2024-01-03" in done.skip_message
+        assert "materialized" in done.skip_message
+
+
+def test_sensor_replays_missing_earlier_partitions_in_one_range_run(tmp_path, pipelines_dir):
+    defs = built_quietly(land(tmp_path / "landing", *DAYS), pipelines_dir)
+    with dg.DagsterInstance.ephemeral() as instance:
+        result, _ = evaluate(defs, instance)
+        (request,) = result.run_requests
+        assert request.partition_key is None and request.run_key == "2024-01-01...2024-01-03"
+        assert request.partition_key_range == dg.PartitionKeyRange("2024-01-01", "2024-01-03")
+
+
+def test_sensor_says_a_day_landed_after_the_end_needs_a_reload(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", *DAYS)
+    defs = built_quietly(landing, pipelines_dir)
+    land(landing, "2024-01-04", "2024-01-05")  # lands after the definitions loaded
+    with dg.DagsterInstance.ephemeral() as instance:
+        report(instance, defs, *DAYS)
+        result, _ = evaluate(defs, instance)
+    assert isinstance(result, dg.SkipReason), result
+    assert "2024-01-04, 2024-01-05" in result.skip_message
+    assert "reload" in result.skip_message and "Deployment → Reload" in result.skip_message
+
+
+def test_sensor_with_a_configured_end_reports_later_days_and_still_replays(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", *DAYS)
+    defs = built_quietly(landing, pipelines_dir, end="2024-01-03")
+    with dg.DagsterInstance.ephemeral() as instance:
+        report(instance, defs, "2024-01-01")
+        result, cursor = evaluate(defs, instance)
+        (request,) = result.run_requests
+        assert request.partition_key == "2024-01-02"
+        report(instance, defs, "2024-01-02")
+        result, _ = evaluate(defs, instance, cursor=cursor)
+    assert isinstance(result, dg.SkipReason)
+    assert "2024-01-03 landed after REWINDOW_HISTORY_END=2024-01-03" in result.skip_message
+
+
+def test_sensor_hourly_requests_the_landed_day_from_its_first_missing_hour(tmp_path, pipelines_dir):
+    defs = built_quietly(land(tmp_path / "landing", *DAYS), pipelines_dir, grain="hourly")
+    keys = partition_keys(defs)
+    with dg.DagsterInstance.ephemeral() as instance:
+        report(instance, defs, *keys[:48])
+        result, _ = evaluate(defs, instance)
+    (request,) = result.run_requests
+    assert request.partition_key_range == dg.PartitionKeyRange("2024-01-03-00:00", "2024-01-03-23:00")
+
+
+def test_sensor_skips_when_the_landing_zone_cannot_be_listed(tmp_path, pipelines_dir):
+    landing = land(tmp_path / "landing", *DAYS)
+    defs = built_quietly(landing, pipelines_dir)
+    for day in DAYS:
+        (landing / f"date={day}" / "part-0.parquet").unlink()
+        (landing / f"date={day}").rmdir()
+    landing.rmdir()
+    with dg.DagsterInstance.ephemeral() as instance:
+        result, _ = evaluate(defs, instance)
+    assert isinstance(result, dg.SkipReason) and f"cannot list landing zone {landing}" in result.skip_message
