@@ -142,9 +142,10 @@ def build_pipeline_assets(
             asset=keys[name],
             blocking=True,
             description=(
-                "Data-quality checks of every partition in the run (windowing.validation: "
+                "Data-quality checks of each partition a run replays, one result per partition (windowing.validation: "
                 + ", ".join(f"`{p}*`" if p.endswith("_") else f"`{p}`" for p in QUALITY_CHECKS[name])
-                + "). Fails when one fails; the run then stops before the next partition."
+                + "). A partition that fails is not committed, and the run stops before the next one; rejected rows "
+                "within the pipeline's `quality.maxRejectedShare` only warn."
             ),
         )
         for name in OUTPUTS
@@ -189,9 +190,19 @@ def build_pipeline_assets(
                 for name, asset_key in keys.items():
                     context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
                                                               metadata=_metadata(spark, part, name)))
-        yield _chain_check(spark, pipeline, storage, partitions_def, state_key)
-        for name in OUTPUTS:
-            yield _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], parts, config.checks)
+        # One evaluation per partition, each naming its partition and its own materialization
+        # (Dagster plans a check execution per partition of a range run; a run-level result
+        # would leave the others SKIPPED). The chain check covers every partition the run was
+        # asked for, refused runs included; the quality checks the partitions it replayed.
+        for spec in context.assets_def.check_specs:  # each check's output (Dagster requires them)
+            yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(spec.key))
+        chain = _chain_check(spark, pipeline, storage, partitions_def, state_key)
+        for key in (context.partition_keys if not parts else [p.key for p in parts]):
+            yield _evaluation(context.instance, chain, key, blocking=False)
+        for part in parts:
+            for name in OUTPUTS:
+                result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], config.checks)
+                yield _evaluation(context.instance, result, part.key, blocking=True)
         if refused is not None:
             raise refused
         if bad:
@@ -433,6 +444,27 @@ def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
     return meta
 
 
+def _evaluation(instance, result: dg.AssetCheckResult, partition: str, blocking: bool) -> dg.AssetCheckEvaluation:
+    """``result`` as the evaluation of one partition, targeting that partition's latest
+    materialization (none if it was never materialized)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=result.asset_key, asset_partitions=[partition]), limit=1).records
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # not exported by dagster
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
+    target = None
+    if records:
+        mat = records[0]
+        target = AssetCheckEvaluationTargetMaterializationData(
+            storage_id=mat.storage_id, run_id=mat.event_log_entry.run_id, timestamp=mat.timestamp)
+    return dg.AssetCheckEvaluation(
+        asset_key=result.asset_key, check_name=result.check_name, passed=result.passed,
+        metadata=result.metadata, severity=result.severity, description=result.description,
+        blocking=blocking, partition=partition, target_materialization_data=target,
+    )
+
+
 def _chain_check(spark, pipeline, storage: StorageResource, partitions_def, state_key: dg.AssetKey) -> dg.AssetCheckResult:
     """The state chain over every materialized partition of the pipeline (see store.out_of_date_partitions)."""
     pipeline_dir = join(storage.output_path(), pipeline.name)
@@ -462,7 +494,8 @@ def _chain_check(spark, pipeline, storage: StorageResource, partitions_def, stat
 
 
 def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -> dg.AssetCheckResult:
-    """One blocking check over the run's partitions: the windowing.validation checks it covers."""
+    """One blocking check over ``parts`` (the replay calls it with one partition at a time):
+    the windowing.validation checks it covers."""
     if not enabled:
         return dg.AssetCheckResult(
             asset_key=asset_key, check_name=check_name, passed=True,
@@ -484,13 +517,14 @@ def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -
     failed = {k: v for k, v in per_partition.items() if v}
     not_committed = {p.key: p.run_path for p in parts if not p.committed}
     if failed:
-        description = (f"failed in partition(s) {', '.join(failed)}: not committed (staged runs kept for "
-                       "inspection, see `not_committed`)")
+        description = (f"failed in partition {', '.join(failed)}: not committed (the staged run is kept "
+                       "for inspection, see `not_committed`)")
     elif warnings:
-        description = (f"passed with warnings in partition(s) {', '.join(warnings)}: rejected rows within "
+        description = (f"passed with warnings in partition {', '.join(warnings)}: rejected rows within "
                        "quality.maxRejectedShare")
     else:
-        description = f"all checks passed in {len(per_partition)} partition(s)"
+        description = (f"all checks passed in partition {next(iter(per_partition))}" if len(per_partition) == 1
+                       else f"all checks passed in {len(per_partition)} partitions")
     return dg.AssetCheckResult(
         asset_key=asset_key,
         check_name=check_name,

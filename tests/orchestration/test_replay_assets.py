@@ -165,8 +165,8 @@ def test_changed_history_flags_later_partitions_until_they_are_rerun(spark, hist
 
     result = r.with_landing(changed).run(DAYS[1], DAYS[2])
     assert result.success, failure_message(result)
-    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
-    assert check.passed
+    checks = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
+    assert sorted(c.partition for c in checks) == DAYS[1:] and all(c.passed for c in checks)  # one per partition
 
 
 def test_flush_at_end_and_an_empty_day(spark, history, one_by_one, tmp_path):
@@ -224,6 +224,18 @@ def test_backfill_ran_blocking_quality_checks_that_passed(backfill):
     checks = backfill.defs.resolve_asset_graph().asset_check_keys
     names = {k.name for k in checks}
     assert {"window_state_valid", "windowed_aggregates_valid", "late_events_valid", "rejected_events_valid"} <= names
+    # What the UI's check history lists: per check, one execution per partition of the run,
+    # each naming its partition and targeting that partition's materialization; none SKIPPED.
+    storage = backfill.instance.event_log_storage
+    for key in checks:
+        executions = storage.get_asset_check_execution_history(key, limit=50)
+        assert sorted(e.partition for e in executions) == DAYS, key
+        assert {e.status.value for e in executions} == {"SUCCEEDED"}, key
+        for e in executions:
+            target = e.event.asset_check_evaluation.target_materialization_data
+            [mat] = backfill.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key.asset_key, asset_partitions=[e.partition]), limit=1).records
+            assert target is not None and target.storage_id == mat.storage_id, (key, e.partition)
 
 
 def _landing_with_odd_row(history, tmp_path, day: str, **edit):
