@@ -1,7 +1,8 @@
 """Partitions end where the landed data ends; the landing-zone sensor replays new days or asks for a reload.
 
-No Spark: the end is computed from the landing zone's folder names (pyarrow.fs), and the
-sensor is evaluated against an ephemeral instance, materializations reported to it.
+The end is computed from the landing zone's folder names (pyarrow.fs, no Spark), and the
+sensor is evaluated against an ephemeral instance, materializations reported to it; the
+last test runs the sensor's request on the real engine.
 """
 
 from __future__ import annotations
@@ -262,3 +263,24 @@ def test_sensor_skips_when_the_landing_zone_cannot_be_listed(tmp_path, pipelines
     with dg.DagsterInstance.ephemeral() as instance:
         result, _ = evaluate(defs, instance)
     assert isinstance(result, dg.SkipReason) and f"cannot list landing zone {landing}" in result.skip_message
+
+
+def test_the_sensors_range_request_runs_and_replays_every_landed_day(spark, history, pipelines_dir, tmp_path):
+    """End to end on the real engine: the request the sensor makes for a history never
+    replayed is run as the daemon would (its tags, its job) and materializes every landed
+    day; the next tick has nothing to do."""
+    storage = StorageResource(landing_zone=str(history), pipelines_dir=str(pipelines_dir),
+                              output_root=str(tmp_path / "out"))
+    defs = build_definitions(storage=storage, partitions=PartitionSettings().with_landed_end(str(history), "date"))
+    assert partition_keys(defs) == DAYS
+    with dg.DagsterInstance.ephemeral() as instance:
+        result, cursor = evaluate(defs, instance)
+        (request,) = result.run_requests
+        run = defs.resolve_job_def(REPLAY_JOB).execute_in_process(
+            instance=instance, partition_key=request.partition_key, tags=request.tags,
+            run_config={"ops": {"clicks_hourly_replay": {"config": {"checks": True}}}}, raise_on_error=False)
+        assert run.success
+        for key in defs.resolve_all_asset_keys():
+            assert instance.get_materialized_partitions(key) == set(DAYS), key
+        after, _ = evaluate(defs, instance, cursor=cursor)
+        assert isinstance(after, dg.SkipReason), after
