@@ -54,6 +54,9 @@ def log(message: str) -> None:
 
 
 def demo_env(root: Path) -> dict[str, str]:
+    """The demo's and the webserver's environment: no REWINDOW_* / DAGSTER_HOME from outside
+    (a developer's REWINDOW_HISTORY_END would change the partitions), only ``root``'s folders,
+    and a small local Spark session (2 cores, as the test suite's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWINDOW_") and k != "DAGSTER_HOME"}
     env.update(
         REWINDOW_LANDING_ZONE=str(root / "landing"),
@@ -63,10 +66,20 @@ def demo_env(root: Path) -> dict[str, str]:
         PYSPARK_PYTHON=PYTHON,
         PYSPARK_DRIVER_PYTHON=PYTHON,
         REWINDOW_SPARK_MASTER="local[2]",
-        REWINDOW_SPARK_CONF="spark.sql.shuffle.partitions=2,spark.default.parallelism=2,spark.driver.memory=2g",
+        REWINDOW_SPARK_CONF=(
+            "spark.sql.shuffle.partitions=2,spark.default.parallelism=2,spark.driver.memory=2g,"
+            "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+        ),
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
     )
     return env
+
+
+def demo_command(env: dict[str, str]) -> list[str]:
+    """``python -m orchestration.demo`` over ``env``'s folders: 3 days x 2,000 events, 50 keys."""
+    return [PYTHON, "-m", "orchestration.demo", "--days", "3", "--events-per-day", "2000", "--keys", "50",
+            "--landing-zone", env["REWINDOW_LANDING_ZONE"], "--pipelines-dir", env["REWINDOW_PIPELINES_DIR"],
+            "--output-root", env["REWINDOW_OUTPUT_ROOT"], "--dagster-home", env["DAGSTER_HOME"]]
 
 
 def run_demo(root: Path, env: dict[str, str]) -> None:
@@ -74,12 +87,7 @@ def run_demo(root: Path, env: dict[str, str]) -> None:
         log(f"reusing the demo in {root}")
         return
     log(f"running the demo into {root} (a minute or two: Spark) ...")
-    done = subprocess.run(
-        [PYTHON, "-m", "orchestration.demo", "--days", "3", "--events-per-day", "2000", "--keys", "50",
-         "--landing-zone", env["REWINDOW_LANDING_ZONE"], "--pipelines-dir", env["REWINDOW_PIPELINES_DIR"],
-         "--output-root", env["REWINDOW_OUTPUT_ROOT"], "--dagster-home", env["DAGSTER_HOME"]],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )
+    done = subprocess.run(demo_command(env), cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-6000:])
         raise SystemExit(f"the demo failed (exit {done.returncode})")

@@ -17,7 +17,8 @@ asks ``POST /graphql`` the questions the UI's pages ask:
 * then a rerun of the last day with a bad row: the blocking check fails, and the
   materialization Dagster shows for that day is still the demo's committed output.
 
-Stdlib only (``subprocess``, ``urllib``, ``socket``); the webserver is stopped by its
+Stdlib only (``subprocess``, ``urllib``); the demo's command and environment are the
+screenshot script's (``scripts/ui_screenshots.py``). The webserver is stopped by its
 process group in the fixture's finalizer. Marked ``spark`` (the demo runs Spark in a
 subprocess), so the fast tier skips it. About 2-4 minutes, mostly the demo's Spark.
 """
@@ -28,9 +29,7 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import textwrap
 import time
 import urllib.error
@@ -39,11 +38,11 @@ from pathlib import Path
 
 import pytest
 
+from scripts.ui_screenshots import PYTHON, WEBSERVER, demo_command, demo_env, free_port  # the same demo and server
+
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
-WEBSERVER = str(Path(PYTHON).with_name("dagster-webserver"))
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
 OUTPUTS = ("window_state", "windowed_aggregates", "late_events", "rejected_events")
 CHAIN_CHECK = "state_chain_in_sync"
@@ -90,28 +89,6 @@ def _tail(path: Path, chars: int = 6000) -> str:
         return ""
 
 
-def _env(root: Path) -> dict[str, str]:
-    """The demo's and the webserver's environment: no REWINDOW_* / DAGSTER_HOME from outside
-    (a developer's REWINDOW_HISTORY_END would change the partitions), only our folders."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REWINDOW_") and k != "DAGSTER_HOME"}
-    env.update(
-        REWINDOW_LANDING_ZONE=str(root / "landing"),
-        REWINDOW_PIPELINES_DIR=str(root / "pipelines"),
-        REWINDOW_OUTPUT_ROOT=str(root / "output"),
-        DAGSTER_HOME=str(root / "home"),
-        PYSPARK_PYTHON=PYTHON,
-        PYSPARK_DRIVER_PYTHON=PYTHON,
-        # A small local session, as the test suite's (the machine is shared, 2 cores).
-        REWINDOW_SPARK_MASTER="local[2]",
-        REWINDOW_SPARK_CONF=(
-            "spark.sql.shuffle.partitions=2,spark.default.parallelism=2,spark.driver.memory=2g,"
-            "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-        ),
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-    )
-    return env
-
-
 class Demo:
     def __init__(self, root: Path, env: dict[str, str], run_id: str, seconds: float):
         self.root, self.env, self.run_id, self.seconds = root, env, run_id, seconds
@@ -120,17 +97,11 @@ class Demo:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Demo:
     root = tmp_path_factory.mktemp("ui_demo")
-    env = _env(root)
+    env = demo_env(root)
     began = time.monotonic()
     try:
-        done = subprocess.run(
-            [
-                PYTHON, "-m", "orchestration.demo", "--days", "3", "--events-per-day", "2000", "--keys", "50",
-                "--landing-zone", env["REWINDOW_LANDING_ZONE"], "--pipelines-dir", env["REWINDOW_PIPELINES_DIR"],
-                "--output-root", env["REWINDOW_OUTPUT_ROOT"], "--dagster-home", env["DAGSTER_HOME"],
-            ],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT,
-        )
+        done = subprocess.run(demo_command(env), cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=DEMO_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the demo did not finish in {DEMO_TIMEOUT}s:\n{(exc.stdout or '')[-4000:]}\n{(exc.stderr or '')[-4000:]}")
     seconds = time.monotonic() - began
@@ -139,12 +110,6 @@ def demo(tmp_path_factory) -> Demo:
     m = re.search(r"done\s+run (\S+) in", done.stdout)
     assert m, f"the demo did not print its run id:\n{done.stdout[-4000:]}"
     return Demo(root, env, m.group(1), seconds)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class UI:
@@ -189,7 +154,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def ui(demo) -> UI:
-    port = _free_port()
+    port = free_port()
     log_dir = demo.root / "webserver"
     log_dir.mkdir()
     stdout, stderr = log_dir / "stdout.log", log_dir / "stderr.log"
