@@ -519,7 +519,7 @@ ROWS_PER_FILE = 1_000_000
 def _write_tasks(rows: int, most: int, slots: int | None) -> int:
     """Write tasks for an output of ``rows`` rows: one per :data:`ROWS_PER_FILE` rows, at
     most ``most``; more tasks than task ``slots`` are rounded up to whole waves (3 tasks on
-    2 slots take as long as 4 of three quarters the size)."""
+    2 slots take two full waves; 4 tasks, each three quarters the size, two shorter ones)."""
     n = max(1, -(-rows // ROWS_PER_FILE))
     if slots and n > slots:
         n = -(-n // slots) * slots
