@@ -3,7 +3,9 @@
     python -m orchestration.demo --days 3
 
 1. writes ``--days`` days of sample clickstream events (``windowing.sample``) into the
-   landing zone (``data/landing`` by default);
+   landing zone (``data/landing`` by default): the days up to yesterday (UTC) the first
+   time, the same days again when the landing zone already holds some (``--start`` to
+   choose);
 2. puts the example pipelines (``examples/pipelines/*.yaml``) into the pipelines folder
    when it holds none (``data/pipelines`` by default);
 3. materializes every asset over all the generated partitions as ONE single-run
@@ -39,14 +41,13 @@ concurrency:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestration.partitions import DEFAULT_HISTORY_START
-
     parser = argparse.ArgumentParser(prog="python -m orchestration.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=int, default=3, help="days of history to generate and replay (default 3)")
     parser.add_argument(
         "--start",
-        default=os.environ.get("REWINDOW_HISTORY_START", DEFAULT_HISTORY_START),
-        help="first day, YYYY-MM-DD (default $REWINDOW_HISTORY_START or %(default)s); also the first partition",
+        default=os.environ.get("REWINDOW_HISTORY_START") or None,
+        help="first day, YYYY-MM-DD; also the first partition (default $REWINDOW_HISTORY_START, else the "
+             "oldest day the landing zone holds, else --days days before today, UTC)",
     )
     parser.add_argument("--events-per-day", type=int, default=20_000, help="default %(default)s")
     parser.add_argument("--keys", type=int, default=500, help="distinct user_id values (default %(default)s)")
@@ -60,19 +61,36 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.days < 1:
         parser.error("--days must be at least 1")
-    try:
-        start = datetime.strptime(args.start, "%Y-%m-%d").replace(tzinfo=timezone.utc)
-    except ValueError:
-        parser.error(f"--start: {args.start!r} is not a date (YYYY-MM-DD)")
+    start = None
+    if args.start is not None:
+        try:
+            start = datetime.strptime(args.start, "%Y-%m-%d").replace(tzinfo=timezone.utc)
+        except ValueError:
+            parser.error(f"--start: {args.start!r} is not a date (YYYY-MM-DD)")
     return run_demo(args, start)
 
 
-def run_demo(args, start: datetime) -> int:
+def default_start(landing_zone: str, partition_column: str | None, days: int) -> datetime:
+    """The demo's first day without ``--start``: the oldest day the landing zone holds (so a
+    second run replays the same history), else ``days`` days before today (UTC), so the
+    history ends yesterday. Recent days matter for the UI: Dagster 1.13's Plots ->
+    Partitions tab only looks at the 120 partitions before today."""
+    from orchestration.partitions import landed_days
+
+    try:
+        landed = landed_days(landing_zone, partition_column) if partition_column else []
+    except Exception:  # noqa: BLE001 - no landing zone yet
+        landed = []
+    first = landed[0] if landed else datetime.now(timezone.utc).date() - timedelta(days=days)
+    return datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
+
+
+def run_demo(args, start: datetime | None) -> int:
     import dagster as dg
 
     from assets.pipelines import CHECK_NAME, asset_prefix
     from orchestration.definitions import build_definitions, load_pipelines
-    from orchestration.partitions import DEFAULT_GRAIN, DEFAULT_HISTORY_START, PartitionSettings
+    from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
     from orchestration.resources import (
         DEFAULT_LANDING_ZONE,
         DEFAULT_OUTPUT_ROOT,
@@ -103,6 +121,10 @@ def run_demo(args, start: datetime) -> int:
         print(f"error: no pipeline YAML in {pipelines_dir} (and none in {EXAMPLES})", file=sys.stderr)
         return 2
 
+    from orchestration.sensors import landing_location
+
+    if start is None:
+        start = default_start(*landing_location(storage), args.days)
     if not args.no_generate:
         from windowing.sample import generate_history
 
@@ -110,8 +132,6 @@ def run_demo(args, start: datetime) -> int:
             storage.landing_zone, start, args.days, args.events_per_day, args.keys, seed=args.seed
         )
         print(f"history    {len(folders)} day(s) x {args.events_per_day:,} events -> {storage.landing_zone}")
-
-    from orchestration.sensors import landing_location
 
     configured = PartitionSettings.from_env()
     settings = PartitionSettings(grain=configured.grain, start=start.strftime("%Y-%m-%d"), end=configured.end)
@@ -184,12 +204,14 @@ def run_demo(args, start: datetime) -> int:
             print(f"  state chain check: {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
                   f"({len(chain)} partition(s))")
     hints = {"DAGSTER_HOME": str(home)}
+    # What `dagster dev` will take as the start: $REWINDOW_HISTORY_START, else the oldest landed day.
+    ui_start = PartitionSettings.from_env().with_landed_end(*landing_location(storage)).start
     for var, ours, default in (
         ("REWINDOW_LANDING_ZONE", storage.landing_zone, DEFAULT_LANDING_ZONE),
         ("REWINDOW_PIPELINES_DIR", storage.pipelines_dir, DEFAULT_PIPELINES_DIR),
         ("REWINDOW_OUTPUT_ROOT", storage.output_root, DEFAULT_OUTPUT_ROOT),
         ("REWINDOW_PARTITION_GRAIN", settings.grain, DEFAULT_GRAIN),
-        ("REWINDOW_HISTORY_START", settings.start, DEFAULT_HISTORY_START),
+        ("REWINDOW_HISTORY_START", settings.start, ui_start),
         ("REWINDOW_HISTORY_END", configured.end, None),
     ):
         if ours != default and ours != str(Path(default or "").resolve()):

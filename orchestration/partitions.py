@@ -3,11 +3,17 @@
 | variable | meaning | default |
 |---|---|---|
 | ``REWINDOW_PARTITION_GRAIN`` | ``daily`` or ``hourly`` | ``daily`` |
-| ``REWINDOW_HISTORY_START`` | first partition (``YYYY-MM-DD``); the replay starts there, from no state | ``2024-01-01`` |
+| ``REWINDOW_HISTORY_START`` | first partition (``YYYY-MM-DD``); the replay starts there, from no state | computed: the oldest landed day (``2024-01-01`` when the landing zone cannot be listed) |
 | ``REWINDOW_HISTORY_END`` | optional end, exclusive (``YYYY-MM-DD``), which always wins over the landing zone; or ``rolling``: up to the last complete partition, growing with the clock (for deployments where data lands every day and the code location is not reloaded) | computed: the day after the newest landed day |
 
 These decide the shape of the asset graph, so they are read when the definitions are
 built (``build_definitions()``), never at import time.
+
+**The start.** Without ``REWINDOW_HISTORY_START``, the partitions start at the oldest
+landed day, so a landing zone holding three days shows three partitions. Set it in
+production: the first partition replays from no state, so a start that moved (old day
+folders deleted by a retention policy) would make a rerun of the new first partition
+forget the state carried into it.
 
 **The end.** Without ``REWINDOW_HISTORY_END``, ``build_definitions()`` lists the landing
 zone's top-level ``<partition column>=YYYY-MM-DD`` folder names (with ``pyarrow.fs``, no
@@ -44,6 +50,8 @@ class PartitionSettings:
     ``end=None`` means "where the landing zone ends": :meth:`with_landed_end` (called
     by ``build_definitions()``) computes it. ``end_from_landing`` tells a computed end
     from a configured one (a reload extends the former, not the latter).
+    ``start_from_landing=True`` (``REWINDOW_HISTORY_START`` unset) lets it move ``start``
+    to the oldest landed day too.
     """
 
     grain: str = DEFAULT_GRAIN
@@ -52,6 +60,8 @@ class PartitionSettings:
     end_from_landing: bool = field(default=False, compare=False)
     #: ``REWINDOW_HISTORY_END=rolling``: no end, partitions grow with the clock.
     rolling: bool = field(default=False, compare=False)
+    #: ``start`` is only the fallback: :meth:`with_landed_end` starts at the oldest landed day.
+    start_from_landing: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.grain not in GRAINS:
@@ -66,21 +76,25 @@ class PartitionSettings:
     @classmethod
     def from_env(cls) -> "PartitionSettings":
         end = (os.environ.get("REWINDOW_HISTORY_END") or "").strip()
+        start = (os.environ.get("REWINDOW_HISTORY_START") or "").strip()
         return cls(
             grain=os.environ.get("REWINDOW_PARTITION_GRAIN", DEFAULT_GRAIN).strip().lower(),
-            start=os.environ.get("REWINDOW_HISTORY_START", DEFAULT_HISTORY_START).strip(),
+            start=start or DEFAULT_HISTORY_START,
             end=None if end.lower() == "rolling" else (end or None),
             rolling=end.lower() == "rolling",
+            start_from_landing=not start,
         )
 
     def with_landed_end(self, landing_zone: str, partition_column: str | None) -> "PartitionSettings":
-        """These settings, ending the day after the newest landed day when no end is set.
+        """These settings, ending the day after the newest landed day when no end is set, and
+        starting at the oldest landed day when no start is set (``start_from_landing``).
 
-        A configured end is kept. When the landing zone cannot be listed or holds no day,
-        warns (naming the landing zone and why) and keeps ``end=None``: partitions up to
-        the last complete one.
+        A configured end or start is kept. When the landing zone cannot be listed or holds
+        no day, warns (naming the landing zone and why) and keeps ``end=None`` (partitions
+        up to the last complete one) and the fallback start.
         """
-        if self.end is not None or self.rolling:
+        wants_end = self.end is None and not self.rolling
+        if not wants_end and not self.start_from_landing:
             return self
         if partition_column is None:
             why = "it has no partition column (REWINDOW_LANDING_PARTITION_COLUMN is empty), so no day folders"
@@ -93,14 +107,24 @@ class PartitionSettings:
                 why = f"cannot list it ({describe(exc)})"
                 days = []
         if not days:
-            warnings.warn(
-                f"landing zone {landing_zone}: {why}; partitions run up to the last complete one "
-                "(set REWINDOW_HISTORY_END to choose the end)",
-                stacklevel=2,
-            )
+            if wants_end:
+                warnings.warn(
+                    f"landing zone {landing_zone}: {why}; partitions run up to the last complete one "
+                    "(set REWINDOW_HISTORY_END to choose the end)",
+                    stacklevel=2,
+                )
+            if self.start_from_landing:
+                warnings.warn(
+                    f"landing zone {landing_zone}: {why}; partitions start at {self.start} "
+                    "(set REWINDOW_HISTORY_START to choose the start)",
+                    stacklevel=2,
+                )
             return self
-        end = max(days[-1], date.fromisoformat(self.start)) + timedelta(days=1)
-        return replace(self, end=end.isoformat(), end_from_landing=True)
+        start = days[0].isoformat() if self.start_from_landing else self.start
+        if not wants_end:
+            return replace(self, start=start)
+        end = max(days[-1], date.fromisoformat(start)) + timedelta(days=1)
+        return replace(self, start=start, end=end.isoformat(), end_from_landing=True)
 
     def partitions_def(self) -> dg.TimeWindowPartitionsDefinition:
         """Daily partitions keyed ``YYYY-MM-DD`` or hourly ones keyed ``YYYY-MM-DD-HH:MM``, UTC."""

@@ -36,6 +36,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 WEBSERVER = str(Path(PYTHON).with_name("dagster-webserver"))
 WIDTH, HEIGHT = 1400, 900
-DAY = "2024-01-03"  # the demo's newest partition
+DAY = (datetime.now(timezone.utc).date() - timedelta(days=1)).isoformat()  # the demo's newest partition: yesterday
 
 
 def log(message: str) -> None:

@@ -8,6 +8,7 @@ last test runs the sensor's request on the real engine.
 from __future__ import annotations
 
 import warnings
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import dagster as dg
@@ -114,6 +115,38 @@ def test_the_end_comes_from_the_environment_when_the_definitions_load(tmp_path, 
     assert keys[0] == DAYS[0] and len(keys) > 300
 
 
+def test_without_a_configured_start_the_partitions_start_at_the_oldest_landed_day(
+    tmp_path, pipelines_dir, monkeypatch
+):
+    from orchestration.definitions import defs
+
+    days = ["2026-03-02", "2026-03-03", "2026-03-04"]
+    landing = land(tmp_path / "landing", *days)
+    monkeypatch.setenv("REWINDOW_LANDING_ZONE", str(landing))
+    monkeypatch.setenv("REWINDOW_PIPELINES_DIR", str(pipelines_dir))
+    for var in ("REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_START", "REWINDOW_HISTORY_END",
+                "REWINDOW_LANDING_PARTITION_COLUMN"):
+        monkeypatch.delenv(var, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert partition_keys(defs()) == days  # 3 of 3, not every day since 2024-01-01
+    assert not [str(w.message) for w in caught if "landing zone" in str(w.message)]
+    # With a configured end, the start still comes from the landing zone ...
+    monkeypatch.setenv("REWINDOW_HISTORY_END", "2026-03-04")
+    assert partition_keys(defs()) == days[:2]
+    # ... and a configured start always wins.
+    monkeypatch.delenv("REWINDOW_HISTORY_END")
+    monkeypatch.setenv("REWINDOW_HISTORY_START", "2026-03-01")
+    assert partition_keys(defs()) == ["2026-03-01", *days]
+
+
+def test_an_unlistable_landing_zone_starts_at_the_default_start_with_a_warning(tmp_path, pipelines_dir):
+    settings = PartitionSettings(end="2024-01-03", start_from_landing=True)
+    with pytest.warns(UserWarning, match="partitions start at 2024-01-01 .set REWINDOW_HISTORY_START"):
+        found = settings.with_landed_end(str(tmp_path / "missing"), "date")
+    assert (found.start, found.end) == ("2024-01-01", "2024-01-03")
+
+
 def test_days_landed_before_the_start_end_one_day_after_the_start(tmp_path, pipelines_dir):
     landing = land(tmp_path / "landing", "2023-12-30", "2023-12-31")
     assert partition_keys(built_quietly(landing, pipelines_dir)) == ["2024-01-01"]
@@ -152,6 +185,40 @@ def test_without_landed_days_partitions_fall_back_to_the_last_complete_one_with_
     assert "up to the last complete one" in message
     first, last = fallback_keys(defs)
     assert first == "2024-01-01" and last > "2025-01-01"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "Dagster 1.13: TimeWindowPartitionsDefinition.get_paginated_partition_keys(ascending=False) starts "
+        "at the current time and ignores end_date, so the Plots -> Partitions tab (the newest 120 keys) of a "
+        "history that ended more than 120 partitions ago finds none of its partitions (docs/orchestration.md)"
+    ),
+)
+def test_the_plots_tab_keys_of_a_history_that_ended_long_ago():
+    assert plots_tab_keys(DAYS) == list(reversed(DAYS))
+
+
+def test_the_plots_tab_keys_of_a_history_that_ends_yesterday():
+    """The demo's days (up to yesterday) are the ones the tab plots."""
+    today = datetime.now(timezone.utc).date()
+    days = [(today - timedelta(days=n)).isoformat() for n in (3, 2, 1)]
+    assert plots_tab_keys(days) == list(reversed(days))
+
+
+def plots_tab_keys(days: list[str]) -> list[str]:
+    """The keys the Plots -> Partitions tab asks for (``partitionKeyConnection(limit: 120, ascending: false)``)."""
+    from dagster._core.definitions.partitions.context import PartitionLoadingContext
+    from dagster._core.definitions.temporal_context import TemporalContext
+    from dagster._time import get_current_datetime
+
+    end = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
+    partitions_def = PartitionSettings(start=days[0], end=end).partitions_def()
+    context = PartitionLoadingContext(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        dynamic_partitions_store=None,
+    )
+    return partitions_def.get_paginated_partition_keys(context, limit=120, ascending=False).results
 
 
 def test_landed_days_are_listed_without_spark(tmp_path):
