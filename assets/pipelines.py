@@ -132,7 +132,8 @@ def build_pipeline_assets(
         description=(
             "Every materialized partition was computed from the current state of the partition before it. "
             "Fails (warning) after a rerun changed an earlier partition's state; its metadata names the "
-            "partitions to rerun."
+            "partitions to rerun. Executed on its own, it "
+            "recomputes the chain over the committed partitions."
         ),
     )
 
@@ -145,7 +146,8 @@ def build_pipeline_assets(
                 "Data-quality checks of each partition a run replays, one result per partition (windowing.validation: "
                 + ", ".join(f"`{p}*`" if p.endswith("_") else f"`{p}`" for p in QUALITY_CHECKS[name])
                 + "). A partition that fails is not committed, and the run stops before the next one; rejected rows "
-                "within the pipeline's `quality.maxRejectedShare` only warn."
+                "within the pipeline's `quality.maxRejectedShare` only warn. Executed on its own, it re-runs them on the "
+                "committed output of each partition, against its landed input."
             ),
         )
         for name in OUTPUTS
@@ -155,7 +157,9 @@ def build_pipeline_assets(
         name=f"{prefix}_replay",
         specs=specs,
         check_specs=[check, *quality],
-        can_subset=False,
+        # Subsettable so that a check can be executed on its own (against the committed
+        # outputs); the four outputs are still written together by every replay.
+        can_subset=True,
         partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(),
     )
@@ -163,6 +167,14 @@ def build_pipeline_assets(
         context: dg.AssetExecutionContext, config: ReplayConfig, pyspark: SparkResource, storage: StorageResource
     ):
         spark = pyspark.spark_session
+        selected_checks = [k for k in context.assets_def.check_keys if k in context.selected_asset_check_keys]
+        for check_key in selected_checks:  # each selected check's output (Dagster requires them)
+            yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
+        if not context.selected_asset_keys:
+            # Checks executed on their own: verify what is committed, replay nothing.
+            yield from _verify_committed(context, spark, pipeline, storage, partitions_def, keys, state_key,
+                                         selected_checks)
+            return
         _warn_about_ignored_settings(context.log, pipeline, pipeline_file, storage)
         parts: list[PartitionResult] = []
         refused = None
@@ -175,12 +187,19 @@ def build_pipeline_assets(
         except dg.Failure as exc:  # refused before or between partitions: still report the chain
             refused = exc
         bad = [p for p in parts if not p.committed]
+        # A replay writes the four outputs together: when only some were selected, the
+        # others are recorded as materialized too (events), so Dagster agrees with the disk.
+        selected = {name: k for name, k in keys.items() if k in context.selected_asset_keys}
         if refused is None and not bad:
             for part in parts:
                 for name, asset_key in keys.items():
-                    context.add_asset_metadata(_metadata(spark, part, name), asset_key=asset_key,
-                                               partition_key=part.key)
-            for asset_key in keys.values():
+                    if name in selected:
+                        context.add_asset_metadata(_metadata(spark, part, name), asset_key=asset_key,
+                                                   partition_key=part.key)
+                    else:
+                        context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
+                                                                  metadata=_metadata(spark, part, name)))
+            for asset_key in selected.values():
                 yield dg.MaterializeResult(asset_key=asset_key)
         else:
             # The run fails, but the partitions it committed before stopping are current on
@@ -194,15 +213,15 @@ def build_pipeline_assets(
         # (Dagster plans a check execution per partition of a range run; a run-level result
         # would leave the others SKIPPED). The chain check covers every partition the run was
         # asked for, refused runs included; the quality checks the partitions it replayed.
-        for spec in context.assets_def.check_specs:  # each check's output (Dagster requires them)
-            yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(spec.key))
-        chain = _chain_check(spark, pipeline, storage, partitions_def, state_key)
-        for key in (context.partition_keys if not parts else [p.key for p in parts]):
-            yield _evaluation(context.instance, chain, key, blocking=False)
+        if check.key in selected_checks:
+            chain = _chain_check(spark, pipeline, storage, partitions_def, state_key)
+            for key in (context.partition_keys if not parts else [p.key for p in parts]):
+                yield _evaluation(context.instance, chain, key, blocking=False)
         for part in parts:
             for name in OUTPUTS:
-                result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], config.checks)
-                yield _evaluation(context.instance, result, part.key, blocking=True)
+                if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks:
+                    result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], config.checks)
+                    yield _evaluation(context.instance, result, part.key, blocking=True)
         if refused is not None:
             raise refused
         if bad:
@@ -444,6 +463,54 @@ def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
     return meta
 
 
+def _verify_committed(context, spark, pipeline, storage: StorageResource, partitions_def, keys, state_key,
+                      selected_checks):
+    """The selected checks, executed on their own: the chain check over the committed
+    partitions, and each quality check re-run (``windowing.validation.run_checks``) on the
+    committed output of every partition asked for, against its landed input and the state
+    it started from. Nothing is replayed or written; one evaluation per partition."""
+    from windowing.io import read_state
+    from windowing.validation import run_checks
+
+    if dg.AssetCheckKey(state_key, CHECK_NAME) in selected_checks:
+        chain = _chain_check(spark, pipeline, storage, partitions_def, state_key)
+        for key in context.partition_keys:
+            yield _evaluation(context.instance, chain, key, blocking=False)
+    wanted = [name for name in OUTPUTS if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks]
+    if not wanted:
+        return
+    pipeline_dir = join(storage.output_path(), pipeline.name)
+    links = _chain(partitions_def)
+    asked = sorted(context.partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
+    commits = store.pipeline_commits(spark, pipeline_dir, {k for key in asked for k in (key, links[key]) if k})
+    for key in asked:
+        commit = commits.get(key)
+        lineage = store.Lineage.of(commit)
+        if commit is None or lineage is None:
+            for name in wanted:
+                yield _evaluation(context.instance, dg.AssetCheckResult(
+                    asset_key=keys[name], check_name=f"{name}_valid", passed=False,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    description=f"nothing committed for partition {key}: materialize it first",
+                    metadata={"checked_partitions": dg.MetadataValue.int(0)}), key, blocking=True)
+            continue
+        prev = commits.get(links[key]) if links[key] else None
+        prev_state = read_state(spark, prev.output) if prev is not None else None
+        window = partitions_def.time_window_for_partition_key(key)
+        events, _ = landing.read_partition_events(
+            spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time,
+            source=pipeline.source, pipeline=pipeline, partition_column=storage.partition_column(),
+            unplaced=links[key] is None,
+        )
+        results = tuple(run_checks(spark, pipeline, commit.run_path, input_df=events, prev_state=prev_state,
+                                   flush_at_end=lineage.flushed_at_end))
+        context.log.info(f"{pipeline.name} {key}: re-checked the committed run {commit.run_path}")
+        part = PartitionResult(key, commit.output, commit.run_path, dict(commit.metrics), lineage, None, results)
+        for name in wanted:
+            result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], True)
+            yield _evaluation(context.instance, result, key, blocking=True)
+
+
 def _evaluation(instance, result: dg.AssetCheckResult, partition: str, blocking: bool) -> dg.AssetCheckEvaluation:
     """``result`` as the evaluation of one partition, targeting that partition's latest
     materialization (none if it was never materialized)."""
@@ -516,7 +583,10 @@ def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -
                 samples[r.name] = {"partition": part.key, "description": r.description, "rows": r.sample[:5]}
     failed = {k: v for k, v in per_partition.items() if v}
     not_committed = {p.key: p.run_path for p in parts if not p.committed}
-    if failed:
+    if failed and not not_committed:  # a check executed on its own, on committed outputs
+        description = (f"failed in partition {', '.join(failed)}: the committed output does not pass "
+                       "(see `failures_by_partition` and `sample_failing_rows`)")
+    elif failed:
         description = (f"failed in partition {', '.join(failed)}: not committed (the staged run is kept "
                        "for inspection, see `not_committed`)")
     elif warnings:

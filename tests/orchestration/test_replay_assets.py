@@ -330,3 +330,62 @@ def test_rejected_rows_warn_within_the_pipelines_limit_and_block_above_it(spark,
     if not blocks:
         assert check.severity == dg.AssetCheckSeverity.WARN
         assert metrics_of(r.folder("2024-01-01"))["rejected_rows"] == 1
+
+
+def _checks_of(r: Replayer) -> set[dg.AssetCheckKey]:
+    return set(r.defs.resolve_assets_def(AGG).check_keys)
+
+
+def test_checks_executed_on_their_own_verify_the_committed_outputs(spark, history, pipelines_dir, tmp_path):
+    """Checks only (the UI's Execute button on a check): nothing is replayed or written, each
+    check re-runs on each committed partition, one evaluation per partition; after the
+    landed history of day 2 changed, day 2's committed output no longer conserves it."""
+    r = Replayer(history, pipelines_dir, tmp_path / "out")
+    assert r.run(DAYS[0], DAYS[1]).success
+    runs_before = {day: sorted(p.name for p in (r.folder(day) / "runs").iterdir()) for day in DAYS[:2]}
+
+    def verify(replayer: Replayer):
+        checks_only = replayer.job.get_subset(asset_selection=set(), asset_check_selection=_checks_of(replayer))
+        result = checks_only.execute_in_process(
+            instance=replayer.instance, raise_on_error=False,
+            tags={"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[1]},
+            run_config={"ops": {"clicks_hourly_replay": {"config": {}}}},
+        )
+        evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        return result, {(e.check_name, e.partition): e for e in evaluations}
+
+    result, evaluations = verify(r)
+    assert result.success, failure_message(result)
+    assert not result.get_asset_materialization_events()  # nothing replayed ...
+    assert {day: sorted(p.name for p in (r.folder(day) / "runs").iterdir()) for day in DAYS[:2]} == runs_before
+    names = {k.name for k in _checks_of(r)}
+    assert set(evaluations) == {(n, d) for n in names for d in DAYS[:2]}  # ... one evaluation per check and day
+    assert all(e.passed for e in evaluations.values()), {k: e.description for k, e in evaluations.items()}
+    # Each evaluation targets its own partition's materialization.
+    for (name, day), e in evaluations.items():
+        mats = r.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=e.asset_key, asset_partitions=[day]), limit=1).records
+        assert e.target_materialization_data.storage_id == mats[0].storage_id, (name, day)
+
+    changed = r.with_landing(_landing_with_odd_row(history, tmp_path, "2024-01-02"))
+    result, evaluations = verify(changed)
+    assert evaluations[("window_state_valid", "2024-01-01")].passed
+    bad = evaluations[("window_state_valid", "2024-01-02")]
+    assert not bad.passed and "committed output does not pass" in bad.description
+    assert "conservation" in bad.metadata["failures_by_partition"].value["2024-01-02"]
+
+
+def test_materializing_one_output_replays_and_records_all_four(spark, history, pipelines_dir, tmp_path):
+    """The asset is subsettable (for its checks), but a replay writes the four outputs
+    together: selecting one records every one of them materialized, as on disk."""
+    r = Replayer(history, pipelines_dir, tmp_path / "out")
+    one = r.job.get_subset(asset_selection={AGG}, asset_check_selection=set())
+    result = one.execute_in_process(instance=r.instance, partition_key=DAYS[0], raise_on_error=False,
+                                    run_config={"ops": {"clicks_hourly_replay": {"config": {}}}})
+    assert result.success, failure_message(result)
+    for name in ("window_state", "windowed_aggregates", "late_events", "rejected_events"):
+        key = dg.AssetKey(["clicks_hourly", name])
+        assert r.instance.get_materialized_partitions(key) == {DAYS[0]}, name
+        mat = r.instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1).records[0]
+        assert mat.asset_materialization.metadata["input_rows"].value == 300, name
+    assert r.run(DAYS[1]).success  # the next day starts from the state it wrote
