@@ -33,7 +33,9 @@ from pydantic import Field
 from assets import landing, store
 from assets.events import EVENTS_KEY
 from assets.preview import table_preview
+from windowing.config import ignored_fields_note
 from windowing.lake import join
+from windowing.metrics import CLOSE_REASONS
 from orchestration.resources import SparkResource, StorageResource
 
 OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
@@ -260,8 +262,10 @@ def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource,
         m = carried.metrics
         log.info(
             f"[{i}/{len(keys)}] {pipeline.name} {key}: {m.get('input_rows')} events, "
-            f"{m.get('windows_emitted')} windows emitted {m.get('emitted_by_reason')}, "
-            f"{m.get('late_events')} late, {m.get('rejected_rows')} rejected, watermark "
+            f"{m.get('windows_closed')} windows closed {m.get('closed_by_reason')} "
+            f"({m.get('windows_emitted')} emitted, {m.get('snapshots_emitted')} snapshots), "
+            f"{m.get('late_events')} late events ({m.get('late_event_windows')} late (event, window) pairs), "
+            f"{m.get('rejected_rows')} rejected, watermark "
             f"{m.get('watermark_reached')}{' (flushed at end)' if flush else ''} "
             f"in {time.monotonic() - began:.1f}s -> {carried.run_path}"
         )
@@ -299,6 +303,9 @@ def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: St
             f"{pipeline_file.name}: replay.flushAtEnd is ignored by Dagster runs; "
             "use the run config flush_at_end for the newest partition of a run"
         )
+    note = ignored_fields_note(pipeline)
+    if note:
+        log.warning(f"{pipeline_file.name}: {note}")
 
 
 def _chain(partitions_def: dg.TimeWindowPartitionsDefinition) -> dict[str, str | None]:
@@ -421,8 +428,9 @@ def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key
     return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds)
 
 
-#: Emit reasons, each plotted as its own integer series (``windows_emitted_<reason>``).
-EMIT_REASONS = ("WATERMARK", "IDLE", "MAX_DURATION", "END_OF_INPUT")
+#: Emit reasons, each plotted as its own integer series (``windows_emitted_<reason>``,
+#: ``windows_closed_<reason>``).
+EMIT_REASONS = CLOSE_REASONS
 
 
 def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
@@ -433,17 +441,24 @@ def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
     rows = int(m.get("input_rows", 0))
     accepted = rows - int(m.get("rejected_rows", 0))
     by_reason = m.get("emitted_by_reason") or {}
+    closed = m.get("closed_by_reason") or {}
     meta: dict[str, Any] = {
         "input_rows": dg.MetadataValue.int(rows),
         "windows_emitted": dg.MetadataValue.int(int(m.get("windows_emitted", 0))),
         **{f"windows_emitted_{r.lower()}": dg.MetadataValue.int(int(by_reason.get(r, 0))) for r in EMIT_REASONS},
         "emitted_by_reason": dg.MetadataValue.json(by_reason),
+        "windows_closed": dg.MetadataValue.int(int(m.get("windows_closed", 0))),
+        **{f"windows_closed_{r.lower()}": dg.MetadataValue.int(int(closed.get(r, 0))) for r in EMIT_REASONS},
+        "snapshots_emitted": dg.MetadataValue.int(int(m.get("snapshots_emitted", 0))),
+        # Distinct late events: the share of accepted events that came late (at most 1).
         "late_events": dg.MetadataValue.int(int(m.get("late_events", 0))),
+        "late_event_windows": dg.MetadataValue.int(int(m.get("late_event_windows", 0))),
         "late_share": dg.MetadataValue.float(round(int(m.get("late_events", 0)) / accepted, 6) if accepted else 0.0),
         "lateness_p50_ms": dg.MetadataValue.int(round(pct["p50"]) if pct.get("p50") is not None else 0),
         "lateness_p99_ms": dg.MetadataValue.int(round(pct["p99"]) if pct.get("p99") is not None else 0),
         "rejected_rows": dg.MetadataValue.int(int(m.get("rejected_rows", 0))),
         "unique_keys": dg.MetadataValue.int(int(m.get("unique_keys", 0))),
+        "keys_held": dg.MetadataValue.int(int(m.get("keys_held", 0))),
         "replay_seconds": dg.MetadataValue.float(round(part.seconds, 3)),
         "events_per_second": dg.MetadataValue.float(round(rows / part.seconds, 1) if part.seconds else 0.0),
         "watermark_reached": dg.MetadataValue.text(str(m.get("watermark_reached"))),

@@ -4,7 +4,7 @@ Layout under the output root (a local folder or any URI Spark writes), one outpu
 pipeline and partition, committed by :mod:`windowing.io`::
 
     <output_root>/<pipeline name>/<partition key>/
-        runs/<run id>/aggregates/ late_events/ rejected/ state/ metrics.json/
+        runs/<run id>/aggregates/ late_events/ rejected/ state/ metrics.json/ metrics.prom/
         _commits/<seq>-<run id>/     the commit record: the current run, its metrics,
                                      and this module's lineage and check results
 

@@ -53,7 +53,7 @@ def _ms(v):
     return v
 
 
-def rows_of(df, ts_cols=("window_start", "window_end", "emit_watermark", "watermark")):
+def rows_of(df, ts_cols=("window_start", "window_end", "emit_time", "emit_watermark", "watermark")):
     out = []
     for r in df.collect():
         d = r.asDict()

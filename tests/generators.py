@@ -59,11 +59,18 @@ def decimal_values(precision: int, scale: int) -> list[Decimal]:
 FIRST_LAST = [{"type": "first", "column": "tag"}, {"type": "last", "column": "qty"}]
 
 
+#: ``replay.heartbeat`` of generated pipelines (None: not given, the default 60 s):
+#: shorter than the silent gaps and idle timeouts of :func:`histories`, and off.
+HEARTBEATS = [None, "1s", "2s", "5s", "1500ms", "0s"]
+
+
 @st.composite
 def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "session-window"), first_last=False,
-              event_time=None):
+              event_time=None, processing_idle=False):
     """Random pipelines; ``first_last``: always with the ``first`` and ``last`` aggregates;
-    ``event_time``: with (True) or without (False) an event-time column, else drawn."""
+    ``event_time``: with (True) or without (False) an event-time column, else drawn;
+    ``processing_idle``: always with an idle timeout on the PROCESSING_TIME clock and a
+    heartbeat on (contract section 5.2)."""
     wtype = draw(st.sampled_from(windows))
     if event_time is None:
         event_time = draw(st.booleans()) or wtype == "session-window" and draw(st.booleans())
@@ -86,9 +93,9 @@ def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "ses
             window["windowSlide"] = f"{draw(st.integers(1, span))}s"
         if draw(st.booleans()):
             window["windowOffset"] = f"{draw(st.integers(0, span - 1))}s"
-        if draw(st.booleans()):
+        if processing_idle or draw(st.booleans()):
             tc["idleTimeout"] = f"{draw(st.integers(1, 15))}s"
-    if "idleTimeout" in tc and event_time and draw(st.booleans()):
+    if "idleTimeout" in tc and event_time and (processing_idle or draw(st.booleans())):
         tc["idleTimeoutClock"] = "PROCESSING_TIME"
     if draw(st.booleans()):
         window["keyExtractor"] = "user"
@@ -106,6 +113,9 @@ def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "ses
         source["worker"] = "worker"
     triggers = draw(st.sampled_from([["atWindowEnd"], ["atWindowEnd"], ["atWindowEnd", "atAggregate"], ["atAggregate"]]))
     doc = {"name": "gen", "source": source, "emitter": {wtype: window, "triggers": triggers}}
+    heartbeat = draw(st.sampled_from(HEARTBEATS[:-1] if processing_idle else HEARTBEATS))
+    if heartbeat is not None:
+        doc["replay"] = {"heartbeat": heartbeat}
     return parse_pipeline(doc)
 
 
@@ -139,7 +149,10 @@ def histories(draw, max_events=30, nulls=True, bridges=2, bridge_gap_ms=None, mi
     Each step draws a bridge with odds ``bridges`` to 10 (0: none, the histories drawn
     before bridges existed); ``bridge_gap_ms``: draw ``h`` so that this gap merges.
     ``amount``: None for float amounts, or (precision, scale) for Decimal amounts of
-    :func:`decimal_values`.
+    :func:`decimal_values`. One step in eight is preceded by a *silent gap* of 10 to 70 s
+    in which nothing arrives (longer than every generated idle timeout and heartbeat,
+    across a 60 s heartbeat tick for some); one in sixteen of the others starts a batch
+    whose arrival times go back 1 to 3 s (the worker's clock does not).
     """
     n = draw(st.integers(min_events, max_events))
     if amount is None:
@@ -163,6 +176,12 @@ def histories(draw, max_events=30, nulls=True, bridges=2, bridge_gap_ms=None, mi
     while len(rows) < n:
         i = len(rows)
         arrival += draw(st.sampled_from([0, 0, 300, 1000, 2000, 5000]))
+        if draw(st.integers(0, 7)) == 0:  # a silent gap (between batches)
+            arrival += draw(st.integers(10, 70)) * S
+            batch += 1
+        elif draw(st.integers(0, 15)) == 0:  # a later batch stamped earlier (a batch column allows it)
+            arrival -= draw(st.integers(1, 3)) * S
+            batch += 1
         if draw(st.integers(0, 3)) == 0:
             batch += 1
         shape = draw(st.integers(0, 9 + bridges))
@@ -199,6 +218,25 @@ def histories(draw, max_events=30, nulls=True, bridges=2, bridge_gap_ms=None, mi
             row[draw(st.sampled_from(["arrival", "event_time"]))] = None
         rows.append(row)
     return rows
+
+
+@st.composite
+def silent_gap_histories(draw, nulls=False):
+    """(before, after): two :func:`histories` with a silent gap of 10 s to 4 min between
+    them (the second shifted after the first's last arrival and batch), to be replayed as
+    two partitions cut at the gap, or in one go (contract sections 5.2 and 8)."""
+    before = draw(histories(nulls=nulls, min_events=1, max_events=15))
+    after = draw(histories(nulls=nulls, min_events=1, max_events=15))
+    last_arrival = max((r["arrival"] for r in before if r["arrival"] is not None), default=0)
+    shift = last_arrival + draw(st.integers(10, 240)) * S
+    first_batch = max(r["batch"] for r in before) + 1
+    for r in after:
+        r["batch"] += first_batch
+        if r["arrival"] is not None:
+            r["arrival"] += shift
+            if r["event_time"] is not None:
+                r["event_time"] += shift
+    return before, after
 
 
 @st.composite

@@ -73,13 +73,13 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     pick = min if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else max
     for r, arr, evt, batch, wv in valid:
         key = (wv, batch)
-        c, a, n = summary.get(key, (evt, arr, 0))
-        summary[key] = (pick(c, evt), max(a, arr), n + 1)
-    srows = [{"reason": None, "__w": wv, "__batch": b, "cand": c, "maxarr": a, "n": n}
-             for (wv, b), (c, a, n) in summary.items()]
+        c, a, lo, n = summary.get(key, (evt, arr, arr, 0))
+        summary[key] = (pick(c, evt), max(a, arr), min(lo, arr), n + 1)
+    srows = [{"reason": None, "__w": wv, "__batch": b, "cand": c, "maxarr": a, "minarr": lo, "n": n}
+             for (wv, b), (c, a, lo, n) in summary.items()]
     srows = pa.Table.from_pylist(srows, schema=pa.schema([
         ("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()), ("cand", pa.int64()),
-        ("maxarr", pa.int64()), ("n", pa.int64())]))
+        ("maxarr", pa.int64()), ("minarr", pa.int64()), ("n", pa.int64())]))
     timelines, worker_rows = E._timelines(pipeline, srows, state.workers if state else [])
     # Kernel input: events plus carried key/window rows, split into partitions by key.
     ev_cols = {c: [r.get(c) for r, *_ in valid] for c in columns}
@@ -127,7 +127,7 @@ def _state_rows(spec, st: pa.Table, types) -> pa.Table:
 def _ms_rows(t: pa.Table) -> list[dict]:
     out = []
     for r in t.to_pylist():
-        for c in ("window_start", "window_end", "emit_watermark", "watermark"):
+        for c in ("window_start", "window_end", "emit_time", "emit_watermark", "watermark"):
             if c in r and r[c] is not None:
                 r[c] = to_ms(r[c])
         out.append(r)

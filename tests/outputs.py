@@ -44,3 +44,19 @@ def metrics(out: Path) -> dict:
     written = json.loads(part.read_text())
     assert written == current(out)["metrics"]
     return written
+
+
+def late_events_in(late_rows: list[dict]) -> int:
+    """Distinct events among late (event, window) rows: identical rows (an event and its
+    exact duplicates: same key, batch and event time) are late for the same windows, so
+    a group of identical rows holds copies x windows rows, i.e. rows / windows events."""
+    groups: dict[tuple, list] = {}
+    for r in late_rows:
+        same = tuple(sorted((k, repr(v)) for k, v in r.items() if k not in ("window_start", "window_end")))
+        groups.setdefault(same, []).append((r["window_start"], r["window_end"]))
+    total = 0
+    for windows in groups.values():
+        copies, rest = divmod(len(windows), len(set(windows)))
+        assert rest == 0, f"identical late rows missed different windows: {windows}"
+        total += copies
+    return total

@@ -255,6 +255,8 @@ class _Replay:
         self.aggregates: list[dict] = []
         self.late: list[dict] = []
         self.rejected: list[dict] = []
+        #: per worker: the greatest arrival time processed so far, committed or not (§8 atAggregate)
+        self.seen_ms: dict[Hashable, int] = {}
         self.m = dict.fromkeys(
             ["input_rows", "rejected_rows", "late_events", "windows_created", "windows_emitted",
              "idle_keys_removed", "unique_keys"], 0)
@@ -308,6 +310,7 @@ class _Replay:
             events = sorted(by_worker[worker], key=lambda e: e.order)
             for batch, group in groupby(events, key=lambda e: e.batch):
                 batch_events = list(group)
+                self.heartbeat(worker, ws, min(ev.arrival_ms for ev in batch_events))
                 for ev in batch_events:
                     self.process(ws, ev)
                 self.commit(worker, ws, batch, batch_events)
@@ -323,10 +326,11 @@ class _Replay:
         ks = ws.keys.setdefault(ev.key, KeyState())
         ks.max_event_ms = max(ks.max_event_ms, ev.event_ms)
         ks.max_arrival_ms = max(ks.max_arrival_ms, ev.arrival_ms)
+        now = self.seen_ms[ev.worker] = max(self.seen_ms.get(ev.worker, ws.clock_ms), ev.arrival_ms)
         eff = self.effective(ks.wm)
         t = ev.event_ms
         if self.w.type is WindowType.SESSION:
-            self.process_session(ks, ev, eff)
+            self.process_session(ks, ev, eff, now)
             return
         for start, end in window_bounds(self.w, t):
             if self.w.lateness is Lateness.BEFORE_WATERMARK:
@@ -339,9 +343,9 @@ class _Replay:
             if (start, end) not in ks.windows:
                 ks.windows[(start, end)] = {a.name: _empty(a) for a in self.p.aggregates}
                 self.m["windows_created"] += 1
-            self.enter(ks, ev, (start, end), ks.windows[(start, end)], eff)
+            self.enter(ks, ev, (start, end), ks.windows[(start, end)], eff, now)
 
-    def process_session(self, ks: KeyState, ev: _Event, eff) -> None:
+    def process_session(self, ks: KeyState, ev: _Event, eff, now) -> None:
         """§7: join (and merge) the open sessions with ``start - G < t < end + G``, in
         start order, skipping any that would make the span reach ``maximumDuration``."""
         t, gap, max_dur = ev.event_ms, self.w.gap_ms, self.w.maximum_duration_ms
@@ -363,15 +367,16 @@ class _Replay:
         if not merged:
             self.m["windows_created"] += 1
         assert (start, end) not in ks.windows
-        self.enter(ks, ev, (start, end), acc, eff)
+        self.enter(ks, ev, (start, end), acc, eff, now)
 
-    def enter(self, ks: KeyState, ev: _Event, bounds, acc: dict, eff) -> None:
-        """The event enters a window; with ``atAggregate``, snapshot it (§8)."""
+    def enter(self, ks: KeyState, ev: _Event, bounds, acc: dict, eff, now) -> None:
+        """The event enters a window; with ``atAggregate``, snapshot it (§8), emitted at
+        ``now``: the greatest arrival time the worker has processed, this event's included."""
         acc = {a.name: _apply(a, acc[a.name], ev.row, ev.order) for a in self.p.aggregates}
         ks.windows[bounds] = acc
         if Trigger.AT_AGGREGATE in self.p.triggers:
             n = self.st.emissions.get((ev.worker, ev.key, *bounds), 0) + 1
-            self.aggregates.append(self.out_row(ev.worker, ev.key, bounds, acc, AGGREGATE, ev.batch, eff, n))
+            self.aggregates.append(self.out_row(ev.worker, ev.key, bounds, acc, AGGREGATE, ev.batch, eff, n, now))
 
     def write_late(self, ev: _Event, start: int, end: int, eff) -> None:
         self.late.append({**ev.row, "batch": ev.batch, "window_start": start, "window_end": end,
@@ -407,42 +412,69 @@ class _Replay:
                 else:
                     reason = None
                 if reason:
-                    self.close(worker, key, ks, (start, end), reason, batch)
+                    self.close(worker, key, ks, (start, end), reason, batch, ws.clock_ms)
 
         # 2. IDLE: every key of the worker with open windows, at every commit.
-        idle_ms = self.w.idle_timeout_ms
-        if idle_ms is None:
-            return
+        if self.w.idle_timeout_ms is not None:
+            self.idle_step(worker, ws, batch, ws.clock_ms)
+
+    def idle_step(self, worker, ws: WorkerState, batch: int, now) -> None:
+        """§6.2: flush every key of the worker that is idle with the worker's clock at
+        ``now``; its rows carry ``batch`` (the last committed one) and emit time ``now``."""
         for key, ks in sorted(ws.keys.items(), key=lambda kv: repr(kv[0])):
             if not ks.windows:
                 continue
             if self.w.idle_clock is Clock.EVENT_TIME:
                 silent = self.effective(ws.global_wm) - ks.max_event_ms
             else:
-                silent = ws.clock_ms - ks.max_arrival_ms
-            if silent >= idle_ms:
+                silent = now - ks.max_arrival_ms
+            if silent >= self.w.idle_timeout_ms:
                 for bounds in sorted(ks.windows):
-                    self.close(worker, key, ks, bounds, IDLE, batch)
+                    self.close(worker, key, ks, bounds, IDLE, batch, now)
                 self.m["idle_keys_removed"] += 1
 
+    def heartbeat(self, worker, ws: WorkerState, next_arrival_ms: int) -> None:
+        """§6.2 heartbeat, before a batch whose smallest arrival time is ``next_arrival_ms``:
+        with the PROCESSING_TIME clock the worker wakes at every multiple of
+        ``replay.heartbeat`` strictly after its clock (the last commit's, maybe carried
+        from an earlier call) and strictly before that arrival, sets its clock to the tick
+        and runs the idle step alone. A worker that never committed has no clock to tick from.
+        """
+        step, idle_ms = self.p.heartbeat_ms, self.w.idle_timeout_ms
+        if idle_ms is None or self.w.idle_clock is not Clock.PROCESSING_TIME or step == 0 \
+                or ws.clock_ms == MIN_TIMESTAMP:
+            return
+        tick = (ws.clock_ms // step + 1) * step
+        while tick < next_arrival_ms:
+            waiting = [ks.max_arrival_ms + idle_ms for ks in ws.keys.values() if ks.windows]
+            if not waiting:
+                return
+            if min(waiting) > tick:  # no key can be idle before then: those ticks do nothing
+                tick = -(-min(waiting) // step) * step
+                continue
+            ws.clock_ms = tick
+            self.idle_step(worker, ws, ws.last_batch, tick)
+            tick += step
+
     def flush_end(self) -> None:
-        """§6.3: every open window, emitted at the worker's last committed batch."""
+        """§6.3: every open window, emitted at the worker's last committed batch and clock."""
         for worker, ws in sorted(self.st.workers.items(), key=lambda kv: repr(kv[0])):
             for key, ks in sorted(ws.keys.items(), key=lambda kv: repr(kv[0])):
                 for bounds in sorted(ks.windows):
-                    self.close(worker, key, ks, bounds, END_OF_INPUT, ws.last_batch)
+                    self.close(worker, key, ks, bounds, END_OF_INPUT, ws.last_batch, ws.clock_ms)
 
-    def close(self, worker, key, ks: KeyState, bounds, reason: str, batch: int) -> None:
-        """Remove an open window and emit it with the next emission number (§6)."""
+    def close(self, worker, key, ks: KeyState, bounds, reason: str, batch: int, now) -> None:
+        """Remove an open window and emit it with the next emission number (§6), at the
+        worker's clock ``now``."""
         acc = ks.windows.pop(bounds)
         n = self.st.emissions.get((worker, key, *bounds), 0) + 1
         self.st.emissions[(worker, key, *bounds)] = n
         if Trigger.AT_WINDOW_END in self.p.triggers:
             eff = self.effective(ks.wm)
-            self.aggregates.append(self.out_row(worker, key, bounds, acc, reason, batch, eff, n))
+            self.aggregates.append(self.out_row(worker, key, bounds, acc, reason, batch, eff, n, now))
             self.m["windows_emitted"] += 1
 
-    def out_row(self, worker, key, bounds, acc, reason, batch, eff, emission) -> dict:
+    def out_row(self, worker, key, bounds, acc, reason, batch, eff, emission, now) -> dict:
         row: dict[str, Any] = {}
         if self.p.source.worker:
             row[self.p.source.worker] = worker
@@ -451,7 +483,8 @@ class _Replay:
         row["window_start"], row["window_end"] = bounds
         for a in self.p.aggregates:
             row[a.name] = _final(a, acc[a.name], self.decimals.get(a.column))
-        row.update(emit_reason=reason, emit_batch=batch, emit_watermark=_ms(eff), emission=emission)
+        row.update(emit_reason=reason, emit_batch=batch, emit_time=_ms(now), emit_watermark=_ms(eff),
+                   emission=emission)
         return row
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from tests.outputs import commits, metrics as metrics_of, run_dir
 from windowing.cli import main
-from windowing.spark import LOCAL_DEFAULT_CONF, REQUIRED_CONF
+from windowing.spark import DEFAULT_CONF, LOCAL_DEFAULT_CONF, REQUIRED_CONF
 
 ROOT = Path(__file__).resolve().parents[1]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
@@ -31,7 +31,7 @@ START = datetime(2024, 5, 6, tzinfo=timezone.utc)
 DAY2_START_US = int((START + timedelta(days=1)).timestamp()) * 1_000_000
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 #: Runtime settings spark_session() could touch on a shared session (see test_in_process_run_leaves_the_session_settings_alone).
-_SESSION_KEYS = (*LOCAL_DEFAULT_CONF, *REQUIRED_CONF)
+_SESSION_KEYS = (*DEFAULT_CONF, *LOCAL_DEFAULT_CONF, *REQUIRED_CONF)
 
 
 def _session_conf(spark) -> dict:
@@ -134,7 +134,8 @@ def test_replay_writes_every_output_and_a_summary(spark, history, day1_run):
     assert sum(dict(r)["state_kind"] == "window" for r in _rows(spark, out / "state")) == metrics["open_windows"] > 0
     columns = [k for k, _ in aggregates[0]]
     assert columns == ["partition", "user_id", "window_start", "window_end", "count", "sum_amount", "min_amount",
-                       "max_amount", "unique_events", "emit_reason", "emit_batch", "emit_watermark", "emission"]
+                       "max_amount", "unique_events", "emit_reason", "emit_batch", "emit_time", "emit_watermark",
+                       "emission"]
     # Lateness percentiles: Spark's exact percentile of the written late events.
     from pyspark.sql import functions as F
 
@@ -304,12 +305,29 @@ def test_console_script_end_to_end(spark, history, day1_run):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in proc.stdout
+    # Its own progress, one line per phase on stderr, and none of Spark's progress bars (issue 10).
+    assert [line for line in proc.stderr.splitlines() if line.startswith("rewindow: [")] == [
+        "rewindow: [1/3] starting Spark (local[1])",
+        f"rewindow: [2/3] replaying {history['day1']} through pipeline 'clicks-hourly'",
+        f"rewindow: [3/3] writing outputs to {target}",
+    ]
+    assert "[Stage" not in proc.stderr + proc.stdout
     for name in OUTPUTS:
         assert _rows(spark, run_dir(target) / name) == _rows(spark, run_dir(out1) / name), name
 
 
-def test_a_malformed_conf_says_key_value_is_expected(tmp_path, capsys):
-    rc = main(["replay", "--config", str(CLICKS), "--output", str(tmp_path / "o"), "--conf",
-               "spark.sql.shuffle.partitions"])
-    assert rc == 2
-    assert "--conf 'spark.sql.shuffle.partitions': expected KEY=VALUE" in capsys.readouterr().err
+@pytest.mark.parametrize("command", ["replay", "verify"])
+def test_a_malformed_conf_is_a_usage_error_before_anything_runs(tmp_path, capsys, command):
+    """Issue 10: ``--conf spark.sql.shuffle.partitions`` once printed "dictionary update
+    sequence element #0 has length 1". argparse refuses it, naming the value, before the
+    pipeline is even read (here it does not exist)."""
+    where = ["--output", tmp_path / "o"] if command == "replay" else [tmp_path / "o"]
+    with pytest.raises(SystemExit) as exit_:
+        main([command, *map(str, where), "--config", str(tmp_path / "missing.yaml"),
+              "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.sql.shuffle.partitions"])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"usage: rewindow {command} ")
+    assert err.splitlines()[-1] == (f"rewindow {command}: error: argument --conf: expected KEY=VALUE, "
+                                    "got 'spark.sql.shuffle.partitions'")
+    assert not (tmp_path / "o").exists()

@@ -8,6 +8,7 @@ import sys
 import time
 
 from windowing.config import ConfigError
+from windowing.spark import WorkerEnvironmentError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "verify":
             return _verify(args)
         return _generate(args)
-    except (ConfigError, ValueError, OSError) as exc:
+    except (ConfigError, ValueError, OSError, WorkerEnvironmentError) as exc:
         print(f"rewindow: error: {exc}", file=sys.stderr)
         return 2
 
@@ -57,38 +58,54 @@ def _spark_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--master", default=None, help="Spark master: local[*] (default), spark://, yarn, k8s://")
     where.add_argument("--remote", default=None, help="Spark Connect server: sc://HOST:PORT")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    p.add_argument("--conf", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
+                   help="extra Spark setting (repeatable)")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    """``--conf KEY=VALUE`` (the value may hold ``=``), refused by argparse otherwise."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
 
 
 def _spark(args):
     from windowing.spark import spark_session
 
-    conf = {}
-    for c in args.conf:
-        key, sep, value = c.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--conf {c!r}: expected KEY=VALUE")
-        conf[key.strip()] = value
-    return spark_session(args.master, conf, remote=args.remote)
+    return spark_session(args.master, dict(args.conf), remote=args.remote)
+
+
+def _progress(step: int, of: int, what: str) -> None:
+    """One line per phase of a command, on stderr (stdout keeps the summary)."""
+    print(f"rewindow: [{step}/{of}] {what}", file=sys.stderr, flush=True)
 
 
 def _replay(args) -> int:
-    from windowing.config import load_pipeline
+    from windowing.config import ignored_fields_note, load_pipeline
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     from windowing.engine import replay
-    from windowing.io import check_output_target, read_events, read_state, stage_outputs
+    from windowing.io import check_input_schema, check_output_target, read_events, read_state, stage_outputs
 
+    note = ignored_fields_note(pipeline)
+    if note:
+        print(f"rewindow: note: {note}", file=sys.stderr)
+    # Local Parquet input lacking a configured column is refused before Spark starts, too.
+    check_input_schema(pipeline, args.input or ([pipeline.source.path] if pipeline.source.path else []))
+    _progress(1, 3, f"starting Spark ({args.remote or args.master or 'local[*]'})")
     spark = _spark(args)
     started = time.monotonic()
     inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
     check_output_target(spark, args.output, inputs)  # before any work: never write over the events
+    _progress(2, 3, f"replaying {', '.join(map(str, inputs)) or 'no input'} through pipeline {pipeline.name!r}")
     state = read_state(spark, args.state_in) if args.state_in else None
     # pipeline/state: an empty partition (no files) replays as zero events.
     events = read_events(spark, args.input, pipeline=pipeline, state=state)
     # Both name an input file Spark fails to read (a damaged data page) in an InputError.
     result = replay(spark, pipeline, events, state=state, flush_at_end=args.flush_at_end)
     try:
+        _progress(3, 3, f"writing outputs to {args.output}")
         staged = stage_outputs(result, args.output, pipeline=pipeline, inputs=inputs)
         commit = staged.commit()
     finally:
@@ -97,10 +114,12 @@ def _replay(args) -> int:
     m = dict(metrics)
     print(
         f"replayed {m['input_rows']:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
-        f"{m['windows_emitted']:,} windows emitted {m['emitted_by_reason']}, {m['late_events']:,} late, "
+        f"{m['windows_closed']:,} windows closed {m['closed_by_reason']} ({m['windows_emitted']:,} windows emitted, "
+        f"{m['snapshots_emitted']:,} snapshots), {m['late_events']:,} late events "
+        f"({m['late_event_windows']:,} late (event, window) pairs), "
         f"{m['rejected_rows']:,} rejected, {m['open_windows']:,} still open; watermark {m['watermark_reached']}"
     )
-    print(f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json), "
+    print(f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json, metrics.prom), "
           f"committed as run {commit.seq} of {args.output}")
     return 0
 

@@ -5,10 +5,19 @@ mistake raises :class:`ConfigError` naming the YAML field and the bad value.
 Unknown fields are refused too: a typo must not silently become a default. So are a
 key given twice in one mapping (plain YAML keeps the last one), a file that is not
 UTF-8, and a duration longer than ``durations.MAX_DURATION_MS`` (100 years).
+
+A VoltSP window block is accepted as its users write it: Java extractors
+(``com.example.Event::getUserId``) name columns by the bean convention (``userId``),
+overridable by a ``columns:`` map; aggregates may be written ``sum (amount)``; the live
+pipeline's settings that mean nothing in a replay (``exceptionHandler``, ``sink``,
+``processors``, a VoltSP source plugin block) are accepted and listed in
+``Pipeline.ignored_fields`` (see :func:`ignored_fields_note`), never dropped silently.
+:func:`check_input_columns` checks the columns a pipeline reads against an input's.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -70,6 +79,23 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class ColumnBinding:
+    """How the YAML field ``field`` came to read input column ``column``.
+
+    ``written`` is the field's text (``com.example.Event::getUserId``); ``via`` is
+    ``"bean"`` (the bean convention made the column), ``"columns"`` (the ``columns:``
+    map did) or None (the text is the column). ``role`` says which use it is
+    (``keyExtractor``, ``eventTimeExtractor``, ``aggregate[i]``).
+    """
+
+    role: str
+    field: str
+    written: str
+    column: str
+    via: str | None = None
+
+
+@dataclass(frozen=True)
 class Source:
     arrival_time: str
     arrival_order: tuple[str, ...] = ()
@@ -126,6 +152,9 @@ class Window:
         return self.idle_timeout_ms
 
 
+#: Default of ``replay.heartbeat``: live VoltSP's pipeline heartbeat, 60 seconds.
+DEFAULT_HEARTBEAT_MS = 60_000
+
 #: Default of ``quality.maxRejectedShare``: one rejected row in a thousand.
 DEFAULT_MAX_REJECTED_SHARE = 0.001
 
@@ -152,6 +181,23 @@ class Pipeline:
     flush_at_end: bool = False
     version: int = 1
     quality: Quality = Quality()
+    #: ``replay.heartbeat``: the live pipeline's wake-up interval; 0 turns it off.
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    #: Where extractor fields got their columns (for messages; not part of the meaning).
+    column_bindings: tuple[ColumnBinding, ...] = field(default=(), compare=False)
+    #: YAML fields of the live pipeline that a replay accepts and does not use
+    #: (``emitter.session-window.exceptionHandler``, ``source.kafka``, ...).
+    ignored_fields: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def idle_heartbeat_ms(self) -> int:
+        """The heartbeat that flushes idle keys between batches (contract section 5.2):
+        ``heartbeat_ms`` with an ``idleTimeout`` on the ``PROCESSING_TIME`` clock, else 0
+        (the event-time clock does not move at a heartbeat, so it changes nothing)."""
+        w = self.window
+        if w.idle_timeout_ms is None or w.idle_clock is not Clock.PROCESSING_TIME:
+            return 0
+        return self.heartbeat_ms
 
     @property
     def input_columns(self) -> tuple[str, ...]:
@@ -174,6 +220,11 @@ class Pipeline:
             "window": asdict(self.window),
             "aggregates": [asdict(a) for a in self.aggregates],
         }
+        # The heartbeat changes the replay only where it flushes idle keys; elsewhere (and
+        # at 0s, the behaviour before it existed) the fingerprint stays what it was, so state
+        # carried by those pipelines stays valid.
+        if self.idle_heartbeat_ms:
+            semantic["heartbeat_ms"] = self.idle_heartbeat_ms
         blob = json.dumps(semantic, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -277,7 +328,9 @@ def _field_paths(root: yaml.Node) -> dict[int, str]:
 def parse_pipeline(doc: Any) -> Pipeline:
     """Validate a parsed YAML document into a :class:`Pipeline`."""
     m = _mapping(doc, "<root>")
-    _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers", "quality"})
+    _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers", "quality", "columns",
+                        *_LIVE_ONLY_ROOT_FIELDS})
+    ignored = [k for k in m if k in _LIVE_ONLY_ROOT_FIELDS]  # the live pipeline's sink, processors
     version = m.get("version", 1)
     if version != 1:
         raise ConfigError(f"version: {version!r} is not supported; use 1")
@@ -285,7 +338,10 @@ def parse_pipeline(doc: Any) -> Pipeline:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"name: {name!r} must be a non-empty string")
 
-    source = _parse_source(_mapping(m.get("source"), "source"))
+    if m.get("source") is None:  # a VoltSP file whose `source: ...` placeholder was dropped
+        raise ConfigError("source: required: rewindow's source fields (arrivalTime, and path or --input); "
+                          "a VoltSP source block may stay beside them, unread")
+    source = _parse_source(_mapping(m["source"], "source"), ignored)
     emitter = _mapping(m.get("emitter"), "emitter")
     window_keys = [k for k in emitter if k in {t.value for t in WindowType}]
     other = [k for k in emitter if k not in {t.value for t in WindowType} and k != "triggers"]
@@ -301,16 +357,29 @@ def parse_pipeline(doc: Any) -> Pipeline:
     wtype = WindowType(window_keys[0])
     wfield = f"emitter.{wtype.value}"
     wdoc = _mapping(emitter[wtype.value], wfield)
-    window, aggregates, wtriggers = _parse_window(wtype, wdoc, wfield)
+    columns = _ColumnMap(m.get("columns"))
+    window, aggregates, labels = _parse_window(wtype, wdoc, wfield, columns, ignored)
+    columns.refuse_unused()
+    _refuse_clashing_columns(source, window, aggregates, labels)
 
-    triggers_doc = emitter.get("triggers", m.get("triggers", wtriggers))
-    triggers = _parse_triggers(triggers_doc, "emitter.triggers")
+    # VoltSP writes triggers beside the window (under emitter) or inside the window block.
+    given = [(f, d["triggers"]) for f, d in (("triggers", m), ("emitter.triggers", emitter),
+                                              (f"{wfield}.triggers", wdoc)) if "triggers" in d]
+    if len(given) > 1:
+        raise ConfigError(
+            f"{given[0][0]} and {given[1][0]}: triggers are given in both places; give them once "
+            "(which list would win is a guess)"
+        )
+    triggers_field, triggers_doc = given[0] if given else ("emitter.triggers", ["atWindowEnd"])
+    triggers = _parse_triggers(triggers_doc, triggers_field, ignored)
 
     replay_doc = _mapping(m.get("replay", {}) or {}, "replay")
-    _only(replay_doc, "replay", {"flushAtEnd"})
+    _only(replay_doc, "replay", {"flushAtEnd", "heartbeat"})
     flush = replay_doc.get("flushAtEnd", False)
     if not isinstance(flush, bool):
         raise ConfigError(f"replay.flushAtEnd: {flush!r} must be true or false")
+    heartbeat = (_duration(replay_doc["heartbeat"], "replay.heartbeat") if "heartbeat" in replay_doc
+                 else DEFAULT_HEARTBEAT_MS)
 
     return Pipeline(
         name=name.strip(),
@@ -321,6 +390,9 @@ def parse_pipeline(doc: Any) -> Pipeline:
         flush_at_end=flush,
         version=1,
         quality=_parse_quality(_mapping(m.get("quality", {}) or {}, "quality")),
+        heartbeat_ms=heartbeat,
+        column_bindings=tuple(columns.bindings),
+        ignored_fields=tuple(ignored),
     )
 
 
@@ -349,9 +421,20 @@ def parse_share(v: Any, f: str) -> float:
     return share
 
 
-def _parse_source(s: Mapping[str, Any]) -> Source:
-    _only(s, "source", {"path", "table", "format", "schema", "partitionColumn", "options", "arrivalTime",
-                        "arrivalOrder", "batch", "worker"})
+_SOURCE_FIELDS = {"path", "table", "format", "schema", "partitionColumn", "options", "arrivalTime", "arrivalOrder",
+                  "batch", "worker"}
+
+
+def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
+    """rewindow's source; a VoltSP source block beside it (``kafka: {...}``) goes to ``ignored``."""
+    live = _live_source_blocks(s)
+    if live and "arrivalTime" not in s:
+        raise ConfigError(
+            f"source.arrivalTime: required; source.{live[0]} is the live pipeline's VoltSP source, which a replay "
+            "does not read: add rewindow's source fields beside it (arrivalTime, and path or --input)"
+        )
+    ignored += [f"source.{k}" for k in live]
+    _only({k: v for k, v in s.items() if k not in live}, "source", _SOURCE_FIELDS)
     arrival = _column(s.get("arrivalTime"), "source.arrivalTime", required=True)
     order = s.get("arrivalOrder", []) or []
     if isinstance(order, str):
@@ -402,6 +485,24 @@ def _parse_source(s: Mapping[str, Any]) -> Source:
     )
 
 
+def _live_source_blocks(s: Mapping[str, Any]) -> list[str]:
+    """Keys of ``source`` that are a VoltSP source plugin block, not rewindow fields.
+
+    A VoltSP pipeline's source is one plugin name holding a mapping (``kafka:
+    {bootstrapServers: ...}``), or nothing once the docs' ``...`` is removed. A key that
+    is a rewindow field, holds a plain value, or is a near miss of a rewindow field
+    (``bach: {interval: 1s}``) is not one: ``_only`` refuses the last two as unknown.
+    """
+    live = [k for k, v in s.items() if isinstance(k, str) and k not in _SOURCE_FIELDS
+            and (v is None or isinstance(v, Mapping)) and not _close_matches(k, _SOURCE_FIELDS)]
+    if len(live) > 1:
+        raise ConfigError(
+            f"source.{live[1]}: unknown field; a VoltSP source is one plugin block and source.{live[0]} is taken "
+            f"as that; rewindow's source fields are {', '.join(sorted(_SOURCE_FIELDS))}"
+        )
+    return live
+
+
 _WINDOW_FIELDS = {
     WindowType.TUMBLING: {"windowSpan", "windowOffset"},
     WindowType.SLIDING: {"windowSpan", "windowSlide", "windowOffset"},
@@ -417,9 +518,12 @@ _TIME_FIELDS = {
 }
 
 
-def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str):
-    common = {"keyExtractor", "timeConfig", "aggregateDefinition", "triggers"}
+def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _ColumnMap, ignored: list[str]):
+    """(Window, aggregates, labels): ``labels`` names the YAML field of each output column
+    the configuration decides (``"key"``, ``("aggregate", i)``), for clash messages."""
+    common = {"keyExtractor", "timeConfig", "aggregateDefinition", "triggers", *_LIVE_ONLY_WINDOW_FIELDS}
     _only(w, f, common | _WINDOW_FIELDS[wtype])
+    ignored += [f"{f}.{k}" for k in w if k in _LIVE_ONLY_WINDOW_FIELDS]
     tc = _mapping(w.get("timeConfig", {}) or {}, f"{f}.timeConfig")
     _only(tc, f"{f}.timeConfig", _TIME_FIELDS)
 
@@ -453,7 +557,9 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str):
     if wtype is WindowType.SESSION and idle is None:
         raise ConfigError(f"{f}.timeConfig.idleTimeout: required for session-window (it is the session gap)")
 
-    event_time = _column(tc.get("eventTimeExtractor"), f"{f}.timeConfig.eventTimeExtractor")
+    key, _ = columns.resolve(w.get("keyExtractor"), f"{f}.keyExtractor", "keyExtractor")
+    event_time, _ = columns.resolve(tc.get("eventTimeExtractor"), f"{f}.timeConfig.eventTimeExtractor",
+                                    "eventTimeExtractor")
     strategy = _enum(WatermarkStrategy, tc.get("watermarkStrategy", "MIN_EVENT_TIME"), f"{f}.timeConfig.watermarkStrategy")
     delay = _duration(tc["delayWindowClose"], f"{f}.timeConfig.delayWindowClose") if "delayWindowClose" in tc else 0
     lateness = _enum(Lateness, tc.get("lateness", "WINDOW_CLOSED"), f"{f}.timeConfig.lateness")
@@ -470,7 +576,7 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str):
         slide_ms=slide,
         offset_ms=offset,
         maximum_duration_ms=max_dur,
-        key=_column(w.get("keyExtractor"), f"{f}.keyExtractor"),
+        key=key,
         event_time=event_time,
         watermark_strategy=strategy,
         delay_ms=delay,
@@ -478,12 +584,21 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str):
         idle_clock=clock,
         lateness=lateness,
     )
-    aggregates = _parse_aggregates(w.get("aggregateDefinition"), f"{f}.aggregateDefinition")
-    return window, aggregates, w.get("triggers", ["atWindowEnd"])
+    aggregates, agg_fields = _parse_aggregates(w.get("aggregateDefinition"), f"{f}.aggregateDefinition", columns)
+    labels = {"worker": "source.worker", "key": f"{f}.keyExtractor",
+              **{("aggregate", i): fi for i, fi in enumerate(agg_fields)}}
+    return window, aggregates, labels
 
 
-def _parse_aggregates(doc: Any, f: str) -> tuple[Aggregate, ...]:
+def _parse_aggregates(doc: Any, f: str, columns: _ColumnMap) -> tuple[tuple[Aggregate, ...], list[str]]:
+    """The aggregates and, for each, the YAML field its output name comes from.
+
+    An item is ``{type, column, name}``, or VoltSP's shorthand ``type (column)``
+    (``sum (amount)``), as a string or as ``type:`` beside an optional ``name:``. The
+    column may be a plain column name or an extractor (see :class:`_ColumnMap`).
+    """
     # VoltSP writes {from: Class, builder: [...]}; accept that shape as well as a plain list.
+    # The class only says whose properties the shorthand names; here they are columns.
     if isinstance(doc, Mapping):
         _only(doc, f, {"from", "builder"})
         doc, f = doc.get("builder"), f"{f}.builder"
@@ -496,46 +611,358 @@ def _parse_aggregates(doc: Any, f: str) -> tuple[Aggregate, ...]:
             item = {"type": item}
         item = _mapping(item, fi)
         _only(item, fi, {"type", "column", "name"})
-        typ = item.get("type")
-        if typ not in AGGREGATE_TYPES:
-            raise ConfigError(f"{fi}.type: unknown aggregate type {typ!r}; use one of {', '.join(AGGREGATE_TYPES)}")
-        column = _column(item.get("column"), f"{fi}.column")
+        typ, written = _aggregate_type(item.get("type"), f"{fi}.type")
+        if written is not None and "column" in item:
+            raise ConfigError(
+                f"{fi}: type {item['type']!r} names its column and column: {item['column']!r} names one too; "
+                "give the column once"
+            )
+        where = f"{fi}.type" if written is not None else f"{fi}.column"
+        column, prop = columns.resolve(written if written is not None else item.get("column"), where,
+                                       f"aggregate[{i}]")
         if typ != "count" and column is None:
-            raise ConfigError(f"{fi}.column: aggregate {typ!r} needs a column")
+            raise ConfigError(
+                f"{fi}.column: aggregate {typ!r} needs a column (column: amount, or type: {typ} (amount))"
+            )
         name = item.get("name")
         if name is None:
-            name = typ if column is None else f"{typ}_{column}"
+            # Named after the column as the YAML names it (an extractor's property), so a
+            # columns: entry changes what is read, never the output's column names.
+            name = typ if prop is None else f"{typ}_{prop}"
         elif not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{fi}.name: {name!r} must be a non-empty string")
-        if name in {a.name for a in out} or name in RESERVED_OUTPUT_COLUMNS:
-            raise ConfigError(f"{fi}.name: output column {name!r} is already used")
         out.append(Aggregate(type=typ, column=column, name=name))
-    return tuple(out)
+    return tuple(out), [f"{f}[{i}].name" for i in range(len(out))]
 
 
-def _parse_triggers(doc: Any, f: str) -> tuple[Trigger, ...]:
+_SHORTHAND = re.compile(r"(?P<type>[A-Za-z]+)\s*(?:\((?P<column>[^()]*)\))?")
+
+
+def _aggregate_type(v: Any, f: str) -> tuple[str, str | None]:
+    """(type, column written in parentheses or None) of ``count`` or ``sum (amount)``."""
+    m = _SHORTHAND.fullmatch(v.strip()) if isinstance(v, str) else None
+    if m is None or m["type"] not in AGGREGATE_TYPES:
+        raise ConfigError(
+            f"{f}: unknown aggregate type {v!r}; use one of {', '.join(AGGREGATE_TYPES)}, "
+            "optionally with its column in parentheses (sum (amount))"
+        )
+    if m["column"] is not None and not m["column"].strip():
+        raise ConfigError(f"{f}: {v!r} has empty parentheses; name the column ({m['type']} (amount))")
+    return m["type"], m["column"].strip() if m["column"] is not None else None
+
+
+def _parse_triggers(doc: Any, f: str, ignored: list[str]) -> tuple[Trigger, ...]:
+    """The window's triggers. VoltSP's items ``{trigger: ...WindowTrigger#atWindowEnd,
+    processors: ..., sink: ...}`` are accepted; their ``processors`` and ``sink``, and an
+    ``ExceptionTrigger#onError`` item (errors are the ``rejected`` output here), go to
+    ``ignored``."""
     if isinstance(doc, str):
         doc = [doc]
     if not isinstance(doc, list) or not doc:
         raise ConfigError(f"{f}: {doc!r} must be a list of triggers (atWindowEnd, atAggregate)")
     out: list[Trigger] = []
-    for i, t in enumerate(doc):
-        if isinstance(t, Mapping):  # VoltSP: {trigger: org...WindowTrigger#atWindowEnd, sink: ...}
-            t = t.get("trigger")
+    for i, item in enumerate(doc):
+        fi = f"{f}[{i}]"
+        t, live = item, []
+        if isinstance(item, Mapping):
+            _only(item, fi, {"trigger", *_LIVE_ONLY_TRIGGER_FIELDS})
+            t, live = item.get("trigger"), [f"{fi}.{k}" for k in item if k in _LIVE_ONLY_TRIGGER_FIELDS]
         name = str(t).rsplit("#", 1)[-1].rsplit(".", 1)[-1] if t is not None else ""
+        if name == "onError":  # the live pipeline's stream of failed events, sink and all
+            ignored.append(fi)
+            continue
+        ignored += live
         try:
             trig = Trigger(name)
         except ValueError:
-            raise ConfigError(f"{f}[{i}]: unknown trigger {t!r}; use atWindowEnd or atAggregate") from None
+            raise ConfigError(f"{fi}: unknown trigger {t!r}; use atWindowEnd or atAggregate") from None
         if trig not in out:
             out.append(trig)
+    if not out:
+        raise ConfigError(f"{f}: {doc!r} has no window trigger; add atWindowEnd or atAggregate")
     return tuple(out)
 
 
+#: Columns rewindow adds to the ``aggregates`` output, before and after the aggregates
+#: (``kernel.Spec.aggregates_schema``).
+WINDOW_COLUMNS = ("window_start", "window_end")
+EMIT_COLUMNS = ("emit_reason", "emit_batch", "emit_time", "emit_watermark", "emission")
 #: Output columns of ``aggregates`` that aggregate names may not take.
-RESERVED_OUTPUT_COLUMNS = frozenset(
-    {"window_start", "window_end", "emit_reason", "emit_batch", "emit_watermark", "emission"}
-)
+RESERVED_OUTPUT_COLUMNS = frozenset(WINDOW_COLUMNS + EMIT_COLUMNS)
+#: Columns of the ``state`` output around the worker and key columns; the aggregates'
+#: partial values follow (``kernel.Spec.state_schema``).
+STATE_HEAD_COLUMNS = ("state_kind", "fingerprint")
+STATE_COLUMNS = ("batch", "watermark_ms", "clock_ms", "max_event_ms", "window_start_ms", "window_end_ms",
+                 "emissions", "events")
+
+#: Fields of a VoltSP pipeline with no meaning in a replay: accepted, listed in
+#: ``Pipeline.ignored_fields``. Late events and errors are outputs of their own here
+#: (``late_events``, ``rejected``), and the replay writes its outputs itself.
+_LIVE_ONLY_ROOT_FIELDS = ("sink", "processors")
+_LIVE_ONLY_WINDOW_FIELDS = ("exceptionHandler",)
+_LIVE_ONLY_TRIGGER_FIELDS = ("processors", "sink")
+
+
+def ignored_fields_note(pipeline: Pipeline) -> str | None:
+    """One line listing the live-pipeline fields the replay ignores, or None if there are none.
+
+    ``rewindow replay`` prints it once; the Dagster assets log it with every run.
+    """
+    if not pipeline.ignored_fields:
+        return None
+    return (
+        f"pipeline {pipeline.name!r}: ignored in a replay (settings of the live VoltSP pipeline): "
+        f"{', '.join(pipeline.ignored_fields)}; the replay writes late events to late_events/, rows it "
+        "cannot process to rejected/ and windows to its own output"
+    )
+
+
+# --------------------------------------------------------------------------- columns
+
+#: A Java method reference: ``com.example.Event::getUserId``, ``Event::timestamp``.
+_EXTRACTOR = re.compile(r"(?P<cls>[A-Za-z_$][\w$]*(?:\s*\.\s*[A-Za-z_$][\w$]*)*)\s*::\s*(?P<member>[A-Za-z_$][\w$]*)")
+
+
+def bean_property(member: str) -> str:
+    """The property a Java accessor reads, by the JavaBeans convention.
+
+    ``getUserId`` -> ``userId``, ``isActive`` -> ``active``, ``getURL`` -> ``URL`` (two
+    capitals stay, as ``java.beans.Introspector.decapitalize`` has it); anything else
+    (a record accessor ``timestamp``, ``getter``, ``get``) is its own name.
+    """
+    for prefix in ("get", "is"):
+        rest = member[len(prefix):]
+        if member.startswith(prefix) and rest[:1].isupper():
+            return rest if rest[1:2].isupper() else rest[0].lower() + rest[1:]
+    return member
+
+
+def _property(text: str) -> str | None:
+    """The property (column) ``text`` names: an extractor's bean property, a plain name
+    itself; None for other Java code (a lambda, a malformed reference)."""
+    m = _EXTRACTOR.fullmatch(text)
+    if m:
+        return bean_property(m["member"])
+    if "::" in text or "->" in text:
+        return None
+    return text
+
+
+class _ColumnMap:
+    """``columns:``: which input column a property, or an extractor of it, reads.
+
+    ``columns: {userId: user_id}`` and ``columns: {"com.example.Event::getUserId":
+    user_id}`` say the same: every field naming property ``userId`` (an extractor of it,
+    the shorthand ``distinct (userId)``, the plain name) reads column ``user_id``. A key
+    that is other Java code (a lambda) matches the field holding exactly that text.
+    Every entry must be used: an unused one is a typo. Records a :class:`ColumnBinding`
+    per resolved field.
+    """
+
+    def __init__(self, doc: Any):
+        self.by_property: dict[str, tuple[str, str]] = {}  # property -> (key as written, column)
+        self.used: set[str] = set()
+        self.bindings: list[ColumnBinding] = []
+        for k, v in (_mapping(doc, "columns") if doc is not None else {}).items():
+            if not isinstance(k, str) or not k.strip():
+                raise ConfigError(f"columns: key {k!r} must be an extractor (Class::getX) or a property name")
+            key = k.strip()
+            column = _column(v, f"columns.{key}", required=True)
+            prop = _property(key) or key
+            if prop in self.by_property:
+                raise ConfigError(
+                    f"columns.{key}: maps property {prop!r}, as columns.{self.by_property[prop][0]} does; give it once"
+                )
+            self.by_property[prop] = (key, column)
+
+    def resolve(self, v: Any, f: str, role: str) -> tuple[str | None, str | None]:
+        """(input column, property as the YAML names it) of field ``f`` holding ``v``."""
+        text = _column(v, f)
+        if text is None:
+            return None, None
+        prop = _property(text)
+        if prop is None and text not in self.by_property:
+            raise ConfigError(
+                f"{f}: {text!r} is neither a column name nor a Java extractor (Class::getX); "
+                f"map it to a column with columns: {{{text!r}: <column>}}"
+            )
+        prop = prop or text
+        if prop in self.by_property:
+            self.used.add(prop)
+            column, via = self.by_property[prop][1], "columns"
+        else:
+            column, via = prop, ("bean" if prop != text else None)
+        self.bindings.append(ColumnBinding(role, f, text, column, via))
+        return column, prop
+
+    def refuse_unused(self) -> None:
+        for prop, (key, _) in self.by_property.items():
+            if prop not in self.used:
+                raise ConfigError(
+                    f"columns.{key}: no extractor or column of the window names {prop!r}; "
+                    "fix its spelling or remove it"
+                )
+
+
+def column_uses(pipeline: Pipeline) -> list[ColumnBinding]:
+    """Every input column ``pipeline`` reads, with the YAML field that names it (and, for
+    extractors, how it became that column), in the order of the configuration."""
+    src, w = pipeline.source, pipeline.window
+    wf = f"emitter.{w.type.value}"
+    bound = {b.role: b for b in pipeline.column_bindings}
+    named = [
+        ("arrivalTime", "source.arrivalTime", src.arrival_time),
+        *[(f"arrivalOrder[{i}]", f"source.arrivalOrder[{i}]", c) for i, c in enumerate(src.arrival_order)],
+        ("batch", "source.batch.column", src.batch_column),
+        ("worker", "source.worker", src.worker),
+        ("keyExtractor", f"{wf}.keyExtractor", w.key),
+        ("eventTimeExtractor", f"{wf}.timeConfig.eventTimeExtractor", w.event_time),
+        *[(f"aggregate[{i}]", f"{wf}.aggregateDefinition[{i}].column", a.column)
+          for i, a in enumerate(pipeline.aggregates)],
+    ]
+    out = []
+    for role, field_, column in named:
+        if column:
+            b = bound.get(role)
+            out.append(b if b is not None and b.column == column else ColumnBinding(role, field_, column, column))
+    return out
+
+
+#: Input columns listed in a missing-column message, at most.
+_LISTED_COLUMNS = 40
+
+
+def check_input_columns(pipeline: Pipeline, column_names) -> None:
+    """Refuse an input that lacks a column ``pipeline`` reads, before any work.
+
+    ``column_names``: the input's columns (from its schema: a Parquet footer, a Spark
+    DataFrame). The :class:`ConfigError` names the YAML field, the extractor as written
+    and the column it maps to, the input's columns, and the nearest of them.
+    """
+    have = [str(c) for c in column_names]
+    present = set(have)
+    for use in column_uses(pipeline):
+        if use.column not in present:
+            raise ConfigError(_missing_column_message(use, have))
+
+
+def _missing_column_message(use: ColumnBinding, have: list[str]) -> str:
+    listed = sorted(have)
+    shown = ", ".join(listed[:_LISTED_COLUMNS]) + (
+        f", ... ({len(listed) - _LISTED_COLUMNS} more)" if len(listed) > _LISTED_COLUMNS else "")
+    msg = f"{use.field}: column {use.column!r} is not in the input (its columns: {shown or 'none'})"
+    if use.via == "bean":
+        msg += f"; {use.written!r} reads column {use.column!r} by the bean convention"
+    elif use.via == "columns":
+        msg += f"; columns: maps {use.written!r} to {use.column!r}"
+    guess = _nearest(use.column, have)
+    if guess:
+        msg += f"; did you mean {guess!r}?"
+    if use.via == "bean" or use.field.endswith(".type"):
+        # A window block copied from VoltSP keeps its extractors and shorthand; columns: binds them.
+        msg += f" Map it with columns: {{{use.column}: {guess or '<column>'}}}"
+    return msg
+
+
+def _nearest(name: str, candidates: list[str]) -> str | None:
+    """The candidate ``name`` most likely means: equal ignoring case and separators
+    (``userId`` / ``user_id``), else a close spelling."""
+    def bare(s):
+        return re.sub(r"[^0-9a-z]", "", s.lower())
+
+    same = [c for c in candidates if bare(c) == bare(name)]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _close_matches(name: str, allowed) -> list[str]:
+    """Allowed field names ``name`` is a near miss of (case ignored)."""
+    lower = {a.lower(): a for a in allowed}
+    return [lower[m] for m in difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.75)]
+
+
+# --------------------------------------------------------------------------- output columns
+
+
+def _partial_columns(agg: Aggregate, wtype: WindowType) -> list[str]:
+    """State columns that may carry ``agg``'s partial value (``kernel.Spec.partial_fields``;
+    ``_overflow`` exists for decimal sums only, which the configuration cannot tell)."""
+    base = f"partial_{agg.name}"
+    if agg.type in ("sum", "avg"):
+        return [base, f"{base}_n", f"{base}_overflow"]
+    if wtype is WindowType.SESSION and agg.type in ("first", "last"):
+        return [base, f"{base}_batch", f"{base}_seq"]
+    return [base]
+
+
+@dataclass(frozen=True)
+class _OutputColumn:
+    """A column an output may have: who decides its name (``field`` of the YAML, "" for
+    rewindow's own columns) and how a message calls it."""
+
+    name: str
+    field: str
+    what: str
+    is_aggregate: bool = False
+
+
+def _output_owners(source: Source, window: Window, aggregates, labels=None) -> dict[str, list[_OutputColumn]]:
+    """Every column the ``aggregates`` and ``state`` outputs may have, in order."""
+    labels = labels or {}
+    wf = f"emitter.{window.type.value}"
+
+    def added(names):
+        return [_OutputColumn(c, "", f"the column {c!r} rewindow adds") for c in names]
+
+    ids = []
+    for role, column in (("worker", source.worker), ("key", window.key)):
+        if column:
+            field_ = labels.get(role, "source.worker" if role == "worker" else f"{wf}.keyExtractor")
+            ids.append(_OutputColumn(column, field_, f"the {role} column {column!r}"))
+    aggs, partials = [], []
+    for i, a in enumerate(aggregates):
+        field_ = labels.get(("aggregate", i), f"{wf}.aggregateDefinition[{i}].name")
+        aggs.append(_OutputColumn(a.name, field_, f"the aggregate {a.name!r}", is_aggregate=True))
+        partials += [_OutputColumn(c, field_, f"the state column {c!r} of aggregate {a.name!r}", is_aggregate=True)
+                     for c in _partial_columns(a, window.type)]
+    return {
+        "aggregates": ids + added(WINDOW_COLUMNS) + aggs + added(EMIT_COLUMNS),
+        "state": added(STATE_HEAD_COLUMNS) + ids + added(STATE_COLUMNS) + partials,
+    }
+
+
+def output_columns(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
+    """The columns ``pipeline``'s ``aggregates`` and ``state`` outputs may have, in order."""
+    owners = _output_owners(pipeline.source, pipeline.window, pipeline.aggregates)
+    return {table: tuple(c.name for c in cols) for table, cols in owners.items()}
+
+
+def _refuse_clashing_columns(source: Source, window: Window, aggregates, labels) -> None:
+    """Refuse two columns of one output with the same name (ignoring case, as Spark does):
+    the key or worker column and a column rewindow adds or an aggregate, two aggregates.
+    The message leads with the field to change: an aggregate's name (the later one)
+    before an input column's."""
+    for table, cols in _output_owners(source, window, aggregates, labels).items():
+        seen: dict[str, _OutputColumn] = {}
+        for col in cols:
+            first = seen.setdefault(col.name.lower(), col)
+            if first is col:
+                continue
+            users = [c for c in (col, first) if c.field]
+            lead = next((c for c in users if c.is_aggregate), users[0])
+            if lead.is_aggregate:
+                fix = "give the aggregate another name (name: ...)"
+            elif first.field and col.field:
+                fix = "the worker and the key must be different columns: drop one of them"
+            else:
+                fix = "rename the column in the input (outputs keep the input's column names)"
+            both = " and ".join(c.what + (f" ({c.field})" if c.field and c is not lead else "") for c in (first, col))
+            raise ConfigError(
+                f"{lead.field}: {both} would both be column {col.name!r} of the {table} output "
+                f"(names compare ignoring case); {fix}"
+            )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -547,11 +974,13 @@ def _mapping(v: Any, f: str) -> Mapping[str, Any]:
     return v
 
 
-def _only(m: Mapping[str, Any], f: str, allowed: set[str]) -> None:
+def _only(m: Mapping[str, Any], f: str, allowed) -> None:
     for k in m:
         if k not in allowed:
             where = k if f == "<root>" else f"{f}.{k}"
-            raise ConfigError(f"{where}: unknown field; expected one of {', '.join(sorted(allowed))}")
+            near = _close_matches(str(k), allowed)
+            raise ConfigError(f"{where}: unknown field" + (f" (did you mean {near[0]}?)" if near else "")
+                              + f"; expected one of {', '.join(sorted(allowed))}")
 
 
 def _column(v: Any, f: str, required: bool = False) -> str | None:

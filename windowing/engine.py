@@ -16,17 +16,19 @@ Phases (see docs/architecture.md):
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from windowing import kernel as K
+from windowing import metrics as replay_metrics
 from windowing.arrays import MIN_TIMESTAMP, sat_sub
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms, epoch_ms_unchecked, in_range
-from windowing.config import ConfigError, Pipeline, WatermarkStrategy
+from windowing.config import Clock, ConfigError, Pipeline, Trigger, WatermarkStrategy, check_input_columns
+from windowing.spark import check_workers
 
 REJECT_REASON = "reason"
 #: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
@@ -80,15 +82,22 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         ``state`` DataFrames and a ``metrics`` dict.
 
     Raises:
-        ConfigError: a configured column is missing or has an unusable type.
+        ConfigError: a configured column is missing or has an unusable type, or an input
+            column has the name of a column late_events adds.
         StateMismatchError: ``state`` was written under another configuration.
+        WorkerEnvironmentError: Spark's Python workers cannot run the kernel (see
+            :func:`windowing.spark.check_workers`).
     """
     from pyspark.sql import functions as F
 
     flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
     _check_columns(pipeline, events_df)
+    _check_late_columns(pipeline, events_df)
     input_cols = list(events_df.columns)
     norm = _normalise(pipeline, events_df)
+    # After every check that runs no job; before the first: one tiny job, once per session,
+    # so that workers without rewindow's packages give a clear error, not a worker traceback.
+    check_workers(spark)
 
     worker_state, key_state = _split_state(spark, pipeline, state, events_df)
     if worker_state:
@@ -138,15 +147,14 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):
             rows = (kernel_out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED))
                     .select(SIDE_OUTPUT, SIDE_DATA).collect())
-        counts: dict[str, int] = {}
-        values = []
+        counters, values = [], []
         for row in rows:
             table = _decode_blob(row[SIDE_DATA])
             if row[SIDE_OUTPUT] == "counters":
-                for r in table.to_pylist():
-                    counts[r["name"]] = counts.get(r["name"], 0) + int(r["value"])
+                counters.append(table)
             else:
                 values.append(table["lateness_ms"].to_numpy())
+        counts, by_worker = _sum_counters(counters)
         lateness_ms = None
         if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
             if sum(len(v) for v in values) < counts["late"]:  # a task had more than its share: fetch the rest
@@ -173,7 +181,7 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         rejected = rejected.limit(0)
 
     metrics = _metrics(counts, _lateness(counts.get("late", 0), late, F, lateness_ms), rejected_counts, worker_rows,
-                       pipeline)
+                       pipeline, by_worker)
     return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
                         _persisted=kernel_out)
 
@@ -201,6 +209,23 @@ def _naming_bad_files(inputs):
         raise err from exc
 
 
+def _check_late_columns(pipeline: Pipeline, df) -> None:
+    """Refuse input columns that late_events would overwrite with the columns it adds.
+
+    late_events carries every input column; a same-named added column would replace it
+    (or, differing only in case, fail the write after all the work). The one exception is
+    an input column ``batch`` that is the source's batch column: the added ``batch`` is
+    that same number."""
+    added = {c.lower(): c for c in K.LATE_ADDED_COLUMNS}
+    for c in df.columns:
+        if c.lower() in added and not (c == "batch" and c == pipeline.source.batch_column):
+            raise ConfigError(
+                f"input column {c!r}: late_events adds a column {added[c.lower()]!r} "
+                f"(it adds {', '.join(K.LATE_ADDED_COLUMNS)}; names compare ignoring case) and would "
+                f"overwrite it; rename the input column before replaying"
+            )
+
+
 def _check_columns(pipeline: Pipeline, df) -> None:
     """Fail before any work if a configured column is missing or unusable."""
     types = dict(df.dtypes)
@@ -219,11 +244,7 @@ def _check_columns(pipeline: Pipeline, df) -> None:
         ("timeConfig.eventTimeExtractor", w.event_time),
         *[(f"aggregateDefinition[{i}].column", a.column) for i, a in enumerate(pipeline.aggregates)],
     ]
-    for where, col in named:
-        if col and col not in types:
-            raise ConfigError(
-                f"{where}: column {col!r} is not in the input (columns: {', '.join(sorted(types))})"
-            )
+    check_input_columns(pipeline, types)  # the CLI's pre-flight check, same message
     for where, col in (("source.arrivalTime", pipeline.source.arrival_time), ("timeConfig.eventTimeExtractor", w.event_time)):
         if col and types[col] not in _TIME_TYPES:
             raise ConfigError(
@@ -331,10 +352,7 @@ def _split_state(spark, pipeline: Pipeline, state, events_df):
     if "fingerprint" in state.columns:  # another pipeline's state: say that, not what it lacks
         found = [r[0] for r in state.select("fingerprint").distinct().limit(3).collect()]
         if any(f != fp for f in found):
-            raise StateMismatchError(
-                f"the carried state was written by a different pipeline configuration "
-                f"(state fingerprint {found}, this pipeline {fp}); replay from the first partition"
-            )
+            raise StateMismatchError(_mismatch_message(pipeline, found))
     if problems:
         raise StateError(
             f"{_state_location(state)}: the carried state does not fit pipeline {pipeline.name!r} "
@@ -357,6 +375,18 @@ def _split_state(spark, pipeline: Pipeline, state, events_df):
     cols = [_col(c).cast(types[c]).alias(c) for c in keep]
     cols += [_col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
     return worker_state, rows.select(*cols, kind.alias("__kind"))
+
+
+def _mismatch_message(pipeline: Pipeline, found: list[str]) -> str:
+    """Why state with fingerprints ``found`` is refused, and what to do about it."""
+    fp = pipeline.fingerprint()
+    message = (f"the carried state was written by a different pipeline configuration "
+               f"(state fingerprint {found}, this pipeline {fp}); replay from the first partition")
+    if pipeline.idle_heartbeat_ms and found == [replace(pipeline, heartbeat_ms=0).fingerprint()]:
+        message += (f", or set replay.heartbeat: 0s to continue it as it was written (without heartbeat "
+                    f"ticks: before replay.heartbeat existed, or with it off; this pipeline's is "
+                    f"{pipeline.heartbeat_ms} ms)")
+    return message
 
 
 def _state_problems(spark, pipeline: Pipeline, state, events_df) -> list[str]:
@@ -431,47 +461,38 @@ def _state_location(state) -> str:
 
 
 def _summary(pipeline: Pipeline, norm, cand, wexpr) -> pa.Table:
-    """Per (worker, batch): watermark candidate, greatest arrival, rows; rejected counts.
+    """Per (worker, batch): watermark candidate, greatest and smallest arrival, rows;
+    rejected counts.
 
-    Idle detection needs every commit of a worker; without an idle timeout only each
-    worker's last commit matters, so the batches are folded in Spark first (the greatest
-    per-batch candidate is the global watermark after the last batch).
+    Every commit of a worker matters: its clock is the emit time of what it closes, idle
+    detection compares against its clock or global watermark, and heartbeat ticks fall
+    between one batch's clock and the next one's smallest arrival.
     """
     from pyspark.sql import functions as F
 
-    w = pipeline.window
-    if w.idle_timeout_ms is None and w.watermark_strategy is WatermarkStrategy.MAX_EVENT_TIME:
-        # The greatest of the per-batch maxima is the greatest event time: one level.
-        return norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w")).agg(
-            F.max("__batch").alias("__batch"), F.max("__evt").alias("cand"), F.max("__arr").alias("maxarr"),
-            F.count(F.lit(1)).alias("n"),
-        ).toArrow()
     per_batch = norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w"), F.col("__batch")).agg(
-        cand.alias("cand"), F.max("__arr").alias("maxarr"), F.count(F.lit(1)).alias("n")
+        cand.alias("cand"), F.max("__arr").alias("maxarr"), F.min("__arr").alias("minarr"),
+        F.count(F.lit(1)).alias("n"),
     )
-    if w.idle_timeout_ms is None:
-        per_batch = per_batch.groupBy(REJECT_REASON, "__w").agg(
-            F.max("__batch").alias("__batch"), F.max("cand").alias("cand"), F.max("maxarr").alias("maxarr"),
-            F.sum("n").alias("n"),
-        )
     return per_batch.toArrow()  # Arrow: one row per batch, fast to collect
 
 
 def _timelines(pipeline: Pipeline, summary: pa.Table, worker_state):
     """Each worker's global watermark and clock after every commit (driver side, per batch).
 
-    ``summary`` has one row per (reject reason, worker ``__w``, batch) — or per (reason,
-    worker) when folded — with the watermark candidate ``cand`` and ``maxarr``.
+    ``summary`` has one row per (reject reason, worker ``__w``, batch) with the watermark
+    candidate ``cand``, ``maxarr`` and ``minarr`` (the batch's greatest and smallest
+    arrival time).
     """
     import pyarrow.compute as pc
 
     w = pipeline.window
-    per_worker: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    per_worker: dict[Any, tuple[np.ndarray, ...]] = {}
     if summary.num_rows:
         ok = summary.filter(pc.is_null(summary[REJECT_REASON]))
         enc = pc.dictionary_encode(ok["__w"].combine_chunks(), null_encoding="encode")
         ids = enc.indices.to_numpy(zero_copy_only=False)
-        cols = [ok[c].to_numpy() for c in ("__batch", "cand", "maxarr")]
+        cols = [ok[c].to_numpy() for c in ("__batch", "cand", "maxarr", "minarr")]
         for i, wv in enumerate(enc.dictionary.to_pylist()):
             sel = np.flatnonzero(ids == i)
             sel = sel[np.argsort(cols[0][sel], kind="stable")]
@@ -480,15 +501,20 @@ def _timelines(pipeline: Pipeline, summary: pa.Table, worker_state):
     timelines: dict[Any, K.Timeline] = {}
     rows = []
     empty = np.zeros(0, dtype=np.int64)
+    # Every task receives every timeline: only what the kernel reads goes (K.Timeline).
+    ship_geff = w.idle_timeout_ms is not None and w.idle_clock is Clock.EVENT_TIME
+    ship_min_arrival = pipeline.idle_heartbeat_ms > 0
     for wv in sorted(dict.fromkeys([*per_worker, *init]), key=repr):
-        batches, cand, arr = per_worker.get(wv, (empty, empty, empty))
+        batches, cand, arr, min_arr = per_worker.get(wv, (empty,) * 4)
         s0 = init.get(wv, {})
         wm0 = s0.get("watermark_ms")
         clock0 = s0.get("clock_ms")
         gwm = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if wm0 is None else wm0], cand]))[1:]
         clock = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if clock0 is None else clock0], arr]))[1:]
         last_batch = int(batches[-1]) if len(batches) else s0.get("batch")
-        timelines[wv] = K.Timeline(batches, sat_sub(gwm, w.delay_ms), clock, last_batch)
+        timelines[wv] = K.Timeline(batches, sat_sub(gwm, w.delay_ms) if ship_geff else empty, clock, last_batch,
+                                   min_arr if ship_min_arrival else empty, batch0=s0.get("batch"),
+                                   clock0=MIN_TIMESTAMP if clock0 is None else clock0)
         rows.append({
             "state_kind": "worker",
             "fingerprint": pipeline.fingerprint(),
@@ -590,13 +616,38 @@ class _KernelTask:
             for start in range(0, result.num_rows, BLOB_ROWS):
                 names.append(name)
                 blobs.append(_blob(result.slice(start, BLOB_ROWS)))
-        counters = {**out.counters, "rows_aggregates": out.aggregates.num_rows, "rows_late_events": out.late.num_rows,
-                    "rows_state": out.state.num_rows}
         names.append("counters")
-        blobs.append(_blob(pa.table({"name": pa.array(list(counters), pa.string()),
-                                     "value": pa.array(list(counters.values()), pa.int64())})))
+        blobs.append(_blob(_counters_table(out)))
         yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
                                          schema=self.schema)
+
+
+def _counters_table(out: K.KernelOutput) -> pa.Table:
+    """A task's counters as rows (worker, name, value): the kernel's per worker label
+    (windowing.metrics.COUNTERS, zeros left out) and the task's output row counts
+    (``rows_<output>``, worker null)."""
+    rows = [(worker, name, v) for worker, counters in out.counters_by_worker.items()
+            for name, v in counters.items() if v]
+    rows += [(None, f"rows_{name}", table.num_rows)
+             for name, table in (("aggregates", out.aggregates), ("late_events", out.late), ("state", out.state))]
+    worker, name, value = zip(*rows)
+    return pa.table({"worker": pa.array(worker, pa.string()), "name": pa.array(name, pa.string()),
+                     "value": pa.array(value, pa.int64())})
+
+
+def _sum_counters(tables: list[pa.Table]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """The tasks' counters summed: in total, and per worker label (every key is in one
+    task, so the sums are the replay's)."""
+    if not tables:
+        return {}, {}
+    summed = pa.concat_tables(tables).group_by(["worker", "name"]).aggregate([("value", "sum")]).to_pylist()
+    counts: dict[str, int] = {}
+    by_worker: dict[str, dict[str, int]] = {}
+    for r in summed:
+        counts[r["name"]] = counts.get(r["name"], 0) + int(r["value_sum"])
+        if r["worker"] is not None:
+            by_worker.setdefault(r["worker"], {})[r["name"]] = int(r["value_sum"])
+    return counts, by_worker
 
 
 class _DecodeTask:
@@ -684,28 +735,25 @@ def _session_conf(spark, conf: dict[str, str]):
                 spark.conf.set(k, v)
 
 
-def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipeline) -> dict:
-    """VoltSP-named counters of this replay (from the kernel tasks, plus lateness percentiles)."""
-    by_reason = {k.removeprefix("emitted_"): v for k, v in counters.items() if k.startswith("emitted_") and v}
-    late_n = counters.get("late", 0)
-    open_windows = counters.get("open_windows", 0)
-    wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
+def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipeline,
+             by_worker: dict[str, dict[str, int]] | None = None) -> dict:
+    """The replay's metrics (docs/semantics.md, "Metrics"): the figures of
+    :func:`windowing.metrics.figures` over all workers, rejected rows, the watermark
+    reached and lateness percentiles, and the ``voltsp`` block: VoltSP's window metrics
+    in total and per worker (``by_worker``: the summed counters per worker label)."""
     from datetime import datetime, timedelta, timezone
 
-    emitted = {k: v for k, v in by_reason.items() if k != "AGGREGATE"}
+    at_window_end = Trigger.AT_WINDOW_END in pipeline.triggers
+    total = replay_metrics.figures(counters, at_window_end)
+    workers = {w: replay_metrics.figures(c, at_window_end) for w, c in (by_worker or {}).items()}
+    wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
+    rejected = sum(rejected_counts.values())
     return {
         "pipeline": pipeline.name,
-        "input_rows": counters.get("events", 0) + sum(rejected_counts.values()),
-        "rejected_rows": sum(rejected_counts.values()),
+        "input_rows": total["accepted_events"] + rejected,
+        "rejected_rows": rejected,
         "rejected_by_reason": dict(sorted(rejected_counts.items())),
-        "late_events": late_n,
-        "windows_created": counters.get("windows_created", 0),
-        "windows_emitted": sum(emitted.values()),
-        "emitted_by_reason": dict(sorted(emitted.items())),
-        "snapshots_emitted": by_reason.get("AGGREGATE", 0),
-        "idle_keys_removed": counters.get("idle_keys_removed", 0),
-        "unique_keys": counters.get("unique_keys", 0),
-        "open_windows": open_windows,
+        **{k: v for k, v in total.items() if k != "accepted_events"},
         "watermark_reached": (
             # Exact in integers (ms / 1000 as a float is off by microseconds near year 9999).
             (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=int(max(wm)))).isoformat()
@@ -715,6 +763,7 @@ def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipel
             "p50": _num(lateness["p"], 0), "p90": _num(lateness["p"], 1), "p99": _num(lateness["p"], 2),
             "max": lateness["mx"],
         },
+        "voltsp": replay_metrics.voltsp_block(total, workers),
     }
 
 

@@ -7,7 +7,7 @@ readers and writers only; the few other filesystem operations go through
 
 Output layout (one *output* = one replay target, e.g. one partition)::
 
-    OUT/runs/<run id>/aggregates/ late_events/ rejected/ state/ metrics.json/
+    OUT/runs/<run id>/aggregates/ late_events/ rejected/ state/ metrics.json/ metrics.prom/
     OUT/_commits/<seq>-<run id>/part-*.json      one commit record per committed run
 
 **Commit.** A replay writes into a run folder of its own, then writes one small commit
@@ -51,11 +51,14 @@ from types import SimpleNamespace
 from urllib.parse import unquote
 
 from windowing.lake import Lake, display, inside, join, qualify
+from windowing.metrics import render_prometheus
 
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 RUNS = "runs"
 COMMITS = "_commits"
 METRICS = "metrics.json"
+#: The metrics' ``voltsp`` block in Prometheus' text format (windowing.metrics.render_prometheus).
+PROMETHEUS = "metrics.prom"
 #: Committed runs kept per output (the current one and the four before it).
 KEEP_RUNS = 5
 #: Uncommitted run folders older than this are abandoned (their run was killed).
@@ -268,6 +271,47 @@ def check_parquet_files(lake: Lake, files, pipeline=None, error: type[ValueError
     check_columns(read_footers(lake, files, error), pipeline, error, only)
 
 
+def check_input_schema(pipeline, paths) -> None:
+    """Refuse local Parquet input that lacks a column ``pipeline`` reads, before Spark starts.
+
+    A pre-flight look, the one place that reads data files without Spark: pyarrow reads
+    the footers of the Parquet files under the local ``paths`` (names starting with ``_``
+    or ``.`` skipped, as Spark does) and :func:`windowing.config.check_input_columns`
+    judges the union of their columns, raising its ``ConfigError``. Everything else is
+    left to the same check after Spark's schema read (``engine.replay``): another format,
+    a catalog table, a URI (``s3a:``, ``hdfs:``, ...) whose filesystem and credentials are
+    Spark's (``spark.hadoop.*``), a file pyarrow cannot read, no files at all.
+    """
+    if pipeline.source.format != "parquet" or not paths:
+        return
+    names = _local_parquet_columns([str(p) for p in paths])
+    if names is not None:
+        from windowing.config import check_input_columns
+
+        check_input_columns(pipeline, names)
+
+
+def _local_parquet_columns(paths: list[str]) -> set[str] | None:
+    """Top-level column names of the Parquet files under local ``paths``; None when any
+    path is not local or pyarrow cannot read it."""
+    import pyarrow.dataset as pads
+
+    local = []
+    for p in paths:
+        uri = qualify(p)
+        if not uri.startswith("file:/") or uri.startswith("file://"):
+            return None
+        local.append(uri[len("file:"):])
+    names: set[str] = set()
+    try:
+        for path in local:
+            for fragment in pads.dataset(path, format="parquet").get_fragments():
+                names.update(fragment.physical_schema.names)
+    except Exception:  # noqa: BLE001 - not readable here: Spark's reader names the problem
+        return None
+    return names or None
+
+
 def _empty_frame(spark, schema):
     from pyspark.sql import types as T
 
@@ -439,8 +483,13 @@ def check_output_target(spark, out, inputs=()) -> None:
     # created is removed again if still empty, so a refused run leaves nothing behind.
     created = []  # the folders the probe will create: out and its missing parents, deepest first
     parent = out.rstrip("/")
-    while not lake.connect and "/" in parent.split("://", 1)[-1].strip("/") and not lake.exists(parent):
+    while not lake.connect and parent and not lake.exists(parent):
+        rest = parent.split("://", 1)[-1].strip("/")
+        if "/" not in rest and "://" in parent:
+            break  # a bucket or a host's root: never created by the probe
         created.append(parent)
+        if "/" not in rest:
+            break  # the first folder of a relative path (``out``)
         parent = parent.rsplit("/", 1)[0]
     try:
         made = lake.connect or lake.mkdirs(join(out, RUNS)) or lake.exists(join(out, RUNS))
@@ -505,8 +554,9 @@ class Staged:
 def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
     """Write a replay's outputs into a new run folder of ``out_dir`` (not yet current).
 
-    Spark's own writer writes ``aggregates/ late_events/ rejected/ state/`` and
-    ``metrics.json/`` (a one-line JSON dataset). Raises :class:`OutputError` naming the
+    Spark's own writer writes ``aggregates/ late_events/ rejected/ state/``,
+    ``metrics.json/`` (a one-line JSON dataset) and ``metrics.prom/`` (one text file:
+    VoltSP's window metrics in Prometheus' exposition format). Raises :class:`OutputError` naming the
     path when the target is refused or a write fails, :class:`InputError` when Spark
     fails reading an input file while computing the outputs (the file named).
     """
@@ -520,12 +570,15 @@ def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
     frames = {name: getattr(result, name) for name in OUTPUTS}
     frames[METRICS] = spark.createDataFrame(
         [(json.dumps(result.metrics, indent=None, sort_keys=True),)], "value string").coalesce(1)
+    # One row holding the whole text (the writer adds the final newline): one file, lines in order.
+    frames[PROMETHEUS] = spark.createDataFrame(
+        [(render_prometheus(result.metrics).removesuffix("\n"),)], "value string").coalesce(1)
 
     def write(name: str) -> None:
         target = join(staged.path, name)
         try:
             writer = frames[name].write.mode("error")
-            writer.text(target) if name == METRICS else writer.parquet(target)
+            writer.text(target) if name in (METRICS, PROMETHEUS) else writer.parquet(target)
         except Exception as exc:  # a damaged input page surfaces here, at the first action
             err = input_error_from(exc, files)
             if err is not None:

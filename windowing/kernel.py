@@ -14,6 +14,11 @@ How tumbling and sliding windows are computed without a per-event loop:
   its end (a segmented ``searchsorted``);
 * an idle flush of a key between two of its own batches is a ``searchsorted`` in its
   worker's global timeline; each flush starts a new *generation* of the key's windows;
+  with the processing-time clock a heartbeat tick can only flush it in the gap just
+  before that commit, which one more comparison decides (``_heartbeat_flush``), so the
+  ticks themselves are never listed;
+* every emitted row's ``emit_time`` is its worker's clock then, read from the same
+  timeline (or the tick);
 * aggregates per (key, generation, window) are unbuffered ``ufunc.at`` reductions in
   arrival order, so float sums are a left fold that a carried partial sum continues;
   decimal sums are exact: unscaled Python integers in object arrays (see ``_decimal_ints``).
@@ -30,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from windowing import metrics
 from windowing.arrays import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
@@ -66,14 +72,30 @@ class Timeline:
     """A worker's commits in this replay: batches in order and the clocks after each.
 
     ``geff[i]`` is the effective global watermark and ``clock[i]`` the processing clock
-    after committing ``batches[i]``. ``last_batch`` is the last committed batch,
-    including earlier partitions (None if the worker never committed one).
+    (the greatest arrival time committed so far) after committing ``batches[i]``;
+    ``min_arrival[i]`` is the smallest arrival time in ``batches[i]`` (heartbeat ticks
+    before it stop there). ``last_batch`` is the last committed batch, including earlier
+    partitions (None if the worker never committed one). ``batch0`` and ``clock0`` are
+    the last batch and the clock carried from earlier partitions (None and
+    ``MIN_TIMESTAMP`` for a worker without state).
+
+    Every task receives every worker's timeline, so the runner ships only what the kernel
+    reads: ``geff`` is empty unless an idle timeout runs on the event-time clock, and
+    ``min_arrival`` unless heartbeat ticks apply (``Pipeline.idle_heartbeat_ms``).
     """
 
     batches: np.ndarray
     geff: np.ndarray
     clock: np.ndarray
     last_batch: int | None
+    min_arrival: np.ndarray
+    batch0: int | None = None
+    clock0: int = MIN_TIMESTAMP
+
+    @property
+    def last_clock(self) -> int:
+        """The clock after the last commit (this replay's, else the carried one)."""
+        return int(self.clock[-1]) if len(self.clock) else self.clock0
 
 
 @dataclass(frozen=True)
@@ -165,7 +187,7 @@ class Spec:
             + [pa.field("window_start", TS), pa.field("window_end", TS)]
             + [pa.field(a.name, self.output_type(a)) for a in self.pipeline.aggregates]
             + [pa.field("emit_reason", pa.string()), pa.field("emit_batch", pa.int64()),
-               pa.field("emit_watermark", TS), pa.field("emission", pa.int64())]
+               pa.field("emit_time", TS), pa.field("emit_watermark", TS), pa.field("emission", pa.int64())]
         )
 
     def late_input_columns(self) -> list[str]:
@@ -310,7 +332,10 @@ class KernelOutput:
     aggregates: pa.Table
     late: pa.Table
     state: pa.Table
+    #: This task's counters (windowing.metrics.COUNTERS), summed over its workers.
     counters: dict[str, int] = field(default_factory=dict)
+    #: The same per worker label (windowing.metrics.worker_label).
+    counters_by_worker: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 # =========================================================================== derived columns
@@ -401,18 +426,54 @@ def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flus
     aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
     state = pa.concat_tables([_key_state_rows(k, kb, spec), groups.state_table(k, spec),
                               groups.emitted_counter_table(k, kb, spec)])
-    emitted = {v["values"]: v["counts"] for v in pc.value_counts(aggs.column("emit_reason")).to_pylist()} \
-        if aggs.num_rows else {}
-    counters = {
-        **{f"emitted_{r}": int(emitted.get(r, 0)) for r in REASON_NAMES.values()},
-        "late": int(len(late.ev_idx)),
-        "open_windows": int((groups.reason == OPEN).sum()),
-        "windows_created": int(groups.created),
-        "idle_keys_removed": int(groups.idle_flushes),
-        "unique_keys": int((kb.key_first >= 0).sum()),
-        "events": int(ev.n),
+    by_worker = _counters(k, ev, kb, groups, snaps, late, spec)
+    totals: dict[str, int] = {}
+    for figures in by_worker.values():
+        for name, v in figures.items():
+            totals[name] = totals.get(name, 0) + v
+    return KernelOutput(aggs, late.table(ev, spec), state, totals, by_worker)
+
+
+def _counters(k: _Keys, ev: _Events, kb: _KeyBatches, groups: _Groups, snaps: _Groups | None, late: _Late,
+              spec: Spec) -> dict[str, dict[str, int]]:
+    """This task's counters (:data:`windowing.metrics.COUNTERS`) per worker label.
+
+    Every key is in exactly one task, so the driver sums them per worker and in total.
+    Cost: a ``bincount`` per counter over keys, windows or late rows the replay already
+    holds; one label per distinct worker, not per key.
+    """
+    if not k.n:
+        return {}
+    if spec.worker_col:
+        codes = group_codes(k.table[spec.worker_col].take(pa.array(k.rep_row)))
+    else:
+        codes = np.zeros(k.n, dtype=np.int64)
+    _, first_key, worker_of = np.unique(codes, return_index=True, return_inverse=True)
+    worker_of = worker_of.reshape(-1)
+    nw = len(first_key)
+
+    def of_keys(g: np.ndarray) -> np.ndarray:  # one per element: the element's key
+        return np.bincount(worker_of[np.asarray(g, dtype=np.int64)], minlength=nw)
+
+    def summed(per_key: np.ndarray) -> np.ndarray:  # per-key counts summed per worker
+        return np.bincount(worker_of, weights=np.asarray(per_key, dtype=np.float64), minlength=nw).astype(np.int64)
+
+    is_open = groups.reason == OPEN
+    counts = {
+        metrics.EVENTS: of_keys(ev.g),
+        metrics.LATE_PAIRS: of_keys(ev.g[late.ev_idx]),
+        metrics.LATE_EVENTS: of_keys(ev.g[np.unique(late.ev_idx)]),
+        metrics.WINDOWS_CREATED: summed(groups.created),
+        **{metrics.CLOSED_PREFIX + REASON_NAMES[r]: of_keys(groups.g[groups.reason == r])
+           for r in (WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT)},
+        metrics.SNAPSHOTS: of_keys(snaps.g) if snaps is not None else np.zeros(nw, np.int64),
+        metrics.IDLE_KEYS_REMOVED: summed(groups.idle_flushes),
+        metrics.KEYS_SEEN: of_keys(np.flatnonzero(kb.key_first >= 0)),
+        metrics.KEYS_HELD: of_keys(np.unique(groups.g[is_open])),
+        metrics.OPEN_WINDOWS: of_keys(groups.g[is_open]),
     }
-    return KernelOutput(aggs, late.table(ev, spec), state, counters)
+    labels = [metrics.worker_label(k.worker_values[int(g)]) for g in first_key]
+    return {label: {name: int(v[i]) for name, v in counts.items()} for i, label in enumerate(labels)}
 
 
 # =========================================================================== inputs
@@ -574,20 +635,33 @@ class _KeyBatches:
 
 
 class _Idle:
-    """Where each key goes idle: before its first batch here, and after each of its batches.
+    """Where each key goes idle, and the worker's clock at the key's commits.
 
-    ``kb_fire[j]``: the key goes idle after its batch j and before its next one, at the
-    worker commit ``kb_batch[j]``. ``pre_fire[g]``: key g (with carried windows) goes idle
-    before its first batch of this replay. ``gen[j]``: the generation of batch j's windows.
+    ``kb_fire[j]``: the key goes idle after its batch j and before its next one; it is
+    flushed with emit batch ``kb_batch[j]`` and emit time ``kb_time[j]``: at a worker
+    commit (that batch, the clock after it) or at a heartbeat tick (the last committed
+    batch, the tick). ``pre_fire[g]``: key g (with carried windows) goes idle before its
+    first batch of this replay (``pre_batch[g]``, ``pre_time[g]``). ``gen[j]``: the
+    generation of batch j's windows.
+
+    ``kb_clock[j]``: the worker's clock after committing key batch j (the emit time of
+    what that commit closes); ``kb_clock_before[j]``: its clock before that batch.
+    ``last_batch[g]``, ``last_clock[g]``: the worker's last commit (for END_OF_INPUT).
     """
 
     def __init__(self, kb: _KeyBatches, k: _Keys, spec: Spec, timelines: Mapping[Any, Timeline]):
         w = spec.window
+        heartbeat_ms = spec.pipeline.idle_heartbeat_ms
         self.kb_fire = np.zeros(kb.n, dtype=bool)
         self.kb_batch = np.zeros(kb.n, dtype=np.int64)
+        self.kb_time = np.zeros(kb.n, dtype=np.int64)
+        self.kb_clock = np.full(kb.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.kb_clock_before = np.full(kb.n, MIN_TIMESTAMP, dtype=np.int64)
         self.pre_fire = np.zeros(k.n, dtype=bool)
         self.pre_batch = np.zeros(k.n, dtype=np.int64)
+        self.pre_time = np.zeros(k.n, dtype=np.int64)
         self.last_batch = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.last_clock = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
         wkeys = np.array([_hashable(v) for v in k.worker_values], dtype=object)
         for wv in dict.fromkeys(wkeys.tolist()):
             tl = timelines.get(wv)
@@ -596,23 +670,36 @@ class _Idle:
                 continue
             if tl.last_batch is not None:
                 self.last_batch[gmask] = tl.last_batch
-            if w.idle_timeout_ms is None or len(tl.batches) == 0:
+            self.last_clock[gmask] = tl.last_clock
+            L = len(tl.batches)
+            if L == 0:
+                continue
+            sel = np.flatnonzero(gmask[kb.g])
+            p0 = np.searchsorted(tl.batches, kb.batch[sel])  # each key batch's commit
+            if len(sel):
+                self.kb_clock[sel] = tl.clock[p0]
+                self.kb_clock_before[sel] = np.where(p0 > 0, tl.clock[np.maximum(p0 - 1, 0)], tl.clock0)
+            if w.idle_timeout_ms is None:
                 continue
             series = tl.geff if w.idle_clock is Clock.EVENT_TIME else tl.clock
-            L = len(tl.batches)
-            # After each of the key's batches.
-            sel = np.flatnonzero(gmask[kb.g])
+            # After each of the key's batches: idle from the first commit c (at or after
+            # its own) whose clock reaches activity + timeout, if c comes before its next batch
+            # p1; a heartbeat tick just before c flushes it earlier (or, for c == p1, at all).
             if len(sel):
-                p0 = np.searchsorted(tl.batches, kb.batch[sel])
                 nxt = np.append(p0[1:], L)
                 last_of_key = np.append(kb.g[sel][1:] != kb.g[sel][:-1], True)
                 p1 = np.where(last_of_key, L, nxt)
                 activity = kb.maxev_after[sel] if w.idle_clock is Clock.EVENT_TIME else kb.maxarr_after[sel]
-                c = np.maximum(p0, np.searchsorted(series, sat_add(activity, w.idle_timeout_ms), side="left"))
-                fire = c < p1
-                self.kb_fire[sel] = fire
-                self.kb_batch[sel[fire]] = tl.batches[c[fire]]
-            # Before the key's first batch, for keys with carried state.
+                due = sat_add(activity, w.idle_timeout_ms)
+                c = np.maximum(p0, np.searchsorted(series, due, side="left"))
+                at_tick, tick = _heartbeat_flush(tl, heartbeat_ms, due, c, p0 + 1, p1)
+                at_commit = ~at_tick & (c < p1)
+                cc = np.minimum(c, L - 1)
+                self.kb_fire[sel] = at_tick | at_commit
+                self.kb_batch[sel] = np.where(at_tick, tl.batches[np.maximum(cc - 1, 0)], tl.batches[cc])
+                self.kb_time[sel] = np.where(at_tick, tick, tl.clock[cc])
+            # Before the key's first batch, for keys with carried state (a tick may come
+            # before this replay's first commit: c == 0 is after the carried clock).
             gs = np.flatnonzero(gmask)
             activity = k.maxev0[gs] if w.idle_clock is Clock.EVENT_TIME else k.maxarr0[gs]
             gs, activity = gs[activity != MIN_TIMESTAMP], activity[activity != MIN_TIMESTAMP]
@@ -621,10 +708,16 @@ class _Idle:
                 p1 = np.full(len(gs), L, dtype=np.int64)
                 has = first >= 0
                 p1[has] = np.searchsorted(tl.batches, kb.batch[first[has]])
-                c = np.searchsorted(series, sat_add(activity, w.idle_timeout_ms), side="left")
-                fire = c < p1
-                self.pre_fire[gs] = fire
-                self.pre_batch[gs[fire]] = tl.batches[np.minimum(c[fire], L - 1)]
+                due = sat_add(activity, w.idle_timeout_ms)
+                c = np.searchsorted(series, due, side="left")
+                at_tick, tick = _heartbeat_flush(tl, heartbeat_ms, due, c, np.zeros(len(gs), np.int64), p1)
+                at_commit = ~at_tick & (c < p1)
+                cc = np.minimum(c, L - 1)
+                self.pre_fire[gs] = at_tick | at_commit
+                before = tl.batches[np.maximum(cc - 1, 0)] if tl.batch0 is None else \
+                    np.where(cc > 0, tl.batches[np.maximum(cc - 1, 0)], tl.batch0)
+                self.pre_batch[gs] = np.where(at_tick, before, tl.batches[cc])
+                self.pre_time[gs] = np.where(at_tick, tick, tl.clock[cc])
         # Generation of each key batch: flushes before it, including the one before its first batch.
         f = self.kb_fire.astype(np.int64)
         incl = np.cumsum(f)
@@ -634,6 +727,33 @@ class _Idle:
             counts = np.diff(np.append(kb.first_of_key, kb.n))
             base = np.repeat(excl[kb.first_of_key], counts)
         self.gen = excl - base + self.pre_fire[kb.g].astype(np.int64) if kb.n else np.zeros(0, dtype=np.int64)
+
+
+def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, c: np.ndarray, earliest: np.ndarray,
+                     p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which idle flushes a heartbeat tick makes, and the tick (contract section 5.2).
+
+    A key falls due at ``due`` (activity + idleTimeout); ``c`` is the first commit at or
+    after the key's own whose clock reaches ``due`` (L: none). Ticks are the multiples of
+    ``heartbeat_ms`` strictly between a commit's clock (``clock0`` before commit 0) and
+    the smallest arrival of the next batch. Every tick before commit ``c - 1`` lies below
+    ``clock[c - 1] < due``, so only the gap just before commit ``c`` can flush the key:
+    at its first tick ``>= due`` if that is before ``min_arrival[c]``. The gap must lie
+    after the key's own commit (``c >= earliest``) and before its next batch
+    (``c <= p1``); after the worker's last batch there is no gap (no next batch, no tick).
+
+    Returns (flushed at a tick, that tick) per key.
+    """
+    L = len(tl.batches)
+    if not heartbeat_ms or not len(c):
+        return np.zeros(len(c), dtype=bool), np.zeros(len(c), dtype=np.int64)
+    cc = np.minimum(c, L - 1)
+    prev = np.where(c > 0, tl.clock[np.maximum(cc - 1, 0)], tl.clock0)
+    ok = (c < L) & (c >= earliest) & (c <= p1) & (prev != MIN_TIMESTAMP)
+    start = np.where(ok, np.maximum(due, prev + ok), 0)  # strictly after the commit's clock
+    tick = start + np.mod(-start, heartbeat_ms)  # the first multiple of the heartbeat >= start
+    ok &= tick < tl.min_arrival[cc]
+    return ok, tick
 
 
 def _hashable(v):
@@ -660,12 +780,15 @@ class _Groups:
     def __init__(self, spec: Spec, domains: dict[str, pa.Array]):
         self.spec = spec
         self.domains = domains
-        self.created = 0
-        self.idle_flushes = 0
+        # Per key (index: key id): windows created, idle flushes (windowing.metrics).
+        self.created = np.zeros(0, dtype=np.int64)
+        self.idle_flushes = np.zeros(0, dtype=np.int64)
 
-    def set(self, g, ws, we, reason, emit_batch, emit_wm, emission, events, partials, reopenable=None):
+    def set(self, g, ws, we, reason, emit_batch, emit_wm, emission, events, partials, reopenable=None, *,
+            emit_time):
         self.g, self.ws, self.we = g, ws, we
         self.reason, self.emit_batch, self.emit_wm, self.emission = reason, emit_batch, emit_wm, emission
+        self.emit_time = emit_time  # the worker's clock at the emission (contract section 5)
         self.events, self.partials = events, partials
         self.reopenable = reopenable  # (g, ws, we, emissions) of emitted windows that may reopen
 
@@ -684,6 +807,7 @@ class _Groups:
         names = np.array([None, *[REASON_NAMES[i] for i in range(1, 6)]], dtype=object)
         cols["emit_reason"] = pa.array(names[self.reason[sel]], pa.string())
         cols["emit_batch"] = pa.array(self.emit_batch[sel], pa.int64())
+        cols["emit_time"] = _ts(self.emit_time[sel])
         cols["emit_watermark"] = _ts(self.emit_wm[sel])
         cols["emission"] = pa.array(self.emission[sel], pa.int64())
         return pa.table(cols, schema=spec.aggregates_schema())
@@ -1087,32 +1211,36 @@ def _windows(ev, kb, k, idle, spec, flush_at_end, timelines):
     reason = np.full(M, OPEN, dtype=np.int8)
     emit_batch = np.zeros(M, dtype=np.int64)
     emit_wm = np.full(M, MIN_TIMESTAMP, dtype=np.int64)
+    emit_time = np.full(M, MIN_TIMESTAMP, dtype=np.int64)
     by_wm = has_wm & (~end_fired | (pos <= end_kb))
     reason[by_wm] = WATERMARK
     safe = np.minimum(pos, max(kb.n - 1, 0))
     if kb.n:
         emit_batch[by_wm] = kb.batch[safe[by_wm]]
         emit_wm[by_wm] = kb.eff_after[safe[by_wm]]
+        emit_time[by_wm] = idle.kb_clock[safe[by_wm]]
     by_idle = end_fired & ~by_wm
     reason[by_idle] = IDLE
-    _set_idle_emit(by_idle, end_kb, G_g, idle, kb, k, spec, emit_batch, emit_wm)
-    _flush_open(reason, emit_batch, emit_wm, G_g, idle, kb, flush_at_end)
+    _set_idle_emit(by_idle, end_kb, G_g, idle, kb, k, spec, emit_batch, emit_wm, emit_time)
+    _flush_open(reason, emit_batch, emit_wm, emit_time, G_g, idle, kb, flush_at_end)
 
     groups = _Groups(spec, domains)
     created = np.ones(M, dtype=bool)
     created[G_state >= 0] = False
-    groups.created = int(created.sum())
+    groups.created = np.bincount(G_g[created], minlength=k.n)
     emission, reopen = _emissions(k, kb, G_g, G_ws, G_we, G_gen, reason,
                                   np.where(G_state >= 0, s_em[np.maximum(G_state, 0)] if ns else 0, 0),
                                   spec, lambda g: kb.eff_final[g], 0)
-    groups.idle_flushes = _count_idle_flushes(reason, G_g, G_gen)
-    groups.set(G_g, G_ws, G_we, reason, emit_batch, emit_wm, emission, events, partials, reopen)
+    groups.idle_flushes = _count_idle_flushes(reason, G_g, G_gen, k.n)
+    groups.set(G_g, G_ws, G_we, reason, emit_batch, emit_wm, emission, events, partials, reopen,
+               emit_time=emit_time)
 
     snaps = None
     if spec.snapshots:
         snaps = _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, emission,
                            partials_init=(_state_partials(spec, k, srows, domains) if ns else None),
-                           state_grp=state_grp, s_events=s_events, ev=ev, kb=kb)
+                           state_grp=state_grp, s_events=s_events, ev=ev, kb=kb,
+                           snapshot_time=_snapshot_times(ev, kb, idle))
     return groups, late_out, snaps
 
 
@@ -1134,7 +1262,7 @@ def _generation_ends(kb, idle, k, G_g, G_gen):
     return end_kb, ok | pre
 
 
-def _set_idle_emit(mask, end_kb, G_g, idle, kb, k, spec, emit_batch, emit_wm):
+def _set_idle_emit(mask, end_kb, G_g, idle, kb, k, spec, emit_batch, emit_wm, emit_time):
     j = end_kb[mask]
     pre = j < 0
     jj = np.maximum(j, 0)
@@ -1143,22 +1271,33 @@ def _set_idle_emit(mask, end_kb, G_g, idle, kb, k, spec, emit_batch, emit_wm):
     ew = np.where(pre, sat_sub(k.wm0[g], spec.window.delay_ms), kb.eff_after[jj] if kb.n else MIN_TIMESTAMP)
     emit_batch[mask] = eb
     emit_wm[mask] = ew
+    emit_time[mask] = np.where(pre, idle.pre_time[g], idle.kb_time[jj] if kb.n else 0)
 
 
-def _flush_open(reason, emit_batch, emit_wm, G_g, idle, kb, flush_at_end):
+def _flush_open(reason, emit_batch, emit_wm, emit_time, G_g, idle, kb, flush_at_end):
     if not flush_at_end:
         return
     m = reason == OPEN
     reason[m] = END_OF_INPUT
     emit_batch[m] = idle.last_batch[G_g[m]]
     emit_wm[m] = kb.eff_final[G_g[m]]
+    emit_time[m] = idle.last_clock[G_g[m]]
 
 
-def _count_idle_flushes(reason, G_g, G_gen) -> int:
+def _snapshot_times(ev: _Events, kb: _KeyBatches, idle: _Idle) -> np.ndarray:
+    """Emit time of each event's ``atAggregate`` snapshots: the worker's clock as the event
+    is processed, before its batch commits: the greatest arrival time the worker has
+    seen, this event's included (its batch's earlier events arrived no later than it)."""
+    return np.maximum(idle.kb_clock_before[kb.of_event], ev.arr) if ev.n else np.zeros(0, np.int64)
+
+
+def _count_idle_flushes(reason, G_g, G_gen, n_keys: int) -> np.ndarray:
+    """Idle flushes per key: its distinct generations that ended IDLE."""
     m = reason == IDLE
     if not m.any():
-        return 0
-    return len(np.unique(np.stack([G_g[m], G_gen[m]], axis=1), axis=0))
+        return np.zeros(n_keys, dtype=np.int64)
+    flushes = np.unique(np.stack([G_g[m], G_gen[m]], axis=1), axis=0)
+    return np.bincount(flushes[:, 0], minlength=n_keys)
 
 
 def _emissions(k, kb, G_g, G_ws, G_we, G_gen, reason, carried_prior, spec, final_eff, reopen_margin):
@@ -1218,8 +1357,9 @@ def _emissions(k, kb, G_g, G_ws, G_we, G_gen, reason, carried_prior, spec, final
 
 
 def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, emission, partials_init,
-               state_grp, s_events, ev, kb):
-    """atAggregate: one row per accepted (event, window) with the window's running aggregate."""
+               state_grp, s_events, ev, kb, snapshot_time):
+    """atAggregate: one row per accepted (event, window) with the window's running aggregate
+    (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`)."""
     e_grp = grp[ev_el]
     e_pos = all_pos[ev_el]
     n = len(e_grp)
@@ -1323,7 +1463,7 @@ def _snapshots(spec, domains, values, grp, ev_el, all_pos, M, G_g, G_ws, G_we, e
                                  if len(st_grp) else 0, 0)
     snaps.set(G_g[e_grp], G_ws[e_grp], G_we[e_grp], np.full(n, AGGREGATE, np.int8), ev.batch[e_pos],
               kb.eff_before[ev_kb], emission[e_grp], events, out_partials,
-              (np.zeros(0, np.int64),) * 4)
+              (np.zeros(0, np.int64),) * 4, emit_time=snapshot_time[e_pos])
     return snaps
 
 
@@ -1453,29 +1593,32 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
                                  _scol(t, "emissions", erows).to_pylist()):
             counters[(g, a0, b0)] = n0
 
-    out = []  # (g, start, end, reason, batch, wm, emission, events, parts)
-    snaps = []
+    out: list[_Row] = []
+    snaps: list[_Row] = []
     late = ([], [], [])
-    created = idle_flushes = 0
+    created, idle_flushes = [0] * k.n, [0] * k.n  # per key
     ts = ev.t.tolist()
     kb_start = kb.start.tolist() + [ev.n]
     eff_before, eff_after = kb.eff_before.tolist(), kb.eff_after.tolist()
     kb_batch, kb_fire, fire_batch = kb.batch.tolist(), idle.kb_fire.tolist(), idle.kb_batch.tolist()
+    kb_clock, fire_time = idle.kb_clock.tolist(), idle.kb_time.tolist()
     ev_batch = ev.batch.tolist()
+    snap_time = _snapshot_times(ev, kb, idle).tolist()
 
-    def emit(g, s, reason, batch, wm):
+    def emit(g, s, reason, batch, wm, time):
         key = (g, s[0], s[1])
         counters[key] = counters.get(key, 0) + 1
-        out.append((g, s[0], s[1], reason, batch, wm, counters[key], s[2], s[3]))
+        out.append(_Row(g, s[0], s[1], reason, batch, wm, counters[key], s[2], s[3], time))
 
     keys = sorted(set(kb.g.tolist()) | set(carried))
     for g in keys:
         open_ = carried.get(g, [])
         if open_ and idle.pre_fire[g]:
             for s in sorted(open_, key=lambda s: s[0]):
-                emit(g, s, IDLE, int(idle.pre_batch[g]), int(sat_sub(k.wm0[g:g + 1], w.delay_ms)[0]))
+                emit(g, s, IDLE, int(idle.pre_batch[g]), int(sat_sub(k.wm0[g:g + 1], w.delay_ms)[0]),
+                     int(idle.pre_time[g]))
             open_ = []
-            idle_flushes += 1
+            idle_flushes[g] += 1
         j0 = int(kb.key_first[g])
         for j in (range(j0, int(kb.key_last[g]) + 1) if j0 >= 0 else ()):
             eff = eff_before[j]
@@ -1496,37 +1639,39 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
                     combine(parts, s[3])
                     events += s[2]
                 if not merged:
-                    created += 1
+                    created[g] += 1
                 apply(parts, i)
                 session = [lo, hi, events + 1, parts]
                 open_ = rest + [session]
                 if snaps is not None and spec.snapshots:
-                    snaps.append((g, lo, hi, AGGREGATE, ev_batch[i], eff,
-                                  counters.get((g, lo, hi), 0) + 1, events + 1, _copy_parts(parts)))
+                    snaps.append(_Row(g, lo, hi, AGGREGATE, ev_batch[i], eff,
+                                      counters.get((g, lo, hi), 0) + 1, events + 1, _copy_parts(parts),
+                                      snap_time[i]))
             eff = eff_after[j]
             keep = []
             for s in sorted(open_, key=lambda s: s[0]):
                 if eff != MIN_TIMESTAMP and s[1] + G <= eff:
-                    emit(g, s, WATERMARK, kb_batch[j], eff)
+                    emit(g, s, WATERMARK, kb_batch[j], eff, kb_clock[j])
                 elif eff != MIN_TIMESTAMP and M and s[0] + M <= eff:
-                    emit(g, s, MAX_DURATION, kb_batch[j], eff)
+                    emit(g, s, MAX_DURATION, kb_batch[j], eff, kb_clock[j])
                 else:
                     keep.append(s)
             open_ = keep
             if kb_fire[j] and open_:
                 for s in open_:
-                    emit(g, s, IDLE, fire_batch[j], eff)
+                    emit(g, s, IDLE, fire_batch[j], eff, fire_time[j])
                 open_ = []
-                idle_flushes += 1
+                idle_flushes[g] += 1
         final_eff = int(kb.eff_final[g])
         for s in sorted(open_, key=lambda s: s[0]):
             if flush_at_end:
-                emit(g, s, END_OF_INPUT, int(idle.last_batch[g]), final_eff)
+                emit(g, s, END_OF_INPUT, int(idle.last_batch[g]), final_eff, int(idle.last_clock[g]))
             else:
-                out.append((g, s[0], s[1], OPEN, 0, MIN_TIMESTAMP, counters.get((g, s[0], s[1]), 0) + 1, s[2], s[3]))
+                out.append(_Row(g, s[0], s[1], OPEN, 0, MIN_TIMESTAMP, counters.get((g, s[0], s[1]), 0) + 1,
+                                s[2], s[3], MIN_TIMESTAMP))
 
     groups = _rows_to_groups(spec, domains, out)
-    groups.created, groups.idle_flushes = created, idle_flushes
+    groups.created, groups.idle_flushes = np.array(created, np.int64), np.array(idle_flushes, np.int64)
     # Positions back to (batch, seq) for the state: carried ones first, then the events'.
     ev_seq = np.arange(ev.n, dtype=np.int64) - kb.start[kb.of_event] if ev.n else np.zeros(0, np.int64)
     all_batch, all_seq = np.concatenate([at_batch, ev.batch]), np.concatenate([at_seq, ev_seq])
@@ -1534,7 +1679,7 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
         if spec.keeps_arrival(a):
             idx = np.where(p["code"] >= 0, p["pos"] + len(at_batch), 0)
             p["at"] = (all_batch[idx], all_seq[idx]) if len(all_batch) else (idx, idx)
-    open_keys = {(r[0], r[1], r[2]) for r in out if r[3] == OPEN}
+    open_keys = {(r.g, r.start, r.end) for r in out if r.reason == OPEN}
     keep = [(g, a0, b0, n0) for (g, a0, b0), n0 in sorted(counters.items())
             if (g, a0, b0) not in open_keys and b0 + G > int(kb.eff_final[g])]
     groups.reopenable = tuple(np.array([r[i] for r in keep], dtype=np.int64) for i in range(4))
@@ -1577,13 +1722,26 @@ def _copy_parts(parts):
     return [[p[0], p[1], p[2], set(p[3]), p[4]] for p in parts]
 
 
-def _rows_to_groups(spec, domains, rows) -> _Groups:
-    n = len(rows)
-    cols = list(zip(*rows)) if rows else [()] * 9
+class _Row(NamedTuple):
+    """One session window as :func:`_sessions` emits it (or keeps it open)."""
+
+    g: int
+    start: int
+    end: int
+    reason: int
+    batch: int
+    wm: int
+    emission: int
+    events: int
+    parts: list
+    time: int
+
+
+def _rows_to_groups(spec, domains, rows: list[_Row]) -> _Groups:
     groups = _Groups(spec, domains)
     partials = []
     for ai, a in enumerate(spec.pipeline.aggregates):
-        ps = [r[8][ai] for r in rows]
+        ps = [r.parts[ai] for r in rows]
         p: dict[str, Any] = {"n": np.array([q[0] for q in ps], dtype=np.int64)}
         if a.type in ("sum", "avg"):
             p["s"] = np.array([q[1] for q in ps], dtype=_sum_dtype(spec.value_type(a)))
@@ -1597,6 +1755,9 @@ def _rows_to_groups(spec, domains, rows) -> _Groups:
             if spec.keeps_arrival(a):
                 p["pos"] = np.array([q[4] for q in ps], dtype=np.int64)
         partials.append(p)
-    arr = [np.array(c, dtype=np.int64) if n else np.zeros(0, np.int64) for c in cols[:8]]
-    groups.set(arr[0], arr[1], arr[2], arr[3].astype(np.int8), arr[4], arr[5], arr[6], arr[7], partials)
+    def column(name: str) -> np.ndarray:
+        return np.array([getattr(r, name) for r in rows], dtype=np.int64)
+
+    groups.set(column("g"), column("start"), column("end"), column("reason").astype(np.int8), column("batch"),
+               column("wm"), column("emission"), column("events"), partials, emit_time=column("time"))
     return groups

@@ -402,7 +402,7 @@ def aggregates_schema(pipeline: Pipeline, input_types: dict):
     import pandera.pyspark as pa
 
     spec = _spec(pipeline, input_types)
-    not_null = {"window_start", "window_end", "emit_reason", "emit_batch", "emission"}
+    not_null = {"window_start", "window_end", "emit_reason", "emit_batch", "emit_time", "emission"}
     not_null |= {a.name for a in pipeline.aggregates if a.type in ("count", "distinct")}
     return _output_schema(f"{pipeline.name}.aggregates", spec.aggregates_schema(), not_null,
                           {"emission": [pa.Check.ge(1)]})
@@ -512,7 +512,7 @@ def aggregates_checks(pipeline: Pipeline, aggregates, input_types: dict | None =
     session = w.type is WindowType.SESSION
     out = _schema_check("aggregates_schema",
                          "columns and types of the kernel's aggregates schema; "
-                         "bounds, reason, batch, emission non-null; emission >= 1",
+                         "bounds, reason, batch, emit time, emission non-null; emission >= 1",
                          "columns and types of aggregates", aggregates_schema, pipeline, aggregates, input_types,
                          sample_size, only)
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("emit_watermark")
@@ -863,7 +863,19 @@ def _any(conds):
 
 
 def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
-    """``metrics.json`` agrees with the datasets it summarises."""
+    """``metrics.json`` agrees with the datasets it summarises.
+
+    Row counts: windows emitted (in total and per reason), snapshots, late (event,
+    window) pairs, rejected and input rows, open windows. Late events: identical input
+    rows are late for the same windows (same key, batch and watermark), so a group of
+    identical late rows holds copies x windows rows and ``count / distinct windows``
+    events. Keys held: distinct keys of the open windows. With ``atWindowEnd``, every
+    closed window is emitted (``windows_closed == windows_emitted``). The ``voltsp``
+    block: each total is its figure (docs/semantics.md, "Metrics") and the sum of its
+    workers.
+    """
+    from windowing.metrics import CLOSE_REASONS, VOLTSP_METRICS
+
     F = _F()
     name, desc = "metrics_consistent", "metrics.json counts equal the written datasets' row counts"
     m = getattr(outputs, "metrics", None)
@@ -875,17 +887,49 @@ def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
     reason = _col("emit_reason")
     a = outputs.aggregates.agg(
         F.sum(F.when(_holds(reason == AGGREGATE_REASON), 0).otherwise(1)).alias("emitted"),
-        F.sum(F.when(_holds(reason == AGGREGATE_REASON), 1).otherwise(0)).alias("snapshots")).first()
+        F.sum(F.when(_holds(reason == AGGREGATE_REASON), 1).otherwise(0)).alias("snapshots"),
+        *[F.sum(F.when(_holds(reason == r), 1).otherwise(0)).alias(r) for r in CLOSE_REASONS]).first()
+    late = outputs.late_events
+    window_cols = ("window_start", "window_end")
+    exact = canonical_rows(late)
+    per_row = exact.groupBy(*[_col(c) for c in exact.columns if c not in window_cols]).agg(
+        (F.count(F.lit(1)) / F.countDistinct(*[_col(c) for c in window_cols])).alias("events"))
+    late_events = per_row.agg(F.sum("events")).first()[0] or 0
+    open_windows = outputs.state.where(_col("state_kind") == "window")
+    keys = _group_columns(pipeline)
+    if keys:
+        types = {f.name: f.dataType for f in open_windows.schema.fields}
+        held = open_windows.select(*[as_key(_col(c), types[c]).alias(c) for c in keys]).distinct().count()
+    else:
+        held = min(open_windows.count(), 1)
+    emitted = int(a["emitted"] or 0)
     found = {
-        "windows_emitted": int(a["emitted"] or 0),
+        "windows_emitted": emitted,
+        "emitted_by_reason": {r: int(a[r]) for r in CLOSE_REASONS if a[r]},
         "snapshots_emitted": int(a["snapshots"] or 0),
-        "late_events": outputs.late_events.count(),
+        "late_event_windows": late.count(),
+        "late_events": int(late_events) if float(late_events).is_integer() else late_events,
         "rejected_rows": outputs.rejected.count(),
-        "open_windows": outputs.state.where(_col("state_kind") == "window").count(),
+        "open_windows": open_windows.count(),
+        "keys_held": held,
     }
+    if Trigger.AT_WINDOW_END in pipeline.triggers:
+        found["windows_closed"] = emitted
+        found["closed_by_reason"] = found["emitted_by_reason"]
     if input_df is not None:
         found["input_rows"] = input_df.count()
     wrong = [{"metric": k, "metrics.json": m.get(k), "dataset": v} for k, v in found.items() if m.get(k) != v]
+    block = m.get("voltsp") or {}
+    for metric in VOLTSP_METRICS:
+        entry = block.get(metric.name) or {}
+        try:
+            figure = metric.value(m)
+        except (KeyError, TypeError):  # a figure missing from metrics.json
+            figure = None
+        workers = sum((entry.get("by_worker") or {}).values())
+        if entry.get("total") is None or entry.get("total") != figure or workers != entry.get("total"):
+            wrong.append({"metric": f"voltsp.{metric.name}", "metrics.json": entry.get("total"),
+                          "figures": figure, "sum of workers": workers})
     return CheckResult(name, not wrong, len(wrong), wrong, desc)
 
 

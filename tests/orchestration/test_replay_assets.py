@@ -13,6 +13,7 @@ from assets.pipelines import CHECK_NAME
 from assets.store import Lineage, state_content_hash
 from tests.orchestration.conftest import DAYS, Replayer, failure_message, lineage, rows
 from tests.outputs import current, metrics as metrics_of
+from windowing.metrics import render_prometheus
 
 AGG = dg.AssetKey(["clicks_hourly", "windowed_aggregates"])
 STATE = dg.AssetKey(["clicks_hourly", "window_state"])
@@ -84,6 +85,12 @@ def test_materializations_carry_per_partition_metadata(one_by_one, backfill):
             assert meta["emitted_by_reason"].value == metrics["emitted_by_reason"]
             assert meta["windows_emitted"].value == metrics["windows_emitted"] > 0
             assert meta["late_events"].value == metrics["late_events"]
+            assert meta["late_event_windows"].value == metrics["late_event_windows"]
+            assert meta["windows_closed"].value == metrics["windows_closed"] == metrics["windows_emitted"]
+            assert meta["keys_held"].value == metrics["keys_held"]
+            # VoltSP's window metrics beside metrics.json, as the CLI writes them.
+            [prom] = [p for p in (replayer.current(day) / "metrics.prom").glob("part-*") if p.is_file()]
+            assert prom.read_text() == render_prometheus(metrics)
             assert meta["rejected_rows"].value == 0
             assert meta["unique_keys"].value == metrics["unique_keys"] > 0
             assert meta["watermark_reached"].value.startswith(day)

@@ -141,11 +141,11 @@ MISSING = {  # configured column the data lacks: YAML path -> (value, column nam
     "arrivalOrder": ("source/arrivalOrder", ["offset"], "offset", "source.arrivalOrder[0]"),
     "worker": ("source/worker", "partition", "partition", "source.worker"),
     "batch": ("source/batch", {"column": "batch_id"}, "batch_id", "source.batch.column"),
-    "key": ("emitter/tumbling-time-window/keyExtractor", "user", "user", "keyExtractor"),
+    "key": ("emitter/tumbling-time-window/keyExtractor", "user", "user", "emitter.tumbling-time-window.keyExtractor"),
     "eventTime": ("emitter/tumbling-time-window/timeConfig/eventTimeExtractor", "event_ts", "event_ts",
-                  "timeConfig.eventTimeExtractor"),
+                  "emitter.tumbling-time-window.timeConfig.eventTimeExtractor"),
     "aggregate": ("emitter/tumbling-time-window/aggregateDefinition", ["count", {"type": "max", "column": "amount"}],
-                  "amount", "aggregateDefinition[1].column"),
+                  "amount", "emitter.tumbling-time-window.aggregateDefinition[1].column"),
 }
 
 

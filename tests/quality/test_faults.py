@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,6 @@ def tmpfs(tmp_path):
     """``tmpfs(size, read_only=False)``: a real small filesystem mounted under tmp_path
     (needs root, as in CI; skipped otherwise), unmounted afterwards."""
     import os
-    import subprocess
 
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
@@ -149,6 +149,11 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(target)], check=False)
 
 
+def _without_progress(err: str) -> str:
+    """stderr without the CLI's own progress lines (``rewindow: [1/3] ...``)."""
+    return "".join(line for line in err.splitlines(keepends=True) if not re.match(r"rewindow: \[\d+/\d+\]", line))
+
+
 def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, tmpfs, monkeypatch, capsys):
     """Issue 8 item 8: a read-only output used to fail only after the whole replay."""
     from windowing import cli, engine
@@ -158,7 +163,7 @@ def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, t
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
     monkeypatch.setattr(engine, "replay", lambda *a, **k: pytest.fail("the replay ran"))
     code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
-    err = capsys.readouterr().err
+    err = _without_progress(capsys.readouterr().err)
     assert code == 2 and err.startswith(f"rewindow: error: {target}: cannot write here")
     assert len(err.strip().splitlines()) == 1
 
@@ -172,8 +177,26 @@ def test_a_full_disk_is_one_line_naming_the_dataset_and_commits_nothing(spark, r
     target = tmpfs("24k") / "out"
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
     code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
-    err = capsys.readouterr().err
+    err = _without_progress(capsys.readouterr().err)
     assert code == 2, err
     assert re.match(rf"rewindow: error: {re.escape(str(target))}/runs/[^/]+/\w+: cannot write: ", err), err
     assert len(err.strip().splitlines()) == 1
     assert not (target / "_commits").exists()  # nothing committed: readers see no output
+
+
+def test_the_write_probe_of_a_relative_output_leaves_nothing_behind(tmp_path):
+    """The probe creates ``<out>/runs`` to learn the target is writable; a run refused
+    after it (here: the probe alone) must not leave the empty folders it made, relative
+    paths included (``--output out3`` used to leave ``out3/runs``). Hadoop resolves a
+    relative path against the JVM's working folder, so the probe runs in a process
+    started in ``tmp_path``."""
+    import os
+    import sys
+
+    code = ("from windowing.spark import spark_session; from windowing.io import check_output_target; "
+            "s = spark_session(); [check_output_target(s, o) for o in ('out3', 'new/out3')]")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

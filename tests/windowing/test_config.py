@@ -527,3 +527,41 @@ def test_window_offset_must_be_within_the_span(edits, needles):
 )
 def test_window_offset_in_range_is_accepted(edits, offset_ms):
     assert parse_pipeline(_doc(*edits)).window.offset_ms == offset_ms
+
+
+@pytest.mark.parametrize(
+    ("edits", "given_ms", "suggested", "suggested_ms"),
+    [
+        ([(TW + ("windowOffset",), "-3s")], -3 * S, "3597s", H - 3 * S),  # negative: one span up
+        ([(TW + ("windowOffset",), "90m")], 90 * M, "30m", 30 * M),  # past the span: one span down
+        ([_sliding(windowOffset="61m")], 61 * M, "1m", M),  # sliding: modulo the slide (15m)
+        ([_sliding(windowOffset="-1m")], -M, "14m", 14 * M),
+    ],
+    ids=["tumbling-negative", "tumbling-past-span", "sliding-past-span", "sliding-negative"],
+)
+def test_a_refused_offset_names_one_with_the_same_windows(edits, given_ms, suggested, suggested_ms):
+    """The windowOffset rule (docs/configuration.md): an offset outside [0, windowSpan) is
+    refused, naming the offset in range that gives the same windows. Refusing loses
+    nothing: the kernel and the reference model give O and O + k * period (span for
+    tumbling, slide for sliding) the same windows, so the suggestion is exact; and a
+    negative offset is called negative, not "not a duration"."""
+    import numpy as np
+
+    from tests.reference_model import window_bounds
+    from windowing.kernel import _assign
+
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline(_doc(*edits))
+    assert suggested in str(info.value) and "not a duration" not in str(info.value)
+    edited = copy.deepcopy(_doc(*edits))
+    wdoc = next(iter(edited["emitter"].values()))
+    wdoc["windowOffset"] = f"{suggested_ms}ms"
+    accepted = parse_pipeline(edited).window
+    assert accepted.offset_ms == suggested_ms
+    as_given = dataclasses.replace(accepted, offset_ms=given_ms)  # what accepting it unreduced would replay
+    times = [t + d for t in (-H, 0, 7 * H + 13 * M, 10**12) for d in (-M - 1, -1, 0, 1, 3 * S, 14 * M + 59 * S)]
+    for t in times:
+        assert window_bounds(as_given, t) == window_bounds(accepted, t), t
+    t_arr = np.array(times, dtype=np.int64)
+    for a, b in zip(_assign(t_arr, as_given), _assign(t_arr, accepted)):
+        assert a.tolist() == b.tolist()

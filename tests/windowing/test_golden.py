@@ -33,19 +33,23 @@ def _case(case):
             "timeConfig": case["timeConfig"],
             "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"}],
         }},
+        **({"replay": case["replay"]} if "replay" in case else {}),
     })
     bit = {r["name"]: r["amount"] for r in rows}
     emitted = sorted(
-        (ws * S, we * S, sum(bit[e] for e in names), batch, reason)
-        for ws, we, names, batch, reason in case["expect"]["emitted"]
+        (ws * S, we * S, sum(bit[e] for e in names), batch, reason, *(s * S for s in emit_time))
+        for ws, we, names, batch, reason, *emit_time in case["expect"]["emitted"]
     )
     late = sorted((name, ws * S, wm * S) for name, ws, wm in case["expect"]["late"])
     return pipeline, rows, case.get("flushAtEnd", False), emitted, late
 
 
-def _observed(aggs, late):
+def _observed(aggs, late, emitted):
+    """The rows as the expectation has them (with ``emit_time`` where it gives it)."""
+    with_time = any(len(e) == 6 for e in emitted)
     return (
-        sorted((r["window_start"], r["window_end"], r["sum_amount"], r["emit_batch"], r["emit_reason"]) for r in aggs),
+        sorted((r["window_start"], r["window_end"], r["sum_amount"], r["emit_batch"], r["emit_reason"],
+                *([r["emit_time"]] if with_time else [])) for r in aggs),
         sorted((r["name"], r["window_start"], r["watermark"]) for r in late),
     )
 
@@ -57,14 +61,14 @@ ids = [c["name"] for c in CASES]
 def test_reference_model(case):
     pipeline, rows, flush, emitted, late = _case(case)
     res = reference_replay(pipeline, rows, flush_at_end=flush)
-    assert _observed(res.aggregates, res.late_events) == (emitted, late)
+    assert _observed(res.aggregates, res.late_events, emitted) == (emitted, late)
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids)
 def test_kernel(case):
     pipeline, rows, flush, emitted, late = _case(case)
     aggs, late_rows, _, _ = local_replay(pipeline, rows[::-1], flush_at_end=flush)
-    assert _observed(aggs, late_rows) == (emitted, late)
+    assert _observed(aggs, late_rows, emitted) == (emitted, late)
 
 
 @pytest.mark.parametrize("seed", [None, 2])
@@ -73,5 +77,5 @@ def test_spark_engine(spark, case, seed):
     pipeline, rows, flush, emitted, late = _case(case)
     aggs, late_rows, rejected, _, _ = run_engine(spark, pipeline, rows, flush_at_end=flush, seed=seed,
                                                  partitions=seed and seed + 1)
-    assert _observed(aggs, late_rows) == (emitted, late)
+    assert _observed(aggs, late_rows, emitted) == (emitted, late)
     assert rejected == []

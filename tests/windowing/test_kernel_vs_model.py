@@ -13,7 +13,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from tests.engine_harness import canon
-from tests.generators import bridging_sessions, cases, pipelines, split_points, typed_histories
+from tests.generators import bridging_sessions, cases, pipelines, silent_gap_histories, split_points, typed_histories
 from tests.kernel_harness import local_replay
 from tests.reference_model import reference_replay
 from windowing.config import parse_pipeline
@@ -36,13 +36,21 @@ def _compare(pipeline, rows, flush, amount=None):
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
     assert canon(rejected) == canon(ref.rejected)
-    for r in ref.aggregates:  # what the generated cases exercise (--hypothesis-show-statistics)
+    _statistics(pipeline, rows, ref)
+    return ref
+
+
+def _statistics(pipeline, rows, ref):
+    """What the generated cases exercise (--hypothesis-show-statistics)."""
+    arrivals = {r["arrival"] for r in rows}
+    for r in ref.aggregates:
         event(f"emitted {r['emit_reason']}")
         if r["emission"] > 1:
             event("window emitted again after an idle flush")
+        if r["emit_reason"] == "IDLE" and r["emit_time"] not in arrivals:  # the clock was no arrival time
+            event("idle flush at a heartbeat tick")
     if ref.late_events:
         event("late events")
-    return ref
 
 
 #: Issue 8, item 11: on one key, gap 5 s, one event per batch, id15@65 s, id26@59 s, id5@60 s,
@@ -125,6 +133,28 @@ def test_pieces_match_one_go(pipeline, case, cuts, flush):
     partial sums round-trip the state exactly, past 38 digits too)."""
     amount, rows = case
     _pieces_match_one_go(pipeline, rows, cuts, flush, amount)
+
+
+@cases(200)
+@given(pipelines(processing_idle=True), silent_gap_histories(), st.booleans())
+def test_heartbeat_ticks_across_a_partition_cut_at_a_silent_gap(pipeline, case, flush):
+    """Two partitions cut at a silent gap, on the PROCESSING_TIME idle clock with a
+    heartbeat: the ticks inside the gap are applied when the second partition starts,
+    from the carried clock, so the pieces give exactly the rows of one replay (contract
+    section 5.2), for the kernel and for the model itself."""
+    before, after = case
+    ref = reference_replay(pipeline, before + after, flush_at_end=flush)
+    first = reference_replay(pipeline, before)
+    second = reference_replay(pipeline, after, state=first.state, flush_at_end=flush)
+    assert canon(first.aggregates + second.aggregates) == canon(ref.aggregates)
+    a1, l1, _, state = local_replay(pipeline, before)
+    a2, l2, _, _ = local_replay(pipeline, after, state, flush_at_end=flush)
+    assert canon(l1 + l2) == canon(ref.late_events)
+    assert canon(a1 + a2) == canon(ref.aggregates)
+    _statistics(pipeline, before + after, ref)
+    gap = (max(r["arrival"] for r in before), min(r["arrival"] for r in after))
+    if any(r["emit_reason"] == "IDLE" and gap[0] < r["emit_time"] < gap[1] for r in ref.aggregates):
+        event("idle flush at a tick between the partitions")
 
 
 @cases(100)
