@@ -35,6 +35,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="run only this check (repeatable); one that cannot run is an error")
     v.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     _spark_args(v)
+    c = sub.add_parser("reconcile", help="compare a replay's aggregates with what the live pipeline emitted")
+    c.add_argument("--config", required=True, help="the pipeline YAML (its reconcile: block maps the live columns)")
+    c.add_argument("--replay", required=True, help="a `rewindow replay --output` folder or URI")
+    c.add_argument("--live", help="the live aggregates: folder, file or URI (default: the YAML's reconcile.live)")
+    c.add_argument("--live-format", help="Spark format of --live (default: the YAML's, else parquet)")
+    c.add_argument("--output", required=True, help="report folder or URI (mismatches, summary; committed atomically)")
+    c.add_argument("--min-match", help="exit 1 under this match rate, e.g. 99.5%% (default: the YAML's, else 100%%)")
+    c.add_argument("--partition-edge", action="append", metavar="TIME",
+                   help="a partition boundary, ISO date or time (repeatable, increasing): per-partition figures")
+    _spark_args(c)
     g = sub.add_parser("generate", help="write sample event history (Parquet)")
     g.add_argument("--output", required=True)
     g.add_argument("--start", default="2024-01-01")
@@ -48,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             return _replay(args)
         if args.command == "verify":
             return _verify(args)
+        if args.command == "reconcile":
+            from windowing.reconcile import main_reconcile
+
+            return main_reconcile(args)
         return _generate(args)
     except (ConfigError, ValueError, OSError, WorkerEnvironmentError) as exc:
         print(f"rewindow: error: {exc}", file=sys.stderr)

@@ -21,7 +21,7 @@ import difflib
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
@@ -188,6 +188,9 @@ class Pipeline:
     #: YAML fields of the live pipeline that a replay accepts and does not use
     #: (``emitter.session-window.exceptionHandler``, ``source.kafka``, ...).
     ignored_fields: tuple[str, ...] = field(default=(), compare=False)
+    #: The ``reconcile:`` block (windowing.reconcile.ReconcileSpec): how to compare a
+    #: replay with the live pipeline's output. Not part of the meaning of a replay.
+    reconcile: Any = field(default=None, compare=False)
 
     @property
     def idle_heartbeat_ms(self) -> int:
@@ -329,7 +332,7 @@ def parse_pipeline(doc: Any) -> Pipeline:
     """Validate a parsed YAML document into a :class:`Pipeline`."""
     m = _mapping(doc, "<root>")
     _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers", "quality", "columns",
-                        *_LIVE_ONLY_ROOT_FIELDS})
+                        "reconcile", *_LIVE_ONLY_ROOT_FIELDS})
     ignored = [k for k in m if k in _LIVE_ONLY_ROOT_FIELDS]  # the live pipeline's sink, processors
     version = m.get("version", 1)
     if version != 1:
@@ -381,7 +384,7 @@ def parse_pipeline(doc: Any) -> Pipeline:
     heartbeat = (_duration(replay_doc["heartbeat"], "replay.heartbeat") if "heartbeat" in replay_doc
                  else DEFAULT_HEARTBEAT_MS)
 
-    return Pipeline(
+    pipeline = Pipeline(
         name=name.strip(),
         source=source,
         window=window,
@@ -394,6 +397,9 @@ def parse_pipeline(doc: Any) -> Pipeline:
         column_bindings=tuple(columns.bindings),
         ignored_fields=tuple(ignored),
     )
+    from windowing.reconcile import parse_reconcile  # it builds on this module
+
+    return replace(pipeline, reconcile=parse_reconcile(m.get("reconcile"), pipeline))
 
 
 def _parse_quality(q: Mapping[str, Any]) -> Quality:
