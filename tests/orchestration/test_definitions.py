@@ -36,13 +36,20 @@ def test_definitions_module_builds_from_the_environment(monkeypatch, pipelines_d
 
     monkeypatch.setenv("REWINDOW_PIPELINES_DIR", str(pipelines_dir))
     monkeypatch.setenv("REWINDOW_OUTPUT_ROOT", str(tmp_path))
-    monkeypatch.delenv("REWINDOW_PARTITION_GRAIN", raising=False)
+    # Its own landing zone (not the quick start's data/landing): two landed days.
+    landing = tmp_path / "landing"
+    for day in ("2025-05-01", "2025-05-02"):
+        (landing / f"date={day}").mkdir(parents=True)
+    monkeypatch.setenv("REWINDOW_LANDING_ZONE", str(landing))
+    for var in ("REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_START", "REWINDOW_HISTORY_END",
+                "REWINDOW_LANDING_PARTITION_COLUMN"):
+        monkeypatch.delenv(var, raising=False)
     d = defs()
     keys = d.resolve_all_asset_keys()
     assert dg.AssetKey(["historical_events"]) in keys
     assert {k.path[1] for k in keys if k.path[0] == "clicks_hourly"} == ASSETS
     job = d.resolve_job_def(REPLAY_JOB)
-    assert job.partitions_def.get_first_partition_key() == "2024-01-01"
+    assert job.partitions_def.get_partition_keys() == ["2025-05-01", "2025-05-02"]
     (schedule,) = d.schedules
     assert d.resolve_schedule_def(schedule.name).cron_schedule == "0 1 * * *"  # daily, 01:00 UTC
     # Storage comes through dg.EnvVar, resolved by Dagster when a run starts.
