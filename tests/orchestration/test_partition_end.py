@@ -38,6 +38,15 @@ def defs_for(landing, pipelines_dir, grain="daily", start="2024-01-01", end=None
     return build_definitions(storage=storage, partitions=PartitionSettings(grain=grain, start=start, end=end))
 
 
+def only_these_folders(monkeypatch, landing, pipelines_dir) -> None:
+    """The environment ``defs()`` reads: these folders, no configured grain, start or end."""
+    monkeypatch.setenv("REWINDOW_LANDING_ZONE", str(landing))
+    monkeypatch.setenv("REWINDOW_PIPELINES_DIR", str(pipelines_dir))
+    for var in ("REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_START", "REWINDOW_HISTORY_END",
+                "REWINDOW_LANDING_PARTITION_COLUMN"):
+        monkeypatch.delenv(var, raising=False)
+
+
 def partition_keys(defs) -> list[str]:
     return defs.resolve_job_def(REPLAY_JOB).partitions_def.get_partition_keys()
 
@@ -98,11 +107,7 @@ def test_the_end_comes_from_the_environment_when_the_definitions_load(tmp_path, 
     from orchestration.definitions import defs
 
     landing = land(tmp_path / "landing", *DAYS)
-    monkeypatch.setenv("REWINDOW_LANDING_ZONE", str(landing))
-    monkeypatch.setenv("REWINDOW_PIPELINES_DIR", str(pipelines_dir))
-    for var in ("REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_START", "REWINDOW_HISTORY_END",
-                "REWINDOW_LANDING_PARTITION_COLUMN"):
-        monkeypatch.delenv(var, raising=False)
+    only_these_folders(monkeypatch, landing, pipelines_dir)
     assert partition_keys(defs()) == DAYS
     land(landing, "2024-01-04")  # lands later: the next load (a reload) sees it
     assert partition_keys(defs())[-1] == "2024-01-04"
@@ -122,11 +127,7 @@ def test_without_a_configured_start_the_partitions_start_at_the_oldest_landed_da
 
     days = ["2026-03-02", "2026-03-03", "2026-03-04"]
     landing = land(tmp_path / "landing", *days)
-    monkeypatch.setenv("REWINDOW_LANDING_ZONE", str(landing))
-    monkeypatch.setenv("REWINDOW_PIPELINES_DIR", str(pipelines_dir))
-    for var in ("REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_START", "REWINDOW_HISTORY_END",
-                "REWINDOW_LANDING_PARTITION_COLUMN"):
-        monkeypatch.delenv(var, raising=False)
+    only_these_folders(monkeypatch, landing, pipelines_dir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert partition_keys(defs()) == days  # 3 of 3, not every day since 2024-01-01

@@ -49,16 +49,8 @@ def test_pieces_through_parquet_state_match_model(spark, tmp_path_factory, pipel
     rows, columns = _input(pipeline, rows)
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
     pieces = split_points(pipeline, rows, cuts)
-    base = tmp_path_factory.mktemp(f"pieces{next(_tmp)}")
-    state, aggs, late = None, [], []
-    for i, piece in enumerate(pieces):
-        a, l, _, state_df, _ = run_engine(spark, pipeline, piece, state=state,
-                                          flush_at_end=flush and i == len(pieces) - 1,
-                                          columns=columns if not piece else None)
-        state_df.write.parquet(str(base / f"state{i}"))
-        state = read_state(spark, base / f"state{i}")
-        aggs += a
-        late += l
+    aggs, late = _through_parquet_state(spark, tmp_path_factory.mktemp(f"pieces{next(_tmp)}"), pipeline, pieces,
+                                        flush, columns)
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
 
@@ -71,13 +63,22 @@ def test_heartbeat_ticks_across_partitions_through_parquet_state(spark, tmp_path
     back from the Parquet state, giving the rows of one replay (contract section 5.2)."""
     pieces = [_input(pipeline, rows)[0] for rows in case]
     ref = reference_replay(pipeline, pieces[0] + pieces[1], flush_at_end=flush)
-    base = tmp_path_factory.mktemp(f"gap{next(_tmp)}")
+    aggs, late = _through_parquet_state(spark, tmp_path_factory.mktemp(f"gap{next(_tmp)}"), pipeline, pieces, flush)
+    assert canon(late) == canon(ref.late_events)
+    assert canon(aggs) == canon(ref.aggregates)
+
+
+def _through_parquet_state(spark, base, pipeline, pieces, flush, columns=None):
+    """Replay ``pieces`` one after another, each from the state the one before wrote to
+    Parquet under ``base`` and read back; flush at end on the last one only. The emitted
+    and late rows of all of them (``columns`` names the columns of an empty piece)."""
     state, aggs, late = None, [], []
     for i, piece in enumerate(pieces):
-        a, l, _, state_df, _ = run_engine(spark, pipeline, piece, state=state, flush_at_end=flush and i == 1)
+        a, l, _, state_df, _ = run_engine(spark, pipeline, piece, state=state,
+                                          flush_at_end=flush and i == len(pieces) - 1,
+                                          columns=columns if not piece else None)
         state_df.write.parquet(str(base / f"state{i}"))
         state = read_state(spark, base / f"state{i}")
         aggs += a
         late += l
-    assert canon(late) == canon(ref.late_events)
-    assert canon(aggs) == canon(ref.aggregates)
+    return aggs, late
