@@ -39,9 +39,17 @@ class LocalState:
 
 
 def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=False, partitions=3,
-                 decimals=None):
+                 decimals=None, by_worker: bool | None = None):
     """Replay ``rows`` through the kernel; ``decimals`` ({column: (precision, scale)}) makes
-    those columns decimal128 instead of their usual type (values are ``Decimal``)."""
+    those columns decimal128 instead of their usual type (values are ``Decimal``).
+
+    ``by_worker``: partition by worker and let each task build its workers' timelines
+    (the engine's ``_KernelTask`` with ``carried``), as the Spark runner does when tasks
+    hold whole workers; else partition by (worker, key) with the driver's timelines. None
+    alternates between the two with the number of rows, so generated cases run both.
+    """
+    if by_worker is None:
+        by_worker = len(rows) % 2 == 1
     columns = [c for c in ARROW_TYPES if any(c in r for r in rows)] or list(ARROW_TYPES)
     types = {c: column_type(c, decimals) for c in columns}
     spec = K.Spec(pipeline=pipeline, input_types=types)
@@ -80,7 +88,12 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     srows = pa.Table.from_pylist(srows, schema=pa.schema([
         ("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()), ("cand", pa.int64()),
         ("maxarr", pa.int64()), ("minarr", pa.int64()), ("n", pa.int64())]))
-    timelines, worker_rows = E._timelines(pipeline, srows, state.workers if state else [])
+    carried = {K._hashable(s["worker"]): s for s in (state.workers if state else [])}
+    if by_worker:
+        timelines, worker_rows = K.worker_timelines(
+            pipeline, {}, {wv: s for wv, s in carried.items() if wv not in {v[4] for v in valid}})
+    else:
+        timelines, worker_rows = K.worker_timelines(pipeline, E._commits(srows), carried)
     # Kernel input: events plus carried key/window rows, split into partitions by key.
     ev_cols = {c: [r.get(c) for r, *_ in valid] for c in columns}
     ev_cols["__kind"] = [K.EVENT] * len(valid)
@@ -93,7 +106,7 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     table = pa.table(ev_cols, schema=schema)
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")
-    keycols = [c for c in (wcol, w.key) if c]
+    keycols = [c for c in (wcol, w.key if not by_worker else None) if c]
     part = [zlib.crc32(repr(tuple(table[c][i].as_py() for c in keycols)).encode()) % partitions
             for i in range(table.num_rows)]
     outs = []
@@ -102,7 +115,9 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
         # Spark hands a partition's rows over in no particular order: neither may we.
         sub = sub.take(pa.array(random.Random(p + sub.num_rows).sample(range(sub.num_rows), sub.num_rows),
                                 pa.int64()))
-        if sub.num_rows:
+        if sub.num_rows and by_worker:
+            outs.append(_task(spec, sub, timelines, flush_at_end, carried, worker_rows))
+        elif sub.num_rows:
             outs.append(K.process(sub, spec, timelines, flush_at_end))
     aggs = pa.concat_tables([o.aggregates for o in outs]) if outs else spec.aggregates_schema().empty_table()
     late = pa.concat_tables([o.late for o in outs]) if outs else spec.late_schema().empty_table()
@@ -111,6 +126,22 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
         [{"worker": r.get(wcol) if wcol else 0, "batch": r["batch"], "watermark_ms": r["watermark_ms"],
           "clock_ms": r["clock_ms"]} for r in worker_rows], st)
     return _ms_rows(aggs), _ms_rows(late), rejected, new_state
+
+
+def _task(spec, table, timelines, flush_at_end, carried, worker_rows) -> K.KernelOutput:
+    """The engine's kernel task holding whole workers; its worker rows go to ``worker_rows``."""
+    schemas = E._output_schemas(spec)
+    task = E._KernelTask(spec, timelines, flush_at_end, {}, schemas, carried=carried)
+    parts: dict[str, list[pa.Table]] = {}
+    for batch in task(table.to_batches()):
+        for name, blob in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+            parts.setdefault(name, []).append(E._decode_blob(blob))
+    worker_rows += [r for t in parts.get("workers", []) for r in t.to_pylist()]
+
+    def out(name):
+        return pa.concat_tables(parts[name]) if name in parts else schemas[name].empty_table()
+
+    return K.KernelOutput(out("aggregates"), out("late_events"), out("state"), {}, {})
 
 
 def _state_rows(spec, st: pa.Table, types) -> pa.Table:

@@ -4,12 +4,15 @@ Phases (see docs/architecture.md):
 
 1. **Normalise** in Spark expressions: ``arrival_ms``, ``event_ms``, the batch and a
    rejection reason for rows that cannot be processed.
-2. **Worker timelines**: one Spark aggregation per (worker, batch) gives the watermark
-   candidates and arrival maxima; the driver turns these (one row per batch, not per
-   event) into each worker's global watermark and clock after every commit.
+2. **Worker timelines**: each worker's global watermark and clock after every commit,
+   from its watermark candidates and arrival maxima per batch. When there are at least
+   as many workers as task slots and each fits a task, the kernel tasks hold whole
+   workers and build them from their own events; otherwise one Spark aggregation per
+   (worker, batch) gives them to the driver (one row per batch, not per event).
 3. **Per-key kernel**: events and carried state rows are hash-partitioned by
-   (worker, key) and each partition runs :func:`windowing.kernel.process` through
-   ``mapInArrow`` — many keys per call, vectorised with NumPy.
+   (worker, key), or by worker (above), and each partition runs
+   :func:`windowing.kernel.process` through ``mapInArrow`` — many keys per call,
+   vectorised with NumPy.
 4. **Outputs**: emitted windows, late events, rejected rows, the new state, metrics.
 """
 
@@ -95,6 +98,7 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     _check_late_columns(pipeline, events_df)
     input_cols = list(events_df.columns)
     norm = _normalise(pipeline, events_df)
+    _commits_mode(spark)
     # After every check that runs no job; before the first: one tiny job, once per session,
     # so that workers without rewindow's packages give a clear error, not a worker traceback.
     check_workers(spark)
@@ -103,16 +107,27 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     if worker_state:
         norm = _reject_committed(spark, pipeline, norm, worker_state)
 
-    # Phase 2: one small aggregation per (worker, batch), plus rejected counts.
+    # Phase 2: the workers' commits. Rows per worker (and rejected rows per reason) first;
+    # then the commits per (worker, batch), from one Spark aggregation, or (when every
+    # worker fits one task, and there are enough workers to keep the slots busy) by the
+    # kernel tasks themselves, each holding whole workers (see _commits_in_tasks).
     wcol = pipeline.source.worker
     wexpr = _col(wcol) if wcol else F.lit(0)
-    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else F.max("__evt")
     inputs = events_df.inputFiles()
     with _naming_bad_files(inputs):
-        summary = _summary(pipeline, norm, cand, wexpr)
-    timelines, worker_rows = _timelines(pipeline, summary, worker_state)
-    rejected = summary.filter(summary[REJECT_REASON].is_valid()).group_by(REJECT_REASON).aggregate([("n", "sum")])
-    rejected_counts = {r[REJECT_REASON]: int(r["n_sum"]) for r in rejected.to_pylist()}
+        folded = _fold(norm, wexpr)
+    rejected_counts, worker_events = _folded_counts(folded)
+    carried = {_hashable(s["worker"]): s for s in worker_state}
+    worker_tasks = _worker_tasks(spark, worker_events)
+    if worker_tasks:
+        timelines, worker_rows = K.worker_timelines(
+            pipeline, {}, {w: s for w, s in carried.items() if w not in worker_events})
+    else:
+        cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME \
+            else F.max("__evt")
+        with _naming_bad_files(inputs):
+            summary = _summary(norm, cand, wexpr)
+        timelines, worker_rows = K.worker_timelines(pipeline, _commits(summary), carried)
 
     # Phase 3: the kernel, per partition of (worker, key).
     arrow_types = _arrow_types(spark, events_df)
@@ -123,9 +138,13 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     kernel_in = events
     if key_state is not None:
         kernel_in = events.unionByName(key_state, allowMissingColumns=True)
-    part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
-    nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
+    if worker_tasks:
+        nparts = len(set(worker_tasks.values()))
+        kernel_in = kernel_in.repartition(nparts, _task_of_worker(kernel_in, wcol, worker_tasks))
+    else:
+        part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
+        nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
     # PySpark's mapInArrow resolves columns by name, which a dot in a name breaks: hand
     # such columns over under a safe name, and the task puts the real name back.
     names = kernel_in.columns
@@ -134,7 +153,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         kernel_in = kernel_in.toDF(*safe)
     schemas = _output_schemas(spec)
     fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas,
-                     lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts))
+                     lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
+                     carried=carried if worker_tasks else None)
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
     # shared folder between driver and executors. Each output comes back as a few rows
     # carrying an Arrow IPC blob each (SIDE_OUTPUT names which): cheap to hold, and turned
@@ -145,16 +165,19 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         # One job runs the kernel and brings back the counters, with the lateness values of
         # the tasks that had at most their share of DRIVER_PERCENTILES_MAX late events.
         with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):
-            rows = (kernel_out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED))
+            rows = (kernel_out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED, "workers"))
                     .select(SIDE_OUTPUT, SIDE_DATA).collect())
         counters, values = [], []
         for row in rows:
             table = _decode_blob(row[SIDE_DATA])
             if row[SIDE_OUTPUT] == "counters":
                 counters.append(table)
+            elif row[SIDE_OUTPUT] == "workers":  # worker state rows, from tasks holding whole workers
+                worker_rows += table.to_pylist()
             else:
                 values.append(table["lateness_ms"].to_numpy())
         counts, by_worker = _sum_counters(counters)
+        worker_rows.sort(key=lambda r: repr(_hashable(r.get(wcol) if wcol else 0)))
         lateness_ms = None
         if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
             if sum(len(v) for v in values) < counts["late"]:  # a task had more than its share: fetch the rest
@@ -460,9 +483,28 @@ def _state_location(state) -> str:
     return display(folders[0]) if len(folders) == 1 else "carried state"
 
 
-def _summary(pipeline: Pipeline, norm, cand, wexpr) -> pa.Table:
-    """Per (worker, batch): watermark candidate, greatest and smallest arrival, rows;
-    rejected counts.
+def _fold(norm, wexpr) -> pa.Table:
+    """Rows per (reject reason, worker ``__w``): one small Spark aggregation."""
+    from pyspark.sql import functions as F
+
+    return norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w")).agg(F.count(F.lit(1)).alias("n")).toArrow()
+
+
+def _folded_counts(folded: pa.Table) -> tuple[dict[str, int], dict[Any, int]]:
+    """Rejected rows per reason, and accepted events per worker, from :func:`_fold`."""
+    rejected: dict[str, int] = {}
+    per_worker: dict[Any, int] = {}
+    for r in folded.to_pylist():
+        if r[REJECT_REASON] is None:
+            per_worker[_hashable(r["__w"])] = per_worker.get(_hashable(r["__w"]), 0) + int(r["n"])
+        else:
+            rejected[r[REJECT_REASON]] = rejected.get(r[REJECT_REASON], 0) + int(r["n"])
+    return rejected, per_worker
+
+
+def _summary(norm, cand, wexpr) -> pa.Table:
+    """Per (worker ``__w``, batch) of the accepted events: watermark candidate ``cand``,
+    greatest and smallest arrival (``maxarr``, ``minarr``).
 
     Every commit of a worker matters: its clock is the emit time of what it closes, idle
     detection compares against its clock or global watermark, and heartbeat ticks fall
@@ -470,60 +512,113 @@ def _summary(pipeline: Pipeline, norm, cand, wexpr) -> pa.Table:
     """
     from pyspark.sql import functions as F
 
-    per_batch = norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w"), F.col("__batch")).agg(
+    per_batch = norm.where(F.col(REJECT_REASON).isNull()).groupBy(wexpr.alias("__w"), F.col("__batch")).agg(
         cand.alias("cand"), F.max("__arr").alias("maxarr"), F.min("__arr").alias("minarr"),
-        F.count(F.lit(1)).alias("n"),
     )
     return per_batch.toArrow()  # Arrow: one row per batch, fast to collect
 
 
-def _timelines(pipeline: Pipeline, summary: pa.Table, worker_state):
-    """Each worker's global watermark and clock after every commit (driver side, per batch).
-
-    ``summary`` has one row per (reject reason, worker ``__w``, batch) with the watermark
-    candidate ``cand``, ``maxarr`` and ``minarr`` (the batch's greatest and smallest
-    arrival time).
-    """
+def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
+    """:func:`_summary` per worker: batches in order, candidates, greatest and smallest
+    arrivals (the input of :func:`windowing.kernel.worker_timelines`)."""
     import pyarrow.compute as pc
 
-    w = pipeline.window
-    per_worker: dict[Any, tuple[np.ndarray, ...]] = {}
-    if summary.num_rows:
-        ok = summary.filter(pc.is_null(summary[REJECT_REASON]))
-        enc = pc.dictionary_encode(ok["__w"].combine_chunks(), null_encoding="encode")
-        ids = enc.indices.to_numpy(zero_copy_only=False)
-        cols = [ok[c].to_numpy() for c in ("__batch", "cand", "maxarr", "minarr")]
-        for i, wv in enumerate(enc.dictionary.to_pylist()):
-            sel = np.flatnonzero(ids == i)
-            sel = sel[np.argsort(cols[0][sel], kind="stable")]
-            per_worker[_hashable(wv)] = tuple(c[sel].astype(np.int64) for c in cols)
-    init = {_hashable(s["worker"]): s for s in worker_state}
-    timelines: dict[Any, K.Timeline] = {}
-    rows = []
-    empty = np.zeros(0, dtype=np.int64)
-    # Every task receives every timeline: only what the kernel reads goes (K.Timeline).
-    ship_geff = w.idle_timeout_ms is not None and w.idle_clock is Clock.EVENT_TIME
-    ship_min_arrival = pipeline.idle_heartbeat_ms > 0
-    for wv in sorted(dict.fromkeys([*per_worker, *init]), key=repr):
-        batches, cand, arr, min_arr = per_worker.get(wv, (empty,) * 4)
-        s0 = init.get(wv, {})
-        wm0 = s0.get("watermark_ms")
-        clock0 = s0.get("clock_ms")
-        gwm = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if wm0 is None else wm0], cand]))[1:]
-        clock = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if clock0 is None else clock0], arr]))[1:]
-        last_batch = int(batches[-1]) if len(batches) else s0.get("batch")
-        timelines[wv] = K.Timeline(batches, sat_sub(gwm, w.delay_ms) if ship_geff else empty, clock, last_batch,
-                                   min_arr if ship_min_arrival else empty, batch0=s0.get("batch"),
-                                   clock0=MIN_TIMESTAMP if clock0 is None else clock0)
-        rows.append({
-            "state_kind": "worker",
-            "fingerprint": pipeline.fingerprint(),
-            **({pipeline.source.worker: wv} if pipeline.source.worker else {}),
-            "batch": last_batch,
-            "watermark_ms": int(gwm[-1]) if len(gwm) and gwm[-1] != MIN_TIMESTAMP else wm0,
-            "clock_ms": int(clock[-1]) if len(clock) and clock[-1] != MIN_TIMESTAMP else clock0,
-        })
-    return timelines, rows
+    out: dict[Any, tuple[np.ndarray, ...]] = {}
+    if not summary.num_rows:
+        return out
+    enc = pc.dictionary_encode(summary["__w"].combine_chunks(), null_encoding="encode")
+    ids = enc.indices.to_numpy(zero_copy_only=False)
+    cols = [summary[c].to_numpy() for c in ("__batch", "cand", "maxarr", "minarr")]
+    for i, wv in enumerate(enc.dictionary.to_pylist()):
+        sel = np.flatnonzero(ids == i)
+        sel = sel[np.argsort(cols[0][sel], kind="stable")]
+        out[_hashable(wv)] = tuple(c[sel].astype(np.int64) for c in cols)
+    return out
+
+
+#: ``spark.rewindow.commits``: where the workers' commits are summed up: ``auto``
+#: (default), ``tasks`` (kernel tasks holding whole workers) or ``driver`` (one Spark
+#: aggregation per (worker, batch), collected).
+COMMITS_CONF = "spark.rewindow.commits"
+#: A kernel task holds at most this many events of whole workers (~600 bytes an event
+#: in its Python worker) when it builds the workers' timelines itself.
+TASK_WORKER_EVENTS = 3_000_000
+#: Workers placed one per task by a literal map (Spark looks a key up in it by a scan).
+MAX_WORKER_TASKS = 64
+
+
+def _commits_mode(spark) -> str:
+    """The :data:`COMMITS_CONF` setting, checked."""
+    mode = (spark.conf.get(COMMITS_CONF, "auto") or "auto").strip().lower()
+    if mode not in ("auto", "tasks", "driver"):
+        raise ConfigError(f"{COMMITS_CONF}: {mode!r} is not one of auto, tasks, driver")
+    return mode
+
+
+def _worker_tasks(spark, worker_events: dict[Any, int]) -> dict[Any, int]:
+    """The kernel task of each worker, when tasks should hold whole workers; else {}.
+
+    With whole workers in a task, the task builds their timelines from its own events
+    (:func:`windowing.kernel.commit_summary`), which spares the per-(worker, batch)
+    aggregation and its collection (measured at 10 M events in 1.4 M (worker, batch)
+    pairs: ~3 s of ~4 s of that phase). It pays when there are at least as many workers
+    as task slots and each fits one task (:data:`TASK_WORKER_EVENTS`); each worker then
+    gets a task of its own (at most :data:`MAX_WORKER_TASKS` workers). The output is the
+    same either way (tests/windowing/test_determinism.py runs both).
+    """
+    mode = _commits_mode(spark)
+    if mode == "driver" or not worker_events:
+        return {}
+    if mode == "auto":
+        slots = _task_slots(spark)
+        if slots is None or not max(2, slots) <= len(worker_events) <= MAX_WORKER_TASKS \
+                or max(worker_events.values()) > TASK_WORKER_EVENTS:
+            return {}
+    return {w: i for i, w in enumerate(sorted(worker_events, key=repr))}
+
+
+def _task_of_worker(df, wcol: str | None, tasks: dict[Any, int]):
+    """A column whose hash partitioning puts each worker in its task (``tasks``): a
+    literal map from the worker to an int whose Spark hash lands in that partition."""
+    from pyspark.sql import functions as F
+
+    n = len(set(tasks.values()))
+    if wcol is None:
+        return F.lit(_salt(0, n))
+    dtype = df.schema[wcol].dataType
+    if n > MAX_WORKER_TASKS or dtype.typeName() not in ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp"):
+        return _col(wcol)  # other worker types: Spark's own hash of the value
+    pairs = []
+    for w, t in tasks.items():
+        pairs += [F.lit(w).cast(dtype), F.lit(_salt(t, n))]
+    return F.create_map(*pairs)[_col(wcol)]
+
+
+def _salt(target: int, n: int) -> int:
+    """The smallest int whose Spark hash (Murmur3, seed 42, as ``repartition`` uses)
+    falls in partition ``target`` of ``n``."""
+    v = 0
+    while _spark_hash_int(v) % n != target:
+        v += 1
+    return v
+
+
+def _spark_hash_int(v: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int column (``Murmur3_x86_32.hashInt``)."""
+    m = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & m
+
+    k1 = rotl((v & m) * 0xCC9E2D51 & m, 15) * 0x1B873593 & m
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & m
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & m
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & m
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
 # --------------------------------------------------------------------------- phase 3
@@ -593,8 +688,11 @@ class _KernelTask:
     ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
     :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too)."""
 
-    def __init__(self, spec, timelines, flush, names, schemas, lateness_share: int = 0):
+    def __init__(self, spec, timelines, flush, names, schemas, lateness_share: int = 0, carried=None):
         self.spec, self.timelines, self.flush = spec, timelines, flush
+        #: The carried worker rows, when each task holds whole workers and builds their
+        #: timelines itself (None: ``timelines`` has every worker's).
+        self.carried = carried
         self.lateness_share = lateness_share
         self.names = names or {}
         self.schemas = schemas
@@ -606,8 +704,17 @@ class _KernelTask:
             return
         table = pa.Table.from_batches(batches)
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
-        out = K.process(table, self.spec, self.timelines, self.flush)
-        names, blobs = [], []
+        timelines, names, blobs = self.timelines, [], []
+        if self.carried is not None:
+            table = K.with_event_columns(table, self.spec)
+            commits = K.commit_summary(table, self.spec)
+            own, rows = K.worker_timelines(self.spec.pipeline, commits,
+                                           {w: s for w, s in self.carried.items() if w in commits})
+            timelines = {**timelines, **own}
+            if rows:
+                names.append("workers")
+                blobs.append(_blob(pa.Table.from_pylist(rows, schema=self.schemas["state"])))
+        out = K.process(table, self.spec, timelines, self.flush)
         if out.late.num_rows:  # the late events' lateness alone, for percentiles in the driver
             names.append(LATENESS_COLLECTED if out.late.num_rows <= self.lateness_share else LATENESS_HELD)
             blobs.append(_blob(out.late.select(["lateness_ms"])))

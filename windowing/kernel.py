@@ -98,6 +98,71 @@ class Timeline:
         return int(self.clock[-1]) if len(self.clock) else self.clock0
 
 
+def worker_timelines(pipeline: Pipeline, commits: Mapping[Any, tuple[np.ndarray, ...]],
+                     carried: Mapping[Any, dict]) -> tuple[dict[Any, Timeline], list[dict]]:
+    """Each worker's timeline, and its state row, from its commits in this replay.
+
+    ``commits[worker]`` holds the worker's batches in order with, per batch, the watermark
+    candidate over all its events, the greatest and the smallest arrival time (see
+    :func:`commit_summary`); ``carried[worker]`` the worker row of the carried state
+    (``batch``, ``watermark_ms``, ``clock_ms``). A worker in either gets a timeline: the
+    global watermark and the clock are running maxima that start from the carried ones.
+    Only what the kernel reads is kept (see :class:`Timeline`).
+    """
+    w = pipeline.window
+    timelines: dict[Any, Timeline] = {}
+    rows = []
+    empty = np.zeros(0, dtype=np.int64)
+    keep_geff = w.idle_timeout_ms is not None and w.idle_clock is Clock.EVENT_TIME
+    keep_min_arrival = pipeline.idle_heartbeat_ms > 0
+    for wv in sorted(dict.fromkeys([*commits, *carried]), key=repr):
+        batches, cand, arr, min_arr = commits.get(wv, (empty,) * 4)
+        s0 = carried.get(wv, {})
+        wm0 = s0.get("watermark_ms")
+        clock0 = s0.get("clock_ms")
+        gwm = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if wm0 is None else wm0], cand]))[1:]
+        clock = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if clock0 is None else clock0], arr]))[1:]
+        last_batch = int(batches[-1]) if len(batches) else s0.get("batch")
+        timelines[wv] = Timeline(batches, sat_sub(gwm, w.delay_ms) if keep_geff else empty, clock, last_batch,
+                                 min_arr if keep_min_arrival else empty, batch0=s0.get("batch"),
+                                 clock0=MIN_TIMESTAMP if clock0 is None else clock0)
+        rows.append({
+            "state_kind": "worker",
+            "fingerprint": pipeline.fingerprint(),
+            **({pipeline.source.worker: wv} if pipeline.source.worker else {}),
+            "batch": last_batch,
+            "watermark_ms": int(gwm[-1]) if len(gwm) and gwm[-1] != MIN_TIMESTAMP else wm0,
+            "clock_ms": int(clock[-1]) if len(clock) and clock[-1] != MIN_TIMESTAMP else clock0,
+        })
+    return timelines, rows
+
+
+def commit_summary(table: pa.Table, spec: "Spec") -> dict[Any, tuple[np.ndarray, ...]]:
+    """Per worker of the events in ``table`` (with :func:`with_event_columns`): its
+    batches in order and, per batch, the watermark candidate, the greatest and the
+    smallest arrival time. This is the engine's per-(worker, batch) Spark summary, for a
+    task that holds every event of its workers."""
+    rows = np.flatnonzero(table["__kind"].to_numpy() == EVENT)
+    if not len(rows):
+        return {}
+    take = pa.array(rows)
+    batch, evt, arr = (_int64(table[c].take(take)) for c in ("__batch", "__evt", "__arr"))
+    wcol = spec.worker_col
+    codes = group_codes(table[wcol].take(take)) if wcol else np.zeros(len(rows), dtype=np.int64)
+    order = np.lexsort((batch, codes))
+    codes, batch, evt, arr = codes[order], batch[order], evt[order], arr[order]
+    starts = np.flatnonzero(np.concatenate([[True], (codes[1:] != codes[:-1]) | (batch[1:] != batch[:-1])]))
+    pick = np.minimum if spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum
+    per_batch = (batch[starts], pick.reduceat(evt, starts), np.maximum.reduceat(arr, starts),
+                 np.minimum.reduceat(arr, starts))
+    bcodes = codes[starts]
+    worker_starts = np.flatnonzero(np.concatenate([[True], bcodes[1:] != bcodes[:-1]]))
+    values = (table[wcol].take(pa.array(rows[order][starts[worker_starts]])).to_pylist() if wcol
+              else [0] * len(worker_starts))
+    ends = np.append(worker_starts[1:], len(starts))
+    return {_hashable(v): tuple(c[a:b] for c in per_batch) for v, a, b in zip(values, worker_starts, ends)}
+
+
 @dataclass(frozen=True)
 class Spec:
     """What the kernel needs from a pipeline, as plain values."""

@@ -198,6 +198,9 @@ VARIANTS = {
     "7 files, 3 partitions": ("7 files", {"spark.sql.shuffle.partitions": "3"}),
     "generated files, 8 partitions, adaptive": (
         "history", {"spark.sql.shuffle.partitions": "8", "spark.sql.adaptive.enabled": "true"}),
+    # The baseline's 4 workers on 2 slots: kernel tasks hold whole workers and build their
+    # timelines; here the driver builds them from one Spark aggregation per (worker, batch).
+    "commits summed by the driver": ("history", {"spark.rewindow.commits": "driver"}),
 }
 
 
@@ -214,14 +217,17 @@ def run(spark, history):
             out = _replay(spark, pipeline, history["history"], flush=variant == "baseline flush")
         else:
             layout, conf = VARIANTS[variant]
-            before = {k: spark.conf.get(k) for k in conf}
+            before = {k: spark.conf.get(k, None) for k in conf}
             try:
                 for k, v in conf.items():
                     spark.conf.set(k, v)
                 out = _replay(spark, pipeline, history[layout])
             finally:
                 for k, v in before.items():
-                    spark.conf.set(k, v)
+                    if v is None:
+                        spark.conf.unset(k)
+                    else:
+                        spark.conf.set(k, v)
         cache[name, variant] = out
         return out
 
@@ -250,11 +256,12 @@ def test_baseline_exercises_every_output(run, history, name):
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name", PIPELINES)
 def test_row_order_files_and_partitions_do_not_matter(spark, run, name, variant):
-    """(a) rows shuffled into 1 or 7 files, (b) 1, 3 or 8 shuffle partitions."""
-    settings = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
-    before = [spark.conf.get(k) for k in settings]
+    """(a) rows shuffled into 1 or 7 files, (b) 1, 3 or 8 shuffle partitions, and the
+    workers' commits summed up in the kernel tasks or in the driver."""
+    settings = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", "spark.rewindow.commits")
+    before = [spark.conf.get(k, None) for k in settings]
     _assert_outputs_equal(name, run(name, variant), run(name, "baseline"))
-    assert [spark.conf.get(k) for k in settings] == before  # restored for the tests that follow
+    assert [spark.conf.get(k, None) for k in settings] == before  # restored for the tests that follow
 
 
 @pytest.fixture(scope="module")

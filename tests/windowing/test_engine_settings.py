@@ -13,7 +13,17 @@ from datetime import datetime, timezone
 import pytest
 
 from windowing import parse_pipeline, replay
-from windowing.engine import ROWS_PER_FILE, _kernel_job_conf, _write_tasks
+from windowing.config import ConfigError
+from windowing.engine import (
+    COMMITS_CONF,
+    ROWS_PER_FILE,
+    TASK_WORKER_EVENTS,
+    _kernel_job_conf,
+    _spark_hash_int,
+    _task_of_worker,
+    _worker_tasks,
+    _write_tasks,
+)
 from windowing.io import read_events
 from windowing.sample import generate_history
 
@@ -104,3 +114,47 @@ def test_lateness_percentiles_are_exact_whichever_way_the_values_come_back(spark
         monkeypatch.setattr(engine, "DRIVER_PERCENTILES_MAX", most)
         again, _ = percentiles()
         assert again["lateness_ms_percentiles"] == exact, most
+
+
+# ----------------------------------------------------------------- kernel tasks by worker
+
+
+def test_the_salted_hash_is_sparks(spark):
+    """Placing each worker in its own kernel task relies on computing Spark's hash()."""
+    from pyspark.sql import functions as F
+
+    values = [0, 1, 7, 42, 1000, 2**31 - 1, -1, -(2**31), 123456789]
+    got = spark.createDataFrame([(v,) for v in values], "v int").select("v", F.hash("v").alias("h")).collect()
+    assert {r["v"]: r["h"] for r in got} == {v: _spark_hash_int(v) for v in values}
+
+
+def test_each_worker_lands_in_the_task_it_was_given(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(f"w{i % 6}", i) for i in range(600)], "partition string, n int")
+    tasks = {f"w{i}": i % 3 for i in range(6)}
+    placed = (df.repartition(3, _task_of_worker(df, "partition", tasks))
+              .select("partition", F.spark_partition_id().alias("p")).distinct().collect())
+    assert {r["partition"]: r["p"] for r in placed} == tasks
+
+
+def test_when_tasks_hold_whole_workers(spark):
+    before = spark.conf.get(COMMITS_CONF, None)
+    try:
+        spark.conf.unset(COMMITS_CONF)  # auto: the test session has 2 slots
+        assert _worker_tasks(spark, {"a": 10}) == {}  # one worker: one task would do all the work
+        assert _worker_tasks(spark, {"a": 10, "b": 30, "c": 25}) == {"a": 0, "b": 1, "c": 2}  # a task each
+        assert _worker_tasks(spark, {i: 1 for i in range(65)}) == {}  # too many for a literal map
+        assert _worker_tasks(spark, {"a": 10, "b": TASK_WORKER_EVENTS + 1}) == {}  # too big for a task
+        spark.conf.set(COMMITS_CONF, "driver")
+        assert _worker_tasks(spark, {"a": 10, "b": 30, "c": 25}) == {}
+        spark.conf.set(COMMITS_CONF, "tasks")
+        assert len(set(_worker_tasks(spark, {"a": 10}).values())) == 1
+        spark.conf.set(COMMITS_CONF, "sometimes")
+        with pytest.raises(ConfigError, match="spark.rewindow.commits"):
+            _worker_tasks(spark, {"a": 10})
+    finally:
+        if before is None:
+            spark.conf.unset(COMMITS_CONF)
+        else:
+            spark.conf.set(COMMITS_CONF, before)
