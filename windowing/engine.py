@@ -590,8 +590,12 @@ def _task_of_worker(df, wcol: str | None, tasks: dict[Any, int]):
         return _col(wcol)  # other worker types: Spark's own hash of the value
     pairs = []
     for w, t in tasks.items():
-        pairs += [F.lit(w).cast(dtype), F.lit(_salt(t, n))]
-    return F.create_map(*pairs)[_col(wcol)]
+        if w is not None:  # a null worker is a worker of its own, but no map key
+            pairs += [F.lit(w).cast(dtype), F.lit(_salt(t, n))]
+    task = F.create_map(*pairs)[_col(wcol)] if pairs else F.lit(None).cast("int")
+    if None in tasks:
+        task = F.when(_col(wcol).isNull(), F.lit(_salt(tasks[None], n))).otherwise(task)
+    return task
 
 
 def _salt(target: int, n: int) -> int:

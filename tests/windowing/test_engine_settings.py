@@ -131,8 +131,8 @@ def test_the_salted_hash_is_sparks(spark):
 def test_each_worker_lands_in_the_task_it_was_given(spark):
     from pyspark.sql import functions as F
 
-    df = spark.createDataFrame([(f"w{i % 6}", i) for i in range(600)], "partition string, n int")
-    tasks = {f"w{i}": i % 3 for i in range(6)}
+    df = spark.createDataFrame([(f"w{i % 6}" if i % 7 else None, i) for i in range(600)], "partition string, n int")
+    tasks = {**{f"w{i}": i % 3 for i in range(6)}, None: 1}  # a null worker is a worker too
     placed = (df.repartition(3, _task_of_worker(df, "partition", tasks))
               .select("partition", F.spark_partition_id().alias("p")).distinct().collect())
     assert {r["partition"]: r["p"] for r in placed} == tasks
