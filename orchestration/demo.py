@@ -241,17 +241,15 @@ def run_demo(args, start: datetime | None) -> int:
     return 0
 
 
-def copy_examples(pipelines_dir: Path, live_root: str, names=None) -> None:
-    """Copy the example pipelines (``names``, default all) into ``pipelines_dir``. Their
-    live outputs (``reconcile.live.path`` under :data:`EXAMPLE_LIVE_ROOT`) are moved under
+def copy_examples(pipelines_dir: Path, live_root: str) -> None:
+    """Copy the example pipelines into ``pipelines_dir``. Their live outputs
+    (``reconcile.live.path`` under :data:`EXAMPLE_LIVE_ROOT`) are moved under
     ``live_root`` when it is another folder."""
     from windowing.lake import join, qualify
 
     pipelines_dir.mkdir(parents=True, exist_ok=True)
     moved = qualify(live_root) != qualify(EXAMPLE_LIVE_ROOT)
     for f in sorted(EXAMPLES.glob("*.yaml")):
-        if names is not None and f.name not in names:
-            continue
         text = f.read_text()
         if moved:  # a JSON string is a YAML string, whatever the path holds
             text = re.sub(rf"path: {re.escape(EXAMPLE_LIVE_ROOT)}/([^,}}\s]+)",

@@ -88,7 +88,8 @@ def checks_only(defs: dg.Definitions, instance, days, assets=()):
 
 def with_downstream(defs: dg.Definitions) -> dg.Definitions:
     """``defs`` and a report downstream of the aggregates."""
-    @dg.asset(key=DOWNSTREAM, deps=[AGG], partitions_def=defs.resolve_assets_def(AGG).partitions_def)
+    @dg.asset(key=DOWNSTREAM, deps=[AGG], partitions_def=defs.resolve_assets_def(AGG).partitions_def,
+              backfill_policy=dg.BackfillPolicy.single_run())  # as the replay's: one run for a range
     def clicks_report() -> dg.MaterializeResult:
         return dg.MaterializeResult()
 
