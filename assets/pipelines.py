@@ -32,6 +32,7 @@ from pydantic import Field
 
 from assets import landing, store
 from assets.events import EVENTS_KEY
+from assets.matches_live import LivePartition, live_check_results, live_check_spec
 from assets.preview import table_preview
 from windowing.config import ignored_fields_note
 from windowing.lake import join
@@ -154,11 +155,12 @@ def build_pipeline_assets(
         )
         for name in OUTPUTS
     ]
+    live = live_check_spec(pipeline, keys["windowed_aggregates"])  # None without reconcile.live
 
     @dg.multi_asset(
         name=f"{prefix}_replay",
         specs=specs,
-        check_specs=[check, *quality],
+        check_specs=[check, *quality, *([live] if live else [])],
         # Subsettable so that a check can be executed on its own (against the committed
         # outputs); the four outputs are still written together by every replay.
         can_subset=True,
@@ -176,6 +178,12 @@ def build_pipeline_assets(
             # Checks executed on their own: verify what is committed, replay nothing.
             yield from _verify_committed(context, spark, pipeline, storage, partitions_def, keys, state_key,
                                          selected_checks)
+            if live is not None and live.key in selected_checks:
+                commits = store.pipeline_commits(spark, join(storage.output_path(), pipeline.name),
+                                                 context.partition_keys)
+                runs = {k: (c.run_path, c.output) if (c := commits.get(k)) else (None, None)
+                        for k in context.partition_keys}
+                yield from _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live, runs)
             return
         _warn_about_ignored_settings(context.log, pipeline, pipeline_file, storage)
         parts: list[PartitionResult] = []
@@ -224,6 +232,9 @@ def build_pipeline_assets(
                 if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks:
                     result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], config.checks)
                     yield _evaluation(context.instance, result, part.key, blocking=True)
+        if live is not None and live.key in selected_checks:
+            runs = {p.key: (p.run_path, p.folder) for p in parts if p.committed}
+            yield from _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live, runs)
         if refused is not None:
             raise refused
         if bad:
@@ -524,6 +535,20 @@ def _verify_committed(context, spark, pipeline, storage: StorageResource, partit
         for name in wanted:
             result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], True)
             yield _evaluation(context.instance, result, key, blocking=True)
+
+
+def _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live: dg.AssetCheckSpec, runs):
+    """One ``matches_live`` evaluation per partition of ``runs`` (key -> (committed run,
+    output folder), both None when nothing is committed), oldest first."""
+    keys = sorted(runs, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
+    windows = {k: partitions_def.time_window_for_partition_key(k) for k in keys}
+    parts = [LivePartition(k, windows[k].start, windows[k].end, *runs[k]) for k in keys]
+    began = time.monotonic()
+    for key, result in live_check_results(spark, pipeline, pipeline_file, live.asset_key, parts):
+        context.log.info(f"{pipeline.name} {key}: {live.name}: {result.description} "
+                         f"({time.monotonic() - began:.1f}s)")
+        yield _evaluation(context.instance, result, key, blocking=live.blocking)
+        began = time.monotonic()
 
 
 def _evaluation(instance, result: dg.AssetCheckResult, partition: str, blocking: bool) -> dg.AssetCheckEvaluation:

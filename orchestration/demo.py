@@ -8,10 +8,16 @@
    choose);
 2. puts the example pipelines (``examples/pipelines/*.yaml``) into the pipelines folder
    when it holds none (``data/pipelines`` by default);
-3. materializes every asset over all the generated partitions as ONE single-run
+3. writes a stand-in for what the live pipeline emitted, for each pipeline whose
+   ``reconcile.live.path`` lies in the live folder (``--live-root``, by default ``live``
+   beside the landing zone: ``data/live``): that pipeline's replay of the same history,
+   made with the engine's Python API before the Dagster run, with a few known
+   differences (``windowing.sample.write_sample_live``), so that the Dagster check
+   ``matches_live`` has something real to find and explain;
+4. materializes every asset over all the generated partitions as ONE single-run
    backfill, in process, on a persistent Dagster instance (``data/dagster_home`` unless
    ``DAGSTER_HOME`` is set), so the UI shows the runs afterwards;
-4. prints where the outputs are and a summary per partition.
+5. prints where the outputs are, a summary per partition and the checks' results.
 
 Storage paths and the partition grain come from the same environment variables as the
 definitions (see docs/orchestration.md), unless given here.
@@ -20,8 +26,9 @@ definitions (see docs/orchestration.md), unless given here.
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
+import re
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -29,6 +36,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "pipelines"
+#: Where the example pipelines' ``reconcile.live.path`` points (relative to the working
+#: directory, the repository root): the demo writes their live outputs there.
+EXAMPLE_LIVE_ROOT = "data/live"
 #: ``dagster.yaml`` of the demo's instance (kept if the user has one).
 DAGSTER_YAML = """\
 # Dagster instance of the rewindow demo (written by python -m orchestration.demo).
@@ -57,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pipelines-dir", help="default $REWINDOW_PIPELINES_DIR or data/pipelines")
     parser.add_argument("--output-root", help="default $REWINDOW_OUTPUT_ROOT or data/output")
     parser.add_argument("--dagster-home", help="Dagster instance folder (default $DAGSTER_HOME or data/dagster_home)")
+    parser.add_argument("--live-root", help="where the demo writes the live outputs it makes up (default: the folder "
+                                            "'live' beside the landing zone, data/live)")
     parser.add_argument("--no-generate", action="store_true", help="replay the landing zone as it is")
     args = parser.parse_args(argv)
     if args.days < 1:
@@ -88,6 +100,7 @@ def default_start(landing_zone: str, partition_column: str | None, days: int) ->
 def run_demo(args, start: datetime | None) -> int:
     import dagster as dg
 
+    from assets.matches_live import LIVE_CHECK
     from assets.pipelines import CHECK_NAME, asset_prefix
     from orchestration.definitions import build_definitions, load_pipelines
     from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
@@ -98,6 +111,7 @@ def run_demo(args, start: datetime | None) -> int:
         StorageResource,
         absolute,
         resolved,
+        spark_from_env,
         storage_from_env,
     )
     from orchestration.schedules import REPLAY_JOB
@@ -111,11 +125,9 @@ def run_demo(args, start: datetime | None) -> int:
         landing_partition_column=resolved(env.landing_partition_column),
     )
     pipelines_dir = Path(storage.pipelines_dir)
+    live_root = absolute(args.live_root or f"{storage.landing_zone.rstrip('/').rsplit('/', 1)[0]}/live")
     if not any(pipelines_dir.glob("*.y*ml")):
-        pipelines_dir.mkdir(parents=True, exist_ok=True)
-        for f in sorted(EXAMPLES.glob("*.yaml")):
-            shutil.copy(f, pipelines_dir / f.name)
-            print(f"pipeline   {f.relative_to(REPO)} -> {pipelines_dir / f.name}")
+        copy_examples(pipelines_dir, live_root)
     pipelines = load_pipelines(pipelines_dir)
     if not pipelines:
         print(f"error: no pipeline YAML in {pipelines_dir} (and none in {EXAMPLES})", file=sys.stderr)
@@ -149,13 +161,17 @@ def run_demo(args, start: datetime | None) -> int:
         return 2
     last = min(last, newest)  # --no-generate over fewer landed days than --days
 
+    spark_resource = spark_from_env()
+    made_up = write_live_outputs(spark_resource, storage, [p for p, _ in pipelines], live_root, partitions_def,
+                                 first, last)
+
     home = Path(args.dagster_home or os.environ.get("DAGSTER_HOME") or "data/dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
         # The demo's instance settings (Dagster warns at start-up without the file).
         (home / "dagster.yaml").write_text(DAGSTER_YAML)
     instance = dg.DagsterInstance.from_config(str(home))
-    defs = build_definitions(storage=storage, partitions=settings)
+    defs = build_definitions(storage=storage, spark=spark_resource, partitions=settings)
     job = defs.resolve_job_def(REPLAY_JOB)
     run_config = {
         "loggers": {"console": {"config": {"log_level": "INFO"}}},
@@ -203,6 +219,10 @@ def run_demo(args, start: datetime | None) -> int:
             failed = [ev.partition for ev in chain if not ev.passed]
             print(f"  state chain check: {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
                   f"({len(chain)} partition(s))")
+        live = [ev for ev in result.get_asset_check_evaluations()
+                if ev.check_name == LIVE_CHECK and ev.asset_key.path[0] == asset_prefix(pipeline.name)]
+        if live:
+            print(live_summary(live, made_up.get(pipeline.name)))
     hints = {"DAGSTER_HOME": str(home)}
     # What `dagster dev` will take as the start: $REWINDOW_HISTORY_START, else the oldest landed day.
     ui_start = PartitionSettings.from_env().with_landed_end(*landing_location(storage)).start
@@ -219,6 +239,79 @@ def run_demo(args, start: datetime | None) -> int:
     print(f"\nBrowse it in the UI (http://127.0.0.1:3000), from {REPO}:")
     print("  " + " ".join(f"{k}={v}" for k, v in hints.items()) + " dagster dev -w workspace.yaml")
     return 0
+
+
+def copy_examples(pipelines_dir: Path, live_root: str) -> None:
+    """Copy the example pipelines into ``pipelines_dir``. Their live outputs
+    (``reconcile.live.path`` under :data:`EXAMPLE_LIVE_ROOT`) are moved under
+    ``live_root`` when it is another folder."""
+    from windowing.lake import join, qualify
+
+    pipelines_dir.mkdir(parents=True, exist_ok=True)
+    moved = qualify(live_root) != qualify(EXAMPLE_LIVE_ROOT)
+    for f in sorted(EXAMPLES.glob("*.yaml")):
+        text = f.read_text()
+        if moved:  # a JSON string is a YAML string, whatever the path holds
+            text = re.sub(rf"path: {re.escape(EXAMPLE_LIVE_ROOT)}/([^,}}\s]+)",
+                          lambda m: f"path: {json.dumps(join(live_root, m.group(1)))}", text)
+        (pipelines_dir / f.name).write_text(text)
+        print(f"pipeline   {f.relative_to(REPO)} -> {pipelines_dir / f.name}")
+
+
+def write_live_outputs(spark_resource, storage, pipelines, live_root: str, partitions_def, first: str, last: str):
+    """For each pipeline whose ``reconcile.live.path`` (Parquet) lies in ``live_root``,
+    write a stand-in for its live output over the partitions ``first..last``: its replay
+    of those days of the landing zone, from no state, in one go (what the Dagster run's
+    partition chain computes, row for row), with the known differences of
+    :func:`windowing.sample.write_sample_live`. Returns them by pipeline name.
+
+    The Spark session is the one the Dagster run will use (the run reuses a session that
+    runs in the process), built from ``spark_resource``'s settings."""
+    import dagster as dg
+
+    from assets.landing import read_partition_events
+    from windowing.lake import inside
+    from windowing.sample import write_sample_live
+
+    ours = [p for p in pipelines
+            if p.reconcile is not None and p.reconcile.live is not None and p.reconcile.live.path
+            and p.reconcile.live.format == "parquet" and inside(p.reconcile.live.path, live_root)]
+    if not ours:
+        return {}
+    with dg.build_resources({"pyspark": spark_resource}) as resources:
+        spark = resources.pyspark.spark_session
+    start = partitions_def.time_window_for_partition_key(first).start
+    end = partitions_def.time_window_for_partition_key(last).end
+    days = [start + timedelta(days=n) for n in range((end - start + timedelta(days=1, microseconds=-1)).days)]
+    made = {}
+    for pipeline in ours:
+        began = time.monotonic()
+        events = None
+        for i, day in enumerate(days):
+            day_events, _ = read_partition_events(
+                spark, storage.landing_path(), day, day + timedelta(days=1), pipeline.source.arrival_time,
+                source=pipeline.source, pipeline=pipeline, partition_column=storage.partition_column(),
+                unplaced=i == 0)
+            events = day_events if events is None else events.unionByName(day_events)
+        made[pipeline.name] = write_sample_live(spark, pipeline, events, pipeline.reconcile.live.path)
+        print(f"live       {pipeline.name}: its replay of the history with {len(made[pipeline.name])} known "
+              f"differences -> {pipeline.reconcile.live.path} ({time.monotonic() - began:.1f}s)")
+    return made
+
+
+def live_summary(evaluations, made_up) -> str:
+    """One line on the ``matches_live`` evaluations of a pipeline's partitions."""
+    def total(name: str) -> int:
+        return sum(int(ev.metadata[name].value) for ev in evaluations if name in ev.metadata)
+
+    compared, match, explained = total("compared"), total("match"), total("explained")
+    failed = [ev.partition for ev in evaluations if not ev.passed]
+    line = (f"  live check (matches_live): {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
+            f"({len(evaluations)} partition(s)): {match:,} of {compared:,} window emissions match the live output, "
+            f"{compared - match:,} mismatch(es), {explained:,} explained")
+    if made_up is not None:
+        line += f"; the demo's live output has {len(made_up)} known differences (docs/reconcile.md)"
+    return line
 
 
 if __name__ == "__main__":

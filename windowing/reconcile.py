@@ -14,7 +14,8 @@ any other, as in the replay). Without a live emission column the live rows of a 
 are numbered ``1, 2, ...`` in emit order (emit time, then the aggregate values, so the
 numbering never depends on row order); without a live emit time either, both sides are
 numbered by their values; without a live worker, the replay's rows of a (key, window) are
-numbered over its workers in emit order. A live identity given more than once is
+numbered over its workers in emit order (from the replay's first emission number of the
+window, so a replay of a later partition continues the count). A live identity given more than once is
 compared once (with its copies' greatest values: the same values when the copies are
 exact, as a sink writing twice makes them); each further copy is ``MISSING_IN_REPLAY``,
 explained ``DUPLICATE_IN_LIVE``. Replay snapshots (``emit_reason = AGGREGATE``, the
@@ -880,7 +881,10 @@ def _number_emissions(rows, cols: LiveColumns, pipeline, compared, ids: _Ids):
     emit order (emit time, then the values: the same numbering whatever the row order).
     Without a live emit time either, both sides are numbered by their values, so equal
     sets of emissions match. With a worker in the pipeline but none in the mapping, the
-    replay's rows of a (key, window) are numbered over its workers, in emit order."""
+    replay's rows of a (key, window) are numbered over its workers, in emit order, from
+    the smallest emission number the replay has for it (1, unless a partition before
+    emitted the window too: a replay of one partition then matches live numbers that
+    count from the start of the history), unless both sides are numbered by values."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -896,10 +900,17 @@ def _number_emissions(rows, cols: LiveColumns, pipeline, compared, ids: _Ids):
         order.append(em.asc_nulls_first())
         if "__worker_order" in rows.columns:
             order.append(F.col("__worker_order").asc_nulls_first())
-    rank = F.row_number().over(Window.partitionBy(*ids.window, "__side").orderBy(*order)).cast("long")
-    renumber = ((side == F.lit(_LIVE)) if number_live else F.lit(False)) | (
-        (side == F.lit(_REPLAY)) if number_replay else F.lit(False))
-    return rows.withColumn("__em", F.when(renumber, rank).otherwise(em))
+    by_side = Window.partitionBy(*ids.window, "__side")
+    rank = F.row_number().over(by_side.orderBy(*order)).cast("long")
+    replay_rank = rank
+    if number_replay and not by_values:
+        # A replay of a later partition continues the emission numbers of the partitions
+        # before it (they are kept in the state), as the live side's numbers do: the
+        # renumbering over workers starts at the replay's first number of the window.
+        replay_rank = rank + F.min(em).over(by_side) - 1
+    live_renumbered = (side == F.lit(_LIVE)) if number_live else F.lit(False)
+    replay_renumbered = (side == F.lit(_REPLAY)) if number_replay else F.lit(False)
+    return rows.withColumn("__em", F.when(live_renumbered, rank).when(replay_renumbered, replay_rank).otherwise(em))
 
 
 def _identities(rows, compared, ids: _Ids):

@@ -81,6 +81,24 @@ def pipeline_prefixes() -> list[str]:
 PREFIXES = pipeline_prefixes()
 
 
+def live_checked() -> set[str]:
+    """Prefixes of the example pipelines with a live output (reconcile.live): the demo makes
+    it up, and their aggregates get the check matches_live."""
+    from assets.pipelines import asset_prefix
+    from windowing import load_pipeline
+
+    out = set()
+    for f in sorted((REPO / "examples" / "pipelines").glob("*.yaml")):
+        pipeline = load_pipeline(f)
+        if pipeline.reconcile is not None and pipeline.reconcile.live is not None:
+            out.add(asset_prefix(pipeline.name))
+    return out
+
+
+LIVE_CHECKED = live_checked()
+LIVE_CHECK = "matches_live"
+
+
 # --------------------------------------------------------------------------- fixtures
 
 
@@ -92,8 +110,8 @@ def _tail(path: Path, chars: int = 6000) -> str:
 
 
 class Demo:
-    def __init__(self, root: Path, env: dict[str, str], run_id: str, seconds: float):
-        self.root, self.env, self.run_id, self.seconds = root, env, run_id, seconds
+    def __init__(self, root: Path, env: dict[str, str], run_id: str, seconds: float, stdout: str):
+        self.root, self.env, self.run_id, self.seconds, self.stdout = root, env, run_id, seconds, stdout
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +130,7 @@ def demo(tmp_path_factory) -> Demo:
     assert f"partitions {DAYS[0]}..{DAYS[-1]} " in done.stdout, f"the demo replayed other days:\n{done.stdout[-4000:]}"
     m = re.search(r"done\s+run (\S+) in", done.stdout)
     assert m, f"the demo did not print its run id:\n{done.stdout[-4000:]}"
-    return Demo(root, env, m.group(1), seconds)
+    return Demo(root, env, m.group(1), seconds, done.stdout)
 
 
 class UI:
@@ -259,6 +277,20 @@ query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!) {
 }
 """
 
+# The check's execution as its page shows it: the evaluation's metadata.
+CHECK_METADATA_QUERY = """
+query CheckMetadata($assetKey: AssetKeyInput!, $checkName: String!) {
+  assetCheckExecutions(assetKey: $assetKey, checkName: $checkName, limit: 100) {
+    runId partition
+    evaluation { success severity metadataEntries { __typename label
+      ... on IntMetadataEntry { intValue }
+      ... on FloatMetadataEntry { floatValue }
+      ... on MarkdownMetadataEntry { mdStr }
+      ... on JsonMetadataEntry { jsonString } } }
+  }
+}
+"""
+
 
 def _key(*path: str) -> dict:
     return {"path": list(path)}
@@ -269,11 +301,14 @@ def _assets(ui: UI) -> dict[tuple, dict]:
 
 
 def _expected_checks() -> dict[tuple, set[str]]:
-    """Checks per asset: the chain check on window_state, ``<output>_valid`` on every output."""
+    """Checks per asset: the chain check on window_state, ``<output>_valid`` on every output,
+    matches_live on the aggregates of a pipeline with a live output."""
     out = {}
     for prefix in PREFIXES:
         for name in OUTPUTS:
-            out[(prefix, name)] = {f"{name}_valid"} | ({CHAIN_CHECK} if name == "window_state" else set())
+            out[(prefix, name)] = ({f"{name}_valid"} | ({CHAIN_CHECK} if name == "window_state" else set())
+                                   | ({LIVE_CHECK} if name == "windowed_aggregates" and prefix in LIVE_CHECKED
+                                      else set()))
     return out
 
 
@@ -359,15 +394,18 @@ def test_the_partition_plots_tab_picks_the_demo_partitions(ui, prefix):
 
 
 def test_checks_tab_shows_every_check_passed_for_the_latest_materialization(ui, demo):
+    """Every check passed, but matches_live: the demo's live output differs on purpose."""
     assets = _assets(ui)
     for key, names in _expected_checks().items():
         checks = {c["name"]: c for c in assets[key]["assetChecksOrError"]["checks"]}
         for name in names:
             latest = checks[name]["executionForLatestMaterialization"]
+            passes = name != LIVE_CHECK
             assert latest is not None, f"{key} {name}: no execution shown"
-            assert (latest["runId"], latest["status"]) == (demo.run_id, "SUCCEEDED"), f"{key} {name}: {latest}"
-            assert latest["evaluation"]["success"], f"{key} {name}: {latest}"
-            assert checks[name]["blocking"] is (name != CHAIN_CHECK), f"{key} {name}"
+            assert (latest["runId"], latest["status"]) == (demo.run_id, "SUCCEEDED" if passes else "FAILED"), \
+                f"{key} {name}: {latest}"
+            assert latest["evaluation"]["success"] is passes, f"{key} {name}: {latest}"
+            assert checks[name]["blocking"] is (name not in (CHAIN_CHECK, LIVE_CHECK)), f"{key} {name}"
             # The Checks tab's Execute button: a check runs on its own, against the committed outputs.
             assert checks[name]["canExecuteIndividually"] == "CAN_EXECUTE", f"{key} {name}"
 
@@ -382,12 +420,44 @@ def _demo_executions(ui: UI, run_id: str) -> dict[tuple, list[dict]]:
 
 
 def test_check_history_has_a_passed_evaluation_per_partition_of_the_demo_run(ui, demo):
-    """Each check lists one execution per demo partition, passed, naming its partition."""
+    """Each check lists one execution per demo partition, passed (matches_live: failed, a
+    warning), naming its partition."""
     for check, execs in _demo_executions(ui, demo.run_id).items():
-        passed = sorted(e["partition"] for e in execs
-                        if e["status"] == "SUCCEEDED" and e["evaluation"] and e["evaluation"]["success"])
-        assert passed == DAYS, f"{check}: {execs}"
+        if check[-1] == LIVE_CHECK:
+            done = sorted(e["partition"] for e in execs if e["status"] == "FAILED"
+                          and not e["evaluation"]["success"] and e["evaluation"]["severity"] == "WARN")
+        else:
+            done = sorted(e["partition"] for e in execs
+                          if e["status"] == "SUCCEEDED" and e["evaluation"] and e["evaluation"]["success"])
+        assert done == DAYS, f"{check}: {execs}"
         assert all(e["evaluation"]["partition"] == e["partition"] for e in execs), check
+
+
+def test_the_live_check_shows_the_demos_known_differences(ui, demo):
+    """The demo's made-up live output differs from the replay in six known places (two per
+    day with three days): each partition's check execution says how many, by category,
+    with a table of them; half are explained. The demo prints the same."""
+    from windowing.sample import LIVE_DIFFERENCE_KINDS
+
+    assert LIVE_CHECKED, "no example pipeline has a live output"
+    for prefix in sorted(LIVE_CHECKED):
+        execs = ui.query(CHECK_METADATA_QUERY, assetKey=_key(prefix, "windowed_aggregates"),
+                         checkName=LIVE_CHECK)["assetCheckExecutions"]
+        mismatches = explained = 0
+        for e in (e for e in execs if e["runId"] == demo.run_id):
+            meta = {m["label"]: m for m in e["evaluation"]["metadataEntries"]}
+            counts = {label: meta[label]["intValue"] for label in ("compared", "match", "explained")}
+            assert counts["compared"] > counts["match"] > 0, (e["partition"], counts)
+            table = meta["mismatches"]["mdStr"]
+            rows = [line for line in table.splitlines() if line.startswith("| ") and "| category |" not in line]
+            assert len(rows) == counts["compared"] - counts["match"], table
+            assert meta["match_rate"]["floatValue"] == counts["match"] / counts["compared"]
+            mismatches += counts["compared"] - counts["match"]
+            explained += counts["explained"]
+        assert (mismatches, explained) == (len(LIVE_DIFFERENCE_KINDS), 3)
+    assert (f"live check (matches_live): FAILED in {', '.join(DAYS)} (3 partition(s))" in demo.stdout
+            and f"{len(LIVE_DIFFERENCE_KINDS)} mismatch(es), 3 explained; the demo's live output has "
+                f"{len(LIVE_DIFFERENCE_KINDS)} known differences" in demo.stdout), demo.stdout[-3000:]
 
 
 def test_check_history_has_no_skipped_execution_for_the_demo_run(ui, demo):
