@@ -34,6 +34,9 @@ REJECT_REASON = "reason"
 #: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
 ARRIVAL_OUT_OF_RANGE = "arrival time out of range"
 EVENT_OUT_OF_RANGE = "event time out of range"
+#: Reason of rows whose event time is more than ``source.maxFutureSkew`` ahead of their
+#: arrival time (docs/semantics.md section 1): rejected before they move any watermark.
+FUTURE_SKEW = "FUTURE_SKEW"
 
 
 class StateMismatchError(ValueError):
@@ -301,6 +304,8 @@ def _normalise(pipeline: Pipeline, df):
         ).when(F.col("__evt").isNull(), F.lit(EVENT_OUT_OF_RANGE))
     if src.batch_column:
         reason = reason.when(_col(src.batch_column).isNull(), F.lit("batch is null"))
+    if src.max_future_skew_ms is not None:
+        reason = reason.when(F.col("__evt") - F.col("__arr") > F.lit(src.max_future_skew_ms), F.lit(FUTURE_SKEW))
     out = out.withColumn(REJECT_REASON if REJECT_REASON not in cols else "__reason_tmp", reason)
     if REJECT_REASON in cols:
         raise ConfigError(f"input column {REJECT_REASON!r} clashes with the rejected output's reason column")

@@ -1,0 +1,771 @@
+"""What lateness cost, and which delay and watermark strategy to run with (``rewindow lateness``).
+
+One Spark job replays a history under every configuration asked for (each watermark
+strategy, each lateness mode asked for, each delay of ``--delays``) next to the configured
+pipeline itself, with one shuffle: the events go to their key's task once, and each task
+replays its keys once per variant through the kernel (:mod:`windowing.whatif`). Spark then
+sums what the tasks found. Every figure is computed as follows (docs/lateness.md):
+
+* **late events under a delay D** (the curves, the recommendation): from the *slack* of
+  each event, found by the replay with D = 0: an event is late under D exactly when
+  ``D <= slack`` (:mod:`windowing.whatif`), so one pass gives the count under every D;
+  the replays at the asked delays count them again, and the two must agree;
+* **emission latency** (emit time of the commit that closes a window minus the window's
+  end; WATERMARK, IDLE and MAX_DURATION closes) and **closes by reason**: from the replay
+  at that delay, percentiles by Spark's exact ``percentile`` over (latency, windows) counts;
+* **the cost**: the configured replay's late (event, window) pairs per window, with the
+  window's last emission and the value a watermark that never makes an event late gives;
+* **future skew**: events more than a threshold ahead of their arrival, and the late pairs
+  that a replay without them (``source.maxFutureSkew`` at that threshold) does not have,
+  each attributed to the skewed event that set the watermark it was checked against.
+
+A partition after the first continues from the previous partition's lateness output
+(``--state-in``): its ``state/`` holds every variant's carried state, so each variant is
+exactly a replay of the whole history in partitions under that configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from windowing import engine as E
+from windowing import kernel as K
+from windowing import metrics as M
+from windowing import whatif as W
+from windowing.columns import col as _col
+from windowing.config import ConfigError, Lateness, Pipeline, WatermarkStrategy, parse_share
+from windowing.durations import format_duration_ms, parse_duration_ms
+
+DEFAULT_DELAYS = "0s,1s,5s,30s,2m"
+DEFAULT_TARGET_LATE = "0.1%"
+#: Default of ``--future-skew``: events more than this ahead of their arrival are listed.
+DEFAULT_FUTURE_SKEW = "10s"
+#: Windows listed as the worst (most missed events) in the figures and the report.
+DEFAULT_WORST = 20
+
+#: Parquet datasets of a lateness run (``OUT/runs/<run id>/``), its figures (JSON text)
+#: and its report (one HTML file).
+TABLES = ("curves", "late_curve", "cost", "late_by_key", "late_by_worker", "late_by_hour", "lateness_histogram",
+          "latency_histogram", "future_skew", "skew_late", "state")
+FIGURES = "figures.json"
+REPORT = "report.html"
+KIND = "lateness"
+
+
+class LatenessStateError(ValueError):
+    """``--state-in`` is not a lateness output of this pipeline with these variants."""
+
+
+@dataclass(frozen=True)
+class LatenessOptions:
+    """What to compute: delays (ms), the late share to stay under, the lateness modes (None:
+    the configured one), the future-skew listing threshold (None: off), flush at end."""
+
+    delays_ms: tuple[int, ...] = (0, 1_000, 5_000, 30_000, 120_000)
+    target_late: float = 0.001
+    lateness_modes: tuple[Lateness, ...] | None = None
+    future_skew_ms: int | None = 10_000
+    worst: int = DEFAULT_WORST
+    flush_at_end: bool | None = None
+
+    def __post_init__(self):
+        if not self.delays_ms:
+            raise ConfigError("--delays: give at least one delay")
+        if any(d < 0 for d in self.delays_ms):
+            raise ConfigError(f"--delays: {[format_duration_ms(d) for d in self.delays_ms if d < 0]} are negative")
+        if not 0 <= self.target_late <= 1:
+            raise ConfigError(f"--target-late: {self.target_late!r} is not between 0 and 1")
+
+    def modes(self, pipeline: Pipeline) -> tuple[Lateness, ...]:
+        return self.lateness_modes or (pipeline.window.lateness,)
+
+    def variants(self, pipeline: Pipeline) -> tuple[W.Variant, ...]:
+        """The configured pipeline (full), then every (strategy, mode, delay) of the grid
+        (delay 0 always: it gives the slack), then the skew-free configured pipeline."""
+        w = pipeline.window
+        configured = (w.watermark_strategy, w.lateness, w.delay_ms)
+        out = [W.Variant(*configured, full=True)]
+        for mode in self.modes(pipeline):
+            for strategy in WatermarkStrategy:
+                for d in sorted(set(self.delays_ms) | {0}):
+                    if (strategy, mode, d) != configured:
+                        out.append(W.Variant(strategy, mode, d))
+        if self.future_skew_ms is not None and w.event_time:
+            out.append(W.Variant(*configured, skew_free=True))
+        return tuple(out)
+
+
+def parse_delays(text: str) -> tuple[int, ...]:
+    """``"0s,1s,5s,30s,2m"`` -> milliseconds, sorted and distinct; errors name ``--delays``."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise ConfigError(f"--delays: {text!r} holds no delay; write them like 0s,1s,5s,30s,2m")
+    out = []
+    for item in items:
+        try:
+            out.append(parse_duration_ms(item, "--delays"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return tuple(sorted(set(out)))
+
+
+def parse_modes(text: str | None) -> tuple[Lateness, ...] | None:
+    """``--lateness-modes``: None or ``configured`` (the pipeline's), ``both``, or a list."""
+    if text is None or text.strip().lower() == "configured":
+        return None
+    if text.strip().lower() == "both":
+        return tuple(Lateness)
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            out.append(Lateness(item.upper()))
+        except ValueError:
+            raise ConfigError(f"--lateness-modes: {item!r} is not one of configured, both, "
+                              f"{', '.join(m.value for m in Lateness)}") from None
+    return tuple(dict.fromkeys(out)) or None
+
+
+@dataclass
+class LatenessResult:
+    """The tables (Spark DataFrames, :data:`TABLES`) and the figures (plain values)."""
+
+    tables: dict[str, Any]
+    figures: dict
+    _held: list = field(default_factory=list, repr=False)
+
+    def unpersist(self) -> None:
+        for df in self._held:
+            df.unpersist()
+        self._held = []
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def lateness(spark, pipeline: Pipeline, events_df, state=None, options: LatenessOptions = LatenessOptions(),
+             state_figures: Mapping | None = None) -> LatenessResult:
+    """Replay ``events_df`` under every variant of ``options`` and sum up (module docstring).
+
+    ``state``: the ``state`` DataFrame of the previous partition's lateness output (None:
+    the start of the history); ``state_figures``: that output's figures (checked: same
+    pipeline configuration and variants, else :class:`LatenessStateError`).
+    """
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    flush = pipeline.flush_at_end if options.flush_at_end is None else bool(options.flush_at_end)
+    variants = options.variants(pipeline)
+    _check_state(pipeline, variants, state, state_figures)
+    E._check_columns(pipeline, events_df)
+    E._check_late_columns(pipeline, events_df)
+    input_cols = list(events_df.columns)
+    norm = E._normalise(pipeline, events_df)
+    E.check_workers(spark)
+    arrow_types = E._arrow_types(spark, events_df)
+    input_types = {c: arrow_types[c] for c in input_cols}
+    full = variants[0]
+    worker_rows = _worker_state(spark, pipeline, state)
+    if worker_rows.get(full.label):
+        norm = E._reject_committed(spark, pipeline, norm, worker_rows[full.label])
+    threshold = options.future_skew_ms if any(v.skew_free for v in variants) else None
+    skewed = (F.col("__evt") - F.col("__arr") > F.lit(threshold)) if threshold is not None else F.lit(False)
+    norm = norm.withColumn(W.SKEWED, skewed)
+
+    wexpr = _col(pipeline.source.worker) if pipeline.source.worker else F.lit(0)
+    summary = (norm.groupBy(F.col(E.REJECT_REASON), wexpr.alias("__w"), F.col("__batch"), F.col(W.SKEWED))
+               .agg(F.min("__evt").alias("cand_min"), F.max("__evt").alias("cand_max"),
+                    F.max("__arr").alias("maxarr"), F.min("__arr").alias("minarr"), F.count(F.lit(1)).alias("n"))
+               .toArrow())
+    rejected = _rejected_counts(summary)
+    timelines, new_workers = _timelines(pipeline, variants, summary, worker_rows)
+    wi = W.WhatIf(pipeline, variants, input_types, timelines, flush, threshold)
+
+    full_spec = wi.spec(full)
+    events = norm.where(F.col(E.REJECT_REASON).isNull()).drop(E.REJECT_REASON, *K.task_derived(full_spec))
+    kernel_in = events
+    state_rows = _state_rows(pipeline, wi, state, events_df) if state is not None else None
+    if state_rows is not None:
+        kernel_in = events.unionByName(state_rows, allowMissingColumns=True)
+    part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
+    nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
+    names = kernel_in.columns
+    safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
+    if safe != names:
+        kernel_in = kernel_in.toDF(*safe)
+    schemas = W.output_schemas(wi)
+    task = _Task(wi, dict(zip(safe, names)), schemas)
+    held = E._hold(spark, kernel_in.mapInArrow(task, E._spark_schema(task.schema)))
+    try:
+        with E._session_conf(spark, E._kernel_job_conf(spark)):
+            small = (held.where(F.col(E.SIDE_OUTPUT).isin("counters", "slack", "lateness_bins"))
+                     .select(E.SIDE_OUTPUT, E.SIDE_DATA).collect())
+        pieces: dict[str, list[pa.Table]] = {}
+        for row in small:
+            pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E._decode_blob(row[E.SIDE_DATA]))
+        frames = {name: held.where(F.col(E.SIDE_OUTPUT) == name).select(E.SIDE_DATA)
+                  .mapInArrow(E._DecodeTask(schemas[name]), E._spark_schema(schemas[name]))
+                  for name in ("latency", "cost", "by_key", "by_hour", "skew_late", "state")}
+        figures, tables = _figures(spark, pipeline, options, wi, pieces, frames, rejected, norm, input_cols,
+                                   new_workers, schemas)
+    except BaseException:
+        held.unpersist()
+        raise
+    figures["seconds"] = round(time.monotonic() - started, 3)
+    return LatenessResult(tables, figures, [held])
+
+
+class _Task:
+    """What each Spark task runs: :func:`windowing.whatif.analyse` over its keys, its
+    tables handed back as ``(SIDE_OUTPUT, SIDE_DATA)`` rows (Arrow IPC blobs)."""
+
+    def __init__(self, wi: W.WhatIf, names: dict[str, str], schemas: dict[str, pa.Schema]):
+        self.wi, self.names, self.schemas = wi, names, schemas
+        self.schema = pa.schema([pa.field(E.SIDE_OUTPUT, pa.string()), pa.field(E.SIDE_DATA, pa.binary())])
+
+    def __call__(self, batches):
+        batches = list(batches)
+        if not batches or not sum(b.num_rows for b in batches):
+            return
+        table = pa.Table.from_batches(batches)
+        table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
+        result = W.analyse(table, self.wi)
+        names, blobs = [], []
+        for name in ("counters", "slack", "lateness_bins", "latency", "cost", "by_key", "by_hour", "skew_late",
+                     "state"):
+            t = getattr(result, name).cast(self.schemas[name])
+            for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
+                names.append(name)
+                blobs.append(E._blob(t.slice(start, E.BLOB_ROWS)))
+        yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
+                                         schema=self.schema)
+
+
+def _rejected_counts(summary: pa.Table) -> dict[str, int]:
+    rej = summary.filter(summary[E.REJECT_REASON].is_valid()).group_by(E.REJECT_REASON).aggregate([("n", "sum")])
+    return {r[E.REJECT_REASON]: int(r["n_sum"]) for r in rej.to_pylist()}
+
+
+def timeline_summary(summary: pa.Table, strategy: WatermarkStrategy, skew_free: bool) -> pa.Table:
+    """The (worker, batch) summary :func:`windowing.engine._timelines` reads, for one
+    strategy, with or without the events flagged as skewed: ``summary`` has one row per
+    (reason, worker, batch, skewed) with both candidates (``cand_min``, ``cand_max``)."""
+    import pyarrow.compute as pc
+
+    ok = summary.filter(pc.is_null(summary[E.REJECT_REASON]))
+    if skew_free:
+        ok = ok.filter(pc.invert(pc.fill_null(ok[W.SKEWED], False)))
+    cand = "cand_min" if strategy is WatermarkStrategy.MIN_EVENT_TIME else "cand_max"
+    agg = "min" if strategy is WatermarkStrategy.MIN_EVENT_TIME else "max"
+    g = ok.group_by(["__w", "__batch"], use_threads=False).aggregate(
+        [(cand, agg), ("maxarr", "max"), ("minarr", "min"), ("n", "sum")])
+    return pa.table({
+        E.REJECT_REASON: pa.nulls(g.num_rows, pa.string()), "__w": g["__w"], "__batch": g["__batch"],
+        "cand": g[f"{cand}_{agg}"], "maxarr": g["maxarr_max"], "minarr": g["minarr_min"], "n": g["n_sum"]})
+
+
+def _timelines(pipeline: Pipeline, variants, summary: pa.Table, worker_rows: Mapping[str, list]):
+    """Each worker's timeline per (strategy, skew_free), at delay 0, and each variant's new
+    worker state rows."""
+    out: dict[tuple[str, bool], dict] = {}
+    rows_by: dict[tuple[str, bool], list] = {}
+    for v in variants:
+        key = (v.strategy.value, v.skew_free)
+        if key in out:
+            continue
+        p = W.Variant(v.strategy, v.lateness, 0, full=True, skew_free=v.skew_free).pipeline(pipeline)
+        timelines, rows = E._timelines(p, timeline_summary(summary, v.strategy, v.skew_free),
+                                       worker_rows.get(v.label, []))
+        out[key] = timelines
+        rows_by[key] = rows
+    new_workers = {v.label: rows_by[(v.strategy.value, v.skew_free)] for v in variants}
+    return out, new_workers
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _check_state(pipeline: Pipeline, variants, state, state_figures) -> None:
+    if state is None:
+        return
+    if state_figures is None:
+        raise LatenessStateError("--state-in: not a lateness output (no figures in its commit record)")
+    if state_figures.get("fingerprint") != pipeline.fingerprint():
+        raise LatenessStateError(
+            f"--state-in: written for another configuration of pipeline {state_figures.get('pipeline')!r} "
+            f"(fingerprint {state_figures.get('fingerprint')}, this one {pipeline.fingerprint()}); "
+            "start from the first partition")
+    have, want = list(state_figures.get("variants", [])), [v.label for v in variants]
+    if have != want:
+        raise LatenessStateError(
+            "--state-in: the previous partition was analysed with other --delays, --lateness-modes or "
+            f"--future-skew (variants {have}, now {want}); use the same ones along a chain of partitions, "
+            "or start from the first partition")
+
+
+def _worker_state(spark, pipeline: Pipeline, state) -> dict[str, list[dict]]:
+    """Worker rows of the carried state, per variant (as ``engine._split_state`` reads them)."""
+    from pyspark.sql import functions as F
+
+    if state is None:
+        return {}
+    wcol = pipeline.source.worker
+    out: dict[str, list[dict]] = {}
+    for r in state.where(F.col("state_kind") == "worker").collect():
+        out.setdefault(r["variant"], []).append(
+            {"worker": (r[wcol] if wcol else 0), "batch": r["batch"], "watermark_ms": r["watermark_ms"],
+             "clock_ms": r["clock_ms"]})
+    return out
+
+
+def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state, events_df):
+    """Key, window and emitted rows of the carried state, shaped as kernel input rows."""
+    from pyspark.sql import functions as F
+
+    wcol, kcol = pipeline.source.worker, pipeline.window.key
+    types = dict(events_df.dtypes)
+    keep = [c for c in (wcol, kcol) if c]
+    kind = (F.when(F.col("state_kind") == "key", F.lit(K.STATE_KEY))
+            .when(F.col("state_kind") == "window", F.lit(K.STATE_WINDOW))
+            .otherwise(F.lit(K.STATE_EMITTED)).cast("byte"))
+    cols = [_col(c).cast(types[c]).alias(c) for c in keep]
+    cols += [_col(c).alias(K.STATE_PREFIX + c) for c in state.columns
+             if c not in keep and c not in ("fingerprint", "variant")]
+    return state.where(F.col("state_kind") != "worker").select(*cols, kind.alias("__kind"),
+                                                             F.col("variant").alias(W.VARIANT))
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _figures(spark, pipeline, options: LatenessOptions, wi: W.WhatIf, pieces, frames, rejected, norm, input_cols,
+             new_workers, schemas):
+    """Sum up the tasks' tables into the figures and the output tables (module docstring)."""
+    from pyspark.sql import functions as F
+
+    counters = _sum_counters(pieces.get("counters", []))
+    full = wi.full
+    accepted = counters.get(full.label, {}).get(M.EVENTS, 0)
+    allowed = int(np.floor(options.target_late * accepted + 1e-9))
+    slack = _concat(pieces.get("slack", []), schemas["slack"])
+    lat = (frames["latency"].groupBy("variant")
+           .agg(F.percentile("latency_ms", F.array(F.lit(0.5), F.lit(0.9), F.lit(0.99)), F.col("windows")).alias("p"),
+                F.max("latency_ms").alias("mx"), F.sum("windows").alias("n")).collect())
+    latency = {r["variant"]: {"p50_ms": _f(r["p"], 0), "p90_ms": _f(r["p"], 1), "p99_ms": _f(r["p"], 2),
+                              "max_ms": int(r["mx"]), "windows": int(r["n"])} for r in lat}
+    curves, late_curve = [], []
+    exact, points = {}, {}
+    for mode in options.modes(pipeline):
+        for strategy in WatermarkStrategy:
+            sel = [i for i, (s, m) in enumerate(zip(slack["strategy"].to_pylist(), slack["lateness"].to_pylist()))
+                   if s == strategy.value and m == mode.value]
+            h = slack.take(pa.array(sel, pa.int64()))
+            hv, he, hp = (h[c].to_numpy() for c in ("slack_ms", "events", "pairs"))
+            d, ev, pr = W.step_curve(hv, he, hp)
+            late_curve += [{"strategy": strategy.value, "lateness": mode.value, "delay_ms": int(a),
+                            "late_events": int(b), "late_event_windows": int(c),
+                            "late_share": _share(int(b), accepted)} for a, b, c in zip(d, ev, pr)]
+            exact[(strategy, mode)] = (hv, he, hp)
+            points[f"{strategy.value}/{mode.value}"] = _plot_points(hv, he, hp, d, options.delays_ms, accepted)
+            for delay in sorted(set(options.delays_ms) | {0}):
+                v = _variant_for(wi, strategy, mode, delay)
+                c = counters.get(v.label, {})
+                (late_ev, late_pairs), = W.late_counts(hv, he, hp, [delay])
+                if (late_ev, late_pairs) != (c.get(M.LATE_EVENTS, 0), c.get(M.LATE_PAIRS, 0)):
+                    raise AssertionError(
+                        f"lateness: the slack curve and the replay at {v.label} disagree: "
+                        f"{late_ev}/{late_pairs} against {c.get(M.LATE_EVENTS, 0)}/{c.get(M.LATE_PAIRS, 0)}")
+                curves.append(_curve_row(strategy, mode, delay, c, latency.get(v.label, {}), accepted,
+                                         configured=v.full))
+    recommendations = [_recommend(s, m, exact[(s, m)], curves, accepted, allowed, options)
+                       for m in options.modes(pipeline) for s in WatermarkStrategy]
+    fc = counters.get(full.label, {})
+    bins = _concat(pieces.get("lateness_bins", []), schemas["lateness_bins"])
+    hist = _sum_bins(bins)
+
+    # Where lateness fell: per key, worker, hour.
+    by_key = frames["by_key"].withColumn("late_share", _share_col(F, "late_events", "events"))
+    wcol = pipeline.source.worker
+    hour_keys = ([wcol] if wcol else []) + ["hour"]
+    by_hour = (frames["by_hour"].groupBy(*[_col(c) for c in hour_keys])
+               .agg(*[F.sum(c).alias(c) for c in ("events", "late_events", "late_event_windows")]))
+    by_hour = by_hour.withColumn("late_share", _share_col(F, "late_events", "events"))
+    hours_rows = (by_hour.groupBy("hour").agg(*[F.sum(c).alias(c) for c in ("events", "late_events")])
+                  .orderBy("hour").collect())
+    by_worker = (frames["by_hour"].groupBy(*[_col(c) for c in hour_keys[:-1]])
+                 .agg(*[F.sum(c).alias(c) for c in ("events", "late_events", "late_event_windows")]))
+    by_worker = by_worker.withColumn("late_share", _share_col(F, "late_events", "events"))
+    worker_rows = by_worker.orderBy(F.desc("late_events")).limit(50).collect()
+
+    cost = frames["cost"]
+    worst = cost.orderBy(F.desc("missed_events"), F.desc("max_lateness_ms"), "window_start",
+                         *[_col(c) for c in W._key_columns(pipeline)]).limit(options.worst).collect()
+    cost_totals = cost.agg(F.count(F.lit(1)).alias("windows"), F.sum("missed_events").alias("missed")).first()
+
+    skew_tables, skew_figures = _future_skew(spark, pipeline, wi, frames["skew_late"], norm, input_cols, counters,
+                                             rejected)
+    state = _state_frame(spark, pipeline, wi, frames["state"], new_workers, schemas["state"])
+    curves_df = spark.createDataFrame(curves, _CURVE_DDL)
+    figures = {
+        "kind": KIND,
+        "pipeline": pipeline.name,
+        "fingerprint": pipeline.fingerprint(),
+        "variants": [v.label for v in wi.variants],
+        "configured": {"strategy": full.strategy.value, "lateness": full.lateness.value, "delay_ms": full.delay_ms},
+        "input_rows": accepted + sum(rejected.values()),
+        "rejected_rows": sum(rejected.values()),
+        "rejected_by_reason": dict(sorted(rejected.items())),
+        "accepted_events": accepted,
+        "target_late": options.target_late,
+        "allowed_late_events": allowed,
+        "delays_ms": sorted(set(options.delays_ms) | {0}),
+        "configured_replay": {
+            "late_events": fc.get(M.LATE_EVENTS, 0), "late_event_windows": fc.get(M.LATE_PAIRS, 0),
+            "late_share": _share(fc.get(M.LATE_EVENTS, 0), accepted),
+            "closed_by_reason": {r: fc.get(M.CLOSED_PREFIX + r, 0) for r in M.CLOSE_REASONS},
+            "latency": latency.get(full.label, {}),
+        },
+        "curves": curves,
+        "late_curve_points": points,
+        "recommendations": recommendations,
+        "cost": {"windows": int(cost_totals["windows"] or 0), "missed_events": int(cost_totals["missed"] or 0),
+                 "worst_windows": [_jsonable_row(r) for r in worst]},
+        "lateness_histogram": hist,
+        "late_by_hour": [{"hour": r["hour"].isoformat(), "events": int(r["events"]),
+                          "late_events": int(r["late_events"])} for r in hours_rows],
+        "late_by_worker": [_jsonable_row(r) for r in worker_rows],
+        "future_skew": skew_figures,
+    }
+    tables = {
+        "curves": curves_df,
+        "late_curve": spark.createDataFrame(late_curve, _LATE_CURVE_DDL) if late_curve
+        else spark.createDataFrame([], _LATE_CURVE_DDL),
+        "cost": cost,
+        "late_by_key": by_key,
+        "late_by_worker": by_worker,
+        "late_by_hour": by_hour,
+        "lateness_histogram": spark.createDataFrame(
+            [(b["upper_ms"], b["pairs"], b["events"]) for b in hist],
+            "upper_ms long, late_event_windows long, late_events long"),
+        "latency_histogram": frames["latency"].groupBy("variant", "latency_ms").agg(F.sum("windows").alias("windows")),
+        **skew_tables,
+        "state": state,
+    }
+    return figures, tables
+
+
+_CURVE_DDL = ("strategy string, lateness string, delay_ms long, configured boolean, late_events long, "
+              "late_share double, late_event_windows long, windows_closed long, closed_watermark long, "
+              "closed_idle long, closed_max_duration long, closed_end_of_input long, open_windows long, "
+              "latency_windows long, latency_p50_ms double, latency_p90_ms double, latency_p99_ms double, "
+              "latency_max_ms long")
+_LATE_CURVE_DDL = "strategy string, lateness string, delay_ms long, late_events long, late_event_windows long, " \
+                  "late_share double"
+
+
+def _curve_row(strategy, mode, delay, c: Mapping[str, int], lat: Mapping, accepted: int, configured: bool) -> dict:
+    closed = {r: c.get(M.CLOSED_PREFIX + r, 0) for r in M.CLOSE_REASONS}
+    return {
+        "strategy": strategy.value, "lateness": mode.value, "delay_ms": int(delay), "configured": bool(configured),
+        "late_events": c.get(M.LATE_EVENTS, 0), "late_share": _share(c.get(M.LATE_EVENTS, 0), accepted),
+        "late_event_windows": c.get(M.LATE_PAIRS, 0), "windows_closed": sum(closed.values()),
+        **{f"closed_{r.lower()}": n for r, n in closed.items()}, "open_windows": c.get(M.OPEN_WINDOWS, 0),
+        "latency_windows": lat.get("windows", 0), "latency_p50_ms": lat.get("p50_ms"),
+        "latency_p90_ms": lat.get("p90_ms"), "latency_p99_ms": lat.get("p99_ms"), "latency_max_ms": lat.get("max_ms"),
+    }
+
+
+#: Points of each exact late-share curve kept in the figures (for the report's plot).
+PLOT_POINTS = 240
+
+
+def _plot_points(hv, he, hp, breakpoints, delays_ms, accepted: int) -> list[list]:
+    """``[delay_ms, late share]`` of the exact curve: at every step when there are few,
+    else on a logarithmic grid of delays (and the listed ones), each value exact."""
+    top = int(max(breakpoints)) if len(breakpoints) else 0
+    if len(breakpoints) <= PLOT_POINTS:
+        grid = np.asarray(breakpoints, np.int64)
+    else:
+        grid = np.unique(np.concatenate([[0], np.unique(np.round(np.logspace(0, np.log10(max(top, 1)), PLOT_POINTS))),
+                                         np.asarray(delays_ms, np.float64)]).astype(np.int64))
+    counts = W.late_counts(hv, he, hp, grid)
+    return [[int(d), _share(c[0], accepted)] for d, c in zip(grid, counts)]
+
+
+def _variant_for(wi: W.WhatIf, strategy, mode, delay) -> W.Variant:
+    for v in wi.variants:
+        if (v.strategy, v.lateness, v.delay_ms) == (strategy, mode, delay) and not v.skew_free:
+            return v
+    raise KeyError((strategy, mode, delay))
+
+
+def _recommend(strategy, mode, hist, curves, accepted: int, allowed: int, options: LatenessOptions) -> dict:
+    """The smallest delay keeping late events at most ``target_late`` of the accepted events
+    (exact, from the slack), and the smallest listed delay that does (with its latency)."""
+    hv, he, hp = hist
+    d_min = W.smallest_delay(hv, he, allowed)
+    (late_ev, _), = W.late_counts(hv, he, hp, [d_min])
+    rows = [r for r in curves if r["strategy"] == strategy.value and r["lateness"] == mode.value]
+    ok = [r for r in sorted(rows, key=lambda r: r["delay_ms"]) if r["late_events"] <= allowed]
+    listed = ok[0] if ok else None
+    return {
+        "strategy": strategy.value, "lateness": mode.value, "target_late": options.target_late,
+        "smallest_delay_ms": d_min, "late_events_at_smallest": late_ev,
+        "late_share_at_smallest": _share(late_ev, accepted),
+        "listed_delay_ms": listed["delay_ms"] if listed else None,
+        "listed_late_share": listed["late_share"] if listed else None,
+        "listed_latency_p50_ms": listed["latency_p50_ms"] if listed else None,
+        "listed_latency_p99_ms": listed["latency_p99_ms"] if listed else None,
+    }
+
+
+def _future_skew(spark, pipeline, wi: W.WhatIf, skew_late, norm, input_cols, counters, rejected):
+    """The skewed events (ahead of their arrival by more than the threshold) and the late
+    pairs they caused (late in the configured replay, not in the skew-free one), each
+    attributed to the skewed event that set the watermark it was checked against: the
+    earliest skewed event of its key, in an earlier batch, whose event time is that raw
+    watermark (none: the watermark came from an earlier partition or a non-skewed event)."""
+    from pyspark.sql import functions as F
+
+    from windowing.engine import FUTURE_SKEW
+
+    threshold = wi.skew_threshold_ms
+    kcols = W._key_columns(pipeline)
+    base = {"threshold_ms": threshold, "rejected_by_max_future_skew": rejected.get(FUTURE_SKEW, 0),
+            "max_future_skew_ms": pipeline.source.max_future_skew_ms}
+    if threshold is None:
+        return ({"future_skew": spark.createDataFrame([], "arrival_ms long, event_ms long, skew_ms long, batch long, "
+                                                          "late_caused long, late_event_windows_caused long"),
+                 "skew_late": skew_late},
+                {**base, "skewed_events": 0, "late_events_caused": 0, "late_event_windows_caused": 0})
+    skewed = (norm.where(F.col(E.REJECT_REASON).isNull() & F.col(W.SKEWED))
+              .select(*[_col(c) for c in input_cols], F.col("__arr").alias("arrival_ms"),
+                      F.col("__evt").alias("event_ms"), (F.col("__evt") - F.col("__arr")).alias("skew_ms"),
+                      F.col("__batch").alias("batch")))
+    cause_cols = ("cause_batch", "cause_arrival_ms", "cause_event_ms", "cause_skew_ms")
+    causes = skewed.select(*[_col(c).alias(f"__c_{c}") for c in kcols],
+                           *[F.col(c[len("cause_"):]).alias(c) for c in cause_cols])
+    late = skew_late.withColumn("__late_id", F.monotonically_increasing_id())
+    cond = [F.col("raw_watermark_ms") == F.col("cause_event_ms"), F.col("cause_batch") < F.col("batch")]
+    cond += [_col(c).eqNullSafe(F.col(f"__c_{c}")) for c in kcols]
+    attributed = (late.join(causes, on=cond, how="left")
+                  .groupBy(*late.columns)
+                  .agg(F.min(F.struct(*cause_cols)).alias("cause"))
+                  .select(*[c for c in late.columns if c != "__late_id"],
+                          *[F.col(f"cause.{c}").alias(c) for c in cause_cols]))
+    caused = (attributed.where(F.col("cause_batch").isNotNull())
+              .groupBy(*[_col(c).alias(f"__c_{c}") for c in kcols], *cause_cols[:3])
+              .agg(F.sum(F.col("first_of_event").cast("long")).alias("late_caused"),
+                   F.count(F.lit(1)).alias("late_event_windows_caused")))
+    same = [F.col("batch") == F.col("cause_batch"), F.col("arrival_ms") == F.col("cause_arrival_ms"),
+            F.col("event_ms") == F.col("cause_event_ms"), *[_col(c).eqNullSafe(F.col(f"__c_{c}")) for c in kcols]]
+    listing = (skewed.join(caused, on=same, how="left")
+               .drop(*cause_cols[:3], *[f"__c_{c}" for c in kcols])
+               .fillna(0, subset=["late_caused", "late_event_windows_caused"]))
+    totals = attributed.agg(F.count(F.lit(1)).alias("pairs"),
+                            F.sum(F.col("first_of_event").cast("long")).alias("events"),
+                            F.sum(F.when(F.col("cause_batch").isNotNull(), 1).otherwise(0)).alias("attributed")
+                            ).first()
+    free = next(v for v in wi.variants if v.skew_free)
+    fc, sc = counters.get(wi.full.label, {}), counters.get(free.label, {})
+    figures = {**base, "skewed_events": int(skewed.count()),
+               "late_events_caused": int(totals["events"] or 0), "late_event_windows_caused": int(totals["pairs"] or 0),
+               "late_event_windows_attributed": int(totals["attributed"] or 0),
+               "late_events_without_skewed": sc.get(M.LATE_EVENTS, 0),
+               "idle_closes": fc.get(M.CLOSED_PREFIX + "IDLE", 0),
+               "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + "IDLE", 0)}
+    return {"future_skew": listing, "skew_late": attributed}, figures
+
+
+def _state_frame(spark, pipeline, wi: W.WhatIf, state_rows, new_workers, schema: pa.Schema):
+    """The carried state of every variant: the tasks' key and window rows, the worker rows."""
+    rows = []
+    for label, workers in new_workers.items():
+        v = next(x for x in wi.variants if x.label == label)
+        fp = v.pipeline(pipeline).fingerprint()
+        for r in workers:
+            rows.append({**r, "variant": label, "fingerprint": fp})
+    if not rows:
+        return state_rows
+    workers = pa.Table.from_pylist(rows, schema=schema)
+    return state_rows.unionByName(spark.createDataFrame(workers.to_pylist(), E._spark_schema(schema)))
+
+
+def _sum_counters(tables: list[pa.Table]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for t in tables:
+        for label, name, value in zip(*(t[c].to_pylist() for c in ("variant", "name", "value"))):
+            out.setdefault(label, {})
+            out[label][name] = out[label].get(name, 0) + int(value)
+    return out
+
+
+def _sum_bins(bins: pa.Table) -> list[dict]:
+    acc: dict[int, list[int]] = {}
+    for upper, pairs, events in zip(*(bins[c].to_pylist() for c in ("upper_ms", "pairs", "events"))):
+        a = acc.setdefault(int(upper), [0, 0])
+        a[0] += int(pairs)
+        a[1] += int(events)
+    order = sorted(acc, key=lambda u: (u < 0, u))  # the open bin (-1) last
+    return [{"upper_ms": u, "pairs": acc[u][0], "events": acc[u][1]} for u in order]
+
+
+def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
+
+
+def _share(n: int, total: int) -> float:
+    return round(n / total, 9) if total else 0.0
+
+
+def _share_col(F, num: str, den: str):
+    return F.when(F.col(den) > 0, F.col(num) / F.col(den)).otherwise(F.lit(0.0))
+
+
+def _f(p, i):
+    return None if p is None else float(p[i])
+
+
+def _jsonable_row(r) -> dict:
+    from windowing.validation import _jsonable
+
+    return {k: _jsonable(v) for k, v in r.asDict().items()}
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def write_lateness(result: LatenessResult, out_dir, pipeline: Pipeline, inputs=()):
+    """Write the tables (Parquet), ``figures.json`` and ``report.html`` into a new run
+    folder of ``out_dir`` and commit it (as :mod:`windowing.io` commits a replay: a crash
+    leaves the previous run current). Returns the :class:`windowing.io.Commit`."""
+    from windowing.io import OutputError, Staged, _new_run_id, _root_cause, check_output_target
+    from windowing.lake import Lake, join
+    from windowing.lateness_report import render_report
+
+    out = str(out_dir)
+    spark = result.tables["curves"].sparkSession
+    check_output_target(spark, out, inputs)
+    staged = Staged(spark, out, _new_run_id(), result.figures, pipeline.name, pipeline.fingerprint())
+    frames = dict(result.tables)
+    frames[FIGURES] = spark.createDataFrame([(json.dumps(result.figures, sort_keys=True, default=str),)],
+                                            "value string").coalesce(1)
+
+    def write(name: str) -> None:
+        target = join(staged.path, name)
+        try:
+            writer = frames[name].write.mode("error")
+            writer.text(target) if name == FIGURES else writer.parquet(target)
+        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+            raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(write, name) for name in frames]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        raise errors[0]
+    Lake(spark).put_text(join(staged.path, REPORT), render_report(result.figures))
+    return staged.commit({"kind": KIND})
+
+
+def read_lateness(spark, out_dir):
+    """The current run of a lateness output: its tables (DataFrames), figures and commit."""
+    from types import SimpleNamespace
+
+    from windowing.io import InputError, current_commit
+    from windowing.lake import join
+
+    commit = current_commit(spark, str(out_dir))
+    if commit is None or commit.extra.get("kind") != KIND:
+        raise InputError(f"{out_dir}: no lateness output here (nothing committed by rewindow lateness)")
+    tables = {name: spark.read.parquet(join(commit.run_path, name)) for name in TABLES}
+    return SimpleNamespace(tables=tables, figures=commit.metrics, commit=commit,
+                           report=join(commit.run_path, REPORT))
+
+
+def format_figures(figures: Mapping[str, Any]) -> str:
+    """The recommendation and a short curve table, for a terminal."""
+    cfg = figures["configured"]
+    cr = figures["configured_replay"]
+    out = [f"lateness of pipeline {figures['pipeline']!r}: {figures['accepted_events']:,} events, configured "
+           f"{cfg['strategy']} {cfg['lateness']} delay {format_duration_ms(cfg['delay_ms'])}: "
+           f"{cr['late_events']:,} late ({100 * cr['late_share']:.4f} %), "
+           f"{figures['cost']['windows']:,} windows missed events"]
+    for r in figures["recommendations"]:
+        listed = (f"; of --delays, {format_duration_ms(r['listed_delay_ms'])} (late {100 * r['listed_late_share']:.4f} %, "
+                  f"latency p50 {_ms_text(r['listed_latency_p50_ms'])}, p99 {_ms_text(r['listed_latency_p99_ms'])})"
+                  if r["listed_delay_ms"] is not None else "; no listed delay is enough")
+        out.append(f"recommendation {r['strategy']} {r['lateness']}: delay >= {format_duration_ms(r['smallest_delay_ms'])} "
+                   f"keeps late events <= {100 * r['target_late']:.4f} % ({100 * r['late_share_at_smallest']:.4f} %)"
+                   + listed)
+    out.append(f"{'strategy':<15} {'lateness':<16} {'delay':>7} {'late':>10} {'late %':>9} {'p50 latency':>12} "
+               f"{'p99 latency':>12} {'IDLE':>8}")
+    for r in figures["curves"]:
+        out.append(f"{r['strategy']:<15} {r['lateness']:<16} {format_duration_ms(r['delay_ms']):>7} "
+                   f"{r['late_events']:>10,} {100 * r['late_share']:>8.4f}% {_ms_text(r['latency_p50_ms']):>12} "
+                   f"{_ms_text(r['latency_p99_ms']):>12} {r['closed_idle']:>8,}" + ("  (configured)" if r["configured"]
+                                                                                     else ""))
+    fs = figures["future_skew"]
+    if fs.get("threshold_ms") is not None:
+        out.append(f"future skew > {format_duration_ms(fs['threshold_ms'])}: {fs['skewed_events']:,} events, "
+                   f"causing {fs['late_events_caused']:,} late events ({fs['late_event_windows_caused']:,} pairs)")
+    return "\n".join(out)
+
+
+def _ms_text(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1000:.1f}s" if abs(v) >= 1000 else f"{v:.0f}ms"
+
+
+def main_lateness(args) -> int:
+    """``rewindow lateness``: analyse, write, print the recommendation; exit code 0."""
+    from windowing.config import load_pipeline
+    from windowing.io import check_input_schema, check_output_target, read_events
+
+    pipeline = load_pipeline(args.config)
+    future = None if str(args.future_skew).strip().lower() in ("off", "none") else _duration(args.future_skew,
+                                                                                          "--future-skew")
+    options = LatenessOptions(delays_ms=parse_delays(args.delays), target_late=parse_share(args.target_late,
+                                                                                           "--target-late"),
+                              lateness_modes=parse_modes(args.lateness_modes), future_skew_ms=future,
+                              worst=args.worst, flush_at_end=args.flush_at_end)
+    inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
+    check_input_schema(pipeline, inputs)
+    from windowing.spark import spark_session
+
+    print(f"rewindow: [1/3] starting Spark ({args.remote or args.master or 'local[*]'})", file=sys.stderr, flush=True)
+    spark = spark_session(args.master, dict(args.conf), remote=args.remote)
+    check_output_target(spark, args.output, inputs + ([args.state_in] if args.state_in else []))
+    state, state_figures = None, None
+    if args.state_in:
+        prev = read_lateness(spark, args.state_in)
+        state, state_figures = prev.tables["state"], prev.figures
+    events = read_events(spark, args.input, pipeline=pipeline)
+    print(f"rewindow: [2/3] replaying {len(options.variants(pipeline))} variants of pipeline {pipeline.name!r}",
+          file=sys.stderr, flush=True)
+    result = lateness(spark, pipeline, events, state=state, options=options, state_figures=state_figures)
+    try:
+        print(f"rewindow: [3/3] writing {args.output}", file=sys.stderr, flush=True)
+        commit = write_lateness(result, args.output, pipeline, inputs=inputs)
+    finally:
+        result.unpersist()
+    print(format_figures(result.figures))
+    print(f"tables and report in {commit.run_path}/ ({', '.join(TABLES)}, {FIGURES}, {REPORT}), "
+          f"committed as run {commit.seq} of {args.output}")
+    return 0
+
+
+def _duration(text: str, field: str) -> int:
+    try:
+        return parse_duration_ms(text, field)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
