@@ -216,3 +216,129 @@ def test_weighted_percentiles_interpolate_as_numpy():
     flat = np.repeat(values, weights)
     assert W.weighted_percentiles(values, weights) == pytest.approx(np.percentile(flat, [50, 90, 99]).tolist(),
                                                                     abs=0, rel=1e-15)
+
+
+# --------------------------------------------------------------------------- what lateness cost
+
+
+def _ms(v):
+    from tests.engine_harness import to_ms
+
+    return None if v is None else to_ms(v)
+
+
+def _window_key(pipeline, r):
+    return tuple(r.get(c) for c in (pipeline.source.worker, pipeline.window.key) if c) + (
+        _ms(r["window_start"]) if not isinstance(r["window_start"], int) else r["window_start"],
+        _ms(r["window_end"]) if not isinstance(r["window_end"], int) else r["window_end"])
+
+
+@cases(30)
+@given(pipelines(windows=("tumbling-time-window", "sliding-time-window"), event_time=True), histories(max_events=25))
+def test_cost_rows_against_the_model(pipeline, rows):
+    """Per window that missed events: the missed count, the window's emissions and the values
+    of its last one are the model's; the perfect value is the model's replay with nothing
+    late and no idle flush, and its count is the emitted counts plus the missed events."""
+    rows = _named(rows)
+    configured = replace(pipeline, triggers=(Trigger.AT_WINDOW_END,))
+    ref = reference_replay(configured, rows)
+    perfect = reference_replay(W.perfect_pipeline(pipeline), rows, flush_at_end=True)
+    result = local_lateness(pipeline, rows, LatenessOptions(delays_ms=(0,), future_skew_ms=None))
+    cost = result.tables["cost"].to_pylist()
+    late_by = {}
+    for r in ref.late_events:
+        late_by.setdefault(_window_key(pipeline, r), []).append(r)
+    assert sorted(_window_key(pipeline, r) for r in cost) == sorted(late_by)
+    emitted = {}
+    for r in ref.aggregates:
+        emitted.setdefault(_window_key(pipeline, r), []).append(r)
+    best = {_window_key(pipeline, r): r for r in perfect.aggregates}
+    for row in cost:
+        k = _window_key(pipeline, row)
+        assert row["missed_events"] == len(late_by[k])
+        ems = sorted(emitted.get(k, []), key=lambda r: r["emission"])
+        assert row["emissions"] == len(ems)
+        for a in pipeline.aggregates:
+            assert row[f"emitted_{a.name}"] == (ems[-1][a.name] if ems else None), a.name
+            assert row[f"perfect_{a.name}"] == (best[k][a.name] if ems else None), a.name
+            if ems and a.type == "count" and a.column is None:
+                assert row[f"perfect_{a.name}"] == sum(e[a.name] for e in ems) + row["missed_events"]
+        event("a window emitted more than once" if len(ems) > 1 else "a window emitted once" if ems
+              else "a window never emitted in this replay")
+
+
+# --------------------------------------------------------------------------- future skew
+
+
+@cases(60)
+@given(pipelines(event_time=True, future_skew=True), histories(max_events=25))
+def test_max_future_skew_kernel_matches_model(pipeline, rows):
+    """``source.maxFutureSkew``: events too far ahead are rejected (FUTURE_SKEW) before they
+    move a watermark, in the kernel's runner as in the model, and every row is accounted
+    for: rejected, or in a window (emitted or open) or late for each of its windows."""
+    from tests.engine_harness import canon
+    from tests.kernel_harness import local_replay
+
+    ref = reference_replay(pipeline, rows, flush_at_end=True)
+    aggs, late, rejected, _ = local_replay(pipeline, rows, flush_at_end=True)
+    assert canon(rejected) == canon(ref.rejected)
+    assert canon(late) == canon(ref.late_events)
+    assert canon(aggs) == canon(ref.aggregates)
+    skew = pipeline.source.max_future_skew_ms
+    expect = [r for r in rows if r["arrival"] is not None and r["event_time"] is not None
+              and r["event_time"] - r["arrival"] > skew]
+    assert len([r for r in rejected if r["reason"] == "FUTURE_SKEW"]) == len(expect)
+    if expect:
+        event("FUTURE_SKEW rows")
+    # Conservation (tumbling windows and sessions: one window per accepted event).
+    if pipeline.window.type.value != "sliding-time-window" and any(a.type == "count" and a.column is None
+                                                                  for a in pipeline.aggregates):
+        counted = sum(r["count"] for r in ref.aggregates if r["emit_reason"] != "AGGREGATE")
+        assert len(rows) == len(ref.rejected) + counted + len(ref.late_events)
+
+
+def _skew_case():
+    """One key, MIN watermark, 1 s batches. At 10 s a clock 5 min ahead stamps an event 310 s
+    (alone in its batch: it sets the watermark to 310 s); the events after it, on time, are
+    late for their 10 s windows. ``e_after_*`` are caused by it; ``late_anyway`` is 60 s late
+    against the 12 s watermark the on-time events set, skew or not."""
+    S_ = S
+    rows = [{"name": "e1", "arrival": 5 * S_, "event_time": 5 * S_},
+            {"name": "e2", "arrival": 8 * S_, "event_time": 8 * S_},
+            {"name": "skewed", "arrival": 10 * S_, "event_time": 310 * S_},
+            {"name": "e_after_1", "arrival": 12 * S_, "event_time": 12 * S_},
+            {"name": "late_anyway", "arrival": 13 * S_, "event_time": 1 * S_},
+            {"name": "e_after_2", "arrival": 14 * S_, "event_time": 13 * S_},
+            {"name": "e_after_3", "arrival": 21 * S_, "event_time": 20 * S_}]
+    pipeline = parse_pipeline({
+        "name": "skew",
+        "source": {"arrivalTime": "arrival", "batch": {"interval": "1s"}},
+        "emitter": {"tumbling-time-window": {"windowSpan": "10s", "timeConfig": {"eventTimeExtractor": "event_time"},
+                                             "aggregateDefinition": [{"type": "count"}]}},
+    })
+    return pipeline, rows
+
+
+def test_future_skew_listing_is_what_max_future_skew_removes():
+    pipeline, rows = _skew_case()
+    result = local_lateness(pipeline, rows, LatenessOptions(delays_ms=(0,), future_skew_ms=60_000))
+    caused = result.tables["skew_late"].to_pylist()
+    # The replay with maxFutureSkew at the threshold: the skewed event rejected, nothing else late but one.
+    fixed = reference_replay(parse_pipeline({**_doc_of(pipeline), "source": {
+        "arrivalTime": "arrival", "batch": {"interval": "1s"}, "maxFutureSkew": "60s"}}), rows)
+    live = reference_replay(pipeline, rows)
+    assert [r["name"] for r in fixed.rejected] == ["skewed"] and fixed.rejected[0]["reason"] == "FUTURE_SKEW"
+    assert {r["name"] for r in fixed.late_events} == {"late_anyway"}
+    late_live = {r["name"] for r in live.late_events}
+    assert late_live == {"e_after_1", "late_anyway", "e_after_2", "e_after_3"}
+    by_time = {r["event_time"]: r["name"] for r in rows}
+    assert sorted(by_time[r["event_ms"]] for r in caused) == ["e_after_1", "e_after_2", "e_after_3"]
+    assert all(r["raw_watermark_ms"] == 310 * S for r in caused)  # the skewed event's time
+    free = next(v for v in result.variants if v.skew_free)
+    assert result.counters[free.label]["late_events"] == len(fixed.late_events)
+
+
+def _doc_of(pipeline):
+    return {"name": pipeline.name, "emitter": {"tumbling-time-window": {
+        "windowSpan": "10s", "timeConfig": {"eventTimeExtractor": "event_time"},
+        "aggregateDefinition": [{"type": "count"}]}}}
