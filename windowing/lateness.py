@@ -12,7 +12,9 @@ sums what the tasks found. Every figure is computed as follows (docs/lateness.md
   the replays at the asked delays count them again, and the two must agree;
 * **emission latency** (emit time of the commit that closes a window minus the window's
   end; WATERMARK, IDLE and MAX_DURATION closes) and **closes by reason**: from the replay
-  at that delay, percentiles by Spark's exact ``percentile`` over (latency, windows) counts;
+  at that delay; exact percentiles in two passes: the tasks' latency histograms (0.27 %
+  wide buckets) added up find the bucket of each percentile's rank, then only the
+  latencies in those buckets are fetched (:func:`latency_figures`);
 * **the cost**: the configured replay's late (event, window) pairs per window, with the
   window's last emission and the value a watermark that never makes an event late gives;
 * **future skew**: events more than a threshold ahead of their arrival, and the late pairs
@@ -53,8 +55,8 @@ DEFAULT_WORST = 20
 
 #: Parquet datasets of a lateness run (``OUT/runs/<run id>/``), its figures (JSON text)
 #: and its report (one HTML file).
-TABLES = ("curves", "late_curve", "cost", "late_by_key", "late_by_worker", "late_by_hour", "lateness_histogram",
-          "latency_histogram", "future_skew", "skew_late", "state")
+TABLES = ("curves", "late_curve", "slack_histogram", "cost", "late_by_key", "late_by_worker", "late_by_hour", "lateness_histogram",
+          "latency_histogram", "latency_exact", "future_skew", "skew_late", "state")
 FIGURES = "figures.json"
 REPORT = "report.html"
 KIND = "lateness"
@@ -204,23 +206,36 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
     schemas = W.output_schemas(wi)
     task = _Task(wi, dict(zip(safe, names)), schemas)
     held = E._hold(spark, kernel_in.mapInArrow(task, E._spark_schema(task.schema)))
+    extra_held: list = []
     try:
         with E._session_conf(spark, E._kernel_job_conf(spark)):
-            small = (held.where(F.col(E.SIDE_OUTPUT).isin("counters", "slack", "lateness_bins"))
+            small = (held.where(F.col(E.SIDE_OUTPUT).isin("counters", "slack", "lateness_bins", "latency_coarse"))
                      .select(E.SIDE_OUTPUT, E.SIDE_DATA).collect())
         pieces: dict[str, list[pa.Table]] = {}
         for row in small:
             pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E._decode_blob(row[E.SIDE_DATA]))
         frames = {name: held.where(F.col(E.SIDE_OUTPUT) == name).select(E.SIDE_DATA)
                   .mapInArrow(E._DecodeTask(schemas[name]), E._spark_schema(schemas[name]))
-                  for name in ("latency", "cost", "by_key", "by_hour", "skew_late", "state")}
-        figures, tables = _figures(spark, pipeline, options, wi, pieces, frames, rejected, norm, input_cols,
-                                   new_workers, schemas)
+                  for name in ("cost", "by_key", "by_hour", "skew_late", "skewed", "state")}
+        latency = latency_figures(spark, _concat(pieces.get("latency_coarse", []), schemas["latency_coarse"]),
+                                  held.where(F.col(E.SIDE_OUTPUT) == "latency").select(F.col(E.SIDE_DATA).alias("data")))
+        counters = _sum_counters(pieces.get("counters", []))
+        skew_tables, skew_figures = _future_skew(spark, pipeline, wi, frames["skew_late"], frames["skewed"],
+                                                 counters, rejected)
+        extra_held = [skew_figures.pop("_held")] if "_held" in skew_figures else []
+        figures, tables = summarise(
+            spark, pipeline, options, variants, counters, _concat(pieces.get("slack", []), schemas["slack"]),
+            latency, frames["cost"], frames["by_key"], frames["by_hour"],
+            _sum_bins(_concat(pieces.get("lateness_bins", []), schemas["lateness_bins"])), rejected,
+            skew_tables, skew_figures)
+        tables["state"] = _state_frame(spark, pipeline, wi, frames["state"], new_workers, schemas["state"])
     except BaseException:
         held.unpersist()
+        for df in extra_held:
+            df.unpersist()
         raise
     figures["seconds"] = round(time.monotonic() - started, 3)
-    return LatenessResult(tables, figures, [held])
+    return LatenessResult(tables, figures, [held, *extra_held])
 
 
 class _Task:
@@ -239,8 +254,8 @@ class _Task:
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         result = W.analyse(table, self.wi)
         names, blobs = [], []
-        for name in ("counters", "slack", "lateness_bins", "latency", "cost", "by_key", "by_hour", "skew_late",
-                     "state"):
+        for name in ("counters", "slack", "lateness_bins", "latency_coarse", "latency", "cost", "by_key", "by_hour",
+                     "skew_late", "skewed", "state"):
             t = getattr(result, name).cast(self.schemas[name])
             for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
                 names.append(name)
@@ -346,27 +361,25 @@ def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state, events_df):
 # --------------------------------------------------------------------------- figures
 
 
-def _figures(spark, pipeline, options: LatenessOptions, wi: W.WhatIf, pieces, frames, rejected, norm, input_cols,
-             new_workers, schemas):
-    """Sum up the tasks' tables into the figures and the output tables (module docstring)."""
+def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, counters, slack: pa.Table, latency,
+              cost_df, by_key_df, by_hour_df, bins: list[dict], rejected: Mapping[str, int], skew_tables,
+              skew_figures) -> tuple[dict, dict]:
+    """The figures and the output tables, from what the tasks found (summed): each
+    variant's counters, the slack histograms, the latency figures (:func:`latency_figures`), the
+    cost rows, events and late events per key and per (worker, hour), the lateness bins,
+    the rejected rows per reason, future skew. One partition's, or a range's."""
     from pyspark.sql import functions as F
 
-    counters = _sum_counters(pieces.get("counters", []))
-    full = wi.full
+    full = variants[0]
     accepted = counters.get(full.label, {}).get(M.EVENTS, 0)
     allowed = int(np.floor(options.target_late * accepted + 1e-9))
-    slack = _concat(pieces.get("slack", []), schemas["slack"])
-    lat = (frames["latency"].groupBy("variant")
-           .agg(F.percentile("latency_ms", F.array(F.lit(0.5), F.lit(0.9), F.lit(0.99)), F.col("windows")).alias("p"),
-                F.max("latency_ms").alias("mx"), F.sum("windows").alias("n")).collect())
-    latency = {r["variant"]: {"p50_ms": _f(r["p"], 0), "p90_ms": _f(r["p"], 1), "p99_ms": _f(r["p"], 2),
-                              "max_ms": int(r["mx"]), "windows": int(r["n"])} for r in lat}
+    latency, latency_tables = latency
     curves, late_curve = [], []
     exact, points = {}, {}
+    strategy_of, mode_of = slack["strategy"].to_pylist(), slack["lateness"].to_pylist()
     for mode in options.modes(pipeline):
         for strategy in WatermarkStrategy:
-            sel = [i for i, (s, m) in enumerate(zip(slack["strategy"].to_pylist(), slack["lateness"].to_pylist()))
-                   if s == strategy.value and m == mode.value]
+            sel = [i for i, (s, m) in enumerate(zip(strategy_of, mode_of)) if s == strategy.value and m == mode.value]
             h = slack.take(pa.array(sel, pa.int64()))
             hv, he, hp = (h[c].to_numpy() for c in ("slack_ms", "events", "pairs"))
             d, ev, pr = W.step_curve(hv, he, hp)
@@ -376,7 +389,7 @@ def _figures(spark, pipeline, options: LatenessOptions, wi: W.WhatIf, pieces, fr
             exact[(strategy, mode)] = (hv, he, hp)
             points[f"{strategy.value}/{mode.value}"] = _plot_points(hv, he, hp, d, options.delays_ms, accepted)
             for delay in sorted(set(options.delays_ms) | {0}):
-                v = _variant_for(wi, strategy, mode, delay)
+                v = _variant_for(variants, strategy, mode, delay)
                 c = counters.get(v.label, {})
                 (late_ev, late_pairs), = W.late_counts(hv, he, hp, [delay])
                 if (late_ev, late_pairs) != (c.get(M.LATE_EVENTS, 0), c.get(M.LATE_PAIRS, 0)):
@@ -388,37 +401,32 @@ def _figures(spark, pipeline, options: LatenessOptions, wi: W.WhatIf, pieces, fr
     recommendations = [_recommend(s, m, exact[(s, m)], curves, accepted, allowed, options)
                        for m in options.modes(pipeline) for s in WatermarkStrategy]
     fc = counters.get(full.label, {})
-    bins = _concat(pieces.get("lateness_bins", []), schemas["lateness_bins"])
-    hist = _sum_bins(bins)
 
     # Where lateness fell: per key, worker, hour.
-    by_key = frames["by_key"].withColumn("late_share", _share_col(F, "late_events", "events"))
+    kcols = W._key_columns(pipeline)
+    sums = [F.sum(c).alias(c) for c in ("events", "late_events", "late_event_windows")]
+    by_key = (by_key_df.groupBy(*[_col(c) for c in kcols]).agg(*sums) if kcols else by_key_df.agg(*sums))
+    by_key = by_key.withColumn("late_share", _share_col(F, "late_events", "events"))
     wcol = pipeline.source.worker
-    hour_keys = ([wcol] if wcol else []) + ["hour"]
-    by_hour = (frames["by_hour"].groupBy(*[_col(c) for c in hour_keys])
-               .agg(*[F.sum(c).alias(c) for c in ("events", "late_events", "late_event_windows")]))
+    by_hour = by_hour_df.groupBy(*[_col(c) for c in ([wcol] if wcol else []) + ["hour"]]).agg(*sums)
     by_hour = by_hour.withColumn("late_share", _share_col(F, "late_events", "events"))
     hours_rows = (by_hour.groupBy("hour").agg(*[F.sum(c).alias(c) for c in ("events", "late_events")])
                   .orderBy("hour").collect())
-    by_worker = (frames["by_hour"].groupBy(*[_col(c) for c in hour_keys[:-1]])
-                 .agg(*[F.sum(c).alias(c) for c in ("events", "late_events", "late_event_windows")]))
+    by_worker = (by_hour_df.groupBy(_col(wcol)).agg(*sums) if wcol else by_hour_df.agg(*sums))
     by_worker = by_worker.withColumn("late_share", _share_col(F, "late_events", "events"))
     worker_rows = by_worker.orderBy(F.desc("late_events")).limit(50).collect()
 
-    cost = frames["cost"]
-    worst = cost.orderBy(F.desc("missed_events"), F.desc("max_lateness_ms"), "window_start",
-                         *[_col(c) for c in W._key_columns(pipeline)]).limit(options.worst).collect()
-    cost_totals = cost.agg(F.count(F.lit(1)).alias("windows"), F.sum("missed_events").alias("missed")).first()
-
-    skew_tables, skew_figures = _future_skew(spark, pipeline, wi, frames["skew_late"], norm, input_cols, counters,
-                                             rejected)
-    state = _state_frame(spark, pipeline, wi, frames["state"], new_workers, schemas["state"])
-    curves_df = spark.createDataFrame(curves, _CURVE_DDL)
+    worst = cost_df.orderBy(F.desc("missed_events"), F.desc("max_lateness_ms"), "window_start",
+                            *[_col(c) for c in kcols]).limit(options.worst).collect()
+    cost_totals = cost_df.agg(F.count(F.lit(1)).alias("windows"), F.sum("missed_events").alias("missed")).first()
     figures = {
         "kind": KIND,
         "pipeline": pipeline.name,
         "fingerprint": pipeline.fingerprint(),
-        "variants": [v.label for v in wi.variants],
+        "variants": [v.label for v in variants],
+        "options": {"delays_ms": list(options.delays_ms), "target_late": options.target_late,
+                    "lateness_modes": [m.value for m in options.modes(pipeline)],
+                    "future_skew_ms": options.future_skew_ms, "worst": options.worst},
         "configured": {"strategy": full.strategy.value, "lateness": full.lateness.value, "delay_ms": full.delay_ms},
         "input_rows": accepted + sum(rejected.values()),
         "rejected_rows": sum(rejected.values()),
@@ -438,26 +446,27 @@ def _figures(spark, pipeline, options: LatenessOptions, wi: W.WhatIf, pieces, fr
         "recommendations": recommendations,
         "cost": {"windows": int(cost_totals["windows"] or 0), "missed_events": int(cost_totals["missed"] or 0),
                  "worst_windows": [_jsonable_row(r) for r in worst]},
-        "lateness_histogram": hist,
+        "lateness_histogram": bins,
         "late_by_hour": [{"hour": r["hour"].isoformat(), "events": int(r["events"]),
                           "late_events": int(r["late_events"])} for r in hours_rows],
         "late_by_worker": [_jsonable_row(r) for r in worker_rows],
         "future_skew": skew_figures,
+        "counters": counters,
     }
     tables = {
-        "curves": curves_df,
-        "late_curve": spark.createDataFrame(late_curve, _LATE_CURVE_DDL) if late_curve
-        else spark.createDataFrame([], _LATE_CURVE_DDL),
-        "cost": cost,
+        "curves": spark.createDataFrame(curves, _CURVE_DDL),
+        "late_curve": _frame(spark, pa.Table.from_pylist(late_curve) if late_curve else None, _LATE_CURVE_DDL),
+        "slack_histogram": _frame(spark, slack.select(["strategy", "lateness", "slack_ms", "events", "pairs"]),
+                                  _SLACK_DDL),
+        "cost": cost_df,
         "late_by_key": by_key,
         "late_by_worker": by_worker,
         "late_by_hour": by_hour,
         "lateness_histogram": spark.createDataFrame(
-            [(b["upper_ms"], b["pairs"], b["events"]) for b in hist],
+            [(b["upper_ms"], b["pairs"], b["events"]) for b in bins],
             "upper_ms long, late_event_windows long, late_events long"),
-        "latency_histogram": frames["latency"].groupBy("variant", "latency_ms").agg(F.sum("windows").alias("windows")),
+        **latency_tables,
         **skew_tables,
-        "state": state,
     }
     return figures, tables
 
@@ -469,6 +478,114 @@ _CURVE_DDL = ("strategy string, lateness string, delay_ms long, configured boole
               "latency_max_ms long")
 _LATE_CURVE_DDL = "strategy string, lateness string, delay_ms long, late_events long, late_event_windows long, " \
                   "late_share double"
+_SLACK_DDL = "strategy string, lateness string, slack_ms long, events long, pairs long"
+
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def latency_figures(spark, coarse: pa.Table, exact) -> tuple[dict, dict]:
+    """Exact emission-latency percentiles (linear interpolation, as ``numpy.percentile``),
+    greatest latency and window count per variant, in two passes over the tasks' outputs.
+
+    ``coarse``: (variant, bucket, windows, max_ms) rows (``whatif.latency_buckets``: each
+    task's, summed here); ``exact``: a DataFrame of one binary column ``data``, Arrow IPC
+    blobs of (variant, latency_ms, windows). The summed buckets locate the two ranks each
+    percentile interpolates between; a second pass fetches only the latencies of those
+    buckets. Returns the figures by variant label, and the tables ``latency_histogram``
+    (the buckets) and ``latency_exact`` (the blobs, so ranges of partitions can do the same).
+    """
+    from pyspark.sql import functions as F
+
+    merged: dict[tuple[str, int], list[int]] = {}
+    for label, b, n, mx in zip(*(coarse[c].to_pylist() for c in ("variant", "bucket", "windows", "max_ms"))):
+        acc = merged.setdefault((label, b), [0, mx])
+        acc[0] += n
+        acc[1] = max(acc[1], mx)
+    by_variant: dict[str, list[tuple[int, int, int]]] = {}
+    for (label, b), (n, mx) in sorted(merged.items()):
+        by_variant.setdefault(label, []).append((b, n, mx))
+    wanted: dict[str, dict[int, int]] = {}  # label -> rank -> bucket
+    starts: dict[tuple[str, int], int] = {}  # (label, bucket) -> rank of its first value
+    for label, rows in by_variant.items():
+        cum = np.cumsum([n for _, n, _ in rows])
+        total = int(cum[-1])
+        for b, c0 in zip((b for b, _, _ in rows), np.concatenate([[0], cum[:-1]])):
+            starts[(label, b)] = int(c0)
+        for q in QUANTILES:
+            pos = (total - 1) * q
+            for r in {int(np.floor(pos)), int(np.ceil(pos))}:
+                wanted.setdefault(label, {})[r] = rows[int(np.searchsorted(cum, r + 1))][0]
+    need = {label: sorted(set(ranks.values())) for label, ranks in wanted.items()}
+    picked = (exact.mapInArrow(_PickTask(need), E._spark_schema(_LATENCY_SCHEMA)).toArrow()
+              if need else _LATENCY_SCHEMA.empty_table())
+    values: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    buckets = W.latency_bucket(picked["latency_ms"].to_numpy()) if picked.num_rows else np.zeros(0, np.int64)
+    labels = picked["variant"].to_pylist()
+    for key in {(label, int(b)) for label, b in zip(labels, buckets.tolist())}:
+        sel = np.flatnonzero((np.array(labels, dtype=object) == key[0]) & (buckets == key[1]))
+        v, n = picked["latency_ms"].to_numpy()[sel], picked["windows"].to_numpy()[sel]
+        order = np.argsort(v, kind="stable")
+        values[key] = (v[order], np.cumsum(n[order]))
+
+    def at(label: str, rank: int) -> int:
+        b = wanted[label][rank]
+        v, cum = values[(label, b)]
+        return int(v[np.searchsorted(cum, rank - starts[(label, b)] + 1)])
+
+    out = {}
+    for label, rows in by_variant.items():
+        total = sum(n for _, n, _ in rows)
+        ps = []
+        for q in QUANTILES:
+            pos = (total - 1) * q
+            lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+            a, b = at(label, lo), at(label, hi)
+            ps.append(a + (b - a) * (pos - lo))
+        out[label] = {"p50_ms": ps[0], "p90_ms": ps[1], "p99_ms": ps[2], "max_ms": max(mx for _, _, mx in rows),
+                      "windows": int(total)}
+    hist = pa.table({"variant": [k[0] for k in sorted(merged)], "bucket": [k[1] for k in sorted(merged)],
+                     "lower_ms": [_bucket_lower(k[1]) for k in sorted(merged)],
+                     "windows": [merged[k][0] for k in sorted(merged)], "max_ms": [merged[k][1] for k in sorted(merged)]})
+    tables = {"latency_histogram": _frame(spark, hist if hist.num_rows else None,
+                                          "variant string, bucket long, lower_ms long, windows long, max_ms long"),
+              "latency_exact": exact.select(F.col("data").cast("binary").alias("data"))}
+    return out, tables
+
+
+_LATENCY_SCHEMA = pa.schema([("variant", pa.string()), ("latency_ms", pa.int64()), ("windows", pa.int64())])
+
+
+def _bucket_lower(b: int) -> int:
+    """The smallest latency of bucket ``b`` (``whatif.latency_bucket``)."""
+    if b < 0:
+        return -_bucket_upper(-b - 1)
+    return int(np.ceil(2 ** (b / W.BUCKETS_PER_DOUBLING) - 1 - 1e-9))
+
+
+def _bucket_upper(b: int) -> int:
+    return int(np.ceil(2 ** ((b + 1) / W.BUCKETS_PER_DOUBLING) - 1 - 1e-9)) - 1
+
+
+class _PickTask:
+    """The (variant, latency, windows) rows of the wanted buckets, from IPC blobs."""
+
+    def __init__(self, need: Mapping[str, Sequence[int]]):
+        self.need = {k: np.asarray(v, np.int64) for k, v in need.items()}
+
+    def __call__(self, batches):
+        for batch in batches:
+            for data in batch.column(0):
+                t = E._decode_blob(data.as_buffer())
+                if not t.num_rows:
+                    continue
+                labels = np.asarray(t["variant"].to_pylist(), dtype=object)
+                b = W.latency_bucket(t["latency_ms"].to_numpy())
+                keep = np.zeros(t.num_rows, bool)
+                for label, wanted in self.need.items():
+                    keep |= (labels == label) & np.isin(b, wanted)
+                if keep.any():
+                    yield from t.filter(pa.array(keep)).cast(_LATENCY_SCHEMA).to_batches()
 
 
 def _curve_row(strategy, mode, delay, c: Mapping[str, int], lat: Mapping, accepted: int, configured: bool) -> dict:
@@ -500,8 +617,8 @@ def _plot_points(hv, he, hp, breakpoints, delays_ms, accepted: int) -> list[list
     return [[int(d), _share(c[0], accepted)] for d, c in zip(grid, counts)]
 
 
-def _variant_for(wi: W.WhatIf, strategy, mode, delay) -> W.Variant:
-    for v in wi.variants:
+def _variant_for(variants, strategy, mode, delay) -> W.Variant:
+    for v in variants:
         if (v.strategy, v.lateness, v.delay_ms) == (strategy, mode, delay) and not v.skew_free:
             return v
     raise KeyError((strategy, mode, delay))
@@ -527,7 +644,7 @@ def _recommend(strategy, mode, hist, curves, accepted: int, allowed: int, option
     }
 
 
-def _future_skew(spark, pipeline, wi: W.WhatIf, skew_late, norm, input_cols, counters, rejected):
+def _future_skew(spark, pipeline, wi: W.WhatIf, skew_late, skewed, counters, rejected):
     """The skewed events (ahead of their arrival by more than the threshold) and the late
     pairs they caused (late in the configured replay, not in the skew-free one), each
     attributed to the skewed event that set the watermark it was checked against: the
@@ -546,10 +663,6 @@ def _future_skew(spark, pipeline, wi: W.WhatIf, skew_late, norm, input_cols, cou
                                                           "late_caused long, late_event_windows_caused long"),
                  "skew_late": skew_late},
                 {**base, "skewed_events": 0, "late_events_caused": 0, "late_event_windows_caused": 0})
-    skewed = (norm.where(F.col(E.REJECT_REASON).isNull() & F.col(W.SKEWED))
-              .select(*[_col(c) for c in input_cols], F.col("__arr").alias("arrival_ms"),
-                      F.col("__evt").alias("event_ms"), (F.col("__evt") - F.col("__arr")).alias("skew_ms"),
-                      F.col("__batch").alias("batch")))
     cause_cols = ("cause_batch", "cause_arrival_ms", "cause_event_ms", "cause_skew_ms")
     causes = skewed.select(*[_col(c).alias(f"__c_{c}") for c in kcols],
                            *[F.col(c[len("cause_"):]).alias(c) for c in cause_cols])
@@ -560,7 +673,8 @@ def _future_skew(spark, pipeline, wi: W.WhatIf, skew_late, norm, input_cols, cou
                   .groupBy(*late.columns)
                   .agg(F.min(F.struct(*cause_cols)).alias("cause"))
                   .select(*[c for c in late.columns if c != "__late_id"],
-                          *[F.col(f"cause.{c}").alias(c) for c in cause_cols]))
+                          *[F.col(f"cause.{c}").alias(c) for c in cause_cols])
+                  .persist())  # read by the totals, the listing and the write (unpersisted with the result)
     caused = (attributed.where(F.col("cause_batch").isNotNull())
               .groupBy(*[_col(c).alias(f"__c_{c}") for c in kcols], *cause_cols[:3])
               .agg(F.sum(F.col("first_of_event").cast("long")).alias("late_caused"),
@@ -576,13 +690,13 @@ def _future_skew(spark, pipeline, wi: W.WhatIf, skew_late, norm, input_cols, cou
                             ).first()
     free = next(v for v in wi.variants if v.skew_free)
     fc, sc = counters.get(wi.full.label, {}), counters.get(free.label, {})
-    figures = {**base, "skewed_events": int(skewed.count()),
+    figures = {**base, "skewed_events": fc.get(W.SKEWED_EVENTS, 0),
                "late_events_caused": int(totals["events"] or 0), "late_event_windows_caused": int(totals["pairs"] or 0),
                "late_event_windows_attributed": int(totals["attributed"] or 0),
                "late_events_without_skewed": sc.get(M.LATE_EVENTS, 0),
                "idle_closes": fc.get(M.CLOSED_PREFIX + "IDLE", 0),
                "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + "IDLE", 0)}
-    return {"future_skew": listing, "skew_late": attributed}, figures
+    return {"future_skew": listing, "skew_late": attributed}, {**figures, "_held": attributed}
 
 
 def _state_frame(spark, pipeline, wi: W.WhatIf, state_rows, new_workers, schema: pa.Schema):
@@ -616,6 +730,18 @@ def _sum_bins(bins: pa.Table) -> list[dict]:
         a[1] += int(events)
     order = sorted(acc, key=lambda u: (u < 0, u))  # the open bin (-1) last
     return [{"upper_ms": u, "pairs": acc[u][0], "events": acc[u][1]} for u in order]
+
+
+def _frame(spark, table, ddl: str):
+    """A DataFrame of ``table`` (through Arrow: histograms may hold many rows) with the
+    column types of ``ddl``."""
+    if table is None or not table.num_rows:
+        return spark.createDataFrame([], ddl)
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(table)
+    fields = [f.strip().split(" ", 1) for f in ddl.split(",")]
+    return df.select(*[F.col(n).cast(t).alias(n) for n, t in fields])
 
 
 def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
@@ -667,13 +793,13 @@ def write_lateness(result: LatenessResult, out_dir, pipeline: Pipeline, inputs=(
         except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
             raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=6) as pool:
         futures = [pool.submit(write, name) for name in frames]
     errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
         raise errors[0]
     Lake(spark).put_text(join(staged.path, REPORT), render_report(result.figures))
-    return staged.commit({"kind": KIND})
+    return staged.commit({"kind": KIND, "tables": sorted(result.tables)})
 
 
 def read_lateness(spark, out_dir):
@@ -686,7 +812,8 @@ def read_lateness(spark, out_dir):
     commit = current_commit(spark, str(out_dir))
     if commit is None or commit.extra.get("kind") != KIND:
         raise InputError(f"{out_dir}: no lateness output here (nothing committed by rewindow lateness)")
-    tables = {name: spark.read.parquet(join(commit.run_path, name)) for name in TABLES}
+    names = commit.extra.get("tables") or TABLES
+    tables = {name: spark.read.parquet(join(commit.run_path, name)) for name in names}
     return SimpleNamespace(tables=tables, figures=commit.metrics, commit=commit,
                            report=join(commit.run_path, REPORT))
 
@@ -703,7 +830,7 @@ def format_figures(figures: Mapping[str, Any]) -> str:
         listed = (f"; of --delays, {format_duration_ms(r['listed_delay_ms'])} (late {100 * r['listed_late_share']:.4f} %, "
                   f"latency p50 {_ms_text(r['listed_latency_p50_ms'])}, p99 {_ms_text(r['listed_latency_p99_ms'])})"
                   if r["listed_delay_ms"] is not None else "; no listed delay is enough")
-        out.append(f"recommendation {r['strategy']} {r['lateness']}: delay >= {format_duration_ms(r['smallest_delay_ms'])} "
+        out.append(f"recommendation {r['strategy']} {r['lateness']}: delay >= {human_duration(r['smallest_delay_ms'])} "
                    f"keeps late events <= {100 * r['target_late']:.4f} % ({100 * r['late_share_at_smallest']:.4f} %)"
                    + listed)
     out.append(f"{'strategy':<15} {'lateness':<16} {'delay':>7} {'late':>10} {'late %':>9} {'p50 latency':>12} "
@@ -718,6 +845,35 @@ def format_figures(figures: Mapping[str, Any]) -> str:
         out.append(f"future skew > {format_duration_ms(fs['threshold_ms'])}: {fs['skewed_events']:,} events, "
                    f"causing {fs['late_events_caused']:,} late events ({fs['late_event_windows_caused']:,} pairs)")
     return "\n".join(out)
+
+
+def curve_markdown(figures: Mapping[str, Any]) -> str:
+    """The curves at the listed delays and the recommendations, as a markdown table."""
+    lines = ["| strategy | lateness | delay | late events | late share | latency p50 | latency p99 | IDLE closes |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in figures["curves"]:
+        lines.append(f"| {r['strategy']} | {r['lateness']} | {format_duration_ms(r['delay_ms'])}"
+                     f"{' (configured)' if r['configured'] else ''} | {r['late_events']:,} | "
+                     f"{100 * r['late_share']:.4f} % | {_ms_text(r['latency_p50_ms'])} | "
+                     f"{_ms_text(r['latency_p99_ms'])} | {r['closed_idle']:,} |")
+    lines.append("")
+    for r in figures["recommendations"]:
+        lines.append(f"- **{r['strategy']} {r['lateness']}**: late events <= {100 * r['target_late']:.4g} % needs "
+                     f"delay >= **{human_duration(r['smallest_delay_ms'])}**")
+    return "\n".join(lines)
+
+
+def human_duration(ms: int | None) -> str:
+    """``7891669`` -> ``2h 11m 31.669s``; whole units as ``format_duration_ms`` writes them."""
+    if ms is None:
+        return "-"
+    ms = int(ms)
+    if ms == 0 or format_duration_ms(ms)[-2:] != "ms" or ms < 1000:
+        return format_duration_ms(ms)
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    sec = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    return " ".join(p for p in (f"{h}h" if h else "", f"{m}m" if m else "", f"{sec}s" if rest else "") if p)
 
 
 def _ms_text(v) -> str:
@@ -769,3 +925,79 @@ def _duration(text: str, field: str) -> int:
         return parse_duration_ms(text, field)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- ranges
+
+#: Counters that are a value at the end of a partition, not a count over it.
+_GAUGES = (M.OPEN_WINDOWS, M.KEYS_HELD, M.KEYS_SEEN)
+
+
+def combine_lateness(spark, pipeline: Pipeline, outputs: Sequence[str]) -> LatenessResult:
+    """One report over a range of partitions from their lateness outputs (oldest first):
+    counts added up, latency percentiles and the slack curve from the added histograms,
+    the tables put together, the gauges (windows open at the end) of the last one. The
+    outputs must come from one chain (same pipeline configuration and variants)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    if not outputs:
+        raise ValueError("combine_lateness: no partition to combine")
+    parts = [read_lateness(spark, o) for o in outputs]
+    first = parts[0].figures
+    for o, part in zip(outputs, parts):
+        if (part.figures.get("fingerprint"), part.figures.get("variants")) != (pipeline.fingerprint(),
+                                                                               first.get("variants")):
+            raise LatenessStateError(f"{o}: analysed under another configuration or other variants than {outputs[0]}")
+    opts = first["options"]
+    options = LatenessOptions(delays_ms=tuple(opts["delays_ms"]), target_late=opts["target_late"],
+                              lateness_modes=tuple(Lateness(m) for m in opts["lateness_modes"]),
+                              future_skew_ms=opts["future_skew_ms"], worst=opts["worst"])
+    variants = options.variants(pipeline)
+    counters: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for label, cs in part.figures["counters"].items():
+            mine = counters.setdefault(label, {})
+            for name, v in cs.items():
+                if name not in _GAUGES:
+                    mine[name] = mine.get(name, 0) + v
+    for label, cs in parts[-1].figures["counters"].items():  # a gauge: its value at the end of the range
+        for name in _GAUGES:
+            counters.setdefault(label, {})[name] = cs.get(name, 0)
+
+    def union(name):
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), [p.tables[name] for p in parts])
+
+    slack = (union("slack_histogram").groupBy("strategy", "lateness", "slack_ms")
+             .agg(F.sum("events").alias("events"), F.sum("pairs").alias("pairs")).toArrow())
+    slack = slack.cast(pa.schema([("strategy", pa.string()), ("lateness", pa.string()), ("slack_ms", pa.int64()),
+                                  ("events", pa.int64()), ("pairs", pa.int64())]))
+    bins: dict[int, dict] = {}
+    rejected: dict[str, int] = {}
+    for part in parts:
+        for b in part.figures["lateness_histogram"]:
+            acc = bins.setdefault(b["upper_ms"], {"upper_ms": b["upper_ms"], "pairs": 0, "events": 0})
+            acc["pairs"] += b["pairs"]
+            acc["events"] += b["events"]
+        for reason, n in part.figures["rejected_by_reason"].items():
+            rejected[reason] = rejected.get(reason, 0) + n
+    skew = dict(first["future_skew"])
+    for part in parts[1:]:
+        for k, v in part.figures["future_skew"].items():
+            if isinstance(v, int) and not isinstance(v, bool) and k not in ("threshold_ms", "max_future_skew_ms"):
+                skew[k] = skew.get(k, 0) + v
+    raw = ["events", "late_events", "late_event_windows"]
+    kcols = W._key_columns(pipeline)
+    wcol = pipeline.source.worker
+    figures, tables = summarise(
+        spark, pipeline, options, variants, counters, slack,
+        latency_figures(spark, union("latency_histogram").select("variant", "bucket", "windows", "max_ms").toArrow(),
+                        union("latency_exact")), union("cost"),
+        union("late_by_key").select(*[_col(c) for c in kcols], *raw),
+        union("late_by_hour").select(*[_col(c) for c in ([wcol] if wcol else [])], "hour", *raw),
+        sorted(bins.values(), key=lambda b: (b["upper_ms"] < 0, b["upper_ms"])), rejected,
+        {"future_skew": union("future_skew"), "skew_late": union("skew_late")}, skew)
+    figures["partitions"] = [str(o) for o in outputs]
+    figures["seconds"] = round(sum(p.figures.get("seconds", 0) for p in parts), 3)
+    return LatenessResult(tables, figures)

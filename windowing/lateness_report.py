@@ -22,6 +22,7 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 16, 44
 
 def render_report(figures: Mapping[str, Any]) -> str:
     """The whole page for one lateness run."""
+
     f = figures
     cfg, cr = f["configured"], f["configured_replay"]
     title = f"Lateness of {f['pipeline']}"
@@ -104,6 +105,8 @@ def _series(f) -> list[tuple[str, str, str]]:
 
 
 def _recommendations(f) -> str:
+    from windowing.lateness import human_duration
+
     cards = []
     colours = {(s, m): c for s, m, c in _series(f)}
     for r in f["recommendations"]:
@@ -113,7 +116,8 @@ def _recommendations(f) -> str:
         cards.append(
             f'<div class="card" style="--c:{colours.get((r["strategy"], r["lateness"]), "#888")}">'
             f"{_e(r['strategy'])} · {_e(r['lateness'])}<br>late events ≤ {_pct(r['target_late'])} needs "
-            f"delay ≥ <b>{_d(r['smallest_delay_ms'])}</b> ({_pct(r['late_share_at_smallest'])})<br>{listed}</div>")
+            f"delay ≥ <b>{_e(human_duration(r['smallest_delay_ms']))}</b> ({_pct(r['late_share_at_smallest'])})"
+            f"<br>{listed}</div>")
     return f"<h2>Recommendation</h2><div class=rec>{''.join(cards)}</div>"
 
 

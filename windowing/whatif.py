@@ -249,6 +249,8 @@ class Analysis:
     by_hour: pa.Table
     lateness_bins: pa.Table
     skew_late: pa.Table
+    skewed: pa.Table
+    latency_coarse: pa.Table
     state: pa.Table
 
 
@@ -276,6 +278,9 @@ def output_schemas(wi: WhatIf) -> dict[str, pa.Schema]:
         "skew_late": pa.schema(key_fields + [
             ("arrival_ms", i64), ("event_ms", i64), ("batch", i64), ("window_start", ts), ("window_end", ts),
             ("watermark", ts), ("raw_watermark_ms", i64), ("lateness_ms", i64), ("first_of_event", pa.bool_())]),
+        "skewed": pa.schema([pa.field(c, t) for c, t in wi.input_types.items()] + [
+            ("arrival_ms", i64), ("event_ms", i64), ("skew_ms", i64), ("batch", i64)]),
+        "latency_coarse": pa.schema([("variant", s), ("bucket", i64), ("windows", i64), ("max_ms", i64)]),
         "state": state_schema(wi),
     }
 
@@ -316,15 +321,19 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     schemas = output_schemas(wi)
     full = outs[wi.full]
     events = table.filter(pa.array(is_event)) if not is_event.all() else table
+    skewed = skewed[is_event]
+    latency, latency_coarse = _latency(outs, schemas)
     return Analysis(
-        counters=_counters(outs, schemas["counters"]),
-        latency=_latency(outs, schemas["latency"]),
+        counters=_counters(outs, schemas["counters"], int(skewed.sum()) if wi.skew_threshold_ms is not None else 0),
+        latency=latency,
         slack=_slack(outs, wi, schemas["slack"]),
         cost=_cost(table, full, wi, variant_of, is_event, schemas["cost"]),
         by_key=_by_key(events, full, wi, schemas["by_key"]),
         by_hour=_by_hour(events, full, wi, schemas["by_hour"]),
         lateness_bins=_lateness_bins(full, schemas["lateness_bins"]),
         skew_late=_skew_late(events, outs, wi, schemas["skew_late"]),
+        skewed=_skewed(events, wi, schemas["skewed"]),
+        latency_coarse=latency_coarse,
         state=_concat_state(state_parts, schemas["state"]),
     )
 
@@ -353,9 +362,15 @@ def _ms(col) -> np.ndarray:
     return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() // 1000
 
 
-def _counters(outs: Mapping[Variant, K.KernelOutput], schema: pa.Schema) -> pa.Table:
+#: A counter of the analysis itself (under the configured variant): events flagged as skewed.
+SKEWED_EVENTS = "skewed_events"
+
+
+def _counters(outs: Mapping[Variant, K.KernelOutput], schema: pa.Schema, skewed: int = 0) -> pa.Table:
     rows = [(v.label, name, int(value)) for v, out in outs.items()
             for name, value in sorted(out.counters.items()) if value]
+    if skewed:
+        rows.append((next(v for v in outs if v.full).label, SKEWED_EVENTS, int(skewed)))
     if not rows:
         return schema.empty_table()
     label, name, value = zip(*rows)
@@ -363,23 +378,54 @@ def _counters(outs: Mapping[Variant, K.KernelOutput], schema: pa.Schema) -> pa.T
                     schema=schema)
 
 
-def _latency(outs: Mapping[Variant, K.KernelOutput], schema: pa.Schema) -> pa.Table:
+def _latency(outs: Mapping[Variant, K.KernelOutput], schemas: Mapping[str, pa.Schema]) -> tuple[pa.Table, pa.Table]:
     """Emission latency (emit time - window end) of every window a variant closed by
-    WATERMARK, IDLE or MAX_DURATION, as (latency, windows) counts."""
-    parts = []
+    WATERMARK, IDLE or MAX_DURATION: (variant, latency, windows) counts, and the same in
+    buckets (:func:`latency_bucket`: variant, bucket, windows, greatest latency)."""
+    parts, coarse = [], []
     for v, out in outs.items():
         aggs = out.aggregates
         if not aggs.num_rows:
             continue
-        sel = pc.is_in(aggs["emit_reason"], pa.array(LATENCY_REASONS))
-        aggs = aggs.filter(sel)
+        aggs = aggs.filter(pc.is_in(aggs["emit_reason"], pa.array(LATENCY_REASONS)))
         if not aggs.num_rows:
             continue
-        lat = _ms(aggs["emit_time"]) - _ms(aggs["window_end"])
-        values, counts = np.unique(lat, return_counts=True)
+        values, counts = np.unique(_ms(aggs["emit_time"]) - _ms(aggs["window_end"]), return_counts=True)
+        counts = counts.astype(np.int64)
         parts.append(pa.table([pa.array([v.label] * len(values), pa.string()), pa.array(values, pa.int64()),
-                               pa.array(counts.astype(np.int64), pa.int64())], schema=schema))
-    return pa.concat_tables(parts) if parts else schema.empty_table()
+                               pa.array(counts, pa.int64())], schema=schemas["latency"]))
+        buckets, first, inv = np.unique(latency_bucket(values), return_index=True, return_inverse=True)
+        last = np.append(first[1:], len(values)) - 1  # values are sorted: a bucket's greatest is its last
+        coarse.append(pa.table([pa.array([v.label] * len(buckets), pa.string()), pa.array(buckets, pa.int64()),
+                                pa.array(np.bincount(inv.reshape(-1), weights=counts).astype(np.int64)),
+                                pa.array(values[last], pa.int64())], schema=schemas["latency_coarse"]))
+    return (pa.concat_tables(parts) if parts else schemas["latency"].empty_table(),
+            pa.concat_tables(coarse) if coarse else schemas["latency_coarse"].empty_table())
+
+
+#: Buckets of the latency histogram per doubling of the latency: a bucket is at most
+#: 2^(1/256) - 1 = 0.27 % wide, so the exact percentiles need only the values of a few.
+BUCKETS_PER_DOUBLING = 256
+
+
+def latency_bucket(latency_ms: np.ndarray) -> np.ndarray:
+    """The bucket of each latency: ``floor(256 * log2(1 + ms))`` (negative latencies, which
+    a batch stamped before the window's end can give, go to ``-bucket(-ms) - 1``)."""
+    v = np.asarray(latency_ms, dtype=np.int64)
+    b = np.floor(BUCKETS_PER_DOUBLING * np.log2(1.0 + np.abs(v).astype(np.float64))).astype(np.int64)
+    return np.where(v >= 0, b, -b - 1)
+
+
+def _skewed(events: pa.Table, wi: WhatIf, schema: pa.Schema) -> pa.Table:
+    """The events flagged as future-skewed, with their times in ms, skew and batch."""
+    if SKEWED not in events.column_names or wi.skew_threshold_ms is None:
+        return schema.empty_table()
+    t = events.filter(pc.fill_null(events[SKEWED], False))
+    arr, evt = t["__arr"].to_numpy(), t["__evt"].to_numpy()
+    cols = {c: t[c] for c in wi.input_types}
+    cols.update(arrival_ms=pa.array(arr), event_ms=pa.array(evt), skew_ms=pa.array(evt - arr),
+                batch=pa.array(t["__batch"].to_numpy()))
+    return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
 
 
 def _slack(outs: Mapping[Variant, K.KernelOutput], wi: WhatIf, schema: pa.Schema) -> pa.Table:
@@ -525,12 +571,20 @@ def _perfect(table, full, wi: WhatIf, variant_of, is_event, head: pa.Table, kcol
     p = wi.pipeline
     if p.window.type is WindowType.SESSION or not head.num_rows:
         return None
-    # Events and carried open windows of the keys that missed events, nothing else.
-    carried = (table["__kind"].to_numpy() == K.STATE_WINDOW) & (variant_of == wi.full.label)
-    rows = np.flatnonzero(is_event | carried)
-    sub = table.take(pa.array(rows))
-    sub_ids, head_ids = _group_ids([_keys_of(sub, kcols), _keys_of(head, kcols)])
-    sub = sub.filter(pa.array(np.isin(sub_ids, head_ids)))
+    # The events and carried open windows of the windows that missed events, nothing else
+    # (an event enters the perfect run when one of its windows missed events; its other
+    # windows come out incomplete, and are not looked at).
+    kind = table["__kind"].to_numpy()
+    carried = np.flatnonzero((kind == K.STATE_WINDOW) & (variant_of == wi.full.label))
+    events = np.flatnonzero(is_event)
+    pe, ws, _ = K._assign(table["__evt"].to_numpy()[events], p.window)
+    ev_t, st_t = table.take(pa.array(events[pe])), table.take(pa.array(carried))
+    ids = _group_ids([_keys_of(head, kcols) + [_ms(head["window_start"])],
+                      _keys_of(ev_t, kcols) + [ws],
+                      _keys_of(st_t, kcols) + [pc.fill_null(st_t[K.STATE_PREFIX + "window_start_ms"], 0).to_numpy()
+                                               if len(carried) else np.zeros(0, np.int64)]])
+    rows = np.concatenate([np.unique(events[pe[np.isin(ids[1], ids[0])]]), carried[np.isin(ids[2], ids[0])]])
+    sub = table.take(pa.array(np.sort(rows)))
     pipeline = perfect_pipeline(p)
     spec = K.Spec(pipeline=pipeline, input_types=wi.spec(wi.full).input_types)
     timelines = wi.variant_timelines(replace(wi.full, delay_ms=0))
