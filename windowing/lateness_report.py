@@ -217,7 +217,7 @@ def _late_share_plot(f) -> str:
     body.append(f'<line x1="{_LEFT}" y1="{ty:.1f}" x2="{_W - _RIGHT}" y2="{ty:.1f}" stroke="#555" '
                 f'stroke-dasharray="5,4"/><text x="{_W - _RIGHT - 4}" y="{ty - 4:.1f}" text-anchor="end">target '
                 f'{_pct(f["target_late"])}</text>')
-    body += _legend([(f"{s} {m}", c) for s, m, c in series], _W - _RIGHT - 230, _TOP + 24)
+    body += _legend([(f"{s} {m}", c) for s, m, c in series], _LEFT + 10, _H - _BOTTOM - 14 * len(series) - 6)
     return _svg(body)
 
 
@@ -250,7 +250,7 @@ def _bars(labels: list[str], values: list[float], top: float, colour: str, fmt) 
         x, y = _LEFT + i * width, _y(v, top)
         out.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(width - 2, 1):.1f}" '
                    f'height="{_H - _BOTTOM - y:.1f}" fill="{colour}"><title>{_e(label)}: {_e(fmt(v))}</title></rect>')
-    step = max(1, math.ceil(n / 12))
+    step = max(1, math.ceil(n / 8))
     for i in range(0, n, step):
         x = _LEFT + (i + 0.5) * width
         out.append(f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">{_e(labels[i])}</text>')
@@ -276,7 +276,7 @@ def _hours_plot(f) -> str:
     hours = f.get("late_by_hour", [])
     if not hours:
         return _svg(['<text x="20" y="40">no events</text>'])
-    labels = [h["hour"][5:13].replace("T", " ") + "h" for h in hours]
+    labels = [h["hour"][5:13].replace("T", " ") + "h" for h in hours]  # MM-DD HHh
     late = [h["late_events"] for h in hours]
     top = _nice(max(late + [1]))
     body = _value_axis(top, lambda v: f"{v:,.0f}") + _bars(labels, late, top, "#1f77b4", lambda v: f"{v:,.0f}")
@@ -307,10 +307,29 @@ def _curve_table(f) -> str:
 
 
 def _worst_table(f) -> str:
+    """Key, window, missed events and, per aggregate, the value emitted and the value with
+    the missed events (a perfect watermark's)."""
     worst = f["cost"]["worst_windows"]
     if not worst:
         return "<p class=sub>No window missed an event.</p>"
-    return _rows_table(worst)
+    fixed = {"window_start", "window_end", "missed_events", "max_lateness_ms", "first_missed_arrival",
+             "last_missed_arrival", "emissions", "last_emit_reason", "last_emit_time"}
+    aggs = [k[len("emitted_"):] for k in worst[0] if k.startswith("emitted_")]
+    keys = [k for k in worst[0] if k not in fixed and not k.startswith(("emitted_", "perfect_"))]
+    head = keys + ["window", "missed", "max lateness", "emissions", "last emitted by"] + \
+        [f"{a}: emitted → perfect" for a in aggs]
+    rows = []
+    for r in worst:
+        rows.append([_cell(r[k]) for k in keys] + [
+            f"{_short(r['window_start'])} – {_short(r['window_end'])}", f"{r['missed_events']:,}",
+            _ms(r["max_lateness_ms"]), f"{r['emissions']:,}", r["last_emit_reason"] or "-"] +
+            [f"{_cell(r.get('emitted_' + a)) or '-'} → {_cell(r.get('perfect_' + a)) or '-'}" for a in aggs])
+    return _table(head, rows, left=len(keys) + 1)
+
+
+def _short(ts) -> str:
+    """An ISO time without the year and seconds' fraction: ``01-02 13:00:00``."""
+    return "" if ts is None else str(ts)[5:19].replace("T", " ")
 
 
 def _rows_table(rows: Sequence[Mapping[str, Any]], exclude=()) -> str:
