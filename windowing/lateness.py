@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from windowing import engine as E
 from windowing import kernel as K
@@ -55,8 +56,10 @@ DEFAULT_WORST = 20
 
 #: Parquet datasets of a lateness run (``OUT/runs/<run id>/``), its figures (JSON text)
 #: and its report (one HTML file).
-TABLES = ("curves", "late_curve", "slack_histogram", "cost", "late_by_key", "late_by_worker", "late_by_hour", "lateness_histogram",
-          "latency_histogram", "latency_exact", "future_skew", "skew_late", "state")
+TABLES = ("curves", "slack_histogram", "cost", "late_by_key", "late_by_hour", "latency_exact", "future_skew",
+          "skew_late", "state")
+#: Side outputs of the tasks collected with the first job (small: a few rows per task).
+SMALL = ("counters", "slack", "lateness_bins", "latency_coarse", "by_hour", "cost_top")
 FIGURES = "figures.json"
 REPORT = "report.html"
 KIND = "lateness"
@@ -188,7 +191,7 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
                .toArrow())
     rejected = _rejected_counts(summary)
     timelines, new_workers = _timelines(pipeline, variants, summary, worker_rows)
-    wi = W.WhatIf(pipeline, variants, input_types, timelines, flush, threshold)
+    wi = W.WhatIf(pipeline, variants, input_types, timelines, flush, threshold, options.worst)
 
     full_spec = wi.spec(full)
     events = norm.where(F.col(E.REJECT_REASON).isNull()).drop(E.REJECT_REASON, *K.task_derived(full_spec))
@@ -206,36 +209,30 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
     schemas = W.output_schemas(wi)
     task = _Task(wi, dict(zip(safe, names)), schemas)
     held = E._hold(spark, kernel_in.mapInArrow(task, E._spark_schema(task.schema)))
-    extra_held: list = []
     try:
         with E._session_conf(spark, E._kernel_job_conf(spark)):
-            small = (held.where(F.col(E.SIDE_OUTPUT).isin("counters", "slack", "lateness_bins", "latency_coarse"))
-                     .select(E.SIDE_OUTPUT, E.SIDE_DATA).collect())
+            small = held.where(F.col(E.SIDE_OUTPUT).isin(*SMALL)).select(E.SIDE_OUTPUT, E.SIDE_DATA).collect()
         pieces: dict[str, list[pa.Table]] = {}
         for row in small:
             pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E._decode_blob(row[E.SIDE_DATA]))
+        small = {name: _concat(pieces.get(name, []), schemas[name]) for name in SMALL}
         frames = {name: held.where(F.col(E.SIDE_OUTPUT) == name).select(E.SIDE_DATA)
                   .mapInArrow(E._DecodeTask(schemas[name]), E._spark_schema(schemas[name]))
-                  for name in ("cost", "by_key", "by_hour", "skew_late", "skewed", "state")}
-        latency = latency_figures(spark, _concat(pieces.get("latency_coarse", []), schemas["latency_coarse"]),
-                                  held.where(F.col(E.SIDE_OUTPUT) == "latency").select(F.col(E.SIDE_DATA).alias("data")))
-        counters = _sum_counters(pieces.get("counters", []))
-        skew_tables, skew_figures = _future_skew(spark, pipeline, wi, frames["skew_late"], frames["skewed"],
-                                                 counters, rejected)
-        extra_held = [skew_figures.pop("_held")] if "_held" in skew_figures else []
+                  for name in ("cost", "by_key", "skew_late", "skewed", "state")}
+        latency = latency_figures(spark, held.where(F.col(E.SIDE_OUTPUT) == "latency")
+                                  .select(F.col(E.SIDE_DATA).alias("data")), small["latency_coarse"])
+        counters = _sum_counters(small["counters"])
         figures, tables = summarise(
-            spark, pipeline, options, variants, counters, _concat(pieces.get("slack", []), schemas["slack"]),
-            latency, frames["cost"], frames["by_key"], frames["by_hour"],
-            _sum_bins(_concat(pieces.get("lateness_bins", []), schemas["lateness_bins"])), rejected,
-            skew_tables, skew_figures)
+            spark, pipeline, options, variants, counters, small["slack"], latency, frames["cost"],
+            small["cost_top"], frames["by_key"], small["by_hour"], _sum_bins(small["lateness_bins"]), rejected,
+            {"future_skew": frames["skewed"], "skew_late": frames["skew_late"]},
+            _skew_figures(pipeline, wi, counters, rejected))
         tables["state"] = _state_frame(spark, pipeline, wi, frames["state"], new_workers, schemas["state"])
     except BaseException:
         held.unpersist()
-        for df in extra_held:
-            df.unpersist()
         raise
     figures["seconds"] = round(time.monotonic() - started, 3)
-    return LatenessResult(tables, figures, [held, *extra_held])
+    return LatenessResult(tables, figures, [held])
 
 
 class _Task:
@@ -254,8 +251,7 @@ class _Task:
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         result = W.analyse(table, self.wi)
         names, blobs = [], []
-        for name in ("counters", "slack", "lateness_bins", "latency_coarse", "latency", "cost", "by_key", "by_hour",
-                     "skew_late", "skewed", "state"):
+        for name in (*SMALL, "latency", "cost", "by_key", "skew_late", "skewed", "state"):
             t = getattr(result, name).cast(self.schemas[name])
             for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
                 names.append(name)
@@ -362,19 +358,24 @@ def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state, events_df):
 
 
 def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, counters, slack: pa.Table, latency,
-              cost_df, by_key_df, by_hour_df, bins: list[dict], rejected: Mapping[str, int], skew_tables,
-              skew_figures) -> tuple[dict, dict]:
+              cost_df, cost_top: pa.Table, by_key_df, by_hour: pa.Table, bins: list[dict], rejected: Mapping[str, int],
+              skew_tables, skew_figures) -> tuple[dict, dict]:
     """The figures and the output tables, from what the tasks found (summed): each
-    variant's counters, the slack histograms, the latency figures (:func:`latency_figures`), the
-    cost rows, events and late events per key and per (worker, hour), the lateness bins,
-    the rejected rows per reason, future skew. One partition's, or a range's."""
+    variant's counters, the slack histograms, the latency figures (:func:`latency_figures`),
+    the cost rows and the tasks' worst of them, events and late events per key and per
+    (worker, hour), the lateness bins, the rejected rows per reason, future skew. One
+    partition's, or a range's."""
     from pyspark.sql import functions as F
 
     full = variants[0]
     accepted = counters.get(full.label, {}).get(M.EVENTS, 0)
     allowed = int(np.floor(options.target_late * accepted + 1e-9))
     latency, latency_tables = latency
-    curves, late_curve = [], []
+    slack = (slack.group_by(["strategy", "lateness", "slack_ms"], use_threads=False)
+             .aggregate([("events", "sum"), ("pairs", "sum")])
+             .rename_columns(["strategy", "lateness", "slack_ms", "events", "pairs"])
+             .sort_by([("strategy", "ascending"), ("lateness", "ascending"), ("slack_ms", "ascending")]))
+    curves = []
     exact, points = {}, {}
     strategy_of, mode_of = slack["strategy"].to_pylist(), slack["lateness"].to_pylist()
     for mode in options.modes(pipeline):
@@ -382,12 +383,8 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
             sel = [i for i, (s, m) in enumerate(zip(strategy_of, mode_of)) if s == strategy.value and m == mode.value]
             h = slack.take(pa.array(sel, pa.int64()))
             hv, he, hp = (h[c].to_numpy() for c in ("slack_ms", "events", "pairs"))
-            d, ev, pr = W.step_curve(hv, he, hp)
-            late_curve += [{"strategy": strategy.value, "lateness": mode.value, "delay_ms": int(a),
-                            "late_events": int(b), "late_event_windows": int(c),
-                            "late_share": _share(int(b), accepted)} for a, b, c in zip(d, ev, pr)]
             exact[(strategy, mode)] = (hv, he, hp)
-            points[f"{strategy.value}/{mode.value}"] = _plot_points(hv, he, hp, d, options.delays_ms, accepted)
+            points[f"{strategy.value}/{mode.value}"] = _plot_points(hv, he, hp, options.delays_ms, accepted)
             for delay in sorted(set(options.delays_ms) | {0}):
                 v = _variant_for(variants, strategy, mode, delay)
                 c = counters.get(v.label, {})
@@ -402,23 +399,25 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
                        for m in options.modes(pipeline) for s in WatermarkStrategy]
     fc = counters.get(full.label, {})
 
-    # Where lateness fell: per key, worker, hour.
+    # Where lateness fell: per key (a table), per worker and hour (small: in the driver).
     kcols = W._key_columns(pipeline)
-    sums = [F.sum(c).alias(c) for c in ("events", "late_events", "late_event_windows")]
+    raw = ["events", "late_events", "late_event_windows"]
+    sums = [F.sum(c).alias(c) for c in raw]
     by_key = (by_key_df.groupBy(*[_col(c) for c in kcols]).agg(*sums) if kcols else by_key_df.agg(*sums))
     by_key = by_key.withColumn("late_share", _share_col(F, "late_events", "events"))
     wcol = pipeline.source.worker
-    by_hour = by_hour_df.groupBy(*[_col(c) for c in ([wcol] if wcol else []) + ["hour"]]).agg(*sums)
-    by_hour = by_hour.withColumn("late_share", _share_col(F, "late_events", "events"))
-    hours_rows = (by_hour.groupBy("hour").agg(*[F.sum(c).alias(c) for c in ("events", "late_events")])
-                  .orderBy("hour").collect())
-    by_worker = (by_hour_df.groupBy(_col(wcol)).agg(*sums) if wcol else by_hour_df.agg(*sums))
-    by_worker = by_worker.withColumn("late_share", _share_col(F, "late_events", "events"))
-    worker_rows = by_worker.orderBy(F.desc("late_events")).limit(50).collect()
-
-    worst = cost_df.orderBy(F.desc("missed_events"), F.desc("max_lateness_ms"), "window_start",
-                            *[_col(c) for c in kcols]).limit(options.worst).collect()
-    cost_totals = cost_df.agg(F.count(F.lit(1)).alias("windows"), F.sum("missed_events").alias("missed")).first()
+    by_hour = by_hour.group_by(([wcol] if wcol else []) + ["hour"], use_threads=False).aggregate(
+        [(c, "sum") for c in raw]).rename_columns(([wcol] if wcol else []) + ["hour"] + raw)
+    hours = by_hour.group_by(["hour"], use_threads=False).aggregate([(c, "sum") for c in raw[:2]]).sort_by("hour")
+    workers = (by_hour.group_by([wcol], use_threads=False).aggregate([(c, "sum") for c in raw]).rename_columns(
+        [wcol] + raw) if wcol else by_hour.group_by([], use_threads=False).aggregate([(c, "sum") for c in raw])
+        .rename_columns(raw)).to_pylist()
+    for w in workers:
+        w["late_share"] = _share(w["late_events"], w["events"])
+    workers.sort(key=lambda w: (-w["late_events"], repr(w.get(wcol))))
+    worst = W.worst_windows(cost_top, options.worst).to_pylist()
+    worst.sort(key=lambda r: (-r["missed_events"], -r["max_lateness_ms"], r["window_start"],
+                              *[repr(r[c]) for c in kcols]))
     figures = {
         "kind": KIND,
         "pipeline": pipeline.name,
@@ -444,27 +443,27 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
         "curves": curves,
         "late_curve_points": points,
         "recommendations": recommendations,
-        "cost": {"windows": int(cost_totals["windows"] or 0), "missed_events": int(cost_totals["missed"] or 0),
-                 "worst_windows": [_jsonable_row(r) for r in worst]},
+        "cost": {"windows": fc.get(W.COST_WINDOWS, 0), "missed_events": fc.get(W.COST_MISSED, 0),
+                 "worst_windows": [{k: _jsonable(v) for k, v in r.items()} for r in worst[:options.worst]]},
         "lateness_histogram": bins,
-        "late_by_hour": [{"hour": r["hour"].isoformat(), "events": int(r["events"]),
-                          "late_events": int(r["late_events"])} for r in hours_rows],
-        "late_by_worker": [_jsonable_row(r) for r in worker_rows],
+        "late_by_hour": [{"hour": h.isoformat(), "events": int(e), "late_events": int(n)} for h, e, n in
+                         zip(hours["hour"].to_pylist(), hours["events_sum"].to_pylist(),
+                             hours["late_events_sum"].to_pylist())],
+        "late_by_worker": [{k: _jsonable(v) for k, v in w.items()} for w in workers[:50]],
         "future_skew": skew_figures,
         "counters": counters,
     }
+    hour_table = by_hour.append_column("late_share", pa.array(
+        [_share(n, e) for n, e in zip(by_hour["late_events"].to_pylist(), by_hour["events"].to_pylist())],
+        pa.float64()))
     tables = {
         "curves": spark.createDataFrame(curves, _CURVE_DDL),
-        "late_curve": _frame(spark, pa.Table.from_pylist(late_curve) if late_curve else None, _LATE_CURVE_DDL),
         "slack_histogram": _frame(spark, slack.select(["strategy", "lateness", "slack_ms", "events", "pairs"]),
                                   _SLACK_DDL),
         "cost": cost_df,
         "late_by_key": by_key,
-        "late_by_worker": by_worker,
-        "late_by_hour": by_hour,
-        "lateness_histogram": spark.createDataFrame(
-            [(b["upper_ms"], b["pairs"], b["events"]) for b in bins],
-            "upper_ms long, late_event_windows long, late_events long"),
+        "late_by_hour": spark.createDataFrame(hour_table.to_pylist() if not hour_table.num_rows else hour_table,
+                                              E._spark_schema(hour_table.schema)),
         **latency_tables,
         **skew_tables,
     }
@@ -476,27 +475,34 @@ _CURVE_DDL = ("strategy string, lateness string, delay_ms long, configured boole
               "closed_idle long, closed_max_duration long, closed_end_of_input long, open_windows long, "
               "latency_windows long, latency_p50_ms double, latency_p90_ms double, latency_p99_ms double, "
               "latency_max_ms long")
-_LATE_CURVE_DDL = "strategy string, lateness string, delay_ms long, late_events long, late_event_windows long, " \
-                  "late_share double"
 _SLACK_DDL = "strategy string, lateness string, slack_ms long, events long, pairs long"
+
+
+def _jsonable(v):
+    from windowing.validation import _jsonable as plain
+
+    return plain(v)
 
 
 QUANTILES = (0.5, 0.9, 0.99)
 
 
-def latency_figures(spark, coarse: pa.Table, exact) -> tuple[dict, dict]:
+def latency_figures(spark, exact, coarse: pa.Table | None = None) -> tuple[dict, dict]:
     """Exact emission-latency percentiles (linear interpolation, as ``numpy.percentile``),
     greatest latency and window count per variant, in two passes over the tasks' outputs.
 
-    ``coarse``: (variant, bucket, windows, max_ms) rows (``whatif.latency_buckets``: each
-    task's, summed here); ``exact``: a DataFrame of one binary column ``data``, Arrow IPC
-    blobs of (variant, latency_ms, windows). The summed buckets locate the two ranks each
-    percentile interpolates between; a second pass fetches only the latencies of those
-    buckets. Returns the figures by variant label, and the tables ``latency_histogram``
-    (the buckets) and ``latency_exact`` (the blobs, so ranges of partitions can do the same).
+    ``exact``: a DataFrame of one binary column ``data``, Arrow IPC blobs of (variant,
+    latency_ms, windows); ``coarse``: the same in buckets, (variant, bucket, windows,
+    max_ms) rows (``whatif.latency_bucket``; the tasks' own, summed here), else counted
+    from ``exact`` by a first pass. The summed buckets locate the two ranks each percentile
+    interpolates between; a second pass fetches only the latencies of those buckets.
+    Returns the figures by variant label, and the table ``latency_exact`` (the blobs, so a
+    range of partitions can do the same).
     """
     from pyspark.sql import functions as F
 
+    if coarse is None:
+        coarse = exact.mapInArrow(_BucketTask(), E._spark_schema(_COARSE_SCHEMA)).toArrow()
     merged: dict[tuple[str, int], list[int]] = {}
     for label, b, n, mx in zip(*(coarse[c].to_pylist() for c in ("variant", "bucket", "windows", "max_ms"))):
         acc = merged.setdefault((label, b), [0, mx])
@@ -544,27 +550,32 @@ def latency_figures(spark, coarse: pa.Table, exact) -> tuple[dict, dict]:
             ps.append(a + (b - a) * (pos - lo))
         out[label] = {"p50_ms": ps[0], "p90_ms": ps[1], "p99_ms": ps[2], "max_ms": max(mx for _, _, mx in rows),
                       "windows": int(total)}
-    hist = pa.table({"variant": [k[0] for k in sorted(merged)], "bucket": [k[1] for k in sorted(merged)],
-                     "lower_ms": [_bucket_lower(k[1]) for k in sorted(merged)],
-                     "windows": [merged[k][0] for k in sorted(merged)], "max_ms": [merged[k][1] for k in sorted(merged)]})
-    tables = {"latency_histogram": _frame(spark, hist if hist.num_rows else None,
-                                          "variant string, bucket long, lower_ms long, windows long, max_ms long"),
-              "latency_exact": exact.select(F.col("data").cast("binary").alias("data"))}
-    return out, tables
+    return out, {"latency_exact": exact.select(F.col("data").cast("binary").alias("data"))}
 
 
 _LATENCY_SCHEMA = pa.schema([("variant", pa.string()), ("latency_ms", pa.int64()), ("windows", pa.int64())])
+_COARSE_SCHEMA = pa.schema([("variant", pa.string()), ("bucket", pa.int64()), ("windows", pa.int64()),
+                            ("max_ms", pa.int64())])
 
 
-def _bucket_lower(b: int) -> int:
-    """The smallest latency of bucket ``b`` (``whatif.latency_bucket``)."""
-    if b < 0:
-        return -_bucket_upper(-b - 1)
-    return int(np.ceil(2 ** (b / W.BUCKETS_PER_DOUBLING) - 1 - 1e-9))
+class _BucketTask:
+    """Latency blobs in buckets (the first pass of :func:`latency_figures` over stored blobs)."""
 
-
-def _bucket_upper(b: int) -> int:
-    return int(np.ceil(2 ** ((b + 1) / W.BUCKETS_PER_DOUBLING) - 1 - 1e-9)) - 1
+    def __call__(self, batches):
+        for batch in batches:
+            for data in batch.column(0):
+                t = E._decode_blob(data.as_buffer())
+                for label in dict.fromkeys(t["variant"].to_pylist()):
+                    mine = t.filter(pc.equal(t["variant"], label))
+                    v, n = mine["latency_ms"].to_numpy(), mine["windows"].to_numpy()
+                    b = W.latency_bucket(v)
+                    uniq, inv = np.unique(b, return_inverse=True)
+                    mx = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
+                    np.maximum.at(mx, inv.reshape(-1), v)
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([label] * len(uniq), pa.string()), pa.array(uniq),
+                         pa.array(np.bincount(inv.reshape(-1), weights=n).astype(np.int64)), pa.array(mx)],
+                        schema=_COARSE_SCHEMA)
 
 
 class _PickTask:
@@ -604,9 +615,10 @@ def _curve_row(strategy, mode, delay, c: Mapping[str, int], lat: Mapping, accept
 PLOT_POINTS = 240
 
 
-def _plot_points(hv, he, hp, breakpoints, delays_ms, accepted: int) -> list[list]:
+def _plot_points(hv, he, hp, delays_ms, accepted: int) -> list[list]:
     """``[delay_ms, late share]`` of the exact curve: at every step when there are few,
     else on a logarithmic grid of delays (and the listed ones), each value exact."""
+    breakpoints = W.step_curve(hv, he, hp)[0]
     top = int(max(breakpoints)) if len(breakpoints) else 0
     if len(breakpoints) <= PLOT_POINTS:
         grid = np.asarray(breakpoints, np.int64)
@@ -644,59 +656,26 @@ def _recommend(strategy, mode, hist, curves, accepted: int, allowed: int, option
     }
 
 
-def _future_skew(spark, pipeline, wi: W.WhatIf, skew_late, skewed, counters, rejected):
-    """The skewed events (ahead of their arrival by more than the threshold) and the late
-    pairs they caused (late in the configured replay, not in the skew-free one), each
-    attributed to the skewed event that set the watermark it was checked against: the
-    earliest skewed event of its key, in an earlier batch, whose event time is that raw
-    watermark (none: the watermark came from an earlier partition or a non-skewed event)."""
-    from pyspark.sql import functions as F
-
+def _skew_figures(pipeline, wi: W.WhatIf, counters, rejected) -> dict:
+    """Future skew in numbers: the events listed, the late events and pairs they caused
+    (late in the configured replay, not in the skew-free one; :func:`windowing.whatif._skew`),
+    and the configured replay's figures without them (late events, IDLE closes)."""
     from windowing.engine import FUTURE_SKEW
 
-    threshold = wi.skew_threshold_ms
-    kcols = W._key_columns(pipeline)
-    base = {"threshold_ms": threshold, "rejected_by_max_future_skew": rejected.get(FUTURE_SKEW, 0),
+    base = {"threshold_ms": wi.skew_threshold_ms, "rejected_by_max_future_skew": rejected.get(FUTURE_SKEW, 0),
             "max_future_skew_ms": pipeline.source.max_future_skew_ms}
-    if threshold is None:
-        return ({"future_skew": spark.createDataFrame([], "arrival_ms long, event_ms long, skew_ms long, batch long, "
-                                                          "late_caused long, late_event_windows_caused long"),
-                 "skew_late": skew_late},
-                {**base, "skewed_events": 0, "late_events_caused": 0, "late_event_windows_caused": 0})
-    cause_cols = ("cause_batch", "cause_arrival_ms", "cause_event_ms", "cause_skew_ms")
-    causes = skewed.select(*[_col(c).alias(f"__c_{c}") for c in kcols],
-                           *[F.col(c[len("cause_"):]).alias(c) for c in cause_cols])
-    late = skew_late.withColumn("__late_id", F.monotonically_increasing_id())
-    cond = [F.col("raw_watermark_ms") == F.col("cause_event_ms"), F.col("cause_batch") < F.col("batch")]
-    cond += [_col(c).eqNullSafe(F.col(f"__c_{c}")) for c in kcols]
-    attributed = (late.join(causes, on=cond, how="left")
-                  .groupBy(*late.columns)
-                  .agg(F.min(F.struct(*cause_cols)).alias("cause"))
-                  .select(*[c for c in late.columns if c != "__late_id"],
-                          *[F.col(f"cause.{c}").alias(c) for c in cause_cols])
-                  .persist())  # read by the totals, the listing and the write (unpersisted with the result)
-    caused = (attributed.where(F.col("cause_batch").isNotNull())
-              .groupBy(*[_col(c).alias(f"__c_{c}") for c in kcols], *cause_cols[:3])
-              .agg(F.sum(F.col("first_of_event").cast("long")).alias("late_caused"),
-                   F.count(F.lit(1)).alias("late_event_windows_caused")))
-    same = [F.col("batch") == F.col("cause_batch"), F.col("arrival_ms") == F.col("cause_arrival_ms"),
-            F.col("event_ms") == F.col("cause_event_ms"), *[_col(c).eqNullSafe(F.col(f"__c_{c}")) for c in kcols]]
-    listing = (skewed.join(caused, on=same, how="left")
-               .drop(*cause_cols[:3], *[f"__c_{c}" for c in kcols])
-               .fillna(0, subset=["late_caused", "late_event_windows_caused"]))
-    totals = attributed.agg(F.count(F.lit(1)).alias("pairs"),
-                            F.sum(F.col("first_of_event").cast("long")).alias("events"),
-                            F.sum(F.when(F.col("cause_batch").isNotNull(), 1).otherwise(0)).alias("attributed")
-                            ).first()
-    free = next(v for v in wi.variants if v.skew_free)
-    fc, sc = counters.get(wi.full.label, {}), counters.get(free.label, {})
-    figures = {**base, "skewed_events": fc.get(W.SKEWED_EVENTS, 0),
-               "late_events_caused": int(totals["events"] or 0), "late_event_windows_caused": int(totals["pairs"] or 0),
-               "late_event_windows_attributed": int(totals["attributed"] or 0),
-               "late_events_without_skewed": sc.get(M.LATE_EVENTS, 0),
-               "idle_closes": fc.get(M.CLOSED_PREFIX + "IDLE", 0),
-               "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + "IDLE", 0)}
-    return {"future_skew": listing, "skew_late": attributed}, {**figures, "_held": attributed}
+    fc = counters.get(wi.full.label, {})
+    free = next((v for v in wi.variants if v.skew_free), None)
+    if wi.skew_threshold_ms is None or free is None:
+        return {**base, "skewed_events": 0, "late_events_caused": 0, "late_event_windows_caused": 0}
+    sc = counters.get(free.label, {})
+    return {**base, "skewed_events": fc.get(W.SKEWED_EVENTS, 0),
+            "late_events_caused": fc.get(W.SKEW_CAUSED_EVENTS, 0),
+            "late_event_windows_caused": fc.get(W.SKEW_CAUSED_PAIRS, 0),
+            "late_event_windows_attributed": fc.get(W.SKEW_ATTRIBUTED_PAIRS, 0),
+            "late_events_without_skewed": sc.get(M.LATE_EVENTS, 0),
+            "idle_closes": fc.get(M.CLOSED_PREFIX + "IDLE", 0),
+            "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + "IDLE", 0)}
 
 
 def _state_frame(spark, pipeline, wi: W.WhatIf, state_rows, new_workers, schema: pa.Schema):
@@ -713,12 +692,12 @@ def _state_frame(spark, pipeline, wi: W.WhatIf, state_rows, new_workers, schema:
     return state_rows.unionByName(spark.createDataFrame(workers.to_pylist(), E._spark_schema(schema)))
 
 
-def _sum_counters(tables: list[pa.Table]) -> dict[str, dict[str, int]]:
+def _sum_counters(table: pa.Table) -> dict[str, dict[str, int]]:
+    """(variant, name, value) rows summed: each variant's counters."""
     out: dict[str, dict[str, int]] = {}
-    for t in tables:
-        for label, name, value in zip(*(t[c].to_pylist() for c in ("variant", "name", "value"))):
-            out.setdefault(label, {})
-            out[label][name] = out[label].get(name, 0) + int(value)
+    for label, name, value in zip(*(table[c].to_pylist() for c in ("variant", "name", "value"))):
+        mine = out.setdefault(label, {})
+        mine[name] = mine.get(name, 0) + int(value)
     return out
 
 
@@ -758,12 +737,6 @@ def _share_col(F, num: str, den: str):
 
 def _f(p, i):
     return None if p is None else float(p[i])
-
-
-def _jsonable_row(r) -> dict:
-    from windowing.validation import _jsonable
-
-    return {k: _jsonable(v) for k, v in r.asDict().items()}
 
 
 # --------------------------------------------------------------------------- outputs
@@ -990,12 +963,13 @@ def combine_lateness(spark, pipeline: Pipeline, outputs: Sequence[str]) -> Laten
     raw = ["events", "late_events", "late_event_windows"]
     kcols = W._key_columns(pipeline)
     wcol = pipeline.source.worker
+    cost = union("cost")
+    top = cost.orderBy(F.desc("missed_events"), F.desc("max_lateness_ms"), "window_start").limit(
+        options.worst).toArrow()
     figures, tables = summarise(
-        spark, pipeline, options, variants, counters, slack,
-        latency_figures(spark, union("latency_histogram").select("variant", "bucket", "windows", "max_ms").toArrow(),
-                        union("latency_exact")), union("cost"),
-        union("late_by_key").select(*[_col(c) for c in kcols], *raw),
-        union("late_by_hour").select(*[_col(c) for c in ([wcol] if wcol else [])], "hour", *raw),
+        spark, pipeline, options, variants, counters, slack, latency_figures(spark, union("latency_exact")), cost,
+        top, union("late_by_key").select(*[_col(c) for c in kcols], *raw),
+        union("late_by_hour").select(*[_col(c) for c in ([wcol] if wcol else [])], "hour", *raw).toArrow(),
         sorted(bins.values(), key=lambda b: (b["upper_ms"] < 0, b["upper_ms"])), rejected,
         {"future_skew": union("future_skew"), "skew_late": union("skew_late")}, skew)
     figures["partitions"] = [str(o) for o in outputs]

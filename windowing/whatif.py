@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from windowing import kernel as K
 from windowing import metrics
-from windowing.arrays import group_codes, sat_sub
+from windowing.arrays import group_codes, order_codes, sat_sub, value_order_keys
 from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
 from windowing.durations import format_duration_ms
@@ -220,6 +220,8 @@ class WhatIf:
     flush_at_end: bool = False
     #: The listing threshold of future skew (None: no listing).
     skew_threshold_ms: int | None = None
+    #: Windows that missed the most events, kept per task (the driver keeps the top of them).
+    worst: int = 20
 
     @property
     def full(self) -> Variant:
@@ -250,6 +252,7 @@ class Analysis:
     lateness_bins: pa.Table
     skew_late: pa.Table
     skewed: pa.Table
+    cost_top: pa.Table
     latency_coarse: pa.Table
     state: pa.Table
 
@@ -263,23 +266,27 @@ def output_schemas(wi: WhatIf) -> dict[str, pa.Schema]:
     aggs = [pa.field(f"{side}_{a.name}", full_spec.output_type(a)) for side in ("emitted", "perfect")
             for a in p.aggregates]
     i64, ts, s = pa.int64(), K.TS, pa.string()
+    cost = pa.schema(key_fields + [
+        ("window_start", ts), ("window_end", ts), ("missed_events", i64), ("max_lateness_ms", i64),
+        ("first_missed_arrival", ts), ("last_missed_arrival", ts), ("emissions", i64),
+        ("last_emit_reason", s), ("last_emit_time", ts)] + aggs)
     return {
         "counters": pa.schema([("variant", s), ("name", s), ("value", i64)]),
         "latency": pa.schema([("variant", s), ("latency_ms", i64), ("windows", i64)]),
         "slack": pa.schema([("strategy", s), ("lateness", s), ("slack_ms", i64), ("events", i64), ("pairs", i64)]),
-        "cost": pa.schema(key_fields + [
-            ("window_start", ts), ("window_end", ts), ("missed_events", i64), ("max_lateness_ms", i64),
-            ("first_missed_arrival", ts), ("last_missed_arrival", ts), ("emissions", i64),
-            ("last_emit_reason", s), ("last_emit_time", ts)] + aggs),
+        "cost": cost,
+        "cost_top": cost,
         "by_key": pa.schema(key_fields + [("events", i64), ("late_events", i64), ("late_event_windows", i64)]),
         "by_hour": pa.schema(worker_fields + [("hour", ts), ("events", i64), ("late_events", i64),
                                               ("late_event_windows", i64)]),
         "lateness_bins": pa.schema([("upper_ms", i64), ("pairs", i64), ("events", i64)]),
         "skew_late": pa.schema(key_fields + [
             ("arrival_ms", i64), ("event_ms", i64), ("batch", i64), ("window_start", ts), ("window_end", ts),
-            ("watermark", ts), ("raw_watermark_ms", i64), ("lateness_ms", i64), ("first_of_event", pa.bool_())]),
+            ("watermark", ts), ("raw_watermark_ms", i64), ("lateness_ms", i64), ("first_of_event", pa.bool_()),
+            ("cause_batch", i64), ("cause_arrival_ms", i64), ("cause_event_ms", i64), ("cause_skew_ms", i64)]),
         "skewed": pa.schema([pa.field(c, t) for c, t in wi.input_types.items()] + [
-            ("arrival_ms", i64), ("event_ms", i64), ("skew_ms", i64), ("batch", i64)]),
+            ("arrival_ms", i64), ("event_ms", i64), ("skew_ms", i64), ("batch", i64), ("late_caused", i64),
+            ("late_event_windows_caused", i64)]),
         "latency_coarse": pa.schema([("variant", s), ("bucket", i64), ("windows", i64), ("max_ms", i64)]),
         "state": state_schema(wi),
     }
@@ -323,16 +330,24 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     events = table.filter(pa.array(is_event)) if not is_event.all() else table
     skewed = skewed[is_event]
     latency, latency_coarse = _latency(outs, schemas)
+    cost = _cost(table, full, wi, variant_of, is_event, schemas["cost"])
+    skew_late, listing = _skew(events, skewed, outs, wi, schemas)
     return Analysis(
-        counters=_counters(outs, schemas["counters"], int(skewed.sum()) if wi.skew_threshold_ms is not None else 0),
+        counters=_counters(outs, schemas["counters"], {
+            SKEWED_EVENTS: int(skewed.sum()) if wi.skew_threshold_ms is not None else 0,
+            COST_WINDOWS: cost.num_rows, COST_MISSED: int(pc.sum(cost["missed_events"]).as_py() or 0),
+            SKEW_CAUSED_PAIRS: skew_late.num_rows,
+            SKEW_CAUSED_EVENTS: int(pc.sum(skew_late["first_of_event"].cast(pa.int64())).as_py() or 0),
+            SKEW_ATTRIBUTED_PAIRS: skew_late.num_rows - skew_late["cause_batch"].null_count}),
         latency=latency,
         slack=_slack(outs, wi, schemas["slack"]),
-        cost=_cost(table, full, wi, variant_of, is_event, schemas["cost"]),
+        cost=cost,
+        cost_top=worst_windows(cost, wi.worst),
         by_key=_by_key(events, full, wi, schemas["by_key"]),
         by_hour=_by_hour(events, full, wi, schemas["by_hour"]),
         lateness_bins=_lateness_bins(full, schemas["lateness_bins"]),
-        skew_late=_skew_late(events, outs, wi, schemas["skew_late"]),
-        skewed=_skewed(events, wi, schemas["skewed"]),
+        skew_late=skew_late,
+        skewed=listing,
         latency_coarse=latency_coarse,
         state=_concat_state(state_parts, schemas["state"]),
     )
@@ -362,15 +377,19 @@ def _ms(col) -> np.ndarray:
     return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() // 1000
 
 
-#: A counter of the analysis itself (under the configured variant): events flagged as skewed.
-SKEWED_EVENTS = "skewed_events"
+#: Counters of the analysis itself (under the configured variant): events flagged as
+#: skewed, windows that missed events and the (event, window) pairs they missed, late
+#: events and pairs the skewed events caused, and the pairs attributed to one of them.
+SKEWED_EVENTS, COST_WINDOWS, COST_MISSED = "skewed_events", "cost_windows", "cost_missed_events"
+SKEW_CAUSED_EVENTS, SKEW_CAUSED_PAIRS, SKEW_ATTRIBUTED_PAIRS = (
+    "skew_caused_events", "skew_caused_pairs", "skew_attributed_pairs")
 
 
-def _counters(outs: Mapping[Variant, K.KernelOutput], schema: pa.Schema, skewed: int = 0) -> pa.Table:
+def _counters(outs: Mapping[Variant, K.KernelOutput], schema: pa.Schema, extra: Mapping[str, int]) -> pa.Table:
     rows = [(v.label, name, int(value)) for v, out in outs.items()
             for name, value in sorted(out.counters.items()) if value]
-    if skewed:
-        rows.append((next(v for v in outs if v.full).label, SKEWED_EVENTS, int(skewed)))
+    full = next(v for v in outs if v.full).label
+    rows += [(full, name, int(value)) for name, value in extra.items() if value]
     if not rows:
         return schema.empty_table()
     label, name, value = zip(*rows)
@@ -414,18 +433,6 @@ def latency_bucket(latency_ms: np.ndarray) -> np.ndarray:
     v = np.asarray(latency_ms, dtype=np.int64)
     b = np.floor(BUCKETS_PER_DOUBLING * np.log2(1.0 + np.abs(v).astype(np.float64))).astype(np.int64)
     return np.where(v >= 0, b, -b - 1)
-
-
-def _skewed(events: pa.Table, wi: WhatIf, schema: pa.Schema) -> pa.Table:
-    """The events flagged as future-skewed, with their times in ms, skew and batch."""
-    if SKEWED not in events.column_names or wi.skew_threshold_ms is None:
-        return schema.empty_table()
-    t = events.filter(pc.fill_null(events[SKEWED], False))
-    arr, evt = t["__arr"].to_numpy(), t["__evt"].to_numpy()
-    cols = {c: t[c] for c in wi.input_types}
-    cols.update(arrival_ms=pa.array(arr), event_ms=pa.array(evt), skew_ms=pa.array(evt - arr),
-                batch=pa.array(t["__batch"].to_numpy()))
-    return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
 
 
 def _slack(outs: Mapping[Variant, K.KernelOutput], wi: WhatIf, schema: pa.Schema) -> pa.Table:
@@ -696,29 +703,77 @@ def _lateness_bins(full: K.KernelOutput, schema: pa.Schema) -> pa.Table:
 # --------------------------------------------------------------------------- future skew
 
 
-def _skew_late(events: pa.Table, outs: Mapping[Variant, K.KernelOutput], wi: WhatIf, schema: pa.Schema) -> pa.Table:
-    """Late pairs of the configured replay that the skew-free replay does not have: the
-    lateness that the events flagged as future-skewed caused (skewed events themselves left
-    out). Which skewed event set the watermark is found on the Spark side."""
+def _skew(events: pa.Table, skewed: np.ndarray, outs: Mapping[Variant, K.KernelOutput], wi: WhatIf,
+          schemas: Mapping[str, pa.Schema]) -> tuple[pa.Table, pa.Table]:
+    """(late pairs the skewed events caused, the skewed events) of the task's keys.
+
+    Caused: late in the configured replay, not in the skew-free one (skewed events
+    themselves left out). Each is attributed to the skewed event that set the watermark it
+    was checked against: the first (in arrival order) skewed event of its key, in an
+    earlier batch, whose event time is that raw watermark; none when the watermark came
+    from elsewhere (an earlier partition, or a batch whose other events set it too).
+    """
+    if wi.skew_threshold_ms is None:
+        return schemas["skew_late"].empty_table(), schemas["skewed"].empty_table()
+    p = wi.pipeline
+    kcols = _key_columns(p)
+    sk = np.flatnonzero(skewed)  # positions in ``events``
+    arr, evt, batch = (events[c].to_numpy() for c in ("__arr", "__evt", "__batch"))
     free = next((v for v in outs if v.skew_free), None)
-    full = outs[wi.full]
-    if free is None or not full.late.num_rows:
-        return schema.empty_table()
-    late, other = full.late, outs[free].late
-    ids = _group_ids([[late[ROW_ID].to_numpy(), _ms(late["window_start"])],
-                      [other[ROW_ID].to_numpy(), _ms(other["window_start"])]])
-    still = np.isin(ids[0], ids[1])  # late without the skewed events too
-    skewed_rows = events[ROW_ID].to_numpy()[pc.fill_null(events[SKEWED], False).to_numpy(zero_copy_only=False)] \
-        if SKEWED in events.column_names else np.zeros(0, np.int64)
-    keep = ~still & ~np.isin(late[ROW_ID].to_numpy(), skewed_rows)
-    late = late.filter(pa.array(keep))
-    if not late.num_rows:
-        return schema.empty_table()
+    late = outs[wi.full].late
+    if free is not None and late.num_rows:
+        other = outs[free].late
+        ids = _group_ids([[late[ROW_ID].to_numpy(), _ms(late["window_start"])],
+                          [other[ROW_ID].to_numpy(), _ms(other["window_start"])]])
+        keep = ~np.isin(ids[0], ids[1]) & ~np.isin(late[ROW_ID].to_numpy(), events[ROW_ID].to_numpy()[sk])
+        late = late.filter(pa.array(keep))
+    else:
+        late = late.slice(0, 0)
     at = _position_of(events[ROW_ID].to_numpy(), late[ROW_ID].to_numpy())
-    wm = _ms(late["watermark"])
-    cols: dict[str, Any] = {c: late[c] for c in _key_columns(wi.pipeline)}
-    cols.update(arrival_ms=pa.array(events["__arr"].to_numpy()[at]), event_ms=pa.array(events["__evt"].to_numpy()[at]),
-                batch=late["batch"], window_start=late["window_start"], window_end=late["window_end"],
-                watermark=late["watermark"], raw_watermark_ms=pa.array(wm + wi.full.delay_ms),
-                lateness_ms=late["lateness_ms"], first_of_event=pa.array(_first_of_each(late[ROW_ID].to_numpy())))
-    return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
+    raw_wm = _ms(late["watermark"]) + wi.full.delay_ms
+    # Candidate causes, in arrival order (ties by every input column: the kernel's order).
+    order_keys = [arr[sk], batch[sk]]
+    if len(sk) > 1:
+        rest = events.take(pa.array(sk))
+        order_keys = ([k for c in sorted(wi.input_types, reverse=True) for k in value_order_keys(rest[c])]
+                      + [order_codes(rest[c]) for c in reversed(p.source.arrival_order)] + order_keys)
+    ids = _group_ids([_keys_of(events.take(pa.array(at)), kcols) + [raw_wm],
+                      _keys_of(events.take(pa.array(sk)), kcols) + [evt[sk]]])
+    order = np.lexsort([*order_keys, ids[1]]) if len(sk) else np.zeros(0, np.int64)
+    first_ids, first_at = np.unique(ids[1][order], return_index=True)
+    cause = np.full(len(at), -1, np.int64)  # position in ``sk`` of each late pair's cause
+    if len(first_ids) and len(at):
+        pos = np.minimum(np.searchsorted(first_ids, ids[0]), len(first_ids) - 1)
+        cand = order[first_at[pos]]
+        ok = (first_ids[pos] == ids[0]) & (batch[sk][cand] < late["batch"].to_numpy())
+        cause = np.where(ok, cand, -1)
+    first = _first_of_each(late[ROW_ID].to_numpy())
+    has = cause >= 0
+    cols: dict[str, Any] = {c: late[c] for c in kcols}
+    cols.update(arrival_ms=pa.array(arr[at]), event_ms=pa.array(evt[at]), batch=late["batch"],
+                window_start=late["window_start"], window_end=late["window_end"], watermark=late["watermark"],
+                raw_watermark_ms=pa.array(raw_wm), lateness_ms=late["lateness_ms"], first_of_event=pa.array(first))
+    for name, values in (("cause_batch", batch), ("cause_arrival_ms", arr), ("cause_event_ms", evt)):
+        cols[name] = pa.array(values[sk][np.maximum(cause, 0)] if len(sk) else np.zeros(len(at), np.int64),
+                              mask=~has)
+    cols["cause_skew_ms"] = pa.array((evt - arr)[sk][np.maximum(cause, 0)] if len(sk) else np.zeros(len(at), np.int64),
+                                     mask=~has)
+    skew_late = pa.table({f.name: cols[f.name] for f in schemas["skew_late"]}, schema=schemas["skew_late"])
+    caused_events = np.bincount(cause[has & first], minlength=len(sk)).astype(np.int64)
+    caused_pairs = np.bincount(cause[has], minlength=len(sk)).astype(np.int64)
+    t = events.take(pa.array(sk))
+    listing = {c: t[c] for c in wi.input_types}
+    listing.update(arrival_ms=pa.array(arr[sk]), event_ms=pa.array(evt[sk]), skew_ms=pa.array(evt[sk] - arr[sk]),
+                   batch=pa.array(batch[sk]), late_caused=pa.array(caused_events),
+                   late_event_windows_caused=pa.array(caused_pairs))
+    return skew_late, pa.table({f.name: listing[f.name] for f in schemas["skewed"]}, schema=schemas["skewed"])
+
+
+def worst_windows(cost: pa.Table, n: int) -> pa.Table:
+    """The ``n`` windows that missed the most events (then the latest missed, then the
+    earliest window): each task's top ``n`` hold the whole history's top ``n``."""
+    if cost.num_rows <= n:
+        return cost
+    order = np.lexsort([_ms(cost["window_start"]), -cost["max_lateness_ms"].to_numpy(),
+                        -cost["missed_events"].to_numpy()])
+    return cost.take(pa.array(order[:n]))
