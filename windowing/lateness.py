@@ -60,6 +60,9 @@ TABLES = ("curves", "slack_histogram", "cost", "late_by_key", "late_by_hour", "l
           "skew_late", "state")
 #: Side outputs of the tasks collected with the first job (small: a few rows per task).
 SMALL = ("counters", "slack", "lateness_bins", "latency_coarse", "by_hour", "cost_top")
+#: Side outputs decoded into Spark rows (their row counts travel with the counters, under _ROWS).
+_LARGE = ("cost", "by_key", "skew_late", "skewed", "state")
+_ROWS = ""
 FIGURES = "figures.json"
 REPORT = "report.html"
 KIND = "lateness"
@@ -216,12 +219,16 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
         for row in small:
             pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E._decode_blob(row[E.SIDE_DATA]))
         small = {name: _concat(pieces.get(name, []), schemas[name]) for name in SMALL}
+        counters = _sum_counters(small["counters"])
+        rows = counters.pop(_ROWS, {})
+        slots = E._task_slots(spark)
+        # One decoding task per 1 M rows of an output (as a replay writes its outputs).
         frames = {name: held.where(F.col(E.SIDE_OUTPUT) == name).select(E.SIDE_DATA)
+                  .coalesce(E._write_tasks(rows.get(name, 0), nparts, slots))
                   .mapInArrow(E._DecodeTask(schemas[name]), E._spark_schema(schemas[name]))
                   for name in ("cost", "by_key", "skew_late", "skewed", "state")}
         latency = latency_figures(spark, held.where(F.col(E.SIDE_OUTPUT) == "latency")
                                   .select(F.col(E.SIDE_DATA).alias("data")), small["latency_coarse"])
-        counters = _sum_counters(small["counters"])
         figures, tables = summarise(
             spark, pipeline, options, variants, counters, small["slack"], latency, frames["cost"],
             small["cost_top"], frames["by_key"], small["by_hour"], _sum_bins(small["lateness_bins"]), rejected,
@@ -250,8 +257,12 @@ class _Task:
         table = pa.Table.from_batches(batches)
         table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         result = W.analyse(table, self.wi)
+        sizes = [(_ROWS, name, getattr(result, name).num_rows) for name in _LARGE]
+        result.counters = pa.concat_tables([result.counters, pa.table(
+            [pa.array(c, t) for c, t in zip(zip(*sizes), (pa.string(), pa.string(), pa.int64()))],
+            schema=self.schemas["counters"])])
         names, blobs = [], []
-        for name in (*SMALL, "latency", "cost", "by_key", "skew_late", "skewed", "state"):
+        for name in (*SMALL, "latency", *_LARGE):
             t = getattr(result, name).cast(self.schemas[name])
             for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
                 names.append(name)
@@ -402,9 +413,7 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
     # Where lateness fell: per key (a table), per worker and hour (small: in the driver).
     kcols = W._key_columns(pipeline)
     raw = ["events", "late_events", "late_event_windows"]
-    sums = [F.sum(c).alias(c) for c in raw]
-    by_key = (by_key_df.groupBy(*[_col(c) for c in kcols]).agg(*sums) if kcols else by_key_df.agg(*sums))
-    by_key = by_key.withColumn("late_share", _share_col(F, "late_events", "events"))
+    by_key = by_key_df.withColumn("late_share", _share_col(F, "late_events", "events"))
     wcol = pipeline.source.worker
     by_hour = by_hour.group_by(([wcol] if wcol else []) + ["hour"], use_threads=False).aggregate(
         [(c, "sum") for c in raw]).rename_columns(([wcol] if wcol else []) + ["hour"] + raw)
@@ -968,7 +977,8 @@ def combine_lateness(spark, pipeline: Pipeline, outputs: Sequence[str]) -> Laten
         options.worst).toArrow()
     figures, tables = summarise(
         spark, pipeline, options, variants, counters, slack, latency_figures(spark, union("latency_exact")), cost,
-        top, union("late_by_key").select(*[_col(c) for c in kcols], *raw),
+        top, (union("late_by_key").groupBy(*[_col(c) for c in kcols]) if kcols else union("late_by_key").groupBy())
+        .agg(*[F.sum(c).alias(c) for c in raw]),
         union("late_by_hour").select(*[_col(c) for c in ([wcol] if wcol else [])], "hour", *raw).toArrow(),
         sorted(bins.values(), key=lambda b: (b["upper_ms"] < 0, b["upper_ms"])), rejected,
         {"future_skew": union("future_skew"), "skew_late": union("skew_late")}, skew)
