@@ -123,20 +123,9 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     # Events go to the tasks as they came; the tasks compute the internal columns they can
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
     events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(spec))
-    kernel_in = events
-    if key_state is not None:
-        kernel_in = events.unionByName(key_state, allowMissingColumns=True)
-    part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
-    nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
-    # PySpark's mapInArrow resolves columns by name, which a dot in a name breaks: hand
-    # such columns over under a safe name, and the task puts the real name back.
-    names = kernel_in.columns
-    safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
-    if safe != names:
-        kernel_in = kernel_in.toDF(*safe)
+    kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state)
     schemas = _output_schemas(spec)
-    fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas,
+    fn = _KernelTask(spec, timelines, flush, names, schemas,
                      lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts))
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
     # shared folder between driver and executors. Each output comes back as a few rows
@@ -187,6 +176,23 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
                        pipeline, by_worker)
     return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
                         _persisted=kernel_out)
+
+
+def kernel_input(spark, pipeline: Pipeline, events, state_rows=None):
+    """The kernel's input: ``events`` and the carried ``state_rows`` (or None), hash-
+    partitioned by (worker, key) into ``spark.sql.shuffle.partitions`` partitions, every
+    key's rows in one. Returns ``(input, names, partitions)``: PySpark's mapInArrow resolves
+    columns by name, which a dot in a name breaks, so such columns go under a safe name and
+    ``names`` maps it back (the task puts the real name back)."""
+    kernel_in = events if state_rows is None else events.unionByName(state_rows, allowMissingColumns=True)
+    part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
+    nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
+    names = kernel_in.columns
+    safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
+    if safe != names:
+        kernel_in = kernel_in.toDF(*safe)
+    return kernel_in, dict(zip(safe, names)), nparts
 
 
 # --------------------------------------------------------------------------- phase 1
@@ -593,6 +599,16 @@ SIDE_OUTPUT, SIDE_DATA = "__side_output", "__side_data"
 LATENESS_COLLECTED, LATENESS_HELD = "lateness", "lateness_held"
 
 
+def task_table(batches, names: dict[str, str]) -> pa.Table | None:
+    """A task's rows as one table, the columns under their real names again (see
+    :func:`kernel_input`); None for a task without rows."""
+    batches = list(batches)
+    if not batches or not sum(b.num_rows for b in batches):
+        return None
+    table = pa.Table.from_batches(batches)
+    return table.rename_columns([names.get(n, n) for n in table.column_names])
+
+
 class _KernelTask:
     """What each Spark task runs over its partition: the kernel, then its outputs as
     ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
@@ -606,11 +622,9 @@ class _KernelTask:
         self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
 
     def __call__(self, batches):
-        batches = list(batches)
-        if not batches or not sum(b.num_rows for b in batches):
+        table = task_table(batches, self.names)
+        if table is None:
             return
-        table = pa.Table.from_batches(batches)
-        table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         out = K.process(table, self.spec, self.timelines, self.flush)
         names, blobs = [], []
         if out.late.num_rows:  # the late events' lateness alone, for percentiles in the driver

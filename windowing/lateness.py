@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -198,19 +197,10 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
 
     full_spec = wi.spec(full)
     events = norm.where(F.col(E.REJECT_REASON).isNull()).drop(E.REJECT_REASON, *K.task_derived(full_spec))
-    kernel_in = events
     state_rows = _state_rows(pipeline, wi, state, events_df) if state is not None else None
-    if state_rows is not None:
-        kernel_in = events.unionByName(state_rows, allowMissingColumns=True)
-    part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
-    nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
-    names = kernel_in.columns
-    safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
-    if safe != names:
-        kernel_in = kernel_in.toDF(*safe)
+    kernel_in, names, nparts = E.kernel_input(spark, pipeline, events, state_rows)
     schemas = W.output_schemas(wi)
-    task = _Task(wi, dict(zip(safe, names)), schemas)
+    task = _Task(wi, names, schemas)
     held = E._hold(spark, kernel_in.mapInArrow(task, E._spark_schema(task.schema)))
     try:
         with E._session_conf(spark, E._kernel_job_conf(spark)):
@@ -251,11 +241,9 @@ class _Task:
         self.schema = pa.schema([pa.field(E.SIDE_OUTPUT, pa.string()), pa.field(E.SIDE_DATA, pa.binary())])
 
     def __call__(self, batches):
-        batches = list(batches)
-        if not batches or not sum(b.num_rows for b in batches):
+        table = E.task_table(batches, self.names)
+        if table is None:
             return
-        table = pa.Table.from_batches(batches)
-        table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         result = W.analyse(table, self.wi)
         sizes = [(_ROWS, name, getattr(result, name).num_rows) for name in _LARGE]
         result.counters = pa.concat_tables([result.counters, pa.table(
@@ -755,7 +743,7 @@ def write_lateness(result: LatenessResult, out_dir, pipeline: Pipeline, inputs=(
     """Write the tables (Parquet), ``figures.json`` and ``report.html`` into a new run
     folder of ``out_dir`` and commit it (as :mod:`windowing.io` commits a replay: a crash
     leaves the previous run current). Returns the :class:`windowing.io.Commit`."""
-    from windowing.io import OutputError, Staged, _new_run_id, _root_cause, check_output_target
+    from windowing.io import Staged, _new_run_id, check_output_target, write_datasets
     from windowing.lake import Lake, join
     from windowing.lateness_report import render_report
 
@@ -767,19 +755,7 @@ def write_lateness(result: LatenessResult, out_dir, pipeline: Pipeline, inputs=(
     frames[FIGURES] = spark.createDataFrame([(json.dumps(result.figures, sort_keys=True, default=str),)],
                                             "value string").coalesce(1)
 
-    def write(name: str) -> None:
-        target = join(staged.path, name)
-        try:
-            writer = frames[name].write.mode("error")
-            writer.text(target) if name == FIGURES else writer.parquet(target)
-        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
-            raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
-
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        futures = [pool.submit(write, name) for name in frames]
-    errors = [f.exception() for f in futures if f.exception() is not None]
-    if errors:
-        raise errors[0]
+    write_datasets(staged, frames, text=(FIGURES,), workers=6)
     Lake(spark).put_text(join(staged.path, REPORT), render_report(result.figures))
     return staged.commit({"kind": KIND, "tables": sorted(result.tables)})
 
