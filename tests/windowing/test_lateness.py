@@ -177,3 +177,19 @@ def test_engine_rejects_future_skew_and_conserves_events(spark):
         assert checks["conservation"].passed and checks["rejected_reason"].passed
     finally:
         result.unpersist()
+
+
+def test_a_partition_without_events(spark, tmp_path):
+    """An empty day (a Dagster partition with no landed events): zero everywhere, a report."""
+    from windowing.lateness import write_lateness
+
+    columns = ["arrival", "event_time", "offset", "worker", "user", "amount", "tag"]
+    result = lateness(spark, PIPELINE, to_df(spark, [], columns=columns), options=OPTIONS)
+    try:
+        commit = write_lateness(result, str(tmp_path / "out"), PIPELINE)
+    finally:
+        result.unpersist()
+    figures = read_lateness(spark, str(tmp_path / "out")).figures
+    assert figures["accepted_events"] == 0 and all(c["late_events"] == 0 for c in figures["curves"])
+    assert all(r["smallest_delay_ms"] == 0 for r in figures["recommendations"])
+    assert Lake(spark).get_text(f"{commit.run_path}/report.html").count("<svg") == 4

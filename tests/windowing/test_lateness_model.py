@@ -342,3 +342,81 @@ def _doc_of(pipeline):
     return {"name": pipeline.name, "emitter": {"tumbling-time-window": {
         "windowSpan": "10s", "timeConfig": {"eventTimeExtractor": "event_time"},
         "aggregateDefinition": [{"type": "count"}]}}}
+
+
+# --------------------------------------------------------------------------- options, configuration, report
+
+
+def test_options_and_configuration_errors_name_the_field(tmp_path, capsys):
+    from windowing.cli import main
+    from windowing.config import ConfigError
+    from windowing.lateness import parse_delays, parse_modes
+
+    assert parse_delays("2m, 0s,5s,5s") == (0, 5_000, 120_000)
+    assert parse_modes("both") == tuple(Lateness) and parse_modes("configured") is None
+    for bad, field in (("--delays", "--delays"), ("--target-late", "--target-late"),
+                       ("--lateness-modes", "--lateness-modes"), ("--future-skew", "--future-skew")):
+        config = tmp_path / "p.yaml"
+        config.write_text(_PIPELINE_YAML)
+        rc = main(["lateness", "--config", str(config), "--input", str(tmp_path), "--output", str(tmp_path / "o"),
+                   bad, "soon"])
+        assert rc == 2 and field in capsys.readouterr().err, bad
+    with pytest.raises(ConfigError, match="source.maxFutureSkew.*eventTimeExtractor"):
+        parse_pipeline({"name": "p", "source": {"arrivalTime": "arrival", "maxFutureSkew": "1m"},
+                        "emitter": {"tumbling-time-window": {"windowSpan": "10s",
+                                                             "aggregateDefinition": [{"type": "count"}]}}})
+    with pytest.raises(ConfigError, match="source.maxFutureSkew"):
+        _skew_pipeline("later")
+
+
+_PIPELINE_YAML = """\
+name: p
+source: {arrivalTime: arrival}
+emitter:
+  tumbling-time-window:
+    windowSpan: 10s
+    timeConfig: {eventTimeExtractor: event_time}
+    aggregateDefinition: [{type: count}]
+"""
+
+
+def _skew_pipeline(skew=None):
+    return parse_pipeline({"name": "p", "source": {"arrivalTime": "arrival",
+                                                   **({"maxFutureSkew": skew} if skew else {})},
+                           "emitter": {"tumbling-time-window": {
+                               "windowSpan": "10s", "timeConfig": {"eventTimeExtractor": "event_time"},
+                               "aggregateDefinition": [{"type": "count"}]}}})
+
+
+def test_max_future_skew_in_the_fingerprint_only_when_set():
+    """Off leaves the fingerprint of existing pipelines (and their carried state) as it was;
+    set, state written without it (or with another value) is refused."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    plain = _skew_pipeline()
+    source = {k: v for k, v in asdict(plain.source).items() if k not in plain.source.LOCATION_FIELDS
+              and k != "max_future_skew_ms"}
+    before = hashlib.sha256(json.dumps({"source": source, "window": asdict(plain.window),
+                                        "aggregates": [asdict(a) for a in plain.aggregates]},
+                                       sort_keys=True, default=str).encode()).hexdigest()[:16]
+    assert plain.fingerprint() == before
+    assert len({plain.fingerprint(), _skew_pipeline("1m").fingerprint(), _skew_pipeline("2m").fingerprint()}) == 3
+
+
+def test_no_events_gives_an_empty_analysis_and_a_report():
+    from windowing.lateness_report import render_report
+
+    pipeline, _ = _example(INPUT_A)
+    result = local_lateness(pipeline, [], LatenessOptions())
+    assert result.counters == {} and result.tables["cost"].num_rows == 0
+    assert result.late_counts(WatermarkStrategy.MIN_EVENT_TIME, Lateness.WINDOW_CLOSED, [0]) == [(0, 0)]
+    figures = {
+        "pipeline": "p", "configured": {"strategy": "MIN_EVENT_TIME", "lateness": "WINDOW_CLOSED", "delay_ms": 0},
+        "configured_replay": {"late_events": 0, "late_share": 0.0}, "accepted_events": 0, "rejected_rows": 0,
+        "variants": [], "cost": {"windows": 0, "worst_windows": []}, "recommendations": [], "curves": [],
+        "late_curve_points": {}, "delays_ms": [0], "target_late": 0.001, "lateness_histogram": [],
+        "late_by_hour": [], "late_by_worker": [], "future_skew": {"threshold_ms": None}}
+    page = render_report(figures)
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4
