@@ -323,8 +323,8 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
         spec = wi.spec(v)
         sub = table.filter(pa.array(keep)) if not keep.all() else table
         out = K.process(sub, spec, wi.variant_timelines(v), wi.flush_at_end)
-        outs[v] = out
         state_parts.append(_tag(out.state, v))
+        outs[v] = out if v.full or v.skew_free else _slim(out, keep_late=not v.delay_ms)
     schemas = output_schemas(wi)
     full = outs[wi.full]
     events = table.filter(pa.array(is_event)) if not is_event.all() else table
@@ -351,6 +351,15 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
         latency_coarse=latency_coarse,
         state=_concat_state(state_parts, schemas["state"]),
     )
+
+
+def _slim(out: K.KernelOutput, keep_late: bool) -> K.KernelOutput:
+    """What the sums need of a lean variant's replay (its emit times and window ends, its
+    late pairs at delay 0 for the slack, its counters), so that a task holds little more
+    than one replay's outputs at a time."""
+    return K.KernelOutput(out.aggregates.select(["window_end", "emit_reason", "emit_time"]),
+                          out.late if keep_late else out.late.slice(0, 0), out.state.slice(0, 0), out.counters,
+                          out.counters_by_worker)
 
 
 def _with_row_ids(table: pa.Table) -> pa.Table:
