@@ -10,7 +10,10 @@ session, times:
 * ``rewindow replay`` of a 1 h tumbling window with the same aggregates, per-key
   watermarks and late-event output, written to Parquet.
 
-The last line is ``ratio_vs_plain_spark=X.XX`` (replay time / plain time).
+The last line is ``ratio_vs_plain_spark=X.XX`` (replay time / plain time). With
+``--lateness`` it also times ``rewindow lateness`` (default options: both strategies,
+delays 0s,1s,5s,30s,2m, future skew listed) on the same data, alternating with the replay,
+and prints ``lateness_ratio_vs_replay=X.XX`` (lateness time / replay time) before it.
 
     python bench/replay_bench.py            # full size
     python bench/replay_bench.py --quick    # 1 million events, a couple of minutes
@@ -75,6 +78,19 @@ def rewindow_replay(spark, inp: str, out: str) -> dict:
     return metrics
 
 
+def rewindow_lateness(spark, inp: str, out: str) -> dict:
+    from windowing.io import read_events
+    from windowing.lateness import LatenessOptions, lateness, write_lateness
+
+    pipeline = parse_pipeline(PIPELINE)
+    result = lateness(spark, pipeline, read_events(spark, inp), options=LatenessOptions())
+    try:
+        write_lateness(result, out, pipeline)
+    finally:
+        result.unpersist()
+    return result.figures
+
+
 def _hot_key(folder: Path, n: int, days: int) -> None:
     """N events of key ``user-hot`` spread over the history, a few percent late."""
     import numpy as np
@@ -111,6 +127,7 @@ def main() -> None:
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--hot-key", type=int, default=0, metavar="N",
                     help="add N events of one single key (memory check for skewed keys)")
+    ap.add_argument("--lateness", action="store_true", help="also time rewindow lateness against the replay")
     args = ap.parse_args()
     if args.quick:
         args.events, args.keys = 1_000_000, 20_000
@@ -138,8 +155,10 @@ def main() -> None:
     # Warm-up of both on a small history: JVM code generation and JIT, Python workers.
     plain_spark(spark, str(warm), str(work / "warm-plain"))
     rewindow_replay(spark, str(warm), str(work / "warm-replay"))
+    if args.lateness:
+        rewindow_lateness(spark, str(warm), str(work / "warm-lateness"))
 
-    plain_t, replay_t, metrics = [], [], {}
+    plain_t, replay_t, lateness_t, metrics = [], [], [], {}
     for i in range(args.repeat):
         t = time.monotonic()
         plain_spark(spark, str(data), str(work / "plain"))
@@ -148,6 +167,12 @@ def main() -> None:
         metrics = rewindow_replay(spark, str(data), str(work / "replay"))
         replay_t.append(time.monotonic() - t)
         print(f"run {i + 1}: plain spark {plain_t[-1]:.1f}s, rewindow replay {replay_t[-1]:.1f}s", flush=True)
+        if args.lateness:
+            t = time.monotonic()
+            figures = rewindow_lateness(spark, str(data), str(work / "lateness"))
+            lateness_t.append(time.monotonic() - t)
+            print(f"run {i + 1}: rewindow lateness {lateness_t[-1]:.1f}s ({len(figures['variants'])} variants, "
+                  f"{figures['configured_replay']['late_events']:,} late as configured)", flush=True)
 
     plain, rep = statistics.median(plain_t), statistics.median(replay_t)
     print(f"replay: {metrics['input_rows']:,} events, {metrics['windows_emitted']:,} windows emitted, "
@@ -156,6 +181,10 @@ def main() -> None:
     print(f"throughput: plain {n / plain:,.0f} events/s, replay {n / rep:,.0f} events/s")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
+    if lateness_t:
+        late = statistics.median(lateness_t)
+        print(f"lateness: {late:.1f}s against the replay's {rep:.1f}s")
+        print(f"lateness_ratio_vs_replay={late / rep:.2f}")
     print(f"ratio_vs_plain_spark={rep / plain:.2f}")
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import dagster as dg
 
 from assets.events import build_events_asset
+from assets.lateness import build_lateness_asset
 from assets.pipelines import asset_prefix, build_pipeline_assets
 from orchestration.partitions import PartitionSettings
 from orchestration.resources import SparkResource, StorageResource, resolved, spark_from_env, storage_from_env
-from orchestration.schedules import newest_partition_schedule, replay_job
+from orchestration.schedules import lateness_job, newest_partition_schedule, replay_job
 from orchestration.sensors import build_landing_zone_sensor, landing_location
 
 
@@ -72,12 +73,14 @@ def build_definitions(
     pipelines = load_pipelines(resolved(storage.pipelines_dir))
     assets = [build_events_asset(partitions_def)]
     assets += [build_pipeline_assets(p, f, partitions_def) for p, f in pipelines]
+    replayed = [k for a in assets for k in a.keys]  # what the replay job (and its sensor) materializes
+    assets += [build_lateness_asset(p, f, partitions_def) for p, f in pipelines]
     job = replay_job()
     return dg.Definitions(
         assets=assets,
-        jobs=[job],
+        jobs=[job, lateness_job()],
         schedules=[newest_partition_schedule(job, partitions.grain)],
-        sensors=[build_landing_zone_sensor(job, partitions, storage, [k for a in assets for k in a.keys])],
+        sensors=[build_landing_zone_sensor(job, partitions, storage, replayed)],
         resources={"pyspark": spark, "storage": storage},
         executor=dg.in_process_executor,
     )

@@ -7,12 +7,26 @@ import dagster as dg
 REPLAY_JOB = "replay_history"
 
 
+#: Tag of the analysis assets (each pipeline's lateness): not part of the replay job.
+ANALYSIS_TAG = ("rewindow/role", "analysis")
+LATENESS_JOB = "lateness_report"
+
+
 def replay_job() -> dg.UnresolvedAssetJobDefinition:
-    """Every asset: the events and each pipeline's replay, partitioned alike."""
+    """The events and each pipeline's replay, partitioned alike (not the analyses)."""
     return dg.define_asset_job(
         REPLAY_JOB,
-        selection=dg.AssetSelection.all(),
+        selection=dg.AssetSelection.all() - dg.AssetSelection.tag(*ANALYSIS_TAG),
         description="Register the landing zone's events and replay every pipeline over them.",
+    )
+
+
+def lateness_job() -> dg.UnresolvedAssetJobDefinition:
+    """Each pipeline's lateness analysis (assets.lateness), partitioned like its replay."""
+    return dg.define_asset_job(
+        LATENESS_JOB,
+        selection=dg.AssetSelection.tag(*ANALYSIS_TAG),
+        description="What lateness cost each pipeline, and which delay and watermark strategy to run with.",
     )
 
 

@@ -66,11 +66,13 @@ HEARTBEATS = [None, "1s", "2s", "5s", "1500ms", "0s"]
 
 @st.composite
 def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "session-window"), first_last=False,
-              event_time=None, processing_idle=False):
+              event_time=None, processing_idle=False, future_skew=False):
     """Random pipelines; ``first_last``: always with the ``first`` and ``last`` aggregates;
     ``event_time``: with (True) or without (False) an event-time column, else drawn;
     ``processing_idle``: always with an idle timeout on the PROCESSING_TIME clock and a
-    heartbeat on (contract section 5.2)."""
+    heartbeat on (contract section 5.2); ``future_skew``: with ``source.maxFutureSkew``
+    (0 to 6 s, under the 1 to 8 s that :func:`histories` puts some events ahead) whenever
+    there is an event-time column (no draw otherwise, so the other cases stay the same)."""
     wtype = draw(st.sampled_from(windows))
     if event_time is None:
         event_time = draw(st.booleans()) or wtype == "session-window" and draw(st.booleans())
@@ -111,6 +113,8 @@ def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "ses
         source["batch"] = {"interval": f"{draw(st.integers(1, 3))}s"}
     if draw(st.booleans()):
         source["worker"] = "worker"
+    if future_skew and event_time:
+        source["maxFutureSkew"] = f"{draw(st.integers(0, 6))}s"
     triggers = draw(st.sampled_from([["atWindowEnd"], ["atWindowEnd"], ["atWindowEnd", "atAggregate"], ["atAggregate"]]))
     doc = {"name": "gen", "source": source, "emitter": {wtype: window, "triggers": triggers}}
     heartbeat = draw(st.sampled_from(HEARTBEATS[:-1] if processing_idle else HEARTBEATS))

@@ -50,12 +50,44 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     """
     if by_worker is None:
         by_worker = len(rows) % 2 == 1
-    columns = [c for c in ARROW_TYPES if any(c in r for r in rows)] or list(ARROW_TYPES)
-    types = {c: column_type(c, decimals) for c in columns}
+    types, valid, rejected = normalise_rows(pipeline, rows, state.workers if state else [], decimals)
     spec = K.Spec(pipeline=pipeline, input_types=types)
     src, w = pipeline.source, pipeline.window
     wcol = src.worker
-    last = {ws["worker"]: ws["batch"] for ws in (state.workers if state else [])}
+    pick = min if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else max
+    workers = state.workers if state else []
+    if by_worker:
+        with_events = {K._hashable(v[4]) for v in valid}
+        carried = {K._hashable(s["worker"]): s for s in workers}
+        timelines, worker_rows = E._timelines(pipeline, summary_table([], pick),
+                                              [s for s in workers if K._hashable(s["worker"]) not in with_events])
+    else:
+        timelines, worker_rows = E._timelines(pipeline, summary_table(valid, pick), workers)
+    table = events_table(valid, types)
+    if state is not None and state.rows.num_rows:
+        table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")
+    subs = key_partitions(table, [c for c in (wcol, None if by_worker else w.key) if c], partitions)
+    if by_worker:
+        outs = [_task(spec, sub, timelines, flush_at_end, carried, worker_rows) for sub in subs]
+    else:
+        outs = [K.process(sub, spec, timelines, flush_at_end) for sub in subs]
+    aggs = pa.concat_tables([o.aggregates for o in outs]) if outs else spec.aggregates_schema().empty_table()
+    late = pa.concat_tables([o.late for o in outs]) if outs else spec.late_schema().empty_table()
+    st = pa.concat_tables([o.state for o in outs]) if outs else spec.state_schema().empty_table()
+    new_state = LocalState(
+        [{"worker": r.get(wcol) if wcol else 0, "batch": r["batch"], "watermark_ms": r["watermark_ms"],
+          "clock_ms": r["clock_ms"]} for r in worker_rows], st)
+    return _ms_rows(aggs), _ms_rows(late), rejected, new_state
+
+
+def normalise_rows(pipeline, rows, state_workers=(), decimals=None):
+    """(input types, valid events, rejected rows) as the Spark runner's normalisation gives
+    them: each valid event is ``(row, arrival ms, event ms, batch, worker)``."""
+    columns = [c for c in ARROW_TYPES if any(c in r for r in rows)] or list(ARROW_TYPES)
+    types = {c: column_type(c, decimals) for c in columns}
+    src, w = pipeline.source, pipeline.window
+    wcol = src.worker
+    last = {ws["worker"]: ws["batch"] for ws in state_workers}
     valid, rejected = [], []
     for r in rows:
         arr = r.get(src.arrival_time)
@@ -70,32 +102,36 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
             reason = "event time is null"
         elif src.batch_column and batch is None:
             reason = "batch is null"
+        elif src.max_future_skew_ms is not None and evt - arr > src.max_future_skew_ms:
+            reason = "FUTURE_SKEW"
         elif wv in last and last[wv] is not None and batch <= last[wv]:
             reason = "batch already committed"
         if reason:
             rejected.append({**{c: r.get(c) for c in columns}, "reason": reason})
         else:
             valid.append((r, arr, evt, batch, wv))
-    # The (worker, batch) summary the Spark runner collects.
+    return types, valid, rejected
+
+
+SUMMARY_SCHEMA = pa.schema([("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()),
+                            ("cand", pa.int64()), ("maxarr", pa.int64()), ("minarr", pa.int64()), ("n", pa.int64())])
+
+
+def summary_table(valid, pick) -> pa.Table:
+    """The (worker, batch) summary the Spark runner collects (``pick``: min or max)."""
     summary: dict = {}
-    pick = min if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else max
     for r, arr, evt, batch, wv in valid:
         key = (wv, batch)
         c, a, lo, n = summary.get(key, (evt, arr, arr, 0))
         summary[key] = (pick(c, evt), max(a, arr), min(lo, arr), n + 1)
     srows = [{"reason": None, "__w": wv, "__batch": b, "cand": c, "maxarr": a, "minarr": lo, "n": n}
              for (wv, b), (c, a, lo, n) in summary.items()]
-    srows = pa.Table.from_pylist(srows, schema=pa.schema([
-        ("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()), ("cand", pa.int64()),
-        ("maxarr", pa.int64()), ("minarr", pa.int64()), ("n", pa.int64())]))
-    carried = {K._hashable(s["worker"]): s for s in (state.workers if state else [])}
-    if by_worker:
-        timelines, worker_rows = K.worker_timelines(
-            pipeline, {}, {wv: s for wv, s in carried.items() if wv not in {v[4] for v in valid}})
-    else:
-        timelines, worker_rows = K.worker_timelines(pipeline, E._commits(srows), carried)
-    # Kernel input: events plus carried key/window rows, split into partitions by key.
-    ev_cols = {c: [r.get(c) for r, *_ in valid] for c in columns}
+    return pa.Table.from_pylist(srows, schema=SUMMARY_SCHEMA)
+
+
+def events_table(valid, types) -> pa.Table:
+    """The kernel's input rows for the valid events (input columns and the internal ones)."""
+    ev_cols = {c: [r.get(c) for r, *_ in valid] for c in types}
     ev_cols["__kind"] = [K.EVENT] * len(valid)
     ev_cols["__batch"] = [v[3] for v in valid]
     ev_cols["__arr"] = [v[1] for v in valid]
@@ -103,29 +139,22 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     schema = pa.schema([pa.field(c, t) for c, t in types.items()] + [
         pa.field("__kind", pa.int8()), pa.field("__batch", pa.int64()), pa.field("__arr", pa.int64()),
         pa.field("__evt", pa.int64())])
-    table = pa.table(ev_cols, schema=schema)
-    if state is not None and state.rows.num_rows:
-        table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")
-    keycols = [c for c in (wcol, w.key if not by_worker else None) if c]
+    return pa.table(ev_cols, schema=schema)
+
+
+def key_partitions(table: pa.Table, keycols, partitions: int) -> list[pa.Table]:
+    """``table`` split by key into ``partitions`` tables (empty ones left out), each in a
+    shuffled row order, as Spark hands a partition over."""
     part = [zlib.crc32(repr(tuple(table[c][i].as_py() for c in keycols)).encode()) % partitions
             for i in range(table.num_rows)]
-    outs = []
+    out = []
     for p in range(partitions):
         sub = table.filter(pa.array([x == p for x in part], pa.bool_()))
-        # Spark hands a partition's rows over in no particular order: neither may we.
         sub = sub.take(pa.array(random.Random(p + sub.num_rows).sample(range(sub.num_rows), sub.num_rows),
                                 pa.int64()))
-        if sub.num_rows and by_worker:
-            outs.append(_task(spec, sub, timelines, flush_at_end, carried, worker_rows))
-        elif sub.num_rows:
-            outs.append(K.process(sub, spec, timelines, flush_at_end))
-    aggs = pa.concat_tables([o.aggregates for o in outs]) if outs else spec.aggregates_schema().empty_table()
-    late = pa.concat_tables([o.late for o in outs]) if outs else spec.late_schema().empty_table()
-    st = pa.concat_tables([o.state for o in outs]) if outs else spec.state_schema().empty_table()
-    new_state = LocalState(
-        [{"worker": r.get(wcol) if wcol else 0, "batch": r["batch"], "watermark_ms": r["watermark_ms"],
-          "clock_ms": r["clock_ms"]} for r in worker_rows], st)
-    return _ms_rows(aggs), _ms_rows(late), rejected, new_state
+        if sub.num_rows:
+            out.append(sub)
+    return out
 
 
 def _task(spec, table, timelines, flush_at_end, carried, worker_rows) -> K.KernelOutput:

@@ -280,6 +280,8 @@ class _Replay:
             reason = "event time is null"
         elif src.batch_column and batch is None:
             reason = "batch is null"
+        elif src.max_future_skew_ms is not None and event - arrival > src.max_future_skew_ms:
+            reason = "FUTURE_SKEW"  # §1: rejected before it moves any watermark
         else:
             reason = None
             if not src.batch_column:

@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--partition-edge", action="append", metavar="TIME",
                    help="a partition boundary, ISO date or time (repeatable, increasing): per-partition figures")
     _spark_args(c)
+    _lateness_args(sub)
     g = sub.add_parser("generate", help="write sample event history (Parquet)")
     g.add_argument("--output", required=True)
     g.add_argument("--start", default="2024-01-01")
@@ -62,10 +63,34 @@ def main(argv: list[str] | None = None) -> int:
             from windowing.reconcile import main_reconcile
 
             return main_reconcile(args)
+        if args.command == "lateness":
+            from windowing.lateness import main_lateness
+
+            return main_lateness(args)
         return _generate(args)
     except (ConfigError, ValueError, OSError, WorkerEnvironmentError) as exc:
         print(f"rewindow: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _lateness_args(sub) -> None:
+    from windowing.lateness import DEFAULT_DELAYS, DEFAULT_FUTURE_SKEW, DEFAULT_TARGET_LATE, DEFAULT_WORST
+
+    p = sub.add_parser("lateness", help="what lateness cost, and which delay and watermark strategy to run with")
+    p.add_argument("--config", required=True, help="pipeline YAML")
+    p.add_argument("--input", nargs="+", help="events: folders, files or URIs (default: the pipeline's source)")
+    p.add_argument("--output", required=True, help="report folder or URI (tables, figures, report.html; committed)")
+    p.add_argument("--state-in", help="the previous partition's `rewindow lateness` output (same options)")
+    p.add_argument("--delays", default=DEFAULT_DELAYS, help=f"delayWindowClose values to replay (default {DEFAULT_DELAYS})")
+    p.add_argument("--target-late", default=DEFAULT_TARGET_LATE,
+                   help=f"late share to stay at or under, e.g. 0.1%% (default {DEFAULT_TARGET_LATE})")
+    p.add_argument("--lateness-modes", default=None,
+                   help="configured (default), both, or WINDOW_CLOSED,BEFORE_WATERMARK")
+    p.add_argument("--future-skew", default=DEFAULT_FUTURE_SKEW,
+                   help=f"list events this far ahead of their arrival, or off (default {DEFAULT_FUTURE_SKEW})")
+    p.add_argument("--worst", type=int, default=DEFAULT_WORST, help="windows listed as the worst (default 20)")
+    p.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
+    _spark_args(p)
 
 
 def _spark_args(p: argparse.ArgumentParser) -> None:

@@ -117,6 +117,10 @@ class Source:
     partition_column: str | None = None
     #: Extra reader options (``header: true`` for csv, ...).
     options: tuple[tuple[str, str], ...] = ()
+    #: ``maxFutureSkew``: an event whose event time is more than this ahead of its arrival
+    #: time is rejected (reason ``FUTURE_SKEW``) before it moves any watermark. None: off
+    #: (the live semantics, where such an event moves its key's and worker's watermarks).
+    max_future_skew_ms: int | None = None
 
     #: Fields that say where events are, not what they mean (not in the fingerprint).
     LOCATION_FIELDS = ("path", "table", "format", "schema", "partition_column", "options")
@@ -219,7 +223,9 @@ class Pipeline:
         watermarks and partial aggregates would silently mean something else.
         """
         semantic = {
-            "source": {k: v for k, v in asdict(self.source).items() if k not in Source.LOCATION_FIELDS},
+            # maxFutureSkew off (None) leaves the fingerprint what it was before the option existed.
+            "source": {k: v for k, v in asdict(self.source).items() if k not in Source.LOCATION_FIELDS
+                       and not (k == "max_future_skew_ms" and v is None)},
             "window": asdict(self.window),
             "aggregates": [asdict(a) for a in self.aggregates],
         }
@@ -364,6 +370,11 @@ def parse_pipeline(doc: Any) -> Pipeline:
     window, aggregates, labels = _parse_window(wtype, wdoc, wfield, columns, ignored)
     columns.refuse_unused()
     _refuse_clashing_columns(source, window, aggregates, labels)
+    if source.max_future_skew_ms is not None and window.event_time is None:
+        raise ConfigError(
+            f"source.maxFutureSkew: {m['source']['maxFutureSkew']!r} needs an event time "
+            f"({wfield}.timeConfig.eventTimeExtractor): without one, event time is arrival time and never ahead of it"
+        )
 
     # VoltSP writes triggers beside the window (under emitter) or inside the window block.
     given = [(f, d["triggers"]) for f, d in (("triggers", m), ("emitter.triggers", emitter),
@@ -428,7 +439,7 @@ def parse_share(v: Any, f: str) -> float:
 
 
 _SOURCE_FIELDS = {"path", "table", "format", "schema", "partitionColumn", "options", "arrivalTime", "arrivalOrder",
-                  "batch", "worker"}
+                  "batch", "worker", "maxFutureSkew"}
 
 
 def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
@@ -488,6 +499,8 @@ def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
         batch_interval_ms=batch_interval,
         worker=_column(s.get("worker"), "source.worker"),
         path=path,
+        max_future_skew_ms=(_duration(s["maxFutureSkew"], "source.maxFutureSkew")
+                            if s.get("maxFutureSkew") is not None else None),
     )
 
 

@@ -37,6 +37,9 @@ REJECT_REASON = "reason"
 #: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
 ARRIVAL_OUT_OF_RANGE = "arrival time out of range"
 EVENT_OUT_OF_RANGE = "event time out of range"
+#: Reason of rows whose event time is more than ``source.maxFutureSkew`` ahead of their
+#: arrival time (docs/semantics.md section 1): rejected before they move any watermark.
+FUTURE_SKEW = "FUTURE_SKEW"
 
 
 class StateMismatchError(ValueError):
@@ -127,7 +130,7 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
             else F.max("__evt")
         with _naming_bad_files(inputs):
             summary = _summary(norm, cand, wexpr)
-        timelines, worker_rows = K.worker_timelines(pipeline, _commits(summary), carried)
+        timelines, worker_rows = _timelines(pipeline, summary, worker_state)
 
     # Phase 3: the kernel, per partition of (worker, key).
     arrow_types = _arrow_types(spark, events_df)
@@ -135,24 +138,9 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
     # Events go to the tasks as they came; the tasks compute the internal columns they can
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
     events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(spec))
-    kernel_in = events
-    if key_state is not None:
-        kernel_in = events.unionByName(key_state, allowMissingColumns=True)
-    if worker_tasks:
-        nparts = len(set(worker_tasks.values()))
-        kernel_in = kernel_in.repartition(nparts, _task_of_worker(kernel_in, wcol, worker_tasks))
-    else:
-        part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
-        nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-        kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
-    # PySpark's mapInArrow resolves columns by name, which a dot in a name breaks: hand
-    # such columns over under a safe name, and the task puts the real name back.
-    names = kernel_in.columns
-    safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
-    if safe != names:
-        kernel_in = kernel_in.toDF(*safe)
+    kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, worker_tasks)
     schemas = _output_schemas(spec)
-    fn = _KernelTask(spec, timelines, flush, dict(zip(safe, names)), schemas,
+    fn = _KernelTask(spec, timelines, flush, names, schemas,
                      lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
                      carried=carried if worker_tasks else None)
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
@@ -207,6 +195,28 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
                        pipeline, by_worker)
     return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
                         _persisted=kernel_out)
+
+
+def kernel_input(spark, pipeline: Pipeline, events, state_rows=None, worker_tasks=None):
+    """The kernel's input: ``events`` and the carried ``state_rows`` (or None), hash-
+    partitioned by (worker, key) into ``spark.sql.shuffle.partitions`` partitions, every
+    key's rows in one; or, with ``worker_tasks`` (see :func:`_worker_tasks`), each worker's
+    rows in the partition it was given. Returns ``(input, names, partitions)``: PySpark's
+    mapInArrow resolves columns by name, which a dot in a name breaks, so such columns go
+    under a safe name and ``names`` maps it back (the task puts the real name back)."""
+    kernel_in = events if state_rows is None else events.unionByName(state_rows, allowMissingColumns=True)
+    if worker_tasks:
+        nparts = len(set(worker_tasks.values()))
+        kernel_in = kernel_in.repartition(nparts, _task_of_worker(kernel_in, pipeline.source.worker, worker_tasks))
+    else:
+        part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
+        nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
+    names = kernel_in.columns
+    safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
+    if safe != names:
+        kernel_in = kernel_in.toDF(*safe)
+    return kernel_in, dict(zip(safe, names)), nparts
 
 
 # --------------------------------------------------------------------------- phase 1
@@ -324,6 +334,8 @@ def _normalise(pipeline: Pipeline, df):
         ).when(F.col("__evt").isNull(), F.lit(EVENT_OUT_OF_RANGE))
     if src.batch_column:
         reason = reason.when(_col(src.batch_column).isNull(), F.lit("batch is null"))
+    if src.max_future_skew_ms is not None:
+        reason = reason.when(F.col("__evt") - F.col("__arr") > F.lit(src.max_future_skew_ms), F.lit(FUTURE_SKEW))
     out = out.withColumn(REJECT_REASON if REJECT_REASON not in cols else "__reason_tmp", reason)
     if REJECT_REASON in cols:
         raise ConfigError(f"input column {REJECT_REASON!r} clashes with the rejected output's reason column")
@@ -518,6 +530,16 @@ def _summary(norm, cand, wexpr) -> pa.Table:
     return per_batch.toArrow()  # Arrow: one row per batch, fast to collect
 
 
+def _timelines(pipeline: Pipeline, summary: pa.Table, worker_state) -> tuple[dict, list[dict]]:
+    """Each worker's timeline and state row from a :func:`_summary` table (rows with a
+    reject reason, if it has that column, are left out) and the carried worker rows."""
+    import pyarrow.compute as pc
+
+    if REJECT_REASON in summary.column_names:
+        summary = summary.filter(pc.is_null(summary[REJECT_REASON]))
+    return K.worker_timelines(pipeline, _commits(summary), {_hashable(s["worker"]): s for s in worker_state})
+
+
 def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
     """:func:`_summary` per worker: batches in order, candidates, greatest and smallest
     arrivals (the input of :func:`windowing.kernel.worker_timelines`)."""
@@ -687,6 +709,16 @@ SIDE_OUTPUT, SIDE_DATA = "__side_output", "__side_data"
 LATENESS_COLLECTED, LATENESS_HELD = "lateness", "lateness_held"
 
 
+def task_table(batches, names: dict[str, str]) -> pa.Table | None:
+    """A task's rows as one table, the columns under their real names again (see
+    :func:`kernel_input`); None for a task without rows."""
+    batches = list(batches)
+    if not batches or not sum(b.num_rows for b in batches):
+        return None
+    table = pa.Table.from_batches(batches)
+    return table.rename_columns([names.get(n, n) for n in table.column_names])
+
+
 class _KernelTask:
     """What each Spark task runs over its partition: the kernel, then its outputs as
     ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
@@ -703,11 +735,9 @@ class _KernelTask:
         self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
 
     def __call__(self, batches):
-        batches = list(batches)
-        if not batches or not sum(b.num_rows for b in batches):
+        table = task_table(batches, self.names)
+        if table is None:
             return
-        table = pa.Table.from_batches(batches)
-        table = table.rename_columns([self.names.get(n, n) for n in table.column_names])
         timelines, names, blobs = self.timelines, [], []
         if self.carried is not None:
             table = K.with_event_columns(table, self.spec)

@@ -574,25 +574,36 @@ def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
     frames[PROMETHEUS] = spark.createDataFrame(
         [(render_prometheus(result.metrics).removesuffix("\n"),)], "value string").coalesce(1)
 
+    write_datasets(staged, frames, text=(METRICS, PROMETHEUS), files=files)
+    return staged
+
+
+def write_datasets(staged: "Staged", frames: dict, text=(), files=(), workers: int | None = None) -> None:
+    """Write each DataFrame of ``frames`` into the staged run as the dataset of its name:
+    Parquet, or Spark text for the names in ``text`` (one-row JSON or text files).
+
+    The datasets are independent Spark jobs, run side by side (``workers`` at a time, all
+    by default), so that the small ones do not wait for each other's start-up. Raises
+    :class:`OutputError` naming the dataset's path, or the :class:`InputError` naming an
+    input file of ``files`` that Spark failed to read while computing one (a damaged data
+    page surfaces here, at the first action).
+    """
     def write(name: str) -> None:
         target = join(staged.path, name)
         try:
             writer = frames[name].write.mode("error")
-            writer.text(target) if name in (METRICS, PROMETHEUS) else writer.parquet(target)
-        except Exception as exc:  # a damaged input page surfaces here, at the first action
-            err = input_error_from(exc, files)
+            writer.text(target) if name in text else writer.parquet(target)
+        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+            err = input_error_from(exc, files) if files else None
             if err is not None:
                 raise err from exc
             raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
 
-    # The datasets are independent Spark jobs: run them side by side, so that the small
-    # ones (late events, state, metrics) do not wait for each other's start-up.
-    with ThreadPoolExecutor(max_workers=len(frames)) as pool:
+    with ThreadPoolExecutor(max_workers=workers or len(frames)) as pool:
         futures = [pool.submit(write, name) for name in frames]
     errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
         raise errors[0]
-    return staged
 
 
 def write_outputs(result, out_dir, pipeline=None, inputs=(), extra: dict | None = None) -> dict:

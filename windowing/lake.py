@@ -183,6 +183,29 @@ class Lake:
         fs, p = self._fs(path)
         return bool(fs.delete(p, True))
 
+    def put_text(self, path: str, text: str) -> None:
+        """Write one small text file (a report) at ``path``, UTF-8, refusing to overwrite.
+
+        Through Hadoop's ``FileSystem.create`` on a classic session. Over Spark Connect
+        (no JVM here) Spark's text writer writes it instead: ``path`` is then a folder
+        holding the text as its one part file.
+        """
+        if self.connect:
+            (self.spark.createDataFrame([(text,)], "value string").coalesce(1)
+             .write.mode("error").text(path))
+            return
+        fs, p = self._fs(path)
+        out = fs.create(p, False)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+
+    def get_text(self, path: str) -> str:
+        """The text of a file :meth:`put_text` wrote (UTF-8)."""
+        rows = self.spark.read.option("wholetext", "true").text(path).collect()
+        return "".join(r[0] for r in rows)
+
     # ------------------------------------------------------------------ Parquet
 
     def parquet_columns(self, path: str) -> dict[str, str]:

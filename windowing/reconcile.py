@@ -48,7 +48,6 @@ import json
 import math
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
@@ -1210,8 +1209,7 @@ def write_reconcile(result: ReconcileResult, out_dir, pipeline: Pipeline | None 
     Returns the :class:`windowing.io.Commit`. Raises :class:`windowing.io.OutputError`
     naming the path when the target is refused or a write fails.
     """
-    from windowing.io import OutputError, Staged, _new_run_id, _root_cause, check_output_target
-    from windowing.lake import join
+    from windowing.io import Staged, _new_run_id, check_output_target, write_datasets
 
     out = str(out_dir)
     spark = result.summary.sparkSession
@@ -1222,20 +1220,7 @@ def write_reconcile(result: ReconcileResult, out_dir, pipeline: Pipeline | None 
               FIGURES: spark.createDataFrame([(json.dumps(result.figures, sort_keys=True),)], "value string")
               .coalesce(1)}
 
-    def write(name: str) -> None:
-        target = join(staged.path, name)
-        try:
-            writer = frames[name].write.mode("error")
-            writer.text(target) if name == FIGURES else writer.parquet(target)
-        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
-            raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
-
-    # Independent Spark jobs, side by side (as windowing.io writes a replay's outputs).
-    with ThreadPoolExecutor(max_workers=len(frames)) as pool:
-        futures = [pool.submit(write, name) for name in frames]
-    errors = [f.exception() for f in futures if f.exception() is not None]
-    if errors:
-        raise errors[0]
+    write_datasets(staged, frames, text=(FIGURES,))
     return staged.commit({"kind": "reconcile"})
 
 

@@ -74,6 +74,7 @@ REJECT_REASONS = (
     "event time out of range",
     "batch is null",
     "batch already committed",
+    "FUTURE_SKEW",
 )
 AGGREGATE_REASON = "AGGREGATE"
 

@@ -13,11 +13,11 @@ import pytest
 from orchestration.definitions import build_definitions, load_pipelines
 from orchestration.partitions import PartitionSettings
 from orchestration.resources import StorageResource
-from orchestration.schedules import REPLAY_JOB
+from orchestration.schedules import LATENESS_JOB, REPLAY_JOB
 from tests.orchestration.conftest import PIPELINE_YAML
 
 REPO = Path(__file__).resolve().parents[2]
-ASSETS = {"window_state", "windowed_aggregates", "late_events", "rejected_events"}
+ASSETS = {"window_state", "windowed_aggregates", "late_events", "rejected_events", "lateness"}
 
 
 def test_workspace_validates_with_the_dagster_cli(pipelines_dir):
@@ -50,6 +50,10 @@ def test_definitions_module_builds_from_the_environment(monkeypatch, pipelines_d
     assert {k.path[1] for k in keys if k.path[0] == "clicks_hourly"} == ASSETS
     job = d.resolve_job_def(REPLAY_JOB)
     assert job.partitions_def.get_partition_keys() == ["2025-05-01", "2025-05-02"]
+    # The lateness analysis has its own job, partitioned alike; the replay job leaves it out.
+    lateness = dg.AssetKey(["clicks_hourly", "lateness"])
+    assert lateness not in job.asset_layer.selected_asset_keys
+    assert d.resolve_job_def(LATENESS_JOB).asset_layer.selected_asset_keys == {lateness}
     (schedule,) = d.schedules
     assert d.resolve_schedule_def(schedule.name).cron_schedule == "0 1 * * *"  # daily, 01:00 UTC
     # Storage comes through dg.EnvVar, resolved by Dagster when a run starts.

@@ -1,0 +1,258 @@
+"""One lateness asset per pipeline: what lateness cost, and which delay and watermark strategy to run with.
+
+``<pipeline>/lateness`` is partitioned like the replay and downstream of it. Each partition
+is analysed by :func:`windowing.lateness.lateness` from the landed events of the partition,
+continuing from the previous partition's lateness output (every variant's carried state),
+and written, tables, figures and ``report.html``, to the current run of::
+
+    <output_root>/<pipeline name>/lateness/<partition folder>/
+
+A run over several partitions (a backfill of a range, run as one) also writes one report
+over the range, ``<output_root>/<pipeline name>/lateness/range-<first>-to-<last>/``
+(:func:`windowing.lateness.combine_lateness`). The asset's metadata per partition are the
+figures the UI plots across partitions (late share, p99 emission latency, the smallest
+delay per strategy), a markdown table of the curve and the report's path; the check
+``matches_replay`` compares the analysis' configured replay with the replay partition.
+"""
+
+
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from assets import landing, store
+from assets.pipelines import _evaluation, asset_prefix
+from orchestration.resources import SparkResource, StorageResource
+from windowing.lake import join
+
+LATENESS_ASSET = "lateness"
+CHECK = "matches_replay"
+#: Tags of the analysis assets: the replay job leaves them out (orchestration.schedules.ANALYSIS_TAG).
+ANALYSIS_TAGS = {"rewindow/role": "analysis"}
+
+
+class LatenessConfig(dg.Config):
+    """Run configuration of a pipeline's lateness analysis (``rewindow lateness`` options)."""
+
+    delays: str = Field(default="0s,1s,5s,30s,2m", description="delayWindowClose values to replay.")
+    target_late: str = Field(default="0.1%", description="Late share to stay at or under (0.1%, or 0.001).")
+    lateness_modes: str = Field(default="configured",
+                                description="configured, both, or WINDOW_CLOSED,BEFORE_WATERMARK.")
+    future_skew: str = Field(default="10s", description="List events this far ahead of their arrival (or off).")
+
+
+def lateness_dir(output_root: str, pipeline_name: str, partition_key: str) -> str:
+    """``<output_root>/<pipeline>/lateness/<partition folder>``."""
+    return join(str(output_root), pipeline_name, LATENESS_ASSET, store.partition_folder(partition_key))
+
+
+def range_dir(output_root: str, pipeline_name: str, first: str, last: str) -> str:
+    return join(str(output_root), pipeline_name, LATENESS_ASSET,
+                f"range-{store.partition_folder(first)}-to-{store.partition_folder(last)}")
+
+
+def build_lateness_asset(pipeline, pipeline_file: Path,
+                         partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.AssetsDefinition:
+    """The lateness asset of ``pipeline`` (a :class:`windowing.Pipeline`)."""
+    prefix = asset_prefix(pipeline.name)
+    key = dg.AssetKey([prefix, LATENESS_ASSET])
+    previous = dg.TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
+
+    @dg.asset(
+        key=key,
+        deps=[dg.AssetKey([prefix, "late_events"]), dg.AssetKey([prefix, "windowed_aggregates"]),
+              dg.AssetDep(key, partition_mapping=previous)],
+        partitions_def=partitions_def,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        group_name=prefix,
+        kinds={"spark", "parquet", "html"},
+        tags=ANALYSIS_TAGS,
+        metadata={"pipeline": pipeline.name, "pipeline_file": str(pipeline_file)},
+        description=(
+            f"What lateness cost pipeline `{pipeline.name}` and which delayWindowClose and watermark strategy "
+            "to run with: the history replayed under every strategy and the listed delays (exact late counts at "
+            "every delay, emission latency, IDLE closes), the windows that missed events, future skew, and a "
+            "report.html. Each partition continues from the previous one's analysis."
+        ),
+        check_specs=[dg.AssetCheckSpec(
+            CHECK, asset=key,
+            description="The analysis' configured replay reports what the replay partition reports (late events, "
+                        "late pairs, windows closed by WATERMARK, IDLE and MAX_DURATION).")],
+    )
+    def lateness_asset(context: dg.AssetExecutionContext, config: LatenessConfig, pyspark: SparkResource,
+                       storage: StorageResource):
+        from windowing.config import ConfigError
+        from windowing.io import InputError, OutputError
+
+        spark = pyspark.spark_session
+        check_keys = [k for k in context.assets_def.check_keys if k in context.selected_asset_check_keys]
+        for check_key in check_keys:  # each selected check's output (Dagster requires them)
+            yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
+        try:
+            options = _options(config)
+        except ConfigError as exc:
+            raise dg.Failure(f"lateness of {pipeline.name}: {exc}") from exc
+        keys = sorted(context.partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
+        done = []
+        try:
+            for part in analyse_partitions(spark, pipeline, partitions_def, storage, keys, options, context.log):
+                done.append(part)
+        except (ConfigError, InputError, OutputError, landing.LandingZoneError, ValueError) as exc:
+            raise dg.Failure(f"lateness of {pipeline.name}: {exc}") from exc
+        for part in done:
+            context.add_asset_metadata(part.metadata, partition_key=part.key)
+        if len(done) > 1:
+            _range_report(spark, pipeline, storage, done, context)
+        yield dg.MaterializeResult(asset_key=key)
+        if check_keys:  # one evaluation per partition, each naming its own materialization
+            for part in done:
+                result = dg.AssetCheckResult(asset_key=key, check_name=CHECK, passed=part.matches,
+                                             metadata=part.check, severity=dg.AssetCheckSeverity.WARN,
+                                             description=part.check_text)
+                yield _evaluation(context.instance, result, part.key, blocking=False)
+
+    return lateness_asset
+
+
+class _Done:
+    def __init__(self, key, folder, commit, figures, seconds, replay_metrics):
+        self.key, self.folder, self.commit, self.figures = key, folder, commit, figures
+        self.metadata = metadata(figures, commit.run_path, seconds)
+        self.matches, self.check_text, self.check = compare_with_replay(figures, replay_metrics)
+
+
+def _options(config: LatenessConfig):
+    from windowing.config import parse_share
+    from windowing.lateness import LatenessOptions, parse_delays, parse_modes
+    from windowing.durations import parse_duration_ms
+
+    future = None if config.future_skew.strip().lower() in ("off", "none") else config.future_skew
+    try:
+        future_ms = None if future is None else parse_duration_ms(future, "future_skew")
+    except ValueError as exc:
+        from windowing.config import ConfigError
+
+        raise ConfigError(str(exc)) from None
+    return LatenessOptions(delays_ms=parse_delays(config.delays), target_late=parse_share(config.target_late,
+                                                                                          "target_late"),
+                           lateness_modes=parse_modes(config.lateness_modes), future_skew_ms=future_ms,
+                           flush_at_end=False)
+
+
+def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource, keys, options, log):
+    """Analyse ``keys`` oldest to newest, each from the previous partition's lateness output.
+
+    Yields one result per partition once its output is committed. The first key starts
+    from the stored output of the partition before it (none for the first partition of the
+    history); a missing one fails the run, naming what to materialize first.
+    """
+    from windowing.io import InputError
+    from windowing.lateness import lateness, read_lateness, write_lateness
+
+    all_keys = partitions_def.get_partition_keys()
+    root = storage.output_path()
+    state = figures = None
+    first = all_keys.index(keys[0])
+    if first > 0:
+        prev = all_keys[first - 1]
+        try:
+            out = read_lateness(spark, lateness_dir(root, pipeline.name, prev))
+        except InputError:
+            raise dg.Failure(
+                f"lateness of {pipeline.name}: partition {keys[0]} continues from the analysis of {prev}, which is "
+                f"not materialized; materialize {pipeline.name} lateness from the first partition (one backfill "
+                "runs them in a single run)") from None
+        state, figures = out.tables["state"], out.figures
+    replays = store.pipeline_commits(spark, join(root, pipeline.name), keys)
+    for i, key in enumerate(keys, 1):
+        began = time.monotonic()
+        window = partitions_def.time_window_for_partition_key(key)
+        prev_key = all_keys[all_keys.index(key) - 1] if all_keys.index(key) > 0 else None
+        events, _ = landing.read_partition_events(
+            spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time,
+            source=pipeline.source, pipeline=pipeline, partition_column=storage.partition_column(),
+            unplaced=prev_key is None)
+        result = lateness(spark, pipeline, events, state=state, options=options, state_figures=figures)
+        folder = lateness_dir(root, pipeline.name, key)
+        try:
+            commit = write_lateness(result, folder, pipeline, inputs=[storage.landing_path()])
+        finally:
+            result.unpersist()
+        out = read_lateness(spark, folder)  # what the next partition reads, as a separate run would
+        state, figures = out.tables["state"], out.figures
+        seconds = time.monotonic() - began
+        replay = replays.get(key)
+        log.info(f"[{i}/{len(keys)}] {pipeline.name} lateness {key}: {figures['accepted_events']} events, "
+                 f"{figures['configured_replay']['late_events']} late; report {commit.run_path}/report.html "
+                 f"in {seconds:.1f}s")
+        yield _Done(key, folder, commit, figures, seconds, replay.metrics if replay is not None else None)
+
+
+def metadata(figures: dict, run_path: str, seconds: float) -> dict[str, Any]:
+    """A partition's materialization metadata: numbers the UI plots across partitions, the
+    curve as a markdown table, the report's path."""
+    from windowing.lateness import REPORT, curve_markdown
+
+    cr = figures["configured_replay"]
+    lat = cr.get("latency") or {}
+    meta: dict[str, Any] = {
+        "events": dg.MetadataValue.int(int(figures["accepted_events"])),
+        "late_events": dg.MetadataValue.int(int(cr["late_events"])),
+        "late_share": dg.MetadataValue.float(float(cr["late_share"])),
+        "latency_p50_ms": dg.MetadataValue.float(float(lat.get("p50_ms") or 0.0)),
+        "latency_p99_ms": dg.MetadataValue.float(float(lat.get("p99_ms") or 0.0)),
+        "windows_missing_events": dg.MetadataValue.int(int(figures["cost"]["windows"])),
+        "skewed_events": dg.MetadataValue.int(int(figures["future_skew"].get("skewed_events", 0))),
+        "late_events_caused_by_skew": dg.MetadataValue.int(int(figures["future_skew"].get("late_events_caused", 0))),
+        "curve": dg.MetadataValue.md(curve_markdown(figures)),
+        "report": dg.MetadataValue.path(join(run_path, REPORT)),
+        "path": dg.MetadataValue.path(run_path),
+        "analysis_seconds": dg.MetadataValue.float(round(seconds, 3)),
+    }
+    for r in figures["recommendations"]:
+        name = f"{r['strategy'].lower()}_{r['lateness'].lower()}" if len(figures["options"]["lateness_modes"]) > 1 \
+            else r["strategy"].lower()
+        meta[f"smallest_delay_ms_{name}"] = dg.MetadataValue.int(int(r["smallest_delay_ms"]))
+    return meta
+
+
+#: Figures of the configured replay the check compares with the replay partition's metrics.
+COMPARED = ("late_events", "late_event_windows", "WATERMARK", "IDLE", "MAX_DURATION")
+
+
+def compare_with_replay(figures: dict, replay_metrics: dict | None) -> tuple[bool, str, dict]:
+    """(passed, description, metadata) of ``matches_replay`` for one partition."""
+    if replay_metrics is None:
+        return False, "the replay of this partition is not materialized: nothing to compare with", {}
+    cr = figures["configured_replay"]
+    ours = {"late_events": cr["late_events"], "late_event_windows": cr["late_event_windows"],
+            **{r: cr["closed_by_reason"].get(r, 0) for r in COMPARED[2:]}}
+    closed = replay_metrics.get("closed_by_reason") or {}
+    theirs = {"late_events": replay_metrics.get("late_events"),
+              "late_event_windows": replay_metrics.get("late_event_windows"),
+              **{r: closed.get(r, 0) for r in COMPARED[2:]}}
+    differ = {k: {"analysis": ours[k], "replay": theirs[k]} for k in COMPARED if ours[k] != theirs[k]}
+    meta = {"compared": dg.MetadataValue.json({"analysis": ours, "replay": theirs})}
+    if differ:
+        return False, (f"the analysis' configured replay differs from the replay partition in "
+                       f"{', '.join(differ)} (replayed from another state or other events?)"), meta
+    return True, "the analysis' configured replay reports what the replay partition reports", meta
+
+
+def _range_report(spark, pipeline, storage: StorageResource, done, context) -> None:
+    from windowing.lateness import REPORT, combine_lateness, curve_markdown, write_lateness
+
+    began = time.monotonic()
+    result = combine_lateness(spark, pipeline, [d.folder for d in done])
+    out = range_dir(storage.output_path(), pipeline.name, done[0].key, done[-1].key)
+    commit = write_lateness(result, out, pipeline, inputs=[storage.landing_path()])
+    context.log.info(f"{pipeline.name} lateness over {done[0].key}..{done[-1].key}: "
+                     f"{commit.run_path}/{REPORT} in {time.monotonic() - began:.1f}s")
+    context.add_asset_metadata({
+        "range_report": dg.MetadataValue.path(join(commit.run_path, REPORT)),
+        "range": dg.MetadataValue.text(f"{done[0].key}..{done[-1].key}"),
+        "range_curve": dg.MetadataValue.md(curve_markdown(result.figures)),
+    }, partition_key=done[-1].key)

@@ -1,0 +1,788 @@
+"""What-if replays: one history under other delays, watermark strategies and lateness modes.
+
+Pure NumPy/pyarrow, no Spark (:mod:`windowing.lateness` runs it on Spark partitions).
+:func:`analyse` takes the events of a set of complete keys (with the carried state rows of
+every variant) and replays them once per :class:`Variant` through the kernel itself
+(:func:`windowing.kernel.process`), so every figure of a variant is what a real replay with
+that configuration reports. What each variant costs is kept small: a *lean* variant counts
+events only (one ``count`` aggregate, ``atWindowEnd``), and for tumbling and sliding windows
+it drops the arrival-order columns (their windows, closes and lateness do not depend on the
+order of events inside a batch; sessions keep every column, their merges do).
+
+**Slack.** The raw watermarks (key and worker, before ``delayWindowClose``) do not depend
+on the delay D: candidates include late events, and only accepted or rejected rows change
+them. So an (event, window) pair is late under delay D exactly when ``D <= slack``, with
+
+* ``WINDOW_CLOSED``, tumbling and sliding: ``slack = watermark - window_end``;
+* ``WINDOW_CLOSED``, sessions: ``slack = watermark - t - gap``;
+* ``BEFORE_WATERMARK``: ``slack = watermark - t - 1``;
+
+where ``watermark`` is the key's raw watermark as of its previous commit and ``t`` the event
+time. An event is late when one of its pairs is: its slack is the greatest of its pairs'.
+The pairs late under D = 0 are exactly those with ``slack >= 0``, and they carry the
+watermark they were checked against, so the late output of the D = 0 variant of a strategy
+and mode gives the late count under *every* delay (:func:`late_counts`). That is the
+curve; the variants at the asked delays give the rest (emission latency, IDLE closes), and
+the tests check both against the reference model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from windowing import kernel as K
+from windowing import metrics
+from windowing.arrays import group_codes, order_codes, sat_sub, value_order_keys
+from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
+from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
+from windowing.durations import format_duration_ms
+
+#: A column the analysis adds to the events: the row's position in the task's table. Its
+#: name sorts after every other column name, so it only orders rows that are equal in every
+#: input column (interchangeable rows): the replay order stays that of a real replay.
+ROW_ID = "\U0010ffff_row"
+#: Whether an event is at least the listing threshold ahead of its arrival (future skew).
+SKEWED = "__whatif_skewed"
+#: Which variant a carried state row belongs to (events: null).
+VARIANT = "__whatif_variant"
+#: The aggregate of a lean variant: how many events its windows hold.
+LEAN_AGGREGATE = Aggregate(type="count", column=None, name="whatif_events")
+#: A delay under which no event is ever late: every effective watermark lies below every
+#: window end of a representable time (columns.MIN_EPOCH_MS .. MAX_EPOCH_MS).
+NEVER_LATE_DELAY_MS = MAX_EPOCH_MS - MIN_EPOCH_MS + 1
+#: Reasons whose emit time measures emission latency (END_OF_INPUT is the end of a bounded
+#: replay, not of the window's wait).
+LATENCY_REASONS = ("WATERMARK", "IDLE", "MAX_DURATION")
+HOUR_MS = 3_600_000
+#: Upper bounds (ms, inclusive) of the lateness histogram's bins; the last bin is open.
+LATENESS_BINS_MS = (0, 10, 100, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 1_800_000, 3_600_000,
+                    10_800_000, 21_600_000, 86_400_000)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One replay configuration: the pipeline with this watermark strategy, lateness mode
+    and ``delayWindowClose``.
+
+    ``full``: with the pipeline's own aggregates (the configured variant: its outputs are
+    the replay's). ``skew_free``: without the events flagged as future-skewed (what
+    ``source.maxFutureSkew`` at the listing threshold would do).
+    """
+
+    strategy: WatermarkStrategy
+    lateness: Lateness
+    delay_ms: int
+    full: bool = False
+    skew_free: bool = False
+
+    @property
+    def label(self) -> str:
+        """``MIN_EVENT_TIME/WINDOW_CLOSED/5s`` (+ ``/full``, ``/skew_free``): unique per variant."""
+        parts = [self.strategy.value, self.lateness.value, format_duration_ms(self.delay_ms)]
+        return "/".join(parts + ["full"] * self.full + ["skew_free"] * self.skew_free)
+
+    def pipeline(self, base: Pipeline) -> Pipeline:
+        """``base`` configured as this variant (see the module docstring for lean variants)."""
+        w = replace(base.window, watermark_strategy=self.strategy, lateness=self.lateness, delay_ms=self.delay_ms)
+        if self.full:
+            return replace(base, window=w, triggers=(Trigger.AT_WINDOW_END,))
+        src = base.source if w.type is WindowType.SESSION else replace(base.source, arrival_order=())
+        return replace(base, source=src, window=w, aggregates=(_lean_aggregate(base),),
+                       triggers=(Trigger.AT_WINDOW_END,))
+
+    def input_columns(self, base: Pipeline, input_columns: Sequence[str]) -> list[str]:
+        """The input columns this variant's kernel reads (plus :data:`ROW_ID`)."""
+        if self.full or base.window.type is WindowType.SESSION:
+            cols = list(input_columns)
+        else:
+            cols = [c for c in input_columns if c in _identity_columns(base)]
+        return cols + [ROW_ID]
+
+
+def _lean_aggregate(base: Pipeline) -> Aggregate:
+    """:data:`LEAN_AGGREGATE`, renamed if the pipeline uses its name (state columns differ)."""
+    name = LEAN_AGGREGATE.name
+    while any(a.name == name or f"partial_{a.name}".startswith(f"partial_{name}") for a in base.aggregates):
+        name += "_"
+    return replace(LEAN_AGGREGATE, name=name)
+
+
+def _identity_columns(p: Pipeline) -> set[str]:
+    return {c for c in (p.source.arrival_time, p.source.batch_column, p.source.worker, p.window.key,
+                        p.window.event_time) if c}
+
+
+def perfect_pipeline(base: Pipeline) -> Pipeline:
+    """The configured aggregates with no event ever late and no idle flush: what a perfect
+    watermark gives each window (tumbling and sliding windows; see :func:`analyse`)."""
+    w = replace(base.window, delay_ms=NEVER_LATE_DELAY_MS, idle_timeout_ms=None, lateness=Lateness.WINDOW_CLOSED)
+    return replace(base, window=w, triggers=(Trigger.AT_WINDOW_END,))
+
+
+# --------------------------------------------------------------------------- slack
+
+
+def pair_slack(window, lateness: Lateness, watermark_ms: np.ndarray, event_ms: np.ndarray,
+               window_end_ms: np.ndarray) -> np.ndarray:
+    """Slack of late (event, window) pairs of a D = 0 replay: the pair is late under delay D
+    exactly when ``D <= slack`` (module docstring). ``watermark_ms`` is the late row's
+    ``watermark`` (at D = 0 the raw watermark)."""
+    wm = np.asarray(watermark_ms, dtype=np.int64)
+    t = np.asarray(event_ms, dtype=np.int64)
+    if lateness is Lateness.BEFORE_WATERMARK:
+        return wm - t - 1
+    if window.type is WindowType.SESSION:
+        return wm - t - window.gap_ms
+    return wm - np.asarray(window_end_ms, dtype=np.int64)
+
+
+def late_counts(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray, delays_ms) -> list[tuple[int, int]]:
+    """(late events, late (event, window) pairs) under each delay of ``delays_ms``, from a
+    slack histogram (``events[i]`` events and ``pairs[i]`` pairs have slack ``slack_ms[i]``)."""
+    slack_ms = np.asarray(slack_ms, dtype=np.int64)
+    order = np.argsort(slack_ms, kind="stable")
+    s = slack_ms[order]
+    ev_tail = np.concatenate([np.cumsum(np.asarray(events, dtype=np.int64)[order][::-1])[::-1], [0]])
+    pr_tail = np.concatenate([np.cumsum(np.asarray(pairs, dtype=np.int64)[order][::-1])[::-1], [0]])
+    out = []
+    for d in delays_ms:
+        i = int(np.searchsorted(s, d, side="left"))  # first slack >= d
+        out.append((int(ev_tail[i]), int(pr_tail[i])))
+    return out
+
+
+def step_curve(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The whole late-count curve as a step function: ``(delay_ms, late_events, late_pairs)``
+    at every delay where it changes (0, then each distinct slack + 1); between two rows it
+    keeps the earlier row's values, after the last it is 0."""
+    slack_ms = np.asarray(slack_ms, dtype=np.int64)
+    keep = slack_ms >= 0
+    uniq = np.unique(slack_ms[keep])
+    delays = np.unique(np.concatenate([[0], uniq + 1]))
+    counts = late_counts(slack_ms[keep], np.asarray(events)[keep], np.asarray(pairs)[keep], delays)
+    return delays, np.array([c[0] for c in counts], np.int64), np.array([c[1] for c in counts], np.int64)
+
+
+def smallest_delay(slack_ms: np.ndarray, events: np.ndarray, allowed_late: int) -> int:
+    """The smallest delay D >= 0 under which at most ``allowed_late`` events are late."""
+    slack_ms = np.asarray(slack_ms, dtype=np.int64)
+    events = np.asarray(events, dtype=np.int64)
+    keep = slack_ms >= 0
+    s, n = slack_ms[keep], events[keep]
+    if int(n.sum()) <= allowed_late:
+        return 0
+    order = np.argsort(-s, kind="stable")  # largest slack first
+    cum = np.cumsum(n[order])
+    # late(D) = events with slack >= D; the (allowed + 1)-th largest slack must be < D.
+    i = int(np.searchsorted(cum, allowed_late + 1, side="left"))
+    return int(s[order][i]) + 1
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs=(50, 90, 99)) -> list[float | None]:
+    """Percentiles (linear interpolation, as ``numpy.percentile`` and Spark's ``percentile``)
+    of the multiset holding ``weights[i]`` copies of ``values[i]``."""
+    values = np.asarray(values, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.int64)
+    n = int(weights.sum())
+    if n == 0:
+        return [None] * len(qs)
+    order = np.argsort(values, kind="stable")
+    v, cum = values[order], np.cumsum(weights[order])
+    out = []
+    for q in qs:
+        pos = (n - 1) * q / 100
+        lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+        a = int(v[np.searchsorted(cum, lo + 1)])
+        b = int(v[np.searchsorted(cum, hi + 1)])
+        out.append(a + (b - a) * (pos - lo))
+    return out
+
+
+# --------------------------------------------------------------------------- the analysis
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """What :func:`analyse` needs besides the events: the configured pipeline, the
+    variants, the input columns and types, and each worker's timeline per strategy (the
+    configured pipeline's, delay 0; per variant the delay is applied here)."""
+
+    pipeline: Pipeline
+    variants: tuple[Variant, ...]
+    input_types: Mapping[str, pa.DataType]
+    #: (strategy value, skew_free) -> worker -> kernel.Timeline at delay 0.
+    timelines: Mapping[tuple[str, bool], Mapping[Any, K.Timeline]]
+    flush_at_end: bool = False
+    #: The listing threshold of future skew (None: no listing).
+    skew_threshold_ms: int | None = None
+    #: Windows that missed the most events, kept per task (the driver keeps the top of them).
+    worst: int = 20
+
+    @property
+    def full(self) -> Variant:
+        return next(v for v in self.variants if v.full)
+
+    def spec(self, v: Variant) -> K.Spec:
+        types = {**self.input_types, ROW_ID: pa.int64()}
+        return K.Spec(pipeline=v.pipeline(self.pipeline),
+                      input_types={c: types[c] for c in v.input_columns(self.pipeline, list(self.input_types))})
+
+    def variant_timelines(self, v: Variant) -> dict[Any, K.Timeline]:
+        base = self.timelines[(v.strategy.value, v.skew_free)]
+        if not v.delay_ms:
+            return dict(base)
+        return {w: replace(tl, geff=sat_sub(tl.geff, v.delay_ms)) for w, tl in base.items()}
+
+
+@dataclass
+class Analysis:
+    """One task's results, as Arrow tables (schemas: :func:`output_schemas`)."""
+
+    counters: pa.Table
+    latency: pa.Table
+    slack: pa.Table
+    cost: pa.Table
+    by_key: pa.Table
+    by_hour: pa.Table
+    lateness_bins: pa.Table
+    skew_late: pa.Table
+    skewed: pa.Table
+    cost_top: pa.Table
+    latency_coarse: pa.Table
+    state: pa.Table
+
+
+def output_schemas(wi: WhatIf) -> dict[str, pa.Schema]:
+    """The schema of each table :func:`analyse` returns (the Spark side's output schemas)."""
+    p = wi.pipeline
+    key_fields = [pa.field(c, wi.input_types[c]) for c in (p.source.worker, p.window.key) if c]
+    worker_fields = [pa.field(p.source.worker, wi.input_types[p.source.worker])] if p.source.worker else []
+    full_spec = wi.spec(wi.full)
+    aggs = [pa.field(f"{side}_{a.name}", full_spec.output_type(a)) for side in ("emitted", "perfect")
+            for a in p.aggregates]
+    i64, ts, s = pa.int64(), K.TS, pa.string()
+    cost = pa.schema(key_fields + [
+        ("window_start", ts), ("window_end", ts), ("missed_events", i64), ("max_lateness_ms", i64),
+        ("first_missed_arrival", ts), ("last_missed_arrival", ts), ("emissions", i64),
+        ("last_emit_reason", s), ("last_emit_time", ts)] + aggs)
+    return {
+        "counters": pa.schema([("variant", s), ("name", s), ("value", i64)]),
+        "latency": pa.schema([("variant", s), ("latency_ms", i64), ("windows", i64)]),
+        "slack": pa.schema([("strategy", s), ("lateness", s), ("slack_ms", i64), ("events", i64), ("pairs", i64)]),
+        "cost": cost,
+        "cost_top": cost,
+        "by_key": pa.schema(key_fields + [("events", i64), ("late_events", i64), ("late_event_windows", i64)]),
+        "by_hour": pa.schema(worker_fields + [("hour", ts), ("events", i64), ("late_events", i64),
+                                              ("late_event_windows", i64)]),
+        "lateness_bins": pa.schema([("upper_ms", i64), ("pairs", i64), ("events", i64)]),
+        "skew_late": pa.schema(key_fields + [
+            ("arrival_ms", i64), ("event_ms", i64), ("batch", i64), ("window_start", ts), ("window_end", ts),
+            ("watermark", ts), ("raw_watermark_ms", i64), ("lateness_ms", i64), ("first_of_event", pa.bool_()),
+            ("cause_batch", i64), ("cause_arrival_ms", i64), ("cause_event_ms", i64), ("cause_skew_ms", i64)]),
+        "skewed": pa.schema([pa.field(c, t) for c, t in wi.input_types.items()] + [
+            ("arrival_ms", i64), ("event_ms", i64), ("skew_ms", i64), ("batch", i64), ("late_caused", i64),
+            ("late_event_windows_caused", i64)]),
+        "latency_coarse": pa.schema([("variant", s), ("bucket", i64), ("windows", i64), ("max_ms", i64)]),
+        "state": state_schema(wi),
+    }
+
+
+def state_schema(wi: WhatIf) -> pa.Schema:
+    """Every variant's kernel state columns (the union, by name) plus ``variant``."""
+    fields: dict[str, pa.Field] = {}
+    for v in wi.variants:
+        for f in wi.spec(v).state_schema():
+            fields.setdefault(f.name, f)
+    return pa.schema([pa.field("variant", pa.string()), *fields.values()])
+
+
+def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
+    """Replay the complete keys of ``table`` once per variant of ``wi``.
+
+    ``table`` holds the keys' events (input columns; :data:`SKEWED` when future skew is
+    listed) and the carried state rows of every variant (kernel state columns under
+    ``kernel.STATE_PREFIX``, ``__kind``, :data:`VARIANT` naming the variant), in any order.
+    """
+    full_spec = wi.spec(wi.full)
+    table = _with_row_ids(table)
+    table = K.with_event_columns(table, full_spec)
+    is_event = (table["__kind"].to_numpy() == K.EVENT) if table.num_rows else np.zeros(0, bool)
+    variant_col = table[VARIANT].to_pylist() if VARIANT in table.column_names else [None] * table.num_rows
+    variant_of = np.array(variant_col, dtype=object)
+    skewed = (pc.fill_null(table[SKEWED], False).to_numpy(zero_copy_only=False).astype(bool)
+              if SKEWED in table.column_names else np.zeros(table.num_rows, bool))
+    outs: dict[Variant, K.KernelOutput] = {}
+    state_parts = []
+    for v in wi.variants:
+        keep = (is_event & ~(skewed & v.skew_free)) | (variant_of == v.label)
+        spec = wi.spec(v)
+        sub = table.filter(pa.array(keep)) if not keep.all() else table
+        out = K.process(sub, spec, wi.variant_timelines(v), wi.flush_at_end)
+        state_parts.append(_tag(out.state, v))
+        outs[v] = out if v.full or v.skew_free else _slim(out, keep_late=not v.delay_ms)
+    schemas = output_schemas(wi)
+    full = outs[wi.full]
+    events = table.filter(pa.array(is_event)) if not is_event.all() else table
+    skewed = skewed[is_event]
+    latency, latency_coarse = _latency(outs, schemas)
+    cost = _cost(table, full, wi, variant_of, is_event, schemas["cost"])
+    skew_late, listing = _skew(events, skewed, outs, wi, schemas)
+    return Analysis(
+        counters=_counters(outs, schemas["counters"], {
+            SKEWED_EVENTS: int(skewed.sum()) if wi.skew_threshold_ms is not None else 0,
+            COST_WINDOWS: cost.num_rows, COST_MISSED: int(pc.sum(cost["missed_events"]).as_py() or 0),
+            SKEW_CAUSED_PAIRS: skew_late.num_rows,
+            SKEW_CAUSED_EVENTS: int(pc.sum(skew_late["first_of_event"].cast(pa.int64())).as_py() or 0),
+            SKEW_ATTRIBUTED_PAIRS: skew_late.num_rows - skew_late["cause_batch"].null_count}),
+        latency=latency,
+        slack=_slack(outs, wi, schemas["slack"]),
+        cost=cost,
+        cost_top=worst_windows(cost, wi.worst),
+        by_key=_by_key(events, full, wi, schemas["by_key"]),
+        by_hour=_by_hour(events, full, wi, schemas["by_hour"]),
+        lateness_bins=_lateness_bins(full, schemas["lateness_bins"]),
+        skew_late=skew_late,
+        skewed=listing,
+        latency_coarse=latency_coarse,
+        state=_concat_state(state_parts, schemas["state"]),
+    )
+
+
+def _slim(out: K.KernelOutput, keep_late: bool) -> K.KernelOutput:
+    """What the sums need of a lean variant's replay (its emit times and window ends, its
+    late pairs at delay 0 for the slack, its counters), so that a task holds little more
+    than one replay's outputs at a time."""
+    return K.KernelOutput(out.aggregates.select(["window_end", "emit_reason", "emit_time"]),
+                          out.late if keep_late else out.late.slice(0, 0), out.state.slice(0, 0), out.counters,
+                          out.counters_by_worker)
+
+
+def _with_row_ids(table: pa.Table) -> pa.Table:
+    if ROW_ID in table.column_names:
+        table = table.drop_columns([ROW_ID])
+    return table.append_column(ROW_ID, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def _tag(state: pa.Table, v: Variant) -> pa.Table:
+    return state.add_column(0, "variant", pa.array([v.label] * state.num_rows, pa.string()))
+
+
+def _concat_state(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    out = []
+    for t in parts:
+        cols = [t[f.name] if f.name in t.column_names else pa.nulls(t.num_rows, f.type) for f in schema]
+        out.append(pa.Table.from_arrays(cols, schema=schema))
+    return pa.concat_tables(out) if out else schema.empty_table()
+
+
+def _ms(col) -> np.ndarray:
+    """Epoch ms of a UTC timestamp column (the kernel's outputs: microseconds)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() // 1000
+
+
+#: Counters of the analysis itself (under the configured variant): events flagged as
+#: skewed, windows that missed events and the (event, window) pairs they missed, late
+#: events and pairs the skewed events caused, and the pairs attributed to one of them.
+SKEWED_EVENTS, COST_WINDOWS, COST_MISSED = "skewed_events", "cost_windows", "cost_missed_events"
+SKEW_CAUSED_EVENTS, SKEW_CAUSED_PAIRS, SKEW_ATTRIBUTED_PAIRS = (
+    "skew_caused_events", "skew_caused_pairs", "skew_attributed_pairs")
+
+
+def _counters(outs: Mapping[Variant, K.KernelOutput], schema: pa.Schema, extra: Mapping[str, int]) -> pa.Table:
+    rows = [(v.label, name, int(value)) for v, out in outs.items()
+            for name, value in sorted(out.counters.items()) if value]
+    full = next(v for v in outs if v.full).label
+    rows += [(full, name, int(value)) for name, value in extra.items() if value]
+    if not rows:
+        return schema.empty_table()
+    label, name, value = zip(*rows)
+    return pa.table([pa.array(label, pa.string()), pa.array(name, pa.string()), pa.array(value, pa.int64())],
+                    schema=schema)
+
+
+def _latency(outs: Mapping[Variant, K.KernelOutput], schemas: Mapping[str, pa.Schema]) -> tuple[pa.Table, pa.Table]:
+    """Emission latency (emit time - window end) of every window a variant closed by
+    WATERMARK, IDLE or MAX_DURATION: (variant, latency, windows) counts, and the same in
+    buckets (:func:`latency_bucket`: variant, bucket, windows, greatest latency)."""
+    parts, coarse = [], []
+    for v, out in outs.items():
+        aggs = out.aggregates
+        if not aggs.num_rows:
+            continue
+        aggs = aggs.filter(pc.is_in(aggs["emit_reason"], pa.array(LATENCY_REASONS)))
+        if not aggs.num_rows:
+            continue
+        values, counts = np.unique(_ms(aggs["emit_time"]) - _ms(aggs["window_end"]), return_counts=True)
+        counts = counts.astype(np.int64)
+        parts.append(pa.table([pa.array([v.label] * len(values), pa.string()), pa.array(values, pa.int64()),
+                               pa.array(counts, pa.int64())], schema=schemas["latency"]))
+        buckets, first, inv = np.unique(latency_bucket(values), return_index=True, return_inverse=True)
+        last = np.append(first[1:], len(values)) - 1  # values are sorted: a bucket's greatest is its last
+        coarse.append(pa.table([pa.array([v.label] * len(buckets), pa.string()), pa.array(buckets, pa.int64()),
+                                pa.array(np.bincount(inv.reshape(-1), weights=counts).astype(np.int64)),
+                                pa.array(values[last], pa.int64())], schema=schemas["latency_coarse"]))
+    return (pa.concat_tables(parts) if parts else schemas["latency"].empty_table(),
+            pa.concat_tables(coarse) if coarse else schemas["latency_coarse"].empty_table())
+
+
+#: Buckets of the latency histogram per doubling of the latency: a bucket is at most
+#: 2^(1/256) - 1 = 0.27 % wide, so the exact percentiles need only the values of a few.
+BUCKETS_PER_DOUBLING = 256
+
+
+def latency_bucket(latency_ms: np.ndarray) -> np.ndarray:
+    """The bucket of each latency: ``floor(256 * log2(1 + ms))`` (negative latencies, which
+    a batch stamped before the window's end can give, go to ``-bucket(-ms) - 1``)."""
+    v = np.asarray(latency_ms, dtype=np.int64)
+    b = np.floor(BUCKETS_PER_DOUBLING * np.log2(1.0 + np.abs(v).astype(np.float64))).astype(np.int64)
+    return np.where(v >= 0, b, -b - 1)
+
+
+def _slack(outs: Mapping[Variant, K.KernelOutput], wi: WhatIf, schema: pa.Schema) -> pa.Table:
+    """Slack histograms per (strategy, lateness) from the late output of its D = 0 variant."""
+    parts, done = [], set()
+    for v, out in outs.items():
+        if v.delay_ms or v.skew_free or (v.strategy, v.lateness) in done:
+            continue
+        done.add((v.strategy, v.lateness))
+        late = out.late
+        if not late.num_rows:
+            continue
+        wm = _ms(late["watermark"])
+        s = pair_slack(wi.pipeline.window, v.lateness, wm, wm - late["lateness_ms"].to_numpy(),
+                       _ms(late["window_end"]))
+        rows = late[ROW_ID].to_numpy()
+        # An event's slack: the greatest of its pairs' (late as soon as one pair is).
+        ev_rows, inv = np.unique(rows, return_inverse=True)
+        ev_slack = np.full(len(ev_rows), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(ev_slack, inv.reshape(-1), s)
+        values = np.unique(np.concatenate([s, ev_slack]))
+        pairs = np.bincount(np.searchsorted(values, s), minlength=len(values))
+        events = np.bincount(np.searchsorted(values, ev_slack), minlength=len(values))
+        n = len(values)
+        parts.append(pa.table([pa.array([v.strategy.value] * n, pa.string()), pa.array([v.lateness.value] * n,
+                               pa.string()), pa.array(values, pa.int64()), pa.array(events.astype(np.int64)),
+                               pa.array(pairs.astype(np.int64))], schema=schema))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+# --------------------------------------------------------------------------- group ids
+
+
+def _key_columns(p: Pipeline) -> list[str]:
+    return [c for c in (p.source.worker, p.window.key) if c]
+
+
+def _keys_of(t: pa.Table, kcols: Sequence[str]) -> list[Any]:
+    """``t``'s key columns for :func:`_group_ids` (one constant column without any)."""
+    return [t[c] for c in kcols] if kcols else [np.zeros(t.num_rows, np.int64)]
+
+
+def _group_ids(parts: list[list[Any]]) -> list[np.ndarray]:
+    """Common ids for the rows of several tables keyed by the same columns: ``parts[i]`` is
+    table i's key columns (Arrow arrays or int64 NumPy arrays, same order and types in
+    every table). A null is a value like any other (docs/semantics.md section 1)."""
+    sizes = [len(p[0]) if p else 0 for p in parts]
+    ncols = len(parts[0]) if parts else 0
+    enc = np.zeros(sum(sizes), dtype=np.int64)
+    for j in range(ncols):
+        col = [p[j] for p in parts]
+        if isinstance(col[0], np.ndarray):
+            codes = np.concatenate(col).astype(np.int64)
+        else:
+            arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in col]
+            codes = group_codes(pa.concat_arrays(arrays))
+        _, codes = np.unique(codes, return_inverse=True)
+        enc = enc * (int(codes.max(initial=0)) + 1) + codes.reshape(-1)
+        _, enc = np.unique(enc, return_inverse=True)  # keep ids dense (no overflow)
+        enc = enc.reshape(-1).astype(np.int64)
+    return np.split(enc, np.cumsum(sizes)[:-1]) if parts else []
+
+
+# --------------------------------------------------------------------------- cost
+
+
+def _cost(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndarray, is_event: np.ndarray,
+          schema: pa.Schema) -> pa.Table:
+    """One row per (worker, key, window) that missed events in the configured replay.
+
+    ``emitted_<aggregate>``: the window's last emission in this replay (null if it was not
+    emitted in it); ``perfect_<aggregate>``: the value over all its events, late ones
+    included (tumbling and sliding windows emitted in this replay; the events of earlier
+    partitions enter through the carried partial aggregate), computed by the kernel with a
+    watermark that never makes an event late and no idle flush (:func:`perfect_pipeline`).
+    """
+    late = full.late
+    if not late.num_rows:
+        return schema.empty_table()
+    p = wi.pipeline
+    kcols = _key_columns(p)
+    win = ["window_start", "window_end"]
+    aggs = full.aggregates.filter(pc.is_in(full.aggregates["emit_reason"], pa.array(metrics.CLOSE_REASONS)))
+    ids = _group_ids([_keys_of(late, kcols) + [_ms(late[c]) for c in win],
+                      _keys_of(aggs, kcols) + [_ms(aggs[c]) for c in win]])
+    late_id, agg_id = ids
+    uniq, first, inv = np.unique(late_id, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    n = len(uniq)
+    missed = np.bincount(inv, minlength=n).astype(np.int64)
+    lateness = late["lateness_ms"].to_numpy()
+    max_late = np.full(n, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(max_late, inv, lateness)
+    arr = table["__arr"].to_numpy()[late[ROW_ID].to_numpy()]
+    first_arr = np.full(n, np.iinfo(np.int64).max, np.int64)
+    last_arr = np.full(n, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first_arr, inv, arr)
+    np.maximum.at(last_arr, inv, arr)
+    head = late.take(pa.array(first))
+    cols: dict[str, Any] = {c: head[c] for c in kcols}
+    cols["window_start"], cols["window_end"] = head["window_start"], head["window_end"]
+    cols.update(missed_events=pa.array(missed), max_lateness_ms=pa.array(max_late),
+                first_missed_arrival=K._ts(first_arr), last_missed_arrival=K._ts(last_arr))
+    # The last emission of each window in this replay.
+    pos = np.searchsorted(uniq, agg_id)
+    hit = (pos < n) & (uniq[np.minimum(pos, n - 1)] == agg_id) if n else np.zeros(len(agg_id), bool)
+    emissions = np.bincount(pos[hit], minlength=n).astype(np.int64)
+    last = np.full(n, -1, np.int64)
+    rows = np.flatnonzero(hit)
+    if len(rows):
+        order = np.lexsort((aggs["emission"].to_numpy()[rows], pos[rows]))
+        rows = rows[order]
+        last[pos[rows]] = rows  # the greatest emission wins (written last)
+    cols["emissions"] = pa.array(emissions)
+    cols["last_emit_reason"] = _take_or_null(aggs["emit_reason"], last)
+    cols["last_emit_time"] = _take_or_null(aggs["emit_time"], last)
+    for a in p.aggregates:
+        cols[f"emitted_{a.name}"] = _take_or_null(aggs[a.name], last)
+    perfect = _perfect(table, full, wi, variant_of, is_event, head, kcols)
+    for a in p.aggregates:
+        col = perfect[a.name] if perfect is not None else None
+        if col is None:
+            cols[f"perfect_{a.name}"] = pa.nulls(n, schema.field(f"perfect_{a.name}").type)
+        else:  # only for windows emitted in this replay (the others' earlier events are not here)
+            cols[f"perfect_{a.name}"] = _take_or_null(col, np.where(emissions > 0, np.arange(n), -1))
+    return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
+
+
+def _take_or_null(col, idx: np.ndarray) -> pa.Array:
+    """``col[idx]``, null where ``idx`` is -1."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if not len(col):
+        return pa.nulls(len(idx), col.type)
+    taken = col.take(pa.array(np.maximum(idx, 0), pa.int64()))
+    return pc.if_else(pa.array(idx >= 0), taken, pa.scalar(None, col.type))
+
+
+def _perfect(table, full, wi: WhatIf, variant_of, is_event, head: pa.Table, kcols) -> pa.Table | None:
+    """The perfect value of each missed window (rows aligned with ``head``), or None for
+    session windows (a late session event would have merged sessions whose values are
+    not defined by one window)."""
+    p = wi.pipeline
+    if p.window.type is WindowType.SESSION or not head.num_rows:
+        return None
+    # The events and carried open windows of the windows that missed events, nothing else
+    # (an event enters the perfect run when one of its windows missed events; its other
+    # windows come out incomplete, and are not looked at).
+    kind = table["__kind"].to_numpy()
+    carried = np.flatnonzero((kind == K.STATE_WINDOW) & (variant_of == wi.full.label))
+    events = np.flatnonzero(is_event)
+    pe, ws, _ = K._assign(table["__evt"].to_numpy()[events], p.window)
+    ev_t, st_t = table.take(pa.array(events[pe])), table.take(pa.array(carried))
+    ids = _group_ids([_keys_of(head, kcols) + [_ms(head["window_start"])],
+                      _keys_of(ev_t, kcols) + [ws],
+                      _keys_of(st_t, kcols) + [pc.fill_null(st_t[K.STATE_PREFIX + "window_start_ms"], 0).to_numpy()
+                                               if len(carried) else np.zeros(0, np.int64)]])
+    rows = np.concatenate([np.unique(events[pe[np.isin(ids[1], ids[0])]]), carried[np.isin(ids[2], ids[0])]])
+    sub = table.take(pa.array(np.sort(rows)))
+    pipeline = perfect_pipeline(p)
+    spec = K.Spec(pipeline=pipeline, input_types=wi.spec(wi.full).input_types)
+    timelines = wi.variant_timelines(replace(wi.full, delay_ms=0))
+    out = K.process(sub, spec, timelines, True)
+    aggs = out.aggregates
+    ids = _group_ids([_keys_of(head, kcols) + [_ms(head["window_start"]), _ms(head["window_end"])],
+                      _keys_of(aggs, kcols) + [_ms(aggs["window_start"]), _ms(aggs["window_end"])]])
+    order = np.argsort(ids[1], kind="stable")
+    pos = np.searchsorted(ids[1][order], ids[0])
+    ok = (pos < len(order)) & (ids[1][order][np.minimum(pos, max(len(order) - 1, 0))] == ids[0]) if len(order) \
+        else np.zeros(len(ids[0]), bool)
+    idx = np.where(ok, order[np.minimum(pos, max(len(order) - 1, 0))] if len(order) else 0, -1)
+    return pa.table({a.name: _take_or_null(aggs[a.name], idx) for a in p.aggregates})
+
+
+# --------------------------------------------------------------------------- where lateness fell
+
+
+def _late_event_rows(full: K.KernelOutput) -> tuple[np.ndarray, np.ndarray]:
+    """(row ids of the late events, late pairs per late event) of the configured replay."""
+    if not full.late.num_rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rows, counts = np.unique(full.late[ROW_ID].to_numpy(), return_counts=True)
+    return rows, counts.astype(np.int64)
+
+
+def _by_key(events: pa.Table, full: K.KernelOutput, wi: WhatIf, schema: pa.Schema) -> pa.Table:
+    """Events, late events and late pairs per (worker, key) of the configured replay."""
+    kcols = _key_columns(wi.pipeline)
+    n = events.num_rows
+    if not n:
+        return schema.empty_table()
+    ids = _group_ids([_keys_of(events, kcols)])[0]
+    uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    late_rows, pairs = _late_event_rows(full)
+    at = _position_of(events[ROW_ID].to_numpy(), late_rows)
+    late_ev = np.bincount(inv[at], minlength=len(uniq)).astype(np.int64)
+    late_pairs = np.bincount(inv[at], weights=pairs, minlength=len(uniq)).astype(np.int64)
+    head = events.take(pa.array(first))
+    cols = {c: head[c] for c in kcols}
+    cols.update(events=pa.array(np.bincount(inv, minlength=len(uniq)).astype(np.int64)),
+                late_events=pa.array(late_ev), late_event_windows=pa.array(late_pairs))
+    return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
+
+
+def _first_of_each(ids: np.ndarray) -> np.ndarray:
+    """True at the first occurrence of each value (counts events among their pairs)."""
+    out = np.zeros(len(ids), bool)
+    out[np.unique(ids, return_index=True)[1]] = True
+    return out
+
+
+def _position_of(row_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Positions in ``row_ids`` of each of ``wanted`` (all present)."""
+    order = np.argsort(row_ids, kind="stable")
+    return order[np.searchsorted(row_ids[order], wanted)]
+
+
+def _by_hour(events: pa.Table, full: K.KernelOutput, wi: WhatIf, schema: pa.Schema) -> pa.Table:
+    """Events, late events and late pairs per worker and hour of arrival."""
+    p = wi.pipeline
+    n = events.num_rows
+    if not n:
+        return schema.empty_table()
+    hour = np.floor_divide(events["__arr"].to_numpy(), HOUR_MS)
+    parts = ([[events[p.source.worker]]] if p.source.worker else [[np.zeros(n, np.int64)]])
+    wid = _group_ids(parts)[0]
+    ids = _group_ids([[wid, hour]])[0]
+    uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    late_rows, pairs = _late_event_rows(full)
+    at = _position_of(events[ROW_ID].to_numpy(), late_rows)
+    cols: dict[str, Any] = {}
+    if p.source.worker:
+        cols[p.source.worker] = events[p.source.worker].take(pa.array(first))
+    cols.update(hour=K._ts(hour[first] * HOUR_MS),
+                events=pa.array(np.bincount(inv, minlength=len(uniq)).astype(np.int64)),
+                late_events=pa.array(np.bincount(inv[at], minlength=len(uniq)).astype(np.int64)),
+                late_event_windows=pa.array(np.bincount(inv[at], weights=pairs, minlength=len(uniq)).astype(np.int64)))
+    return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
+
+
+def lateness_bin(lateness_ms: np.ndarray) -> np.ndarray:
+    """The upper bound of each value's bin in :data:`LATENESS_BINS_MS` (-1: above the last)."""
+    bounds = np.array(LATENESS_BINS_MS, np.int64)
+    i = np.searchsorted(bounds, np.asarray(lateness_ms, np.int64), side="left")
+    return np.where(i < len(bounds), bounds[np.minimum(i, len(bounds) - 1)], -1)
+
+
+def _lateness_bins(full: K.KernelOutput, schema: pa.Schema) -> pa.Table:
+    """How late the configured replay's late pairs and events were (``lateness_ms``: the
+    watermark they were checked against minus their event time; an event by its latest pair)."""
+    late = full.late
+    if not late.num_rows:
+        return schema.empty_table()
+    lat = late["lateness_ms"].to_numpy()
+    rows = late[ROW_ID].to_numpy()
+    ev, inv = np.unique(rows, return_inverse=True)
+    ev_lat = np.full(len(ev), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(ev_lat, inv.reshape(-1), lat)
+    pb, eb = lateness_bin(lat), lateness_bin(ev_lat)
+    bins = np.unique(np.concatenate([pb, eb]))
+    pairs = np.bincount(np.searchsorted(bins, pb), minlength=len(bins)).astype(np.int64)
+    events = np.bincount(np.searchsorted(bins, eb), minlength=len(bins)).astype(np.int64)
+    return pa.table([pa.array(bins, pa.int64()), pa.array(pairs), pa.array(events)], schema=schema)
+
+
+# --------------------------------------------------------------------------- future skew
+
+
+def _skew(events: pa.Table, skewed: np.ndarray, outs: Mapping[Variant, K.KernelOutput], wi: WhatIf,
+          schemas: Mapping[str, pa.Schema]) -> tuple[pa.Table, pa.Table]:
+    """(late pairs the skewed events caused, the skewed events) of the task's keys.
+
+    Caused: late in the configured replay, not in the skew-free one (skewed events
+    themselves left out). Each is attributed to the skewed event that set the watermark it
+    was checked against: the first (in arrival order) skewed event of its key, in an
+    earlier batch, whose event time is that raw watermark; none when the watermark came
+    from elsewhere (an earlier partition, or a batch whose other events set it too).
+    """
+    if wi.skew_threshold_ms is None:
+        return schemas["skew_late"].empty_table(), schemas["skewed"].empty_table()
+    p = wi.pipeline
+    kcols = _key_columns(p)
+    sk = np.flatnonzero(skewed)  # positions in ``events``
+    arr, evt, batch = (events[c].to_numpy() for c in ("__arr", "__evt", "__batch"))
+    free = next((v for v in outs if v.skew_free), None)
+    late = outs[wi.full].late
+    if free is not None and late.num_rows:
+        other = outs[free].late
+        ids = _group_ids([[late[ROW_ID].to_numpy(), _ms(late["window_start"])],
+                          [other[ROW_ID].to_numpy(), _ms(other["window_start"])]])
+        keep = ~np.isin(ids[0], ids[1]) & ~np.isin(late[ROW_ID].to_numpy(), events[ROW_ID].to_numpy()[sk])
+        late = late.filter(pa.array(keep))
+    else:
+        late = late.slice(0, 0)
+    at = _position_of(events[ROW_ID].to_numpy(), late[ROW_ID].to_numpy())
+    raw_wm = _ms(late["watermark"]) + wi.full.delay_ms
+    # Candidate causes, in arrival order (ties by every input column: the kernel's order).
+    order_keys = [arr[sk], batch[sk]]
+    if len(sk) > 1:
+        rest = events.take(pa.array(sk))
+        order_keys = ([k for c in sorted(wi.input_types, reverse=True) for k in value_order_keys(rest[c])]
+                      + [order_codes(rest[c]) for c in reversed(p.source.arrival_order)] + order_keys)
+    ids = _group_ids([_keys_of(events.take(pa.array(at)), kcols) + [raw_wm],
+                      _keys_of(events.take(pa.array(sk)), kcols) + [evt[sk]]])
+    order = np.lexsort([*order_keys, ids[1]]) if len(sk) else np.zeros(0, np.int64)
+    first_ids, first_at = np.unique(ids[1][order], return_index=True)
+    cause = np.full(len(at), -1, np.int64)  # position in ``sk`` of each late pair's cause
+    if len(first_ids) and len(at):
+        pos = np.minimum(np.searchsorted(first_ids, ids[0]), len(first_ids) - 1)
+        cand = order[first_at[pos]]
+        ok = (first_ids[pos] == ids[0]) & (batch[sk][cand] < late["batch"].to_numpy())
+        cause = np.where(ok, cand, -1)
+    first = _first_of_each(late[ROW_ID].to_numpy())
+    has = cause >= 0
+    cols: dict[str, Any] = {c: late[c] for c in kcols}
+    cols.update(arrival_ms=pa.array(arr[at]), event_ms=pa.array(evt[at]), batch=late["batch"],
+                window_start=late["window_start"], window_end=late["window_end"], watermark=late["watermark"],
+                raw_watermark_ms=pa.array(raw_wm), lateness_ms=late["lateness_ms"], first_of_event=pa.array(first))
+    for name, values in (("cause_batch", batch), ("cause_arrival_ms", arr), ("cause_event_ms", evt)):
+        cols[name] = pa.array(values[sk][np.maximum(cause, 0)] if len(sk) else np.zeros(len(at), np.int64),
+                              mask=~has)
+    cols["cause_skew_ms"] = pa.array((evt - arr)[sk][np.maximum(cause, 0)] if len(sk) else np.zeros(len(at), np.int64),
+                                     mask=~has)
+    skew_late = pa.table({f.name: cols[f.name] for f in schemas["skew_late"]}, schema=schemas["skew_late"])
+    caused_events = np.bincount(cause[has & first], minlength=len(sk)).astype(np.int64)
+    caused_pairs = np.bincount(cause[has], minlength=len(sk)).astype(np.int64)
+    t = events.take(pa.array(sk))
+    listing = {c: t[c] for c in wi.input_types}
+    listing.update(arrival_ms=pa.array(arr[sk]), event_ms=pa.array(evt[sk]), skew_ms=pa.array(evt[sk] - arr[sk]),
+                   batch=pa.array(batch[sk]), late_caused=pa.array(caused_events),
+                   late_event_windows_caused=pa.array(caused_pairs))
+    return skew_late, pa.table({f.name: listing[f.name] for f in schemas["skewed"]}, schema=schemas["skewed"])
+
+
+def worst_windows(cost: pa.Table, n: int) -> pa.Table:
+    """The ``n`` windows that missed the most events (then the latest missed, then the
+    earliest window): each task's top ``n`` hold the whole history's top ``n``."""
+    if cost.num_rows <= n:
+        return cost
+    order = np.lexsort([_ms(cost["window_start"]), -cost["max_lateness_ms"].to_numpy(),
+                        -cost["missed_events"].to_numpy()])
+    return cost.take(pa.array(order[:n]))
