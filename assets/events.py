@@ -10,7 +10,7 @@ as unsynced in the UI.
 
 import dagster as dg
 
-from assets import landing
+from windowing import landing
 from assets.preview import table_preview
 from orchestration.resources import SparkResource, StorageResource
 

@@ -23,7 +23,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from assets import landing, store
+from windowing import landing, store
 from assets.pipelines import _evaluation, asset_prefix
 from orchestration.resources import SparkResource, StorageResource
 from windowing.lake import join

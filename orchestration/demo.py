@@ -275,7 +275,7 @@ def write_live_outputs(spark_resource, storage, pipelines, live_root: str, parti
     runs in the process), built from ``spark_resource``'s settings."""
     import dagster as dg
 
-    from assets.landing import read_partition_events
+    from windowing.landing import read_partition_events
     from windowing.lake import inside
     from windowing.sample import write_sample_live
 

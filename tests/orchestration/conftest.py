@@ -113,7 +113,7 @@ class Replayer:
 
 def lineage(folder: Path):
     """The lineage the partition's current commit record carries."""
-    from assets.store import Lineage
+    from windowing.store import Lineage
     from tests.outputs import current
 
     doc = current(folder)["extra"]["lineage"]

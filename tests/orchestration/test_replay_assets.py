@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from assets.pipelines import CHECK_NAME
-from assets.store import Lineage, state_content_hash
+from windowing.store import Lineage, state_content_hash
 from tests.orchestration.conftest import DAYS, Replayer, failure_message, lineage, rows
 from tests.outputs import current, metrics as metrics_of
 from windowing.metrics import render_prometheus
