@@ -354,7 +354,7 @@ class Chain:
                 f"Cannot replay partition {first_key} of pipeline {name}: the state of partition "
                 f"{missing} is missing (nothing committed in {self.folder(missing)}; "
                 "a replay that fails a blocking data-quality check is not committed). Partitions are replayed in "
-                f"order, each from the state of the one before: replay {missing}..{first_key} "
+                f"order, each from the state of the one before: materialize {missing}..{first_key} "
                 "(one backfill runs them in order).", first_key, {"missing": missing})
         stale = store.out_of_date_partitions(commits, self.pipeline.fingerprint(),
                                              [(k, self.partitions.previous(k)) for k in earlier])
