@@ -12,7 +12,7 @@ import dagster as dg
 
 from windowing import landing
 from assets.preview import table_preview
-from orchestration.resources import SparkResource, StorageResource
+from assets.resources import SparkResource, StorageResource
 
 EVENTS_KEY = dg.AssetKey(["historical_events"])
 

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from windowing import landing, store
 from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
-from orchestration.resources import SparkResource, StorageResource
+from assets.resources import SparkResource, StorageResource
 from windowing.lake import join
 
 LATENESS_ASSET = "lateness"

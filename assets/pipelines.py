@@ -38,7 +38,7 @@ from assets.preview import table_preview
 from windowing.config import ignored_fields_note
 from windowing.lake import join
 from windowing.metrics import CLOSE_REASONS
-from orchestration.resources import SparkResource, StorageResource
+from assets.resources import SparkResource, StorageResource
 
 OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
     "window_state": "state",

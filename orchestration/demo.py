@@ -106,7 +106,7 @@ def run_demo(args, start: datetime | None) -> int:
     from assets.pipelines import CHECK_NAME, asset_prefix
     from orchestration.definitions import build_definitions, load_pipelines
     from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
-    from orchestration.resources import (
+    from assets.resources import (
         DEFAULT_LANDING_ZONE,
         DEFAULT_OUTPUT_ROOT,
         DEFAULT_PIPELINES_DIR,

@@ -1,4 +1,5 @@
-"""``rewindow backfill`` and ``rewindow status`` against the Dagster backfill: one chain, one store."""
+"""``rewindow backfill`` and ``rewindow status``: failures, resume, usage errors. (The CLI backfill
+against the Dagster backfill: tests/orchestration/test_replay_assets.py, which has the Dagster run.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.orchestration.conftest import DAYS, Replayer, failure_message, lineage, rows
+from tests.orchestration.conftest import DAYS
 from windowing.cli import main
 
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
@@ -19,34 +20,6 @@ def _cli(*argv) -> tuple[int, str, str]:
     with redirect_stdout(out), redirect_stderr(err):
         rc = main([str(a) for a in argv])
     return rc, out.getvalue(), err.getvalue()
-
-
-def test_the_cli_backfill_equals_the_dagster_backfill(spark, history, pipelines_dir, tmp_path):
-    dagster = Replayer(history, pipelines_dir, tmp_path / "dagster")
-    result = dagster.run(DAYS[0], DAYS[-1], checks=True)
-    assert result.success, failure_message(result)
-    cli_root = tmp_path / "cli"
-    rc, out, err = _cli("backfill", "--config", pipelines_dir / "clicks-hourly.yaml", "--input", history,
-                        "--output", cli_root, "--from", DAYS[0], "--to", DAYS[-1])
-    assert rc == 0, err
-    cli = Replayer(history, pipelines_dir, cli_root)  # only to find its folders
-    for day in DAYS:
-        for output in OUTPUTS:
-            a = spark.read.parquet(str(dagster.current(day) / output))
-            b = spark.read.parquet(str(cli.current(day) / output))
-            assert a.schema == b.schema, (day, output)
-            assert rows(a) == rows(b), (day, output)
-        ours, theirs = lineage(cli.folder(day)), lineage(dagster.folder(day))
-        assert (ours.state_hash, ours.start_state_hash, ours.previous_partition, ours.fingerprint) == \
-            (theirs.state_hash, theirs.start_state_hash, theirs.previous_partition, theirs.fingerprint)
-    # the demo's table, one line per partition, and the progress on stderr
-    lines = out.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["partition", "events"])
-    assert [line.split()[0] for line in lines[header + 1:header + 4]] == DAYS
-    assert "3/3" in err and "events/s" in err
-    # Dagster and the CLI write one store: the CLI continues the history Dagster wrote.
-    rc, out, err = _cli("status", "--output", tmp_path / "dagster")
-    assert rc == 0 and out.count(" committed ") == 3, out
 
 
 def test_a_failing_partition_exits_1_naming_it_and_status_lists_it(spark, history, pipelines_dir, tmp_path):
