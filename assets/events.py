@@ -10,9 +10,9 @@ as unsynced in the UI.
 
 import dagster as dg
 
-from assets import landing
+from windowing import landing
 from assets.preview import table_preview
-from orchestration.resources import SparkResource, StorageResource
+from assets.resources import SparkResource, StorageResource
 
 EVENTS_KEY = dg.AssetKey(["historical_events"])
 

@@ -23,9 +23,9 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from assets import landing, store
-from assets.pipelines import _evaluation, asset_prefix
-from orchestration.resources import SparkResource, StorageResource
+from windowing import landing, store
+from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
+from assets.resources import SparkResource, StorageResource
 from windowing.lake import join
 
 LATENESS_ASSET = "lateness"
@@ -152,12 +152,11 @@ def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource
     from windowing.io import InputError
     from windowing.lateness import lateness, read_lateness, write_lateness
 
-    all_keys = partitions_def.get_partition_keys()
+    chain = pipeline_chain(spark, pipeline, storage, partitions_def)
     root = storage.output_path()
     state = figures = None
-    first = all_keys.index(keys[0])
-    if first > 0:
-        prev = all_keys[first - 1]
+    prev = chain.partitions.previous(keys[0])
+    if prev is not None:
         try:
             out = read_lateness(spark, lateness_dir(root, pipeline.name, prev))
         except InputError:
@@ -169,12 +168,7 @@ def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource
     replays = store.pipeline_commits(spark, join(root, pipeline.name), keys)
     for i, key in enumerate(keys, 1):
         began = time.monotonic()
-        window = partitions_def.time_window_for_partition_key(key)
-        prev_key = all_keys[all_keys.index(key) - 1] if all_keys.index(key) > 0 else None
-        events, _ = landing.read_partition_events(
-            spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time,
-            source=pipeline.source, pipeline=pipeline, partition_column=storage.partition_column(),
-            unplaced=prev_key is None)
+        events, _ = chain.read_events(key)  # the rows the replay of the partition read
         result = lateness(spark, pipeline, events, state=state, options=options, state_figures=figures)
         folder = lateness_dir(root, pipeline.name, key)
         try:

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 
 import dagster as dg
 
-from assets.store import partition_folder
+from windowing.store import partition_folder
 
 LIVE_CHECK = "matches_live"
 #: Mismatches shown in the check's table (all of them: the ``reproduce`` command).

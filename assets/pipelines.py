@@ -23,21 +23,22 @@ the state from one to the next exactly as separate runs would.
 
 import re
 import time
-from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from assets import landing, store
+from windowing import store
+from windowing.chain import Chain, ChainError, Partitions, PartitionResult
 from assets.events import EVENTS_KEY
 from assets.matches_live import LivePartition, live_check_results, live_check_spec
 from assets.preview import table_preview
 from windowing.config import ignored_fields_note
 from windowing.lake import join
 from windowing.metrics import CLOSE_REASONS
-from orchestration.resources import SparkResource, StorageResource
+from assets.resources import SparkResource, StorageResource
 
 OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
     "window_state": "state",
@@ -78,21 +79,6 @@ def asset_prefix(pipeline_name: str) -> str:
     """A Dagster-safe name for a pipeline (``clicks-hourly`` -> ``clicks_hourly``)."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", pipeline_name)
     return name if re.match(r"[A-Za-z_]", name) else f"p_{name}"
-
-
-@dataclass(frozen=True)
-class PartitionResult:
-    key: str
-    folder: str  # the partition's output (its commit records and runs)
-    run_path: str  # the committed run this result is
-    metrics: dict[str, Any]
-    lineage: store.Lineage
-    state: Any  # the state as written, read back: the next partition's start
-    checks: tuple = ()  # windowing.validation.CheckResult of this partition (empty: not run)
-    seconds: float = 0.0  # replay and write time of the partition
-    #: False: a blocking check failed, so the run was staged but not committed (run_path
-    #: is the staged run, kept for inspection; the previous committed output stays current).
-    committed: bool = True
 
 
 def build_pipeline_assets(
@@ -250,55 +236,28 @@ def build_pipeline_assets(
     return replay_pipeline
 
 
-def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource, partition_keys, flush_at_end, log, run_id,
-                      checks: bool = True):
-    """Replay ``partition_keys`` oldest to newest, each from the state the one before left.
-
-    Yields a :class:`PartitionResult` per partition once its outputs are stored. The
-    run's oldest partition starts from the stored state of the partition before it
-    (checked first: see :func:`_starting_state`); the others from the state the
-    previous iteration wrote and read back, exactly what a separate run would read.
-    ``flush_at_end`` applies to the newest partition only: the end of this history.
-    """
-    pipeline_dir = join(storage.output_path(), pipeline.name)
-    chain = _chain(partitions_def)
-    keys = sorted(partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
-    _check_roots(storage)
-    carried = _starting_state(spark, pipeline, pipeline_dir, chain, keys[0])
-    for i, key in enumerate(keys, 1):
-        began = time.monotonic()
-        window = partitions_def.time_window_for_partition_key(key)
-        flush = flush_at_end and key == keys[-1]
-        carried = _replay_one(spark, pipeline, storage, key, window, chain[key], carried, flush, run_id, log, checks)
-        m = carried.metrics
-        log.info(
-            f"[{i}/{len(keys)}] {pipeline.name} {key}: {m.get('input_rows')} events, "
-            f"{m.get('windows_closed')} windows closed {m.get('closed_by_reason')} "
-            f"({m.get('windows_emitted')} emitted, {m.get('snapshots_emitted')} snapshots), "
-            f"{m.get('late_events')} late events ({m.get('late_event_windows')} late (event, window) pairs), "
-            f"{m.get('rejected_rows')} rejected, watermark "
-            f"{m.get('watermark_reached')}{' (flushed at end)' if flush else ''} "
-            f"in {time.monotonic() - began:.1f}s -> {carried.run_path}"
-        )
-        yield carried
-        if carried.lineage.failed_checks:
-            log.error(
-                f"{pipeline.name} {key}: data-quality checks failed ({', '.join(carried.lineage.failed_checks)}); "
-                f"not replaying the partitions after it. Details: the check results of {carried.run_path}"
-            )
-            return
+def pipeline_chain(spark, pipeline, storage: StorageResource, partitions_def, log=None) -> Chain:
+    """The :class:`windowing.chain.Chain` of ``pipeline`` over the Dagster partitions."""
+    first = partitions_def.get_first_partition_key()
+    window = partitions_def.time_window_for_partition_key(first)
+    grain = "hour" if window.end - window.start <= timedelta(hours=1) else "day"
+    return Chain(spark, pipeline, storage.landing_path(), storage.output_path(), Partitions(grain, window.start),
+                 partition_column=storage.partition_column(), **({"log": log} if log is not None else {}))
 
 
-def _check_roots(storage: StorageResource) -> None:
-    """The output root must not be the landing zone, inside it, or hold it."""
-    from windowing.lake import inside
+def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource, partition_keys, flush_at_end, log,
+                      run_id, checks: bool = True):
+    """The chain's replay of ``partition_keys`` (:meth:`windowing.chain.Chain.replay`), a
+    refusal raised as a :class:`dagster.Failure`."""
+    chain = pipeline_chain(spark, pipeline, storage, partitions_def, log)
+    try:
+        yield from chain.replay(partition_keys, flush_at_end=flush_at_end, checks=checks, run_id=run_id)
+    except ChainError as exc:
+        raise as_failure(exc) from exc
 
-    out, landing = storage.output_path(), storage.landing_path()
-    if inside(out, landing) or inside(landing, out):
-        raise dg.Failure(
-            f"output root {out} overlaps the landing zone {landing}: outputs would be read as events "
-            "(or written over them); set REWINDOW_OUTPUT_ROOT outside the landing zone"
-        )
+
+def as_failure(exc: ChainError) -> dg.Failure:
+    return dg.Failure(str(exc), metadata={k: dg.MetadataValue.json(v) for k, v in exc.metadata.items()})
 
 
 def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: StorageResource) -> None:
@@ -317,126 +276,6 @@ def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: St
     note = ignored_fields_note(pipeline)
     if note:
         log.warning(f"{pipeline_file.name}: {note}")
-
-
-def _chain(partitions_def: dg.TimeWindowPartitionsDefinition) -> dict[str, str | None]:
-    """Every partition key, in time order, mapped to the key before it (None for the first)."""
-    keys = partitions_def.get_partition_keys()
-    return dict(zip(keys, [None, *keys[:-1]]))
-
-
-def _keys_before(chain: dict[str, str | None], key: str) -> list[str]:
-    out = []
-    for k in chain:
-        if k == key:
-            break
-        out.append(k)
-    return out
-
-
-def _starting_state(spark, pipeline, pipeline_dir: str, chain, first_key: str) -> PartitionResult | None:
-    """The state the run's oldest partition starts from, after checking the chain up to it.
-
-    None for the first partition of the history. Fails the run, saying what to run,
-    when the previous state is missing, out of date, or was flushed at end.
-    """
-    from windowing.io import StateError, read_state
-
-    prev = chain[first_key]
-    if prev is None:
-        return None
-    earlier = _keys_before(chain, first_key)
-    commits = store.pipeline_commits(spark, pipeline_dir, [*earlier, first_key])
-    missing = store.first_missing(commits, earlier)
-    if missing is not None:
-        raise dg.Failure(
-            f"Cannot replay partition {first_key} of pipeline {pipeline.name}: the state of partition "
-            f"{missing} is missing (nothing committed in {join(pipeline_dir, store.partition_folder(missing))}; "
-            "a replay that fails a blocking data-quality check is not committed). Partitions are replayed in "
-            f"order, each from the state of the one before: materialize {missing}..{first_key} "
-            "(one backfill runs them in a single run)."
-        )
-    stale = store.out_of_date_partitions(commits, pipeline.fingerprint(), [(k, chain[k]) for k in earlier])
-    if stale:
-        raise dg.Failure(
-            f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {stale[0].partition} "
-            f"{stale[0].reason}. Rerun {stale[0].partition}..{first_key} (one backfill runs them in a single run).",
-            metadata={"out_of_date": dg.MetadataValue.json([vars(s) for s in stale])},
-        )
-    commit = commits[prev]
-    lineage = store.Lineage.of(commit)
-    if lineage.failed_checks:
-        raise dg.Failure(
-            f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {prev} failed its "
-            f"data-quality checks ({', '.join(lineage.failed_checks)}; see the check results of {commit.run_path}). "
-            f"Fix the input and rerun {prev} first."
-        )
-    if lineage.flushed_at_end:
-        raise dg.Failure(
-            f"Cannot replay partition {first_key} of pipeline {pipeline.name}: partition {prev} was replayed "
-            "with flush_at_end, so the windows open at its end were emitted and are not in its state. "
-            f"Rerun {prev} without flush_at_end first."
-        )
-    try:
-        state = read_state(spark, commit.output)
-    except StateError as exc:
-        raise dg.Failure(f"Cannot replay partition {first_key} of pipeline {pipeline.name}: {exc}") from exc
-    return PartitionResult(prev, commit.output, commit.run_path, {}, lineage, state)
-
-
-def _replay_one(spark, pipeline, storage: StorageResource, key, window, prev_key, start, flush, run_id, log,
-                checks: bool = True):
-    """Replay one partition from ``start`` (the previous partition's result, or None), check
-    its staged outputs, and commit outputs, lineage and check results together, only if
-    no blocking check failed (write-audit-publish). A failing partition's staged run is
-    left uncommitted, for inspection: the previous committed output stays current."""
-    from windowing import replay
-    from windowing.config import ConfigError
-    from windowing.engine import StateMismatchError
-    from windowing.io import InputError, OutputError, stage_outputs
-
-    began = time.monotonic()
-    folder = store.partition_dir(storage.output_path(), pipeline.name, key)
-    try:
-        events, files = landing.read_partition_events(
-            spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time,
-            source=pipeline.source, pipeline=pipeline, partition_column=storage.partition_column(),
-            unplaced=prev_key is None,
-        )
-        if files is not None and not files:
-            log.warning(f"{key}: no landing files for this day; replayed as a partition without events")
-        result = replay(spark, pipeline, events, state=start.state if start else None, flush_at_end=flush)
-        try:
-            staged = stage_outputs(result, folder, pipeline=pipeline, inputs=[storage.landing_path()])
-        finally:
-            result.unpersist()
-    except (ConfigError, StateMismatchError, InputError, OutputError, landing.LandingZoneError) as exc:
-        raise dg.Failure(f"Cannot replay partition {key} of pipeline {pipeline.name}: {exc}") from exc
-    seconds = time.monotonic() - began
-    outputs = staged.read()
-    results: tuple = ()
-    if checks:
-        from windowing.validation import blocking_failures, run_checks
-
-        results = tuple(run_checks(spark, pipeline, outputs, input_df=events,
-                                   prev_state=start.state if start else None))
-    state = outputs.state
-    lineage = store.Lineage(
-        pipeline=pipeline.name,
-        fingerprint=pipeline.fingerprint(),
-        partition=key,
-        previous_partition=prev_key,
-        start_state_hash=start.lineage.state_hash if start else None,
-        state_hash=store.state_content_hash(state),
-        flushed_at_end=flush,
-        run_id=run_id,
-        failed_checks=tuple(r.name for r in blocking_failures(results)) if checks else (),
-    )
-    if lineage.failed_checks:  # write-audit-publish: a partition that fails its checks is not published
-        return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds,
-                               committed=False)
-    staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
-    return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds)
 
 
 #: Emit reasons, each plotted as its own integer series (``windows_emitted_<reason>``,
@@ -505,10 +344,9 @@ def _verify_committed(context, spark, pipeline, storage: StorageResource, partit
     wanted = [name for name in OUTPUTS if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks]
     if not wanted:
         return
-    pipeline_dir = join(storage.output_path(), pipeline.name)
-    links = _chain(partitions_def)
-    asked = sorted(context.partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
-    commits = store.pipeline_commits(spark, pipeline_dir, {k for key in asked for k in (key, links[key]) if k})
+    chain = pipeline_chain(spark, pipeline, storage, partitions_def)
+    asked = sorted(context.partition_keys, key=chain.partitions.start_of)
+    commits = chain.commits({k for key in asked for k in (key, chain.partitions.previous(key)) if k})
     for key in asked:
         commit = commits.get(key)
         lineage = store.Lineage.of(commit)
@@ -520,14 +358,10 @@ def _verify_committed(context, spark, pipeline, storage: StorageResource, partit
                     description=f"nothing committed for partition {key}: materialize it first",
                     metadata={"checked_partitions": dg.MetadataValue.int(0)}), key, blocking=True)
             continue
-        prev = commits.get(links[key]) if links[key] else None
+        prev_key = chain.partitions.previous(key)
+        prev = commits.get(prev_key) if prev_key else None
         prev_state = read_state(spark, prev.output) if prev is not None else None
-        window = partitions_def.time_window_for_partition_key(key)
-        events, _ = landing.read_partition_events(
-            spark, storage.landing_path(), window.start, window.end, pipeline.source.arrival_time,
-            source=pipeline.source, pipeline=pipeline, partition_column=storage.partition_column(),
-            unplaced=links[key] is None,
-        )
+        events, _ = chain.read_events(key)
         results = tuple(run_checks(spark, pipeline, commit.run_path, input_df=events, prev_state=prev_state,
                                    flush_at_end=lineage.flushed_at_end))
         context.log.info(f"{pipeline.name} {key}: re-checked the committed run {commit.run_path}")
@@ -574,11 +408,9 @@ def _evaluation(instance, result: dg.AssetCheckResult, partition: str, blocking:
 
 def _chain_check(spark, pipeline, storage: StorageResource, partitions_def, state_key: dg.AssetKey) -> dg.AssetCheckResult:
     """The state chain over every materialized partition of the pipeline (see store.out_of_date_partitions)."""
-    pipeline_dir = join(storage.output_path(), pipeline.name)
-    chain = _chain(partitions_def)
-    commits = store.pipeline_commits(spark, pipeline_dir, chain)
-    stale = store.out_of_date_partitions(commits, pipeline.fingerprint(), list(chain.items()))
-    done = [k for k in chain if k in commits]
+    chain = pipeline_chain(spark, pipeline, storage, partitions_def)
+    done = chain.committed_keys()
+    stale = chain.out_of_date()
     meta: dict[str, Any] = {"materialized_partitions": dg.MetadataValue.int(len(done))}
     if stale:
         meta["rerun_from"] = dg.MetadataValue.text(stale[0].partition)

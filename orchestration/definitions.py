@@ -18,7 +18,7 @@ from assets.events import build_events_asset
 from assets.lateness import build_lateness_asset
 from assets.pipelines import asset_prefix, build_pipeline_assets
 from orchestration.partitions import PartitionSettings
-from orchestration.resources import SparkResource, StorageResource, resolved, spark_from_env, storage_from_env
+from assets.resources import SparkResource, StorageResource, resolved, spark_from_env, storage_from_env
 from orchestration.schedules import lateness_job, newest_partition_schedule, replay_job
 from orchestration.sensors import build_landing_zone_sensor, landing_location
 
@@ -61,7 +61,7 @@ def build_definitions(
 ) -> dg.Definitions:
     """Assemble assets, job, schedule, sensor, resources and the in-process executor.
 
-    Unset arguments come from the environment (see ``orchestration.resources`` and
+    Unset arguments come from the environment (see ``assets.resources`` and
     ``orchestration.partitions``). Partitions without an end end where the landing zone
     ends (``PartitionSettings.with_landed_end``, which lists it now). The in-process
     executor runs every step of a run in one process, so Spark starts once per run.

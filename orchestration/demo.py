@@ -106,7 +106,7 @@ def run_demo(args, start: datetime | None) -> int:
     from assets.pipelines import CHECK_NAME, asset_prefix
     from orchestration.definitions import build_definitions, load_pipelines
     from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
-    from orchestration.resources import (
+    from assets.resources import (
         DEFAULT_LANDING_ZONE,
         DEFAULT_OUTPUT_ROOT,
         DEFAULT_PIPELINES_DIR,
@@ -197,8 +197,10 @@ def run_demo(args, start: datetime | None) -> int:
 
     print(f"done       run {result.run_id} in {elapsed:.1f}s\n")
     keys = partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(first, last))
+    from windowing.chain import summary_table
     from windowing.io import current_commits_under
     from windowing.lake import join
+    from windowing.store import partition_folder
     from windowing.spark import spark_session
 
     spark = spark_session()  # the run's session, still running in this process
@@ -207,14 +209,8 @@ def run_demo(args, start: datetime | None) -> int:
         commits = current_commits_under(spark, root)
         print(f"pipeline {pipeline.name!r}: outputs in {root}/<partition>/runs/<run>/"
               "{aggregates,late_events,rejected,state} (the current run: see _commits/)")
-        print(f"  {'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}  watermark reached")
-        for key in keys:
-            m = commits[key].metrics
-            print(
-                f"  {key:<18}{m.get('input_rows', 0):>10,}{m.get('windows_emitted', 0):>10,}"
-                f"{m.get('late_events', 0):>8,}{m.get('rejected_rows', 0):>10,}{m.get('open_windows', 0):>8,}"
-                f"  {m.get('watermark_reached')}"
-            )
+        print(summary_table(pipeline.name, keys, {k: commits[folder] for k in keys
+                                                  if (folder := partition_folder(k)) in commits}))
         chain = [ev for ev in result.get_asset_check_evaluations()
                  if ev.check_name == CHECK_NAME and ev.asset_key.path[0] == asset_prefix(pipeline.name)]
         if chain:  # one evaluation per partition of the run, all of the same chain
@@ -275,7 +271,7 @@ def write_live_outputs(spark_resource, storage, pipelines, live_root: str, parti
     runs in the process), built from ``spark_resource``'s settings."""
     import dagster as dg
 
-    from assets.landing import read_partition_events
+    from windowing.landing import read_partition_events
     from windowing.lake import inside
     from windowing.sample import write_sample_live
 

@@ -29,7 +29,7 @@ from datetime import date, datetime, time, timedelta, timezone
 import dagster as dg
 
 from orchestration.partitions import PartitionSettings, describe, landed_days
-from orchestration.resources import StorageResource, absolute, resolved
+from assets.resources import StorageResource, absolute, resolved
 
 SENSOR_NAME = "landing_zone_sensor"
 INTERVAL_S = 300

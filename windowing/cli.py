@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a partition boundary, ISO date or time (repeatable, increasing): per-partition figures")
     _spark_args(c)
     _lateness_args(sub)
+    from windowing.backfill import add_arguments
+
+    add_arguments(sub, _spark_args)
     g = sub.add_parser("generate", help="write sample event history (Parquet)")
     g.add_argument("--output", required=True)
     g.add_argument("--start", default="2024-01-01")
@@ -63,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             from windowing.reconcile import main_reconcile
 
             return main_reconcile(args)
+        if args.command in ("backfill", "status"):
+            from windowing.backfill import main_backfill, main_status
+
+            return (main_backfill if args.command == "backfill" else main_status)(args, _spark)
         if args.command == "lateness":
             from windowing.lateness import main_lateness
 

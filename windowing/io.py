@@ -56,6 +56,8 @@ from windowing.metrics import render_prometheus
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 RUNS = "runs"
 COMMITS = "_commits"
+#: Records of runs that were staged but not committed (windowing.chain: blocking checks failed).
+FAILURES = "_failures"
 METRICS = "metrics.json"
 #: The metrics' ``voltsp`` block in Prometheus' text format (windowing.metrics.render_prometheus).
 PROMETHEUS = "metrics.prom"
@@ -473,7 +475,7 @@ def check_output_target(spark, out, inputs=()) -> None:
     else:
         if lake.exists(out) and lake.is_file(out):
             raise OutputError(f"{out}: is a file, not an output folder")
-        foreign = [e for e in lake.children(out) if e.path.rstrip("/").rsplit("/", 1)[-1] not in (RUNS, COMMITS)]
+        foreign = [e for e in lake.children(out) if e.path.rstrip("/").rsplit("/", 1)[-1] not in (RUNS, COMMITS, FAILURES)]
     if foreign:
         raise OutputError(
             f"{out}: exists and is not a rewindow output (it holds {display(foreign[0].path)}); "

@@ -45,6 +45,12 @@ def qualify(path: str | os.PathLike) -> str:
     return s.rstrip("/") if len(s.rstrip("/")) > len(s.split(":", 1)[0]) + 2 else s
 
 
+def absolute(location: str | os.PathLike) -> str:
+    """A URI as it is; a local path made absolute (no filesystem access)."""
+    s = os.fspath(location)
+    return s if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", s) or s.startswith("file:") else os.path.abspath(s)
+
+
 def join(base: str, *parts: str) -> str:
     """``base/part/...`` for URIs and local paths alike."""
     out = os.fspath(base).rstrip("/")

@@ -14,7 +14,7 @@ import pytest
 
 from orchestration.definitions import build_definitions
 from orchestration.partitions import PartitionSettings
-from orchestration.resources import StorageResource
+from assets.resources import StorageResource
 from orchestration.schedules import REPLAY_JOB
 
 START = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -113,7 +113,7 @@ class Replayer:
 
 def lineage(folder: Path):
     """The lineage the partition's current commit record carries."""
-    from assets.store import Lineage
+    from windowing.store import Lineage
     from tests.outputs import current
 
     doc = current(folder)["extra"]["lineage"]

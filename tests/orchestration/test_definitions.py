@@ -12,7 +12,7 @@ import pytest
 
 from orchestration.definitions import build_definitions, load_pipelines
 from orchestration.partitions import PartitionSettings
-from orchestration.resources import StorageResource
+from assets.resources import StorageResource
 from orchestration.schedules import LATENESS_JOB, REPLAY_JOB
 from tests.orchestration.conftest import PIPELINE_YAML
 

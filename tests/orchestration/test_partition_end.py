@@ -16,7 +16,7 @@ import pytest
 
 from orchestration.definitions import build_definitions
 from orchestration.partitions import PartitionSettings, landed_days
-from orchestration.resources import StorageResource
+from assets.resources import StorageResource
 from orchestration.schedules import REPLAY_JOB
 from orchestration.sensors import SENSOR_NAME
 

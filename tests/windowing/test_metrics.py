@@ -156,7 +156,7 @@ def test_metadata_and_checks_use_late_events_as_events(spark, sliding):
     pairs are their own series; metrics_consistent recounts both from the datasets and
     fails on the old meaning (late_events = pairs)."""
     from assets.pipelines import PartitionResult, _metadata
-    from assets.store import Lineage
+    from windowing.store import Lineage
     from windowing import validation as V
 
     pipeline, rows, result, _, _ = sliding

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from assets.landing import LandingZoneError, read_partition_events
+from windowing.landing import LandingZoneError, read_partition_events
 from windowing import parse_pipeline, replay
 from windowing.io import InputError, read_events
 from windowing.sample import generate_history

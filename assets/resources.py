@@ -31,6 +31,8 @@ import sys
 from typing import Any
 
 import dagster as dg
+
+from windowing.lake import absolute  # noqa: F401 - re-exported: the demo and the assets use it here
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
@@ -142,12 +144,6 @@ class StorageResource(dg.ConfigurableResource):
 
     def partition_column(self) -> str | None:
         return self.landing_partition_column.strip() or None
-
-
-def absolute(location: str) -> str:
-    """A URI as it is; a local path made absolute (no filesystem access)."""
-    return location if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", location) or location.startswith("file:") \
-        else os.path.abspath(location)
 
 
 def env_or(name: str, default: str) -> str:

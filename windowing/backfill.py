@@ -1,0 +1,214 @@
+"""``rewindow backfill`` and ``rewindow status``: the partition chain (:mod:`windowing.chain`)
+from the shell, the same code the Dagster assets and the Airflow operator run.
+
+``rewindow backfill --config P.yaml --input LANDING --output ROOT --from 2024-01-01 --to 2024-01-31``
+replays the range's partitions in order, each from the state of the one before, committing
+each to ``ROOT/<pipeline>/<partition>/``. A progress bar (``rich``) shows the partition,
+events per second and the time left; the command ends with the per-partition table of the
+demo and exits 1 naming the first partition that failed (and its checks), or the reason the
+chain refused to go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime, timezone
+
+from windowing.config import ConfigError
+
+EXIT_FAILED = 1
+
+
+def add_arguments(sub, spark_args) -> None:
+    b = sub.add_parser("backfill", help="replay a range of arrival-time partitions in order, carrying the state")
+    b.add_argument("--config", required=True, help="pipeline YAML")
+    b.add_argument("--input", help="the landing zone: a folder or URI of date=YYYY-MM-DD folders "
+                                   "(default: the pipeline's source.path)")
+    b.add_argument("--output", required=True, help="output root: partition K goes to OUTPUT/<pipeline>/<K>/")
+    b.add_argument("--from", dest="first", help="first partition: YYYY-MM-DD, or YYYY-MM-DDTHH with --grain hour")
+    b.add_argument("--to", dest="last", help="last partition, included (default: --from)")
+    b.add_argument("--grain", choices=("day", "hour"), default=None,
+                   help="partition size (default: the stored history's, else day)")
+    b.add_argument("--history-start", help="the first partition of the history, which starts from no state "
+                                           "(default: the stored history's, else --from)")
+    b.add_argument("--partition-column", default="date",
+                   help="the landing zone's day folders (date=YYYY-MM-DD); '' for a flat folder filtered by arrival time")
+    how = b.add_mutually_exclusive_group()
+    how.add_argument("--resume", action="store_true",
+                     help="skip the partitions of the range already committed and current (after a killed run)")
+    how.add_argument("--rerun-from", metavar="DATE",
+                     help="replay from this partition to --to (later partitions become current again)")
+    b.add_argument("--flush-at-end", action="store_true", help="emit the windows still open after --to")
+    b.add_argument("--no-checks", action="store_true", help="skip the data-quality checks (not recommended)")
+    spark_args(b)
+    s = sub.add_parser("status", help="list a history's partitions: committed, out of date, failed or missing")
+    s.add_argument("--output", required=True, help="output root (as given to backfill)")
+    s.add_argument("--config", help="pipeline YAML (default: every pipeline under --output, checked against the "
+                                    "configuration of its newest partition)")
+    s.add_argument("--from", dest="first", help="first partition to list (default: the start of the history)")
+    s.add_argument("--to", dest="last", help="last partition to list (default: the newest committed or failed)")
+    spark_args(s)
+
+
+def main_backfill(args, spark_session) -> int:
+    from windowing.chain import Chain, ChainError, Partitions, stored_history, summary_table
+    from windowing.config import ignored_fields_note, load_pipeline
+
+    pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
+    landing_zone = args.input or pipeline.source.path
+    if not landing_zone:
+        raise ConfigError("--input: no landing zone given, and the pipeline has no source.path")
+    if not args.first and not args.rerun_from:
+        raise ConfigError("--from: which partition to start at (YYYY-MM-DD)")
+    note = ignored_fields_note(pipeline)
+    if note:
+        print(f"rewindow: note: {note}", file=sys.stderr)
+    from windowing.lake import absolute
+
+    landing_zone, output_root = absolute(landing_zone), absolute(args.output)
+    spark = spark_session(args)
+    try:
+        stored = stored_history(spark, output_root, pipeline.name)
+        grain = args.grain or (stored[0] if stored else "day")
+        if stored and stored[0] != grain:
+            raise ConfigError(f"--grain {grain}: the history under {output_root} has {stored[0]} partitions")
+        probe = Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc))
+        first = probe.span(args.first or args.rerun_from, args.first or args.rerun_from)[0]
+        last = probe.span(args.last or args.first or args.rerun_from, args.last or args.first or args.rerun_from)[-1]
+        start = (probe.span(args.history_start, args.history_start)[0] if args.history_start
+                 else stored[1] if stored else first)
+        if stored and start != stored[1]:
+            raise ConfigError(f"--history-start {start}: the history under {output_root} starts at {stored[1]}")
+        partitions = Partitions(grain, probe.start_of(start))
+        keys = partitions.keys(first, last)
+        if not keys:
+            raise ConfigError(f"--to {last} is before --from {first}")
+        chain = Chain(spark, pipeline, landing_zone, output_root, partitions,
+                      partition_column=args.partition_column.strip() or None)
+        if args.rerun_from:
+            rerun = probe.span(args.rerun_from, args.rerun_from)[0]
+            if rerun not in keys:
+                raise ConfigError(f"--rerun-from {rerun} is outside --from {first} --to {last}")
+            keys = keys[keys.index(rerun):]
+        elif args.resume:
+            at = chain.resume_point(keys)
+            if at is None:
+                print(f"rewindow: every partition of {keys[0]}..{keys[-1]} is committed and current: nothing to do",
+                      file=sys.stderr)
+                print(summary_table(pipeline.name, keys, chain.commits(keys)))
+                return 0
+            if at != keys[0]:
+                print(f"rewindow: resuming at {at} ({keys.index(at)} partition(s) of the range already done)",
+                      file=sys.stderr)
+            keys = keys[keys.index(at):]
+        return _run(chain, keys, args, summary_table)
+    except ChainError as exc:
+        print(f"rewindow: backfill: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(chain, keys: list[str], args, summary_table) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    name = chain.pipeline.name
+    console = Console(stderr=True)
+    began = time.monotonic()
+    rows = 0
+    failed = None
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    console.print(f"rewindow: backfilling {len(keys)} partition(s) {keys[0]}..{keys[-1]} of pipeline {name!r} "
+                  f"from {chain.landing_zone} into {chain.pipeline_dir}")
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(keys[0], total=len(keys), rate="")
+        for part in chain.replay(keys, flush_at_end=args.flush_at_end, checks=not args.no_checks):
+            m = part.metrics
+            rows += int(m.get("input_rows", 0))
+            rate = rows / (time.monotonic() - began)
+            done = keys.index(part.key) + 1
+            progress.update(task, completed=done, rate=f"{rate:,.0f} events/s",
+                            description=keys[done] if done < len(keys) else part.key)
+            verdict = "committed" if part.committed else f"FAILED {', '.join(part.lineage.failed_checks)}"
+            progress.console.print(
+                f"  {part.key}: {m.get('input_rows', 0):,} events, {m.get('windows_emitted', 0):,} windows emitted, "
+                f"{m.get('late_events', 0):,} late, {m.get('rejected_rows', 0):,} rejected in {part.seconds:.1f}s: "
+                f"{verdict}")
+            if not part.committed:
+                failed = part
+    print(f"pipeline {name!r}: outputs in {chain.pipeline_dir}/<partition>/runs/<run>/"
+          "{aggregates,late_events,rejected,state} (the current run: see _commits/)")
+    print(summary_table(name, keys, chain.commits(keys)))
+    elapsed = time.monotonic() - began
+    if failed is not None:
+        after = keys[keys.index(failed.key) + 1:]
+        print(f"rewindow: backfill: partition {failed.key} failed its data-quality checks "
+              f"({', '.join(failed.lineage.failed_checks)}); not committed (the staged run is kept at "
+              f"{failed.run_path}){f'; {after[0]}..{after[-1]} not replayed' if after else ''}. "
+              f"Fix its input, then: rewindow backfill ... --rerun-from {failed.key}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"backfilled {len(keys)} partition(s), {rows:,} events in {elapsed:.1f}s "
+          f"({rows / elapsed if elapsed else 0:,.0f} events/s)")
+    return 0
+
+
+def main_status(args, spark_session) -> int:
+    from windowing.chain import Chain, Partitions, stored_history
+    from windowing.config import load_pipeline
+    from windowing.lake import Lake, absolute, join
+
+    pipeline = load_pipeline(args.config) if args.config else None
+    output_root = absolute(args.output)
+    spark = spark_session(args)
+    if pipeline is not None:
+        names = [pipeline.name]
+    else:
+        names = sorted(e.path.rstrip("/").rsplit("/", 1)[-1] for e in Lake(spark).children(output_root))
+    shown = 0
+    for name in names:
+        stored = stored_history(spark, output_root, name)
+        if stored is None:
+            if pipeline is not None:
+                print(f"pipeline {name!r}: nothing committed under {join(output_root, name)}")
+            continue
+        grain, start = stored
+        partitions = Partitions(grain, Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc)).start_of(start))
+        chain = Chain(spark, pipeline or _NewestConfig(spark, output_root, name), "", output_root, partitions)
+        keys = None
+        if args.first or args.last:
+            committed = chain.committed_keys()
+            first = partitions.span(args.first, args.first)[0] if args.first else start
+            last = partitions.span(args.last, args.last)[-1] if args.last else (committed[-1] if committed else first)
+            keys = partitions.keys(first, last)
+        rows = chain.status(keys)
+        shown += 1
+        print(f"pipeline {name!r} ({grain} partitions from {start}) in {chain.pipeline_dir}")
+        print(f"  {'partition':<18}{'status':<13}{'events':>10}{'emitted':>10}  detail")
+        for s in rows:
+            print(f"  {s.key:<18}{s.status:<13}{s.metrics.get('input_rows', ''):>10}"
+                  f"{s.metrics.get('windows_emitted', ''):>10}  {s.detail}")
+        counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
+        print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))
+    if not shown and pipeline is None:
+        print(f"no rewindow history under {output_root}")
+    return 0
+
+
+class _NewestConfig:
+    """A pipeline stand-in for ``rewindow status`` without ``--config``: its name, and the
+    configuration fingerprint of its newest committed partition taken as the current one."""
+
+    def __init__(self, spark, output_root: str, name: str):
+        from windowing.io import current_commits_under
+        from windowing.lake import join
+
+        self.name = name
+        commits = current_commits_under(spark, join(output_root, name))
+        newest = max(commits.values(), key=lambda c: c.committed_at)
+        self._fingerprint = newest.fingerprint
+
+    def fingerprint(self) -> str:
+        return self._fingerprint

@@ -1,0 +1,547 @@
+"""The partition chain: a history of arrival-time partitions replayed in order, each from the
+state the one before it left. One implementation for every way of running a backfill: the
+Dagster assets (``assets/pipelines.py``), ``rewindow backfill`` and the Airflow operator
+(``orchestration/airflow.py``) all call :class:`Chain`. Nothing here imports Dagster.
+
+The rules, over a pipeline, a landing zone, an output root and :class:`Partitions`:
+
+* **Order.** Partitions are replayed oldest to newest. The first partition of the history
+  starts from no state (and takes the landing zone's unplaced rows: see
+  :mod:`windowing.landing`); every other one starts from the current state of the
+  partition before it, read from the store (:mod:`windowing.store`), never from memory,
+  so a range in one go equals partition after partition, bit for bit.
+* **Refusals before any work.** A partition is not replayed when the one before it is
+  missing, out of date (a rerun changed an earlier state since), failed its blocking
+  checks, or was flushed at end: :class:`ChainError` names the partition and what to run.
+* **Write-audit-publish.** Each partition's outputs are staged, checked
+  (:func:`windowing.validation.run_checks`), and committed with their lineage and check
+  results only when no blocking check failed. A failing partition is not committed: its
+  staged run stays for inspection, a failure record (``_failures/``) says why, and the
+  chain stops before the next partition.
+* **Reruns.** A rerun of a past partition that changes its state marks every later
+  committed partition out of date (:func:`windowing.store.out_of_date_partitions`);
+  replaying from there makes them equal to a fresh full run again. A rerun that
+  reproduces the same state (replays are deterministic) changes nothing.
+* **Resume.** After a killed run, :meth:`Chain.resume_point` is the first partition of a
+  range that is not committed and current: nothing before it is replayed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Any, Iterable, Iterator, Sequence
+
+from windowing import landing, store
+from windowing.io import FAILURES, current_commits_under
+from windowing.lake import inside, join
+
+GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
+#: Partition statuses of :meth:`Chain.status`.
+COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
+
+log_default = logging.getLogger("rewindow.chain")
+
+
+class ChainError(RuntimeError):
+    """A partition cannot be replayed (or the chain cannot go on): says which and what to run."""
+
+    def __init__(self, message: str, partition: str | None = None, metadata: dict | None = None):
+        super().__init__(message)
+        self.partition = partition
+        self.metadata = metadata or {}
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """Arrival-time partitions of a history: ``grain`` (``day`` or ``hour``) from ``start``
+    (the first partition of the history, which starts from no state), in UTC.
+
+    Keys are Dagster's: ``2024-01-01`` for days, ``2024-01-01-05:00`` for hours, so that
+    a history written by ``rewindow backfill``, Airflow and Dagster is the same store.
+    """
+
+    grain: str
+    start: datetime
+
+    def __post_init__(self) -> None:
+        if self.grain not in GRAINS:
+            raise ValueError(f"grain: {self.grain!r} is not one of {', '.join(GRAINS)}")
+        start = _utc(self.start)
+        if start != self._floor(start):
+            raise ValueError(f"history start {start.isoformat()} is not the start of a{'n' if self.grain == 'hour' else ''} {self.grain}")
+        object.__setattr__(self, "start", start)
+
+    @property
+    def step(self) -> timedelta:
+        return GRAINS[self.grain]
+
+    def _floor(self, t: datetime) -> datetime:
+        t = _utc(t)
+        return t.replace(minute=0, second=0, microsecond=0) if self.grain == "hour" else \
+            t.replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def key_of(self, t: datetime) -> str:
+        """The key of the partition holding arrival time ``t``."""
+        t = self._floor(t)
+        return f"{t:%Y-%m-%d-%H:%M}" if self.grain == "hour" else f"{t:%Y-%m-%d}"
+
+    def start_of(self, key: str) -> datetime:
+        """The start of partition ``key`` (refuses keys of another grain)."""
+        fmt = "%Y-%m-%d-%H:%M" if self.grain == "hour" else "%Y-%m-%d"
+        try:
+            t = datetime.strptime(key, fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            raise ValueError(f"partition {key!r} is not a{'n' if self.grain == 'hour' else ''} {self.grain} "
+                             f"key ({'YYYY-MM-DD-HH:00' if self.grain == 'hour' else 'YYYY-MM-DD'})") from None
+        if t != self._floor(t):
+            raise ValueError(f"partition {key!r} is not the start of an hour")
+        return t
+
+    def window(self, key: str) -> tuple[datetime, datetime]:
+        """``[start, end)`` of partition ``key``."""
+        start = self.start_of(key)
+        return start, start + self.step
+
+    def previous(self, key: str) -> str | None:
+        """The partition before ``key``; None for the first partition of the history."""
+        start = self.start_of(key)
+        if start < self.start:
+            raise ValueError(f"partition {key} is before the start of the history ({self.key_of(self.start)})")
+        return None if start == self.start else self.key_of(start - self.step)
+
+    def keys(self, first: str | None = None, last: str | None = None) -> list[str]:
+        """The keys from ``first`` (default: the start of the history) to ``last``, both included."""
+        t = self.start_of(first) if first else self.start
+        end = self.start_of(last) if last else t
+        if t < self.start:
+            raise ValueError(f"partition {first} is before the start of the history ({self.key_of(self.start)})")
+        out = []
+        while t <= end:
+            out.append(self.key_of(t))
+            t += self.step
+        return out
+
+    def span(self, first: str, last: str) -> list[str]:
+        """``first``..``last`` given as dates (``YYYY-MM-DD``, a whole day of hours) or keys."""
+        return self.keys(self._bound(first, end=False), self._bound(last, end=True))
+
+    def _bound(self, text: str, end: bool) -> str:
+        if self.grain == "hour" and re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            day = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+            return self.key_of(day + timedelta(hours=23) if end else day)
+        if self.grain == "day" and re.fullmatch(r"\d{4}-\d{2}-\d{2}[T -]\d{2}(:\d{2})?", text):
+            raise ValueError(f"{text!r}: an hour, but the partitions are days (use --grain hour)")
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}(:\d{2})?", text):
+            text = text.replace("T", "-") + ("" if ":" in text else ":00")
+        return self.key_of(self.start_of(text))
+
+
+def _utc(t: datetime | date) -> datetime:
+    if not isinstance(t, datetime):
+        t = datetime(t.year, t.month, t.day)
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def check_roots(output_root: str, landing_zone: str) -> None:
+    """The output root must not be the landing zone, inside it, or hold it (:class:`ChainError`)."""
+    out, zone = str(output_root), str(landing_zone)
+    if inside(out, zone) or inside(zone, out):
+        raise ChainError(f"output root {out} overlaps the landing zone {zone}: outputs would be read as events "
+                         "(or written over them); choose an output root outside the landing zone "
+                         "(REWINDOW_OUTPUT_ROOT, --output)")
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """One partition replayed (or, for the partition before a run, read back)."""
+
+    key: str
+    folder: str  # the partition's output (its commit records and runs)
+    run_path: str  # the committed run this result is
+    metrics: dict[str, Any]
+    lineage: store.Lineage
+    state: Any  # the state as written, read back: the next partition's start
+    checks: tuple = ()  # windowing.validation.CheckResult of this partition (empty: not run)
+    seconds: float = 0.0  # replay and write time of the partition
+    #: False: a blocking check failed, so the run was staged but not committed (run_path
+    #: is the staged run, kept for inspection; the previous committed output stays current).
+    committed: bool = True
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """Where one partition stands: :data:`COMMITTED`, :data:`OUT_OF_DATE`, :data:`FAILED` or :data:`MISSING`."""
+
+    key: str
+    status: str
+    detail: str = ""
+    run_path: str | None = None
+    metrics: dict = field(default_factory=dict, compare=False)
+
+
+# --------------------------------------------------------------------------- the chain
+
+
+@dataclass
+class Chain:
+    """The partition chain of one pipeline (module docstring).
+
+    ``landing_zone``: the events (any URI Spark reads; ``partition_column`` as in
+    :mod:`windowing.landing`, None for a flat layout). ``output_root``: partition ``K``
+    is committed under ``<output_root>/<pipeline name>/<K without ':'>/``.
+    """
+
+    spark: Any
+    pipeline: Any
+    landing_zone: str
+    output_root: str
+    partitions: Partitions
+    partition_column: str | None = landing.DEFAULT_PARTITION_COLUMN
+    log: Any = log_default
+
+    @property
+    def pipeline_dir(self) -> str:
+        return join(str(self.output_root), self.pipeline.name)
+
+    def folder(self, key: str) -> str:
+        return store.partition_dir(self.output_root, self.pipeline.name, key)
+
+    def check_roots(self) -> None:
+        check_roots(self.output_root, self.landing_zone)
+
+    # ----------------------------------------------------------------- reading the store
+
+    def commits(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The current commit of each of ``keys`` that has one (one read)."""
+        return store.pipeline_commits(self.spark, self.pipeline_dir, keys)
+
+    def committed_keys(self) -> list[str]:
+        """Every partition of the history with a commit, oldest first."""
+        found = current_commits_under(self.spark, self.pipeline_dir)
+        keys = []
+        for name in found:
+            try:
+                key = self._key_of_folder(name)
+            except ValueError:
+                continue
+            if self.partitions.start_of(key) >= self.partitions.start:
+                keys.append(key)
+        return sorted(keys, key=self.partitions.start_of)
+
+    def _key_of_folder(self, name: str) -> str:
+        key = f"{name[:-2]}:{name[-2:]}" if self.partitions.grain == "hour" else name
+        self.partitions.start_of(key)
+        return key
+
+    def out_of_date(self, last: str | None = None) -> list[store.OutOfDate]:
+        """The committed partitions up to ``last`` (default: the newest committed) that no
+        longer follow from the state before them, oldest first."""
+        keys = self._history(last)
+        commits = self.commits(keys)
+        return store.out_of_date_partitions(commits, self.pipeline.fingerprint(),
+                                            [(k, self.partitions.previous(k)) for k in keys])
+
+    def _history(self, last: str | None, with_failures: bool = False) -> list[str]:
+        done = self.committed_keys()
+        if with_failures:
+            done = sorted({*done, *self.failures()}, key=self.partitions.start_of)
+        ends = [k for k in (last, done[-1] if done else None) if k]
+        if not ends:
+            return []
+        return self.partitions.keys(None, max(ends, key=self.partitions.start_of))
+
+    def failures(self, keys: Iterable[str] | None = None) -> dict[str, dict]:
+        """The newest failure record of each of ``keys`` (default: every partition) that has
+        one (see :meth:`_record_failure`)."""
+        from pyspark.sql import functions as F
+
+        from windowing.io import _missing_path
+
+        wanted = None if keys is None else {store.partition_folder(k): k for k in keys}
+        if wanted == {}:
+            return {}
+        try:
+            rows = (self.spark.read.schema(FAILURE_SCHEMA).json(join(self.pipeline_dir, "*", FAILURES, "*"))
+                    .withColumn("__file", F.input_file_name()).collect())
+        except Exception as exc:  # noqa: BLE001
+            if _missing_path(exc):
+                return {}
+            raise
+        out: dict[str, dict] = {}
+        for r in rows:
+            folder = r["__file"].split(f"/{FAILURES}/", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+            if wanted is None:
+                try:
+                    key = self._key_of_folder(folder)
+                except ValueError:
+                    continue
+            else:
+                key = wanted.get(folder)
+            if key is not None and (key not in out or r["run_id"] > out[key]["run_id"]):
+                out[key] = r.asDict()
+        return out
+
+    def status(self, keys: Sequence[str] | None = None) -> list[PartitionStatus]:
+        """Where each partition stands, oldest first: ``keys``, or every partition from the
+        start of the history to the newest committed or failed one.
+
+        *failed*: its newest replay failed a blocking check (or crashed after staging) and
+        was not committed, after its current commit if any; *out of date*: committed, but no
+        longer following from the state before it; *committed*; *missing*: nothing committed.
+        """
+        if keys is None:
+            keys = self._history(None, with_failures=True)
+        keys = list(keys)
+        if not keys:
+            return []
+        history = self.partitions.keys(None, max(keys, key=self.partitions.start_of))
+        commits = self.commits(history)
+        stale = {s.partition: s.reason for s in store.out_of_date_partitions(
+            commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in history])}
+        failed = self.failures(keys)
+        out = []
+        for key in keys:
+            commit = commits.get(key)
+            fail = failed.get(key)
+            if fail is not None and (commit is None or fail["run_id"] > commit.run_id):
+                out.append(PartitionStatus(key, FAILED, f"checks failed: {fail['failed_checks']}",
+                                           fail["run_path"]))
+            elif commit is None:
+                out.append(PartitionStatus(key, MISSING, "nothing committed"))
+            elif key in stale:
+                out.append(PartitionStatus(key, OUT_OF_DATE, stale[key], commit.run_path, commit.metrics))
+            else:
+                out.append(PartitionStatus(key, COMMITTED, f"run {commit.run_id}", commit.run_path, commit.metrics))
+        return out
+
+    def resume_point(self, keys: Sequence[str]) -> str | None:
+        """The first of ``keys`` (a range, oldest first) that is not committed and current:
+        where a killed or failed backfill of that range goes on. None: all are done."""
+        for s in self.status(keys):
+            if s.status != COMMITTED:
+                return s.key
+        return None
+
+    # ----------------------------------------------------------------- replaying
+
+    def starting_state(self, first_key: str) -> PartitionResult | None:
+        """The state partition ``first_key`` starts from, after checking the chain up to it.
+
+        None for the first partition of the history. Raises :class:`ChainError`, saying what
+        to run, when the previous state is missing, out of date, failed, or was flushed at end.
+        """
+        from windowing.io import StateError, read_state
+
+        name = self.pipeline.name
+        prev = self.partitions.previous(first_key)
+        if prev is None:
+            return None
+        earlier = self.partitions.keys(None, prev)
+        commits = self.commits([*earlier, first_key])
+        missing = store.first_missing(commits, earlier)
+        if missing is not None:
+            raise ChainError(
+                f"Cannot replay partition {first_key} of pipeline {name}: the state of partition "
+                f"{missing} is missing (nothing committed in {self.folder(missing)}; "
+                "a replay that fails a blocking data-quality check is not committed). Partitions are replayed in "
+                f"order, each from the state of the one before: materialize {missing}..{first_key} "
+                "(one backfill runs them in order).", first_key, {"missing": missing})
+        stale = store.out_of_date_partitions(commits, self.pipeline.fingerprint(),
+                                             [(k, self.partitions.previous(k)) for k in earlier])
+        if stale:
+            raise ChainError(
+                f"Cannot replay partition {first_key} of pipeline {name}: partition {stale[0].partition} "
+                f"{stale[0].reason}. Rerun {stale[0].partition}..{first_key} (one backfill runs them in order).",
+                first_key, {"out_of_date": [vars(s) for s in stale]})
+        commit = commits[prev]
+        lineage = store.Lineage.of(commit)
+        if lineage is None:
+            raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: partition {prev} has no "
+                             f"lineage in its commit record (written outside this chain): rerun {prev}", first_key)
+        if lineage.failed_checks:
+            raise ChainError(
+                f"Cannot replay partition {first_key} of pipeline {name}: partition {prev} failed its "
+                f"data-quality checks ({', '.join(lineage.failed_checks)}; see the check results of "
+                f"{commit.run_path}). Fix the input and rerun {prev} first.", first_key)
+        if lineage.flushed_at_end:
+            raise ChainError(
+                f"Cannot replay partition {first_key} of pipeline {name}: partition {prev} was replayed "
+                "with flush_at_end, so the windows open at its end were emitted and are not in its state. "
+                f"Rerun {prev} without flush_at_end first.", first_key)
+        try:
+            state = read_state(self.spark, commit.output)
+        except StateError as exc:
+            raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: {exc}", first_key) from exc
+        return PartitionResult(prev, commit.output, commit.run_path, {}, lineage, state)
+
+    def replay(self, keys: Sequence[str], *, flush_at_end: bool = False, checks: bool = True,
+               run_id: str | None = None) -> Iterator[PartitionResult]:
+        """Replay ``keys`` (consecutive partitions) oldest to newest, each from the state the
+        one before left, yielding a :class:`PartitionResult` once each is stored.
+
+        The oldest starts from the stored state of the partition before it (checked first:
+        :meth:`starting_state`); the others from the state the previous one wrote and read
+        back, exactly what a separate run would read. ``flush_at_end`` applies to the newest
+        only. Stops after a partition that failed its blocking checks (not committed).
+        """
+        keys = sorted(keys, key=self.partitions.start_of)
+        if not keys:
+            return
+        expected = self.partitions.keys(keys[0], keys[-1])
+        if keys != expected:
+            gap = next(k for k in expected if k not in keys)
+            raise ChainError(f"partitions {keys[0]}..{keys[-1]} of pipeline {self.pipeline.name} are not "
+                             f"consecutive ({gap} is missing): each partition starts from the one before", gap)
+        self.check_roots()
+        run_id = run_id or _run_id()
+        carried = self.starting_state(keys[0])
+        for i, key in enumerate(keys, 1):
+            began = time.monotonic()
+            flush = flush_at_end and key == keys[-1]
+            carried = self.replay_one(key, carried, flush=flush, checks=checks, run_id=run_id)
+            m = carried.metrics
+            self.log.info(
+                f"[{i}/{len(keys)}] {self.pipeline.name} {key}: {m.get('input_rows')} events, "
+                f"{m.get('windows_closed')} windows closed {m.get('closed_by_reason')} "
+                f"({m.get('windows_emitted')} emitted, {m.get('snapshots_emitted')} snapshots), "
+                f"{m.get('late_events')} late events ({m.get('late_event_windows')} late (event, window) pairs), "
+                f"{m.get('rejected_rows')} rejected, watermark "
+                f"{m.get('watermark_reached')}{' (flushed at end)' if flush else ''} "
+                f"in {time.monotonic() - began:.1f}s -> {carried.run_path}"
+            )
+            yield carried
+            if not carried.committed:
+                self.log.error(
+                    f"{self.pipeline.name} {key}: data-quality checks failed "
+                    f"({', '.join(carried.lineage.failed_checks)}); not replaying the partitions after it. "
+                    f"Details: the check results of {carried.run_path}")
+                return
+
+    def read_events(self, key: str):
+        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`)."""
+        start, end = self.partitions.window(key)
+        return landing.read_partition_events(
+            self.spark, self.landing_zone, start, end, self.pipeline.source.arrival_time,
+            source=self.pipeline.source, pipeline=self.pipeline, partition_column=self.partition_column,
+            unplaced=self.partitions.previous(key) is None,
+        )
+
+    def replay_one(self, key: str, start: PartitionResult | None, *, flush: bool = False, checks: bool = True,
+                   run_id: str | None = None) -> PartitionResult:
+        """Replay one partition from ``start`` (the previous partition's result, or None), check
+        its staged outputs, and commit outputs, lineage and check results together, only if
+        no blocking check failed (write-audit-publish). A failing partition's staged run is
+        left uncommitted, for inspection, with a failure record: the previous committed
+        output stays current."""
+        from windowing.config import ConfigError
+        from windowing.engine import StateMismatchError, replay
+        from windowing.io import InputError, OutputError, stage_outputs
+
+        began = time.monotonic()
+        folder = self.folder(key)
+        try:
+            events, files = self.read_events(key)
+            if files is not None and not files:
+                self.log.warning(f"{key}: no landing files for this partition; replayed as a partition without events")
+            result = replay(self.spark, self.pipeline, events, state=start.state if start else None,
+                            flush_at_end=flush)
+            try:
+                staged = stage_outputs(result, folder, pipeline=self.pipeline, inputs=[self.landing_zone])
+            finally:
+                result.unpersist()
+        except (ConfigError, StateMismatchError, InputError, OutputError, landing.LandingZoneError) as exc:
+            raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
+        seconds = time.monotonic() - began
+        outputs = staged.read()
+        results: tuple = ()
+        failed: tuple[str, ...] = ()
+        if checks:
+            from windowing.validation import blocking_failures, run_checks
+
+            results = tuple(run_checks(self.spark, self.pipeline, outputs, input_df=events,
+                                       prev_state=start.state if start else None))
+            failed = tuple(r.name for r in blocking_failures(results))
+        state = outputs.state
+        lineage = store.Lineage(
+            pipeline=self.pipeline.name,
+            fingerprint=self.pipeline.fingerprint(),
+            partition=key,
+            previous_partition=self.partitions.previous(key),
+            start_state_hash=start.lineage.state_hash if start else None,
+            state_hash=store.state_content_hash(state),
+            flushed_at_end=flush,
+            run_id=run_id or _run_id(),
+            failed_checks=failed,
+        )
+        if failed:  # write-audit-publish: a partition that fails its checks is not published
+            self._record_failure(key, staged, lineage)
+            return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds,
+                                   committed=False)
+        staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
+        return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds)
+
+    def _record_failure(self, key: str, staged, lineage: store.Lineage) -> None:
+        """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not
+        committed because blocking checks failed (what :meth:`status` reports as failed)."""
+        record = {"run_id": staged.run_id, "run_path": staged.path, "failed_checks": ", ".join(lineage.failed_checks),
+                  "recorded_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+        target = join(self.folder(key), FAILURES, staged.run_id)
+        self.spark.createDataFrame([record], FAILURE_SCHEMA).coalesce(1).write.mode("overwrite").json(target)
+
+
+FAILURE_SCHEMA = "run_id string, run_path string, failed_checks string, recorded_at string"
+
+
+def _run_id() -> str:
+    return f"chain-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
+
+
+def stored_history(spark, output_root: str, pipeline_name: str) -> tuple[str, str] | None:
+    """``(grain, first partition)`` of the history committed under ``output_root`` for a
+    pipeline, from its folder names and lineage; None when nothing is committed.
+
+    The first partition is the one whose lineage has no previous partition (it started
+    from no state), else the oldest committed one.
+    """
+    found = current_commits_under(spark, join(str(output_root), pipeline_name))
+    keys = {}
+    for name, commit in found.items():
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}-\d{4}", name):
+            keys[f"{name[:-2]}:{name[-2:]}"] = ("hour", commit)
+        elif re.fullmatch(r"\d{4}-\d{2}-\d{2}", name):
+            keys[name] = ("day", commit)
+    if not keys:
+        return None
+    grains = {g for g, _ in keys.values()}
+    if len(grains) > 1:
+        raise ChainError(f"{join(str(output_root), pipeline_name)} holds both day and hour partitions: "
+                         "one history has one grain")
+    grain = grains.pop()
+    firsts = sorted(k for k, (_, c) in keys.items() if (lin := store.Lineage.of(c)) and lin.previous_partition is None)
+    return grain, (firsts[0] if firsts else min(keys))
+
+
+def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict) -> str:
+    """The per-partition table ``rewindow backfill`` and the demo end with."""
+    lines = [f"  {'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}  watermark reached"]
+    for key in keys:
+        commit = commits.get(key)
+        if commit is None:
+            lines.append(f"  {key:<18}{'(not committed)':>46}")
+            continue
+        m = commit.metrics
+        lines.append(
+            f"  {key:<18}{m.get('input_rows', 0):>10,}{m.get('windows_emitted', 0):>10,}"
+            f"{m.get('late_events', 0):>8,}{m.get('rejected_rows', 0):>10,}{m.get('open_windows', 0):>8,}"
+            f"  {m.get('watermark_reached')}")
+    return "\n".join(lines)
