@@ -1,8 +1,8 @@
 """rewindow's example pipeline on Airflow: one daily partition of click events per run.
 
     scripts/airflow-env                      # .venv-airflow: Airflow 3 and rewindow
-    AIRFLOW__CORE__DAGS_FOLDER=$PWD/examples/airflow AIRFLOW__CORE__LOAD_EXAMPLES=False \
-        .venv-airflow/bin/airflow standalone
+    PATH=$PWD/.venv-airflow/bin:$PATH AIRFLOW__CORE__DAGS_FOLDER=$PWD/examples/airflow \
+        AIRFLOW__CORE__LOAD_EXAMPLES=False PYSPARK_PYTHON=$PWD/.venv-airflow/bin/python airflow standalone
 
 Where the events are and where the outputs go come from the same variables as the Dagster
 deployment (defaults: the quick start's `data/landing` and `data/output`):
