@@ -8,7 +8,7 @@ Where the events are and where the outputs go come from the same variables as th
 deployment (defaults: the quick start's `data/landing` and `data/output`):
 REWINDOW_LANDING_ZONE, REWINDOW_OUTPUT_ROOT, REWINDOW_HISTORY_START (the first day of the
 history, which starts from no state), REWINDOW_PARTITION_GRAIN (`daily` or `hourly`), and
-REWINDOW_SPARK_MASTER for a cluster. Past days: `airflow backfill create --dag-id
+REWINDOW_SPARK_MASTER and REWINDOW_SPARK_CONF (`k=v,k=v`) for a cluster. Past days: `airflow backfill create --dag-id
 rewindow_clicks_hourly --from-date 2024-01-01 --to-date 2024-01-03`.
 """
 
@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestration.airflow import replay_dag
+from windowing.spark import parse_conf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,4 +29,5 @@ dag = replay_dag(
         tzinfo=timezone.utc),
     grain={"daily": "day", "hourly": "hour"}[os.environ.get("REWINDOW_PARTITION_GRAIN", "daily")],
     spark_master=os.environ.get("REWINDOW_SPARK_MASTER"),
+    spark_conf=parse_conf(os.environ.get("REWINDOW_SPARK_CONF", "")),
 )

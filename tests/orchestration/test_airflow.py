@@ -51,6 +51,9 @@ def _airflow(python: Path, home: Path, landing: Path, output_root: Path, *interv
         "REWINDOW_HISTORY_START": DAYS[0],
         "PYSPARK_PYTHON": str(python),
         "PYTHONPATH": str(ROOT),
+        # Small jobs: few shuffle partitions, as the suite's own session (tests/conftest.py).
+        "REWINDOW_SPARK_MASTER": "local[2]",
+        "REWINDOW_SPARK_CONF": "spark.sql.shuffle.partitions=2,spark.default.parallelism=2",
     }
     env.pop("REWINDOW_PARTITION_GRAIN", None)
     if not (home / "airflow.db").exists():
