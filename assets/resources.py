@@ -33,6 +33,7 @@ from typing import Any
 import dagster as dg
 
 from windowing.lake import absolute  # noqa: F401 - re-exported: the demo and the assets use it here
+from windowing.spark import parse_conf
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
@@ -42,20 +43,6 @@ DEFAULT_PIPELINES_DIR = "data/pipelines"
 DEFAULT_OUTPUT_ROOT = "data/output"
 DEFAULT_ARRIVAL_COLUMN = "arrival_time"
 DEFAULT_PARTITION_COLUMN = "date"
-
-
-def parse_conf(text: str) -> dict[str, str]:
-    """``"k1=v1,k2=v2"`` (commas or newlines) into a dict; refuses an entry without ``=``."""
-    out: dict[str, str] = {}
-    for item in text.replace("\n", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"REWINDOW_SPARK_CONF / extra_conf: {item!r} is not key=value")
-        out[key.strip()] = value.strip()
-    return out
 
 
 class SparkResource(PySparkResource):

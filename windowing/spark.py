@@ -282,3 +282,17 @@ def _worker_error(used: str | None, problem: str) -> WorkerEnvironmentError:
         f"{sys.version_info[1]} with rewindow and its dependencies (numpy, pyarrow, pyyaml) installed, "
         f"such as this driver's {sys.executable!r}, before the Spark session starts"
     )
+
+
+def parse_conf(text: str) -> dict[str, str]:
+    """``"k1=v1,k2=v2"`` (commas or newlines) into a dict; refuses an entry without ``=``."""
+    out: dict[str, str] = {}
+    for item in text.replace("\n", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"REWINDOW_SPARK_CONF / extra_conf: {item!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out

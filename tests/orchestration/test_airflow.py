@@ -1,0 +1,112 @@
+"""rewindow on Airflow 3: the example DAG (examples/airflow/) run by Airflow's own test runner.
+
+Airflow lives in its own environment, ``.venv-airflow`` (``scripts/airflow-env``; CI makes
+it). These tests start it as a subprocess on a fresh metadata database (``airflow db
+migrate`` in a temporary AIRFLOW_HOME), run the DAG interval by interval with ``dag.test()``
+(tests/orchestration/airflow_driver.py) and compare what it committed with
+``rewindow backfill`` run here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.orchestration.conftest import DAYS, START, rows
+from tests.orchestration.test_backfill_cli import _cli
+from windowing.chain import COMMITTED, FAILED, Chain, Partitions
+
+ROOT = Path(__file__).resolve().parents[2]
+DAG_FILE = ROOT / "examples" / "airflow" / "rewindow_clicks_hourly.py"
+PIPELINE = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
+DRIVER = Path(__file__).with_name("airflow_driver.py")
+OUTPUTS = ("aggregates", "late_events", "rejected", "state")
+
+
+@pytest.fixture(scope="module")
+def airflow_python() -> Path:
+    python = Path(os.environ.get("REWINDOW_AIRFLOW_PYTHON", ROOT / ".venv-airflow" / "bin" / "python"))
+    if not python.exists():
+        message = f"no Airflow environment at {python}: run scripts/airflow-env (CI does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
+def _airflow(python: Path, home: Path, landing: Path, output_root: Path, *intervals: str) -> list[dict]:
+    """Run the example DAG over ``intervals`` in Airflow; one dict per run (state, task states)."""
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_FILE.parent),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "REWINDOW_LANDING_ZONE": str(landing),
+        "REWINDOW_OUTPUT_ROOT": str(output_root),
+        "REWINDOW_HISTORY_START": DAYS[0],
+        "PYSPARK_PYTHON": str(python),
+        "PYTHONPATH": str(ROOT),
+        # Small jobs: few shuffle partitions, as the suite's own session (tests/conftest.py).
+        "REWINDOW_SPARK_MASTER": "local[2]",
+        "REWINDOW_SPARK_CONF": "spark.sql.shuffle.partitions=2,spark.default.parallelism=2",
+    }
+    env.pop("REWINDOW_PARTITION_GRAIN", None)
+    if not (home / "airflow.db").exists():
+        subprocess.run([str(python.parent / "airflow"), "db", "migrate"], env=env, check=True,
+                       capture_output=True, timeout=300)
+    proc = subprocess.run([str(python), str(DRIVER), str(DAG_FILE), *intervals], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(runs) == len(intervals), proc.stderr[-3000:]
+    return runs
+
+
+def _chain(spark, landing: Path, root: Path) -> Chain:
+    from windowing.config import load_pipeline
+
+    return Chain(spark, load_pipeline(PIPELINE), str(landing), str(root), Partitions("day", START))
+
+
+def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(spark, history, airflow_python,
+                                                                             tmp_path):
+    runs = _airflow(airflow_python, tmp_path / "airflow", history, tmp_path / "airflow-out", *DAYS)
+    assert [(r["interval"], r["state"]) for r in runs] == [(d, "success") for d in DAYS]
+    assert all(r["tasks"] == {"replay": "success", "data_quality": "success"} for r in runs)
+    rc, _, err = _cli("backfill", "--config", PIPELINE, "--input", history, "--output", tmp_path / "cli",
+                      "--from", DAYS[0], "--to", DAYS[-1])
+    assert rc == 0, err
+    ours, theirs = _chain(spark, history, tmp_path / "cli"), _chain(spark, history, tmp_path / "airflow-out")
+    a, b = ours.commits(DAYS), theirs.commits(DAYS)
+    assert sorted(b) == DAYS
+    for day in DAYS:
+        for output in OUTPUTS:
+            x = spark.read.parquet(f"{a[day].run_path}/{output}")
+            y = spark.read.parquet(f"{b[day].run_path}/{output}")
+            assert x.schema == y.schema and rows(x) == rows(y), (day, output)
+        assert a[day].extra["lineage"]["state_hash"] == b[day].extra["lineage"]["state_hash"]
+        assert b[day].extra["lineage"]["run_id"].startswith("airflow-")
+    assert len(rows(spark.read.parquet(f"{b[DAYS[-1]].run_path}/aggregates"))) > 100  # not vacuous
+
+
+def test_a_failing_data_quality_task_stops_the_next_interval(spark, history, airflow_python, tmp_path):
+    """Day 2 holds an event stamped 30 days before its arrival: its blocking input check fails,
+    the partition is not committed, the data-quality task fails the run, and Airflow does not
+    start the next interval (its replay waits for the previous data-quality task)."""
+    from tests.orchestration.test_replay_assets import _landing_with_odd_row
+
+    landing = _landing_with_odd_row(history, tmp_path, DAYS[1], event_time=lambda t: t - timedelta(days=30))
+    out = tmp_path / "out"
+    runs = _airflow(airflow_python, tmp_path / "airflow", landing, out, DAYS[0], DAYS[1], f"{DAYS[2]}:blocked")
+    assert runs[0]["state"] == "success"
+    assert runs[1]["state"] == "failed"
+    assert runs[1]["tasks"] == {"replay": "success", "data_quality": "failed"}
+    assert runs[2]["tasks"] == {"replay": None, "data_quality": None}  # never started
+    status = {s.key: s for s in _chain(spark, landing, out).status(DAYS)}
+    assert status[DAYS[0]].status == COMMITTED
+    assert status[DAYS[1]].status == FAILED and "input_event_time_skew" in status[DAYS[1]].detail
+    assert not (out / "clicks-hourly" / DAYS[2]).exists()
