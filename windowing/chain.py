@@ -225,18 +225,22 @@ class Chain:
         """The current commit of each of ``keys`` that has one (one read)."""
         return store.pipeline_commits(self.spark, self.pipeline_dir, keys)
 
-    def committed_keys(self) -> list[str]:
-        """Every partition of the history with a commit, oldest first."""
-        found = current_commits_under(self.spark, self.pipeline_dir)
-        keys = []
-        for name in found:
+    def committed(self) -> dict[str, Any]:
+        """Every committed partition of the history, oldest first: key -> current commit
+        (one read of the commit records)."""
+        found = {}
+        for name, commit in current_commits_under(self.spark, self.pipeline_dir).items():
             try:
                 key = self._key_of_folder(name)
             except ValueError:
                 continue
             if self.partitions.start_of(key) >= self.partitions.start:
-                keys.append(key)
-        return sorted(keys, key=self.partitions.start_of)
+                found[key] = commit
+        return dict(sorted(found.items(), key=lambda kv: self.partitions.start_of(kv[0])))
+
+    def committed_keys(self) -> list[str]:
+        """Every partition of the history with a commit, oldest first."""
+        return list(self.committed())
 
     def _key_of_folder(self, name: str) -> str:
         key = f"{name[:-2]}:{name[-2:]}" if self.partitions.grain == "hour" else name
@@ -246,19 +250,15 @@ class Chain:
     def out_of_date(self, last: str | None = None) -> list[store.OutOfDate]:
         """The committed partitions up to ``last`` (default: the newest committed) that no
         longer follow from the state before them, oldest first."""
-        keys = self._history(last)
-        commits = self.commits(keys)
+        commits = self.committed()
+        keys = self._up_to(last, commits)
         return store.out_of_date_partitions(commits, self.pipeline.fingerprint(),
                                             [(k, self.partitions.previous(k)) for k in keys])
 
-    def _history(self, last: str | None, with_failures: bool = False) -> list[str]:
-        done = self.committed_keys()
-        if with_failures:
-            done = sorted({*done, *self.failures()}, key=self.partitions.start_of)
-        ends = [k for k in (last, done[-1] if done else None) if k]
-        if not ends:
-            return []
-        return self.partitions.keys(None, max(ends, key=self.partitions.start_of))
+    def _up_to(self, last: str | None, known: Iterable[str]) -> list[str]:
+        """Every partition from the start of the history to the newest of ``last`` and ``known``."""
+        ends = [k for k in (last, *known) if k]
+        return self.partitions.keys(None, max(ends, key=self.partitions.start_of)) if ends else []
 
     def failures(self, keys: Iterable[str] | None = None) -> dict[str, dict]:
         """The newest failure record of each of ``keys`` (default: every partition) that has
@@ -299,16 +299,14 @@ class Chain:
         was not committed, after its current commit if any; *out of date*: committed, but no
         longer following from the state before it; *committed*; *missing*: nothing committed.
         """
-        if keys is None:
-            keys = self._history(None, with_failures=True)
-        keys = list(keys)
+        commits = self.committed()
+        failed = self.failures()
+        keys = self._up_to(None, [*commits, *failed]) if keys is None else list(keys)
         if not keys:
             return []
-        history = self.partitions.keys(None, max(keys, key=self.partitions.start_of))
-        commits = self.commits(history)
+        history = self._up_to(None, keys)
         stale = {s.partition: s.reason for s in store.out_of_date_partitions(
             commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in history])}
-        failed = self.failures(keys)
         out = []
         for key in keys:
             commit = commits.get(key)

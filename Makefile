@@ -1,0 +1,34 @@
+# The team's everyday commands. `make help` lists them.
+PY ?= .venv/bin/python
+export PYSPARK_PYTHON ?= $(abspath $(PY))
+
+.PHONY: help setup fast test lint typecheck bench demo airflow-env
+
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup:  ## .venv with rewindow, the test and dev tools
+	test -x $(PY) || python3.11 -m venv .venv
+	$(PY) -m pip install -q -e ".[test,dev]"
+
+fast:  ## the fast tier: reference model, kernel against it, configuration (no Spark, about a minute)
+	$(PY) -m pytest -q -m "not spark"
+
+test:  ## the whole suite (README's command; Spark, Dagster, clusters, Airflow)
+	$(PY) -m pytest -q
+
+lint:  ## ruff (pycodestyle, pyflakes, bugbear, isort) and mypy
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+typecheck:  ## mypy only
+	$(PY) -m mypy
+
+bench:  ## rewindow against plain Spark (10 M events; QUICK=1 for 1 M)
+	$(PY) bench/replay_bench.py $(if $(QUICK),--quick,) $(BENCH_ARGS)
+
+demo:  ## the quick start's demo: sample history through Dagster
+	$(PY) -m orchestration.demo
+
+airflow-env:  ## .venv-airflow: Airflow 3 with rewindow (scripts/airflow-env)
+	scripts/airflow-env
