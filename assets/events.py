@@ -10,9 +10,9 @@ as unsynced in the UI.
 
 import dagster as dg
 
-from windowing import landing
 from assets.preview import table_preview
 from assets.resources import SparkResource, StorageResource
+from windowing import landing
 
 EVENTS_KEY = dg.AssetKey(["historical_events"])
 

@@ -23,9 +23,9 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from windowing import landing, store
 from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
 from assets.resources import SparkResource, StorageResource
+from windowing import landing, store
 from windowing.lake import join
 
 LATENESS_ASSET = "lateness"
@@ -126,8 +126,8 @@ class _Done:
 
 def _options(config: LatenessConfig):
     from windowing.config import parse_share
-    from windowing.lateness import LatenessOptions, parse_delays, parse_modes
     from windowing.durations import parse_duration_ms
+    from windowing.lateness import LatenessOptions, parse_delays, parse_modes
 
     future = None if config.future_skew.strip().lower() in ("off", "none") else config.future_skew
     try:

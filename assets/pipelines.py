@@ -30,15 +30,15 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from windowing import store
-from windowing.chain import Chain, ChainError, Partitions, PartitionResult
 from assets.events import EVENTS_KEY
 from assets.matches_live import LivePartition, live_check_results, live_check_spec
 from assets.preview import table_preview
+from assets.resources import SparkResource, StorageResource
+from windowing import store
+from windowing.chain import Chain, ChainError, PartitionResult, Partitions
 from windowing.config import ignored_fields_note
 from windowing.lake import join
 from windowing.metrics import CLOSE_REASONS
-from assets.resources import SparkResource, StorageResource
 
 OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
     "window_state": "state",

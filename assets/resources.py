@@ -26,16 +26,15 @@ relative to the working directory of the code location (the repository root with
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Any
 
 import dagster as dg
+from dagster_pyspark import PySparkResource
+from pydantic import Field
 
 from windowing.lake import absolute  # noqa: F401 - re-exported: the demo and the assets use it here
 from windowing.spark import parse_conf
-from dagster_pyspark import PySparkResource
-from pydantic import Field
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_LANDING_ZONE = "data/landing"

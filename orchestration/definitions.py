@@ -17,8 +17,8 @@ import dagster as dg
 from assets.events import build_events_asset
 from assets.lateness import build_lateness_asset
 from assets.pipelines import asset_prefix, build_pipeline_assets
-from orchestration.partitions import PartitionSettings
 from assets.resources import SparkResource, StorageResource, resolved, spark_from_env, storage_from_env
+from orchestration.partitions import PartitionSettings
 from orchestration.schedules import lateness_job, newest_partition_schedule, replay_job
 from orchestration.sensors import build_landing_zone_sensor, landing_location
 

@@ -104,8 +104,6 @@ def run_demo(args, start: datetime | None) -> int:
 
     from assets.matches_live import LIVE_CHECK
     from assets.pipelines import CHECK_NAME, asset_prefix
-    from orchestration.definitions import build_definitions, load_pipelines
-    from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
     from assets.resources import (
         DEFAULT_LANDING_ZONE,
         DEFAULT_OUTPUT_ROOT,
@@ -116,6 +114,8 @@ def run_demo(args, start: datetime | None) -> int:
         spark_from_env,
         storage_from_env,
     )
+    from orchestration.definitions import build_definitions, load_pipelines
+    from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
     from orchestration.schedules import REPLAY_JOB
 
     env = storage_from_env()
@@ -200,8 +200,8 @@ def run_demo(args, start: datetime | None) -> int:
     from windowing.chain import summary_table
     from windowing.io import current_commits_under
     from windowing.lake import join
-    from windowing.store import partition_folder
     from windowing.spark import spark_session
+    from windowing.store import partition_folder
 
     spark = spark_session()  # the run's session, still running in this process
     for pipeline, _ in pipelines:
@@ -271,8 +271,8 @@ def write_live_outputs(spark_resource, storage, pipelines, live_root: str, parti
     runs in the process), built from ``spark_resource``'s settings."""
     import dagster as dg
 
-    from windowing.landing import read_partition_events
     from windowing.lake import inside
+    from windowing.landing import read_partition_events
     from windowing.sample import write_sample_live
 
     ours = [p for p in pipelines

@@ -28,8 +28,8 @@ from datetime import date, datetime, time, timedelta, timezone
 
 import dagster as dg
 
-from orchestration.partitions import PartitionSettings, describe, landed_days
 from assets.resources import StorageResource, absolute, resolved
+from orchestration.partitions import PartitionSettings, describe, landed_days
 
 SENSOR_NAME = "landing_zone_sensor"
 INTERVAL_S = 300

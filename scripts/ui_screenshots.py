@@ -25,7 +25,6 @@ import argparse
 import base64
 import json
 import os
-import re
 import select
 import shutil
 import signal

@@ -3,10 +3,8 @@ in the reference model's shape, so tests can compare engine and model row for ro
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
 import random
-
+from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import types as T
 

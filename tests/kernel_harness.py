@@ -8,7 +8,6 @@ checked against the model on a smaller sample (tests/windowing/test_engine_vs_mo
 
 from __future__ import annotations
 
-
 import random
 import zlib
 

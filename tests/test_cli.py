@@ -7,7 +7,6 @@ reused; one test runs the installed console script in a subprocess, end to end.
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -20,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.outputs import commits, metrics as metrics_of, run_dir
+from tests.outputs import commits, run_dir
+from tests.outputs import metrics as metrics_of
 from windowing.cli import main
 from windowing.spark import DEFAULT_CONF, LOCAL_DEFAULT_CONF, REQUIRED_CONF
 

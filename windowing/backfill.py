@@ -11,7 +11,6 @@ chain refused to go on.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from datetime import datetime, timezone
@@ -111,8 +110,14 @@ def main_backfill(args, spark_session) -> int:
 
 def _run(chain, keys: list[str], args, summary_table) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     name = chain.pipeline.name
     console = Console(stderr=True)

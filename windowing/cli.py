@@ -221,8 +221,9 @@ def _verify(args) -> int:
 
 
 def _generate(args) -> int:
-    from windowing.sample import generate_history
     from datetime import datetime, timezone
+
+    from windowing.sample import generate_history
 
     start = datetime.strptime(args.start, "%Y-%m-%d").replace(tzinfo=timezone.utc)
     folders = generate_history(args.output, start, args.days, args.events_per_day, args.keys, seed=args.seed)

@@ -27,10 +27,9 @@ import pyarrow as pa
 
 from windowing import kernel as K
 from windowing import metrics as replay_metrics
-from windowing.arrays import MIN_TIMESTAMP, sat_sub
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms, epoch_ms_unchecked, in_range
-from windowing.config import Clock, ConfigError, Pipeline, Trigger, WatermarkStrategy, check_input_columns
+from windowing.config import ConfigError, Pipeline, Trigger, WatermarkStrategy, check_input_columns
 from windowing.spark import check_workers
 
 REJECT_REASON = "reason"

@@ -227,7 +227,12 @@ def _pick_differences(pipeline, spec, windows, late_events) -> list[KnownDiffere
 
     from windowing.columns import col
     from windowing.reconcile import (
-        DUPLICATE_IN_LIVE, EXTRA_IN_REPLAY, FLOAT_ROUNDING, LATE_IN_REPLAY, MISSING_IN_REPLAY, VALUE_MISMATCH,
+        DUPLICATE_IN_LIVE,
+        EXTRA_IN_REPLAY,
+        FLOAT_ROUNDING,
+        LATE_IN_REPLAY,
+        MISSING_IN_REPLAY,
+        VALUE_MISMATCH,
     )
 
     count, total = _sample_aggregates(pipeline, spec, windows)

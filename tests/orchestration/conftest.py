@@ -12,9 +12,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets.resources import StorageResource
 from orchestration.definitions import build_definitions
 from orchestration.partitions import PartitionSettings
-from assets.resources import StorageResource
 from orchestration.schedules import REPLAY_JOB
 
 START = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -113,8 +113,8 @@ class Replayer:
 
 def lineage(folder: Path):
     """The lineage the partition's current commit record carries."""
-    from windowing.store import Lineage
     from tests.outputs import current
+    from windowing.store import Lineage
 
     doc = current(folder)["extra"]["lineage"]
     return Lineage(**{**doc, "failed_checks": tuple(doc["failed_checks"])})

@@ -10,9 +10,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets.resources import StorageResource
 from orchestration.definitions import build_definitions, load_pipelines
 from orchestration.partitions import PartitionSettings
-from assets.resources import StorageResource
 from orchestration.schedules import LATENESS_JOB, REPLAY_JOB
 from tests.orchestration.conftest import PIPELINE_YAML
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets.resources import StorageResource
 from orchestration.definitions import build_definitions
 from orchestration.partitions import PartitionSettings, landed_days
-from assets.resources import StorageResource
 from orchestration.schedules import REPLAY_JOB
 from orchestration.sensors import SENSOR_NAME
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from datetime import timedelta
 
@@ -10,10 +9,11 @@ import dagster as dg
 import pytest
 
 from assets.pipelines import CHECK_NAME
-from windowing.store import Lineage, state_content_hash
 from tests.orchestration.conftest import DAYS, Replayer, failure_message, lineage, rows
-from tests.outputs import current, metrics as metrics_of
+from tests.outputs import current
+from tests.outputs import metrics as metrics_of
 from windowing.metrics import render_prometheus
+from windowing.store import state_content_hash
 
 AGG = dg.AssetKey(["clicks_hourly", "windowed_aggregates"])
 STATE = dg.AssetKey(["clicks_hourly", "window_state"])

@@ -488,9 +488,10 @@ def failed_rerun(ui, demo):
     """The last demo day gets an event stamped 30 days before its arrival (the input skew
     check fails, blocking), then the day is rerun alone on the same instance, as the
     "Materialize" button would. Runs after the tests above (it changes what the UI shows)."""
+    from datetime import timedelta
+
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from datetime import timedelta
 
     day = DAYS[-1]
     folder = demo.root / "landing" / f"date={day}"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.outputs import run_dir
 from tests.quality.conftest import copy_tree
 from windowing import validation as V

@@ -8,20 +8,16 @@ run over both, one engine replay with future skew.
 
 from __future__ import annotations
 
-import io
-import json
 import random
-from contextlib import redirect_stderr, redirect_stdout
 from datetime import datetime, timezone
 
-import numpy as np
 import pytest
 
-from tests.engine_harness import run_engine, to_df, to_ms
+from tests.engine_harness import run_engine, to_df
 from tests.lateness_harness import local_lateness, model_figures
 from tests.reference_model import reference_replay
 from windowing import whatif as W
-from windowing.config import Lateness, WatermarkStrategy, parse_pipeline
+from windowing.config import Lateness, parse_pipeline
 from windowing.lake import Lake
 from windowing.lateness import LatenessOptions, lateness, read_lateness
 

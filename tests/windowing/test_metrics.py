@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from tests.engine_harness import rows_of, to_df
-from tests.outputs import late_events_in, metrics as metrics_of, run_dir
+from tests.outputs import late_events_in, run_dir
+from tests.outputs import metrics as metrics_of
 from tests.reference_model import reference_replay, window_bounds
 from windowing import metrics as M
 from windowing.config import Trigger, parse_pipeline
@@ -156,8 +157,8 @@ def test_metadata_and_checks_use_late_events_as_events(spark, sliding):
     pairs are their own series; metrics_consistent recounts both from the datasets and
     fails on the old meaning (late_events = pairs)."""
     from assets.pipelines import PartitionResult, _metadata
-    from windowing.store import Lineage
     from windowing import validation as V
+    from windowing.store import Lineage
 
     pipeline, rows, result, _, _ = sliding
     m = result.metrics

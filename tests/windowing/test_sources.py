@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from windowing.landing import LandingZoneError, read_partition_events
 from windowing import parse_pipeline, replay
 from windowing.io import InputError, read_events
+from windowing.landing import LandingZoneError, read_partition_events
 from windowing.sample import generate_history
 
 START = datetime(2024, 6, 1, tzinfo=timezone.utc)
