@@ -96,7 +96,8 @@ def build_pipeline_assets(
         "window": pipeline.window.type.value,
     }
     descriptions = {
-        "window_state": "Watermarks, clocks and open windows at the end of the partition: the next partition starts from it.",
+        "window_state": "Watermarks, clocks and open windows at the end of the partition: "
+                        "the next partition starts from it.",
         "windowed_aggregates": "Windows emitted during the partition (one row per emission).",
         "late_events": "Events that arrived after their window had closed, one row per (event, window).",
         "rejected_events": "Rows that could not be processed, with the reason.",
@@ -135,7 +136,8 @@ def build_pipeline_assets(
                 "Data-quality checks of each partition a run replays, one result per partition (windowing.validation: "
                 + ", ".join(f"`{p}*`" if p.endswith("_") else f"`{p}`" for p in QUALITY_CHECKS[name])
                 + "). A partition that fails is not committed, and the run stops before the next one; rejected rows "
-                "within the pipeline's `quality.maxRejectedShare` only warn. Executed on its own, it re-runs them on the "
+                "within the pipeline's `quality.maxRejectedShare` only warn. Executed on its own, it re-runs them "
+                "on the "
                 "committed output of each partition, against its landed input."
             ),
         )
@@ -406,7 +408,8 @@ def _evaluation(instance, result: dg.AssetCheckResult, partition: str, blocking:
     )
 
 
-def _chain_check(spark, pipeline, storage: StorageResource, partitions_def, state_key: dg.AssetKey) -> dg.AssetCheckResult:
+def _chain_check(spark, pipeline, storage: StorageResource, partitions_def,
+                 state_key: dg.AssetKey) -> dg.AssetCheckResult:
     """The state chain over every materialized partition of the pipeline (see store.out_of_date_partitions)."""
     chain = pipeline_chain(spark, pipeline, storage, partitions_def)
     done = chain.committed_keys()

@@ -166,7 +166,8 @@ def replay_dag(pipeline_file: str | Path, *, landing_zone: str, output_root: str
         end_date=end_date,
         max_active_runs=1,
         tags=list(tags),
-        doc_md=f"Replays pipeline `{pipeline.name}` ({str(pipeline_file).rsplit('/', 1)[-1]}) one {grain} at a time from "
+        doc_md=f"Replays pipeline `{pipeline.name}` ({str(pipeline_file).rsplit('/', 1)[-1]}) "
+               f"one {grain} at a time from "
                f"{landing_zone} into {output_root}, each partition from the state of the one before "
                "(rewindow's windowing.chain).",
         **dag_kwargs,

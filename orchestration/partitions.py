@@ -1,10 +1,13 @@
 """How the event history is cut into partitions: by arrival time, daily or hourly, in UTC.
 
-| variable | meaning | default |
-|---|---|---|
-| ``REWINDOW_PARTITION_GRAIN`` | ``daily`` or ``hourly`` | ``daily`` |
-| ``REWINDOW_HISTORY_START`` | first partition (``YYYY-MM-DD``); the replay starts there, from no state | computed: the oldest landed day (``2024-01-01`` when the landing zone cannot be listed) |
-| ``REWINDOW_HISTORY_END`` | optional end, exclusive (``YYYY-MM-DD``), which always wins over the landing zone; or ``rolling``: up to the last complete partition, growing with the clock (for deployments where data lands every day and the code location is not reloaded) | computed: the day after the newest landed day |
+* ``REWINDOW_PARTITION_GRAIN``: ``daily`` (the default) or ``hourly``.
+* ``REWINDOW_HISTORY_START``: the first partition (``YYYY-MM-DD``); the replay starts there,
+  from no state. Default: computed, the oldest landed day (``2024-01-01`` when the landing
+  zone cannot be listed).
+* ``REWINDOW_HISTORY_END``: an optional end, exclusive (``YYYY-MM-DD``), which always wins
+  over the landing zone; or ``rolling``: up to the last complete partition, growing with the
+  clock (for deployments where data lands every day and the code location is not
+  reloaded). Default: computed, the day after the newest landed day.
 
 These decide the shape of the asset graph, so they are read when the definitions are
 built (``build_definitions()``), never at import time.

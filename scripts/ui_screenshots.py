@@ -338,7 +338,8 @@ def take_screenshots(browser: Chromium, url: str, asset: str, out: Path) -> None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--asset", default="clicks_hourly/windowed_aggregates", help="asset key path (default %(default)s)")
+    parser.add_argument("--asset", default="clicks_hourly/windowed_aggregates",
+                        help="asset key path (default %(default)s)")
     parser.add_argument("--out", default=str(REPO / "docs"), help="folder of the PNGs (default docs/)")
     parser.add_argument("--workdir", help="demo folder to use and keep (default: a temporary one, removed)")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")

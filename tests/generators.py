@@ -115,7 +115,8 @@ def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "ses
         source["worker"] = "worker"
     if future_skew and event_time:
         source["maxFutureSkew"] = f"{draw(st.integers(0, 6))}s"
-    triggers = draw(st.sampled_from([["atWindowEnd"], ["atWindowEnd"], ["atWindowEnd", "atAggregate"], ["atAggregate"]]))
+    triggers = draw(st.sampled_from([["atWindowEnd"], ["atWindowEnd"], ["atWindowEnd", "atAggregate"],
+                                     ["atAggregate"]]))
     doc = {"name": "gen", "source": source, "emitter": {wtype: window, "triggers": triggers}}
     heartbeat = draw(st.sampled_from(HEARTBEATS[:-1] if processing_idle else HEARTBEATS))
     if heartbeat is not None:

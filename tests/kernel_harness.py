@@ -119,7 +119,7 @@ SUMMARY_SCHEMA = pa.schema([("reason", pa.string()), ("__w", pa.int64()), ("__ba
 def summary_table(valid, pick) -> pa.Table:
     """The (worker, batch) summary the Spark runner collects (``pick``: min or max)."""
     summary: dict = {}
-    for r, arr, evt, batch, wv in valid:
+    for _r, arr, evt, batch, wv in valid:
         key = (wv, batch)
         c, a, lo, n = summary.get(key, (evt, arr, arr, 0))
         summary[key] = (pick(c, evt), max(a, arr), min(lo, arr), n + 1)

@@ -57,7 +57,7 @@ def local_lateness(pipeline, rows, options: LatenessOptions, state: LocalLatenes
     threshold = options.future_skew_ms if any(v.skew_free for v in variants) else None
     skewed = [threshold is not None and evt - arr > threshold for _, arr, evt, _, _ in valid]
     groups: dict = {}
-    for (r, arr, evt, batch, wv), sk in zip(valid, skewed):
+    for (_r, arr, evt, batch, wv), sk in zip(valid, skewed):
         g = groups.setdefault((wv, batch, sk), [evt, evt, arr, arr, 0])
         g[0], g[1], g[2], g[3], g[4] = min(g[0], evt), max(g[1], evt), max(g[2], arr), min(g[3], arr), g[4] + 1
     summary = pa.Table.from_pylist(

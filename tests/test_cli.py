@@ -30,7 +30,8 @@ SESSIONS = ROOT / "examples" / "pipelines" / "sessions.yaml"
 START = datetime(2024, 5, 6, tzinfo=timezone.utc)
 DAY2_START_US = int((START + timedelta(days=1)).timestamp()) * 1_000_000
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
-#: Runtime settings spark_session() could touch on a shared session (see test_in_process_run_leaves_the_session_settings_alone).
+#: Runtime settings spark_session() could touch on a shared session
+#: (see test_in_process_run_leaves_the_session_settings_alone).
 _SESSION_KEYS = (*DEFAULT_CONF, *LOCAL_DEFAULT_CONF, *REQUIRED_CONF)
 
 
@@ -201,7 +202,8 @@ def test_flush_at_end_emits_open_windows(spark, day1_run, flush_run):
     assert len(end) == metrics1["open_windows"] > 0  # every window day 1 left open
     assert metrics_of(flush_run)["emitted_by_reason"]["END_OF_INPUT"] == len(end)
     # Everything else is what the run without flush emitted.
-    assert [r for r in flushed if dict(r)["emit_reason"] != "END_OF_INPUT"] == _rows(spark, run_dir(out1) / "aggregates")
+    expected = _rows(spark, run_dir(out1) / "aggregates")
+    assert [r for r in flushed if dict(r)["emit_reason"] != "END_OF_INPUT"] == expected
     assert not [r for r in _rows(spark, run_dir(flush_run) / "state") if dict(r)["state_kind"] == "window"]
 
 

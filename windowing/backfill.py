@@ -33,7 +33,8 @@ def add_arguments(sub, spark_args) -> None:
     b.add_argument("--history-start", help="the first partition of the history, which starts from no state "
                                            "(default: the stored history's, else --from)")
     b.add_argument("--partition-column", default="date",
-                   help="the landing zone's day folders (date=YYYY-MM-DD); '' for a flat folder filtered by arrival time")
+                   help="the landing zone's day folders (date=YYYY-MM-DD); "
+                        "'' for a flat folder filtered by arrival time")
     how = b.add_mutually_exclusive_group()
     how.add_argument("--resume", action="store_true",
                      help="skip the partitions of the range already committed and current (after a killed run)")

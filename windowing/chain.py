@@ -75,7 +75,8 @@ class Partitions:
             raise ValueError(f"grain: {self.grain!r} is not one of {', '.join(GRAINS)}")
         start = _utc(self.start)
         if start != self._floor(start):
-            raise ValueError(f"history start {start.isoformat()} is not the start of a{'n' if self.grain == 'hour' else ''} {self.grain}")
+            article = "an" if self.grain == "hour" else "a"
+            raise ValueError(f"history start {start.isoformat()} is not the start of {article} {self.grain}")
         object.__setattr__(self, "start", start)
 
     @property
@@ -531,7 +532,8 @@ def stored_history(spark, output_root: str, pipeline_name: str) -> tuple[str, st
 
 def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict) -> str:
     """The per-partition table ``rewindow backfill`` and the demo end with."""
-    lines = [f"  {'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}  watermark reached"]
+    header = f"{'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}"
+    lines = [f"  {header}  watermark reached"]
     for key in keys:
         commit = commits.get(key)
         if commit is None:

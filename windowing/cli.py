@@ -88,7 +88,8 @@ def _lateness_args(sub) -> None:
     p.add_argument("--input", nargs="+", help="events: folders, files or URIs (default: the pipeline's source)")
     p.add_argument("--output", required=True, help="report folder or URI (tables, figures, report.html; committed)")
     p.add_argument("--state-in", help="the previous partition's `rewindow lateness` output (same options)")
-    p.add_argument("--delays", default=DEFAULT_DELAYS, help=f"delayWindowClose values to replay (default {DEFAULT_DELAYS})")
+    p.add_argument("--delays", default=DEFAULT_DELAYS,
+                   help=f"delayWindowClose values to replay (default {DEFAULT_DELAYS})")
     p.add_argument("--target-late", default=DEFAULT_TARGET_LATE,
                    help=f"late share to stay at or under, e.g. 0.1%% (default {DEFAULT_TARGET_LATE})")
     p.add_argument("--lateness-modes", default=None,

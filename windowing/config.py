@@ -470,9 +470,9 @@ def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
         else:
             batch_interval = _positive_duration(b["interval"], "source.batch.interval")
     path, table = s.get("path"), s.get("table")
-    for field, value in (("source.path", path), ("source.table", table)):
+    for name, value in (("source.path", path), ("source.table", table)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ConfigError(f"{field}: {value!r} must be a non-empty string")
+            raise ConfigError(f"{name}: {value!r} must be a non-empty string")
     if path is not None and table is not None:
         raise ConfigError("source: give source.path or source.table, not both")
     fmt = s.get("format", "parquet")
@@ -579,7 +579,8 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _Col
     key, _ = columns.resolve(w.get("keyExtractor"), f"{f}.keyExtractor", "keyExtractor")
     event_time, _ = columns.resolve(tc.get("eventTimeExtractor"), f"{f}.timeConfig.eventTimeExtractor",
                                     "eventTimeExtractor")
-    strategy = _enum(WatermarkStrategy, tc.get("watermarkStrategy", "MIN_EVENT_TIME"), f"{f}.timeConfig.watermarkStrategy")
+    strategy = _enum(WatermarkStrategy, tc.get("watermarkStrategy", "MIN_EVENT_TIME"),
+                     f"{f}.timeConfig.watermarkStrategy")
     delay = _duration(tc["delayWindowClose"], f"{f}.timeConfig.delayWindowClose") if "delayWindowClose" in tc else 0
     lateness = _enum(Lateness, tc.get("lateness", "WINDOW_CLOSED"), f"{f}.timeConfig.lateness")
     default_clock = "EVENT_TIME" if event_time else "PROCESSING_TIME"

@@ -277,13 +277,15 @@ def _check_columns(pipeline: Pipeline, df) -> None:
         *[(f"aggregateDefinition[{i}].column", a.column) for i, a in enumerate(pipeline.aggregates)],
     ]
     check_input_columns(pipeline, types)  # the CLI's pre-flight check, same message
-    for where, col in (("source.arrivalTime", pipeline.source.arrival_time), ("timeConfig.eventTimeExtractor", w.event_time)):
+    times = (("source.arrivalTime", pipeline.source.arrival_time), ("timeConfig.eventTimeExtractor", w.event_time))
+    for where, col in times:
         if col and types[col] not in _TIME_TYPES:
             raise ConfigError(
                 f"{where}: column {col!r} has type {types[col]}; expected a timestamp, date, "
                 "integer epoch milliseconds or a timestamp string"
             )
-    if pipeline.source.batch_column and types[pipeline.source.batch_column] not in ("bigint", "int", "smallint", "tinyint"):
+    integral = ("bigint", "int", "smallint", "tinyint")
+    if pipeline.source.batch_column and types[pipeline.source.batch_column] not in integral:
         raise ConfigError(
             f"source.batch.column: column {pipeline.source.batch_column!r} has type "
             f"{types[pipeline.source.batch_column]}; expected an integer batch id"
@@ -395,7 +397,8 @@ def _split_state(spark, pipeline: Pipeline, state, events_df):
     wcol, kcol = pipeline.source.worker, pipeline.window.key
     types = dict(events_df.dtypes)
     worker_state = [
-        {"worker": (r[wcol] if wcol else 0), "batch": r["batch"], "watermark_ms": r["watermark_ms"], "clock_ms": r["clock_ms"]}
+        {"worker": (r[wcol] if wcol else 0), "batch": r["batch"], "watermark_ms": r["watermark_ms"],
+         "clock_ms": r["clock_ms"]}
         for r in state.where(F.col("state_kind") == "worker").collect()
     ]
     kind = (
@@ -607,7 +610,8 @@ def _task_of_worker(df, wcol: str | None, tasks: dict[Any, int]):
     if wcol is None:
         return F.lit(_salt(0, n))
     dtype = df.schema[wcol].dataType
-    if n > MAX_WORKER_TASKS or dtype.typeName() not in ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp"):
+    placeable = ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp")
+    if n > MAX_WORKER_TASKS or dtype.typeName() not in placeable:
         return _col(wcol)  # other worker types: Spark's own hash of the value
     pairs = []
     for w, t in tasks.items():

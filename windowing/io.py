@@ -475,7 +475,8 @@ def check_output_target(spark, out, inputs=()) -> None:
     else:
         if lake.exists(out) and lake.is_file(out):
             raise OutputError(f"{out}: is a file, not an output folder")
-        foreign = [e for e in lake.children(out) if e.path.rstrip("/").rsplit("/", 1)[-1] not in (RUNS, COMMITS, FAILURES)]
+        ours = (RUNS, COMMITS, FAILURES)
+        foreign = [e for e in lake.children(out) if e.path.rstrip("/").rsplit("/", 1)[-1] not in ours]
     if foreign:
         raise OutputError(
             f"{out}: exists and is not a rewindow output (it holds {display(foreign[0].path)}); "

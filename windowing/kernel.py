@@ -1035,7 +1035,8 @@ def _state_partials(spec: Spec, k: _Keys, rows: np.ndarray, domains) -> list[dic
             p["n"] = pc.fill_null(col, 0).to_numpy().astype(np.int64)
         elif a.type == "distinct":
             lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
-            p["members"] = (np.repeat(np.arange(len(rows)), lengths), codes_in(pc.list_flatten(col), domains[_dkey(a)].values))
+            p["members"] = (np.repeat(np.arange(len(rows)), lengths),
+                            codes_in(pc.list_flatten(col), domains[_dkey(a)].values))
         else:
             p["code"] = codes_in(col, domains[_dkey(a)].values)
             if spec.keeps_arrival(a):
@@ -1641,7 +1642,7 @@ def _sessions(ev, kb, k, idle, spec, flush_at_end, timelines):
                     members[ai][r].add(c)
         for r, g in enumerate(k.gid[srows].tolist()):
             parts = []
-            for ai, a in enumerate(aggs):
+            for ai in range(len(aggs)):
                 p = sp[ai]
                 parts.append([int(p["n"][r]) if "n" in p else 0,
                               _py(p["s"][r]) if "s" in p else 0,

@@ -81,7 +81,8 @@ def read_partition_events(spark, landing_zone: str, start: datetime, end: dateti
 
     Returns ``(events, files)``: ``files`` are the data files the partition reads
     (:class:`windowing.lake.Entry`, checked first: each footer readable, the pipeline's
-    columns present with one type) when the partition column tells them, else ``None``. See the module docstring for which
+    columns present with one type) when the partition column tells them, else ``None``. See the module
+    docstring for which
     rows belong to the window.
     """
     from pyspark.sql import functions as F

@@ -785,7 +785,8 @@ def format_figures(figures: Mapping[str, Any]) -> str:
            f"{cr['late_events']:,} late ({100 * cr['late_share']:.4f} %), "
            f"{figures['cost']['windows']:,} windows missed events"]
     for r in figures["recommendations"]:
-        listed = (f"; of --delays, {format_duration_ms(r['listed_delay_ms'])} (late {100 * r['listed_late_share']:.4f} %, "
+        listed = (f"; of --delays, {format_duration_ms(r['listed_delay_ms'])} "
+                  f"(late {100 * r['listed_late_share']:.4f} %, "
                   f"latency p50 {_ms_text(r['listed_latency_p50_ms'])}, p99 {_ms_text(r['listed_latency_p99_ms'])})"
                   if r["listed_delay_ms"] is not None else "; no listed delay is enough")
         out.append(f"recommendation {r['strategy']} {r['lateness']}: delay >= {human_duration(r['smallest_delay_ms'])} "

@@ -47,7 +47,8 @@ def render_report(figures: Mapping[str, Any]) -> str:
                 "Configured replay: late events by lateness (the watermark they were checked against minus their "
                 "event time; an event by its latest missed window)."),
         _figure("Late events by hour of arrival", _hours_plot(f),
-                "Configured replay: late events per hour of arrival (bars) and their share of the hour's events (line)."),
+                "Configured replay: late events per hour of arrival (bars) and their share of the hour's "
+                "events (line)."),
         "</div>",
         "<h2>Curves at the listed delays</h2>", _curve_table(f),
         "<h2>Windows that missed the most events</h2>", _worst_table(f),

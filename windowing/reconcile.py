@@ -470,7 +470,7 @@ def check_live_columns(spec: ReconcileSpec, live_df, pipeline: Pipeline, replay_
         family = _family(types[col])
         shown = types[col].simpleString()
 
-        def refuse(wanted: str):
+        def refuse(wanted: str, fld: str = fld, col: str = col, shown: str = shown):
             raise ConfigError(f"{fld}: live column {col!r} is {shown}; it must be {wanted}")
 
         role = fld[len(cf) + 1:]

@@ -158,7 +158,7 @@ def write_sample_live(spark, pipeline, events_df, out: str, differences: bool = 
     | kind | the live side has | category | explanation |
     |---|---|---|---|
     | ``count`` | count + 1 | VALUE_MISMATCH | none |
-    | ``late_counted`` | count + the N events the replay marks late, sum + their amounts | VALUE_MISMATCH | LATE_IN_REPLAY |
+    | ``late_counted`` | count + N events the replay marks late, sum + their amounts | VALUE_MISMATCH | LATE_IN_REPLAY |
     | ``float`` | sum + :data:`FLOAT_SHIFT` | VALUE_MISMATCH | none |
     | ``rounding`` | sum * (1 + :data:`ROUNDING_SHIFT`) | VALUE_MISMATCH | FLOAT_ROUNDING |
     | ``dropped`` | no row | EXTRA_IN_REPLAY | none |
@@ -200,7 +200,8 @@ def write_sample_live(spark, pipeline, events_df, out: str, differences: bool = 
                  ("emit_time", cols.emit_time), *cols.aggregates]
         from windowing.columns import col
 
-        live.select(*[col(src).alias(dst) for src, dst in named if src and dst]).write.mode("overwrite").parquet(str(out))
+        columns = [col(src).alias(dst) for src, dst in named if src and dst]
+        live.select(*columns).write.mode("overwrite").parquet(str(out))
     finally:
         result.unpersist()
     return made

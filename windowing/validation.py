@@ -231,7 +231,8 @@ def _evaluate(df, rules: Sequence[_Rule], sample_size: int, only=None) -> list[C
             out.append(_skip(r.name, r.description, r.why_skipped))
             continue
         n = counts[r.name]
-        sample = [_jsonable(x.asDict(recursive=True)) for x in df.where(r.fail()).limit(sample_size).collect()] if n else []
+        failing = df.where(r.fail()).limit(sample_size).collect() if n else []
+        sample = [_jsonable(x.asDict(recursive=True)) for x in failing]
         out.append(CheckResult(r.name, n == 0, n, sample, r.description))
     return out
 
@@ -663,7 +664,8 @@ def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
     w = pipeline.window
     session = w.type is WindowType.SESSION
     out = _schema_check("late_events_schema", "columns and types of the kernel's late_events schema",
-                         "columns and types of late_events", late_schema, pipeline, late, input_types, sample_size, only)
+                         "columns and types of late_events", late_schema, pipeline, late, input_types,
+                         sample_size, only)
     t = _event_ms_in(pipeline, late)
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("watermark")
     no_t = "the event time column is not in late_events"
@@ -682,7 +684,8 @@ def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
     else:
         step = w.span_ms if w.type is WindowType.TUMBLING else w.slide_ms
         member = None if t is None else (
-            (ws <= t) & (t < we) & ((we - ws) == F.lit(w.span_ms)) & (F.pmod(ws - F.lit(w.offset_ms), F.lit(step)) == 0))
+            (ws <= t) & (t < we) & ((we - ws) == F.lit(w.span_ms))
+            & (F.pmod(ws - F.lit(w.offset_ms), F.lit(step)) == 0))
         member_desc = "the event belongs to the (aligned) window it is late for"
     rules = [
         rule,
@@ -731,7 +734,8 @@ def rejected_checks(pipeline: Pipeline, rejected, input_types: dict | None = Non
                     sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
     """Checks of ``rejected``: the schema and known reasons."""
     out = _schema_check("rejected_schema", "the input columns and a non-null reason",
-                         "the input columns and a reason", rejected_schema, pipeline, rejected, input_types, sample_size, only)
+                         "the input columns and a reason", rejected_schema, pipeline, rejected, input_types,
+                         sample_size, only)
     return out + _evaluate(rejected, [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}",
                                             _col("reason").isin(list(REJECT_REASONS)))], sample_size, only)
 
@@ -756,9 +760,9 @@ def _memberships(pipeline: Pipeline, df, key_types: dict, sign: int, source: str
         ws = we = F.lit(None).cast("long")
         return base.select(*key_types, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"),
                            F.lit(sign).cast("long").alias("n"))
-    S, O = w.span_ms, w.offset_ms
+    S, off = w.span_ms, w.offset_ms
     L = w.span_ms if w.type is WindowType.TUMBLING else w.slide_ms
-    last = tcol - F.pmod(tcol - F.lit(O), F.lit(L))  # the latest window start <= t
+    last = tcol - F.pmod(tcol - F.lit(off), F.lit(L))  # the latest window start <= t
     k = -(-S // L)  # windows an event can belong to, at most
     starts = F.sequence(last - F.lit((k - 1) * L), last, F.lit(L))
     ex = base.select(*key_types, tcol, F.explode(starts).alias("ws")).where(F.col("ws") + F.lit(S) > tcol)
@@ -796,7 +800,8 @@ def conservation_check(pipeline: Pipeline, outputs, input_df, prev_state=None,
     def rows(df, ws, we, n, source):
         if session:
             ws = we = F.lit(None).cast("long")
-        return df.select(*kcols, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"), n.cast("long").alias("n"))
+        return df.select(*kcols, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"),
+                         n.cast("long").alias("n"))
 
     parts = [_memberships(pipeline, input_df, key_types, 1, "input"),
              _memberships(pipeline, outputs.rejected, key_types, -1, "rejected"),

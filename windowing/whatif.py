@@ -156,7 +156,8 @@ def late_counts(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray, del
     return out
 
 
-def step_curve(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_curve(slack_ms: np.ndarray, events: np.ndarray,
+               pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The whole late-count curve as a step function: ``(delay_ms, late_events, late_pairs)``
     at every delay where it changes (0, then each distinct slack + 1); between two rows it
     keeps the earlier row's values, after the last it is 0."""

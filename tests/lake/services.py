@@ -109,7 +109,7 @@ def error_lines(path: str | os.PathLike, limit: int = 8) -> str:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return ""
-    hits = [l for l in text.splitlines() if " ERROR " in l or "Exception" in l or l.startswith("Error")]
+    hits = [ln for ln in text.splitlines() if " ERROR " in ln or "Exception" in ln or ln.startswith("Error")]
     return "\n".join(hits[:limit])
 
 
@@ -163,7 +163,8 @@ class ManagedProcess:
         state = "running" if self.running() else f"exited with {self.popen.returncode}"
         errors = error_lines(self.log_path)
         first_errors = f"first errors:\n{errors}\nlast lines:\n" if errors else ""
-        return f"--- {self.name} (pid {self.pid}, {state}), {self.log_path}:\n{first_errors}{tail(self.log_path, lines)}"
+        head = f"--- {self.name} (pid {self.pid}, {state}), {self.log_path}:\n"
+        return f"{head}{first_errors}{tail(self.log_path, lines)}"
 
     def _signal_group(self, sig: int) -> None:
         try:
@@ -239,7 +240,8 @@ def run_python(
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        raise RuntimeError(f"snippet timed out after {timeout}s\n--- stdout:\n{out[-4000:]}\n--- stderr:\n{err[-8000:]}")
+        raise RuntimeError(f"snippet timed out after {timeout}s\n--- stdout:\n{out[-4000:]}\n"
+                           f"--- stderr:\n{err[-8000:]}") from None
     # The driver JVM of a classic session is a child of the snippet: make sure it went.
     try:
         os.killpg(proc.pid, signal.SIGKILL)

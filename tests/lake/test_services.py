@@ -100,7 +100,7 @@ print(json.dumps({{"runtime_mount": spark.read.parquet("viewfs://lake2/data/ten"
     t0 = time.monotonic()
     proc = spark_standalone.run_driver(code, conf=lake_dir.conf, app_name="lake-standalone-udf")
     elapsed = time.monotonic() - t0
-    lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    lines = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     result, runtime = lines[0], lines[1]
 
     assert result["n"] == 100
@@ -185,7 +185,7 @@ print(json.dumps({{
 }}))
 """
     proc = spark_connect.run_client(code)
-    lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    lines = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     result, extra = lines[0], lines[1]
     assert result["n"] == 100 and result["sum_x"] == 2 * sum(range(100))
     assert result["python"] == [sys.executable]

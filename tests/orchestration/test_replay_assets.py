@@ -125,7 +125,8 @@ def test_materializations_carry_per_partition_metadata(one_by_one, backfill):
             assert set(meta["lateness_ms_percentiles"].value) == {"p50", "p90", "p99", "max"}
             assert meta["path"].value == str(replayer.current(day) / "aggregates")
             preview = meta["preview"].value
-            assert [c.name for c in preview.schema.columns][:4] == ["partition", "user_id", "window_start", "window_end"]
+            columns = [c.name for c in preview.schema.columns][:4]
+            assert columns == ["partition", "user_id", "window_start", "window_end"]
             assert dict(zip((c.name for c in preview.schema.columns), (c.type for c in preview.schema.columns)))[
                 "sum_amount"] == "double"
             assert 0 < len(preview.records) <= 5 and isinstance(preview.records[0].data["count"], int)
@@ -387,7 +388,8 @@ def test_checks_executed_on_their_own_verify_the_committed_outputs(spark, histor
             tags={"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[1]},
             run_config={"ops": {"clicks_hourly_replay": {"config": {}}}},
         )
-        evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        evaluations = [e.event_specific_data for e in result.all_events
+                       if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         return result, {(e.check_name, e.partition): e for e in evaluations}
 
     result, evaluations = verify(r)

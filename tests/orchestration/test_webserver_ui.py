@@ -123,7 +123,8 @@ def demo(tmp_path_factory) -> Demo:
         done = subprocess.run(demo_command(env), cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=DEMO_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the demo did not finish in {DEMO_TIMEOUT}s:\n{(exc.stdout or '')[-4000:]}\n{(exc.stderr or '')[-4000:]}")
+        pytest.fail(f"the demo did not finish in {DEMO_TIMEOUT}s:\n{(exc.stdout or '')[-4000:]}\n"
+                    f"{(exc.stderr or '')[-4000:]}")
     seconds = time.monotonic() - began
     if done.returncode != 0:
         pytest.fail(f"the demo failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}")

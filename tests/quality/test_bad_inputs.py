@@ -122,7 +122,8 @@ def test_null_and_unparseable_times_are_rejected_with_their_reason(spark):
 def test_a_sum_over_a_string_column_is_a_config_error_naming_it(spark):
     events = frame(spark, [(at(1), at(1), 1, "a", "1.5", "x")],
                    "arr timestamp, evt timestamp, seq long, k string, v string, id string")
-    with pytest.raises(ConfigError, match=r"aggregateDefinition\[1\]\.column: sum needs a numeric column; 'v' is string"):
+    message = r"aggregateDefinition\[1\]\.column: sum needs a numeric column; 'v' is string"
+    with pytest.raises(ConfigError, match=message):
         replay(spark, small(), events)
 
 

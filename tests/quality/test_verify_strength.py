@@ -120,7 +120,8 @@ def test_nan_and_infinite_amounts_follow_sparks_order_and_pass(spark, verify, mo
     config, inp, out = replay_case(tmp_path, events)
     got = {r["k"]: r for r in pq.read_table(run_dir(out) / "aggregates").to_pylist()
            if r["emit_reason"] == "WATERMARK"}
-    same = lambda a, b: (a is None and b is None) or (a is not None and b is not None and (a == b or (a != a and b != b)))  # noqa: E731
+    def same(a, b):
+        return (a is None and b is None) or (a is not None and b is not None and (a == b or (a != a and b != b)))
     for k, vals in cases.items():  # the engine's min and max are Spark's
         df = spark.createDataFrame([(v,) for v in vals], "v double")
         want = df.selectExpr("min(v) lo", "max(v) hi").first()

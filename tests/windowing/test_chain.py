@@ -109,7 +109,8 @@ def test_a_range_in_one_go_equals_partition_after_partition(spark, history, whol
     assert sum(len(expected[d, "aggregates"]) for d in DAYS) > 300 and any(expected[d, "late_events"] for d in DAYS)
     for day in DAYS:  # a new Chain (a new process, in effect) per partition: state read from the store
         (part,) = _chain(spark, history, tmp_path).replay([day], checks=False)
-        assert part.committed and part.lineage.previous_partition == (None if day == DAYS[0] else DAYS[DAYS.index(day) - 1])
+        before = None if day == DAYS[0] else DAYS[DAYS.index(day) - 1]
+        assert part.committed and part.lineage.previous_partition == before
     assert _outputs(spark, _chain(spark, history, tmp_path)) == expected
     # and both equal one replay of the three days' events, without partitions
     from windowing import replay

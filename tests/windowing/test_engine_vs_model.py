@@ -74,11 +74,11 @@ def _through_parquet_state(spark, base, pipeline, pieces, flush, columns=None):
     and late rows of all of them (``columns`` names the columns of an empty piece)."""
     state, aggs, late = None, [], []
     for i, piece in enumerate(pieces):
-        a, l, _, state_df, _ = run_engine(spark, pipeline, piece, state=state,
-                                          flush_at_end=flush and i == len(pieces) - 1,
-                                          columns=columns if not piece else None)
+        a, lt, _, state_df, _ = run_engine(spark, pipeline, piece, state=state,
+                                           flush_at_end=flush and i == len(pieces) - 1,
+                                           columns=columns if not piece else None)
         state_df.write.parquet(str(base / f"state{i}"))
         state = read_state(spark, base / f"state{i}")
         aggs += a
-        late += l
+        late += lt
     return aggs, late

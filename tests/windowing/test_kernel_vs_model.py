@@ -179,10 +179,10 @@ def _pieces_match_one_go(pipeline, rows, cuts, flush, amount=None):
     pieces = split_points(pipeline, rows, cuts)
     state, aggs, late = None, [], []
     for i, piece in enumerate(pieces):
-        a, l, _, state = local_replay(pipeline, piece, state, flush_at_end=flush and i == len(pieces) - 1,
-                                      decimals=decimals)
+        a, lt, _, state = local_replay(pipeline, piece, state, flush_at_end=flush and i == len(pieces) - 1,
+                                       decimals=decimals)
         aggs += a
-        late += l
+        late += lt
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
 

@@ -56,7 +56,6 @@ def _model(p, pieces, flush):
 def _check(pipeline, pieces, result, flush=False):
     """Compare ``result`` (the analysis of the last of ``pieces``, continuing from the
     others) with model replays at every probe delay."""
-    rows = pieces[-1]
     for lateness in Lateness:
         for strategy in WatermarkStrategy:
             slack = result.slack.get((strategy.value, lateness.value), (np.zeros(0, np.int64),))[0]

@@ -77,7 +77,8 @@ def test_strings_and_local_timestamps_stay_with_spark(spark):
 def test_the_range_is_year_1_to_year_9999_in_whole_milliseconds():
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     assert MIN_EPOCH_MS == (datetime(1, 1, 1, tzinfo=UTC) - epoch) // timedelta(milliseconds=1)
-    assert MAX_EPOCH_MS == (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - epoch) // timedelta(milliseconds=1)
+    last = datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
+    assert MAX_EPOCH_MS == (last - epoch) // timedelta(milliseconds=1)
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
