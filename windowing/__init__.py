@@ -5,7 +5,7 @@ from windowing.config import ConfigError, Pipeline, load_pipeline, parse_pipelin
 __all__ = ["ConfigError", "Pipeline", "load_pipeline", "parse_pipeline", "replay", "ReplayResult"]
 
 
-def __getattr__(name):  # the Spark runner imports pyspark; keep `import windowing` light
+def __getattr__(name: str) -> object:  # the Spark runner imports pyspark; keep `import windowing` light
     if name in ("replay", "ReplayResult"):
         from windowing import engine
 

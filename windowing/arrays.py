@@ -45,7 +45,7 @@ def dense_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inv.astype(np.int64).reshape(-1)
 
 
-def _seg_keys(values: np.ndarray, seg: np.ndarray):
+def _seg_keys(values: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, int, int] | None:
     """Int64 keys ordered like the pairs (seg, value), minus infinity first in a segment:
     ``(keys, width, lo)`` with ``key = seg * width + (value - lo + 1)`` (0 for minus
     infinity), or None when the values span too wide a range for that (then callers rank

@@ -6,7 +6,13 @@ milliseconds; one definition keeps the checks judging exactly what the engine co
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from windowing.durations import DAY_MS
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql.types import DataType
 
 #: The representable times, in epoch milliseconds: 0001-01-01T00:00:00.000Z to
 #: 9999-12-31T23:59:59.999Z (both included), the range Spark timestamps and Python
@@ -17,14 +23,14 @@ MIN_EPOCH_MS = -62_135_596_800_000
 MAX_EPOCH_MS = 253_402_300_799_999
 
 
-def col(name: str):
+def col(name: str) -> Column:
     """A column by its literal name (dots, spaces and backticks are part of the name)."""
     from pyspark.sql import functions as F
 
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def epoch_ms_unchecked(name: str, dtype):
+def epoch_ms_unchecked(name: str, dtype: DataType) -> Column:
     """Epoch milliseconds of an input time column of Spark type ``dtype``, null when null
     or unparseable, whatever its range (see :func:`epoch_ms`).
 
@@ -50,14 +56,14 @@ def epoch_ms_unchecked(name: str, dtype):
     return F.lit(None).cast("long")
 
 
-def in_range(ms):
+def in_range(ms: Column) -> Column:
     """``ms`` (an epoch-ms column) where it lies in [MIN_EPOCH_MS, MAX_EPOCH_MS], else null."""
     from pyspark.sql import functions as F
 
     return F.when(ms.between(F.lit(MIN_EPOCH_MS), F.lit(MAX_EPOCH_MS)), ms)
 
 
-def epoch_ms(name: str, dtype):
+def epoch_ms(name: str, dtype: DataType) -> Column:
     """Epoch milliseconds of an input time column, null when null, unparseable or outside
     the representable range (:data:`MIN_EPOCH_MS` .. :data:`MAX_EPOCH_MS`): the time the
     engine replays a row at, null exactly for the rows it rejects for their time."""

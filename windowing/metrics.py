@@ -158,7 +158,7 @@ VOLTSP_METRICS: tuple[VoltspMetric, ...] = (
 )
 
 
-def voltsp_block(total: Mapping[str, Any], by_worker: Mapping[str, Mapping[str, Any]]) -> dict[str, dict]:
+def voltsp_block(total: Mapping[str, Any], by_worker: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """``metrics.json``'s ``voltsp`` block: per VoltSP metric, its value for the whole
     replay (``total``) and per worker label (``by_worker``), from the scopes' figures."""
     return {
@@ -179,7 +179,7 @@ def _help_text(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def _worker_order(label: str) -> tuple:
+def _worker_order(label: str) -> tuple[int, int, str]:
     """Workers in numeric order when they are integers (``2`` before ``10``), else by text."""
     return (0, int(label), "") if re.fullmatch(r"-?\d+", label) else (1, 0, label)
 

@@ -20,10 +20,15 @@ check results become current together, or not at all.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from windowing.io import Commit, current_commits_under
 from windowing.lake import join
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from windowing.validation import CheckResult
 
 STATE_DIR = "state"
 
@@ -59,7 +64,7 @@ class Lineage:
     #: Data-quality checks (windowing.validation) that failed on this partition's outputs.
     failed_checks: tuple[str, ...] = ()
 
-    def to_extra(self) -> dict:
+    def to_extra(self) -> dict[str, Any]:
         return {"lineage": asdict(self)}
 
     @classmethod
@@ -74,7 +79,7 @@ class Lineage:
             return None
 
 
-def pipeline_commits(spark, pipeline_dir: str, partition_keys: Iterable[str]) -> dict[str, Commit]:
+def pipeline_commits(spark: SparkSession, pipeline_dir: str, partition_keys: Iterable[str]) -> dict[str, Commit]:
     """The current commit of each of ``partition_keys`` that has one, by key (one read)."""
     found = current_commits_under(spark, pipeline_dir)
     return {k: found[partition_folder(k)] for k in partition_keys if partition_folder(k) in found}
@@ -138,7 +143,7 @@ def first_missing(commits: Mapping[str, Commit], keys: Iterable[str]) -> str | N
     return None
 
 
-def state_content_hash(state_df) -> str:
+def state_content_hash(state_df: DataFrame) -> str:
     """An order-independent hash of a state DataFrame's content: ``<rows>-<sum of row hashes>``.
 
     Spark's Parquet files are not byte-identical across runs (file names, writer
@@ -162,6 +167,6 @@ def state_content_hash(state_df) -> str:
     return f"{rows}-{total}"
 
 
-def checks_extra(results) -> dict:
+def checks_extra(results: Iterable[CheckResult]) -> dict[str, Any]:
     """The partition's data-quality results, for its commit record."""
     return {"checks": [{"name": r.name, "passed": r.passed, **r.metadata()} for r in results]}
