@@ -9,6 +9,7 @@ import dagster as dg
 import pytest
 
 from assets.pipelines import CHECK_NAME
+from tests.histories import landing_with_odd_row as _landing_with_odd_row
 from tests.orchestration.conftest import DAYS, Replayer, failure_message, lineage, rows
 from tests.outputs import current
 from tests.outputs import metrics as metrics_of
@@ -273,23 +274,6 @@ def test_backfill_ran_blocking_quality_checks_that_passed(backfill):
             [mat] = backfill.instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=key.asset_key, asset_partitions=[e.partition]), limit=1).records
             assert target is not None and target.storage_id == mat.storage_id, (key, e.partition)
-
-
-def _landing_with_odd_row(history, tmp_path, day: str, **edit):
-    """A copy of the landing zone with one extra row in ``day``, edited by ``edit``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    landing = tmp_path / "landing"
-    shutil.copytree(history, landing)
-    folder = landing / f"date={day}"
-    t = pq.read_table(next(folder.glob("*.parquet")))
-    odd = t.slice(0, 1).to_pylist()[0]
-    odd["offset"] = 10**9
-    for column, change in edit.items():
-        odd[column] = change(odd[column])
-    pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), folder / "zz-odd.parquet")
-    return landing
 
 
 def _check_evaluations(result) -> dict:

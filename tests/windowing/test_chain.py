@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.histories import landing_with_odd_row
 from windowing.chain import COMMITTED, FAILED, MISSING, OUT_OF_DATE, Chain, ChainError, Partitions
 from windowing.config import load_pipeline
 from windowing.store import state_content_hash
@@ -78,23 +79,6 @@ def _outputs(spark, chain: Chain, keys=DAYS) -> dict:
     return {(k, o): _rows(spark, f"{commits[k].run_path}/{o}") for k in keys for o in OUTPUTS}
 
 
-def _with_extra_row(history: Path, tmp_path: Path, day: str, **edit) -> Path:
-    """A copy of the landing zone with one more row in ``day``, edited by ``edit``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    landing = tmp_path / "landing"
-    shutil.copytree(history, landing)
-    folder = landing / f"date={day}"
-    t = pq.read_table(next(folder.glob("*.parquet")))
-    row = t.slice(0, 1).to_pylist()[0]
-    row["offset"] = 10**9
-    for column, change in edit.items():
-        row[column] = change(row[column])
-    pq.write_table(pa.Table.from_pylist([row], schema=t.schema), folder / "zz-extra.parquet")
-    return landing
-
-
 @pytest.fixture(scope="module")
 def whole(spark, history, tmp_path_factory) -> Chain:
     """The three days replayed in one call."""
@@ -143,7 +127,7 @@ def test_a_rerun_of_a_middle_partition_marks_later_ones_until_a_backfill_from_th
     equal to a fresh full run over the fixed landing zone."""
     out = tmp_path / "out"
     shutil.copytree(Path(whole.output_root), out)
-    fixed = _with_extra_row(history, tmp_path, "2024-01-02", user_id=lambda u: "user-new")
+    fixed = landing_with_odd_row(history, tmp_path, "2024-01-02", user_id=lambda u: "user-new")
     chain = _chain(spark, fixed, out)
     assert [s.status for s in chain.status()] == [COMMITTED] * 3
     (part,) = chain.replay(["2024-01-02"], checks=False)
@@ -163,7 +147,7 @@ def test_a_rerun_of_a_middle_partition_marks_later_ones_until_a_backfill_from_th
 
 def test_a_failing_partition_is_not_committed_stops_the_chain_and_shows_failed(spark, history, tmp_path):
     """Day 2 holds an event stamped 30 days before its arrival: its blocking input check fails."""
-    landing = _with_extra_row(history, tmp_path, "2024-01-02", event_time=lambda t: t - timedelta(days=30))
+    landing = landing_with_odd_row(history, tmp_path, "2024-01-02", event_time=lambda t: t - timedelta(days=30))
     chain = _chain(spark, landing, tmp_path / "out")
     parts = list(chain.replay(DAYS))
     assert [(p.key, p.committed) for p in parts] == [("2024-01-01", True), ("2024-01-02", False)]
@@ -177,7 +161,7 @@ def test_a_failing_partition_is_not_committed_stops_the_chain_and_shows_failed(s
     with pytest.raises(ChainError, match="state of partition 2024-01-02 is missing"):
         list(chain.replay(["2024-01-03"]))
     # Fixed input: a rerun of day 2 commits, and its failure record is history.
-    (landing / "date=2024-01-02" / "zz-extra.parquet").unlink()
+    (landing / "date=2024-01-02" / "zz-odd.parquet").unlink()
     (part,) = chain.replay(["2024-01-02"])
     assert part.committed and chain.status(["2024-01-02"])[0].status == COMMITTED
 
