@@ -41,6 +41,7 @@ from windowing.arrays import group_codes, order_codes, sat_sub, value_order_keys
 from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
 from windowing.durations import format_duration_ms
+from windowing.sweep import Lean, sweep, sweepable
 
 #: A column the analysis adds to the events: the row's position in the task's table. Its
 #: name sorts after every other column name, so it only orders rows that are equal in every
@@ -223,6 +224,9 @@ class WhatIf:
     skew_threshold_ms: int | None = None
     #: Windows that missed the most events, kept per task (the driver keeps the top of them).
     worst: int = 20
+    #: Replay the lean variants of each strategy and mode in one delay sweep where the
+    #: window type allows it (:mod:`windowing.sweep`); False: one kernel pass per variant.
+    sweep: bool = True
 
     @property
     def full(self) -> Variant:
@@ -318,14 +322,30 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     skewed = (pc.fill_null(table[SKEWED], False).to_numpy(zero_copy_only=False).astype(bool)
               if SKEWED in table.column_names else np.zeros(table.num_rows, bool))
     outs: dict[Variant, K.KernelOutput] = {}
-    state_parts = []
+    kind = table["__kind"].to_numpy()
+    counters_carried = set(variant_of[kind == K.STATE_EMITTED])
+    # Emitted-window counters (after a flush at end) need the kernel: those groups go to it.
+    groups = [g for g in _swept(wi) if not counters_carried & {v.label for v in g}]
+    if groups:
+        labels = [v.label for g in groups for v in g]
+        keep = is_event | np.isin(variant_of, labels)
+        sub = table.filter(pa.array(keep)) if not keep.all() else table
+        timelines = {g[0].strategy: wi.variant_timelines(replace(g[0], delay_ms=0)) for g in groups}
+        swept = sweep(sub, [[Lean(v.delay_ms, wi.spec(v), v.label, keep_late=not v.delay_ms) for v in g]
+                            for g in groups], VARIANT, timelines)
+        outs.update((v, swept[v.label]) for g in groups for v in g)
     for v in wi.variants:
+        if v in outs:
+            continue
         keep = (is_event & ~(skewed & v.skew_free)) | (variant_of == v.label)
         spec = wi.spec(v)
         sub = table.filter(pa.array(keep)) if not keep.all() else table
         out = K.process(sub, spec, wi.variant_timelines(v), wi.flush_at_end)
-        state_parts.append(_tag(out.state, v))
         outs[v] = out if v.full or v.skew_free else _slim(out, keep_late=not v.delay_ms)
+    outs = {v: outs[v] for v in wi.variants}  # the variants' order, whichever way each ran
+    state_parts = [_tag(out.state, v) for v, out in outs.items()]
+    outs = {v: replace(out, state=out.state.slice(0, 0)) if not (v.full or v.skew_free) else out
+            for v, out in outs.items()}
     schemas = output_schemas(wi)
     full = outs[wi.full]
     events = table.filter(pa.array(is_event)) if not is_event.all() else table
@@ -354,12 +374,25 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     )
 
 
+def _swept(wi: WhatIf) -> list[list[Variant]]:
+    """The lean variants :func:`windowing.sweep.sweep` replays, per (strategy, lateness
+    mode), when the pipeline allows it and the replay does not flush at its end (a flush
+    leaves emitted-window counters in the state, which the sweep does not keep)."""
+    if not (wi.sweep and sweepable(wi.pipeline)) or wi.flush_at_end:
+        return []
+    groups: dict[tuple, list[Variant]] = {}
+    for v in wi.variants:
+        if not (v.full or v.skew_free):
+            groups.setdefault((v.strategy, v.lateness), []).append(v)
+    return [sorted(g, key=lambda v: v.delay_ms) for g in groups.values()]
+
+
 def _slim(out: K.KernelOutput, keep_late: bool) -> K.KernelOutput:
     """What the sums need of a lean variant's replay (its emit times and window ends, its
     late pairs at delay 0 for the slack, its counters), so that a task holds little more
     than one replay's outputs at a time."""
     return K.KernelOutput(out.aggregates.select(["window_end", "emit_reason", "emit_time"]),
-                          out.late if keep_late else out.late.slice(0, 0), out.state.slice(0, 0), out.counters,
+                          out.late if keep_late else out.late.slice(0, 0), out.state, out.counters,
                           out.counters_by_worker)
 
 
