@@ -70,6 +70,7 @@ class _Windows:
     key: np.ndarray  # key id of each window
     start: np.ndarray
     end: np.ndarray
+    first_pair: np.ndarray  # each window's first pair
     pair_window: np.ndarray  # window of each pair
     pair_event: np.ndarray  # event (arrival-order position) of each pair
     pair_start: np.ndarray
@@ -86,7 +87,7 @@ def _windows(ev: K._Events, pipeline: Pipeline) -> _Windows:
     else:
         new = np.zeros(0, dtype=bool)
     first = np.flatnonzero(new)
-    return _Windows(key=pg[first], start=ws[first], end=we[first], pair_window=np.cumsum(new) - 1,
+    return _Windows(key=pg[first], start=ws[first], end=we[first], first_pair=first, pair_window=np.cumsum(new) - 1,
                     pair_event=pe, pair_start=ws, pair_end=we)
 
 
@@ -132,12 +133,13 @@ def sweep(table: pa.Table, groups: Sequence[Sequence[Lean]], variant_col: str,
                                              {v.label for g in groups for v in g
                                               if g[0].spec.pipeline.window.watermark_strategy is strategy},
                                              timelines[strategy])
+        slack = _slack(ev, strategies[strategy], wins, group[0].spec.pipeline.window.lateness)
         for v in group:
             rows = np.flatnonzero((keys.kind == K.STATE_WINDOW) & (variant_of == v.label))
             carried = _Carried(key=keys.gid[rows], start=_scol(table, "window_start_ms", rows),
                                end=_scol(table, "window_end_ms", rows), emissions=_scol(table, "emissions", rows),
                                events=_scol(table, "events", rows))
-            out[v.label] = _replay_at(v, ev, strategies[strategy], wins, carried)
+            out[v.label] = _replay_at(v, ev, strategies[strategy], wins, slack, carried)
     return out
 
 
@@ -174,69 +176,96 @@ def _at_delay(spec: K.Spec, delay_ms: int) -> K.Spec:
     return replace(spec, pipeline=replace(spec.pipeline, window=w))
 
 
-def _replay_at(v: Lean, ev: K._Events, st: _Strategy, wins: _Windows, carried: _Carried) -> K.KernelOutput:
-    """One delay: late pairs, the windows that exist, where each closes, the outputs."""
+@dataclass(frozen=True)
+class _Slack:
+    """One strategy and lateness mode: each pair's slack (late under D exactly when
+    ``D <= slack``; minus infinity before the key's first commit), sorted three ways."""
+
+    pair: np.ndarray
+    window_min: np.ndarray  # per window: a window exists under D when some pair has slack < D
+    sorted_pairs: np.ndarray  # every pair's slack, ascending: the late pairs under D
+    sorted_events: np.ndarray  # every event's (its greatest pair's), ascending: the late events
+    in_window: np.ndarray  # the pairs' slacks sorted inside each window (pairs are by window)
+
+
+def _slack(ev: K._Events, st: _Strategy, wins: _Windows, lateness: Lateness) -> _Slack:
+    wm = st.pair_watermark
+    if lateness is Lateness.WINDOW_CLOSED:
+        slack = wm - wins.pair_end  # late: end <= wm - D
+    else:
+        slack = wm - ev.t[wins.pair_event] - 1  # late: t < wm - D
+    slack[wm == MIN_TIMESTAMP] = MIN_TIMESTAMP
+    event_slack = np.full(ev.n, MIN_TIMESTAMP, np.int64)
+    np.maximum.at(event_slack, wins.pair_event, slack)
+    firsts = wins.first_pair
+    in_window = slack[np.lexsort((slack, wins.pair_window))]
+    return _Slack(pair=slack, window_min=np.minimum.reduceat(slack, firsts) if len(firsts) else slack[:0],
+                  sorted_pairs=np.sort(slack), sorted_events=np.sort(event_slack), in_window=in_window)
+
+
+def _replay_at(v: Lean, ev: K._Events, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
+               ) -> K.KernelOutput:
+    """One delay: the windows that exist, where each closes, the late pairs, the outputs.
+
+    Per window, not per pair: a window exists under D when its least slack is below D
+    (or it was carried open under D), and only the windows left open need their count of
+    accepted events (the carried state's).
+    """
     spec, delay, k, kb, idle = v.spec, v.delay_ms, st.keys, st.batches, st.clocks
-    w = spec.pipeline.window
-    eff_before = sat_sub(st.pair_watermark, delay)
-    if w.lateness is Lateness.WINDOW_CLOSED:
-        late = wins.pair_end <= eff_before
-    else:
-        late = ev.t[wins.pair_event] < eff_before
-    accepted = np.bincount(wins.pair_window[~late], minlength=len(wins.key)).astype(np.int64)
-    # The windows under D: those with an accepted event, and the carried ones (merged).
-    live = np.flatnonzero(accepted > 0)
-    key = np.concatenate([wins.key[live], carried.key])
-    start = np.concatenate([wins.start[live], carried.start])
-    end = np.concatenate([wins.end[live], carried.end])
-    events = np.concatenate([accepted[live], carried.events])
-    is_carried = np.concatenate([np.zeros(len(live), bool), np.ones(len(carried.key), bool)])
-    prior = np.concatenate([np.zeros(len(live), np.int64), carried.emissions])
-    order = np.lexsort((~is_carried, end, start, key))  # a carried window first among equals
-    key, start, end, events, is_carried, prior = (x[order] for x in (key, start, end, events, is_carried, prior))
-    if len(key):
-        new = np.concatenate(([True], (key[1:] != key[:-1]) | (start[1:] != start[:-1]) | (end[1:] != end[:-1])))
-    else:
-        new = np.zeros(0, bool)
-    first = np.flatnonzero(new)
-    events = np.add.reduceat(events, first) if len(first) else events
-    key, start, end, created, prior = key[first], start[first], end[first], ~is_carried[first], prior[first]
+    exists = sl.window_min < delay
+    # The carried windows: those with pairs in this replay join theirs, the others stay apart.
+    at = seg_searchsorted(wins.start, wins.key, carried.start, carried.key)
+    safe_at = np.minimum(at, max(len(wins.key) - 1, 0))
+    matched = (at < len(wins.key)) & (wins.key[safe_at] == carried.key) & (wins.start[safe_at] == carried.start) \
+        & (wins.end[safe_at] == carried.end) if len(wins.key) else np.zeros(len(carried.key), bool)
+    created = exists.copy()
+    created[safe_at[matched]] = False
+    exists[safe_at[matched]] = True
+    live = np.flatnonzero(exists)
+    prior = np.zeros(len(wins.key), np.int64)
+    prior[safe_at[matched]] = carried.emissions[matched]
+    before = np.zeros(len(wins.key), np.int64)
+    before[safe_at[matched]] = carried.events[matched]
+    apart = ~matched
+    key = np.concatenate([wins.key[live], carried.key[apart]])
+    start = np.concatenate([wins.start[live], carried.start[apart]])
+    end = np.concatenate([wins.end[live], carried.end[apart]])
+    prior = np.concatenate([prior[live], carried.emissions[apart]])
     # Closing: the first commit of the key whose effective watermark reaches the end.
-    eff_after = sat_sub(kb.wm_after, delay)
-    pos = seg_searchsorted(eff_after, kb.g, end, key)
+    pos = seg_searchsorted(sat_sub(kb.wm_after, delay), kb.g, end, key)
     last = kb.key_last[key]
-    closed = (pos < kb.n) & (pos <= last) & (last >= 0)
     safe = np.minimum(pos, max(kb.n - 1, 0))
+    closed = (pos < kb.n) & (pos <= last) & (last >= 0)
     if kb.n:
         closed &= kb.g[safe] == key
-    reason = np.where(closed, K.WATERMARK, K.OPEN).astype(np.int8)
-    emit_time = np.full(len(key), MIN_TIMESTAMP, np.int64)
-    emit_time[closed] = idle.kb_clock[safe[closed]]
-    is_open = reason == K.OPEN
-    late_pairs = np.flatnonzero(late)
+    emit_time = idle.kb_clock[safe[closed]] if kb.n else np.zeros(0, np.int64)
+    is_open = ~closed
+    # Accepted events of the open windows: their pairs with slack < D, plus what they carried.
+    open_live = live[is_open[:len(live)]]
+    accepted = seg_searchsorted(sl.in_window, wins.pair_window, np.full(len(open_live), delay, np.int64),
+                                open_live) - wins.first_pair[open_live] + before[open_live]
+    events = np.concatenate([accepted, carried.events[apart][is_open[len(live):]]])
     state = pa.concat_tables([K._key_state_rows(k, kb, spec),
-                              _window_state(spec, k, key[is_open], start[is_open], end[is_open],
-                                            prior[is_open], events[is_open])])
-    emitted = ~is_open
-    names = np.array([None, *[K.REASON_NAMES[i] for i in range(1, 6)]], dtype=object)
-    aggregates = pa.table({"window_end": K._ts(end[emitted]),
-                           "emit_reason": pa.array(names[reason[emitted]], pa.string()),
-                           "emit_time": K._ts(emit_time[emitted])})
+                              _window_state(spec, k, key[is_open], start[is_open], end[is_open], prior[is_open],
+                                            events)])
+    aggregates = pa.table({"window_end": K._ts(end[closed]),
+                           "emit_reason": pa.array(["WATERMARK"] * int(closed.sum()), pa.string()),
+                           "emit_time": K._ts(emit_time)})
+    late_pairs = len(sl.sorted_pairs) - int(np.searchsorted(sl.sorted_pairs, delay))
     if v.keep_late:
-        pe = wins.pair_event[late_pairs]
-        missed = K._Late(pe, wins.pair_start[late_pairs], wins.pair_end[late_pairs],  # type: ignore[no-untyped-call]
-                         eff_before[late_pairs])
+        rows = np.flatnonzero(sl.pair >= delay)
+        missed = K._Late(wins.pair_event[rows], wins.pair_start[rows],  # type: ignore[no-untyped-call]
+                         wins.pair_end[rows], sat_sub(st.pair_watermark[rows], delay))
         late_table = missed.table(ev, spec)
     else:
         late_table = spec.late_schema().empty_table()
-    late_events = np.unique(wins.pair_event[late_pairs])
     counters = {
         metrics.EVENTS: ev.n,
-        metrics.LATE_PAIRS: len(late_pairs),
-        metrics.LATE_EVENTS: len(late_events),
+        metrics.LATE_PAIRS: late_pairs,
+        metrics.LATE_EVENTS: len(sl.sorted_events) - int(np.searchsorted(sl.sorted_events, delay)),
         metrics.WINDOWS_CREATED: int(created.sum()),
-        **{metrics.CLOSED_PREFIX + K.REASON_NAMES[r]: int((reason == r).sum())
-           for r in (K.WATERMARK, K.IDLE, K.MAX_DURATION, K.END_OF_INPUT)},
+        metrics.CLOSED_PREFIX + "WATERMARK": int(closed.sum()),
+        **{metrics.CLOSED_PREFIX + r: 0 for r in ("IDLE", "MAX_DURATION", "END_OF_INPUT")},
         metrics.SNAPSHOTS: 0,
         metrics.IDLE_KEYS_REMOVED: 0,
         metrics.KEYS_SEEN: int((kb.key_first >= 0).sum()),
