@@ -26,8 +26,10 @@ def add_arguments(sub, spark_args) -> None:
     b.add_argument("--input", help="the landing zone: a folder or URI of date=YYYY-MM-DD folders "
                                    "(default: the pipeline's source.path)")
     b.add_argument("--output", required=True, help="output root: partition K goes to OUTPUT/<pipeline>/<K>/")
-    b.add_argument("--from", dest="first", help="first partition: YYYY-MM-DD, or YYYY-MM-DDTHH with --grain hour")
-    b.add_argument("--to", dest="last", help="last partition, included (default: --from)")
+    b.add_argument("--from", dest="first", help="first partition: YYYY-MM-DD, or YYYY-MM-DDTHH with --grain hour "
+                                                "(default: the oldest day the landing zone holds)")
+    b.add_argument("--to", dest="last", help="last partition, included (default: --from if given, else the newest "
+                                             "day the landing zone holds)")
     b.add_argument("--grain", choices=("day", "hour"), default=None,
                    help="partition size (default: the stored history's, else day)")
     b.add_argument("--history-start", help="the first partition of the history, which starts from no state "
@@ -55,13 +57,12 @@ def add_arguments(sub, spark_args) -> None:
 def main_backfill(args, spark_session) -> int:
     from windowing.chain import Chain, ChainError, Partitions, stored_history, summary_table
     from windowing.config import ignored_fields_note, load_pipeline
+    from windowing.landing import landed_days
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     landing_zone = args.input or pipeline.source.path
     if not landing_zone:
         raise ConfigError("--input: no landing zone given, and the pipeline has no source.path")
-    if not args.first and not args.rerun_from:
-        raise ConfigError("--from: which partition to start at (YYYY-MM-DD)")
     note = ignored_fields_note(pipeline)
     if note:
         print(f"rewindow: note: {note}", file=sys.stderr)
@@ -75,6 +76,15 @@ def main_backfill(args, spark_session) -> int:
         if stored and stored[0] != grain:
             raise ConfigError(f"--grain {grain}: the history under {output_root} has {stored[0]} partitions")
         probe = Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc))
+        partition_column = args.partition_column.strip() or None
+        landed = landed_days(spark, landing_zone, pipeline.source.arrival_time, source=pipeline.source,
+                             partition_column=partition_column)
+        if not args.first and not args.rerun_from:
+            if not landed:
+                raise ConfigError(f"--from: the landing zone {landing_zone} holds no events; which partition to "
+                                  "start at (YYYY-MM-DD)?")
+            args.first, args.last = landed[0].isoformat(), args.last or landed[-1].isoformat()
+            print(f"rewindow: replaying the landed days {args.first}..{args.last}", file=sys.stderr)
         first = probe.span(args.first or args.rerun_from, args.first or args.rerun_from)[0]
         last = probe.span(args.last or args.first or args.rerun_from, args.last or args.first or args.rerun_from)[-1]
         start = (probe.span(args.history_start, args.history_start)[0] if args.history_start
@@ -85,8 +95,8 @@ def main_backfill(args, spark_session) -> int:
         keys = partitions.keys(first, last)
         if not keys:
             raise ConfigError(f"--to {last} is before --from {first}")
-        chain = Chain(spark, pipeline, landing_zone, output_root, partitions,
-                      partition_column=args.partition_column.strip() or None)
+        _warn_if_not_landed(keys, partitions, landed, landing_zone)
+        chain = Chain(spark, pipeline, landing_zone, output_root, partitions, partition_column=partition_column)
         if args.rerun_from:
             rerun = probe.span(args.rerun_from, args.rerun_from)[0]
             if rerun not in keys:
@@ -107,6 +117,17 @@ def main_backfill(args, spark_session) -> int:
     except ChainError as exc:
         print(f"rewindow: backfill: {exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _warn_if_not_landed(keys: list[str], partitions, landed: list, landing_zone: str) -> None:
+    """A range with no landed day replays empty partitions: legal (a quiet day), but
+    rarely what the user meant, so say what the landing zone holds."""
+    days = {partitions.window(k)[0].date() for k in keys}
+    if landed and not days & set(landed):
+        print(f"rewindow: warning: the landing zone {landing_zone} holds no events for {keys[0]}..{keys[-1]} "
+              f"(it holds {landed[0]}..{landed[-1]}): these partitions will be empty", file=sys.stderr)
+    elif not landed:
+        print(f"rewindow: warning: the landing zone {landing_zone} holds no events", file=sys.stderr)
 
 
 def _run(chain, keys: list[str], args, summary_table) -> int:

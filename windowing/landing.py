@@ -21,7 +21,7 @@ listing folders in Python:
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 from windowing.io import InputError, check_parquet_files
 from windowing.lake import Lake, join
@@ -72,6 +72,29 @@ def read_landing(spark, landing_zone: str, source=None, partition_column: str | 
             f"not found; columns: {', '.join(df.columns)}); set the partition column or none"
         )
     return df
+
+
+def landed_days(spark, landing_zone: str, arrival_column: str, *, source=None,
+                partition_column: str | None = DEFAULT_PARTITION_COLUMN) -> list[date]:
+    """The UTC days the landing zone holds events for, oldest first.
+
+    With a partition column: its values (Spark answers from the folder names, reading no
+    data file). Without one: every day from the earliest to the latest arrival time (one
+    aggregate over the arrival column).
+    """
+    from pyspark.sql import functions as F
+
+    df = read_landing(spark, str(landing_zone), source, partition_column)
+    if partition_column is not None:
+        values = df.select(F.col(f"`{partition_column}`").cast("date").alias("d")).distinct().collect()
+        return sorted(r["d"] for r in values if r["d"] is not None)
+    arrival = _as_timestamp(df, arrival_column)
+    row = df.select(F.min(arrival).alias("lo"), F.max(arrival).alias("hi")).collect()[0]
+    if row["lo"] is None:
+        return []
+    lo, hi = (row[c].replace(tzinfo=row[c].tzinfo or timezone.utc).astimezone(timezone.utc).date()
+              for c in ("lo", "hi"))
+    return [lo + timedelta(days=i) for i in range((hi - lo).days + 1)]
 
 
 def read_partition_events(spark, landing_zone: str, start: datetime, end: datetime, arrival_column: str,

@@ -48,10 +48,23 @@ def test_a_failing_partition_exits_1_naming_it_and_status_lists_it(spark, histor
     (["--from", "2024-01-03", "--to", "2024-01-01"], "is before --from"),
     (["--from", "2024-01-01T05"], "use --grain hour"),
     (["--from", "2024-01-01", "--to", "2024-01-02", "--rerun-from", "2024-01-05"], "outside --from"),
-    ([], "--from: which partition"),
 ])
 def test_usage_errors_name_the_option(spark, history, pipelines_dir, tmp_path, argv, message):
     rc, _, err = _cli("backfill", "--config", pipelines_dir / "clicks-hourly.yaml", "--input", history,
                       "--output", tmp_path / "out", *argv)
     assert rc == 2 and message in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_without_from_it_replays_the_landed_days_and_says_when_a_range_holds_none(spark, history, pipelines_dir,
+                                                                                 tmp_path):
+    config = pipelines_dir / "clicks-hourly.yaml"
+    rc, out, err = _cli("backfill", "--config", config, "--input", history, "--output", tmp_path / "all")
+    assert rc == 0, err
+    assert f"replaying the landed days {DAYS[0]}..{DAYS[-1]}" in err
+    assert [line.split()[0] for line in out.splitlines() if line.strip().startswith("2024-")] == list(DAYS)
+    rc, out, err = _cli("backfill", "--config", config, "--input", history, "--output", tmp_path / "none",
+                        "--from", "2023-06-01")
+    assert rc == 0, err
+    assert (f"holds no events for 2023-06-01..2023-06-01 (it holds {DAYS[0]}..{DAYS[-1]}): "
+            "these partitions will be empty") in err
