@@ -48,7 +48,7 @@ def _assert_same(swept, replayed):
     assert swept.state.workers == replayed.state.workers
 
 
-@cases(40)
+@cases(25)
 @given(pipelines(windows=("tumbling-time-window", "sliding-time-window"), event_time=True),
        histories(max_events=30), st.booleans())
 def test_the_sweep_gives_what_a_replay_per_variant_gives(pipeline, rows, flush):
@@ -62,7 +62,7 @@ def test_the_sweep_gives_what_a_replay_per_variant_gives(pipeline, rows, flush):
         event("late pairs")
 
 
-@cases(25)
+@cases(15)
 @given(pipelines(windows=("tumbling-time-window", "sliding-time-window"), event_time=True),
        histories(max_events=40), st.lists(st.floats(0.1, 0.9), min_size=1, max_size=3))
 def test_the_sweep_in_pieces_carries_what_the_replays_carry(pipeline, rows, cuts):
