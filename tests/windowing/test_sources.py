@@ -12,7 +12,7 @@ import pytest
 
 from windowing import parse_pipeline, replay
 from windowing.io import InputError, read_events
-from windowing.landing import LandingZoneError, read_partition_events
+from windowing.landing import LandingZoneError, landed_days, read_partition_events
 from windowing.sample import generate_history
 
 START = datetime(2024, 6, 1, tzinfo=timezone.utc)
@@ -137,6 +137,18 @@ def test_without_a_partition_column_rows_are_chosen_by_arrival_time(spark, histo
     first, _ = read_partition_events(spark, str(flat), hours[0], hours[1], "arrival_time",
                                      partition_column=None, unplaced=True)
     assert first.where(F.col("arrival_time").isNull()).count() == 3
+
+
+def test_the_landed_days_from_the_folders_or_the_arrival_times(spark, history, tmp_path):
+    """What ``rewindow backfill`` replays without ``--from``: the ``date=`` folders, or in
+    a flat landing zone every day from the earliest to the latest arrival."""
+    base, days = history
+    landed = landed_days(spark, str(base / "landing"), "arrival_time")
+    assert landed == [(START + timedelta(days=i)).date() for i in range(len(days))]
+    flat = tmp_path / "flat"
+    spark.read.parquet(str(days[-1])).write.parquet(str(flat))
+    last = (START + timedelta(days=len(days) - 1)).date()
+    assert landed_days(spark, str(flat), "arrival_time", partition_column=None) == [last]
 
 
 def test_a_missing_landing_zone_is_named(spark, tmp_path):
