@@ -77,9 +77,9 @@ class _Windows:
     pair_end: np.ndarray
 
 
-def _windows(ev: K._Events, pipeline: Pipeline) -> _Windows:
-    pe, ws, we = K._assign(ev.t, pipeline.window)
-    pg = ev.g[pe]
+def _windows(sorted_events: K._Events, pipeline: Pipeline) -> _Windows:
+    pe, ws, we = K._assign(sorted_events.t, pipeline.window)
+    pg = sorted_events.g[pe]
     order = np.lexsort((we, ws, pg))
     pe, ws, we, pg = pe[order], ws[order], we[order], pg[order]
     if len(pe):
@@ -122,29 +122,29 @@ def sweep(table: pa.Table, groups: Sequence[Sequence[Lean]], variant_col: str,
     # Keys and events are those of every variant; windows and pairs those of every
     # strategy, lateness mode and delay: computed once.
     keys = K._Keys(table, raw)
-    ev = K._Events(table, raw, keys)
-    wins = _windows(ev, raw.pipeline)
+    sorted_events = K._Events(table, raw, keys)
+    wins = _windows(sorted_events, raw.pipeline)
     strategies: dict[WatermarkStrategy, _Strategy] = {}
     out = {}
     for group in groups:
         strategy = group[0].spec.pipeline.window.watermark_strategy
         if strategy not in strategies:
-            strategies[strategy] = _strategy(table, keys, ev, wins, _at_delay(group[0].spec, 0), variant_of,
+            strategies[strategy] = _strategy(table, keys, sorted_events, wins, _at_delay(group[0].spec, 0), variant_of,
                                              {v.label for g in groups for v in g
                                               if g[0].spec.pipeline.window.watermark_strategy is strategy},
                                              timelines[strategy])
-        slack = _slack(ev, strategies[strategy], wins, group[0].spec.pipeline.window.lateness)
+        slack = _slack(sorted_events, strategies[strategy], wins, group[0].spec.pipeline.window.lateness)
         for v in group:
             rows = np.flatnonzero((keys.kind == K.STATE_WINDOW) & (variant_of == v.label))
             carried = _Carried(key=keys.gid[rows], start=_scol(table, "window_start_ms", rows),
                                end=_scol(table, "window_end_ms", rows), emissions=_scol(table, "emissions", rows),
                                events=_scol(table, "events", rows))
-            out[v.label] = _replay_at(v, ev, strategies[strategy], wins, slack, carried)
+            out[v.label] = _replay_at(v, sorted_events, strategies[strategy], wins, slack, carried)
     return out
 
 
-def _strategy(table: pa.Table, keys: K._Keys, ev: K._Events, wins: _Windows, raw: K.Spec, variant_of: np.ndarray,
-              labels: set[str], timelines: Mapping[Any, K.Timeline]) -> _Strategy:
+def _strategy(table: pa.Table, keys: K._Keys, sorted_events: K._Events, wins: _Windows, raw: K.Spec,
+              variant_of: np.ndarray, labels: set[str], timelines: Mapping[Any, K.Timeline]) -> _Strategy:
     """The key batches under ``raw``'s strategy, starting from the key watermarks its
     variants carried (the same in each of them: they do not depend on D or the mode)."""
     keys = copy.copy(keys)
@@ -152,8 +152,9 @@ def _strategy(table: pa.Table, keys: K._Keys, ev: K._Events, wins: _Windows, raw
     rows = np.flatnonzero((keys.kind == K.STATE_KEY) & np.isin(variant_of, list(labels)))
     if len(rows):
         keys.wm0[keys.gid[rows]] = K._scol(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
-    kb = K._KeyBatches(ev, keys, raw)
-    return _Strategy(keys, kb, K._Idle(kb, keys, raw, timelines), kb.eff_before[kb.of_event[wins.pair_event]])
+    key_batches = K._KeyBatches(sorted_events, keys, raw)
+    return _Strategy(keys, key_batches, K._Idle(key_batches, keys, raw, timelines),
+                     key_batches.eff_before[key_batches.of_event[wins.pair_event]])
 
 
 @dataclass(frozen=True)
@@ -188,14 +189,14 @@ class _Slack:
     in_window: np.ndarray  # the pairs' slacks sorted inside each window (pairs are by window)
 
 
-def _slack(ev: K._Events, st: _Strategy, wins: _Windows, lateness: Lateness) -> _Slack:
+def _slack(sorted_events: K._Events, st: _Strategy, wins: _Windows, lateness: Lateness) -> _Slack:
     wm = st.pair_watermark
     if lateness is Lateness.WINDOW_CLOSED:
         slack = wm - wins.pair_end  # late: end <= wm - D
     else:
-        slack = wm - ev.t[wins.pair_event] - 1  # late: t < wm - D
+        slack = wm - sorted_events.t[wins.pair_event] - 1  # late: t < wm - D
     slack[wm == MIN_TIMESTAMP] = MIN_TIMESTAMP
-    event_slack = np.full(ev.n, MIN_TIMESTAMP, np.int64)
+    event_slack = np.full(sorted_events.n, MIN_TIMESTAMP, np.int64)
     np.maximum.at(event_slack, wins.pair_event, slack)
     firsts = wins.first_pair
     in_window = slack[np.lexsort((slack, wins.pair_window))]
@@ -203,7 +204,7 @@ def _slack(ev: K._Events, st: _Strategy, wins: _Windows, lateness: Lateness) -> 
                   sorted_pairs=np.sort(slack), sorted_events=np.sort(event_slack), in_window=in_window)
 
 
-def _replay_at(v: Lean, ev: K._Events, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
+def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
                ) -> K.KernelOutput:
     """One delay: the windows that exist, where each closes, the late pairs, the outputs.
 
@@ -211,7 +212,7 @@ def _replay_at(v: Lean, ev: K._Events, st: _Strategy, wins: _Windows, sl: _Slack
     (or it was carried open under D), and only the windows left open need their count of
     accepted events (the carried state's).
     """
-    spec, delay, k, kb, idle = v.spec, v.delay_ms, st.keys, st.batches, st.clocks
+    spec, delay, keyset, key_batches, idle = v.spec, v.delay_ms, st.keys, st.batches, st.clocks
     exists = sl.window_min < delay
     # The carried windows: those with pairs in this replay join theirs, the others stay apart.
     at = seg_searchsorted(wins.start, wins.key, carried.start, carried.key)
@@ -232,21 +233,21 @@ def _replay_at(v: Lean, ev: K._Events, st: _Strategy, wins: _Windows, sl: _Slack
     end = np.concatenate([wins.end[live], carried.end[apart]])
     prior = np.concatenate([prior[live], carried.emissions[apart]])
     # Closing: the first commit of the key whose effective watermark reaches the end.
-    pos = seg_searchsorted(sat_sub(kb.wm_after, delay), kb.g, end, key)
-    last = kb.key_last[key]
-    safe = np.minimum(pos, max(kb.n - 1, 0))
-    closed = (pos < kb.n) & (pos <= last) & (last >= 0)
-    if kb.n:
-        closed &= kb.g[safe] == key
-    emit_time = idle.kb_clock[safe[closed]] if kb.n else np.zeros(0, np.int64)
+    pos = seg_searchsorted(sat_sub(key_batches.wm_after, delay), key_batches.g, end, key)
+    last = key_batches.key_last[key]
+    safe = np.minimum(pos, max(key_batches.n - 1, 0))
+    closed = (pos < key_batches.n) & (pos <= last) & (last >= 0)
+    if key_batches.n:
+        closed &= key_batches.g[safe] == key
+    emit_time = idle.kb_clock[safe[closed]] if key_batches.n else np.zeros(0, np.int64)
     is_open = ~closed
     # Accepted events of the open windows: their pairs with slack < D, plus what they carried.
     open_live = live[is_open[:len(live)]]
     accepted = seg_searchsorted(sl.in_window, wins.pair_window, np.full(len(open_live), delay, np.int64),
                                 open_live) - wins.first_pair[open_live] + before[open_live]
     events = np.concatenate([accepted, carried.events[apart][is_open[len(live):]]])
-    state = pa.concat_tables([K._key_state_rows(k, kb, spec),
-                              _window_state(spec, k, key[is_open], start[is_open], end[is_open], prior[is_open],
+    state = pa.concat_tables([K._key_state_rows(keyset, key_batches, spec),
+                              _window_state(spec, keyset, key[is_open], start[is_open], end[is_open], prior[is_open],
                                             events)])
     aggregates = pa.table({"window_end": K._ts(end[closed]),
                            "emit_reason": pa.array(["WATERMARK"] * int(closed.sum()), pa.string()),
@@ -256,11 +257,11 @@ def _replay_at(v: Lean, ev: K._Events, st: _Strategy, wins: _Windows, sl: _Slack
         rows = np.flatnonzero(sl.pair >= delay)
         missed = K._Late(wins.pair_event[rows], wins.pair_start[rows],  # type: ignore[no-untyped-call]
                          wins.pair_end[rows], sat_sub(st.pair_watermark[rows], delay))
-        late_table = missed.table(ev, spec)
+        late_table = missed.table(sorted_events, spec)
     else:
         late_table = spec.late_schema().empty_table()
     counters = {
-        metrics.EVENTS: ev.n,
+        metrics.EVENTS: sorted_events.n,
         metrics.LATE_PAIRS: late_pairs,
         metrics.LATE_EVENTS: len(sl.sorted_events) - int(np.searchsorted(sl.sorted_events, delay)),
         metrics.WINDOWS_CREATED: int(created.sum()),
@@ -268,19 +269,19 @@ def _replay_at(v: Lean, ev: K._Events, st: _Strategy, wins: _Windows, sl: _Slack
         **{metrics.CLOSED_PREFIX + r: 0 for r in ("IDLE", "MAX_DURATION", "END_OF_INPUT")},
         metrics.SNAPSHOTS: 0,
         metrics.IDLE_KEYS_REMOVED: 0,
-        metrics.KEYS_SEEN: int((kb.key_first >= 0).sum()),
+        metrics.KEYS_SEEN: int((key_batches.key_first >= 0).sum()),
         metrics.KEYS_HELD: len(np.unique(key[is_open])),
         metrics.OPEN_WINDOWS: int(is_open.sum()),
     }
     return K.KernelOutput(aggregates, late_table, state, counters)
 
 
-def _window_state(spec: K.Spec, k: K._Keys, key: np.ndarray, start: np.ndarray, end: np.ndarray,
+def _window_state(spec: K.Spec, keyset: K._Keys, key: np.ndarray, start: np.ndarray, end: np.ndarray,
                   emissions: np.ndarray, events: np.ndarray) -> pa.Table:
     """State rows of the windows left open, as the kernel writes them for a lean variant
     (its one aggregate is a plain count: its partial is the window's event count)."""
     (count,) = spec.pipeline.aggregates
-    cols = K._state_base(spec, k, key, "window")
+    cols = K._state_base(spec, keyset, key, "window")
     cols.update(window_start_ms=pa.array(start, pa.int64()), window_end_ms=pa.array(end, pa.int64()),
                 emissions=pa.array(emissions, pa.int64()), events=pa.array(events, pa.int64()))
     cols[f"partial_{count.name}"] = pa.array(events, pa.int64())
