@@ -694,9 +694,12 @@ def _spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def _blob(table: pa.Table) -> bytes:
+def _blob(table: pa.Table, compression: str | None = None) -> bytes:
+    """``table`` as an Arrow IPC stream (``compression``: ``lz4`` or ``zstd`` buffers; the
+    reader needs no option)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=compression) if compression else None
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 

@@ -254,7 +254,7 @@ class _Task:
             t = getattr(result, name).cast(self.schemas[name])
             for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
                 names.append(name)
-                blobs.append(E._blob(t.slice(start, E.BLOB_ROWS)))
+                blobs.append(E._blob(t.slice(start, E.BLOB_ROWS), compression="lz4"))
         yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
                                          schema=self.schema)
 
@@ -587,13 +587,23 @@ class _PickTask:
                 t = E._decode_blob(data.as_buffer())
                 if not t.num_rows:
                     continue
-                labels = np.asarray(t["variant"].to_pylist(), dtype=object)
+                labels = _labels(t["variant"])
                 b = W.latency_bucket(t["latency_ms"].to_numpy())
                 keep = np.zeros(t.num_rows, bool)
                 for label, wanted in self.need.items():
                     keep |= (labels == label) & np.isin(b, wanted)
                 if keep.any():
                     yield from t.filter(pa.array(keep)).cast(_LATENCY_SCHEMA).to_batches()
+
+
+def _labels(column) -> np.ndarray:
+    """The variant label of each row (a dictionary-coded column decoded through its
+    codes; plain strings, as outputs of earlier versions hold them, as they are)."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(column.type):
+        names = np.asarray(column.dictionary.to_pylist(), dtype=object)
+        return names[column.indices.to_numpy(zero_copy_only=False)] if len(names) else np.full(len(column), None)
+    return np.asarray(column.to_pylist(), dtype=object)
 
 
 def _curve_row(strategy, mode, delay, c: Mapping[str, int], lat: Mapping, accepted: int, configured: bool) -> dict:

@@ -277,7 +277,8 @@ def output_schemas(wi: WhatIf) -> dict[str, pa.Schema]:
         ("last_emit_reason", s), ("last_emit_time", ts)] + aggs)
     return {
         "counters": pa.schema([("variant", s), ("name", s), ("value", i64)]),
-        "latency": pa.schema([("variant", s), ("latency_ms", i64), ("windows", i64)]),
+        # One row per distinct latency, about one per window: the label is a dictionary code.
+        "latency": pa.schema([("variant", pa.dictionary(pa.int32(), s)), ("latency_ms", i64), ("windows", i64)]),
         "slack": pa.schema([("strategy", s), ("lateness", s), ("slack_ms", i64), ("events", i64), ("pairs", i64)]),
         "cost": cost,
         "cost_top": cost,
@@ -454,14 +455,16 @@ def _latency(outs: Mapping[Variant, K.KernelOutput], schemas: Mapping[str, pa.Sc
             continue
         values, counts = np.unique(_ms(aggs["emit_time"]) - _ms(aggs["window_end"]), return_counts=True)
         counts = counts.astype(np.int64)
-        parts.append(pa.table([pa.array([v.label] * len(values), pa.string()), pa.array(values, pa.int64()),
-                               pa.array(counts, pa.int64())], schema=schemas["latency"]))
+        label = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(values), np.int32)), pa.array([v.label]))
+        parts.append(pa.table([label, pa.array(values, pa.int64()), pa.array(counts, pa.int64())],
+                              schema=schemas["latency"]))
         buckets, first, inv = np.unique(latency_bucket(values), return_index=True, return_inverse=True)
         last = np.append(first[1:], len(values)) - 1  # values are sorted: a bucket's greatest is its last
         coarse.append(pa.table([pa.array([v.label] * len(buckets), pa.string()), pa.array(buckets, pa.int64()),
                                 pa.array(np.bincount(inv.reshape(-1), weights=counts).astype(np.int64)),
                                 pa.array(values[last], pa.int64())], schema=schemas["latency_coarse"]))
-    return (pa.concat_tables(parts) if parts else schemas["latency"].empty_table(),
+    exact = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if parts else schemas["latency"].empty_table()
+    return (exact,
             pa.concat_tables(coarse) if coarse else schemas["latency_coarse"].empty_table())
 
 
