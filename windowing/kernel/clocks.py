@@ -1,0 +1,228 @@
+"""Worker clocks and idle flushes: each worker's timeline of commits and where each key
+goes idle.
+
+Algorithm: a worker's global watermark and processing clock after each commit are
+running maxima over its batches (:func:`worker_timelines`). A key goes idle after one of
+its batches when a commit at or after it, and before the key's next batch, brings the
+worker's clock (event-time: the effective global watermark; processing-time: the
+greatest arrival) to the key's last activity + ``idleTimeout``: one ``searchsorted`` in
+the worker's timeline per key batch. With the processing-time clock a heartbeat tick
+can only flush the key in the gap just before that commit (:func:`_heartbeat_flush`), so
+ticks are never listed.
+
+Invariants: every flush ends a *generation* of the key's windows; ``_Idle.gen`` numbers
+the generations of each key batch from 0 (carried windows are generation 0); emit
+times are always a worker clock value from the timeline (or the tick).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from windowing.arrays import (
+    MIN_TIMESTAMP,
+    group_codes,
+    sat_add,
+    sat_sub,
+)
+from windowing.config import Clock, Pipeline, WatermarkStrategy
+from windowing.kernel.inputs import _Events, _hashable, _int64, _KeyBatches, _Keys
+from windowing.kernel.spec import EVENT, Spec, Timeline
+
+
+def worker_timelines(pipeline: Pipeline, commits: Mapping[Any, tuple[np.ndarray, ...]],
+                     carried: Mapping[Any, dict]) -> tuple[dict[Any, Timeline], list[dict]]:
+    """Each worker's timeline, and its state row, from its commits in this replay.
+
+    ``commits[worker]`` holds the worker's batches in order with, per batch, the watermark
+    candidate over all its events, the greatest and the smallest arrival time (see
+    :func:`commit_summary`); ``carried[worker]`` the worker row of the carried state
+    (``batch``, ``watermark_ms``, ``clock_ms``). A worker in either gets a timeline: the
+    global watermark and the clock are running maxima that start from the carried ones.
+    Only what the kernel reads is kept (see :class:`Timeline`).
+    """
+    w = pipeline.window
+    timelines: dict[Any, Timeline] = {}
+    rows = []
+    empty = np.zeros(0, dtype=np.int64)
+    keep_geff = w.idle_timeout_ms is not None and w.idle_clock is Clock.EVENT_TIME
+    keep_min_arrival = pipeline.idle_heartbeat_ms > 0
+    for wv in sorted(dict.fromkeys([*commits, *carried]), key=repr):
+        batches, cand, arr, min_arr = commits.get(wv, (empty,) * 4)
+        s0 = carried.get(wv, {})
+        wm0 = s0.get("watermark_ms")
+        clock0 = s0.get("clock_ms")
+        gwm = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if wm0 is None else wm0], cand]))[1:]
+        clock = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if clock0 is None else clock0], arr]))[1:]
+        last_batch = int(batches[-1]) if len(batches) else s0.get("batch")
+        timelines[wv] = Timeline(batches, sat_sub(gwm, w.delay_ms) if keep_geff else empty, clock, last_batch,
+                                 min_arr if keep_min_arrival else empty, batch0=s0.get("batch"),
+                                 clock0=MIN_TIMESTAMP if clock0 is None else clock0)
+        rows.append({
+            "state_kind": "worker",
+            "fingerprint": pipeline.fingerprint(),
+            **({pipeline.source.worker: wv} if pipeline.source.worker else {}),
+            "batch": last_batch,
+            "watermark_ms": int(gwm[-1]) if len(gwm) and gwm[-1] != MIN_TIMESTAMP else wm0,
+            "clock_ms": int(clock[-1]) if len(clock) and clock[-1] != MIN_TIMESTAMP else clock0,
+        })
+    return timelines, rows
+
+
+def commit_summary(table: pa.Table, spec: "Spec") -> dict[Any, tuple[np.ndarray, ...]]:
+    """Per worker of the events in ``table`` (with :func:`with_event_columns`): its
+    batches in order and, per batch, the watermark candidate, the greatest and the
+    smallest arrival time. This is the engine's per-(worker, batch) Spark summary, for a
+    task that holds every event of its workers."""
+    rows = np.flatnonzero(table["__kind"].to_numpy() == EVENT)
+    if not len(rows):
+        return {}
+    take = pa.array(rows)
+    batch, evt, arr = (_int64(table[c].take(take)) for c in ("__batch", "__evt", "__arr"))
+    wcol = spec.worker_col
+    codes = group_codes(table[wcol].take(take)) if wcol else np.zeros(len(rows), dtype=np.int64)
+    order = np.lexsort((batch, codes))
+    codes, batch, evt, arr = codes[order], batch[order], evt[order], arr[order]
+    starts = np.flatnonzero(np.concatenate([[True], (codes[1:] != codes[:-1]) | (batch[1:] != batch[:-1])]))
+    pick = np.minimum if spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum
+    per_batch = (batch[starts], pick.reduceat(evt, starts), np.maximum.reduceat(arr, starts),
+                 np.minimum.reduceat(arr, starts))
+    bcodes = codes[starts]
+    worker_starts = np.flatnonzero(np.concatenate([[True], bcodes[1:] != bcodes[:-1]]))
+    values = (table[wcol].take(pa.array(rows[order][starts[worker_starts]])).to_pylist() if wcol
+              else [0] * len(worker_starts))
+    ends = np.append(worker_starts[1:], len(starts))
+    return {_hashable(v): tuple(c[a:b] for c in per_batch) for v, a, b in zip(values, worker_starts, ends)}
+
+
+
+class _Idle:
+    """Where each key goes idle, and the worker's clock at the key's commits.
+
+    ``kb_fire[j]``: the key goes idle after its batch j and before its next one; it is
+    flushed with emit batch ``kb_batch[j]`` and emit time ``kb_time[j]``: at a worker
+    commit (that batch, the clock after it) or at a heartbeat tick (the last committed
+    batch, the tick). ``pre_fire[g]``: key g (with carried windows) goes idle before its
+    first batch of this replay (``pre_batch[g]``, ``pre_time[g]``). ``gen[j]``: the
+    generation of batch j's windows.
+
+    ``kb_clock[j]``: the worker's clock after committing key batch j (the emit time of
+    what that commit closes); ``kb_clock_before[j]``: its clock before that batch.
+    ``last_batch[g]``, ``last_clock[g]``: the worker's last commit (for END_OF_INPUT).
+    """
+
+    def __init__(self, kb: _KeyBatches, k: _Keys, spec: Spec, timelines: Mapping[Any, Timeline]):
+        w = spec.window
+        heartbeat_ms = spec.pipeline.idle_heartbeat_ms
+        self.kb_fire = np.zeros(kb.n, dtype=bool)
+        self.kb_batch = np.zeros(kb.n, dtype=np.int64)
+        self.kb_time = np.zeros(kb.n, dtype=np.int64)
+        self.kb_clock = np.full(kb.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.kb_clock_before = np.full(kb.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.pre_fire = np.zeros(k.n, dtype=bool)
+        self.pre_batch = np.zeros(k.n, dtype=np.int64)
+        self.pre_time = np.zeros(k.n, dtype=np.int64)
+        self.last_batch = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.last_clock = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
+        wkeys = np.array([_hashable(v) for v in k.worker_values], dtype=object)
+        for wv in dict.fromkeys(wkeys.tolist()):
+            tl = timelines.get(wv)
+            gmask = wkeys == wv
+            if tl is None:
+                continue
+            if tl.last_batch is not None:
+                self.last_batch[gmask] = tl.last_batch
+            self.last_clock[gmask] = tl.last_clock
+            L = len(tl.batches)
+            if L == 0:
+                continue
+            sel = np.flatnonzero(gmask[kb.g])
+            p0 = np.searchsorted(tl.batches, kb.batch[sel])  # each key batch's commit
+            if len(sel):
+                self.kb_clock[sel] = tl.clock[p0]
+                self.kb_clock_before[sel] = np.where(p0 > 0, tl.clock[np.maximum(p0 - 1, 0)], tl.clock0)
+            if w.idle_timeout_ms is None:
+                continue
+            series = tl.geff if w.idle_clock is Clock.EVENT_TIME else tl.clock
+            # After each of the key's batches: idle from the first commit c (at or after
+            # its own) whose clock reaches activity + timeout, if c comes before its next batch
+            # p1; a heartbeat tick just before c flushes it earlier (or, for c == p1, at all).
+            if len(sel):
+                nxt = np.append(p0[1:], L)
+                last_of_key = np.append(kb.g[sel][1:] != kb.g[sel][:-1], True)
+                p1 = np.where(last_of_key, L, nxt)
+                activity = kb.maxev_after[sel] if w.idle_clock is Clock.EVENT_TIME else kb.maxarr_after[sel]
+                due = sat_add(activity, w.idle_timeout_ms)
+                c = np.maximum(p0, np.searchsorted(series, due, side="left"))
+                at_tick, tick = _heartbeat_flush(tl, heartbeat_ms, due, c, p0 + 1, p1)
+                at_commit = ~at_tick & (c < p1)
+                cc = np.minimum(c, L - 1)
+                self.kb_fire[sel] = at_tick | at_commit
+                self.kb_batch[sel] = np.where(at_tick, tl.batches[np.maximum(cc - 1, 0)], tl.batches[cc])
+                self.kb_time[sel] = np.where(at_tick, tick, tl.clock[cc])
+            # Before the key's first batch, for keys with carried state (a tick may come
+            # before this replay's first commit: c == 0 is after the carried clock).
+            gs = np.flatnonzero(gmask)
+            activity = k.maxev0[gs] if w.idle_clock is Clock.EVENT_TIME else k.maxarr0[gs]
+            gs, activity = gs[activity != MIN_TIMESTAMP], activity[activity != MIN_TIMESTAMP]
+            if len(gs):
+                first = kb.key_first[gs]
+                p1 = np.full(len(gs), L, dtype=np.int64)
+                has = first >= 0
+                p1[has] = np.searchsorted(tl.batches, kb.batch[first[has]])
+                due = sat_add(activity, w.idle_timeout_ms)
+                c = np.searchsorted(series, due, side="left")
+                at_tick, tick = _heartbeat_flush(tl, heartbeat_ms, due, c, np.zeros(len(gs), np.int64), p1)
+                at_commit = ~at_tick & (c < p1)
+                cc = np.minimum(c, L - 1)
+                self.pre_fire[gs] = at_tick | at_commit
+                before = tl.batches[np.maximum(cc - 1, 0)] if tl.batch0 is None else \
+                    np.where(cc > 0, tl.batches[np.maximum(cc - 1, 0)], tl.batch0)
+                self.pre_batch[gs] = np.where(at_tick, before, tl.batches[cc])
+                self.pre_time[gs] = np.where(at_tick, tick, tl.clock[cc])
+        # Generation of each key batch: flushes before it, including the one before its first batch.
+        f = self.kb_fire.astype(np.int64)
+        incl = np.cumsum(f)
+        excl = incl - f
+        base = np.zeros(kb.n, dtype=np.int64)
+        if kb.n:
+            counts = np.diff(np.append(kb.first_of_key, kb.n))
+            base = np.repeat(excl[kb.first_of_key], counts)
+        self.gen = excl - base + self.pre_fire[kb.g].astype(np.int64) if kb.n else np.zeros(0, dtype=np.int64)
+
+
+def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, c: np.ndarray, earliest: np.ndarray,
+                     p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which idle flushes a heartbeat tick makes, and the tick (contract section 5.2).
+
+    A key falls due at ``due`` (activity + idleTimeout); ``c`` is the first commit at or
+    after the key's own whose clock reaches ``due`` (L: none). Ticks are the multiples of
+    ``heartbeat_ms`` strictly between a commit's clock (``clock0`` before commit 0) and
+    the smallest arrival of the next batch. Every tick before commit ``c - 1`` lies below
+    ``clock[c - 1] < due``, so only the gap just before commit ``c`` can flush the key:
+    at its first tick ``>= due`` if that is before ``min_arrival[c]``. The gap must lie
+    after the key's own commit (``c >= earliest``) and before its next batch
+    (``c <= p1``); after the worker's last batch there is no gap (no next batch, no tick).
+
+    Returns (flushed at a tick, that tick) per key.
+    """
+    L = len(tl.batches)
+    if not heartbeat_ms or not len(c):
+        return np.zeros(len(c), dtype=bool), np.zeros(len(c), dtype=np.int64)
+    cc = np.minimum(c, L - 1)
+    prev = np.where(c > 0, tl.clock[np.maximum(cc - 1, 0)], tl.clock0)
+    ok = (c < L) & (c >= earliest) & (c <= p1) & (prev != MIN_TIMESTAMP)
+    start = np.where(ok, np.maximum(due, prev + ok), 0)  # strictly after the commit's clock
+    tick = start + np.mod(-start, heartbeat_ms)  # the first multiple of the heartbeat >= start
+    ok &= tick < tl.min_arrival[cc]
+    return ok, tick
+
+
+def _snapshot_times(ev: _Events, kb: _KeyBatches, idle: _Idle) -> np.ndarray:
+    """Emit time of each event's ``atAggregate`` snapshots: the worker's clock as the event
+    is processed, before its batch commits: the greatest arrival time the worker has
+    seen, this event's included (its batch's earlier events arrived no later than it)."""
+    return np.maximum(idle.kb_clock_before[kb.of_event], ev.arr) if ev.n else np.zeros(0, np.int64)

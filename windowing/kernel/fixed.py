@@ -1,0 +1,466 @@
+"""Tumbling and sliding windows, computed without a per-event loop.
+
+Algorithm: every event is assigned to its windows (:mod:`.assignment`); an (event,
+window) pair is late against the effective watermark of the key's previous batch (an
+array comparison); accepted pairs and carried windows are grouped by (key, generation,
+start, end) with one ``lexsort``; a window closes at the first of its key's batches
+whose effective watermark reaches its end (a segmented ``searchsorted``), unless its
+generation ended with an idle flush first; what is left open is flushed at the end of
+input or carried. Emission numbers continue the carried counters.
+
+Invariants: groups are sorted by (key, generation, start, end) and, within a group,
+carried partials come before events in arrival order; an emitted row's emit time is its
+worker's clock at the emitting commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from windowing.arrays import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    sat_sub,
+    seg_rank,
+    seg_searchsorted,
+    starts_of,
+)
+from windowing.config import Lateness
+from windowing.kernel.aggregates import _dkey, _domains, _reduce, _seg_cumsum_int, _state_partials, _value_arrays
+from windowing.kernel.assignment import WindowAssignment, assign_windows
+from windowing.kernel.clocks import _Idle, _snapshot_times
+from windowing.kernel.inputs import _Events, _KeyBatches, _Keys, _scol
+from windowing.kernel.outputs import _Groups, _Late
+from windowing.kernel.spec import (
+    AGGREGATE,
+    END_OF_INPUT,
+    IDLE,
+    OPEN,
+    STATE_EMITTED,
+    STATE_WINDOW,
+    WATERMARK,
+    Spec,
+)
+
+
+@dataclass(frozen=True)
+class _CarriedWindows:
+    """The open windows carried from earlier partitions (``window`` state rows)."""
+
+    rows: np.ndarray  # their rows in the kernel's table
+    key: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    emissions: np.ndarray  # emissions before (the counter of the emitted window it reopens)
+    events: np.ndarray  # accepted events so far
+
+    @staticmethod
+    def read(k: _Keys) -> _CarriedWindows:
+        rows = np.flatnonzero(k.kind == STATE_WINDOW)
+        table = k.table
+
+        def ints(name: str) -> np.ndarray:
+            return pc.fill_null(_scol(table, name, rows), 0).to_numpy().astype(np.int64)
+
+        return _CarriedWindows(rows, k.gid[rows], ints("window_start_ms"), ints("window_end_ms"), ints("emissions"),
+                               ints("events"))
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True)
+class _WindowGroups:
+    """Carried windows and accepted (event, window) pairs, grouped by (key, generation,
+    window start, window end): one group per output row.
+
+    ``member_*`` are per member (carried windows and pairs), sorted by (key, generation,
+    start, end, arrival position), carried windows (position -1) first in their group;
+    the other arrays are per group.
+    """
+
+    member_group: np.ndarray  # the group of each member
+    member_event: np.ndarray  # the event of each pair (index in arrival order); -1 for a carried window
+    member_is_event: np.ndarray
+    key: np.ndarray
+    generation: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    carried_index: np.ndarray  # per group: its carried window (index into _CarriedWindows), or -1
+    carried_group: np.ndarray  # per carried window: its group
+    events: np.ndarray  # per group: accepted events, carried ones included
+
+    @property
+    def n(self) -> int:
+        return len(self.key)
+
+    @property
+    def event_group(self) -> np.ndarray:
+        """The group of each pair, in member order."""
+        return self.member_group[self.member_is_event]
+
+    @property
+    def event_index(self) -> np.ndarray:
+        """The event of each pair, in member order."""
+        return self.member_event[self.member_is_event]
+
+
+@dataclass
+class _Closing:
+    """How each group left (or did not leave) the open state: reason and emit fields."""
+
+    reason: np.ndarray
+    emit_batch: np.ndarray
+    emit_watermark: np.ndarray
+    emit_time: np.ndarray
+
+    @staticmethod
+    def all_open(n: int) -> _Closing:
+        return _Closing(np.full(n, OPEN, dtype=np.int8), np.zeros(n, dtype=np.int64),
+                        np.full(n, MIN_TIMESTAMP, dtype=np.int64), np.full(n, MIN_TIMESTAMP, dtype=np.int64))
+
+
+def _windows(ev: _Events, kb: _KeyBatches, k: _Keys, idle: _Idle, spec: Spec,
+             flush_at_end: bool) -> tuple[_Groups, _Late, _Groups | None]:
+    """Tumbling and sliding windows of every key at once (no per-event loop).
+
+    Events arrive sorted by (key, arrival order). Returns one row per (key, generation,
+    window) with its closing (:class:`_Groups`; still open: reason OPEN), the late (event,
+    window) pairs, and, with ``atAggregate``, one snapshot row per accepted pair.
+
+    Invariants: a pair is late against the effective watermark *before* its event's batch
+    (so a batch never makes its own events late); a window closes at the first of its
+    key's batches whose effective watermark reaches its end, or at the idle flush that
+    ends its generation, whichever comes first; each group's aggregate folds its carried
+    partial first, then its events in arrival order.
+    """
+    domains = _domains(spec, k, ev)
+    values = _value_arrays(spec, ev, domains)
+    pairs = assign_windows(ev.t, spec.window)
+    watermark_before = kb.eff_before[kb.of_event[pairs.event]]
+    if spec.window.lateness is Lateness.WINDOW_CLOSED:
+        late = pairs.end <= watermark_before
+    else:
+        late = ev.t[pairs.event] < watermark_before
+    late_out = _Late(pairs.event[late], pairs.start[late], pairs.end[late], watermark_before[late])
+    accepted = WindowAssignment(pairs.event[~late], pairs.start[~late], pairs.end[~late])
+    carried = _CarriedWindows.read(k)
+    wg = _group_windows(carried, accepted, ev.g[accepted.event], idle.gen[kb.of_event[accepted.event]])
+    carried_partials = _state_partials(spec, k, carried.rows, domains) if carried.n else None
+    partials = _reduce(spec, wg.event_group, wg.n, wg.event_index, values, domains, carried_partials,
+                       wg.carried_group)
+    closing = _close_windows(wg, kb, idle, k, spec, flush_at_end)
+
+    groups = _Groups(spec, domains)
+    groups.created = np.bincount(wg.key[wg.carried_index < 0], minlength=k.n)
+    carried_emissions = np.where(wg.carried_index >= 0, carried.emissions[np.maximum(wg.carried_index, 0)], 0) \
+        if carried.n else np.zeros(wg.n, dtype=np.int64)
+    emission, reopen = _emissions(k, wg.key, wg.start, wg.end, wg.generation, closing.reason, carried_emissions,
+                                  kb.eff_final)
+    groups.idle_flushes = _count_idle_flushes(closing.reason, wg.key, wg.generation, k.n)
+    groups.set(wg.key, wg.start, wg.end, closing.reason, closing.emit_batch, closing.emit_watermark, emission,
+               wg.events, partials, reopen, emit_time=closing.emit_time)
+
+    snaps = None
+    if spec.snapshots:
+        snaps = _snapshots(spec, domains, values, wg, emission, carried_partials, carried, ev, kb,
+                           snapshot_time=_snapshot_times(ev, kb, idle))
+    return groups, late_out, snaps
+
+
+def _group_windows(carried: _CarriedWindows, accepted: WindowAssignment, pair_key: np.ndarray,
+                   pair_generation: np.ndarray) -> _WindowGroups:
+    """Group carried windows (generation 0) and accepted pairs (of keys ``pair_key`` and
+    generations ``pair_generation``) by (key, generation, start, end) with one ``lexsort``."""
+    n_carried = carried.n
+    key = np.concatenate([carried.key, pair_key])
+    generation = np.concatenate([np.zeros(n_carried, np.int64), pair_generation])
+    start = np.concatenate([carried.start, accepted.start])
+    end = np.concatenate([carried.end, accepted.end])
+    event = np.concatenate([np.full(n_carried, -1, np.int64), accepted.event])  # arrival order; carried first
+    order = np.lexsort((event, end, start, generation, key))
+    key, generation, start, end, event = (x[order] for x in (key, generation, start, end, event))
+    if len(order):
+        new_group = np.concatenate(([True], (key[1:] != key[:-1]) | (generation[1:] != generation[:-1])
+                                    | (start[1:] != start[:-1]) | (end[1:] != end[:-1])))
+    else:
+        new_group = np.zeros(0, dtype=bool)
+    member_group = np.cumsum(new_group) - 1
+    n_groups = int(member_group[-1]) + 1 if len(order) else 0
+    firsts = np.flatnonzero(new_group)
+    is_carried = order < n_carried
+    carried_index = np.full(n_groups, -1, dtype=np.int64)
+    carried_index[member_group[is_carried]] = order[is_carried]
+    carried_group = np.zeros(n_carried, dtype=np.int64)
+    carried_group[order[is_carried]] = member_group[is_carried]
+    is_event = ~is_carried
+    events = np.bincount(member_group[is_event], minlength=n_groups).astype(np.int64)
+    if n_carried:
+        np.add.at(events, member_group[is_carried], carried.events[order[is_carried]])
+    return _WindowGroups(member_group, event, is_event, key[firsts], generation[firsts], start[firsts], end[firsts],
+                         carried_index, carried_group, events)
+
+
+def _close_windows(wg: _WindowGroups, kb: _KeyBatches, idle: _Idle, k: _Keys, spec: Spec,
+                   flush_at_end: bool) -> _Closing:
+    """Each group's closing: WATERMARK at the first of its key's batches whose effective
+    watermark reaches its end, unless its generation ended with an idle flush first (IDLE);
+    then END_OF_INPUT for what is still open if ``flush_at_end``."""
+    pos = seg_searchsorted(kb.eff_after, kb.g, wg.end, wg.key)
+    key_last = kb.key_last[wg.key]
+    has_wm = (pos < kb.n) & (pos <= np.where(key_last >= 0, key_last, -1))
+    has_wm &= np.take(kb.g, np.minimum(pos, max(kb.n - 1, 0)), mode="clip") == wg.key if kb.n else False
+    end_kb, end_fired = _generation_ends(kb, idle, wg.key, wg.generation)
+    closing = _Closing.all_open(wg.n)
+    by_wm = has_wm & (~end_fired | (pos <= end_kb))
+    closing.reason[by_wm] = WATERMARK
+    if kb.n:
+        at = np.minimum(pos, kb.n - 1)[by_wm]
+        closing.emit_batch[by_wm] = kb.batch[at]
+        closing.emit_watermark[by_wm] = kb.eff_after[at]
+        closing.emit_time[by_wm] = idle.kb_clock[at]
+    by_idle = end_fired & ~by_wm
+    closing.reason[by_idle] = IDLE
+    _set_idle_emit(closing, by_idle, end_kb, wg.key, idle, kb, k, spec)
+    if flush_at_end:
+        _flush_open(closing, wg.key, idle, kb)
+    return closing
+
+
+def _generation_ends(kb: _KeyBatches, idle: _Idle, keys: np.ndarray,
+                     generations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each (key, generation): the key batch after which it was flushed idle (-1:
+    before the key's first batch) and whether it was flushed at all."""
+    fired = np.flatnonzero(idle.kb_fire)
+    width = np.int64(max(int(generations.max(initial=0)), int(idle.gen.max(initial=0))) + 2)
+    # generation x of key g ends at the fired batch j with gen[j] == x
+    fired_code = kb.g[fired].astype(np.int64) * width + idle.gen[fired]
+    query_code = keys.astype(np.int64) * width + generations
+    i = np.searchsorted(fired_code, query_code)
+    found = i < len(fired_code)
+    found[found] = fired_code[i[found]] == query_code[found]
+    end_kb = np.full(len(keys), MAX_TIMESTAMP, dtype=np.int64)
+    end_kb[found] = fired[i[found]]
+    before_first = (generations == 0) & idle.pre_fire[keys]
+    end_kb[before_first] = -1
+    return end_kb, found | before_first
+
+
+def _set_idle_emit(closing: _Closing, mask: np.ndarray, end_kb: np.ndarray, keys: np.ndarray, idle: _Idle,
+                   kb: _KeyBatches, k: _Keys, spec: Spec) -> None:
+    """Fill the emit fields of the groups in ``mask``, closed by the idle flush that ended
+    their generation: after key batch ``end_kb`` (its flush batch, its effective watermark,
+    the flush time), or, for ``end_kb == -1``, before the key's first batch of this replay
+    (the carried watermark and the ``pre_*`` flush of :class:`_Idle`).
+
+    Invariant: every group in ``mask`` has a flush (``_generation_ends`` found one).
+    """
+    j = end_kb[mask]
+    before_first = j < 0
+    jj = np.maximum(j, 0)
+    g = keys[mask]
+    carried_wm = sat_sub(k.wm0[g], spec.window.delay_ms)
+    closing.emit_batch[mask] = np.where(before_first, idle.pre_batch[g], idle.kb_batch[jj] if kb.n else 0)
+    closing.emit_watermark[mask] = np.where(before_first, carried_wm, kb.eff_after[jj] if kb.n else MIN_TIMESTAMP)
+    closing.emit_time[mask] = np.where(before_first, idle.pre_time[g], idle.kb_time[jj] if kb.n else 0)
+
+
+def _flush_open(closing: _Closing, keys: np.ndarray, idle: _Idle, kb: _KeyBatches) -> None:
+    """END_OF_INPUT for every group still open, at its worker's last commit."""
+    still_open = closing.reason == OPEN
+    g = keys[still_open]
+    closing.reason[still_open] = END_OF_INPUT
+    closing.emit_batch[still_open] = idle.last_batch[g]
+    closing.emit_watermark[still_open] = kb.eff_final[g]
+    closing.emit_time[still_open] = idle.last_clock[g]
+
+
+def _count_idle_flushes(reason: np.ndarray, keys: np.ndarray, generations: np.ndarray, n_keys: int) -> np.ndarray:
+    """Idle flushes per key: its distinct generations that ended IDLE."""
+    m = reason == IDLE
+    if not m.any():
+        return np.zeros(n_keys, dtype=np.int64)
+    flushes = np.unique(np.stack([keys[m], generations[m]], axis=1), axis=0)
+    return np.bincount(flushes[:, 0], minlength=n_keys)
+
+
+def _emissions(k: _Keys, G_g: np.ndarray, G_ws: np.ndarray, G_we: np.ndarray, G_gen: np.ndarray,
+               reason: np.ndarray, carried_prior: np.ndarray,
+               final_eff: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Emission number of every group and the counters of re-openable emitted windows.
+
+    A (key, window) emitted before, in this replay or an earlier one, gets the next number.
+    A counter is kept while the window could still reopen: its end is past the key's final
+    effective watermark ``final_eff``, and it did not close by the watermark.
+    """
+    t = k.table
+    erows = np.flatnonzero(k.kind == STATE_EMITTED)
+    e_g = k.gid[erows]
+    e_ws = _scol(t, "window_start_ms", erows).to_numpy().astype(np.int64)
+    e_we = _scol(t, "window_end_ms", erows).to_numpy().astype(np.int64)
+    e_n = _scol(t, "emissions", erows).to_numpy().astype(np.int64)
+    M, ne = len(G_g), len(erows)
+    cg = np.concatenate([e_g, G_g])
+    cws = np.concatenate([e_ws, G_ws])
+    cwe = np.concatenate([e_we, G_we])
+    src = np.concatenate([np.zeros(ne, np.int64), np.ones(M, np.int64)])
+    cgen = np.concatenate([np.full(ne, -1, np.int64), G_gen])
+    order = np.lexsort((cgen, src, cwe, cws, cg))
+    og, ows, owe = cg[order], cws[order], cwe[order]
+    run_start = np.concatenate(([True], (og[1:] != og[:-1]) | (ows[1:] != ows[:-1]) | (owe[1:] != owe[:-1]))) \
+        if len(order) else np.zeros(0, bool)
+    run = np.cumsum(run_start) - 1
+    nrun = int(run[-1]) + 1 if len(order) else 0
+    base = np.zeros(nrun, dtype=np.int64)
+    is_e = order < ne
+    base[run[is_e]] = e_n[order[is_e]]
+    prior = np.zeros(len(order), dtype=np.int64)
+    prior[~is_e] = carried_prior[order[~is_e] - ne]
+    # rank of each group within its run (carried counter rows excluded)
+    grp_rank = np.zeros(len(order), dtype=np.int64)
+    gi = np.flatnonzero(~is_e)
+    if len(gi):
+        grp_rank[gi] = seg_rank(run[gi])
+    first_prior = np.zeros(nrun, dtype=np.int64)
+    if len(gi):
+        firsts = gi[seg_rank(run[gi]) == 0]
+        first_prior[run[firsts]] = prior[firsts]
+    emission = np.zeros(M, dtype=np.int64)
+    emission[order[gi] - ne] = base[run[gi]] + first_prior[run[gi]] + grp_rank[gi] + 1
+    # Re-openable counters: runs whose last group is emitted (or only a carried counter).
+    last_of_run = np.append(run_start[1:], True) if len(order) else np.zeros(0, bool)
+    lo = np.flatnonzero(last_of_run)
+    lo_is_e = is_e[lo]
+    lo_group = np.where(lo_is_e, -1, order[lo] - ne)
+    total = np.where(lo_is_e, base[run[lo]], 0)
+    ok_g = ~lo_is_e
+    total[ok_g] = emission[lo_group[ok_g]]
+    open_last = np.zeros(len(lo), dtype=bool)
+    open_last[ok_g] = reason[lo_group[ok_g]] == OPEN
+    keep = ~open_last & (total > 0) & (owe[lo] > final_eff[og[lo]])
+    closed_by_wm = np.zeros(len(lo), dtype=bool)
+    closed_by_wm[ok_g] = reason[lo_group[ok_g]] == WATERMARK
+    keep &= ~closed_by_wm
+    return emission, (og[lo][keep], ows[lo][keep], owe[lo][keep], total[keep])
+
+
+def _snapshots(spec: Spec, domains: dict, values: dict, wg: _WindowGroups, emission: np.ndarray,
+               partials_init: list[dict] | None, carried: _CarriedWindows, ev: _Events, kb: _KeyBatches,
+               snapshot_time: np.ndarray) -> _Groups:
+    """atAggregate: one row per accepted (event, window) with the window's running aggregate
+    (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`)."""
+    grp, ev_el, all_pos, M = wg.member_group, wg.member_is_event, wg.member_event, wg.n
+    G_g, G_ws, G_we, state_grp, s_events = wg.key, wg.start, wg.end, wg.carried_group, carried.events
+    e_grp = grp[ev_el]
+    e_pos = all_pos[ev_el]
+    n = len(e_grp)
+    st_grp = state_grp
+    has_state = np.zeros(M, dtype=bool)
+    has_state[st_grp] = True
+    # Each snapshot is "the group so far": reduce prefixes by treating every element as its own group.
+    # prefix i of group x = carried partial + events of x up to i (inclusive).
+    idx = np.arange(n, dtype=np.int64)
+    rank = seg_rank(e_grp)
+    start = idx - rank
+    # expand prefixes: element j contributes to snapshots j..end of its group; done per aggregate
+    out_partials = []
+    sp = partials_init
+    st_index = np.full(M, -1, dtype=np.int64)
+    st_index[st_grp] = np.arange(len(st_grp))
+    for i, a in enumerate(spec.pipeline.aggregates):
+        ini = sp[i] if sp is not None else None
+        p: dict[str, Any] = {}
+        si = st_index[e_grp]
+        has = si >= 0
+        if a.type == "count":
+            if a.column is None:
+                c = rank + 1
+            else:
+                valid = values[("valid", a.column)][0][e_pos].astype(np.int64)
+                c = _seg_cumsum_int(valid, e_grp)
+            if ini is not None:
+                c = c + np.where(has, ini["n"][np.maximum(si, 0)], 0)
+            p["n"] = c
+        elif a.type in ("sum", "avg"):
+            vals, valid = values[("num", a.column)]
+            v, ok = vals[e_pos], valid[e_pos]
+            s = np.zeros(n, dtype=v.dtype)
+            init_s = np.zeros(M, dtype=v.dtype)
+            nn = _seg_cumsum_int(ok.astype(np.int64), e_grp)
+            if ini is not None:
+                init_s[st_grp] = ini["s"]
+                nn = nn + np.where(has, ini["n"][np.maximum(si, 0)], 0)
+            # sequential running sum per group (a left fold, same as the final sum)
+            gstarts = starts_of(e_grp)
+            ends = np.append(gstarts[1:], n)
+            vv = np.where(ok, v, 0)
+            for a0, b0 in zip(gstarts.tolist(), ends.tolist()):
+                s[a0:b0] = np.cumsum(np.concatenate(([init_s[e_grp[a0]]], vv[a0:b0])))[1:]
+            p["s"], p["n"] = s, nn
+        else:
+            codes, valid = values[("code", *_dkey(a))]
+            c, ok = codes[e_pos], valid[e_pos]
+            if a.type == "distinct":
+                C = np.int64(len(domains[_dkey(a)].values) + 1)
+                enc = e_grp.astype(np.int64) * C + np.where(ok, c, 0)
+                seen_state = np.zeros(n, dtype=bool)
+                if ini is not None:
+                    sg, sc = ini["members"]
+                    st_enc = st_grp[sg].astype(np.int64) * C + sc
+                    seen_state = np.isin(enc, st_enc)
+                okix = np.flatnonzero(ok)
+                _, first_idx = np.unique(enc[okix], return_index=True)
+                new = np.zeros(n, dtype=bool)
+                new[okix[first_idx]] = True
+                new &= ~seen_state
+                dc = _seg_cumsum_int(new.astype(np.int64), e_grp)
+                if ini is not None:
+                    counts = np.bincount(sg, minlength=len(st_grp))
+                    dc = dc + np.where(has, counts[np.maximum(si, 0)], 0)
+                p["dcount"] = dc
+            elif a.type in ("min", "max"):
+                big = np.int64(len(domains[_dkey(a)].values) + 2)
+                val = np.where(ok, c if a.type == "max" else big - 2 - c, -1)
+                init = np.full(M, -1, dtype=np.int64)
+                if ini is not None:
+                    ic = ini["code"]
+                    init[st_grp] = np.where(ic >= 0, ic if a.type == "max" else big - 2 - ic, -1)
+                val = np.maximum(val, init[e_grp])
+                enc = e_grp.astype(np.int64) * big + (val + 1)
+                run = np.maximum.accumulate(enc) - e_grp.astype(np.int64) * big - 1
+                p["code"] = np.where(run < 0, -1, run if a.type == "max" else big - 2 - run)
+            elif a.type == "first":
+                cand = np.where(ok, idx, n)
+                firstpos = np.full(M, n, dtype=np.int64)
+                np.minimum.at(firstpos, e_grp, cand)
+                fp = firstpos[e_grp]
+                code = np.where(fp <= idx, c[np.minimum(fp, n - 1)] if n else -1, -1)
+                if ini is not None:
+                    carried = np.where(has, ini["code"][np.maximum(si, 0)], -1)
+                    code = np.where(carried >= 0, carried, code)
+                p["code"] = code
+            else:  # last
+                lastpos = np.where(ok, idx, -1)
+                lastpos = np.maximum.accumulate(lastpos) if n else lastpos
+                code = np.where(lastpos >= start, c[np.maximum(lastpos, 0)] if n else -1, -1)
+                if ini is not None:
+                    carried = np.where(has, ini["code"][np.maximum(si, 0)], -1)
+                    code = np.where(code >= 0, code, carried)
+                p["code"] = code
+        out_partials.append(p)
+    snaps = _Groups(spec, domains)
+    ev_kb = kb.of_event[e_pos]
+    events = rank + 1 + np.where(st_index[e_grp] >= 0, s_events[np.maximum(st_index[e_grp], 0)]
+                                 if len(st_grp) else 0, 0)
+    snaps.set(G_g[e_grp], G_ws[e_grp], G_we[e_grp], np.full(n, AGGREGATE, np.int8), ev.batch[e_pos],
+              kb.eff_before[ev_kb], emission[e_grp], events, out_partials,
+              (np.zeros(0, np.int64),) * 4, emit_time=snapshot_time[e_pos])
+    return snaps
+
+
+

@@ -1,0 +1,196 @@
+"""Outputs: the emitted windows, the late (event, window) pairs, the new state rows and
+the counters, as Arrow tables of the :class:`~windowing.kernel.spec.Spec`'s schemas.
+
+Invariant: one row per (key, generation, window) in :class:`_Groups`; the rows still
+open become ``window`` state rows, the emitted ones that may reopen ``emitted`` counter
+rows, and every key a ``key`` row with its watermark and clocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from windowing import metrics
+from windowing.arrays import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    group_codes,
+)
+from windowing.kernel.aggregates import _final_value, _partial_columns
+from windowing.kernel.inputs import _Events, _KeyBatches, _Keys
+from windowing.kernel.spec import END_OF_INPUT, IDLE, MAX_DURATION, OPEN, REASON_NAMES, TS, WATERMARK, Spec
+
+
+class _Groups:
+    """Windows of one kind of output, one row per (key, generation, window).
+
+    ``partials`` holds per aggregate: ``n`` (non-null count), ``s`` (sum), ``code`` (min/
+    max/first/last as codes into ``domains``), ``dcount`` and ``dmembers`` (distinct).
+    """
+
+    def __init__(self, spec: Spec, domains: dict[str, pa.Array]):
+        self.spec = spec
+        self.domains = domains
+        # Per key (index: key id): windows created, idle flushes (windowing.metrics).
+        self.created = np.zeros(0, dtype=np.int64)
+        self.idle_flushes = np.zeros(0, dtype=np.int64)
+
+    def set(self, g: np.ndarray, ws: np.ndarray, we: np.ndarray, reason: np.ndarray, emit_batch: np.ndarray,
+            emit_wm: np.ndarray, emission: np.ndarray, events: np.ndarray, partials: list,
+            reopenable: tuple[np.ndarray, ...] | None = None, *, emit_time: np.ndarray) -> None:
+        """Set the rows, all arrays of one length (one entry per row).
+
+        ``g``: the key id; ``ws``/``we``: the window ``[ws, we)`` in epoch ms; ``reason``:
+        OPEN (carried to the next replay as state) or the emit reason; ``emit_batch``,
+        ``emit_wm``, ``emit_time``: the batch, effective watermark and worker clock of the
+        emission (unused while OPEN); ``emission``: 1 for a window's first emission, n for
+        its n-th (an open row: the number its emission will get); ``events``: accepted
+        events so far; ``partials``: per aggregate, its partial values per row.
+        ``reopenable``: (key, start, end, emissions) of emitted windows whose counters
+        must be carried because a later event may reopen them.
+        """
+        self.g, self.ws, self.we = g, ws, we
+        self.reason, self.emit_batch, self.emit_wm, self.emission = reason, emit_batch, emit_wm, emission
+        self.emit_time = emit_time  # the worker's clock at the emission (contract section 5)
+        self.events, self.partials = events, partials
+        self.reopenable = reopenable  # (g, ws, we, emissions) of emitted windows that may reopen
+
+    def _agg_columns(self, sel: np.ndarray) -> dict[str, pa.Array]:
+        cols = {}
+        for a, p in zip(self.spec.pipeline.aggregates, self.partials):
+            cols[a.name] = _final_value(a, p, sel, self.spec, self.domains)
+        return cols
+
+    def emitted_table(self, k: _Keys, spec: Spec) -> pa.Table:
+        sel = np.flatnonzero(self.reason != OPEN)
+        cols = k.take_key_columns(self.g[sel], spec)
+        cols["window_start"] = _ts(self.ws[sel])
+        cols["window_end"] = _ts(self.we[sel])
+        cols.update(self._agg_columns(sel))
+        names = np.array([None, *[REASON_NAMES[i] for i in range(1, 6)]], dtype=object)
+        cols["emit_reason"] = pa.array(names[self.reason[sel]], pa.string())
+        cols["emit_batch"] = pa.array(self.emit_batch[sel], pa.int64())
+        cols["emit_time"] = _ts(self.emit_time[sel])
+        cols["emit_watermark"] = _ts(self.emit_wm[sel])
+        cols["emission"] = pa.array(self.emission[sel], pa.int64())
+        return pa.table(cols, schema=spec.aggregates_schema())
+
+    def state_table(self, k: _Keys, spec: Spec) -> pa.Table:
+        sel = np.flatnonzero(self.reason == OPEN)
+        m = len(sel)
+        cols = _state_base(spec, k, self.g[sel], "window")
+        cols["window_start_ms"] = pa.array(self.ws[sel], pa.int64())
+        cols["window_end_ms"] = pa.array(self.we[sel], pa.int64())
+        cols["emissions"] = pa.array(self.emission[sel] - 1, pa.int64())
+        cols["events"] = pa.array(self.events[sel], pa.int64())
+        for a, p in zip(spec.pipeline.aggregates, self.partials):
+            cols.update(_partial_columns(a, p, sel, spec, self.domains))
+        return _fill_state(cols, m, spec)
+
+    def emitted_counter_table(self, k: _Keys, spec: Spec) -> pa.Table:
+        g, ws, we, em = self.reopenable
+        cols = _state_base(spec, k, g, "emitted")
+        cols["window_start_ms"] = pa.array(ws, pa.int64())
+        cols["window_end_ms"] = pa.array(we, pa.int64())
+        cols["emissions"] = pa.array(em, pa.int64())
+        return _fill_state(cols, len(g), spec)
+
+
+def _ts(ms: np.ndarray) -> pa.Array:
+    ms = np.asarray(ms, dtype=np.int64)
+    mask = (ms == MIN_TIMESTAMP) | (ms == MAX_TIMESTAMP)
+    return pa.array(np.where(mask, 0, ms) * 1000, type=pa.int64(), mask=mask).cast(TS)
+
+
+def _i64(v: np.ndarray) -> pa.Array:
+    v = np.asarray(v, dtype=np.int64)
+    return pa.array(v, pa.int64(), mask=v == MIN_TIMESTAMP)
+
+
+def _state_base(spec: Spec, k: _Keys, g: np.ndarray, kind: str) -> dict[str, pa.Array]:
+    cols: dict[str, pa.Array] = {
+        "state_kind": pa.array([kind] * len(g), pa.string()),
+        "fingerprint": pa.array([spec.pipeline.fingerprint()] * len(g), pa.string()),
+    }
+    cols.update(k.take_key_columns(g, spec))
+    return cols
+
+
+def _fill_state(cols: dict[str, pa.Array], m: int, spec: Spec) -> pa.Table:
+    schema = spec.state_schema()
+    arrays = [cols[f.name] if f.name in cols else pa.nulls(m, f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _key_state_rows(k: _Keys, kb: _KeyBatches, spec: Spec) -> pa.Table:
+    g = np.arange(k.n)
+    cols = _state_base(spec, k, g, "key")
+    cols["watermark_ms"] = _i64(kb.wm_final)
+    cols["max_event_ms"] = _i64(kb.maxev_final)
+    cols["clock_ms"] = _i64(kb.maxarr_final)
+    return _fill_state(cols, k.n, spec)
+
+
+# =========================================================================== aggregates
+
+
+class _Late:
+    def __init__(self, ev_idx, ws, we, wm):
+        self.ev_idx, self.ws, self.we, self.wm = ev_idx, ws, we, wm
+
+    def table(self, ev: _Events, spec: Spec) -> pa.Table:
+        take = pa.array(ev.rows[self.ev_idx]) if len(self.ev_idx) else pa.array([], pa.int64())
+        cols = {c: ev.table[c].take(take) for c in spec.late_input_columns()}
+        cols["batch"] = pa.array(ev.batch[self.ev_idx], pa.int64())
+        cols["window_start"] = _ts(self.ws)
+        cols["window_end"] = _ts(self.we)
+        cols["watermark"] = _ts(self.wm)
+        cols["lateness_ms"] = pa.array(self.wm - ev.t[self.ev_idx], pa.int64())
+        return pa.table(cols, schema=spec.late_schema())
+
+
+
+def _counters(k: _Keys, ev: _Events, kb: _KeyBatches, groups: _Groups, snaps: _Groups | None, late: _Late,
+              spec: Spec) -> dict[str, dict[str, int]]:
+    """This task's counters (:data:`windowing.metrics.COUNTERS`) per worker label.
+
+    Every key is in exactly one task, so the driver sums them per worker and in total.
+    Cost: a ``bincount`` per counter over keys, windows or late rows the replay already
+    holds; one label per distinct worker, not per key.
+    """
+    if not k.n:
+        return {}
+    if spec.worker_col:
+        codes = group_codes(k.table[spec.worker_col].take(pa.array(k.rep_row)))
+    else:
+        codes = np.zeros(k.n, dtype=np.int64)
+    _, first_key, worker_of = np.unique(codes, return_index=True, return_inverse=True)
+    worker_of = worker_of.reshape(-1)
+    nw = len(first_key)
+
+    def of_keys(g: np.ndarray) -> np.ndarray:  # one per element: the element's key
+        return np.bincount(worker_of[np.asarray(g, dtype=np.int64)], minlength=nw)
+
+    def summed(per_key: np.ndarray) -> np.ndarray:  # per-key counts summed per worker
+        return np.bincount(worker_of, weights=np.asarray(per_key, dtype=np.float64), minlength=nw).astype(np.int64)
+
+    is_open = groups.reason == OPEN
+    counts = {
+        metrics.EVENTS: of_keys(ev.g),
+        metrics.LATE_PAIRS: of_keys(ev.g[late.ev_idx]),
+        metrics.LATE_EVENTS: of_keys(ev.g[np.unique(late.ev_idx)]),
+        metrics.WINDOWS_CREATED: summed(groups.created),
+        **{metrics.CLOSED_PREFIX + REASON_NAMES[r]: of_keys(groups.g[groups.reason == r])
+           for r in (WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT)},
+        metrics.SNAPSHOTS: of_keys(snaps.g) if snaps is not None else np.zeros(nw, np.int64),
+        metrics.IDLE_KEYS_REMOVED: summed(groups.idle_flushes),
+        metrics.KEYS_SEEN: of_keys(np.flatnonzero(kb.key_first >= 0)),
+        metrics.KEYS_HELD: of_keys(np.unique(groups.g[is_open])),
+        metrics.OPEN_WINDOWS: of_keys(groups.g[is_open]),
+    }
+    labels = [metrics.worker_label(k.worker_values[int(g)]) for g in first_key]
+    return {label: {name: int(v[i]) for name, v in counts.items()} for i, label in enumerate(labels)}
+
+
+
