@@ -7,26 +7,27 @@ over its events in arrival order, started from its carried partial: float sums a
 left fold that a carried partial continues, so a replay split into partitions gives the
 same bits as one replay.
 
+Each aggregate type is one :class:`Aggregator` subclass holding all its rules: reduce,
+running value (``atAggregate``), session accumulators, state columns, final value and
+types. Adding an aggregate is one class here and its name in :data:`AGGREGATORS`.
+
 Invariants: carried partials come first in every fold; a code of -1 is null; a partial
 written to state does not depend on input row order (distinct members are sorted).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from windowing.arrays import (
-    MAX_TIMESTAMP,
-    MIN_TIMESTAMP,
-    codes_in,
-    starts_of,
-)
-from windowing.config import Aggregate
+from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, codes_in, starts_of
+from windowing.config import Aggregate, WindowType
 from windowing.kernel.decimals import (
+    MAX_DECIMAL_DIGITS,
     _decimal_array,
     _decimal_avg,
     _decimal_ints,
@@ -34,13 +35,12 @@ from windowing.kernel.decimals import (
     _split_overflow,
     _sum_dtype,
 )
-from windowing.kernel.inputs import _Events, _Keys, _scol
-from windowing.kernel.spec import STATE_PREFIX, STATE_WINDOW, Spec
+from windowing.kernel.inputs import _scol
+from windowing.kernel.spec import STATE_PREFIX, STATE_WINDOW
 
-
-def _dkey(a: Aggregate) -> tuple[str, bool]:
-    """Which value domain an aggregate codes its column in: sorted for min/max only."""
-    return (a.column, a.type in ("min", "max"))
+if TYPE_CHECKING:
+    from windowing.kernel.inputs import _Events, _Keys
+    from windowing.kernel.spec import Spec
 
 
 class _Domain(NamedTuple):
@@ -51,7 +51,7 @@ class _Domain(NamedTuple):
     codes: np.ndarray
 
 
-def _domains(spec: Spec, k: _Keys, ev: _Events) -> dict[tuple[str, bool], _Domain]:
+def _domains(k: _Keys, aggregators: list[Aggregator]) -> dict[tuple[str, bool], _Domain]:
     """Distinct values per column (events and carried partials), sorted where order matters.
 
     Aggregates over arbitrary types (strings, timestamps, ...) work on integer codes into
@@ -61,90 +61,56 @@ def _domains(spec: Spec, k: _Keys, ev: _Events) -> dict[tuple[str, bool], _Domai
     table = k.table
     out: dict[tuple[str, bool], _Domain] = {}
     state_rows = np.flatnonzero(k.kind == STATE_WINDOW)
-    for a in spec.pipeline.aggregates:
-        if a.type not in ("min", "max", "first", "last", "distinct") or _dkey(a) in out:
+    for agg in aggregators:
+        key = agg.domain_key
+        if key is None or key in out:
             continue
-        column = table[a.column].combine_chunks()
+        column = table[key[0]].combine_chunks()
         parts = [column]
-        for b in spec.pipeline.aggregates:
-            if b.column == a.column and len(state_rows) and b.type in ("min", "max", "first", "last", "distinct"):
-                p = _scol(table, f"partial_{b.name}", state_rows)
-                parts.append(pc.list_flatten(p) if b.type == "distinct" else p)
-        allv = pa.concat_arrays(parts) if len(parts) > 1 else column
-        enc = pc.dictionary_encode(allv)
-        values = enc.dictionary
-        codes = pc.fill_null(enc.indices.slice(0, len(column)), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        if _dkey(a)[1] and len(values):
+        for other in aggregators:
+            if other.domain_key is not None and other.agg.column == key[0] and len(state_rows):
+                parts.append(other.domain_values(_scol(table, other.name, state_rows)))
+        encoded = pc.dictionary_encode(pa.concat_arrays(parts) if len(parts) > 1 else column)
+        values = encoded.dictionary
+        codes = pc.fill_null(encoded.indices.slice(0, len(column)), -1).to_numpy(zero_copy_only=False)
+        codes = codes.astype(np.int64)
+        if key[1] and len(values):
             order = pc.sort_indices(values).to_numpy()
             rank = np.empty(len(order), dtype=np.int64)
             rank[order] = np.arange(len(order))
             values = values.take(pa.array(order))
             codes = np.where(codes >= 0, rank[np.maximum(codes, 0)], -1)
-        out[_dkey(a)] = _Domain(values, codes)
+        out[key] = _Domain(values, codes)
     return out
 
 
-def _value_arrays(spec: Spec, ev: _Events, domains) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
-    """Per aggregate input: (numeric values or codes, non-null mask), in event order.
+def _event_inputs(ev: _Events, aggregators: list[Aggregator], domains: dict) -> dict[tuple, EventInput]:
+    """Per aggregate input (:attr:`Aggregator.input_key`): its :class:`EventInput`.
 
     Codes are computed on the table's column as it came and then permuted into event
     order: integers are cheap to move, strings are not.
     """
-    out = {}
-    table = ev.table
-    for a in spec.pipeline.aggregates:
-        if a.column is None:
-            continue
-        col = table[a.column].combine_chunks()
-        valid = ~col.is_null().to_numpy(zero_copy_only=False)[ev.rows]
-        if a.type in ("sum", "avg"):
-            if _is_decimal(col.type):
-                vals = _decimal_ints(col)[ev.rows]
-            else:
-                dtype = _sum_dtype(col.type)
-                vals = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)[ev.rows]
-            out[("num", a.column)] = (vals, valid)
-        elif a.type == "count":
-            out[("valid", a.column)] = (valid, valid)
-        elif ("code", *_dkey(a)) not in out:
-            out[("code", *_dkey(a))] = (domains[_dkey(a)].codes[ev.rows], valid)
+    out: dict[tuple, EventInput] = {}
+    for agg in aggregators:
+        if agg.agg.column is not None and agg.input_key not in out:
+            out[agg.input_key] = agg.event_input(ev.table[agg.agg.column].combine_chunks(), ev, domains)
     return out
 
 
-def _state_partials(spec: Spec, k: _Keys, rows: np.ndarray, domains) -> list[dict]:
-    """Partial aggregates of carried windows (table rows ``rows``), one dict per aggregate."""
-    t = k.table
-    take = pa.array(rows)
-    out = []
-    for a in spec.pipeline.aggregates:
-        col = t[STATE_PREFIX + f"partial_{a.name}"].take(take).combine_chunks()
-        p: dict[str, Any] = {}
-        if a.type in ("sum", "avg"):
-            st = spec.sum_type(a)
-            if _is_decimal(st):
-                p["s"] = _decimal_ints(col, st.scale)
-                over = STATE_PREFIX + f"partial_{a.name}_overflow"
-                if over in t.column_names:
-                    high = pc.fill_null(t[over].take(take), 0).to_numpy().astype(np.int64)
-                    if high.any():
-                        p["s"] = p["s"] + high.astype(object) * 10 ** st.precision
-            else:
-                dtype = np.int64 if pa.types.is_integer(col.type) else np.float64
-                p["s"] = pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(dtype)
-            n = t[STATE_PREFIX + f"partial_{a.name}_n"].take(take)
-            p["n"] = pc.fill_null(n, 0).to_numpy().astype(np.int64)
-        elif a.type == "count":
-            p["n"] = pc.fill_null(col, 0).to_numpy().astype(np.int64)
-        elif a.type == "distinct":
-            lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
-            p["members"] = (np.repeat(np.arange(len(rows)), lengths),
-                            codes_in(pc.list_flatten(col), domains[_dkey(a)].values))
-        else:
-            p["code"] = codes_in(col, domains[_dkey(a)].values)
-            if spec.keeps_arrival(a):
-                p["at"] = _carried_arrival(t, a, rows, take)
-        out.append(p)
-    return out
+def _state_partials(aggregators: list[Aggregator], k: _Keys, rows: np.ndarray, domains: dict) -> list[Any]:
+    """Partial aggregates of carried windows (table rows ``rows``), one per aggregate."""
+    return [agg.from_state(k.table, rows, domains) for agg in aggregators]
+
+
+def _reduce(aggregators: list[Aggregator], inputs: dict, group: np.ndarray, n_groups: int, events: np.ndarray,
+            carried: list[Any] | None, carried_group: np.ndarray, domains: dict) -> list[Any]:
+    """Aggregate ``events`` (in arrival order) into ``group``s, per aggregate.
+
+    ``carried`` are the partials of groups ``carried_group``; they come first in every fold.
+    """
+    return [agg.reduce(inputs.get(agg.input_key), group, n_groups, events,
+                       carried[i] if carried is not None else None, carried_group, domains)
+            for i, agg in enumerate(aggregators)]
 
 
 def _carried_arrival(t: pa.Table, a: Aggregate, rows: np.ndarray, take: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -159,130 +125,10 @@ def _carried_arrival(t: pa.Table, a: Aggregate, rows: np.ndarray, take: pa.Array
     return b, q
 
 
-def _final_value(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) -> pa.Array:
-    if a.type == "count":
-        return pa.array(p["n"][sel], pa.int64())
-    if a.type == "distinct":
-        return pa.array(p["dcount"][sel], pa.int64())
-    if a.type in ("sum", "avg"):
-        n, s = p["n"][sel], p["s"][sel]
-        if _is_decimal(spec.sum_type(a)):
-            if a.type == "avg":
-                return _decimal_avg(s, n, spec.sum_type(a), spec.output_type(a))
-            return _decimal_array(s, n == 0, spec.output_type(a))
-        if a.type == "avg":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return pa.array(s.astype(np.float64) / np.where(n > 0, n, 1), pa.float64(), mask=n == 0)
-        return pa.array(s, spec.output_type(a), mask=n == 0)
-    return _decode(p["code"][sel], domains[_dkey(a)].values)
-
-
 def _decode(codes: np.ndarray, domain: pa.Array) -> pa.Array:
     mask = codes < 0
     return domain.take(pa.array(np.where(mask, 0, codes), pa.int64(), mask=mask)) if len(domain) else \
         pa.nulls(len(codes), domain.type)
-
-
-def _partial_columns(a: Aggregate, p: dict, sel: np.ndarray, spec: Spec, domains) -> dict[str, pa.Array]:
-    name = f"partial_{a.name}"
-    if a.type in ("sum", "avg"):
-        vt = spec.sum_type(a)
-        if _is_decimal(vt):
-            low, high = _split_overflow(p["s"][sel], vt)
-            return {name: _decimal_array(low, np.zeros(len(sel), bool), vt),
-                    name + "_n": pa.array(p["n"][sel], pa.int64()), name + "_overflow": pa.array(high, pa.int64())}
-        return {name: pa.array(p["s"][sel], vt), name + "_n": pa.array(p["n"][sel], pa.int64())}
-    if a.type == "count":
-        return {name: pa.array(p["n"][sel], pa.int64())}
-    if a.type == "distinct":
-        grp, codes = p["members"]
-        # Members of the selected groups, as one sorted list per group.
-        pos = np.full(len(p["dcount"]), -1, dtype=np.int64)
-        pos[sel] = np.arange(len(sel))
-        keep = pos[grp] >= 0
-        gi, ci = pos[grp[keep]], codes[keep]
-        # Each list in value order: the carried state must not depend on input row order.
-        values = _decode(ci, domains[_dkey(a)].values)
-        order = pc.sort_indices(pa.table({"g": gi, "v": values}), [("g", "ascending"), ("v", "ascending")])
-        gi = gi[order.to_numpy()]
-        values = values.take(order)
-        offsets = np.concatenate(([0], np.cumsum(np.bincount(gi, minlength=len(sel)))))
-        return {name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)}
-    out = {name: _decode(p["code"][sel], domains[_dkey(a)].values)}
-    if spec.keeps_arrival(a):
-        null = p["code"][sel] < 0
-        out[name + "_batch"] = pa.array(p["at"][0][sel], pa.int64(), mask=null)
-        out[name + "_seq"] = pa.array(p["at"][1][sel], pa.int64(), mask=null)
-    return out
-
-
-def _reduce(spec: Spec, grp: np.ndarray, ngroups: int, ev_idx: np.ndarray, values, domains,
-            init: list[dict] | None, init_grp: np.ndarray) -> list[dict]:
-    """Aggregate events ``ev_idx`` (in arrival order) into groups ``grp``.
-
-    ``init`` are carried partials of groups ``init_grp``; they come first in every fold.
-    """
-    out = []
-    for i, a in enumerate(spec.pipeline.aggregates):
-        ini = init[i] if init is not None else None
-        p: dict[str, Any] = {}
-        if a.type == "count":
-            if a.column is None:
-                gv = grp
-            else:
-                gv = grp[values[("valid", a.column)][0][ev_idx]]
-            p["n"] = np.bincount(gv, minlength=ngroups).astype(np.int64)
-            if ini is not None:
-                np.add.at(p["n"], init_grp, ini["n"])
-        elif a.type in ("sum", "avg"):
-            vals, valid = values[("num", a.column)]
-            vals, valid = vals[ev_idx], valid[ev_idx]
-            s = np.zeros(ngroups, dtype=vals.dtype)
-            n = np.zeros(ngroups, dtype=np.int64)
-            if ini is not None:
-                s[init_grp] = ini["s"]
-                n[init_grp] = ini["n"]
-            np.add.at(s, grp[valid], vals[valid])  # unbuffered: a left fold in arrival order
-            n += np.bincount(grp[valid], minlength=ngroups)
-            p["s"], p["n"] = s, n
-        else:
-            codes, valid = values[("code", *_dkey(a))]
-            ok = valid[ev_idx]
-            gv, cv = grp[ok], codes[ev_idx][ok]
-            if a.type == "distinct":
-                C = np.int64(len(domains[_dkey(a)].values) + 1)
-                mg, mc = gv, cv
-                if ini is not None:
-                    sg, sc = ini["members"]
-                    mg, mc = np.concatenate([init_grp[sg], gv]), np.concatenate([sc, cv])
-                # Distinct (group, value) pairs by hashing; their order does not matter.
-                enc = pc.unique(pa.array(mg.astype(np.int64) * C + mc, pa.int64())).to_numpy()
-                ug, uc = enc // C, enc % C
-                p["dcount"] = np.bincount(ug, minlength=ngroups).astype(np.int64)
-                p["members"] = (ug, uc)
-            else:
-                code = np.full(ngroups, -1, dtype=np.int64)
-                if ini is not None:
-                    code[init_grp] = ini["code"]
-                if a.type == "min":
-                    code[code < 0] = MAX_TIMESTAMP
-                    np.minimum.at(code, gv, cv)
-                    code[code == MAX_TIMESTAMP] = -1
-                elif a.type == "max":
-                    np.maximum.at(code, gv, cv)
-                elif a.type == "first":  # carried first wins; else the first non-null event
-                    u, idx = np.unique(gv, return_index=True)
-                    keep = code[u] < 0
-                    code[u[keep]] = cv[idx[keep]]
-                else:  # last: the last non-null event; else the carried last
-                    u, idx = np.unique(gv[::-1], return_index=True)
-                    code[u] = cv[len(cv) - 1 - idx]
-                p["code"] = code
-        out.append(p)
-    return out
-
-
-# =========================================================================== tumbling / sliding
 
 
 def _seg_cumsum_int(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
@@ -295,6 +141,672 @@ def _seg_cumsum_int(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
     return c - np.repeat(before, np.diff(np.append(st, len(v))))
 
 
-# =========================================================================== sessions
+@dataclass(frozen=True)
+class EventInput:
+    """One aggregate input per event, in the kernel's event order: ``values`` (numbers,
+    codes into a domain, or the non-null mask itself) and ``valid`` (non-null)."""
+
+    values: np.ndarray
+    valid: np.ndarray
 
 
+@dataclass
+class CountPartial:
+    count: np.ndarray  # non-null values (all events for ``count`` without a column)
+
+
+@dataclass
+class SumPartial:
+    total: np.ndarray  # int64, float64 (a left fold in arrival order), or exact Python ints (decimals)
+    count: np.ndarray  # non-null values
+
+
+@dataclass
+class CodePartial:
+    """min / max / first / last as codes into the column's domain (-1: null)."""
+
+    code: np.ndarray
+    #: Sessions' first / last: where the value arrived, as (batch, seq) for the state
+    #: (:meth:`Spec.partial_fields`) ...
+    arrival: tuple[np.ndarray, np.ndarray] | None = None
+    #: ... and as a position of the session merge (:func:`windowing.kernel.sessions._sessions`).
+    position: np.ndarray | None = None
+
+
+@dataclass
+class DistinctPartial:
+    count: np.ndarray  # distinct non-null values per group
+    member_group: np.ndarray  # the (group, code) pairs of the distinct values, any order
+    member_code: np.ndarray
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    """The running aggregates of ``atAggregate`` snapshots: one prefix per accepted
+    (event, window) pair, "the group so far". Pairs come sorted by (group, arrival)."""
+
+    group: np.ndarray  # the group of each pair
+    event: np.ndarray  # the event of each pair (index in arrival order)
+    rank: np.ndarray  # the pair's rank in its group, from 0
+    carried_index: np.ndarray  # per pair: its group's carried partial (index), or -1
+    carried_group: np.ndarray  # per carried partial: its group
+    n_groups: int
+
+    @property
+    def has_carried(self) -> np.ndarray:
+        return self.carried_index >= 0
+
+    def carried(self, per_carried: np.ndarray, default: Any = 0) -> np.ndarray:
+        """Per pair: the carried value of its group, else ``default``."""
+        return np.where(self.has_carried, per_carried[np.maximum(self.carried_index, 0)], default)
+
+
+class Aggregator:
+    """Everything the kernel needs of one aggregate type, for one configured aggregate.
+
+    Vectorised (many groups at once): :meth:`reduce` (a group in arrival order, after its
+    carried partial), :meth:`running` (the value after each event, for ``atAggregate``),
+    :meth:`from_state` / :meth:`state_columns` (the carried partial), :meth:`final`
+    (the output column). One value at a time, for the session merge loop: :meth:`empty`,
+    :meth:`apply`, :meth:`combine`, :meth:`copy`, :meth:`carried` and :meth:`collect`.
+    Types: :meth:`output_type` and :meth:`state_fields`.
+
+    Invariants every subclass keeps: carried partials come first in a fold; results do
+    not depend on the input's row order; the session accumulators give the same values
+    (bit for bit) as :meth:`reduce` over the same events in the same order.
+    """
+
+    #: The event input: "valid" (the non-null mask), "number" or "code".
+    input_kind: ClassVar[str] = "code"
+    #: Whether codes must follow the values' order (min / max).
+    sorted_domain: ClassVar[bool] = False
+
+    def __init__(self, agg: Aggregate, spec: Spec):
+        self.agg = agg
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return f"partial_{self.agg.name}"
+
+    @property
+    def domain_key(self) -> tuple[str, bool] | None:
+        """Which value domain the aggregate codes its column in (None: it reads numbers)."""
+        return (self.agg.column, self.sorted_domain) if self.input_kind == "code" and self.agg.column else None
+
+    @property
+    def input_key(self) -> tuple:
+        """The key of its :class:`EventInput` (aggregates over one column share one)."""
+        if self.input_kind == "code":
+            return ("code", *(self.domain_key or ()))
+        return (self.input_kind, self.agg.column)
+
+    def output_type(self) -> pa.DataType:
+        return self.spec.value_type(self.agg)
+
+    def state_fields(self) -> list[pa.Field]:
+        return [pa.field(self.name, self.output_type())]
+
+    def domain_values(self, state_column: pa.Array) -> pa.Array:
+        """The values a carried partial adds to the column's domain."""
+        return state_column
+
+    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+        return EventInput(domains[self.domain_key].codes[ev.rows], valid)
+
+    def state_column(self, table: pa.Table, take: pa.Array, suffix: str = "") -> pa.Array:
+        return table[STATE_PREFIX + self.name + suffix].take(take).combine_chunks()
+
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> Any:
+        raise NotImplementedError
+
+    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
+               carried: Any, carried_group: np.ndarray, domains: dict) -> Any:
+        """Aggregate ``events`` (in arrival order) into ``group``s, after the ``carried``
+        partials of groups ``carried_group``."""
+        raise NotImplementedError
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: Any, domains: dict) -> Any:
+        raise NotImplementedError
+
+    def final(self, partial: Any, sel: np.ndarray, domains: dict) -> pa.Array:
+        raise NotImplementedError
+
+    def state_columns(self, partial: Any, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+        raise NotImplementedError
+
+    # -- one value at a time (sessions)
+
+    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list, list]:
+        """(values, valid) per event as Python lists, for the merge loop."""
+        assert inp is not None
+        return inp.values.tolist(), inp.valid.tolist()
+
+    def empty(self) -> list:
+        raise NotImplementedError
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        """Add one non-null event value (``position``: the event's arrival position)."""
+        raise NotImplementedError
+
+    def combine(self, acc: list, other: list) -> None:
+        """Merge ``other`` (a session starting later) into ``acc``."""
+        raise NotImplementedError
+
+    def copy(self, acc: list) -> list:
+        return list(acc)
+
+    def carried(self, partial: Any, positions: np.ndarray | None) -> list[list]:
+        """A carried partial as one accumulator per row (``positions``: the arrival
+        positions of first / last values, see :func:`windowing.kernel.sessions._sessions`)."""
+        raise NotImplementedError
+
+    def collect(self, accs: list[list]) -> Any:
+        """Accumulators as one partial (one group each)."""
+        raise NotImplementedError
+
+
+class CountAggregator(Aggregator):
+    """``count``: events (``count`` without a column) or non-null values."""
+
+    input_kind = "valid"
+
+    def output_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+        return EventInput(valid, valid)
+
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> CountPartial:
+        column = self.state_column(table, pa.array(rows))
+        return CountPartial(pc.fill_null(column, 0).to_numpy().astype(np.int64))
+
+    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
+               carried: CountPartial | None, carried_group: np.ndarray, domains: dict) -> CountPartial:
+        counted = group if inp is None else group[inp.valid[events]]
+        count = np.bincount(counted, minlength=n_groups).astype(np.int64)
+        if carried is not None:
+            np.add.at(count, carried_group, carried.count)
+        return CountPartial(count)
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CountPartial | None,
+                domains: dict) -> CountPartial:
+        if inp is None:
+            count = prefixes.rank + 1
+        else:
+            count = _seg_cumsum_int(inp.valid[prefixes.event].astype(np.int64), prefixes.group)
+        if carried is not None:
+            count = count + prefixes.carried(carried.count)
+        return CountPartial(count)
+
+    def final(self, partial: CountPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+        return pa.array(partial.count[sel], pa.int64())
+
+    def state_columns(self, partial: CountPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+        return {self.name: pa.array(partial.count[sel], pa.int64())}
+
+    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list, list]:
+        valid = inp.valid.tolist() if inp is not None else [True] * n_events
+        return valid, valid
+
+    def empty(self) -> list:
+        return [0]
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        acc[0] += 1
+
+    def combine(self, acc: list, other: list) -> None:
+        acc[0] += other[0]
+
+    def carried(self, partial: CountPartial, positions: np.ndarray | None) -> list[list]:
+        return [[n] for n in partial.count.tolist()]
+
+    def collect(self, accs: list[list]) -> CountPartial:
+        return CountPartial(np.array([a[0] for a in accs], dtype=np.int64))
+
+
+class SumAggregator(Aggregator):
+    """``sum``: exact for integers (int64) and decimals (unscaled Python ints, see
+    :mod:`.decimals`); a left fold in arrival order for floats. Null without a value."""
+
+    input_kind = "number"
+
+    def output_type(self) -> pa.DataType:
+        """decimal(p, s) sums to Spark's decimal(min(38, p + 10), s)."""
+        vt = self.spec.value_type(self.agg)
+        if _is_decimal(vt):
+            return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 10), vt.scale)
+        return pa.int64() if pa.types.is_integer(vt) else pa.float64()
+
+    def sum_type(self) -> pa.DataType:
+        """The type of the partial sum."""
+        return SumAggregator.output_type(self)
+
+    def state_fields(self) -> list[pa.Field]:
+        out = [pa.field(self.name, self.sum_type()), pa.field(self.name + "_n", pa.int64())]
+        if _is_decimal(self.sum_type()):
+            out.append(pa.field(self.name + "_overflow", pa.int64()))
+        return out
+
+    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+        if _is_decimal(column.type):
+            values = _decimal_ints(column)[ev.rows]
+        else:
+            values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(_sum_dtype(column.type))[ev.rows]
+        return EventInput(values, valid)
+
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> SumPartial:
+        take = pa.array(rows)
+        column = self.state_column(table, take)
+        sum_type = self.sum_type()
+        if _is_decimal(sum_type):
+            total = _decimal_ints(column, sum_type.scale)
+            overflow = STATE_PREFIX + self.name + "_overflow"
+            if overflow in table.column_names:
+                high = pc.fill_null(table[overflow].take(take), 0).to_numpy().astype(np.int64)
+                if high.any():
+                    total = total + high.astype(object) * 10 ** sum_type.precision
+        else:
+            dtype = np.int64 if pa.types.is_integer(column.type) else np.float64
+            total = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(dtype)
+        count = pc.fill_null(table[STATE_PREFIX + self.name + "_n"].take(take), 0).to_numpy().astype(np.int64)
+        return SumPartial(total, count)
+
+    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
+               carried: SumPartial | None, carried_group: np.ndarray, domains: dict) -> SumPartial:
+        assert inp is not None
+        values, valid = inp.values[events], inp.valid[events]
+        total = np.zeros(n_groups, dtype=values.dtype)
+        count = np.zeros(n_groups, dtype=np.int64)
+        if carried is not None:
+            total[carried_group] = carried.total
+            count[carried_group] = carried.count
+        np.add.at(total, group[valid], values[valid])  # unbuffered: a left fold in arrival order
+        count += np.bincount(group[valid], minlength=n_groups)
+        return SumPartial(total, count)
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: SumPartial | None,
+                domains: dict) -> SumPartial:
+        assert inp is not None
+        values, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
+        group, n = prefixes.group, len(prefixes.group)
+        total = np.zeros(n, dtype=values.dtype)
+        initial = np.zeros(prefixes.n_groups, dtype=values.dtype)
+        count = _seg_cumsum_int(valid.astype(np.int64), group)
+        if carried is not None:
+            initial[prefixes.carried_group] = carried.total
+            count = count + prefixes.carried(carried.count)
+        # A sequential running sum per group: the same left fold as the final sum.
+        starts = starts_of(group)
+        ends = np.append(starts[1:], n)
+        added = np.where(valid, values, 0)
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            total[a:b] = np.cumsum(np.concatenate(([initial[group[a]]], added[a:b])))[1:]
+        return SumPartial(total, count)
+
+    def final(self, partial: SumPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+        count, total = partial.count[sel], partial.total[sel]
+        if _is_decimal(self.sum_type()):
+            return _decimal_array(total, count == 0, self.output_type())
+        return pa.array(total, self.output_type(), mask=count == 0)
+
+    def state_columns(self, partial: SumPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+        sum_type = self.sum_type()
+        count = pa.array(partial.count[sel], pa.int64())
+        if _is_decimal(sum_type):
+            low, high = _split_overflow(partial.total[sel], sum_type)
+            return {self.name: _decimal_array(low, np.zeros(len(sel), bool), sum_type), self.name + "_n": count,
+                    self.name + "_overflow": pa.array(high, pa.int64())}
+        return {self.name: pa.array(partial.total[sel], sum_type), self.name + "_n": count}
+
+    def empty(self) -> list:
+        return [0, 0]  # count, total
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        acc[1] = acc[1] + value
+        acc[0] += 1
+
+    def combine(self, acc: list, other: list) -> None:
+        acc[0] += other[0]
+        acc[1] = acc[1] + other[1]
+
+    def carried(self, partial: SumPartial, positions: np.ndarray | None) -> list[list]:
+        return [[n, total] for n, total in zip(partial.count.tolist(), partial.total.tolist())]
+
+    def collect(self, accs: list[list]) -> SumPartial:
+        return SumPartial(np.array([a[1] for a in accs], dtype=_sum_dtype(self.spec.value_type(self.agg))),
+                          np.array([a[0] for a in accs], dtype=np.int64))
+
+
+class AvgAggregator(SumAggregator):
+    """``avg``: the sum and the count of its values; decimal(p, s) averages to Spark's
+    decimal(min(38, p + 4), min(38, s + 4)), rounded HALF_UP."""
+
+    def output_type(self) -> pa.DataType:
+        vt = self.spec.value_type(self.agg)
+        if _is_decimal(vt):
+            return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 4), min(MAX_DECIMAL_DIGITS, vt.scale + 4))
+        return pa.float64()
+
+    def final(self, partial: SumPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+        count, total = partial.count[sel], partial.total[sel]
+        if _is_decimal(self.sum_type()):
+            return _decimal_avg(total, count, self.sum_type(), self.output_type())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return pa.array(total.astype(np.float64) / np.where(count > 0, count, 1), pa.float64(), mask=count == 0)
+
+
+class _CodeAggregator(Aggregator):
+    """An aggregate whose value is one of its column's values, kept as a code."""
+
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> CodePartial:
+        column = self.state_column(table, pa.array(rows))
+        return CodePartial(codes_in(column, domains[self.domain_key].values))
+
+    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
+               carried: CodePartial | None, carried_group: np.ndarray, domains: dict) -> CodePartial:
+        assert inp is not None
+        valid = inp.valid[events]
+        code = np.full(n_groups, -1, dtype=np.int64)
+        if carried is not None:
+            code[carried_group] = carried.code
+        self.fold(code, group[valid], inp.values[events][valid])
+        return CodePartial(code)
+
+    def fold(self, code: np.ndarray, group: np.ndarray, value: np.ndarray) -> None:
+        """Fold non-null ``value``s (in arrival order) into ``code`` per group, in place."""
+        raise NotImplementedError
+
+    def final(self, partial: CodePartial, sel: np.ndarray, domains: dict) -> pa.Array:
+        return _decode(partial.code[sel], domains[self.domain_key].values)
+
+    def state_columns(self, partial: CodePartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+        return {self.name: _decode(partial.code[sel], domains[self.domain_key].values)}
+
+    def empty(self) -> list:
+        return [-1]
+
+    def carried(self, partial: CodePartial, positions: np.ndarray | None) -> list[list]:
+        return [[code] for code in partial.code.tolist()]
+
+    def collect(self, accs: list[list]) -> CodePartial:
+        return CodePartial(np.array([a[0] for a in accs], dtype=np.int64))
+
+
+class _ExtremumAggregator(_CodeAggregator):
+    """min / max over codes that follow the values' order."""
+
+    sorted_domain = True
+    is_max: ClassVar[bool] = True
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
+                domains: dict) -> CodePartial:
+        # A running maximum of (group, value) encoded in one int64; min runs on reversed codes.
+        assert inp is not None
+        code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
+        big = np.int64(len(domains[self.domain_key].values) + 2)
+
+        def flip(c: np.ndarray) -> np.ndarray:
+            return c if self.is_max else big - 2 - c
+
+        value = np.where(valid, flip(code), -1)
+        initial = np.full(prefixes.n_groups, -1, dtype=np.int64)
+        if carried is not None:
+            initial[prefixes.carried_group] = np.where(carried.code >= 0, flip(carried.code), -1)
+        value = np.maximum(value, initial[prefixes.group])
+        group_base = prefixes.group.astype(np.int64) * big
+        best = np.maximum.accumulate(group_base + (value + 1)) - group_base - 1
+        return CodePartial(np.where(best < 0, -1, flip(best)))
+
+
+class MinAggregator(_ExtremumAggregator):
+    is_max = False
+
+    def fold(self, code: np.ndarray, group: np.ndarray, value: np.ndarray) -> None:
+        code[code < 0] = MAX_TIMESTAMP
+        np.minimum.at(code, group, value)
+        code[code == MAX_TIMESTAMP] = -1
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        acc[0] = value if acc[0] < 0 else min(acc[0], value)
+
+    def combine(self, acc: list, other: list) -> None:
+        acc[0] = other[0] if acc[0] < 0 else (min(acc[0], other[0]) if other[0] >= 0 else acc[0])
+
+
+class MaxAggregator(_ExtremumAggregator):
+    is_max = True
+
+    def fold(self, code: np.ndarray, group: np.ndarray, value: np.ndarray) -> None:
+        np.maximum.at(code, group, value)
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        acc[0] = max(acc[0], value)
+
+    def combine(self, acc: list, other: list) -> None:
+        acc[0] = max(acc[0], other[0])
+
+
+class _ArrivalAggregator(_CodeAggregator):
+    """first / last: by arrival order. Of sessions, the partial keeps where its value
+    arrived (:meth:`Spec.partial_fields`), since a merge can join a session that started
+    later but arrived earlier; the accumulator is ``[code, position]``."""
+
+    @property
+    def keeps_arrival(self) -> bool:
+        return self.spec.window.type is WindowType.SESSION
+
+    def state_fields(self) -> list[pa.Field]:
+        fields = super().state_fields()
+        if self.keeps_arrival:
+            fields += [pa.field(self.name + "_batch", pa.int64()), pa.field(self.name + "_seq", pa.int64())]
+        return fields
+
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> CodePartial:
+        partial = super().from_state(table, rows, domains)
+        if self.keeps_arrival:
+            partial.arrival = _carried_arrival(table, self.agg, rows, pa.array(rows))
+        return partial
+
+    def state_columns(self, partial: CodePartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+        out = super().state_columns(partial, sel, domains)
+        if self.keeps_arrival:
+            assert partial.arrival is not None
+            null = partial.code[sel] < 0
+            out[self.name + "_batch"] = pa.array(partial.arrival[0][sel], pa.int64(), mask=null)
+            out[self.name + "_seq"] = pa.array(partial.arrival[1][sel], pa.int64(), mask=null)
+        return out
+
+    def empty(self) -> list:
+        return [-1, 0]
+
+    def carried(self, partial: CodePartial, positions: np.ndarray | None) -> list[list]:
+        if positions is None:
+            positions = np.zeros(len(partial.code), dtype=np.int64)
+        return [[code, at] for code, at in zip(partial.code.tolist(), positions.tolist())]
+
+    def collect(self, accs: list[list]) -> CodePartial:
+        partial = super().collect(accs)
+        if self.keeps_arrival:
+            partial.position = np.array([a[1] for a in accs], dtype=np.int64)
+        return partial
+
+
+class FirstAggregator(_ArrivalAggregator):
+    def fold(self, code: np.ndarray, group: np.ndarray, value: np.ndarray) -> None:
+        # The carried first wins; else the first non-null event.
+        groups, first = np.unique(group, return_index=True)
+        unset = code[groups] < 0
+        code[groups[unset]] = value[first[unset]]
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
+                domains: dict) -> CodePartial:
+        assert inp is not None
+        code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
+        n = len(prefixes.group)
+        index = np.arange(n, dtype=np.int64)
+        first_at = np.full(prefixes.n_groups, n, dtype=np.int64)
+        np.minimum.at(first_at, prefixes.group, np.where(valid, index, n))
+        at = first_at[prefixes.group]
+        out = np.where(at <= index, code[np.minimum(at, n - 1)] if n else -1, -1)
+        if carried is not None:
+            carried_code = prefixes.carried(carried.code, -1)
+            out = np.where(carried_code >= 0, carried_code, out)
+        return CodePartial(out)
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        if acc[0] < 0:
+            acc[0], acc[1] = value, position
+
+    def combine(self, acc: list, other: list) -> None:
+        # The value that arrived first, whichever session holds it.
+        if other[0] >= 0 and (acc[0] < 0 or other[1] < acc[1]):
+            acc[0], acc[1] = other[0], other[1]
+
+
+class LastAggregator(_ArrivalAggregator):
+    def fold(self, code: np.ndarray, group: np.ndarray, value: np.ndarray) -> None:
+        # The last non-null event; else the carried last.
+        groups, from_end = np.unique(group[::-1], return_index=True)
+        code[groups] = value[len(value) - 1 - from_end]
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
+                domains: dict) -> CodePartial:
+        assert inp is not None
+        code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
+        n = len(prefixes.group)
+        index = np.arange(n, dtype=np.int64)
+        last_at = np.where(valid, index, -1)
+        last_at = np.maximum.accumulate(last_at) if n else last_at
+        out = np.where(last_at >= index - prefixes.rank, code[np.maximum(last_at, 0)] if n else -1, -1)
+        if carried is not None:
+            out = np.where(out >= 0, out, prefixes.carried(carried.code, -1))
+        return CodePartial(out)
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        acc[0], acc[1] = value, position
+
+    def combine(self, acc: list, other: list) -> None:
+        if other[0] >= 0 and (acc[0] < 0 or other[1] > acc[1]):
+            acc[0], acc[1] = other[0], other[1]
+
+
+class DistinctAggregator(Aggregator):
+    """``distinct``: the number of distinct non-null values; the partial is the set of
+    values (carried as a list in value order)."""
+
+    def output_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def state_fields(self) -> list[pa.Field]:
+        return [pa.field(self.name, pa.list_(self.spec.value_type(self.agg)))]
+
+    def domain_values(self, state_column: pa.Array) -> pa.Array:
+        return pc.list_flatten(state_column)
+
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> DistinctPartial:
+        column = self.state_column(table, pa.array(rows))
+        lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy().astype(np.int64)
+        return DistinctPartial(lengths, np.repeat(np.arange(len(rows)), lengths),
+                               codes_in(pc.list_flatten(column), domains[self.domain_key].values))
+
+    def _width(self, domains: dict) -> np.int64:
+        return np.int64(len(domains[self.domain_key].values) + 1)
+
+    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
+               carried: DistinctPartial | None, carried_group: np.ndarray, domains: dict) -> DistinctPartial:
+        assert inp is not None
+        valid = inp.valid[events]
+        member_group, member_code = group[valid], inp.values[events][valid]
+        if carried is not None:
+            member_group = np.concatenate([carried_group[carried.member_group], member_group])
+            member_code = np.concatenate([carried.member_code, member_code])
+        # Distinct (group, value) pairs by hashing; their order does not matter.
+        width = self._width(domains)
+        pairs = pc.unique(pa.array(member_group.astype(np.int64) * width + member_code, pa.int64())).to_numpy()
+        unique_group, unique_code = pairs // width, pairs % width
+        return DistinctPartial(np.bincount(unique_group, minlength=n_groups).astype(np.int64), unique_group,
+                               unique_code)
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: DistinctPartial | None,
+                domains: dict) -> DistinctPartial:
+        assert inp is not None
+        code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
+        group, n = prefixes.group, len(prefixes.group)
+        width = self._width(domains)
+        pair = group.astype(np.int64) * width + np.where(valid, code, 0)
+        seen_carried = np.zeros(n, dtype=bool)
+        if carried is not None:
+            carried_pair = prefixes.carried_group[carried.member_group].astype(np.int64) * width + carried.member_code
+            seen_carried = np.isin(pair, carried_pair)
+        valid_at = np.flatnonzero(valid)
+        _, first = np.unique(pair[valid_at], return_index=True)
+        new = np.zeros(n, dtype=bool)
+        new[valid_at[first]] = True
+        new &= ~seen_carried
+        count = _seg_cumsum_int(new.astype(np.int64), group)
+        if carried is not None:
+            count = count + prefixes.carried(np.bincount(carried.member_group,
+                                                         minlength=len(prefixes.carried_group)))
+        return DistinctPartial(count, np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def final(self, partial: DistinctPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+        return pa.array(partial.count[sel], pa.int64())
+
+    def state_columns(self, partial: DistinctPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+        # Members of the selected groups, as one sorted list per group.
+        row_of = np.full(len(partial.count), -1, dtype=np.int64)
+        row_of[sel] = np.arange(len(sel))
+        keep = row_of[partial.member_group] >= 0
+        rows, codes = row_of[partial.member_group[keep]], partial.member_code[keep]
+        # Each list in value order: the carried state must not depend on input row order.
+        values = _decode(codes, domains[self.domain_key].values)
+        order = pc.sort_indices(pa.table({"g": rows, "v": values}), [("g", "ascending"), ("v", "ascending")])
+        rows = rows[order.to_numpy()]
+        values = values.take(order)
+        offsets = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(sel)))))
+        return {self.name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)}
+
+    def empty(self) -> list:
+        return [set()]
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        acc[0].add(value)
+
+    def combine(self, acc: list, other: list) -> None:
+        acc[0] |= other[0]
+
+    def copy(self, acc: list) -> list:
+        return [set(acc[0])]
+
+    def carried(self, partial: DistinctPartial, positions: np.ndarray | None) -> list[list]:
+        accs: list[list] = [[set()] for _ in range(len(partial.count))]
+        for row, code in zip(partial.member_group.tolist(), partial.member_code.tolist()):
+            accs[row][0].add(code)
+        return accs
+
+    def collect(self, accs: list[list]) -> DistinctPartial:
+        rows = [r for r, a in enumerate(accs) for _ in a[0]]
+        codes = [c for a in accs for c in sorted(a[0])]
+        return DistinctPartial(np.array([len(a[0]) for a in accs], dtype=np.int64), np.array(rows, dtype=np.int64),
+                               np.array(codes, dtype=np.int64))
+
+
+AGGREGATORS: dict[str, type[Aggregator]] = {
+    "count": CountAggregator,
+    "sum": SumAggregator,
+    "avg": AvgAggregator,
+    "min": MinAggregator,
+    "max": MaxAggregator,
+    "first": FirstAggregator,
+    "last": LastAggregator,
+    "distinct": DistinctAggregator,
+}
+
+
+def aggregator(agg: Aggregate, spec: Spec) -> Aggregator:
+    """The :class:`Aggregator` of ``agg`` (its type's class, in :data:`AGGREGATORS`)."""
+    return AGGREGATORS[agg.type](agg, spec)

@@ -16,7 +16,6 @@ worker's clock at the emitting commit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -27,10 +26,9 @@ from windowing.arrays import (
     sat_sub,
     seg_rank,
     seg_searchsorted,
-    starts_of,
 )
 from windowing.config import Lateness
-from windowing.kernel.aggregates import _dkey, _domains, _reduce, _seg_cumsum_int, _state_partials, _value_arrays
+from windowing.kernel.aggregates import Prefixes, _domains, _event_inputs, _reduce, _state_partials
 from windowing.kernel.assignment import WindowAssignment, assign_windows
 from windowing.kernel.clocks import _Idle, _snapshot_times
 from windowing.kernel.inputs import _Events, _KeyBatches, _Keys, _scol
@@ -139,8 +137,8 @@ def _windows(ev: _Events, kb: _KeyBatches, k: _Keys, idle: _Idle, spec: Spec,
     ends its generation, whichever comes first; each group's aggregate folds its carried
     partial first, then its events in arrival order.
     """
-    domains = _domains(spec, k, ev)
-    values = _value_arrays(spec, ev, domains)
+    domains = _domains(k, spec.aggregators)
+    inputs = _event_inputs(ev, spec.aggregators, domains)
     pairs = assign_windows(ev.t, spec.window)
     watermark_before = kb.eff_before[kb.of_event[pairs.event]]
     if spec.window.lateness is Lateness.WINDOW_CLOSED:
@@ -151,24 +149,23 @@ def _windows(ev: _Events, kb: _KeyBatches, k: _Keys, idle: _Idle, spec: Spec,
     accepted = WindowAssignment(pairs.event[~late], pairs.start[~late], pairs.end[~late])
     carried = _CarriedWindows.read(k)
     wg = _group_windows(carried, accepted, ev.g[accepted.event], idle.gen[kb.of_event[accepted.event]])
-    carried_partials = _state_partials(spec, k, carried.rows, domains) if carried.n else None
-    partials = _reduce(spec, wg.event_group, wg.n, wg.event_index, values, domains, carried_partials,
-                       wg.carried_group)
+    carried_partials = _state_partials(spec.aggregators, k, carried.rows, domains) if carried.n else None
+    partials = _reduce(spec.aggregators, inputs, wg.event_group, wg.n, wg.event_index, carried_partials,
+                       wg.carried_group, domains)
     closing = _close_windows(wg, kb, idle, k, spec, flush_at_end)
 
     groups = _Groups(spec, domains)
     groups.created = np.bincount(wg.key[wg.carried_index < 0], minlength=k.n)
     carried_emissions = np.where(wg.carried_index >= 0, carried.emissions[np.maximum(wg.carried_index, 0)], 0) \
         if carried.n else np.zeros(wg.n, dtype=np.int64)
-    emission, reopen = _emissions(k, wg.key, wg.start, wg.end, wg.generation, closing.reason, carried_emissions,
-                                  kb.eff_final)
+    emission, reopen = _emissions(k, wg, closing.reason, carried_emissions, kb.eff_final)
     groups.idle_flushes = _count_idle_flushes(closing.reason, wg.key, wg.generation, k.n)
     groups.set(wg.key, wg.start, wg.end, closing.reason, closing.emit_batch, closing.emit_watermark, emission,
                wg.events, partials, reopen, emit_time=closing.emit_time)
 
     snaps = None
     if spec.snapshots:
-        snaps = _snapshots(spec, domains, values, wg, emission, carried_partials, carried, ev, kb,
+        snaps = _snapshots(spec, domains, inputs, wg, emission, carried_partials, carried, ev, kb,
                            snapshot_time=_snapshot_times(ev, kb, idle))
     return groups, late_out, snaps
 
@@ -289,178 +286,77 @@ def _count_idle_flushes(reason: np.ndarray, keys: np.ndarray, generations: np.nd
     return np.bincount(flushes[:, 0], minlength=n_keys)
 
 
-def _emissions(k: _Keys, G_g: np.ndarray, G_ws: np.ndarray, G_we: np.ndarray, G_gen: np.ndarray,
-               reason: np.ndarray, carried_prior: np.ndarray,
+def _emissions(k: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emissions: np.ndarray,
                final_eff: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Emission number of every group and the counters of re-openable emitted windows.
 
-    A (key, window) emitted before, in this replay or an earlier one, gets the next number.
-    A counter is kept while the window could still reopen: its end is past the key's final
-    effective watermark ``final_eff``, and it did not close by the watermark.
+    A (key, window) emitted before, in this replay or an earlier one, gets the next number:
+    the carried counter (``emitted`` state row) + the carried emissions of its first group
+    (``carried_emissions``: those of a carried open window) + its rank among the window's
+    groups (one per generation) + 1. A counter is kept while the window could still reopen:
+    its last group is not open and did not close by the watermark, and its end is past the
+    key's final effective watermark ``final_eff``.
     """
     t = k.table
-    erows = np.flatnonzero(k.kind == STATE_EMITTED)
-    e_g = k.gid[erows]
-    e_ws = _scol(t, "window_start_ms", erows).to_numpy().astype(np.int64)
-    e_we = _scol(t, "window_end_ms", erows).to_numpy().astype(np.int64)
-    e_n = _scol(t, "emissions", erows).to_numpy().astype(np.int64)
-    M, ne = len(G_g), len(erows)
-    cg = np.concatenate([e_g, G_g])
-    cws = np.concatenate([e_ws, G_ws])
-    cwe = np.concatenate([e_we, G_we])
-    src = np.concatenate([np.zeros(ne, np.int64), np.ones(M, np.int64)])
-    cgen = np.concatenate([np.full(ne, -1, np.int64), G_gen])
-    order = np.lexsort((cgen, src, cwe, cws, cg))
-    og, ows, owe = cg[order], cws[order], cwe[order]
-    run_start = np.concatenate(([True], (og[1:] != og[:-1]) | (ows[1:] != ows[:-1]) | (owe[1:] != owe[:-1]))) \
-        if len(order) else np.zeros(0, bool)
+    counter_rows = np.flatnonzero(k.kind == STATE_EMITTED)
+    n_counters = len(counter_rows)
+    counted = _scol(t, "emissions", counter_rows).to_numpy().astype(np.int64)
+    # Carried counters and groups, sorted into runs of one (key, start, end), counters first.
+    key = np.concatenate([k.gid[counter_rows], wg.key])
+    start = np.concatenate([_scol(t, "window_start_ms", counter_rows).to_numpy().astype(np.int64), wg.start])
+    end = np.concatenate([_scol(t, "window_end_ms", counter_rows).to_numpy().astype(np.int64), wg.end])
+    is_group = np.concatenate([np.zeros(n_counters, np.int64), np.ones(wg.n, np.int64)])
+    generation = np.concatenate([np.full(n_counters, -1, np.int64), wg.generation])
+    order = np.lexsort((generation, is_group, end, start, key))
+    key, start, end = key[order], start[order], end[order]
+    if len(order):
+        run_start = np.concatenate(([True], (key[1:] != key[:-1]) | (start[1:] != start[:-1]) | (end[1:] != end[:-1])))
+    else:
+        run_start = np.zeros(0, bool)
     run = np.cumsum(run_start) - 1
-    nrun = int(run[-1]) + 1 if len(order) else 0
-    base = np.zeros(nrun, dtype=np.int64)
-    is_e = order < ne
-    base[run[is_e]] = e_n[order[is_e]]
-    prior = np.zeros(len(order), dtype=np.int64)
-    prior[~is_e] = carried_prior[order[~is_e] - ne]
-    # rank of each group within its run (carried counter rows excluded)
-    grp_rank = np.zeros(len(order), dtype=np.int64)
-    gi = np.flatnonzero(~is_e)
-    if len(gi):
-        grp_rank[gi] = seg_rank(run[gi])
-    first_prior = np.zeros(nrun, dtype=np.int64)
-    if len(gi):
-        firsts = gi[seg_rank(run[gi]) == 0]
-        first_prior[run[firsts]] = prior[firsts]
-    emission = np.zeros(M, dtype=np.int64)
-    emission[order[gi] - ne] = base[run[gi]] + first_prior[run[gi]] + grp_rank[gi] + 1
+    n_runs = int(run[-1]) + 1 if len(order) else 0
+    is_counter = order < n_counters
+    base = np.zeros(n_runs, dtype=np.int64)
+    base[run[is_counter]] = counted[order[is_counter]]
+    groups_at = np.flatnonzero(~is_counter)  # sorted positions of the groups
+    group_of = order[groups_at] - n_counters
+    rank = seg_rank(run[groups_at]) if len(groups_at) else np.zeros(0, np.int64)
+    first_carried = np.zeros(n_runs, dtype=np.int64)
+    first_carried[run[groups_at[rank == 0]]] = carried_emissions[group_of[rank == 0]]
+    emission = np.zeros(wg.n, dtype=np.int64)
+    emission[group_of] = base[run[groups_at]] + first_carried[run[groups_at]] + rank + 1
     # Re-openable counters: runs whose last group is emitted (or only a carried counter).
-    last_of_run = np.append(run_start[1:], True) if len(order) else np.zeros(0, bool)
-    lo = np.flatnonzero(last_of_run)
-    lo_is_e = is_e[lo]
-    lo_group = np.where(lo_is_e, -1, order[lo] - ne)
-    total = np.where(lo_is_e, base[run[lo]], 0)
-    ok_g = ~lo_is_e
-    total[ok_g] = emission[lo_group[ok_g]]
-    open_last = np.zeros(len(lo), dtype=bool)
-    open_last[ok_g] = reason[lo_group[ok_g]] == OPEN
-    keep = ~open_last & (total > 0) & (owe[lo] > final_eff[og[lo]])
-    closed_by_wm = np.zeros(len(lo), dtype=bool)
-    closed_by_wm[ok_g] = reason[lo_group[ok_g]] == WATERMARK
-    keep &= ~closed_by_wm
-    return emission, (og[lo][keep], ows[lo][keep], owe[lo][keep], total[keep])
+    last = np.flatnonzero(np.append(run_start[1:], True) if len(order) else np.zeros(0, bool))
+    last_is_group = ~is_counter[last]
+    last_group = order[last][last_is_group] - n_counters
+    total = base[run[last]]
+    total[last_is_group] = emission[last_group]
+    open_or_by_wm = np.zeros(len(last), dtype=bool)
+    open_or_by_wm[last_is_group] = (reason[last_group] == OPEN) | (reason[last_group] == WATERMARK)
+    keep = ~open_or_by_wm & (total > 0) & (end[last] > final_eff[key[last]])
+    return emission, (key[last][keep], start[last][keep], end[last][keep], total[keep])
 
 
-def _snapshots(spec: Spec, domains: dict, values: dict, wg: _WindowGroups, emission: np.ndarray,
-               partials_init: list[dict] | None, carried: _CarriedWindows, ev: _Events, kb: _KeyBatches,
+def _snapshots(spec: Spec, domains: dict, inputs: dict, wg: _WindowGroups, emission: np.ndarray,
+               carried_partials: list | None, carried: _CarriedWindows, ev: _Events, kb: _KeyBatches,
                snapshot_time: np.ndarray) -> _Groups:
     """atAggregate: one row per accepted (event, window) with the window's running aggregate
-    (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`)."""
-    grp, ev_el, all_pos, M = wg.member_group, wg.member_is_event, wg.member_event, wg.n
-    G_g, G_ws, G_we, state_grp, s_events = wg.key, wg.start, wg.end, wg.carried_group, carried.events
-    e_grp = grp[ev_el]
-    e_pos = all_pos[ev_el]
-    n = len(e_grp)
-    st_grp = state_grp
-    has_state = np.zeros(M, dtype=bool)
-    has_state[st_grp] = True
-    # Each snapshot is "the group so far": reduce prefixes by treating every element as its own group.
-    # prefix i of group x = carried partial + events of x up to i (inclusive).
-    idx = np.arange(n, dtype=np.int64)
-    rank = seg_rank(e_grp)
-    start = idx - rank
-    # expand prefixes: element j contributes to snapshots j..end of its group; done per aggregate
-    out_partials = []
-    sp = partials_init
-    st_index = np.full(M, -1, dtype=np.int64)
-    st_index[st_grp] = np.arange(len(st_grp))
-    for i, a in enumerate(spec.pipeline.aggregates):
-        ini = sp[i] if sp is not None else None
-        p: dict[str, Any] = {}
-        si = st_index[e_grp]
-        has = si >= 0
-        if a.type == "count":
-            if a.column is None:
-                c = rank + 1
-            else:
-                valid = values[("valid", a.column)][0][e_pos].astype(np.int64)
-                c = _seg_cumsum_int(valid, e_grp)
-            if ini is not None:
-                c = c + np.where(has, ini["n"][np.maximum(si, 0)], 0)
-            p["n"] = c
-        elif a.type in ("sum", "avg"):
-            vals, valid = values[("num", a.column)]
-            v, ok = vals[e_pos], valid[e_pos]
-            s = np.zeros(n, dtype=v.dtype)
-            init_s = np.zeros(M, dtype=v.dtype)
-            nn = _seg_cumsum_int(ok.astype(np.int64), e_grp)
-            if ini is not None:
-                init_s[st_grp] = ini["s"]
-                nn = nn + np.where(has, ini["n"][np.maximum(si, 0)], 0)
-            # sequential running sum per group (a left fold, same as the final sum)
-            gstarts = starts_of(e_grp)
-            ends = np.append(gstarts[1:], n)
-            vv = np.where(ok, v, 0)
-            for a0, b0 in zip(gstarts.tolist(), ends.tolist()):
-                s[a0:b0] = np.cumsum(np.concatenate(([init_s[e_grp[a0]]], vv[a0:b0])))[1:]
-            p["s"], p["n"] = s, nn
-        else:
-            codes, valid = values[("code", *_dkey(a))]
-            c, ok = codes[e_pos], valid[e_pos]
-            if a.type == "distinct":
-                C = np.int64(len(domains[_dkey(a)].values) + 1)
-                enc = e_grp.astype(np.int64) * C + np.where(ok, c, 0)
-                seen_state = np.zeros(n, dtype=bool)
-                if ini is not None:
-                    sg, sc = ini["members"]
-                    st_enc = st_grp[sg].astype(np.int64) * C + sc
-                    seen_state = np.isin(enc, st_enc)
-                okix = np.flatnonzero(ok)
-                _, first_idx = np.unique(enc[okix], return_index=True)
-                new = np.zeros(n, dtype=bool)
-                new[okix[first_idx]] = True
-                new &= ~seen_state
-                dc = _seg_cumsum_int(new.astype(np.int64), e_grp)
-                if ini is not None:
-                    counts = np.bincount(sg, minlength=len(st_grp))
-                    dc = dc + np.where(has, counts[np.maximum(si, 0)], 0)
-                p["dcount"] = dc
-            elif a.type in ("min", "max"):
-                big = np.int64(len(domains[_dkey(a)].values) + 2)
-                val = np.where(ok, c if a.type == "max" else big - 2 - c, -1)
-                init = np.full(M, -1, dtype=np.int64)
-                if ini is not None:
-                    ic = ini["code"]
-                    init[st_grp] = np.where(ic >= 0, ic if a.type == "max" else big - 2 - ic, -1)
-                val = np.maximum(val, init[e_grp])
-                enc = e_grp.astype(np.int64) * big + (val + 1)
-                run = np.maximum.accumulate(enc) - e_grp.astype(np.int64) * big - 1
-                p["code"] = np.where(run < 0, -1, run if a.type == "max" else big - 2 - run)
-            elif a.type == "first":
-                cand = np.where(ok, idx, n)
-                firstpos = np.full(M, n, dtype=np.int64)
-                np.minimum.at(firstpos, e_grp, cand)
-                fp = firstpos[e_grp]
-                code = np.where(fp <= idx, c[np.minimum(fp, n - 1)] if n else -1, -1)
-                if ini is not None:
-                    carried = np.where(has, ini["code"][np.maximum(si, 0)], -1)
-                    code = np.where(carried >= 0, carried, code)
-                p["code"] = code
-            else:  # last
-                lastpos = np.where(ok, idx, -1)
-                lastpos = np.maximum.accumulate(lastpos) if n else lastpos
-                code = np.where(lastpos >= start, c[np.maximum(lastpos, 0)] if n else -1, -1)
-                if ini is not None:
-                    carried = np.where(has, ini["code"][np.maximum(si, 0)], -1)
-                    code = np.where(code >= 0, code, carried)
-                p["code"] = code
-        out_partials.append(p)
+    (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`).
+
+    Each snapshot is "the group so far": its carried partial and its events up to this
+    one, in arrival order (:meth:`Aggregator.running`).
+    """
+    group, event = wg.event_group, wg.event_index
+    carried_index_of_group = np.full(wg.n, -1, dtype=np.int64)
+    carried_index_of_group[wg.carried_group] = np.arange(len(wg.carried_group))
+    prefixes = Prefixes(group, event, seg_rank(group), carried_index_of_group[group], wg.carried_group, wg.n)
+    partials = [agg.running(inputs.get(agg.input_key), prefixes,
+                            carried_partials[i] if carried_partials is not None else None, domains)
+                for i, agg in enumerate(spec.aggregators)]
+    events = prefixes.rank + 1 + (prefixes.carried(carried.events) if carried.n else 0)
+    n = len(group)
     snaps = _Groups(spec, domains)
-    ev_kb = kb.of_event[e_pos]
-    events = rank + 1 + np.where(st_index[e_grp] >= 0, s_events[np.maximum(st_index[e_grp], 0)]
-                                 if len(st_grp) else 0, 0)
-    snaps.set(G_g[e_grp], G_ws[e_grp], G_we[e_grp], np.full(n, AGGREGATE, np.int8), ev.batch[e_pos],
-              kb.eff_before[ev_kb], emission[e_grp], events, out_partials,
-              (np.zeros(0, np.int64),) * 4, emit_time=snapshot_time[e_pos])
+    snaps.set(wg.key[group], wg.start[group], wg.end[group], np.full(n, AGGREGATE, np.int8), ev.batch[event],
+              kb.eff_before[kb.of_event[event]], emission[group], events, partials,
+              (np.zeros(0, np.int64),) * 4, emit_time=snapshot_time[event])
     return snaps
-
-
-

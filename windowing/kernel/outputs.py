@@ -17,7 +17,6 @@ from windowing.arrays import (
     MIN_TIMESTAMP,
     group_codes,
 )
-from windowing.kernel.aggregates import _final_value, _partial_columns
 from windowing.kernel.inputs import _Events, _KeyBatches, _Keys
 from windowing.kernel.spec import END_OF_INPUT, IDLE, MAX_DURATION, OPEN, REASON_NAMES, TS, WATERMARK, Spec
 
@@ -25,8 +24,8 @@ from windowing.kernel.spec import END_OF_INPUT, IDLE, MAX_DURATION, OPEN, REASON
 class _Groups:
     """Windows of one kind of output, one row per (key, generation, window).
 
-    ``partials`` holds per aggregate: ``n`` (non-null count), ``s`` (sum), ``code`` (min/
-    max/first/last as codes into ``domains``), ``dcount`` and ``dmembers`` (distinct).
+    ``partials`` holds per aggregate its partial values (the partial dataclass of its
+    :class:`~windowing.kernel.aggregates.Aggregator`), codes into ``domains``.
     """
 
     def __init__(self, spec: Spec, domains: dict[str, pa.Array]):
@@ -57,10 +56,8 @@ class _Groups:
         self.reopenable = reopenable  # (g, ws, we, emissions) of emitted windows that may reopen
 
     def _agg_columns(self, sel: np.ndarray) -> dict[str, pa.Array]:
-        cols = {}
-        for a, p in zip(self.spec.pipeline.aggregates, self.partials):
-            cols[a.name] = _final_value(a, p, sel, self.spec, self.domains)
-        return cols
+        return {agg.agg.name: agg.final(partial, sel, self.domains)
+                for agg, partial in zip(self.spec.aggregators, self.partials)}
 
     def emitted_table(self, k: _Keys, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason != OPEN)
@@ -84,8 +81,8 @@ class _Groups:
         cols["window_end_ms"] = pa.array(self.we[sel], pa.int64())
         cols["emissions"] = pa.array(self.emission[sel] - 1, pa.int64())
         cols["events"] = pa.array(self.events[sel], pa.int64())
-        for a, p in zip(spec.pipeline.aggregates, self.partials):
-            cols.update(_partial_columns(a, p, sel, spec, self.domains))
+        for agg, partial in zip(spec.aggregators, self.partials):
+            cols.update(agg.state_columns(partial, sel, self.domains))
         return _fill_state(cols, m, spec)
 
     def emitted_counter_table(self, k: _Keys, spec: Spec) -> pa.Table:

@@ -10,7 +10,8 @@ and the input types alone, so every task of a replay builds the same schemas.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from functools import cached_property
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -18,8 +19,10 @@ import pyarrow as pa
 from windowing.arrays import (
     MIN_TIMESTAMP,
 )
-from windowing.config import Aggregate, Pipeline, Trigger, WindowType
-from windowing.kernel.decimals import MAX_DECIMAL_DIGITS, _is_decimal
+from windowing.config import Aggregate, Pipeline, Trigger
+
+if TYPE_CHECKING:
+    from windowing.kernel.aggregates import Aggregator
 
 # Row kinds of the kernel's input table (column ``__kind``).
 STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
@@ -92,33 +95,21 @@ class Spec:
     def value_type(self, agg: Aggregate) -> pa.DataType:
         return self.input_types[agg.column]
 
+    @cached_property
+    def aggregators(self) -> list[Aggregator]:
+        """The :class:`~windowing.kernel.aggregates.Aggregator` of each aggregate, in order."""
+        from windowing.kernel.aggregates import aggregator
+
+        return [aggregator(a, self) for a in self.pipeline.aggregates]
+
     def output_type(self, agg: Aggregate) -> pa.DataType:
-        """The output column's type; ``sum`` and ``avg`` of decimal(p, s) take Spark's
-        types: decimal(min(38, p + 10), s) and decimal(min(38, p + 4), min(38, s + 4))."""
-        if agg.type in ("count", "distinct"):
-            return pa.int64()
-        vt = self.value_type(agg)
-        if agg.type == "avg":
-            if _is_decimal(vt):
-                return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 4), min(MAX_DECIMAL_DIGITS, vt.scale + 4))
-            return pa.float64()
-        if agg.type == "sum":
-            if _is_decimal(vt):
-                return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 10), vt.scale)
-            return pa.int64() if pa.types.is_integer(vt) else pa.float64()
-        return vt
+        """The output column's type (:meth:`Aggregator.output_type`)."""
+        from windowing.kernel.aggregates import aggregator
 
-    def sum_type(self, agg: Aggregate) -> pa.DataType:
-        """The type of the partial sum of a ``sum`` or ``avg``."""
-        return self.output_type(_as_sum(agg))
-
-    def keeps_arrival(self, agg: Aggregate) -> bool:
-        """Whether the carried partial of ``agg`` records where its value arrived: ``first``
-        and ``last`` of session windows, whose merges pick them by arrival order."""
-        return self.window.type is WindowType.SESSION and agg.type in ("first", "last")
+        return aggregator(agg, self).output_type()
 
     def partial_fields(self, agg: Aggregate) -> list[pa.Field]:
-        """State columns of one aggregate's partial value.
+        """State columns of one aggregate's partial value (:meth:`Aggregator.state_fields`).
 
         ``first`` / ``last`` of sessions add ``partial_<name>_batch`` and
         ``partial_<name>_seq`` (int64, null while the value is null): the arrival position
@@ -133,18 +124,9 @@ class Spec:
         decimal(P, s), so a running sum past P digits (which a later event may bring back)
         is carried exactly; the overflow is 0 otherwise.
         """
-        name = f"partial_{agg.name}"
-        if agg.type in ("sum", "avg"):
-            out = [pa.field(name, self.sum_type(agg)), pa.field(name + "_n", pa.int64())]
-            if _is_decimal(self.sum_type(agg)):
-                out.append(pa.field(name + "_overflow", pa.int64()))
-            return out
-        if agg.type == "distinct":
-            return [pa.field(name, pa.list_(self.value_type(agg)))]
-        if self.keeps_arrival(agg):
-            return [pa.field(name, self.output_type(agg)), pa.field(name + "_batch", pa.int64()),
-                    pa.field(name + "_seq", pa.int64())]
-        return [pa.field(name, self.output_type(agg))]
+        from windowing.kernel.aggregates import aggregator
+
+        return aggregator(agg, self).state_fields()
 
     def key_fields(self) -> list[pa.Field]:
         return [pa.field(c, self.input_types[c]) for c in (self.worker_col, self.key_col) if c]
@@ -180,8 +162,6 @@ class Spec:
         return pa.schema(fields)
 
 
-def _as_sum(agg: Aggregate) -> Aggregate:
-    return Aggregate(type="sum", column=agg.column, name=agg.name)
 
 
 
