@@ -17,7 +17,9 @@ written to state does not depend on input row order (distinct members are sorted
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -25,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, codes_in, starts_of
-from windowing.config import Aggregate, WindowType
+from windowing.config import DEFAULT_PERCENTAGE, Aggregate, WindowType
 from windowing.kernel.decimals import (
     MAX_DECIMAL_DIGITS,
     _decimal_array,
@@ -131,6 +133,33 @@ def _decode(codes: np.ndarray, domain: pa.Array) -> pa.Array:
         pa.nulls(len(codes), domain.type)
 
 
+def _list_members(column: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """A carried list column as (length of each list, list index of each member, members)."""
+    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy().astype(np.int64)
+    return lengths, np.repeat(np.arange(len(column)), lengths), pc.list_flatten(column)
+
+
+def _with_carried_members(inp: EventInput, group: np.ndarray, events: np.ndarray, carried_group: np.ndarray,
+                          carried_members: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(group, value) of every non-null event value, after the carried members (their
+    carried partial's index and value) of groups ``carried_group``."""
+    valid = inp.valid[events]
+    member_group, member_value = group[valid], inp.values[events][valid]
+    if carried_members is not None:
+        member_group = np.concatenate([carried_group[carried_members[0]], member_group])
+        member_value = np.concatenate([carried_members[1], member_value])
+    return member_group, member_value
+
+
+def _selected_members(n_groups: int, member_group: np.ndarray, member_value: np.ndarray,
+                      sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The members of groups ``sel``, as (row in ``sel``, value)."""
+    row_of = np.full(n_groups, -1, dtype=np.int64)
+    row_of[sel] = np.arange(len(sel))
+    keep = row_of[member_group] >= 0
+    return row_of[member_group[keep]], member_value[keep]
+
+
 def _seg_cumsum_int(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
     """Running integer sum restarting at each segment (exact, so a global cumsum works)."""
     if len(v) == 0:
@@ -148,6 +177,7 @@ class EventInput:
 
     values: np.ndarray
     valid: np.ndarray
+    nonfinite: np.ndarray | None = None  # stddev: NaN or infinite values (their ``values`` are 0)
 
 
 @dataclass
@@ -620,6 +650,12 @@ class _ArrivalAggregator(_CodeAggregator):
             out[self.name + "_seq"] = pa.array(partial.arrival[1][sel], pa.int64(), mask=null)
         return out
 
+    @staticmethod
+    def pairs(inp: EventInput | None, prefixes: Prefixes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(code, valid, index) of each snapshot's own event, in snapshot order."""
+        assert inp is not None
+        return inp.values[prefixes.event], inp.valid[prefixes.event], np.arange(len(prefixes.group), dtype=np.int64)
+
     def empty(self) -> list:
         return [-1, 0]
 
@@ -644,10 +680,8 @@ class FirstAggregator(_ArrivalAggregator):
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
                 domains: dict) -> CodePartial:
-        assert inp is not None
-        code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
-        n = len(prefixes.group)
-        index = np.arange(n, dtype=np.int64)
+        code, valid, index = self.pairs(inp, prefixes)
+        n = len(index)
         first_at = np.full(prefixes.n_groups, n, dtype=np.int64)
         np.minimum.at(first_at, prefixes.group, np.where(valid, index, n))
         at = first_at[prefixes.group]
@@ -675,10 +709,8 @@ class LastAggregator(_ArrivalAggregator):
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
                 domains: dict) -> CodePartial:
-        assert inp is not None
-        code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
-        n = len(prefixes.group)
-        index = np.arange(n, dtype=np.int64)
+        code, valid, index = self.pairs(inp, prefixes)
+        n = len(index)
         last_at = np.where(valid, index, -1)
         last_at = np.maximum.accumulate(last_at) if n else last_at
         out = np.where(last_at >= index - prefixes.rank, code[np.maximum(last_at, 0)] if n else -1, -1)
@@ -708,10 +740,8 @@ class DistinctAggregator(Aggregator):
         return pc.list_flatten(state_column)
 
     def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> DistinctPartial:
-        column = self.state_column(table, pa.array(rows))
-        lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy().astype(np.int64)
-        return DistinctPartial(lengths, np.repeat(np.arange(len(rows)), lengths),
-                               codes_in(pc.list_flatten(column), domains[self.domain_key].values))
+        lengths, member_group, members = _list_members(self.state_column(table, pa.array(rows)))
+        return DistinctPartial(lengths, member_group, codes_in(members, domains[self.domain_key].values))
 
     def _width(self, domains: dict) -> np.int64:
         return np.int64(len(domains[self.domain_key].values) + 1)
@@ -719,11 +749,8 @@ class DistinctAggregator(Aggregator):
     def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
                carried: DistinctPartial | None, carried_group: np.ndarray, domains: dict) -> DistinctPartial:
         assert inp is not None
-        valid = inp.valid[events]
-        member_group, member_code = group[valid], inp.values[events][valid]
-        if carried is not None:
-            member_group = np.concatenate([carried_group[carried.member_group], member_group])
-            member_code = np.concatenate([carried.member_code, member_code])
+        carried_members = (carried.member_group, carried.member_code) if carried is not None else None
+        member_group, member_code = _with_carried_members(inp, group, events, carried_group, carried_members)
         # Distinct (group, value) pairs by hashing; their order does not matter.
         width = self._width(domains)
         pairs = pc.unique(pa.array(member_group.astype(np.int64) * width + member_code, pa.int64())).to_numpy()
@@ -758,10 +785,7 @@ class DistinctAggregator(Aggregator):
 
     def state_columns(self, partial: DistinctPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
         # Members of the selected groups, as one sorted list per group.
-        row_of = np.full(len(partial.count), -1, dtype=np.int64)
-        row_of[sel] = np.arange(len(sel))
-        keep = row_of[partial.member_group] >= 0
-        rows, codes = row_of[partial.member_group[keep]], partial.member_code[keep]
+        rows, codes = _selected_members(len(partial.count), partial.member_group, partial.member_code, sel)
         # Each list in value order: the carried state must not depend on input row order.
         values = _decode(codes, domains[self.domain_key].values)
         order = pc.sort_indices(pa.table({"g": rows, "v": values}), [("g", "ascending"), ("v", "ascending")])
@@ -810,3 +834,303 @@ AGGREGATORS: dict[str, type[Aggregator]] = {
 def aggregator(agg: Aggregate, spec: Spec) -> Aggregator:
     """The :class:`Aggregator` of ``agg`` (its type's class, in :data:`AGGREGATORS`)."""
     return AGGREGATORS[agg.type](agg, spec)
+
+
+@dataclass
+class MomentsPartial:
+    """The exact moments of a group's values: non-null values, their sum and the sum of
+    their squares as exact fractions (of the finite values), and the non-finite values."""
+
+    count: np.ndarray
+    total: np.ndarray  # object: Fraction (or int 0)
+    squares: np.ndarray  # object: Fraction (or int 0)
+    nonfinite: np.ndarray
+
+
+def _fractions(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A numeric column's values as exact Fractions (object array; 0 for nulls and
+    non-finite floats) and which are non-finite (NaN, +-inf)."""
+    t = column.type
+    n = len(column)
+    if _is_decimal(t):
+        scale = 10 ** t.scale
+        values = [Fraction(m, scale) for m in _decimal_ints(column).tolist()]
+        return np.array(values + [0], dtype=object)[:n], np.zeros(n, dtype=bool)
+    if pa.types.is_integer(t):
+        ints = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64).tolist()
+        return np.array([Fraction(v) for v in ints] + [0], dtype=object)[:n], np.zeros(n, dtype=bool)
+    floats = pc.fill_null(column.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
+    nonfinite = ~np.isfinite(floats)
+    values = [0 if bad else Fraction(v) for v, bad in zip(floats.tolist(), nonfinite.tolist())]
+    return np.array(values + [0], dtype=object)[:n], nonfinite
+
+
+class StddevAggregator(Aggregator):
+    """``stddev_pop`` and ``stddev_samp``: the standard deviation of the non-null values,
+    over ``n`` (population) or ``n - 1`` (sample).
+
+    Exact and split-independent: the partial holds ``n``, the sum and the sum of squares of
+    the values as exact fractions (carried as text), so merging partials (another
+    partition, a session merge) is exact integer arithmetic whatever the order. The result
+    is ``sqrt(float(variance))``: the exact variance ``(sum(x^2) - sum(x)^2 / n) / d``
+    rounded once to a double, then IEEE square root. Null without a value (``stddev_samp``:
+    with fewer than two); NaN if any value is NaN or infinite.
+    """
+
+    input_kind = "exact"
+
+    @property
+    def sample(self) -> bool:
+        return self.agg.type == "stddev_samp"
+
+    def output_type(self) -> pa.DataType:
+        return pa.float64()
+
+    def state_fields(self) -> list[pa.Field]:
+        return [pa.field(self.name, pa.string()), pa.field(self.name + "_squares", pa.string()),
+                pa.field(self.name + "_n", pa.int64()), pa.field(self.name + "_nonfinite", pa.int64())]
+
+    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+        values, nonfinite = _fractions(column)
+        return EventInput(values[ev.rows], valid, nonfinite[ev.rows])
+
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> MomentsPartial:
+        take = pa.array(rows)
+
+        def fractions(suffix: str) -> np.ndarray:
+            texts = self.state_column(table, take, suffix).to_pylist()
+            return np.array([Fraction(t or 0) for t in texts] + [0], dtype=object)[:len(rows)]
+
+        def ints(suffix: str) -> np.ndarray:
+            return pc.fill_null(self.state_column(table, take, suffix), 0).to_numpy().astype(np.int64)
+
+        return MomentsPartial(ints("_n"), fractions(""), fractions("_squares"), ints("_nonfinite"))
+
+    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
+               carried: MomentsPartial | None, carried_group: np.ndarray, domains: dict) -> MomentsPartial:
+        assert inp is not None and inp.nonfinite is not None
+        valid = inp.valid[events]
+        counted, values = group[valid], inp.values[events][valid]
+        out = MomentsPartial(np.bincount(counted, minlength=n_groups).astype(np.int64),
+                             np.zeros(n_groups, dtype=object), np.zeros(n_groups, dtype=object),
+                             np.bincount(counted, weights=inp.nonfinite[events][valid],
+                                         minlength=n_groups).astype(np.int64))
+        if carried is not None:
+            out.total[carried_group] = carried.total
+            out.squares[carried_group] = carried.squares
+            np.add.at(out.count, carried_group, carried.count)
+            np.add.at(out.nonfinite, carried_group, carried.nonfinite)
+        np.add.at(out.total, counted, values)  # exact: the order does not matter
+        np.add.at(out.squares, counted, values * values)
+        return out
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: MomentsPartial | None,
+                domains: dict) -> MomentsPartial:
+        assert inp is not None and inp.nonfinite is not None
+        valid = inp.valid[prefixes.event]
+        values = np.where(valid, inp.values[prefixes.event], 0)
+        group = prefixes.group
+        out = MomentsPartial(_seg_cumsum_int(valid.astype(np.int64), group), _seg_cumsum(values, group),
+                             _seg_cumsum(values * values, group),
+                             _seg_cumsum_int((valid & inp.nonfinite[prefixes.event]).astype(np.int64), group))
+        if carried is not None:
+            out.count = out.count + prefixes.carried(carried.count)
+            out.nonfinite = out.nonfinite + prefixes.carried(carried.nonfinite)
+            out.total = out.total + prefixes.carried(carried.total)
+            out.squares = out.squares + prefixes.carried(carried.squares)
+        return out
+
+    def final(self, partial: MomentsPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+        out: list[float | None] = []
+        for n, bad, total, squares in zip(partial.count[sel].tolist(), partial.nonfinite[sel].tolist(),
+                                          partial.total[sel].tolist(), partial.squares[sel].tolist()):
+            divisor = n - 1 if self.sample else n
+            if divisor <= 0:
+                out.append(None)
+            elif bad:
+                out.append(math.nan)
+            else:
+                variance = (Fraction(squares) - Fraction(total) * total / n) / divisor
+                out.append(math.sqrt(float(variance)))
+        return pa.array(out, pa.float64())
+
+    def state_columns(self, partial: MomentsPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+        return {self.name: pa.array([str(v) for v in partial.total[sel].tolist()], pa.string()),
+                self.name + "_squares": pa.array([str(v) for v in partial.squares[sel].tolist()], pa.string()),
+                self.name + "_n": pa.array(partial.count[sel], pa.int64()),
+                self.name + "_nonfinite": pa.array(partial.nonfinite[sel], pa.int64())}
+
+    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list, list]:
+        assert inp is not None and inp.nonfinite is not None
+        values = [None if bad else v for v, bad in zip(inp.values.tolist(), inp.nonfinite.tolist())]
+        return values, inp.valid.tolist()
+
+    def empty(self) -> list:
+        return [0, 0, 0, 0]  # count, total, squares, non-finite
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        acc[0] += 1
+        if value is None:
+            acc[3] += 1
+        else:
+            acc[1] += value
+            acc[2] += value * value
+
+    def combine(self, acc: list, other: list) -> None:
+        for i in range(4):
+            acc[i] += other[i]
+
+    def carried(self, partial: MomentsPartial, positions: np.ndarray | None) -> list[list]:
+        return [list(r) for r in zip(partial.count.tolist(), partial.total.tolist(), partial.squares.tolist(),
+                                     partial.nonfinite.tolist())]
+
+    def collect(self, accs: list[list]) -> MomentsPartial:
+        def objects(i: int) -> np.ndarray:
+            return np.array([a[i] for a in accs] + [0], dtype=object)[:len(accs)]
+
+        return MomentsPartial(np.array([a[0] for a in accs], dtype=np.int64), objects(1), objects(2),
+                              np.array([a[3] for a in accs], dtype=np.int64))
+
+
+def _seg_cumsum(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Running exact sum (object array) restarting at each segment."""
+    if len(v) == 0:
+        return v
+    c = np.cumsum(v)
+    st = starts_of(seg)
+    return c - np.repeat((c - v)[st], np.diff(np.append(st, len(v))))
+
+
+@dataclass
+class ValuesPartial:
+    """Every non-null value of each group, as (group, value) pairs in any order."""
+
+    count: np.ndarray
+    member_group: np.ndarray
+    member_value: np.ndarray  # float64
+
+
+def _percentile_of_sorted(values: list[float], percentage: float) -> float:
+    """Spark's ``percentile``: linear interpolation between the closest ranks of the
+    sorted values: at position ``p * (n - 1)``, ``(hi - pos) * v[lo] + (pos - lo) * v[hi]``."""
+    position = (len(values) - 1) * percentage
+    lower, higher = math.floor(position), math.ceil(position)
+    if lower == higher:
+        return values[lower]
+    return (higher - position) * values[lower] + (position - lower) * values[higher]
+
+
+class PercentileAggregator(Aggregator):
+    """``percentile``: the exact percentile (``percentage``, default the median) of the
+    non-null values as doubles, interpolated like Spark's ``percentile``.
+
+    Exact, not a sketch: the partial keeps every value (carried as a sorted list of
+    doubles), so the result is split-independent; memory and state grow with the values
+    of an open window (a t-digest would bound them but its result depends on the merge
+    order). NaN sorts above every number; null without a value.
+    """
+
+    input_kind = "double"
+
+    @property
+    def percentage(self) -> float:
+        return getattr(self.agg, "percentage", DEFAULT_PERCENTAGE)
+
+    def output_type(self) -> pa.DataType:
+        return pa.float64()
+
+    def state_fields(self) -> list[pa.Field]:
+        return [pa.field(self.name, pa.list_(pa.float64()))]
+
+    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+        if _is_decimal(column.type):  # correctly rounded, like a Python float(Decimal)
+            scale = 10 ** column.type.scale
+            doubles = np.array([m / scale for m in _decimal_ints(column).tolist()], dtype=np.float64)
+        else:
+            doubles = pc.fill_null(column.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
+        return EventInput(doubles.astype(np.float64)[ev.rows], valid)
+
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> ValuesPartial:
+        lengths, member_group, members = _list_members(self.state_column(table, pa.array(rows)))
+        return ValuesPartial(lengths, member_group, members.to_numpy(zero_copy_only=False).astype(np.float64))
+
+    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
+               carried: ValuesPartial | None, carried_group: np.ndarray, domains: dict) -> ValuesPartial:
+        assert inp is not None
+        carried_members = (carried.member_group, carried.member_value) if carried is not None else None
+        member_group, member_value = _with_carried_members(inp, group, events, carried_group, carried_members)
+        return ValuesPartial(np.bincount(member_group, minlength=n_groups).astype(np.int64), member_group,
+                             member_value)
+
+    def _sorted_lists(self, partial: ValuesPartial, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, values): the selected groups' values, each group's sorted."""
+        rows, values = _selected_members(len(partial.count), partial.member_group, partial.member_value, sel)
+        order = np.lexsort((values, rows))  # NaN last in each group
+        offsets = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(sel)))))
+        return offsets, values[order]
+
+    def final(self, partial: ValuesPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+        offsets, values = self._sorted_lists(partial, sel)
+        listed = values.tolist()
+        out = [_percentile_of_sorted(listed[a:b], self.percentage) if b > a else None
+               for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        return pa.array(out, pa.float64())
+
+    def state_columns(self, partial: ValuesPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+        offsets, values = self._sorted_lists(partial, sel)
+        return {self.name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.float64()))}
+
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: ValuesPartial | None,
+                domains: dict) -> ValuesPartial:
+        # Every prefix's values, listed in full: quadratic in a window's events, for snapshots only.
+        assert inp is not None
+        valid, values = inp.valid[prefixes.event], inp.values[prefixes.event]
+        carried_values: dict[int, list[float]] = {}
+        if carried is not None:
+            for row, v in zip(carried.member_group.tolist(), carried.member_value.tolist()):
+                carried_values.setdefault(row, []).append(v)
+        member_group: list[int] = []
+        member_value: list[float] = []
+        counts: list[int] = []
+        so_far: list[float] = []
+        starts = set(starts_of(prefixes.group).tolist())
+        for i, (ok, v, ci) in enumerate(zip(valid.tolist(), values.tolist(), prefixes.carried_index.tolist())):
+            if i in starts:
+                so_far = list(carried_values.get(ci, [])) if ci >= 0 else []
+            if ok:
+                so_far.append(v)
+            member_group += [i] * len(so_far)
+            member_value += so_far
+            counts.append(len(so_far))
+        return ValuesPartial(np.array(counts, dtype=np.int64), np.array(member_group, dtype=np.int64),
+                             np.array(member_value, dtype=np.float64))
+
+    def empty(self) -> list:
+        return [[]]
+
+    def apply(self, acc: list, value: Any, position: int) -> None:
+        acc[0].append(value)
+
+    def combine(self, acc: list, other: list) -> None:
+        acc[0].extend(other[0])
+
+    def copy(self, acc: list) -> list:
+        return [list(acc[0])]
+
+    def carried(self, partial: ValuesPartial, positions: np.ndarray | None) -> list[list]:
+        accs: list[list] = [[[]] for _ in range(len(partial.count))]
+        for row, v in zip(partial.member_group.tolist(), partial.member_value.tolist()):
+            accs[row][0].append(v)
+        return accs
+
+    def collect(self, accs: list[list]) -> ValuesPartial:
+        rows = [r for r, a in enumerate(accs) for _ in a[0]]
+        values = [v for a in accs for v in a[0]]
+        return ValuesPartial(np.array([len(a[0]) for a in accs], dtype=np.int64), np.array(rows, dtype=np.int64),
+                             np.array(values, dtype=np.float64))
+
+
+AGGREGATORS.update({"stddev_pop": StddevAggregator, "stddev_samp": StddevAggregator,
+                    "percentile": PercentileAggregator})
