@@ -260,7 +260,7 @@ def _percentile(values: tuple, percentage: float) -> float | None:
     doubles = sorted((float(v) for v in values), key=lambda x: (math.isnan(x), x))
     position = (len(doubles) - 1) * percentage
     lower, higher = math.floor(position), math.ceil(position)
-    if lower == higher:
+    if lower == higher or doubles[lower] == doubles[higher]:  # Spark returns an equal pair's value as is
         return doubles[lower]
     return (higher - position) * doubles[lower] + (position - lower) * doubles[higher]
 

@@ -1013,10 +1013,11 @@ class ValuesPartial:
 
 def _percentile_of_sorted(values: list[float], percentage: float) -> float:
     """Spark's ``percentile``: linear interpolation between the closest ranks of the
-    sorted values: at position ``p * (n - 1)``, ``(hi - pos) * v[lo] + (pos - lo) * v[hi]``."""
+    sorted values: at position ``p * (n - 1)``, ``(hi - pos) * v[lo] + (pos - lo) * v[hi]``
+    (``v[lo]`` itself when the two are equal, where the sum could round away from it)."""
     position = (len(values) - 1) * percentage
     lower, higher = math.floor(position), math.ceil(position)
-    if lower == higher:
+    if lower == higher or values[lower] == values[higher]:  # equal neighbours: the value itself, as Spark
         return values[lower]
     return (higher - position) * values[lower] + (position - lower) * values[higher]
 

@@ -115,8 +115,6 @@ class _Idle:
     """
 
     def __init__(self, kb: _KeyBatches, k: _Keys, spec: Spec, timelines: Mapping[Any, Timeline]):
-        w = spec.window
-        heartbeat_ms = spec.pipeline.idle_heartbeat_ms
         self.kb_fire = np.zeros(kb.n, dtype=bool)
         self.kb_batch = np.zeros(kb.n, dtype=np.int64)
         self.kb_time = np.zeros(kb.n, dtype=np.int64)
@@ -127,97 +125,114 @@ class _Idle:
         self.pre_time = np.zeros(k.n, dtype=np.int64)
         self.last_batch = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
         self.last_clock = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
-        wkeys = np.array([_hashable(v) for v in k.worker_values], dtype=object)
-        for wv in dict.fromkeys(wkeys.tolist()):
-            tl = timelines.get(wv)
-            gmask = wkeys == wv
+        worker_of_key = np.array([_hashable(v) for v in k.worker_values], dtype=object)
+        for worker in dict.fromkeys(worker_of_key.tolist()):
+            tl = timelines.get(worker)
             if tl is None:
                 continue
+            of_worker = worker_of_key == worker
             if tl.last_batch is not None:
-                self.last_batch[gmask] = tl.last_batch
-            self.last_clock[gmask] = tl.last_clock
-            L = len(tl.batches)
-            if L == 0:
+                self.last_batch[of_worker] = tl.last_batch
+            self.last_clock[of_worker] = tl.last_clock
+            if len(tl.batches) == 0:
                 continue
-            sel = np.flatnonzero(gmask[kb.g])
-            p0 = np.searchsorted(tl.batches, kb.batch[sel])  # each key batch's commit
-            if len(sel):
-                self.kb_clock[sel] = tl.clock[p0]
-                self.kb_clock_before[sel] = np.where(p0 > 0, tl.clock[np.maximum(p0 - 1, 0)], tl.clock0)
-            if w.idle_timeout_ms is None:
+            batches = np.flatnonzero(of_worker[kb.g])  # the worker's key batches
+            commit = np.searchsorted(tl.batches, kb.batch[batches])  # each key batch's commit
+            if len(batches):
+                self.kb_clock[batches] = tl.clock[commit]
+                self.kb_clock_before[batches] = np.where(commit > 0, tl.clock[np.maximum(commit - 1, 0)], tl.clock0)
+            if spec.window.idle_timeout_ms is None:
                 continue
-            series = tl.geff if w.idle_clock is Clock.EVENT_TIME else tl.clock
-            # After each of the key's batches: idle from the first commit c (at or after
-            # its own) whose clock reaches activity + timeout, if c comes before its next batch
-            # p1; a heartbeat tick just before c flushes it earlier (or, for c == p1, at all).
-            if len(sel):
-                nxt = np.append(p0[1:], L)
-                last_of_key = np.append(kb.g[sel][1:] != kb.g[sel][:-1], True)
-                p1 = np.where(last_of_key, L, nxt)
-                activity = kb.maxev_after[sel] if w.idle_clock is Clock.EVENT_TIME else kb.maxarr_after[sel]
-                due = sat_add(activity, w.idle_timeout_ms)
-                c = np.maximum(p0, np.searchsorted(series, due, side="left"))
-                at_tick, tick = _heartbeat_flush(tl, heartbeat_ms, due, c, p0 + 1, p1)
-                at_commit = ~at_tick & (c < p1)
-                cc = np.minimum(c, L - 1)
-                self.kb_fire[sel] = at_tick | at_commit
-                self.kb_batch[sel] = np.where(at_tick, tl.batches[np.maximum(cc - 1, 0)], tl.batches[cc])
-                self.kb_time[sel] = np.where(at_tick, tick, tl.clock[cc])
-            # Before the key's first batch, for keys with carried state (a tick may come
-            # before this replay's first commit: c == 0 is after the carried clock).
-            gs = np.flatnonzero(gmask)
-            activity = k.maxev0[gs] if w.idle_clock is Clock.EVENT_TIME else k.maxarr0[gs]
-            gs, activity = gs[activity != MIN_TIMESTAMP], activity[activity != MIN_TIMESTAMP]
-            if len(gs):
-                first = kb.key_first[gs]
-                p1 = np.full(len(gs), L, dtype=np.int64)
-                has = first >= 0
-                p1[has] = np.searchsorted(tl.batches, kb.batch[first[has]])
-                due = sat_add(activity, w.idle_timeout_ms)
-                c = np.searchsorted(series, due, side="left")
-                at_tick, tick = _heartbeat_flush(tl, heartbeat_ms, due, c, np.zeros(len(gs), np.int64), p1)
-                at_commit = ~at_tick & (c < p1)
-                cc = np.minimum(c, L - 1)
-                self.pre_fire[gs] = at_tick | at_commit
-                before = tl.batches[np.maximum(cc - 1, 0)] if tl.batch0 is None else \
-                    np.where(cc > 0, tl.batches[np.maximum(cc - 1, 0)], tl.batch0)
-                self.pre_batch[gs] = np.where(at_tick, before, tl.batches[cc])
-                self.pre_time[gs] = np.where(at_tick, tick, tl.clock[cc])
-        # Generation of each key batch: flushes before it, including the one before its first batch.
-        f = self.kb_fire.astype(np.int64)
-        incl = np.cumsum(f)
-        excl = incl - f
-        base = np.zeros(kb.n, dtype=np.int64)
-        if kb.n:
-            counts = np.diff(np.append(kb.first_of_key, kb.n))
-            base = np.repeat(excl[kb.first_of_key], counts)
-        self.gen = excl - base + self.pre_fire[kb.g].astype(np.int64) if kb.n else np.zeros(0, dtype=np.int64)
+            self._after_batches(tl, kb, batches, commit, spec)
+            self._before_first_batch(tl, kb, k, np.flatnonzero(of_worker), spec)
+        self.gen = self._generations(kb)
+
+    def _after_batches(self, tl: Timeline, kb: _KeyBatches, batches: np.ndarray, commit: np.ndarray,
+                       spec: Spec) -> None:
+        """Idle flushes after each of the key batches ``batches`` (of one worker, committed at
+        ``commit``): from the first commit c (at or after the batch's own) whose clock
+        reaches activity + timeout, if c comes before the key's next batch; a heartbeat tick
+        just before c flushes it earlier (or, when c is the next batch's commit, at all)."""
+        if not len(batches):
+            return
+        w = spec.window
+        n_commits = len(tl.batches)
+        series = tl.geff if w.idle_clock is Clock.EVENT_TIME else tl.clock
+        last_of_key = np.append(kb.g[batches][1:] != kb.g[batches][:-1], True)
+        next_commit = np.where(last_of_key, n_commits, np.append(commit[1:], n_commits))
+        activity = kb.maxev_after[batches] if w.idle_clock is Clock.EVENT_TIME else kb.maxarr_after[batches]
+        due = sat_add(activity, w.idle_timeout_ms)
+        reaching = np.maximum(commit, np.searchsorted(series, due, side="left"))
+        at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching, commit + 1, next_commit)
+        at_commit = ~at_tick & (reaching < next_commit)
+        at = np.minimum(reaching, n_commits - 1)
+        self.kb_fire[batches] = at_tick | at_commit
+        self.kb_batch[batches] = np.where(at_tick, tl.batches[np.maximum(at - 1, 0)], tl.batches[at])
+        self.kb_time[batches] = np.where(at_tick, tick, tl.clock[at])
+
+    def _before_first_batch(self, tl: Timeline, kb: _KeyBatches, k: _Keys, keys: np.ndarray, spec: Spec) -> None:
+        """Idle flushes of the worker's ``keys`` with carried state before their first batch
+        of this replay (a tick may come before this replay's first commit: commit 0 is
+        after the carried clock)."""
+        w = spec.window
+        n_commits = len(tl.batches)
+        series = tl.geff if w.idle_clock is Clock.EVENT_TIME else tl.clock
+        activity = k.maxev0[keys] if w.idle_clock is Clock.EVENT_TIME else k.maxarr0[keys]
+        keys, activity = keys[activity != MIN_TIMESTAMP], activity[activity != MIN_TIMESTAMP]
+        if not len(keys):
+            return
+        first = kb.key_first[keys]
+        next_commit = np.full(len(keys), n_commits, dtype=np.int64)
+        has = first >= 0
+        next_commit[has] = np.searchsorted(tl.batches, kb.batch[first[has]])
+        due = sat_add(activity, w.idle_timeout_ms)
+        reaching = np.searchsorted(series, due, side="left")
+        at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching,
+                                         np.zeros(len(keys), np.int64), next_commit)
+        at_commit = ~at_tick & (reaching < next_commit)
+        at = np.minimum(reaching, n_commits - 1)
+        self.pre_fire[keys] = at_tick | at_commit
+        before = tl.batches[np.maximum(at - 1, 0)] if tl.batch0 is None else \
+            np.where(at > 0, tl.batches[np.maximum(at - 1, 0)], tl.batch0)
+        self.pre_batch[keys] = np.where(at_tick, before, tl.batches[at])
+        self.pre_time[keys] = np.where(at_tick, tick, tl.clock[at])
+
+    def _generations(self, kb: _KeyBatches) -> np.ndarray:
+        """Generation of each key batch: flushes before it, including the one before its first batch."""
+        if not kb.n:
+            return np.zeros(0, dtype=np.int64)
+        fired = self.kb_fire.astype(np.int64)
+        before = np.cumsum(fired) - fired
+        counts = np.diff(np.append(kb.first_of_key, kb.n))
+        base = np.repeat(before[kb.first_of_key], counts)
+        return before - base + self.pre_fire[kb.g].astype(np.int64)
 
 
-def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, c: np.ndarray, earliest: np.ndarray,
-                     p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, reaching: np.ndarray, earliest: np.ndarray,
+                     next_commit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which idle flushes a heartbeat tick makes, and the tick (contract section 5.2).
 
-    A key falls due at ``due`` (activity + idleTimeout); ``c`` is the first commit at or
-    after the key's own whose clock reaches ``due`` (L: none). Ticks are the multiples of
-    ``heartbeat_ms`` strictly between a commit's clock (``clock0`` before commit 0) and
-    the smallest arrival of the next batch. Every tick before commit ``c - 1`` lies below
-    ``clock[c - 1] < due``, so only the gap just before commit ``c`` can flush the key:
-    at its first tick ``>= due`` if that is before ``min_arrival[c]``. The gap must lie
-    after the key's own commit (``c >= earliest``) and before its next batch
-    (``c <= p1``); after the worker's last batch there is no gap (no next batch, no tick).
+    A key falls due at ``due`` (activity + idleTimeout); ``reaching`` (c below) is the
+    first commit at or after the key's own whose clock reaches ``due`` (the number of
+    commits: none). Ticks are the multiples of ``heartbeat_ms`` strictly between a
+    commit's clock (``clock0`` before commit 0) and the smallest arrival of the next
+    batch. Every tick before commit ``c - 1`` lies below ``clock[c - 1] < due``, so only
+    the gap just before commit ``c`` can flush the key: at its first tick ``>= due`` if
+    that is before ``min_arrival[c]``. The gap must lie after the key's own commit
+    (``c >= earliest``) and before its next batch (``c <= next_commit``); after the
+    worker's last batch there is no gap (no next batch, no tick).
 
     Returns (flushed at a tick, that tick) per key.
     """
-    L = len(tl.batches)
-    if not heartbeat_ms or not len(c):
-        return np.zeros(len(c), dtype=bool), np.zeros(len(c), dtype=np.int64)
-    cc = np.minimum(c, L - 1)
-    prev = np.where(c > 0, tl.clock[np.maximum(cc - 1, 0)], tl.clock0)
-    ok = (c < L) & (c >= earliest) & (c <= p1) & (prev != MIN_TIMESTAMP)
-    start = np.where(ok, np.maximum(due, prev + ok), 0)  # strictly after the commit's clock
+    n_commits = len(tl.batches)
+    if not heartbeat_ms or not len(reaching):
+        return np.zeros(len(reaching), dtype=bool), np.zeros(len(reaching), dtype=np.int64)
+    at = np.minimum(reaching, n_commits - 1)
+    clock_before = np.where(reaching > 0, tl.clock[np.maximum(at - 1, 0)], tl.clock0)
+    ok = (reaching < n_commits) & (reaching >= earliest) & (reaching <= next_commit) & (clock_before != MIN_TIMESTAMP)
+    start = np.where(ok, np.maximum(due, clock_before + ok), 0)  # strictly after the commit's clock
     tick = start + np.mod(-start, heartbeat_ms)  # the first multiple of the heartbeat >= start
-    ok &= tick < tl.min_arrival[cc]
+    ok &= tick < tl.min_arrival[at]
     return ok, tick
 
 
