@@ -87,27 +87,27 @@ __all__ = [
 def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flush_at_end: bool) -> KernelOutput:
     """Replay the events of complete keys in ``table`` (events and state rows, any order)."""
     table = with_event_columns(table, spec)
-    k = _Keys(table, spec)
-    ev = _Events(table, spec, k)
-    kb = _KeyBatches(ev, k, spec)
-    idle = _Idle(kb, k, spec, timelines)
+    keyset = _Keys(table, spec)
+    sorted_events = _Events(table, spec, keyset)
+    key_batches = _KeyBatches(sorted_events, keyset, spec)
+    idle = _Idle(key_batches, keyset, spec, timelines)
     if spec.window.type is WindowType.SESSION:
-        groups, late, snaps = _sessions(ev, kb, k, idle, spec, flush_at_end)
+        groups, late, snaps = _sessions(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
     else:
-        groups, late, snaps = _windows(ev, kb, k, idle, spec, flush_at_end)
+        groups, late, snaps = _windows(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
     # Windows close (and count for `emission`) either way; atWindowEnd decides if that is output.
-    out_aggs = [groups.emitted_table(k, spec)] if Trigger.AT_WINDOW_END in spec.pipeline.triggers else []
+    out_aggs = [groups.emitted_table(keyset, spec)] if Trigger.AT_WINDOW_END in spec.pipeline.triggers else []
     if snaps is not None:
-        out_aggs.append(snaps.emitted_table(k, spec))
+        out_aggs.append(snaps.emitted_table(keyset, spec))
     aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
-    state = pa.concat_tables([_key_state_rows(k, kb, spec), groups.state_table(k, spec),
-                              groups.emitted_counter_table(k, spec)])
-    by_worker = _counters(k, ev, kb, groups, snaps, late, spec)
+    state = pa.concat_tables([_key_state_rows(keyset, key_batches, spec), groups.state_table(keyset, spec),
+                              groups.emitted_counter_table(keyset, spec)])
+    by_worker = _counters(keyset, sorted_events, key_batches, groups, snaps, late, spec)
     totals: dict[str, int] = {}
     for figures in by_worker.values():
         for name, v in figures.items():
             totals[name] = totals.get(name, 0) + v
-    return KernelOutput(aggs, late.table(ev, spec), state, totals, by_worker)
+    return KernelOutput(aggs, late.table(sorted_events, spec), state, totals, by_worker)
 
 
 

@@ -53,16 +53,16 @@ class _Domain(NamedTuple):
     codes: np.ndarray
 
 
-def _domains(k: _Keys, aggregators: list[Aggregator]) -> dict[tuple[str, bool], _Domain]:
+def _domains(keyset: _Keys, aggregators: list[Aggregator]) -> dict[tuple[str, bool], _Domain]:
     """Distinct values per column (events and carried partials), sorted where order matters.
 
     Aggregates over arbitrary types (strings, timestamps, ...) work on integer codes into
     these domains; only min/max need the codes to follow the values' order. One hash
     pass (``dictionary_encode``) gives both the values and the codes.
     """
-    table = k.table
+    table = keyset.table
     out: dict[tuple[str, bool], _Domain] = {}
-    state_rows = np.flatnonzero(k.kind == STATE_WINDOW)
+    state_rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
     for agg in aggregators:
         key = agg.domain_key
         if key is None or key in out:
@@ -86,7 +86,7 @@ def _domains(k: _Keys, aggregators: list[Aggregator]) -> dict[tuple[str, bool], 
     return out
 
 
-def _event_inputs(ev: _Events, aggregators: list[Aggregator], domains: dict) -> dict[tuple, EventInput]:
+def _event_inputs(sorted_events: _Events, aggregators: list[Aggregator], domains: dict) -> dict[tuple, EventInput]:
     """Per aggregate input (:attr:`Aggregator.input_key`): its :class:`EventInput`.
 
     Codes are computed on the table's column as it came and then permuted into event
@@ -95,13 +95,14 @@ def _event_inputs(ev: _Events, aggregators: list[Aggregator], domains: dict) -> 
     out: dict[tuple, EventInput] = {}
     for agg in aggregators:
         if agg.agg.column is not None and agg.input_key not in out:
-            out[agg.input_key] = agg.event_input(ev.table[agg.agg.column].combine_chunks(), ev, domains)
+            column = sorted_events.table[agg.agg.column].combine_chunks()
+            out[agg.input_key] = agg.event_input(column, sorted_events, domains)
     return out
 
 
-def _state_partials(aggregators: list[Aggregator], k: _Keys, rows: np.ndarray, domains: dict) -> list[Any]:
+def _state_partials(aggregators: list[Aggregator], keyset: _Keys, rows: np.ndarray, domains: dict) -> list[Any]:
     """Partial aggregates of carried windows (table rows ``rows``), one per aggregate."""
-    return [agg.from_state(k.table, rows, domains) for agg in aggregators]
+    return [agg.from_state(keyset.table, rows, domains) for agg in aggregators]
 
 
 def _reduce(aggregators: list[Aggregator], inputs: dict, group: np.ndarray, n_groups: int, events: np.ndarray,
@@ -281,9 +282,9 @@ class Aggregator:
         """The values a carried partial adds to the column's domain."""
         return state_column
 
-    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
-        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
-        return EventInput(domains[self.domain_key].codes[ev.rows], valid)
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
+        return EventInput(domains[self.domain_key].codes[sorted_events.rows], valid)
 
     def state_column(self, table: pa.Table, take: pa.Array, suffix: str = "") -> pa.Array:
         return table[STATE_PREFIX + self.name + suffix].take(take).combine_chunks()
@@ -345,8 +346,8 @@ class CountAggregator(Aggregator):
     def output_type(self) -> pa.DataType:
         return pa.int64()
 
-    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
-        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         return EventInput(valid, valid)
 
     def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> CountPartial:
@@ -420,12 +421,13 @@ class SumAggregator(Aggregator):
             out.append(pa.field(self.name + "_overflow", pa.int64()))
         return out
 
-    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
-        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         if _is_decimal(column.type):
-            values = _decimal_ints(column)[ev.rows]
+            values = _decimal_ints(column)[sorted_events.rows]
         else:
-            values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(_sum_dtype(column.type))[ev.rows]
+            values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(_sum_dtype(column.type))
+            values = values[sorted_events.rows]
         return EventInput(values, valid)
 
     def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> SumPartial:
@@ -890,10 +892,10 @@ class StddevAggregator(Aggregator):
         return [pa.field(self.name, pa.string()), pa.field(self.name + "_squares", pa.string()),
                 pa.field(self.name + "_n", pa.int64()), pa.field(self.name + "_nonfinite", pa.int64())]
 
-    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
-        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         values, nonfinite = _fractions(column)
-        return EventInput(values[ev.rows], valid, nonfinite[ev.rows])
+        return EventInput(values[sorted_events.rows], valid, nonfinite[sorted_events.rows])
 
     def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> MomentsPartial:
         take = pa.array(rows)
@@ -1044,14 +1046,14 @@ class PercentileAggregator(Aggregator):
     def state_fields(self) -> list[pa.Field]:
         return [pa.field(self.name, pa.list_(pa.float64()))]
 
-    def event_input(self, column: pa.Array, ev: _Events, domains: dict) -> EventInput:
-        valid = ~column.is_null().to_numpy(zero_copy_only=False)[ev.rows]
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+        valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         if _is_decimal(column.type):  # correctly rounded, like a Python float(Decimal)
             scale = 10 ** column.type.scale
             doubles = np.array([m / scale for m in _decimal_ints(column).tolist()], dtype=np.float64)
         else:
             doubles = pc.fill_null(column.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
-        return EventInput(doubles.astype(np.float64)[ev.rows], valid)
+        return EventInput(doubles.astype(np.float64)[sorted_events.rows], valid)
 
     def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> ValuesPartial:
         lengths, member_group, members = _list_members(self.state_column(table, pa.array(rows)))

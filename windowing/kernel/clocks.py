@@ -114,18 +114,18 @@ class _Idle:
     ``last_batch[g]``, ``last_clock[g]``: the worker's last commit (for END_OF_INPUT).
     """
 
-    def __init__(self, kb: _KeyBatches, k: _Keys, spec: Spec, timelines: Mapping[Any, Timeline]):
-        self.kb_fire = np.zeros(kb.n, dtype=bool)
-        self.kb_batch = np.zeros(kb.n, dtype=np.int64)
-        self.kb_time = np.zeros(kb.n, dtype=np.int64)
-        self.kb_clock = np.full(kb.n, MIN_TIMESTAMP, dtype=np.int64)
-        self.kb_clock_before = np.full(kb.n, MIN_TIMESTAMP, dtype=np.int64)
-        self.pre_fire = np.zeros(k.n, dtype=bool)
-        self.pre_batch = np.zeros(k.n, dtype=np.int64)
-        self.pre_time = np.zeros(k.n, dtype=np.int64)
-        self.last_batch = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
-        self.last_clock = np.full(k.n, MIN_TIMESTAMP, dtype=np.int64)
-        worker_of_key = np.array([_hashable(v) for v in k.worker_values], dtype=object)
+    def __init__(self, key_batches: _KeyBatches, keyset: _Keys, spec: Spec, timelines: Mapping[Any, Timeline]):
+        self.kb_fire = np.zeros(key_batches.n, dtype=bool)
+        self.kb_batch = np.zeros(key_batches.n, dtype=np.int64)
+        self.kb_time = np.zeros(key_batches.n, dtype=np.int64)
+        self.kb_clock = np.full(key_batches.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.kb_clock_before = np.full(key_batches.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.pre_fire = np.zeros(keyset.n, dtype=bool)
+        self.pre_batch = np.zeros(keyset.n, dtype=np.int64)
+        self.pre_time = np.zeros(keyset.n, dtype=np.int64)
+        self.last_batch = np.full(keyset.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.last_clock = np.full(keyset.n, MIN_TIMESTAMP, dtype=np.int64)
+        worker_of_key = np.array([_hashable(v) for v in keyset.worker_values], dtype=object)
         for worker in dict.fromkeys(worker_of_key.tolist()):
             tl = timelines.get(worker)
             if tl is None:
@@ -136,18 +136,18 @@ class _Idle:
             self.last_clock[of_worker] = tl.last_clock
             if len(tl.batches) == 0:
                 continue
-            batches = np.flatnonzero(of_worker[kb.g])  # the worker's key batches
-            commit = np.searchsorted(tl.batches, kb.batch[batches])  # each key batch's commit
+            batches = np.flatnonzero(of_worker[key_batches.g])  # the worker's key batches
+            commit = np.searchsorted(tl.batches, key_batches.batch[batches])  # each key batch's commit
             if len(batches):
                 self.kb_clock[batches] = tl.clock[commit]
                 self.kb_clock_before[batches] = np.where(commit > 0, tl.clock[np.maximum(commit - 1, 0)], tl.clock0)
             if spec.window.idle_timeout_ms is None:
                 continue
-            self._after_batches(tl, kb, batches, commit, spec)
-            self._before_first_batch(tl, kb, k, np.flatnonzero(of_worker), spec)
-        self.gen = self._generations(kb)
+            self._after_batches(tl, key_batches, batches, commit, spec)
+            self._before_first_batch(tl, key_batches, keyset, np.flatnonzero(of_worker), spec)
+        self.gen = self._generations(key_batches)
 
-    def _after_batches(self, tl: Timeline, kb: _KeyBatches, batches: np.ndarray, commit: np.ndarray,
+    def _after_batches(self, tl: Timeline, key_batches: _KeyBatches, batches: np.ndarray, commit: np.ndarray,
                        spec: Spec) -> None:
         """Idle flushes after each of the key batches ``batches`` (of one worker, committed at
         ``commit``): from the first commit c (at or after the batch's own) whose clock
@@ -158,9 +158,9 @@ class _Idle:
         w = spec.window
         n_commits = len(tl.batches)
         series = tl.geff if w.idle_clock is Clock.EVENT_TIME else tl.clock
-        last_of_key = np.append(kb.g[batches][1:] != kb.g[batches][:-1], True)
+        last_of_key = np.append(key_batches.g[batches][1:] != key_batches.g[batches][:-1], True)
         next_commit = np.where(last_of_key, n_commits, np.append(commit[1:], n_commits))
-        activity = kb.maxev_after[batches] if w.idle_clock is Clock.EVENT_TIME else kb.maxarr_after[batches]
+        activity = (key_batches.maxev_after if w.idle_clock is Clock.EVENT_TIME else key_batches.maxarr_after)[batches]
         due = sat_add(activity, w.idle_timeout_ms)
         reaching = np.maximum(commit, np.searchsorted(series, due, side="left"))
         at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching, commit + 1, next_commit)
@@ -170,21 +170,22 @@ class _Idle:
         self.kb_batch[batches] = np.where(at_tick, tl.batches[np.maximum(at - 1, 0)], tl.batches[at])
         self.kb_time[batches] = np.where(at_tick, tick, tl.clock[at])
 
-    def _before_first_batch(self, tl: Timeline, kb: _KeyBatches, k: _Keys, keys: np.ndarray, spec: Spec) -> None:
+    def _before_first_batch(self, tl: Timeline, key_batches: _KeyBatches, keyset: _Keys, keys: np.ndarray,
+                            spec: Spec) -> None:
         """Idle flushes of the worker's ``keys`` with carried state before their first batch
         of this replay (a tick may come before this replay's first commit: commit 0 is
         after the carried clock)."""
         w = spec.window
         n_commits = len(tl.batches)
         series = tl.geff if w.idle_clock is Clock.EVENT_TIME else tl.clock
-        activity = k.maxev0[keys] if w.idle_clock is Clock.EVENT_TIME else k.maxarr0[keys]
+        activity = keyset.maxev0[keys] if w.idle_clock is Clock.EVENT_TIME else keyset.maxarr0[keys]
         keys, activity = keys[activity != MIN_TIMESTAMP], activity[activity != MIN_TIMESTAMP]
         if not len(keys):
             return
-        first = kb.key_first[keys]
+        first = key_batches.key_first[keys]
         next_commit = np.full(len(keys), n_commits, dtype=np.int64)
         has = first >= 0
-        next_commit[has] = np.searchsorted(tl.batches, kb.batch[first[has]])
+        next_commit[has] = np.searchsorted(tl.batches, key_batches.batch[first[has]])
         due = sat_add(activity, w.idle_timeout_ms)
         reaching = np.searchsorted(series, due, side="left")
         at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching,
@@ -197,15 +198,15 @@ class _Idle:
         self.pre_batch[keys] = np.where(at_tick, before, tl.batches[at])
         self.pre_time[keys] = np.where(at_tick, tick, tl.clock[at])
 
-    def _generations(self, kb: _KeyBatches) -> np.ndarray:
+    def _generations(self, key_batches: _KeyBatches) -> np.ndarray:
         """Generation of each key batch: flushes before it, including the one before its first batch."""
-        if not kb.n:
+        if not key_batches.n:
             return np.zeros(0, dtype=np.int64)
         fired = self.kb_fire.astype(np.int64)
         before = np.cumsum(fired) - fired
-        counts = np.diff(np.append(kb.first_of_key, kb.n))
-        base = np.repeat(before[kb.first_of_key], counts)
-        return before - base + self.pre_fire[kb.g].astype(np.int64)
+        counts = np.diff(np.append(key_batches.first_of_key, key_batches.n))
+        base = np.repeat(before[key_batches.first_of_key], counts)
+        return before - base + self.pre_fire[key_batches.g].astype(np.int64)
 
 
 def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, reaching: np.ndarray, earliest: np.ndarray,
@@ -236,8 +237,10 @@ def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, reaching:
     return ok, tick
 
 
-def _snapshot_times(ev: _Events, kb: _KeyBatches, idle: _Idle) -> np.ndarray:
+def _snapshot_times(sorted_events: _Events, key_batches: _KeyBatches, idle: _Idle) -> np.ndarray:
     """Emit time of each event's ``atAggregate`` snapshots: the worker's clock as the event
     is processed, before its batch commits: the greatest arrival time the worker has
     seen, this event's included (its batch's earlier events arrived no later than it)."""
-    return np.maximum(idle.kb_clock_before[kb.of_event], ev.arr) if ev.n else np.zeros(0, np.int64)
+    if not sorted_events.n:
+        return np.zeros(0, np.int64)
+    return np.maximum(idle.kb_clock_before[key_batches.of_event], sorted_events.arr)

@@ -57,15 +57,15 @@ class _CarriedWindows:
     events: np.ndarray  # accepted events so far
 
     @staticmethod
-    def read(k: _Keys) -> _CarriedWindows:
-        rows = np.flatnonzero(k.kind == STATE_WINDOW)
-        table = k.table
+    def read(keyset: _Keys) -> _CarriedWindows:
+        rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
+        table = keyset.table
 
         def ints(name: str) -> np.ndarray:
             return pc.fill_null(_scol(table, name, rows), 0).to_numpy().astype(np.int64)
 
-        return _CarriedWindows(rows, k.gid[rows], ints("window_start_ms"), ints("window_end_ms"), ints("emissions"),
-                               ints("events"))
+        return _CarriedWindows(rows, keyset.gid[rows], ints("window_start_ms"), ints("window_end_ms"),
+                               ints("emissions"), ints("events"))
 
     @property
     def n(self) -> int:
@@ -123,7 +123,7 @@ class _Closing:
                         np.full(n, MIN_TIMESTAMP, dtype=np.int64), np.full(n, MIN_TIMESTAMP, dtype=np.int64))
 
 
-def _windows(ev: _Events, kb: _KeyBatches, k: _Keys, idle: _Idle, spec: Spec,
+def _windows(sorted_events: _Events, key_batches: _KeyBatches, keyset: _Keys, idle: _Idle, spec: Spec,
              flush_at_end: bool) -> tuple[_Groups, _Late, _Groups | None]:
     """Tumbling and sliding windows of every key at once (no per-event loop).
 
@@ -137,36 +137,37 @@ def _windows(ev: _Events, kb: _KeyBatches, k: _Keys, idle: _Idle, spec: Spec,
     ends its generation, whichever comes first; each group's aggregate folds its carried
     partial first, then its events in arrival order.
     """
-    domains = _domains(k, spec.aggregators)
-    inputs = _event_inputs(ev, spec.aggregators, domains)
-    pairs = assign_windows(ev.t, spec.window)
-    watermark_before = kb.eff_before[kb.of_event[pairs.event]]
+    domains = _domains(keyset, spec.aggregators)
+    inputs = _event_inputs(sorted_events, spec.aggregators, domains)
+    pairs = assign_windows(sorted_events.t, spec.window)
+    watermark_before = key_batches.eff_before[key_batches.of_event[pairs.event]]
     if spec.window.lateness is Lateness.WINDOW_CLOSED:
         late = pairs.end <= watermark_before
     else:
-        late = ev.t[pairs.event] < watermark_before
+        late = sorted_events.t[pairs.event] < watermark_before
     late_out = _Late(pairs.event[late], pairs.start[late], pairs.end[late], watermark_before[late])
     accepted = WindowAssignment(pairs.event[~late], pairs.start[~late], pairs.end[~late])
-    carried = _CarriedWindows.read(k)
-    wg = _group_windows(carried, accepted, ev.g[accepted.event], idle.gen[kb.of_event[accepted.event]])
-    carried_partials = _state_partials(spec.aggregators, k, carried.rows, domains) if carried.n else None
+    carried = _CarriedWindows.read(keyset)
+    wg = _group_windows(carried, accepted, sorted_events.g[accepted.event],
+                        idle.gen[key_batches.of_event[accepted.event]])
+    carried_partials = _state_partials(spec.aggregators, keyset, carried.rows, domains) if carried.n else None
     partials = _reduce(spec.aggregators, inputs, wg.event_group, wg.n, wg.event_index, carried_partials,
                        wg.carried_group, domains)
-    closing = _close_windows(wg, kb, idle, k, spec, flush_at_end)
+    closing = _close_windows(wg, key_batches, idle, keyset, spec, flush_at_end)
 
     groups = _Groups(spec, domains)
-    groups.created = np.bincount(wg.key[wg.carried_index < 0], minlength=k.n)
+    groups.created = np.bincount(wg.key[wg.carried_index < 0], minlength=keyset.n)
     carried_emissions = np.where(wg.carried_index >= 0, carried.emissions[np.maximum(wg.carried_index, 0)], 0) \
         if carried.n else np.zeros(wg.n, dtype=np.int64)
-    emission, reopen = _emissions(k, wg, closing.reason, carried_emissions, kb.eff_final)
-    groups.idle_flushes = _count_idle_flushes(closing.reason, wg.key, wg.generation, k.n)
+    emission, reopen = _emissions(keyset, wg, closing.reason, carried_emissions, key_batches.eff_final)
+    groups.idle_flushes = _count_idle_flushes(closing.reason, wg.key, wg.generation, keyset.n)
     groups.set(wg.key, wg.start, wg.end, closing.reason, closing.emit_batch, closing.emit_watermark, emission,
                wg.events, partials, reopen, emit_time=closing.emit_time)
 
     snaps = None
     if spec.snapshots:
-        snaps = _snapshots(spec, domains, inputs, wg, emission, carried_partials, carried, ev, kb,
-                           snapshot_time=_snapshot_times(ev, kb, idle))
+        snaps = _snapshots(spec, domains, inputs, wg, emission, carried_partials, carried, sorted_events, key_batches,
+                           snapshot_time=_snapshot_times(sorted_events, key_batches, idle))
     return groups, late_out, snaps
 
 
@@ -203,40 +204,43 @@ def _group_windows(carried: _CarriedWindows, accepted: WindowAssignment, pair_ke
                          carried_index, carried_group, events)
 
 
-def _close_windows(wg: _WindowGroups, kb: _KeyBatches, idle: _Idle, k: _Keys, spec: Spec,
+def _close_windows(wg: _WindowGroups, key_batches: _KeyBatches, idle: _Idle, keyset: _Keys, spec: Spec,
                    flush_at_end: bool) -> _Closing:
     """Each group's closing: WATERMARK at the first of its key's batches whose effective
     watermark reaches its end, unless its generation ended with an idle flush first (IDLE);
     then END_OF_INPUT for what is still open if ``flush_at_end``."""
-    pos = seg_searchsorted(kb.eff_after, kb.g, wg.end, wg.key)
-    key_last = kb.key_last[wg.key]
-    has_wm = (pos < kb.n) & (pos <= np.where(key_last >= 0, key_last, -1))
-    has_wm &= np.take(kb.g, np.minimum(pos, max(kb.n - 1, 0)), mode="clip") == wg.key if kb.n else False
-    end_kb, end_fired = _generation_ends(kb, idle, wg.key, wg.generation)
+    pos = seg_searchsorted(key_batches.eff_after, key_batches.g, wg.end, wg.key)
+    key_last = key_batches.key_last[wg.key]
+    has_wm = (pos < key_batches.n) & (pos <= np.where(key_last >= 0, key_last, -1))
+    if key_batches.n:
+        has_wm &= np.take(key_batches.g, np.minimum(pos, key_batches.n - 1), mode="clip") == wg.key
+    else:
+        has_wm &= False
+    end_kb, end_fired = _generation_ends(key_batches, idle, wg.key, wg.generation)
     closing = _Closing.all_open(wg.n)
     by_wm = has_wm & (~end_fired | (pos <= end_kb))
     closing.reason[by_wm] = WATERMARK
-    if kb.n:
-        at = np.minimum(pos, kb.n - 1)[by_wm]
-        closing.emit_batch[by_wm] = kb.batch[at]
-        closing.emit_watermark[by_wm] = kb.eff_after[at]
+    if key_batches.n:
+        at = np.minimum(pos, key_batches.n - 1)[by_wm]
+        closing.emit_batch[by_wm] = key_batches.batch[at]
+        closing.emit_watermark[by_wm] = key_batches.eff_after[at]
         closing.emit_time[by_wm] = idle.kb_clock[at]
     by_idle = end_fired & ~by_wm
     closing.reason[by_idle] = IDLE
-    _set_idle_emit(closing, by_idle, end_kb, wg.key, idle, kb, k, spec)
+    _set_idle_emit(closing, by_idle, end_kb, wg.key, idle, key_batches, keyset, spec)
     if flush_at_end:
-        _flush_open(closing, wg.key, idle, kb)
+        _flush_open(closing, wg.key, idle, key_batches)
     return closing
 
 
-def _generation_ends(kb: _KeyBatches, idle: _Idle, keys: np.ndarray,
+def _generation_ends(key_batches: _KeyBatches, idle: _Idle, keys: np.ndarray,
                      generations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each (key, generation): the key batch after which it was flushed idle (-1:
     before the key's first batch) and whether it was flushed at all."""
     fired = np.flatnonzero(idle.kb_fire)
     width = np.int64(max(int(generations.max(initial=0)), int(idle.gen.max(initial=0))) + 2)
     # generation x of key g ends at the fired batch j with gen[j] == x
-    fired_code = kb.g[fired].astype(np.int64) * width + idle.gen[fired]
+    fired_code = key_batches.g[fired].astype(np.int64) * width + idle.gen[fired]
     query_code = keys.astype(np.int64) * width + generations
     i = np.searchsorted(fired_code, query_code)
     found = i < len(fired_code)
@@ -249,7 +253,7 @@ def _generation_ends(kb: _KeyBatches, idle: _Idle, keys: np.ndarray,
 
 
 def _set_idle_emit(closing: _Closing, mask: np.ndarray, end_kb: np.ndarray, keys: np.ndarray, idle: _Idle,
-                   kb: _KeyBatches, k: _Keys, spec: Spec) -> None:
+                   key_batches: _KeyBatches, keyset: _Keys, spec: Spec) -> None:
     """Fill the emit fields of the groups in ``mask``, closed by the idle flush that ended
     their generation: after key batch ``end_kb`` (its flush batch, its effective watermark,
     the flush time), or, for ``end_kb == -1``, before the key's first batch of this replay
@@ -261,19 +265,20 @@ def _set_idle_emit(closing: _Closing, mask: np.ndarray, end_kb: np.ndarray, keys
     before_first = j < 0
     jj = np.maximum(j, 0)
     g = keys[mask]
-    carried_wm = sat_sub(k.wm0[g], spec.window.delay_ms)
-    closing.emit_batch[mask] = np.where(before_first, idle.pre_batch[g], idle.kb_batch[jj] if kb.n else 0)
-    closing.emit_watermark[mask] = np.where(before_first, carried_wm, kb.eff_after[jj] if kb.n else MIN_TIMESTAMP)
-    closing.emit_time[mask] = np.where(before_first, idle.pre_time[g], idle.kb_time[jj] if kb.n else 0)
+    carried_wm = sat_sub(keyset.wm0[g], spec.window.delay_ms)
+    closing.emit_batch[mask] = np.where(before_first, idle.pre_batch[g], idle.kb_batch[jj] if key_batches.n else 0)
+    after = key_batches.eff_after[jj] if key_batches.n else MIN_TIMESTAMP
+    closing.emit_watermark[mask] = np.where(before_first, carried_wm, after)
+    closing.emit_time[mask] = np.where(before_first, idle.pre_time[g], idle.kb_time[jj] if key_batches.n else 0)
 
 
-def _flush_open(closing: _Closing, keys: np.ndarray, idle: _Idle, kb: _KeyBatches) -> None:
+def _flush_open(closing: _Closing, keys: np.ndarray, idle: _Idle, key_batches: _KeyBatches) -> None:
     """END_OF_INPUT for every group still open, at its worker's last commit."""
     still_open = closing.reason == OPEN
     g = keys[still_open]
     closing.reason[still_open] = END_OF_INPUT
     closing.emit_batch[still_open] = idle.last_batch[g]
-    closing.emit_watermark[still_open] = kb.eff_final[g]
+    closing.emit_watermark[still_open] = key_batches.eff_final[g]
     closing.emit_time[still_open] = idle.last_clock[g]
 
 
@@ -286,7 +291,7 @@ def _count_idle_flushes(reason: np.ndarray, keys: np.ndarray, generations: np.nd
     return np.bincount(flushes[:, 0], minlength=n_keys)
 
 
-def _emissions(k: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emissions: np.ndarray,
+def _emissions(keyset: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emissions: np.ndarray,
                final_eff: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Emission number of every group and the counters of re-openable emitted windows.
 
@@ -297,12 +302,12 @@ def _emissions(k: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emission
     its last group is not open and did not close by the watermark, and its end is past the
     key's final effective watermark ``final_eff``.
     """
-    t = k.table
-    counter_rows = np.flatnonzero(k.kind == STATE_EMITTED)
+    t = keyset.table
+    counter_rows = np.flatnonzero(keyset.kind == STATE_EMITTED)
     n_counters = len(counter_rows)
     counted = _scol(t, "emissions", counter_rows).to_numpy().astype(np.int64)
     # Carried counters and groups, sorted into runs of one (key, start, end), counters first.
-    key = np.concatenate([k.gid[counter_rows], wg.key])
+    key = np.concatenate([keyset.gid[counter_rows], wg.key])
     start = np.concatenate([_scol(t, "window_start_ms", counter_rows).to_numpy().astype(np.int64), wg.start])
     end = np.concatenate([_scol(t, "window_end_ms", counter_rows).to_numpy().astype(np.int64), wg.end])
     is_group = np.concatenate([np.zeros(n_counters, np.int64), np.ones(wg.n, np.int64)])
@@ -338,8 +343,8 @@ def _emissions(k: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emission
 
 
 def _snapshots(spec: Spec, domains: dict, inputs: dict, wg: _WindowGroups, emission: np.ndarray,
-               carried_partials: list | None, carried: _CarriedWindows, ev: _Events, kb: _KeyBatches,
-               snapshot_time: np.ndarray) -> _Groups:
+               carried_partials: list | None, carried: _CarriedWindows, sorted_events: _Events,
+               key_batches: _KeyBatches, snapshot_time: np.ndarray) -> _Groups:
     """atAggregate: one row per accepted (event, window) with the window's running aggregate
     (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`).
 
@@ -356,7 +361,7 @@ def _snapshots(spec: Spec, domains: dict, inputs: dict, wg: _WindowGroups, emiss
     events = prefixes.rank + 1 + (prefixes.carried(carried.events) if carried.n else 0)
     n = len(group)
     snaps = _Groups(spec, domains)
-    snaps.set(wg.key[group], wg.start[group], wg.end[group], np.full(n, AGGREGATE, np.int8), ev.batch[event],
-              kb.eff_before[kb.of_event[event]], emission[group], events, partials,
+    snaps.set(wg.key[group], wg.start[group], wg.end[group], np.full(n, AGGREGATE, np.int8), sorted_events.batch[event],
+              key_batches.eff_before[key_batches.of_event[event]], emission[group], events, partials,
               (np.zeros(0, np.int64),) * 4, emit_time=snapshot_time[event])
     return snaps

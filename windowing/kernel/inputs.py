@@ -145,8 +145,8 @@ class _Keys:
 class _Events:
     """The events, sorted in arrival order per key."""
 
-    def __init__(self, table: pa.Table, spec: Spec, k: _Keys):
-        rows = np.flatnonzero(k.kind == EVENT)
+    def __init__(self, table: pa.Table, spec: Spec, keyset: _Keys):
+        rows = np.flatnonzero(keyset.kind == EVENT)
         src = spec.pipeline.source
         # Only the sort columns, and only the event rows (state rows have nulls there).
         sub = table.select([*src.arrival_order, "__arr", "__batch", "__evt"])
@@ -154,12 +154,12 @@ class _Events:
             sub = sub.take(pa.array(rows))
         arr, batch = _int64(sub["__arr"]), _int64(sub["__batch"])
         keys = [order_codes(sub[c]) for c in reversed(src.arrival_order)]
-        keys += [arr, batch, k.gid[rows]]
+        keys += [arr, batch, keyset.gid[rows]]
         order = np.lexsort(keys) if len(rows) else np.zeros(0, dtype=np.int64)
         order = _break_ties(order, keys, table, rows, spec)
         self.rows = rows[order]  # table row of each sorted event
         self.n = len(self.rows)
-        self.g = k.gid[self.rows]
+        self.g = keyset.gid[self.rows]
         self.batch = batch[order]
         self.arr = arr[order]
         self.t = _int64(sub["__evt"])[order]
@@ -204,43 +204,44 @@ def _int64(col: pa.ChunkedArray) -> np.ndarray:
 class _KeyBatches:
     """One entry per (key, batch) with events: watermarks before and after its commit."""
 
-    def __init__(self, ev: _Events, k: _Keys, spec: Spec):
+    def __init__(self, sorted_events: _Events, keyset: _Keys, spec: Spec):
         w = spec.window
-        if ev.n:
-            change = np.concatenate(([True], (ev.g[1:] != ev.g[:-1]) | (ev.batch[1:] != ev.batch[:-1])))
+        if sorted_events.n:
+            g, batch = sorted_events.g, sorted_events.batch
+            change = np.concatenate(([True], (g[1:] != g[:-1]) | (batch[1:] != batch[:-1])))
         else:
             change = np.zeros(0, dtype=bool)
         self.start = np.flatnonzero(change)
         self.n = len(self.start)
         self.of_event = np.cumsum(change) - 1
-        self.g = ev.g[self.start]
-        self.batch = ev.batch[self.start]
+        self.g = sorted_events.g[self.start]
+        self.batch = sorted_events.batch[self.start]
         if self.n:
             reduce = np.minimum if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum
-            cand = reduce.reduceat(ev.t, self.start)
-            maxev = np.maximum.reduceat(ev.t, self.start)
-            maxarr = np.maximum.reduceat(ev.arr, self.start)
+            cand = reduce.reduceat(sorted_events.t, self.start)
+            maxev = np.maximum.reduceat(sorted_events.t, self.start)
+            maxarr = np.maximum.reduceat(sorted_events.arr, self.start)
         else:
             cand = maxev = maxarr = np.zeros(0, dtype=np.int64)
         self.first_of_key = starts_of(self.g)
-        self.key_first = np.full(k.n, -1, dtype=np.int64)
-        self.key_last = np.full(k.n, -1, dtype=np.int64)
+        self.key_first = np.full(keyset.n, -1, dtype=np.int64)
+        self.key_last = np.full(keyset.n, -1, dtype=np.int64)
         self.key_first[self.g[self.first_of_key]] = self.first_of_key
         self.key_last[self.g[self.first_of_key]] = np.append(self.first_of_key[1:], self.n) - 1
-        self.wm_after = self._running(cand, k.wm0)
-        self.maxev_after = self._running(maxev, k.maxev0)
-        self.maxarr_after = self._running(maxarr, k.maxarr0)
+        self.wm_after = self._running(cand, keyset.wm0)
+        self.maxev_after = self._running(maxev, keyset.maxev0)
+        self.maxarr_after = self._running(maxarr, keyset.maxarr0)
         wm_before = np.empty_like(self.wm_after)
         if self.n:
             wm_before[1:] = self.wm_after[:-1]
-            wm_before[self.first_of_key] = k.wm0[self.g[self.first_of_key]]
+            wm_before[self.first_of_key] = keyset.wm0[self.g[self.first_of_key]]
         self.eff_before = sat_sub(wm_before, w.delay_ms)
         self.eff_after = sat_sub(self.wm_after, w.delay_ms)
         # The key's values at the end of this replay.
         has = self.key_last >= 0
-        self.wm_final = k.wm0.copy()
-        self.maxev_final = k.maxev0.copy()
-        self.maxarr_final = k.maxarr0.copy()
+        self.wm_final = keyset.wm0.copy()
+        self.maxev_final = keyset.maxev0.copy()
+        self.maxarr_final = keyset.maxarr0.copy()
         self.wm_final[has] = self.wm_after[self.key_last[has]]
         self.maxev_final[has] = self.maxev_after[self.key_last[has]]
         self.maxarr_final[has] = self.maxarr_after[self.key_last[has]]

@@ -59,9 +59,9 @@ class _Groups:
         return {agg.agg.name: agg.final(partial, sel, self.domains)
                 for agg, partial in zip(self.spec.aggregators, self.partials)}
 
-    def emitted_table(self, k: _Keys, spec: Spec) -> pa.Table:
+    def emitted_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason != OPEN)
-        cols = k.take_key_columns(self.g[sel], spec)
+        cols = keyset.take_key_columns(self.g[sel], spec)
         cols["window_start"] = _ts(self.ws[sel])
         cols["window_end"] = _ts(self.we[sel])
         cols.update(self._agg_columns(sel))
@@ -73,10 +73,10 @@ class _Groups:
         cols["emission"] = pa.array(self.emission[sel], pa.int64())
         return pa.table(cols, schema=spec.aggregates_schema())
 
-    def state_table(self, k: _Keys, spec: Spec) -> pa.Table:
+    def state_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason == OPEN)
         m = len(sel)
-        cols = _state_base(spec, k, self.g[sel], "window")
+        cols = _state_base(spec, keyset, self.g[sel], "window")
         cols["window_start_ms"] = pa.array(self.ws[sel], pa.int64())
         cols["window_end_ms"] = pa.array(self.we[sel], pa.int64())
         cols["emissions"] = pa.array(self.emission[sel] - 1, pa.int64())
@@ -85,9 +85,9 @@ class _Groups:
             cols.update(agg.state_columns(partial, sel, self.domains))
         return _fill_state(cols, m, spec)
 
-    def emitted_counter_table(self, k: _Keys, spec: Spec) -> pa.Table:
+    def emitted_counter_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
         g, ws, we, em = self.reopenable
-        cols = _state_base(spec, k, g, "emitted")
+        cols = _state_base(spec, keyset, g, "emitted")
         cols["window_start_ms"] = pa.array(ws, pa.int64())
         cols["window_end_ms"] = pa.array(we, pa.int64())
         cols["emissions"] = pa.array(em, pa.int64())
@@ -105,12 +105,12 @@ def _i64(v: np.ndarray) -> pa.Array:
     return pa.array(v, pa.int64(), mask=v == MIN_TIMESTAMP)
 
 
-def _state_base(spec: Spec, k: _Keys, g: np.ndarray, kind: str) -> dict[str, pa.Array]:
+def _state_base(spec: Spec, keyset: _Keys, g: np.ndarray, kind: str) -> dict[str, pa.Array]:
     cols: dict[str, pa.Array] = {
         "state_kind": pa.array([kind] * len(g), pa.string()),
         "fingerprint": pa.array([spec.pipeline.fingerprint()] * len(g), pa.string()),
     }
-    cols.update(k.take_key_columns(g, spec))
+    cols.update(keyset.take_key_columns(g, spec))
     return cols
 
 
@@ -120,13 +120,13 @@ def _fill_state(cols: dict[str, pa.Array], m: int, spec: Spec) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _key_state_rows(k: _Keys, kb: _KeyBatches, spec: Spec) -> pa.Table:
-    g = np.arange(k.n)
-    cols = _state_base(spec, k, g, "key")
-    cols["watermark_ms"] = _i64(kb.wm_final)
-    cols["max_event_ms"] = _i64(kb.maxev_final)
-    cols["clock_ms"] = _i64(kb.maxarr_final)
-    return _fill_state(cols, k.n, spec)
+def _key_state_rows(keyset: _Keys, key_batches: _KeyBatches, spec: Spec) -> pa.Table:
+    g = np.arange(keyset.n)
+    cols = _state_base(spec, keyset, g, "key")
+    cols["watermark_ms"] = _i64(key_batches.wm_final)
+    cols["max_event_ms"] = _i64(key_batches.maxev_final)
+    cols["clock_ms"] = _i64(key_batches.maxarr_final)
+    return _fill_state(cols, keyset.n, spec)
 
 
 # =========================================================================== aggregates
@@ -136,32 +136,32 @@ class _Late:
     def __init__(self, ev_idx, ws, we, wm):
         self.ev_idx, self.ws, self.we, self.wm = ev_idx, ws, we, wm
 
-    def table(self, ev: _Events, spec: Spec) -> pa.Table:
-        take = pa.array(ev.rows[self.ev_idx]) if len(self.ev_idx) else pa.array([], pa.int64())
-        cols = {c: ev.table[c].take(take) for c in spec.late_input_columns()}
-        cols["batch"] = pa.array(ev.batch[self.ev_idx], pa.int64())
+    def table(self, sorted_events: _Events, spec: Spec) -> pa.Table:
+        take = pa.array(sorted_events.rows[self.ev_idx]) if len(self.ev_idx) else pa.array([], pa.int64())
+        cols = {c: sorted_events.table[c].take(take) for c in spec.late_input_columns()}
+        cols["batch"] = pa.array(sorted_events.batch[self.ev_idx], pa.int64())
         cols["window_start"] = _ts(self.ws)
         cols["window_end"] = _ts(self.we)
         cols["watermark"] = _ts(self.wm)
-        cols["lateness_ms"] = pa.array(self.wm - ev.t[self.ev_idx], pa.int64())
+        cols["lateness_ms"] = pa.array(self.wm - sorted_events.t[self.ev_idx], pa.int64())
         return pa.table(cols, schema=spec.late_schema())
 
 
 
-def _counters(k: _Keys, ev: _Events, kb: _KeyBatches, groups: _Groups, snaps: _Groups | None, late: _Late,
-              spec: Spec) -> dict[str, dict[str, int]]:
+def _counters(keyset: _Keys, sorted_events: _Events, key_batches: _KeyBatches, groups: _Groups, snaps: _Groups | None,
+              late: _Late, spec: Spec) -> dict[str, dict[str, int]]:
     """This task's counters (:data:`windowing.metrics.COUNTERS`) per worker label.
 
     Every key is in exactly one task, so the driver sums them per worker and in total.
     Cost: a ``bincount`` per counter over keys, windows or late rows the replay already
     holds; one label per distinct worker, not per key.
     """
-    if not k.n:
+    if not keyset.n:
         return {}
     if spec.worker_col:
-        codes = group_codes(k.table[spec.worker_col].take(pa.array(k.rep_row)))
+        codes = group_codes(keyset.table[spec.worker_col].take(pa.array(keyset.rep_row)))
     else:
-        codes = np.zeros(k.n, dtype=np.int64)
+        codes = np.zeros(keyset.n, dtype=np.int64)
     _, first_key, worker_of = np.unique(codes, return_index=True, return_inverse=True)
     worker_of = worker_of.reshape(-1)
     nw = len(first_key)
@@ -174,19 +174,19 @@ def _counters(k: _Keys, ev: _Events, kb: _KeyBatches, groups: _Groups, snaps: _G
 
     is_open = groups.reason == OPEN
     counts = {
-        metrics.EVENTS: of_keys(ev.g),
-        metrics.LATE_PAIRS: of_keys(ev.g[late.ev_idx]),
-        metrics.LATE_EVENTS: of_keys(ev.g[np.unique(late.ev_idx)]),
+        metrics.EVENTS: of_keys(sorted_events.g),
+        metrics.LATE_PAIRS: of_keys(sorted_events.g[late.ev_idx]),
+        metrics.LATE_EVENTS: of_keys(sorted_events.g[np.unique(late.ev_idx)]),
         metrics.WINDOWS_CREATED: summed(groups.created),
         **{metrics.CLOSED_PREFIX + REASON_NAMES[r]: of_keys(groups.g[groups.reason == r])
            for r in (WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT)},
         metrics.SNAPSHOTS: of_keys(snaps.g) if snaps is not None else np.zeros(nw, np.int64),
         metrics.IDLE_KEYS_REMOVED: summed(groups.idle_flushes),
-        metrics.KEYS_SEEN: of_keys(np.flatnonzero(kb.key_first >= 0)),
+        metrics.KEYS_SEEN: of_keys(np.flatnonzero(key_batches.key_first >= 0)),
         metrics.KEYS_HELD: of_keys(np.unique(groups.g[is_open])),
         metrics.OPEN_WINDOWS: of_keys(groups.g[is_open]),
     }
-    labels = [metrics.worker_label(k.worker_values[int(g)]) for g in first_key]
+    labels = [metrics.worker_label(keyset.worker_values[int(g)]) for g in first_key]
     return {label: {name: int(v[i]) for name, v in counts.items()} for i, label in enumerate(labels)}
 
 

@@ -70,7 +70,7 @@ def _by_start(session: _Session) -> int:
     return session.start
 
 
-def _sessions(ev: _Events, kb: _KeyBatches, k: _Keys, idle: _Idle, spec: Spec,
+def _sessions(sorted_events: _Events, key_batches: _KeyBatches, keyset: _Keys, idle: _Idle, spec: Spec,
               flush_at_end: bool) -> tuple[_Groups, _Late, _Groups | None]:
     """Session windows: a tight sequential merge per key (docs/semantics.md section 7).
 
@@ -85,23 +85,26 @@ def _sessions(ev: _Events, kb: _KeyBatches, k: _Keys, idle: _Idle, spec: Spec,
     ``first`` and ``last`` are by arrival order (contract section 7), and a merge can join
     a session that started later but arrived earlier, so each such partial keeps the
     arrival position of its value and a merge takes the earliest / latest one. Here a
-    position is one int per key: an event's index in arrival order (``ev``), and for
+    position is one int per key: an event's index in arrival order (``sorted_events``), and for
     values carried from earlier partitions a negative rank of their (batch, seq) pairs
     (:meth:`Spec.partial_fields`). Every carried value arrived before every event here,
     since a worker's batches only grow across partitions (older ones are rejected), so
     carried positions rank below events, and among themselves by (batch, seq).
     """
-    domains = _domains(k, spec.aggregators)
-    carried, carried_batch, carried_seq = _carried_sessions(spec.aggregators, k, domains)
-    loop = _SessionLoop(spec, ev, kb, idle, k, _event_inputs(ev, spec.aggregators, domains))
-    for key in sorted(set(kb.g.tolist()) | set(carried)):
+    domains = _domains(keyset, spec.aggregators)
+    carried, carried_batch, carried_seq = _carried_sessions(spec.aggregators, keyset, domains)
+    inputs = _event_inputs(sorted_events, spec.aggregators, domains)
+    loop = _SessionLoop(spec, sorted_events, key_batches, idle, keyset, inputs)
+    for key in sorted(set(key_batches.g.tolist()) | set(carried)):
         loop.run_key(key, carried.get(key, []), flush_at_end)
 
     groups = _rows_to_groups(spec, domains, loop.out)
     groups.created, groups.idle_flushes = np.array(loop.created, np.int64), np.array(loop.idle_flushes, np.int64)
     # Positions back to (batch, seq) for the state: carried ones first, then the events'.
-    ev_seq = np.arange(ev.n, dtype=np.int64) - kb.start[kb.of_event] if ev.n else np.zeros(0, np.int64)
-    all_batch, all_seq = np.concatenate([carried_batch, ev.batch]), np.concatenate([carried_seq, ev_seq])
+    event_seq = np.zeros(0, np.int64)
+    if sorted_events.n:
+        event_seq = np.arange(sorted_events.n, dtype=np.int64) - key_batches.start[key_batches.of_event]
+    all_batch, all_seq = np.concatenate([carried_batch, sorted_events.batch]), np.concatenate([carried_seq, event_seq])
     for agg, partial in zip(spec.aggregators, groups.partials):
         if isinstance(agg, _ArrivalAggregator) and agg.keeps_arrival:
             at = np.where(partial.code >= 0, partial.position + len(carried_batch), 0)
@@ -121,28 +124,29 @@ class _SessionLoop:
     per-key counters. ``counters[(key, start, end)]`` counts the emissions of a window,
     the carried ones included."""
 
-    def __init__(self, spec: Spec, ev: _Events, kb: _KeyBatches, idle: _Idle, k: _Keys, inputs: dict):
+    def __init__(self, spec: Spec, sorted_events: _Events, key_batches: _KeyBatches, idle: _Idle, keyset: _Keys,
+                 inputs: dict):
         w = spec.window
-        self.spec, self.kb, self.idle, self.k = spec, kb, idle, k
+        self.spec, self.key_batches, self.idle, self.keyset = spec, key_batches, idle, keyset
         self.gap_ms, self.max_duration_ms = w.gap_ms, w.maximum_duration_ms
         self.closed_mode = w.lateness is Lateness.WINDOW_CLOSED
         self.aggregators: list[Aggregator] = spec.aggregators
         # Per aggregate: (values, valid) per event as Python lists.
-        self.event_inputs = [agg.session_inputs(inputs.get(agg.input_key), ev.n) for agg in self.aggregators]
-        self.counters = _carried_counters(k)
+        self.event_inputs = [agg.session_inputs(inputs.get(agg.input_key), sorted_events.n) for agg in self.aggregators]
+        self.counters = _carried_counters(keyset)
         self.out: list[_SessionRow] = []
         self.snaps: list[_SessionRow] = []
         self.late: tuple[list[int], list[int], list[int]] = ([], [], [])
-        self.created, self.idle_flushes = [0] * k.n, [0] * k.n  # per key
+        self.created, self.idle_flushes = [0] * keyset.n, [0] * keyset.n  # per key
         # The loop reads Python lists: NumPy scalars one at a time are slow.
-        self.event_time = ev.t.tolist()
-        self.batch_start = kb.start.tolist() + [ev.n]
-        self.eff_before, self.eff_after = kb.eff_before.tolist(), kb.eff_after.tolist()
-        self.kb_batch, self.kb_clock = kb.batch.tolist(), idle.kb_clock.tolist()
+        self.event_time = sorted_events.t.tolist()
+        self.batch_start = key_batches.start.tolist() + [sorted_events.n]
+        self.eff_before, self.eff_after = key_batches.eff_before.tolist(), key_batches.eff_after.tolist()
+        self.kb_batch, self.kb_clock = key_batches.batch.tolist(), idle.kb_clock.tolist()
         self.fire, self.fire_batch = idle.kb_fire.tolist(), idle.kb_batch.tolist()
         self.fire_time = idle.kb_time.tolist()
-        self.event_batch = ev.batch.tolist()
-        self.snapshot_time = _snapshot_times(ev, kb, idle).tolist()
+        self.event_batch = sorted_events.batch.tolist()
+        self.snapshot_time = _snapshot_times(sorted_events, key_batches, idle).tolist()
 
     def emit(self, key: int, s: _Session, reason: int, batch: int, watermark: int, time: int) -> None:
         window = (key, s.start, s.end)
@@ -152,20 +156,20 @@ class _SessionLoop:
 
     def run_key(self, key: int, open_: list[_Session], flush_at_end: bool) -> None:
         """Replay one key: its carried sessions ``open_``, then its batches in order."""
-        idle, kb = self.idle, self.kb
+        idle, key_batches = self.idle, self.key_batches
         if open_ and idle.pre_fire[key]:
-            carried_wm = int(sat_sub(self.k.wm0[key:key + 1], self.spec.window.delay_ms)[0])
+            carried_wm = int(sat_sub(self.keyset.wm0[key:key + 1], self.spec.window.delay_ms)[0])
             for s in sorted(open_, key=_by_start):
                 self.emit(key, s, IDLE, int(idle.pre_batch[key]), carried_wm, int(idle.pre_time[key]))
             open_ = []
             self.idle_flushes[key] += 1
-        first = int(kb.key_first[key])
-        for j in (range(first, int(kb.key_last[key]) + 1) if first >= 0 else ()):
+        first = int(key_batches.key_first[key])
+        for j in (range(first, int(key_batches.key_last[key]) + 1) if first >= 0 else ()):
             eff = self.eff_before[j]
             for i in range(self.batch_start[j], self.batch_start[j + 1]):
                 open_ = self.add_event(key, i, eff, open_)
             open_ = self.close_after_batch(key, j, open_)
-        final_eff = int(kb.eff_final[key])
+        final_eff = int(key_batches.eff_final[key])
         for s in sorted(open_, key=_by_start):
             if flush_at_end:
                 self.emit(key, s, END_OF_INPUT, int(idle.last_batch[key]), final_eff, int(idle.last_clock[key]))
@@ -233,41 +237,41 @@ class _SessionLoop:
         """(key, start, end, emissions) of emitted sessions a later event may reopen: not
         open now, and end + gap past the key's final effective watermark."""
         open_windows = {(r.key, r.start, r.end) for r in self.out if r.reason == OPEN}
-        eff_final = self.kb.eff_final
+        eff_final = self.key_batches.eff_final
         keep = [(key, start, end, n) for (key, start, end), n in sorted(self.counters.items())
                 if (key, start, end) not in open_windows and end + self.gap_ms > int(eff_final[key])]
         return tuple(np.array([r[i] for r in keep], dtype=np.int64) for i in range(4))
 
 
-def _carried_counters(k: _Keys) -> dict[tuple, int]:
+def _carried_counters(keyset: _Keys) -> dict[tuple, int]:
     """Emissions so far per (key, start, end), from the ``emitted`` state rows."""
-    rows = np.flatnonzero(k.kind == STATE_EMITTED)
+    rows = np.flatnonzero(keyset.kind == STATE_EMITTED)
     counters: dict[tuple, int] = {}
     if len(rows):
-        t = k.table
-        for key, start, end, n in zip(k.gid[rows].tolist(), _scol(t, "window_start_ms", rows).to_pylist(),
+        t = keyset.table
+        for key, start, end, n in zip(keyset.gid[rows].tolist(), _scol(t, "window_start_ms", rows).to_pylist(),
                                       _scol(t, "window_end_ms", rows).to_pylist(),
                                       _scol(t, "emissions", rows).to_pylist()):
             counters[(key, start, end)] = n
     return counters
 
 
-def _carried_sessions(aggregators: list[Aggregator], k: _Keys,
+def _carried_sessions(aggregators: list[Aggregator], keyset: _Keys,
                       domains: dict) -> tuple[dict[int, list[_Session]], np.ndarray, np.ndarray]:
     """The carried sessions per key, and the (batch, seq) of carried arrival positions
     ``-K .. -1`` in order (see :func:`_carried_positions`)."""
-    rows = np.flatnonzero(k.kind == STATE_WINDOW)
+    rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
     if not len(rows):
         return {}, np.zeros(0, np.int64), np.zeros(0, np.int64)
-    partials = _state_partials(aggregators, k, rows, domains)
+    partials = _state_partials(aggregators, keyset, rows, domains)
     positions, at_batch, at_seq = _carried_positions(aggregators, partials)
-    t = k.table
+    t = keyset.table
     starts = _scol(t, "window_start_ms", rows).to_numpy().tolist()
     ends = _scol(t, "window_end_ms", rows).to_numpy().tolist()
     events = pc.fill_null(_scol(t, "events", rows), 0).to_numpy().tolist()
     per_aggregate = [agg.carried(partial, pos) for agg, partial, pos in zip(aggregators, partials, positions)]
     carried: dict[int, list[_Session]] = {}
-    for r, key in enumerate(k.gid[rows].tolist()):
+    for r, key in enumerate(keyset.gid[rows].tolist()):
         accs = [accs_of_aggregate[r] for accs_of_aggregate in per_aggregate]
         carried.setdefault(key, []).append(_Session(starts[r], ends[r], events[r], accs))
     return carried, at_batch, at_seq
