@@ -8,6 +8,8 @@ rows, and every key a ``key`` row with its watermark and clocks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
@@ -35,22 +37,23 @@ class _Groups:
         self.created = np.zeros(0, dtype=np.int64)
         self.idle_flushes = np.zeros(0, dtype=np.int64)
 
-    def set(self, g: np.ndarray, ws: np.ndarray, we: np.ndarray, reason: np.ndarray, emit_batch: np.ndarray,
-            emit_wm: np.ndarray, emission: np.ndarray, events: np.ndarray, partials: list,
+    def set(self, key: np.ndarray, start: np.ndarray, end: np.ndarray, reason: np.ndarray, emit_batch: np.ndarray,
+            emit_watermark: np.ndarray, emission: np.ndarray, events: np.ndarray, partials: list,
             reopenable: tuple[np.ndarray, ...] | None = None, *, emit_time: np.ndarray) -> None:
         """Set the rows, all arrays of one length (one entry per row).
 
-        ``g``: the key id; ``ws``/``we``: the window ``[ws, we)`` in epoch ms; ``reason``:
+        ``key``: the key id; ``start``/``end``: the window ``[start, end)`` in epoch ms; ``reason``:
         OPEN (carried to the next replay as state) or the emit reason; ``emit_batch``,
-        ``emit_wm``, ``emit_time``: the batch, effective watermark and worker clock of the
+        ``emit_watermark``, ``emit_time``: the batch, effective watermark and worker clock of the
         emission (unused while OPEN); ``emission``: 1 for a window's first emission, n for
         its n-th (an open row: the number its emission will get); ``events``: accepted
         events so far; ``partials``: per aggregate, its partial values per row.
         ``reopenable``: (key, start, end, emissions) of emitted windows whose counters
         must be carried because a later event may reopen them.
         """
-        self.g, self.ws, self.we = g, ws, we
-        self.reason, self.emit_batch, self.emit_wm, self.emission = reason, emit_batch, emit_wm, emission
+        self.key, self.start, self.end = key, start, end
+        self.reason, self.emit_batch, self.emit_watermark = reason, emit_batch, emit_watermark
+        self.emission = emission
         self.emit_time = emit_time  # the worker's clock at the emission (contract section 5)
         self.events, self.partials = events, partials
         self.reopenable = reopenable  # (g, ws, we, emissions) of emitted windows that may reopen
@@ -61,24 +64,24 @@ class _Groups:
 
     def emitted_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason != OPEN)
-        cols = keyset.take_key_columns(self.g[sel], spec)
-        cols["window_start"] = _ts(self.ws[sel])
-        cols["window_end"] = _ts(self.we[sel])
+        cols = keyset.take_key_columns(self.key[sel], spec)
+        cols["window_start"] = _ts(self.start[sel])
+        cols["window_end"] = _ts(self.end[sel])
         cols.update(self._agg_columns(sel))
         names = np.array([None, *[REASON_NAMES[i] for i in range(1, 6)]], dtype=object)
         cols["emit_reason"] = pa.array(names[self.reason[sel]], pa.string())
         cols["emit_batch"] = pa.array(self.emit_batch[sel], pa.int64())
         cols["emit_time"] = _ts(self.emit_time[sel])
-        cols["emit_watermark"] = _ts(self.emit_wm[sel])
+        cols["emit_watermark"] = _ts(self.emit_watermark[sel])
         cols["emission"] = pa.array(self.emission[sel], pa.int64())
         return pa.table(cols, schema=spec.aggregates_schema())
 
     def state_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason == OPEN)
         m = len(sel)
-        cols = _state_base(spec, keyset, self.g[sel], "window")
-        cols["window_start_ms"] = pa.array(self.ws[sel], pa.int64())
-        cols["window_end_ms"] = pa.array(self.we[sel], pa.int64())
+        cols = _state_base(spec, keyset, self.key[sel], "window")
+        cols["window_start_ms"] = pa.array(self.start[sel], pa.int64())
+        cols["window_end_ms"] = pa.array(self.end[sel], pa.int64())
         cols["emissions"] = pa.array(self.emission[sel] - 1, pa.int64())
         cols["events"] = pa.array(self.events[sel], pa.int64())
         for agg, partial in zip(spec.aggregators, self.partials):
@@ -132,18 +135,24 @@ def _key_state_rows(keyset: _Keys, key_batches: _KeyBatches, spec: Spec) -> pa.T
 # =========================================================================== aggregates
 
 
+@dataclass(frozen=True)
 class _Late:
-    def __init__(self, ev_idx, ws, we, wm):
-        self.ev_idx, self.ws, self.we, self.wm = ev_idx, ws, we, wm
+    """The late (event, window) pairs: ``event`` (index in arrival order) was late for the
+    window ``[start, end)`` (sessions: ``[t, t]``) against effective watermark ``watermark``."""
+
+    event: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    watermark: np.ndarray
 
     def table(self, sorted_events: _Events, spec: Spec) -> pa.Table:
-        take = pa.array(sorted_events.rows[self.ev_idx]) if len(self.ev_idx) else pa.array([], pa.int64())
+        take = pa.array(sorted_events.rows[self.event]) if len(self.event) else pa.array([], pa.int64())
         cols = {c: sorted_events.table[c].take(take) for c in spec.late_input_columns()}
-        cols["batch"] = pa.array(sorted_events.batch[self.ev_idx], pa.int64())
-        cols["window_start"] = _ts(self.ws)
-        cols["window_end"] = _ts(self.we)
-        cols["watermark"] = _ts(self.wm)
-        cols["lateness_ms"] = pa.array(self.wm - sorted_events.t[self.ev_idx], pa.int64())
+        cols["batch"] = pa.array(sorted_events.batch[self.event], pa.int64())
+        cols["window_start"] = _ts(self.start)
+        cols["window_end"] = _ts(self.end)
+        cols["watermark"] = _ts(self.watermark)
+        cols["lateness_ms"] = pa.array(self.watermark - sorted_events.t[self.event], pa.int64())
         return pa.table(cols, schema=spec.late_schema())
 
 
@@ -175,16 +184,16 @@ def _counters(keyset: _Keys, sorted_events: _Events, key_batches: _KeyBatches, g
     is_open = groups.reason == OPEN
     counts = {
         metrics.EVENTS: of_keys(sorted_events.g),
-        metrics.LATE_PAIRS: of_keys(sorted_events.g[late.ev_idx]),
-        metrics.LATE_EVENTS: of_keys(sorted_events.g[np.unique(late.ev_idx)]),
+        metrics.LATE_PAIRS: of_keys(sorted_events.g[late.event]),
+        metrics.LATE_EVENTS: of_keys(sorted_events.g[np.unique(late.event)]),
         metrics.WINDOWS_CREATED: summed(groups.created),
-        **{metrics.CLOSED_PREFIX + REASON_NAMES[r]: of_keys(groups.g[groups.reason == r])
+        **{metrics.CLOSED_PREFIX + REASON_NAMES[r]: of_keys(groups.key[groups.reason == r])
            for r in (WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT)},
-        metrics.SNAPSHOTS: of_keys(snaps.g) if snaps is not None else np.zeros(nw, np.int64),
+        metrics.SNAPSHOTS: of_keys(snaps.key) if snaps is not None else np.zeros(nw, np.int64),
         metrics.IDLE_KEYS_REMOVED: summed(groups.idle_flushes),
         metrics.KEYS_SEEN: of_keys(np.flatnonzero(key_batches.key_first >= 0)),
-        metrics.KEYS_HELD: of_keys(np.unique(groups.g[is_open])),
-        metrics.OPEN_WINDOWS: of_keys(groups.g[is_open]),
+        metrics.KEYS_HELD: of_keys(np.unique(groups.key[is_open])),
+        metrics.OPEN_WINDOWS: of_keys(groups.key[is_open]),
     }
     labels = [metrics.worker_label(keyset.worker_values[int(g)]) for g in first_key]
     return {label: {name: int(v[i]) for name, v in counts.items()} for i, label in enumerate(labels)}
