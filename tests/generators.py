@@ -31,6 +31,10 @@ AGGREGATES = [
     {"type": "distinct", "column": "tag"},
     {"type": "first", "column": "tag"},
     {"type": "last", "column": "qty"},
+    {"type": "stddev_pop", "column": "amount"},
+    {"type": "stddev_samp", "column": "qty"},
+    {"type": "percentile", "column": "amount", "percentage": 0.9},
+    {"type": "percentile", "column": "qty"},
 ]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import decimal
+import math
 import struct
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -149,7 +150,13 @@ def _decimal_final(agg, acc, precision: int, scale: int) -> Decimal | None:
     return avg if _fits(avg, avg_p, avg_s) else None
 
 
+#: Aggregates whose partial is the tuple of every non-null value, in arrival order.
+_ALL_VALUES = ("stddev_pop", "stddev_samp", "percentile")
+
+
 def _empty(agg) -> Any:
+    if agg.type in _ALL_VALUES:
+        return ()
     return {"count": 0, "avg": (None, 0), "distinct": frozenset()}.get(agg.type)
 
 
@@ -173,6 +180,8 @@ def _apply(agg, acc, row: dict, order: tuple) -> Any:
         return (_fold_sum(acc[0], v), acc[1] + 1)
     if agg.type == "distinct":
         return acc | {v}
+    if agg.type in _ALL_VALUES:
+        return acc + (v,)
     if agg.type == "min":
         return v if acc is None or v < acc else acc
     if agg.type == "max":
@@ -197,6 +206,8 @@ def _combine(agg, a, b) -> Any:
         return (_fold_sum(a[0], b[0]), a[1] + b[1])
     if agg.type == "distinct":
         return a | b
+    if agg.type in _ALL_VALUES:
+        return a + b
     if b is None:
         return a
     if a is None:
@@ -216,9 +227,42 @@ def _final(agg, acc, decimal_type=None) -> Any:
         return None if n == 0 else s / n
     if agg.type == "distinct":
         return len(acc)
+    if agg.type in ("stddev_pop", "stddev_samp"):
+        return _stddev(acc, sample=agg.type == "stddev_samp")
+    if agg.type == "percentile":
+        return _percentile(acc, getattr(agg, "percentage", 0.5))  # a plain Aggregate: the median
     if agg.type in ("first", "last"):
         return None if acc is None else acc[1]
     return acc
+
+
+def _stddev(values: tuple, sample: bool) -> float | None:
+    """The standard deviation, from the exact mean and the exact sum of squared deviations
+    (Fractions), rounded to a double once, then the IEEE square root. Null without a value
+    (a sample: without two); NaN if a value is NaN or infinite."""
+    n = len(values)
+    divisor = n - 1 if sample else n
+    if divisor <= 0:
+        return None
+    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        return math.nan
+    exact = [Fraction(v) for v in values]
+    mean = sum(exact, Fraction(0)) / n
+    variance = sum(((x - mean) ** 2 for x in exact), Fraction(0)) / divisor
+    return math.sqrt(float(variance))
+
+
+def _percentile(values: tuple, percentage: float) -> float | None:
+    """Spark's exact ``percentile``: the values as doubles, sorted (NaN last), linearly
+    interpolated at position ``percentage * (n - 1)``."""
+    if not values:
+        return None
+    doubles = sorted((float(v) for v in values), key=lambda x: (math.isnan(x), x))
+    position = (len(doubles) - 1) * percentage
+    lower, higher = math.floor(position), math.ceil(position)
+    if lower == higher or doubles[lower] == doubles[higher]:  # Spark returns an equal pair's value as is
+        return doubles[lower]
+    return (higher - position) * doubles[lower] + (position - lower) * doubles[higher]
 
 
 # --------------------------------------------------------------------------- window assignment (§4)

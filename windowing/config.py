@@ -61,9 +61,12 @@ class Trigger(str, Enum):
     AT_AGGREGATE = "atAggregate"
 
 
-AGGREGATE_TYPES = ("count", "sum", "min", "max", "avg", "distinct", "first", "last")
+AGGREGATE_TYPES = ("count", "sum", "min", "max", "avg", "distinct", "first", "last", "stddev_pop", "stddev_samp",
+                   "percentile")
 #: Aggregates that need a numeric column.
-NUMERIC_AGGREGATES = ("sum", "avg")
+NUMERIC_AGGREGATES = ("sum", "avg", "stddev_pop", "stddev_samp", "percentile")
+#: The percentage of a ``percentile`` without one: the median.
+DEFAULT_PERCENTAGE = 0.5
 
 #: Batch interval used when ``source.batch`` is not configured.
 DEFAULT_BATCH_INTERVAL_MS = 1_000
@@ -76,6 +79,15 @@ class Aggregate:
     type: str
     column: str | None
     name: str
+
+
+@dataclass(frozen=True)
+class PercentileAggregate(Aggregate):
+    """A ``percentile`` given its ``percentage`` (in [0, 1]); a plain :class:`Aggregate` of
+    type ``percentile`` is the median (:data:`DEFAULT_PERCENTAGE`). A subclass, so that
+    every other aggregate (and its state fingerprint) stays what it was."""
+
+    percentage: float = DEFAULT_PERCENTAGE
 
 
 @dataclass(frozen=True)
@@ -630,7 +642,7 @@ def _parse_aggregates(doc: Any, f: str, columns: _ColumnMap) -> tuple[tuple[Aggr
         if isinstance(item, str):
             item = {"type": item}
         item = _mapping(item, fi)
-        _only(item, fi, {"type", "column", "name"})
+        _only(item, fi, {"type", "column", "name", "percentage"})
         typ, written = _aggregate_type(item.get("type"), f"{fi}.type")
         if written is not None and "column" in item:
             raise ConfigError(
@@ -651,11 +663,26 @@ def _parse_aggregates(doc: Any, f: str, columns: _ColumnMap) -> tuple[tuple[Aggr
             name = typ if prop is None else f"{typ}_{prop}"
         elif not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{fi}.name: {name!r} must be a non-empty string")
-        out.append(Aggregate(type=typ, column=column, name=name))
+        percentage = _percentage(item.get("percentage"), typ, f"{fi}.percentage")
+        if percentage is None:
+            out.append(Aggregate(type=typ, column=column, name=name))
+        else:
+            out.append(PercentileAggregate(type=typ, column=column, name=name, percentage=percentage))
     return tuple(out), [f"{f}[{i}].name" for i in range(len(out))]
 
 
-_SHORTHAND = re.compile(r"(?P<type>[A-Za-z]+)\s*(?:\((?P<column>[^()]*)\))?")
+def _percentage(v: Any, typ: str, f: str) -> float | None:
+    """A ``percentile``'s percentage: a number in [0, 1] (None: the median)."""
+    if v is None:
+        return None
+    if typ != "percentile":
+        raise ConfigError(f"{f}: only a percentile takes a percentage; {typ!r} does not")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+        raise ConfigError(f"{f}: {v!r} must be a number from 0 to 1 (0.95 for the 95th percentile)")
+    return float(v)
+
+
+_SHORTHAND = re.compile(r"(?P<type>[A-Za-z_]+)\s*(?:\((?P<column>[^()]*)\))?")
 
 
 def _aggregate_type(v: Any, f: str) -> tuple[str, str | None]:
@@ -912,6 +939,8 @@ def _partial_columns(agg: Aggregate, wtype: WindowType) -> list[str]:
     base = f"partial_{agg.name}"
     if agg.type in ("sum", "avg"):
         return [base, f"{base}_n", f"{base}_overflow"]
+    if agg.type in ("stddev_pop", "stddev_samp"):
+        return [base, f"{base}_squares", f"{base}_n", f"{base}_nonfinite"]
     if wtype is WindowType.SESSION and agg.type in ("first", "last"):
         return [base, f"{base}_batch", f"{base}_seq"]
     return [base]

@@ -364,6 +364,8 @@ def empty_events_schema(pipeline, state=None):
                 put(a.column, exact or T.DecimalType(p, partial.scale))
                 continue
             put(a.column, partial if isinstance(partial, (T.LongType, T.DoubleType)) else T.DoubleType())
+        elif a.type in ("stddev_pop", "stddev_samp", "percentile"):  # partials independent of the column's type
+            put(a.column, T.DoubleType())
         elif a.type == "distinct" and isinstance(partial, T.ArrayType):
             put(a.column, partial.elementType)
         elif a.type in ("min", "max", "first", "last") and partial is not None:

@@ -43,6 +43,8 @@ from windowing import kernel as K
 from windowing import metrics
 from windowing.arrays import MIN_TIMESTAMP, sat_sub, seg_searchsorted
 from windowing.config import Lateness, Pipeline, WatermarkStrategy, WindowType
+from windowing.kernel.inputs import _scol as _state_column
+from windowing.kernel.outputs import _fill_state, _key_state_rows, _Late, _state_base
 
 
 def sweepable(pipeline: Pipeline) -> bool:
@@ -78,7 +80,7 @@ class _Windows:
 
 
 def _windows(sorted_events: K._Events, pipeline: Pipeline) -> _Windows:
-    pe, ws, we = K._assign(sorted_events.t, pipeline.window)
+    pe, ws, we = K.assign_windows(sorted_events.t, pipeline.window)
     pg = sorted_events.g[pe]
     order = np.lexsort((we, ws, pg))
     pe, ws, we, pg = pe[order], ws[order], we[order], pg[order]
@@ -151,7 +153,7 @@ def _strategy(table: pa.Table, keys: K._Keys, sorted_events: K._Events, wins: _W
     keys.wm0 = np.full(keys.n, MIN_TIMESTAMP, dtype=np.int64)
     rows = np.flatnonzero((keys.kind == K.STATE_KEY) & np.isin(variant_of, list(labels)))
     if len(rows):
-        keys.wm0[keys.gid[rows]] = K._scol(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
+        keys.wm0[keys.gid[rows]] = _state_column(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
     key_batches = K._KeyBatches(sorted_events, keys, raw)
     return _Strategy(keys, key_batches, K._Idle(key_batches, keys, raw, timelines),
                      key_batches.eff_before[key_batches.of_event[wins.pair_event]])
@@ -169,7 +171,7 @@ class _Carried:
 
 
 def _scol(table: pa.Table, name: str, rows: np.ndarray) -> np.ndarray:
-    return np.asarray(K._scol(table, name, rows).fill_null(0).to_numpy(), dtype=np.int64)
+    return np.asarray(_state_column(table, name, rows).fill_null(0).to_numpy(), dtype=np.int64)
 
 
 def _at_delay(spec: K.Spec, delay_ms: int) -> K.Spec:
@@ -246,7 +248,7 @@ def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows,
     accepted = seg_searchsorted(sl.in_window, wins.pair_window, np.full(len(open_live), delay, np.int64),
                                 open_live) - wins.first_pair[open_live] + before[open_live]
     events = np.concatenate([accepted, carried.events[apart][is_open[len(live):]]])
-    state = pa.concat_tables([K._key_state_rows(keyset, key_batches, spec),
+    state = pa.concat_tables([_key_state_rows(keyset, key_batches, spec),
                               _window_state(spec, keyset, key[is_open], start[is_open], end[is_open], prior[is_open],
                                             events)])
     aggregates = pa.table({"window_end": K._ts(end[closed]),
@@ -255,8 +257,8 @@ def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows,
     late_pairs = len(sl.sorted_pairs) - int(np.searchsorted(sl.sorted_pairs, delay))
     if v.keep_late:
         rows = np.flatnonzero(sl.pair >= delay)
-        missed = K._Late(wins.pair_event[rows], wins.pair_start[rows],  # type: ignore[no-untyped-call]
-                         wins.pair_end[rows], sat_sub(st.pair_watermark[rows], delay))
+        missed = _Late(wins.pair_event[rows], wins.pair_start[rows], wins.pair_end[rows],
+                       sat_sub(st.pair_watermark[rows], delay))
         late_table = missed.table(sorted_events, spec)
     else:
         late_table = spec.late_schema().empty_table()
@@ -281,8 +283,8 @@ def _window_state(spec: K.Spec, keyset: K._Keys, key: np.ndarray, start: np.ndar
     """State rows of the windows left open, as the kernel writes them for a lean variant
     (its one aggregate is a plain count: its partial is the window's event count)."""
     (count,) = spec.pipeline.aggregates
-    cols = K._state_base(spec, keyset, key, "window")
+    cols = _state_base(spec, keyset, key, "window")
     cols.update(window_start_ms=pa.array(start, pa.int64()), window_end_ms=pa.array(end, pa.int64()),
                 emissions=pa.array(emissions, pa.int64()), events=pa.array(events, pa.int64()))
     cols[f"partial_{count.name}"] = pa.array(events, pa.int64())
-    return K._fill_state(cols, len(key), spec)
+    return _fill_state(cols, len(key), spec)

@@ -56,7 +56,7 @@ from typing import Any, Iterable, Sequence
 
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
-from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WindowType
+from windowing.config import NUMERIC_AGGREGATES, Aggregate, Lateness, Pipeline, Trigger, WindowType
 
 #: Default of ``max_skew_ms``: how far an event time may be from its arrival time.
 DEFAULT_MAX_SKEW_MS = 7 * 86_400_000
@@ -369,7 +369,7 @@ def input_schema(pipeline: Pipeline, input_types: dict | None = None):
     for a in pipeline.aggregates:
         if a.column is None:
             continue
-        if a.type in ("sum", "avg"):
+        if a.type in NUMERIC_AGGREGATES:
             cols[a.column] = _column(want(a.column, numeric, T.DoubleType()))
         elif a.column not in cols:
             t = types.get(a.column)

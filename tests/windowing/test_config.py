@@ -565,3 +565,28 @@ def test_a_refused_offset_names_one_with_the_same_windows(edits, given_ms, sugge
     t_arr = np.array(times, dtype=np.int64)
     for a, b in zip(_assign(t_arr, as_given), _assign(t_arr, accepted)):
         assert a.tolist() == b.tolist()
+
+
+def _with_aggregates(*items):
+    return _doc((TW + ("aggregateDefinition",), list(items)))
+
+
+def test_stddev_and_percentile_aggregates():
+    p = parse_pipeline(_with_aggregates("stddev_pop (amount)", {"type": "stddev_samp", "column": "amount"},
+                                        {"type": "percentile", "column": "amount", "percentage": 0.95, "name": "p95"},
+                                        "percentile (amount)"))
+    assert [(a.type, a.name) for a in p.aggregates] == [
+        ("stddev_pop", "stddev_pop_amount"), ("stddev_samp", "stddev_samp_amount"), ("percentile", "p95"),
+        ("percentile", "percentile_amount")]
+    assert p.aggregates[2].percentage == 0.95
+    assert not hasattr(p.aggregates[3], "percentage")  # without one: the median, a plain Aggregate
+
+
+@pytest.mark.parametrize(("item", "needle"), [
+    ({"type": "percentile", "column": "amount", "percentage": 1.5}, "percentage: 1.5 must be a number from 0 to 1"),
+    ({"type": "percentile", "column": "amount", "percentage": "p95"}, "must be a number from 0 to 1"),
+    ({"type": "sum", "column": "amount", "percentage": 0.5}, "only a percentile takes a percentage"),
+])
+def test_percentage_mistakes(item, needle):
+    with pytest.raises(ConfigError, match=needle):
+        parse_pipeline(_with_aggregates(item))

@@ -1,0 +1,113 @@
+"""The per-key windowing kernel: pure NumPy/pyarrow over many keys at once.
+
+It takes one Arrow table holding the events of a set of complete keys (in any row
+order) together with those keys' carried state rows, and returns the emitted windows,
+the late (event, window) pairs, and the new state — following docs/semantics.md.
+Nothing here imports Spark; :mod:`windowing.engine` runs this on Spark partitions.
+
+How tumbling and sliding windows are computed without a per-event loop:
+
+* events are sorted in arrival order per key; a key's watermark after each of its
+  batches is a segmented running maximum of per-batch candidates;
+* lateness is an array comparison against the watermark of the key's previous batch;
+* a window closes at the first of its key's batches whose effective watermark reaches
+  its end (a segmented ``searchsorted``);
+* an idle flush of a key between two of its own batches is a ``searchsorted`` in its
+  worker's global timeline; each flush starts a new *generation* of the key's windows;
+  with the processing-time clock a heartbeat tick can only flush it in the gap just
+  before that commit, which one more comparison decides (``_heartbeat_flush``), so the
+  ticks themselves are never listed;
+* every emitted row's ``emit_time`` is its worker's clock then, read from the same
+  timeline (or the tick);
+* aggregates per (key, generation, window) are unbuffered ``ufunc.at`` reductions in
+  arrival order, so float sums are a left fold that a carried partial sum continues;
+  decimal sums are exact: unscaled Python integers in object arrays (see ``_decimal_ints``).
+
+Session windows merge sequentially and run a tight per-key loop (``_sessions``).
+
+The phases, one module each:
+
+* :mod:`.inputs`: decode the table, order the events, key ids, per-(key, batch) watermarks;
+* :mod:`.clocks`: worker timelines and idle flushes (generations);
+* :mod:`.assignment`: :func:`assign_windows`, the windows of an event time;
+* :mod:`.fixed`: tumbling and sliding windows (:func:`_windows`);
+* :mod:`.sessions`: session windows (:func:`_sessions`);
+* :mod:`.aggregates`: value domains, reductions, carried partials;
+* :mod:`.outputs`: the aggregates, late, state tables and the counters;
+* :mod:`.spec` and :mod:`.decimals`: the shared types and exact decimal arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, seg_searchsorted
+from windowing.config import Trigger, WindowType
+from windowing.kernel.assignment import _assign, assign_windows
+from windowing.kernel.clocks import _Idle, commit_summary, worker_timelines
+from windowing.kernel.fixed import _windows
+from windowing.kernel.inputs import _Events, _hashable, _KeyBatches, _Keys, task_derived, with_event_columns
+from windowing.kernel.outputs import _counters, _key_state_rows, _ts
+from windowing.kernel.sessions import _sessions
+from windowing.kernel.spec import (
+    AGGREGATE,
+    END_OF_INPUT,
+    EVENT,
+    IDLE,
+    LATE_ADDED_COLUMNS,
+    MAX_DURATION,
+    OPEN,
+    REASON_NAMES,
+    STATE_EMITTED,
+    STATE_KEY,
+    STATE_PREFIX,
+    STATE_WINDOW,
+    TS,
+    WATERMARK,
+    KernelOutput,
+    Spec,
+    Timeline,
+)
+
+# The names other modules import from ``windowing.kernel``. The private ones (``_Keys``,
+# ``_Events``, ``_KeyBatches``, ``_Idle``, ``_assign``, ``_ts``, ``_hashable``) are
+# re-exported on purpose: the engine, the lateness what-ifs and the tests use them.
+__all__ = [
+    "AGGREGATE", "END_OF_INPUT", "EVENT", "IDLE", "LATE_ADDED_COLUMNS", "MAX_DURATION", "MAX_TIMESTAMP",
+    "MIN_TIMESTAMP", "OPEN", "REASON_NAMES", "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS",
+    "WATERMARK", "KernelOutput", "Spec", "Timeline", "assign_windows", "commit_summary", "process",
+    "seg_searchsorted", "task_derived", "with_event_columns", "worker_timelines",
+    "_Events", "_Idle", "_KeyBatches", "_Keys", "_assign", "_hashable", "_ts",
+]
+
+
+
+def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flush_at_end: bool) -> KernelOutput:
+    """Replay the events of complete keys in ``table`` (events and state rows, any order)."""
+    table = with_event_columns(table, spec)
+    keyset = _Keys(table, spec)
+    sorted_events = _Events(table, spec, keyset)
+    key_batches = _KeyBatches(sorted_events, keyset, spec)
+    idle = _Idle(key_batches, keyset, spec, timelines)
+    if spec.window.type is WindowType.SESSION:
+        groups, late, snaps = _sessions(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
+    else:
+        groups, late, snaps = _windows(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
+    # Windows close (and count for `emission`) either way; atWindowEnd decides if that is output.
+    out_aggs = [groups.emitted_table(keyset, spec)] if Trigger.AT_WINDOW_END in spec.pipeline.triggers else []
+    if snaps is not None:
+        out_aggs.append(snaps.emitted_table(keyset, spec))
+    aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
+    state = pa.concat_tables([_key_state_rows(keyset, key_batches, spec), groups.state_table(keyset, spec),
+                              groups.emitted_counter_table(keyset, spec)])
+    by_worker = _counters(keyset, sorted_events, key_batches, groups, snaps, late, spec)
+    totals: dict[str, int] = {}
+    for figures in by_worker.values():
+        for name, v in figures.items():
+            totals[name] = totals.get(name, 0) + v
+    return KernelOutput(aggs, late.table(sorted_events, spec), state, totals, by_worker)
+
+
+

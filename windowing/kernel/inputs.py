@@ -1,0 +1,272 @@
+"""Inputs: decode the kernel's Arrow table, order its events, give keys dense ids.
+
+Algorithm: the internal columns (``__kind``, ``__arr``, ``__evt``, ``__batch``) are
+computed where the engine left them out (:func:`with_event_columns`); keys get dense ids
+by hashing (:class:`_Keys`); events are sorted by (key, batch, arrival time, the
+configured arrival order, then every other column: :func:`_break_ties`); per (key,
+batch) the watermark after its commit is a segmented running maximum
+(:class:`_KeyBatches`).
+
+Invariants: the event order is total on distinct rows and independent of the input's row
+order; a key id's value carries no meaning (only equality); watermarks never go back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from windowing.arrays import (
+    MIN_TIMESTAMP,
+    group_codes,
+    order_codes,
+    sat_sub,
+    seg_cummax,
+    starts_of,
+    value_order_keys,
+)
+from windowing.config import WatermarkStrategy
+from windowing.durations import DAY_MS
+from windowing.kernel.spec import EVENT, STATE_KEY, STATE_PREFIX, Spec
+
+
+def _ms_derivable(t: pa.DataType) -> bool:
+    """Time types whose epoch milliseconds a task computes exactly like the engine's Spark
+    expression (zoned timestamps, integers, dates; not strings or local timestamps, which
+    need Spark's parser and session time zone)."""
+    return (pa.types.is_timestamp(t) and t.tz is not None) or pa.types.is_date32(t) or (
+        pa.types.is_integer(t) and t != pa.uint64())
+
+
+def task_derived(spec: Spec) -> frozenset[str]:
+    """Internal columns the kernel can compute from the input columns itself, so the engine
+    need not compute and ship them (fewer columns through the shuffle and into Python)."""
+    src, w, types = spec.pipeline.source, spec.window, spec.input_types
+    out = set()
+    if _ms_derivable(types[src.arrival_time]):
+        out.add("__arr")
+        if src.batch_column is None:
+            out.add("__batch")
+        if w.event_time is None:
+            out.add("__evt")
+    if w.event_time is not None and _ms_derivable(types[w.event_time]):
+        out.add("__evt")
+    if src.batch_column is not None and pa.types.is_integer(types[src.batch_column]) \
+            and types[src.batch_column] != pa.uint64():
+        out.add("__batch")
+    return frozenset(out)
+
+
+def _epoch_ms(col: pa.ChunkedArray) -> np.ndarray:
+    """Epoch milliseconds (floored) of a time column; nulls (state rows) give 0."""
+    arr = col.combine_chunks()
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        v = pc.fill_null(arr.view(pa.int64()), 0).to_numpy()
+        per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[t.unit]
+        return v * 1000 if per_ms is None else np.floor_divide(v, per_ms)
+    if pa.types.is_date32(t):
+        return pc.fill_null(arr.view(pa.int32()), 0).to_numpy().astype(np.int64) * DAY_MS
+    return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy()
+
+
+def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
+    """The table with ``__kind``, ``__arr``, ``__evt`` and ``__batch`` (computing those the
+    engine left out, see :func:`task_derived`)."""
+    src, w = spec.pipeline.source, spec.window
+    names = table.column_names
+    if "__kind" not in names:
+        table = table.append_column("__kind", pa.array(np.full(table.num_rows, EVENT, np.int8)))
+    elif table["__kind"].null_count:
+        table = table.set_column(names.index("__kind"), "__kind", pc.fill_null(table["__kind"], np.int8(EVENT)))
+    if "__arr" not in names:
+        arr = _epoch_ms(table[src.arrival_time])
+        table = table.append_column("__arr", pa.array(arr))
+    if "__evt" not in names:
+        evt = _epoch_ms(table[w.event_time]) if w.event_time else table["__arr"].to_numpy()
+        table = table.append_column("__evt", pa.array(evt))
+    if "__batch" not in names:
+        if src.batch_column:
+            batch = pc.fill_null(table[src.batch_column].cast(pa.int64()), 0).to_numpy()
+        else:
+            batch = np.floor_divide(table["__arr"].to_numpy(), src.batch_interval_ms)
+        table = table.append_column("__batch", pa.array(batch))
+    return table
+
+
+
+# =========================================================================== inputs
+
+
+class _Keys:
+    """Dense ids for the (worker, key) pairs in the table, and their carried state."""
+
+    def __init__(self, table: pa.Table, spec: Spec):
+        self.table = table
+        n = table.num_rows
+        self.kind = table["__kind"].to_numpy().astype(np.int8)
+        codes = []
+        for c in (spec.worker_col, spec.key_col):
+            if c:
+                codes.append(group_codes(table[c]))
+        if codes:
+            enc = codes[0] + 1
+            if len(codes) == 2:
+                enc = enc * (codes[1].max(initial=0) + 2) + codes[1] + 1
+            # Dense ids by hashing (no sort): the ids' order carries no meaning.
+            self.gid = pc.dictionary_encode(pa.array(enc, pa.int64())).indices.to_numpy().astype(np.int64)
+        else:
+            self.gid = np.zeros(n, dtype=np.int64)
+        self.n = int(self.gid.max()) + 1 if n else 0
+        first = np.full(self.n, n, dtype=np.int64)
+        np.minimum.at(first, self.gid, np.arange(n, dtype=np.int64))
+        self.rep_row = first  # a row of each key, to copy its worker/key values from
+        if spec.worker_col:
+            wvals = table[spec.worker_col].take(pa.array(first)).to_pylist()
+        else:
+            wvals = [0] * self.n
+        self.worker_values = wvals
+        self.wm0 = np.full(self.n, MIN_TIMESTAMP, dtype=np.int64)
+        self.maxev0 = self.wm0.copy()
+        self.maxarr0 = self.wm0.copy()
+        rows = np.flatnonzero(self.kind == STATE_KEY)
+        if len(rows):
+            g = self.gid[rows]
+            for arr, col in ((self.wm0, "watermark_ms"), (self.maxev0, "max_event_ms"), (self.maxarr0, "clock_ms")):
+                v = _scol(table, col, rows)
+                arr[g] = pc.fill_null(v, MIN_TIMESTAMP).to_numpy().astype(np.int64)
+
+    def take_key_columns(self, gids: np.ndarray, spec: Spec) -> dict[str, pa.Array]:
+        rows = pa.array(self.rep_row[gids])
+        return {c: self.table[c].take(rows) for c in (spec.worker_col, spec.key_col) if c}
+
+
+class _Events:
+    """The events, sorted in arrival order per key."""
+
+    def __init__(self, table: pa.Table, spec: Spec, keyset: _Keys):
+        rows = np.flatnonzero(keyset.kind == EVENT)
+        src = spec.pipeline.source
+        # Only the sort columns, and only the event rows (state rows have nulls there).
+        sub = table.select([*src.arrival_order, "__arr", "__batch", "__evt"])
+        if len(rows) != table.num_rows:
+            sub = sub.take(pa.array(rows))
+        arr, batch = _int64(sub["__arr"]), _int64(sub["__batch"])
+        keys = [order_codes(sub[c]) for c in reversed(src.arrival_order)]
+        keys += [arr, batch, keyset.gid[rows]]
+        order = np.lexsort(keys) if len(rows) else np.zeros(0, dtype=np.int64)
+        order = _break_ties(order, keys, table, rows, spec)
+        self.rows = rows[order]  # table row of each sorted event
+        self.n = len(self.rows)
+        self.g = keyset.gid[self.rows]
+        self.batch = batch[order]
+        self.arr = arr[order]
+        self.t = _int64(sub["__evt"])[order]
+        self.table = table
+
+
+def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows: np.ndarray,
+                spec: Spec) -> np.ndarray:
+    """Order events equal in (key, batch, arrival, arrivalOrder) by their other columns.
+
+    The contract's arrival order ends with "the row's remaining columns": runs of tied
+    events are sorted by every input column's value, columns taken by name, so the
+    order is total on distinct rows and does not depend on how the input came.
+    """
+    if len(order) < 2:
+        return order
+    same = np.ones(len(order) - 1, dtype=bool)
+    for key in keys:
+        ks = key[order]
+        same &= ks[1:] == ks[:-1]
+    if not same.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= same
+    tied[:-1] |= same
+    pos = np.flatnonzero(tied)
+    run = np.cumsum(np.concatenate(([True], ~same)))[pos]
+    take = pa.array(rows[order[pos]])
+    sort_keys = []
+    for c in sorted(spec.input_types, reverse=True):
+        sort_keys += value_order_keys(table[c].take(take))
+    sub = np.lexsort([*sort_keys, run])
+    out = order.copy()
+    out[pos] = order[pos][sub]
+    return out
+
+
+def _int64(col: pa.ChunkedArray) -> np.ndarray:
+    return col.to_numpy().astype(np.int64, copy=False)
+
+
+class _KeyBatches:
+    """One entry per (key, batch) with events: watermarks before and after its commit."""
+
+    def __init__(self, sorted_events: _Events, keyset: _Keys, spec: Spec):
+        w = spec.window
+        if sorted_events.n:
+            g, batch = sorted_events.g, sorted_events.batch
+            change = np.concatenate(([True], (g[1:] != g[:-1]) | (batch[1:] != batch[:-1])))
+        else:
+            change = np.zeros(0, dtype=bool)
+        self.start = np.flatnonzero(change)
+        self.n = len(self.start)
+        self.of_event = np.cumsum(change) - 1
+        self.g = sorted_events.g[self.start]
+        self.batch = sorted_events.batch[self.start]
+        if self.n:
+            reduce = np.minimum if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum
+            cand = reduce.reduceat(sorted_events.t, self.start)
+            maxev = np.maximum.reduceat(sorted_events.t, self.start)
+            maxarr = np.maximum.reduceat(sorted_events.arr, self.start)
+        else:
+            cand = maxev = maxarr = np.zeros(0, dtype=np.int64)
+        self.first_of_key = starts_of(self.g)
+        self.key_first = np.full(keyset.n, -1, dtype=np.int64)
+        self.key_last = np.full(keyset.n, -1, dtype=np.int64)
+        self.key_first[self.g[self.first_of_key]] = self.first_of_key
+        self.key_last[self.g[self.first_of_key]] = np.append(self.first_of_key[1:], self.n) - 1
+        self.wm_after = self._running(cand, keyset.wm0)
+        self.maxev_after = self._running(maxev, keyset.maxev0)
+        self.maxarr_after = self._running(maxarr, keyset.maxarr0)
+        wm_before = np.empty_like(self.wm_after)
+        if self.n:
+            wm_before[1:] = self.wm_after[:-1]
+            wm_before[self.first_of_key] = keyset.wm0[self.g[self.first_of_key]]
+        self.eff_before = sat_sub(wm_before, w.delay_ms)
+        self.eff_after = sat_sub(self.wm_after, w.delay_ms)
+        # The key's values at the end of this replay.
+        has = self.key_last >= 0
+        self.wm_final = keyset.wm0.copy()
+        self.maxev_final = keyset.maxev0.copy()
+        self.maxarr_final = keyset.maxarr0.copy()
+        self.wm_final[has] = self.wm_after[self.key_last[has]]
+        self.maxev_final[has] = self.maxev_after[self.key_last[has]]
+        self.maxarr_final[has] = self.maxarr_after[self.key_last[has]]
+        self.eff_final = sat_sub(self.wm_final, w.delay_ms)
+
+    def _running(self, per_batch: np.ndarray, initial: np.ndarray) -> np.ndarray:
+        v = per_batch.astype(np.int64, copy=True)
+        if self.n:
+            f = self.first_of_key
+            v[f] = np.maximum(v[f], initial[self.g[f]])
+        return seg_cummax(v, self.g)
+
+
+
+def _hashable(v):
+    return v if not isinstance(v, (list, dict)) else repr(v)
+
+
+def _scol(table: pa.Table, name: str, rows: np.ndarray) -> pa.Array:
+    """State column ``name`` at ``rows`` (no state rows: the column may not exist)."""
+    if len(rows) == 0:
+        return pa.array([], pa.int64())
+    return table[STATE_PREFIX + name].take(pa.array(rows)).combine_chunks()
+
+
+# =========================================================================== groups
+
+

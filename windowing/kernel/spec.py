@@ -1,0 +1,180 @@
+"""What the kernel is given and gives back, as plain values: row kinds, emit reasons,
+:class:`Spec` (the pipeline and input types), :class:`Timeline` (a worker's commits) and
+:class:`KernelOutput`.
+
+Invariants: every state column is ``STATE_PREFIX + name`` in the input table; a
+:class:`Spec` answers every type question (output, state, late schemas) from the pipeline
+and the input types alone, so every task of a replay builds the same schemas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from windowing.arrays import (
+    MIN_TIMESTAMP,
+)
+from windowing.config import Aggregate, Pipeline, Trigger
+
+if TYPE_CHECKING:
+    from windowing.kernel.aggregates import Aggregator
+
+# Row kinds of the kernel's input table (column ``__kind``).
+STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
+
+# Emission reasons.
+OPEN, WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT, AGGREGATE = 0, 1, 2, 3, 4, 5
+REASON_NAMES = {WATERMARK: "WATERMARK", IDLE: "IDLE", MAX_DURATION: "MAX_DURATION",
+                END_OF_INPUT: "END_OF_INPUT", AGGREGATE: "AGGREGATE"}
+
+TS = pa.timestamp("us", tz="UTC")
+STATE_PREFIX = "__s_"
+#: Columns late_events adds to the input columns.
+LATE_ADDED_COLUMNS = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A worker's commits in this replay: batches in order and the clocks after each.
+
+    ``geff[i]`` is the effective global watermark and ``clock[i]`` the processing clock
+    (the greatest arrival time committed so far) after committing ``batches[i]``;
+    ``min_arrival[i]`` is the smallest arrival time in ``batches[i]`` (heartbeat ticks
+    before it stop there). ``last_batch`` is the last committed batch, including earlier
+    partitions (None if the worker never committed one). ``batch0`` and ``clock0`` are
+    the last batch and the clock carried from earlier partitions (None and
+    ``MIN_TIMESTAMP`` for a worker without state).
+
+    Every task receives every worker's timeline, so the runner ships only what the kernel
+    reads: ``geff`` is empty unless an idle timeout runs on the event-time clock, and
+    ``min_arrival`` unless heartbeat ticks apply (``Pipeline.idle_heartbeat_ms``).
+    """
+
+    batches: np.ndarray
+    geff: np.ndarray
+    clock: np.ndarray
+    last_batch: int | None
+    min_arrival: np.ndarray
+    batch0: int | None = None
+    clock0: int = MIN_TIMESTAMP
+
+    @property
+    def last_clock(self) -> int:
+        """The clock after the last commit (this replay's, else the carried one)."""
+        return int(self.clock[-1]) if len(self.clock) else self.clock0
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the kernel needs from a pipeline, as plain values."""
+
+    pipeline: Pipeline
+    input_types: Mapping[str, pa.DataType]
+
+    @property
+    def window(self):
+        return self.pipeline.window
+
+    @property
+    def worker_col(self) -> str | None:
+        return self.pipeline.source.worker
+
+    @property
+    def key_col(self) -> str | None:
+        return self.pipeline.window.key
+
+    @property
+    def snapshots(self) -> bool:
+        return Trigger.AT_AGGREGATE in self.pipeline.triggers
+
+    def value_type(self, agg: Aggregate) -> pa.DataType:
+        return self.input_types[agg.column]
+
+    @cached_property
+    def aggregators(self) -> list[Aggregator]:
+        """The :class:`~windowing.kernel.aggregates.Aggregator` of each aggregate, in order."""
+        from windowing.kernel.aggregates import aggregator
+
+        return [aggregator(a, self) for a in self.pipeline.aggregates]
+
+    def output_type(self, agg: Aggregate) -> pa.DataType:
+        """The output column's type (:meth:`Aggregator.output_type`)."""
+        from windowing.kernel.aggregates import aggregator
+
+        return aggregator(agg, self).output_type()
+
+    def partial_fields(self, agg: Aggregate) -> list[pa.Field]:
+        """State columns of one aggregate's partial value (:meth:`Aggregator.state_fields`).
+
+        ``first`` / ``last`` of sessions add ``partial_<name>_batch`` and
+        ``partial_<name>_seq`` (int64, null while the value is null): the arrival position
+        of the event that gave the value, as (its batch, its rank among its key's events
+        of that batch in arrival order, from 0). Batches of a worker only grow from one
+        partition to the next and a batch is never split between partitions, so these
+        pairs order a key's events by arrival across partitions, and they do not depend
+        on which other keys or rows a replay holds (see :func:`_sessions`).
+
+        Decimal sums add ``partial_<name>_overflow`` (int64): the exact partial sum is
+        ``partial_<name> + partial_<name>_overflow * 10^(P - s)`` for a partial of type
+        decimal(P, s), so a running sum past P digits (which a later event may bring back)
+        is carried exactly; the overflow is 0 otherwise.
+        """
+        from windowing.kernel.aggregates import aggregator
+
+        return aggregator(agg, self).state_fields()
+
+    def key_fields(self) -> list[pa.Field]:
+        return [pa.field(c, self.input_types[c]) for c in (self.worker_col, self.key_col) if c]
+
+    def aggregates_schema(self) -> pa.Schema:
+        return pa.schema(
+            self.key_fields()
+            + [pa.field("window_start", TS), pa.field("window_end", TS)]
+            + [pa.field(a.name, self.output_type(a)) for a in self.pipeline.aggregates]
+            + [pa.field("emit_reason", pa.string()), pa.field("emit_batch", pa.int64()),
+               pa.field("emit_time", TS), pa.field("emit_watermark", TS), pa.field("emission", pa.int64())]
+        )
+
+    def late_input_columns(self) -> list[str]:
+        """Input columns carried into late_events (a same-named added column wins)."""
+        return [c for c in self.input_types if c not in LATE_ADDED_COLUMNS]
+
+    def late_schema(self) -> pa.Schema:
+        return pa.schema(
+            [pa.field(c, self.input_types[c]) for c in self.late_input_columns()]
+            + [pa.field("batch", pa.int64()), pa.field("window_start", TS), pa.field("window_end", TS),
+               pa.field("watermark", TS), pa.field("lateness_ms", pa.int64())]
+        )
+
+    def state_schema(self) -> pa.Schema:
+        fields = [pa.field("state_kind", pa.string()), pa.field("fingerprint", pa.string())]
+        fields += self.key_fields()
+        fields += [pa.field(n, pa.int64()) for n in (
+            "batch", "watermark_ms", "clock_ms", "max_event_ms", "window_start_ms", "window_end_ms",
+            "emissions", "events")]
+        for a in self.pipeline.aggregates:
+            fields += self.partial_fields(a)
+        return pa.schema(fields)
+
+
+
+
+
+@dataclass
+class KernelOutput:
+    aggregates: pa.Table
+    late: pa.Table
+    state: pa.Table
+    #: This task's counters (windowing.metrics.COUNTERS), summed over its workers.
+    counters: dict[str, int] = field(default_factory=dict)
+    #: The same per worker label (windowing.metrics.worker_label).
+    counters_by_worker: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+
+
