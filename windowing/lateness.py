@@ -268,8 +268,6 @@ def timeline_summary(summary: pa.Table, strategy: WatermarkStrategy, skew_free: 
     """The (worker, batch) summary :func:`windowing.engine._timelines` reads, for one
     strategy, with or without the events flagged as skewed: ``summary`` has one row per
     (reason, worker, batch, skewed) with both candidates (``cand_min``, ``cand_max``)."""
-    import pyarrow.compute as pc
-
     ok = summary.filter(pc.is_null(summary[E.REJECT_REASON]))
     if skew_free:
         ok = ok.filter(pc.invert(pc.fill_null(ok[W.SKEWED], False)))
@@ -562,9 +560,10 @@ class _BucketTask:
         for batch in batches:
             for data in batch.column(0):
                 t = E._decode_blob(data.as_buffer())
-                for label in dict.fromkeys(t["variant"].to_pylist()):
-                    mine = t.filter(pc.equal(t["variant"], label))
-                    v, n = mine["latency_ms"].to_numpy(), mine["windows"].to_numpy()
+                labels = _labels(t["variant"])
+                for label in dict.fromkeys(labels):
+                    mine = labels == label
+                    v, n = t["latency_ms"].to_numpy()[mine], t["windows"].to_numpy()[mine]
                     b = W.latency_bucket(v)
                     uniq, inv = np.unique(b, return_inverse=True)
                     mx = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
