@@ -50,10 +50,10 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 from urllib.parse import unquote
 
+from windowing.contract import OUTPUTS, STATE_REQUIRED_COLUMNS
 from windowing.lake import Lake, display, inside, join, qualify
 from windowing.metrics import render_prometheus
 
-OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 RUNS = "runs"
 COMMITS = "_commits"
 #: Records of runs that were staged but not committed (windowing.chain: blocking checks failed).
@@ -65,8 +65,6 @@ PROMETHEUS = "metrics.prom"
 KEEP_RUNS = 5
 #: Uncommitted run folders older than this are abandoned (their run was killed).
 ABANDONED_AFTER_S = 6 * 3600
-#: Columns every state dataset has (kernel ``Spec.state_schema``).
-STATE_REQUIRED_COLUMNS = ("state_kind", "fingerprint", "window_start_ms", "window_end_ms", "events")
 COMMIT_SCHEMA = (
     "seq long, run_id string, run string, committed_at string, pipeline string, fingerprint string, "
     "metrics string, extra string"

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Callable, Mapping
 
+from windowing.contract import CLOSE_REASONS
+
 # --------------------------------------------------------------------------- counters
 
 #: Accepted events (not rejected) of the task's keys.
@@ -48,8 +50,6 @@ KEYS_HELD = "keys_held"
 #: Windows open at the end of the replay (carried in the state).
 OPEN_WINDOWS = "open_windows"
 
-#: Why a window closes (``emit_reason`` of its row), in the order they are reported.
-CLOSE_REASONS = ("WATERMARK", "IDLE", "MAX_DURATION", "END_OF_INPUT")
 #: Every counter a kernel task reports per worker.
 COUNTERS = (EVENTS, LATE_PAIRS, LATE_EVENTS, WINDOWS_CREATED, *[CLOSED_PREFIX + r for r in CLOSE_REASONS],
             SNAPSHOTS, IDLE_KEYS_REMOVED, KEYS_SEEN, KEYS_HELD, OPEN_WINDOWS)

@@ -57,26 +57,12 @@ from typing import Any, Iterable, Sequence
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 from windowing.config import NUMERIC_AGGREGATES, Aggregate, Lateness, Pipeline, Trigger, WindowType
+from windowing.contract import AGGREGATE_REASON, REJECT_REASONS, STATE_KINDS
 
 #: Default of ``max_skew_ms``: how far an event time may be from its arrival time.
 DEFAULT_MAX_SKEW_MS = 7 * 86_400_000
 #: Failing rows kept in a result.
 DEFAULT_SAMPLE_SIZE = 5
-
-STATE_KINDS = ("worker", "key", "window", "emitted")
-#: Every reason the engine gives for a rejected row (docs/semantics.md section 1).
-REJECT_REASONS = (
-    "arrival time is null",
-    "arrival time unparseable",
-    "event time is null",
-    "event time unparseable",
-    "arrival time out of range",
-    "event time out of range",
-    "batch is null",
-    "batch already committed",
-    "FUTURE_SKEW",
-)
-AGGREGATE_REASON = "AGGREGATE"
 
 
 # =========================================================================== results

@@ -20,6 +20,17 @@ from windowing.arrays import (
     MIN_TIMESTAMP,
 )
 from windowing.config import Aggregate, Pipeline, Trigger
+from windowing.contract import (  # noqa: F401  (re-exported: the kernel's modules import them from here)
+    AGGREGATE,
+    END_OF_INPUT,
+    IDLE,
+    LATE_ADDED_COLUMNS,
+    MAX_DURATION,
+    OPEN,
+    REASON_NAMES,
+    STATE_PREFIX,
+    WATERMARK,
+)
 
 if TYPE_CHECKING:
     from windowing.kernel.aggregates import Aggregator
@@ -27,15 +38,8 @@ if TYPE_CHECKING:
 # Row kinds of the kernel's input table (column ``__kind``).
 STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
 
-# Emission reasons.
-OPEN, WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT, AGGREGATE = 0, 1, 2, 3, 4, 5
-REASON_NAMES = {WATERMARK: "WATERMARK", IDLE: "IDLE", MAX_DURATION: "MAX_DURATION",
-                END_OF_INPUT: "END_OF_INPUT", AGGREGATE: "AGGREGATE"}
-
+# Emission reasons, the late-event columns and the state prefix: windowing.contract.
 TS = pa.timestamp("us", tz="UTC")
-STATE_PREFIX = "__s_"
-#: Columns late_events adds to the input columns.
-LATE_ADDED_COLUMNS = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
 
 
 @dataclass(frozen=True)
