@@ -45,8 +45,16 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that needs Spark, so the fast tier is ``-m "not spark and not cluster"``
-    (the reference model, the kernel against it, configuration: about a minute)."""
+    """Mark every test that needs Spark, so the fast tier is ``-m "not spark"`` (the
+    reference model, the kernel against it, configuration: about a minute).
+
+    Under pytest-xdist (``-n``, pyproject's ``addopts``) each test module runs whole on one
+    worker (``--dist loadgroup``, a group per module), so a module's fixtures (a demo run,
+    a webserver, an Airflow database) are made once; the lake tests share one group, as
+    their services (a standalone cluster, a Spark Connect server) are session fixtures.
+    """
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.spark)
+        module = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group("lake" if module.startswith("tests/lake/") else module))

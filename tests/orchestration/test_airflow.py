@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestration.conftest import DAYS, START, rows
+from tests.dagster_harness import DAYS, START, rows
 from tests.orchestration.test_backfill_cli import _cli
 from windowing.chain import COMMITTED, FAILED, Chain, Partitions
 
@@ -97,7 +97,7 @@ def test_a_failing_data_quality_task_stops_the_next_interval(spark, history, air
     """Day 2 holds an event stamped 30 days before its arrival: its blocking input check fails,
     the partition is not committed, the data-quality task fails the run, and Airflow does not
     start the next interval (its replay waits for the previous data-quality task)."""
-    from tests.orchestration.test_replay_assets import _landing_with_odd_row
+    from tests.assets.test_replay_assets import _landing_with_odd_row
 
     landing = _landing_with_odd_row(history, tmp_path, DAYS[1], event_time=lambda t: t - timedelta(days=30))
     out = tmp_path / "out"

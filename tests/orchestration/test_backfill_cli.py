@@ -1,5 +1,5 @@
 """``rewindow backfill`` and ``rewindow status``: failures, resume, usage errors. (The CLI backfill
-against the Dagster backfill: tests/orchestration/test_replay_assets.py, which has the Dagster run.)"""
+against the Dagster backfill: tests/assets/test_replay_assets.py, which has the Dagster run.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.orchestration.conftest import DAYS
+from tests.dagster_harness import DAYS
 from windowing.cli import main
 
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
@@ -23,7 +23,7 @@ def _cli(*argv) -> tuple[int, str, str]:
 
 
 def test_a_failing_partition_exits_1_naming_it_and_status_lists_it(spark, history, pipelines_dir, tmp_path):
-    from tests.orchestration.test_replay_assets import _landing_with_odd_row
+    from tests.assets.test_replay_assets import _landing_with_odd_row
 
     landing = _landing_with_odd_row(history, tmp_path, "2024-01-02", event_time=lambda t: t - timedelta(days=30))
     root = tmp_path / "out"

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from assets.matches_live import LIVE_CHECK
-from tests.orchestration.conftest import DAYS, PIPELINE_YAML, Replayer, failure_message
+from tests.dagster_harness import DAYS, PIPELINE_YAML, Replayer, failure_message
 from tests.outputs import metrics as metrics_of
 
 AGG = dg.AssetKey(["clicks_hourly", "windowed_aggregates"])

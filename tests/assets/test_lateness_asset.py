@@ -10,7 +10,7 @@ from __future__ import annotations
 import dagster as dg
 
 from orchestration.schedules import LATENESS_JOB, REPLAY_JOB
-from tests.orchestration.conftest import DAYS, Replayer, failure_message
+from tests.dagster_harness import DAYS, Replayer, failure_message
 from windowing.lake import Lake
 from windowing.lateness import read_lateness
 

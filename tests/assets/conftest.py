@@ -1,0 +1,3 @@
+"""Fixtures of the asset tests: tests/dagster_harness.py."""
+
+from tests.dagster_harness import history, pipelines_dir  # noqa: F401  (fixtures)
