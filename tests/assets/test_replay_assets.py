@@ -9,8 +9,8 @@ import dagster as dg
 import pytest
 
 from assets.pipelines import CHECK_NAME
-from tests.histories import landing_with_odd_row as _landing_with_odd_row
 from tests.dagster_harness import DAYS, Replayer, failure_message, lineage, rows
+from tests.histories import landing_with_odd_row as _landing_with_odd_row
 from tests.outputs import current
 from tests.outputs import metrics as metrics_of
 from windowing.metrics import render_prometheus
