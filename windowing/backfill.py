@@ -154,15 +154,15 @@ def _run(chain, keys: list[str], args, summary_table) -> int:
         task = progress.add_task(keys[0], total=len(keys), rate="")
         for part in chain.replay(keys, flush_at_end=args.flush_at_end, checks=not args.no_checks):
             m = part.metrics
-            rows += int(m.get("input_rows", 0))
+            rows += m.input_rows
             rate = rows / (time.monotonic() - began)
             done = keys.index(part.key) + 1
             progress.update(task, completed=done, rate=f"{rate:,.0f} events/s",
                             description=keys[done] if done < len(keys) else part.key)
             verdict = "committed" if part.committed else f"FAILED {', '.join(part.lineage.failed_checks)}"
             progress.console.print(
-                f"  {part.key}: {m.get('input_rows', 0):,} events, {m.get('windows_emitted', 0):,} windows emitted, "
-                f"{m.get('late_events', 0):,} late, {m.get('rejected_rows', 0):,} rejected in {part.seconds:.1f}s: "
+                f"  {part.key}: {m.input_rows:,} events, {m.windows_emitted:,} windows emitted, "
+                f"{m.late_events:,} late, {m.rejected_rows:,} rejected in {part.seconds:.1f}s: "
                 f"{verdict}")
             if not part.committed:
                 failed = part
@@ -215,8 +215,9 @@ def main_status(args, spark_session) -> int:
         print(f"pipeline {name!r} ({grain} partitions from {start}) in {chain.pipeline_dir}")
         print(f"  {'partition':<18}{'status':<13}{'events':>10}{'emitted':>10}  detail")
         for s in rows:
-            print(f"  {s.key:<18}{s.status:<13}{s.metrics.get('input_rows', ''):>10}"
-                  f"{s.metrics.get('windows_emitted', ''):>10}  {s.detail}")
+            m = s.metrics
+            print(f"  {s.key:<18}{s.status:<13}{m.input_rows if m is not None else '':>10}"
+                  f"{m.windows_emitted if m is not None else '':>10}  {s.detail}")
         counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
         print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))
     if not shown and pipeline is None:

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from windowing import landing, store
 from windowing.io import FAILURES, current_commits_under
 from windowing.lake import inside, join
+from windowing.metrics import ReplayMetrics
 
 GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 #: Partition statuses of :meth:`Chain.status`.
@@ -169,7 +170,7 @@ class PartitionResult:
     key: str
     folder: str  # the partition's output (its commit records and runs)
     run_path: str  # the committed run this result is
-    metrics: dict[str, Any]
+    metrics: ReplayMetrics
     lineage: store.Lineage
     state: Any  # the state as written, read back: the next partition's start
     checks: tuple = ()  # windowing.validation.CheckResult of this partition (empty: not run)
@@ -187,7 +188,8 @@ class PartitionStatus:
     status: str
     detail: str = ""
     run_path: str | None = None
-    metrics: dict = field(default_factory=dict, compare=False)
+    #: The committed run's metrics; None for a missing or failed partition.
+    metrics: ReplayMetrics | None = field(default=None, compare=False)
 
 
 # --------------------------------------------------------------------------- the chain
@@ -318,9 +320,11 @@ class Chain:
             elif commit is None:
                 out.append(PartitionStatus(key, MISSING, "nothing committed"))
             elif key in stale:
-                out.append(PartitionStatus(key, OUT_OF_DATE, stale[key], commit.run_path, commit.metrics))
+                out.append(PartitionStatus(key, OUT_OF_DATE, stale[key], commit.run_path,
+                                           ReplayMetrics.from_dict(commit.metrics)))
             else:
-                out.append(PartitionStatus(key, COMMITTED, f"run {commit.run_id}", commit.run_path, commit.metrics))
+                out.append(PartitionStatus(key, COMMITTED, f"run {commit.run_id}", commit.run_path,
+                                           ReplayMetrics.from_dict(commit.metrics)))
         return out
 
     def resume_point(self, keys: Sequence[str]) -> str | None:
@@ -381,7 +385,8 @@ class Chain:
             state = read_state(self.spark, commit.output)
         except StateError as exc:
             raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: {exc}", first_key) from exc
-        return PartitionResult(prev, commit.output, commit.run_path, {}, lineage, state)
+        return PartitionResult(prev, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage,
+                               state)
 
     def replay(self, keys: Sequence[str], *, flush_at_end: bool = False, checks: bool = True,
                run_id: str | None = None) -> Iterator[PartitionResult]:
@@ -410,12 +415,12 @@ class Chain:
             carried = self.replay_one(key, carried, flush=flush, checks=checks, run_id=run_id)
             m = carried.metrics
             self.log.info(
-                f"[{i}/{len(keys)}] {self.pipeline.name} {key}: {m.get('input_rows')} events, "
-                f"{m.get('windows_closed')} windows closed {m.get('closed_by_reason')} "
-                f"({m.get('windows_emitted')} emitted, {m.get('snapshots_emitted')} snapshots), "
-                f"{m.get('late_events')} late events ({m.get('late_event_windows')} late (event, window) pairs), "
-                f"{m.get('rejected_rows')} rejected, watermark "
-                f"{m.get('watermark_reached')}{' (flushed at end)' if flush else ''} "
+                f"[{i}/{len(keys)}] {self.pipeline.name} {key}: {m.input_rows} events, "
+                f"{m.windows_closed} windows closed {m.closed_by_reason} "
+                f"({m.windows_emitted} emitted, {m.snapshots_emitted} snapshots), "
+                f"{m.late_events} late events ({m.late_event_windows} late (event, window) pairs), "
+                f"{m.rejected_rows} rejected, watermark "
+                f"{m.watermark_reached}{' (flushed at end)' if flush else ''} "
                 f"in {time.monotonic() - began:.1f}s -> {carried.run_path}"
             )
             yield carried
@@ -454,6 +459,7 @@ class Chain:
                 self.log.warning(f"{key}: no landing files for this partition; replayed as a partition without events")
             result = replay(self.spark, self.pipeline, events, state=start.state if start else None,
                             flush_at_end=flush)
+            metrics = result.metrics
             try:
                 staged = stage_outputs(result, folder, pipeline=self.pipeline, inputs=[self.landing_zone])
             finally:
@@ -484,10 +490,10 @@ class Chain:
         )
         if failed:  # write-audit-publish: a partition that fails its checks is not published
             self._record_failure(key, staged, lineage)
-            return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds,
+            return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds,
                                    committed=False)
         staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
-        return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds)
+        return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds)
 
     def _record_failure(self, key: str, staged, lineage: store.Lineage) -> None:
         """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not
@@ -539,9 +545,9 @@ def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict) -> str
         if commit is None:
             lines.append(f"  {key:<18}{'(not committed)':>46}")
             continue
-        m = commit.metrics
+        m = ReplayMetrics.from_dict(commit.metrics)
         lines.append(
-            f"  {key:<18}{m.get('input_rows', 0):>10,}{m.get('windows_emitted', 0):>10,}"
-            f"{m.get('late_events', 0):>8,}{m.get('rejected_rows', 0):>10,}{m.get('open_windows', 0):>8,}"
-            f"  {m.get('watermark_reached')}")
+            f"  {key:<18}{m.input_rows:>10,}{m.windows_emitted:>10,}"
+            f"{m.late_events:>8,}{m.rejected_rows:>10,}{m.open_windows:>8,}"
+            f"  {m.watermark_reached}")
     return "\n".join(lines)

@@ -157,14 +157,13 @@ def _replay(args) -> int:
         commit = staged.commit()
     finally:
         result.unpersist()
-    metrics = result.metrics
-    m = dict(metrics)
+    m = result.metrics
     print(
-        f"replayed {m['input_rows']:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
-        f"{m['windows_closed']:,} windows closed {m['closed_by_reason']} ({m['windows_emitted']:,} windows emitted, "
-        f"{m['snapshots_emitted']:,} snapshots), {m['late_events']:,} late events "
-        f"({m['late_event_windows']:,} late (event, window) pairs), "
-        f"{m['rejected_rows']:,} rejected, {m['open_windows']:,} still open; watermark {m['watermark_reached']}"
+        f"replayed {m.input_rows:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
+        f"{m.windows_closed:,} windows closed {m.closed_by_reason} ({m.windows_emitted:,} windows emitted, "
+        f"{m.snapshots_emitted:,} snapshots), {m.late_events:,} late events "
+        f"({m.late_event_windows:,} late (event, window) pairs), "
+        f"{m.rejected_rows:,} rejected, {m.open_windows:,} still open; watermark {m.watermark_reached}"
     )
     print(f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json, metrics.prom), "
           f"committed as run {commit.seq} of {args.output}")

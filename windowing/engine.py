@@ -59,7 +59,7 @@ class ReplayResult:
     late_events: Any
     rejected: Any
     state: Any
-    metrics: dict
+    metrics: replay_metrics.ReplayMetrics
     #: The input files Spark read (to name a damaged one if a later write fails on it).
     input_files: tuple = ()
     _persisted: Any = field(default=None, repr=False)
@@ -84,7 +84,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
 
     Returns:
         :class:`ReplayResult` with ``aggregates``, ``late_events``, ``rejected`` and
-        ``state`` DataFrames and a ``metrics`` dict.
+        ``state`` DataFrames and its ``metrics``
+        (:class:`windowing.metrics.ReplayMetrics`).
 
     Raises:
         ConfigError: a configured column is missing or has an unusable type, or an input
@@ -883,7 +884,7 @@ def _session_conf(spark, conf: dict[str, str]):
 
 
 def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipeline,
-             by_worker: dict[str, dict[str, int]] | None = None) -> dict:
+             by_worker: dict[str, dict[str, int]] | None = None) -> replay_metrics.ReplayMetrics:
     """The replay's metrics (docs/semantics.md, "Metrics"): the figures of
     :func:`windowing.metrics.figures` over all workers, rejected rows, the watermark
     reached and lateness percentiles, and the ``voltsp`` block: VoltSP's window metrics
@@ -891,27 +892,17 @@ def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipel
     from datetime import datetime, timedelta, timezone
 
     at_window_end = Trigger.AT_WINDOW_END in pipeline.triggers
-    total = replay_metrics.figures(counters, at_window_end)
-    workers = {w: replay_metrics.figures(c, at_window_end) for w, c in (by_worker or {}).items()}
     wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
-    rejected = sum(rejected_counts.values())
-    return {
-        "pipeline": pipeline.name,
-        "input_rows": total["accepted_events"] + rejected,
-        "rejected_rows": rejected,
-        "rejected_by_reason": dict(sorted(rejected_counts.items())),
-        **{k: v for k, v in total.items() if k != "accepted_events"},
-        "watermark_reached": (
-            # Exact in integers (ms / 1000 as a float is off by microseconds near year 9999).
-            (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=int(max(wm)))).isoformat()
-            if wm else None
-        ),
-        "lateness_ms_percentiles": {
-            "p50": _num(lateness["p"], 0), "p90": _num(lateness["p"], 1), "p99": _num(lateness["p"], 2),
-            "max": lateness["mx"],
-        },
-        "voltsp": replay_metrics.voltsp_block(total, workers),
-    }
+    return replay_metrics.ReplayMetrics.of(
+        pipeline.name,
+        replay_metrics.figures(counters, at_window_end),
+        rejected_counts,
+        # Exact in integers (ms / 1000 as a float is off by microseconds near year 9999).
+        (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=int(max(wm)))).isoformat() if wm else None,
+        replay_metrics.LatenessPercentiles(_num(lateness["p"], 0), _num(lateness["p"], 1), _num(lateness["p"], 2),
+                                           lateness["mx"]),
+        {w: replay_metrics.figures(c, at_window_end) for w, c in (by_worker or {}).items()},
+    )
 
 
 def _num(p, i):

@@ -52,7 +52,7 @@ from urllib.parse import unquote
 
 from windowing.contract import OUTPUTS, STATE_REQUIRED_COLUMNS
 from windowing.lake import Lake, display, inside, join, qualify
-from windowing.metrics import render_prometheus
+from windowing.metrics import ReplayMetrics, render_prometheus
 
 RUNS = "runs"
 COMMITS = "_commits"
@@ -378,7 +378,11 @@ def empty_events_schema(pipeline, state=None):
 
 @dataclass(frozen=True)
 class Commit:
-    """One commit record: which run of an output is (or was) current, and its figures."""
+    """One commit record: which run of an output is (or was) current, and its figures.
+
+    ``metrics`` is the record's JSON as stored: a replay's metrics
+    (``windowing.metrics.ReplayMetrics.from_dict`` reads them), or the figures of another
+    analysis written to the same kind of output (lateness, reconcile)."""
 
     seq: int
     run_id: str
@@ -566,16 +570,20 @@ def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
     out = str(out_dir)
     spark = result.aggregates.sparkSession
     check_output_target(spark, out, inputs)
-    staged = Staged(spark, out, _new_run_id(), result.metrics,
-                    pipeline.name if pipeline is not None else str(result.metrics.get("pipeline")),
+    # The JSON form, as metrics.json and the commit record store it (outputs read back
+    # with read_outputs carry it as stored: a dict).
+    m = result.metrics
+    metrics = m.to_dict() if isinstance(m, ReplayMetrics) else dict(m)
+    staged = Staged(spark, out, _new_run_id(), metrics,
+                    pipeline.name if pipeline is not None else str(metrics.get("pipeline")),
                     pipeline.fingerprint() if pipeline is not None else "")
     files = list(getattr(result, "input_files", ()) or ())
     frames = {name: getattr(result, name) for name in OUTPUTS}
     frames[METRICS] = spark.createDataFrame(
-        [(json.dumps(result.metrics, indent=None, sort_keys=True),)], "value string").coalesce(1)
+        [(json.dumps(metrics, indent=None, sort_keys=True),)], "value string").coalesce(1)
     # One row holding the whole text (the writer adds the final newline): one file, lines in order.
     frames[PROMETHEUS] = spark.createDataFrame(
-        [(render_prometheus(result.metrics).removesuffix("\n"),)], "value string").coalesce(1)
+        [(render_prometheus(metrics).removesuffix("\n"),)], "value string").coalesce(1)
 
     write_datasets(staged, frames, text=(METRICS, PROMETHEUS), files=files)
     return staged
@@ -609,11 +617,13 @@ def write_datasets(staged: "Staged", frames: dict, text=(), files=(), workers: i
         raise errors[0]
 
 
-def write_outputs(result, out_dir, pipeline=None, inputs=(), extra: dict | None = None) -> dict:
+def write_outputs(result, out_dir, pipeline=None, inputs=(), extra: dict | None = None) -> ReplayMetrics | dict:
     """Write a replay's outputs under ``out_dir`` and make them current (stage, then commit).
 
-    Returns the metrics. A rerun makes a new run current with the same rows; a crash or
-    kill part-way leaves the previous output current. See the module docstring.
+    Returns the metrics (``result.metrics``: a :class:`~windowing.metrics.ReplayMetrics`,
+    or the stored dict of outputs read back with :func:`read_outputs`). A rerun makes a
+    new run current with the same rows; a crash or kill part-way leaves the previous
+    output current. See the module docstring.
     """
     staged = stage_outputs(result, out_dir, pipeline=pipeline, inputs=inputs)
     staged.commit(extra)
@@ -660,7 +670,11 @@ def prune(spark, out) -> list[str]:
 
 def read_run(spark, run_path):
     """The outputs of one run folder: ``aggregates``, ``late_events``, ``rejected``,
-    ``state`` DataFrames and ``metrics`` (a dict, or None without ``metrics.json``)."""
+    ``state`` DataFrames and ``metrics`` (a dict, or None without ``metrics.json``).
+
+    ``metrics`` is ``metrics.json`` as stored, not a :class:`~windowing.metrics.ReplayMetrics`:
+    the checks verify what the file holds (a key missing is a finding, not a default);
+    ``ReplayMetrics.from_dict`` reads it as figures."""
     lake = Lake(spark)
     frames = {}
     for name in OUTPUTS:
