@@ -11,16 +11,18 @@ chain refused to go on.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from datetime import datetime, timezone
+from typing import Any, Callable
 
 from windowing.config import ConfigError
 
 EXIT_FAILED = 1
 
 
-def add_arguments(sub, spark_args) -> None:
+def add_arguments(sub: Any, spark_args: Callable[[argparse.ArgumentParser], None]) -> None:
     b = sub.add_parser("backfill", help="replay a range of arrival-time partitions in order, carrying the state")
     b.add_argument("--config", required=True, help="pipeline YAML")
     b.add_argument("--input", help="the landing zone: a folder or URI of date=YYYY-MM-DD folders "
@@ -54,7 +56,7 @@ def add_arguments(sub, spark_args) -> None:
     spark_args(s)
 
 
-def main_backfill(args, spark_session) -> int:
+def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Namespace], Any]) -> int:
     from windowing.chain import Chain, ChainError, Partitions, stored_history, summary_table
     from windowing.config import ignored_fields_note, load_pipeline
     from windowing.landing import landed_days
@@ -119,7 +121,7 @@ def main_backfill(args, spark_session) -> int:
         return EXIT_FAILED
 
 
-def _warn_if_not_landed(keys: list[str], partitions, landed: list, landing_zone: str) -> None:
+def _warn_if_not_landed(keys: list[str], partitions: Any, landed: list[Any], landing_zone: str) -> None:
     """A range with no landed day replays empty partitions: legal (a quiet day), but
     rarely what the user meant, so say what the landing zone holds."""
     days = {partitions.window(k)[0].date() for k in keys}
@@ -130,7 +132,7 @@ def _warn_if_not_landed(keys: list[str], partitions, landed: list, landing_zone:
         print(f"rewindow: warning: the landing zone {landing_zone} holds no events", file=sys.stderr)
 
 
-def _run(chain, keys: list[str], args, summary_table) -> int:
+def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: Callable[..., str]) -> int:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -182,7 +184,7 @@ def _run(chain, keys: list[str], args, summary_table) -> int:
     return 0
 
 
-def main_status(args, spark_session) -> int:
+def main_status(args: argparse.Namespace, spark_session: Callable[[argparse.Namespace], Any]) -> int:
     from windowing.chain import Chain, Partitions, stored_history
     from windowing.config import load_pipeline
     from windowing.lake import Lake, absolute, join
@@ -229,7 +231,7 @@ class _NewestConfig:
     """A pipeline stand-in for ``rewindow status`` without ``--config``: its name, and the
     configuration fingerprint of its newest committed partition taken as the current one."""
 
-    def __init__(self, spark, output_root: str, name: str):
+    def __init__(self, spark: Any, output_root: str, name: str) -> None:
         from windowing.io import current_commits_under
         from windowing.lake import join
 

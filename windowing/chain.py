@@ -50,7 +50,7 @@ log_default = logging.getLogger("rewindow.chain")
 class ChainError(RuntimeError):
     """A partition cannot be replayed (or the chain cannot go on): says which and what to run."""
 
-    def __init__(self, message: str, partition: str | None = None, metadata: dict | None = None):
+    def __init__(self, message: str, partition: str | None = None, metadata: dict[str, Any] | None = None):
         super().__init__(message)
         self.partition = partition
         self.metadata = metadata or {}
@@ -173,7 +173,7 @@ class PartitionResult:
     metrics: ReplayMetrics
     lineage: store.Lineage
     state: Any  # the state as written, read back: the next partition's start
-    checks: tuple = ()  # windowing.validation.CheckResult of this partition (empty: not run)
+    checks: tuple[Any, ...] = ()  # windowing.validation.CheckResult of this partition (empty: not run)
     seconds: float = 0.0  # replay and write time of the partition
     #: False: a blocking check failed, so the run was staged but not committed (run_path
     #: is the staged run, kept for inspection; the previous committed output stays current).
@@ -263,7 +263,7 @@ class Chain:
         ends = [k for k in (last, *known) if k]
         return self.partitions.keys(None, max(ends, key=self.partitions.start_of)) if ends else []
 
-    def failures(self, keys: Iterable[str] | None = None) -> dict[str, dict]:
+    def failures(self, keys: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         """The newest failure record of each of ``keys`` (default: every partition) that has
         one (see :meth:`_record_failure`)."""
         from pyspark.sql import functions as F
@@ -280,9 +280,10 @@ class Chain:
             if _missing_path(exc):
                 return {}
             raise
-        out: dict[str, dict] = {}
+        out: dict[str, dict[str, Any]] = {}
         for r in rows:
             folder = r["__file"].split(f"/{FAILURES}/", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+            key: str | None
             if wanted is None:
                 try:
                     key = self._key_of_folder(folder)
@@ -431,7 +432,7 @@ class Chain:
                     f"Details: the check results of {carried.run_path}")
                 return
 
-    def read_events(self, key: str):
+    def read_events(self, key: str) -> tuple[Any, list[str] | None]:
         """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`)."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(
@@ -468,7 +469,7 @@ class Chain:
             raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
         seconds = time.monotonic() - began
         outputs = staged.read()
-        results: tuple = ()
+        results: tuple[Any, ...] = ()
         failed: tuple[str, ...] = ()
         if checks:
             from windowing.validation import blocking_failures, run_checks
@@ -495,7 +496,7 @@ class Chain:
         staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
         return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds)
 
-    def _record_failure(self, key: str, staged, lineage: store.Lineage) -> None:
+    def _record_failure(self, key: str, staged: Any, lineage: store.Lineage) -> None:
         """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not
         committed because blocking checks failed (what :meth:`status` reports as failed)."""
         record = {"run_id": staged.run_id, "run_path": staged.path, "failed_checks": ", ".join(lineage.failed_checks),
@@ -511,7 +512,7 @@ def _run_id() -> str:
     return f"chain-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
 
 
-def stored_history(spark, output_root: str, pipeline_name: str) -> tuple[str, str] | None:
+def stored_history(spark: Any, output_root: str, pipeline_name: str) -> tuple[str, str] | None:
     """``(grain, first partition)`` of the history committed under ``output_root`` for a
     pipeline, from its folder names and lineage; None when nothing is committed.
 
@@ -536,7 +537,7 @@ def stored_history(spark, output_root: str, pipeline_name: str) -> tuple[str, st
     return grain, (firsts[0] if firsts else min(keys))
 
 
-def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict) -> str:
+def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict[str, Any]) -> str:
     """The per-partition table ``rewindow backfill`` and the demo end with."""
     header = f"{'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}"
     lines = [f"  {header}  watermark reached"]

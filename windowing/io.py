@@ -48,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import SimpleNamespace
+from typing import Any
 from urllib.parse import unquote
 
 from windowing.contract import OUTPUTS, STATE_REQUIRED_COLUMNS
@@ -134,7 +135,7 @@ def _missing_path(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------- events
 
 
-def read_events(spark, paths=None, schema=None, pipeline=None, state=None):
+def read_events(spark: Any, paths: Any = None, schema: Any = None, pipeline: Any = None, state: Any = None) -> Any:
     """Read events: the given paths, else the pipeline's ``source.path`` or ``source.table``.
 
     Args:
@@ -530,7 +531,7 @@ class Staged:
     def path(self) -> str:
         return join(self.output, self.run)
 
-    def read(self):
+    def read(self) -> SimpleNamespace:
         """The staged outputs, as :func:`read_outputs` returns them."""
         return read_run(self.spark, self.path)
 
@@ -702,7 +703,7 @@ def _read_metrics(spark, lake: Lake, path: str) -> dict | None:
     return metrics
 
 
-def read_outputs(spark, out_dir):
+def read_outputs(spark: Any, out_dir: Any) -> SimpleNamespace:
     """The current outputs of ``out_dir`` (through its last commit record), as
     :func:`read_run` returns them plus ``commit``.
 
@@ -748,7 +749,7 @@ def _check_state_parts(lake: Lake, files) -> None:
                 raise StateError(f"{display(f)}: state column {c!r} is {t} here but {ref[c]} in {display(ref_file)}")
 
 
-def read_state(spark, state_dir):
+def read_state(spark: Any, state_dir: Any) -> Any:
     """Read the state a previous replay wrote.
 
     ``state_dir`` is a replay output (its current run's state is read), that output's
