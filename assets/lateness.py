@@ -27,6 +27,7 @@ from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
 from assets.resources import SparkResource, StorageResource
 from windowing import landing, store
 from windowing.lake import join
+from windowing.metrics import ReplayMetrics
 
 LATENESS_ASSET = "lateness"
 CHECK = "matches_replay"
@@ -182,7 +183,8 @@ def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource
         log.info(f"[{i}/{len(keys)}] {pipeline.name} lateness {key}: {figures['accepted_events']} events, "
                  f"{figures['configured_replay']['late_events']} late; report {commit.run_path}/report.html "
                  f"in {seconds:.1f}s")
-        yield _Done(key, folder, commit, figures, seconds, replay.metrics if replay is not None else None)
+        yield _Done(key, folder, commit, figures, seconds,
+                    ReplayMetrics.from_dict(replay.metrics) if replay is not None else None)
 
 
 def metadata(figures: dict, run_path: str, seconds: float) -> dict[str, Any]:
@@ -217,16 +219,16 @@ def metadata(figures: dict, run_path: str, seconds: float) -> dict[str, Any]:
 COMPARED = ("late_events", "late_event_windows", "WATERMARK", "IDLE", "MAX_DURATION")
 
 
-def compare_with_replay(figures: dict, replay_metrics: dict | None) -> tuple[bool, str, dict]:
+def compare_with_replay(figures: dict, replay_metrics: ReplayMetrics | None) -> tuple[bool, str, dict]:
     """(passed, description, metadata) of ``matches_replay`` for one partition."""
     if replay_metrics is None:
         return False, "the replay of this partition is not materialized: nothing to compare with", {}
     cr = figures["configured_replay"]
     ours = {"late_events": cr["late_events"], "late_event_windows": cr["late_event_windows"],
             **{r: cr["closed_by_reason"].get(r, 0) for r in COMPARED[2:]}}
-    closed = replay_metrics.get("closed_by_reason") or {}
-    theirs = {"late_events": replay_metrics.get("late_events"),
-              "late_event_windows": replay_metrics.get("late_event_windows"),
+    closed = replay_metrics.closed_by_reason
+    theirs = {"late_events": replay_metrics.late_events,
+              "late_event_windows": replay_metrics.late_event_windows,
               **{r: closed.get(r, 0) for r in COMPARED[2:]}}
     differ = {k: {"analysis": ours[k], "replay": theirs[k]} for k in COMPARED if ours[k] != theirs[k]}
     meta = {"compared": dg.MetadataValue.json({"analysis": ours, "replay": theirs})}

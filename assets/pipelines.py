@@ -38,7 +38,7 @@ from windowing import store
 from windowing.chain import Chain, ChainError, PartitionResult, Partitions
 from windowing.config import ignored_fields_note
 from windowing.lake import join
-from windowing.metrics import CLOSE_REASONS
+from windowing.metrics import CLOSE_REASONS, ReplayMetrics
 
 OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
     "window_state": "state",
@@ -289,40 +289,41 @@ def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
     """Metadata of one asset of one partition: numbers Dagster plots across partitions
     (Plots → Partitions), the path, a typed preview."""
     m = part.metrics
-    pct = m.get("lateness_ms_percentiles") or {}
-    rows = int(m.get("input_rows", 0))
-    accepted = rows - int(m.get("rejected_rows", 0))
-    by_reason = m.get("emitted_by_reason") or {}
-    closed = m.get("closed_by_reason") or {}
+    pct = m.lateness_ms_percentiles
+    rows = m.input_rows
+    accepted = m.accepted_events
+    by_reason = m.emitted_by_reason
+    closed = m.closed_by_reason
     meta: dict[str, Any] = {
         "input_rows": dg.MetadataValue.int(rows),
-        "windows_emitted": dg.MetadataValue.int(int(m.get("windows_emitted", 0))),
-        **{f"windows_emitted_{r.lower()}": dg.MetadataValue.int(int(by_reason.get(r, 0))) for r in EMIT_REASONS},
-        "emitted_by_reason": dg.MetadataValue.json(by_reason),
-        "windows_closed": dg.MetadataValue.int(int(m.get("windows_closed", 0))),
-        **{f"windows_closed_{r.lower()}": dg.MetadataValue.int(int(closed.get(r, 0))) for r in EMIT_REASONS},
-        "snapshots_emitted": dg.MetadataValue.int(int(m.get("snapshots_emitted", 0))),
+        "windows_emitted": dg.MetadataValue.int(m.windows_emitted),
+        **{f"windows_emitted_{r.lower()}": dg.MetadataValue.int(by_reason.get(r, 0)) for r in EMIT_REASONS},
+        "emitted_by_reason": dg.MetadataValue.json(dict(by_reason)),
+        "windows_closed": dg.MetadataValue.int(m.windows_closed),
+        **{f"windows_closed_{r.lower()}": dg.MetadataValue.int(closed.get(r, 0)) for r in EMIT_REASONS},
+        "snapshots_emitted": dg.MetadataValue.int(m.snapshots_emitted),
         # Distinct late events: the share of accepted events that came late (at most 1).
-        "late_events": dg.MetadataValue.int(int(m.get("late_events", 0))),
-        "late_event_windows": dg.MetadataValue.int(int(m.get("late_event_windows", 0))),
-        "late_share": dg.MetadataValue.float(round(int(m.get("late_events", 0)) / accepted, 6) if accepted else 0.0),
-        "lateness_p50_ms": dg.MetadataValue.int(round(pct["p50"]) if pct.get("p50") is not None else 0),
-        "lateness_p99_ms": dg.MetadataValue.int(round(pct["p99"]) if pct.get("p99") is not None else 0),
-        "rejected_rows": dg.MetadataValue.int(int(m.get("rejected_rows", 0))),
-        "unique_keys": dg.MetadataValue.int(int(m.get("unique_keys", 0))),
-        "keys_held": dg.MetadataValue.int(int(m.get("keys_held", 0))),
+        "late_events": dg.MetadataValue.int(m.late_events),
+        "late_event_windows": dg.MetadataValue.int(m.late_event_windows),
+        "late_share": dg.MetadataValue.float(round(m.late_events / accepted, 6) if accepted else 0.0),
+        "lateness_p50_ms": dg.MetadataValue.int(round(pct.p50) if pct.p50 is not None else 0),
+        "lateness_p99_ms": dg.MetadataValue.int(round(pct.p99) if pct.p99 is not None else 0),
+        "rejected_rows": dg.MetadataValue.int(m.rejected_rows),
+        "unique_keys": dg.MetadataValue.int(m.unique_keys),
+        "keys_held": dg.MetadataValue.int(m.keys_held),
         "replay_seconds": dg.MetadataValue.float(round(part.seconds, 3)),
         "events_per_second": dg.MetadataValue.float(round(rows / part.seconds, 1) if part.seconds else 0.0),
-        "watermark_reached": dg.MetadataValue.text(str(m.get("watermark_reached"))),
-        "lateness_ms_percentiles": dg.MetadataValue.json(pct),
+        "watermark_reached": dg.MetadataValue.text(str(m.watermark_reached)),
+        # Dagster metadata is JSON: the percentiles as metrics.json holds them.
+        "lateness_ms_percentiles": dg.MetadataValue.json(pct.to_dict()),
         "previous_partition": dg.MetadataValue.text(str(part.lineage.previous_partition)),
         "state_hash": dg.MetadataValue.text(part.lineage.state_hash),
         "flushed_at_end": dg.MetadataValue.bool(part.lineage.flushed_at_end),
         "path": dg.MetadataValue.path(f"{part.run_path}/{OUTPUTS[name]}"),
     }
     if name == "window_state":
-        meta["windows_created"] = dg.MetadataValue.int(int(m.get("windows_created", 0)))
-        meta["idle_keys_removed"] = dg.MetadataValue.int(int(m.get("idle_keys_removed", 0)))
+        meta["windows_created"] = dg.MetadataValue.int(m.windows_created)
+        meta["idle_keys_removed"] = dg.MetadataValue.int(m.idle_keys_removed)
     else:
         df = spark.read.parquet(f"{part.run_path}/{OUTPUTS[name]}")
         order = [c for c in ("window_start", "window_end") if c in df.columns]
@@ -367,7 +368,8 @@ def _verify_committed(context, spark, pipeline, storage: StorageResource, partit
         results = tuple(run_checks(spark, pipeline, commit.run_path, input_df=events, prev_state=prev_state,
                                    flush_at_end=lineage.flushed_at_end))
         context.log.info(f"{pipeline.name} {key}: re-checked the committed run {commit.run_path}")
-        part = PartitionResult(key, commit.output, commit.run_path, dict(commit.metrics), lineage, None, results)
+        part = PartitionResult(key, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage,
+                               None, results)
         for name in wanted:
             result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], True)
             yield _evaluation(context.instance, result, key, blocking=True)

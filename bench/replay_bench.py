@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from windowing.config import parse_pipeline  # noqa: E402
+from windowing.metrics import ReplayMetrics  # noqa: E402
 from windowing.sample import generate_history  # noqa: E402
 
 PIPELINE = {
@@ -68,14 +69,14 @@ def plain_spark(spark, inp: str, out: str) -> None:
     )
 
 
-def rewindow_replay(spark, inp: str, out: str) -> dict:
+def rewindow_replay(spark, inp: str, out: str) -> ReplayMetrics:
     from windowing.engine import replay
     from windowing.io import read_events, write_outputs
 
     result = replay(spark, parse_pipeline(PIPELINE), read_events(spark, inp))
-    metrics = write_outputs(result, out)
+    write_outputs(result, out)
     result.unpersist()
-    return metrics
+    return result.metrics
 
 
 def rewindow_lateness(spark, inp: str, out: str) -> dict:
@@ -158,7 +159,7 @@ def main() -> None:
     if args.lateness:
         rewindow_lateness(spark, str(warm), str(work / "warm-lateness"))
 
-    plain_t, replay_t, lateness_t, metrics = [], [], [], {}
+    plain_t, replay_t, lateness_t, metrics = [], [], [], ReplayMetrics()
     for i in range(args.repeat):
         t = time.monotonic()
         plain_spark(spark, str(data), str(work / "plain"))
@@ -175,9 +176,9 @@ def main() -> None:
                   f"{figures['configured_replay']['late_events']:,} late as configured)", flush=True)
 
     plain, rep = statistics.median(plain_t), statistics.median(replay_t)
-    print(f"replay: {metrics['input_rows']:,} events, {metrics['windows_emitted']:,} windows emitted, "
-          f"{metrics['late_events']:,} late, {metrics['open_windows']:,} open at end")
-    n = metrics["input_rows"]
+    print(f"replay: {metrics.input_rows:,} events, {metrics.windows_emitted:,} windows emitted, "
+          f"{metrics.late_events:,} late, {metrics.open_windows:,} open at end")
+    n = metrics.input_rows
     print(f"throughput: plain {n / plain:,.0f} events/s, replay {n / rep:,.0f} events/s")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)

@@ -110,9 +110,9 @@ class ReplayPartitionOperator(_ChainOperator):
         m = part.metrics
         return {
             "partition": key, "committed": part.committed, "failed_checks": list(part.lineage.failed_checks),
-            "run_path": part.run_path, "input_rows": int(m.get("input_rows", 0)),
-            "windows_emitted": int(m.get("windows_emitted", 0)), "late_events": int(m.get("late_events", 0)),
-            "rejected_rows": int(m.get("rejected_rows", 0)), "seconds": round(part.seconds, 3),
+            "run_path": part.run_path, "input_rows": m.input_rows,
+            "windows_emitted": m.windows_emitted, "late_events": m.late_events,
+            "rejected_rows": m.rejected_rows, "seconds": round(part.seconds, 3),
         }
 
 

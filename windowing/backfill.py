@@ -11,16 +11,18 @@ chain refused to go on.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from datetime import datetime, timezone
+from typing import Any, Callable
 
 from windowing.config import ConfigError
 
 EXIT_FAILED = 1
 
 
-def add_arguments(sub, spark_args) -> None:
+def add_arguments(sub: Any, spark_args: Callable[[argparse.ArgumentParser], None]) -> None:
     b = sub.add_parser("backfill", help="replay a range of arrival-time partitions in order, carrying the state")
     b.add_argument("--config", required=True, help="pipeline YAML")
     b.add_argument("--input", help="the landing zone: a folder or URI of date=YYYY-MM-DD folders "
@@ -54,7 +56,7 @@ def add_arguments(sub, spark_args) -> None:
     spark_args(s)
 
 
-def main_backfill(args, spark_session) -> int:
+def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Namespace], Any]) -> int:
     from windowing.chain import Chain, ChainError, Partitions, stored_history, summary_table
     from windowing.config import ignored_fields_note, load_pipeline
     from windowing.landing import landed_days
@@ -119,7 +121,7 @@ def main_backfill(args, spark_session) -> int:
         return EXIT_FAILED
 
 
-def _warn_if_not_landed(keys: list[str], partitions, landed: list, landing_zone: str) -> None:
+def _warn_if_not_landed(keys: list[str], partitions: Any, landed: list[Any], landing_zone: str) -> None:
     """A range with no landed day replays empty partitions: legal (a quiet day), but
     rarely what the user meant, so say what the landing zone holds."""
     days = {partitions.window(k)[0].date() for k in keys}
@@ -130,7 +132,7 @@ def _warn_if_not_landed(keys: list[str], partitions, landed: list, landing_zone:
         print(f"rewindow: warning: the landing zone {landing_zone} holds no events", file=sys.stderr)
 
 
-def _run(chain, keys: list[str], args, summary_table) -> int:
+def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: Callable[..., str]) -> int:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -154,15 +156,15 @@ def _run(chain, keys: list[str], args, summary_table) -> int:
         task = progress.add_task(keys[0], total=len(keys), rate="")
         for part in chain.replay(keys, flush_at_end=args.flush_at_end, checks=not args.no_checks):
             m = part.metrics
-            rows += int(m.get("input_rows", 0))
+            rows += m.input_rows
             rate = rows / (time.monotonic() - began)
             done = keys.index(part.key) + 1
             progress.update(task, completed=done, rate=f"{rate:,.0f} events/s",
                             description=keys[done] if done < len(keys) else part.key)
             verdict = "committed" if part.committed else f"FAILED {', '.join(part.lineage.failed_checks)}"
             progress.console.print(
-                f"  {part.key}: {m.get('input_rows', 0):,} events, {m.get('windows_emitted', 0):,} windows emitted, "
-                f"{m.get('late_events', 0):,} late, {m.get('rejected_rows', 0):,} rejected in {part.seconds:.1f}s: "
+                f"  {part.key}: {m.input_rows:,} events, {m.windows_emitted:,} windows emitted, "
+                f"{m.late_events:,} late, {m.rejected_rows:,} rejected in {part.seconds:.1f}s: "
                 f"{verdict}")
             if not part.committed:
                 failed = part
@@ -182,7 +184,7 @@ def _run(chain, keys: list[str], args, summary_table) -> int:
     return 0
 
 
-def main_status(args, spark_session) -> int:
+def main_status(args: argparse.Namespace, spark_session: Callable[[argparse.Namespace], Any]) -> int:
     from windowing.chain import Chain, Partitions, stored_history
     from windowing.config import load_pipeline
     from windowing.lake import Lake, absolute, join
@@ -215,8 +217,9 @@ def main_status(args, spark_session) -> int:
         print(f"pipeline {name!r} ({grain} partitions from {start}) in {chain.pipeline_dir}")
         print(f"  {'partition':<18}{'status':<13}{'events':>10}{'emitted':>10}  detail")
         for s in rows:
-            print(f"  {s.key:<18}{s.status:<13}{s.metrics.get('input_rows', ''):>10}"
-                  f"{s.metrics.get('windows_emitted', ''):>10}  {s.detail}")
+            m = s.metrics
+            print(f"  {s.key:<18}{s.status:<13}{m.input_rows if m is not None else '':>10}"
+                  f"{m.windows_emitted if m is not None else '':>10}  {s.detail}")
         counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
         print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))
     if not shown and pipeline is None:
@@ -228,7 +231,7 @@ class _NewestConfig:
     """A pipeline stand-in for ``rewindow status`` without ``--config``: its name, and the
     configuration fingerprint of its newest committed partition taken as the current one."""
 
-    def __init__(self, spark, output_root: str, name: str):
+    def __init__(self, spark: Any, output_root: str, name: str) -> None:
         from windowing.io import current_commits_under
         from windowing.lake import join
 

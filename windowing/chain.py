@@ -38,6 +38,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from windowing import landing, store
 from windowing.io import FAILURES, current_commits_under
 from windowing.lake import inside, join
+from windowing.metrics import ReplayMetrics
 
 GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 #: Partition statuses of :meth:`Chain.status`.
@@ -49,7 +50,7 @@ log_default = logging.getLogger("rewindow.chain")
 class ChainError(RuntimeError):
     """A partition cannot be replayed (or the chain cannot go on): says which and what to run."""
 
-    def __init__(self, message: str, partition: str | None = None, metadata: dict | None = None):
+    def __init__(self, message: str, partition: str | None = None, metadata: dict[str, Any] | None = None):
         super().__init__(message)
         self.partition = partition
         self.metadata = metadata or {}
@@ -169,10 +170,10 @@ class PartitionResult:
     key: str
     folder: str  # the partition's output (its commit records and runs)
     run_path: str  # the committed run this result is
-    metrics: dict[str, Any]
+    metrics: ReplayMetrics
     lineage: store.Lineage
     state: Any  # the state as written, read back: the next partition's start
-    checks: tuple = ()  # windowing.validation.CheckResult of this partition (empty: not run)
+    checks: tuple[Any, ...] = ()  # windowing.validation.CheckResult of this partition (empty: not run)
     seconds: float = 0.0  # replay and write time of the partition
     #: False: a blocking check failed, so the run was staged but not committed (run_path
     #: is the staged run, kept for inspection; the previous committed output stays current).
@@ -187,7 +188,8 @@ class PartitionStatus:
     status: str
     detail: str = ""
     run_path: str | None = None
-    metrics: dict = field(default_factory=dict, compare=False)
+    #: The committed run's metrics; None for a missing or failed partition.
+    metrics: ReplayMetrics | None = field(default=None, compare=False)
 
 
 # --------------------------------------------------------------------------- the chain
@@ -261,7 +263,7 @@ class Chain:
         ends = [k for k in (last, *known) if k]
         return self.partitions.keys(None, max(ends, key=self.partitions.start_of)) if ends else []
 
-    def failures(self, keys: Iterable[str] | None = None) -> dict[str, dict]:
+    def failures(self, keys: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         """The newest failure record of each of ``keys`` (default: every partition) that has
         one (see :meth:`_record_failure`)."""
         from pyspark.sql import functions as F
@@ -278,9 +280,10 @@ class Chain:
             if _missing_path(exc):
                 return {}
             raise
-        out: dict[str, dict] = {}
+        out: dict[str, dict[str, Any]] = {}
         for r in rows:
             folder = r["__file"].split(f"/{FAILURES}/", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+            key: str | None
             if wanted is None:
                 try:
                     key = self._key_of_folder(folder)
@@ -318,9 +321,11 @@ class Chain:
             elif commit is None:
                 out.append(PartitionStatus(key, MISSING, "nothing committed"))
             elif key in stale:
-                out.append(PartitionStatus(key, OUT_OF_DATE, stale[key], commit.run_path, commit.metrics))
+                out.append(PartitionStatus(key, OUT_OF_DATE, stale[key], commit.run_path,
+                                           ReplayMetrics.from_dict(commit.metrics)))
             else:
-                out.append(PartitionStatus(key, COMMITTED, f"run {commit.run_id}", commit.run_path, commit.metrics))
+                out.append(PartitionStatus(key, COMMITTED, f"run {commit.run_id}", commit.run_path,
+                                           ReplayMetrics.from_dict(commit.metrics)))
         return out
 
     def resume_point(self, keys: Sequence[str]) -> str | None:
@@ -381,7 +386,8 @@ class Chain:
             state = read_state(self.spark, commit.output)
         except StateError as exc:
             raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: {exc}", first_key) from exc
-        return PartitionResult(prev, commit.output, commit.run_path, {}, lineage, state)
+        return PartitionResult(prev, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage,
+                               state)
 
     def replay(self, keys: Sequence[str], *, flush_at_end: bool = False, checks: bool = True,
                run_id: str | None = None) -> Iterator[PartitionResult]:
@@ -410,12 +416,12 @@ class Chain:
             carried = self.replay_one(key, carried, flush=flush, checks=checks, run_id=run_id)
             m = carried.metrics
             self.log.info(
-                f"[{i}/{len(keys)}] {self.pipeline.name} {key}: {m.get('input_rows')} events, "
-                f"{m.get('windows_closed')} windows closed {m.get('closed_by_reason')} "
-                f"({m.get('windows_emitted')} emitted, {m.get('snapshots_emitted')} snapshots), "
-                f"{m.get('late_events')} late events ({m.get('late_event_windows')} late (event, window) pairs), "
-                f"{m.get('rejected_rows')} rejected, watermark "
-                f"{m.get('watermark_reached')}{' (flushed at end)' if flush else ''} "
+                f"[{i}/{len(keys)}] {self.pipeline.name} {key}: {m.input_rows} events, "
+                f"{m.windows_closed} windows closed {m.closed_by_reason} "
+                f"({m.windows_emitted} emitted, {m.snapshots_emitted} snapshots), "
+                f"{m.late_events} late events ({m.late_event_windows} late (event, window) pairs), "
+                f"{m.rejected_rows} rejected, watermark "
+                f"{m.watermark_reached}{' (flushed at end)' if flush else ''} "
                 f"in {time.monotonic() - began:.1f}s -> {carried.run_path}"
             )
             yield carried
@@ -426,7 +432,7 @@ class Chain:
                     f"Details: the check results of {carried.run_path}")
                 return
 
-    def read_events(self, key: str):
+    def read_events(self, key: str) -> tuple[Any, list[str] | None]:
         """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`)."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(
@@ -454,6 +460,7 @@ class Chain:
                 self.log.warning(f"{key}: no landing files for this partition; replayed as a partition without events")
             result = replay(self.spark, self.pipeline, events, state=start.state if start else None,
                             flush_at_end=flush)
+            metrics = result.metrics
             try:
                 staged = stage_outputs(result, folder, pipeline=self.pipeline, inputs=[self.landing_zone])
             finally:
@@ -462,7 +469,7 @@ class Chain:
             raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
         seconds = time.monotonic() - began
         outputs = staged.read()
-        results: tuple = ()
+        results: tuple[Any, ...] = ()
         failed: tuple[str, ...] = ()
         if checks:
             from windowing.validation import blocking_failures, run_checks
@@ -484,12 +491,12 @@ class Chain:
         )
         if failed:  # write-audit-publish: a partition that fails its checks is not published
             self._record_failure(key, staged, lineage)
-            return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds,
+            return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds,
                                    committed=False)
         staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
-        return PartitionResult(key, folder, staged.path, dict(staged.metrics), lineage, state, results, seconds)
+        return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds)
 
-    def _record_failure(self, key: str, staged, lineage: store.Lineage) -> None:
+    def _record_failure(self, key: str, staged: Any, lineage: store.Lineage) -> None:
         """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not
         committed because blocking checks failed (what :meth:`status` reports as failed)."""
         record = {"run_id": staged.run_id, "run_path": staged.path, "failed_checks": ", ".join(lineage.failed_checks),
@@ -505,7 +512,7 @@ def _run_id() -> str:
     return f"chain-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
 
 
-def stored_history(spark, output_root: str, pipeline_name: str) -> tuple[str, str] | None:
+def stored_history(spark: Any, output_root: str, pipeline_name: str) -> tuple[str, str] | None:
     """``(grain, first partition)`` of the history committed under ``output_root`` for a
     pipeline, from its folder names and lineage; None when nothing is committed.
 
@@ -530,7 +537,7 @@ def stored_history(spark, output_root: str, pipeline_name: str) -> tuple[str, st
     return grain, (firsts[0] if firsts else min(keys))
 
 
-def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict) -> str:
+def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict[str, Any]) -> str:
     """The per-partition table ``rewindow backfill`` and the demo end with."""
     header = f"{'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}"
     lines = [f"  {header}  watermark reached"]
@@ -539,9 +546,9 @@ def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict) -> str
         if commit is None:
             lines.append(f"  {key:<18}{'(not committed)':>46}")
             continue
-        m = commit.metrics
+        m = ReplayMetrics.from_dict(commit.metrics)
         lines.append(
-            f"  {key:<18}{m.get('input_rows', 0):>10,}{m.get('windows_emitted', 0):>10,}"
-            f"{m.get('late_events', 0):>8,}{m.get('rejected_rows', 0):>10,}{m.get('open_windows', 0):>8,}"
-            f"  {m.get('watermark_reached')}")
+            f"  {key:<18}{m.input_rows:>10,}{m.windows_emitted:>10,}"
+            f"{m.late_events:>8,}{m.rejected_rows:>10,}{m.open_windows:>8,}"
+            f"  {m.watermark_reached}")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 from windowing.config import ConfigError
 from windowing.spark import WorkerEnvironmentError
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _lateness_args(sub) -> None:
+def _lateness_args(sub: Any) -> None:
     from windowing.lateness import DEFAULT_DELAYS, DEFAULT_FUTURE_SKEW, DEFAULT_TARGET_LATE, DEFAULT_WORST
 
     p = sub.add_parser("lateness", help="what lateness cost, and which delay and watermark strategy to run with")
@@ -117,7 +118,7 @@ def _key_value(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _spark(args):
+def _spark(args: argparse.Namespace) -> Any:
     from windowing.spark import spark_session
 
     return spark_session(args.master, dict(args.conf), remote=args.remote)
@@ -128,7 +129,7 @@ def _progress(step: int, of: int, what: str) -> None:
     print(f"rewindow: [{step}/{of}] {what}", file=sys.stderr, flush=True)
 
 
-def _replay(args) -> int:
+def _replay(args: argparse.Namespace) -> int:
     from windowing.config import ignored_fields_note, load_pipeline
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
@@ -157,21 +158,20 @@ def _replay(args) -> int:
         commit = staged.commit()
     finally:
         result.unpersist()
-    metrics = result.metrics
-    m = dict(metrics)
+    m = result.metrics
     print(
-        f"replayed {m['input_rows']:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
-        f"{m['windows_closed']:,} windows closed {m['closed_by_reason']} ({m['windows_emitted']:,} windows emitted, "
-        f"{m['snapshots_emitted']:,} snapshots), {m['late_events']:,} late events "
-        f"({m['late_event_windows']:,} late (event, window) pairs), "
-        f"{m['rejected_rows']:,} rejected, {m['open_windows']:,} still open; watermark {m['watermark_reached']}"
+        f"replayed {m.input_rows:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
+        f"{m.windows_closed:,} windows closed {m.closed_by_reason} ({m.windows_emitted:,} windows emitted, "
+        f"{m.snapshots_emitted:,} snapshots), {m.late_events:,} late events "
+        f"({m.late_event_windows:,} late (event, window) pairs), "
+        f"{m.rejected_rows:,} rejected, {m.open_windows:,} still open; watermark {m.watermark_reached}"
     )
     print(f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json, metrics.prom), "
           f"committed as run {commit.seq} of {args.output}")
     return 0
 
 
-def _verify(args) -> int:
+def _verify(args: argparse.Namespace) -> int:
     """Exit 0: every check that ran passed or only warned (rejected rows within the
     pipeline's ``quality.maxRejectedShare``); 1: a blocking check failed; 2: a usage or
     input error, including a check asked for with --check that cannot run (say, no
@@ -221,7 +221,7 @@ def _verify(args) -> int:
     return 1 if failed else 0
 
 
-def _generate(args) -> int:
+def _generate(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
     from windowing.sample import generate_history

@@ -59,7 +59,7 @@ class ReplayResult:
     late_events: Any
     rejected: Any
     state: Any
-    metrics: dict
+    metrics: replay_metrics.ReplayMetrics
     #: The input files Spark read (to name a damaged one if a later write fails on it).
     input_files: tuple = ()
     _persisted: Any = field(default=None, repr=False)
@@ -84,7 +84,8 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
 
     Returns:
         :class:`ReplayResult` with ``aggregates``, ``late_events``, ``rejected`` and
-        ``state`` DataFrames and a ``metrics`` dict.
+        ``state`` DataFrames and its ``metrics``
+        (:class:`windowing.metrics.ReplayMetrics`).
 
     Raises:
         ConfigError: a configured column is missing or has an unusable type, or an input
@@ -93,29 +94,70 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         WorkerEnvironmentError: Spark's Python workers cannot run the kernel (see
             :func:`windowing.spark.check_workers`).
     """
+    flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
+    input_cols = list(events_df.columns)
+    norm = _checked_input(spark, pipeline, events_df)
+    worker_state, key_state = _split_state(spark, pipeline, state, events_df)
+    if worker_state:
+        norm = _reject_committed(spark, pipeline, norm, worker_state)
+    inputs = events_df.inputFiles()
+    commits = _worker_commits(spark, pipeline, norm, worker_state, inputs)
+    kernel = _launch_kernel(spark, pipeline, events_df, norm, input_cols, key_state, commits, flush)
+    try:
+        side = _collect_side_outputs(kernel, spark, pipeline, inputs, commits.worker_rows)
+    except BaseException:
+        kernel.out.unpersist()
+        raise
+    aggregates, late, state_out = _datasets(spark, kernel, side)
+    rejected = _rejected(norm, input_cols, commits.rejected_counts)
+    metrics = _metrics(side.counts, _lateness(side.counts.get("late", 0), late, _F(), side.lateness_ms),
+                       commits.rejected_counts, side.worker_rows, pipeline, side.by_worker)
+    return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
+                        _persisted=kernel.out)
+
+
+def _F():
+    """``pyspark.sql.functions``, imported when a replay runs (not when this module is)."""
     from pyspark.sql import functions as F
 
-    flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
+    return F
+
+
+def _checked_input(spark, pipeline: Pipeline, events_df):
+    """Phase 1: ``events_df`` checked against the pipeline's columns and normalised
+    (:func:`_normalise`), once the session is set for the replay and its Python workers
+    are known to run rewindow."""
     _check_columns(pipeline, events_df)
     _check_late_columns(pipeline, events_df)
-    input_cols = list(events_df.columns)
     norm = _normalise(pipeline, events_df)
     _commits_mode(spark)
     # After every check that runs no job; before the first: one tiny job, once per session,
     # so that workers without rewindow's packages give a clear error, not a worker traceback.
     check_workers(spark)
+    return norm
 
-    worker_state, key_state = _split_state(spark, pipeline, state, events_df)
-    if worker_state:
-        norm = _reject_committed(spark, pipeline, norm, worker_state)
 
-    # Phase 2: the workers' commits. Rows per worker (and rejected rows per reason) first;
-    # then the commits per (worker, batch), from one Spark aggregation, or (when every
-    # worker fits one task, and there are enough workers to keep the slots busy) by the
-    # kernel tasks themselves, each holding whole workers (see _commits_in_tasks).
+@dataclass
+class _WorkerCommits:
+    """Phase 2's results: rejected rows per reason, the carried worker state by worker,
+    the task of each worker when the kernel tasks hold whole workers (else empty), the
+    workers' timelines built in the driver and their state rows so far."""
+
+    rejected_counts: dict[str, int]
+    carried: dict[Any, Any]
+    worker_tasks: dict[Any, int]
+    timelines: dict[Any, Any]
+    worker_rows: list[dict[str, Any]]
+
+
+def _worker_commits(spark, pipeline: Pipeline, norm, worker_state, inputs) -> _WorkerCommits:
+    """Phase 2: the workers' commits. Rows per worker (and rejected rows per reason) first;
+    then the commits per (worker, batch), from one Spark aggregation, or (when every
+    worker fits one task, and there are enough workers to keep the slots busy) by the
+    kernel tasks themselves, each holding whole workers (see :func:`_worker_tasks`)."""
+    F = _F()
     wcol = pipeline.source.worker
     wexpr = _col(wcol) if wcol else F.lit(0)
-    inputs = events_df.inputFiles()
     with _naming_bad_files(inputs):
         folded = _fold(norm, wexpr)
     rejected_counts, worker_events = _folded_counts(folded)
@@ -130,70 +172,110 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
         with _naming_bad_files(inputs):
             summary = _summary(norm, cand, wexpr)
         timelines, worker_rows = _timelines(pipeline, summary, worker_state)
+    return _WorkerCommits(rejected_counts, carried, worker_tasks, timelines, worker_rows)
 
-    # Phase 3: the kernel, per partition of (worker, key).
+
+@dataclass
+class _Kernel:
+    """Phase 3 under way: the kernel's output as Spark holds it (persisted, not computed
+    yet), the schemas of its outputs and its number of tasks."""
+
+    out: Any
+    schemas: dict[str, pa.Schema]
+    nparts: int
+
+
+def _launch_kernel(spark, pipeline: Pipeline, events_df, norm, input_cols: list[str], key_state,
+                   commits: _WorkerCommits, flush: bool) -> _Kernel:
+    """Phase 3: the kernel, per partition of (worker, key), as a held DataFrame (lazy)."""
+    F = _F()
     arrow_types = _arrow_types(spark, events_df)
     spec = K.Spec(pipeline=pipeline, input_types={c: arrow_types[c] for c in input_cols})
     # Events go to the tasks as they came; the tasks compute the internal columns they can
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
     events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(spec))
-    kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, worker_tasks)
+    kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, commits.worker_tasks)
     schemas = _output_schemas(spec)
-    fn = _KernelTask(spec, timelines, flush, names, schemas,
+    fn = _KernelTask(spec, commits.timelines, flush, names, schemas,
                      lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
-                     carried=carried if worker_tasks else None)
+                     carried=commits.carried if commits.worker_tasks else None)
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
     # shared folder between driver and executors. Each output comes back as a few rows
     # carrying an Arrow IPC blob each (SIDE_OUTPUT names which): cheap to hold, and turned
     # into Spark rows of the output's own schema once, by the write (measured: converting
     # the emitted windows to rows before holding them cost a third more at 10 M events).
-    kernel_out = _hold(spark, kernel_in.mapInArrow(fn, _spark_schema(fn.schema)))
-    try:
-        # One job runs the kernel and brings back the counters, with the lateness values of
-        # the tasks that had at most their share of DRIVER_PERCENTILES_MAX late events.
-        with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):
-            rows = (kernel_out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED, "workers"))
-                    .select(SIDE_OUTPUT, SIDE_DATA).collect())
-        counters, values = [], []
-        for row in rows:
-            table = _decode_blob(row[SIDE_DATA])
-            if row[SIDE_OUTPUT] == "counters":
-                counters.append(table)
-            elif row[SIDE_OUTPUT] == "workers":  # worker state rows, from tasks holding whole workers
-                worker_rows += table.to_pylist()
-            else:
-                values.append(table["lateness_ms"].to_numpy())
-        counts, by_worker = _sum_counters(counters)
-        worker_rows.sort(key=lambda r: repr(_hashable(r.get(wcol) if wcol else 0)))
-        lateness_ms = None
-        if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
-            if sum(len(v) for v in values) < counts["late"]:  # a task had more than its share: fetch the rest
-                values += [_decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy() for r in
-                           kernel_out.where(F.col(SIDE_OUTPUT) == LATENESS_HELD).select(SIDE_DATA).collect()]
-            lateness_ms = np.concatenate(values)
-    except BaseException:
-        kernel_out.unpersist()
-        raise
+    return _Kernel(_hold(spark, kernel_in.mapInArrow(fn, _spark_schema(fn.schema))), schemas, nparts)
+
+
+@dataclass
+class _SideOutputs:
+    """What the kernel job brings back to the driver: the counters summed, in total and
+    per worker label, every worker state row (sorted by worker), and the lateness values
+    when the driver computes the percentiles (None: a Spark job does, or none are late)."""
+
+    counts: dict[str, int]
+    by_worker: dict[str, dict[str, int]]
+    worker_rows: list[dict[str, Any]]
+    lateness_ms: np.ndarray | None
+
+
+def _collect_side_outputs(kernel: _Kernel, spark, pipeline: Pipeline, inputs,
+                          worker_rows: list[dict[str, Any]]) -> _SideOutputs:
+    """Run the kernel: one job brings back the counters, the worker state rows of tasks
+    holding whole workers (added to ``worker_rows``), and the lateness values of the tasks
+    that had at most their share of :data:`DRIVER_PERCENTILES_MAX` late events."""
+    F = _F()
+    wcol = pipeline.source.worker
+    with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):
+        rows = (kernel.out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED, "workers"))
+                .select(SIDE_OUTPUT, SIDE_DATA).collect())
+    counters, values = [], []
+    for row in rows:
+        table = _decode_blob(row[SIDE_DATA])
+        if row[SIDE_OUTPUT] == "counters":
+            counters.append(table)
+        elif row[SIDE_OUTPUT] == "workers":  # worker state rows, from tasks holding whole workers
+            worker_rows += table.to_pylist()
+        else:
+            values.append(table["lateness_ms"].to_numpy())
+    counts, by_worker = _sum_counters(counters)
+    worker_rows.sort(key=lambda r: repr(_hashable(r.get(wcol) if wcol else 0)))
+    lateness_ms = None
+    if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
+        if sum(len(v) for v in values) < counts["late"]:  # a task had more than its share: fetch the rest
+            values += [_decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy() for r in
+                       kernel.out.where(F.col(SIDE_OUTPUT) == LATENESS_HELD).select(SIDE_DATA).collect()]
+        lateness_ms = np.concatenate(values)
+    return _SideOutputs(counts, by_worker, worker_rows, lateness_ms)
+
+
+def _datasets(spark, kernel: _Kernel, side: _SideOutputs) -> tuple[Any, Any, Any]:
+    """``aggregates``, ``late_events`` and ``state`` as DataFrames of their own schemas,
+    decoded from the kernel's held output (the worker state rows added to ``state``)."""
+    F = _F()
     # One write task per ROWS_PER_FILE rows of an output (at most one per kernel task):
     # a write task has a fixed cost (a Python worker, a file), most kernel tasks' outputs
     # are small, and the rows are the same however they are grouped into files.
+    schemas = kernel.schemas
     aggregates, late, state_out = (
-        kernel_out.where(F.col(SIDE_OUTPUT) == name).select(SIDE_DATA)
-        .coalesce(_write_tasks(counts.get(f"rows_{name}", 0), nparts, _task_slots(spark)))
+        kernel.out.where(F.col(SIDE_OUTPUT) == name).select(SIDE_DATA)
+        .coalesce(_write_tasks(side.counts.get(f"rows_{name}", 0), kernel.nparts, _task_slots(spark)))
         .mapInArrow(_DecodeTask(schemas[name]), _spark_schema(schemas[name]))
         for name in ("aggregates", "late_events", "state")
     )
-    if worker_rows:
-        workers = pa.Table.from_pylist(worker_rows, schema=schemas["state"])
+    if side.worker_rows:
+        workers = pa.Table.from_pylist(side.worker_rows, schema=schemas["state"])
         state_out = state_out.unionByName(spark.createDataFrame(workers.to_pylist(), _spark_schema(schemas["state"])))
+    return aggregates, late, state_out
+
+
+def _rejected(norm, input_cols: list[str], rejected_counts: dict[str, int]):
+    """The rejected rows (a lazy view of the input): its columns and the reason."""
+    F = _F()
     rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*[_col(c) for c in input_cols], REJECT_REASON)
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
-
-    metrics = _metrics(counts, _lateness(counts.get("late", 0), late, F, lateness_ms), rejected_counts, worker_rows,
-                       pipeline, by_worker)
-    return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
-                        _persisted=kernel_out)
+    return rejected
 
 
 def kernel_input(spark, pipeline: Pipeline, events, state_rows=None, worker_tasks=None):
@@ -883,7 +965,7 @@ def _session_conf(spark, conf: dict[str, str]):
 
 
 def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipeline,
-             by_worker: dict[str, dict[str, int]] | None = None) -> dict:
+             by_worker: dict[str, dict[str, int]] | None = None) -> replay_metrics.ReplayMetrics:
     """The replay's metrics (docs/semantics.md, "Metrics"): the figures of
     :func:`windowing.metrics.figures` over all workers, rejected rows, the watermark
     reached and lateness percentiles, and the ``voltsp`` block: VoltSP's window metrics
@@ -891,27 +973,17 @@ def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipel
     from datetime import datetime, timedelta, timezone
 
     at_window_end = Trigger.AT_WINDOW_END in pipeline.triggers
-    total = replay_metrics.figures(counters, at_window_end)
-    workers = {w: replay_metrics.figures(c, at_window_end) for w, c in (by_worker or {}).items()}
     wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
-    rejected = sum(rejected_counts.values())
-    return {
-        "pipeline": pipeline.name,
-        "input_rows": total["accepted_events"] + rejected,
-        "rejected_rows": rejected,
-        "rejected_by_reason": dict(sorted(rejected_counts.items())),
-        **{k: v for k, v in total.items() if k != "accepted_events"},
-        "watermark_reached": (
-            # Exact in integers (ms / 1000 as a float is off by microseconds near year 9999).
-            (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=int(max(wm)))).isoformat()
-            if wm else None
-        ),
-        "lateness_ms_percentiles": {
-            "p50": _num(lateness["p"], 0), "p90": _num(lateness["p"], 1), "p99": _num(lateness["p"], 2),
-            "max": lateness["mx"],
-        },
-        "voltsp": replay_metrics.voltsp_block(total, workers),
-    }
+    return replay_metrics.ReplayMetrics.of(
+        pipeline.name,
+        replay_metrics.figures(counters, at_window_end),
+        rejected_counts,
+        # Exact in integers (ms / 1000 as a float is off by microseconds near year 9999).
+        (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=int(max(wm)))).isoformat() if wm else None,
+        replay_metrics.LatenessPercentiles(_num(lateness["p"], 0), _num(lateness["p"], 1), _num(lateness["p"], 2),
+                                           lateness["mx"]),
+        {w: replay_metrics.figures(c, at_window_end) for w, c in (by_worker or {}).items()},
+    )
 
 
 def _num(p, i):

@@ -48,11 +48,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import SimpleNamespace
+from typing import Any
 from urllib.parse import unquote
 
 from windowing.contract import OUTPUTS, STATE_REQUIRED_COLUMNS
 from windowing.lake import Lake, display, inside, join, qualify
-from windowing.metrics import render_prometheus
+from windowing.metrics import ReplayMetrics, render_prometheus
 
 RUNS = "runs"
 COMMITS = "_commits"
@@ -134,7 +135,7 @@ def _missing_path(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------- events
 
 
-def read_events(spark, paths=None, schema=None, pipeline=None, state=None):
+def read_events(spark: Any, paths: Any = None, schema: Any = None, pipeline: Any = None, state: Any = None) -> Any:
     """Read events: the given paths, else the pipeline's ``source.path`` or ``source.table``.
 
     Args:
@@ -378,7 +379,11 @@ def empty_events_schema(pipeline, state=None):
 
 @dataclass(frozen=True)
 class Commit:
-    """One commit record: which run of an output is (or was) current, and its figures."""
+    """One commit record: which run of an output is (or was) current, and its figures.
+
+    ``metrics`` is the record's JSON as stored: a replay's metrics
+    (``windowing.metrics.ReplayMetrics.from_dict`` reads them), or the figures of another
+    analysis written to the same kind of output (lateness, reconcile)."""
 
     seq: int
     run_id: str
@@ -526,7 +531,7 @@ class Staged:
     def path(self) -> str:
         return join(self.output, self.run)
 
-    def read(self):
+    def read(self) -> SimpleNamespace:
         """The staged outputs, as :func:`read_outputs` returns them."""
         return read_run(self.spark, self.path)
 
@@ -566,16 +571,20 @@ def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
     out = str(out_dir)
     spark = result.aggregates.sparkSession
     check_output_target(spark, out, inputs)
-    staged = Staged(spark, out, _new_run_id(), result.metrics,
-                    pipeline.name if pipeline is not None else str(result.metrics.get("pipeline")),
+    # The JSON form, as metrics.json and the commit record store it (outputs read back
+    # with read_outputs carry it as stored: a dict).
+    m = result.metrics
+    metrics = m.to_dict() if isinstance(m, ReplayMetrics) else dict(m)
+    staged = Staged(spark, out, _new_run_id(), metrics,
+                    pipeline.name if pipeline is not None else str(metrics.get("pipeline")),
                     pipeline.fingerprint() if pipeline is not None else "")
     files = list(getattr(result, "input_files", ()) or ())
     frames = {name: getattr(result, name) for name in OUTPUTS}
     frames[METRICS] = spark.createDataFrame(
-        [(json.dumps(result.metrics, indent=None, sort_keys=True),)], "value string").coalesce(1)
+        [(json.dumps(metrics, indent=None, sort_keys=True),)], "value string").coalesce(1)
     # One row holding the whole text (the writer adds the final newline): one file, lines in order.
     frames[PROMETHEUS] = spark.createDataFrame(
-        [(render_prometheus(result.metrics).removesuffix("\n"),)], "value string").coalesce(1)
+        [(render_prometheus(metrics).removesuffix("\n"),)], "value string").coalesce(1)
 
     write_datasets(staged, frames, text=(METRICS, PROMETHEUS), files=files)
     return staged
@@ -609,11 +618,13 @@ def write_datasets(staged: "Staged", frames: dict, text=(), files=(), workers: i
         raise errors[0]
 
 
-def write_outputs(result, out_dir, pipeline=None, inputs=(), extra: dict | None = None) -> dict:
+def write_outputs(result, out_dir, pipeline=None, inputs=(), extra: dict | None = None) -> ReplayMetrics | dict:
     """Write a replay's outputs under ``out_dir`` and make them current (stage, then commit).
 
-    Returns the metrics. A rerun makes a new run current with the same rows; a crash or
-    kill part-way leaves the previous output current. See the module docstring.
+    Returns the metrics (``result.metrics``: a :class:`~windowing.metrics.ReplayMetrics`,
+    or the stored dict of outputs read back with :func:`read_outputs`). A rerun makes a
+    new run current with the same rows; a crash or kill part-way leaves the previous
+    output current. See the module docstring.
     """
     staged = stage_outputs(result, out_dir, pipeline=pipeline, inputs=inputs)
     staged.commit(extra)
@@ -660,7 +671,11 @@ def prune(spark, out) -> list[str]:
 
 def read_run(spark, run_path):
     """The outputs of one run folder: ``aggregates``, ``late_events``, ``rejected``,
-    ``state`` DataFrames and ``metrics`` (a dict, or None without ``metrics.json``)."""
+    ``state`` DataFrames and ``metrics`` (a dict, or None without ``metrics.json``).
+
+    ``metrics`` is ``metrics.json`` as stored, not a :class:`~windowing.metrics.ReplayMetrics`:
+    the checks verify what the file holds (a key missing is a finding, not a default);
+    ``ReplayMetrics.from_dict`` reads it as figures."""
     lake = Lake(spark)
     frames = {}
     for name in OUTPUTS:
@@ -688,7 +703,7 @@ def _read_metrics(spark, lake: Lake, path: str) -> dict | None:
     return metrics
 
 
-def read_outputs(spark, out_dir):
+def read_outputs(spark: Any, out_dir: Any) -> SimpleNamespace:
     """The current outputs of ``out_dir`` (through its last commit record), as
     :func:`read_run` returns them plus ``commit``.
 
@@ -734,7 +749,7 @@ def _check_state_parts(lake: Lake, files) -> None:
                 raise StateError(f"{display(f)}: state column {c!r} is {t} here but {ref[c]} in {display(ref_file)}")
 
 
-def read_state(spark, state_dir):
+def read_state(spark: Any, state_dir: Any) -> Any:
     """Read the state a previous replay wrote.
 
     ``state_dir`` is a replay output (its current run's state is read), that output's

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -87,7 +88,7 @@ class Entry:
 class Lake:
     """Filesystem operations for one Spark session (see the module docstring)."""
 
-    def __init__(self, spark):
+    def __init__(self, spark: Any) -> None:
         self.spark = spark
         self.connect = is_connect(spark)
         self._conf = None

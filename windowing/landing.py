@@ -22,6 +22,7 @@ listing folders in Python:
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from windowing.io import InputError, check_parquet_files
 from windowing.lake import Lake, join
@@ -99,7 +100,7 @@ def landed_days(spark, landing_zone: str, arrival_column: str, *, source=None,
 
 def read_partition_events(spark, landing_zone: str, start: datetime, end: datetime, arrival_column: str,
                           *, source=None, pipeline=None, partition_column: str | None = DEFAULT_PARTITION_COLUMN,
-                          unplaced: bool = False):
+                          unplaced: bool = False) -> tuple[Any, list[str] | None]:
     """The events of the arrival window ``[start, end)`` as a Spark DataFrame.
 
     Returns ``(events, files)``: ``files`` are the data files the partition reads

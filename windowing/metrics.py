@@ -13,6 +13,10 @@ Three layers, all plain values (nothing here imports Spark):
   mapped to one figure, written to ``metrics.json`` (the ``voltsp`` block,
   :func:`voltsp_block`) and as Prometheus text (``metrics.prom``, :func:`render_prometheus`).
 
+A replay's metrics as a whole are a :class:`ReplayMetrics` (``ReplayResult.metrics``):
+typed fields, and :meth:`ReplayMetrics.to_dict` for the JSON form stored in
+``metrics.json`` and in commit records (:meth:`ReplayMetrics.from_dict` reads it back).
+
 A replay covers one stretch of history (one partition): a "counter" here counts what
 that replay did, it does not run on across partitions; the gauge
 (``voltsp_aggregations_unique_keys_total``) is its value at the end of the replay.
@@ -21,9 +25,9 @@ that replay did, it does not run on across partitions; the gauge
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, KeysView, Mapping
 
 from windowing.contract import CLOSE_REASONS
 
@@ -184,7 +188,7 @@ def _worker_order(label: str) -> tuple[int, int, str]:
     return (0, int(label), "") if re.fullmatch(r"-?\d+", label) else (1, 0, label)
 
 
-def render_prometheus(metrics: Mapping[str, Any]) -> str:
+def render_prometheus(metrics: ReplayMetrics | Mapping[str, Any]) -> str:
     """``metrics.prom``: the ``voltsp`` block of ``metrics`` in Prometheus' text exposition
     format (version 0.0.4), one ``# HELP`` and ``# TYPE`` line per metric, then its total
     (labelled ``pipeline`` only) and one sample per worker (labels ``pipeline`` and
@@ -193,6 +197,8 @@ def render_prometheus(metrics: Mapping[str, Any]) -> str:
     A sum over the ``worker``-labelled samples equals the total; select them with
     ``{worker!=""}`` to leave the total out.
     """
+    if isinstance(metrics, ReplayMetrics):
+        metrics = metrics.to_dict()
     pipeline = _label_value(str(metrics.get("pipeline", "")))
     block = metrics.get("voltsp") or {}
     lines: list[str] = []
@@ -205,3 +211,165 @@ def render_prometheus(metrics: Mapping[str, Any]) -> str:
             lines.append(f'{m.name}{{pipeline="{pipeline}",worker="{_label_value(w)}"}} '
                          f'{int(entry["by_worker"][w])}')
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- a replay's metrics
+
+
+@dataclass(frozen=True)
+class LatenessPercentiles:
+    """p50, p90, p99 and max of ``lateness_ms`` over the rows of ``late_events`` (all None
+    without late events)."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"p50": self.p50, "p90": self.p90, "p99": self.p99, "max": self.max}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> LatenessPercentiles:
+        d = d or {}
+        return cls(p50=d.get("p50"), p90=d.get("p90"), p99=d.get("p99"), max=d.get("max"))
+
+
+@dataclass(frozen=True)
+class VoltspValue:
+    """One VoltSP window metric of a replay: its value in total and per worker label."""
+
+    total: int = 0
+    by_worker: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "by_worker": dict(self.by_worker)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> VoltspValue:
+        d = d or {}
+        return cls(total=d.get("total", 0), by_worker=dict(d.get("by_worker") or {}))
+
+
+#: The figures of :func:`figures` a :class:`ReplayMetrics` holds as they are (all but
+#: ``accepted_events``, which it reports as ``input_rows - rejected_rows``).
+_FIGURES = ("late_events", "late_event_windows", "windows_created", "windows_closed", "closed_by_reason",
+            "windows_emitted", "emitted_by_reason", "snapshots_emitted", "idle_keys_removed", "unique_keys",
+            "keys_held", "open_windows")
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayMetrics:
+    """A replay's metrics (docs/semantics.md section 10, "Metrics"): ``ReplayResult.metrics``.
+
+    Every figure is a typed field; :meth:`to_dict` is the JSON form written to
+    ``metrics.json`` and commit records (the keys and values of the table in
+    docs/semantics.md), :meth:`from_dict` reads it back, a key missing (a record written
+    by an older version) taking its default. Fields are in the order of the JSON keys.
+
+    **Compatibility path**: for code and tests written when the metrics were a dict,
+    ``m["input_rows"]``, ``m.get("voltsp")``, ``m.keys()``, ``dict(m)``, ``{**m}`` and
+    ``m == {...}`` work on the JSON form (:meth:`to_dict`): nested figures come back as
+    dicts. New code reads the attributes.
+    """
+
+    pipeline: str = ""
+    input_rows: int = 0
+    rejected_rows: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    #: Late events, each counted once however many windows it missed.
+    late_events: int = 0
+    #: Late (event, window) pairs: the rows of ``late_events``.
+    late_event_windows: int = 0
+    windows_created: int = 0
+    windows_closed: int = 0
+    closed_by_reason: dict[str, int] = field(default_factory=dict)
+    windows_emitted: int = 0
+    emitted_by_reason: dict[str, int] = field(default_factory=dict)
+    snapshots_emitted: int = 0
+    idle_keys_removed: int = 0
+    unique_keys: int = 0
+    keys_held: int = 0
+    open_windows: int = 0
+    #: The highest worker watermark at the end (ISO-8601, UTC); None without one.
+    watermark_reached: str | None = None
+    lateness_ms_percentiles: LatenessPercentiles = field(default_factory=LatenessPercentiles)
+    #: VoltSP's window metrics by Prometheus name (:data:`VOLTSP_METRICS`).
+    voltsp: dict[str, VoltspValue] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pipeline: str, total: Mapping[str, Any], rejected_by_reason: Mapping[str, int],
+           watermark_reached: str | None, lateness: LatenessPercentiles,
+           by_worker: Mapping[str, Mapping[str, Any]]) -> ReplayMetrics:
+        """The metrics of a replay from the :func:`figures` of all its workers (``total``)
+        and of each worker (``by_worker``, by worker label), its rejected rows per reason,
+        the watermark reached and the lateness percentiles."""
+        rejected = sum(rejected_by_reason.values())
+        block = voltsp_block(total, by_worker)
+        return cls(
+            pipeline=pipeline,
+            input_rows=total["accepted_events"] + rejected,
+            rejected_rows=rejected,
+            rejected_by_reason=dict(sorted(rejected_by_reason.items())),
+            **{k: total[k] for k in _FIGURES},
+            watermark_reached=watermark_reached,
+            lateness_ms_percentiles=lateness,
+            voltsp={name: VoltspValue.from_dict(v) for name, v in block.items()},
+        )
+
+    @property
+    def accepted_events(self) -> int:
+        """Events not rejected: ``input_rows - rejected_rows``."""
+        return self.input_rows - self.rejected_rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``metrics.json``, the commit record's ``metrics``, byte for byte
+        what the dict of earlier versions held (same keys, order and values)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, LatenessPercentiles):
+                value = value.to_dict()
+            elif f.name == "voltsp":
+                value = {name: v.to_dict() for name, v in value.items()}
+            elif isinstance(value, dict):
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> ReplayMetrics:
+        """The metrics of their JSON form (:meth:`to_dict`), as stored by any version: a
+        missing key takes the field's default (0, empty, None); unknown keys are left out."""
+        d = d or {}
+        known = {f.name for f in fields(cls)} - {"lateness_ms_percentiles", "voltsp"}
+        plain: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in d.items() if k in known}
+        return cls(
+            **plain,
+            lateness_ms_percentiles=LatenessPercentiles.from_dict(d.get("lateness_ms_percentiles")),
+            voltsp={name: VoltspValue.from_dict(v) for name, v in (d.get("voltsp") or {}).items()},
+        )
+
+    # ----------------------------------------------------------- the compatibility path
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_dict().get(key, default)
+
+    def keys(self) -> KeysView[str]:
+        return self.to_dict().keys()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_dict()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ReplayMetrics):
+            return self.to_dict() == other.to_dict()
+        if isinstance(other, Mapping):
+            return self.to_dict() == dict(other)
+        return NotImplemented
+
+    #: Not hashable: it holds dicts (as the dict it replaces).
+    __hash__ = None  # type: ignore[assignment]

@@ -618,73 +618,23 @@ def reconcile(spark, pipeline: Pipeline, spec: ReconcileSpec, replay_aggregates_
     figures of their window (a second aggregation of the held table by window). Only
     without a live emission column (or worker) are rows numbered first, which sorts.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     _check_replay_columns(pipeline, spec, replay_aggregates_df)
     check_live_columns(spec, live_df, pipeline, replay_aggregates_df)
-    edges = _edges_ms(partition_edges) if partition_edges is not None else None
-    if partition_keys is not None and (edges is None or len(partition_keys) != len(edges) - 1):
-        raise ValueError("partition_keys: give one key per partition (len(partition_edges) - 1)")
-    keys = list(partition_keys) if partition_keys is not None else (
-        [_iso(e) for e in edges[:-1]] if edges else [])
-
+    edges, keys = _partitions_of(partition_edges, partition_keys)
     live_types = {f.name: f.dataType for f in live_df.schema.fields}
     replay_types = {f.name: f.dataType for f in replay_aggregates_df.schema.fields}
-    by_name = {a.name: a for a in pipeline.aggregates}
-    compared = [
-        _Compared(by_name[name], col, i,
-                  "floating" in (_family(live_types[col]), _family(replay_types[name])))
-        for i, (name, col) in enumerate(spec.columns.aggregates)
-    ]
-    cols = spec.columns
-    ids = _Ids(pipeline, cols, replay_types)
-    rows = _replay_rows(pipeline, replay_aggregates_df, replay_types, compared, ids).unionByName(
-        _live_rows(pipeline, cols, live_df, live_types, replay_types, compared, ids), allowMissingColumns=True)
-    late = _late_rows(pipeline, late_events_df, ids)
-    if late is not None:
-        rows = rows.unionByName(late, allowMissingColumns=True)
-    rows = rows.repartition(_partitions(spark), *ids.window)
-    rows = _number_emissions(rows, cols, pipeline, compared, ids)
+    compared = _compared_aggregates(pipeline, spec, live_types, replay_types)
+    ids = _Ids(pipeline, spec.columns, replay_types)
+    ident = _paired(spark, pipeline, spec, compared, ids, (replay_aggregates_df, replay_types),
+                    (live_df, live_types), late_events_df)
     count_agg = next((a for a in compared if a.agg.type == "count" and a.agg.column is None),
                      next((a for a in compared if a.agg.type == "count"), None))
-    ident = _identities(rows, compared, ids)
-
-    # Per aggregate: equal (exactly, or within the tolerance), and within rounding.
-    tol = spec.tolerance
-    equal = {}
-    for a in compared:
-        r, lv = F.col(a.replay), F.col(a.live)
-        same = r.eqNullSafe(lv)
-        if a.floating:
-            diff, scale = F.abs(r - lv), F.greatest(F.abs(r), F.abs(lv))
-            same = same | (diff <= F.greatest(F.lit(tol.absolute), F.lit(tol.relative) * scale))
-        equal[a.index] = F.coalesce(same, F.lit(False))
-    r_here, l_here = F.col("__r_n") > 0, F.col("__l_n") > 0
-    differing = F.array_compact(F.array(*[F.when(~equal[a.index], F.lit(a.agg.name)) for a in compared]))
-    category = (F.when(r_here & l_here, F.when(F.size(differing) == 0, F.lit(MATCH)).otherwise(F.lit(VALUE_MISMATCH)))
-                .when(r_here, F.lit(EXTRA_IN_REPLAY)).when(l_here, F.lit(MISSING_IN_REPLAY)))
-    ident = ident.withColumn("__category", category)
-    # The partition of each identity, by its placing time.
-    place = F.coalesce(F.col("__r_emit_ms"), F.col("__l_emit_ms"), F.col("__we"))
-    if edges:
-        part = F.lit(-1)
-        for i in reversed(range(len(edges) - 1)):
-            part = F.when((place >= F.lit(edges[i])) & (place < F.lit(edges[i + 1])), F.lit(i)).otherwise(part)
-        clamped = F.when(place < F.lit(edges[0]), F.lit(0)).otherwise(F.lit(len(edges) - 2))
-        part = F.when((part == -1) & r_here, clamped).otherwise(part)
-    else:
-        part = F.lit(0)
-    # Held: every identity, narrow. Values only where they are needed later: for
-    # mismatches and duplicates, and the count every window's totals add up.
-    keep = (F.col("__category") != F.lit(MATCH)) | (F.col("__l_n") > 1)
-    held = ident.select(
-        *ids.window, "__em", "__r_n", "__l_n", "__category", part.alias("__part"),
-        "__r_reason", "__r_emit_ms", "__l_emit_ms", "__late_n", "__late_first_ms", "__late_last_ms",
-        F.when(keep, differing).alias("__differing"),
-        *[(F.col(c) if count_agg is not None and c in (count_agg.replay, count_agg.live) else F.when(keep, F.col(c)))
-          .alias(c) for a in compared for c in (a.replay, a.live)],
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    differing = F.array_compact(F.array(*[F.when(~equal, F.lit(a.agg.name))
+                                          for a, equal in zip(compared, _equal_values(compared, spec.tolerance))]))
+    ident = ident.withColumn("__category", _category(differing))
+    held = _held(ident, ids, compared, count_agg, differing, _partition_column(edges))
     counts = _count(held)
 
     figures_by_window = _window_figures(held, count_agg, ids)
@@ -699,6 +649,110 @@ def reconcile(spark, pipeline: Pipeline, spec: ReconcileSpec, replay_aggregates_
     summary = spark.createDataFrame(summary_rows, _SUMMARY_SCHEMA)
     return ReconcileResult(mismatches=mismatches, summary=summary, figures=figures, pipeline=pipeline.name,
                            _persisted=held)
+
+
+def _partitions_of(partition_edges: Sequence | None, partition_keys: Sequence[str] | None
+                   ) -> tuple[list[int] | None, list[str]]:
+    """The partitions' edges in epoch ms (None: not given) and their keys (by default
+    their starts, ISO-8601 UTC). Raises ValueError for bad edges or a key per partition
+    missing."""
+    edges = _edges_ms(partition_edges) if partition_edges is not None else None
+    if partition_keys is not None and (edges is None or len(partition_keys) != len(edges) - 1):
+        raise ValueError("partition_keys: give one key per partition (len(partition_edges) - 1)")
+    keys = list(partition_keys) if partition_keys is not None else (
+        [_iso(e) for e in edges[:-1]] if edges else [])
+    return edges, keys
+
+
+def _compared_aggregates(pipeline: Pipeline, spec: ReconcileSpec, live_types: dict, replay_types: dict
+                         ) -> list[_Compared]:
+    """The aggregates compared (``spec.columns.aggregates``), floating point when either
+    side's column is."""
+    by_name = {a.name: a for a in pipeline.aggregates}
+    return [
+        _Compared(by_name[name], col, i,
+                  "floating" in (_family(live_types[col]), _family(replay_types[name])))
+        for i, (name, col) in enumerate(spec.columns.aggregates)
+    ]
+
+
+def _paired(spark, pipeline: Pipeline, spec: ReconcileSpec, compared: list[_Compared], ids: _Ids,
+            replay: tuple, live: tuple, late_events_df):
+    """One row per identity (window, emission), both sides' values side by side: the
+    union of the replay's rows (``replay``: the DataFrame and its column types), the live
+    rows (``live``, likewise) and the replay's late-event counts per window,
+    hash-partitioned by window, emissions numbered where the live side has no emission
+    column, then aggregated by identity (:func:`_identities`)."""
+    (replay_df, replay_types), (live_df, live_types) = replay, live
+    cols = spec.columns
+    rows = _replay_rows(pipeline, replay_df, replay_types, compared, ids).unionByName(
+        _live_rows(pipeline, cols, live_df, live_types, replay_types, compared, ids), allowMissingColumns=True)
+    late = _late_rows(pipeline, late_events_df, ids)
+    if late is not None:
+        rows = rows.unionByName(late, allowMissingColumns=True)
+    rows = rows.repartition(_partitions(spark), *ids.window)
+    rows = _number_emissions(rows, cols, pipeline, compared, ids)
+    return _identities(rows, compared, ids)
+
+
+def _equal_values(compared: list[_Compared], tol: Tolerance) -> list:
+    """Per compared aggregate, a Column: both sides equal (exactly, or within the
+    tolerance when floating), False where either side is missing."""
+    from pyspark.sql import functions as F
+
+    equal = []
+    for a in compared:
+        r, lv = F.col(a.replay), F.col(a.live)
+        same = r.eqNullSafe(lv)
+        if a.floating:
+            diff, scale = F.abs(r - lv), F.greatest(F.abs(r), F.abs(lv))
+            same = same | (diff <= F.greatest(F.lit(tol.absolute), F.lit(tol.relative) * scale))
+        equal.append(F.coalesce(same, F.lit(False)))
+    return equal
+
+
+def _category(differing):
+    """An identity's category: on both sides (matching unless an aggregate differs, the
+    names in ``differing``), in the replay only, or live only."""
+    from pyspark.sql import functions as F
+
+    r_here, l_here = F.col("__r_n") > 0, F.col("__l_n") > 0
+    return (F.when(r_here & l_here, F.when(F.size(differing) == 0, F.lit(MATCH)).otherwise(F.lit(VALUE_MISMATCH)))
+            .when(r_here, F.lit(EXTRA_IN_REPLAY)).when(l_here, F.lit(MISSING_IN_REPLAY)))
+
+
+def _partition_column(edges: list[int] | None):
+    """The partition of each identity (index into the partitions), by its placing time:
+    the replay's emission, else the live one, else the window end. -1: outside every
+    partition (live rows only; a replay row outside goes to the nearest edge's). 0 when
+    no partitions are given."""
+    from pyspark.sql import functions as F
+
+    if not edges:
+        return F.lit(0)
+    place = F.coalesce(F.col("__r_emit_ms"), F.col("__l_emit_ms"), F.col("__we"))
+    part = F.lit(-1)
+    for i in reversed(range(len(edges) - 1)):
+        part = F.when((place >= F.lit(edges[i])) & (place < F.lit(edges[i + 1])), F.lit(i)).otherwise(part)
+    clamped = F.when(place < F.lit(edges[0]), F.lit(0)).otherwise(F.lit(len(edges) - 2))
+    return F.when((part == -1) & (F.col("__r_n") > 0), clamped).otherwise(part)
+
+
+def _held(ident, ids: _Ids, compared: list[_Compared], count_agg: _Compared | None, differing, part):
+    """Every identity, narrow, persisted: the figures and the mismatches read it. Values
+    only where they are needed later: for mismatches and duplicates, and the count every
+    window's totals add up."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    keep = (F.col("__category") != F.lit(MATCH)) | (F.col("__l_n") > 1)
+    return ident.select(
+        *ids.window, "__em", "__r_n", "__l_n", "__category", part.alias("__part"),
+        "__r_reason", "__r_emit_ms", "__l_emit_ms", "__late_n", "__late_first_ms", "__late_last_ms",
+        F.when(keep, differing).alias("__differing"),
+        *[(F.col(c) if count_agg is not None and c in (count_agg.replay, count_agg.live) else F.when(keep, F.col(c)))
+          .alias(c) for a in compared for c in (a.replay, a.live)],
+    ).persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _partitions(spark) -> int:
@@ -987,28 +1041,59 @@ def _explanations(pipeline: Pipeline, compared, count_agg, edges):
     ``__n_live`` (rows of the window on each side), ``__n_<reason>`` (the replay's
     emissions by reason), ``__r_total`` / ``__l_total`` (the count aggregate over all
     emissions), ``__late_n`` and the first and last arrival of the replay's late events
-    of the window."""
+    of the window. In order: what differs (texts only), then each explanation that may
+    apply, each a (code, text) pair."""
+    codes: list = []
+    texts: list = _what_differs(compared)
+    pairs = [_emitted_differently(count_agg)]
+    if count_agg is not None:
+        pairs += _late_on_one_side(pipeline, count_agg)
+    if edges:
+        pairs.append(_on_partition_edge(edges))
+    if any(a.floating for a in compared):
+        pairs.append(_float_rounding(compared))
+    pairs.append(_duplicate_in_live())
+    for code, text in pairs:
+        codes.append(code)
+        texts.append(text)
+    return codes, texts
+
+
+def _row_columns():
+    """(category, a further live copy, the identity's own row) of a mismatch row."""
     from pyspark.sql import functions as F
 
-    cat = F.col("__category")
     copy = F.col("__copy") > 0
-    own = ~copy  # the identity's own row, not a further live copy
-    codes, texts = [], []
+    return F.col("__category"), copy, ~copy
 
-    # What differs, first.
+
+def _what_differs(compared) -> list:
+    """Detail texts of what differs: the values of a value mismatch, the emission only
+    one side has."""
+    from pyspark.sql import functions as F
+
+    cat, _, own = _row_columns()
     diffs = [F.when(F.array_contains("__differing", F.lit(a.agg.name)), F.concat(
         F.lit(f"{a.agg.name}: live "), F.coalesce(F.col(a.live).cast("string"), F.lit("null")),
         F.lit(" against replay "), F.coalesce(F.col(a.replay).cast("string"), F.lit("null")))) for a in compared]
-    texts.append(F.when(cat == F.lit(VALUE_MISMATCH), F.concat_ws("; ", *diffs)))
-    texts.append(F.when(own & (cat == F.lit(MISSING_IN_REPLAY)),
-                        F.concat(F.lit("the live side has emission "), F.col("__em").cast("string"),
-                                 F.lit(" of this window; the replay has not"))))
-    texts.append(F.when(cat == F.lit(EXTRA_IN_REPLAY),
-                        F.concat(F.lit("the replay has emission "), F.col("__em").cast("string"),
-                                 F.lit(" of this window ("), _reason_name(F.col("__r_reason")),
-                                 F.lit("); the live side has not"))))
+    return [
+        F.when(cat == F.lit(VALUE_MISMATCH), F.concat_ws("; ", *diffs)),
+        F.when(own & (cat == F.lit(MISSING_IN_REPLAY)),
+               F.concat(F.lit("the live side has emission "), F.col("__em").cast("string"),
+                        F.lit(" of this window; the replay has not"))),
+        F.when(cat == F.lit(EXTRA_IN_REPLAY),
+               F.concat(F.lit("the replay has emission "), F.col("__em").cast("string"),
+                        F.lit(" of this window ("), _reason_name(F.col("__r_reason")),
+                        F.lit("); the live side has not"))),
+    ]
 
-    # Emitted a different number of times: one side flushed it idle.
+
+def _emitted_differently(count_agg):
+    """:data:`EMIT_REASON`: the sides emitted the window a different number of times (one
+    side flushed it idle)."""
+    from pyspark.sql import functions as F
+
+    _, _, own = _row_columns()
     n_r, n_l = F.col("__n_replay"), F.col("__n_live")
     emit = own & (n_r > 0) & (n_l > 0) & (n_r != n_l)
     reasons = F.concat_ws(", ", *[F.when(F.col(f"__n_{r.lower()}") > 0, F.concat(
@@ -1023,72 +1108,92 @@ def _explanations(pipeline: Pipeline, compared, count_agg, edges):
         same_total = F.coalesce(F.when(F.col("__r_total") == F.col("__l_total"), F.concat(
             F.lit(f"; over all emissions both count {count_agg.agg.name} = "), F.col("__r_total").cast("string"))),
             F.lit(""))
-    codes.append(F.when(emit, F.lit(EMIT_REASON)))
-    texts.append(F.when(emit, F.concat(
+    return F.when(emit, F.lit(EMIT_REASON)), F.when(emit, F.concat(
         F.lit("the replay emitted this window "), n_r.cast("string"), F.lit(" time(s) ("), reasons,
-        F.lit("), the live side "), n_l.cast("string"), F.lit(": "), how, same_total)))
+        F.lit("), the live side "), n_l.cast("string"), F.lit(": "), how, same_total))
 
+
+def _late_on_one_side(pipeline: Pipeline, count_agg) -> list:
+    """:data:`LATE_IN_REPLAY` (the live side counted events the replay marks late) and
+    :data:`LATE_IN_LIVE` (the replay counted more, closing by WATERMARK: events late in
+    the live run), as (code, text) pairs; both read the count aggregate."""
+    from pyspark.sql import functions as F
+
+    cat, _, own = _row_columns()
     batches = (f"the recorded batches ({format_duration_ms(pipeline.source.batch_interval_ms)})"
                if pipeline.source.batch_interval_ms
                else f"the recorded batches (column {pipeline.source.batch_column!r})")
-    if count_agg is not None:
-        r_count = F.coalesce(F.col(count_agg.replay).cast("long"), F.lit(0))
-        l_count = F.coalesce(F.col(count_agg.live).cast("long"), F.lit(0))
-        more = l_count - r_count
-        late_n = F.coalesce(F.col("__late_n"), F.lit(0))
-        late_here = own & (((cat == F.lit(VALUE_MISMATCH)) & (more > 0) & (late_n > 0))
-                           | ((cat == F.lit(MISSING_IN_REPLAY)) & (n_r == 0) & (more > 0) & (late_n >= more)))
-        close = F.col("__r_emit_ms")
-        gaps = F.when(close.isNotNull() & F.col("__late_first_ms").isNotNull(), F.concat(
-            F.lit(", arriving "), _seconds(F.col("__late_first_ms") - close), F.lit(" to "),
-            _seconds(F.col("__late_last_ms") - close), F.lit(" after the replay's commit that emitted it")))
-        codes.append(F.when(late_here, F.lit(LATE_IN_REPLAY)))
-        texts.append(F.when(late_here, F.concat(
-            F.lit("the live side counted "), more.cast("string"), F.lit(" more event(s); the replay marks "),
-            late_n.cast("string"), F.lit(" event(s) of this window late"), F.coalesce(gaps, F.lit("")),
-            F.lit(f": {batches} may not be the live commit batches; live batches longer than that gap commit "
-                  "the watermark later, so these events were not late there"))))
-        watermark = F.col("__r_reason") == F.lit(_CLOSE_REASONS.index("WATERMARK"))
-        late_live = (cat == F.lit(VALUE_MISMATCH)) & (more < 0) & watermark
-        codes.append(F.when(late_live, F.lit(LATE_IN_LIVE)))
-        texts.append(F.when(late_live, F.concat(
-            F.lit("the replay counted "), (-more).cast("string"),
-            F.lit(" more event(s) and closed the window by WATERMARK at its commit of "),
-            F.timestamp_millis(F.col("__r_emit_ms")).cast("string"),
-            F.lit(f": with live commit batches shorter than {batches}, the live watermark passes the window's end "
-                  "sooner and events arriving just before that commit are late there"))))
+    r_count = F.coalesce(F.col(count_agg.replay).cast("long"), F.lit(0))
+    l_count = F.coalesce(F.col(count_agg.live).cast("long"), F.lit(0))
+    more = l_count - r_count
+    late_n = F.coalesce(F.col("__late_n"), F.lit(0))
+    late_here = own & (((cat == F.lit(VALUE_MISMATCH)) & (more > 0) & (late_n > 0))
+                       | ((cat == F.lit(MISSING_IN_REPLAY)) & (F.col("__n_replay") == 0) & (more > 0)
+                          & (late_n >= more)))
+    close = F.col("__r_emit_ms")
+    gaps = F.when(close.isNotNull() & F.col("__late_first_ms").isNotNull(), F.concat(
+        F.lit(", arriving "), _seconds(F.col("__late_first_ms") - close), F.lit(" to "),
+        _seconds(F.col("__late_last_ms") - close), F.lit(" after the replay's commit that emitted it")))
+    in_replay = (F.when(late_here, F.lit(LATE_IN_REPLAY)), F.when(late_here, F.concat(
+        F.lit("the live side counted "), more.cast("string"), F.lit(" more event(s); the replay marks "),
+        late_n.cast("string"), F.lit(" event(s) of this window late"), F.coalesce(gaps, F.lit("")),
+        F.lit(f": {batches} may not be the live commit batches; live batches longer than that gap commit "
+              "the watermark later, so these events were not late there"))))
+    watermark = F.col("__r_reason") == F.lit(_CLOSE_REASONS.index("WATERMARK"))
+    late_live = (cat == F.lit(VALUE_MISMATCH)) & (more < 0) & watermark
+    in_live = (F.when(late_live, F.lit(LATE_IN_LIVE)), F.when(late_live, F.concat(
+        F.lit("the replay counted "), (-more).cast("string"),
+        F.lit(" more event(s) and closed the window by WATERMARK at its commit of "),
+        F.timestamp_millis(F.col("__r_emit_ms")).cast("string"),
+        F.lit(f": with live commit batches shorter than {batches}, the live watermark passes the window's end "
+              "sooner and events arriving just before that commit are late there"))))
+    return [in_replay, in_live]
 
-    if edges:
-        hi = F.greatest(F.col("__we"), F.col("__r_emit_ms"), F.col("__l_emit_ms"))
-        on_edge = F.filter(F.array(*[F.lit(e) for e in edges]), lambda e: (e > F.col("__ws")) & (e <= hi))
-        edge_here = own & (F.size(on_edge) > 0)
-        codes.append(F.when(edge_here, F.lit(PARTITION_EDGE)))
-        texts.append(F.when(edge_here, F.concat(
-            F.lit("the window falls on the partition edge "), F.timestamp_millis(F.get(on_edge, 0)).cast("string"),
-            F.lit(": its events and its emission lie in different partitions"))))
 
-    floats = [a for a in compared if a.floating]
-    if floats:
-        only_rounding = cat == F.lit(VALUE_MISMATCH)
-        for a in compared:
-            differs = F.array_contains("__differing", F.lit(a.agg.name))
-            if a.floating:
-                r, lv = F.col(a.replay), F.col(a.live)
-                within = F.abs(r - lv) <= F.lit(ROUNDING_RELATIVE) * F.greatest(F.abs(r), F.abs(lv))
-                only_rounding = only_rounding & (~differs | F.coalesce(within, F.lit(False)))
-            else:
-                only_rounding = only_rounding & ~differs
-        codes.append(F.when(only_rounding, F.lit(FLOAT_ROUNDING)))
-        texts.append(F.when(only_rounding, F.lit(
-            f"only floating-point rounding (each difference at most {ROUNDING_RELATIVE:g} relative): "
-            "a different summation order, not different events")))
+def _on_partition_edge(edges):
+    """:data:`PARTITION_EDGE`: a partition edge falls inside the window (or before its
+    emission): its events and its emission lie in different partitions."""
+    from pyspark.sql import functions as F
 
-    codes.append(F.when(copy, F.lit(DUPLICATE_IN_LIVE)))
-    texts.append(F.when(copy, F.concat(
+    _, _, own = _row_columns()
+    hi = F.greatest(F.col("__we"), F.col("__r_emit_ms"), F.col("__l_emit_ms"))
+    on_edge = F.filter(F.array(*[F.lit(e) for e in edges]), lambda e: (e > F.col("__ws")) & (e <= hi))
+    edge_here = own & (F.size(on_edge) > 0)
+    return F.when(edge_here, F.lit(PARTITION_EDGE)), F.when(edge_here, F.concat(
+        F.lit("the window falls on the partition edge "), F.timestamp_millis(F.get(on_edge, 0)).cast("string"),
+        F.lit(": its events and its emission lie in different partitions")))
+
+
+def _float_rounding(compared):
+    """:data:`FLOAT_ROUNDING`: a value mismatch whose every difference is within
+    :data:`ROUNDING_RELATIVE` of floating-point values."""
+    from pyspark.sql import functions as F
+
+    cat, _, _ = _row_columns()
+    only_rounding = cat == F.lit(VALUE_MISMATCH)
+    for a in compared:
+        differs = F.array_contains("__differing", F.lit(a.agg.name))
+        if a.floating:
+            r, lv = F.col(a.replay), F.col(a.live)
+            within = F.abs(r - lv) <= F.lit(ROUNDING_RELATIVE) * F.greatest(F.abs(r), F.abs(lv))
+            only_rounding = only_rounding & (~differs | F.coalesce(within, F.lit(False)))
+        else:
+            only_rounding = only_rounding & ~differs
+    return F.when(only_rounding, F.lit(FLOAT_ROUNDING)), F.when(only_rounding, F.lit(
+        f"only floating-point rounding (each difference at most {ROUNDING_RELATIVE:g} relative): "
+        "a different summation order, not different events"))
+
+
+def _duplicate_in_live():
+    """:data:`DUPLICATE_IN_LIVE`: a further copy of a window emission the live side has
+    several times."""
+    from pyspark.sql import functions as F
+
+    _, copy, _ = _row_columns()
+    return F.when(copy, F.lit(DUPLICATE_IN_LIVE)), F.when(copy, F.concat(
         F.lit("the live side has this window emission "), F.col("__l_n").cast("string"),
         F.lit(" times; this is copy "), (F.col("__copy") + 1).cast("string"),
-        F.lit(" (one is compared, with the copies' greatest values)"))))
-    return codes, texts
+        F.lit(" (one is compared, with the copies' greatest values)")))
 
 
 def _mismatch_columns(pipeline, compared, keys, ids: _Ids):

@@ -25,13 +25,17 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from windowing.durations import DAY_MS
+
+if TYPE_CHECKING:
+    from windowing.config import Aggregate, Pipeline
+    from windowing.reconcile import ReconcileSpec
 
 
 def generate_history(
@@ -149,7 +153,8 @@ class KnownDifference:
     live_values: tuple[tuple[str, Any], ...] = ()
 
 
-def write_sample_live(spark, pipeline, events_df, out: str, differences: bool = True) -> list[KnownDifference]:
+def write_sample_live(spark: Any, pipeline: Pipeline, events_df: Any, out: str,
+                      differences: bool = True) -> list[KnownDifference]:
     """Write (Parquet, replacing ``out``) a stand-in for what the live pipeline emitted from
     ``events_df``: ``pipeline``'s replay of them from no state, windows only, columns named
     as ``pipeline.reconcile.columns`` maps them; with ``differences``, one window of each
@@ -207,7 +212,8 @@ def write_sample_live(spark, pipeline, events_df, out: str, differences: bool = 
     return made
 
 
-def _sample_aggregates(pipeline, spec, windows):
+def _sample_aggregates(pipeline: Pipeline, spec: ReconcileSpec, windows: Any
+                       ) -> tuple[Aggregate | None, Aggregate | None]:
     """(count, float sum) aggregates the differences change: compared ones only, or None."""
     from pyspark.sql import types as T
 
@@ -220,30 +226,54 @@ def _sample_aggregates(pipeline, spec, windows):
     return count, total
 
 
-def _pick_differences(pipeline, spec, windows, late_events) -> list[KnownDifference]:
+def _pick_differences(pipeline: Pipeline, spec: ReconcileSpec, windows: Any, late_events: Any
+                      ) -> list[KnownDifference]:
     """Choose the window of each kind (see :func:`write_sample_live`): one Spark job ranks
-    a few candidate windows per day, then each kind takes the first that fits."""
+    a few candidate windows per day (:func:`_candidates`), then each kind takes the first
+    that fits, each kind starting on its own day."""
+    count, total = _sample_aggregates(pipeline, spec, windows)
+    worker, key = pipeline.source.worker, pipeline.window.key
+    by_day: dict[Any, list[Any]] = {}
+    for r in sorted(_candidates(pipeline, windows, late_events, count, total),
+                    key=lambda r: (r["__day"], r["__late"], r["__rank"])):
+        by_day.setdefault(r["__day"], []).append(r)
+    days = sorted(by_day)
+    made, used = [], set()
+    for i, kind in enumerate(LIVE_DIFFERENCE_KINDS):
+        for d in (days[i % len(days):] + days[:i % len(days)]) if days else []:
+            r = next((r for r in by_day[d] if _fits(kind, r, spec, count, total)
+                      and (d, r["__late"], r["__rank"]) not in used), None)
+            if r is None:
+                continue
+            used.add((d, r["__late"], r["__rank"]))
+            category, explanation, live_values = _difference(kind, r, count, total)
+            made.append(KnownDifference(
+                kind, category, tuple(name for name, _ in live_values), explanation,
+                r["__id_" + worker] if worker else None, r["__id_" + key] if key else None,
+                r["__ws"], r["__we"], r["__em"], r["__emit"], live_values))
+            break
+    return made
+
+
+def _candidates(pipeline: Pipeline, windows: Any, late_events: Any, count: Aggregate | None,
+                total: Aggregate | None) -> list[Any]:
+    """Up to :data:`_CANDIDATES_PER_DAY` windows per day, late or not (``__late``: the
+    replay has late events of the window, all arriving that day), ranked by a hash of
+    their identity: windows emitted once, within one day, with non-null ids. One Spark job;
+    the rows carry their identity, the count and sum aggregates and the late events' count
+    and sum."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from windowing.columns import col
-    from windowing.reconcile import (
-        DUPLICATE_IN_LIVE,
-        EXTRA_IN_REPLAY,
-        FLOAT_ROUNDING,
-        LATE_IN_REPLAY,
-        MISSING_IN_REPLAY,
-        VALUE_MISMATCH,
-    )
 
-    count, total = _sample_aggregates(pipeline, spec, windows)
     worker, key = pipeline.source.worker, pipeline.window.key
     ids = [c for c in (worker, key) if c] + ["window_start", "window_end"]
     arrival = pipeline.source.arrival_time
     late = late_events.groupBy(*ids).agg(
         F.count(F.lit(1)).alias("__late_n"), F.min(F.to_date(col(arrival))).alias("__late_first_day"),
         F.max(F.to_date(col(arrival))).alias("__late_last_day"),
-        (F.sum(col(total.column)) if total else F.lit(None).cast("double")).alias("__late_sum"))
+        (F.sum(col(total.column)) if total and total.column else F.lit(None).cast("double")).alias("__late_sum"))
     day = F.to_date(F.col("emit_time"))
     once = ((F.count(F.lit(1)).over(Window.partitionBy(*[col(c) for c in ids])) == 1)
             & (F.to_date(F.col("window_start")) == F.to_date(F.greatest(F.col("window_end"), F.col("emit_time")))))
@@ -256,72 +286,70 @@ def _pick_differences(pipeline, spec, windows, late_events) -> list[KnownDiffere
                   .withColumn("__day", day).withColumn("__late", F.col("__late_n").isNotNull()))
     rank = F.row_number().over(Window.partitionBy("__day", "__late").orderBy(
         F.xxhash64(*[col(c) for c in ids], F.col("emission")), *[col(c) for c in ids]))
-    rows = (candidates.withColumn("__rank", rank).where(F.col("__rank") <= _CANDIDATES_PER_DAY)
-            .select("__day", "__late", "__rank", *[col(c).alias(f"__id_{c}") for c in (worker, key) if c],
-                    F.unix_millis("window_start").alias("__ws"), F.unix_millis("window_end").alias("__we"),
-                    F.col("emission").alias("__em"), F.unix_millis("emit_time").alias("__emit"),
-                    (col(count.name) if count else F.lit(None)).alias("__count"),
-                    (col(total.name) if total else F.lit(None)).alias("__sum"), "__late_n", "__late_sum")
-            .collect())
-    by_day: dict = {}
-    for r in sorted(rows, key=lambda r: (r["__day"], r["__late"], r["__rank"])):
-        by_day.setdefault(r["__day"], []).append(r)
-    days = sorted(by_day)
-    tol = spec.tolerance
+    rows: list[Any] = (
+        candidates.withColumn("__rank", rank).where(F.col("__rank") <= _CANDIDATES_PER_DAY)
+        .select("__day", "__late", "__rank", *[col(c).alias(f"__id_{c}") for c in (worker, key) if c],
+                F.unix_millis("window_start").alias("__ws"), F.unix_millis("window_end").alias("__we"),
+                F.col("emission").alias("__em"), F.unix_millis("emit_time").alias("__emit"),
+                (col(count.name) if count else F.lit(None)).alias("__count"),
+                (col(total.name) if total else F.lit(None)).alias("__sum"), "__late_n", "__late_sum")
+        .collect())
+    return rows
 
-    def fits(kind: str, r) -> bool:
-        x = r["__sum"]
-        if kind == "late_counted":
-            return count is not None and r["__late"]
-        if r["__late"]:
+
+def _fits(kind: str, r: Any, spec: ReconcileSpec, count: Aggregate | None, total: Aggregate | None) -> bool:
+    """Whether candidate ``r`` can carry a difference of ``kind``."""
+    x = r["__sum"]
+    if kind == "late_counted":
+        return count is not None and r["__late"]
+    if r["__late"]:
+        return False
+    if kind == "count":
+        return count is not None
+    if kind in ("float", "rounding"):
+        if total is None or x is None or not 0.01 <= abs(x) < _LARGEST_SHIFTED_SUM:
             return False
-        if kind == "count":
-            return count is not None
-        if kind in ("float", "rounding"):
-            if total is None or x is None or not 0.01 <= abs(x) < _LARGEST_SHIFTED_SUM:
-                return False
-            shifted = abs(x) * ROUNDING_SHIFT
-            return kind == "float" or shifted > tol.absolute + tol.relative * abs(x) * (1 + ROUNDING_SHIFT)
-        return kind == "dropped" or spec.columns.emission is not None
+        shifted = abs(x) * ROUNDING_SHIFT
+        tol = spec.tolerance
+        return kind == "float" or shifted > tol.absolute + tol.relative * abs(x) * (1 + ROUNDING_SHIFT)
+    return kind == "dropped" or spec.columns.emission is not None
 
-    def what(kind: str, r) -> tuple[str, str | None, tuple[tuple[str, Any], ...]]:
-        """(category, explanation, live values) of a difference of ``kind`` in row ``r``."""
+
+def _difference(kind: str, r: Any, count: Aggregate | None, total: Aggregate | None
+                ) -> tuple[str, str | None, tuple[tuple[str, Any], ...]]:
+    """(category, explanation, live values) of a difference of ``kind`` in candidate ``r``."""
+    from windowing.reconcile import (
+        DUPLICATE_IN_LIVE,
+        EXTRA_IN_REPLAY,
+        FLOAT_ROUNDING,
+        LATE_IN_REPLAY,
+        MISSING_IN_REPLAY,
+        VALUE_MISMATCH,
+    )
+
+    if kind in ("count", "late_counted"):
+        assert count is not None  # these kinds fit only with a count aggregate (_fits)
         if kind == "count":
             return VALUE_MISMATCH, None, ((count.name, r["__count"] + 1),)
-        if kind == "late_counted":
-            more = ((total.name, r["__sum"] + r["__late_sum"]),) if total and r["__late_sum"] else ()
-            return VALUE_MISMATCH, LATE_IN_REPLAY, ((count.name, r["__count"] + r["__late_n"]), *more)
+        more = ((total.name, r["__sum"] + r["__late_sum"]),) if total and r["__late_sum"] else ()
+        return VALUE_MISMATCH, LATE_IN_REPLAY, ((count.name, r["__count"] + r["__late_n"]), *more)
+    if kind in ("float", "rounding"):
+        assert total is not None  # these kinds fit only with a float sum aggregate (_fits)
         if kind == "float":
             return VALUE_MISMATCH, None, ((total.name, r["__sum"] + FLOAT_SHIFT),)
-        if kind == "rounding":
-            return VALUE_MISMATCH, FLOAT_ROUNDING, ((total.name, r["__sum"] * (1 + ROUNDING_SHIFT)),)
-        if kind == "dropped":
-            return EXTRA_IN_REPLAY, None, ()
-        return MISSING_IN_REPLAY, DUPLICATE_IN_LIVE, ()
-
-    made, used = [], set()
-    for i, kind in enumerate(LIVE_DIFFERENCE_KINDS):
-        for d in (days[i % len(days):] + days[:i % len(days)]) if days else []:
-            r = next((r for r in by_day[d] if fits(kind, r) and (d, r["__late"], r["__rank"]) not in used), None)
-            if r is None:
-                continue
-            used.add((d, r["__late"], r["__rank"]))
-            category, explanation, live_values = what(kind, r)
-            made.append(KnownDifference(
-                kind, category, tuple(name for name, _ in live_values), explanation,
-                r["__id_" + worker] if worker else None, r["__id_" + key] if key else None,
-                r["__ws"], r["__we"], r["__em"], r["__emit"], live_values))
-            break
-    return made
+        return VALUE_MISMATCH, FLOAT_ROUNDING, ((total.name, r["__sum"] * (1 + ROUNDING_SHIFT)),)
+    if kind == "dropped":
+        return EXTRA_IN_REPLAY, None, ()
+    return MISSING_IN_REPLAY, DUPLICATE_IN_LIVE, ()
 
 
-def _with_differences(pipeline, windows, made: list[KnownDifference]):
+def _with_differences(pipeline: Pipeline, windows: Any, made: list[KnownDifference]) -> Any:
     """``windows`` with each of ``made`` applied: Spark expressions on the picked rows."""
     from pyspark.sql import functions as F
 
     from windowing.columns import col
 
-    def this(d: KnownDifference):
+    def this(d: KnownDifference) -> Any:
         cond = ((F.unix_millis("window_start") == F.lit(d.window_start_ms))
                 & (F.unix_millis("window_end") == F.lit(d.window_end_ms)) & (F.col("emission") == F.lit(d.emission)))
         for c, v in ((pipeline.source.worker, d.worker), (pipeline.window.key, d.key)):

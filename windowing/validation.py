@@ -1017,7 +1017,7 @@ def replay_check(spark, pipeline: Pipeline, outputs, input_df, prev_state=None, 
                 sample += rows
         mine = getattr(outputs, "metrics", None)
         if mine:
-            norm = lambda m: json.loads(json.dumps(m, sort_keys=True, default=str))  # noqa: E731
+            norm = lambda m: json.loads(json.dumps(dict(m), sort_keys=True, default=str))  # noqa: E731
             a, b = norm(mine), norm(fresh.metrics)
             wrong = [{"dataset": "metrics", "metric": k, "output": a.get(k), "replay": b.get(k)}
                      for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]

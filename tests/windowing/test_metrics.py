@@ -366,3 +366,69 @@ def test_task_counters_add_up_per_worker_and_in_total():
     ])
     assert counts == {"late": 6, "keys_held": 1, "rows_aggregates": 9}
     assert by_worker == {"0": {"late": 5, "keys_held": 1}, "1": {"late": 1}}
+
+
+# --------------------------------------------------------------------------- ReplayMetrics
+
+
+def test_replay_metrics_round_trip_through_their_json(sliding):
+    """A real replay's metrics are typed, and read back from their JSON form (metrics.json,
+    the commit record) as the same metrics."""
+    import json
+
+    m = sliding[2].metrics
+    assert isinstance(m, M.ReplayMetrics)
+    assert isinstance(m.lateness_ms_percentiles, M.LatenessPercentiles) and m.lateness_ms_percentiles.p99 > 0
+    assert m.voltsp["voltsp_late_event_total"] == M.VoltspValue(m.late_events, m.voltsp["voltsp_late_event_total"]
+                                                               .by_worker)
+    assert m.accepted_events == m.input_rows - m.rejected_rows == len(sliding[1])
+    assert M.ReplayMetrics.from_dict(m.to_dict()) == m
+    stored = json.dumps(m.to_dict(), sort_keys=True)
+    back = M.ReplayMetrics.from_dict(json.loads(stored))
+    assert back == m and json.dumps(back.to_dict(), sort_keys=True) == stored
+    assert M.render_prometheus(back) == M.render_prometheus(m.to_dict())
+    # The compatibility path: the JSON form through mapping access.
+    assert dict(m) == {**m} == m.to_dict() and m == m.to_dict() and m["voltsp"] == m.to_dict()["voltsp"]
+    assert m.get("absent", 7) == 7 and "late_events" in m
+
+
+def test_replay_metrics_are_the_dict_of_earlier_versions():
+    """to_dict(): the keys, their order and values of the dict the engine built before
+    ReplayMetrics (docs/semantics.md section 10), so stored metrics stay byte for byte."""
+    from types import SimpleNamespace
+
+    from windowing.engine import _metrics
+
+    counters = {M.EVENTS: 10, M.LATE_PAIRS: 5, M.LATE_EVENTS: 2, M.WINDOWS_CREATED: 7, M.CLOSED_PREFIX + "WATERMARK": 3,
+                M.CLOSED_PREFIX + "IDLE": 1, M.IDLE_KEYS_REMOVED: 1, M.KEYS_SEEN: 4, M.KEYS_HELD: 2,
+                M.OPEN_WINDOWS: 3}
+    pipeline = SimpleNamespace(name="p", triggers=(Trigger.AT_WINDOW_END,))
+    m = _metrics(counters, {"p": [1.0, 2.5, 3.0], "mx": 4}, {"NULL_KEY": 2, "BAD_TIME": 1},
+                 [{"watermark_ms": 1_000}, {"watermark_ms": None}], pipeline, by_worker={"0": counters})
+    voltsp = {"voltsp_aggregations_unique_keys_total": 2, "voltsp_aggregations_created_total": 7,
+              "voltsp_aggregations_emitted_total": 4, "voltsp_emitted_total": 9, "voltsp_idle_keys_total": 1,
+              "voltsp_late_event_total": 2}
+    expected = {
+        "pipeline": "p", "input_rows": 13, "rejected_rows": 3, "rejected_by_reason": {"BAD_TIME": 1, "NULL_KEY": 2},
+        "late_events": 2, "late_event_windows": 5, "windows_created": 7, "windows_closed": 4,
+        "closed_by_reason": {"WATERMARK": 3, "IDLE": 1}, "windows_emitted": 4,
+        "emitted_by_reason": {"WATERMARK": 3, "IDLE": 1}, "snapshots_emitted": 0, "idle_keys_removed": 1,
+        "unique_keys": 4, "keys_held": 2, "open_windows": 3, "watermark_reached": "1970-01-01T00:00:01+00:00",
+        "lateness_ms_percentiles": {"p50": 1.0, "p90": 2.5, "p99": 3.0, "max": 4},
+        "voltsp": {name: {"total": n, "by_worker": {"0": n}} for name, n in voltsp.items()},
+    }
+    assert list(m.to_dict().items()) == list(expected.items())
+    assert list(M.ReplayMetrics.from_dict(expected).to_dict().items()) == list(expected.items())
+
+
+def test_replay_metrics_from_a_record_of_an_older_version():
+    """A commit written before some figures existed: each missing key takes its default."""
+    old = {"pipeline": "clicks", "input_rows": 5, "rejected_rows": 1, "rejected_by_reason": {"NULL_KEY": 1},
+           "late_events": 2, "windows_emitted": 3, "emitted_by_reason": {"WATERMARK": 3}, "open_windows": 1,
+           "watermark_reached": "2024-01-01T00:00:00+00:00", "retired_figure": 9}
+    m = M.ReplayMetrics.from_dict(old)
+    assert (m.pipeline, m.input_rows, m.accepted_events, m.late_events, m.windows_emitted) == ("clicks", 5, 4, 2, 3)
+    assert (m.windows_created, m.late_event_windows, m.unique_keys, m.keys_held, m.closed_by_reason) == (0, 0, 0, 0, {})
+    assert m.lateness_ms_percentiles == M.LatenessPercentiles(None, None, None, None)
+    assert m.voltsp == {} and "retired_figure" not in m.to_dict()
+    assert M.ReplayMetrics.from_dict({}) == M.ReplayMetrics() and M.ReplayMetrics.from_dict(None) == M.ReplayMetrics()
