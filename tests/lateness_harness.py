@@ -48,9 +48,10 @@ class LocalLatenessState:
 
 
 def local_lateness(pipeline, rows, options: LatenessOptions, state: LocalLatenessState | None = None,
-                   flush_at_end=False, partitions=3, sweep=True) -> LocalLateness:
+                   flush_at_end=False, partitions=3, sweep=True, skew_subset=True) -> LocalLateness:
     """The lateness analysis of ``rows`` (continuing ``state``), as the Spark runner does it
-    (``sweep``: the lean variants in delay sweeps where the pipeline allows, as it does)."""
+    (``sweep``: the lean variants in delay sweeps where the pipeline allows, as it does;
+    ``skew_subset``: the skew-free variant replayed for the keys where it can differ only)."""
     variants = options.variants(pipeline)
     full = variants[0]
     workers_in = state.workers if state else {}
@@ -65,7 +66,8 @@ def local_lateness(pipeline, rows, options: LatenessOptions, state: LocalLatenes
         [{"reason": None, "__w": wv, "__batch": b, W.SKEWED: sk, "cand_min": g[0], "cand_max": g[1],
           "maxarr": g[2], "minarr": g[3], "n": g[4]} for (wv, b, sk), g in groups.items()], schema=SUMMARY_SCHEMA)
     timelines, new_workers = _timelines(pipeline, variants, summary, workers_in)
-    wi = W.WhatIf(pipeline, variants, types, timelines, flush_at_end, threshold, sweep=sweep)
+    wi = W.WhatIf(pipeline, variants, types, timelines, flush_at_end, threshold, sweep=sweep,
+                  skew_subset=skew_subset)
     table = events_table(valid, types)
     table = table.append_column(W.SKEWED, pa.array(skewed, pa.bool_()))
     if state is not None and state.rows.num_rows:

@@ -73,10 +73,13 @@ class _Windows:
     start: np.ndarray
     end: np.ndarray
     first_pair: np.ndarray  # each window's first pair
+    end_pair: np.ndarray  # one past each window's last pair
     pair_window: np.ndarray  # window of each pair
     pair_event: np.ndarray  # event (arrival-order position) of each pair
     pair_start: np.ndarray
     pair_end: np.ndarray
+    by_event: np.ndarray  # the pairs ordered by event (an event's pairs in a row)
+    event_first: np.ndarray | None  # per event, its first pair in ``by_event`` (None: an event has none)
 
 
 def _windows(sorted_events: K._Events, pipeline: Pipeline) -> _Windows:
@@ -89,8 +92,13 @@ def _windows(sorted_events: K._Events, pipeline: Pipeline) -> _Windows:
     else:
         new = np.zeros(0, dtype=bool)
     first = np.flatnonzero(new)
-    return _Windows(key=pg[first], start=ws[first], end=we[first], first_pair=first, pair_window=np.cumsum(new) - 1,
-                    pair_event=pe, pair_start=ws, pair_end=we)
+    by_event = np.argsort(pe, kind="stable")
+    firsts = np.searchsorted(pe[by_event], np.arange(sorted_events.n))
+    # None: an event in no window (not for these window types); see _slack.
+    event_first = None if len(pe) and (np.diff(np.append(firsts, len(pe))) == 0).any() else firsts
+    return _Windows(key=pg[first], start=ws[first], end=we[first], first_pair=first,
+                    end_pair=np.append(first[1:], len(pe)).astype(np.int64), pair_window=np.cumsum(new) - 1,
+                    pair_event=pe, pair_start=ws, pair_end=we, by_event=by_event, event_first=event_first)
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,7 @@ class _Strategy:
     batches: K._KeyBatches
     clocks: K._Idle
     pair_watermark: np.ndarray
+    closing: "_Closing"
 
 
 def sweep(table: pa.Table, groups: Sequence[Sequence[Lean]], variant_col: str,
@@ -151,12 +160,38 @@ def _strategy(table: pa.Table, keys: K._Keys, sorted_events: K._Events, wins: _W
     variants carried (the same in each of them: they do not depend on D or the mode)."""
     keys = copy.copy(keys)
     keys.wm0 = np.full(keys.n, MIN_TIMESTAMP, dtype=np.int64)
-    rows = np.flatnonzero((keys.kind == K.STATE_KEY) & np.isin(variant_of, list(labels)))
+    rows = np.flatnonzero(keys.kind == K.STATE_KEY)
+    rows = rows[np.isin(variant_of[rows], list(labels))]
     if len(rows):
         keys.wm0[keys.gid[rows]] = _state_column(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
     key_batches = K._KeyBatches(sorted_events, keys, raw)
     return _Strategy(keys, key_batches, K._Idle(key_batches, keys, raw, timelines),
-                     key_batches.eff_before[key_batches.of_event[wins.pair_event]])
+                     key_batches.eff_before[key_batches.of_event[wins.pair_event]],
+                     _Closing(key_batches.wm_after, key_batches.g, keys.n))
+
+
+class _Closing:
+    """Per window end and delay D, the first key batch whose raw watermark reaches
+    ``end + D`` (``wm - D >= end``): :func:`windowing.arrays.seg_searchsorted` over the key
+    batches' watermarks, with the batches' keys encoded once for every delay."""
+
+    def __init__(self, wm_after: np.ndarray, g: np.ndarray, n_keys: int):
+        self.wm, self.g = wm_after, g
+        real = wm_after != MIN_TIMESTAMP
+        self.lo, self.hi = (int(wm_after[real].min()), int(wm_after[real].max())) if real.any() else (0, 0)
+        self.width = self.hi - self.lo + 3  # minus infinity, the values, and "above them all"
+        self.enc = (g.astype(np.int64) * self.width + np.where(real, wm_after - (self.lo - 1), 0)
+                    if self.width * (n_keys + 1) < 2**62 else None)
+
+    def search(self, end: np.ndarray, key: np.ndarray, delay: int) -> np.ndarray:
+        """Like ``seg_searchsorted(sat_sub(wm_after, delay), g, end, key)``."""
+        if self.enc is None or not len(key):
+            return seg_searchsorted(sat_sub(self.wm, delay), self.g, end, key)
+        # wm - D >= end, with wm real, is wm >= end + D; clipped to [lo, hi + 1] (hi + 1: none).
+        q = np.where(end > self.hi + 1 - delay, self.hi + 1, np.maximum(end, self.lo - delay) + delay)
+        found: np.ndarray = np.searchsorted(self.enc, key.astype(np.int64) * self.width + (q - (self.lo - 1)),
+                                            side="left")
+        return found
 
 
 @dataclass(frozen=True)
@@ -182,13 +217,11 @@ def _at_delay(spec: K.Spec, delay_ms: int) -> K.Spec:
 @dataclass(frozen=True)
 class _Slack:
     """One strategy and lateness mode: each pair's slack (late under D exactly when
-    ``D <= slack``; minus infinity before the key's first commit), sorted three ways."""
+    ``D <= slack``; minus infinity before the key's first commit), and each event's."""
 
     pair: np.ndarray
     window_min: np.ndarray  # per window: a window exists under D when some pair has slack < D
-    sorted_pairs: np.ndarray  # every pair's slack, ascending: the late pairs under D
-    sorted_events: np.ndarray  # every event's (its greatest pair's), ascending: the late events
-    in_window: np.ndarray  # the pairs' slacks sorted inside each window (pairs are by window)
+    event: np.ndarray  # every event's (its greatest pair's): the late events
 
 
 def _slack(sorted_events: K._Events, st: _Strategy, wins: _Windows, lateness: Lateness) -> _Slack:
@@ -198,12 +231,14 @@ def _slack(sorted_events: K._Events, st: _Strategy, wins: _Windows, lateness: La
     else:
         slack = wm - sorted_events.t[wins.pair_event] - 1  # late: t < wm - D
     slack[wm == MIN_TIMESTAMP] = MIN_TIMESTAMP
-    event_slack = np.full(sorted_events.n, MIN_TIMESTAMP, np.int64)
-    np.maximum.at(event_slack, wins.pair_event, slack)
+    if wins.event_first is not None and sorted_events.n:
+        event_slack = np.maximum.reduceat(slack[wins.by_event], wins.event_first)
+    else:
+        event_slack = np.full(sorted_events.n, MIN_TIMESTAMP, np.int64)
+        np.maximum.at(event_slack, wins.pair_event, slack)
     firsts = wins.first_pair
-    in_window = slack[np.lexsort((slack, wins.pair_window))]
     return _Slack(pair=slack, window_min=np.minimum.reduceat(slack, firsts) if len(firsts) else slack[:0],
-                  sorted_pairs=np.sort(slack), sorted_events=np.sort(event_slack), in_window=in_window)
+                  event=event_slack)
 
 
 def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
@@ -235,7 +270,7 @@ def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows,
     end = np.concatenate([wins.end[live], carried.end[apart]])
     prior = np.concatenate([prior[live], carried.emissions[apart]])
     # Closing: the first commit of the key whose effective watermark reaches the end.
-    pos = seg_searchsorted(sat_sub(key_batches.wm_after, delay), key_batches.g, end, key)
+    pos = st.closing.search(end, key, delay)
     last = key_batches.key_last[key]
     safe = np.minimum(pos, max(key_batches.n - 1, 0))
     closed = (pos < key_batches.n) & (pos <= last) & (last >= 0)
@@ -245,8 +280,8 @@ def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows,
     is_open = ~closed
     # Accepted events of the open windows: their pairs with slack < D, plus what they carried.
     open_live = live[is_open[:len(live)]]
-    accepted = seg_searchsorted(sl.in_window, wins.pair_window, np.full(len(open_live), delay, np.int64),
-                                open_live) - wins.first_pair[open_live] + before[open_live]
+    kept = np.concatenate([[0], np.cumsum(sl.pair < delay)])
+    accepted = kept[wins.end_pair[open_live]] - kept[wins.first_pair[open_live]] + before[open_live]
     events = np.concatenate([accepted, carried.events[apart][is_open[len(live):]]])
     state = pa.concat_tables([_key_state_rows(keyset, key_batches, spec),
                               _window_state(spec, keyset, key[is_open], start[is_open], end[is_open], prior[is_open],
@@ -254,7 +289,7 @@ def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows,
     aggregates = pa.table({"window_end": K._ts(end[closed]),
                            "emit_reason": pa.array(["WATERMARK"] * int(closed.sum()), pa.string()),
                            "emit_time": K._ts(emit_time)})
-    late_pairs = len(sl.sorted_pairs) - int(np.searchsorted(sl.sorted_pairs, delay))
+    late_pairs = int(np.count_nonzero(sl.pair >= delay))
     if v.keep_late:
         rows = np.flatnonzero(sl.pair >= delay)
         missed = _Late(wins.pair_event[rows], wins.pair_start[rows], wins.pair_end[rows],
@@ -265,17 +300,24 @@ def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows,
     counters = {
         metrics.EVENTS: sorted_events.n,
         metrics.LATE_PAIRS: late_pairs,
-        metrics.LATE_EVENTS: len(sl.sorted_events) - int(np.searchsorted(sl.sorted_events, delay)),
+        metrics.LATE_EVENTS: int(np.count_nonzero(sl.event >= delay)),
         metrics.WINDOWS_CREATED: int(created.sum()),
         metrics.CLOSED_PREFIX + "WATERMARK": int(closed.sum()),
         **{metrics.CLOSED_PREFIX + r: 0 for r in ("IDLE", "MAX_DURATION", "END_OF_INPUT")},
         metrics.SNAPSHOTS: 0,
         metrics.IDLE_KEYS_REMOVED: 0,
         metrics.KEYS_SEEN: int((key_batches.key_first >= 0).sum()),
-        metrics.KEYS_HELD: len(np.unique(key[is_open])),
+        metrics.KEYS_HELD: _distinct(key[is_open], keyset.n),
         metrics.OPEN_WINDOWS: int(is_open.sum()),
     }
     return K.KernelOutput(aggregates, late_table, state, counters)
+
+
+def _distinct(ids: np.ndarray, n: int) -> int:
+    """How many distinct values ``ids`` (in ``0 .. n-1``) holds."""
+    seen = np.zeros(n, bool)
+    seen[ids] = True
+    return int(np.count_nonzero(seen))
 
 
 def _window_state(spec: K.Spec, keyset: K._Keys, key: np.ndarray, start: np.ndarray, end: np.ndarray,

@@ -227,6 +227,10 @@ class WhatIf:
     #: Replay the lean variants of each strategy and mode in one delay sweep where the
     #: window type allows it (:mod:`windowing.sweep`); False: one kernel pass per variant.
     sweep: bool = True
+    #: Replay the skew-free variant only for the keys where it can differ from the
+    #: configured replay, where that is provably the same (:func:`_skew_dirty_rows`);
+    #: False: a kernel pass over every key.
+    skew_subset: bool = True
 
     @property
     def full(self) -> Variant:
@@ -335,8 +339,21 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
         swept = sweep(sub, [[Lean(v.delay_ms, wi.spec(v), v.label, keep_late=not v.delay_ms) for v in g]
                             for g in groups], VARIANT, timelines)
         outs.update((v, swept[v.label]) for g in groups for v in g)
+    # The skew-free variant of the keys without skewed events (where provably the same):
+    # the configured replay, done in two parts (the keys it takes, the others).
+    free = next((v for v in wi.variants if v.skew_free), None)
+    dirty = _skew_dirty_rows(table, wi, free, is_event, skewed, variant_of) if free is not None else None
+    clean_full: K.KernelOutput | None = None
     for v in wi.variants:
         if v in outs:
+            continue
+        if dirty is not None and v.full:
+            clean_full, dirty_full = _replay_in_parts(table, wi, v, [~dirty, dirty], is_event | (variant_of == v.label))
+            outs[v] = _concat_outputs([o for o in (clean_full, dirty_full) if o is not None])  # events: one
+            continue
+        if dirty is not None and v.skew_free:
+            (dirty_free,) = _replay_in_parts(table, wi, v, [dirty], (is_event & ~skewed) | (variant_of == v.label))
+            outs[v] = _skew_free_from(clean_full, dirty_free, wi, v)
             continue
         keep = (is_event & ~(skewed & v.skew_free)) | (variant_of == v.label)
         spec = wi.spec(v)
@@ -386,6 +403,184 @@ def _swept(wi: WhatIf) -> list[list[Variant]]:
         if not (v.full or v.skew_free):
             groups.setdefault((v.strategy, v.lateness), []).append(v)
     return [sorted(g, key=lambda v: v.delay_ms) for g in groups.values()]
+
+
+#: The share of the events above which the skew-free variant is one whole pass (replaying
+#: the dirty keys twice, under both variants, costs more).
+SKEW_SUBSET_MAX_SHARE = 0.5
+
+
+def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, is_event: np.ndarray, skewed: np.ndarray,
+                     variant_of: np.ndarray) -> np.ndarray | None:
+    """The rows of the keys whose skew-free replay ``v`` can differ from their configured
+    one (the *dirty* keys, by key value under every worker); None where a key's skew-free
+    replay is not provably its configured one (then every key is replayed).
+
+    Without an idle timeout a key's replay reads nothing of other keys but its worker's
+    clock at its own commits (the emit times; and the worker's last commit and clock, which
+    end-of-input flushes read). So a key's skew-free replay is its configured replay (the
+    lean outputs of the configured strategy, mode and delay: the same windows, closes, late
+    pairs and counters, the count partial of an open window being its ``events``) when it
+    has no skewed event here, carried the same state under both variants, and its worker's
+    skew-free timeline has the configured clocks at its batches. With an idle timeout (a
+    session's gap is one) a skewed event moves its worker's clocks that idleness reads,
+    for every key of the worker: None.
+    """
+    p = wi.pipeline
+    kcol = p.window.key or p.source.worker
+    if not wi.skew_subset or p.window.idle_timeout_ms is not None or kcol is None or not is_event.any():
+        return None
+    dirty = is_event & skewed
+    # The workers' clocks: where the skew-free timeline is not the configured one.
+    configured, free = wi.timelines[(v.strategy.value, False)], wi.timelines[(v.strategy.value, True)]
+    for worker in dict.fromkeys([*configured, *free]):
+        bad = _clock_changes(configured.get(worker), free.get(worker))
+        if bad is not None and not len(bad):
+            continue
+        if p.source.worker:
+            if worker is not None and not isinstance(worker, (str, int, float, bool)):
+                return None
+            col = table[p.source.worker]
+            of_worker = (pc.is_null(col) if worker is None else pc.fill_null(pc.equal(col, worker), False))
+            of_worker = of_worker.to_numpy(zero_copy_only=False).astype(bool)
+        else:
+            of_worker = np.ones(table.num_rows, bool)
+        if bad is not None:
+            of_worker &= is_event & np.isin(table["__batch"].to_numpy(), bad)
+        dirty |= of_worker
+    # The carried state: keys whose rows differ between the two variants.
+    dirty |= _state_changes(table, wi, v, variant_of)
+    if dirty.any():
+        values = pc.unique(table[kcol].filter(pa.array(dirty)))
+        dirty = pc.is_in(table[kcol], value_set=values, skip_nulls=False).to_numpy(zero_copy_only=False).astype(bool)
+        if int((dirty & is_event).sum()) > SKEW_SUBSET_MAX_SHARE * int(is_event.sum()):
+            return None  # most keys: one whole pass costs less
+    return dirty
+
+
+def _replay_in_parts(table: pa.Table, wi: WhatIf, v: Variant, parts: Sequence[np.ndarray],
+                     rows: np.ndarray) -> list[K.KernelOutput | None]:
+    """``v``'s replay of ``rows`` (a mask), in ``parts`` (masks of whole keys): one
+    output per part (None: the part holds no row)."""
+    spec, timelines = wi.spec(v), wi.variant_timelines(v)
+    outs: list[K.KernelOutput | None] = []
+    for part in parts:
+        keep = part & rows
+        outs.append(K.process(table.filter(pa.array(keep)), spec, timelines, wi.flush_at_end) if keep.any()
+                    else None)
+    return outs
+
+
+def _concat_outputs(parts: Sequence[K.KernelOutput], cut: Sequence[str] | None = None,
+                    late_schema: pa.Schema | None = None) -> K.KernelOutput:
+    """The outputs of disjoint sets of keys as one replay's (row order aside)."""
+    counters: dict[str, int] = {}
+    by_worker: dict[str, dict[str, int]] = {}
+    for o in parts:
+        counters = _add_counters(counters, o.counters)
+        for w, c in o.counters_by_worker.items():
+            by_worker[w] = _add_counters(by_worker.get(w, {}), c)
+    aggs = [o.aggregates.select(list(cut)) if cut else o.aggregates for o in parts]
+    late = [o.late.cast(late_schema) if late_schema else o.late for o in parts]
+    return K.KernelOutput(pa.concat_tables(aggs), pa.concat_tables(late), pa.concat_tables([o.state for o in parts]),
+                          counters, by_worker)
+
+
+def _skew_free_from(clean: K.KernelOutput | None, dirty: K.KernelOutput | None, wi: WhatIf,
+                    v: Variant) -> K.KernelOutput:
+    """The skew-free replay ``v``: the configured replay of the clean keys as the lean
+    replay writes it (see :func:`_skew_dirty_rows`), and its own replay of the dirty ones.
+    Its aggregates are cut to what the sums read (``window_end``, ``emit_reason``,
+    ``emit_time``), as a lean variant's."""
+    spec = wi.spec(v)
+    parts = []
+    if clean is not None:
+        parts.append(K.KernelOutput(clean.aggregates, clean.late.select(spec.late_schema().names),
+                                    _as_lean_state(clean.state, spec), clean.counters, clean.counters_by_worker))
+    if dirty is not None:
+        parts.append(dirty)
+    if not parts:  # no event and no carried state in this task
+        return K.KernelOutput(spec.aggregates_schema().empty_table().select(["window_end", "emit_reason", "emit_time"]),
+                              spec.late_schema().empty_table(), spec.state_schema().empty_table())
+    return _concat_outputs(parts, cut=["window_end", "emit_reason", "emit_time"], late_schema=spec.late_schema())
+
+
+def _clock_changes(configured: K.Timeline | None, free: K.Timeline | None) -> np.ndarray | None:
+    """The batches of a worker where its skew-free timeline's clock after the commit (the
+    emit time of what the commit closes) is not its configured timeline's; None: the whole
+    worker (its last commit, carried clock or batches differ). The clock before a commit is
+    read by ``atAggregate`` snapshots only, which neither replay emits (``atWindowEnd``)."""
+    if configured is None or free is None:
+        return None if (configured is not None or free is not None) else np.zeros(0, np.int64)
+    if (configured.last_batch, configured.last_clock, configured.batch0, configured.clock0) != \
+            (free.last_batch, free.last_clock, free.batch0, free.clock0):
+        return None
+    cb, fb = np.asarray(configured.batches), np.asarray(free.batches)
+    if not len(fb):
+        return np.zeros(0, np.int64)
+    at = np.searchsorted(cb, fb)
+    if (at >= len(cb)).any() or (cb[np.minimum(at, len(cb) - 1)] != fb).any():
+        return None
+    return fb[configured.clock[at] != free.clock]
+
+
+#: State columns a lean replay shares with the configured one (the rest are partials).
+_SHARED_STATE = ("batch", "watermark_ms", "clock_ms", "max_event_ms", "window_start_ms", "window_end_ms",
+                 "emissions", "events")
+
+
+def _state_changes(table: pa.Table, wi: WhatIf, v: Variant, variant_of: np.ndarray) -> np.ndarray:
+    """Rows of the carried state whose key carried other rows under ``v`` than under the
+    configured variant (the shared columns, and a lean window's count partial against its
+    ``events``)."""
+    out = np.zeros(table.num_rows, bool)
+    rows = [np.flatnonzero(variant_of == wi.full.label), np.flatnonzero(variant_of == v.label)]
+    if not (len(rows[0]) or len(rows[1])):
+        return out
+    kcols = _key_columns(wi.pipeline)
+    (count,) = wi.spec(v).pipeline.aggregates
+    partial = K.STATE_PREFIX + f"partial_{count.name}"
+    parts = []
+    for i, r in enumerate(rows):
+        t = table.take(pa.array(r))
+        kind = t["__kind"].combine_chunks()
+        cols: list[Any] = [t[c] for c in kcols] + [kind]
+        cols += [t[K.STATE_PREFIX + c] if K.STATE_PREFIX + c in t.column_names else pa.nulls(len(r), pa.int64())
+                 for c in _SHARED_STATE]
+        if i == 0:  # the count partial a lean replay would carry: a window's events
+            events = cols[-1]
+            cols.append(pc.if_else(pc.equal(kind, K.STATE_WINDOW), events, pa.scalar(None, pa.int64())))
+        else:
+            cols.append(t[partial].cast(pa.int64()) if partial in t.column_names else pa.nulls(len(r), pa.int64()))
+        parts.append([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols])
+    ids = _group_ids(parts)
+    out[rows[0][~np.isin(ids[0], ids[1])]] = True
+    out[rows[1][~np.isin(ids[1], ids[0])]] = True
+    return out
+
+
+def _as_lean_state(state: pa.Table, spec: K.Spec) -> pa.Table:
+    """Configured state rows as the lean replay ``spec`` writes them: the shared columns,
+    its fingerprint, and its count partial (a window's events)."""
+    (count,) = spec.pipeline.aggregates
+    schema = spec.state_schema()
+    n = state.num_rows
+    cols = []
+    for f in schema:
+        if f.name == "fingerprint":
+            cols.append(pa.array([spec.pipeline.fingerprint()] * n, f.type))
+        elif f.name == f"partial_{count.name}":
+            cols.append(pc.if_else(pc.equal(state["state_kind"], "window"), state["events"],
+                                   pa.scalar(None, pa.int64())).cast(f.type))
+        elif f.name in state.column_names:
+            cols.append(state[f.name].cast(f.type))
+        else:
+            cols.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _add_counters(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {k: int(a.get(k, 0)) + int(b.get(k, 0)) for k in dict.fromkeys([*a, *b])}
 
 
 def _slim(out: K.KernelOutput, keep_late: bool) -> K.KernelOutput:
