@@ -40,6 +40,7 @@ from windowing import metrics
 from windowing.arrays import group_codes, order_codes, sat_sub, value_order_keys
 from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
+from windowing.contract import REASON_NAMES, WATERMARK
 from windowing.durations import format_duration_ms
 from windowing.sweep import Lean, sweep, sweepable
 
@@ -406,8 +407,10 @@ def _swept(wi: WhatIf) -> list[list[Variant]]:
 
 
 #: The share of the events above which the skew-free variant is one whole pass (replaying
-#: the dirty keys twice, under both variants, costs more).
-SKEW_SUBSET_MAX_SHARE = 0.5
+#: the dirty keys twice, under both variants, costs more). Skewed events tend to fall on
+#: the busiest keys: on the full-size bench history 9 % of a task's keys are dirty and
+#: hold 56 % of its events, and the subset still costs 11 % less CPU than a whole pass.
+SKEW_SUBSET_MAX_SHARE = 0.8
 
 
 def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, is_event: np.ndarray, skewed: np.ndarray,
@@ -421,10 +424,11 @@ def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, is_event: np.ndarr
     end-of-input flushes read). So a key's skew-free replay is its configured replay (the
     lean outputs of the configured strategy, mode and delay: the same windows, closes, late
     pairs and counters, the count partial of an open window being its ``events``) when it
-    has no skewed event here, carried the same state under both variants, and its worker's
-    skew-free timeline has the configured clocks at its batches. With an idle timeout (a
-    session's gap is one) a skewed event moves its worker's clocks that idleness reads,
-    for every key of the worker: None.
+    has no skewed event here and carried the same state under both variants, with each
+    emit time read from its worker's skew-free timeline (:func:`_free_emit_times`; a
+    worker whose skew-free timeline has another last commit or clock, or other commits,
+    makes all its keys dirty). With an idle timeout (a session's gap is one) a skewed event
+    moves its worker's clocks that idleness reads, for every key of the worker: None.
     """
     p = wi.pipeline
     kcol = p.window.key or p.source.worker
@@ -434,20 +438,11 @@ def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, is_event: np.ndarr
     # The workers' clocks: where the skew-free timeline is not the configured one.
     configured, free = wi.timelines[(v.strategy.value, False)], wi.timelines[(v.strategy.value, True)]
     for worker in dict.fromkeys([*configured, *free]):
-        bad = _clock_changes(configured.get(worker), free.get(worker))
-        if bad is not None and not len(bad):
-            continue
-        if p.source.worker:
-            if worker is not None and not isinstance(worker, (str, int, float, bool)):
-                return None
-            col = table[p.source.worker]
-            of_worker = (pc.is_null(col) if worker is None else pc.fill_null(pc.equal(col, worker), False))
-            of_worker = of_worker.to_numpy(zero_copy_only=False).astype(bool)
-        else:
-            of_worker = np.ones(table.num_rows, bool)
-        if bad is not None:
-            of_worker &= is_event & np.isin(table["__batch"].to_numpy(), bad)
-        dirty |= of_worker
+        if _clock_changes(configured.get(worker), free.get(worker)) is not None:
+            continue  # the same commits: the emit times are remapped (_free_emit_times)
+        if p.source.worker and worker is not None and not isinstance(worker, (str, int, float, bool)):
+            return None
+        dirty |= _of_worker(table, p, worker)
     # The carried state: keys whose rows differ between the two variants.
     dirty |= _state_changes(table, wi, v, variant_of)
     if dirty.any():
@@ -456,6 +451,46 @@ def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, is_event: np.ndarr
         if int((dirty & is_event).sum()) > SKEW_SUBSET_MAX_SHARE * int(is_event.sum()):
             return None  # most keys: one whole pass costs less
     return dirty
+
+
+def _of_worker(table: pa.Table, p: Pipeline, worker: Any) -> np.ndarray:
+    """The rows of ``table`` of one worker (every row without a worker column)."""
+    if not p.source.worker:
+        return np.ones(table.num_rows, bool)
+    col = table[p.source.worker]
+    of_worker = pc.is_null(col) if worker is None else pc.fill_null(pc.equal(col, worker), False)
+    return np.asarray(of_worker.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _free_emit_times(aggregates: pa.Table, wi: WhatIf, v: Variant) -> pa.Table:
+    """The configured replay's ``aggregates`` of clean keys (:func:`_skew_dirty_rows`) with
+    the emit times the skew-free replay ``v`` gives them: a WATERMARK close is emitted at
+    the same commit, whose worker clock is read from the skew-free timeline instead (the
+    workers left clean have the same commits and last clock under both)."""
+    configured, free = wi.timelines[(v.strategy.value, False)], wi.timelines[(v.strategy.value, True)]
+    if not aggregates.num_rows:
+        return aggregates
+    column = aggregates["emit_time"].combine_chunks()
+    micros = pc.fill_null(column.cast(pa.int64()), 0).to_numpy(zero_copy_only=False).copy()
+    changed = False
+    watermark = pc.fill_null(pc.equal(aggregates["emit_reason"], REASON_NAMES[WATERMARK]), False)
+    watermark = np.asarray(watermark.to_numpy(zero_copy_only=False), dtype=bool)
+    batch = pc.fill_null(aggregates["emit_batch"], 0).to_numpy()
+    for worker in dict.fromkeys([*configured, *free]):
+        bad = _clock_changes(configured.get(worker), free.get(worker))
+        if bad is None or not len(bad):
+            continue
+        rows = np.flatnonzero(_of_worker(aggregates, wi.pipeline, worker) & watermark & np.isin(batch, bad))
+        if not len(rows):
+            continue
+        tl = free[worker]
+        micros[rows] = np.asarray(tl.clock)[np.searchsorted(np.asarray(tl.batches), batch[rows])] * 1000
+        changed = True
+    if not changed:
+        return aggregates
+    i = aggregates.schema.get_field_index("emit_time")
+    mask = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return aggregates.set_column(i, aggregates.field(i), pa.array(micros, pa.int64(), mask=mask).cast(column.type))
 
 
 def _replay_in_parts(table: pa.Table, wi: WhatIf, v: Variant, parts: Sequence[np.ndarray],
@@ -495,8 +530,9 @@ def _skew_free_from(clean: K.KernelOutput | None, dirty: K.KernelOutput | None, 
     spec = wi.spec(v)
     parts = []
     if clean is not None:
-        parts.append(K.KernelOutput(clean.aggregates, clean.late.select(spec.late_schema().names),
-                                    _as_lean_state(clean.state, spec), clean.counters, clean.counters_by_worker))
+        parts.append(K.KernelOutput(_free_emit_times(clean.aggregates, wi, v),
+                                    clean.late.select(spec.late_schema().names), _as_lean_state(clean.state, spec),
+                                    clean.counters, clean.counters_by_worker))
     if dirty is not None:
         parts.append(dirty)
     if not parts:  # no event and no carried state in this task
@@ -719,22 +755,46 @@ def _keys_of(t: pa.Table, kcols: Sequence[str]) -> list[Any]:
 def _group_ids(parts: list[list[Any]]) -> list[np.ndarray]:
     """Common ids for the rows of several tables keyed by the same columns: ``parts[i]`` is
     table i's key columns (Arrow arrays or int64 NumPy arrays, same order and types in
-    every table). A null is a value like any other (docs/semantics.md section 1)."""
+    every table). A null is a value like any other (docs/semantics.md section 1).
+
+    The ids are dense and ordered as the tuples of the columns' codes (Arrow columns by
+    :func:`group_codes`, NumPy ones by value): the columns are packed into one int64 as
+    digits of a mixed radix, so one sort ranks them all, with a re-ranking only when the
+    next digit would overflow."""
     sizes = [len(p[0]) if p else 0 for p in parts]
     ncols = len(parts[0]) if parts else 0
     enc = np.zeros(sum(sizes), dtype=np.int64)
+    span = 1  # enc < span
     for j in range(ncols):
-        col = [p[j] for p in parts]
-        if isinstance(col[0], np.ndarray):
-            codes = np.concatenate(col).astype(np.int64)
-        else:
-            arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in col]
-            codes = group_codes(pa.concat_arrays(arrays))
-        _, codes = np.unique(codes, return_inverse=True)
-        enc = enc * (int(codes.max(initial=0)) + 1) + codes.reshape(-1)
-        _, enc = np.unique(enc, return_inverse=True)  # keep ids dense (no overflow)
-        enc = enc.reshape(-1).astype(np.int64)
+        codes, k = _column_codes([p[j] for p in parts])
+        if span * k >= 2**62:
+            _, inv = np.unique(enc, return_inverse=True)
+            enc = inv.reshape(-1).astype(np.int64)
+            span = int(enc.max(initial=0)) + 1
+        enc = enc * k + codes
+        span *= k
+    if ncols:
+        _, inv = np.unique(enc, return_inverse=True)  # dense ids
+        enc = inv.reshape(-1).astype(np.int64)
     return np.split(enc, np.cumsum(sizes)[:-1]) if parts else []
+
+
+def _column_codes(col: list[Any]) -> tuple[np.ndarray, int]:
+    """One key column of every table as codes in ``0 .. k-1`` and ``k``, ordered as the
+    Arrow codes of :func:`group_codes` (of the tables' rows in a row) or the NumPy values."""
+    if isinstance(col[0], np.ndarray):
+        codes = np.concatenate(col).astype(np.int64)
+    else:
+        arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in col]
+        codes = group_codes(pa.concat_arrays(arrays))
+    if not len(codes):
+        return codes, 1
+    lo, hi = int(codes.min()), int(codes.max())
+    if hi - lo <= 4 * len(codes) + 1024:  # a small range: the offsets are the codes
+        return codes - lo, hi - lo + 1
+    _, inv = np.unique(codes, return_inverse=True)
+    inv = inv.reshape(-1).astype(np.int64)
+    return inv, int(inv.max()) + 1
 
 
 # --------------------------------------------------------------------------- cost
@@ -826,7 +886,8 @@ def _perfect(table, full, wi: WhatIf, variant_of, is_event, head: pa.Table, kcol
     carried = np.flatnonzero((kind == K.STATE_WINDOW) & (variant_of == wi.full.label))
     events = np.flatnonzero(is_event)
     pe, ws, _ = K._assign(table["__evt"].to_numpy()[events], p.window)
-    ev_t, st_t = table.take(pa.array(events[pe])), table.take(pa.array(carried))
+    keyed = table.select(kcols or ["__kind"])  # the key columns only (all the pairs)
+    ev_t, st_t = keyed.take(pa.array(events[pe])), table.take(pa.array(carried))
     ids = _group_ids([_keys_of(head, kcols) + [_ms(head["window_start"])],
                       _keys_of(ev_t, kcols) + [ws],
                       _keys_of(st_t, kcols) + [pc.fill_null(st_t[K.STATE_PREFIX + "window_start_ms"], 0).to_numpy()
