@@ -120,25 +120,29 @@ def test_viewfs_replay_in_process_equals_local_folders(spark, lake_dir, landing,
                      f"{url}/landing/date={DAYS[1]}", "--state-in", f"{url}/inproc/{DAYS[0]}"]) == 0
 
 
-def test_standalone_cluster_cli_replay_equals_local_folders(spark, spark_standalone, lake_dir, landing, reference):
-    """``rewindow replay --master spark://...`` with two workers, day after day on viewfs."""
+def test_standalone_cluster_cli_backfill_equals_local_folders(spark, spark_standalone, lake_dir, landing, reference):
+    """``rewindow backfill --master spark://...`` with two workers: the three days in one
+    application, landing zone and output on viewfs, each day's output as the day-by-day
+    local replay's."""
     conf = spark_standalone.driver_conf(lake_dir.conf)
+    before = _apps(spark_standalone)
     began = time.monotonic()
-    prev = None
-    for day in DAYS:
-        cmd = [REWINDOW, "replay", "--config", str(CLICKS), "--input", lake_dir.url("landing", f"date={day}"),
-               "--output", lake_dir.url("cluster-cli", day), "--master", spark_standalone.master_url]
-        cmd += ["--state-in", prev] if prev else []
-        for k, v in conf.items():
-            cmd += ["--conf", f"{k}={v}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=base_env())
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        prev = lake_dir.url("cluster-cli", day)
-    TIMINGS["standalone CLI, 3 partitions"] = time.monotonic() - began
-    _assert_same(spark, reference, lambda day: lake_dir.local("cluster-cli", day))
+    cmd = [REWINDOW, "backfill", "--config", str(CLICKS), "--input", lake_dir.url("landing"),
+           "--output", lake_dir.url("cluster-cli"), "--from", DAYS[0], "--to", DAYS[-1],
+           "--master", spark_standalone.master_url]
+    for k, v in conf.items():
+        cmd += ["--conf", f"{k}={v}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=base_env())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    TIMINGS["standalone CLI backfill, 3 partitions"] = time.monotonic() - began
+    _assert_same(spark, reference, lambda day: lake_dir.local("cluster-cli", "clicks-hourly", day))
     # The work really ran on the cluster's workers: their work dirs hold the app's executors.
-    apps = {p.name for i in range(2) for p in spark_standalone.worker_dir(i).iterdir()}
-    assert len(apps) >= len(DAYS), apps
+    assert _apps(spark_standalone) - before, "no application of the backfill ran on the standalone workers"
+
+
+def _apps(standalone) -> set[str]:
+    """The applications whose executors ran on the standalone workers (their work dirs)."""
+    return {p.name for i in range(2) for p in standalone.worker_dir(i).iterdir()}
 
 
 def test_standalone_cluster_dagster_backfill_equals_local_folders(spark, spark_standalone, lake_dir, landing,
