@@ -46,15 +46,30 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs Spark, so the fast tier is ``-m "not spark"`` (the
-    reference model, the kernel against it, configuration: about a minute).
-
-    Under pytest-xdist (``-n``, pyproject's ``addopts``) each test module runs whole on one
-    worker (``--dist loadgroup``, a group per module), so a module's fixtures (a demo run,
-    a webserver, an Airflow database) are made once; the lake tests share one group, as
-    their services (a standalone cluster, a Spark Connect server) are session fixtures.
-    """
+    reference model, the kernel against it, configuration: about a minute)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.spark)
-        module = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group("lake" if module.startswith("tests/lake/") else module))
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit of work of one pytest-xdist process: a test module, run whole, so its
+    fixtures (a demo run, a webserver, an Airflow database) are made once; the lake tests
+    as one, as their services (a standalone cluster, a Spark Connect server) are session
+    fixtures."""
+    module = nodeid.split("::", 1)[0]
+    return "tests/lake" if module.startswith("tests/lake/") else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``-n``, pyproject's ``addopts``) send :func:`xdist_unit` units
+    whole to a worker. (``--dist loadgroup`` would do it from markers, but pytest 9.2 no
+    longer lets pytest-xdist 3.8 rename the tests it groups.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return ByModule(config, log)

@@ -560,9 +560,11 @@ class _BucketTask:
         for batch in batches:
             for data in batch.column(0):
                 t = E._decode_blob(data.as_buffer())
-                labels = _labels(t["variant"])
-                for label in dict.fromkeys(labels):
-                    mine = labels == label
+                codes, names = _label_codes(t["variant"])
+                for code, label in enumerate(names):
+                    mine = codes == code
+                    if not mine.any():
+                        continue
                     v, n = t["latency_ms"].to_numpy()[mine], t["windows"].to_numpy()[mine]
                     b = W.latency_bucket(v)
                     uniq, inv = np.unique(b, return_inverse=True)
@@ -586,13 +588,24 @@ class _PickTask:
                 t = E._decode_blob(data.as_buffer())
                 if not t.num_rows:
                     continue
-                labels = _labels(t["variant"])
+                codes, names = _label_codes(t["variant"])
                 b = W.latency_bucket(t["latency_ms"].to_numpy())
                 keep = np.zeros(t.num_rows, bool)
-                for label, wanted in self.need.items():
-                    keep |= (labels == label) & np.isin(b, wanted)
+                for code, label in enumerate(names):
+                    wanted = self.need.get(label)
+                    if wanted is not None:
+                        keep |= (codes == code) & np.isin(b, wanted)
                 if keep.any():
                     yield from t.filter(pa.array(keep)).cast(_LATENCY_SCHEMA).to_batches()
+
+
+def _label_codes(column) -> tuple[np.ndarray, list]:
+    """Each row's variant as a code into the returned labels (a dictionary-coded column's
+    own codes: integer masks instead of string comparisons per row)."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(column.type):
+        return column.indices.to_numpy(zero_copy_only=False), column.dictionary.to_pylist()
+    return _label_codes(pc.dictionary_encode(column))  # plain strings (outputs of earlier versions)
 
 
 def _labels(column) -> np.ndarray:
