@@ -164,7 +164,7 @@ class _Idle:
         last_of_key = np.append(key_batches.g[batches][1:] != key_batches.g[batches][:-1], True)
         next_commit = np.where(last_of_key, n_commits, np.append(commit[1:], n_commits))
         activity = (key_batches.maxev_after if w.idle_clock is Clock.EVENT_TIME else key_batches.maxarr_after)[batches]
-        due = sat_add(activity, cast(int, w.idle_timeout_ms))  # set: the caller runs idle flushes
+        due = sat_add(activity, cast(int, w.idle_timeout_ms))  # not None: only run with a timeout
         reaching = np.maximum(commit, np.searchsorted(series, due, side="left"))
         at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching, commit + 1, next_commit)
         at_commit = ~at_tick & (reaching < next_commit)
@@ -189,7 +189,7 @@ class _Idle:
         next_commit = np.full(len(keys), n_commits, dtype=np.int64)
         has = first >= 0
         next_commit[has] = np.searchsorted(tl.batches, key_batches.batch[first[has]])
-        due = sat_add(activity, cast(int, w.idle_timeout_ms))  # set: the caller runs idle flushes
+        due = sat_add(activity, cast(int, w.idle_timeout_ms))  # not None: only run with a timeout
         reaching = np.searchsorted(series, due, side="left")
         at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching,
                                          np.zeros(len(keys), np.int64), next_commit)

@@ -57,6 +57,7 @@ from windowing.kernel.spec import (
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
+
 @dataclass(frozen=True)
 class _CarriedWindows:
     """The open windows carried from earlier partitions (``window`` state rows)."""
