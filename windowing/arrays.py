@@ -6,9 +6,14 @@ element (e.g. one segment per key). Every helper here works on all segments at o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 #: Minus infinity for watermarks and clocks that have not moved yet.
 MIN_TIMESTAMP = np.iinfo(np.int64).min
@@ -69,6 +74,7 @@ def seg_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     if len(values) == 0:
         return values.copy()
     seg64 = seg.astype(np.int64)
+    width: int | np.int64
     keyed = _seg_keys(values, seg64)
     if keyed is not None:
         enc, width, lo = keyed
@@ -77,7 +83,8 @@ def seg_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     uniq, rank = dense_rank(values)
     width = np.int64(len(uniq))
     enc = seg64 * width + rank
-    return uniq[np.maximum.accumulate(enc) - seg64 * width]
+    cummax: np.ndarray = uniq[np.maximum.accumulate(enc) - seg64 * width]
+    return cummax
 
 
 def seg_searchsorted(
@@ -99,7 +106,8 @@ def seg_searchsorted(
     width = np.int64(len(uniq))
     enc_t = table_seg.astype(np.int64) * width + rank[: len(table)]
     enc_q = query_seg.astype(np.int64) * width + rank[len(table) :]
-    return np.searchsorted(enc_t, enc_q, side="left")
+    found: NDArray[np.intp] = np.searchsorted(enc_t, enc_q, side="left")
+    return found
 
 
 def seg_rank(seg: np.ndarray) -> np.ndarray:
@@ -109,7 +117,8 @@ def seg_rank(seg: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     st = starts_of(seg)
     first = np.repeat(st, np.diff(np.append(st, n)))
-    return np.arange(n, dtype=np.int64) - first
+    rank: NDArray[np.int64] = np.arange(n, dtype=np.int64) - first
+    return rank
 
 
 def order_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -117,7 +126,8 @@ def order_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if pa.types.is_integer(arr.type) and arr.null_count == 0:
-        return arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        ints: NDArray[np.int64] = arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        return ints
     uniq = sorted_unique(arr)
     return codes_in(arr, uniq)
 
@@ -140,7 +150,8 @@ def codes_in(arr: pa.Array, uniq: pa.Array) -> np.ndarray:
     if len(arr) == 0:
         return np.zeros(0, dtype=np.int64)
     idx = pc.index_in(arr, value_set=uniq)
-    return pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    codes: NDArray[np.int64] = pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes
 
 
 def group_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -148,9 +159,11 @@ def group_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if pa.types.is_integer(arr.type) and arr.null_count == 0:
-        return arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        ints: NDArray[np.int64] = arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        return ints
     idx = pc.dictionary_encode(arr).indices
-    return pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    codes: NDArray[np.int64] = pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes
 
 
 def value_order_keys(arr: pa.Array | pa.ChunkedArray) -> list[np.ndarray]:

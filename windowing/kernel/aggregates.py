@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +41,8 @@ from windowing.kernel.inputs import _scol
 from windowing.kernel.spec import STATE_PREFIX, STATE_WINDOW
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from windowing.kernel.inputs import _Events, _Keys
     from windowing.kernel.spec import Spec
 
@@ -53,7 +55,15 @@ class _Domain(NamedTuple):
     codes: np.ndarray
 
 
-def _domains(keyset: _Keys, aggregators: list[Aggregator]) -> dict[tuple[str, bool], _Domain]:
+#: The value domains of a replay, by :attr:`Aggregator.domain_key` (see :func:`_domains`).
+Domains = dict[tuple[str, bool], _Domain]
+#: The key of an aggregate's :class:`EventInput` (:attr:`Aggregator.input_key`).
+InputKey = tuple[str | bool | None, ...]
+#: A session accumulator (:meth:`Aggregator.empty`): a short list the merge loop updates in place.
+Accumulator = list[Any]
+
+
+def _domains(keyset: _Keys, aggregators: list[Aggregator]) -> Domains:
     """Distinct values per column (events and carried partials), sorted where order matters.
 
     Aggregates over arbitrary types (strings, timestamps, ...) work on integer codes into
@@ -61,7 +71,7 @@ def _domains(keyset: _Keys, aggregators: list[Aggregator]) -> dict[tuple[str, bo
     pass (``dictionary_encode``) gives both the values and the codes.
     """
     table = keyset.table
-    out: dict[tuple[str, bool], _Domain] = {}
+    out: Domains = {}
     state_rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
     for agg in aggregators:
         key = agg.domain_key
@@ -86,13 +96,14 @@ def _domains(keyset: _Keys, aggregators: list[Aggregator]) -> dict[tuple[str, bo
     return out
 
 
-def _event_inputs(sorted_events: _Events, aggregators: list[Aggregator], domains: dict) -> dict[tuple, EventInput]:
+def _event_inputs(sorted_events: _Events, aggregators: list[Aggregator],
+                  domains: Domains) -> dict[InputKey, EventInput]:
     """Per aggregate input (:attr:`Aggregator.input_key`): its :class:`EventInput`.
 
     Codes are computed on the table's column as it came and then permuted into event
     order: integers are cheap to move, strings are not.
     """
-    out: dict[tuple, EventInput] = {}
+    out: dict[InputKey, EventInput] = {}
     for agg in aggregators:
         if agg.agg.column is not None and agg.input_key not in out:
             column = sorted_events.table[agg.agg.column].combine_chunks()
@@ -100,13 +111,13 @@ def _event_inputs(sorted_events: _Events, aggregators: list[Aggregator], domains
     return out
 
 
-def _state_partials(aggregators: list[Aggregator], keyset: _Keys, rows: np.ndarray, domains: dict) -> list[Any]:
+def _state_partials(aggregators: list[Aggregator], keyset: _Keys, rows: np.ndarray, domains: Domains) -> list[Any]:
     """Partial aggregates of carried windows (table rows ``rows``), one per aggregate."""
     return [agg.from_state(keyset.table, rows, domains) for agg in aggregators]
 
 
-def _reduce(aggregators: list[Aggregator], inputs: dict, group: np.ndarray, n_groups: int, events: np.ndarray,
-            carried: list[Any] | None, carried_group: np.ndarray, domains: dict) -> list[Any]:
+def _reduce(aggregators: list[Aggregator], inputs: dict[InputKey, EventInput], group: np.ndarray, n_groups: int,
+            events: np.ndarray, carried: list[Any] | None, carried_group: np.ndarray, domains: Domains) -> list[Any]:
     """Aggregate ``events`` (in arrival order) into ``group``s, per aggregate.
 
     ``carried`` are the partials of groups ``carried_group``; they come first in every fold.
@@ -168,7 +179,8 @@ def _seg_cumsum_int(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
     c = np.cumsum(v)
     st = starts_of(seg)
     before = (c - v)[st]
-    return c - np.repeat(before, np.diff(np.append(st, len(v))))
+    running: NDArray[np.int64] = c - np.repeat(before, np.diff(np.append(st, len(v))))
+    return running
 
 
 @dataclass(frozen=True)
@@ -229,7 +241,8 @@ class Prefixes:
 
     def carried(self, per_carried: np.ndarray, default: Any = 0) -> np.ndarray:
         """Per pair: the carried value of its group, else ``default``."""
-        return np.where(self.has_carried, per_carried[np.maximum(self.carried_index, 0)], default)
+        per_pair: np.ndarray = np.where(self.has_carried, per_carried[np.maximum(self.carried_index, 0)], default)
+        return per_pair
 
 
 class Aggregator:
@@ -265,8 +278,12 @@ class Aggregator:
         """Which value domain the aggregate codes its column in (None: it reads numbers)."""
         return (self.agg.column, self.sorted_domain) if self.input_kind == "code" and self.agg.column else None
 
+    def domain(self, domains: Domains) -> _Domain:
+        """Its column's value domain (an aggregate that codes its column: ``domain_key`` is set)."""
+        return domains[cast("tuple[str, bool]", self.domain_key)]
+
     @property
-    def input_key(self) -> tuple:
+    def input_key(self) -> InputKey:
         """The key of its :class:`EventInput` (aggregates over one column share one)."""
         if self.input_kind == "code":
             return ("code", *(self.domain_key or ()))
@@ -282,58 +299,58 @@ class Aggregator:
         """The values a carried partial adds to the column's domain."""
         return state_column
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
-        return EventInput(domains[self.domain_key].codes[sorted_events.rows], valid)
+        return EventInput(self.domain(domains).codes[sorted_events.rows], valid)
 
     def state_column(self, table: pa.Table, take: pa.Array, suffix: str = "") -> pa.Array:
         return table[STATE_PREFIX + self.name + suffix].take(take).combine_chunks()
 
-    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> Any:
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> Any:
         raise NotImplementedError
 
     def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: Any, carried_group: np.ndarray, domains: dict) -> Any:
+               carried: Any, carried_group: np.ndarray, domains: Domains) -> Any:
         """Aggregate ``events`` (in arrival order) into ``group``s, after the ``carried``
         partials of groups ``carried_group``."""
         raise NotImplementedError
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: Any, domains: dict) -> Any:
+    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: Any, domains: Domains) -> Any:
         raise NotImplementedError
 
-    def final(self, partial: Any, sel: np.ndarray, domains: dict) -> pa.Array:
+    def final(self, partial: Any, sel: np.ndarray, domains: Domains) -> pa.Array:
         raise NotImplementedError
 
-    def state_columns(self, partial: Any, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+    def state_columns(self, partial: Any, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         raise NotImplementedError
 
     # -- one value at a time (sessions)
 
-    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list, list]:
+    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list[Any], list[Any]]:
         """(values, valid) per event as Python lists, for the merge loop."""
         assert inp is not None
         return inp.values.tolist(), inp.valid.tolist()
 
-    def empty(self) -> list:
+    def empty(self) -> Accumulator:
         raise NotImplementedError
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         """Add one non-null event value (``position``: the event's arrival position)."""
         raise NotImplementedError
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         """Merge ``other`` (a session starting later) into ``acc``."""
         raise NotImplementedError
 
-    def copy(self, acc: list) -> list:
+    def copy(self, acc: Accumulator) -> Accumulator:
         return list(acc)
 
-    def carried(self, partial: Any, positions: np.ndarray | None) -> list[list]:
+    def carried(self, partial: Any, positions: np.ndarray | None) -> list[Accumulator]:
         """A carried partial as one accumulator per row (``positions``: the arrival
         positions of first / last values, see :func:`windowing.kernel.sessions._sessions`)."""
         raise NotImplementedError
 
-    def collect(self, accs: list[list]) -> Any:
+    def collect(self, accs: list[Accumulator]) -> Any:
         """Accumulators as one partial (one group each)."""
         raise NotImplementedError
 
@@ -346,16 +363,16 @@ class CountAggregator(Aggregator):
     def output_type(self) -> pa.DataType:
         return pa.int64()
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         return EventInput(valid, valid)
 
-    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> CountPartial:
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> CountPartial:
         column = self.state_column(table, pa.array(rows))
         return CountPartial(pc.fill_null(column, 0).to_numpy().astype(np.int64))
 
     def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: CountPartial | None, carried_group: np.ndarray, domains: dict) -> CountPartial:
+               carried: CountPartial | None, carried_group: np.ndarray, domains: Domains) -> CountPartial:
         counted = group if inp is None else group[inp.valid[events]]
         count = np.bincount(counted, minlength=n_groups).astype(np.int64)
         if carried is not None:
@@ -363,7 +380,7 @@ class CountAggregator(Aggregator):
         return CountPartial(count)
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CountPartial | None,
-                domains: dict) -> CountPartial:
+                domains: Domains) -> CountPartial:
         if inp is None:
             count = prefixes.rank + 1
         else:
@@ -372,29 +389,29 @@ class CountAggregator(Aggregator):
             count = count + prefixes.carried(carried.count)
         return CountPartial(count)
 
-    def final(self, partial: CountPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+    def final(self, partial: CountPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         return pa.array(partial.count[sel], pa.int64())
 
-    def state_columns(self, partial: CountPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+    def state_columns(self, partial: CountPartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         return {self.name: pa.array(partial.count[sel], pa.int64())}
 
-    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list, list]:
+    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list[Any], list[Any]]:
         valid = inp.valid.tolist() if inp is not None else [True] * n_events
         return valid, valid
 
-    def empty(self) -> list:
+    def empty(self) -> Accumulator:
         return [0]
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         acc[0] += 1
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         acc[0] += other[0]
 
-    def carried(self, partial: CountPartial, positions: np.ndarray | None) -> list[list]:
+    def carried(self, partial: CountPartial, positions: np.ndarray | None) -> list[Accumulator]:
         return [[n] for n in partial.count.tolist()]
 
-    def collect(self, accs: list[list]) -> CountPartial:
+    def collect(self, accs: list[Accumulator]) -> CountPartial:
         return CountPartial(np.array([a[0] for a in accs], dtype=np.int64))
 
 
@@ -421,7 +438,7 @@ class SumAggregator(Aggregator):
             out.append(pa.field(self.name + "_overflow", pa.int64()))
         return out
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         if _is_decimal(column.type):
             values = _decimal_ints(column)[sorted_events.rows]
@@ -430,7 +447,7 @@ class SumAggregator(Aggregator):
             values = values[sorted_events.rows]
         return EventInput(values, valid)
 
-    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> SumPartial:
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> SumPartial:
         take = pa.array(rows)
         column = self.state_column(table, take)
         sum_type = self.sum_type()
@@ -448,7 +465,7 @@ class SumAggregator(Aggregator):
         return SumPartial(total, count)
 
     def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: SumPartial | None, carried_group: np.ndarray, domains: dict) -> SumPartial:
+               carried: SumPartial | None, carried_group: np.ndarray, domains: Domains) -> SumPartial:
         assert inp is not None
         values, valid = inp.values[events], inp.valid[events]
         total = np.zeros(n_groups, dtype=values.dtype)
@@ -461,7 +478,7 @@ class SumAggregator(Aggregator):
         return SumPartial(total, count)
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: SumPartial | None,
-                domains: dict) -> SumPartial:
+                domains: Domains) -> SumPartial:
         assert inp is not None
         values, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
         group, n = prefixes.group, len(prefixes.group)
@@ -479,13 +496,13 @@ class SumAggregator(Aggregator):
             total[a:b] = np.cumsum(np.concatenate(([initial[group[a]]], added[a:b])))[1:]
         return SumPartial(total, count)
 
-    def final(self, partial: SumPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+    def final(self, partial: SumPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         count, total = partial.count[sel], partial.total[sel]
         if _is_decimal(self.sum_type()):
             return _decimal_array(total, count == 0, self.output_type())
         return pa.array(total, self.output_type(), mask=count == 0)
 
-    def state_columns(self, partial: SumPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+    def state_columns(self, partial: SumPartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         sum_type = self.sum_type()
         count = pa.array(partial.count[sel], pa.int64())
         if _is_decimal(sum_type):
@@ -494,21 +511,21 @@ class SumAggregator(Aggregator):
                     self.name + "_overflow": pa.array(high, pa.int64())}
         return {self.name: pa.array(partial.total[sel], sum_type), self.name + "_n": count}
 
-    def empty(self) -> list:
+    def empty(self) -> Accumulator:
         return [0, 0]  # count, total
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         acc[1] = acc[1] + value
         acc[0] += 1
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         acc[0] += other[0]
         acc[1] = acc[1] + other[1]
 
-    def carried(self, partial: SumPartial, positions: np.ndarray | None) -> list[list]:
+    def carried(self, partial: SumPartial, positions: np.ndarray | None) -> list[Accumulator]:
         return [[n, total] for n, total in zip(partial.count.tolist(), partial.total.tolist())]
 
-    def collect(self, accs: list[list]) -> SumPartial:
+    def collect(self, accs: list[Accumulator]) -> SumPartial:
         return SumPartial(np.array([a[1] for a in accs], dtype=_sum_dtype(self.spec.value_type(self.agg))),
                           np.array([a[0] for a in accs], dtype=np.int64))
 
@@ -523,7 +540,7 @@ class AvgAggregator(SumAggregator):
             return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 4), min(MAX_DECIMAL_DIGITS, vt.scale + 4))
         return pa.float64()
 
-    def final(self, partial: SumPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+    def final(self, partial: SumPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         count, total = partial.count[sel], partial.total[sel]
         if _is_decimal(self.sum_type()):
             return _decimal_avg(total, count, self.sum_type(), self.output_type())
@@ -534,12 +551,12 @@ class AvgAggregator(SumAggregator):
 class _CodeAggregator(Aggregator):
     """An aggregate whose value is one of its column's values, kept as a code."""
 
-    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> CodePartial:
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> CodePartial:
         column = self.state_column(table, pa.array(rows))
-        return CodePartial(codes_in(column, domains[self.domain_key].values))
+        return CodePartial(codes_in(column, self.domain(domains).values))
 
     def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: CodePartial | None, carried_group: np.ndarray, domains: dict) -> CodePartial:
+               carried: CodePartial | None, carried_group: np.ndarray, domains: Domains) -> CodePartial:
         assert inp is not None
         valid = inp.valid[events]
         code = np.full(n_groups, -1, dtype=np.int64)
@@ -552,19 +569,19 @@ class _CodeAggregator(Aggregator):
         """Fold non-null ``value``s (in arrival order) into ``code`` per group, in place."""
         raise NotImplementedError
 
-    def final(self, partial: CodePartial, sel: np.ndarray, domains: dict) -> pa.Array:
-        return _decode(partial.code[sel], domains[self.domain_key].values)
+    def final(self, partial: CodePartial, sel: np.ndarray, domains: Domains) -> pa.Array:
+        return _decode(partial.code[sel], self.domain(domains).values)
 
-    def state_columns(self, partial: CodePartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
-        return {self.name: _decode(partial.code[sel], domains[self.domain_key].values)}
+    def state_columns(self, partial: CodePartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
+        return {self.name: _decode(partial.code[sel], self.domain(domains).values)}
 
-    def empty(self) -> list:
+    def empty(self) -> Accumulator:
         return [-1]
 
-    def carried(self, partial: CodePartial, positions: np.ndarray | None) -> list[list]:
+    def carried(self, partial: CodePartial, positions: np.ndarray | None) -> list[Accumulator]:
         return [[code] for code in partial.code.tolist()]
 
-    def collect(self, accs: list[list]) -> CodePartial:
+    def collect(self, accs: list[Accumulator]) -> CodePartial:
         return CodePartial(np.array([a[0] for a in accs], dtype=np.int64))
 
 
@@ -575,11 +592,11 @@ class _ExtremumAggregator(_CodeAggregator):
     is_max: ClassVar[bool] = True
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
-                domains: dict) -> CodePartial:
+                domains: Domains) -> CodePartial:
         # A running maximum of (group, value) encoded in one int64; min runs on reversed codes.
         assert inp is not None
         code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
-        big = np.int64(len(domains[self.domain_key].values) + 2)
+        big = np.int64(len(self.domain(domains).values) + 2)
 
         def flip(c: np.ndarray) -> np.ndarray:
             return c if self.is_max else big - 2 - c
@@ -602,10 +619,10 @@ class MinAggregator(_ExtremumAggregator):
         np.minimum.at(code, group, value)
         code[code == MAX_TIMESTAMP] = -1
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         acc[0] = value if acc[0] < 0 else min(acc[0], value)
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         acc[0] = other[0] if acc[0] < 0 else (min(acc[0], other[0]) if other[0] >= 0 else acc[0])
 
 
@@ -615,10 +632,10 @@ class MaxAggregator(_ExtremumAggregator):
     def fold(self, code: np.ndarray, group: np.ndarray, value: np.ndarray) -> None:
         np.maximum.at(code, group, value)
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         acc[0] = max(acc[0], value)
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         acc[0] = max(acc[0], other[0])
 
 
@@ -637,13 +654,13 @@ class _ArrivalAggregator(_CodeAggregator):
             fields += [pa.field(self.name + "_batch", pa.int64()), pa.field(self.name + "_seq", pa.int64())]
         return fields
 
-    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> CodePartial:
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> CodePartial:
         partial = super().from_state(table, rows, domains)
         if self.keeps_arrival:
             partial.arrival = _carried_arrival(table, self.agg, rows, pa.array(rows))
         return partial
 
-    def state_columns(self, partial: CodePartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+    def state_columns(self, partial: CodePartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         out = super().state_columns(partial, sel, domains)
         if self.keeps_arrival:
             assert partial.arrival is not None
@@ -658,15 +675,15 @@ class _ArrivalAggregator(_CodeAggregator):
         assert inp is not None
         return inp.values[prefixes.event], inp.valid[prefixes.event], np.arange(len(prefixes.group), dtype=np.int64)
 
-    def empty(self) -> list:
+    def empty(self) -> Accumulator:
         return [-1, 0]
 
-    def carried(self, partial: CodePartial, positions: np.ndarray | None) -> list[list]:
+    def carried(self, partial: CodePartial, positions: np.ndarray | None) -> list[Accumulator]:
         if positions is None:
             positions = np.zeros(len(partial.code), dtype=np.int64)
         return [[code, at] for code, at in zip(partial.code.tolist(), positions.tolist())]
 
-    def collect(self, accs: list[list]) -> CodePartial:
+    def collect(self, accs: list[Accumulator]) -> CodePartial:
         partial = super().collect(accs)
         if self.keeps_arrival:
             partial.position = np.array([a[1] for a in accs], dtype=np.int64)
@@ -681,7 +698,7 @@ class FirstAggregator(_ArrivalAggregator):
         code[groups[unset]] = value[first[unset]]
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
-                domains: dict) -> CodePartial:
+                domains: Domains) -> CodePartial:
         code, valid, index = self.pairs(inp, prefixes)
         n = len(index)
         first_at = np.full(prefixes.n_groups, n, dtype=np.int64)
@@ -693,11 +710,11 @@ class FirstAggregator(_ArrivalAggregator):
             out = np.where(carried_code >= 0, carried_code, out)
         return CodePartial(out)
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         if acc[0] < 0:
             acc[0], acc[1] = value, position
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         # The value that arrived first, whichever session holds it.
         if other[0] >= 0 and (acc[0] < 0 or other[1] < acc[1]):
             acc[0], acc[1] = other[0], other[1]
@@ -710,7 +727,7 @@ class LastAggregator(_ArrivalAggregator):
         code[groups] = value[len(value) - 1 - from_end]
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
-                domains: dict) -> CodePartial:
+                domains: Domains) -> CodePartial:
         code, valid, index = self.pairs(inp, prefixes)
         n = len(index)
         last_at = np.where(valid, index, -1)
@@ -720,10 +737,10 @@ class LastAggregator(_ArrivalAggregator):
             out = np.where(out >= 0, out, prefixes.carried(carried.code, -1))
         return CodePartial(out)
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         acc[0], acc[1] = value, position
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         if other[0] >= 0 and (acc[0] < 0 or other[1] > acc[1]):
             acc[0], acc[1] = other[0], other[1]
 
@@ -741,15 +758,15 @@ class DistinctAggregator(Aggregator):
     def domain_values(self, state_column: pa.Array) -> pa.Array:
         return pc.list_flatten(state_column)
 
-    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> DistinctPartial:
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> DistinctPartial:
         lengths, member_group, members = _list_members(self.state_column(table, pa.array(rows)))
-        return DistinctPartial(lengths, member_group, codes_in(members, domains[self.domain_key].values))
+        return DistinctPartial(lengths, member_group, codes_in(members, self.domain(domains).values))
 
-    def _width(self, domains: dict) -> np.int64:
-        return np.int64(len(domains[self.domain_key].values) + 1)
+    def _width(self, domains: Domains) -> np.int64:
+        return np.int64(len(self.domain(domains).values) + 1)
 
     def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: DistinctPartial | None, carried_group: np.ndarray, domains: dict) -> DistinctPartial:
+               carried: DistinctPartial | None, carried_group: np.ndarray, domains: Domains) -> DistinctPartial:
         assert inp is not None
         carried_members = (carried.member_group, carried.member_code) if carried is not None else None
         member_group, member_code = _with_carried_members(inp, group, events, carried_group, carried_members)
@@ -761,7 +778,7 @@ class DistinctAggregator(Aggregator):
                                unique_code)
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: DistinctPartial | None,
-                domains: dict) -> DistinctPartial:
+                domains: Domains) -> DistinctPartial:
         assert inp is not None
         code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
         group, n = prefixes.group, len(prefixes.group)
@@ -782,39 +799,39 @@ class DistinctAggregator(Aggregator):
                                                          minlength=len(prefixes.carried_group)))
         return DistinctPartial(count, np.zeros(0, np.int64), np.zeros(0, np.int64))
 
-    def final(self, partial: DistinctPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+    def final(self, partial: DistinctPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         return pa.array(partial.count[sel], pa.int64())
 
-    def state_columns(self, partial: DistinctPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+    def state_columns(self, partial: DistinctPartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         # Members of the selected groups, as one sorted list per group.
         rows, codes = _selected_members(len(partial.count), partial.member_group, partial.member_code, sel)
         # Each list in value order: the carried state must not depend on input row order.
-        values = _decode(codes, domains[self.domain_key].values)
+        values = _decode(codes, self.domain(domains).values)
         order = pc.sort_indices(pa.table({"g": rows, "v": values}), [("g", "ascending"), ("v", "ascending")])
         rows = rows[order.to_numpy()]
         values = values.take(order)
         offsets = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(sel)))))
         return {self.name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)}
 
-    def empty(self) -> list:
+    def empty(self) -> Accumulator:
         return [set()]
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         acc[0].add(value)
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         acc[0] |= other[0]
 
-    def copy(self, acc: list) -> list:
+    def copy(self, acc: Accumulator) -> Accumulator:
         return [set(acc[0])]
 
-    def carried(self, partial: DistinctPartial, positions: np.ndarray | None) -> list[list]:
-        accs: list[list] = [[set()] for _ in range(len(partial.count))]
+    def carried(self, partial: DistinctPartial, positions: np.ndarray | None) -> list[Accumulator]:
+        accs: list[Accumulator] = [[set()] for _ in range(len(partial.count))]
         for row, code in zip(partial.member_group.tolist(), partial.member_code.tolist()):
             accs[row][0].add(code)
         return accs
 
-    def collect(self, accs: list[list]) -> DistinctPartial:
+    def collect(self, accs: list[Accumulator]) -> DistinctPartial:
         rows = [r for r, a in enumerate(accs) for _ in a[0]]
         codes = [c for a in accs for c in sorted(a[0])]
         return DistinctPartial(np.array([len(a[0]) for a in accs], dtype=np.int64), np.array(rows, dtype=np.int64),
@@ -856,7 +873,7 @@ def _fractions(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     n = len(column)
     if _is_decimal(t):
         scale = 10 ** t.scale
-        values = [Fraction(m, scale) for m in _decimal_ints(column).tolist()]
+        values: list[Fraction | int] = [Fraction(m, scale) for m in _decimal_ints(column).tolist()]
         return np.array(values + [0], dtype=object)[:n], np.zeros(n, dtype=bool)
     if pa.types.is_integer(t):
         ints = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64).tolist()
@@ -892,12 +909,12 @@ class StddevAggregator(Aggregator):
         return [pa.field(self.name, pa.string()), pa.field(self.name + "_squares", pa.string()),
                 pa.field(self.name + "_n", pa.int64()), pa.field(self.name + "_nonfinite", pa.int64())]
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         values, nonfinite = _fractions(column)
         return EventInput(values[sorted_events.rows], valid, nonfinite[sorted_events.rows])
 
-    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> MomentsPartial:
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> MomentsPartial:
         take = pa.array(rows)
 
         def fractions(suffix: str) -> np.ndarray:
@@ -905,12 +922,14 @@ class StddevAggregator(Aggregator):
             return np.array([Fraction(t or 0) for t in texts] + [0], dtype=object)[:len(rows)]
 
         def ints(suffix: str) -> np.ndarray:
-            return pc.fill_null(self.state_column(table, take, suffix), 0).to_numpy().astype(np.int64)
+            column = pc.fill_null(self.state_column(table, take, suffix), 0)
+            counts: NDArray[np.int64] = column.to_numpy().astype(np.int64)
+            return counts
 
         return MomentsPartial(ints("_n"), fractions(""), fractions("_squares"), ints("_nonfinite"))
 
     def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: MomentsPartial | None, carried_group: np.ndarray, domains: dict) -> MomentsPartial:
+               carried: MomentsPartial | None, carried_group: np.ndarray, domains: Domains) -> MomentsPartial:
         assert inp is not None and inp.nonfinite is not None
         valid = inp.valid[events]
         counted, values = group[valid], inp.values[events][valid]
@@ -928,7 +947,7 @@ class StddevAggregator(Aggregator):
         return out
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: MomentsPartial | None,
-                domains: dict) -> MomentsPartial:
+                domains: Domains) -> MomentsPartial:
         assert inp is not None and inp.nonfinite is not None
         valid = inp.valid[prefixes.event]
         values = np.where(valid, inp.values[prefixes.event], 0)
@@ -943,7 +962,7 @@ class StddevAggregator(Aggregator):
             out.squares = out.squares + prefixes.carried(carried.squares)
         return out
 
-    def final(self, partial: MomentsPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+    def final(self, partial: MomentsPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         out: list[float | None] = []
         for n, bad, total, squares in zip(partial.count[sel].tolist(), partial.nonfinite[sel].tolist(),
                                           partial.total[sel].tolist(), partial.squares[sel].tolist()):
@@ -957,21 +976,21 @@ class StddevAggregator(Aggregator):
                 out.append(math.sqrt(float(variance)))
         return pa.array(out, pa.float64())
 
-    def state_columns(self, partial: MomentsPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+    def state_columns(self, partial: MomentsPartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         return {self.name: pa.array([str(v) for v in partial.total[sel].tolist()], pa.string()),
                 self.name + "_squares": pa.array([str(v) for v in partial.squares[sel].tolist()], pa.string()),
                 self.name + "_n": pa.array(partial.count[sel], pa.int64()),
                 self.name + "_nonfinite": pa.array(partial.nonfinite[sel], pa.int64())}
 
-    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list, list]:
+    def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list[Any], list[Any]]:
         assert inp is not None and inp.nonfinite is not None
         values = [None if bad else v for v, bad in zip(inp.values.tolist(), inp.nonfinite.tolist())]
         return values, inp.valid.tolist()
 
-    def empty(self) -> list:
+    def empty(self) -> Accumulator:
         return [0, 0, 0, 0]  # count, total, squares, non-finite
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         acc[0] += 1
         if value is None:
             acc[3] += 1
@@ -979,15 +998,15 @@ class StddevAggregator(Aggregator):
             acc[1] += value
             acc[2] += value * value
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         for i in range(4):
             acc[i] += other[i]
 
-    def carried(self, partial: MomentsPartial, positions: np.ndarray | None) -> list[list]:
+    def carried(self, partial: MomentsPartial, positions: np.ndarray | None) -> list[Accumulator]:
         return [list(r) for r in zip(partial.count.tolist(), partial.total.tolist(), partial.squares.tolist(),
                                      partial.nonfinite.tolist())]
 
-    def collect(self, accs: list[list]) -> MomentsPartial:
+    def collect(self, accs: list[Accumulator]) -> MomentsPartial:
         def objects(i: int) -> np.ndarray:
             return np.array([a[i] for a in accs] + [0], dtype=object)[:len(accs)]
 
@@ -1001,7 +1020,8 @@ def _seg_cumsum(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
         return v
     c = np.cumsum(v)
     st = starts_of(seg)
-    return c - np.repeat((c - v)[st], np.diff(np.append(st, len(v))))
+    running: np.ndarray = c - np.repeat((c - v)[st], np.diff(np.append(st, len(v))))
+    return running
 
 
 @dataclass
@@ -1046,7 +1066,7 @@ class PercentileAggregator(Aggregator):
     def state_fields(self) -> list[pa.Field]:
         return [pa.field(self.name, pa.list_(pa.float64()))]
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: dict) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         if _is_decimal(column.type):  # correctly rounded, like a Python float(Decimal)
             scale = 10 ** column.type.scale
@@ -1055,12 +1075,12 @@ class PercentileAggregator(Aggregator):
             doubles = pc.fill_null(column.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
         return EventInput(doubles.astype(np.float64)[sorted_events.rows], valid)
 
-    def from_state(self, table: pa.Table, rows: np.ndarray, domains: dict) -> ValuesPartial:
+    def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> ValuesPartial:
         lengths, member_group, members = _list_members(self.state_column(table, pa.array(rows)))
         return ValuesPartial(lengths, member_group, members.to_numpy(zero_copy_only=False).astype(np.float64))
 
     def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: ValuesPartial | None, carried_group: np.ndarray, domains: dict) -> ValuesPartial:
+               carried: ValuesPartial | None, carried_group: np.ndarray, domains: Domains) -> ValuesPartial:
         assert inp is not None
         carried_members = (carried.member_group, carried.member_value) if carried is not None else None
         member_group, member_value = _with_carried_members(inp, group, events, carried_group, carried_members)
@@ -1074,19 +1094,19 @@ class PercentileAggregator(Aggregator):
         offsets = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(sel)))))
         return offsets, values[order]
 
-    def final(self, partial: ValuesPartial, sel: np.ndarray, domains: dict) -> pa.Array:
+    def final(self, partial: ValuesPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         offsets, values = self._sorted_lists(partial, sel)
         listed = values.tolist()
         out = [_percentile_of_sorted(listed[a:b], self.percentage) if b > a else None
                for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         return pa.array(out, pa.float64())
 
-    def state_columns(self, partial: ValuesPartial, sel: np.ndarray, domains: dict) -> dict[str, pa.Array]:
+    def state_columns(self, partial: ValuesPartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         offsets, values = self._sorted_lists(partial, sel)
         return {self.name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.float64()))}
 
     def running(self, inp: EventInput | None, prefixes: Prefixes, carried: ValuesPartial | None,
-                domains: dict) -> ValuesPartial:
+                domains: Domains) -> ValuesPartial:
         # Every prefix's values, listed in full: quadratic in a window's events, for snapshots only.
         assert inp is not None
         valid, values = inp.valid[prefixes.event], inp.values[prefixes.event]
@@ -1110,25 +1130,25 @@ class PercentileAggregator(Aggregator):
         return ValuesPartial(np.array(counts, dtype=np.int64), np.array(member_group, dtype=np.int64),
                              np.array(member_value, dtype=np.float64))
 
-    def empty(self) -> list:
+    def empty(self) -> Accumulator:
         return [[]]
 
-    def apply(self, acc: list, value: Any, position: int) -> None:
+    def apply(self, acc: Accumulator, value: Any, position: int) -> None:
         acc[0].append(value)
 
-    def combine(self, acc: list, other: list) -> None:
+    def combine(self, acc: Accumulator, other: Accumulator) -> None:
         acc[0].extend(other[0])
 
-    def copy(self, acc: list) -> list:
+    def copy(self, acc: Accumulator) -> Accumulator:
         return [list(acc[0])]
 
-    def carried(self, partial: ValuesPartial, positions: np.ndarray | None) -> list[list]:
-        accs: list[list] = [[[]] for _ in range(len(partial.count))]
+    def carried(self, partial: ValuesPartial, positions: np.ndarray | None) -> list[Accumulator]:
+        accs: list[Accumulator] = [[[]] for _ in range(len(partial.count))]
         for row, v in zip(partial.member_group.tolist(), partial.member_value.tolist()):
             accs[row][0].append(v)
         return accs
 
-    def collect(self, accs: list[list]) -> ValuesPartial:
+    def collect(self, accs: list[Accumulator]) -> ValuesPartial:
         rows = [r for r, a in enumerate(accs) for _ in a[0]]
         values = [v for a in accs for v in a[0]]
         return ValuesPartial(np.array([len(a[0]) for a in accs], dtype=np.int64), np.array(rows, dtype=np.int64),

@@ -7,7 +7,7 @@ them whose interval holds the event, ``ceil(span / slide)`` at most.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -34,10 +34,12 @@ def assign_windows(event_time_ms: np.ndarray, window: Window) -> WindowAssignmen
     """
     t = event_time_ms
     idx = np.arange(len(t), dtype=np.int64)
+    # Tumbling and sliding windows have a span, sliding ones a slide (windowing.config).
+    span = cast(int, window.span_ms)
     if window.type is WindowType.TUMBLING:
-        start = np.floor_divide(t - window.offset_ms, window.span_ms) * window.span_ms + window.offset_ms
-        return WindowAssignment(idx, start, start + window.span_ms)
-    slide, span = window.slide_ms, window.span_ms
+        start = np.floor_divide(t - window.offset_ms, span) * span + window.offset_ms
+        return WindowAssignment(idx, start, start + span)
+    slide = cast(int, window.slide_ms)
     latest = np.floor_divide(t - window.offset_ms, slide) * slide + window.offset_ms
     events, starts = [], []
     for back in range(-(-span // slide)):

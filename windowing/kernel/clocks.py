@@ -17,7 +17,7 @@ times are always a worker clock value from the timeline (or the tick).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
 import numpy as np
 import pyarrow as pa
@@ -32,9 +32,12 @@ from windowing.config import Clock, Pipeline, WatermarkStrategy
 from windowing.kernel.inputs import _Events, _hashable, _int64, _KeyBatches, _Keys
 from windowing.kernel.spec import EVENT, Spec, Timeline
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
 
 def worker_timelines(pipeline: Pipeline, commits: Mapping[Any, tuple[np.ndarray, ...]],
-                     carried: Mapping[Any, dict]) -> tuple[dict[Any, Timeline], list[dict]]:
+                     carried: Mapping[Any, dict[str, Any]]) -> tuple[dict[Any, Timeline], list[dict[str, Any]]]:
     """Each worker's timeline, and its state row, from its commits in this replay.
 
     ``commits[worker]`` holds the worker's batches in order with, per batch, the watermark
@@ -161,7 +164,7 @@ class _Idle:
         last_of_key = np.append(key_batches.g[batches][1:] != key_batches.g[batches][:-1], True)
         next_commit = np.where(last_of_key, n_commits, np.append(commit[1:], n_commits))
         activity = (key_batches.maxev_after if w.idle_clock is Clock.EVENT_TIME else key_batches.maxarr_after)[batches]
-        due = sat_add(activity, w.idle_timeout_ms)
+        due = sat_add(activity, cast(int, w.idle_timeout_ms))  # not None: only run with a timeout
         reaching = np.maximum(commit, np.searchsorted(series, due, side="left"))
         at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching, commit + 1, next_commit)
         at_commit = ~at_tick & (reaching < next_commit)
@@ -186,7 +189,7 @@ class _Idle:
         next_commit = np.full(len(keys), n_commits, dtype=np.int64)
         has = first >= 0
         next_commit[has] = np.searchsorted(tl.batches, key_batches.batch[first[has]])
-        due = sat_add(activity, w.idle_timeout_ms)
+        due = sat_add(activity, cast(int, w.idle_timeout_ms))  # not None: only run with a timeout
         reaching = np.searchsorted(series, due, side="left")
         at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching,
                                          np.zeros(len(keys), np.int64), next_commit)
@@ -206,7 +209,8 @@ class _Idle:
         before = np.cumsum(fired) - fired
         counts = np.diff(np.append(key_batches.first_of_key, key_batches.n))
         base = np.repeat(before[key_batches.first_of_key], counts)
-        return before - base + self.pre_fire[key_batches.g].astype(np.int64)
+        generation: NDArray[np.int64] = before - base + self.pre_fire[key_batches.g].astype(np.int64)
+        return generation
 
 
 def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, reaching: np.ndarray, earliest: np.ndarray,
@@ -243,4 +247,5 @@ def _snapshot_times(sorted_events: _Events, key_batches: _KeyBatches, idle: _Idl
     seen, this event's included (its batch's earlier events arrived no later than it)."""
     if not sorted_events.n:
         return np.zeros(0, np.int64)
-    return np.maximum(idle.kb_clock_before[key_batches.of_event], sorted_events.arr)
+    times: NDArray[np.int64] = np.maximum(idle.kb_clock_before[key_batches.of_event], sorted_events.arr)
+    return times

@@ -17,10 +17,11 @@ MAX_DECIMAL_DIGITS = 38
 
 
 def _is_decimal(t: pa.DataType) -> bool:
-    return pa.types.is_decimal(t)
+    decimal: bool = pa.types.is_decimal(t)
+    return decimal
 
 
-def _sum_dtype(t: pa.DataType):
+def _sum_dtype(t: pa.DataType) -> type[np.int64] | type[np.float64] | type[object]:
     """NumPy dtype of the sums of a column of type ``t``: exact int64 for integers, exact
     Python ints (unscaled) for decimals, float64 otherwise."""
     if pa.types.is_integer(t):

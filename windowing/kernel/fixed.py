@@ -16,6 +16,7 @@ worker's clock at the emitting commit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -28,7 +29,16 @@ from windowing.arrays import (
     seg_searchsorted,
 )
 from windowing.config import Lateness
-from windowing.kernel.aggregates import Prefixes, _domains, _event_inputs, _reduce, _state_partials
+from windowing.kernel.aggregates import (
+    Domains,
+    EventInput,
+    InputKey,
+    Prefixes,
+    _domains,
+    _event_inputs,
+    _reduce,
+    _state_partials,
+)
 from windowing.kernel.assignment import WindowAssignment, assign_windows
 from windowing.kernel.clocks import _Idle, _snapshot_times
 from windowing.kernel.inputs import _Events, _KeyBatches, _Keys, _scol
@@ -43,6 +53,9 @@ from windowing.kernel.spec import (
     WATERMARK,
     Spec,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 
 @dataclass(frozen=True)
@@ -61,8 +74,9 @@ class _CarriedWindows:
         rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
         table = keyset.table
 
-        def ints(name: str) -> np.ndarray:
-            return pc.fill_null(_scol(table, name, rows), 0).to_numpy().astype(np.int64)
+        def ints(name: str) -> NDArray[np.int64]:
+            values: NDArray[np.int64] = pc.fill_null(_scol(table, name, rows), 0).to_numpy().astype(np.int64)
+            return values
 
         return _CarriedWindows(rows, keyset.gid[rows], ints("window_start_ms"), ints("window_end_ms"),
                                ints("emissions"), ints("events"))
@@ -100,12 +114,14 @@ class _WindowGroups:
     @property
     def event_group(self) -> np.ndarray:
         """The group of each pair, in member order."""
-        return self.member_group[self.member_is_event]
+        group: np.ndarray = self.member_group[self.member_is_event]
+        return group
 
     @property
     def event_index(self) -> np.ndarray:
         """The event of each pair, in member order."""
-        return self.member_event[self.member_is_event]
+        event: np.ndarray = self.member_event[self.member_is_event]
+        return event
 
 
 @dataclass
@@ -342,9 +358,9 @@ def _emissions(keyset: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emi
     return emission, (key[last][keep], start[last][keep], end[last][keep], total[keep])
 
 
-def _snapshots(spec: Spec, domains: dict, inputs: dict, wg: _WindowGroups, emission: np.ndarray,
-               carried_partials: list | None, carried: _CarriedWindows, sorted_events: _Events,
-               key_batches: _KeyBatches, snapshot_time: np.ndarray) -> _Groups:
+def _snapshots(spec: Spec, domains: Domains, inputs: dict[InputKey, EventInput], wg: _WindowGroups,
+               emission: np.ndarray, carried_partials: list[Any] | None, carried: _CarriedWindows,
+               sorted_events: _Events, key_batches: _KeyBatches, snapshot_time: np.ndarray) -> _Groups:
     """atAggregate: one row per accepted (event, window) with the window's running aggregate
     (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`).
 

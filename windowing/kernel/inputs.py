@@ -13,6 +13,9 @@ order; a key id's value carries no meaning (only equality); watermarks never go 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, cast
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,6 +32,9 @@ from windowing.arrays import (
 from windowing.config import WatermarkStrategy
 from windowing.durations import DAY_MS
 from windowing.kernel.spec import EVENT, STATE_KEY, STATE_PREFIX, Spec
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 
 def _ms_derivable(t: pa.DataType) -> bool:
@@ -62,13 +68,17 @@ def _epoch_ms(col: pa.ChunkedArray) -> np.ndarray:
     """Epoch milliseconds (floored) of a time column; nulls (state rows) give 0."""
     arr = col.combine_chunks()
     t = arr.type
+    ms: np.ndarray
     if pa.types.is_timestamp(t):
         v = pc.fill_null(arr.view(pa.int64()), 0).to_numpy()
         per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[t.unit]
-        return v * 1000 if per_ms is None else np.floor_divide(v, per_ms)
+        ms = v * 1000 if per_ms is None else np.floor_divide(v, per_ms)
+        return ms
     if pa.types.is_date32(t):
-        return pc.fill_null(arr.view(pa.int32()), 0).to_numpy().astype(np.int64) * DAY_MS
-    return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy()
+        ms = pc.fill_null(arr.view(pa.int32()), 0).to_numpy().astype(np.int64) * DAY_MS
+        return ms
+    ms = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy()
+    return ms
 
 
 def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
@@ -90,7 +100,7 @@ def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
         if src.batch_column:
             batch = pc.fill_null(table[src.batch_column].cast(pa.int64()), 0).to_numpy()
         else:
-            batch = np.floor_divide(table["__arr"].to_numpy(), src.batch_interval_ms)
+            batch = np.floor_divide(table["__arr"].to_numpy(), cast(int, src.batch_interval_ms))
         table = table.append_column("__batch", pa.array(batch))
     return table
 
@@ -197,8 +207,9 @@ def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows
     return out
 
 
-def _int64(col: pa.ChunkedArray) -> np.ndarray:
-    return col.to_numpy().astype(np.int64, copy=False)
+def _int64(col: pa.ChunkedArray) -> NDArray[np.int64]:
+    ints: NDArray[np.int64] = col.to_numpy().astype(np.int64, copy=False)
+    return ints
 
 
 class _KeyBatches:
@@ -256,7 +267,7 @@ class _KeyBatches:
 
 
 
-def _hashable(v):
+def _hashable(v: Any) -> Hashable:
     return v if not isinstance(v, (list, dict)) else repr(v)
 
 

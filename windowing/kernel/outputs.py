@@ -9,6 +9,7 @@ rows, and every key a ``key`` row with its watermark and clocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,9 @@ from windowing.arrays import (
 from windowing.kernel.inputs import _Events, _KeyBatches, _Keys
 from windowing.kernel.spec import END_OF_INPUT, IDLE, MAX_DURATION, OPEN, REASON_NAMES, TS, WATERMARK, Spec
 
+if TYPE_CHECKING:
+    from windowing.kernel.aggregates import Domains
+
 
 class _Groups:
     """Windows of one kind of output, one row per (key, generation, window).
@@ -30,7 +34,7 @@ class _Groups:
     :class:`~windowing.kernel.aggregates.Aggregator`), codes into ``domains``.
     """
 
-    def __init__(self, spec: Spec, domains: dict[str, pa.Array]):
+    def __init__(self, spec: Spec, domains: Domains):
         self.spec = spec
         self.domains = domains
         # Per key (index: key id): windows created, idle flushes (windowing.metrics).
@@ -38,7 +42,7 @@ class _Groups:
         self.idle_flushes = np.zeros(0, dtype=np.int64)
 
     def set(self, key: np.ndarray, start: np.ndarray, end: np.ndarray, reason: np.ndarray, emit_batch: np.ndarray,
-            emit_watermark: np.ndarray, emission: np.ndarray, events: np.ndarray, partials: list,
+            emit_watermark: np.ndarray, emission: np.ndarray, events: np.ndarray, partials: list[Any],
             reopenable: tuple[np.ndarray, ...] | None = None, *, emit_time: np.ndarray) -> None:
         """Set the rows, all arrays of one length (one entry per row).
 
@@ -89,6 +93,7 @@ class _Groups:
         return _fill_state(cols, m, spec)
 
     def emitted_counter_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
+        assert self.reopenable is not None  # set by every replay's groups (not by snapshots)
         g, ws, we, em = self.reopenable
         cols = _state_base(spec, keyset, g, "emitted")
         cols["window_start_ms"] = pa.array(ws, pa.int64())

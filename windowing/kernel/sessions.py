@@ -16,14 +16,24 @@ every event of this replay.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow.compute as pc
 
 from windowing.arrays import MIN_TIMESTAMP, sat_sub
 from windowing.config import Lateness
-from windowing.kernel.aggregates import Aggregator, _ArrivalAggregator, _domains, _event_inputs, _state_partials
+from windowing.kernel.aggregates import (
+    Accumulator,
+    Aggregator,
+    Domains,
+    EventInput,
+    InputKey,
+    _ArrivalAggregator,
+    _domains,
+    _event_inputs,
+    _state_partials,
+)
 from windowing.kernel.clocks import _Idle, _snapshot_times
 from windowing.kernel.inputs import _Events, _KeyBatches, _Keys, _scol
 from windowing.kernel.outputs import _Groups, _Late
@@ -48,7 +58,7 @@ class _Session:
     start: int
     end: int
     events: int
-    accs: list
+    accs: list[Accumulator]
 
 
 class _SessionRow(NamedTuple):
@@ -62,7 +72,7 @@ class _SessionRow(NamedTuple):
     watermark: int
     emission: int
     events: int
-    accs: list
+    accs: list[Accumulator]
     time: int
 
 
@@ -125,7 +135,7 @@ class _SessionLoop:
     the carried ones included."""
 
     def __init__(self, spec: Spec, sorted_events: _Events, key_batches: _KeyBatches, idle: _Idle, keyset: _Keys,
-                 inputs: dict):
+                 inputs: dict[InputKey, EventInput]):
         w = spec.window
         self.spec, self.key_batches, self.idle, self.keyset = spec, key_batches, idle, keyset
         self.gap_ms, self.max_duration_ms = w.gap_ms, w.maximum_duration_ms
@@ -185,7 +195,9 @@ class _SessionLoop:
         gap, max_duration = self.gap_ms, self.max_duration_ms
         t = self.event_time[i]
         if eff != MIN_TIMESTAMP and ((t + gap <= eff) if self.closed_mode else (t < eff)):
-            self.late[0].append(i), self.late[1].append(t), self.late[2].append(eff)
+            self.late[0].append(i)
+            self.late[1].append(t)
+            self.late[2].append(eff)
             return open_
         lo, hi, merged, rest = t, t, [], []
         for s in sorted(open_, key=_by_start):
@@ -243,10 +255,10 @@ class _SessionLoop:
         return tuple(np.array([r[i] for r in keep], dtype=np.int64) for i in range(4))
 
 
-def _carried_counters(keyset: _Keys) -> dict[tuple, int]:
+def _carried_counters(keyset: _Keys) -> dict[tuple[int, int, int], int]:
     """Emissions so far per (key, start, end), from the ``emitted`` state rows."""
     rows = np.flatnonzero(keyset.kind == STATE_EMITTED)
-    counters: dict[tuple, int] = {}
+    counters: dict[tuple[int, int, int], int] = {}
     if len(rows):
         t = keyset.table
         for key, start, end, n in zip(keyset.gid[rows].tolist(), _scol(t, "window_start_ms", rows).to_pylist(),
@@ -257,7 +269,7 @@ def _carried_counters(keyset: _Keys) -> dict[tuple, int]:
 
 
 def _carried_sessions(aggregators: list[Aggregator], keyset: _Keys,
-                      domains: dict) -> tuple[dict[int, list[_Session]], np.ndarray, np.ndarray]:
+                      domains: Domains) -> tuple[dict[int, list[_Session]], np.ndarray, np.ndarray]:
     """The carried sessions per key, and the (batch, seq) of carried arrival positions
     ``-K .. -1`` in order (see :func:`_carried_positions`)."""
     rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
@@ -277,14 +289,15 @@ def _carried_sessions(aggregators: list[Aggregator], keyset: _Keys,
     return carried, at_batch, at_seq
 
 
-def _carried_positions(aggregators: list[Aggregator], partials: list) -> tuple[list, np.ndarray, np.ndarray]:
+def _carried_positions(aggregators: list[Aggregator],
+                       partials: list[Any]) -> tuple[list[np.ndarray | None], np.ndarray, np.ndarray]:
     """Arrival positions (see :func:`_sessions`) of carried ``first`` / ``last`` values.
 
     Returns, per aggregate, the positions of its carried values (None for aggregates
     that keep none), and the (batch, seq) of positions ``-K .. -1`` in order.
     """
     keeping = [i for i, agg in enumerate(aggregators) if isinstance(agg, _ArrivalAggregator) and agg.keeps_arrival]
-    out: list = [None] * len(partials)
+    out: list[np.ndarray | None] = [None] * len(partials)
     if not keeping:
         return out, np.zeros(0, np.int64), np.zeros(0, np.int64)
     batch = np.concatenate([partials[i].arrival[0] for i in keeping])
@@ -298,7 +311,7 @@ def _carried_positions(aggregators: list[Aggregator], partials: list) -> tuple[l
     return out, batch[order], seq[order]
 
 
-def _rows_to_groups(spec: Spec, domains: dict, rows: list[_SessionRow]) -> _Groups:
+def _rows_to_groups(spec: Spec, domains: Domains, rows: list[_SessionRow]) -> _Groups:
     groups = _Groups(spec, domains)
     partials = [agg.collect([r.accs[i] for r in rows]) for i, agg in enumerate(spec.aggregators)]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, cast
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +19,8 @@ import pyarrow as pa
 from windowing.arrays import (
     MIN_TIMESTAMP,
 )
-from windowing.config import Aggregate, Pipeline, Trigger
-from windowing.contract import (  # noqa: F401  (re-exported: the kernel's modules import them from here)
+from windowing.config import Aggregate, Pipeline, Trigger, Window
+from windowing.contract import (  # re-exported (__all__): the kernel's modules import them from here
     AGGREGATE,
     END_OF_INPUT,
     IDLE,
@@ -34,6 +34,12 @@ from windowing.contract import (  # noqa: F401  (re-exported: the kernel's modul
 
 if TYPE_CHECKING:
     from windowing.kernel.aggregates import Aggregator
+
+__all__ = [
+    "AGGREGATE", "END_OF_INPUT", "EVENT", "IDLE", "LATE_ADDED_COLUMNS", "MAX_DURATION", "OPEN", "REASON_NAMES",
+    "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS", "WATERMARK", "KernelOutput", "Spec",
+    "Timeline",
+]
 
 # Row kinds of the kernel's input table (column ``__kind``).
 STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
@@ -81,7 +87,7 @@ class Spec:
     input_types: Mapping[str, pa.DataType]
 
     @property
-    def window(self):
+    def window(self) -> Window:
         return self.pipeline.window
 
     @property
@@ -97,7 +103,7 @@ class Spec:
         return Trigger.AT_AGGREGATE in self.pipeline.triggers
 
     def value_type(self, agg: Aggregate) -> pa.DataType:
-        return self.input_types[agg.column]
+        return self.input_types[cast(str, agg.column)]
 
     @cached_property
     def aggregators(self) -> list[Aggregator]:
