@@ -13,7 +13,7 @@ the rules in two comparisons (contract sections 2, 4, 5):
 The raw watermarks ``W`` do not depend on D (candidates include late events), nor do the
 events' keys, batches, windows or the workers' clocks. So one pass computes what every D
 shares: the events in arrival order per key, the key batches with their raw watermarks
-(:class:`windowing.kernel._KeyBatches` at D = 0), every (event, window) pair and the
+(:class:`windowing.kernel.KeyBatches` at D = 0), every (event, window) pair and the
 windows they form, sorted once. Per D it is then a comparison per pair (late or not), a
 count per window (its accepted events; a window exists under D when it has one, or was
 carried open from the previous partition under D) and a segmented binary search per
@@ -43,8 +43,8 @@ from windowing import kernel as K
 from windowing import metrics
 from windowing.arrays import MIN_TIMESTAMP, sat_sub, seg_searchsorted
 from windowing.config import Lateness, Pipeline, WatermarkStrategy, WindowType
-from windowing.kernel.inputs import _scol as _state_column
-from windowing.kernel.outputs import _fill_state, _key_state_rows, _Late, _state_base
+from windowing.kernel.inputs import state_column as _state_column
+from windowing.kernel.outputs import LatePairs, fill_state, key_state_rows, state_base
 
 
 def sweepable(pipeline: Pipeline) -> bool:
@@ -82,7 +82,7 @@ class _Windows:
     event_first: np.ndarray | None  # per event, its first pair in ``by_event`` (None: an event has none)
 
 
-def _windows(sorted_events: K._Events, pipeline: Pipeline) -> _Windows:
+def _windows(sorted_events: K.SortedEvents, pipeline: Pipeline) -> _Windows:
     pe, ws, we = K.assign_windows(sorted_events.t, pipeline.window)
     pg = sorted_events.g[pe]
     order = np.lexsort((we, ws, pg))
@@ -106,9 +106,9 @@ class _Strategy:
     """What one watermark strategy's variants share: the key batches with their raw
     watermarks, the workers' clocks at them, and each pair's raw watermark before it."""
 
-    keys: K._Keys
-    batches: K._KeyBatches
-    clocks: K._Idle
+    keys: K.KeyIds
+    batches: K.KeyBatches
+    clocks: K.IdleClocks
     pair_watermark: np.ndarray
     closing: "_Closing"
 
@@ -132,8 +132,8 @@ def sweep(table: pa.Table, groups: Sequence[Sequence[Lean]], variant_col: str,
                   else np.full(table.num_rows, None, dtype=object))
     # Keys and events are those of every variant; windows and pairs those of every
     # strategy, lateness mode and delay: computed once.
-    keys = K._Keys(table, raw)
-    sorted_events = K._Events(table, raw, keys)
+    keys = K.KeyIds(table, raw)
+    sorted_events = K.SortedEvents(table, raw, keys)
     wins = _windows(sorted_events, raw.pipeline)
     strategies: dict[WatermarkStrategy, _Strategy] = {}
     out = {}
@@ -154,7 +154,7 @@ def sweep(table: pa.Table, groups: Sequence[Sequence[Lean]], variant_col: str,
     return out
 
 
-def _strategy(table: pa.Table, keys: K._Keys, sorted_events: K._Events, wins: _Windows, raw: K.Spec,
+def _strategy(table: pa.Table, keys: K.KeyIds, sorted_events: K.SortedEvents, wins: _Windows, raw: K.Spec,
               variant_of: np.ndarray, labels: set[str], timelines: Mapping[Any, K.Timeline]) -> _Strategy:
     """The key batches under ``raw``'s strategy, starting from the key watermarks its
     variants carried (the same in each of them: they do not depend on D or the mode)."""
@@ -164,8 +164,8 @@ def _strategy(table: pa.Table, keys: K._Keys, sorted_events: K._Events, wins: _W
     rows = rows[np.isin(variant_of[rows], list(labels))]
     if len(rows):
         keys.wm0[keys.gid[rows]] = _state_column(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
-    key_batches = K._KeyBatches(sorted_events, keys, raw)
-    return _Strategy(keys, key_batches, K._Idle(key_batches, keys, raw, timelines),
+    key_batches = K.KeyBatches(sorted_events, keys, raw)
+    return _Strategy(keys, key_batches, K.IdleClocks(key_batches, keys, raw, timelines),
                      key_batches.eff_before[key_batches.of_event[wins.pair_event]],
                      _Closing(key_batches.wm_after, key_batches.g, keys.n))
 
@@ -224,7 +224,7 @@ class _Slack:
     event: np.ndarray  # every event's (its greatest pair's): the late events
 
 
-def _slack(sorted_events: K._Events, st: _Strategy, wins: _Windows, lateness: Lateness) -> _Slack:
+def _slack(sorted_events: K.SortedEvents, st: _Strategy, wins: _Windows, lateness: Lateness) -> _Slack:
     wm = st.pair_watermark
     if lateness is Lateness.WINDOW_CLOSED:
         slack = wm - wins.pair_end  # late: end <= wm - D
@@ -241,7 +241,7 @@ def _slack(sorted_events: K._Events, st: _Strategy, wins: _Windows, lateness: La
                   event=event_slack)
 
 
-def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
+def _replay_at(v: Lean, sorted_events: K.SortedEvents, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
                ) -> K.KernelOutput:
     """One delay: the windows that exist, where each closes, the late pairs, the outputs.
 
@@ -283,7 +283,7 @@ def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows,
     kept = np.concatenate([[0], np.cumsum(sl.pair < delay)])
     accepted = kept[wins.end_pair[open_live]] - kept[wins.first_pair[open_live]] + before[open_live]
     events = np.concatenate([accepted, carried.events[apart][is_open[len(live):]]])
-    state = pa.concat_tables([_key_state_rows(keyset, key_batches, spec),
+    state = pa.concat_tables([key_state_rows(keyset, key_batches, spec),
                               _window_state(spec, keyset, key[is_open], start[is_open], end[is_open], prior[is_open],
                                             events)])
     aggregates = pa.table({"window_end": K._ts(end[closed]),
@@ -292,7 +292,7 @@ def _replay_at(v: Lean, sorted_events: K._Events, st: _Strategy, wins: _Windows,
     late_pairs = int(np.count_nonzero(sl.pair >= delay))
     if v.keep_late:
         rows = np.flatnonzero(sl.pair >= delay)
-        missed = _Late(wins.pair_event[rows], wins.pair_start[rows], wins.pair_end[rows],
+        missed = LatePairs(wins.pair_event[rows], wins.pair_start[rows], wins.pair_end[rows],
                        sat_sub(st.pair_watermark[rows], delay))
         late_table = missed.table(sorted_events, spec)
     else:
@@ -320,13 +320,13 @@ def _distinct(ids: np.ndarray, n: int) -> int:
     return int(np.count_nonzero(seen))
 
 
-def _window_state(spec: K.Spec, keyset: K._Keys, key: np.ndarray, start: np.ndarray, end: np.ndarray,
+def _window_state(spec: K.Spec, keyset: K.KeyIds, key: np.ndarray, start: np.ndarray, end: np.ndarray,
                   emissions: np.ndarray, events: np.ndarray) -> pa.Table:
     """State rows of the windows left open, as the kernel writes them for a lean variant
     (its one aggregate is a plain count: its partial is the window's event count)."""
     (count,) = spec.pipeline.aggregates
-    cols = _state_base(spec, keyset, key, "window")
+    cols = state_base(spec, keyset, key, "window")
     cols.update(window_start_ms=pa.array(start, pa.int64()), window_end_ms=pa.array(end, pa.int64()),
                 emissions=pa.array(emissions, pa.int64()), events=pa.array(events, pa.int64()))
     cols[f"partial_{count.name}"] = pa.array(events, pa.int64())
-    return _fill_state(cols, len(key), spec)
+    return fill_state(cols, len(key), spec)

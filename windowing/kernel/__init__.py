@@ -46,10 +46,10 @@ import pyarrow as pa
 from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, seg_searchsorted
 from windowing.config import Trigger, WindowType
 from windowing.kernel.assignment import _assign, assign_windows
-from windowing.kernel.clocks import _Idle, commit_summary, worker_timelines
+from windowing.kernel.clocks import IdleClocks, commit_summary, worker_timelines
 from windowing.kernel.fixed import _windows
-from windowing.kernel.inputs import _Events, _hashable, _KeyBatches, _Keys, task_derived, with_event_columns
-from windowing.kernel.outputs import _counters, _key_state_rows, _ts
+from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, _hashable, task_derived, with_event_columns
+from windowing.kernel.outputs import _counters, _ts, key_state_rows
 from windowing.kernel.sessions import _sessions
 from windowing.kernel.spec import (
     AGGREGATE,
@@ -71,15 +71,16 @@ from windowing.kernel.spec import (
     Timeline,
 )
 
-# The names other modules import from ``windowing.kernel``. The private ones (``_Keys``,
-# ``_Events``, ``_KeyBatches``, ``_Idle``, ``_assign``, ``_ts``, ``_hashable``) are
-# re-exported on purpose: the engine, the lateness what-ifs and the tests use them.
+# The names other modules import from ``windowing.kernel``: the entry point and its types;
+# the phases' building blocks the delay sweep (``windowing.sweep``) runs itself (``KeyIds``,
+# ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); and three private helpers the engine,
+# the lateness what-ifs and the tests share (``_assign``, ``_ts``, ``_hashable``).
 __all__ = [
     "AGGREGATE", "END_OF_INPUT", "EVENT", "IDLE", "LATE_ADDED_COLUMNS", "MAX_DURATION", "MAX_TIMESTAMP",
     "MIN_TIMESTAMP", "OPEN", "REASON_NAMES", "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS",
     "WATERMARK", "KernelOutput", "Spec", "Timeline", "assign_windows", "commit_summary", "process",
     "seg_searchsorted", "task_derived", "with_event_columns", "worker_timelines",
-    "_Events", "_Idle", "_KeyBatches", "_Keys", "_assign", "_hashable", "_ts",
+    "SortedEvents", "IdleClocks", "KeyBatches", "KeyIds", "_assign", "_hashable", "_ts",
 ]
 
 
@@ -87,10 +88,10 @@ __all__ = [
 def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flush_at_end: bool) -> KernelOutput:
     """Replay the events of complete keys in ``table`` (events and state rows, any order)."""
     table = with_event_columns(table, spec)
-    keyset = _Keys(table, spec)
-    sorted_events = _Events(table, spec, keyset)
-    key_batches = _KeyBatches(sorted_events, keyset, spec)
-    idle = _Idle(key_batches, keyset, spec, timelines)
+    keyset = KeyIds(table, spec)
+    sorted_events = SortedEvents(table, spec, keyset)
+    key_batches = KeyBatches(sorted_events, keyset, spec)
+    idle = IdleClocks(key_batches, keyset, spec, timelines)
     if spec.window.type is WindowType.SESSION:
         groups, late, snaps = _sessions(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
     else:
@@ -100,7 +101,7 @@ def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flus
     if snaps is not None:
         out_aggs.append(snaps.emitted_table(keyset, spec))
     aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
-    state = pa.concat_tables([_key_state_rows(keyset, key_batches, spec), groups.state_table(keyset, spec),
+    state = pa.concat_tables([key_state_rows(keyset, key_batches, spec), groups.state_table(keyset, spec),
                               groups.emitted_counter_table(keyset, spec)])
     by_worker = _counters(keyset, sorted_events, key_batches, groups, snaps, late, spec)
     totals: dict[str, int] = {}

@@ -37,13 +37,13 @@ from windowing.kernel.decimals import (
     _split_overflow,
     _sum_dtype,
 )
-from windowing.kernel.inputs import _scol
+from windowing.kernel.inputs import state_column
 from windowing.kernel.spec import STATE_PREFIX, STATE_WINDOW
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from windowing.kernel.inputs import _Events, _Keys
+    from windowing.kernel.inputs import KeyIds, SortedEvents
     from windowing.kernel.spec import Spec
 
 
@@ -63,7 +63,7 @@ InputKey = tuple[str | bool | None, ...]
 Accumulator = list[Any]
 
 
-def _domains(keyset: _Keys, aggregators: list[Aggregator]) -> Domains:
+def _domains(keyset: KeyIds, aggregators: list[Aggregator]) -> Domains:
     """Distinct values per column (events and carried partials), sorted where order matters.
 
     Aggregates over arbitrary types (strings, timestamps, ...) work on integer codes into
@@ -81,7 +81,7 @@ def _domains(keyset: _Keys, aggregators: list[Aggregator]) -> Domains:
         parts = [column]
         for other in aggregators:
             if other.domain_key is not None and other.agg.column == key[0] and len(state_rows):
-                parts.append(other.domain_values(_scol(table, other.name, state_rows)))
+                parts.append(other.domain_values(state_column(table, other.name, state_rows)))
         encoded = pc.dictionary_encode(pa.concat_arrays(parts) if len(parts) > 1 else column)
         values = encoded.dictionary
         codes = pc.fill_null(encoded.indices.slice(0, len(column)), -1).to_numpy(zero_copy_only=False)
@@ -96,7 +96,7 @@ def _domains(keyset: _Keys, aggregators: list[Aggregator]) -> Domains:
     return out
 
 
-def _event_inputs(sorted_events: _Events, aggregators: list[Aggregator],
+def _event_inputs(sorted_events: SortedEvents, aggregators: list[Aggregator],
                   domains: Domains) -> dict[InputKey, EventInput]:
     """Per aggregate input (:attr:`Aggregator.input_key`): its :class:`EventInput`.
 
@@ -111,7 +111,7 @@ def _event_inputs(sorted_events: _Events, aggregators: list[Aggregator],
     return out
 
 
-def _state_partials(aggregators: list[Aggregator], keyset: _Keys, rows: np.ndarray, domains: Domains) -> list[Any]:
+def _state_partials(aggregators: list[Aggregator], keyset: KeyIds, rows: np.ndarray, domains: Domains) -> list[Any]:
     """Partial aggregates of carried windows (table rows ``rows``), one per aggregate."""
     return [agg.from_state(keyset.table, rows, domains) for agg in aggregators]
 
@@ -133,7 +133,7 @@ def _carried_arrival(t: pa.Table, a: Aggregate, rows: np.ndarray, take: pa.Array
     its sessions then rank by start, which is how merges combined them then."""
     names = [STATE_PREFIX + f"partial_{a.name}_{c}" for c in ("batch", "seq")]
     if not all(n in t.column_names for n in names):
-        start = pc.fill_null(_scol(t, "window_start_ms", rows), 0).to_numpy().astype(np.int64)
+        start = pc.fill_null(state_column(t, "window_start_ms", rows), 0).to_numpy().astype(np.int64)
         return np.full(len(rows), MIN_TIMESTAMP, dtype=np.int64), start
     b, q = (pc.fill_null(t[n].take(take), 0).to_numpy().astype(np.int64) for n in names)
     return b, q
@@ -299,7 +299,7 @@ class Aggregator:
         """The values a carried partial adds to the column's domain."""
         return state_column
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         return EventInput(self.domain(domains).codes[sorted_events.rows], valid)
 
@@ -363,7 +363,7 @@ class CountAggregator(Aggregator):
     def output_type(self) -> pa.DataType:
         return pa.int64()
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         return EventInput(valid, valid)
 
@@ -438,7 +438,7 @@ class SumAggregator(Aggregator):
             out.append(pa.field(self.name + "_overflow", pa.int64()))
         return out
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         if _is_decimal(column.type):
             values = _decimal_ints(column)[sorted_events.rows]
@@ -909,7 +909,7 @@ class StddevAggregator(Aggregator):
         return [pa.field(self.name, pa.string()), pa.field(self.name + "_squares", pa.string()),
                 pa.field(self.name + "_n", pa.int64()), pa.field(self.name + "_nonfinite", pa.int64())]
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         values, nonfinite = _fractions(column)
         return EventInput(values[sorted_events.rows], valid, nonfinite[sorted_events.rows])
@@ -1066,7 +1066,7 @@ class PercentileAggregator(Aggregator):
     def state_fields(self) -> list[pa.Field]:
         return [pa.field(self.name, pa.list_(pa.float64()))]
 
-    def event_input(self, column: pa.Array, sorted_events: _Events, domains: Domains) -> EventInput:
+    def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         if _is_decimal(column.type):  # correctly rounded, like a Python float(Decimal)
             scale = 10 ** column.type.scale

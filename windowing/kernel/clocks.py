@@ -10,7 +10,7 @@ the worker's timeline per key batch. With the processing-time clock a heartbeat 
 can only flush the key in the gap just before that commit (:func:`_heartbeat_flush`), so
 ticks are never listed.
 
-Invariants: every flush ends a *generation* of the key's windows; ``_Idle.gen`` numbers
+Invariants: every flush ends a *generation* of the key's windows; ``IdleClocks.gen`` numbers
 the generations of each key batch from 0 (carried windows are generation 0); emit
 times are always a worker clock value from the timeline (or the tick).
 """
@@ -29,7 +29,7 @@ from windowing.arrays import (
     sat_sub,
 )
 from windowing.config import Clock, Pipeline, WatermarkStrategy
-from windowing.kernel.inputs import _Events, _hashable, _int64, _KeyBatches, _Keys
+from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, _hashable, _int64
 from windowing.kernel.spec import EVENT, Spec, Timeline
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def commit_summary(table: pa.Table, spec: "Spec") -> dict[Any, tuple[np.ndarray,
 
 
 
-class _Idle:
+class IdleClocks:
     """Where each key goes idle, and the worker's clock at the key's commits.
 
     ``kb_fire[j]``: the key goes idle after its batch j and before its next one; it is
@@ -117,7 +117,7 @@ class _Idle:
     ``last_batch[g]``, ``last_clock[g]``: the worker's last commit (for END_OF_INPUT).
     """
 
-    def __init__(self, key_batches: _KeyBatches, keyset: _Keys, spec: Spec, timelines: Mapping[Any, Timeline]):
+    def __init__(self, key_batches: KeyBatches, keyset: KeyIds, spec: Spec, timelines: Mapping[Any, Timeline]):
         self.kb_fire = np.zeros(key_batches.n, dtype=bool)
         self.kb_batch = np.zeros(key_batches.n, dtype=np.int64)
         self.kb_time = np.zeros(key_batches.n, dtype=np.int64)
@@ -150,7 +150,7 @@ class _Idle:
             self._before_first_batch(tl, key_batches, keyset, np.flatnonzero(of_worker), spec)
         self.gen = self._generations(key_batches)
 
-    def _after_batches(self, tl: Timeline, key_batches: _KeyBatches, batches: np.ndarray, commit: np.ndarray,
+    def _after_batches(self, tl: Timeline, key_batches: KeyBatches, batches: np.ndarray, commit: np.ndarray,
                        spec: Spec) -> None:
         """Idle flushes after each of the key batches ``batches`` (of one worker, committed at
         ``commit``): from the first commit c (at or after the batch's own) whose clock
@@ -173,7 +173,7 @@ class _Idle:
         self.kb_batch[batches] = np.where(at_tick, tl.batches[np.maximum(at - 1, 0)], tl.batches[at])
         self.kb_time[batches] = np.where(at_tick, tick, tl.clock[at])
 
-    def _before_first_batch(self, tl: Timeline, key_batches: _KeyBatches, keyset: _Keys, keys: np.ndarray,
+    def _before_first_batch(self, tl: Timeline, key_batches: KeyBatches, keyset: KeyIds, keys: np.ndarray,
                             spec: Spec) -> None:
         """Idle flushes of the worker's ``keys`` with carried state before their first batch
         of this replay (a tick may come before this replay's first commit: commit 0 is
@@ -201,7 +201,7 @@ class _Idle:
         self.pre_batch[keys] = np.where(at_tick, before, tl.batches[at])
         self.pre_time[keys] = np.where(at_tick, tick, tl.clock[at])
 
-    def _generations(self, key_batches: _KeyBatches) -> np.ndarray:
+    def _generations(self, key_batches: KeyBatches) -> np.ndarray:
         """Generation of each key batch: flushes before it, including the one before its first batch."""
         if not key_batches.n:
             return np.zeros(0, dtype=np.int64)
@@ -241,7 +241,7 @@ def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, reaching:
     return ok, tick
 
 
-def _snapshot_times(sorted_events: _Events, key_batches: _KeyBatches, idle: _Idle) -> np.ndarray:
+def _snapshot_times(sorted_events: SortedEvents, key_batches: KeyBatches, idle: IdleClocks) -> np.ndarray:
     """Emit time of each event's ``atAggregate`` snapshots: the worker's clock as the event
     is processed, before its batch commits: the greatest arrival time the worker has
     seen, this event's included (its batch's earlier events arrived no later than it)."""

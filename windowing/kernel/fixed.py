@@ -40,9 +40,9 @@ from windowing.kernel.aggregates import (
     _state_partials,
 )
 from windowing.kernel.assignment import WindowAssignment, assign_windows
-from windowing.kernel.clocks import _Idle, _snapshot_times
-from windowing.kernel.inputs import _Events, _KeyBatches, _Keys, _scol
-from windowing.kernel.outputs import _Groups, _Late
+from windowing.kernel.clocks import IdleClocks, _snapshot_times
+from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, state_column
+from windowing.kernel.outputs import LatePairs, _Groups
 from windowing.kernel.spec import (
     AGGREGATE,
     END_OF_INPUT,
@@ -70,12 +70,12 @@ class _CarriedWindows:
     events: np.ndarray  # accepted events so far
 
     @staticmethod
-    def read(keyset: _Keys) -> _CarriedWindows:
+    def read(keyset: KeyIds) -> _CarriedWindows:
         rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
         table = keyset.table
 
         def ints(name: str) -> NDArray[np.int64]:
-            values: NDArray[np.int64] = pc.fill_null(_scol(table, name, rows), 0).to_numpy().astype(np.int64)
+            values: NDArray[np.int64] = pc.fill_null(state_column(table, name, rows), 0).to_numpy().astype(np.int64)
             return values
 
         return _CarriedWindows(rows, keyset.gid[rows], ints("window_start_ms"), ints("window_end_ms"),
@@ -139,8 +139,8 @@ class _Closing:
                         np.full(n, MIN_TIMESTAMP, dtype=np.int64), np.full(n, MIN_TIMESTAMP, dtype=np.int64))
 
 
-def _windows(sorted_events: _Events, key_batches: _KeyBatches, keyset: _Keys, idle: _Idle, spec: Spec,
-             flush_at_end: bool) -> tuple[_Groups, _Late, _Groups | None]:
+def _windows(sorted_events: SortedEvents, key_batches: KeyBatches, keyset: KeyIds, idle: IdleClocks, spec: Spec,
+             flush_at_end: bool) -> tuple[_Groups, LatePairs, _Groups | None]:
     """Tumbling and sliding windows of every key at once (no per-event loop).
 
     Events arrive sorted by (key, arrival order). Returns one row per (key, generation,
@@ -161,7 +161,7 @@ def _windows(sorted_events: _Events, key_batches: _KeyBatches, keyset: _Keys, id
         late = pairs.end <= watermark_before
     else:
         late = sorted_events.t[pairs.event] < watermark_before
-    late_out = _Late(pairs.event[late], pairs.start[late], pairs.end[late], watermark_before[late])
+    late_out = LatePairs(pairs.event[late], pairs.start[late], pairs.end[late], watermark_before[late])
     accepted = WindowAssignment(pairs.event[~late], pairs.start[~late], pairs.end[~late])
     carried = _CarriedWindows.read(keyset)
     wg = _group_windows(carried, accepted, sorted_events.g[accepted.event],
@@ -220,7 +220,7 @@ def _group_windows(carried: _CarriedWindows, accepted: WindowAssignment, pair_ke
                          carried_index, carried_group, events)
 
 
-def _close_windows(wg: _WindowGroups, key_batches: _KeyBatches, idle: _Idle, keyset: _Keys, spec: Spec,
+def _close_windows(wg: _WindowGroups, key_batches: KeyBatches, idle: IdleClocks, keyset: KeyIds, spec: Spec,
                    flush_at_end: bool) -> _Closing:
     """Each group's closing: WATERMARK at the first of its key's batches whose effective
     watermark reaches its end, unless its generation ended with an idle flush first (IDLE);
@@ -249,7 +249,7 @@ def _close_windows(wg: _WindowGroups, key_batches: _KeyBatches, idle: _Idle, key
     return closing
 
 
-def _generation_ends(key_batches: _KeyBatches, idle: _Idle, keys: np.ndarray,
+def _generation_ends(key_batches: KeyBatches, idle: IdleClocks, keys: np.ndarray,
                      generations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each (key, generation): the key batch after which it was flushed idle (-1:
     before the key's first batch) and whether it was flushed at all."""
@@ -268,12 +268,12 @@ def _generation_ends(key_batches: _KeyBatches, idle: _Idle, keys: np.ndarray,
     return end_kb, found | before_first
 
 
-def _set_idle_emit(closing: _Closing, mask: np.ndarray, end_kb: np.ndarray, keys: np.ndarray, idle: _Idle,
-                   key_batches: _KeyBatches, keyset: _Keys, spec: Spec) -> None:
+def _set_idle_emit(closing: _Closing, mask: np.ndarray, end_kb: np.ndarray, keys: np.ndarray, idle: IdleClocks,
+                   key_batches: KeyBatches, keyset: KeyIds, spec: Spec) -> None:
     """Fill the emit fields of the groups in ``mask``, closed by the idle flush that ended
     their generation: after key batch ``end_kb`` (its flush batch, its effective watermark,
     the flush time), or, for ``end_kb == -1``, before the key's first batch of this replay
-    (the carried watermark and the ``pre_*`` flush of :class:`_Idle`).
+    (the carried watermark and the ``pre_*`` flush of :class:`IdleClocks`).
 
     Invariant: every group in ``mask`` has a flush (``_generation_ends`` found one).
     """
@@ -288,7 +288,7 @@ def _set_idle_emit(closing: _Closing, mask: np.ndarray, end_kb: np.ndarray, keys
     closing.emit_time[mask] = np.where(before_first, idle.pre_time[g], idle.kb_time[jj] if key_batches.n else 0)
 
 
-def _flush_open(closing: _Closing, keys: np.ndarray, idle: _Idle, key_batches: _KeyBatches) -> None:
+def _flush_open(closing: _Closing, keys: np.ndarray, idle: IdleClocks, key_batches: KeyBatches) -> None:
     """END_OF_INPUT for every group still open, at its worker's last commit."""
     still_open = closing.reason == OPEN
     g = keys[still_open]
@@ -307,7 +307,7 @@ def _count_idle_flushes(reason: np.ndarray, keys: np.ndarray, generations: np.nd
     return np.bincount(flushes[:, 0], minlength=n_keys)
 
 
-def _emissions(keyset: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emissions: np.ndarray,
+def _emissions(keyset: KeyIds, wg: _WindowGroups, reason: np.ndarray, carried_emissions: np.ndarray,
                final_eff: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Emission number of every group and the counters of re-openable emitted windows.
 
@@ -321,11 +321,11 @@ def _emissions(keyset: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emi
     t = keyset.table
     counter_rows = np.flatnonzero(keyset.kind == STATE_EMITTED)
     n_counters = len(counter_rows)
-    counted = _scol(t, "emissions", counter_rows).to_numpy().astype(np.int64)
+    counted = state_column(t, "emissions", counter_rows).to_numpy().astype(np.int64)
     # Carried counters and groups, sorted into runs of one (key, start, end), counters first.
     key = np.concatenate([keyset.gid[counter_rows], wg.key])
-    start = np.concatenate([_scol(t, "window_start_ms", counter_rows).to_numpy().astype(np.int64), wg.start])
-    end = np.concatenate([_scol(t, "window_end_ms", counter_rows).to_numpy().astype(np.int64), wg.end])
+    start = np.concatenate([state_column(t, "window_start_ms", counter_rows).to_numpy().astype(np.int64), wg.start])
+    end = np.concatenate([state_column(t, "window_end_ms", counter_rows).to_numpy().astype(np.int64), wg.end])
     is_group = np.concatenate([np.zeros(n_counters, np.int64), np.ones(wg.n, np.int64)])
     generation = np.concatenate([np.full(n_counters, -1, np.int64), wg.generation])
     order = np.lexsort((generation, is_group, end, start, key))
@@ -360,7 +360,7 @@ def _emissions(keyset: _Keys, wg: _WindowGroups, reason: np.ndarray, carried_emi
 
 def _snapshots(spec: Spec, domains: Domains, inputs: dict[InputKey, EventInput], wg: _WindowGroups,
                emission: np.ndarray, carried_partials: list[Any] | None, carried: _CarriedWindows,
-               sorted_events: _Events, key_batches: _KeyBatches, snapshot_time: np.ndarray) -> _Groups:
+               sorted_events: SortedEvents, key_batches: KeyBatches, snapshot_time: np.ndarray) -> _Groups:
     """atAggregate: one row per accepted (event, window) with the window's running aggregate
     (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`).
 

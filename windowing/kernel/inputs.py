@@ -2,10 +2,10 @@
 
 Algorithm: the internal columns (``__kind``, ``__arr``, ``__evt``, ``__batch``) are
 computed where the engine left them out (:func:`with_event_columns`); keys get dense ids
-by hashing (:class:`_Keys`); events are sorted by (key, batch, arrival time, the
+by hashing (:class:`KeyIds`); events are sorted by (key, batch, arrival time, the
 configured arrival order, then every other column: :func:`_break_ties`); per (key,
 batch) the watermark after its commit is a segmented running maximum
-(:class:`_KeyBatches`).
+(:class:`KeyBatches`).
 
 Invariants: the event order is total on distinct rows and independent of the input's row
 order; a key id's value carries no meaning (only equality); watermarks never go back.
@@ -109,7 +109,7 @@ def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
 # =========================================================================== inputs
 
 
-class _Keys:
+class KeyIds:
     """Dense ids for the (worker, key) pairs in the table, and their carried state."""
 
     def __init__(self, table: pa.Table, spec: Spec):
@@ -144,7 +144,7 @@ class _Keys:
         if len(rows):
             g = self.gid[rows]
             for arr, col in ((self.wm0, "watermark_ms"), (self.maxev0, "max_event_ms"), (self.maxarr0, "clock_ms")):
-                v = _scol(table, col, rows)
+                v = state_column(table, col, rows)
                 arr[g] = pc.fill_null(v, MIN_TIMESTAMP).to_numpy().astype(np.int64)
 
     def take_key_columns(self, gids: np.ndarray, spec: Spec) -> dict[str, pa.Array]:
@@ -152,10 +152,10 @@ class _Keys:
         return {c: self.table[c].take(rows) for c in (spec.worker_col, spec.key_col) if c}
 
 
-class _Events:
+class SortedEvents:
     """The events, sorted in arrival order per key."""
 
-    def __init__(self, table: pa.Table, spec: Spec, keyset: _Keys):
+    def __init__(self, table: pa.Table, spec: Spec, keyset: KeyIds):
         rows = np.flatnonzero(keyset.kind == EVENT)
         src = spec.pipeline.source
         # Only the sort columns, and only the event rows (state rows have nulls there).
@@ -212,10 +212,10 @@ def _int64(col: pa.ChunkedArray) -> NDArray[np.int64]:
     return ints
 
 
-class _KeyBatches:
+class KeyBatches:
     """One entry per (key, batch) with events: watermarks before and after its commit."""
 
-    def __init__(self, sorted_events: _Events, keyset: _Keys, spec: Spec):
+    def __init__(self, sorted_events: SortedEvents, keyset: KeyIds, spec: Spec):
         w = spec.window
         if sorted_events.n:
             g, batch = sorted_events.g, sorted_events.batch
@@ -271,7 +271,7 @@ def _hashable(v: Any) -> Hashable:
     return v if not isinstance(v, (list, dict)) else repr(v)
 
 
-def _scol(table: pa.Table, name: str, rows: np.ndarray) -> pa.Array:
+def state_column(table: pa.Table, name: str, rows: np.ndarray) -> pa.Array:
     """State column ``name`` at ``rows`` (no state rows: the column may not exist)."""
     if len(rows) == 0:
         return pa.array([], pa.int64())

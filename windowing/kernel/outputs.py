@@ -20,7 +20,7 @@ from windowing.arrays import (
     MIN_TIMESTAMP,
     group_codes,
 )
-from windowing.kernel.inputs import _Events, _KeyBatches, _Keys
+from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents
 from windowing.kernel.spec import END_OF_INPUT, IDLE, MAX_DURATION, OPEN, REASON_NAMES, TS, WATERMARK, Spec
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class _Groups:
         return {agg.agg.name: agg.final(partial, sel, self.domains)
                 for agg, partial in zip(self.spec.aggregators, self.partials)}
 
-    def emitted_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
+    def emitted_table(self, keyset: KeyIds, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason != OPEN)
         cols = keyset.take_key_columns(self.key[sel], spec)
         cols["window_start"] = _ts(self.start[sel])
@@ -80,26 +80,26 @@ class _Groups:
         cols["emission"] = pa.array(self.emission[sel], pa.int64())
         return pa.table(cols, schema=spec.aggregates_schema())
 
-    def state_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
+    def state_table(self, keyset: KeyIds, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason == OPEN)
         m = len(sel)
-        cols = _state_base(spec, keyset, self.key[sel], "window")
+        cols = state_base(spec, keyset, self.key[sel], "window")
         cols["window_start_ms"] = pa.array(self.start[sel], pa.int64())
         cols["window_end_ms"] = pa.array(self.end[sel], pa.int64())
         cols["emissions"] = pa.array(self.emission[sel] - 1, pa.int64())
         cols["events"] = pa.array(self.events[sel], pa.int64())
         for agg, partial in zip(spec.aggregators, self.partials):
             cols.update(agg.state_columns(partial, sel, self.domains))
-        return _fill_state(cols, m, spec)
+        return fill_state(cols, m, spec)
 
-    def emitted_counter_table(self, keyset: _Keys, spec: Spec) -> pa.Table:
+    def emitted_counter_table(self, keyset: KeyIds, spec: Spec) -> pa.Table:
         assert self.reopenable is not None  # set by every replay's groups (not by snapshots)
         g, ws, we, em = self.reopenable
-        cols = _state_base(spec, keyset, g, "emitted")
+        cols = state_base(spec, keyset, g, "emitted")
         cols["window_start_ms"] = pa.array(ws, pa.int64())
         cols["window_end_ms"] = pa.array(we, pa.int64())
         cols["emissions"] = pa.array(em, pa.int64())
-        return _fill_state(cols, len(g), spec)
+        return fill_state(cols, len(g), spec)
 
 
 def _ts(ms: np.ndarray) -> pa.Array:
@@ -113,7 +113,7 @@ def _i64(v: np.ndarray) -> pa.Array:
     return pa.array(v, pa.int64(), mask=v == MIN_TIMESTAMP)
 
 
-def _state_base(spec: Spec, keyset: _Keys, g: np.ndarray, kind: str) -> dict[str, pa.Array]:
+def state_base(spec: Spec, keyset: KeyIds, g: np.ndarray, kind: str) -> dict[str, pa.Array]:
     cols: dict[str, pa.Array] = {
         "state_kind": pa.array([kind] * len(g), pa.string()),
         "fingerprint": pa.array([spec.pipeline.fingerprint()] * len(g), pa.string()),
@@ -122,26 +122,26 @@ def _state_base(spec: Spec, keyset: _Keys, g: np.ndarray, kind: str) -> dict[str
     return cols
 
 
-def _fill_state(cols: dict[str, pa.Array], m: int, spec: Spec) -> pa.Table:
+def fill_state(cols: dict[str, pa.Array], m: int, spec: Spec) -> pa.Table:
     schema = spec.state_schema()
     arrays = [cols[f.name] if f.name in cols else pa.nulls(m, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _key_state_rows(keyset: _Keys, key_batches: _KeyBatches, spec: Spec) -> pa.Table:
+def key_state_rows(keyset: KeyIds, key_batches: KeyBatches, spec: Spec) -> pa.Table:
     g = np.arange(keyset.n)
-    cols = _state_base(spec, keyset, g, "key")
+    cols = state_base(spec, keyset, g, "key")
     cols["watermark_ms"] = _i64(key_batches.wm_final)
     cols["max_event_ms"] = _i64(key_batches.maxev_final)
     cols["clock_ms"] = _i64(key_batches.maxarr_final)
-    return _fill_state(cols, keyset.n, spec)
+    return fill_state(cols, keyset.n, spec)
 
 
 # =========================================================================== aggregates
 
 
 @dataclass(frozen=True)
-class _Late:
+class LatePairs:
     """The late (event, window) pairs: ``event`` (index in arrival order) was late for the
     window ``[start, end)`` (sessions: ``[t, t]``) against effective watermark ``watermark``."""
 
@@ -150,7 +150,7 @@ class _Late:
     end: np.ndarray
     watermark: np.ndarray
 
-    def table(self, sorted_events: _Events, spec: Spec) -> pa.Table:
+    def table(self, sorted_events: SortedEvents, spec: Spec) -> pa.Table:
         take = pa.array(sorted_events.rows[self.event]) if len(self.event) else pa.array([], pa.int64())
         cols = {c: sorted_events.table[c].take(take) for c in spec.late_input_columns()}
         cols["batch"] = pa.array(sorted_events.batch[self.event], pa.int64())
@@ -162,8 +162,8 @@ class _Late:
 
 
 
-def _counters(keyset: _Keys, sorted_events: _Events, key_batches: _KeyBatches, groups: _Groups, snaps: _Groups | None,
-              late: _Late, spec: Spec) -> dict[str, dict[str, int]]:
+def _counters(keyset: KeyIds, sorted_events: SortedEvents, key_batches: KeyBatches, groups: _Groups,
+              snaps: _Groups | None, late: LatePairs, spec: Spec) -> dict[str, dict[str, int]]:
     """This task's counters (:data:`windowing.metrics.COUNTERS`) per worker label.
 
     Every key is in exactly one task, so the driver sums them per worker and in total.

@@ -34,9 +34,9 @@ from windowing.kernel.aggregates import (
     _event_inputs,
     _state_partials,
 )
-from windowing.kernel.clocks import _Idle, _snapshot_times
-from windowing.kernel.inputs import _Events, _KeyBatches, _Keys, _scol
-from windowing.kernel.outputs import _Groups, _Late
+from windowing.kernel.clocks import IdleClocks, _snapshot_times
+from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, state_column
+from windowing.kernel.outputs import LatePairs, _Groups
 from windowing.kernel.spec import (
     AGGREGATE,
     END_OF_INPUT,
@@ -80,8 +80,8 @@ def _by_start(session: _Session) -> int:
     return session.start
 
 
-def _sessions(sorted_events: _Events, key_batches: _KeyBatches, keyset: _Keys, idle: _Idle, spec: Spec,
-              flush_at_end: bool) -> tuple[_Groups, _Late, _Groups | None]:
+def _sessions(sorted_events: SortedEvents, key_batches: KeyBatches, keyset: KeyIds, idle: IdleClocks, spec: Spec,
+              flush_at_end: bool) -> tuple[_Groups, LatePairs, _Groups | None]:
     """Session windows: a tight sequential merge per key (docs/semantics.md section 7).
 
     Events arrive sorted by (key, arrival order); returns one row per session window that
@@ -125,7 +125,7 @@ def _sessions(sorted_events: _Events, key_batches: _KeyBatches, keyset: _Keys, i
         snap_groups = _rows_to_groups(spec, domains, loop.snaps)
         snap_groups.reopenable = (np.zeros(0, np.int64),) * 4
     late = [np.array(x, np.int64) for x in loop.late]
-    return groups, _Late(late[0], late[1], late[1], late[2]), snap_groups
+    return groups, LatePairs(late[0], late[1], late[1], late[2]), snap_groups
 
 
 class _SessionLoop:
@@ -134,8 +134,8 @@ class _SessionLoop:
     per-key counters. ``counters[(key, start, end)]`` counts the emissions of a window,
     the carried ones included."""
 
-    def __init__(self, spec: Spec, sorted_events: _Events, key_batches: _KeyBatches, idle: _Idle, keyset: _Keys,
-                 inputs: dict[InputKey, EventInput]):
+    def __init__(self, spec: Spec, sorted_events: SortedEvents, key_batches: KeyBatches, idle: IdleClocks,
+                 keyset: KeyIds, inputs: dict[InputKey, EventInput]):
         w = spec.window
         self.spec, self.key_batches, self.idle, self.keyset = spec, key_batches, idle, keyset
         self.gap_ms, self.max_duration_ms = w.gap_ms, w.maximum_duration_ms
@@ -255,20 +255,20 @@ class _SessionLoop:
         return tuple(np.array([r[i] for r in keep], dtype=np.int64) for i in range(4))
 
 
-def _carried_counters(keyset: _Keys) -> dict[tuple[int, int, int], int]:
+def _carried_counters(keyset: KeyIds) -> dict[tuple[int, int, int], int]:
     """Emissions so far per (key, start, end), from the ``emitted`` state rows."""
     rows = np.flatnonzero(keyset.kind == STATE_EMITTED)
     counters: dict[tuple[int, int, int], int] = {}
     if len(rows):
         t = keyset.table
-        for key, start, end, n in zip(keyset.gid[rows].tolist(), _scol(t, "window_start_ms", rows).to_pylist(),
-                                      _scol(t, "window_end_ms", rows).to_pylist(),
-                                      _scol(t, "emissions", rows).to_pylist()):
+        for key, start, end, n in zip(keyset.gid[rows].tolist(), state_column(t, "window_start_ms", rows).to_pylist(),
+                                      state_column(t, "window_end_ms", rows).to_pylist(),
+                                      state_column(t, "emissions", rows).to_pylist()):
             counters[(key, start, end)] = n
     return counters
 
 
-def _carried_sessions(aggregators: list[Aggregator], keyset: _Keys,
+def _carried_sessions(aggregators: list[Aggregator], keyset: KeyIds,
                       domains: Domains) -> tuple[dict[int, list[_Session]], np.ndarray, np.ndarray]:
     """The carried sessions per key, and the (batch, seq) of carried arrival positions
     ``-K .. -1`` in order (see :func:`_carried_positions`)."""
@@ -278,9 +278,9 @@ def _carried_sessions(aggregators: list[Aggregator], keyset: _Keys,
     partials = _state_partials(aggregators, keyset, rows, domains)
     positions, at_batch, at_seq = _carried_positions(aggregators, partials)
     t = keyset.table
-    starts = _scol(t, "window_start_ms", rows).to_numpy().tolist()
-    ends = _scol(t, "window_end_ms", rows).to_numpy().tolist()
-    events = pc.fill_null(_scol(t, "events", rows), 0).to_numpy().tolist()
+    starts = state_column(t, "window_start_ms", rows).to_numpy().tolist()
+    ends = state_column(t, "window_end_ms", rows).to_numpy().tolist()
+    events = pc.fill_null(state_column(t, "events", rows), 0).to_numpy().tolist()
     per_aggregate = [agg.carried(partial, pos) for agg, partial, pos in zip(aggregators, partials, positions)]
     carried: dict[int, list[_Session]] = {}
     for r, key in enumerate(keyset.gid[rows].tolist()):
