@@ -17,7 +17,7 @@ from tests.kernel_harness import events_table, key_partitions, normalise_rows
 from windowing import kernel as K
 from windowing import metrics as M
 from windowing import whatif as W
-from windowing.lateness import LatenessOptions, _timelines
+from windowing.lateness import LatenessOptions, strategy_timelines
 
 SUMMARY_SCHEMA = pa.schema([("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()),
                             (W.SKEWED, pa.bool_()), ("cand_min", pa.int64()), ("cand_max", pa.int64()),
@@ -65,7 +65,7 @@ def local_lateness(pipeline, rows, options: LatenessOptions, state: LocalLatenes
     summary = pa.Table.from_pylist(
         [{"reason": None, "__w": wv, "__batch": b, W.SKEWED: sk, "cand_min": g[0], "cand_max": g[1],
           "maxarr": g[2], "minarr": g[3], "n": g[4]} for (wv, b, sk), g in groups.items()], schema=SUMMARY_SCHEMA)
-    timelines, new_workers = _timelines(pipeline, variants, summary, workers_in)
+    timelines, new_workers = strategy_timelines(pipeline, variants, summary, workers_in)
     wi = W.WhatIf(pipeline, variants, types, timelines, flush_at_end, threshold, sweep=sweep,
                   skew_subset=skew_subset)
     table = events_table(valid, types)

@@ -192,7 +192,7 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
                     F.max("__arr").alias("maxarr"), F.min("__arr").alias("minarr"), F.count(F.lit(1)).alias("n"))
                .toArrow())
     rejected = _rejected_counts(summary)
-    timelines, new_workers = _timelines(pipeline, variants, summary, worker_rows)
+    timelines, new_workers = strategy_timelines(pipeline, variants, summary, worker_rows)
     wi = W.WhatIf(pipeline, variants, input_types, timelines, flush, threshold, options.worst)
 
     full_spec = wi.spec(full)
@@ -280,7 +280,7 @@ def timeline_summary(summary: pa.Table, strategy: WatermarkStrategy, skew_free: 
         "cand": g[f"{cand}_{agg}"], "maxarr": g["maxarr_max"], "minarr": g["minarr_min"], "n": g["n_sum"]})
 
 
-def _timelines(pipeline: Pipeline, variants, summary: pa.Table, worker_rows: Mapping[str, list]):
+def strategy_timelines(pipeline: Pipeline, variants, summary: pa.Table, worker_rows: Mapping[str, list]):
     """Each worker's timeline per (strategy, skew_free), at delay 0, and each variant's new
     worker state rows."""
     out: dict[tuple[str, bool], dict] = {}
