@@ -762,6 +762,24 @@ def _group_ids(parts: list[list[Any]]) -> list[np.ndarray]:
     digits of a mixed radix, so one sort ranks them all, with a re-ranking only when the
     next digit would overflow."""
     sizes = [len(p[0]) if p else 0 for p in parts]
+    enc = _packed(parts)
+    if parts and parts[0]:
+        _, inv = np.unique(enc, return_inverse=True)  # dense ids
+        enc = inv.reshape(-1).astype(np.int64)
+    return np.split(enc, np.cumsum(sizes)[:-1]) if parts else []
+
+
+def _groups_of(columns: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """One table's :func:`_group_ids` (its key ``columns``) and the first row of each
+    group, from the same sort."""
+    _, first, inv = np.unique(_packed([columns]), return_index=True, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), first
+
+
+def _packed(parts: list[list[Any]]) -> np.ndarray:
+    """The rows of every table of ``parts`` as one int64 each, ordered as :func:`_group_ids`
+    orders them (not dense)."""
+    sizes = [len(p[0]) if p else 0 for p in parts]
     ncols = len(parts[0]) if parts else 0
     enc = np.zeros(sum(sizes), dtype=np.int64)
     span = 1  # enc < span
@@ -773,10 +791,7 @@ def _group_ids(parts: list[list[Any]]) -> list[np.ndarray]:
             span = int(enc.max(initial=0)) + 1
         enc = enc * k + codes
         span *= k
-    if ncols:
-        _, inv = np.unique(enc, return_inverse=True)  # dense ids
-        enc = inv.reshape(-1).astype(np.int64)
-    return np.split(enc, np.cumsum(sizes)[:-1]) if parts else []
+    return enc
 
 
 def _column_codes(col: list[Any]) -> tuple[np.ndarray, int]:
@@ -926,16 +941,14 @@ def _by_key(events: pa.Table, full: K.KernelOutput, wi: WhatIf, schema: pa.Schem
     n = events.num_rows
     if not n:
         return schema.empty_table()
-    ids = _group_ids([_keys_of(events, kcols)])[0]
-    uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
+    inv, first = _groups_of(_keys_of(events, kcols))
     late_rows, pairs = _late_event_rows(full)
     at = _position_of(events[ROW_ID].to_numpy(), late_rows)
-    late_ev = np.bincount(inv[at], minlength=len(uniq)).astype(np.int64)
-    late_pairs = np.bincount(inv[at], weights=pairs, minlength=len(uniq)).astype(np.int64)
+    late_ev = np.bincount(inv[at], minlength=len(first)).astype(np.int64)
+    late_pairs = np.bincount(inv[at], weights=pairs, minlength=len(first)).astype(np.int64)
     head = events.take(pa.array(first))
     cols = {c: head[c] for c in kcols}
-    cols.update(events=pa.array(np.bincount(inv, minlength=len(uniq)).astype(np.int64)),
+    cols.update(events=pa.array(np.bincount(inv, minlength=len(first)).astype(np.int64)),
                 late_events=pa.array(late_ev), late_event_windows=pa.array(late_pairs))
     return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
 
@@ -949,6 +962,9 @@ def _first_of_each(ids: np.ndarray) -> np.ndarray:
 
 def _position_of(row_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Positions in ``row_ids`` of each of ``wanted`` (all present)."""
+    if len(row_ids) < 2 or bool((row_ids[1:] > row_ids[:-1]).all()):  # ascending (the events' own order)
+        found: np.ndarray = np.searchsorted(row_ids, wanted)
+        return found
     order = np.argsort(row_ids, kind="stable")
     return order[np.searchsorted(row_ids[order], wanted)]
 
@@ -960,20 +976,16 @@ def _by_hour(events: pa.Table, full: K.KernelOutput, wi: WhatIf, schema: pa.Sche
     if not n:
         return schema.empty_table()
     hour = np.floor_divide(events["__arr"].to_numpy(), HOUR_MS)
-    parts = ([[events[p.source.worker]]] if p.source.worker else [[np.zeros(n, np.int64)]])
-    wid = _group_ids(parts)[0]
-    ids = _group_ids([[wid, hour]])[0]
-    uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
+    inv, first = _groups_of([events[p.source.worker] if p.source.worker else np.zeros(n, np.int64), hour])
     late_rows, pairs = _late_event_rows(full)
     at = _position_of(events[ROW_ID].to_numpy(), late_rows)
     cols: dict[str, Any] = {}
     if p.source.worker:
         cols[p.source.worker] = events[p.source.worker].take(pa.array(first))
     cols.update(hour=K._ts(hour[first] * HOUR_MS),
-                events=pa.array(np.bincount(inv, minlength=len(uniq)).astype(np.int64)),
-                late_events=pa.array(np.bincount(inv[at], minlength=len(uniq)).astype(np.int64)),
-                late_event_windows=pa.array(np.bincount(inv[at], weights=pairs, minlength=len(uniq)).astype(np.int64)))
+                events=pa.array(np.bincount(inv, minlength=len(first)).astype(np.int64)),
+                late_events=pa.array(np.bincount(inv[at], minlength=len(first)).astype(np.int64)),
+                late_event_windows=pa.array(np.bincount(inv[at], weights=pairs, minlength=len(first)).astype(np.int64)))
     return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
 
 
