@@ -22,7 +22,7 @@ listing folders in Python:
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from windowing.io import InputError, check_parquet_files
 from windowing.lake import Entry, Lake, join
@@ -105,9 +105,13 @@ def landed_days(spark: SparkSession, landing_zone: str, arrival_column: str, *, 
 
 
 def read_partition_events(spark: SparkSession, landing_zone: str, start: datetime, end: datetime, arrival_column: str,
-                          *, source: Source | None = None, pipeline: Pipeline | None = None, partition_column: str | None = DEFAULT_PARTITION_COLUMN,
-                          unplaced: bool = False) -> tuple[DataFrame, list[Entry] | None]:
+                          *, source: Source | None = None, pipeline: Pipeline | None = None,
+                          partition_column: str | None = DEFAULT_PARTITION_COLUMN,
+                          unplaced: bool = False) -> tuple[DataFrame, list[Any] | None]:
     """The events of the arrival window ``[start, end)`` as a Spark DataFrame.
+
+    (``files`` holds :class:`Entry` items; typed ``list[Any]`` because
+    ``windowing.chain.Chain.read_events`` still declares ``list[str]``.)
 
     Returns ``(events, files)``: ``files`` are the data files the partition reads
     (:class:`windowing.lake.Entry`, checked first: each footer readable, the pipeline's
@@ -126,7 +130,7 @@ def read_partition_events(spark: SparkSession, landing_zone: str, start: datetim
         return events, None
     day = day_of(start, end)
     day_rows = df.where(F.col(f"`{partition_column}`").cast("date") == F.lit(day.date()))
-    files = None
+    files: list[Entry] | None = None
     if (source.format if source else "parquet") == "parquet":
         lake = Lake(spark)
         files = lake.files(join(landing_zone, f"{partition_column}={day:%Y-%m-%d}"))
