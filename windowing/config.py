@@ -585,40 +585,8 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _Col
     tc = _mapping(w.get("timeConfig", {}) or {}, f"{f}.timeConfig")
     _only(tc, f"{f}.timeConfig", _TIME_FIELDS)
 
-    span: int | None = None
-    slide: int | None = None
-    max_dur: int | None = None
-    offset = 0
-    if wtype in (WindowType.TUMBLING, WindowType.SLIDING):
-        if "windowSpan" not in w:
-            raise ConfigError(f"{f}.windowSpan: required for {wtype.value}")
-        span = _positive_duration(w["windowSpan"], f"{f}.windowSpan")
-    if wtype is WindowType.SLIDING:
-        if "windowSlide" not in w:
-            raise ConfigError(f"{f}.windowSlide: required for sliding-time-window")
-        slide = _positive_duration(w["windowSlide"], f"{f}.windowSlide")
-        assert span is not None  # sliding windows have a span (above)
-        if slide > span:
-            raise ConfigError(
-                f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}"
-            )
-    if wtype in (WindowType.TUMBLING, WindowType.SLIDING) and "windowOffset" in w:
-        assert span is not None  # tumbling and sliding windows have a span (above)
-        offset = _window_offset(w["windowOffset"], span, slide or span, w["windowSpan"], f"{f}.windowOffset")
-    if wtype is WindowType.SESSION and "maximumDuration" in w:
-        max_dur = _positive_duration(w["maximumDuration"], f"{f}.maximumDuration")
-
-    # The seed puts a session's idleTimeout beside the window; the contract in timeConfig.
-    idle: int | None = None
-    for where, doc in ((f"{f}.timeConfig.idleTimeout", tc), (f"{f}.idleTimeout", w)):
-        if "idleTimeout" in doc:
-            value = _positive_duration(doc["idleTimeout"], where)
-            if idle is not None and value != idle:
-                raise ConfigError(f"{where}: {doc['idleTimeout']!r} disagrees with timeConfig.idleTimeout")
-            idle = value
-    if wtype is WindowType.SESSION and idle is None:
-        raise ConfigError(f"{f}.timeConfig.idleTimeout: required for session-window (it is the session gap)")
-
+    span, slide, offset, max_dur = _window_extent(wtype, w, f)
+    idle = _idle_timeout(wtype, w, tc, f)
     key, _ = columns.resolve(w.get("keyExtractor"), f"{f}.keyExtractor", "keyExtractor")
     event_time, _ = columns.resolve(tc.get("eventTimeExtractor"), f"{f}.timeConfig.eventTimeExtractor",
                                     "eventTimeExtractor")
@@ -651,6 +619,49 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _Col
     labels: dict[str | tuple[str, int], str] = {"worker": "source.worker", "key": f"{f}.keyExtractor",
               **{("aggregate", i): fi for i, fi in enumerate(agg_fields)}}
     return window, aggregates, labels
+
+
+def _window_extent(wtype: WindowType, w: Mapping[str, Any],
+                   f: str) -> tuple[int | None, int | None, int, int | None]:
+    """``(span, slide, offset, maximum duration)`` in ms (None where the type has none)."""
+    span: int | None = None
+    slide: int | None = None
+    max_dur: int | None = None
+    offset = 0
+    if wtype in (WindowType.TUMBLING, WindowType.SLIDING):
+        if "windowSpan" not in w:
+            raise ConfigError(f"{f}.windowSpan: required for {wtype.value}")
+        span = _positive_duration(w["windowSpan"], f"{f}.windowSpan")
+    if wtype is WindowType.SLIDING:
+        if "windowSlide" not in w:
+            raise ConfigError(f"{f}.windowSlide: required for sliding-time-window")
+        slide = _positive_duration(w["windowSlide"], f"{f}.windowSlide")
+        assert span is not None  # sliding windows have a span (above)
+        if slide > span:
+            raise ConfigError(
+                f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}"
+            )
+    if wtype in (WindowType.TUMBLING, WindowType.SLIDING) and "windowOffset" in w:
+        assert span is not None  # tumbling and sliding windows have a span (above)
+        offset = _window_offset(w["windowOffset"], span, slide or span, w["windowSpan"], f"{f}.windowOffset")
+    if wtype is WindowType.SESSION and "maximumDuration" in w:
+        max_dur = _positive_duration(w["maximumDuration"], f"{f}.maximumDuration")
+    return span, slide, offset, max_dur
+
+
+def _idle_timeout(wtype: WindowType, w: Mapping[str, Any], tc: Mapping[str, Any], f: str) -> int | None:
+    """``idleTimeout`` in ms, from ``timeConfig`` or beside the window (required for sessions)."""
+    # The seed puts a session's idleTimeout beside the window; the contract in timeConfig.
+    idle: int | None = None
+    for where, doc in ((f"{f}.timeConfig.idleTimeout", tc), (f"{f}.idleTimeout", w)):
+        if "idleTimeout" in doc:
+            value = _positive_duration(doc["idleTimeout"], where)
+            if idle is not None and value != idle:
+                raise ConfigError(f"{where}: {doc['idleTimeout']!r} disagrees with timeConfig.idleTimeout")
+            idle = value
+    if wtype is WindowType.SESSION and idle is None:
+        raise ConfigError(f"{f}.timeConfig.idleTimeout: required for session-window (it is the session gap)")
+    return idle
 
 
 def _parse_aggregates(doc: Any, f: str, columns: _ColumnMap) -> tuple[tuple[Aggregate, ...], list[str]]:
