@@ -146,7 +146,9 @@ def _missing_path(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------- events
 
 
-def read_events(spark: Any, paths: Any = None, schema: Any = None, pipeline: Any = None, state: Any = None) -> Any:
+def read_events(spark: SparkSession, paths: Any = None,  # one path or URI, or an iterable of them
+                schema: StructType | str | None = None, pipeline: Pipeline | None = None,
+                state: DataFrame | None = None) -> DataFrame:
     """Read events: the given paths, else the pipeline's ``source.path`` or ``source.table``.
 
     Args:
@@ -721,7 +723,7 @@ def _read_metrics(spark: SparkSession, lake: Lake, path: str) -> dict[str, Any] 
     return metrics
 
 
-def read_outputs(spark: Any, out_dir: Any) -> SimpleNamespace:
+def read_outputs(spark: SparkSession, out_dir: PathArg) -> SimpleNamespace:
     """The current outputs of ``out_dir`` (through its last commit record), as
     :func:`read_run` returns them plus ``commit``.
 
@@ -767,7 +769,7 @@ def _check_state_parts(lake: Lake, files: Iterable[str]) -> None:
                 raise StateError(f"{display(f)}: state column {c!r} is {t} here but {ref[c]} in {display(ref_file)}")
 
 
-def read_state(spark: Any, state_dir: Any) -> Any:
+def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
     """Read the state a previous replay wrote.
 
     ``state_dir`` is a replay output (its current run's state is read), that output's

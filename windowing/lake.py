@@ -88,7 +88,7 @@ class Entry:
 class Lake:
     """Filesystem operations for one Spark session (see the module docstring)."""
 
-    def __init__(self, spark: Any) -> None:
+    def __init__(self, spark: Any) -> None:  # Any: reaches the session's private py4j side (_jvm, _jsparkSession)
         self.spark = spark
         self.connect = is_connect(spark)
         self._conf: Any = None  # a py4j JavaObject (Hadoop Configuration): no Python type
