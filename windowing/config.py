@@ -24,7 +24,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Iterable, Literal, Mapping, Sequence, TypeVar, overload
 
 import yaml
 
@@ -234,7 +234,7 @@ class Pipeline:
         State written under one fingerprint is refused under another: windows,
         watermarks and partial aggregates would silently mean something else.
         """
-        semantic = {
+        semantic: dict[str, Any] = {
             # maxFutureSkew off (None) leaves the fingerprint what it was before the option existed.
             "source": {k: v for k, v in asdict(self.source).items() if k not in Source.LOCATION_FIELDS
                        and not (k == "max_future_skew_ms" and v is None)},
@@ -286,7 +286,7 @@ def _utf8_text(data: bytes) -> str:
         ) from None
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml ships no stubs: SafeLoader is Any
     """``yaml.SafeLoader`` that refuses a key given twice in one mapping, at any depth.
 
     Plain YAML loading keeps the last of two equal keys, so ``windowSpan: 1h`` then
@@ -296,11 +296,11 @@ class _StrictLoader(yaml.SafeLoader):
 
     _MERGE_TAG = "tag:yaml.org,2002:merge"
 
-    def construct_document(self, node):
+    def construct_document(self, node: yaml.Node) -> Any:
         self._fields = _field_paths(node)  # for messages: mapping node -> its YAML field
         return super().construct_document(node)
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
             self._refuse_duplicates(node)
         return super().construct_mapping(node, deep=deep)
@@ -349,63 +349,22 @@ def _field_paths(root: yaml.Node) -> dict[int, str]:
 def parse_pipeline(doc: Any) -> Pipeline:
     """Validate a parsed YAML document into a :class:`Pipeline`."""
     m = _mapping(doc, "<root>")
-    _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers", "quality", "columns",
-                        "reconcile", *_LIVE_ONLY_ROOT_FIELDS})
-    ignored = [k for k in m if k in _LIVE_ONLY_ROOT_FIELDS]  # the live pipeline's sink, processors
-    version = m.get("version", 1)
-    if version != 1:
-        raise ConfigError(f"version: {version!r} is not supported; use 1")
-    name = m.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"name: {name!r} must be a non-empty string")
-
+    name, ignored = _parse_root(m)
     if m.get("source") is None:  # a VoltSP file whose `source: ...` placeholder was dropped
         raise ConfigError("source: required: rewindow's source fields (arrivalTime, and path or --input); "
                           "a VoltSP source block may stay beside them, unread")
     source = _parse_source(_mapping(m["source"], "source"), ignored)
     emitter = _mapping(m.get("emitter"), "emitter")
-    window_keys = [k for k in emitter if k in {t.value for t in WindowType}]
-    other = [k for k in emitter if k not in {t.value for t in WindowType} and k != "triggers"]
-    if other:
-        raise ConfigError(
-            f"emitter.{other[0]}: unknown window type; use one of "
-            + ", ".join(t.value for t in WindowType)
-        )
-    if len(window_keys) != 1:
-        raise ConfigError(
-            "emitter: exactly one window is required, one of " + ", ".join(t.value for t in WindowType)
-        )
-    wtype = WindowType(window_keys[0])
+    wtype = _window_type(emitter)
     wfield = f"emitter.{wtype.value}"
     wdoc = _mapping(emitter[wtype.value], wfield)
     columns = _ColumnMap(m.get("columns"))
     window, aggregates, labels = _parse_window(wtype, wdoc, wfield, columns, ignored)
     columns.refuse_unused()
     _refuse_clashing_columns(source, window, aggregates, labels)
-    if source.max_future_skew_ms is not None and window.event_time is None:
-        raise ConfigError(
-            f"source.maxFutureSkew: {m['source']['maxFutureSkew']!r} needs an event time "
-            f"({wfield}.timeConfig.eventTimeExtractor): without one, event time is arrival time and never ahead of it"
-        )
-
-    # VoltSP writes triggers beside the window (under emitter) or inside the window block.
-    given = [(f, d["triggers"]) for f, d in (("triggers", m), ("emitter.triggers", emitter),
-                                              (f"{wfield}.triggers", wdoc)) if "triggers" in d]
-    if len(given) > 1:
-        raise ConfigError(
-            f"{given[0][0]} and {given[1][0]}: triggers are given in both places; give them once "
-            "(which list would win is a guess)"
-        )
-    triggers_field, triggers_doc = given[0] if given else ("emitter.triggers", ["atWindowEnd"])
-    triggers = _parse_triggers(triggers_doc, triggers_field, ignored)
-
-    replay_doc = _mapping(m.get("replay", {}) or {}, "replay")
-    _only(replay_doc, "replay", {"flushAtEnd", "heartbeat"})
-    flush = replay_doc.get("flushAtEnd", False)
-    if not isinstance(flush, bool):
-        raise ConfigError(f"replay.flushAtEnd: {flush!r} must be true or false")
-    heartbeat = (_duration(replay_doc["heartbeat"], "replay.heartbeat") if "heartbeat" in replay_doc
-                 else DEFAULT_HEARTBEAT_MS)
+    _check_future_skew(m, source, window, wfield)
+    triggers = _parse_trigger_lists(m, emitter, wfield, wdoc, ignored)
+    flush, heartbeat = _parse_replay(m)
 
     pipeline = Pipeline(
         name=name.strip(),
@@ -423,6 +382,72 @@ def parse_pipeline(doc: Any) -> Pipeline:
     from windowing.reconcile import parse_reconcile  # it builds on this module
 
     return replace(pipeline, reconcile=parse_reconcile(m.get("reconcile"), pipeline))
+
+
+def _parse_root(m: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The root's fields checked, its ``version`` and ``name``: ``(name, ignored live-only fields)``."""
+    _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers", "quality", "columns",
+                        "reconcile", *_LIVE_ONLY_ROOT_FIELDS})
+    ignored = [k for k in m if k in _LIVE_ONLY_ROOT_FIELDS]  # the live pipeline's sink, processors
+    version = m.get("version", 1)
+    if version != 1:
+        raise ConfigError(f"version: {version!r} is not supported; use 1")
+    name = m.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"name: {name!r} must be a non-empty string")
+    return name, ignored
+
+
+def _window_type(emitter: Mapping[str, Any]) -> WindowType:
+    """The one window type ``emitter`` names (other keys but ``triggers`` refused)."""
+    window_keys = [k for k in emitter if k in {t.value for t in WindowType}]
+    other = [k for k in emitter if k not in {t.value for t in WindowType} and k != "triggers"]
+    if other:
+        raise ConfigError(
+            f"emitter.{other[0]}: unknown window type; use one of "
+            + ", ".join(t.value for t in WindowType)
+        )
+    if len(window_keys) != 1:
+        raise ConfigError(
+            "emitter: exactly one window is required, one of " + ", ".join(t.value for t in WindowType)
+        )
+    return WindowType(window_keys[0])
+
+
+def _check_future_skew(m: Mapping[str, Any], source: Source, window: Window, wfield: str) -> None:
+    """``source.maxFutureSkew`` needs an event time."""
+    if source.max_future_skew_ms is not None and window.event_time is None:
+        raise ConfigError(
+            f"source.maxFutureSkew: {m['source']['maxFutureSkew']!r} needs an event time "
+            f"({wfield}.timeConfig.eventTimeExtractor): without one, event time is arrival time and never ahead of it"
+        )
+
+
+def _parse_trigger_lists(m: Mapping[str, Any], emitter: Mapping[str, Any], wfield: str,
+                         wdoc: Mapping[str, Any], ignored: list[str]) -> tuple[Trigger, ...]:
+    """The triggers, from the one place they are given (default ``atWindowEnd``)."""
+    # VoltSP writes triggers beside the window (under emitter) or inside the window block.
+    given = [(f, d["triggers"]) for f, d in (("triggers", m), ("emitter.triggers", emitter),
+                                              (f"{wfield}.triggers", wdoc)) if "triggers" in d]
+    if len(given) > 1:
+        raise ConfigError(
+            f"{given[0][0]} and {given[1][0]}: triggers are given in both places; give them once "
+            "(which list would win is a guess)"
+        )
+    triggers_field, triggers_doc = given[0] if given else ("emitter.triggers", ["atWindowEnd"])
+    return _parse_triggers(triggers_doc, triggers_field, ignored)
+
+
+def _parse_replay(m: Mapping[str, Any]) -> tuple[bool, int]:
+    """The ``replay`` block: ``(flushAtEnd, heartbeat in ms)``."""
+    replay_doc = _mapping(m.get("replay", {}) or {}, "replay")
+    _only(replay_doc, "replay", {"flushAtEnd", "heartbeat"})
+    flush = replay_doc.get("flushAtEnd", False)
+    if not isinstance(flush, bool):
+        raise ConfigError(f"replay.flushAtEnd: {flush!r} must be true or false")
+    heartbeat = (_duration(replay_doc["heartbeat"], "replay.heartbeat") if "heartbeat" in replay_doc
+                 else DEFAULT_HEARTBEAT_MS)
+    return flush, heartbeat
 
 
 def _parse_quality(q: Mapping[str, Any]) -> Quality:
@@ -471,7 +496,8 @@ def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
     if not isinstance(order, list):
         raise ConfigError(f"source.arrivalOrder: {order!r} must be a list of column names")
     order_cols = tuple(_column(c, f"source.arrivalOrder[{i}]", required=True) for i, c in enumerate(order))
-    batch_column, batch_interval = None, DEFAULT_BATCH_INTERVAL_MS
+    batch_column: str | None = None
+    batch_interval: int | None = DEFAULT_BATCH_INTERVAL_MS
     if "batch" in s:
         b = _mapping(s["batch"], "source.batch")
         _only(b, "source.batch", {"interval", "column"})
@@ -549,7 +575,8 @@ _TIME_FIELDS = {
 }
 
 
-def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _ColumnMap, ignored: list[str]):
+def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _ColumnMap,
+                  ignored: list[str]) -> tuple[Window, tuple[Aggregate, ...], _Labels]:
     """(Window, aggregates, labels): ``labels`` names the YAML field of each output column
     the configuration decides (``"key"``, ``("aggregate", i)``), for clash messages."""
     common = {"keyExtractor", "timeConfig", "aggregateDefinition", "triggers", *_LIVE_ONLY_WINDOW_FIELDS}
@@ -558,36 +585,8 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _Col
     tc = _mapping(w.get("timeConfig", {}) or {}, f"{f}.timeConfig")
     _only(tc, f"{f}.timeConfig", _TIME_FIELDS)
 
-    span = slide = max_dur = None
-    offset = 0
-    if wtype in (WindowType.TUMBLING, WindowType.SLIDING):
-        if "windowSpan" not in w:
-            raise ConfigError(f"{f}.windowSpan: required for {wtype.value}")
-        span = _positive_duration(w["windowSpan"], f"{f}.windowSpan")
-    if wtype is WindowType.SLIDING:
-        if "windowSlide" not in w:
-            raise ConfigError(f"{f}.windowSlide: required for sliding-time-window")
-        slide = _positive_duration(w["windowSlide"], f"{f}.windowSlide")
-        if slide > span:
-            raise ConfigError(
-                f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}"
-            )
-    if wtype in (WindowType.TUMBLING, WindowType.SLIDING) and "windowOffset" in w:
-        offset = _window_offset(w["windowOffset"], span, slide or span, w["windowSpan"], f"{f}.windowOffset")
-    if wtype is WindowType.SESSION and "maximumDuration" in w:
-        max_dur = _positive_duration(w["maximumDuration"], f"{f}.maximumDuration")
-
-    # The seed puts a session's idleTimeout beside the window; the contract in timeConfig.
-    idle = None
-    for where, doc in ((f"{f}.timeConfig.idleTimeout", tc), (f"{f}.idleTimeout", w)):
-        if "idleTimeout" in doc:
-            value = _positive_duration(doc["idleTimeout"], where)
-            if idle is not None and value != idle:
-                raise ConfigError(f"{where}: {doc['idleTimeout']!r} disagrees with timeConfig.idleTimeout")
-            idle = value
-    if wtype is WindowType.SESSION and idle is None:
-        raise ConfigError(f"{f}.timeConfig.idleTimeout: required for session-window (it is the session gap)")
-
+    span, slide, offset, max_dur = _window_extent(wtype, w, f)
+    idle = _idle_timeout(wtype, w, tc, f)
     key, _ = columns.resolve(w.get("keyExtractor"), f"{f}.keyExtractor", "keyExtractor")
     event_time, _ = columns.resolve(tc.get("eventTimeExtractor"), f"{f}.timeConfig.eventTimeExtractor",
                                     "eventTimeExtractor")
@@ -617,9 +616,52 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _Col
         lateness=lateness,
     )
     aggregates, agg_fields = _parse_aggregates(w.get("aggregateDefinition"), f"{f}.aggregateDefinition", columns)
-    labels = {"worker": "source.worker", "key": f"{f}.keyExtractor",
+    labels: dict[str | tuple[str, int], str] = {"worker": "source.worker", "key": f"{f}.keyExtractor",
               **{("aggregate", i): fi for i, fi in enumerate(agg_fields)}}
     return window, aggregates, labels
+
+
+def _window_extent(wtype: WindowType, w: Mapping[str, Any],
+                   f: str) -> tuple[int | None, int | None, int, int | None]:
+    """``(span, slide, offset, maximum duration)`` in ms (None where the type has none)."""
+    span: int | None = None
+    slide: int | None = None
+    max_dur: int | None = None
+    offset = 0
+    if wtype in (WindowType.TUMBLING, WindowType.SLIDING):
+        if "windowSpan" not in w:
+            raise ConfigError(f"{f}.windowSpan: required for {wtype.value}")
+        span = _positive_duration(w["windowSpan"], f"{f}.windowSpan")
+    if wtype is WindowType.SLIDING:
+        if "windowSlide" not in w:
+            raise ConfigError(f"{f}.windowSlide: required for sliding-time-window")
+        slide = _positive_duration(w["windowSlide"], f"{f}.windowSlide")
+        assert span is not None  # sliding windows have a span (above)
+        if slide > span:
+            raise ConfigError(
+                f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}"
+            )
+    if wtype in (WindowType.TUMBLING, WindowType.SLIDING) and "windowOffset" in w:
+        assert span is not None  # tumbling and sliding windows have a span (above)
+        offset = _window_offset(w["windowOffset"], span, slide or span, w["windowSpan"], f"{f}.windowOffset")
+    if wtype is WindowType.SESSION and "maximumDuration" in w:
+        max_dur = _positive_duration(w["maximumDuration"], f"{f}.maximumDuration")
+    return span, slide, offset, max_dur
+
+
+def _idle_timeout(wtype: WindowType, w: Mapping[str, Any], tc: Mapping[str, Any], f: str) -> int | None:
+    """``idleTimeout`` in ms, from ``timeConfig`` or beside the window (required for sessions)."""
+    # The seed puts a session's idleTimeout beside the window; the contract in timeConfig.
+    idle: int | None = None
+    for where, doc in ((f"{f}.timeConfig.idleTimeout", tc), (f"{f}.idleTimeout", w)):
+        if "idleTimeout" in doc:
+            value = _positive_duration(doc["idleTimeout"], where)
+            if idle is not None and value != idle:
+                raise ConfigError(f"{where}: {doc['idleTimeout']!r} disagrees with timeConfig.idleTimeout")
+            idle = value
+    if wtype is WindowType.SESSION and idle is None:
+        raise ConfigError(f"{f}.timeConfig.idleTimeout: required for session-window (it is the session gap)")
+    return idle
 
 
 def _parse_aggregates(doc: Any, f: str, columns: _ColumnMap) -> tuple[tuple[Aggregate, ...], list[str]]:
@@ -795,6 +837,11 @@ def _property(text: str) -> str | None:
     return text
 
 
+#: The YAML field of each output column the configuration names (``"worker"``, ``"key"``,
+#: ``("aggregate", i)``), for clash messages.
+_Labels = Mapping[str | tuple[str, int], str]
+
+
 class _ColumnMap:
     """``columns:``: which input column a property, or an extractor of it, reads.
 
@@ -836,6 +883,7 @@ class _ColumnMap:
         prop = prop or text
         if prop in self.by_property:
             self.used.add(prop)
+            via: str | None
             column, via = self.by_property[prop][1], "columns"
         else:
             column, via = prop, ("bean" if prop != text else None)
@@ -879,7 +927,7 @@ def column_uses(pipeline: Pipeline) -> list[ColumnBinding]:
 _LISTED_COLUMNS = 40
 
 
-def check_input_columns(pipeline: Pipeline, column_names) -> None:
+def check_input_columns(pipeline: Pipeline, column_names: Iterable[object]) -> None:
     """Refuse an input that lacks a column ``pipeline`` reads, before any work.
 
     ``column_names``: the input's columns (from its schema: a Parquet footer, a Spark
@@ -914,7 +962,7 @@ def _missing_column_message(use: ColumnBinding, have: list[str]) -> str:
 def _nearest(name: str, candidates: list[str]) -> str | None:
     """The candidate ``name`` most likely means: equal ignoring case and separators
     (``userId`` / ``user_id``), else a close spelling."""
-    def bare(s):
+    def bare(s: str) -> str:
         return re.sub(r"[^0-9a-z]", "", s.lower())
 
     same = [c for c in candidates if bare(c) == bare(name)]
@@ -924,7 +972,7 @@ def _nearest(name: str, candidates: list[str]) -> str | None:
     return close[0] if close else None
 
 
-def _close_matches(name: str, allowed) -> list[str]:
+def _close_matches(name: str, allowed: Iterable[str]) -> list[str]:
     """Allowed field names ``name`` is a near miss of (case ignored)."""
     lower = {a.lower(): a for a in allowed}
     return [lower[m] for m in difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.75)]
@@ -957,12 +1005,13 @@ class _OutputColumn:
     is_aggregate: bool = False
 
 
-def _output_owners(source: Source, window: Window, aggregates, labels=None) -> dict[str, list[_OutputColumn]]:
+def _output_owners(source: Source, window: Window, aggregates: Sequence[Aggregate],
+                   labels: _Labels | None = None) -> dict[str, list[_OutputColumn]]:
     """Every column the ``aggregates`` and ``state`` outputs may have, in order."""
     labels = labels or {}
     wf = f"emitter.{window.type.value}"
 
-    def added(names):
+    def added(names: Iterable[str]) -> list[_OutputColumn]:
         return [_OutputColumn(c, "", f"the column {c!r} rewindow adds") for c in names]
 
     ids = []
@@ -988,7 +1037,7 @@ def output_columns(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
     return {table: tuple(c.name for c in cols) for table, cols in owners.items()}
 
 
-def _refuse_clashing_columns(source: Source, window: Window, aggregates, labels) -> None:
+def _refuse_clashing_columns(source: Source, window: Window, aggregates: Sequence[Aggregate], labels: _Labels) -> None:
     """Refuse two columns of one output with the same name (ignoring case, as Spark does):
     the key or worker column and a column rewindow adds or an aggregate, two aggregates.
     The message leads with the field to change: an aggregate's name (the later one)
@@ -1017,13 +1066,16 @@ def _refuse_clashing_columns(source: Source, window: Window, aggregates, labels)
 # --------------------------------------------------------------------------- helpers
 
 
+_E = TypeVar("_E", bound=Enum)
+
+
 def _mapping(v: Any, f: str) -> Mapping[str, Any]:
     if not isinstance(v, Mapping):
         raise ConfigError(f"{f}: expected a mapping, got {v!r}")
     return v
 
 
-def _only(m: Mapping[str, Any], f: str, allowed) -> None:
+def _only(m: Mapping[str, Any], f: str, allowed: Collection[str]) -> None:
     for k in m:
         if k not in allowed:
             where = k if f == "<root>" else f"{f}.{k}"
@@ -1032,6 +1084,10 @@ def _only(m: Mapping[str, Any], f: str, allowed) -> None:
                               + f"; expected one of {', '.join(sorted(allowed))}")
 
 
+@overload
+def _column(v: Any, f: str, required: Literal[True]) -> str: ...
+@overload
+def _column(v: Any, f: str, required: bool = False) -> str | None: ...
 def _column(v: Any, f: str, required: bool = False) -> str | None:
     if v is None and not required:
         return None
@@ -1080,7 +1136,7 @@ def _window_offset(v: Any, span_ms: int, period_ms: int, span_text: Any, f: str)
     return ms
 
 
-def _enum(enum: type[Enum], v: Any, f: str):
+def _enum(enum: type[_E], v: Any, f: str) -> _E:
     if isinstance(v, str):
         for member in enum:
             if member.value.upper() == v.strip().upper():

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Hashable, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +32,10 @@ from windowing.columns import col as _col
 from windowing.columns import epoch_ms, epoch_ms_unchecked, in_range
 from windowing.config import ConfigError, Pipeline, Trigger, WatermarkStrategy, check_input_columns
 from windowing.spark import check_workers
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
+    from pyspark.sql.types import StructType
 
 REJECT_REASON = "reason"
 #: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
@@ -55,14 +60,14 @@ class ReplayResult:
     releases the kernel's output.
     """
 
-    aggregates: Any
-    late_events: Any
-    rejected: Any
-    state: Any
+    aggregates: DataFrame
+    late_events: DataFrame
+    rejected: DataFrame
+    state: DataFrame
     metrics: replay_metrics.ReplayMetrics
     #: The input files Spark read (to name a damaged one if a later write fails on it).
-    input_files: tuple = ()
-    _persisted: Any = field(default=None, repr=False)
+    input_files: tuple[str, ...] = ()
+    _persisted: DataFrame | None = field(default=None, repr=False)
 
     def unpersist(self) -> None:
         if self._persisted is not None:
@@ -70,7 +75,8 @@ class ReplayResult:
             self._persisted = None
 
 
-def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool | None = None) -> ReplayResult:
+def replay(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, state: DataFrame | None = None,
+           flush_at_end: bool | None = None) -> ReplayResult:
     """Replay ``events_df`` through ``pipeline``'s window, continuing from ``state``.
 
     Args:
@@ -116,14 +122,14 @@ def replay(spark, pipeline: Pipeline, events_df, state=None, flush_at_end: bool 
                         _persisted=kernel.out)
 
 
-def _F():
+def _F() -> ModuleType:
     """``pyspark.sql.functions``, imported when a replay runs (not when this module is)."""
     from pyspark.sql import functions as F
 
     return F
 
 
-def _checked_input(spark, pipeline: Pipeline, events_df):
+def _checked_input(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame) -> DataFrame:
     """Phase 1: ``events_df`` checked against the pipeline's columns and normalised
     (:func:`_normalise`), once the session is set for the replay and its Python workers
     are known to run rewindow."""
@@ -150,7 +156,8 @@ class _WorkerCommits:
     worker_rows: list[dict[str, Any]]
 
 
-def _worker_commits(spark, pipeline: Pipeline, norm, worker_state, inputs) -> _WorkerCommits:
+def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, worker_state: list[dict[str, Any]],
+                    inputs: Sequence[str]) -> _WorkerCommits:
     """Phase 2: the workers' commits. Rows per worker (and rejected rows per reason) first;
     then the commits per (worker, batch), from one Spark aggregation, or (when every
     worker fits one task, and there are enough workers to keep the slots busy) by the
@@ -180,12 +187,13 @@ class _Kernel:
     """Phase 3 under way: the kernel's output as Spark holds it (persisted, not computed
     yet), the schemas of its outputs and its number of tasks."""
 
-    out: Any
+    out: DataFrame
     schemas: dict[str, pa.Schema]
     nparts: int
 
 
-def _launch_kernel(spark, pipeline: Pipeline, events_df, norm, input_cols: list[str], key_state,
+def _launch_kernel(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, norm: DataFrame,
+                   input_cols: list[str], key_state: DataFrame | None,
                    commits: _WorkerCommits, flush: bool) -> _Kernel:
     """Phase 3: the kernel, per partition of (worker, key), as a held DataFrame (lazy)."""
     F = _F()
@@ -219,7 +227,7 @@ class _SideOutputs:
     lateness_ms: np.ndarray | None
 
 
-def _collect_side_outputs(kernel: _Kernel, spark, pipeline: Pipeline, inputs,
+def _collect_side_outputs(kernel: _Kernel, spark: SparkSession, pipeline: Pipeline, inputs: Sequence[str],
                           worker_rows: list[dict[str, Any]]) -> _SideOutputs:
     """Run the kernel: one job brings back the counters, the worker state rows of tasks
     holding whole workers (added to ``worker_rows``), and the lateness values of the tasks
@@ -229,7 +237,8 @@ def _collect_side_outputs(kernel: _Kernel, spark, pipeline: Pipeline, inputs,
     with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):
         rows = (kernel.out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED, "workers"))
                 .select(SIDE_OUTPUT, SIDE_DATA).collect())
-    counters, values = [], []
+    counters: list[pa.Table] = []
+    values: list[np.ndarray] = []
     for row in rows:
         table = _decode_blob(row[SIDE_DATA])
         if row[SIDE_OUTPUT] == "counters":
@@ -249,7 +258,7 @@ def _collect_side_outputs(kernel: _Kernel, spark, pipeline: Pipeline, inputs,
     return _SideOutputs(counts, by_worker, worker_rows, lateness_ms)
 
 
-def _datasets(spark, kernel: _Kernel, side: _SideOutputs) -> tuple[Any, Any, Any]:
+def _datasets(spark: SparkSession, kernel: _Kernel, side: _SideOutputs) -> tuple[DataFrame, DataFrame, DataFrame]:
     """``aggregates``, ``late_events`` and ``state`` as DataFrames of their own schemas,
     decoded from the kernel's held output (the worker state rows added to ``state``)."""
     F = _F()
@@ -269,7 +278,7 @@ def _datasets(spark, kernel: _Kernel, side: _SideOutputs) -> tuple[Any, Any, Any
     return aggregates, late, state_out
 
 
-def _rejected(norm, input_cols: list[str], rejected_counts: dict[str, int]):
+def _rejected(norm: DataFrame, input_cols: list[str], rejected_counts: dict[str, int]) -> DataFrame:
     """The rejected rows (a lazy view of the input): its columns and the reason."""
     F = _F()
     rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*[_col(c) for c in input_cols], REJECT_REASON)
@@ -278,7 +287,8 @@ def _rejected(norm, input_cols: list[str], rejected_counts: dict[str, int]):
     return rejected
 
 
-def kernel_input(spark, pipeline: Pipeline, events, state_rows=None, worker_tasks=None):
+def kernel_input(spark: SparkSession, pipeline: Pipeline, events: DataFrame, state_rows: DataFrame | None = None,
+                 worker_tasks: Mapping[Any, int] | None = None) -> tuple[DataFrame, dict[str, str], int]:
     """The kernel's input: ``events`` and the carried ``state_rows`` (or None), hash-
     partitioned by (worker, key) into ``spark.sql.shuffle.partitions`` partitions, every
     key's rows in one; or, with ``worker_tasks`` (see :func:`_worker_tasks`), each worker's
@@ -291,7 +301,7 @@ def kernel_input(spark, pipeline: Pipeline, events, state_rows=None, worker_task
         kernel_in = kernel_in.repartition(nparts, _task_of_worker(kernel_in, pipeline.source.worker, worker_tasks))
     else:
         part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
-        nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        nparts = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # set in every session
         kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
     names = kernel_in.columns
     safe = [f"__d{i}" if ("." in c or "`" in c) else c for i, c in enumerate(names)]
@@ -310,7 +320,7 @@ _DECIMAL = "decimal("
 
 
 @contextmanager
-def _naming_bad_files(inputs):
+def _naming_bad_files(inputs: Iterable[str]) -> Iterator[None]:
     """Spark reads data pages at the first action: name the damaged input file then."""
     from windowing.io import input_error_from
 
@@ -323,7 +333,7 @@ def _naming_bad_files(inputs):
         raise err from exc
 
 
-def _check_late_columns(pipeline: Pipeline, df) -> None:
+def _check_late_columns(pipeline: Pipeline, df: DataFrame) -> None:
     """Refuse input columns that late_events would overwrite with the columns it adds.
 
     late_events carries every input column; a same-named added column would replace it
@@ -340,7 +350,7 @@ def _check_late_columns(pipeline: Pipeline, df) -> None:
             )
 
 
-def _check_columns(pipeline: Pipeline, df) -> None:
+def _check_columns(pipeline: Pipeline, df: DataFrame) -> None:
     """Fail before any work if a configured column is missing or unusable."""
     types = dict(df.dtypes)
     internal = [c for c in types if c.startswith("__")]
@@ -387,13 +397,13 @@ def _check_columns(pipeline: Pipeline, df) -> None:
             raise ConfigError(f"aggregateDefinition[{i}].column: {a.column!r} of type {t} cannot be aggregated")
 
 
-def _floor_div(F, df, name: str, source: str, divisor: int):
+def _floor_div(F: ModuleType, df: DataFrame, name: str, source: str, divisor: int) -> DataFrame:
     """``df`` with ``name`` = floor(``source`` / divisor), exact in 64-bit integers (Spark's
     ``/`` goes through doubles). Tasks compute the same (``kernel.with_event_columns``)."""
     return df.withColumn(name, F.expr(f"({source} - pmod({source}, {divisor})) div {divisor}"))
 
 
-def _normalise(pipeline: Pipeline, df):
+def _normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     types = {f.name: f.dataType for f in df.schema.fields}
@@ -407,7 +417,8 @@ def _normalise(pipeline: Pipeline, df):
     if src.batch_column:
         out = out.withColumn("__batch", _col(src.batch_column).cast("long"))
     else:
-        out = _floor_div(F, out, "__batch", "__arr", src.batch_interval_ms)
+        # The configuration sets the interval whenever it sets no batch column.
+        out = _floor_div(F, out, "__batch", "__arr", cast(int, src.batch_interval_ms))
     reason = F.when(_col(src.arrival_time).isNull(), F.lit("arrival time is null")).when(
         arr_any.isNull(), F.lit("arrival time unparseable")
     ).when(F.col("__arr").isNull(), F.lit(ARRIVAL_OUT_OF_RANGE))
@@ -425,7 +436,8 @@ def _normalise(pipeline: Pipeline, df):
     return out
 
 
-def _reject_committed(spark, pipeline, norm, worker_state):
+def _reject_committed(spark: SparkSession, pipeline: Pipeline, norm: DataFrame,
+                      worker_state: list[dict[str, Any]]) -> DataFrame:
     """Rows of a batch their worker already committed in an earlier partition."""
     from pyspark.sql import functions as F
 
@@ -434,25 +446,27 @@ def _reject_committed(spark, pipeline, norm, worker_state):
     if not last:
         return norm
     wexpr = _col(wcol) if wcol else F.lit(0)
-    cond = None
+    cond: Column | None = None
     for wv, b in last.items():
         match = wexpr.isNull() if wv is None else (wexpr == F.lit(wv))
         c = match & (F.col("__batch") <= F.lit(b))
         cond = c if cond is None else (cond | c)
+    assert cond is not None  # ``last`` has an entry
     return norm.withColumn(
         REJECT_REASON,
         F.when(F.col(REJECT_REASON).isNull() & cond, F.lit("batch already committed")).otherwise(F.col(REJECT_REASON)),
     )
 
 
-def _hashable(v):
+def _hashable(v: object) -> Hashable:
     return v if not isinstance(v, (list, dict)) else repr(v)
 
 
 # --------------------------------------------------------------------------- state
 
 
-def _split_state(spark, pipeline: Pipeline, state, events_df):
+def _split_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | None,
+                 events_df: DataFrame) -> tuple[list[dict[str, Any]], DataFrame | None]:
     """Worker rows (collected: one per worker) and key/window rows (for the kernel).
 
     The state is checked first (:func:`_state_problems`): another pipeline's state is a
@@ -508,7 +522,7 @@ def _mismatch_message(pipeline: Pipeline, found: list[str]) -> str:
     return message
 
 
-def _state_problems(spark, pipeline: Pipeline, state, events_df) -> list[str]:
+def _state_problems(spark: SparkSession, pipeline: Pipeline, state: DataFrame, events_df: DataFrame) -> list[str]:
     """What is wrong with the carried state's columns, one phrase each (none: it fits).
 
     The state must have every column of the kernel's ``Spec(pipeline, input
@@ -524,12 +538,15 @@ def _state_problems(spark, pipeline: Pipeline, state, events_df) -> list[str]:
     expected = {f.name: f.dataType for f in _spark_schema(spec.state_schema()).fields}
     found = {f.name: f.dataType for f in state.schema.fields}
     schema = pdr.DataFrameSchema(
-        {c: pdr.Column(t, nullable=True, required=True) for c, t in expected.items()},
+        # pandera takes a Spark DataType at runtime; its annotation lists no pyspark types.
+        {c: pdr.Column(t, nullable=True, required=True) for c, t in expected.items()},  # type: ignore[arg-type]
         name=f"{pipeline.name}.state", strict=False,
     )
+    report: Mapping[str, Any] | None
     try:
         with config_context(validation_enabled=True, validation_depth=ValidationDepth.SCHEMA_ONLY):
-            report = schema.validate(state.limit(0), lazy=True).pandera.errors
+            # ``.pandera`` is an accessor pandera registers at runtime (statically, a Column).
+            report = cast("Mapping[str, Any] | None", schema.validate(state.limit(0), lazy=True).pandera.errors)
     except (SchemaError, SchemaErrors):  # pandera versions that raise after all
         report = None
     if report is None:  # no report: the same comparison, directly
@@ -540,7 +557,7 @@ def _state_problems(spark, pipeline: Pipeline, state, events_df) -> list[str]:
     input_types = dict(events_df.dtypes)
     roles = {c: r for r, c in (("worker", pipeline.source.worker), ("key", pipeline.window.key)) if c}
     owner = {f.name: a for a in pipeline.aggregates for f in spec.partial_fields(a)}
-    out = []
+    out: list[str] = []
     for reason, errors in dict(report.get("SCHEMA", {})).items():
         for e in errors:
             c = e.get("column")
@@ -556,7 +573,7 @@ def _state_problems(spark, pipeline: Pipeline, state, events_df) -> list[str]:
                 elif c in owner and owner[c].column:
                     a = owner[c]
                     out.append(f"column {c!r} is {has} in the state, but {a.type} over {a.column!r} "
-                               f"({input_types[a.column]} in the input) keeps {want}")
+                               f"({input_types[cast(str, a.column)]} in the input) keeps {want}")
                 else:
                     out.append(f"column {c!r} is {has}; the pipeline's state has {want}")
             else:
@@ -567,7 +584,7 @@ def _state_problems(spark, pipeline: Pipeline, state, events_df) -> list[str]:
     return out
 
 
-def _state_location(state) -> str:
+def _state_location(state: DataFrame) -> str:
     """The folder the state DataFrame was read from (for messages), if it was read from files."""
     from windowing.lake import display
 
@@ -579,7 +596,7 @@ def _state_location(state) -> str:
     return display(folders[0]) if len(folders) == 1 else "carried state"
 
 
-def _fold(norm, wexpr) -> pa.Table:
+def _fold(norm: DataFrame, wexpr: Column) -> pa.Table:
     """Rows per (reject reason, worker ``__w``): one small Spark aggregation."""
     from pyspark.sql import functions as F
 
@@ -598,7 +615,7 @@ def _folded_counts(folded: pa.Table) -> tuple[dict[str, int], dict[Any, int]]:
     return rejected, per_worker
 
 
-def _summary(norm, cand, wexpr) -> pa.Table:
+def _summary(norm: DataFrame, cand: Column, wexpr: Column) -> pa.Table:
     """Per (worker ``__w``, batch) of the accepted events: watermark candidate ``cand``,
     greatest and smallest arrival (``maxarr``, ``minarr``).
 
@@ -614,7 +631,8 @@ def _summary(norm, cand, wexpr) -> pa.Table:
     return per_batch.toArrow()  # Arrow: one row per batch, fast to collect
 
 
-def _timelines(pipeline: Pipeline, summary: pa.Table, worker_state) -> tuple[dict, list[dict]]:
+def _timelines(pipeline: Pipeline, summary: pa.Table,
+               worker_state: list[dict[str, Any]]) -> tuple[dict[Any, K.Timeline], list[dict[str, Any]]]:
     """Each worker's timeline and state row from a :func:`_summary` table (rows with a
     reject reason, if it has that column, are left out) and the carried worker rows."""
     import pyarrow.compute as pc
@@ -653,7 +671,7 @@ TASK_WORKER_EVENTS = 3_000_000
 MAX_WORKER_TASKS = 64
 
 
-def _commits_mode(spark) -> str:
+def _commits_mode(spark: SparkSession) -> str:
     """The :data:`COMMITS_CONF` setting, checked."""
     mode = (spark.conf.get(COMMITS_CONF, "auto") or "auto").strip().lower()
     if mode not in ("auto", "tasks", "driver"):
@@ -661,7 +679,7 @@ def _commits_mode(spark) -> str:
     return mode
 
 
-def _worker_tasks(spark, worker_events: dict[Any, int]) -> dict[Any, int]:
+def _worker_tasks(spark: SparkSession, worker_events: dict[Any, int]) -> dict[Any, int]:
     """The kernel task of each worker, when tasks should hold whole workers; else {}.
 
     With whole workers in a task, the task builds their timelines from its own events
@@ -683,7 +701,7 @@ def _worker_tasks(spark, worker_events: dict[Any, int]) -> dict[Any, int]:
     return {w: i for i, w in enumerate(sorted(worker_events, key=repr))}
 
 
-def _task_of_worker(df, wcol: str | None, tasks: dict[Any, int]):
+def _task_of_worker(df: DataFrame, wcol: str | None, tasks: Mapping[Any, int]) -> Column:
     """A column whose hash partitioning puts each worker in its task (``tasks``): a
     literal map from the worker to an int whose Spark hash lands in that partition."""
     from pyspark.sql import functions as F
@@ -695,7 +713,7 @@ def _task_of_worker(df, wcol: str | None, tasks: dict[Any, int]):
     placeable = ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp")
     if n > MAX_WORKER_TASKS or dtype.typeName() not in placeable:
         return _col(wcol)  # other worker types: Spark's own hash of the value
-    pairs = []
+    pairs: list[Column] = []
     for w, t in tasks.items():
         if w is not None:  # a null worker is a worker of its own, but no map key
             pairs += [F.lit(w).cast(dtype), F.lit(_salt(t, n))]
@@ -735,7 +753,7 @@ def _spark_hash_int(v: int, seed: int = 42) -> int:
 # --------------------------------------------------------------------------- phase 3
 
 
-def _arrow_types(spark, df) -> dict[str, pa.DataType]:
+def _arrow_types(spark: SparkSession, df: DataFrame) -> dict[str, pa.DataType]:
     from pyspark.sql.pandas.types import to_arrow_type
 
     tz = spark.conf.get("spark.sql.session.timeZone")
@@ -758,7 +776,7 @@ def _write_tasks(rows: int, most: int, slots: int | None) -> int:
     return min(n, max(1, most))
 
 
-def _task_slots(spark) -> int | None:
+def _task_slots(spark: SparkSession) -> int | None:
     """How many tasks the session runs at once (None over Spark Connect: not known)."""
     try:
         return int(spark.sparkContext.defaultParallelism)
@@ -770,7 +788,7 @@ def _output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
     return {"aggregates": spec.aggregates_schema(), "late_events": spec.late_schema(), "state": spec.state_schema()}
 
 
-def _spark_schema(schema: pa.Schema):
+def _spark_schema(schema: pa.Schema) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
@@ -783,10 +801,10 @@ def _blob(table: pa.Table, compression: str | None = None) -> bytes:
     options = pa.ipc.IpcWriteOptions(compression=compression) if compression else None
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return cast(bytes, sink.getvalue().to_pybytes())
 
 
-def _decode_blob(data) -> pa.Table:
+def _decode_blob(data: object) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data).read_all()
 
 
@@ -797,7 +815,7 @@ SIDE_OUTPUT, SIDE_DATA = "__side_output", "__side_data"
 LATENESS_COLLECTED, LATENESS_HELD = "lateness", "lateness_held"
 
 
-def task_table(batches, names: dict[str, str]) -> pa.Table | None:
+def task_table(batches: Iterable[pa.RecordBatch], names: Mapping[str, str]) -> pa.Table | None:
     """A task's rows as one table, the columns under their real names again (see
     :func:`kernel_input`); None for a task without rows."""
     batches = list(batches)
@@ -812,7 +830,9 @@ class _KernelTask:
     ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
     :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too)."""
 
-    def __init__(self, spec, timelines, flush, names, schemas, lateness_share: int = 0, carried=None):
+    def __init__(self, spec: K.Spec, timelines: Mapping[Any, K.Timeline], flush: bool, names: Mapping[str, str] | None,
+                 schemas: Mapping[str, pa.Schema], lateness_share: int = 0,
+                 carried: Mapping[Any, dict[str, Any]] | None = None) -> None:
         self.spec, self.timelines, self.flush = spec, timelines, flush
         #: The carried worker rows, when each task holds whole workers and builds their
         #: timelines itself (None: ``timelines`` has every worker's).
@@ -822,11 +842,13 @@ class _KernelTask:
         self.schemas = schemas
         self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         table = task_table(batches, self.names)
         if table is None:
             return
-        timelines, names, blobs = self.timelines, [], []
+        timelines: Mapping[Any, K.Timeline] = self.timelines
+        names: list[str] = []
+        blobs: list[bytes] = []
         if self.carried is not None:
             table = K.with_event_columns(table, self.spec)
             commits = K.commit_summary(table, self.spec)
@@ -855,7 +877,7 @@ def _counters_table(out: K.KernelOutput) -> pa.Table:
     """A task's counters as rows (worker, name, value): the kernel's per worker label
     (windowing.metrics.COUNTERS, zeros left out) and the task's output row counts
     (``rows_<output>``, worker null)."""
-    rows = [(worker, name, v) for worker, counters in out.counters_by_worker.items()
+    rows: list[tuple[str | None, str, int]] = [(worker, name, v) for worker, counters in out.counters_by_worker.items()
             for name, v in counters.items() if v]
     rows += [(None, f"rows_{name}", table.num_rows)
              for name, table in (("aggregates", out.aggregates), ("late_events", out.late), ("state", out.state))]
@@ -882,10 +904,10 @@ def _sum_counters(tables: list[pa.Table]) -> tuple[dict[str, int], dict[str, dic
 class _DecodeTask:
     """Turns a kernel output's IPC blobs back into its rows (zero-copy Arrow reads)."""
 
-    def __init__(self, schema: pa.Schema):
+    def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for data in batch.column(0):
                 yield from _decode_blob(data.as_buffer()).cast(self.schema).to_batches()
@@ -899,7 +921,7 @@ class _DecodeTask:
 DRIVER_PERCENTILES_MAX = 20_000_000
 
 
-def _lateness(n: int, late, F, values=None) -> dict:
+def _lateness(n: int, late: DataFrame, F: ModuleType, values: np.ndarray | None = None) -> dict[str, Any] | Row:
     """Exact p50/p90/p99 (linear interpolation, as Spark's ``percentile``) and max: in the
     driver from ``values`` (or the late events) up to :data:`DRIVER_PERCENTILES_MAX`, else
     by a Spark job."""
@@ -913,7 +935,7 @@ def _lateness(n: int, late, F, values=None) -> dict:
     return {"p": np.percentile(values, [50, 90, 99]).tolist(), "mx": int(values.max())}
 
 
-def _hold(spark, df):
+def _hold(spark: SparkSession, df: DataFrame) -> DataFrame:
     """``df`` persisted for the writes. Held rows are read back once or twice, so Spark's
     in-memory column compression (encoding every value to save memory) is not worth its
     CPU here: it is off while the cache is built (the setting applies at persist time)."""
@@ -927,7 +949,7 @@ _ARROW_BATCH_BYTES_DEFAULT = ("67108864b", "64m", "67108864")
 _ARROW_BATCH_BYTES_OFF = "2147483647"
 
 
-def _kernel_job_conf(spark) -> dict[str, str]:
+def _kernel_job_conf(spark: SparkSession) -> dict[str, str]:
     """Settings for the job that runs the kernel.
 
     Spark 4 caps each Arrow batch it hands to Python at
@@ -948,7 +970,7 @@ def _kernel_job_conf(spark) -> dict[str, str]:
 
 
 @contextmanager
-def _session_conf(spark, conf: dict[str, str]):
+def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
     """Set runtime SQL settings for the jobs started inside the block, then put back the
     previous values (Spark reads them when a job or a cache is planned)."""
     before = {k: spark.conf.get(k, None) for k in conf}
@@ -957,14 +979,15 @@ def _session_conf(spark, conf: dict[str, str]):
             spark.conf.set(k, v)
         yield
     finally:
-        for k, v in before.items():
-            if v is None:
+        for k, old in before.items():
+            if old is None:
                 spark.conf.unset(k)
             else:
-                spark.conf.set(k, v)
+                spark.conf.set(k, old)
 
 
-def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipeline,
+def _metrics(counters: dict[str, int], lateness: Mapping[str, Any] | Row, rejected_counts: Mapping[str, int],
+             worker_rows: list[dict[str, Any]], pipeline: Pipeline,
              by_worker: dict[str, dict[str, int]] | None = None) -> replay_metrics.ReplayMetrics:
     """The replay's metrics (docs/semantics.md, "Metrics"): the figures of
     :func:`windowing.metrics.figures` over all workers, rejected rows, the watermark
@@ -986,5 +1009,5 @@ def _metrics(counters: dict, lateness: dict, rejected_counts, worker_rows, pipel
     )
 
 
-def _num(p, i):
+def _num(p: Sequence[float] | None, i: int) -> float | None:
     return None if p is None else float(p[i])

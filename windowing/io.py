@@ -42,18 +42,29 @@ zero events with a schema derived from the pipeline (and the carried state's typ
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Sequence, cast
 from urllib.parse import unquote
 
 from windowing.contract import OUTPUTS, STATE_REQUIRED_COLUMNS
 from windowing.lake import Lake, display, inside, join, qualify
 from windowing.metrics import ReplayMetrics, render_prometheus
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, DataFrameReader, Row, SparkSession
+    from pyspark.sql.types import StructType
+
+    from windowing.config import Pipeline, Source
+    from windowing.engine import ReplayResult
+
+#: A folder or URI as callers give it (made a string before use).
+PathArg = str | os.PathLike[str]
 
 RUNS = "runs"
 COMMITS = "_commits"
@@ -107,7 +118,7 @@ def _path_part(uri: str) -> str:
     return re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?", "", uri)
 
 
-def file_named_in(exc: BaseException, files) -> str | None:
+def file_named_in(exc: BaseException, files: Iterable[str]) -> str | None:
     """The one of ``files`` (URIs) that Spark's error message names, if any."""
     text = str(exc)
     for f in sorted(files, key=len, reverse=True):
@@ -116,7 +127,7 @@ def file_named_in(exc: BaseException, files) -> str | None:
     return None
 
 
-def input_error_from(exc: BaseException, files) -> InputError | None:
+def input_error_from(exc: BaseException, files: Iterable[str]) -> InputError | None:
     """An :class:`InputError` naming the input file a Spark failure names, or None.
 
     Spark reads data pages lazily, at the first action: a file whose footer is fine but
@@ -135,7 +146,9 @@ def _missing_path(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------- events
 
 
-def read_events(spark: Any, paths: Any = None, schema: Any = None, pipeline: Any = None, state: Any = None) -> Any:
+def read_events(spark: SparkSession, paths: Any = None,  # one path or URI, or an iterable of them
+                schema: StructType | str | None = None, pipeline: Pipeline | None = None,
+                state: DataFrame | None = None) -> DataFrame:
     """Read events: the given paths, else the pipeline's ``source.path`` or ``source.table``.
 
     Args:
@@ -195,7 +208,7 @@ def read_events(spark: Any, paths: Any = None, schema: Any = None, pipeline: Any
     return df
 
 
-def _reader(spark, src, recursive: bool):
+def _reader(spark: SparkSession, src: Source | None, recursive: bool) -> DataFrameReader:
     reader = spark.read.format(src.format if src else "parquet")
     if src is not None and src.schema:
         reader = reader.schema(src.schema)
@@ -208,7 +221,7 @@ def _reader(spark, src, recursive: bool):
     return reader
 
 
-def _read_table(spark, table: str):
+def _read_table(spark: SparkSession, table: str) -> DataFrame:
     try:
         df = spark.read.table(table)
         df.schema  # noqa: B018
@@ -217,7 +230,7 @@ def _read_table(spark, table: str):
         raise InputError(f"source.table {table!r}: cannot read the table: {_first_line(exc)}") from exc
 
 
-def _read_error(exc: BaseException, fmt: str, paths) -> InputError:
+def _read_error(exc: BaseException, fmt: str, paths: Sequence[str]) -> InputError:
     text = str(exc)
     if "DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text:
         return InputError(f"source.format {fmt!r}: Spark has no such data source (is its package on the classpath?)")
@@ -226,21 +239,23 @@ def _read_error(exc: BaseException, fmt: str, paths) -> InputError:
     return InputError(f"{', '.join(paths)}: cannot read {fmt} input: {_first_line(exc)}")
 
 
-def _empty_events(spark, paths, schema, pipeline, state):
+def _empty_events(spark: SparkSession, paths: Sequence[str], schema: StructType | str | None,
+                  pipeline: Pipeline | None, state: DataFrame | None) -> DataFrame:
     if schema is None and pipeline is None:
         raise InputError(
             f"{', '.join(paths)}: no data files (an empty partition); "
             "pass the events' schema or the pipeline to replay it as zero events"
         )
     if schema is None:
+        assert pipeline is not None  # refused above when both are None
         schema = pipeline.source.schema or empty_events_schema(pipeline, state)
     return _empty_frame(spark, schema)
 
 
-def read_footers(lake: Lake, files, error: type[ValueError] = InputError) -> dict[str, dict[str, str]]:
+def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = InputError) -> dict[str, dict[str, str]]:
     """Every file's top-level columns and types, from its Parquet footer (never data pages);
     raises ``error`` naming the first file that is not readable Parquet."""
-    footers = {}
+    footers: dict[str, dict[str, str]] = {}
     for f in files:
         try:
             footers[f] = lake.parquet_columns(f)
@@ -250,8 +265,8 @@ def read_footers(lake: Lake, files, error: type[ValueError] = InputError) -> dic
     return footers
 
 
-def check_columns(footers: dict[str, dict[str, str]], pipeline, error: type[ValueError] = InputError,
-                  only=None) -> None:
+def check_columns(footers: dict[str, dict[str, str]], pipeline: Pipeline | None, error: type[ValueError] = InputError,
+                  only: Collection[str] | None = None) -> None:
     """Raise ``error`` naming the first file that lacks a column the pipeline reads, or holds
     it with another type than the first file that has it (only columns in ``only``, if given)."""
     wanted = [c for c in (pipeline.input_columns if pipeline is not None else ()) if only is None or c in only]
@@ -266,13 +281,13 @@ def check_columns(footers: dict[str, dict[str, str]], pipeline, error: type[Valu
             seen.setdefault(c, (cols[c], f))
 
 
-def check_parquet_files(lake: Lake, files, pipeline=None, error: type[ValueError] = InputError,
-                        only=None) -> None:
+def check_parquet_files(lake: Lake, files: Iterable[str], pipeline: Pipeline | None = None,
+                        error: type[ValueError] = InputError, only: Collection[str] | None = None) -> None:
     """:func:`read_footers` then :func:`check_columns`."""
     check_columns(read_footers(lake, files, error), pipeline, error, only)
 
 
-def check_input_schema(pipeline, paths) -> None:
+def check_input_schema(pipeline: Pipeline, paths: Sequence[PathArg]) -> None:
     """Refuse local Parquet input that lacks a column ``pipeline`` reads, before Spark starts.
 
     A pre-flight look, the one place that reads data files without Spark: pyarrow reads
@@ -313,15 +328,15 @@ def _local_parquet_columns(paths: list[str]) -> set[str] | None:
     return names or None
 
 
-def _empty_frame(spark, schema):
+def _empty_frame(spark: SparkSession, schema: StructType | str) -> DataFrame:
     from pyspark.sql import types as T
 
-    if isinstance(schema, str):
-        schema = T._parse_datatype_string(schema)
-    return spark.createDataFrame([], schema)
+    # A DDL column list ("a string, b long") parses to a StructType.
+    struct = cast("StructType", T._parse_datatype_string(schema)) if isinstance(schema, str) else schema
+    return spark.createDataFrame([], struct)
 
 
-def empty_events_schema(pipeline, state=None):
+def empty_events_schema(pipeline: Pipeline, state: DataFrame | None = None) -> StructType:
     """A Spark schema with the columns ``pipeline`` reads, for a partition without events.
 
     Times are timestamps, ``arrivalOrder`` and batch columns longs. Worker, key and
@@ -338,7 +353,7 @@ def empty_events_schema(pipeline, state=None):
     state_types = {f.name: f.dataType for f in state.schema.fields} if state is not None else {}
     types: dict[str, T.DataType] = {}
 
-    def put(col, dtype):
+    def put(col: str | None, dtype: T.DataType) -> None:
         if col and col not in types:
             types[col] = dtype
 
@@ -347,8 +362,8 @@ def empty_events_schema(pipeline, state=None):
     for c in src.arrival_order:
         put(c, T.LongType())
     put(src.batch_column, T.LongType())
-    for c in (src.worker, w.key):
-        put(c, state_types.get(c, T.StringType()))
+    for id_column in (src.worker, w.key):
+        put(id_column, state_types.get(id_column, T.StringType()) if id_column else T.StringType())
     for a in pipeline.aggregates:
         if a.column is None:
             continue
@@ -391,8 +406,8 @@ class Commit:
     committed_at: str
     pipeline: str
     fingerprint: str
-    metrics: dict
-    extra: dict
+    metrics: dict[str, Any]
+    extra: dict[str, Any]
     output: str  # the output this record belongs to
 
     @property
@@ -404,7 +419,7 @@ class Commit:
         return (self.seq, self.run_id)
 
 
-def list_commits(spark, out) -> list[Commit]:
+def list_commits(spark: SparkSession, out: PathArg) -> list[Commit]:
     """Every commit record of the output ``out``, oldest first; [] when none."""
     out = str(out)
     try:
@@ -421,7 +436,7 @@ def list_commits(spark, out) -> list[Commit]:
     return sorted(commits, key=lambda c: c.order)
 
 
-def _commit_of(r, output: str) -> Commit:
+def _commit_of(r: Row, output: str) -> Commit:
     """A :class:`Commit` from a commit record row (JSON fields parsed)."""
     return Commit(seq=r["seq"], run_id=r["run_id"], run=r["run"], committed_at=r["committed_at"],
                   pipeline=r["pipeline"], fingerprint=r["fingerprint"],
@@ -429,7 +444,7 @@ def _commit_of(r, output: str) -> Commit:
                   output=output)
 
 
-def current_commits_under(spark, root) -> dict[str, Commit]:
+def current_commits_under(spark: SparkSession, root: PathArg) -> dict[str, Commit]:
     """The current commit of every output directly under ``root`` (``root/<name>/``),
     by name, in one read (e.g. every partition of a pipeline)."""
     from pyspark.sql import functions as F
@@ -451,7 +466,7 @@ def current_commits_under(spark, root) -> dict[str, Commit]:
     return best
 
 
-def current_commit(spark, out) -> Commit | None:
+def current_commit(spark: SparkSession, out: PathArg) -> Commit | None:
     """The commit record that names ``out``'s current run, or None before the first commit."""
     commits = list_commits(spark, out)
     return commits[-1] if commits else None
@@ -461,7 +476,7 @@ def _new_run_id() -> str:
     return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:8]}"
 
 
-def check_output_target(spark, out, inputs=()) -> None:
+def check_output_target(spark: SparkSession, out: PathArg, inputs: Iterable[PathArg] = ()) -> None:
     """Refuse, before any work, an output that is not rewindow's to write (module docstring).
 
     Raises:
@@ -489,7 +504,7 @@ def check_output_target(spark, out, inputs=()) -> None:
         )
     # A write probe: a read-only target fails now, not after the replay. What the probe
     # created is removed again if still empty, so a refused run leaves nothing behind.
-    created = []  # the folders the probe will create: out and its missing parents, deepest first
+    created: list[str] = []  # the folders the probe will create: out and its missing parents, deepest first
     parent = out.rstrip("/")
     while not lake.connect and parent and not lake.exists(parent):
         rest = parent.split("://", 1)[-1].strip("/")
@@ -516,10 +531,10 @@ def check_output_target(spark, out, inputs=()) -> None:
 class Staged:
     """A run's outputs, written and complete but not yet current (see :func:`stage_outputs`)."""
 
-    spark: object
+    spark: SparkSession
     output: str
     run_id: str
-    metrics: dict
+    metrics: dict[str, Any]
     pipeline: str
     fingerprint: str
 
@@ -535,13 +550,14 @@ class Staged:
         """The staged outputs, as :func:`read_outputs` returns them."""
         return read_run(self.spark, self.path)
 
-    def commit(self, extra: dict | None = None) -> Commit:
+    def commit(self, extra: dict[str, Any] | None = None) -> Commit:
         """Make this run the output's current one: write its commit record (last)."""
         previous = list_commits(self.spark, self.output)
         seq = (previous[-1].seq + 1) if previous else 1
+        committed_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         record = {
             "seq": seq, "run_id": self.run_id, "run": self.run,
-            "committed_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "committed_at": committed_at,
             "pipeline": self.pipeline, "fingerprint": self.fingerprint,
             "metrics": json.dumps(self.metrics, sort_keys=True),
             "extra": json.dumps(extra or {}, sort_keys=True, default=str),
@@ -552,14 +568,15 @@ class Staged:
              .write.mode("error").json(target))
         except Exception as exc:  # noqa: BLE001
             raise OutputError(f"{target}: cannot write the commit record: {_root_cause(exc)}") from exc
-        commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=record["committed_at"],
+        commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=committed_at,
                         pipeline=self.pipeline, fingerprint=self.fingerprint, metrics=self.metrics,
                         extra=extra or {}, output=self.output)
         prune(self.spark, self.output)
         return commit
 
 
-def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
+def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipeline: Pipeline | None = None,
+                  inputs: Iterable[PathArg] = ()) -> Staged:
     """Write a replay's outputs into a new run folder of ``out_dir`` (not yet current).
 
     Spark's own writer writes ``aggregates/ late_events/ rejected/ state/``,
@@ -590,7 +607,8 @@ def stage_outputs(result, out_dir, pipeline=None, inputs=()) -> Staged:
     return staged
 
 
-def write_datasets(staged: "Staged", frames: dict, text=(), files=(), workers: int | None = None) -> None:
+def write_datasets(staged: Staged, frames: Mapping[str, DataFrame], text: Collection[str] = (),
+                   files: Collection[str] = (), workers: int | None = None) -> None:
     """Write each DataFrame of ``frames`` into the staged run as the dataset of its name:
     Parquet, or Spark text for the names in ``text`` (one-row JSON or text files).
 
@@ -613,12 +631,14 @@ def write_datasets(staged: "Staged", frames: dict, text=(), files=(), workers: i
 
     with ThreadPoolExecutor(max_workers=workers or len(frames)) as pool:
         futures = [pool.submit(write, name) for name in frames]
-    errors = [f.exception() for f in futures if f.exception() is not None]
+    errors = [e for e in (f.exception() for f in futures) if e is not None]
     if errors:
         raise errors[0]
 
 
-def write_outputs(result, out_dir, pipeline=None, inputs=(), extra: dict | None = None) -> ReplayMetrics | dict:
+def write_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipeline: Pipeline | None = None,
+                  inputs: Iterable[PathArg] = (),
+                  extra: dict[str, Any] | None = None) -> ReplayMetrics | dict[str, Any]:
     """Write a replay's outputs under ``out_dir`` and make them current (stage, then commit).
 
     Returns the metrics (``result.metrics``: a :class:`~windowing.metrics.ReplayMetrics`,
@@ -631,7 +651,7 @@ def write_outputs(result, out_dir, pipeline=None, inputs=(), extra: dict | None 
     return result.metrics
 
 
-def prune(spark, out) -> list[str]:
+def prune(spark: SparkSession, out: str) -> list[str]:
     """Delete runs beyond the last :data:`KEEP_RUNS` committed and abandoned run folders.
 
     Returns what was deleted. A no-op where the session cannot delete (Spark Connect).
@@ -640,13 +660,13 @@ def prune(spark, out) -> list[str]:
     if lake.connect:
         return []
     commits = list_commits(spark, out)
-    keep_runs = []
+    keep_runs: list[str] = []
     for c in reversed(commits):
         if c.run_id not in keep_runs:
             keep_runs.append(c.run_id)
         if len(keep_runs) == KEEP_RUNS:
             break
-    deleted = []
+    deleted: list[str] = []
     for c in commits:
         if c.run_id not in keep_runs:
             for p in (join(out, COMMITS, f"{c.seq:010d}-{c.run_id}"), c.run_path):
@@ -669,7 +689,7 @@ def prune(spark, out) -> list[str]:
 # --------------------------------------------------------------------------- reading
 
 
-def read_run(spark, run_path):
+def read_run(spark: SparkSession, run_path: str) -> SimpleNamespace:
     """The outputs of one run folder: ``aggregates``, ``late_events``, ``rejected``,
     ``state`` DataFrames and ``metrics`` (a dict, or None without ``metrics.json``).
 
@@ -677,7 +697,7 @@ def read_run(spark, run_path):
     the checks verify what the file holds (a key missing is a finding, not a default);
     ``ReplayMetrics.from_dict`` reads it as figures."""
     lake = Lake(spark)
-    frames = {}
+    frames: dict[str, DataFrame] = {}
     for name in OUTPUTS:
         folder = join(run_path, name)
         if not lake.exists(join(folder, "_SUCCESS")):
@@ -690,7 +710,7 @@ def read_run(spark, run_path):
     return SimpleNamespace(**frames, metrics=_read_metrics(spark, lake, join(run_path, METRICS)), path=run_path)
 
 
-def _read_metrics(spark, lake: Lake, path: str) -> dict | None:
+def _read_metrics(spark: SparkSession, lake: Lake, path: str) -> dict[str, Any] | None:
     if not lake.exists(path):
         return None
     try:
@@ -703,7 +723,7 @@ def _read_metrics(spark, lake: Lake, path: str) -> dict | None:
     return metrics
 
 
-def read_outputs(spark: Any, out_dir: Any) -> SimpleNamespace:
+def read_outputs(spark: SparkSession, out_dir: PathArg) -> SimpleNamespace:
     """The current outputs of ``out_dir`` (through its last commit record), as
     :func:`read_run` returns them plus ``commit``.
 
@@ -721,14 +741,14 @@ def read_outputs(spark: Any, out_dir: Any) -> SimpleNamespace:
     return SimpleNamespace(**vars(outputs), commit=commit)
 
 
-def _check_state_parts(lake: Lake, files) -> None:
+def _check_state_parts(lake: Lake, files: Iterable[str]) -> None:
     """Every state part is readable Parquet with the same columns of the same types.
 
     Spark takes a dataset's schema from one file (or the schema it stored in it), so a
     part lacking a column would be read as nulls, or fail far from here; a part whose
     column has another type, likewise. Footers only, each read once.
     """
-    first: tuple[str, dict] | None = None
+    first: tuple[str, dict[str, str]] | None = None
     for f in files:
         try:
             cols = lake.parquet_columns(f)
@@ -749,7 +769,7 @@ def _check_state_parts(lake: Lake, files) -> None:
                 raise StateError(f"{display(f)}: state column {c!r} is {t} here but {ref[c]} in {display(ref_file)}")
 
 
-def read_state(spark: Any, state_dir: Any) -> Any:
+def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
     """Read the state a previous replay wrote.
 
     ``state_dir`` is a replay output (its current run's state is read), that output's

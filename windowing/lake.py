@@ -29,12 +29,12 @@ from typing import Any
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
-def is_connect(spark) -> bool:
+def is_connect(spark: object) -> bool:
     """Whether ``spark`` is a Spark Connect session (no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def qualify(path: str | os.PathLike) -> str:
+def qualify(path: str | os.PathLike[str]) -> str:
     """``path`` as a URI: local paths become ``file:/abs/path``; trailing ``/`` removed."""
     s = os.fspath(path)
     if not _SCHEME.match(s):
@@ -46,7 +46,7 @@ def qualify(path: str | os.PathLike) -> str:
     return s.rstrip("/") if len(s.rstrip("/")) > len(s.split(":", 1)[0]) + 2 else s
 
 
-def absolute(location: str | os.PathLike) -> str:
+def absolute(location: str | os.PathLike[str]) -> str:
     """A URI as it is; a local path made absolute (no filesystem access)."""
     s = os.fspath(location)
     return s if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", s) or s.startswith("file:") else os.path.abspath(s)
@@ -88,21 +88,21 @@ class Entry:
 class Lake:
     """Filesystem operations for one Spark session (see the module docstring)."""
 
-    def __init__(self, spark: Any) -> None:
+    def __init__(self, spark: Any) -> None:  # Any: reaches the session's private py4j side (_jvm, _jsparkSession)
         self.spark = spark
         self.connect = is_connect(spark)
-        self._conf = None
+        self._conf: Any = None  # a py4j JavaObject (Hadoop Configuration): no Python type
 
     # ------------------------------------------------------------------ JVM side
 
-    def _hadoop_conf(self):
+    def _hadoop_conf(self) -> Any:
         """The session's Hadoop settings as Spark's own readers see them (``spark.hadoop.*``
         at start-up and Hadoop keys set at runtime with ``spark.conf.set``)."""
         if self._conf is None:
             self._conf = self.spark._jsparkSession.sessionState().newHadoopConf()
         return self._conf
 
-    def _fs(self, path: str):
+    def _fs(self, path: str) -> tuple[Any, Any]:
         jpath = self.spark._jvm.org.apache.hadoop.fs.Path(path)
         return jpath.getFileSystem(self._hadoop_conf()), jpath
 

@@ -22,10 +22,15 @@ listing folders in Python:
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from windowing.io import InputError, check_parquet_files
-from windowing.lake import Lake, join
+from windowing.lake import Entry, Lake, join
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from windowing.config import Pipeline, Source
 
 DAY = timedelta(days=1)
 DEFAULT_PARTITION_COLUMN = "date"
@@ -43,7 +48,8 @@ def day_of(start: datetime, end: datetime) -> datetime:
     return day
 
 
-def read_landing(spark, landing_zone: str, source=None, partition_column: str | None = DEFAULT_PARTITION_COLUMN):
+def read_landing(spark: SparkSession, landing_zone: str, source: Source | None = None,
+                 partition_column: str | None = DEFAULT_PARTITION_COLUMN) -> DataFrame:
     """The whole landing zone as one DataFrame (lazy: filters decide what is read)."""
     reader = spark.read.format(source.format if source else "parquet")
     if source is not None and source.schema:
@@ -75,7 +81,7 @@ def read_landing(spark, landing_zone: str, source=None, partition_column: str | 
     return df
 
 
-def landed_days(spark, landing_zone: str, arrival_column: str, *, source=None,
+def landed_days(spark: SparkSession, landing_zone: str, arrival_column: str, *, source: Source | None = None,
                 partition_column: str | None = DEFAULT_PARTITION_COLUMN) -> list[date]:
     """The UTC days the landing zone holds events for, oldest first.
 
@@ -98,10 +104,14 @@ def landed_days(spark, landing_zone: str, arrival_column: str, *, source=None,
     return [lo + timedelta(days=i) for i in range((hi - lo).days + 1)]
 
 
-def read_partition_events(spark, landing_zone: str, start: datetime, end: datetime, arrival_column: str,
-                          *, source=None, pipeline=None, partition_column: str | None = DEFAULT_PARTITION_COLUMN,
-                          unplaced: bool = False) -> tuple[Any, list[str] | None]:
+def read_partition_events(spark: SparkSession, landing_zone: str, start: datetime, end: datetime, arrival_column: str,
+                          *, source: Source | None = None, pipeline: Pipeline | None = None,
+                          partition_column: str | None = DEFAULT_PARTITION_COLUMN,
+                          unplaced: bool = False) -> tuple[DataFrame, list[Any] | None]:
     """The events of the arrival window ``[start, end)`` as a Spark DataFrame.
+
+    (``files`` holds :class:`Entry` items; typed ``list[Any]`` because
+    ``windowing.chain.Chain.read_events`` still declares ``list[str]``.)
 
     Returns ``(events, files)``: ``files`` are the data files the partition reads
     (:class:`windowing.lake.Entry`, checked first: each footer readable, the pipeline's
@@ -120,7 +130,7 @@ def read_partition_events(spark, landing_zone: str, start: datetime, end: dateti
         return events, None
     day = day_of(start, end)
     day_rows = df.where(F.col(f"`{partition_column}`").cast("date") == F.lit(day.date()))
-    files = None
+    files: list[Entry] | None = None
     if (source.format if source else "parquet") == "parquet":
         lake = Lake(spark)
         files = lake.files(join(landing_zone, f"{partition_column}={day:%Y-%m-%d}"))
@@ -135,7 +145,7 @@ def read_partition_events(spark, landing_zone: str, start: datetime, end: dateti
     return events.where((placed >= F.lit(start)) & (placed < F.lit(end))), files
 
 
-def _as_timestamp(df, column: str):
+def _as_timestamp(df: DataFrame, column: str) -> Column:
     """The column as a timestamp, null when unreadable (types as in docs/semantics.md §1)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T

@@ -15,8 +15,11 @@ import sys
 import types
 import weakref
 from contextlib import contextmanager
-from typing import Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: Settings every rewindow session needs, whatever the master.
 REQUIRED_CONF = {
@@ -117,7 +120,7 @@ def _what(scheme: str) -> str:
 
 
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "rewindow",
-                  remote: str | None = None):
+                  remote: str | None = None) -> SparkSession:
     """Build (or reuse) the SparkSession.
 
     ``remote`` (``sc://host:port``) connects to a Spark Connect server instead (Databricks
@@ -172,16 +175,16 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
 # --------------------------------------------------------------------------- workers
 
 #: Sessions whose workers passed :func:`check_workers` (weak: a stopped session goes).
-_WORKERS_OK: "weakref.WeakSet" = weakref.WeakSet()
+_WORKERS_OK: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
-def _worker_report(_, modules=WORKER_MODULES):
+def _worker_report(_: object, modules: Sequence[str] = WORKER_MODULES) -> str:
     """Runs on a Python worker: its interpreter, then one line per import that fails.
     Uses only the standard library, so it runs anywhere."""
     import importlib
     import sys
 
-    failed = []
+    failed: list[str] = []
     for name in modules:
         try:
             importlib.import_module(name)
@@ -190,7 +193,7 @@ def _worker_report(_, modules=WORKER_MODULES):
     return "\n".join([sys.executable, *failed])
 
 
-def check_workers(spark) -> None:
+def check_workers(spark: SparkSession) -> None:
     """Fail before any work if Spark's Python workers cannot run rewindow's kernel.
 
     Runs one one-row job (a plain pickled UDF, so it needs neither Arrow nor rewindow on
@@ -220,6 +223,7 @@ def check_workers(spark) -> None:
         if problem is None:
             raise
         raise _worker_error(exec_, problem) from None
+    assert row is not None  # a one-row job returns its row
     used, *failed = row[0].split("\n")
     if failed:
         raise _worker_error(used, f"cannot import {'; '.join(failed)}")
@@ -231,7 +235,7 @@ _TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark
 
 
 @contextmanager
-def _quiet_task_failures(spark):
+def _quiet_task_failures(spark: SparkSession) -> Iterator[None]:
     """Silence the driver's logs of a failing probe task (a classic session's JVM): the
     error raised says what they say, in one line."""
     from windowing.lake import is_connect
@@ -239,7 +243,9 @@ def _quiet_task_failures(spark):
     if is_connect(spark):  # the server logs it, not this console
         yield
         return
-    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic session's context has its JVM view
+    log4j = jvm.org.apache.logging.log4j
     before = {name: log4j.LogManager.getLogger(name).getLevel() for name in _TASK_FAILURE_LOGGERS}
     for name in before:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
@@ -250,7 +256,7 @@ def _quiet_task_failures(spark):
             log4j.core.config.Configurator.setLevel(name, level)
 
 
-def _configured_worker_python(spark) -> str | None:
+def _configured_worker_python(spark: SparkSession) -> str | None:
     """The interpreter a classic session hands to every Python UDF; None under Spark
     Connect (the server's workers)."""
     from windowing.lake import is_connect

@@ -161,9 +161,11 @@ def state_content_hash(state_df: DataFrame) -> str:
             c = F.array_sort(F.map_entries(c))
         cols.append(c)
     row = F.xxhash64(*cols) if cols else F.lit(0)
-    rows, total = state_df.select(
+    first = state_df.select(
         F.count(F.lit(1)), F.coalesce(F.sum(row.cast("decimal(38,0)")), F.lit(0))
     ).first()
+    assert first is not None  # a global aggregate has exactly one row
+    rows, total = first
     return f"{rows}-{total}"
 
 
