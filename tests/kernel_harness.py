@@ -56,12 +56,12 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     pick = min if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else max
     workers = state.workers if state else []
     if by_worker:
-        with_events = {K._hashable(v[4]) for v in valid}
-        carried = {K._hashable(s["worker"]): s for s in workers}
-        timelines, worker_rows = E._timelines(pipeline, summary_table([], pick),
-                                              [s for s in workers if K._hashable(s["worker"]) not in with_events])
+        with_events = {K.hashable(v[4]) for v in valid}
+        carried = {K.hashable(s["worker"]): s for s in workers}
+        timelines, worker_rows = E.summary_timelines(pipeline, summary_table([], pick),
+                                              [s for s in workers if K.hashable(s["worker"]) not in with_events])
     else:
-        timelines, worker_rows = E._timelines(pipeline, summary_table(valid, pick), workers)
+        timelines, worker_rows = E.summary_timelines(pipeline, summary_table(valid, pick), workers)
     table = events_table(valid, types)
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")
@@ -158,12 +158,12 @@ def key_partitions(table: pa.Table, keycols, partitions: int) -> list[pa.Table]:
 
 def _task(spec, table, timelines, flush_at_end, carried, worker_rows) -> K.KernelOutput:
     """The engine's kernel task holding whole workers; its worker rows go to ``worker_rows``."""
-    schemas = E._output_schemas(spec)
-    task = E._KernelTask(spec, timelines, flush_at_end, {}, schemas, carried=carried)
+    schemas = E.output_schemas(spec)
+    task = E.KernelTask(spec, timelines, flush_at_end, {}, schemas, carried=carried)
     parts: dict[str, list[pa.Table]] = {}
     for batch in task(table.to_batches()):
         for name, blob in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-            parts.setdefault(name, []).append(E._decode_blob(blob))
+            parts.setdefault(name, []).append(E.decode_blob(blob))
     worker_rows += [r for t in parts.get("workers", []) for r in t.to_pylist()]
 
     def out(name):

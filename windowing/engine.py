@@ -21,7 +21,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Hashable, Iterable, Iterator, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -168,7 +168,7 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
     with _naming_bad_files(inputs):
         folded = _fold(norm, wexpr)
     rejected_counts, worker_events = _folded_counts(folded)
-    carried = {_hashable(s["worker"]): s for s in worker_state}
+    carried = {K.hashable(s["worker"]): s for s in worker_state}
     worker_tasks = _worker_tasks(spark, worker_events)
     if worker_tasks:
         timelines, worker_rows = K.worker_timelines(
@@ -178,7 +178,7 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
             else F.max("__evt")
         with _naming_bad_files(inputs):
             summary = _summary(norm, cand, wexpr)
-        timelines, worker_rows = _timelines(pipeline, summary, worker_state)
+        timelines, worker_rows = summary_timelines(pipeline, summary, worker_state)
     return _WorkerCommits(rejected_counts, carried, worker_tasks, timelines, worker_rows)
 
 
@@ -203,8 +203,8 @@ def _launch_kernel(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
     events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(spec))
     kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, commits.worker_tasks)
-    schemas = _output_schemas(spec)
-    fn = _KernelTask(spec, commits.timelines, flush, names, schemas,
+    schemas = output_schemas(spec)
+    fn = KernelTask(spec, commits.timelines, flush, names, schemas,
                      lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
                      carried=commits.carried if commits.worker_tasks else None)
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
@@ -240,7 +240,7 @@ def _collect_side_outputs(kernel: _Kernel, spark: SparkSession, pipeline: Pipeli
     counters: list[pa.Table] = []
     values: list[np.ndarray] = []
     for row in rows:
-        table = _decode_blob(row[SIDE_DATA])
+        table = decode_blob(row[SIDE_DATA])
         if row[SIDE_OUTPUT] == "counters":
             counters.append(table)
         elif row[SIDE_OUTPUT] == "workers":  # worker state rows, from tasks holding whole workers
@@ -248,11 +248,11 @@ def _collect_side_outputs(kernel: _Kernel, spark: SparkSession, pipeline: Pipeli
         else:
             values.append(table["lateness_ms"].to_numpy())
     counts, by_worker = _sum_counters(counters)
-    worker_rows.sort(key=lambda r: repr(_hashable(r.get(wcol) if wcol else 0)))
+    worker_rows.sort(key=lambda r: repr(K.hashable(r.get(wcol) if wcol else 0)))
     lateness_ms = None
     if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
         if sum(len(v) for v in values) < counts["late"]:  # a task had more than its share: fetch the rest
-            values += [_decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy() for r in
+            values += [decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy() for r in
                        kernel.out.where(F.col(SIDE_OUTPUT) == LATENESS_HELD).select(SIDE_DATA).collect()]
         lateness_ms = np.concatenate(values)
     return _SideOutputs(counts, by_worker, worker_rows, lateness_ms)
@@ -442,7 +442,7 @@ def _reject_committed(spark: SparkSession, pipeline: Pipeline, norm: DataFrame,
     from pyspark.sql import functions as F
 
     wcol = pipeline.source.worker
-    last = {(_hashable(r["worker"])): r["batch"] for r in worker_state if r["batch"] is not None}
+    last = {(K.hashable(r["worker"])): r["batch"] for r in worker_state if r["batch"] is not None}
     if not last:
         return norm
     wexpr = _col(wcol) if wcol else F.lit(0)
@@ -456,10 +456,6 @@ def _reject_committed(spark: SparkSession, pipeline: Pipeline, norm: DataFrame,
         REJECT_REASON,
         F.when(F.col(REJECT_REASON).isNull() & cond, F.lit("batch already committed")).otherwise(F.col(REJECT_REASON)),
     )
-
-
-def _hashable(v: object) -> Hashable:
-    return v if not isinstance(v, (list, dict)) else repr(v)
 
 
 # --------------------------------------------------------------------------- state
@@ -609,7 +605,7 @@ def _folded_counts(folded: pa.Table) -> tuple[dict[str, int], dict[Any, int]]:
     per_worker: dict[Any, int] = {}
     for r in folded.to_pylist():
         if r[REJECT_REASON] is None:
-            per_worker[_hashable(r["__w"])] = per_worker.get(_hashable(r["__w"]), 0) + int(r["n"])
+            per_worker[K.hashable(r["__w"])] = per_worker.get(K.hashable(r["__w"]), 0) + int(r["n"])
         else:
             rejected[r[REJECT_REASON]] = rejected.get(r[REJECT_REASON], 0) + int(r["n"])
     return rejected, per_worker
@@ -631,7 +627,7 @@ def _summary(norm: DataFrame, cand: Column, wexpr: Column) -> pa.Table:
     return per_batch.toArrow()  # Arrow: one row per batch, fast to collect
 
 
-def _timelines(pipeline: Pipeline, summary: pa.Table,
+def summary_timelines(pipeline: Pipeline, summary: pa.Table,
                worker_state: list[dict[str, Any]]) -> tuple[dict[Any, K.Timeline], list[dict[str, Any]]]:
     """Each worker's timeline and state row from a :func:`_summary` table (rows with a
     reject reason, if it has that column, are left out) and the carried worker rows."""
@@ -639,7 +635,7 @@ def _timelines(pipeline: Pipeline, summary: pa.Table,
 
     if REJECT_REASON in summary.column_names:
         summary = summary.filter(pc.is_null(summary[REJECT_REASON]))
-    return K.worker_timelines(pipeline, _commits(summary), {_hashable(s["worker"]): s for s in worker_state})
+    return K.worker_timelines(pipeline, _commits(summary), {K.hashable(s["worker"]): s for s in worker_state})
 
 
 def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
@@ -656,7 +652,7 @@ def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
     for i, wv in enumerate(enc.dictionary.to_pylist()):
         sel = np.flatnonzero(ids == i)
         sel = sel[np.argsort(cols[0][sel], kind="stable")]
-        out[_hashable(wv)] = tuple(c[sel].astype(np.int64) for c in cols)
+        out[K.hashable(wv)] = tuple(c[sel].astype(np.int64) for c in cols)
     return out
 
 
@@ -784,7 +780,7 @@ def _task_slots(spark: SparkSession) -> int | None:
         return None
 
 
-def _output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
+def output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
     return {"aggregates": spec.aggregates_schema(), "late_events": spec.late_schema(), "state": spec.state_schema()}
 
 
@@ -804,7 +800,7 @@ def _blob(table: pa.Table, compression: str | None = None) -> bytes:
     return cast(bytes, sink.getvalue().to_pybytes())
 
 
-def _decode_blob(data: object) -> pa.Table:
+def decode_blob(data: object) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data).read_all()
 
 
@@ -825,7 +821,7 @@ def task_table(batches: Iterable[pa.RecordBatch], names: Mapping[str, str]) -> p
     return table.rename_columns([names.get(n, n) for n in table.column_names])
 
 
-class _KernelTask:
+class KernelTask:
     """What each Spark task runs over its partition: the kernel, then its outputs as
     ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
     :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too)."""
@@ -910,7 +906,7 @@ class _DecodeTask:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for data in batch.column(0):
-                yield from _decode_blob(data.as_buffer()).cast(self.schema).to_batches()
+                yield from decode_blob(data.as_buffer()).cast(self.schema).to_batches()
 
 
 # --------------------------------------------------------------------------- metrics

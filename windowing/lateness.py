@@ -213,7 +213,7 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
             small = held.where(F.col(E.SIDE_OUTPUT).isin(*SMALL)).select(E.SIDE_OUTPUT, E.SIDE_DATA).collect()
         pieces: dict[str, list[pa.Table]] = {}
         for row in small:
-            pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E._decode_blob(row[E.SIDE_DATA]))
+            pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E.decode_blob(row[E.SIDE_DATA]))
         small = {name: _concat(pieces.get(name, []), schemas[name]) for name in SMALL}
         counters = _sum_counters(small["counters"])
         rows = counters.pop(_ROWS, {})
@@ -301,7 +301,7 @@ def strategy_timelines(pipeline: Pipeline, variants, summary: pa.Table, worker_r
         if key in out:
             continue
         p = W.Variant(v.strategy, v.lateness, 0, full=True, skew_free=v.skew_free).pipeline(pipeline)
-        timelines, rows = E._timelines(p, timeline_summary(summary, v.strategy, v.skew_free),
+        timelines, rows = E.summary_timelines(p, timeline_summary(summary, v.strategy, v.skew_free),
                                        worker_rows.get(v.label, []))
         out[key] = timelines
         rows_by[key] = rows
@@ -570,7 +570,7 @@ class _BucketTask:
     def __call__(self, batches):
         for batch in batches:
             for data in batch.column(0):
-                t = E._decode_blob(data.as_buffer())
+                t = E.decode_blob(data.as_buffer())
                 codes, names = _label_codes(t["variant"])
                 for code, label in enumerate(names):
                     mine = codes == code
@@ -596,7 +596,7 @@ class _PickTask:
     def __call__(self, batches):
         for batch in batches:
             for data in batch.column(0):
-                t = E._decode_blob(data.as_buffer())
+                t = E.decode_blob(data.as_buffer())
                 if not t.num_rows:
                     continue
                 codes, names = _label_codes(t["variant"])

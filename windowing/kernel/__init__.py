@@ -48,7 +48,7 @@ from windowing.config import Trigger, WindowType
 from windowing.kernel.assignment import _assign, assign_windows
 from windowing.kernel.clocks import IdleClocks, commit_summary, worker_timelines
 from windowing.kernel.fixed import _windows
-from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, _hashable, task_derived, with_event_columns
+from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, hashable, task_derived, with_event_columns
 from windowing.kernel.outputs import _counters, _ts, key_state_rows
 from windowing.kernel.sessions import _sessions
 from windowing.kernel.spec import (
@@ -73,14 +73,14 @@ from windowing.kernel.spec import (
 
 # The names other modules import from ``windowing.kernel``: the entry point and its types;
 # the phases' building blocks the delay sweep (``windowing.sweep``) runs itself (``KeyIds``,
-# ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); and three private helpers the engine,
-# the lateness what-ifs and the tests share (``_assign``, ``_ts``, ``_hashable``).
+# ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); ``hashable`` (worker values as keys);
+# and two private helpers the lateness what-ifs and the tests share (``_assign``, ``_ts``).
 __all__ = [
     "AGGREGATE", "END_OF_INPUT", "EVENT", "IDLE", "LATE_ADDED_COLUMNS", "MAX_DURATION", "MAX_TIMESTAMP",
     "MIN_TIMESTAMP", "OPEN", "REASON_NAMES", "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS",
     "WATERMARK", "KernelOutput", "Spec", "Timeline", "assign_windows", "commit_summary", "process",
     "seg_searchsorted", "task_derived", "with_event_columns", "worker_timelines",
-    "SortedEvents", "IdleClocks", "KeyBatches", "KeyIds", "_assign", "_hashable", "_ts",
+    "SortedEvents", "IdleClocks", "KeyBatches", "KeyIds", "_assign", "hashable", "_ts",
 ]
 
 

@@ -29,7 +29,7 @@ from windowing.arrays import (
     sat_sub,
 )
 from windowing.config import Clock, Pipeline, WatermarkStrategy
-from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, _hashable, _int64
+from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, _int64, hashable
 from windowing.kernel.spec import EVENT, Spec, Timeline
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def commit_summary(table: pa.Table, spec: "Spec") -> dict[Any, tuple[np.ndarray,
     values = (table[wcol].take(pa.array(rows[order][starts[worker_starts]])).to_pylist() if wcol
               else [0] * len(worker_starts))
     ends = np.append(worker_starts[1:], len(starts))
-    return {_hashable(v): tuple(c[a:b] for c in per_batch) for v, a, b in zip(values, worker_starts, ends)}
+    return {hashable(v): tuple(c[a:b] for c in per_batch) for v, a, b in zip(values, worker_starts, ends)}
 
 
 
@@ -128,7 +128,7 @@ class IdleClocks:
         self.pre_time = np.zeros(keyset.n, dtype=np.int64)
         self.last_batch = np.full(keyset.n, MIN_TIMESTAMP, dtype=np.int64)
         self.last_clock = np.full(keyset.n, MIN_TIMESTAMP, dtype=np.int64)
-        worker_of_key = np.array([_hashable(v) for v in keyset.worker_values], dtype=object)
+        worker_of_key = np.array([hashable(v) for v in keyset.worker_values], dtype=object)
         for worker in dict.fromkeys(worker_of_key.tolist()):
             tl = timelines.get(worker)
             if tl is None:

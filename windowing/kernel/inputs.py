@@ -267,7 +267,9 @@ class KeyBatches:
 
 
 
-def _hashable(v: Any) -> Hashable:
+def hashable(v: Any) -> Hashable:
+    """A worker value as a dict key (lists and maps by their ``repr``): how timelines and
+    carried worker rows are looked up."""
     return v if not isinstance(v, (list, dict)) else repr(v)
 
 
