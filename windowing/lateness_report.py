@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from windowing.durations import format_duration_ms
 
@@ -78,15 +78,15 @@ def _e(v: Any) -> str:
     return html.escape(str(v))
 
 
-def _d(ms) -> str:
+def _d(ms: float | None) -> str:
     return "-" if ms is None else format_duration_ms(int(ms))
 
 
-def _pct(share) -> str:
+def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.4g} %"
 
 
-def _ms(v) -> str:
+def _ms(v: float | None) -> str:
     if v is None:
         return "-"
     v = float(v)
@@ -95,7 +95,7 @@ def _ms(v) -> str:
     return f"{v / 1000:.2f} s" if abs(v) >= 1000 else f"{v:.0f} ms"
 
 
-def _series(f) -> list[tuple[str, str, str]]:
+def _series(f: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(strategy, lateness, colour) of each plotted series."""
     seen = []
     for r in f["curves"]:
@@ -105,7 +105,7 @@ def _series(f) -> list[tuple[str, str, str]]:
     return [(s, m, COLOURS[i % len(COLOURS)]) for i, (s, m) in enumerate(seen)]
 
 
-def _recommendations(f) -> str:
+def _recommendations(f: Mapping[str, Any]) -> str:
     from windowing.lateness import human_duration
 
     cards = []
@@ -162,7 +162,7 @@ def _delay_axis(max_ms: float) -> list[str]:
     return out
 
 
-def _value_axis(top: float, fmt, ticks: int = 4) -> list[str]:
+def _value_axis(top: float, fmt: Callable[[float], str], ticks: int = 4) -> list[str]:
     out = [f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_H - _BOTTOM}" stroke="#999"/>']
     for i in range(ticks + 1):
         v = top * i / ticks
@@ -184,14 +184,14 @@ def _legend(items: Sequence[tuple[str, str]], x: float, y: float) -> list[str]:
 def _nice(v: float) -> float:
     if v <= 0:
         return 1.0
-    e = 10 ** math.floor(math.log10(v))
+    e: float = 10 ** math.floor(math.log10(v))  # an int for v >= 1, as before
     for m in (1, 2, 2.5, 5, 10):
         if v <= m * e:
             return m * e
     return 10 * e
 
 
-def _late_share_plot(f) -> str:
+def _late_share_plot(f: Mapping[str, Any]) -> str:
     points = f.get("late_curve_points", {})
     series = _series(f)
     max_ms = max([p[0] for s in points.values() for p in s] + list(f["delays_ms"]) + [1000])
@@ -200,7 +200,8 @@ def _late_share_plot(f) -> str:
     for s, m, colour in series:
         pts = points.get(f"{s}/{m}", [])
         if pts:  # a step function: flat until the next delay
-            path, prev = [], None
+            path: list[str] = []
+            prev: float | None = None
             for d, share in pts:
                 x, y = _xdelay(d, max_ms), _y(share, top)
                 if prev is not None:
@@ -222,7 +223,7 @@ def _late_share_plot(f) -> str:
     return _svg(body)
 
 
-def _latency_plot(f) -> str:
+def _latency_plot(f: Mapping[str, Any]) -> str:
     series = _series(f)
     rows = [r for r in f["curves"] if r["latency_p99_ms"] is not None]
     if not rows:
@@ -243,7 +244,7 @@ def _latency_plot(f) -> str:
     return _svg(body)
 
 
-def _bars(labels: list[str], values: list[float], top: float, colour: str, fmt) -> list[str]:
+def _bars(labels: list[str], values: list[float], top: float, colour: str, fmt: Callable[[float], str]) -> list[str]:
     n = max(len(values), 1)
     width = (_W - _LEFT - _RIGHT) / n
     out = []
@@ -258,7 +259,7 @@ def _bars(labels: list[str], values: list[float], top: float, colour: str, fmt) 
     return out
 
 
-def _histogram_plot(f) -> str:
+def _histogram_plot(f: Mapping[str, Any]) -> str:
     bins = f.get("lateness_histogram", [])
     if not bins:
         return _svg(['<text x="20" y="40">no late events</text>'])
@@ -273,7 +274,7 @@ def _histogram_plot(f) -> str:
     return _svg(body)
 
 
-def _hours_plot(f) -> str:
+def _hours_plot(f: Mapping[str, Any]) -> str:
     hours = f.get("late_by_hour", [])
     if not hours:
         return _svg(['<text x="20" y="40">no events</text>'])
@@ -294,7 +295,7 @@ def _hours_plot(f) -> str:
 # --------------------------------------------------------------------------- tables
 
 
-def _curve_table(f) -> str:
+def _curve_table(f: Mapping[str, Any]) -> str:
     head = ("strategy", "lateness", "delay", "late events", "late share", "late pairs", "closed", "IDLE",
             "open at end", "latency p50", "p90", "p99", "max")
     rows = []
@@ -307,7 +308,7 @@ def _curve_table(f) -> str:
     return _table(head, rows, left=2)
 
 
-def _worst_table(f) -> str:
+def _worst_table(f: Mapping[str, Any]) -> str:
     """Key, window, missed events and, per aggregate, the value emitted and the value with
     the missed events (a perfect watermark's)."""
     worst = f["cost"]["worst_windows"]
@@ -328,12 +329,12 @@ def _worst_table(f) -> str:
     return _table(head, rows, left=len(keys) + 1)
 
 
-def _short(ts) -> str:
+def _short(ts: object) -> str:
     """An ISO time without the year and seconds' fraction: ``01-02 13:00:00``."""
     return "" if ts is None else str(ts)[5:19].replace("T", " ")
 
 
-def _rows_table(rows: Sequence[Mapping[str, Any]], exclude=()) -> str:
+def _rows_table(rows: Sequence[Mapping[str, Any]], exclude: Sequence[str] = ()) -> str:
     if not rows:
         return "<p class=sub>None.</p>"
     head = [k for k in rows[0] if k not in exclude]
@@ -341,7 +342,7 @@ def _rows_table(rows: Sequence[Mapping[str, Any]], exclude=()) -> str:
     return _table(head, body, left=0)
 
 
-def _cell(v) -> str:
+def _cell(v: object) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     if isinstance(v, int) and not isinstance(v, bool):
@@ -349,14 +350,14 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
-def _table(head, rows, left: int) -> str:
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> str:
     th = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(head))
     trs = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_e(c)}</td>' for i, c in enumerate(r))
                   + "</tr>" for r in rows)
     return f"<table><tr>{th}</tr>{trs}</table>"
 
 
-def _skew(f) -> str:
+def _skew(f: Mapping[str, Any]) -> str:
     s = f["future_skew"]
     if s.get("threshold_ms") is None:
         return "<p class=sub>Not listed (--future-skew off, or no event-time column).</p>"
