@@ -11,7 +11,7 @@ dicts, and what it checks. An asset check turns one into::
 Three kinds of checks:
 
 * **Schema checks** (``*_schema``) are pandera ``DataFrameSchema`` validations: columns
-  present, with the types the kernel writes, required values non-null. pandera on Spark
+  present, with the types the replay writes, required values non-null. pandera on Spark
   does **not** raise: it records its findings in ``df.pandera.errors``. A non-empty
   report is a failure here, and so is a missing one (validation switched off by
   ``PANDERA_VALIDATION_ENABLED``): the checks force pandera on, schema *and* data depth.

@@ -1,10 +1,11 @@
 """pandera schemas of a pipeline's input and of its outputs; the output types are
-:mod:`windowing.contract`'s (the kernel writes the same)."""
+:mod:`windowing.contract`'s (the replay writes the same)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from windowing import contract
 from windowing.config import NUMERIC_AGGREGATES, Pipeline
 from windowing.validation.base import CheckResult, _jsonable, _skip, _wanted
 
@@ -97,13 +98,11 @@ def input_schema(pipeline: Pipeline, input_types: dict | None = None):
     return _schema(cols, f"{pipeline.name}.input")
 
 
-def _spec(pipeline: Pipeline, input_types: dict):
-    """The kernel's output schemas (as Spark types) for these input types."""
+def _arrow_types(input_types: dict):
+    """The input columns' Arrow types, from their Spark types."""
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from windowing.kernel import Spec
-
-    return Spec(pipeline=pipeline, input_types={c: to_arrow_type(t, timezone="UTC") for c, t in input_types.items()})
+    return {c: to_arrow_type(t, timezone="UTC") for c, t in input_types.items()}
 
 
 def _spark_fields(arrow_schema):
@@ -120,31 +119,29 @@ def _output_schema(name: str, arrow_schema, not_null: set[str], extra_checks: di
 
 
 def aggregates_schema(pipeline: Pipeline, input_types: dict):
-    """pandera schema of ``aggregates`` (kernel ``Spec.aggregates_schema``)."""
+    """pandera schema of ``aggregates`` (``windowing.contract.aggregates_schema``)."""
     import pandera.pyspark as pa
 
-    spec = _spec(pipeline, input_types)
     not_null = {"window_start", "window_end", "emit_reason", "emit_batch", "emit_time", "emission"}
     not_null |= {a.name for a in pipeline.aggregates if a.type in ("count", "distinct")}
-    return _output_schema(f"{pipeline.name}.aggregates", spec.aggregates_schema(), not_null,
-                          {"emission": [pa.Check.ge(1)]})
+    arrow = contract.aggregates_schema(pipeline, _arrow_types(input_types))
+    return _output_schema(f"{pipeline.name}.aggregates", arrow, not_null, {"emission": [pa.Check.ge(1)]})
 
 
 def late_schema(pipeline: Pipeline, input_types: dict):
-    """pandera schema of ``late_events`` (kernel ``Spec.late_schema``)."""
+    """pandera schema of ``late_events`` (``windowing.contract.late_schema``)."""
     import pandera.pyspark as pa
 
-    spec = _spec(pipeline, input_types)
-    return _output_schema(f"{pipeline.name}.late_events", spec.late_schema(),
+    return _output_schema(f"{pipeline.name}.late_events", contract.late_schema(_arrow_types(input_types)),
                           {"batch", "window_start", "window_end", "watermark", "lateness_ms"},
                           {"lateness_ms": [pa.Check.ge(0)]})
 
 
 def state_schema(pipeline: Pipeline, input_types: dict):
-    """pandera schema of ``state`` (kernel ``Spec.state_schema``); the kinds are the
+    """pandera schema of ``state`` (``windowing.contract.state_schema``); the kinds are the
     ``state_kind`` rule's, which can show the offending rows."""
-    spec = _spec(pipeline, input_types)
-    return _output_schema(f"{pipeline.name}.state", spec.state_schema(), {"state_kind", "fingerprint"})
+    arrow = contract.state_schema(pipeline, _arrow_types(input_types))
+    return _output_schema(f"{pipeline.name}.state", arrow, {"state_kind", "fingerprint"})
 
 
 def rejected_schema(pipeline: Pipeline, input_types: dict):
