@@ -7,9 +7,13 @@ import datetime as _dt
 import decimal
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence, cast
 
 from windowing.columns import col as _col
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
 #: Default of ``max_skew_ms``: how far an event time may be from its arrival time.
 DEFAULT_MAX_SKEW_MS = 7 * 86_400_000
@@ -34,7 +38,7 @@ class CheckResult:
     name: str
     passed: bool
     failure_count: int
-    sample: list[dict]
+    sample: list[dict[str, Any]]
     description: str
     skipped: bool = False
     skip_reason: str = ""
@@ -94,20 +98,20 @@ def _jsonable(v: Any) -> Any:
 # =========================================================================== Spark helpers
 
 
-def _F():
+def _F() -> Any:
     from pyspark.sql import functions as F
 
     return F
 
 
-def _ms(name: str):
+def _ms(name: str) -> Column:
     """A timestamp column as epoch milliseconds (floored, like the engine)."""
-    return _F().unix_millis(_col(name))
+    return cast("Column", _F().unix_millis(_col(name)))
 
 
-def _holds(cond):
+def _holds(cond: Column) -> Column:
     """True only when ``cond`` is true (null counts as not holding)."""
-    return _F().coalesce(cond, _F().lit(False))
+    return cast("Column", _F().coalesce(cond, _F().lit(False)))
 
 
 @dataclass(frozen=True)
@@ -120,16 +124,17 @@ class _Rule:
     applies: Any = None
     why_skipped: str = "not applicable to this pipeline"
 
-    def fail(self):
+    def fail(self) -> Column:
         cond = ~_holds(self.ok)
         return cond if self.applies is None else (_holds(self.applies) & cond)
 
 
-def _wanted(only, name: str) -> bool:
+def _wanted(only: Collection[str] | None, name: str) -> bool:
     return only is None or name in only
 
 
-def _evaluate(df, rules: Sequence[_Rule], sample_size: int, only=None) -> list[CheckResult]:
+def _evaluate(df: DataFrame, rules: Sequence[_Rule], sample_size: int,
+              only: Collection[str] | None = None) -> list[CheckResult]:
     """All rules of one DataFrame in one aggregation; samples only for failing rules."""
     F = _F()
     rules = [r for r in rules if _wanted(only, r.name)]
@@ -137,6 +142,7 @@ def _evaluate(df, rules: Sequence[_Rule], sample_size: int, only=None) -> list[C
     counts = {}
     if active:
         row = df.agg(*[F.sum(F.when(r.fail(), 1).otherwise(0)).alias(f"r{i}") for i, r in enumerate(active)]).first()
+        assert row is not None
         counts = {r.name: int(row[f"r{i}"] or 0) for i, r in enumerate(active)}
     out = []
     for r in rules:
@@ -150,7 +156,7 @@ def _evaluate(df, rules: Sequence[_Rule], sample_size: int, only=None) -> list[C
     return out
 
 
-def _has_float(dtype) -> bool:
+def _has_float(dtype: DataType) -> bool:
     from pyspark.sql import types as T
 
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
@@ -169,7 +175,7 @@ _JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
                "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
 
 
-def as_key(c, dtype):
+def as_key(c: Column, dtype: DataType) -> Column:
     """A worker or key column as the engine tells keys apart, for grouping.
 
     The engine groups keys by value with floats compared bit for bit (Arrow hashing):
@@ -185,11 +191,11 @@ def as_key(c, dtype):
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
         return c.cast("string")
     if _has_float(dtype):
-        return _F().to_json(c, _JSON_EXACT)
+        return cast("Column", _F().to_json(c, _JSON_EXACT))
     return c
 
 
-def _duplicates(name: str, description: str, df, cols: list[str], sample_size: int) -> CheckResult:
+def _duplicates(name: str, description: str, df: DataFrame, cols: list[str], sample_size: int) -> CheckResult:
     F = _F()
     types = {f.name: f.dataType for f in df.schema.fields}
     dup = (df.groupBy(*[as_key(_col(c), types[c]).alias(c) for c in cols])
@@ -200,7 +206,7 @@ def _duplicates(name: str, description: str, df, cols: list[str], sample_size: i
 
 
 
-def _all(conds: list):
+def _all(conds: list[Column]) -> Column | None:
     if not conds:
         return None
     out = conds[0]
@@ -209,7 +215,7 @@ def _all(conds: list):
     return out
 
 
-def _any(conds):
+def _any(conds: list[Column]) -> Column:
     out = conds[0]
     for c in conds[1:]:
         out = out | c

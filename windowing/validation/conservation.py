@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
 
-def _memberships(pipeline: Pipeline, df, key_types: dict, sign: int, source: str):
+def _memberships(pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataType], sign: int,
+                 source: str) -> DataFrame:
     """One row per (event, window) pair of the rows of ``df`` that can be processed."""
     F = _F()
     w, src = pipeline.window, pipeline.source
@@ -38,6 +39,7 @@ def _memberships(pipeline: Pipeline, df, key_types: dict, sign: int, source: str
                            F.lit(sign).cast("long").alias("n"))
     S, off = w.span_ms, w.offset_ms
     L = w.span_ms if w.type is WindowType.TUMBLING else w.slide_ms
+    assert S is not None and L is not None  # tumbling and sliding windows have both
     last = tcol - F.pmod(tcol - F.lit(off), F.lit(L))  # the latest window start <= t
     k = -(-S // L)  # windows an event can belong to, at most
     starts = F.sequence(last - F.lit((k - 1) * L), last, F.lit(L))
@@ -115,7 +117,7 @@ def _unbalanced(plan: _Plan, parts: list[DataFrame]) -> DataFrame:
     src = F.col("source")
 
     def side(*names: str) -> Column:
-        return F.sum(F.when(src.isin(*names), F.col("n")).otherwise(0))
+        return cast("Column", F.sum(F.when(src.isin(*names), F.col("n")).otherwise(0)))
 
     sides = [side("input").alias("input"), (-side("rejected")).alias("rejected"),
              side("prev_open").alias("prev_open"), (-side("emitted")).alias("emitted"),

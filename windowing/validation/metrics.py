@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from windowing.columns import col as _col
 from windowing.config import Pipeline, Trigger
 from windowing.contract import AGGREGATE_REASON
@@ -9,8 +11,11 @@ from windowing.validation.base import _F, CheckResult, _holds, _skip, as_key
 from windowing.validation.recompute import canonical_rows
 from windowing.validation.rules import _group_columns
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
-def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
+
+def metrics_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | None = None) -> CheckResult:
     """``metrics.json`` agrees with the datasets it summarises.
 
     Row counts: windows emitted (in total and per reason), snapshots, late (event,
@@ -22,7 +27,8 @@ def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
     block: each total is its figure (docs/semantics.md, "Metrics") and the sum of its
     workers.
     """
-    from windowing.metrics import CLOSE_REASONS, VOLTSP_METRICS
+    from windowing.contract import CLOSE_REASONS
+    from windowing.metrics import VOLTSP_METRICS
 
     F = _F()
     name, desc = "metrics_consistent", "metrics.json counts equal the written datasets' row counts"
@@ -42,7 +48,8 @@ def metrics_check(pipeline: Pipeline, outputs, input_df=None) -> CheckResult:
     exact = canonical_rows(late)
     per_row = exact.groupBy(*[_col(c) for c in exact.columns if c not in window_cols]).agg(
         (F.count(F.lit(1)) / F.countDistinct(*[_col(c) for c in window_cols])).alias("events"))
-    late_events = per_row.agg(F.sum("events")).first()[0] or 0
+    total = per_row.agg(F.sum("events")).first()
+    late_events = (total[0] if total is not None else 0) or 0
     open_windows = outputs.state.where(_col("state_kind") == "window")
     keys = _group_columns(pipeline)
     if keys:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any, cast
 
 from windowing.columns import col as _col
 from windowing.config import Pipeline
 from windowing.validation.base import _F, _JSON_EXACT, DEFAULT_SAMPLE_SIZE, CheckResult, _jsonable, _skip
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 RECOMPUTE_CHECK = "replay_reproduces"
 
 
-def canonical_rows(df):
+def canonical_rows(df: DataFrame) -> DataFrame:
     """``df`` with every column in a form whose equality is exact, for row comparisons.
 
     Spark compares doubles as numbers in set operations and joins (``-0.0 = 0.0``, every
@@ -33,11 +37,12 @@ def canonical_rows(df):
     return df.select(*cols)
 
 
-def _schema_text(df) -> dict[str, str]:
+def _schema_text(df: DataFrame) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in df.schema.fields}
 
 
-def compare_frames(dataset: str, found, expected, sample_size: int = DEFAULT_SAMPLE_SIZE) -> tuple[int, list[dict]]:
+def compare_frames(dataset: str, found: DataFrame, expected: DataFrame,
+                   sample_size: int = DEFAULT_SAMPLE_SIZE) -> tuple[int, list[dict[str, Any]]]:
     """Rows of ``found`` and ``expected`` that differ, as a multiset (floats bit for bit).
 
     Returns (differing rows: those only in ``found`` plus those only in ``expected``,
@@ -62,7 +67,8 @@ def compare_frames(dataset: str, found, expected, sample_size: int = DEFAULT_SAM
     return n_out + n_replay, mixed
 
 
-def replay_check(spark, pipeline: Pipeline, outputs, input_df, prev_state=None, flush_at_end: bool | None = None,
+def replay_check(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None,
+                 prev_state: DataFrame | None = None, flush_at_end: bool | None = None,
                  sample_size: int = DEFAULT_SAMPLE_SIZE) -> CheckResult:
     """The outputs are what a fresh replay of their input writes, row for row.
 
@@ -98,7 +104,9 @@ def replay_check(spark, pipeline: Pipeline, outputs, input_df, prev_state=None, 
                 sample += rows
         mine = getattr(outputs, "metrics", None)
         if mine:
-            norm = lambda m: json.loads(json.dumps(dict(m), sort_keys=True, default=str))  # noqa: E731
+            def norm(m: Any) -> dict[str, Any]:
+                return cast("dict[str, Any]", json.loads(json.dumps(dict(m), sort_keys=True, default=str)))
+
             a, b = norm(mine), norm(fresh.metrics)
             wrong = [{"dataset": "metrics", "metric": k, "output": a.get(k), "replay": b.get(k)}
                      for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
@@ -113,7 +121,7 @@ def replay_check(spark, pipeline: Pipeline, outputs, input_df, prev_state=None, 
         if not flush and outputs.aggregates.where(_col("emit_reason") == "END_OF_INPUT").limit(1).count():
             desc += "; the output holds END_OF_INPUT emissions: was it replayed with --flush-at-end?"
     # one sample per differing dataset first, then the rest
-    firsts = {}
+    firsts: dict[str, dict[str, Any]] = {}
     for x in sample:
         firsts.setdefault(x["dataset"], x)
     ordered = list(firsts.values()) + [x for x in sample if x not in firsts.values()]

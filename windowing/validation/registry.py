@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Collection, Sequence
 
 from windowing.config import Pipeline
 from windowing.validation.base import DEFAULT_MAX_SKEW_MS, DEFAULT_SAMPLE_SIZE, CheckResult, _skip, _wanted
@@ -14,6 +14,10 @@ from windowing.validation.conservation import conservation_check
 from windowing.validation.metrics import metrics_check
 from windowing.validation.recompute import RECOMPUTE_CHECK, replay_check
 from windowing.validation.rules import aggregates_checks, input_checks, late_checks, rejected_checks, state_checks
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 #: Input checks whose failing rows are rows the replay rejects (with a reason): they warn
 #: while the rejected rows are within ``quality.maxRejectedShare``, and block above it.
@@ -42,7 +46,7 @@ def apply_rejection_policy(pipeline: Pipeline, results: list[CheckResult], input
 
 
 
-def input_types_of(outputs, input_df=None) -> dict | None:
+def input_types_of(outputs: Any, input_df: DataFrame | None = None) -> dict[str, DataType] | None:
     """The input columns' Spark types: the input's, or those ``rejected`` carries."""
     if input_df is not None:
         return {f.name: f.dataType for f in input_df.schema.fields}
@@ -52,7 +56,7 @@ def input_types_of(outputs, input_df=None) -> dict | None:
     return {f.name: f.dataType for f in rej.schema.fields if f.name != "reason"}
 
 
-def load_outputs(spark, outputs):
+def load_outputs(spark: SparkSession, outputs: Any) -> Any:
     """Accept an output folder (``rewindow replay --output``), a ``ReplayResult``, or any
     object with ``aggregates``, ``late_events``, ``rejected``, ``state`` (and ``metrics``)."""
     if isinstance(outputs, (str, Path)):
@@ -62,7 +66,7 @@ def load_outputs(spark, outputs):
     return outputs
 
 
-def _row_counts(o, input_df) -> tuple[int, int]:
+def _row_counts(o: Any, input_df: DataFrame) -> tuple[int, int]:
     """(input rows, rejected rows) of the replay being checked: from its metrics, or counted."""
     m = getattr(o, "metrics", None) or {}
     if isinstance(m.get("input_rows"), int) and isinstance(m.get("rejected_rows"), int):
@@ -70,9 +74,10 @@ def _row_counts(o, input_df) -> tuple[int, int]:
     return input_df.count(), o.rejected.count()
 
 
-def run_checks(spark, pipeline: Pipeline, outputs, input_df=None, prev_state=None,
-               max_skew_ms: int = DEFAULT_MAX_SKEW_MS, sample_size: int = DEFAULT_SAMPLE_SIZE,
-               only=None, recompute: bool = False, flush_at_end: bool | None = None) -> list[CheckResult]:
+def run_checks(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None = None,
+               prev_state: DataFrame | None = None, max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+               sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None,
+               recompute: bool = False, flush_at_end: bool | None = None) -> list[CheckResult]:
     """Every check, on one replay's outputs (and its input and starting state, if given).
 
     Args:

@@ -4,6 +4,8 @@ state, rejected)."""
 from __future__ import annotations
 
 import sys
+from types import EllipsisType
+from typing import TYPE_CHECKING, Collection, cast
 
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
@@ -34,9 +36,15 @@ from windowing.validation.schemas import (
     state_schema,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
-def _aggregate_names(pipeline: Pipeline, typ: str, column: str | None = ...) -> list[Aggregate]:
-    return [a for a in pipeline.aggregates if a.type == typ and (column is ... or a.column == column)]
+
+def _aggregate_names(pipeline: Pipeline, typ: str, column: str | None | EllipsisType = ...) -> list[Aggregate]:
+    """The aggregates of type ``typ`` (over ``column``, if given: None for a plain count)."""
+    anyc = isinstance(column, EllipsisType)
+    return [a for a in pipeline.aggregates if a.type == typ and (anyc or a.column == column)]
 
 
 def _plain_count(pipeline: Pipeline) -> Aggregate | None:
@@ -63,8 +71,8 @@ def allowed_reasons(pipeline: Pipeline) -> list[str]:
     return out
 
 
-def input_checks(pipeline: Pipeline, events_df, max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
-                 sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
+def input_checks(pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+                 sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of a pipeline's input events.
 
     * ``input_schema`` (pandera): configured columns present with usable types, arrival
@@ -102,8 +110,8 @@ def input_checks(pipeline: Pipeline, events_df, max_skew_ms: int = DEFAULT_MAX_S
     return out + _evaluate(events_df, rules, sample_size, only)
 
 
-def aggregates_checks(pipeline: Pipeline, aggregates, input_types: dict | None = None,
-                      sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
+def aggregates_checks(pipeline: Pipeline, aggregates: DataFrame, input_types: dict[str, DataType] | None = None,
+                      sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of the ``aggregates`` output (emitted windows and ``AGGREGATE`` snapshots)."""
     F = _F()
     w = pipeline.window
@@ -175,25 +183,27 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
     plain = _plain_count(pipeline)
     n = _col(plain.name).cast("double") if plain is not None else None
 
-    def num(a: Aggregate):
+    def num(a: Aggregate) -> Column:
         return _col(a.name).cast("double")
 
-    def nan(x):
-        return F.isnan(x)
+    def nan(x: Column) -> Column:
+        return cast("Column", F.isnan(x))
 
-    def finite(x):
-        return ~nan(x) & (F.abs(x) != F.lit(inf))
+    def finite(x: Column) -> Column:
+        return cast("Column", ~nan(x) & (F.abs(x) != F.lit(inf)))
 
-    def reaches_up(hi):  # the sum can be +inf: an amount is, or it can overflow
+    def reaches_up(hi: Column) -> Column:  # the sum can be +inf: an amount is, or it can overflow
         grow = (hi * n >= F.lit(top)) if n is not None else (hi > 0)
-        return ~nan(hi) & ((hi == F.lit(inf)) | grow)
+        return cast("Column", ~nan(hi) & ((hi == F.lit(inf)) | grow))
 
-    def reaches_down(lo):
+    def reaches_down(lo: Column) -> Column:
         grow = (lo * n <= F.lit(-top)) if n is not None else (lo < 0)
-        return ~nan(lo) & ((lo == F.lit(-inf)) | grow)
+        return cast("Column", ~nan(lo) & ((lo == F.lit(-inf)) | grow))
 
-    def every(conds):
-        return _all(conds) if conds else F.lit(True)
+    def every(conds: list[Column]) -> Column:
+        out = _all(conds) if conds else F.lit(True)
+        assert out is not None
+        return cast("Column", out)
 
     conds = []
     for col in dict.fromkeys(a.column for a in pipeline.aggregates if a.column):
@@ -208,8 +218,8 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
             a = num(av)
             los, his = [num(x) for x in mins], [num(x) for x in maxs]
 
-            def tol(b):
-                return F.lit(1e-9) * F.greatest(F.abs(b), F.lit(1.0))
+            def tol(b: Column) -> Column:
+                return cast("Column", F.lit(1e-9) * F.greatest(F.abs(b), F.lit(1.0)))
 
             within = every([finite(lo) & (lo <= a + tol(lo)) for lo in los]
                            + [finite(hi) & (a - tol(hi) <= hi) for hi in his])
@@ -237,15 +247,15 @@ def _distinct_rule(pipeline: Pipeline) -> _Rule:
                  why_skipped="no distinct aggregate with a count to compare")
 
 
-def _event_ms_in(pipeline: Pipeline, df):
+def _event_ms_in(pipeline: Pipeline, df: DataFrame) -> Column | None:
     """The event time (ms) of rows carrying the input columns, or None if absent."""
     col = pipeline.window.event_time or pipeline.source.arrival_time
     types = {f.name: f.dataType for f in df.schema.fields}
     return epoch_ms(col, types[col]) if col in types else None
 
 
-def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
-                sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
+def late_checks(pipeline: Pipeline, late: DataFrame, input_types: dict[str, DataType] | None = None,
+                sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of ``late_events``: the lateness rule of the pipeline's mode, ``lateness_ms``,
     and that each row names a window its event belongs to."""
     F = _F()
@@ -284,8 +294,8 @@ def late_checks(pipeline: Pipeline, late, input_types: dict | None = None,
     return out + _evaluate(late, rules, sample_size, only)
 
 
-def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
-                 sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
+def state_checks(pipeline: Pipeline, state: DataFrame, input_types: dict[str, DataType] | None = None,
+                 sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of ``state``: kinds, one (this pipeline's) fingerprint, window bounds, and
     no duplicate worker, key or window rows."""
     F = _F()
@@ -318,8 +328,8 @@ def state_checks(pipeline: Pipeline, state, input_types: dict | None = None,
     return out
 
 
-def rejected_checks(pipeline: Pipeline, rejected, input_types: dict | None = None,
-                    sample_size: int = DEFAULT_SAMPLE_SIZE, only=None) -> list[CheckResult]:
+def rejected_checks(pipeline: Pipeline, rejected: DataFrame, input_types: dict[str, DataType] | None = None,
+                    sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of ``rejected``: the schema and known reasons."""
     out = _schema_check("rejected_schema", "the input columns and a non-null reason",
                          "the input columns and a reason", rejected_schema, pipeline, rejected, input_types,

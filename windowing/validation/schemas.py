@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Collection, cast
 
 from windowing import contract
 from windowing.config import NUMERIC_AGGREGATES, Pipeline
 from windowing.validation.base import CheckResult, _jsonable, _skip, _wanted
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pandera.pyspark import DataFrameSchema
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType, StructField
 
-def _pandera_check(name: str, description: str, schema, df, sample_size: int) -> CheckResult:
+
+def _pandera_check(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
+                   sample_size: int) -> CheckResult:
     """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
     from pandera.config import ValidationDepth, config_context
     from pandera.errors import SchemaError, SchemaErrors
@@ -26,15 +33,17 @@ def _pandera_check(name: str, description: str, schema, df, sample_size: int) ->
                            description)
     errors = [
         {"scope": scope, "reason": reason, **{k: _jsonable(v) for k, v in e.items()}}
-        for scope, by_reason in dict(report).items()
+        for scope, by_reason in dict(cast(Any, report)).items()
         for reason, items in dict(by_reason).items()
         for e in items
     ]
     return CheckResult(name, not errors, len(errors), errors[:sample_size], description)
 
 
-def _schema_check(name: str, description: str, skip_description: str, schema_of, pipeline: Pipeline, df,
-                  input_types: dict | None, sample_size: int, only) -> list[CheckResult]:
+def _schema_check(name: str, description: str, skip_description: str,
+                  schema_of: Callable[[Pipeline, dict[str, DataType]], DataFrameSchema], pipeline: Pipeline,
+                  df: DataFrame, input_types: dict[str, DataType] | None, sample_size: int,
+                  only: Collection[str] | None) -> list[CheckResult]:
     """An output's pandera schema check, skipped when the input column types are unknown."""
     if not _wanted(only, name):
         return []
@@ -43,19 +52,19 @@ def _schema_check(name: str, description: str, skip_description: str, schema_of,
     return [_pandera_check(name, description, schema_of(pipeline, input_types), df, sample_size)]
 
 
-def _schema(columns: dict, name: str):
+def _schema(columns: dict[str, Any], name: str) -> DataFrameSchema:
     import pandera.pyspark as pa
 
     return pa.DataFrameSchema(columns, name=name, strict=False)
 
 
-def _column(dtype, nullable=True, checks=None):
+def _column(dtype: DataType | None, nullable: bool = True, checks: list[Any] | None = None) -> Any:
     import pandera.pyspark as pa
 
-    return pa.Column(dtype, nullable=nullable, checks=checks or None, required=True)
+    return pa.Column(cast(Any, dtype), nullable=nullable, checks=checks or None, required=True)
 
 
-def input_schema(pipeline: Pipeline, input_types: dict | None = None):
+def input_schema(pipeline: Pipeline, input_types: dict[str, DataType] | None = None) -> DataFrameSchema:
     """pandera schema of a pipeline's input events.
 
     Every configured column is required; time columns must be a timestamp, date, integer
@@ -74,9 +83,9 @@ def input_schema(pipeline: Pipeline, input_types: dict | None = None):
     times = integral + (T.TimestampType, T.TimestampNTZType, T.DateType, T.StringType)
     nested = (T.ArrayType, T.MapType, T.StructType, T.BinaryType)
 
-    def want(col, accepted, canonical):
+    def want(col: str, accepted: tuple[type, ...], canonical: DataType) -> DataType:
         t = types.get(col)
-        return t if isinstance(t, accepted) else canonical
+        return t if t is not None and isinstance(t, accepted) else canonical
 
     cols: dict[str, Any] = {}
     cols[src.arrival_time] = _column(want(src.arrival_time, times, T.TimestampType()))
@@ -98,27 +107,28 @@ def input_schema(pipeline: Pipeline, input_types: dict | None = None):
     return _schema(cols, f"{pipeline.name}.input")
 
 
-def _arrow_types(input_types: dict):
+def _arrow_types(input_types: dict[str, DataType]) -> dict[str, pa.DataType]:
     """The input columns' Arrow types, from their Spark types."""
     from pyspark.sql.pandas.types import to_arrow_type
 
     return {c: to_arrow_type(t, timezone="UTC") for c, t in input_types.items()}
 
 
-def _spark_fields(arrow_schema):
+def _spark_fields(arrow_schema: pa.Schema) -> list[StructField]:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False).fields
 
 
-def _output_schema(name: str, arrow_schema, not_null: set[str], extra_checks: dict | None = None):
+def _output_schema(name: str, arrow_schema: pa.Schema, not_null: set[str],
+                   extra_checks: dict[str, list[Any]] | None = None) -> DataFrameSchema:
     cols = {}
     for f in _spark_fields(arrow_schema):
         cols[f.name] = _column(f.dataType, nullable=f.name not in not_null, checks=(extra_checks or {}).get(f.name))
     return _schema(cols, name)
 
 
-def aggregates_schema(pipeline: Pipeline, input_types: dict):
+def aggregates_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``aggregates`` (``windowing.contract.aggregates_schema``)."""
     import pandera.pyspark as pa
 
@@ -128,7 +138,7 @@ def aggregates_schema(pipeline: Pipeline, input_types: dict):
     return _output_schema(f"{pipeline.name}.aggregates", arrow, not_null, {"emission": [pa.Check.ge(1)]})
 
 
-def late_schema(pipeline: Pipeline, input_types: dict):
+def late_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``late_events`` (``windowing.contract.late_schema``)."""
     import pandera.pyspark as pa
 
@@ -137,14 +147,14 @@ def late_schema(pipeline: Pipeline, input_types: dict):
                           {"lateness_ms": [pa.Check.ge(0)]})
 
 
-def state_schema(pipeline: Pipeline, input_types: dict):
+def state_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``state`` (``windowing.contract.state_schema``); the kinds are the
     ``state_kind`` rule's, which can show the offending rows."""
     arrow = contract.state_schema(pipeline, _arrow_types(input_types))
     return _output_schema(f"{pipeline.name}.state", arrow, {"state_kind", "fingerprint"})
 
 
-def rejected_schema(pipeline: Pipeline, input_types: dict):
+def rejected_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``rejected``: the input columns and a non-null ``reason``."""
     from pyspark.sql import types as T
 
