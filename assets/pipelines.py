@@ -39,6 +39,7 @@ from windowing.chain import Chain, ChainError, PartitionResult, Partitions
 from windowing.config import ignored_fields_note
 from windowing.lake import join
 from windowing.metrics import CLOSE_REASONS, ReplayMetrics
+from windowing.validation.registry import quality_checks
 
 OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
     "window_state": "state",
@@ -48,12 +49,8 @@ OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
 }
 CHECK_NAME = "state_chain_in_sync"
 #: Blocking data-quality checks per output asset: which windowing.validation checks each covers.
-QUALITY_CHECKS = {
-    "window_state": ("state_", "conservation"),
-    "windowed_aggregates": ("aggregates_", "metrics_consistent"),
-    "late_events": ("late_",),
-    "rejected_events": ("rejected_", "input_"),
-}
+#: Names, and prefixes ending in ``_``; derived from the check registry (windowing.validation.registry).
+QUALITY_CHECKS = {asset: quality_checks(dataset) for asset, dataset in OUTPUTS.items()}
 
 
 class ReplayConfig(dg.Config):

@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 
 from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, codes_in, starts_of
 from windowing.config import DEFAULT_PERCENTAGE, Aggregate, WindowType
+from windowing.contract import _sum_type, aggregate_output_type, aggregate_state_fields
 from windowing.kernel.decimals import (
-    MAX_DECIMAL_DIGITS,
     _decimal_array,
     _decimal_avg,
     _decimal_ints,
@@ -290,10 +290,12 @@ class Aggregator:
         return (self.input_kind, self.agg.column)
 
     def output_type(self) -> pa.DataType:
-        return self.spec.value_type(self.agg)
+        """The output column's type (:func:`windowing.contract.aggregate_output_type`)."""
+        return aggregate_output_type(self.agg, self.spec.input_types)
 
     def state_fields(self) -> list[pa.Field]:
-        return [pa.field(self.name, self.output_type())]
+        """The partial's state columns (:func:`windowing.contract.aggregate_state_fields`)."""
+        return aggregate_state_fields(self.spec.pipeline, self.agg, self.spec.input_types)
 
     def domain_values(self, state_column: pa.Array) -> pa.Array:
         """The values a carried partial adds to the column's domain."""
@@ -360,9 +362,6 @@ class CountAggregator(Aggregator):
 
     input_kind = "valid"
 
-    def output_type(self) -> pa.DataType:
-        return pa.int64()
-
     def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         return EventInput(valid, valid)
@@ -421,22 +420,9 @@ class SumAggregator(Aggregator):
 
     input_kind = "number"
 
-    def output_type(self) -> pa.DataType:
-        """decimal(p, s) sums to Spark's decimal(min(38, p + 10), s)."""
-        vt = self.spec.value_type(self.agg)
-        if _is_decimal(vt):
-            return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 10), vt.scale)
-        return pa.int64() if pa.types.is_integer(vt) else pa.float64()
-
     def sum_type(self) -> pa.DataType:
         """The type of the partial sum."""
-        return SumAggregator.output_type(self)
-
-    def state_fields(self) -> list[pa.Field]:
-        out = [pa.field(self.name, self.sum_type()), pa.field(self.name + "_n", pa.int64())]
-        if _is_decimal(self.sum_type()):
-            out.append(pa.field(self.name + "_overflow", pa.int64()))
-        return out
+        return _sum_type(self.spec.value_type(self.agg))
 
     def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
@@ -533,12 +519,6 @@ class SumAggregator(Aggregator):
 class AvgAggregator(SumAggregator):
     """``avg``: the sum and the count of its values; decimal(p, s) averages to Spark's
     decimal(min(38, p + 4), min(38, s + 4)), rounded HALF_UP."""
-
-    def output_type(self) -> pa.DataType:
-        vt = self.spec.value_type(self.agg)
-        if _is_decimal(vt):
-            return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 4), min(MAX_DECIMAL_DIGITS, vt.scale + 4))
-        return pa.float64()
 
     def final(self, partial: SumPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         count, total = partial.count[sel], partial.total[sel]
@@ -648,12 +628,6 @@ class _ArrivalAggregator(_CodeAggregator):
     def keeps_arrival(self) -> bool:
         return self.spec.window.type is WindowType.SESSION
 
-    def state_fields(self) -> list[pa.Field]:
-        fields = super().state_fields()
-        if self.keeps_arrival:
-            fields += [pa.field(self.name + "_batch", pa.int64()), pa.field(self.name + "_seq", pa.int64())]
-        return fields
-
     def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> CodePartial:
         partial = super().from_state(table, rows, domains)
         if self.keeps_arrival:
@@ -748,12 +722,6 @@ class LastAggregator(_ArrivalAggregator):
 class DistinctAggregator(Aggregator):
     """``distinct``: the number of distinct non-null values; the partial is the set of
     values (carried as a list in value order)."""
-
-    def output_type(self) -> pa.DataType:
-        return pa.int64()
-
-    def state_fields(self) -> list[pa.Field]:
-        return [pa.field(self.name, pa.list_(self.spec.value_type(self.agg)))]
 
     def domain_values(self, state_column: pa.Array) -> pa.Array:
         return pc.list_flatten(state_column)
@@ -901,13 +869,6 @@ class StddevAggregator(Aggregator):
     @property
     def sample(self) -> bool:
         return self.agg.type == "stddev_samp"
-
-    def output_type(self) -> pa.DataType:
-        return pa.float64()
-
-    def state_fields(self) -> list[pa.Field]:
-        return [pa.field(self.name, pa.string()), pa.field(self.name + "_squares", pa.string()),
-                pa.field(self.name + "_n", pa.int64()), pa.field(self.name + "_nonfinite", pa.int64())]
 
     def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
@@ -1059,12 +1020,6 @@ class PercentileAggregator(Aggregator):
     @property
     def percentage(self) -> float:
         return getattr(self.agg, "percentage", DEFAULT_PERCENTAGE)
-
-    def output_type(self) -> pa.DataType:
-        return pa.float64()
-
-    def state_fields(self) -> list[pa.Field]:
-        return [pa.field(self.name, pa.list_(pa.float64()))]
 
     def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Mapping, cast
 import numpy as np
 import pyarrow as pa
 
+from windowing import contract
 from windowing.arrays import (
     MIN_TIMESTAMP,
 )
@@ -114,9 +115,7 @@ class Spec:
 
     def output_type(self, agg: Aggregate) -> pa.DataType:
         """The output column's type (:meth:`Aggregator.output_type`)."""
-        from windowing.kernel.aggregates import aggregator
-
-        return aggregator(agg, self).output_type()
+        return contract.aggregate_output_type(agg, self.input_types)
 
     def partial_fields(self, agg: Aggregate) -> list[pa.Field]:
         """State columns of one aggregate's partial value (:meth:`Aggregator.state_fields`).
@@ -134,45 +133,23 @@ class Spec:
         decimal(P, s), so a running sum past P digits (which a later event may bring back)
         is carried exactly; the overflow is 0 otherwise.
         """
-        from windowing.kernel.aggregates import aggregator
-
-        return aggregator(agg, self).state_fields()
+        return contract.aggregate_state_fields(self.pipeline, agg, self.input_types)
 
     def key_fields(self) -> list[pa.Field]:
-        return [pa.field(c, self.input_types[c]) for c in (self.worker_col, self.key_col) if c]
+        return contract.key_fields(self.pipeline, self.input_types)
 
     def aggregates_schema(self) -> pa.Schema:
-        return pa.schema(
-            self.key_fields()
-            + [pa.field("window_start", TS), pa.field("window_end", TS)]
-            + [pa.field(a.name, self.output_type(a)) for a in self.pipeline.aggregates]
-            + [pa.field("emit_reason", pa.string()), pa.field("emit_batch", pa.int64()),
-               pa.field("emit_time", TS), pa.field("emit_watermark", TS), pa.field("emission", pa.int64())]
-        )
+        return contract.aggregates_schema(self.pipeline, self.input_types)
 
     def late_input_columns(self) -> list[str]:
         """Input columns carried into late_events (a same-named added column wins)."""
-        return [c for c in self.input_types if c not in LATE_ADDED_COLUMNS]
+        return contract.late_input_columns(self.input_types)
 
     def late_schema(self) -> pa.Schema:
-        return pa.schema(
-            [pa.field(c, self.input_types[c]) for c in self.late_input_columns()]
-            + [pa.field("batch", pa.int64()), pa.field("window_start", TS), pa.field("window_end", TS),
-               pa.field("watermark", TS), pa.field("lateness_ms", pa.int64())]
-        )
+        return contract.late_schema(self.input_types)
 
     def state_schema(self) -> pa.Schema:
-        fields = [pa.field("state_kind", pa.string()), pa.field("fingerprint", pa.string())]
-        fields += self.key_fields()
-        fields += [pa.field(n, pa.int64()) for n in (
-            "batch", "watermark_ms", "clock_ms", "max_event_ms", "window_start_ms", "window_end_ms",
-            "emissions", "events")]
-        for a in self.pipeline.aggregates:
-            fields += self.partial_fields(a)
-        return pa.schema(fields)
-
-
-
+        return contract.state_schema(self.pipeline, self.input_types)
 
 
 @dataclass

@@ -1,0 +1,176 @@
+"""The conservation check: every valid input event is accounted for exactly once
+(see :mod:`windowing.validation`)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from windowing.columns import col as _col
+from windowing.columns import epoch_ms
+from windowing.config import Aggregate, Pipeline, Trigger, WindowType
+from windowing.contract import AGGREGATE_REASON
+from windowing.validation.base import _F, DEFAULT_SAMPLE_SIZE, CheckResult, _any, _holds, _jsonable, _ms, _skip, as_key
+from windowing.validation.rules import _group_columns, _plain_count
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
+
+
+def _memberships(pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataType], sign: int,
+                 source: str) -> DataFrame:
+    """One row per (event, window) pair of the rows of ``df`` that can be processed."""
+    F = _F()
+    w, src = pipeline.window, pipeline.source
+    types = {f.name: f.dataType for f in df.schema.fields}
+    arr = epoch_ms(src.arrival_time, types[src.arrival_time])
+    t = epoch_ms(w.event_time, types[w.event_time]) if w.event_time else arr
+    valid = arr.isNotNull() & t.isNotNull()
+    if src.batch_column:
+        valid = valid & _col(src.batch_column).isNotNull()
+    keys = [_col(c).cast(key_types[c]).alias(c) for c in key_types]
+    base = df.where(valid).select(*keys, t.alias("__t"))
+    tcol = F.col("__t")
+    if w.type is WindowType.SESSION:
+        ws = we = F.lit(None).cast("long")
+        return base.select(*key_types, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"),
+                           F.lit(sign).cast("long").alias("n"))
+    S, off = w.span_ms, w.offset_ms
+    L = w.span_ms if w.type is WindowType.TUMBLING else w.slide_ms
+    assert S is not None and L is not None  # tumbling and sliding windows have both
+    last = tcol - F.pmod(tcol - F.lit(off), F.lit(L))  # the latest window start <= t
+    k = -(-S // L)  # windows an event can belong to, at most
+    starts = F.sequence(last - F.lit((k - 1) * L), last, F.lit(L))
+    ex = base.select(*key_types, tcol, F.explode(starts).alias("ws")).where(F.col("ws") + F.lit(S) > tcol)
+    return ex.select(*key_types, "ws", (F.col("ws") + F.lit(S)).alias("we"), F.lit(source).alias("source"),
+                     F.lit(sign).cast("long").alias("n"))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How conservation is counted for one pipeline: by the emitted windows' plain count
+    (``counts``, with the open windows of the state), by the ``atAggregate`` snapshots, or
+    both; per (worker, key) for sessions, per (worker, key, window) otherwise."""
+
+    pipeline: Pipeline
+    key_types: dict[str, DataType]
+    plain: Aggregate | None
+    by_counts: bool
+    by_snapshots: bool
+
+    @property
+    def session(self) -> bool:
+        return self.pipeline.window.type is WindowType.SESSION
+
+    def rows(self, df: DataFrame, ws: Column, we: Column, n: Column, source: str) -> DataFrame:
+        """``df`` as signed counts per (keys, window) labelled ``source``."""
+        F = _F()
+        if self.session:
+            ws = we = F.lit(None).cast("long")
+        kcols = [_col(c).cast(t).alias(c) for c, t in self.key_types.items()]
+        return df.select(*kcols, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"),
+                         n.cast("long").alias("n"))
+
+
+def _description(session: bool, by_counts: bool) -> str:
+    per = "(worker, key)" if session else "(worker, key, window)"
+    if by_counts:
+        return ("input memberships - rejected + open events(previous state) == emitted counts + open events(state) "
+                "+ late rows, per " + per)
+    return "input memberships - rejected == AGGREGATE snapshots + late rows, per " + per
+
+
+def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame | None) -> list[DataFrame]:
+    """The signed rows of every side of the balance: input and rejected memberships, late
+    rows, and (by counts) emitted counts and open events, (by snapshots) the snapshots."""
+    F = _F()
+    pipeline = plan.pipeline
+    parts = [_memberships(pipeline, input_df, plan.key_types, 1, "input"),
+             _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
+             plan.rows(outputs.late_events, _ms("window_start"), _ms("window_end"), F.lit(-1), "late")]
+    reason = _col("emit_reason")
+    aggs = outputs.aggregates
+    if plan.by_counts:
+        assert plan.plain is not None
+        emitted = aggs.where(~_holds(reason == AGGREGATE_REASON))
+        parts.append(plan.rows(emitted, _ms("window_start"), _ms("window_end"), -_col(plan.plain.name), "emitted"))
+        st = outputs.state.where(_col("state_kind") == "window")
+        parts.append(plan.rows(st, _col("window_start_ms"), _col("window_end_ms"), -_col("events"), "open"))
+        if prev_state is not None:
+            pst = prev_state.where(_col("state_kind") == "window")
+            parts.append(plan.rows(pst, _col("window_start_ms"), _col("window_end_ms"), _col("events"),
+                                   "prev_open"))
+    if plan.by_snapshots:
+        snaps = aggs.where(_holds(reason == AGGREGATE_REASON))
+        parts.append(plan.rows(snaps, _ms("window_start"), _ms("window_end"), F.lit(-1), "snapshots"))
+    return parts
+
+
+def _unbalanced(plan: _Plan, parts: list[DataFrame]) -> DataFrame:
+    """The groups whose balance (by counts, by snapshots) is not zero, with each side."""
+    F = _F()
+    allrows = parts[0]
+    for p in parts[1:]:
+        allrows = allrows.unionByName(p)
+    src = F.col("source")
+
+    def side(*names: str) -> Column:
+        return cast("Column", F.sum(F.when(src.isin(*names), F.col("n")).otherwise(0)))
+
+    sides = [side("input").alias("input"), (-side("rejected")).alias("rejected"),
+             side("prev_open").alias("prev_open"), (-side("emitted")).alias("emitted"),
+             (-side("open")).alias("open"), (-side("late")).alias("late"),
+             (-side("snapshots")).alias("snapshots")]
+    balance = []
+    if plan.by_counts:
+        balance.append(("balance", side("input", "rejected", "prev_open", "emitted", "open", "late")))
+    if plan.by_snapshots:
+        balance.append(("balance_snapshots", side("input", "rejected", "late", "snapshots")))
+    group = [as_key(_col(c), t).alias(c) for c, t in plan.key_types.items()]
+    group += [] if plan.session else [_col("ws"), _col("we")]
+    g = allrows.groupBy(*group).agg(*sides, *[e.alias(n) for n, e in balance])
+    return g.where(_any([F.col(n) != 0 for n, _ in balance]))
+
+
+def _sample(bad: DataFrame, sample_size: int) -> list[dict[str, Any]]:
+    """Failing groups as plain dicts, window bounds as timestamps."""
+    sample = []
+    for r in bad.limit(sample_size).collect():
+        d = r.asDict(recursive=True)
+        for short, full in (("ws", "window_start"), ("we", "window_end")):
+            v = d.pop(short, None)
+            if v is not None:
+                d[full] = _dt.datetime.fromtimestamp(v / 1000, tz=_dt.timezone.utc)
+        sample.append(_jsonable(d))
+    return sample
+
+
+def conservation_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | None,
+                       prev_state: DataFrame | None = None, sample_size: int = DEFAULT_SAMPLE_SIZE) -> CheckResult:
+    """Every valid input event is accounted for exactly once (see the package docstring).
+
+    Balances are per (worker, key, window) for tumbling/sliding windows and per
+    (worker, key) for sessions; a failing group's sample shows each side.
+    """
+    name = "conservation"
+    session = pipeline.window.type is WindowType.SESSION
+    desc = _description(session, by_counts=True)
+    if input_df is None:
+        return _skip(name, desc, "no input given")
+    plain = _plain_count(pipeline)
+    by_counts = Trigger.AT_WINDOW_END in pipeline.triggers and plain is not None
+    by_snapshots = Trigger.AT_AGGREGATE in pipeline.triggers
+    if not (by_counts or by_snapshots):
+        return _skip(name, desc, "no plain count aggregate and no atAggregate snapshots to count events")
+    in_types = {f.name: f.dataType for f in input_df.schema.fields}
+    missing = [c for c in pipeline.input_columns if c not in in_types]
+    if missing:
+        return _skip(name, desc, f"input lacks configured column(s) {', '.join(missing)}")
+    plan = _Plan(pipeline, {c: in_types[c] for c in _group_columns(pipeline)}, plain, by_counts, by_snapshots)
+    bad = _unbalanced(plan, _parts(plan, outputs, input_df, prev_state))
+    n = bad.count()
+    sample = _sample(bad, sample_size) if n else []
+    by = " and ".join(k for k, on in (("counts", by_counts), ("snapshots", by_snapshots)) if on)
+    return CheckResult(name, n == 0, n, sample, _description(session, by_counts) + f" (by {by})")

@@ -1,0 +1,203 @@
+"""The check registry: every check's name, the output it belongs to, which checks
+reject rows, and :func:`run_checks`, which runs them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Collection, Sequence
+
+from windowing.config import Pipeline
+from windowing.validation.base import DEFAULT_MAX_SKEW_MS, DEFAULT_SAMPLE_SIZE, CheckResult, _skip, _wanted
+from windowing.validation.conservation import conservation_check
+from windowing.validation.metrics import metrics_check
+from windowing.validation.recompute import RECOMPUTE_CHECK, replay_check
+from windowing.validation.rules import aggregates_checks, input_checks, late_checks, rejected_checks, state_checks
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+#: Input checks whose failing rows are rows the replay rejects (with a reason): they warn
+#: while the rejected rows are within ``quality.maxRejectedShare``, and block above it.
+REJECTING_CHECKS = ("input_times_parseable",)
+
+
+def apply_rejection_policy(pipeline: Pipeline, results: list[CheckResult], input_rows: int | None,
+                           rejected_rows: int | None) -> list[CheckResult]:
+    """``results`` with the checks of :data:`REJECTING_CHECKS` made warnings when the
+    replay's rejected rows are at most ``pipeline.quality.max_rejected_share`` of its
+    input, and left blocking (saying why) above it."""
+    from dataclasses import replace
+
+    limit = pipeline.quality.max_rejected_share
+    out = []
+    for r in results:
+        if r.name in REJECTING_CHECKS and not r.passed and input_rows is not None and rejected_rows is not None:
+            share = rejected_rows / input_rows if input_rows else 0.0
+            within = share <= limit
+            r = replace(r, blocking=not within, description=(
+                f"{r.description}; {rejected_rows:,} of {input_rows:,} rows rejected ({share:.4%}), "
+                + ("within" if within else "above")
+                + f" quality.maxRejectedShare ({limit:.4%}): " + ("a warning" if within else "blocking")))
+        out.append(r)
+    return out
+
+
+
+def input_types_of(outputs: Any, input_df: DataFrame | None = None) -> dict[str, DataType] | None:
+    """The input columns' Spark types: the input's, or those ``rejected`` carries."""
+    if input_df is not None:
+        return {f.name: f.dataType for f in input_df.schema.fields}
+    rej = getattr(outputs, "rejected", None)
+    if rej is None:
+        return None
+    return {f.name: f.dataType for f in rej.schema.fields if f.name != "reason"}
+
+
+def load_outputs(spark: SparkSession, outputs: Any) -> Any:
+    """Accept an output folder (``rewindow replay --output``), a ``ReplayResult``, or any
+    object with ``aggregates``, ``late_events``, ``rejected``, ``state`` (and ``metrics``)."""
+    if isinstance(outputs, (str, Path)):
+        from windowing.io import read_outputs
+
+        return read_outputs(spark, outputs)
+    return outputs
+
+
+def _row_counts(o: Any, input_df: DataFrame) -> tuple[int, int]:
+    """(input rows, rejected rows) of the replay being checked: from its metrics, or counted."""
+    m = getattr(o, "metrics", None) or {}
+    if isinstance(m.get("input_rows"), int) and isinstance(m.get("rejected_rows"), int):
+        return m["input_rows"], m["rejected_rows"]
+    return input_df.count(), o.rejected.count()
+
+
+def run_checks(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None = None,
+               prev_state: DataFrame | None = None, max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+               sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None,
+               recompute: bool = False, flush_at_end: bool | None = None) -> list[CheckResult]:
+    """Every check, on one replay's outputs (and its input and starting state, if given).
+
+    Args:
+        spark: the SparkSession.
+        pipeline: the pipeline the replay ran.
+        outputs: an output folder, a :class:`~windowing.engine.ReplayResult`, or an object
+            with the four DataFrames (and ``metrics``).
+        input_df: the events the replay read (enables the input and conservation checks).
+        prev_state: the state the replay started from (the previous partition's); without
+            it conservation assumes the replay started from no open windows.
+        max_skew_ms: the largest accepted ``|event time - arrival time|``.
+        sample_size: failing rows kept per check.
+        only: names of the checks to run (default: all of :data:`CHECK_NAMES`).
+        recompute: run ``replay_reproduces`` (a fresh replay of ``input_df`` from
+            ``prev_state``, compared row for row). It costs a replay, so it runs only when
+            asked: ``recompute=True`` or named in ``only``; it needs ``input_df``.
+        flush_at_end: how the replay being checked flushed (default: the pipeline's).
+
+    Returns:
+        One :class:`CheckResult` per check run, in a stable order; skipped ones included.
+    """
+    if only is not None:
+        unknown = set(only) - set(CHECK_NAMES)
+        if unknown:
+            raise ValueError(f"unknown check(s) {sorted(unknown)}; known: {', '.join(CHECK_NAMES)}")
+    o = load_outputs(spark, outputs)
+    types = input_types_of(o, input_df)
+    results: list[CheckResult] = []
+    if input_df is not None:
+        inputs = input_checks(pipeline, input_df, max_skew_ms, sample_size, only)
+        if any(r.name in REJECTING_CHECKS and not r.passed for r in inputs):
+            rows, rejected = _row_counts(o, input_df)
+            inputs = apply_rejection_policy(pipeline, inputs, rows, rejected)
+        results += inputs
+    else:
+        results += [_skip(n, "input events", "no input given") for n in INPUT_CHECKS if _wanted(only, n)]
+    results += aggregates_checks(pipeline, o.aggregates, types, sample_size, only)
+    results += late_checks(pipeline, o.late_events, types, sample_size, only)
+    results += state_checks(pipeline, o.state, types, sample_size, only)
+    results += rejected_checks(pipeline, o.rejected, types, sample_size, only)
+    if _wanted(only, "conservation"):
+        results.append(conservation_check(pipeline, o, input_df, prev_state, sample_size))
+    if _wanted(only, "metrics_consistent"):
+        results.append(metrics_check(pipeline, o, input_df))
+    if _wanted(only, RECOMPUTE_CHECK):
+        if recompute or (only is not None and RECOMPUTE_CHECK in only):
+            results.append(replay_check(spark, pipeline, o, input_df, prev_state, flush_at_end, sample_size))
+        else:
+            results.append(_skip(RECOMPUTE_CHECK, "a fresh replay of the input writes these outputs row for row",
+                                 "not asked for (run_checks(recompute=True); rewindow verify --input does)"))
+    return results
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check: its name, the output whose asset check reports it, and whether
+    its failing rows are rows the replay rejects (see :func:`apply_rejection_policy`)."""
+
+    name: str
+    #: A dataset of :data:`windowing.contract.OUTPUTS`, or None (not part of an output's checks).
+    output: str | None
+    rejecting: bool = False
+
+
+def _of(output: str | None, *names: str) -> tuple[Check, ...]:
+    return tuple(Check(n, output, rejecting=n in REJECTING_CHECKS) for n in names)
+
+
+#: Every check :func:`run_checks` runs, in its order. Input checks are reported with
+#: ``rejected`` (their failing rows are the rejected rows), conservation with ``state``,
+#: the metrics with ``aggregates``; the recompute belongs to no output.
+CHECKS: tuple[Check, ...] = (
+    *_of("rejected", "input_schema", "input_times_parseable", "input_event_time_skew"),
+    *_of("aggregates", "aggregates_schema", "aggregates_window_bounds", "aggregates_window_span",
+         "aggregates_count_positive", "aggregates_min_avg_max", "aggregates_distinct_le_count",
+         "aggregates_emit_watermark", "aggregates_emit_reason", "aggregates_unique_emission"),
+    *_of("late_events", "late_events_schema", "late_rule", "late_lateness_ms", "late_window_membership"),
+    *_of("state", "state_schema", "state_kind", "state_fingerprint", "state_window_bounds", "state_unique"),
+    *_of("rejected", "rejected_schema", "rejected_reason"),
+    *_of("state", "conservation"),
+    *_of("aggregates", "metrics_consistent"),
+    *_of(None, RECOMPUTE_CHECK),
+)
+#: Every check's name, in :func:`run_checks`' order.
+CHECK_NAMES = tuple(c.name for c in CHECKS)
+#: The input checks (run only when the input is given).
+INPUT_CHECKS = tuple(c.name for c in CHECKS if c.name.startswith("input_"))
+
+
+def checks_of(output: str) -> tuple[str, ...]:
+    """The names of the checks reported with ``output`` (a dataset of ``contract.OUTPUTS``)."""
+    return tuple(c.name for c in CHECKS if c.output == output)
+
+
+def _family(name: str) -> str:
+    return name.split("_", 1)[0]
+
+
+def quality_checks(output: str) -> tuple[str, ...]:
+    """:func:`checks_of` ``output`` in short: a family of two or more checks sharing a first
+    word (all of them this output's) as its prefix (``"state_"``), other checks by name;
+    the output's own family first. Select with ``name.startswith(tuple(...))``."""
+    mine = checks_of(output)
+    out: list[str] = []
+    for n in mine:
+        fam = [c for c in CHECKS if _family(c.name) == _family(n)]
+        short = f"{_family(n)}_" if len(fam) > 1 and all(c.output == output for c in fam) else n
+        if short not in out:
+            out.append(short)
+    own = _family(output) + "_"
+    return tuple(sorted(out, key=lambda s: s != own))
+
+
+def format_table(results: Sequence[CheckResult], samples: int = 2) -> str:
+    """A plain-text table of results, with a few failing rows under each failure."""
+    width = max([len(r.name) for r in results] + [5])
+    lines = [f"{'check':<{width}}  status  failures  description", f"{'-' * width}  ------  --------  -----------"]
+    for r in results:
+        lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.failure_count:>8}  {r.description}")
+        if not r.passed:
+            for s in r.sample[:samples]:
+                lines.append(" " * (width + 2) + "  e.g. " + json.dumps(s, default=str, sort_keys=True)[:400])
+    return "\n".join(lines)

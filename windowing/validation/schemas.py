@@ -1,0 +1,163 @@
+"""pandera schemas of a pipeline's input and of its outputs; the output types are
+:mod:`windowing.contract`'s (the replay writes the same)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Collection, cast
+
+from windowing import contract
+from windowing.config import NUMERIC_AGGREGATES, Pipeline
+from windowing.validation.base import CheckResult, _jsonable, _skip, _wanted
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pandera.pyspark import DataFrameSchema
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType, StructField
+
+
+def _pandera_check(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
+                   sample_size: int) -> CheckResult:
+    """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
+    from pandera.config import ValidationDepth, config_context
+    from pandera.errors import SchemaError, SchemaErrors
+
+    try:
+        with config_context(validation_enabled=True, validation_depth=ValidationDepth.SCHEMA_AND_DATA):
+            validated = schema.validate(df, lazy=True)
+        report = validated.pandera.errors
+    except (SchemaError, SchemaErrors) as exc:  # pandera versions that raise after all
+        return CheckResult(name, False, 1, [{"error": str(exc)[:2000]}], description)
+    if report is None:  # validation did not run: never a pass
+        return CheckResult(name, False, 1, [{"error": "pandera recorded no report (validation disabled?)"}],
+                           description)
+    errors = [
+        {"scope": scope, "reason": reason, **{k: _jsonable(v) for k, v in e.items()}}
+        for scope, by_reason in dict(cast(Any, report)).items()
+        for reason, items in dict(by_reason).items()
+        for e in items
+    ]
+    return CheckResult(name, not errors, len(errors), errors[:sample_size], description)
+
+
+def _schema_check(name: str, description: str, skip_description: str,
+                  schema_of: Callable[[Pipeline, dict[str, DataType]], DataFrameSchema], pipeline: Pipeline,
+                  df: DataFrame, input_types: dict[str, DataType] | None, sample_size: int,
+                  only: Collection[str] | None) -> list[CheckResult]:
+    """An output's pandera schema check, skipped when the input column types are unknown."""
+    if not _wanted(only, name):
+        return []
+    if input_types is None:
+        return [_skip(name, skip_description, "input types unknown")]
+    return [_pandera_check(name, description, schema_of(pipeline, input_types), df, sample_size)]
+
+
+def _schema(columns: dict[str, Any], name: str) -> DataFrameSchema:
+    import pandera.pyspark as pa
+
+    return pa.DataFrameSchema(columns, name=name, strict=False)
+
+
+def _column(dtype: DataType | None, nullable: bool = True, checks: list[Any] | None = None) -> Any:
+    import pandera.pyspark as pa
+
+    return pa.Column(cast(Any, dtype), nullable=nullable, checks=checks or None, required=True)
+
+
+def input_schema(pipeline: Pipeline, input_types: dict[str, DataType] | None = None) -> DataFrameSchema:
+    """pandera schema of a pipeline's input events.
+
+    Every configured column is required; time columns must be a timestamp, date, integer
+    (epoch ms) or string, a batch column an integer, a sum/avg column a number, other
+    aggregated columns anything but a nested or binary type. Null times are not the
+    schema's business: those rows are rejected by the replay and flagged by
+    ``input_times_parseable``. ``input_types`` (the frame's own types) lets an acceptable type stand;
+    an unacceptable one is checked against the canonical type, so pandera reports it.
+    """
+    from pyspark.sql import types as T
+
+    types = input_types or {}
+    src, w = pipeline.source, pipeline.window
+    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    numeric = integral + (T.FloatType, T.DoubleType, T.DecimalType)
+    times = integral + (T.TimestampType, T.TimestampNTZType, T.DateType, T.StringType)
+    nested = (T.ArrayType, T.MapType, T.StructType, T.BinaryType)
+
+    def want(col: str, accepted: tuple[type, ...], canonical: DataType) -> DataType:
+        t = types.get(col)
+        return t if t is not None and isinstance(t, accepted) else canonical
+
+    cols: dict[str, Any] = {}
+    cols[src.arrival_time] = _column(want(src.arrival_time, times, T.TimestampType()))
+    if w.event_time:
+        cols.setdefault(w.event_time, _column(want(w.event_time, times, T.TimestampType())))
+    if src.batch_column:
+        cols.setdefault(src.batch_column, _column(want(src.batch_column, integral, T.LongType())))
+    for c in (*src.arrival_order, src.worker, w.key):
+        if c:
+            cols.setdefault(c, _column(None))
+    for a in pipeline.aggregates:
+        if a.column is None:
+            continue
+        if a.type in NUMERIC_AGGREGATES:
+            cols[a.column] = _column(want(a.column, numeric, T.DoubleType()))
+        elif a.column not in cols:
+            t = types.get(a.column)
+            cols[a.column] = _column(T.StringType() if isinstance(t, nested) else None)
+    return _schema(cols, f"{pipeline.name}.input")
+
+
+def _arrow_types(input_types: dict[str, DataType]) -> dict[str, pa.DataType]:
+    """The input columns' Arrow types, from their Spark types."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return {c: to_arrow_type(t, timezone="UTC") for c, t in input_types.items()}
+
+
+def _spark_fields(arrow_schema: pa.Schema) -> list[StructField]:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False).fields
+
+
+def _output_schema(name: str, arrow_schema: pa.Schema, not_null: set[str],
+                   extra_checks: dict[str, list[Any]] | None = None) -> DataFrameSchema:
+    cols = {}
+    for f in _spark_fields(arrow_schema):
+        cols[f.name] = _column(f.dataType, nullable=f.name not in not_null, checks=(extra_checks or {}).get(f.name))
+    return _schema(cols, name)
+
+
+def aggregates_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
+    """pandera schema of ``aggregates`` (``windowing.contract.aggregates_schema``)."""
+    import pandera.pyspark as pa
+
+    not_null = {"window_start", "window_end", "emit_reason", "emit_batch", "emit_time", "emission"}
+    not_null |= {a.name for a in pipeline.aggregates if a.type in ("count", "distinct")}
+    arrow = contract.aggregates_schema(pipeline, _arrow_types(input_types))
+    return _output_schema(f"{pipeline.name}.aggregates", arrow, not_null, {"emission": [pa.Check.ge(1)]})
+
+
+def late_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
+    """pandera schema of ``late_events`` (``windowing.contract.late_schema``)."""
+    import pandera.pyspark as pa
+
+    return _output_schema(f"{pipeline.name}.late_events", contract.late_schema(_arrow_types(input_types)),
+                          {"batch", "window_start", "window_end", "watermark", "lateness_ms"},
+                          {"lateness_ms": [pa.Check.ge(0)]})
+
+
+def state_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
+    """pandera schema of ``state`` (``windowing.contract.state_schema``); the kinds are the
+    ``state_kind`` rule's, which can show the offending rows."""
+    arrow = contract.state_schema(pipeline, _arrow_types(input_types))
+    return _output_schema(f"{pipeline.name}.state", arrow, {"state_kind", "fingerprint"})
+
+
+def rejected_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
+    """pandera schema of ``rejected``: the input columns and a non-null ``reason``."""
+    from pyspark.sql import types as T
+
+    cols = {c: _column(t) for c, t in input_types.items()}
+    cols["reason"] = _column(T.StringType(), nullable=False)
+    return _schema(cols, f"{pipeline.name}.rejected")
