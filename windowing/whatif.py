@@ -29,18 +29,17 @@ the tests check both against the reference model.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from windowing import kernel as K
-from windowing import metrics
 from windowing.arrays import group_codes, order_codes, sat_sub, value_order_keys
 from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
-from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
-from windowing.contract import REASON_NAMES, WATERMARK
+from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, Window, WindowType
+from windowing.contract import CLOSE_REASONS, REASON_NAMES, WATERMARK
 from windowing.durations import format_duration_ms
 from windowing.sweep import Lean, sweep, sweepable
 
@@ -129,7 +128,7 @@ def perfect_pipeline(base: Pipeline) -> Pipeline:
 # --------------------------------------------------------------------------- slack
 
 
-def pair_slack(window, lateness: Lateness, watermark_ms: np.ndarray, event_ms: np.ndarray,
+def pair_slack(window: Window, lateness: Lateness, watermark_ms: np.ndarray, event_ms: np.ndarray,
                window_end_ms: np.ndarray) -> np.ndarray:
     """Slack of late (event, window) pairs of a D = 0 replay: the pair is late under delay D
     exactly when ``D <= slack`` (module docstring). ``watermark_ms`` is the late row's
@@ -139,11 +138,12 @@ def pair_slack(window, lateness: Lateness, watermark_ms: np.ndarray, event_ms: n
     if lateness is Lateness.BEFORE_WATERMARK:
         return wm - t - 1
     if window.type is WindowType.SESSION:
-        return wm - t - window.gap_ms
+        return cast(np.ndarray, wm - t - window.gap_ms)
     return wm - np.asarray(window_end_ms, dtype=np.int64)
 
 
-def late_counts(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray, delays_ms) -> list[tuple[int, int]]:
+def late_counts(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray,
+                delays_ms: Iterable[int]) -> list[tuple[int, int]]:
     """(late events, late (event, window) pairs) under each delay of ``delays_ms``, from a
     slack histogram (``events[i]`` events and ``pairs[i]`` pairs have slack ``slack_ms[i]``)."""
     slack_ms = np.asarray(slack_ms, dtype=np.int64)
@@ -186,7 +186,8 @@ def smallest_delay(slack_ms: np.ndarray, events: np.ndarray, allowed_late: int) 
     return int(s[order][i]) + 1
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs=(50, 90, 99)) -> list[float | None]:
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray,
+                         qs: Sequence[float] = (50, 90, 99)) -> list[float | None]:
     """Percentiles (linear interpolation, as ``numpy.percentile`` and Spark's ``percentile``)
     of the multiset holding ``weights[i]`` copies of ``values[i]``."""
     values = np.asarray(values, dtype=np.int64)
@@ -196,7 +197,7 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs=(50, 90, 99
         return [None] * len(qs)
     order = np.argsort(values, kind="stable")
     v, cum = values[order], np.cumsum(weights[order])
-    out = []
+    out: list[float | None] = []
     for q in qs:
         pos = (n - 1) * q / 100
         lo, hi = int(np.floor(pos)), int(np.ceil(pos))
@@ -399,7 +400,7 @@ def _swept(wi: WhatIf) -> list[list[Variant]]:
     leaves emitted-window counters in the state, which the sweep does not keep)."""
     if not (wi.sweep and sweepable(wi.pipeline)) or wi.flush_at_end:
         return []
-    groups: dict[tuple, list[Variant]] = {}
+    groups: dict[tuple[Any, ...], list[Variant]] = {}
     for v in wi.variants:
         if not (v.full or v.skew_free):
             groups.setdefault((v.strategy, v.lateness), []).append(v)
@@ -450,7 +451,7 @@ def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, is_event: np.ndarr
         dirty = pc.is_in(table[kcol], value_set=values, skip_nulls=False).to_numpy(zero_copy_only=False).astype(bool)
         if int((dirty & is_event).sum()) > SKEW_SUBSET_MAX_SHARE * int(is_event.sum()):
             return None  # most keys: one whole pass costs less
-    return dirty
+    return cast(np.ndarray, dirty)
 
 
 def _of_worker(table: pa.Table, p: Pipeline, worker: Any) -> np.ndarray:
@@ -557,7 +558,8 @@ def _clock_changes(configured: K.Timeline | None, free: K.Timeline | None) -> np
     at = np.searchsorted(cb, fb)
     if (at >= len(cb)).any() or (cb[np.minimum(at, len(cb) - 1)] != fb).any():
         return None
-    return fb[configured.clock[at] != free.clock]
+    changed: np.ndarray = fb[configured.clock[at] != free.clock]
+    return changed
 
 
 #: State columns a lean replay shares with the configured one (the rest are partials).
@@ -646,10 +648,11 @@ def _concat_state(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(out) if out else schema.empty_table()
 
 
-def _ms(col) -> np.ndarray:
+def _ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Epoch ms of a UTC timestamp column (the kernel's outputs: microseconds)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() // 1000
+    ms: np.ndarray = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() // 1000
+    return ms
 
 
 #: Counters of the analysis itself (under the configured variant): events flagged as
@@ -709,7 +712,8 @@ def latency_bucket(latency_ms: np.ndarray) -> np.ndarray:
     a batch stamped before the window's end can give, go to ``-bucket(-ms) - 1``)."""
     v = np.asarray(latency_ms, dtype=np.int64)
     b = np.floor(BUCKETS_PER_DOUBLING * np.log2(1.0 + np.abs(v).astype(np.float64))).astype(np.int64)
-    return np.where(v >= 0, b, -b - 1)
+    bucket: np.ndarray = np.where(v >= 0, b, -b - 1)
+    return bucket
 
 
 def _slack(outs: Mapping[Variant, K.KernelOutput], wi: WhatIf, schema: pa.Schema) -> pa.Table:
@@ -831,7 +835,7 @@ def _cost(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndar
     p = wi.pipeline
     kcols = _key_columns(p)
     win = ["window_start", "window_end"]
-    aggs = full.aggregates.filter(pc.is_in(full.aggregates["emit_reason"], pa.array(metrics.CLOSE_REASONS)))
+    aggs = full.aggregates.filter(pc.is_in(full.aggregates["emit_reason"], pa.array(CLOSE_REASONS)))
     ids = _group_ids([_keys_of(late, kcols) + [_ms(late[c]) for c in win],
                       _keys_of(aggs, kcols) + [_ms(aggs[c]) for c in win]])
     late_id, agg_id = ids
@@ -877,7 +881,7 @@ def _cost(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndar
     return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
 
 
-def _take_or_null(col, idx: np.ndarray) -> pa.Array:
+def _take_or_null(col: pa.Array | pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
     """``col[idx]``, null where ``idx`` is -1."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
@@ -887,7 +891,8 @@ def _take_or_null(col, idx: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(idx >= 0), taken, pa.scalar(None, col.type))
 
 
-def _perfect(table, full, wi: WhatIf, variant_of, is_event, head: pa.Table, kcols) -> pa.Table | None:
+def _perfect(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndarray, is_event: np.ndarray,
+             head: pa.Table, kcols: Sequence[str]) -> pa.Table | None:
     """The perfect value of each missed window (rows aligned with ``head``), or None for
     session windows (a late session event would have merged sessions whose values are
     not defined by one window)."""
