@@ -379,30 +379,7 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
     accepted = counters.get(full.label, {}).get(M.EVENTS, 0)
     allowed = int(np.floor(options.target_late * accepted + 1e-9))
     latency, latency_tables = latency
-    slack = (slack.group_by(["strategy", "lateness", "slack_ms"], use_threads=False)
-             .aggregate([("events", "sum"), ("pairs", "sum")])
-             .rename_columns(["strategy", "lateness", "slack_ms", "events", "pairs"])
-             .sort_by([("strategy", "ascending"), ("lateness", "ascending"), ("slack_ms", "ascending")]))
-    curves = []
-    exact, points = {}, {}
-    strategy_of, mode_of = slack["strategy"].to_pylist(), slack["lateness"].to_pylist()
-    for mode in options.modes(pipeline):
-        for strategy in WatermarkStrategy:
-            sel = [i for i, (s, m) in enumerate(zip(strategy_of, mode_of)) if s == strategy.value and m == mode.value]
-            h = slack.take(pa.array(sel, pa.int64()))
-            hv, he, hp = (h[c].to_numpy() for c in ("slack_ms", "events", "pairs"))
-            exact[(strategy, mode)] = (hv, he, hp)
-            points[f"{strategy.value}/{mode.value}"] = _plot_points(hv, he, hp, options.delays_ms, accepted)
-            for delay in sorted(set(options.delays_ms) | {0}):
-                v = _variant_for(variants, strategy, mode, delay)
-                c = counters.get(v.label, {})
-                (late_ev, late_pairs), = W.late_counts(hv, he, hp, [delay])
-                if (late_ev, late_pairs) != (c.get(M.LATE_EVENTS, 0), c.get(M.LATE_PAIRS, 0)):
-                    raise AssertionError(
-                        f"lateness: the slack curve and the replay at {v.label} disagree: "
-                        f"{late_ev}/{late_pairs} against {c.get(M.LATE_EVENTS, 0)}/{c.get(M.LATE_PAIRS, 0)}")
-                curves.append(_curve_row(strategy, mode, delay, c, latency.get(v.label, {}), accepted,
-                                         configured=v.full))
+    slack, curves, exact, points = _curves(pipeline, options, variants, counters, slack, latency, accepted)
     recommendations = [_recommend(s, m, exact[(s, m)], curves, accepted, allowed, options)
                        for m in options.modes(pipeline) for s in WatermarkStrategy]
     fc = counters.get(full.label, {})
@@ -411,16 +388,7 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
     kcols = W._key_columns(pipeline)
     raw = ["events", "late_events", "late_event_windows"]
     by_key = by_key_df.withColumn("late_share", _share_col(F, "late_events", "events"))
-    wcol = pipeline.source.worker
-    by_hour = by_hour.group_by(([wcol] if wcol else []) + ["hour"], use_threads=False).aggregate(
-        [(c, "sum") for c in raw]).rename_columns(([wcol] if wcol else []) + ["hour"] + raw)
-    hours = by_hour.group_by(["hour"], use_threads=False).aggregate([(c, "sum") for c in raw[:2]]).sort_by("hour")
-    workers = (by_hour.group_by([wcol], use_threads=False).aggregate([(c, "sum") for c in raw]).rename_columns(
-        [wcol] + raw) if wcol else by_hour.group_by([], use_threads=False).aggregate([(c, "sum") for c in raw])
-        .rename_columns(raw)).to_pylist()
-    for w in workers:
-        w["late_share"] = _share(w["late_events"], w["events"])
-    workers.sort(key=lambda w: (-w["late_events"], repr(w.get(wcol))))
+    by_hour, hours, workers = _by_hour_and_worker(pipeline, by_hour, raw)
     worst = W.worst_windows(cost_top, options.worst).to_pylist()
     worst.sort(key=lambda r: (-r["missed_events"], -r["max_lateness_ms"], r["window_start"],
                               *[repr(r[c]) for c in kcols]))
@@ -474,6 +442,54 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
         **skew_tables,
     }
     return figures, tables
+
+
+def _curves(pipeline: Pipeline, options: LatenessOptions, variants, counters, slack: pa.Table, latency,
+            accepted: int) -> tuple[pa.Table, list, dict, dict]:
+    """The tasks' slack histograms summed, and from them each (strategy, mode)'s curve rows
+    at the listed delays (checked against the replays' own counts), exact histograms and
+    plot points."""
+    slack = (slack.group_by(["strategy", "lateness", "slack_ms"], use_threads=False)
+             .aggregate([("events", "sum"), ("pairs", "sum")])
+             .rename_columns(["strategy", "lateness", "slack_ms", "events", "pairs"])
+             .sort_by([("strategy", "ascending"), ("lateness", "ascending"), ("slack_ms", "ascending")]))
+    curves = []
+    exact, points = {}, {}
+    strategy_of, mode_of = slack["strategy"].to_pylist(), slack["lateness"].to_pylist()
+    for mode in options.modes(pipeline):
+        for strategy in WatermarkStrategy:
+            sel = [i for i, (s, m) in enumerate(zip(strategy_of, mode_of)) if s == strategy.value and m == mode.value]
+            h = slack.take(pa.array(sel, pa.int64()))
+            hv, he, hp = (h[c].to_numpy() for c in ("slack_ms", "events", "pairs"))
+            exact[(strategy, mode)] = (hv, he, hp)
+            points[f"{strategy.value}/{mode.value}"] = _plot_points(hv, he, hp, options.delays_ms, accepted)
+            for delay in sorted(set(options.delays_ms) | {0}):
+                v = _variant_for(variants, strategy, mode, delay)
+                c = counters.get(v.label, {})
+                (late_ev, late_pairs), = W.late_counts(hv, he, hp, [delay])
+                if (late_ev, late_pairs) != (c.get(M.LATE_EVENTS, 0), c.get(M.LATE_PAIRS, 0)):
+                    raise AssertionError(
+                        f"lateness: the slack curve and the replay at {v.label} disagree: "
+                        f"{late_ev}/{late_pairs} against {c.get(M.LATE_EVENTS, 0)}/{c.get(M.LATE_PAIRS, 0)}")
+                curves.append(_curve_row(strategy, mode, delay, c, latency.get(v.label, {}), accepted,
+                                         configured=v.full))
+    return slack, curves, exact, points
+
+
+def _by_hour_and_worker(pipeline: Pipeline, by_hour: pa.Table, raw: list[str]) -> tuple[pa.Table, pa.Table, list]:
+    """The tasks' (worker, hour) rows summed, their sums per hour, and per worker (most late
+    events first, with the late share)."""
+    wcol = pipeline.source.worker
+    by_hour = by_hour.group_by(([wcol] if wcol else []) + ["hour"], use_threads=False).aggregate(
+        [(c, "sum") for c in raw]).rename_columns(([wcol] if wcol else []) + ["hour"] + raw)
+    hours = by_hour.group_by(["hour"], use_threads=False).aggregate([(c, "sum") for c in raw[:2]]).sort_by("hour")
+    workers = (by_hour.group_by([wcol], use_threads=False).aggregate([(c, "sum") for c in raw]).rename_columns(
+        [wcol] + raw) if wcol else by_hour.group_by([], use_threads=False).aggregate([(c, "sum") for c in raw])
+        .rename_columns(raw)).to_pylist()
+    for w in workers:
+        w["late_share"] = _share(w["late_events"], w["events"])
+    workers.sort(key=lambda w: (-w["late_events"], repr(w.get(wcol))))
+    return by_hour, hours, workers
 
 
 _CURVE_DDL = ("strategy string, lateness string, delay_ms long, configured boolean, late_events long, "
