@@ -50,6 +50,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence, cast
 
 from windowing.config import (
@@ -64,7 +65,10 @@ from windowing.config import (
 from windowing.durations import format_duration_ms
 
 if TYPE_CHECKING:
+    from types import SimpleNamespace
+
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
     from windowing.io import Commit
 
@@ -362,7 +366,7 @@ def _refuse_clashes(pipeline: Pipeline, columns: LiveColumns) -> None:
                               "to its mismatches output; rename it in the input")
 
 
-def load_reconcile(path: str | Any) -> tuple[Pipeline, ReconcileSpec]:
+def load_reconcile(path: str | Path) -> tuple[Pipeline, ReconcileSpec]:
     """The pipeline of a YAML file and its ``reconcile:`` block (defaults without one).
 
     ``load_pipeline(path)`` and its ``reconcile`` field. Raises :class:`ConfigError`
@@ -421,7 +425,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
     return df
 
 
-def _family(dtype: Any) -> str:
+def _family(dtype: DataType) -> str:
     """A type's comparison family: integral, floating, decimal, string, timestamp, or its own name."""
     from pyspark.sql import types as T
 
@@ -435,7 +439,7 @@ def _family(dtype: Any) -> str:
         return "string"
     if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
         return "timestamp"
-    return str(dtype.simpleString())
+    return dtype.simpleString()
 
 
 _NUMERIC = ("integral", "floating", "decimal")
@@ -1325,7 +1329,7 @@ def _figures(pipeline: Pipeline, spec: ReconcileSpec, counts: Mapping[int, Mappi
 # --------------------------------------------------------------------------- outputs
 
 
-def write_reconcile(result: ReconcileResult, out_dir: Any, pipeline: Pipeline | None = None,
+def write_reconcile(result: ReconcileResult, out_dir: str | Path, pipeline: Pipeline | None = None,
                     inputs: Sequence[Any] = ()) -> Commit:
     """Write ``mismatches/``, ``summary/`` (Parquet) and ``figures.json/`` into a new run
     folder of ``out_dir`` and make it current with a commit record written last, as
@@ -1351,7 +1355,7 @@ def write_reconcile(result: ReconcileResult, out_dir: Any, pipeline: Pipeline | 
     return staged.commit({"kind": "reconcile"})
 
 
-def read_reconcile(spark: SparkSession, out_dir: Any) -> Any:
+def read_reconcile(spark: SparkSession, out_dir: str | Path) -> SimpleNamespace:
     """The current run of a :func:`write_reconcile` output: ``mismatches``, ``summary``
     (DataFrames), ``figures`` (dict) and ``commit``."""
     from types import SimpleNamespace
