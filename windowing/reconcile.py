@@ -50,7 +50,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence, cast
 
 from windowing.config import (
     Aggregate,
@@ -62,6 +63,14 @@ from windowing.config import (
     parse_share,
 )
 from windowing.durations import format_duration_ms
+
+if TYPE_CHECKING:
+    from types import SimpleNamespace
+
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+    from windowing.io import Commit
 
 # --------------------------------------------------------------------------- vocabulary
 
@@ -172,7 +181,7 @@ class Tolerance:
     absolute: float = DEFAULT_ABSOLUTE_TOLERANCE
     relative: float = DEFAULT_RELATIVE_TOLERANCE
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("absolute", "relative"):
             v = getattr(self, name)
             if not isinstance(v, float) or not math.isfinite(v) or v < 0:
@@ -301,7 +310,7 @@ def _parse_columns(c: Mapping[str, Any], pipeline: Pipeline) -> LiveColumns:
         m = _mapping(aggs_doc, f"{f}.aggregates")
         if not m:
             raise ConfigError(f"{f}.aggregates: empty; map at least one aggregate, or leave it out to compare all")
-        aggregates = []
+        pairs: list[tuple[str, str]] = []
         for name, col in m.items():
             if name not in names:
                 near = _nearest(str(name), names)
@@ -310,13 +319,14 @@ def _parse_columns(c: Mapping[str, Any], pipeline: Pipeline) -> LiveColumns:
                     f"(its aggregates: {', '.join(names)})" + (f"; did you mean {near!r}?" if near else ""))
             if not isinstance(col, str) or not col.strip():
                 raise ConfigError(f"{f}.aggregates.{name}: {col!r} must be a column name")
-            aggregates.append((name, col.strip()))
-        aggregates = tuple(aggregates)
+            pairs.append((name, col.strip()))
+        aggregates = tuple(pairs)
     columns = LiveColumns(
         key=column("key", pipeline.window.key),
         worker=column("worker", None),
-        window_start=column("windowStart", "window_start"),
-        window_end=column("windowEnd", "window_end"),
+        # a non-None default: never None
+        window_start=cast(str, column("windowStart", "window_start")),
+        window_end=cast(str, column("windowEnd", "window_end")),
         emission=column("emission", None),
         emit_time=column("emitTime", None),
         aggregates=aggregates,
@@ -356,7 +366,7 @@ def _refuse_clashes(pipeline: Pipeline, columns: LiveColumns) -> None:
                               "to its mismatches output; rename it in the input")
 
 
-def load_reconcile(path) -> tuple[Pipeline, ReconcileSpec]:
+def load_reconcile(path: str | Path) -> tuple[Pipeline, ReconcileSpec]:
     """The pipeline of a YAML file and its ``reconcile:`` block (defaults without one).
 
     ``load_pipeline(path)`` and its ``reconcile`` field. Raises :class:`ConfigError`
@@ -371,7 +381,7 @@ def load_reconcile(path) -> tuple[Pipeline, ReconcileSpec]:
 # --------------------------------------------------------------------------- the live side
 
 
-def read_live(spark, spec: ReconcileSpec, path: str | None = None, fmt: str | None = None):
+def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None, fmt: str | None = None) -> DataFrame:
     """The live aggregates: ``path`` (overrides ``spec.live``), else ``spec.live``'s path or table.
 
     Raises:
@@ -415,7 +425,7 @@ def read_live(spark, spec: ReconcileSpec, path: str | None = None, fmt: str | No
     return df
 
 
-def _family(dtype) -> str:
+def _family(dtype: DataType) -> str:
     """A type's comparison family: integral, floating, decimal, string, timestamp, or its own name."""
     from pyspark.sql import types as T
 
@@ -439,7 +449,8 @@ def _comparable(live: str, replay: str) -> bool:
     return live == replay or (live in _NUMERIC and replay in _NUMERIC)
 
 
-def check_live_columns(spec: ReconcileSpec, live_df, pipeline: Pipeline, replay_df=None) -> None:
+def check_live_columns(spec: ReconcileSpec, live_df: DataFrame, pipeline: Pipeline,
+                       replay_df: DataFrame | None = None) -> None:
     """Refuse live aggregates that lack a mapped column or hold one with an unusable type.
 
     Window bounds and emit time must be timestamps or integers (epoch ms), the emission
@@ -470,10 +481,11 @@ def check_live_columns(spec: ReconcileSpec, live_df, pipeline: Pipeline, replay_
         family = _family(types[col])
         shown = types[col].simpleString()
 
-        def refuse(wanted: str, fld: str = fld, col: str = col, shown: str = shown):
+        def refuse(wanted: str, fld: str = fld, col: str = col, shown: str = shown) -> NoReturn:
             raise ConfigError(f"{fld}: live column {col!r} is {shown}; it must be {wanted}")
 
         role = fld[len(cf) + 1:]
+        replay_col: str | None
         if role in ("windowStart", "windowEnd", "emitTime") and family not in ("timestamp", "integral"):
             refuse("a timestamp or epoch milliseconds (an integer column)")
         if role == "emission" and family != "integral":
@@ -519,7 +531,7 @@ class ReconcileResult:
 
     mismatches: Any
     summary: Any
-    figures: dict
+    figures: dict[str, Any]
     pipeline: str = ""
     _persisted: Any = field(default=None, repr=False, compare=False)
 
@@ -556,7 +568,7 @@ class _Compared:
         return f"__l_a{self.index}"
 
 
-def _edges_ms(edges) -> list[int]:
+def _edges_ms(edges: Sequence[Any]) -> list[int]:
     out = []
     for e in edges:
         if isinstance(e, datetime):
@@ -580,8 +592,9 @@ def _iso(ms: int) -> str:
 _REPLAY, _LIVE, _LATE = 0, 1, 2
 
 
-def reconcile(spark, pipeline: Pipeline, spec: ReconcileSpec, replay_aggregates_df, live_df, late_events_df=None,
-              partition_edges: Sequence | None = None, partition_keys: Sequence[str] | None = None
+def reconcile(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, replay_aggregates_df: DataFrame,
+              live_df: DataFrame, late_events_df: DataFrame | None = None,
+              partition_edges: Sequence[Any] | None = None, partition_keys: Sequence[str] | None = None
               ) -> ReconcileResult:
     """Compare a replay's ``aggregates`` with the live pipeline's (module docstring).
 
@@ -651,7 +664,7 @@ def reconcile(spark, pipeline: Pipeline, spec: ReconcileSpec, replay_aggregates_
                            _persisted=held)
 
 
-def _partitions_of(partition_edges: Sequence | None, partition_keys: Sequence[str] | None
+def _partitions_of(partition_edges: Sequence[Any] | None, partition_keys: Sequence[str] | None
                    ) -> tuple[list[int] | None, list[str]]:
     """The partitions' edges in epoch ms (None: not given) and their keys (by default
     their starts, ISO-8601 UTC). Raises ValueError for bad edges or a key per partition
@@ -664,8 +677,8 @@ def _partitions_of(partition_edges: Sequence | None, partition_keys: Sequence[st
     return edges, keys
 
 
-def _compared_aggregates(pipeline: Pipeline, spec: ReconcileSpec, live_types: dict, replay_types: dict
-                         ) -> list[_Compared]:
+def _compared_aggregates(pipeline: Pipeline, spec: ReconcileSpec, live_types: dict[str, Any],
+                         replay_types: dict[str, Any]) -> list[_Compared]:
     """The aggregates compared (``spec.columns.aggregates``), floating point when either
     side's column is."""
     by_name = {a.name: a for a in pipeline.aggregates}
@@ -676,8 +689,9 @@ def _compared_aggregates(pipeline: Pipeline, spec: ReconcileSpec, live_types: di
     ]
 
 
-def _paired(spark, pipeline: Pipeline, spec: ReconcileSpec, compared: list[_Compared], ids: _Ids,
-            replay: tuple, live: tuple, late_events_df):
+def _paired(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, compared: list[_Compared], ids: _Ids,
+            replay: tuple[DataFrame, dict[str, Any]], live: tuple[DataFrame, dict[str, Any]],
+            late_events_df: DataFrame | None) -> DataFrame:
     """One row per identity (window, emission), both sides' values side by side: the
     union of the replay's rows (``replay``: the DataFrame and its column types), the live
     rows (``live``, likewise) and the replay's late-event counts per window,
@@ -695,7 +709,7 @@ def _paired(spark, pipeline: Pipeline, spec: ReconcileSpec, compared: list[_Comp
     return _identities(rows, compared, ids)
 
 
-def _equal_values(compared: list[_Compared], tol: Tolerance) -> list:
+def _equal_values(compared: list[_Compared], tol: Tolerance) -> list[Column]:
     """Per compared aggregate, a Column: both sides equal (exactly, or within the
     tolerance when floating), False where either side is missing."""
     from pyspark.sql import functions as F
@@ -711,7 +725,7 @@ def _equal_values(compared: list[_Compared], tol: Tolerance) -> list:
     return equal
 
 
-def _category(differing):
+def _category(differing: Column) -> Column:
     """An identity's category: on both sides (matching unless an aggregate differs, the
     names in ``differing``), in the replay only, or live only."""
     from pyspark.sql import functions as F
@@ -721,7 +735,7 @@ def _category(differing):
             .when(r_here, F.lit(EXTRA_IN_REPLAY)).when(l_here, F.lit(MISSING_IN_REPLAY)))
 
 
-def _partition_column(edges: list[int] | None):
+def _partition_column(edges: list[int] | None) -> Column:
     """The partition of each identity (index into the partitions), by its placing time:
     the replay's emission, else the live one, else the window end. -1: outside every
     partition (live rows only; a replay row outside goes to the nearest edge's). 0 when
@@ -738,7 +752,8 @@ def _partition_column(edges: list[int] | None):
     return F.when((part == -1) & (F.col("__r_n") > 0), clamped).otherwise(part)
 
 
-def _held(ident, ids: _Ids, compared: list[_Compared], count_agg: _Compared | None, differing, part):
+def _held(ident: DataFrame, ids: _Ids, compared: list[_Compared], count_agg: _Compared | None, differing: Column,
+          part: Column) -> DataFrame:
     """Every identity, narrow, persisted: the figures and the mismatches read it. Values
     only where they are needed later: for mismatches and duplicates, and the count every
     window's totals add up."""
@@ -755,12 +770,12 @@ def _held(ident, ids: _Ids, compared: list[_Compared], count_agg: _Compared | No
     ).persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def _partitions(spark) -> int:
+def _partitions(spark: SparkSession) -> int:
     """How many partitions the union is hashed into: ``spark.sql.shuffle.partitions``, but
     at least 4 per core. Each task pairs its windows in one hash table; smaller tables
     were measured a little faster (a session of 2 partitions, as the tests use: 5-6 s
     against 6-7 s at the bench's quick size), and the tasks balance better."""
-    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    shuffle = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # set in every session
     try:
         cores = spark.sparkContext.defaultParallelism
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: the setting alone
@@ -778,14 +793,15 @@ class _Ids:
     partitions it already has (a ``<=>`` join would make it shuffle again).
     """
 
-    def __init__(self, pipeline: Pipeline, cols: LiveColumns, replay_types):
+    def __init__(self, pipeline: Pipeline, cols: LiveColumns, replay_types: Mapping[str, Any]) -> None:
         self.worker = pipeline.source.worker if cols.worker is not None else None
         self.key = pipeline.window.key
-        self.types = {"__w": replay_types.get(self.worker), "__k": replay_types.get(self.key)}
+        self.types: dict[str, Any] = {"__w": replay_types.get(self.worker) if self.worker is not None else None,
+                                      "__k": replay_types.get(self.key) if self.key is not None else None}
         named = [c for c, name in (("__w", self.worker), ("__k", self.key)) if name]
         self.window = [n for c in named for n in (c, f"{c}_null")] + ["__ws", "__we"]
 
-    def encode(self, name: str, value):
+    def encode(self, name: str, value: Column) -> list[Column]:
         """``value`` (in the replay's type) as the columns ``name`` and ``name_null``."""
         from pyspark.sql import functions as F
 
@@ -803,13 +819,13 @@ class _Ids:
             return [value.alias(name), value.isNull().alias(f"{name}_null")]
         return [F.coalesce(value, default).alias(name), value.isNull().alias(f"{name}_null")]
 
-    def decode(self, name: str):
+    def decode(self, name: str) -> Column:
         from pyspark.sql import functions as F
 
         return F.when(~F.col(f"{name}_null"), F.col(name))
 
 
-def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df) -> None:
+def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df: DataFrame) -> None:
     """Refuse replay aggregates lacking a column reconcile reads (not a rewindow output?)."""
     from windowing.io import InputError
 
@@ -821,7 +837,7 @@ def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df) -> None:
                          f"is it the aggregates output of pipeline {pipeline.name!r}?")
 
 
-def _ms(col, dtype):
+def _ms(col: Column, dtype: Any) -> Column:
     """Epoch milliseconds of a timestamp or integer (epoch ms) column."""
     from pyspark.sql import functions as F
 
@@ -830,7 +846,7 @@ def _ms(col, dtype):
     return col.cast("long")
 
 
-def _value_type(a: _Compared, replay_types) -> Any:
+def _value_type(a: _Compared, replay_types: Mapping[str, Any]) -> Any:
     """The type both sides' values of ``a`` take in the union: double when compared with
     the tolerance, else the replay's."""
     from pyspark.sql import types as T
@@ -838,7 +854,7 @@ def _value_type(a: _Compared, replay_types) -> Any:
     return T.DoubleType() if a.floating else replay_types[a.agg.name]
 
 
-def _reason_code(reason):
+def _reason_code(reason: Column) -> Column:
     """An emit reason as its index in :data:`_CLOSE_REASONS` (a number aggregates cheaply)."""
     from pyspark.sql import functions as F
 
@@ -848,13 +864,14 @@ def _reason_code(reason):
     return F.when(reason.isNotNull(), code)
 
 
-def _reason_name(code):
+def _reason_name(code: Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.element_at(F.array(*[F.lit(r) for r in (*_CLOSE_REASONS, "OTHER")]), code + 1)
 
 
-def _replay_rows(pipeline, df, replay_types, compared, ids: _Ids):
+def _replay_rows(pipeline: Pipeline, df: DataFrame, replay_types: Mapping[str, Any], compared: list[_Compared],
+                 ids: _Ids) -> DataFrame:
     """The replay's windows (snapshots left out): side 0, window columns, ``__em``,
     ``__emit_ms``, ``__reason`` (a code), the values; ``__worker_order`` when the live
     side has no worker (the replay's emissions are then renumbered over the workers)."""
@@ -880,7 +897,8 @@ def _replay_rows(pipeline, df, replay_types, compared, ids: _Ids):
     return kept.select(*select)
 
 
-def _live_rows(pipeline, cols: LiveColumns, df, live_types, replay_types, compared, ids: _Ids):
+def _live_rows(pipeline: Pipeline, cols: LiveColumns, df: DataFrame, live_types: Mapping[str, Any],
+               replay_types: Mapping[str, Any], compared: list[_Compared], ids: _Ids) -> DataFrame:
     """The live windows: side 1, times in epoch ms, the worker, key and values in the
     replay's types (``try_cast``: a value the replay's type cannot hold is null, so it
     mismatches rather than fails), ``__em`` the mapped emission or null."""
@@ -890,9 +908,9 @@ def _live_rows(pipeline, cols: LiveColumns, df, live_types, replay_types, compar
 
     select = [F.lit(_LIVE).alias("__side")]
     if ids.worker:
-        select += ids.encode("__w", col(cols.worker).try_cast(ids.types["__w"]))
+        select += ids.encode("__w", col(cast(str, cols.worker)).try_cast(ids.types["__w"]))  # mapped: ids.worker
     if ids.key:
-        select += ids.encode("__k", col(cols.key).try_cast(ids.types["__k"]))
+        select += ids.encode("__k", col(cast(str, cols.key)).try_cast(ids.types["__k"]))  # mapped: ids.key
     select += [_ms(col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
                _ms(col(cols.window_end), live_types[cols.window_end]).alias("__we"),
                (col(cols.emission).cast("long") if cols.emission else F.lit(None).cast("long")).alias("__em"),
@@ -902,7 +920,7 @@ def _live_rows(pipeline, cols: LiveColumns, df, live_types, replay_types, compar
     return df.select(*select)
 
 
-def _late_rows(pipeline, late, ids: _Ids):
+def _late_rows(pipeline: Pipeline, late: DataFrame | None, ids: _Ids) -> DataFrame | None:
     """Side 2: one row per window of the replay's ``late_events``: ``__late_n`` (late
     rows) and the first and last arrival (epoch ms) among them; None without late events."""
     from pyspark.sql import functions as F
@@ -927,7 +945,8 @@ def _late_rows(pipeline, late, ids: _Ids):
             .withColumn("__side", F.lit(_LATE)))
 
 
-def _number_emissions(rows, cols: LiveColumns, pipeline, compared, ids: _Ids):
+def _number_emissions(rows: DataFrame, cols: LiveColumns, pipeline: Pipeline, compared: list[_Compared],
+                      ids: _Ids) -> DataFrame:
     """Emission numbers where a side has none to match by (the one step that sorts).
 
     Without a live emission column, the live rows of a window are numbered 1, 2, ... in
@@ -966,7 +985,7 @@ def _number_emissions(rows, cols: LiveColumns, pipeline, compared, ids: _Ids):
     return rows.withColumn("__em", F.when(live_renumbered, rank).when(replay_renumbered, replay_rank).otherwise(em))
 
 
-def _identities(rows, compared, ids: _Ids):
+def _identities(rows: DataFrame, compared: list[_Compared], ids: _Ids) -> DataFrame:
     """One row per ``(window, emission)`` of the union ``rows`` (hash-partitioned by window).
 
     ``__r_n`` / ``__l_n``: how many replay / live rows it has (a replay identity is
@@ -996,7 +1015,7 @@ def _identities(rows, compared, ids: _Ids):
     return rows.groupBy(*ids.window, "__em").agg(*aggs)
 
 
-def _window_figures(held, count_agg, ids: _Ids):
+def _window_figures(held: DataFrame, count_agg: _Compared | None, ids: _Ids) -> DataFrame:
     """One row per window: emissions per side (``__n_replay``, ``__n_live``), the replay's
     emissions by reason (``__n_<reason>``), the count aggregate's totals over all
     emissions (``__r_total``, ``__l_total``) and the replay's late events of the window
@@ -1013,7 +1032,7 @@ def _window_figures(held, count_agg, ids: _Ids):
     return held.groupBy(*ids.window).agg(*aggs)
 
 
-def _mismatch_rows(held, figures_by_window, ids: _Ids):
+def _mismatch_rows(held: DataFrame, figures_by_window: DataFrame, ids: _Ids) -> DataFrame:
     """Every identity that is not a match, and one ``MISSING_IN_REPLAY`` row per further
     copy of a repeated live identity (``__copy`` >= 1), with its window's figures."""
     from pyspark.sql import functions as F
@@ -1026,13 +1045,14 @@ def _mismatch_rows(held, figures_by_window, ids: _Ids):
     return rows.drop("__late_n", "__late_first_ms", "__late_last_ms").join(figures_by_window, ids.window)
 
 
-def _seconds(ms_col):
+def _seconds(ms_col: Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.format_string("%.3f s", ms_col / F.lit(1000.0))
 
 
-def _explanations(pipeline: Pipeline, compared, count_agg, edges):
+def _explanations(pipeline: Pipeline, compared: list[_Compared], count_agg: _Compared | None, edges: list[int] | None
+                  ) -> tuple[list[Column], list[Column]]:
     """(explanation codes, detail texts) of a mismatch row: Spark expressions, null where
     one does not apply.
 
@@ -1043,8 +1063,8 @@ def _explanations(pipeline: Pipeline, compared, count_agg, edges):
     emissions), ``__late_n`` and the first and last arrival of the replay's late events
     of the window. In order: what differs (texts only), then each explanation that may
     apply, each a (code, text) pair."""
-    codes: list = []
-    texts: list = _what_differs(compared)
+    codes: list[Column] = []
+    texts: list[Column] = _what_differs(compared)
     pairs = [_emitted_differently(count_agg)]
     if count_agg is not None:
         pairs += _late_on_one_side(pipeline, count_agg)
@@ -1059,7 +1079,7 @@ def _explanations(pipeline: Pipeline, compared, count_agg, edges):
     return codes, texts
 
 
-def _row_columns():
+def _row_columns() -> tuple[Column, Column, Column]:
     """(category, a further live copy, the identity's own row) of a mismatch row."""
     from pyspark.sql import functions as F
 
@@ -1067,7 +1087,7 @@ def _row_columns():
     return F.col("__category"), copy, ~copy
 
 
-def _what_differs(compared) -> list:
+def _what_differs(compared: list[_Compared]) -> list[Column]:
     """Detail texts of what differs: the values of a value mismatch, the emission only
     one side has."""
     from pyspark.sql import functions as F
@@ -1088,7 +1108,7 @@ def _what_differs(compared) -> list:
     ]
 
 
-def _emitted_differently(count_agg):
+def _emitted_differently(count_agg: _Compared | None) -> tuple[Column, Column]:
     """:data:`EMIT_REASON`: the sides emitted the window a different number of times (one
     side flushed it idle)."""
     from pyspark.sql import functions as F
@@ -1113,7 +1133,7 @@ def _emitted_differently(count_agg):
         F.lit("), the live side "), n_l.cast("string"), F.lit(": "), how, same_total))
 
 
-def _late_on_one_side(pipeline: Pipeline, count_agg) -> list:
+def _late_on_one_side(pipeline: Pipeline, count_agg: _Compared) -> list[tuple[Column, Column]]:
     """:data:`LATE_IN_REPLAY` (the live side counted events the replay marks late) and
     :data:`LATE_IN_LIVE` (the replay counted more, closing by WATERMARK: events late in
     the live run), as (code, text) pairs; both read the count aggregate."""
@@ -1150,7 +1170,7 @@ def _late_on_one_side(pipeline: Pipeline, count_agg) -> list:
     return [in_replay, in_live]
 
 
-def _on_partition_edge(edges):
+def _on_partition_edge(edges: Sequence[int]) -> tuple[Column, Column]:
     """:data:`PARTITION_EDGE`: a partition edge falls inside the window (or before its
     emission): its events and its emission lie in different partitions."""
     from pyspark.sql import functions as F
@@ -1164,7 +1184,7 @@ def _on_partition_edge(edges):
         F.lit(": its events and its emission lie in different partitions")))
 
 
-def _float_rounding(compared):
+def _float_rounding(compared: list[_Compared]) -> tuple[Column, Column]:
     """:data:`FLOAT_ROUNDING`: a value mismatch whose every difference is within
     :data:`ROUNDING_RELATIVE` of floating-point values."""
     from pyspark.sql import functions as F
@@ -1184,7 +1204,7 @@ def _float_rounding(compared):
         "a different summation order, not different events"))
 
 
-def _duplicate_in_live():
+def _duplicate_in_live() -> tuple[Column, Column]:
     """:data:`DUPLICATE_IN_LIVE`: a further copy of a window emission the live side has
     several times."""
     from pyspark.sql import functions as F
@@ -1196,7 +1216,8 @@ def _duplicate_in_live():
         F.lit(" (one is compared, with the copies' greatest values)")))
 
 
-def _mismatch_columns(pipeline, compared, keys, ids: _Ids):
+def _mismatch_columns(pipeline: Pipeline, compared: list[_Compared], keys: Sequence[str], ids: _Ids
+                      ) -> list[tuple[str, Column]]:
     """(name, expression) of every ``mismatches`` column, in order."""
     from pyspark.sql import functions as F
 
@@ -1222,13 +1243,13 @@ def _mismatch_columns(pipeline, compared, keys, ids: _Ids):
     return cols
 
 
-def _n(cond):
+def _n(cond: Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
 
 
-def _count(held) -> dict[int, dict[str, int]]:
+def _count(held: DataFrame) -> dict[int, dict[str, int]]:
     """Counts per partition index (-1: live rows outside the edges), from every identity:
     rows per side, identities per category, further live copies (each a
     ``MISSING_IN_REPLAY``). One Spark job."""
@@ -1242,7 +1263,7 @@ def _count(held) -> dict[int, dict[str, int]]:
     return {r["__part"]: r.asDict() for r in held.groupBy("__part").agg(*aggs).collect()}
 
 
-def _count_explained(mism) -> dict[int, dict[str, int]]:
+def _count_explained(mism: DataFrame) -> dict[int, dict[str, int]]:
     """Mismatch rows with an explanation, and per explanation, per partition index."""
     from pyspark.sql import functions as F
 
@@ -1251,29 +1272,32 @@ def _count_explained(mism) -> dict[int, dict[str, int]]:
     return {r["__part"]: r.asDict() for r in mism.groupBy("__part").agg(*aggs).collect()}
 
 
-def _rate(match: int, compared: int) -> float:
+def _rate(match: float, compared: float) -> float:
     return match / compared if compared else 1.0
 
 
-def _figures(pipeline, spec, counts, explained, edges, keys):
+def _figures(pipeline: Pipeline, spec: ReconcileSpec, counts: Mapping[int, Mapping[str, int]],
+             explained: Mapping[int, Mapping[str, int]], edges: list[int] | None, keys: Sequence[str]
+             ) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
     """(figures dict, summary rows) from :func:`_count` and :func:`_count_explained`."""
     names = ("replay_rows", "live_rows", "match", "value_mismatch", "missing_in_replay", "extra_in_replay")
     xnames = ("explained", *[f"x_{e}" for e in EXPLANATIONS])
 
-    def merged(i):
+    def merged(i: int) -> dict[str, int]:
         c, x = counts.get(i) or {}, explained.get(i) or {}
         return {**{k: int(c.get(k) or 0) for k in names}, **{k: int(x.get(k) or 0) for k in xnames}}
 
-    def block(d):
-        out = {k: d[k] for k in (*names, "explained")}
+    def block(d: Mapping[str, int]) -> dict[str, float]:
+        out: dict[str, float] = {k: d[k] for k in (*names, "explained")}
         out["compared"] = d["match"] + d["value_mismatch"] + d["missing_in_replay"] + d["extra_in_replay"]
         out["unexplained"] = out["compared"] - d["match"] - d["explained"]
         out["match_rate"] = _rate(d["match"], out["compared"])
         return out
 
-    parts = []
-    for i in range(len(edges) - 1 if edges else 0):
-        parts.append({"partition_key": keys[i], "start": _iso(edges[i]), "end": _iso(edges[i + 1]),
+    bounds = edges or []  # no edges: no partitions
+    parts: list[dict[str, Any]] = []
+    for i in range(len(bounds) - 1 if bounds else 0):
+        parts.append({"partition_key": keys[i], "start": _iso(bounds[i]), "end": _iso(bounds[i + 1]),
                       **block(merged(i))})
     inside = [merged(i) for i in set(counts) | set(explained) if i >= 0]
     total_raw = {k: sum(d[k] for d in inside) for k in (*names, *xnames)}
@@ -1288,15 +1312,16 @@ def _figures(pipeline, spec, counts, explained, edges, keys):
         "partitions": parts,
     }
 
-    def row(scope, key, start, end, d):
+    def row(scope: str, key: str | None, start: datetime | None, end: datetime | None, d: Mapping[str, Any]
+            ) -> tuple[Any, ...]:
         return (scope, key, start, end, d["replay_rows"], d["live_rows"], d["compared"], d["match"],
                 d["value_mismatch"], d["missing_in_replay"], d["extra_in_replay"], d["explained"],
                 d["unexplained"], d["match_rate"])
 
-    def ts(ms):
+    def ts(ms: int) -> datetime:
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
-    rows = [row("partition", p["partition_key"], ts(edges[i]), ts(edges[i + 1]), p) for i, p in enumerate(parts)]
+    rows = [row("partition", p["partition_key"], ts(bounds[i]), ts(bounds[i + 1]), p) for i, p in enumerate(parts)]
     rows.append(row("total", None, ts(edges[0]) if edges else None, ts(edges[-1]) if edges else None, total))
     return figures, rows
 
@@ -1304,7 +1329,8 @@ def _figures(pipeline, spec, counts, explained, edges, keys):
 # --------------------------------------------------------------------------- outputs
 
 
-def write_reconcile(result: ReconcileResult, out_dir, pipeline: Pipeline | None = None, inputs=()):
+def write_reconcile(result: ReconcileResult, out_dir: str | Path, pipeline: Pipeline | None = None,
+                    inputs: Sequence[Any] = ()) -> Commit:
     """Write ``mismatches/``, ``summary/`` (Parquet) and ``figures.json/`` into a new run
     folder of ``out_dir`` and make it current with a commit record written last, as
     :mod:`windowing.io` does for a replay (a crash leaves the previous run current; the
@@ -1329,7 +1355,7 @@ def write_reconcile(result: ReconcileResult, out_dir, pipeline: Pipeline | None 
     return staged.commit({"kind": "reconcile"})
 
 
-def read_reconcile(spark, out_dir):
+def read_reconcile(spark: SparkSession, out_dir: str | Path) -> SimpleNamespace:
     """The current run of a :func:`write_reconcile` output: ``mismatches``, ``summary``
     (DataFrames), ``figures`` (dict) and ``commit``."""
     from types import SimpleNamespace
@@ -1346,7 +1372,7 @@ def read_reconcile(spark, out_dir):
 
 def format_summary(figures: Mapping[str, Any]) -> str:
     """A few lines for a terminal: the total, then one line per partition."""
-    def line(d):
+    def line(d: Mapping[str, Any]) -> str:
         return (f"{d['compared']:,} compared, {d['match']:,} match ({100 * d['match_rate']:.2f} %), "
                 f"{d['value_mismatch']:,} value mismatch, {d['missing_in_replay']:,} missing in replay, "
                 f"{d['extra_in_replay']:,} extra in replay")
@@ -1374,7 +1400,7 @@ def _parse_edge(text: str) -> int:
     return int((t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp() * 1000)
 
 
-def main_reconcile(args, spark=None) -> int:
+def main_reconcile(args: Any, spark: SparkSession | None = None) -> int:
     """``rewindow reconcile``: compare, write, print a summary; the exit code.
 
     ``args`` has ``config``, ``replay`` (a replay output), ``live`` (path/URI or None: the
