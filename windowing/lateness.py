@@ -635,16 +635,6 @@ def _label_codes(column) -> tuple[np.ndarray, list]:
     return _label_codes(pc.dictionary_encode(column))  # plain strings (outputs of earlier versions)
 
 
-def _labels(column) -> np.ndarray:
-    """The variant label of each row (a dictionary-coded column decoded through its
-    codes; plain strings, as outputs of earlier versions hold them, as they are)."""
-    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if pa.types.is_dictionary(column.type):
-        names = np.asarray(column.dictionary.to_pylist(), dtype=object)
-        return names[column.indices.to_numpy(zero_copy_only=False)] if len(names) else np.full(len(column), None)
-    return np.asarray(column.to_pylist(), dtype=object)
-
-
 def _curve_row(strategy, mode, delay, c: Mapping[str, int], lat: Mapping, accepted: int, configured: bool) -> dict:
     closed = {r: c.get(M.CLOSED_PREFIX + r, 0) for r in M.CLOSE_REASONS}
     return {
