@@ -344,7 +344,8 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     # The skew-free variant of the keys without skewed events (where provably the same):
     # the configured replay, done in two parts (the keys it takes, the others).
     free = next((v for v in wi.variants if v.skew_free), None)
-    dirty = _skew_dirty_rows(table, wi, free, is_event, skewed, variant_of) if free is not None else None
+    changes = _clock_changes_by_worker(wi, free) if free is not None else {}
+    dirty = _skew_dirty_rows(table, wi, free, changes, is_event, skewed, variant_of) if free is not None else None
     clean_full: K.KernelOutput | None = None
     for v in wi.variants:
         if v in outs:
@@ -355,7 +356,7 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
             continue
         if dirty is not None and v.skew_free:
             (dirty_free,) = _replay_in_parts(table, wi, v, [dirty], (is_event & ~skewed) | (variant_of == v.label))
-            outs[v] = _skew_free_from(clean_full, dirty_free, wi, v)
+            outs[v] = _skew_free_from(clean_full, dirty_free, wi, v, changes)
             continue
         keep = (is_event & ~(skewed & v.skew_free)) | (variant_of == v.label)
         spec = wi.spec(v)
@@ -414,11 +415,12 @@ def _swept(wi: WhatIf) -> list[list[Variant]]:
 SKEW_SUBSET_MAX_SHARE = 0.8
 
 
-def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, is_event: np.ndarray, skewed: np.ndarray,
-                     variant_of: np.ndarray) -> np.ndarray | None:
+def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, changes: Mapping[Any, np.ndarray | None],
+                     is_event: np.ndarray, skewed: np.ndarray, variant_of: np.ndarray) -> np.ndarray | None:
     """The rows of the keys whose skew-free replay ``v`` can differ from their configured
     one (the *dirty* keys, by key value under every worker); None where a key's skew-free
-    replay is not provably its configured one (then every key is replayed).
+    replay is not provably its configured one (then every key is replayed). ``changes``:
+    :func:`_clock_changes_by_worker`.
 
     Without an idle timeout a key's replay reads nothing of other keys but its worker's
     clock at its own commits (the emit times; and the worker's last commit and clock, which
@@ -436,11 +438,11 @@ def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, is_event: np.ndarr
     if not wi.skew_subset or p.window.idle_timeout_ms is not None or kcol is None or not is_event.any():
         return None
     dirty = is_event & skewed
-    # The workers' clocks: where the skew-free timeline is not the configured one.
-    configured, free = wi.timelines[(v.strategy.value, False)], wi.timelines[(v.strategy.value, True)]
-    for worker in dict.fromkeys([*configured, *free]):
-        if _clock_changes(configured.get(worker), free.get(worker)) is not None:
-            continue  # the same commits: the emit times are remapped (_free_emit_times)
+    # The workers whose skew-free timeline has other commits (with the same commits, the
+    # emit times are remapped: _free_emit_times).
+    for worker, changed in changes.items():
+        if changed is not None:
+            continue
         if p.source.worker and worker is not None and not isinstance(worker, (str, int, float, bool)):
             return None
         dirty |= _of_worker(table, p, worker)
@@ -463,12 +465,14 @@ def _of_worker(table: pa.Table, p: Pipeline, worker: Any) -> np.ndarray:
     return np.asarray(of_worker.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _free_emit_times(aggregates: pa.Table, wi: WhatIf, v: Variant) -> pa.Table:
+def _free_emit_times(aggregates: pa.Table, wi: WhatIf, v: Variant, changes: Mapping[Any, np.ndarray | None]
+                     ) -> pa.Table:
     """The configured replay's ``aggregates`` of clean keys (:func:`_skew_dirty_rows`) with
     the emit times the skew-free replay ``v`` gives them: a WATERMARK close is emitted at
     the same commit, whose worker clock is read from the skew-free timeline instead (the
-    workers left clean have the same commits and last clock under both)."""
-    configured, free = wi.timelines[(v.strategy.value, False)], wi.timelines[(v.strategy.value, True)]
+    workers left clean have the same commits and last clock under both; ``changes``:
+    :func:`_clock_changes_by_worker`)."""
+    free = wi.timelines[(v.strategy.value, True)]
     if not aggregates.num_rows:
         return aggregates
     column = aggregates["emit_time"].combine_chunks()
@@ -477,8 +481,7 @@ def _free_emit_times(aggregates: pa.Table, wi: WhatIf, v: Variant) -> pa.Table:
     watermark = pc.fill_null(pc.equal(aggregates["emit_reason"], REASON_NAMES[WATERMARK]), False)
     watermark = np.asarray(watermark.to_numpy(zero_copy_only=False), dtype=bool)
     batch = pc.fill_null(aggregates["emit_batch"], 0).to_numpy()
-    for worker in dict.fromkeys([*configured, *free]):
-        bad = _clock_changes(configured.get(worker), free.get(worker))
+    for worker, bad in changes.items():
         if bad is None or not len(bad):
             continue
         rows = np.flatnonzero(_of_worker(aggregates, wi.pipeline, worker) & watermark & np.isin(batch, bad))
@@ -523,7 +526,7 @@ def _concat_outputs(parts: Sequence[K.KernelOutput], cut: Sequence[str] | None =
 
 
 def _skew_free_from(clean: K.KernelOutput | None, dirty: K.KernelOutput | None, wi: WhatIf,
-                    v: Variant) -> K.KernelOutput:
+                    v: Variant, changes: Mapping[Any, np.ndarray | None]) -> K.KernelOutput:
     """The skew-free replay ``v``: the configured replay of the clean keys as the lean
     replay writes it (see :func:`_skew_dirty_rows`), and its own replay of the dirty ones.
     Its aggregates are cut to what the sums read (``window_end``, ``emit_reason``,
@@ -531,7 +534,7 @@ def _skew_free_from(clean: K.KernelOutput | None, dirty: K.KernelOutput | None, 
     spec = wi.spec(v)
     parts = []
     if clean is not None:
-        parts.append(K.KernelOutput(_free_emit_times(clean.aggregates, wi, v),
+        parts.append(K.KernelOutput(_free_emit_times(clean.aggregates, wi, v, changes),
                                     clean.late.select(spec.late_schema().names), _as_lean_state(clean.state, spec),
                                     clean.counters, clean.counters_by_worker))
     if dirty is not None:
@@ -540,6 +543,14 @@ def _skew_free_from(clean: K.KernelOutput | None, dirty: K.KernelOutput | None, 
         return K.KernelOutput(spec.aggregates_schema().empty_table().select(["window_end", "emit_reason", "emit_time"]),
                               spec.late_schema().empty_table(), spec.state_schema().empty_table())
     return _concat_outputs(parts, cut=["window_end", "emit_reason", "emit_time"], late_schema=spec.late_schema())
+
+
+def _clock_changes_by_worker(wi: WhatIf, v: Variant) -> dict[Any, np.ndarray | None]:
+    """:func:`_clock_changes` of every worker between the configured and the skew-free
+    timelines of ``v``'s strategy."""
+    configured, free = wi.timelines[(v.strategy.value, False)], wi.timelines[(v.strategy.value, True)]
+    return {worker: _clock_changes(configured.get(worker), free.get(worker))
+            for worker in dict.fromkeys([*configured, *free])}
 
 
 def _clock_changes(configured: K.Timeline | None, free: K.Timeline | None) -> np.ndarray | None:
