@@ -628,7 +628,7 @@ def _summary(norm: DataFrame, cand: Column, wexpr: Column) -> pa.Table:
 
 
 def summary_timelines(pipeline: Pipeline, summary: pa.Table,
-               worker_state: list[dict[str, Any]]) -> tuple[dict[Any, K.Timeline], list[dict[str, Any]]]:
+                      worker_state: list[dict[str, Any]]) -> tuple[dict[Any, K.Timeline], list[dict[str, Any]]]:
     """Each worker's timeline and state row from a :func:`_summary` table (rows with a
     reject reason, if it has that column, are left out) and the carried worker rows."""
     import pyarrow.compute as pc

@@ -32,7 +32,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -44,7 +44,23 @@ from windowing import metrics as M
 from windowing import whatif as W
 from windowing.columns import col as _col
 from windowing.config import ConfigError, Lateness, Pipeline, WatermarkStrategy, parse_share
+from windowing.contract import CLOSE_REASONS
 from windowing.durations import format_duration_ms, parse_duration_ms
+from windowing.spark import check_workers
+from windowing.validation import _jsonable
+
+if TYPE_CHECKING:
+    import argparse
+    from pathlib import Path
+
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from windowing.io import Commit
+
+#: Each variant's counters (name -> value), by variant label.
+Counters = dict[str, dict[str, int]]
+#: A (strategy, mode)'s summed slack histogram: slack (ms), events, pairs (numpy arrays).
+Histogram = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 DEFAULT_DELAYS = "0s,1s,5s,30s,2m"
 DEFAULT_TARGET_LATE = "0.1%"
@@ -83,7 +99,7 @@ class LatenessOptions:
     worst: int = DEFAULT_WORST
     flush_at_end: bool | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.delays_ms:
             raise ConfigError("--delays: give at least one delay")
         if any(d < 0 for d in self.delays_ms):
@@ -144,9 +160,9 @@ def parse_modes(text: str | None) -> tuple[Lateness, ...] | None:
 class LatenessResult:
     """The tables (Spark DataFrames, :data:`TABLES`) and the figures (plain values)."""
 
-    tables: dict[str, Any]
-    figures: dict
-    _held: list = field(default_factory=list, repr=False)
+    tables: dict[str, DataFrame]
+    figures: dict[str, Any]
+    _held: list[DataFrame] = field(default_factory=list, repr=False)
 
     def unpersist(self) -> None:
         for df in self._held:
@@ -157,8 +173,9 @@ class LatenessResult:
 # --------------------------------------------------------------------------- the job
 
 
-def lateness(spark, pipeline: Pipeline, events_df, state=None, options: LatenessOptions = LatenessOptions(),
-             state_figures: Mapping | None = None) -> LatenessResult:
+def lateness(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, state: DataFrame | None = None,
+             options: LatenessOptions = LatenessOptions(),
+             state_figures: Mapping[str, Any] | None = None) -> LatenessResult:
     """Replay ``events_df`` under every variant of ``options`` and sum up (module docstring).
 
     ``state``: the ``state`` DataFrame of the previous partition's lateness output (None:
@@ -175,7 +192,7 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
     E._check_late_columns(pipeline, events_df)
     input_cols = list(events_df.columns)
     norm = E._normalise(pipeline, events_df)
-    E.check_workers(spark)
+    check_workers(spark)
     arrow_types = E._arrow_types(spark, events_df)
     input_types = {c: arrow_types[c] for c in input_cols}
     full = variants[0]
@@ -209,12 +226,7 @@ def lateness(spark, pipeline: Pipeline, events_df, state=None, options: Lateness
     task = _Task(wi, names, schemas)
     held = E._hold(spark, kernel_in.mapInArrow(task, E._spark_schema(task.schema)))
     try:
-        with E._session_conf(spark, E._kernel_job_conf(spark)):
-            small = held.where(F.col(E.SIDE_OUTPUT).isin(*SMALL)).select(E.SIDE_OUTPUT, E.SIDE_DATA).collect()
-        pieces: dict[str, list[pa.Table]] = {}
-        for row in small:
-            pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E.decode_blob(row[E.SIDE_DATA]))
-        small = {name: _concat(pieces.get(name, []), schemas[name]) for name in SMALL}
+        small = _collect_small(spark, held, schemas)
         counters = _sum_counters(small["counters"])
         rows = counters.pop(_ROWS, {})
         slots = E._task_slots(spark)
@@ -246,7 +258,7 @@ class _Task:
         self.wi, self.names, self.schemas = wi, names, schemas
         self.schema = pa.schema([pa.field(E.SIDE_OUTPUT, pa.string()), pa.field(E.SIDE_DATA, pa.binary())])
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         table = E.task_table(batches, self.names)
         if table is None:
             return
@@ -255,7 +267,8 @@ class _Task:
         result.counters = pa.concat_tables([result.counters, pa.table(
             [pa.array(c, t) for c, t in zip(zip(*sizes), (pa.string(), pa.string(), pa.int64()))],
             schema=self.schemas["counters"])])
-        names, blobs = [], []
+        names: list[str] = []
+        blobs: list[bytes] = []
         for name in (*SMALL, "latency", *_LARGE):
             t = getattr(result, name).cast(self.schemas[name])
             for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
@@ -263,6 +276,20 @@ class _Task:
                 blobs.append(E._blob(t.slice(start, E.BLOB_ROWS), compression="lz4"))
         yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
                                          schema=self.schema)
+
+
+def _collect_small(spark: SparkSession, held: DataFrame, schemas: Mapping[str, pa.Schema]) -> dict[str, pa.Table]:
+    """The tasks' small side outputs (:data:`SMALL`), collected to the driver, one table each.
+    This action runs the tasks (under the kernel job's settings); the large outputs are
+    decoded from the cached blobs afterwards."""
+    from pyspark.sql import functions as F
+
+    with E._session_conf(spark, E._kernel_job_conf(spark)):
+        blobs = held.where(F.col(E.SIDE_OUTPUT).isin(*SMALL)).select(E.SIDE_OUTPUT, E.SIDE_DATA).collect()
+    pieces: dict[str, list[pa.Table]] = {}
+    for row in blobs:
+        pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E.decode_blob(row[E.SIDE_DATA]))
+    return {name: _concat(pieces.get(name, []), schemas[name]) for name in SMALL}
 
 
 def _rejected_counts(summary: pa.Table) -> dict[str, int]:
@@ -291,11 +318,13 @@ def timeline_summary(summary: pa.Table, strategy: WatermarkStrategy, skew_free: 
         "n": ok[prefix + "n"]})
 
 
-def strategy_timelines(pipeline: Pipeline, variants, summary: pa.Table, worker_rows: Mapping[str, list]):
+def strategy_timelines(pipeline: Pipeline, variants: Sequence[W.Variant], summary: pa.Table,
+                       worker_rows: Mapping[str, list[dict[str, Any]]]
+                       ) -> tuple[dict[tuple[str, bool], dict[Any, K.Timeline]], dict[str, list[dict[str, Any]]]]:
     """Each worker's timeline per (strategy, skew_free), at delay 0, and each variant's new
     worker state rows."""
-    out: dict[tuple[str, bool], dict] = {}
-    rows_by: dict[tuple[str, bool], list] = {}
+    out: dict[tuple[str, bool], dict[Any, K.Timeline]] = {}
+    rows_by: dict[tuple[str, bool], list[dict[str, Any]]] = {}
     for v in variants:
         key = (v.strategy.value, v.skew_free)
         if key in out:
@@ -312,7 +341,8 @@ def strategy_timelines(pipeline: Pipeline, variants, summary: pa.Table, worker_r
 # --------------------------------------------------------------------------- state
 
 
-def _check_state(pipeline: Pipeline, variants, state, state_figures) -> None:
+def _check_state(pipeline: Pipeline, variants: Sequence[W.Variant], state: DataFrame | None,
+                 state_figures: Mapping[str, Any] | None) -> None:
     if state is None:
         return
     if state_figures is None:
@@ -330,14 +360,14 @@ def _check_state(pipeline: Pipeline, variants, state, state_figures) -> None:
             "or start from the first partition")
 
 
-def _worker_state(spark, pipeline: Pipeline, state) -> dict[str, list[dict]]:
+def _worker_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | None) -> dict[str, list[dict[str, Any]]]:
     """Worker rows of the carried state, per variant (as ``engine._split_state`` reads them)."""
     from pyspark.sql import functions as F
 
     if state is None:
         return {}
     wcol = pipeline.source.worker
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for r in state.where(F.col("state_kind") == "worker").collect():
         out.setdefault(r["variant"], []).append(
             {"worker": (r[wcol] if wcol else 0), "batch": r["batch"], "watermark_ms": r["watermark_ms"],
@@ -345,7 +375,7 @@ def _worker_state(spark, pipeline: Pipeline, state) -> dict[str, list[dict]]:
     return out
 
 
-def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state, events_df):
+def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state: DataFrame, events_df: DataFrame) -> DataFrame:
     """Key, window and emitted rows of the carried state, shaped as kernel input rows."""
     from pyspark.sql import functions as F
 
@@ -365,21 +395,22 @@ def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state, events_df):
 # --------------------------------------------------------------------------- figures
 
 
-def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, counters, slack: pa.Table, latency,
-              cost_df, cost_top: pa.Table, by_key_df, by_hour: pa.Table, bins: list[dict], rejected: Mapping[str, int],
-              skew_tables, skew_figures) -> tuple[dict, dict]:
+def summarise(spark: SparkSession, pipeline: Pipeline, options: LatenessOptions, variants: Sequence[W.Variant],
+              counters: Counters, slack: pa.Table, latency: tuple[dict[str, dict[str, Any]], dict[str, DataFrame]],
+              cost_df: DataFrame, cost_top: pa.Table, by_key_df: DataFrame, by_hour: pa.Table,
+              bins: list[dict[str, int]], rejected: Mapping[str, int], skew_tables: Mapping[str, DataFrame],
+              skew_figures: dict[str, Any]) -> tuple[dict[str, Any], dict[str, DataFrame]]:
     """The figures and the output tables, from what the tasks found (summed): each
     variant's counters, the slack histograms, the latency figures (:func:`latency_figures`),
     the cost rows and the tasks' worst of them, events and late events per key and per
     (worker, hour), the lateness bins, the rejected rows per reason, future skew. One
     partition's, or a range's."""
-    from pyspark.sql import functions as F
 
     full = variants[0]
     accepted = counters.get(full.label, {}).get(M.EVENTS, 0)
     allowed = int(np.floor(options.target_late * accepted + 1e-9))
-    latency, latency_tables = latency
-    slack, curves, exact, points = _curves(pipeline, options, variants, counters, slack, latency, accepted)
+    by_label, latency_tables = latency
+    slack, curves, exact, points = _curves(pipeline, options, variants, counters, slack, by_label, accepted)
     recommendations = [_recommend(s, m, exact[(s, m)], curves, accepted, allowed, options)
                        for m in options.modes(pipeline) for s in WatermarkStrategy]
     fc = counters.get(full.label, {})
@@ -387,7 +418,7 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
     # Where lateness fell: per key (a table), per worker and hour (small: in the driver).
     kcols = W._key_columns(pipeline)
     raw = ["events", "late_events", "late_event_windows"]
-    by_key = by_key_df.withColumn("late_share", _share_col(F, "late_events", "events"))
+    by_key = by_key_df.withColumn("late_share", _share_col("late_events", "events"))
     by_hour, hours, workers = _by_hour_and_worker(pipeline, by_hour, raw)
     worst = W.worst_windows(cost_top, options.worst).to_pylist()
     worst.sort(key=lambda r: (-r["missed_events"], -r["max_lateness_ms"], r["window_start"],
@@ -411,8 +442,8 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
         "configured_replay": {
             "late_events": fc.get(M.LATE_EVENTS, 0), "late_event_windows": fc.get(M.LATE_PAIRS, 0),
             "late_share": _share(fc.get(M.LATE_EVENTS, 0), accepted),
-            "closed_by_reason": {r: fc.get(M.CLOSED_PREFIX + r, 0) for r in M.CLOSE_REASONS},
-            "latency": latency.get(full.label, {}),
+            "closed_by_reason": {r: fc.get(M.CLOSED_PREFIX + r, 0) for r in CLOSE_REASONS},
+            "latency": by_label.get(full.label, {}),
         },
         "curves": curves,
         "late_curve_points": points,
@@ -444,8 +475,10 @@ def summarise(spark, pipeline: Pipeline, options: LatenessOptions, variants, cou
     return figures, tables
 
 
-def _curves(pipeline: Pipeline, options: LatenessOptions, variants, counters, slack: pa.Table, latency,
-            accepted: int) -> tuple[pa.Table, list, dict, dict]:
+def _curves(pipeline: Pipeline, options: LatenessOptions, variants: Sequence[W.Variant], counters: Counters,
+            slack: pa.Table, latency: Mapping[str, Mapping[str, Any]], accepted: int
+            ) -> tuple[pa.Table, list[dict[str, Any]], dict[tuple[WatermarkStrategy, Lateness], Histogram],
+                       dict[str, list[list[float]]]]:
     """The tasks' slack histograms summed, and from them each (strategy, mode)'s curve rows
     at the listed delays (checked against the replays' own counts), exact histograms and
     plot points."""
@@ -453,8 +486,9 @@ def _curves(pipeline: Pipeline, options: LatenessOptions, variants, counters, sl
              .aggregate([("events", "sum"), ("pairs", "sum")])
              .rename_columns(["strategy", "lateness", "slack_ms", "events", "pairs"])
              .sort_by([("strategy", "ascending"), ("lateness", "ascending"), ("slack_ms", "ascending")]))
-    curves = []
-    exact, points = {}, {}
+    curves: list[dict[str, Any]] = []
+    exact: dict[tuple[WatermarkStrategy, Lateness], Histogram] = {}
+    points: dict[str, list[list[float]]] = {}
     strategy_of, mode_of = slack["strategy"].to_pylist(), slack["lateness"].to_pylist()
     for mode in options.modes(pipeline):
         for strategy in WatermarkStrategy:
@@ -476,7 +510,8 @@ def _curves(pipeline: Pipeline, options: LatenessOptions, variants, counters, sl
     return slack, curves, exact, points
 
 
-def _by_hour_and_worker(pipeline: Pipeline, by_hour: pa.Table, raw: list[str]) -> tuple[pa.Table, pa.Table, list]:
+def _by_hour_and_worker(pipeline: Pipeline, by_hour: pa.Table, raw: list[str]
+                        ) -> tuple[pa.Table, pa.Table, list[dict[str, Any]]]:
     """The tasks' (worker, hour) rows summed, their sums per hour, and per worker (most late
     events first, with the late share)."""
     wcol = pipeline.source.worker
@@ -500,16 +535,11 @@ _CURVE_DDL = ("strategy string, lateness string, delay_ms long, configured boole
 _SLACK_DDL = "strategy string, lateness string, slack_ms long, events long, pairs long"
 
 
-def _jsonable(v):
-    from windowing.validation import _jsonable as plain
-
-    return plain(v)
-
-
 QUANTILES = (0.5, 0.9, 0.99)
 
 
-def latency_figures(spark, exact, coarse: pa.Table | None = None) -> tuple[dict, dict]:
+def latency_figures(spark: SparkSession, exact: DataFrame, coarse: pa.Table | None = None
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, DataFrame]]:
     """Exact emission-latency percentiles (linear interpolation, as ``numpy.percentile``),
     greatest latency and window count per variant, in two passes over the tasks' outputs.
 
@@ -561,7 +591,7 @@ def latency_figures(spark, exact, coarse: pa.Table | None = None) -> tuple[dict,
         v, cum = values[(label, b)]
         return int(v[np.searchsorted(cum, rank - starts[(label, b)] + 1)])
 
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for label, rows in by_variant.items():
         total = sum(n for _, n, _ in rows)
         ps = []
@@ -583,7 +613,7 @@ _COARSE_SCHEMA = pa.schema([("variant", pa.string()), ("bucket", pa.int64()), ("
 class _BucketTask:
     """Latency blobs in buckets (the first pass of :func:`latency_figures` over stored blobs)."""
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for data in batch.column(0):
                 t = E.decode_blob(data.as_buffer())
@@ -609,7 +639,7 @@ class _PickTask:
     def __init__(self, need: Mapping[str, Sequence[int]]):
         self.need = {k: np.asarray(v, np.int64) for k, v in need.items()}
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for data in batch.column(0):
                 t = E.decode_blob(data.as_buffer())
@@ -626,7 +656,7 @@ class _PickTask:
                     yield from t.filter(pa.array(keep)).cast(_LATENCY_SCHEMA).to_batches()
 
 
-def _label_codes(column) -> tuple[np.ndarray, list]:
+def _label_codes(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """Each row's variant as a code into the returned labels (a dictionary-coded column's
     own codes: integer masks instead of string comparisons per row)."""
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -635,8 +665,9 @@ def _label_codes(column) -> tuple[np.ndarray, list]:
     return _label_codes(pc.dictionary_encode(column))  # plain strings (outputs of earlier versions)
 
 
-def _curve_row(strategy, mode, delay, c: Mapping[str, int], lat: Mapping, accepted: int, configured: bool) -> dict:
-    closed = {r: c.get(M.CLOSED_PREFIX + r, 0) for r in M.CLOSE_REASONS}
+def _curve_row(strategy: WatermarkStrategy, mode: Lateness, delay: int, c: Mapping[str, int], lat: Mapping[str, Any],
+               accepted: int, configured: bool) -> dict[str, Any]:
+    closed = {r: c.get(M.CLOSED_PREFIX + r, 0) for r in CLOSE_REASONS}
     return {
         "strategy": strategy.value, "lateness": mode.value, "delay_ms": int(delay), "configured": bool(configured),
         "late_events": c.get(M.LATE_EVENTS, 0), "late_share": _share(c.get(M.LATE_EVENTS, 0), accepted),
@@ -651,7 +682,8 @@ def _curve_row(strategy, mode, delay, c: Mapping[str, int], lat: Mapping, accept
 PLOT_POINTS = 240
 
 
-def _plot_points(hv, he, hp, delays_ms, accepted: int) -> list[list]:
+def _plot_points(hv: np.ndarray, he: np.ndarray, hp: np.ndarray, delays_ms: Sequence[int],
+                 accepted: int) -> list[list[float]]:
     """``[delay_ms, late share]`` of the exact curve: at every step when there are few,
     else on a logarithmic grid of delays (and the listed ones), each value exact."""
     breakpoints = W.step_curve(hv, he, hp)[0]
@@ -665,14 +697,16 @@ def _plot_points(hv, he, hp, delays_ms, accepted: int) -> list[list]:
     return [[int(d), _share(c[0], accepted)] for d, c in zip(grid, counts)]
 
 
-def _variant_for(variants, strategy, mode, delay) -> W.Variant:
+def _variant_for(variants: Sequence[W.Variant], strategy: WatermarkStrategy, mode: Lateness,
+                 delay: int) -> W.Variant:
     for v in variants:
         if (v.strategy, v.lateness, v.delay_ms) == (strategy, mode, delay) and not v.skew_free:
             return v
     raise KeyError((strategy, mode, delay))
 
 
-def _recommend(strategy, mode, hist, curves, accepted: int, allowed: int, options: LatenessOptions) -> dict:
+def _recommend(strategy: WatermarkStrategy, mode: Lateness, hist: Histogram, curves: Sequence[Mapping[str, Any]],
+               accepted: int, allowed: int, options: LatenessOptions) -> dict[str, Any]:
     """The smallest delay keeping late events at most ``target_late`` of the accepted events
     (exact, from the slack), and the smallest listed delay that does (with its latency)."""
     hv, he, hp = hist
@@ -692,7 +726,8 @@ def _recommend(strategy, mode, hist, curves, accepted: int, allowed: int, option
     }
 
 
-def _skew_figures(pipeline, wi: W.WhatIf, counters, rejected) -> dict:
+def _skew_figures(pipeline: Pipeline, wi: W.WhatIf, counters: Counters,
+                  rejected: Mapping[str, int]) -> dict[str, Any]:
     """Future skew in numbers: the events listed, the late events and pairs they caused
     (late in the configured replay, not in the skew-free one; :func:`windowing.whatif._skew`),
     and the configured replay's figures without them (late events, IDLE closes)."""
@@ -714,7 +749,8 @@ def _skew_figures(pipeline, wi: W.WhatIf, counters, rejected) -> dict:
             "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + "IDLE", 0)}
 
 
-def _state_frame(spark, pipeline, wi: W.WhatIf, state_rows, new_workers, schema: pa.Schema):
+def _state_frame(spark: SparkSession, pipeline: Pipeline, wi: W.WhatIf, state_rows: DataFrame,
+                 new_workers: Mapping[str, list[dict[str, Any]]], schema: pa.Schema) -> DataFrame:
     """The carried state of every variant: the tasks' key and window rows, the worker rows."""
     rows = []
     for label, workers in new_workers.items():
@@ -737,7 +773,7 @@ def _sum_counters(table: pa.Table) -> dict[str, dict[str, int]]:
     return out
 
 
-def _sum_bins(bins: pa.Table) -> list[dict]:
+def _sum_bins(bins: pa.Table) -> list[dict[str, int]]:
     acc: dict[int, list[int]] = {}
     for upper, pairs, events in zip(*(bins[c].to_pylist() for c in ("upper_ms", "pairs", "events"))):
         a = acc.setdefault(int(upper), [0, 0])
@@ -747,7 +783,7 @@ def _sum_bins(bins: pa.Table) -> list[dict]:
     return [{"upper_ms": u, "pairs": acc[u][0], "events": acc[u][1]} for u in order]
 
 
-def _frame(spark, table, ddl: str):
+def _frame(spark: SparkSession, table: pa.Table | None, ddl: str) -> DataFrame:
     """A DataFrame of ``table`` (through Arrow: histograms may hold many rows) with the
     column types of ``ddl``."""
     if table is None or not table.num_rows:
@@ -767,18 +803,17 @@ def _share(n: int, total: int) -> float:
     return round(n / total, 9) if total else 0.0
 
 
-def _share_col(F, num: str, den: str):
+def _share_col(num: str, den: str) -> Column:
+    from pyspark.sql import functions as F
+
     return F.when(F.col(den) > 0, F.col(num) / F.col(den)).otherwise(F.lit(0.0))
-
-
-def _f(p, i):
-    return None if p is None else float(p[i])
 
 
 # --------------------------------------------------------------------------- outputs
 
 
-def write_lateness(result: LatenessResult, out_dir, pipeline: Pipeline, inputs=()):
+def write_lateness(result: LatenessResult, out_dir: str | Path, pipeline: Pipeline,
+                   inputs: Sequence[str] = ()) -> Commit:
     """Write the tables (Parquet), ``figures.json`` and ``report.html`` into a new run
     folder of ``out_dir`` and commit it (as :mod:`windowing.io` commits a replay: a crash
     leaves the previous run current). Returns the :class:`windowing.io.Commit`."""
@@ -799,10 +834,18 @@ def write_lateness(result: LatenessResult, out_dir, pipeline: Pipeline, inputs=(
     return staged.commit({"kind": KIND, "tables": sorted(result.tables)})
 
 
-def read_lateness(spark, out_dir):
-    """The current run of a lateness output: its tables (DataFrames), figures and commit."""
-    from types import SimpleNamespace
+@dataclass(frozen=True)
+class LatenessOutput:
+    """A committed lateness output: its tables (DataFrames), figures, commit and report path."""
 
+    tables: dict[str, DataFrame]
+    figures: dict[str, Any]
+    commit: Commit
+    report: str
+
+
+def read_lateness(spark: SparkSession, out_dir: str | Path) -> LatenessOutput:
+    """The current run of a lateness output: its tables (DataFrames), figures and commit."""
     from windowing.io import InputError, current_commit
     from windowing.lake import join
 
@@ -811,8 +854,7 @@ def read_lateness(spark, out_dir):
         raise InputError(f"{out_dir}: no lateness output here (nothing committed by rewindow lateness)")
     names = commit.extra.get("tables") or TABLES
     tables = {name: spark.read.parquet(join(commit.run_path, name)) for name in names}
-    return SimpleNamespace(tables=tables, figures=commit.metrics, commit=commit,
-                           report=join(commit.run_path, REPORT))
+    return LatenessOutput(tables, commit.metrics, commit, join(commit.run_path, REPORT))
 
 
 def format_figures(figures: Mapping[str, Any]) -> str:
@@ -874,13 +916,13 @@ def human_duration(ms: int | None) -> str:
     return " ".join(p for p in (f"{h}h" if h else "", f"{m}m" if m else "", f"{sec}s" if rest else "") if p)
 
 
-def _ms_text(v) -> str:
+def _ms_text(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v / 1000:.1f}s" if abs(v) >= 1000 else f"{v:.0f}ms"
 
 
-def main_lateness(args) -> int:
+def main_lateness(args: argparse.Namespace) -> int:
     """``rewindow lateness``: analyse, write, print the recommendation; exit code 0."""
     from windowing.config import load_pipeline
     from windowing.io import check_input_schema, check_output_target, read_events
@@ -931,7 +973,7 @@ def _duration(text: str, field: str) -> int:
 _GAUGES = (M.OPEN_WINDOWS, M.KEYS_HELD, M.KEYS_SEEN)
 
 
-def combine_lateness(spark, pipeline: Pipeline, outputs: Sequence[str]) -> LatenessResult:
+def combine_lateness(spark: SparkSession, pipeline: Pipeline, outputs: Sequence[str]) -> LatenessResult:
     """One report over a range of partitions from their lateness outputs (oldest first):
     counts added up, latency percentiles and the slack curve from the added histograms,
     the tables put together, the gauges (windows open at the end) of the last one. The
@@ -964,14 +1006,14 @@ def combine_lateness(spark, pipeline: Pipeline, outputs: Sequence[str]) -> Laten
         for name in _GAUGES:
             counters.setdefault(label, {})[name] = cs.get(name, 0)
 
-    def union(name):
+    def union(name: str) -> DataFrame:
         return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), [p.tables[name] for p in parts])
 
     slack = (union("slack_histogram").groupBy("strategy", "lateness", "slack_ms")
              .agg(F.sum("events").alias("events"), F.sum("pairs").alias("pairs")).toArrow())
     slack = slack.cast(pa.schema([("strategy", pa.string()), ("lateness", pa.string()), ("slack_ms", pa.int64()),
                                   ("events", pa.int64()), ("pairs", pa.int64())]))
-    bins: dict[int, dict] = {}
+    bins: dict[int, dict[str, int]] = {}
     rejected: dict[str, int] = {}
     for part in parts:
         for b in part.figures["lateness_histogram"]:
