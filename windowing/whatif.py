@@ -323,6 +323,8 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     full_spec = wi.spec(wi.full)
     table = _with_row_ids(table)
     table = K.with_event_columns(table, full_spec)
+    # Every replay below orders its events by one sort of (key, rank), not the whole order.
+    table = K.with_arrival_ranks(table, full_spec)
     is_event = (table["__kind"].to_numpy() == K.EVENT) if table.num_rows else np.zeros(0, bool)
     variant_col = table[VARIANT].to_pylist() if VARIANT in table.column_names else [None] * table.num_rows
     variant_of = np.array(variant_col, dtype=object)

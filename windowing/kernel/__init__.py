@@ -48,7 +48,16 @@ from windowing.config import Trigger, WindowType
 from windowing.kernel.assignment import _assign, assign_windows
 from windowing.kernel.clocks import IdleClocks, commit_summary, worker_timelines
 from windowing.kernel.fixed import _windows
-from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, hashable, task_derived, with_event_columns
+from windowing.kernel.inputs import (
+    ARRIVAL_RANK,
+    KeyBatches,
+    KeyIds,
+    SortedEvents,
+    hashable,
+    task_derived,
+    with_arrival_ranks,
+    with_event_columns,
+)
 from windowing.kernel.outputs import _counters, _ts, key_state_rows
 from windowing.kernel.sessions import _sessions
 from windowing.kernel.spec import (
@@ -79,7 +88,8 @@ __all__ = [
     "AGGREGATE", "END_OF_INPUT", "EVENT", "IDLE", "LATE_ADDED_COLUMNS", "MAX_DURATION", "MAX_TIMESTAMP",
     "MIN_TIMESTAMP", "OPEN", "REASON_NAMES", "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS",
     "WATERMARK", "KernelOutput", "Spec", "Timeline", "assign_windows", "commit_summary", "process",
-    "seg_searchsorted", "task_derived", "with_event_columns", "worker_timelines",
+    "seg_searchsorted", "task_derived", "with_arrival_ranks", "with_event_columns", "worker_timelines",
+    "ARRIVAL_RANK",
     "SortedEvents", "IdleClocks", "KeyBatches", "KeyIds", "_assign", "hashable", "_ts",
 ]
 

@@ -152,21 +152,31 @@ class KeyIds:
         return {c: self.table[c].take(rows) for c in (spec.worker_col, spec.key_col) if c}
 
 
+#: Optional input column: each event's place in the arrival order of a table its rows were
+#: taken from (:func:`with_arrival_ranks`). Several replays of subsets of one table (other
+#: keys, other events left out) then order their events by one sort of (key, rank).
+ARRIVAL_RANK = "__arrival_rank"
+
+
 class SortedEvents:
     """The events, sorted in arrival order per key."""
 
     def __init__(self, table: pa.Table, spec: Spec, keyset: KeyIds):
         rows = np.flatnonzero(keyset.kind == EVENT)
         src = spec.pipeline.source
+        ranked = ARRIVAL_RANK in table.column_names
         # Only the sort columns, and only the event rows (state rows have nulls there).
-        sub = table.select([*src.arrival_order, "__arr", "__batch", "__evt"])
+        sub = table.select([*([ARRIVAL_RANK] if ranked else src.arrival_order), "__arr", "__batch", "__evt"])
         if len(rows) != table.num_rows:
             sub = sub.take(pa.array(rows))
         arr, batch = _int64(sub["__arr"]), _int64(sub["__batch"])
-        keys = [order_codes(sub[c]) for c in reversed(src.arrival_order)]
-        keys += [arr, batch, keyset.gid[rows]]
-        order = np.lexsort(keys) if len(rows) else np.zeros(0, dtype=np.int64)
-        order = _break_ties(order, keys, table, rows, spec)
+        if ranked:
+            order = _by_key_and_rank(keyset.gid[rows], _int64(sub[ARRIVAL_RANK]))
+        else:
+            keys = [order_codes(sub[c]) for c in reversed(src.arrival_order)]
+            keys += [arr, batch, keyset.gid[rows]]
+            order = np.lexsort(keys) if len(rows) else np.zeros(0, dtype=np.int64)
+            order = _break_ties(order, keys, table, rows, spec)
         self.rows = rows[order]  # table row of each sorted event
         self.n = len(self.rows)
         self.g = keyset.gid[self.rows]
@@ -174,6 +184,29 @@ class SortedEvents:
         self.arr = arr[order]
         self.t = _int64(sub["__evt"])[order]
         self.table = table
+
+
+def with_arrival_ranks(table: pa.Table, spec: Spec) -> pa.Table:
+    """The table with :data:`ARRIVAL_RANK`: each event's position in the arrival order of
+    its key (:class:`SortedEvents`), state rows 0. Any subset of the rows keeps the order."""
+    if ARRIVAL_RANK in table.column_names:
+        table = table.drop_columns([ARRIVAL_RANK])
+    events = SortedEvents(table, spec, KeyIds(table, spec))
+    rank = np.zeros(table.num_rows, np.int64)
+    rank[events.rows] = np.arange(events.n, dtype=np.int64)
+    return table.append_column(ARRIVAL_RANK, pa.array(rank))
+
+
+def _by_key_and_rank(gid: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """The order by (key id, rank): one sort of the pair packed into an int64 (the ranks of
+    a key are distinct, so the order is total), else a two-key lexsort."""
+    if not len(rank):
+        return np.zeros(0, dtype=np.int64)
+    span = int(rank.max()) + 1
+    if (int(gid.max()) + 1) * span < 2 ** 62:
+        packed: NDArray[np.int64] = gid.astype(np.int64) * span + rank
+        return np.argsort(packed)
+    return np.lexsort((rank, gid))
 
 
 def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows: np.ndarray,
