@@ -321,8 +321,7 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     ``kernel.STATE_PREFIX``, ``__kind``, :data:`VARIANT` naming the variant), in any order.
     """
     full_spec = wi.spec(wi.full)
-    table = _with_row_ids(table)
-    table = K.with_event_columns(table, full_spec)
+    table = _with_row_ids(_shared_key_rows(K.with_event_columns(table, full_spec), wi))
     # Every replay below orders its events by one sort of (key, rank), not the whole order.
     table = K.with_arrival_ranks(table, full_spec)
     is_event = (table["__kind"].to_numpy() == K.EVENT) if table.num_rows else np.zeros(0, bool)
@@ -366,7 +365,9 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
         out = K.process(sub, spec, wi.variant_timelines(v), wi.flush_at_end)
         outs[v] = out if v.full or v.skew_free else _slim(out, keep_late=not v.delay_ms)
     outs = {v: outs[v] for v in wi.variants}  # the variants' order, whichever way each ran
-    state_parts = [_tag(out.state, v) for v, out in outs.items()]
+    owners = _key_row_owners(wi)
+    state_parts = [_tag(out.state if owners[v.label] == v.label else _without_key_rows(out.state), v)
+                   for v, out in outs.items()]
     outs = {v: replace(out, state=out.state.slice(0, 0)) if not (v.full or v.skew_free) else out
             for v, out in outs.items()}
     schemas = output_schemas(wi)
@@ -647,6 +648,41 @@ def _with_row_ids(table: pa.Table) -> pa.Table:
     if ROW_ID in table.column_names:
         table = table.drop_columns([ROW_ID])
     return table.append_column(ROW_ID, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def _key_row_owners(wi: WhatIf) -> dict[str, str]:
+    """Each variant's label -> the variant whose carried key rows it shares: the first of its
+    (strategy, lateness mode, skew-free) group. A key's watermark, greatest event time and
+    clock do not depend on the delay, so the state holds them once per group."""
+    first: dict[tuple[Any, ...], str] = {}
+    return {v.label: first.setdefault((v.strategy, v.lateness, v.skew_free), v.label) for v in wi.variants}
+
+
+def _without_key_rows(state: pa.Table) -> pa.Table:
+    return state.filter(pc.not_equal(state["state_kind"], "key"))
+
+
+def _shared_key_rows(table: pa.Table, wi: WhatIf) -> pa.Table:
+    """The carried key rows of each variant, copied from its group's (:func:`_key_row_owners`).
+    Key rows under other variants (a state written before the rows were shared) are left
+    out: they hold the same values."""
+    if VARIANT not in table.column_names or not table.num_rows:
+        return table
+    is_key = table["__kind"].to_numpy() == K.STATE_KEY
+    if not is_key.any():
+        return table
+    keys = table.filter(pa.array(is_key))
+    label_of = np.array(keys[VARIANT].to_pylist(), dtype=object)
+    members: dict[str, list[str]] = {}
+    for label, owner in _key_row_owners(wi).items():
+        members.setdefault(owner, []).append(label)
+    at, vtype = table.column_names.index(VARIANT), table.schema.field(VARIANT).type
+    parts = [table.filter(pa.array(~is_key))]
+    for owner, labels in members.items():
+        mine = keys.filter(pa.array(label_of == owner))
+        parts += [mine.set_column(at, VARIANT, pa.array([label] * mine.num_rows, pa.string()).cast(vtype))
+                  for label in labels]
+    return pa.concat_tables(parts)
 
 
 def _tag(state: pa.Table, v: Variant) -> pa.Table:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -127,6 +128,35 @@ def test_curves_in_pieces_equal_replays_in_pieces(pipeline, rows, cuts):
         result = local_lateness(pipeline, piece, OPTIONS, state=state)
         _check(pipeline, pieces[:i + 1], result)
         state = result.state
+
+
+@cases(10)
+@given(pipelines(event_time=True), histories(max_events=30), st.floats(0.2, 0.8))
+def test_key_rows_are_carried_once_per_group_and_old_states_still_continue(pipeline, rows, cut):
+    """A key's watermark, greatest event time and clock do not depend on the delay: the
+    state holds its key rows once per (strategy, lateness mode, skew-free) group. A state
+    written with key rows under every variant (before they were shared) continues the
+    same way."""
+    rows = _named(rows)
+    pieces = split_points(pipeline, rows, [cut])
+    first, second = pieces[0], [r for piece in pieces[1:] for r in piece]
+    state = local_lateness(pipeline, first, OPTIONS).state
+    keys = state.rows.filter(pa.array([k == "key" for k in state.rows["state_kind"].to_pylist()], pa.bool_()))
+    owners = {v.label: v.label for v in OPTIONS.variants(pipeline)}
+    for v in OPTIONS.variants(pipeline):  # every variant's group has its owner's key rows, no one else's
+        owners[v.label] = next(o.label for o in OPTIONS.variants(pipeline)
+                               if (o.strategy, o.lateness, o.skew_free) == (v.strategy, v.lateness, v.skew_free))
+    assert set(keys["variant"].to_pylist()) <= set(owners.values())
+    labels = keys["variant"].to_pylist()
+    old_rows = pa.concat_tables([state.rows] + [
+        keys.filter(pa.array([x == owner for x in labels], pa.bool_())).set_column(
+            keys.column_names.index("variant"), "variant", pa.array([label] * labels.count(owner), pa.string()))
+        for label, owner in owners.items() if label != owner])
+    shared = local_lateness(pipeline, second, OPTIONS, state=state)
+    old = local_lateness(pipeline, second, OPTIONS, state=replace(state, rows=old_rows))
+    assert old.counters == shared.counters and old.latency == shared.latency
+    assert sorted(map(repr, old.tables["state"].to_pylist())) == sorted(map(repr, shared.tables["state"].to_pylist()))
+    _check(pipeline, [first, second], shared)
 
 
 # --------------------------------------------------------------------------- worked examples
