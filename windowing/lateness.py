@@ -489,11 +489,10 @@ def _curves(pipeline: Pipeline, options: LatenessOptions, variants: Sequence[W.V
     curves: list[dict[str, Any]] = []
     exact: dict[tuple[WatermarkStrategy, Lateness], Histogram] = {}
     points: dict[str, list[list[float]]] = {}
-    strategy_of, mode_of = slack["strategy"].to_pylist(), slack["lateness"].to_pylist()
     for mode in options.modes(pipeline):
         for strategy in WatermarkStrategy:
-            sel = [i for i, (s, m) in enumerate(zip(strategy_of, mode_of)) if s == strategy.value and m == mode.value]
-            h = slack.take(pa.array(sel, pa.int64()))
+            h = slack.filter(pc.and_(pc.equal(slack["strategy"], strategy.value),
+                                     pc.equal(slack["lateness"], mode.value)))
             hv, he, hp = (h[c].to_numpy() for c in ("slack_ms", "events", "pairs"))
             exact[(strategy, mode)] = (hv, he, hp)
             points[f"{strategy.value}/{mode.value}"] = _plot_points(hv, he, hp, options.delays_ms, accepted)

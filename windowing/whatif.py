@@ -151,11 +151,8 @@ def late_counts(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray,
     s = slack_ms[order]
     ev_tail = np.concatenate([np.cumsum(np.asarray(events, dtype=np.int64)[order][::-1])[::-1], [0]])
     pr_tail = np.concatenate([np.cumsum(np.asarray(pairs, dtype=np.int64)[order][::-1])[::-1], [0]])
-    out = []
-    for d in delays_ms:
-        i = int(np.searchsorted(s, d, side="left"))  # first slack >= d
-        out.append((int(ev_tail[i]), int(pr_tail[i])))
-    return out
+    at = np.searchsorted(s, np.asarray(list(delays_ms), dtype=np.int64), side="left")  # first slack >= d
+    return list(zip(ev_tail[at].tolist(), pr_tail[at].tolist()))
 
 
 def step_curve(slack_ms: np.ndarray, events: np.ndarray,
