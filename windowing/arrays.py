@@ -110,6 +110,21 @@ def seg_searchsorted(
     return found
 
 
+def searchsorted_left(sorted_values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(sorted_values, wanted, side="left")`` for int64 arrays: by a table
+    of counts when the values span a range no wider than a few times the lookups (batch
+    ids of fixed intervals, one commit a second), else by binary search."""
+    n = len(sorted_values)
+    if not n or not len(wanted):
+        return np.searchsorted(sorted_values, wanted, side="left")
+    lo, hi = int(sorted_values[0]), int(sorted_values[-1])
+    if hi - lo > 4 * (n + len(wanted)):
+        return np.searchsorted(sorted_values, wanted, side="left")
+    # below[v - lo] = how many values are < v, for v in lo .. hi + 1.
+    below = np.cumsum(np.bincount(np.asarray(sorted_values, np.int64) - lo + 1, minlength=hi - lo + 2))
+    return below[np.clip(np.asarray(wanted, np.int64) - lo, 0, hi - lo + 1)]
+
+
 def seg_rank(seg: np.ndarray) -> np.ndarray:
     """0-based position of each element inside its segment (``seg`` sorted)."""
     n = len(seg)

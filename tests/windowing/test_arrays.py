@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.generators import cases
-from windowing.arrays import MIN_TIMESTAMP, seg_cummax, seg_searchsorted, value_order_keys
+from windowing.arrays import MIN_TIMESTAMP, searchsorted_left, seg_cummax, seg_searchsorted, value_order_keys
 
 VALUES = st.one_of(
     st.integers(-50, 50),
@@ -53,6 +53,18 @@ def test_seg_searchsorted_finds_the_first_greater_or_equal_in_the_segment(table,
         else:  # past the segment's last element (its end, or the next segment's start)
             end = (inside[-1] + 1) if inside else int(np.searchsorted(ts, s))
             assert g == end
+
+
+@cases(300)
+@given(st.lists(st.integers(-2**40, 2**40), max_size=30), st.integers(-300, 300), st.integers(1, 500),
+       st.lists(st.integers(-600, 900), max_size=30))
+def test_searchsorted_left_is_numpys_on_dense_and_sparse_values(far, base, span, queries):
+    """The counting table (dense batch ids) and the binary search (sparse) agree with numpy,
+    duplicates, queries below, between and above the values included."""
+    dense = np.sort(np.array([base + (q % span) for q in queries[: len(queries) // 2 + 1]], np.int64))
+    for values in (dense, np.sort(np.array(far, np.int64)), np.unique(dense)):
+        wanted = np.array([base + q for q in queries], np.int64)
+        assert searchsorted_left(values, wanted).tolist() == np.searchsorted(values, wanted, side="left").tolist()
 
 
 def test_value_order_keys_orders_floats_totally_and_nulls_first():

@@ -27,6 +27,7 @@ from windowing.arrays import (
     group_codes,
     sat_add,
     sat_sub,
+    searchsorted_left,
 )
 from windowing.config import Clock, Pipeline, WatermarkStrategy
 from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, _int64, hashable
@@ -140,7 +141,7 @@ class IdleClocks:
             if len(tl.batches) == 0:
                 continue
             batches = np.flatnonzero(of_worker[key_batches.g])  # the worker's key batches
-            commit = np.searchsorted(tl.batches, key_batches.batch[batches])  # each key batch's commit
+            commit = searchsorted_left(tl.batches, key_batches.batch[batches])  # each key batch's commit
             if len(batches):
                 self.kb_clock[batches] = tl.clock[commit]
                 self.kb_clock_before[batches] = np.where(commit > 0, tl.clock[np.maximum(commit - 1, 0)], tl.clock0)
@@ -188,7 +189,7 @@ class IdleClocks:
         first = key_batches.key_first[keys]
         next_commit = np.full(len(keys), n_commits, dtype=np.int64)
         has = first >= 0
-        next_commit[has] = np.searchsorted(tl.batches, key_batches.batch[first[has]])
+        next_commit[has] = searchsorted_left(tl.batches, key_batches.batch[first[has]])
         due = sat_add(activity, cast(int, w.idle_timeout_ms))  # not None: only run with a timeout
         reaching = np.searchsorted(series, due, side="left")
         at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching,
