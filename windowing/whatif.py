@@ -322,18 +322,16 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     # Every replay below orders its events by one sort of (key, rank), not the whole order.
     table = K.with_arrival_ranks(table, full_spec)
     is_event = (table["__kind"].to_numpy() == K.EVENT) if table.num_rows else np.zeros(0, bool)
-    variant_col = table[VARIANT].to_pylist() if VARIANT in table.column_names else [None] * table.num_rows
-    variant_of = np.array(variant_col, dtype=object)
+    variant_of = _variant_codes(table, wi)  # -1: an event; else the row's variant's index in wi.variants
     skewed = (pc.fill_null(table[SKEWED], False).to_numpy(zero_copy_only=False).astype(bool)
               if SKEWED in table.column_names else np.zeros(table.num_rows, bool))
     outs: dict[Variant, K.KernelOutput] = {}
     kind = table["__kind"].to_numpy()
-    counters_carried = set(variant_of[kind == K.STATE_EMITTED])
+    counters_carried = {wi.variants[i].label for i in np.unique(variant_of[kind == K.STATE_EMITTED]) if i >= 0}
     # Emitted-window counters (after a flush at end) need the kernel: those groups go to it.
     groups = [g for g in _swept(wi) if not counters_carried & {v.label for v in g}]
     if groups:
-        labels = [v.label for g in groups for v in g]
-        keep = is_event | np.isin(variant_of, labels)
+        keep = is_event | np.isin(variant_of, [wi.variants.index(v) for g in groups for v in g])
         sub = table.filter(pa.array(keep)) if not keep.all() else table
         timelines = {g[0].strategy: wi.variant_timelines(replace(g[0], delay_ms=0)) for g in groups}
         swept = sweep(sub, [[Lean(v.delay_ms, wi.spec(v), v.label, keep_late=not v.delay_ms) for v in g]
@@ -345,18 +343,19 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     changes = _clock_changes_by_worker(wi, free) if free is not None else {}
     dirty = _skew_dirty_rows(table, wi, free, changes, is_event, skewed, variant_of) if free is not None else None
     clean_full: K.KernelOutput | None = None
-    for v in wi.variants:
+    for code, v in enumerate(wi.variants):
         if v in outs:
             continue
+        carried = variant_of == code
         if dirty is not None and v.full:
-            clean_full, dirty_full = _replay_in_parts(table, wi, v, [~dirty, dirty], is_event | (variant_of == v.label))
+            clean_full, dirty_full = _replay_in_parts(table, wi, v, [~dirty, dirty], is_event | carried)
             outs[v] = _concat_outputs([o for o in (clean_full, dirty_full) if o is not None])  # events: one
             continue
         if dirty is not None and v.skew_free:
-            (dirty_free,) = _replay_in_parts(table, wi, v, [dirty], (is_event & ~skewed) | (variant_of == v.label))
+            (dirty_free,) = _replay_in_parts(table, wi, v, [dirty], (is_event & ~skewed) | carried)
             outs[v] = _skew_free_from(clean_full, dirty_free, wi, v, changes)
             continue
-        keep = (is_event & ~(skewed & v.skew_free)) | (variant_of == v.label)
+        keep = (is_event & ~(skewed & v.skew_free)) | carried
         spec = wi.spec(v)
         sub = table.filter(pa.array(keep)) if not keep.all() else table
         out = K.process(sub, spec, wi.variant_timelines(v), wi.flush_at_end)
@@ -583,7 +582,7 @@ def _state_changes(table: pa.Table, wi: WhatIf, v: Variant, variant_of: np.ndarr
     configured variant (the shared columns, and a lean window's count partial against its
     ``events``)."""
     out = np.zeros(table.num_rows, bool)
-    rows = [np.flatnonzero(variant_of == wi.full.label), np.flatnonzero(variant_of == v.label)]
+    rows = [np.flatnonzero(variant_of == wi.variants.index(u)) for u in (wi.full, v)]
     if not (len(rows[0]) or len(rows[1])):
         return out
     kcols = _key_columns(wi.pipeline)
@@ -645,6 +644,19 @@ def _with_row_ids(table: pa.Table) -> pa.Table:
     if ROW_ID in table.column_names:
         table = table.drop_columns([ROW_ID])
     return table.append_column(ROW_ID, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def _variant_codes(table: pa.Table, wi: WhatIf) -> np.ndarray:
+    """Each row's :data:`VARIANT` as its index in ``wi.variants``; -1 for events (no
+    variant) and for labels not analysed. Integer masks, not string comparisons per row."""
+    if VARIANT not in table.column_names:
+        return np.full(table.num_rows, -1, np.int64)
+    labels = table[VARIANT]
+    if pa.types.is_dictionary(labels.type):
+        labels = labels.cast(pa.string())
+    found = pc.index_in(labels, value_set=pa.array([v.label for v in wi.variants], labels.type))
+    codes: np.ndarray = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes
 
 
 def _key_row_owners(wi: WhatIf) -> dict[str, str]:
@@ -949,7 +961,7 @@ def _perfect(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.n
     # (an event enters the perfect run when one of its windows missed events; its other
     # windows come out incomplete, and are not looked at).
     kind = table["__kind"].to_numpy()
-    carried = np.flatnonzero((kind == K.STATE_WINDOW) & (variant_of == wi.full.label))
+    carried = np.flatnonzero((kind == K.STATE_WINDOW) & (variant_of == wi.variants.index(wi.full)))
     events = np.flatnonzero(is_event)
     pe, ws, _ = K._assign(table["__evt"].to_numpy()[events], p.window)
     keyed = table.select(kcols or ["__kind"])  # the key columns only (all the pairs)
