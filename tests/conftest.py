@@ -61,15 +61,33 @@ def xdist_unit(nodeid: str) -> str:
     return "tests/lake" if module.startswith("tests/lake/") else module
 
 
+#: The units that take minutes (CI's --durations), longest first. They start first, so the
+#: processes end together instead of one running a long module after the other is done.
+LONG_UNITS = ("tests/lake", "tests/assets/test_replay_assets.py", "tests/orchestration/test_airflow.py",
+              "tests/orchestration/test_webserver_ui.py", "tests/windowing/test_chain.py",
+              "tests/quality/test_checks.py", "tests/windowing/test_engine_vs_model.py")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (``-n``, pyproject's ``addopts``) send :func:`xdist_unit` units
-    whole to a worker. (``--dist loadgroup`` would do it from markers, but pytest 9.2 no
-    longer lets pytest-xdist 3.8 rename the tests it groups.)"""
+    whole to a worker, :data:`LONG_UNITS` first. (``--dist loadgroup`` would do the first
+    from markers, but pytest 9.2 no longer lets pytest-xdist 3.8 rename the tests it groups.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByModule(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return xdist_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the queue is complete when the first unit is handed out
+                self.ordered = True
+                rank = {unit: i for i, unit in enumerate(LONG_UNITS)}
+                units = sorted(self.workqueue.items(), key=lambda item: rank.get(item[0], len(rank)))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
 
     return ByModule(config, log)
