@@ -970,8 +970,12 @@ def _perfect(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.n
                       _keys_of(ev_t, kcols) + [ws],
                       _keys_of(st_t, kcols) + [pc.fill_null(st_t[K.STATE_PREFIX + "window_start_ms"], 0).to_numpy()
                                                if len(carried) else np.zeros(0, np.int64)]])
-    rows = np.concatenate([np.unique(events[pe[np.isin(ids[1], ids[0])]]), carried[np.isin(ids[2], ids[0])]])
-    sub = table.take(pa.array(np.sort(rows)))
+    missed = np.zeros(int(max((x.max(initial=-1) for x in ids), default=-1)) + 1, bool)
+    missed[ids[0]] = True  # the ids are dense: marks, not sorts
+    take = np.zeros(table.num_rows, bool)
+    take[events[pe[missed[ids[1]]]]] = True
+    take[carried[missed[ids[2]]]] = True
+    sub = table.filter(pa.array(take))
     pipeline = perfect_pipeline(p)
     spec = K.Spec(pipeline=pipeline, input_types=wi.spec(wi.full).input_types)
     timelines = wi.variant_timelines(replace(wi.full, delay_ms=0))
