@@ -119,9 +119,14 @@ class KeyIds:
         self.kind = table["__kind"].to_numpy().astype(np.int8)
         codes = []
         for c in (spec.worker_col, spec.key_col):
-            if c:
+            if c and KEY_ID not in table.column_names:
                 codes.append(group_codes(table[c]))
-        if codes:
+        if KEY_ID in table.column_names:  # ids of a table these rows were taken from: made dense again
+            ids = _int64(table[KEY_ID])
+            seen = np.zeros(int(ids.max(initial=-1)) + 1, dtype=np.int64)
+            seen[ids] = 1
+            self.gid = (np.cumsum(seen) - 1)[ids]
+        elif codes:
             enc = codes[0] + 1
             if len(codes) == 2:
                 enc = enc * (codes[1].max(initial=0) + 2) + codes[1] + 1
@@ -157,6 +162,8 @@ class KeyIds:
 #: taken from (:func:`with_arrival_ranks`). Several replays of subsets of one table (other
 #: keys, other events left out) then order their events by one sort of (key, rank).
 ARRIVAL_RANK = "__arrival_rank"
+#: Optional input column beside it: each row's (worker, key) id in that table.
+KEY_ID = "__key_id"
 
 
 class SortedEvents:
@@ -189,13 +196,14 @@ class SortedEvents:
 
 def with_arrival_ranks(table: pa.Table, spec: Spec) -> pa.Table:
     """The table with :data:`ARRIVAL_RANK`: each event's position in the arrival order of
-    its key (:class:`SortedEvents`), state rows 0. Any subset of the rows keeps the order."""
-    if ARRIVAL_RANK in table.column_names:
-        table = table.drop_columns([ARRIVAL_RANK])
-    events = SortedEvents(table, spec, KeyIds(table, spec))
+    its key (:class:`SortedEvents`), state rows 0; and :data:`KEY_ID`. Any subset of the
+    rows keeps the order and the keys (without hashing their columns again)."""
+    table = table.drop_columns([c for c in (ARRIVAL_RANK, KEY_ID) if c in table.column_names])
+    keys = KeyIds(table, spec)
+    events = SortedEvents(table, spec, keys)
     rank = np.zeros(table.num_rows, np.int64)
     rank[events.rows] = np.arange(events.n, dtype=np.int64)
-    return table.append_column(ARRIVAL_RANK, pa.array(rank))
+    return table.append_column(ARRIVAL_RANK, pa.array(rank)).append_column(KEY_ID, pa.array(keys.gid))
 
 
 def _packed_digits(keys: list[np.ndarray]) -> list[np.ndarray]:
