@@ -17,11 +17,11 @@ from tests.kernel_harness import events_table, key_partitions, normalise_rows
 from windowing import kernel as K
 from windowing import metrics as M
 from windowing import whatif as W
-from windowing.lateness import FREE, LatenessOptions, strategy_timelines
+from windowing.lateness import LatenessOptions, strategy_timelines
 
 SUMMARY_SCHEMA = pa.schema([("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()),
-                            *[(prefix + c, pa.int64()) for prefix in ("", FREE)
-                              for c in ("cand_min", "cand_max", "maxarr", "minarr", "n")]])
+                            (W.SKEWED, pa.bool_()),
+                            *[(c, pa.int64()) for c in ("cand_min", "cand_max", "maxarr", "minarr", "n")]])
 
 
 @dataclass
@@ -58,20 +58,18 @@ def local_lateness(pipeline, rows, options: LatenessOptions, state: LocalLatenes
     types, valid, _ = normalise_rows(pipeline, rows, workers_in.get(full.label, []))
     threshold = options.future_skew_ms if any(v.skew_free for v in variants) else None
     skewed = [threshold is not None and evt - arr > threshold for _, arr, evt, _, _ in valid]
-    groups: dict = {}  # (worker, batch) -> [stats of all its events, of its events not skewed]
+    groups: dict = {}  # (worker, batch, skewed) -> stats of those events, as Spark groups them
     for (_r, arr, evt, batch, wv), sk in zip(valid, skewed):
-        both = groups.setdefault((wv, batch), [[None] * 4 + [0], [None] * 4 + [0]])
-        for g in (both[0],) if sk else both:
-            g[0] = evt if g[0] is None else min(g[0], evt)
-            g[1] = evt if g[1] is None else max(g[1], evt)
-            g[2] = arr if g[2] is None else max(g[2], arr)
-            g[3] = arr if g[3] is None else min(g[3], arr)
-            g[4] += 1
+        g = groups.setdefault((wv, batch, sk), [None] * 4 + [0])
+        g[0] = evt if g[0] is None else min(g[0], evt)
+        g[1] = evt if g[1] is None else max(g[1], evt)
+        g[2] = arr if g[2] is None else max(g[2], arr)
+        g[3] = arr if g[3] is None else min(g[3], arr)
+        g[4] += 1
     names = ("cand_min", "cand_max", "maxarr", "minarr", "n")
     summary = pa.Table.from_pylist(
-        [{"reason": None, "__w": wv, "__batch": b, **dict(zip(names, every)),
-          **{FREE + k: v for k, v in zip(names, free)}} for (wv, b), (every, free) in groups.items()],
-        schema=SUMMARY_SCHEMA)
+        [{"reason": None, "__w": wv, "__batch": b, W.SKEWED: sk, **dict(zip(names, stats))}
+         for (wv, b, sk), stats in groups.items()], schema=SUMMARY_SCHEMA)
     timelines, new_workers = strategy_timelines(pipeline, variants, summary, workers_in)
     wi = W.WhatIf(pipeline, variants, types, timelines, flush_at_end, threshold, sweep=sweep,
                   skew_subset=skew_subset)
