@@ -297,24 +297,29 @@ def _rejected_counts(summary: pa.Table) -> dict[str, int]:
 SUMMARY_STATS = (("cand_min", "min"), ("cand_max", "max"), ("maxarr", "max"), ("minarr", "min"), ("n", "sum"))
 
 
-def timeline_summary(summary: pa.Table, strategy: WatermarkStrategy, skew_free: bool) -> pa.Table:
-    """The (worker, batch) summary :func:`windowing.engine._timelines` reads, for one
-    strategy, with or without the events flagged as skewed: ``summary`` has one row per
-    (reason, worker ``__w``, batch, :data:`windowing.whatif.SKEWED`) with both candidates
+def batch_summaries(summary: pa.Table) -> dict[bool, pa.Table]:
+    """The accepted rows of the (worker, batch) summary, over all events (False) and
+    without the events flagged as skewed (True): ``summary`` has one row per (reason,
+    worker ``__w``, batch, :data:`windowing.whatif.SKEWED`) with both candidates
     (``cand_min``, ``cand_max``), the arrival bounds and the count (:data:`SUMMARY_STATS`);
     a batch of skewed events only is no commit of the skew-free replay."""
     ok = summary.filter(pc.is_null(summary[E.REJECT_REASON]))
     skewed = pc.fill_null(ok[W.SKEWED], False)
-    if skew_free:
-        ok = ok.filter(pc.invert(skewed))
-    elif pc.any(skewed).as_py():  # a batch with skewed and other events: its two rows as one
+    every = ok
+    if pc.any(skewed).as_py():  # a batch with skewed and other events: its two rows as one
         both = ok.group_by(["__w", "__batch"], use_threads=False).aggregate(list(SUMMARY_STATS))
-        ok = pa.table({c: both[f"{c}_{how}"] if (c, how) in SUMMARY_STATS else both[c]
-                       for c, how in (("__w", ""), ("__batch", ""), *SUMMARY_STATS)})
+        every = pa.table({c: both[f"{c}_{how}"] if how else both[c]
+                          for c, how in (("__w", ""), ("__batch", ""), *SUMMARY_STATS)})
+    return {False: every, True: ok.filter(pc.invert(skewed))}
+
+
+def timeline_summary(rows: pa.Table, strategy: WatermarkStrategy) -> pa.Table:
+    """The (worker, batch) summary :func:`windowing.engine.summary_timelines` reads, for
+    one strategy, from one of :func:`batch_summaries`."""
     cand = "cand_min" if strategy is WatermarkStrategy.MIN_EVENT_TIME else "cand_max"
     return pa.table({
-        E.REJECT_REASON: pa.nulls(ok.num_rows, pa.string()), "__w": ok["__w"], "__batch": ok["__batch"],
-        "cand": ok[cand], "maxarr": ok["maxarr"], "minarr": ok["minarr"], "n": ok["n"]})
+        E.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()), "__w": rows["__w"], "__batch": rows["__batch"],
+        "cand": rows[cand], "maxarr": rows["maxarr"], "minarr": rows["minarr"], "n": rows["n"]})
 
 
 def strategy_timelines(pipeline: Pipeline, variants: Sequence[W.Variant], summary: pa.Table,
@@ -324,13 +329,14 @@ def strategy_timelines(pipeline: Pipeline, variants: Sequence[W.Variant], summar
     worker state rows."""
     out: dict[tuple[str, bool], dict[Any, K.Timeline]] = {}
     rows_by: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    batches = batch_summaries(summary)
     for v in variants:
         key = (v.strategy.value, v.skew_free)
         if key in out:
             continue
         p = W.Variant(v.strategy, v.lateness, 0, full=True, skew_free=v.skew_free).pipeline(pipeline)
-        timelines, rows = E.summary_timelines(p, timeline_summary(summary, v.strategy, v.skew_free),
-                                       worker_rows.get(v.label, []))
+        timelines, rows = E.summary_timelines(p, timeline_summary(batches[v.skew_free], v.strategy),
+                                              worker_rows.get(v.label, []))
         out[key] = timelines
         rows_by[key] = rows
     new_workers = {v.label: rows_by[(v.strategy.value, v.skew_free)] for v in variants}
