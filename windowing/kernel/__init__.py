@@ -50,6 +50,7 @@ from windowing.kernel.clocks import IdleClocks, commit_summary, worker_timelines
 from windowing.kernel.fixed import _windows
 from windowing.kernel.inputs import (
     ARRIVAL_RANK,
+    KEY_ID,
     KeyBatches,
     KeyIds,
     SortedEvents,
@@ -89,7 +90,7 @@ __all__ = [
     "MIN_TIMESTAMP", "OPEN", "REASON_NAMES", "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS",
     "WATERMARK", "KernelOutput", "Spec", "Timeline", "assign_windows", "commit_summary", "process",
     "seg_searchsorted", "task_derived", "with_arrival_ranks", "with_event_columns", "worker_timelines",
-    "ARRIVAL_RANK",
+    "ARRIVAL_RANK", "KEY_ID",
     "SortedEvents", "IdleClocks", "KeyBatches", "KeyIds", "_assign", "hashable", "_ts",
 ]
 
