@@ -138,13 +138,9 @@ def seg_rank(seg: np.ndarray) -> np.ndarray:
 
 def order_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Order-preserving int64 codes of any sortable Arrow array; nulls get -1 (first)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if pa.types.is_integer(arr.type) and arr.null_count == 0:
-        ints: NDArray[np.int64] = arr.to_numpy(zero_copy_only=False).astype(np.int64)
-        return ints
-    uniq = sorted_unique(arr)
-    return codes_in(arr, uniq)
+    arr = _one_chunk(arr)
+    ints = _null_free_ints(arr)
+    return ints if ints is not None else codes_in(arr, sorted_unique(arr))
 
 
 def sorted_unique(*arrays: pa.Array) -> pa.Array:
@@ -160,25 +156,34 @@ def sorted_unique(*arrays: pa.Array) -> pa.Array:
 
 def codes_in(arr: pa.Array, uniq: pa.Array) -> np.ndarray:
     """Index of each value of ``arr`` in ``uniq`` (sorted); -1 for nulls."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = _one_chunk(arr)
     if len(arr) == 0:
         return np.zeros(0, dtype=np.int64)
-    idx = pc.index_in(arr, value_set=uniq)
+    return _indices_or_minus_one(pc.index_in(arr, value_set=uniq))
+
+
+def _one_chunk(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def _null_free_ints(arr: pa.Array) -> NDArray[np.int64] | None:
+    """An integer array without nulls is its own code; None for any other array."""
+    if pa.types.is_integer(arr.type) and arr.null_count == 0:
+        ints: NDArray[np.int64] = arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        return ints
+    return None
+
+
+def _indices_or_minus_one(idx: pa.Array) -> NDArray[np.int64]:
     codes: NDArray[np.int64] = pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
     return codes
 
 
 def group_codes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Equal values get equal int64 codes (in no particular order); nulls get -1."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if pa.types.is_integer(arr.type) and arr.null_count == 0:
-        ints: NDArray[np.int64] = arr.to_numpy(zero_copy_only=False).astype(np.int64)
-        return ints
-    idx = pc.dictionary_encode(arr).indices
-    codes: NDArray[np.int64] = pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    return codes
+    arr = _one_chunk(arr)
+    ints = _null_free_ints(arr)
+    return ints if ints is not None else _indices_or_minus_one(pc.dictionary_encode(arr).indices)
 
 
 def value_order_keys(arr: pa.Array | pa.ChunkedArray) -> list[np.ndarray]:

@@ -325,41 +325,8 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     variant_of = _variant_codes(table, wi)  # -1: an event; else the row's variant's index in wi.variants
     skewed = (pc.fill_null(table[SKEWED], False).to_numpy(zero_copy_only=False).astype(bool)
               if SKEWED in table.column_names else np.zeros(table.num_rows, bool))
-    outs: dict[Variant, K.KernelOutput] = {}
-    kind = table["__kind"].to_numpy()
-    counters_carried = {wi.variants[i].label for i in np.unique(variant_of[kind == K.STATE_EMITTED]) if i >= 0}
-    # Emitted-window counters (after a flush at end) need the kernel: those groups go to it.
-    groups = [g for g in _swept(wi) if not counters_carried & {v.label for v in g}]
-    if groups:
-        keep = is_event | np.isin(variant_of, [wi.variants.index(v) for g in groups for v in g])
-        sub = table.filter(pa.array(keep)) if not keep.all() else table
-        timelines = {g[0].strategy: wi.variant_timelines(replace(g[0], delay_ms=0)) for g in groups}
-        swept = sweep(sub, [[Lean(v.delay_ms, wi.spec(v), v.label, keep_late=not v.delay_ms) for v in g]
-                            for g in groups], VARIANT, timelines)
-        outs.update((v, swept[v.label]) for g in groups for v in g)
-    # The skew-free variant of the keys without skewed events (where provably the same):
-    # the configured replay, done in two parts (the keys it takes, the others).
-    free = next((v for v in wi.variants if v.skew_free), None)
-    changes = _clock_changes_by_worker(wi, free) if free is not None else {}
-    dirty = _skew_dirty_rows(table, wi, free, changes, is_event, skewed, variant_of) if free is not None else None
-    clean_full: K.KernelOutput | None = None
-    for code, v in enumerate(wi.variants):
-        if v in outs:
-            continue
-        carried = variant_of == code
-        if dirty is not None and v.full:
-            clean_full, dirty_full = _replay_in_parts(table, wi, v, [~dirty, dirty], is_event | carried)
-            outs[v] = _concat_outputs([o for o in (clean_full, dirty_full) if o is not None])  # events: one
-            continue
-        if dirty is not None and v.skew_free:
-            (dirty_free,) = _replay_in_parts(table, wi, v, [dirty], (is_event & ~skewed) | carried)
-            outs[v] = _skew_free_from(clean_full, dirty_free, wi, v, changes)
-            continue
-        keep = (is_event & ~(skewed & v.skew_free)) | carried
-        spec = wi.spec(v)
-        sub = table.filter(pa.array(keep)) if not keep.all() else table
-        out = K.process(sub, spec, wi.variant_timelines(v), wi.flush_at_end)
-        outs[v] = out if v.full or v.skew_free else _slim(out, keep_late=not v.delay_ms)
+    outs = _swept_outputs(table, wi, is_event, variant_of)
+    _replay_others(table, wi, outs, is_event, skewed, variant_of)
     outs = {v: outs[v] for v in wi.variants}  # the variants' order, whichever way each ran
     owners = _key_row_owners(wi)
     state_parts = [_tag(out.state if owners[v.label] == v.label else _without_key_rows(out.state), v)
@@ -392,6 +359,52 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
         latency_coarse=latency_coarse,
         state=_concat_state(state_parts, schemas["state"]),
     )
+
+
+def _swept_outputs(table: pa.Table, wi: WhatIf, is_event: np.ndarray,
+                   variant_of: np.ndarray) -> dict[Variant, K.KernelOutput]:
+    """The outputs of the lean variants one delay sweep replays (:func:`_swept`), per variant."""
+    outs: dict[Variant, K.KernelOutput] = {}
+    kind = table["__kind"].to_numpy()
+    counters_carried = {wi.variants[i].label for i in np.unique(variant_of[kind == K.STATE_EMITTED]) if i >= 0}
+    # Emitted-window counters (after a flush at end) need the kernel: those groups go to it.
+    groups = [g for g in _swept(wi) if not counters_carried & {v.label for v in g}]
+    if groups:
+        keep = is_event | np.isin(variant_of, [wi.variants.index(v) for g in groups for v in g])
+        sub = table.filter(pa.array(keep)) if not keep.all() else table
+        timelines = {g[0].strategy: wi.variant_timelines(replace(g[0], delay_ms=0)) for g in groups}
+        swept = sweep(sub, [[Lean(v.delay_ms, wi.spec(v), v.label, keep_late=not v.delay_ms) for v in g]
+                            for g in groups], VARIANT, timelines)
+        outs.update((v, swept[v.label]) for g in groups for v in g)
+    return outs
+
+
+def _replay_others(table: pa.Table, wi: WhatIf, outs: dict[Variant, K.KernelOutput], is_event: np.ndarray,
+                   skewed: np.ndarray, variant_of: np.ndarray) -> None:
+    """Replay every variant ``outs`` lacks (kernel passes), adding its output to ``outs``."""
+    # The skew-free variant of the keys without skewed events (where provably the same):
+    # the configured replay, done in two parts (the keys it takes, the others).
+    free = next((v for v in wi.variants if v.skew_free), None)
+    changes = _clock_changes_by_worker(wi, free) if free is not None else {}
+    dirty = _skew_dirty_rows(table, wi, free, changes, is_event, skewed, variant_of) if free is not None else None
+    clean_full: K.KernelOutput | None = None
+    for code, v in enumerate(wi.variants):
+        if v in outs:
+            continue
+        carried = variant_of == code
+        if dirty is not None and v.full:
+            clean_full, dirty_full = _replay_in_parts(table, wi, v, [~dirty, dirty], is_event | carried)
+            outs[v] = _concat_outputs([o for o in (clean_full, dirty_full) if o is not None])  # events: one
+            continue
+        if dirty is not None and v.skew_free:
+            (dirty_free,) = _replay_in_parts(table, wi, v, [dirty], (is_event & ~skewed) | carried)
+            outs[v] = _skew_free_from(clean_full, dirty_free, wi, v, changes)
+            continue
+        keep = (is_event & ~(skewed & v.skew_free)) | carried
+        spec = wi.spec(v)
+        sub = table.filter(pa.array(keep)) if not keep.all() else table
+        out = K.process(sub, spec, wi.variant_timelines(v), wi.flush_at_end)
+        outs[v] = out if v.full or v.skew_free else _slim(out, keep_late=not v.delay_ms)
 
 
 def _swept(wi: WhatIf) -> list[list[Variant]]:
