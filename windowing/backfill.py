@@ -17,7 +17,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from windowing.config import ConfigError
+from windowing.config import ConfigError, ignored_fields_note, load_pipeline
+from windowing.lake import Lake, absolute, join
 
 EXIT_FAILED = 1
 
@@ -57,9 +58,14 @@ def add_arguments(sub: Any, spark_args: Callable[[argparse.ArgumentParser], None
 
 
 def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Namespace], Any]) -> int:
-    from windowing.chain import Chain, ChainError, Partitions, stored_history, summary_table
-    from windowing.config import ignored_fields_note, load_pipeline
-    from windowing.landing import landed_days
+    from windowing.chain import (  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+        Chain,
+        ChainError,
+        Partitions,
+        stored_history,
+        summary_table,
+    )
+    from windowing.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     landing_zone = args.input or pipeline.source.path
@@ -68,8 +74,6 @@ def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Na
     note = ignored_fields_note(pipeline)
     if note:
         print(f"rewindow: note: {note}", file=sys.stderr)
-    from windowing.lake import absolute
-
     landing_zone, output_root = absolute(landing_zone), absolute(args.output)
     spark = spark_session(args)
     try:
@@ -133,8 +137,8 @@ def _warn_if_not_landed(keys: list[str], partitions: Any, landed: list[Any], lan
 
 
 def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: Callable[..., str]) -> int:
-    from rich.console import Console
-    from rich.progress import (
+    from rich.console import Console  # noqa: PLC0415 - keeps the CLI fast: rich only draws the progress bar
+    from rich.progress import (  # noqa: PLC0415 - keeps the CLI fast: rich only draws the progress bar
         BarColumn,
         MofNCompleteColumn,
         Progress,
@@ -185,9 +189,11 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
 
 
 def main_status(args: argparse.Namespace, spark_session: Callable[[argparse.Namespace], Any]) -> int:
-    from windowing.chain import Chain, Partitions, stored_history
-    from windowing.config import load_pipeline
-    from windowing.lake import Lake, absolute, join
+    from windowing.chain import (  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+        Chain,
+        Partitions,
+        stored_history,
+    )
 
     pipeline = load_pipeline(args.config) if args.config else None
     output_root = absolute(args.output)
@@ -232,8 +238,7 @@ class _NewestConfig:
     configuration fingerprint of its newest committed partition taken as the current one."""
 
     def __init__(self, spark: Any, output_root: str, name: str) -> None:
-        from windowing.io import current_commits_under
-        from windowing.lake import join
+        from windowing.io import current_commits_under  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
 
         self.name = name
         commits = current_commits_under(spark, join(output_root, name))

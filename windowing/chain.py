@@ -35,10 +35,24 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Iterable, Iterator, Sequence
 
+from pyspark.sql import functions as F
+
 from windowing import landing, store
-from windowing.io import FAILURES, current_commits_under
+from windowing.config import ConfigError
+from windowing.engine import StateMismatchError, replay
+from windowing.io import (
+    FAILURES,
+    InputError,
+    OutputError,
+    StateError,
+    _missing_path,
+    current_commits_under,
+    read_state,
+    stage_outputs,
+)
 from windowing.lake import inside, join
 from windowing.metrics import ReplayMetrics
+from windowing.validation import blocking_failures, run_checks
 
 GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 #: Partition statuses of :meth:`Chain.status`.
@@ -266,10 +280,6 @@ class Chain:
     def failures(self, keys: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         """The newest failure record of each of ``keys`` (default: every partition) that has
         one (see :meth:`_record_failure`)."""
-        from pyspark.sql import functions as F
-
-        from windowing.io import _missing_path
-
         wanted = None if keys is None else {store.partition_folder(k): k for k in keys}
         if wanted == {}:
             return {}
@@ -344,8 +354,6 @@ class Chain:
         None for the first partition of the history. Raises :class:`ChainError`, saying what
         to run, when the previous state is missing, out of date, failed, or was flushed at end.
         """
-        from windowing.io import StateError, read_state
-
         name = self.pipeline.name
         prev = self.partitions.previous(first_key)
         if prev is None:
@@ -448,10 +456,6 @@ class Chain:
         no blocking check failed (write-audit-publish). A failing partition's staged run is
         left uncommitted, for inspection, with a failure record: the previous committed
         output stays current."""
-        from windowing.config import ConfigError
-        from windowing.engine import StateMismatchError, replay
-        from windowing.io import InputError, OutputError, stage_outputs
-
         began = time.monotonic()
         folder = self.folder(key)
         try:
@@ -472,8 +476,6 @@ class Chain:
         results: tuple[Any, ...] = ()
         failed: tuple[str, ...] = ()
         if checks:
-            from windowing.validation import blocking_failures, run_checks
-
             results = tuple(run_checks(self.spark, self.pipeline, outputs, input_df=events,
                                        prev_state=start.state if start else None))
             failed = tuple(r.name for r in blocking_failures(results))

@@ -6,10 +6,14 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from typing import Any
 
-from windowing.config import ConfigError
-from windowing.spark import WorkerEnvironmentError
+from windowing.backfill import add_arguments, main_backfill, main_status
+from windowing.config import ConfigError, ignored_fields_note, load_pipeline
+from windowing.durations import parse_duration_ms
+from windowing.lateness_defaults import DEFAULT_DELAYS, DEFAULT_FUTURE_SKEW, DEFAULT_TARGET_LATE, DEFAULT_WORST
+from windowing.spark import WorkerEnvironmentError, spark_session
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +51,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="a partition boundary, ISO date or time (repeatable, increasing): per-partition figures")
     _spark_args(c)
     _lateness_args(sub)
-    from windowing.backfill import add_arguments
-
     add_arguments(sub, _spark_args)
     g = sub.add_parser("generate", help="write sample event history (Parquet)")
     g.add_argument("--output", required=True)
@@ -64,15 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "verify":
             return _verify(args)
         if args.command == "reconcile":
-            from windowing.reconcile import main_reconcile
+            from windowing.reconcile import (  # noqa: PLC0415 - keeps the CLI fast: reconcile imports pyspark
+                main_reconcile,
+            )
 
             return main_reconcile(args)
         if args.command in ("backfill", "status"):
-            from windowing.backfill import main_backfill, main_status
-
             return (main_backfill if args.command == "backfill" else main_status)(args, _spark)
         if args.command == "lateness":
-            from windowing.lateness import main_lateness
+            from windowing.lateness import main_lateness  # noqa: PLC0415 - keeps the CLI fast: lateness imports pyspark
 
             return main_lateness(args)
         return _generate(args)
@@ -82,8 +84,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _lateness_args(sub: Any) -> None:
-    from windowing.lateness import DEFAULT_DELAYS, DEFAULT_FUTURE_SKEW, DEFAULT_TARGET_LATE, DEFAULT_WORST
-
     p = sub.add_parser("lateness", help="what lateness cost, and which delay and watermark strategy to run with")
     p.add_argument("--config", required=True, help="pipeline YAML")
     p.add_argument("--input", nargs="+", help="events: folders, files or URIs (default: the pipeline's source)")
@@ -119,8 +119,6 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def _spark(args: argparse.Namespace) -> Any:
-    from windowing.spark import spark_session
-
     return spark_session(args.master, dict(args.conf), remote=args.remote)
 
 
@@ -130,11 +128,15 @@ def _progress(step: int, of: int, what: str) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from windowing.config import ignored_fields_note, load_pipeline
-
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
-    from windowing.engine import replay
-    from windowing.io import check_input_schema, check_output_target, read_events, read_state, stage_outputs
+    from windowing.engine import replay  # noqa: PLC0415 - keeps the CLI fast: engine imports pyspark
+    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+        check_input_schema,
+        check_output_target,
+        read_events,
+        read_state,
+        stage_outputs,
+    )
 
     note = ignored_fields_note(pipeline)
     if note:
@@ -176,16 +178,20 @@ def _verify(args: argparse.Namespace) -> int:
     pipeline's ``quality.maxRejectedShare``); 1: a blocking check failed; 2: a usage or
     input error, including a check asked for with --check that cannot run (say, no
     metrics to compare)."""
-    from windowing.config import load_pipeline
-    from windowing.durations import parse_duration_ms
-
     pipeline = load_pipeline(args.config)
     try:
         max_skew_ms = parse_duration_ms(args.max_skew, "--max-skew")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    from windowing.io import read_events, read_outputs, read_state
-    from windowing.validation import format_table, run_checks
+    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+        read_events,
+        read_outputs,
+        read_state,
+    )
+    from windowing.validation import (  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
+        format_table,
+        run_checks,
+    )
 
     spark = _spark(args)
     outputs = read_outputs(spark, args.output_dir)
@@ -222,9 +228,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from datetime import datetime, timezone
-
-    from windowing.sample import generate_history
+    from windowing.sample import generate_history  # noqa: PLC0415 - keeps the CLI fast: sample imports pyspark
 
     start = datetime.strptime(args.start, "%Y-%m-%d").replace(tzinfo=timezone.utc)
     folders = generate_history(args.output, start, args.days, args.events_per_day, args.keys, seed=args.seed)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
 from windowing.durations import DAY_MS
 
 if TYPE_CHECKING:
@@ -25,8 +28,6 @@ MAX_EPOCH_MS = 253_402_300_799_999
 
 def col(name: str) -> Column:
     """A column by its literal name (dots, spaces and backticks are part of the name)."""
-    from pyspark.sql import functions as F
-
     return F.col("`" + name.replace("`", "``") + "`")
 
 
@@ -41,9 +42,6 @@ def epoch_ms_unchecked(name: str, dtype: DataType) -> Column:
     Tasks compute the same from zoned timestamps, dates and integers
     (``kernel.task_derived``), for the rows :func:`epoch_ms` accepts.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     c = col(name)
     if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
         return F.unix_millis(c.cast(T.TimestampType()))
@@ -58,8 +56,6 @@ def epoch_ms_unchecked(name: str, dtype: DataType) -> Column:
 
 def in_range(ms: Column) -> Column:
     """``ms`` (an epoch-ms column) where it lies in [MIN_EPOCH_MS, MAX_EPOCH_MS], else null."""
-    from pyspark.sql import functions as F
-
     return F.when(ms.between(F.lit(MIN_EPOCH_MS), F.lit(MAX_EPOCH_MS)), ms)
 
 

@@ -2,8 +2,9 @@
 
 What several modules used to spell out as their own strings: the output names, why a
 window is emitted, why a row is rejected, the kinds of state row, and the columns the
-engine adds, and the outputs' Arrow schemas. Plain values only (no Spark, no NumPy;
-pyarrow only inside the schema functions), so any layer may import it.
+engine adds, and the outputs' Arrow schemas. Plain values and pyarrow schemas only (no
+Spark, no NumPy), so any layer may import it (but :mod:`windowing.config`, whose
+enums and pipeline it uses).
 
 The kernel (``windowing/kernel``) codes emission reasons as the integers below and
 names its carried columns with ``STATE_PREFIX``.
@@ -11,12 +12,11 @@ names its carried columns with ``STATE_PREFIX``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, Mapping
+from typing import Final, Mapping
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+import pyarrow as pa
 
-    from windowing.config import Aggregate, Pipeline
+from windowing.config import Aggregate, Pipeline, WindowType
 
 # --------------------------------------------------------------------------- outputs
 
@@ -67,21 +67,14 @@ LATE_ADDED_COLUMNS: Final = ("batch", "window_start", "window_end", "watermark",
 # --------------------------------------------------------------------------- output schemas
 # The Arrow schemas of the outputs, as functions of the pipeline and the input columns'
 # Arrow types: the kernel writes them (windowing.kernel.Spec) and windowing.validation
-# checks them, from this one definition. pyarrow is imported when they are called.
+# checks them, from this one definition.
 
 #: The most digits a decimal holds (Spark's, and Arrow's decimal128).
 MAX_DECIMAL_DIGITS: Final = 38
 
 
-def _pa() -> Any:
-    import pyarrow as pa
-
-    return pa
-
-
 def _sum_type(vt: pa.DataType) -> pa.DataType:
     """The type of a sum (and of a partial sum or avg's partial) of values of type ``vt``."""
-    pa = _pa()
     if pa.types.is_decimal(vt):
         return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 10), vt.scale)
     return pa.int64() if pa.types.is_integer(vt) else pa.float64()
@@ -90,7 +83,6 @@ def _sum_type(vt: pa.DataType) -> pa.DataType:
 def aggregate_output_type(agg: Aggregate, input_types: Mapping[str, pa.DataType]) -> pa.DataType:
     """The output column's type of one aggregate (Spark's types: a decimal(p, s) sum is
     decimal(min(38, p + 10), s), an avg decimal(min(38, p + 4), min(38, s + 4)))."""
-    pa = _pa()
     if agg.type in ("count", "distinct"):
         return pa.int64()
     if agg.type in ("stddev_pop", "stddev_samp", "percentile"):
@@ -109,7 +101,6 @@ def aggregate_output_type(agg: Aggregate, input_types: Mapping[str, pa.DataType]
 def aggregate_state_fields(pipeline: Pipeline, agg: Aggregate,
                            input_types: Mapping[str, pa.DataType]) -> list[pa.Field]:
     """State columns of one aggregate's partial value (see ``Spec.partial_fields``)."""
-    pa = _pa()
     name = f"partial_{agg.name}"
     if agg.type in ("sum", "avg"):
         assert agg.column is not None
@@ -126,8 +117,6 @@ def aggregate_state_fields(pipeline: Pipeline, agg: Aggregate,
                 pa.field(name + "_n", pa.int64()), pa.field(name + "_nonfinite", pa.int64())]
     if agg.type == "percentile":
         return [pa.field(name, pa.list_(pa.float64()))]
-    from windowing.config import WindowType
-
     fields = [pa.field(name, aggregate_output_type(agg, input_types))]
     if agg.type in ("first", "last") and pipeline.window.type is WindowType.SESSION:
         fields += [pa.field(name + "_batch", pa.int64()), pa.field(name + "_seq", pa.int64())]
@@ -136,13 +125,11 @@ def aggregate_state_fields(pipeline: Pipeline, agg: Aggregate,
 
 def key_fields(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> list[pa.Field]:
     """The worker and key columns, as the input has them."""
-    pa = _pa()
     return [pa.field(c, input_types[c]) for c in (pipeline.source.worker, pipeline.window.key) if c]
 
 
 def aggregates_schema(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> pa.Schema:
     """The Arrow schema of ``aggregates``."""
-    pa = _pa()
     ts = pa.timestamp("us", tz="UTC")
     return pa.schema(
         key_fields(pipeline, input_types)
@@ -160,7 +147,6 @@ def late_input_columns(input_types: Mapping[str, pa.DataType]) -> list[str]:
 
 def late_schema(input_types: Mapping[str, pa.DataType]) -> pa.Schema:
     """The Arrow schema of ``late_events``."""
-    pa = _pa()
     ts = pa.timestamp("us", tz="UTC")
     return pa.schema(
         [pa.field(c, input_types[c]) for c in late_input_columns(input_types)]
@@ -171,7 +157,6 @@ def late_schema(input_types: Mapping[str, pa.DataType]) -> pa.Schema:
 
 def state_schema(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> pa.Schema:
     """The Arrow schema of ``state``."""
-    pa = _pa()
     fields = [pa.field("state_kind", pa.string()), pa.field("fingerprint", pa.string())]
     fields += key_fields(pipeline, input_types)
     fields += [pa.field(n, pa.int64()) for n in (

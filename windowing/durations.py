@@ -82,3 +82,16 @@ def _in_range(ms: int, value: str, field: str) -> int:
             f"({MAX_DURATION_MS // DAY_MS}d, {MAX_DURATION_MS} ms)"
         )
     return ms
+
+
+def human_duration(ms: int | None) -> str:
+    """``7891669`` -> ``2h 11m 31.669s``; whole units as ``format_duration_ms`` writes them."""
+    if ms is None:
+        return "-"
+    ms = int(ms)
+    if ms == 0 or format_duration_ms(ms)[-2:] != "ms" or ms < 1000:
+        return format_duration_ms(ms)
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    sec = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    return " ".join(p for p in (f"{h}h" if h else "", f"{m}m" if m else "", f"{sec}s" if rest else "") if p)

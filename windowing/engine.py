@@ -20,17 +20,23 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
 from windowing import kernel as K
 from windowing import metrics as replay_metrics
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms, epoch_ms_unchecked, in_range
 from windowing.config import ConfigError, Pipeline, Trigger, WatermarkStrategy, check_input_columns
+from windowing.io import StateError, input_error_from
+from windowing.lake import display
 from windowing.spark import check_workers
 
 if TYPE_CHECKING:
@@ -116,17 +122,10 @@ def replay(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, state:
         raise
     aggregates, late, state_out = _datasets(spark, kernel, side)
     rejected = _rejected(norm, input_cols, commits.rejected_counts)
-    metrics = _metrics(side.counts, _lateness(side.counts.get("late", 0), late, _F(), side.lateness_ms),
+    metrics = _metrics(side.counts, _lateness(side.counts.get("late", 0), late, F, side.lateness_ms),
                        commits.rejected_counts, side.worker_rows, pipeline, side.by_worker)
     return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
                         _persisted=kernel.out)
-
-
-def _F() -> ModuleType:
-    """``pyspark.sql.functions``, imported when a replay runs (not when this module is)."""
-    from pyspark.sql import functions as F
-
-    return F
 
 
 def _checked_input(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame) -> DataFrame:
@@ -162,7 +161,6 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
     then the commits per (worker, batch), from one Spark aggregation, or (when every
     worker fits one task, and there are enough workers to keep the slots busy) by the
     kernel tasks themselves, each holding whole workers (see :func:`_worker_tasks`)."""
-    F = _F()
     wcol = pipeline.source.worker
     wexpr = _col(wcol) if wcol else F.lit(0)
     with _naming_bad_files(inputs):
@@ -196,7 +194,6 @@ def _launch_kernel(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame
                    input_cols: list[str], key_state: DataFrame | None,
                    commits: _WorkerCommits, flush: bool) -> _Kernel:
     """Phase 3: the kernel, per partition of (worker, key), as a held DataFrame (lazy)."""
-    F = _F()
     arrow_types = _arrow_types(spark, events_df)
     spec = K.Spec(pipeline=pipeline, input_types={c: arrow_types[c] for c in input_cols})
     # Events go to the tasks as they came; the tasks compute the internal columns they can
@@ -232,7 +229,6 @@ def _collect_side_outputs(kernel: _Kernel, spark: SparkSession, pipeline: Pipeli
     """Run the kernel: one job brings back the counters, the worker state rows of tasks
     holding whole workers (added to ``worker_rows``), and the lateness values of the tasks
     that had at most their share of :data:`DRIVER_PERCENTILES_MAX` late events."""
-    F = _F()
     wcol = pipeline.source.worker
     with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):
         rows = (kernel.out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED, "workers"))
@@ -261,7 +257,6 @@ def _collect_side_outputs(kernel: _Kernel, spark: SparkSession, pipeline: Pipeli
 def _datasets(spark: SparkSession, kernel: _Kernel, side: _SideOutputs) -> tuple[DataFrame, DataFrame, DataFrame]:
     """``aggregates``, ``late_events`` and ``state`` as DataFrames of their own schemas,
     decoded from the kernel's held output (the worker state rows added to ``state``)."""
-    F = _F()
     # One write task per ROWS_PER_FILE rows of an output (at most one per kernel task):
     # a write task has a fixed cost (a Python worker, a file), most kernel tasks' outputs
     # are small, and the rows are the same however they are grouped into files.
@@ -280,7 +275,6 @@ def _datasets(spark: SparkSession, kernel: _Kernel, side: _SideOutputs) -> tuple
 
 def _rejected(norm: DataFrame, input_cols: list[str], rejected_counts: dict[str, int]) -> DataFrame:
     """The rejected rows (a lazy view of the input): its columns and the reason."""
-    F = _F()
     rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*[_col(c) for c in input_cols], REJECT_REASON)
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
@@ -322,8 +316,6 @@ _DECIMAL = "decimal("
 @contextmanager
 def _naming_bad_files(inputs: Iterable[str]) -> Iterator[None]:
     """Spark reads data pages at the first action: name the damaged input file then."""
-    from windowing.io import input_error_from
-
     try:
         yield
     except Exception as exc:
@@ -404,8 +396,6 @@ def _floor_div(F: ModuleType, df: DataFrame, name: str, source: str, divisor: in
 
 
 def _normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
     types = {f.name: f.dataType for f in df.schema.fields}
     src, w = pipeline.source, pipeline.window
     cols = list(df.columns)
@@ -439,8 +429,6 @@ def _normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
 def _reject_committed(spark: SparkSession, pipeline: Pipeline, norm: DataFrame,
                       worker_state: list[dict[str, Any]]) -> DataFrame:
     """Rows of a batch their worker already committed in an earlier partition."""
-    from pyspark.sql import functions as F
-
     wcol = pipeline.source.worker
     last = {(K.hashable(r["worker"])): r["batch"] for r in worker_state if r["batch"] is not None}
     if not last:
@@ -471,10 +459,6 @@ def _split_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | Non
     """
     if state is None:
         return [], None
-    from pyspark.sql import functions as F
-
-    from windowing.io import StateError
-
     problems = _state_problems(spark, pipeline, state, events_df)  # no Spark job
     fp = pipeline.fingerprint()
     if "fingerprint" in state.columns:  # another pipeline's state: say that, not what it lacks
@@ -526,9 +510,15 @@ def _state_problems(spark: SparkSession, pipeline: Pipeline, state: DataFrame, e
     they have in these events, the partial values the type their aggregate keeps. A pandera
     schema checks it, at schema depth, on a zero-row view of the state: no data is read.
     """
-    import pandera.pyspark as pdr
-    from pandera.config import ValidationDepth, config_context
-    from pandera.errors import SchemaError, SchemaErrors
+    import pandera.pyspark as pdr  # noqa: PLC0415 - pandera takes 1.4 s to import; only this check needs it
+    from pandera.config import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only this check needs it
+        ValidationDepth,
+        config_context,
+    )
+    from pandera.errors import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only this check needs it
+        SchemaError,
+        SchemaErrors,
+    )
 
     spec = K.Spec(pipeline=pipeline, input_types=_arrow_types(spark, events_df))
     expected = {f.name: f.dataType for f in _spark_schema(spec.state_schema()).fields}
@@ -582,8 +572,6 @@ def _state_problems(spark: SparkSession, pipeline: Pipeline, state: DataFrame, e
 
 def _state_location(state: DataFrame) -> str:
     """The folder the state DataFrame was read from (for messages), if it was read from files."""
-    from windowing.lake import display
-
     try:
         files = state.inputFiles()
     except Exception:  # noqa: BLE001 - not a file-based DataFrame (Spark Connect, a local frame)
@@ -594,8 +582,6 @@ def _state_location(state: DataFrame) -> str:
 
 def _fold(norm: DataFrame, wexpr: Column) -> pa.Table:
     """Rows per (reject reason, worker ``__w``): one small Spark aggregation."""
-    from pyspark.sql import functions as F
-
     return norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w")).agg(F.count(F.lit(1)).alias("n")).toArrow()
 
 
@@ -619,8 +605,6 @@ def _summary(norm: DataFrame, cand: Column, wexpr: Column) -> pa.Table:
     detection compares against its clock or global watermark, and heartbeat ticks fall
     between one batch's clock and the next one's smallest arrival.
     """
-    from pyspark.sql import functions as F
-
     per_batch = norm.where(F.col(REJECT_REASON).isNull()).groupBy(wexpr.alias("__w"), F.col("__batch")).agg(
         cand.alias("cand"), F.max("__arr").alias("maxarr"), F.min("__arr").alias("minarr"),
     )
@@ -631,8 +615,6 @@ def summary_timelines(pipeline: Pipeline, summary: pa.Table,
                       worker_state: list[dict[str, Any]]) -> tuple[dict[Any, K.Timeline], list[dict[str, Any]]]:
     """Each worker's timeline and state row from a :func:`_summary` table (rows with a
     reject reason, if it has that column, are left out) and the carried worker rows."""
-    import pyarrow.compute as pc
-
     if REJECT_REASON in summary.column_names:
         summary = summary.filter(pc.is_null(summary[REJECT_REASON]))
     return K.worker_timelines(pipeline, _commits(summary), {K.hashable(s["worker"]): s for s in worker_state})
@@ -641,8 +623,6 @@ def summary_timelines(pipeline: Pipeline, summary: pa.Table,
 def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
     """:func:`_summary` per worker: batches in order, candidates, greatest and smallest
     arrivals (the input of :func:`windowing.kernel.worker_timelines`)."""
-    import pyarrow.compute as pc
-
     out: dict[Any, tuple[np.ndarray, ...]] = {}
     if not summary.num_rows:
         return out
@@ -700,8 +680,6 @@ def _worker_tasks(spark: SparkSession, worker_events: dict[Any, int]) -> dict[An
 def _task_of_worker(df: DataFrame, wcol: str | None, tasks: Mapping[Any, int]) -> Column:
     """A column whose hash partitioning puts each worker in its task (``tasks``): a
     literal map from the worker to an int whose Spark hash lands in that partition."""
-    from pyspark.sql import functions as F
-
     n = len(set(tasks.values()))
     if wcol is None:
         return F.lit(_salt(0, n))
@@ -750,8 +728,6 @@ def _spark_hash_int(v: int, seed: int = 42) -> int:
 
 
 def _arrow_types(spark: SparkSession, df: DataFrame) -> dict[str, pa.DataType]:
-    from pyspark.sql.pandas.types import to_arrow_type
-
     tz = spark.conf.get("spark.sql.session.timeZone")
     return {f.name: to_arrow_type(f.dataType, timezone=tz) for f in df.schema.fields}
 
@@ -785,8 +761,6 @@ def output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
 
 
 def _spark_schema(schema: pa.Schema) -> StructType:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     return from_arrow_schema(schema)
 
 
@@ -989,8 +963,6 @@ def _metrics(counters: dict[str, int], lateness: Mapping[str, Any] | Row, reject
     :func:`windowing.metrics.figures` over all workers, rejected rows, the watermark
     reached and lateness percentiles, and the ``voltsp`` block: VoltSP's window metrics
     in total and per worker (``by_worker``: the summed counters per worker label)."""
-    from datetime import datetime, timedelta, timezone
-
     at_window_end = Trigger.AT_WINDOW_END in pipeline.triggers
     wm = [r["watermark_ms"] for r in worker_rows if r.get("watermark_ms") is not None]
     return replay_metrics.ReplayMetrics.of(

@@ -52,6 +52,11 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Sequence, cast
 from urllib.parse import unquote
 
+import pyarrow.dataset as pads
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from windowing.config import check_input_columns
 from windowing.contract import OUTPUTS, STATE_REQUIRED_COLUMNS
 from windowing.lake import Lake, display, inside, join, qualify
 from windowing.metrics import ReplayMetrics, render_prometheus
@@ -302,16 +307,12 @@ def check_input_schema(pipeline: Pipeline, paths: Sequence[PathArg]) -> None:
         return
     names = _local_parquet_columns([str(p) for p in paths])
     if names is not None:
-        from windowing.config import check_input_columns
-
         check_input_columns(pipeline, names)
 
 
 def _local_parquet_columns(paths: list[str]) -> set[str] | None:
     """Top-level column names of the Parquet files under local ``paths``; None when any
     path is not local or pyarrow cannot read it."""
-    import pyarrow.dataset as pads
-
     local = []
     for p in paths:
         uri = qualify(p)
@@ -329,8 +330,6 @@ def _local_parquet_columns(paths: list[str]) -> set[str] | None:
 
 
 def _empty_frame(spark: SparkSession, schema: StructType | str) -> DataFrame:
-    from pyspark.sql import types as T
-
     # A DDL column list ("a string, b long") parses to a StructType.
     struct = cast("StructType", T._parse_datatype_string(schema)) if isinstance(schema, str) else schema
     return spark.createDataFrame([], struct)
@@ -347,8 +346,6 @@ def empty_events_schema(pipeline: Pipeline, state: DataFrame | None = None) -> S
     same type); otherwise strings (doubles for sum/avg). With no events the types only
     have to agree with the state the replay carries forward.
     """
-    from pyspark.sql import types as T
-
     src, w = pipeline.source, pipeline.window
     state_types = {f.name: f.dataType for f in state.schema.fields} if state is not None else {}
     types: dict[str, T.DataType] = {}
@@ -447,8 +444,6 @@ def _commit_of(r: Row, output: str) -> Commit:
 def current_commits_under(spark: SparkSession, root: PathArg) -> dict[str, Commit]:
     """The current commit of every output directly under ``root`` (``root/<name>/``),
     by name, in one read (e.g. every partition of a pipeline)."""
-    from pyspark.sql import functions as F
-
     root = str(root)
     try:
         rows = (spark.read.schema(COMMIT_SCHEMA).json(join(root, "*", COMMITS, "*"))

@@ -24,6 +24,9 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
 from windowing.io import InputError, check_parquet_files
 from windowing.lake import Entry, Lake, join
 
@@ -89,8 +92,6 @@ def landed_days(spark: SparkSession, landing_zone: str, arrival_column: str, *, 
     data file). Without one: every day from the earliest to the latest arrival time (one
     aggregate over the arrival column).
     """
-    from pyspark.sql import functions as F
-
     df = read_landing(spark, str(landing_zone), source, partition_column)
     if partition_column is not None:
         values = df.select(F.col(f"`{partition_column}`").cast("date").alias("d")).distinct().collect()
@@ -119,8 +120,6 @@ def read_partition_events(spark: SparkSession, landing_zone: str, start: datetim
     docstring for which
     rows belong to the window.
     """
-    from pyspark.sql import functions as F
-
     landing_zone = str(landing_zone)
     df = read_landing(spark, landing_zone, source, partition_column)
     arrival = _as_timestamp(df, arrival_column)
@@ -147,9 +146,6 @@ def read_partition_events(spark: SparkSession, landing_zone: str, start: datetim
 
 def _as_timestamp(df: DataFrame, column: str) -> Column:
     """The column as a timestamp, null when unreadable (types as in docs/semantics.md §1)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     if column not in df.columns:
         return F.lit(None).cast("timestamp")
     dtype = df.schema[column].dataType

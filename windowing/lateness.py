@@ -32,21 +32,42 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import functions as F
 
 from windowing import engine as E
 from windowing import kernel as K
 from windowing import metrics as M
 from windowing import whatif as W
 from windowing.columns import col as _col
-from windowing.config import ConfigError, Lateness, Pipeline, WatermarkStrategy, parse_share
+from windowing.config import ConfigError, Lateness, Pipeline, WatermarkStrategy, load_pipeline, parse_share
 from windowing.contract import CLOSE_REASONS
-from windowing.durations import format_duration_ms, parse_duration_ms
-from windowing.spark import check_workers
+from windowing.durations import format_duration_ms, human_duration, parse_duration_ms
+from windowing.engine import FUTURE_SKEW
+from windowing.io import (
+    InputError,
+    Staged,
+    _new_run_id,
+    check_input_schema,
+    check_output_target,
+    current_commit,
+    read_events,
+    write_datasets,
+)
+from windowing.lake import Lake, join
+
+# The command's defaults live apart so that `rewindow --help` need not import this module.
+from windowing.lateness_defaults import DEFAULT_DELAYS as DEFAULT_DELAYS
+from windowing.lateness_defaults import DEFAULT_FUTURE_SKEW as DEFAULT_FUTURE_SKEW
+from windowing.lateness_defaults import DEFAULT_TARGET_LATE as DEFAULT_TARGET_LATE
+from windowing.lateness_defaults import DEFAULT_WORST as DEFAULT_WORST
+from windowing.lateness_report import render_report
+from windowing.spark import check_workers, spark_session
 from windowing.validation import _jsonable
 
 if TYPE_CHECKING:
@@ -61,13 +82,6 @@ if TYPE_CHECKING:
 Counters = dict[str, dict[str, int]]
 #: A (strategy, mode)'s summed slack histogram: slack (ms), events, pairs (numpy arrays).
 Histogram = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-DEFAULT_DELAYS = "0s,1s,5s,30s,2m"
-DEFAULT_TARGET_LATE = "0.1%"
-#: Default of ``--future-skew``: events more than this ahead of their arrival are listed.
-DEFAULT_FUTURE_SKEW = "10s"
-#: Windows listed as the worst (most missed events) in the figures and the report.
-DEFAULT_WORST = 20
 
 #: Parquet datasets of a lateness run (``OUT/runs/<run id>/``), its figures (JSON text)
 #: and its report (one HTML file).
@@ -182,8 +196,6 @@ def lateness(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, stat
     the start of the history); ``state_figures``: that output's figures (checked: same
     pipeline configuration and variants, else :class:`LatenessStateError`).
     """
-    from pyspark.sql import functions as F
-
     started = time.monotonic()
     flush = pipeline.flush_at_end if options.flush_at_end is None else bool(options.flush_at_end)
     variants = options.variants(pipeline)
@@ -278,8 +290,6 @@ def _collect_small(spark: SparkSession, held: DataFrame, schemas: Mapping[str, p
     """The tasks' small side outputs (:data:`SMALL`), collected to the driver, one table each.
     This action runs the tasks (under the kernel job's settings); the large outputs are
     decoded from the cached blobs afterwards."""
-    from pyspark.sql import functions as F
-
     with E._session_conf(spark, E._kernel_job_conf(spark)):
         blobs = held.where(F.col(E.SIDE_OUTPUT).isin(*SMALL)).select(E.SIDE_OUTPUT, E.SIDE_DATA).collect()
     pieces: dict[str, list[pa.Table]] = {}
@@ -367,8 +377,6 @@ def _check_state(pipeline: Pipeline, variants: Sequence[W.Variant], state: DataF
 
 def _worker_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | None) -> dict[str, list[dict[str, Any]]]:
     """Worker rows of the carried state, per variant (as ``engine._split_state`` reads them)."""
-    from pyspark.sql import functions as F
-
     if state is None:
         return {}
     wcol = pipeline.source.worker
@@ -382,8 +390,6 @@ def _worker_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | No
 
 def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state: DataFrame, events_df: DataFrame) -> DataFrame:
     """Key, window and emitted rows of the carried state, shaped as kernel input rows."""
-    from pyspark.sql import functions as F
-
     wcol, kcol = pipeline.source.worker, pipeline.window.key
     types = dict(events_df.dtypes)
     keep = [c for c in (wcol, kcol) if c]
@@ -555,8 +561,6 @@ def latency_figures(spark: SparkSession, exact: DataFrame, coarse: pa.Table | No
     Returns the figures by variant label, and the table ``latency_exact`` (the blobs, so a
     range of partitions can do the same).
     """
-    from pyspark.sql import functions as F
-
     if coarse is None:
         coarse = exact.mapInArrow(_BucketTask(), E._spark_schema(_COARSE_SCHEMA)).toArrow()
     merged: dict[tuple[str, int], list[int]] = {}
@@ -735,8 +739,6 @@ def _skew_figures(pipeline: Pipeline, wi: W.WhatIf, counters: Counters,
     """Future skew in numbers: the events listed, the late events and pairs they caused
     (late in the configured replay, not in the skew-free one; :func:`windowing.whatif._skew`),
     and the configured replay's figures without them (late events, IDLE closes)."""
-    from windowing.engine import FUTURE_SKEW
-
     base = {"threshold_ms": wi.skew_threshold_ms, "rejected_by_max_future_skew": rejected.get(FUTURE_SKEW, 0),
             "max_future_skew_ms": pipeline.source.max_future_skew_ms}
     fc = counters.get(wi.full.label, {})
@@ -792,8 +794,6 @@ def _frame(spark: SparkSession, table: pa.Table | None, ddl: str) -> DataFrame:
     column types of ``ddl``."""
     if table is None or not table.num_rows:
         return spark.createDataFrame([], ddl)
-    from pyspark.sql import functions as F
-
     df = spark.createDataFrame(table)
     fields = [f.strip().split(" ", 1) for f in ddl.split(",")]
     return df.select(*[F.col(n).cast(t).alias(n) for n, t in fields])
@@ -808,8 +808,6 @@ def _share(n: int, total: int) -> float:
 
 
 def _share_col(num: str, den: str) -> Column:
-    from pyspark.sql import functions as F
-
     return F.when(F.col(den) > 0, F.col(num) / F.col(den)).otherwise(F.lit(0.0))
 
 
@@ -821,10 +819,6 @@ def write_lateness(result: LatenessResult, out_dir: str | Path, pipeline: Pipeli
     """Write the tables (Parquet), ``figures.json`` and ``report.html`` into a new run
     folder of ``out_dir`` and commit it (as :mod:`windowing.io` commits a replay: a crash
     leaves the previous run current). Returns the :class:`windowing.io.Commit`."""
-    from windowing.io import Staged, _new_run_id, check_output_target, write_datasets
-    from windowing.lake import Lake, join
-    from windowing.lateness_report import render_report
-
     out = str(out_dir)
     spark = result.tables["curves"].sparkSession
     check_output_target(spark, out, inputs)
@@ -850,9 +844,6 @@ class LatenessOutput:
 
 def read_lateness(spark: SparkSession, out_dir: str | Path) -> LatenessOutput:
     """The current run of a lateness output: its tables (DataFrames), figures and commit."""
-    from windowing.io import InputError, current_commit
-    from windowing.lake import join
-
     commit = current_commit(spark, str(out_dir))
     if commit is None or commit.extra.get("kind") != KIND:
         raise InputError(f"{out_dir}: no lateness output here (nothing committed by rewindow lateness)")
@@ -907,19 +898,6 @@ def curve_markdown(figures: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def human_duration(ms: int | None) -> str:
-    """``7891669`` -> ``2h 11m 31.669s``; whole units as ``format_duration_ms`` writes them."""
-    if ms is None:
-        return "-"
-    ms = int(ms)
-    if ms == 0 or format_duration_ms(ms)[-2:] != "ms" or ms < 1000:
-        return format_duration_ms(ms)
-    h, rest = divmod(ms, 3_600_000)
-    m, rest = divmod(rest, 60_000)
-    sec = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
-    return " ".join(p for p in (f"{h}h" if h else "", f"{m}m" if m else "", f"{sec}s" if rest else "") if p)
-
-
 def _ms_text(v: float | None) -> str:
     if v is None:
         return "-"
@@ -928,9 +906,6 @@ def _ms_text(v: float | None) -> str:
 
 def main_lateness(args: argparse.Namespace) -> int:
     """``rewindow lateness``: analyse, write, print the recommendation; exit code 0."""
-    from windowing.config import load_pipeline
-    from windowing.io import check_input_schema, check_output_target, read_events
-
     pipeline = load_pipeline(args.config)
     future = None if str(args.future_skew).strip().lower() in ("off", "none") else _duration(args.future_skew,
                                                                                           "--future-skew")
@@ -940,8 +915,6 @@ def main_lateness(args: argparse.Namespace) -> int:
                               worst=args.worst, flush_at_end=args.flush_at_end)
     inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
     check_input_schema(pipeline, inputs)
-    from windowing.spark import spark_session
-
     print(f"rewindow: [1/3] starting Spark ({args.remote or args.master or 'local[*]'})", file=sys.stderr, flush=True)
     spark = spark_session(args.master, dict(args.conf), remote=args.remote)
     check_output_target(spark, args.output, inputs + ([args.state_in] if args.state_in else []))
@@ -982,10 +955,6 @@ def combine_lateness(spark: SparkSession, pipeline: Pipeline, outputs: Sequence[
     counts added up, latency percentiles and the slack curve from the added histograms,
     the tables put together, the gauges (windows open at the end) of the last one. The
     outputs must come from one chain (same pipeline configuration and variants)."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
     if not outputs:
         raise ValueError("combine_lateness: no partition to combine")
     parts = [read_lateness(spark, o) for o in outputs]

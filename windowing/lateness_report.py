@@ -12,7 +12,7 @@ import html
 import math
 from typing import Any, Callable, Mapping, Sequence
 
-from windowing.durations import format_duration_ms
+from windowing.durations import format_duration_ms, human_duration
 
 #: One colour per (strategy, lateness mode) series, in the order the figures list them.
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
@@ -106,8 +106,6 @@ def _series(f: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _recommendations(f: Mapping[str, Any]) -> str:
-    from windowing.lateness import human_duration
-
     cards = []
     colours = {(s, m): c for s, m, c in _series(f)}
     for r in f["recommendations"]:

@@ -44,29 +44,58 @@ row that matches nothing and lies outside them is out of scope and only counted,
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
-import re
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence, cast
 
+from pyspark import StorageLevel
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from windowing.columns import col as _col
+from windowing.columns import epoch_ms
+
+# The reconcile: block is parsed with the rest of the pipeline YAML (windowing.config);
+# LiveSource, ReconcileSpec, parse_reconcile, ... are importable from here too, as before.
+from windowing.config import DEFAULT_ABSOLUTE_TOLERANCE as DEFAULT_ABSOLUTE_TOLERANCE
+from windowing.config import DEFAULT_MIN_MATCH as DEFAULT_MIN_MATCH
+from windowing.config import DEFAULT_RELATIVE_TOLERANCE as DEFAULT_RELATIVE_TOLERANCE
+from windowing.config import MISMATCH_COLUMNS as MISMATCH_COLUMNS
 from windowing.config import (
     Aggregate,
     ConfigError,
     Pipeline,
-    _mapping,
     _nearest,
-    _only,
+    load_pipeline,
     parse_share,
 )
+from windowing.config import LiveColumns as LiveColumns
+from windowing.config import LiveSource as LiveSource
+from windowing.config import ReconcileSpec as ReconcileSpec
+from windowing.config import Tolerance as Tolerance
+from windowing.config import parse_reconcile as parse_reconcile
 from windowing.durations import format_duration_ms
+from windowing.io import (
+    InputError,
+    Staged,
+    _first_line,
+    _missing_path,
+    _new_run_id,
+    check_output_target,
+    current_commit,
+    read_outputs,
+    write_datasets,
+)
+from windowing.lake import Lake, join
+from windowing.spark import spark_session
 
 if TYPE_CHECKING:
-    from types import SimpleNamespace
-
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
@@ -102,19 +131,11 @@ EXPLANATIONS = (EMIT_REASON, LATE_IN_REPLAY, LATE_IN_LIVE, PARTITION_EDGE, FLOAT
 #: Largest relative difference a float aggregate can owe to summation order alone in
 #: this explanation (double sums of up to millions of values drift by far less).
 ROUNDING_RELATIVE = 1e-6
-DEFAULT_ABSOLUTE_TOLERANCE = 1e-9
-DEFAULT_RELATIVE_TOLERANCE = 1e-9
-#: Default of ``reconcile.minMatch`` and ``--min-match``: every window must match.
-DEFAULT_MIN_MATCH = 1.0
 
 #: Datasets of a reconcile run (``OUT/runs/<run id>/``) and its figures (JSON text).
 OUTPUTS = ("mismatches", "summary")
 FIGURES = "figures.json"
 
-#: Columns of the ``mismatches`` output besides the worker and key columns and the
-#: ``live_<aggregate>`` / ``replay_<aggregate>`` pairs; the worker and key may not take these names.
-MISMATCH_COLUMNS = ("partition_key", "category", "window_start", "window_end", "emission", "differing",
-                    "replay_emit_reason", "replay_emit_time", "live_emit_time", "explanations", "detail")
 SUMMARY_COLUMNS = ("scope", "partition_key", "partition_start", "partition_end", "replay_rows", "live_rows",
                    "compared", "match", "value_mismatch", "missing_in_replay", "extra_in_replay", "explained",
                    "unexplained", "match_rate")
@@ -129,251 +150,12 @@ _CLOSE_REASONS = ("WATERMARK", "IDLE", "MAX_DURATION", "END_OF_INPUT")
 _FIELD = "reconcile"
 
 
-# --------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class LiveSource:
-    """``reconcile.live``: where the live aggregates are. ``path`` (a folder or any URI
-    Spark reads) or ``table`` (a catalog table), in Spark data source ``format`` with
-    reader ``options`` and, for csv and json, a DDL ``schema``."""
-
-    path: str | None = None
-    table: str | None = None
-    format: str = "parquet"
-    schema: str | None = None
-    options: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class LiveColumns:
-    """``reconcile.columns``: which live column holds what.
-
-    ``window_start`` and ``window_end`` are timestamps or epoch milliseconds (integers);
-    ``emit_time`` too. ``aggregates`` pairs each compared aggregate's name in the
-    pipeline with its live column. ``defaulted`` lists the fields not written in the
-    YAML (their columns are the replay's own names), for messages.
-    """
-
-    key: str | None
-    window_start: str = "window_start"
-    window_end: str = "window_end"
-    aggregates: tuple[tuple[str, str], ...] = ()
-    worker: str | None = None
-    emission: str | None = None
-    emit_time: str | None = None
-    defaulted: frozenset[str] = field(default=frozenset(), compare=False)
-
-    def uses(self) -> list[tuple[str, str]]:
-        """(YAML field, live column) of every mapped column, in mapping order."""
-        f = f"{_FIELD}.columns"
-        named = [("worker", self.worker), ("key", self.key), ("windowStart", self.window_start),
-                 ("windowEnd", self.window_end), ("emission", self.emission), ("emitTime", self.emit_time)]
-        out = [(f"{f}.{name}", col) for name, col in named if col]
-        return out + [(f"{f}.aggregates.{name}", col) for name, col in self.aggregates]
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Floating-point aggregates match when ``|live - replay| <= max(absolute,
-    relative * max(|live|, |replay|))``; both are finite and not negative."""
-
-    absolute: float = DEFAULT_ABSOLUTE_TOLERANCE
-    relative: float = DEFAULT_RELATIVE_TOLERANCE
-
-    def __post_init__(self) -> None:
-        for name in ("absolute", "relative"):
-            v = getattr(self, name)
-            if not isinstance(v, float) or not math.isfinite(v) or v < 0:
-                raise ConfigError(f"{_FIELD}.tolerance.{name}: {v!r} must be a finite number >= 0")
-
-
-@dataclass(frozen=True)
-class ReconcileSpec:
-    """The ``reconcile:`` block, validated against its pipeline (:func:`parse_reconcile`).
-
-    ``live`` is None when the YAML names no live source (``--live`` must then);
-    ``min_match`` is the share of matching windows under which a reconcile fails;
-    ``blocking``: the Dagster check ``matches_live`` blocks downstream assets when it fails.
-    """
-
-    columns: LiveColumns
-    live: LiveSource | None = None
-    tolerance: Tolerance = Tolerance()
-    min_match: float = DEFAULT_MIN_MATCH
-    blocking: bool = False
-
-
-_BLOCK_FIELDS = {"live", "columns", "tolerance", "minMatch", "blocking"}
-_LIVE_FIELDS = {"path", "table", "format", "schema", "options"}
-_COLUMN_FIELDS = {"key", "worker", "windowStart", "windowEnd", "emission", "emitTime", "aggregates"}
-
-
-def parse_reconcile(block: Mapping[str, Any] | None, pipeline: Pipeline) -> ReconcileSpec:
-    """Validate the ``reconcile:`` block of ``pipeline``'s YAML (None or {}: all defaults).
-
-    ```yaml
-    reconcile:
-      live: {path: s3a://lake/live/clicks, format: parquet}   # or {table: db.live_clicks}
-      columns:                       # every field optional; defaults are the replay's names
-        key: user                    # the pipeline's key column by default
-        worker: partition            # only when given
-        windowStart: ws              # timestamp or epoch ms; default window_start
-        windowEnd: we                # default window_end
-        emission: emission_no        # only when given: else emissions match in emit order
-        emitTime: emitted_at         # only when given
-        aggregates: {count: n, sum_amount: total}   # default: every aggregate, own names
-      tolerance: {absolute: 1.0e-9, relative: 1.0e-9}  # floating-point aggregates only
-      minMatch: 100%                 # or a share, 0.999
-      blocking: false                # the Dagster check blocks downstream when it fails
-    ```
-
-    Raises:
-        ConfigError: naming the field (``reconcile.columns.aggregates.sum_amount``) and
-            the bad value: an unknown field, an aggregate the pipeline has not, a key or
-            worker mapped for a pipeline without one, one live column mapped twice,
-            a tolerance that is not a finite number >= 0, a share outside 0..100 %.
-    """
-    b = _mapping(block, _FIELD) if block is not None else {}
-    _only(b, _FIELD, _BLOCK_FIELDS)
-    live = _parse_live(b["live"]) if b.get("live") is not None else None
-    columns = _parse_columns(_mapping(b.get("columns") or {}, f"{_FIELD}.columns"), pipeline)
-    tol = _mapping(b.get("tolerance") or {}, f"{_FIELD}.tolerance")
-    _only(tol, f"{_FIELD}.tolerance", {"absolute", "relative"})
-    tolerance = Tolerance(
-        absolute=_number(tol.get("absolute", DEFAULT_ABSOLUTE_TOLERANCE), f"{_FIELD}.tolerance.absolute"),
-        relative=_number(tol.get("relative", DEFAULT_RELATIVE_TOLERANCE), f"{_FIELD}.tolerance.relative"),
-    )
-    min_match = parse_share(b["minMatch"], f"{_FIELD}.minMatch") if "minMatch" in b else DEFAULT_MIN_MATCH
-    blocking = b.get("blocking", False)
-    if not isinstance(blocking, bool):
-        raise ConfigError(f"{_FIELD}.blocking: {blocking!r} must be true or false")
-    _refuse_clashes(pipeline, columns)
-    return ReconcileSpec(columns=columns, live=live, tolerance=tolerance, min_match=min_match, blocking=blocking)
-
-
-def _parse_live(doc: Any) -> LiveSource:
-    f = f"{_FIELD}.live"
-    live = _mapping(doc, f)
-    _only(live, f, _LIVE_FIELDS)
-    path, table = live.get("path"), live.get("table")
-    for name, value in (("path", path), ("table", table)):
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ConfigError(f"{f}.{name}: {value!r} must be a non-empty string")
-    if (path is None) == (table is None):
-        raise ConfigError(f"{f}: give exactly one of {f}.path or {f}.table")
-    fmt = live.get("format", "parquet")
-    if not isinstance(fmt, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", fmt):
-        raise ConfigError(f"{f}.format: {fmt!r} is not a data source name (parquet, orc, json, csv, delta, ...)")
-    schema = live.get("schema")
-    if schema is not None and (not isinstance(schema, str) or not schema.strip()):
-        raise ConfigError(f"{f}.schema: {schema!r} must be a Spark DDL string such as 'user string, n long'")
-    if fmt.lower() in ("csv", "json") and schema is None and table is None:
-        raise ConfigError(f"{f}.schema: format {fmt.lower()} needs an explicit schema (a Spark DDL string)")
-    options = live.get("options") or {}
-    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
-        raise ConfigError(f"{f}.options: {options!r} must be a mapping of reader options")
-    return LiveSource(
-        path=path.strip() if path else None, table=table.strip() if table else None, format=fmt.lower(),
-        schema=schema,
-        options=tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items())),
-    )
-
-
-def _parse_columns(c: Mapping[str, Any], pipeline: Pipeline) -> LiveColumns:
-    f = f"{_FIELD}.columns"
-    _only(c, f, _COLUMN_FIELDS)
-    defaulted = set()
-
-    def column(name: str, default: str | None) -> str | None:
-        if name not in c or c[name] is None:
-            if default is not None:
-                defaulted.add(f"{f}.{name}")
-            return default
-        v = c[name]
-        if not isinstance(v, str) or not v.strip():
-            raise ConfigError(f"{f}.{name}: {v!r} must be a column name")
-        return v.strip()
-
-    if "key" in c and pipeline.window.key is None:
-        raise ConfigError(f"{f}.key: the pipeline has no keyExtractor, so its windows have no key to match")
-    if "worker" in c and pipeline.source.worker is None:
-        raise ConfigError(f"{f}.worker: the pipeline has no source.worker, so its windows have no worker to match")
-    names = [a.name for a in pipeline.aggregates]
-    aggs_doc = c.get("aggregates")
-    if aggs_doc is None:
-        aggregates = tuple((n, n) for n in names)
-        defaulted.add(f"{f}.aggregates")
-    else:
-        if isinstance(aggs_doc, list) and all(isinstance(n, str) for n in aggs_doc):
-            aggs_doc = {n: n for n in aggs_doc}  # a list of names: live columns of the same names
-        m = _mapping(aggs_doc, f"{f}.aggregates")
-        if not m:
-            raise ConfigError(f"{f}.aggregates: empty; map at least one aggregate, or leave it out to compare all")
-        pairs: list[tuple[str, str]] = []
-        for name, col in m.items():
-            if name not in names:
-                near = _nearest(str(name), names)
-                raise ConfigError(
-                    f"{f}.aggregates.{name}: the pipeline has no aggregate {name!r} "
-                    f"(its aggregates: {', '.join(names)})" + (f"; did you mean {near!r}?" if near else ""))
-            if not isinstance(col, str) or not col.strip():
-                raise ConfigError(f"{f}.aggregates.{name}: {col!r} must be a column name")
-            pairs.append((name, col.strip()))
-        aggregates = tuple(pairs)
-    columns = LiveColumns(
-        key=column("key", pipeline.window.key),
-        worker=column("worker", None),
-        # a non-None default: never None
-        window_start=cast(str, column("windowStart", "window_start")),
-        window_end=cast(str, column("windowEnd", "window_end")),
-        emission=column("emission", None),
-        emit_time=column("emitTime", None),
-        aggregates=aggregates,
-        defaulted=frozenset(defaulted),
-    )
-    seen: dict[str, str] = {}
-    for fld, col in columns.uses():
-        first = seen.setdefault(col, fld)
-        if first != fld:
-            raise ConfigError(f"{fld}: live column {col!r} is already mapped by {first}; each field needs its own")
-    return columns
-
-
-def _number(v: Any, f: str) -> float:
-    """A tolerance: a number, or a string holding one (YAML reads ``1e-9`` as a string)."""
-    try:
-        if isinstance(v, bool):
-            raise ValueError
-        number = float(v.strip()) if isinstance(v, str) else float(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{f}: {v!r} is not a number") from None
-    if not math.isfinite(number) or number < 0:
-        raise ConfigError(f"{f}: {v!r} must be a finite number >= 0")
-    return number
-
-
-def _refuse_clashes(pipeline: Pipeline, columns: LiveColumns) -> None:
-    """The worker and key keep their names in ``mismatches``: refuse one that is a
-    column reconcile adds (compared ignoring case, as Spark does)."""
-    taken = {c.lower() for c in MISMATCH_COLUMNS}
-    for name, _ in columns.aggregates:
-        taken |= {f"live_{name}".lower(), f"replay_{name}".lower()}
-    for fld, col in (("source.worker", pipeline.source.worker), (f"emitter.{pipeline.window.type.value}.keyExtractor",
-                                                                  pipeline.window.key)):
-        if col and col.lower() in taken:
-            raise ConfigError(f"{fld}: column {col!r} would clash with the column {col!r} rewindow reconcile adds "
-                              "to its mismatches output; rename it in the input")
-
-
 def load_reconcile(path: str | Path) -> tuple[Pipeline, ReconcileSpec]:
     """The pipeline of a YAML file and its ``reconcile:`` block (defaults without one).
 
     ``load_pipeline(path)`` and its ``reconcile`` field. Raises :class:`ConfigError`
     prefixed with the file's path.
     """
-    from windowing.config import load_pipeline
-
     pipeline = load_pipeline(path)
     return pipeline, pipeline.reconcile
 
@@ -388,9 +170,6 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
         ConfigError: neither ``path`` nor ``spec.live`` names the live side.
         InputError: the path, table or format does not exist, or Spark cannot read it.
     """
-    from windowing.io import InputError, _first_line, _missing_path
-    from windowing.lake import Lake
-
     live = spec.live or LiveSource()
     if path is None and live.table:
         try:
@@ -427,8 +206,6 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
 
 def _family(dtype: DataType) -> str:
     """A type's comparison family: integral, floating, decimal, string, timestamp, or its own name."""
-    from pyspark.sql import types as T
-
     if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
         return "integral"
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
@@ -631,8 +408,6 @@ def reconcile(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, repl
     figures of their window (a second aggregation of the held table by window). Only
     without a live emission column (or worker) are rows numbered first, which sorts.
     """
-    from pyspark.sql import functions as F
-
     _check_replay_columns(pipeline, spec, replay_aggregates_df)
     check_live_columns(spec, live_df, pipeline, replay_aggregates_df)
     edges, keys = _partitions_of(partition_edges, partition_keys)
@@ -712,8 +487,6 @@ def _paired(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, compar
 def _equal_values(compared: list[_Compared], tol: Tolerance) -> list[Column]:
     """Per compared aggregate, a Column: both sides equal (exactly, or within the
     tolerance when floating), False where either side is missing."""
-    from pyspark.sql import functions as F
-
     equal = []
     for a in compared:
         r, lv = F.col(a.replay), F.col(a.live)
@@ -728,8 +501,6 @@ def _equal_values(compared: list[_Compared], tol: Tolerance) -> list[Column]:
 def _category(differing: Column) -> Column:
     """An identity's category: on both sides (matching unless an aggregate differs, the
     names in ``differing``), in the replay only, or live only."""
-    from pyspark.sql import functions as F
-
     r_here, l_here = F.col("__r_n") > 0, F.col("__l_n") > 0
     return (F.when(r_here & l_here, F.when(F.size(differing) == 0, F.lit(MATCH)).otherwise(F.lit(VALUE_MISMATCH)))
             .when(r_here, F.lit(EXTRA_IN_REPLAY)).when(l_here, F.lit(MISSING_IN_REPLAY)))
@@ -740,8 +511,6 @@ def _partition_column(edges: list[int] | None) -> Column:
     the replay's emission, else the live one, else the window end. -1: outside every
     partition (live rows only; a replay row outside goes to the nearest edge's). 0 when
     no partitions are given."""
-    from pyspark.sql import functions as F
-
     if not edges:
         return F.lit(0)
     place = F.coalesce(F.col("__r_emit_ms"), F.col("__l_emit_ms"), F.col("__we"))
@@ -757,9 +526,6 @@ def _held(ident: DataFrame, ids: _Ids, compared: list[_Compared], count_agg: _Co
     """Every identity, narrow, persisted: the figures and the mismatches read it. Values
     only where they are needed later: for mismatches and duplicates, and the count every
     window's totals add up."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     keep = (F.col("__category") != F.lit(MATCH)) | (F.col("__l_n") > 1)
     return ident.select(
         *ids.window, "__em", "__r_n", "__l_n", "__category", part.alias("__part"),
@@ -803,8 +569,6 @@ class _Ids:
 
     def encode(self, name: str, value: Column) -> list[Column]:
         """``value`` (in the replay's type) as the columns ``name`` and ``name_null``."""
-        from pyspark.sql import functions as F
-
         dtype = self.types[name]
         family = _family(dtype)
         if family in ("string", "binary"):
@@ -820,15 +584,11 @@ class _Ids:
         return [F.coalesce(value, default).alias(name), value.isNull().alias(f"{name}_null")]
 
     def decode(self, name: str) -> Column:
-        from pyspark.sql import functions as F
-
         return F.when(~F.col(f"{name}_null"), F.col(name))
 
 
 def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df: DataFrame) -> None:
     """Refuse replay aggregates lacking a column reconcile reads (not a rewindow output?)."""
-    from windowing.io import InputError
-
     wanted = ["window_start", "window_end", "emission", "emit_reason", *[n for n, _ in spec.columns.aggregates]]
     wanted += [c for c in (pipeline.window.key, pipeline.source.worker) if c]
     missing = [c for c in wanted if c not in df.columns]
@@ -839,8 +599,6 @@ def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df: DataFrame
 
 def _ms(col: Column, dtype: Any) -> Column:
     """Epoch milliseconds of a timestamp or integer (epoch ms) column."""
-    from pyspark.sql import functions as F
-
     if _family(dtype) == "timestamp":
         return F.unix_millis(col.cast("timestamp"))
     return col.cast("long")
@@ -849,15 +607,11 @@ def _ms(col: Column, dtype: Any) -> Column:
 def _value_type(a: _Compared, replay_types: Mapping[str, Any]) -> Any:
     """The type both sides' values of ``a`` take in the union: double when compared with
     the tolerance, else the replay's."""
-    from pyspark.sql import types as T
-
     return T.DoubleType() if a.floating else replay_types[a.agg.name]
 
 
 def _reason_code(reason: Column) -> Column:
     """An emit reason as its index in :data:`_CLOSE_REASONS` (a number aggregates cheaply)."""
-    from pyspark.sql import functions as F
-
     code = F.lit(len(_CLOSE_REASONS))
     for i, r in reversed(list(enumerate(_CLOSE_REASONS))):
         code = F.when(reason == F.lit(r), F.lit(i)).otherwise(code)
@@ -865,8 +619,6 @@ def _reason_code(reason: Column) -> Column:
 
 
 def _reason_name(code: Column) -> Column:
-    from pyspark.sql import functions as F
-
     return F.element_at(F.array(*[F.lit(r) for r in (*_CLOSE_REASONS, "OTHER")]), code + 1)
 
 
@@ -875,25 +627,21 @@ def _replay_rows(pipeline: Pipeline, df: DataFrame, replay_types: Mapping[str, A
     """The replay's windows (snapshots left out): side 0, window columns, ``__em``,
     ``__emit_ms``, ``__reason`` (a code), the values; ``__worker_order`` when the live
     side has no worker (the replay's emissions are then renumbered over the workers)."""
-    from pyspark.sql import functions as F
-
-    from windowing.columns import col
-
     kept = df.where(F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit(_SNAPSHOT_REASON)))
     emit_ms = (_ms(F.col("emit_time"), replay_types["emit_time"]) if "emit_time" in replay_types
                else F.lit(None).cast("long"))
     select = [F.lit(_REPLAY).alias("__side")]
     if ids.worker:
-        select += ids.encode("__w", col(ids.worker))
+        select += ids.encode("__w", _col(ids.worker))
     if ids.key:
-        select += ids.encode("__k", col(ids.key))
+        select += ids.encode("__k", _col(ids.key))
     select += [_ms(F.col("window_start"), replay_types["window_start"]).alias("__ws"),
                _ms(F.col("window_end"), replay_types["window_end"]).alias("__we"),
                F.col("emission").cast("long").alias("__em"), emit_ms.alias("__emit_ms"),
                _reason_code(F.col("emit_reason")).alias("__reason")]
-    select += [col(a.agg.name).cast(_value_type(a, replay_types)).alias(a.value) for a in compared]
+    select += [_col(a.agg.name).cast(_value_type(a, replay_types)).alias(a.value) for a in compared]
     if pipeline.source.worker is not None and not ids.worker:
-        select.append(col(pipeline.source.worker).cast("string").alias("__worker_order"))
+        select.append(_col(pipeline.source.worker).cast("string").alias("__worker_order"))
     return kept.select(*select)
 
 
@@ -902,31 +650,23 @@ def _live_rows(pipeline: Pipeline, cols: LiveColumns, df: DataFrame, live_types:
     """The live windows: side 1, times in epoch ms, the worker, key and values in the
     replay's types (``try_cast``: a value the replay's type cannot hold is null, so it
     mismatches rather than fails), ``__em`` the mapped emission or null."""
-    from pyspark.sql import functions as F
-
-    from windowing.columns import col
-
     select = [F.lit(_LIVE).alias("__side")]
     if ids.worker:
-        select += ids.encode("__w", col(cast(str, cols.worker)).try_cast(ids.types["__w"]))  # mapped: ids.worker
+        select += ids.encode("__w", _col(cast(str, cols.worker)).try_cast(ids.types["__w"]))  # mapped: ids.worker
     if ids.key:
-        select += ids.encode("__k", col(cast(str, cols.key)).try_cast(ids.types["__k"]))  # mapped: ids.key
-    select += [_ms(col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
-               _ms(col(cols.window_end), live_types[cols.window_end]).alias("__we"),
-               (col(cols.emission).cast("long") if cols.emission else F.lit(None).cast("long")).alias("__em"),
-               (_ms(col(cols.emit_time), live_types[cols.emit_time]) if cols.emit_time
+        select += ids.encode("__k", _col(cast(str, cols.key)).try_cast(ids.types["__k"]))  # mapped: ids.key
+    select += [_ms(_col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
+               _ms(_col(cols.window_end), live_types[cols.window_end]).alias("__we"),
+               (_col(cols.emission).cast("long") if cols.emission else F.lit(None).cast("long")).alias("__em"),
+               (_ms(_col(cols.emit_time), live_types[cols.emit_time]) if cols.emit_time
                 else F.lit(None).cast("long")).alias("__emit_ms")]
-    select += [col(a.live_column).try_cast(_value_type(a, replay_types)).alias(a.value) for a in compared]
+    select += [_col(a.live_column).try_cast(_value_type(a, replay_types)).alias(a.value) for a in compared]
     return df.select(*select)
 
 
 def _late_rows(pipeline: Pipeline, late: DataFrame | None, ids: _Ids) -> DataFrame | None:
     """Side 2: one row per window of the replay's ``late_events``: ``__late_n`` (late
     rows) and the first and last arrival (epoch ms) among them; None without late events."""
-    from pyspark.sql import functions as F
-
-    from windowing.columns import col, epoch_ms
-
     if late is None:
         return None
     types = {f.name: f.dataType for f in late.schema.fields}
@@ -934,9 +674,9 @@ def _late_rows(pipeline: Pipeline, late: DataFrame | None, ids: _Ids) -> DataFra
     arrival_ms = epoch_ms(arrival, types[arrival]) if arrival in types else F.lit(None).cast("long")
     keyed = []
     if ids.worker:
-        keyed += ids.encode("__w", col(ids.worker))
+        keyed += ids.encode("__w", _col(ids.worker))
     if ids.key:
-        keyed += ids.encode("__k", col(ids.key))
+        keyed += ids.encode("__k", _col(ids.key))
     keyed += [_ms(F.col("window_start"), types["window_start"]).alias("__ws"),
               _ms(F.col("window_end"), types["window_end"]).alias("__we"), arrival_ms.alias("__arrival_ms")]
     return (late.select(*keyed).groupBy(*ids.window)
@@ -957,9 +697,6 @@ def _number_emissions(rows: DataFrame, cols: LiveColumns, pipeline: Pipeline, co
     the smallest emission number the replay has for it (1, unless a partition before
     emitted the window too: a replay of one partition then matches live numbers that
     count from the start of the history), unless both sides are numbered by values."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     side, em = F.col("__side"), F.col("__em")
     by_values = cols.emission is None and cols.emit_time is None
     number_live = cols.emission is None
@@ -996,8 +733,6 @@ def _identities(rows: DataFrame, compared: list[_Compared], ids: _Ids) -> DataFr
     ``__late_last_ms``. Only fixed-width values are aggregated (reasons are codes), so
     Spark aggregates by hash, without sorting, unless an aggregate holds strings.
     """
-    from pyspark.sql import functions as F
-
     side = F.col("__side")
     is_replay, is_live = side == F.lit(_REPLAY), side == F.lit(_LIVE)
     aggs = [F.count(F.when(is_replay, 1)).alias("__r_n"), F.count(F.when(is_live, 1)).alias("__l_n"),
@@ -1020,8 +755,6 @@ def _window_figures(held: DataFrame, count_agg: _Compared | None, ids: _Ids) -> 
     emissions by reason (``__n_<reason>``), the count aggregate's totals over all
     emissions (``__r_total``, ``__l_total``) and the replay's late events of the window
     (``__late_n``, first and last arrival)."""
-    from pyspark.sql import functions as F
-
     aggs = [F.sum("__r_n").alias("__n_replay"), F.sum("__l_n").alias("__n_live"),
             *[F.count(F.when(F.col("__r_reason") == F.lit(i), 1)).alias(f"__n_{r.lower()}")
               for i, r in enumerate(_CLOSE_REASONS)],
@@ -1035,8 +768,6 @@ def _window_figures(held: DataFrame, count_agg: _Compared | None, ids: _Ids) -> 
 def _mismatch_rows(held: DataFrame, figures_by_window: DataFrame, ids: _Ids) -> DataFrame:
     """Every identity that is not a match, and one ``MISSING_IN_REPLAY`` row per further
     copy of a repeated live identity (``__copy`` >= 1), with its window's figures."""
-    from pyspark.sql import functions as F
-
     cat, copies = F.col("__category"), F.col("__l_n")
     rows = held.where(cat.isNotNull() & ((cat != F.lit(MATCH)) | (copies > 1)))
     first = F.when(cat != F.lit(MATCH), F.lit(0)).otherwise(F.lit(1))
@@ -1046,8 +777,6 @@ def _mismatch_rows(held: DataFrame, figures_by_window: DataFrame, ids: _Ids) -> 
 
 
 def _seconds(ms_col: Column) -> Column:
-    from pyspark.sql import functions as F
-
     return F.format_string("%.3f s", ms_col / F.lit(1000.0))
 
 
@@ -1081,8 +810,6 @@ def _explanations(pipeline: Pipeline, compared: list[_Compared], count_agg: _Com
 
 def _row_columns() -> tuple[Column, Column, Column]:
     """(category, a further live copy, the identity's own row) of a mismatch row."""
-    from pyspark.sql import functions as F
-
     copy = F.col("__copy") > 0
     return F.col("__category"), copy, ~copy
 
@@ -1090,8 +817,6 @@ def _row_columns() -> tuple[Column, Column, Column]:
 def _what_differs(compared: list[_Compared]) -> list[Column]:
     """Detail texts of what differs: the values of a value mismatch, the emission only
     one side has."""
-    from pyspark.sql import functions as F
-
     cat, _, own = _row_columns()
     diffs = [F.when(F.array_contains("__differing", F.lit(a.agg.name)), F.concat(
         F.lit(f"{a.agg.name}: live "), F.coalesce(F.col(a.live).cast("string"), F.lit("null")),
@@ -1111,8 +836,6 @@ def _what_differs(compared: list[_Compared]) -> list[Column]:
 def _emitted_differently(count_agg: _Compared | None) -> tuple[Column, Column]:
     """:data:`EMIT_REASON`: the sides emitted the window a different number of times (one
     side flushed it idle)."""
-    from pyspark.sql import functions as F
-
     _, _, own = _row_columns()
     n_r, n_l = F.col("__n_replay"), F.col("__n_live")
     emit = own & (n_r > 0) & (n_l > 0) & (n_r != n_l)
@@ -1137,8 +860,6 @@ def _late_on_one_side(pipeline: Pipeline, count_agg: _Compared) -> list[tuple[Co
     """:data:`LATE_IN_REPLAY` (the live side counted events the replay marks late) and
     :data:`LATE_IN_LIVE` (the replay counted more, closing by WATERMARK: events late in
     the live run), as (code, text) pairs; both read the count aggregate."""
-    from pyspark.sql import functions as F
-
     cat, _, own = _row_columns()
     batches = (f"the recorded batches ({format_duration_ms(pipeline.source.batch_interval_ms)})"
                if pipeline.source.batch_interval_ms
@@ -1173,8 +894,6 @@ def _late_on_one_side(pipeline: Pipeline, count_agg: _Compared) -> list[tuple[Co
 def _on_partition_edge(edges: Sequence[int]) -> tuple[Column, Column]:
     """:data:`PARTITION_EDGE`: a partition edge falls inside the window (or before its
     emission): its events and its emission lie in different partitions."""
-    from pyspark.sql import functions as F
-
     _, _, own = _row_columns()
     hi = F.greatest(F.col("__we"), F.col("__r_emit_ms"), F.col("__l_emit_ms"))
     on_edge = F.filter(F.array(*[F.lit(e) for e in edges]), lambda e: (e > F.col("__ws")) & (e <= hi))
@@ -1187,8 +906,6 @@ def _on_partition_edge(edges: Sequence[int]) -> tuple[Column, Column]:
 def _float_rounding(compared: list[_Compared]) -> tuple[Column, Column]:
     """:data:`FLOAT_ROUNDING`: a value mismatch whose every difference is within
     :data:`ROUNDING_RELATIVE` of floating-point values."""
-    from pyspark.sql import functions as F
-
     cat, _, _ = _row_columns()
     only_rounding = cat == F.lit(VALUE_MISMATCH)
     for a in compared:
@@ -1207,8 +924,6 @@ def _float_rounding(compared: list[_Compared]) -> tuple[Column, Column]:
 def _duplicate_in_live() -> tuple[Column, Column]:
     """:data:`DUPLICATE_IN_LIVE`: a further copy of a window emission the live side has
     several times."""
-    from pyspark.sql import functions as F
-
     _, copy, _ = _row_columns()
     return F.when(copy, F.lit(DUPLICATE_IN_LIVE)), F.when(copy, F.concat(
         F.lit("the live side has this window emission "), F.col("__l_n").cast("string"),
@@ -1219,8 +934,6 @@ def _duplicate_in_live() -> tuple[Column, Column]:
 def _mismatch_columns(pipeline: Pipeline, compared: list[_Compared], keys: Sequence[str], ids: _Ids
                       ) -> list[tuple[str, Column]]:
     """(name, expression) of every ``mismatches`` column, in order."""
-    from pyspark.sql import functions as F
-
     part_key = F.lit(None).cast("string")
     for i, k in enumerate(keys):
         part_key = F.when(F.col("__part") == F.lit(i), F.lit(k)).otherwise(part_key)
@@ -1244,8 +957,6 @@ def _mismatch_columns(pipeline: Pipeline, compared: list[_Compared], keys: Seque
 
 
 def _n(cond: Column) -> Column:
-    from pyspark.sql import functions as F
-
     return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
 
 
@@ -1253,8 +964,6 @@ def _count(held: DataFrame) -> dict[int, dict[str, int]]:
     """Counts per partition index (-1: live rows outside the edges), from every identity:
     rows per side, identities per category, further live copies (each a
     ``MISSING_IN_REPLAY``). One Spark job."""
-    from pyspark.sql import functions as F
-
     cat = F.col("__category")
     extra_copies = F.sum(F.when(cat.isNotNull(), F.greatest(F.col("__l_n") - 1, F.lit(0))).otherwise(0))
     aggs = [F.sum("__r_n").cast("long").alias("replay_rows"), F.sum("__l_n").cast("long").alias("live_rows"),
@@ -1265,8 +974,6 @@ def _count(held: DataFrame) -> dict[int, dict[str, int]]:
 
 def _count_explained(mism: DataFrame) -> dict[int, dict[str, int]]:
     """Mismatch rows with an explanation, and per explanation, per partition index."""
-    from pyspark.sql import functions as F
-
     aggs = [_n(F.size("__explanations") > 0).alias("explained"),
             *[_n(F.array_contains("__explanations", F.lit(e))).alias(f"x_{e}") for e in EXPLANATIONS]]
     return {r["__part"]: r.asDict() for r in mism.groupBy("__part").agg(*aggs).collect()}
@@ -1340,8 +1047,6 @@ def write_reconcile(result: ReconcileResult, out_dir: str | Path, pipeline: Pipe
     Returns the :class:`windowing.io.Commit`. Raises :class:`windowing.io.OutputError`
     naming the path when the target is refused or a write fails.
     """
-    from windowing.io import Staged, _new_run_id, check_output_target, write_datasets
-
     out = str(out_dir)
     spark = result.summary.sparkSession
     check_output_target(spark, out, inputs)
@@ -1358,11 +1063,6 @@ def write_reconcile(result: ReconcileResult, out_dir: str | Path, pipeline: Pipe
 def read_reconcile(spark: SparkSession, out_dir: str | Path) -> SimpleNamespace:
     """The current run of a :func:`write_reconcile` output: ``mismatches``, ``summary``
     (DataFrames), ``figures`` (dict) and ``commit``."""
-    from types import SimpleNamespace
-
-    from windowing.io import InputError, current_commit
-    from windowing.lake import join
-
     commit = current_commit(spark, str(out_dir))
     if commit is None:
         raise InputError(f"{out_dir}: no reconcile output here (nothing committed)")
@@ -1412,10 +1112,6 @@ def main_reconcile(args: Any, spark: SparkSession | None = None) -> int:
     configuration, input or output raise (``ConfigError``, ``InputError``,
     ``OutputError``: all ``ValueError``), which the CLI turns into exit code 2.
     """
-    import dataclasses
-
-    from windowing.io import read_outputs
-
     pipeline, spec = load_reconcile(args.config)
     min_match = getattr(args, "min_match", None)
     if min_match is not None:
@@ -1427,12 +1123,8 @@ def main_reconcile(args: Any, spark: SparkSession | None = None) -> int:
     if live_where is None and not (spec.live and spec.live.table):
         raise ConfigError(f"--live: no live aggregates given; pass --live or set {_FIELD}.live in {args.config}")
     if spark is None:
-        from windowing.spark import spark_session
-
         spark = spark_session(getattr(args, "master", None), dict(getattr(args, "conf", None) or []),
                               remote=getattr(args, "remote", None))
-    from windowing.io import check_output_target
-
     inputs = [args.replay] + ([live_where] if live_where else [])
     check_output_target(spark, args.output, inputs)
     outputs = read_outputs(spark, args.replay)

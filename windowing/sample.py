@@ -30,8 +30,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
+from windowing.columns import col
+from windowing.config import ConfigError
 from windowing.durations import DAY_MS
+from windowing.engine import replay
+from windowing.reconcile import (
+    DUPLICATE_IN_LIVE,
+    EXTRA_IN_REPLAY,
+    FLOAT_ROUNDING,
+    LATE_IN_REPLAY,
+    MISSING_IN_REPLAY,
+    VALUE_MISMATCH,
+)
 
 if TYPE_CHECKING:
     from windowing.config import Aggregate, Pipeline
@@ -186,11 +200,6 @@ def write_sample_live(spark: Any, pipeline: Pipeline, events_df: Any, out: str,
     Raises:
         ConfigError: the pipeline has no ``reconcile:`` block.
     """
-    from pyspark.sql import functions as F
-
-    from windowing.config import ConfigError
-    from windowing.engine import replay
-
     spec = pipeline.reconcile
     if spec is None:
         raise ConfigError(f"pipeline {pipeline.name!r} has no reconcile: block to name the live columns by")
@@ -203,8 +212,6 @@ def write_sample_live(spark: Any, pipeline: Pipeline, events_df: Any, out: str,
         named = [(pipeline.source.worker, cols.worker), (pipeline.window.key, cols.key),
                  ("window_start", cols.window_start), ("window_end", cols.window_end), ("emission", cols.emission),
                  ("emit_time", cols.emit_time), *cols.aggregates]
-        from windowing.columns import col
-
         columns = [col(src).alias(dst) for src, dst in named if src and dst]
         live.select(*columns).write.mode("overwrite").parquet(str(out))
     finally:
@@ -215,8 +222,6 @@ def write_sample_live(spark: Any, pipeline: Pipeline, events_df: Any, out: str,
 def _sample_aggregates(pipeline: Pipeline, spec: ReconcileSpec, windows: Any
                        ) -> tuple[Aggregate | None, Aggregate | None]:
     """(count, float sum) aggregates the differences change: compared ones only, or None."""
-    from pyspark.sql import types as T
-
     compared = dict(spec.columns.aggregates)
     types = {f.name: f.dataType for f in windows.schema.fields}
     count = next((a for a in pipeline.aggregates if a.type == "count" and a.column is None and a.name in compared),
@@ -262,11 +267,6 @@ def _candidates(pipeline: Pipeline, windows: Any, late_events: Any, count: Aggre
     their identity: windows emitted once, within one day, with non-null ids. One Spark job;
     the rows carry their identity, the count and sum aggregates and the late events' count
     and sum."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    from windowing.columns import col
-
     worker, key = pipeline.source.worker, pipeline.window.key
     ids = [c for c in (worker, key) if c] + ["window_start", "window_end"]
     arrival = pipeline.source.arrival_time
@@ -318,15 +318,6 @@ def _fits(kind: str, r: Any, spec: ReconcileSpec, count: Aggregate | None, total
 def _difference(kind: str, r: Any, count: Aggregate | None, total: Aggregate | None
                 ) -> tuple[str, str | None, tuple[tuple[str, Any], ...]]:
     """(category, explanation, live values) of a difference of ``kind`` in candidate ``r``."""
-    from windowing.reconcile import (
-        DUPLICATE_IN_LIVE,
-        EXTRA_IN_REPLAY,
-        FLOAT_ROUNDING,
-        LATE_IN_REPLAY,
-        MISSING_IN_REPLAY,
-        VALUE_MISMATCH,
-    )
-
     if kind in ("count", "late_counted"):
         assert count is not None  # these kinds fit only with a count aggregate (_fits)
         if kind == "count":
@@ -345,10 +336,6 @@ def _difference(kind: str, r: Any, count: Aggregate | None, total: Aggregate | N
 
 def _with_differences(pipeline: Pipeline, windows: Any, made: list[KnownDifference]) -> Any:
     """``windows`` with each of ``made`` applied: Spark expressions on the picked rows."""
-    from pyspark.sql import functions as F
-
-    from windowing.columns import col
-
     def this(d: KnownDifference) -> Any:
         cond = ((F.unix_millis("window_start") == F.lit(d.window_start_ms))
                 & (F.unix_millis("window_end") == F.lit(d.window_end_ms)) & (F.col("emission") == F.lit(d.emission)))

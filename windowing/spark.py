@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
+from windowing.lake import is_connect
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -137,7 +139,7 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         SparkUnreachableError: a ``spark://`` master or the Connect server does not
             accept connections (checked before anything starts).
     """
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - keeps `rewindow --help` fast: the CLI imports this module
 
     if remote:
         check_reachable(remote)
@@ -181,8 +183,8 @@ _WORKERS_OK: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 def _worker_report(_: object, modules: Sequence[str] = WORKER_MODULES) -> str:
     """Runs on a Python worker: its interpreter, then one line per import that fails.
     Uses only the standard library, so it runs anywhere."""
-    import importlib
-    import sys
+    import importlib  # noqa: PLC0415 - runs on a worker, pickled with builtins alone as its globals
+    import sys  # noqa: PLC0415 - runs on a worker, pickled with builtins alone as its globals
 
     failed: list[str] = []
     for name in modules:
@@ -208,7 +210,7 @@ def check_workers(spark: SparkSession) -> None:
     """
     if spark in _WORKERS_OK:
         return
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415 - keeps `rewindow --help` fast: the CLI imports this module
 
     exec_ = _configured_worker_python(spark)
     # Pickled by value (module "__main__"): the worker needs no rewindow to unpickle it.
@@ -238,8 +240,6 @@ _TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark
 def _quiet_task_failures(spark: SparkSession) -> Iterator[None]:
     """Silence the driver's logs of a failing probe task (a classic session's JVM): the
     error raised says what they say, in one line."""
-    from windowing.lake import is_connect
-
     if is_connect(spark):  # the server logs it, not this console
         yield
         return
@@ -259,8 +259,6 @@ def _quiet_task_failures(spark: SparkSession) -> Iterator[None]:
 def _configured_worker_python(spark: SparkSession) -> str | None:
     """The interpreter a classic session hands to every Python UDF; None under Spark
     Connect (the server's workers)."""
-    from windowing.lake import is_connect
-
     return None if is_connect(spark) else spark.sparkContext.pythonExec
 
 

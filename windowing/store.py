@@ -22,6 +22,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from pyspark.sql import functions as F
+from pyspark.sql.types import MapType
+
 from windowing.io import Commit, current_commits_under
 from windowing.lake import join
 
@@ -151,9 +154,6 @@ def state_content_hash(state_df: DataFrame) -> str:
     name order (maps turned into key-sorted entry arrays, which xxhash64 accepts) and
     add the hashes up exactly, so row order and file layout do not matter.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import MapType
-
     cols = []
     for field in sorted(state_df.schema.fields, key=lambda f: f.name):
         c = F.col(f"`{field.name}`")

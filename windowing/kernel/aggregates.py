@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, codes_in, starts_of
 from windowing.config import DEFAULT_PERCENTAGE, Aggregate, WindowType
-from windowing.contract import _sum_type, aggregate_output_type, aggregate_state_fields
+from windowing.contract import STATE_PREFIX, _sum_type, aggregate_output_type, aggregate_state_fields
 from windowing.kernel.decimals import (
     _decimal_array,
     _decimal_avg,
@@ -37,8 +37,7 @@ from windowing.kernel.decimals import (
     _split_overflow,
     _sum_dtype,
 )
-from windowing.kernel.inputs import state_column
-from windowing.kernel.spec import STATE_PREFIX, STATE_WINDOW
+from windowing.kernel.inputs import STATE_WINDOW, state_column
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

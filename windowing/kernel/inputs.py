@@ -31,11 +31,18 @@ from windowing.arrays import (
     value_order_keys,
 )
 from windowing.config import WatermarkStrategy
+from windowing.contract import STATE_PREFIX
 from windowing.durations import DAY_MS
-from windowing.kernel.spec import EVENT, STATE_KEY, STATE_PREFIX, Spec
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
+
+    from windowing.kernel.spec import Spec
+
+# Row kinds of the kernel's input table (column ``__kind``); windowing.kernel.spec exports
+# them too. Defined here, below spec, so that spec can import the aggregates, which read
+# the input table.
+STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
 
 
 def _ms_derivable(t: pa.DataType) -> bool:

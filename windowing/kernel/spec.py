@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Mapping, cast
+from typing import Mapping, cast
 
 import numpy as np
 import pyarrow as pa
@@ -32,9 +32,13 @@ from windowing.contract import (  # re-exported (__all__): the kernel's modules 
     STATE_PREFIX,
     WATERMARK,
 )
-
-if TYPE_CHECKING:
-    from windowing.kernel.aggregates import Aggregator
+from windowing.kernel.aggregates import Aggregator, aggregator
+from windowing.kernel.inputs import (  # re-exported (__all__), like the names above
+    EVENT,
+    STATE_EMITTED,
+    STATE_KEY,
+    STATE_WINDOW,
+)
 
 __all__ = [
     "AGGREGATE", "END_OF_INPUT", "EVENT", "IDLE", "LATE_ADDED_COLUMNS", "MAX_DURATION", "OPEN", "REASON_NAMES",
@@ -42,10 +46,8 @@ __all__ = [
     "Timeline",
 ]
 
-# Row kinds of the kernel's input table (column ``__kind``).
-STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
-
-# Emission reasons, the late-event columns and the state prefix: windowing.contract.
+# Emission reasons, the late-event columns and the state prefix: windowing.contract; the
+# row kinds of the kernel's input table: windowing.kernel.inputs.
 TS = pa.timestamp("us", tz="UTC")
 
 
@@ -109,8 +111,6 @@ class Spec:
     @cached_property
     def aggregators(self) -> list[Aggregator]:
         """The :class:`~windowing.kernel.aggregates.Aggregator` of each aggregate, in order."""
-        from windowing.kernel.aggregates import aggregator
-
         return [aggregator(a, self) for a in self.pipeline.aggregates]
 
     def output_type(self, agg: Aggregate) -> pa.DataType:

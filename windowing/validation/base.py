@@ -7,7 +7,10 @@ import datetime as _dt
 import decimal
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from windowing.columns import col as _col
 
@@ -98,20 +101,14 @@ def _jsonable(v: Any) -> Any:
 # =========================================================================== Spark helpers
 
 
-def _F() -> Any:
-    from pyspark.sql import functions as F
-
-    return F
-
-
 def _ms(name: str) -> Column:
     """A timestamp column as epoch milliseconds (floored, like the engine)."""
-    return cast("Column", _F().unix_millis(_col(name)))
+    return F.unix_millis(_col(name))
 
 
 def _holds(cond: Column) -> Column:
     """True only when ``cond`` is true (null counts as not holding)."""
-    return cast("Column", _F().coalesce(cond, _F().lit(False)))
+    return F.coalesce(cond, F.lit(False))
 
 
 @dataclass(frozen=True)
@@ -136,7 +133,6 @@ def _wanted(only: Collection[str] | None, name: str) -> bool:
 def _evaluate(df: DataFrame, rules: Sequence[_Rule], sample_size: int,
               only: Collection[str] | None = None) -> list[CheckResult]:
     """All rules of one DataFrame in one aggregation; samples only for failing rules."""
-    F = _F()
     rules = [r for r in rules if _wanted(only, r.name)]
     active = [r for r in rules if r.ok is not None]
     counts = {}
@@ -157,8 +153,6 @@ def _evaluate(df: DataFrame, rules: Sequence[_Rule], sample_size: int,
 
 
 def _has_float(dtype: DataType) -> bool:
-    from pyspark.sql import types as T
-
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
         return True
     if isinstance(dtype, T.ArrayType):
@@ -186,17 +180,14 @@ def as_key(c: Column, dtype: DataType) -> Column:
     bit pattern, so no output could tell NaNs apart anyway. Floats nested in arrays,
     maps or structs go through ``to_json`` the same way; other types group as they are.
     """
-    from pyspark.sql import types as T
-
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
         return c.cast("string")
     if _has_float(dtype):
-        return cast("Column", _F().to_json(c, _JSON_EXACT))
+        return F.to_json(c, _JSON_EXACT)
     return c
 
 
 def _duplicates(name: str, description: str, df: DataFrame, cols: list[str], sample_size: int) -> CheckResult:
-    F = _F()
     types = {f.name: f.dataType for f in df.schema.fields}
     dup = (df.groupBy(*[as_key(_col(c), types[c]).alias(c) for c in cols])
            .agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1))

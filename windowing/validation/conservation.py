@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
 
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Pipeline, Trigger, WindowType
 from windowing.contract import AGGREGATE_REASON
-from windowing.validation.base import _F, DEFAULT_SAMPLE_SIZE, CheckResult, _any, _holds, _jsonable, _ms, _skip, as_key
+from windowing.validation.base import DEFAULT_SAMPLE_SIZE, CheckResult, _any, _holds, _jsonable, _ms, _skip, as_key
 from windowing.validation.rules import _group_columns, _plain_count
 
 if TYPE_CHECKING:
@@ -22,7 +24,6 @@ if TYPE_CHECKING:
 def _memberships(pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataType], sign: int,
                  source: str) -> DataFrame:
     """One row per (event, window) pair of the rows of ``df`` that can be processed."""
-    F = _F()
     w, src = pipeline.window, pipeline.source
     types = {f.name: f.dataType for f in df.schema.fields}
     arr = epoch_ms(src.arrival_time, types[src.arrival_time])
@@ -66,7 +67,6 @@ class _Plan:
 
     def rows(self, df: DataFrame, ws: Column, we: Column, n: Column, source: str) -> DataFrame:
         """``df`` as signed counts per (keys, window) labelled ``source``."""
-        F = _F()
         if self.session:
             ws = we = F.lit(None).cast("long")
         kcols = [_col(c).cast(t).alias(c) for c, t in self.key_types.items()]
@@ -85,7 +85,6 @@ def _description(session: bool, by_counts: bool) -> str:
 def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame | None) -> list[DataFrame]:
     """The signed rows of every side of the balance: input and rejected memberships, late
     rows, and (by counts) emitted counts and open events, (by snapshots) the snapshots."""
-    F = _F()
     pipeline = plan.pipeline
     parts = [_memberships(pipeline, input_df, plan.key_types, 1, "input"),
              _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
@@ -110,14 +109,13 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
 
 def _unbalanced(plan: _Plan, parts: list[DataFrame]) -> DataFrame:
     """The groups whose balance (by counts, by snapshots) is not zero, with each side."""
-    F = _F()
     allrows = parts[0]
     for p in parts[1:]:
         allrows = allrows.unionByName(p)
     src = F.col("source")
 
     def side(*names: str) -> Column:
-        return cast("Column", F.sum(F.when(src.isin(*names), F.col("n")).otherwise(0)))
+        return F.sum(F.when(src.isin(*names), F.col("n")).otherwise(0))
 
     sides = [side("input").alias("input"), (-side("rejected")).alias("rejected"),
              side("prev_open").alias("prev_open"), (-side("emitted")).alias("emitted"),

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import functions as F
+
 from windowing.columns import col as _col
 from windowing.config import Pipeline, Trigger
-from windowing.contract import AGGREGATE_REASON
-from windowing.validation.base import _F, CheckResult, _holds, _skip, as_key
+from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS
+from windowing.metrics import VOLTSP_METRICS
+from windowing.validation.base import CheckResult, _holds, _skip, as_key
 from windowing.validation.recompute import canonical_rows
 from windowing.validation.rules import _group_columns
 
@@ -27,10 +30,6 @@ def metrics_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | None =
     block: each total is its figure (docs/semantics.md, "Metrics") and the sum of its
     workers.
     """
-    from windowing.contract import CLOSE_REASONS
-    from windowing.metrics import VOLTSP_METRICS
-
-    F = _F()
     name, desc = "metrics_consistent", "metrics.json counts equal the written datasets' row counts"
     m = getattr(outputs, "metrics", None)
     if not m:

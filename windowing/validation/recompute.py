@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, cast
 
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
 from windowing.columns import col as _col
-from windowing.config import Pipeline
-from windowing.validation.base import _F, _JSON_EXACT, DEFAULT_SAMPLE_SIZE, CheckResult, _jsonable, _skip
+from windowing.config import ConfigError, Pipeline
+from windowing.engine import StateMismatchError, replay
+from windowing.validation.base import _JSON_EXACT, DEFAULT_SAMPLE_SIZE, CheckResult, _jsonable, _skip
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -23,9 +27,6 @@ def canonical_rows(df: DataFrame) -> DataFrame:
     double: the sign of zero kept), nested values their JSON (with every timestamp
     digit). Columns are taken in name order.
     """
-    from pyspark.sql import types as T
-
-    F = _F()
     cols = []
     for f in sorted(df.schema.fields, key=lambda f: f.name):
         c, t = _col(f.name), f.dataType
@@ -79,8 +80,6 @@ def replay_check(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df
     min); it needs the input and the state the replay started from.
     ``flush_at_end`` defaults to the pipeline's ``replay.flushAtEnd``.
     """
-    from windowing.config import ConfigError
-
     name = RECOMPUTE_CHECK
     flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
     desc = (f"a fresh replay of the input (from the given state; flush at end: {str(flush).lower()}) "
@@ -88,8 +87,6 @@ def replay_check(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df
     if input_df is None:
         return _skip(name, desc, "no input given: nothing to recompute from (pass the input, and the state "
                                  "the replay started from)")
-    from windowing.engine import StateMismatchError, replay
-
     try:
         fresh = replay(spark, pipeline, input_df, state=prev_state, flush_at_end=flush)
     except (ConfigError, StateMismatchError) as exc:

@@ -4,11 +4,12 @@ reject rows, and :func:`run_checks`, which runs them."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Sequence
 
 from windowing.config import Pipeline
+from windowing.io import read_outputs
 from windowing.validation.base import DEFAULT_MAX_SKEW_MS, DEFAULT_SAMPLE_SIZE, CheckResult, _skip, _wanted
 from windowing.validation.conservation import conservation_check
 from windowing.validation.metrics import metrics_check
@@ -29,8 +30,6 @@ def apply_rejection_policy(pipeline: Pipeline, results: list[CheckResult], input
     """``results`` with the checks of :data:`REJECTING_CHECKS` made warnings when the
     replay's rejected rows are at most ``pipeline.quality.max_rejected_share`` of its
     input, and left blocking (saying why) above it."""
-    from dataclasses import replace
-
     limit = pipeline.quality.max_rejected_share
     out = []
     for r in results:
@@ -60,8 +59,6 @@ def load_outputs(spark: SparkSession, outputs: Any) -> Any:
     """Accept an output folder (``rewindow replay --output``), a ``ReplayResult``, or any
     object with ``aggregates``, ``late_events``, ``rejected``, ``state`` (and ``metrics``)."""
     if isinstance(outputs, (str, Path)):
-        from windowing.io import read_outputs
-
         return read_outputs(spark, outputs)
     return outputs
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import sys
 from types import EllipsisType
-from typing import TYPE_CHECKING, Collection, cast
+from typing import TYPE_CHECKING, Collection
+
+from pyspark.sql import functions as F
 
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WindowType
 from windowing.contract import AGGREGATE_REASON, REJECT_REASONS, STATE_KINDS
 from windowing.validation.base import (
-    _F,
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
     CheckResult,
@@ -81,7 +82,6 @@ def input_checks(pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int = DE
       failing this go to ``rejected``);
     * ``input_event_time_skew``: ``|event time - arrival time| <= max_skew_ms``.
     """
-    F = _F()
     types = {f.name: f.dataType for f in events_df.schema.fields}
     out = []
     if _wanted(only, "input_schema"):
@@ -113,7 +113,6 @@ def input_checks(pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int = DE
 def aggregates_checks(pipeline: Pipeline, aggregates: DataFrame, input_types: dict[str, DataType] | None = None,
                       sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of the ``aggregates`` output (emitted windows and ``AGGREGATE`` snapshots)."""
-    F = _F()
     w = pipeline.window
     session = w.type is WindowType.SESSION
     out = _schema_check("aggregates_schema",
@@ -178,7 +177,6 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
       sum); +inf needs max +inf or an overflow (count x max >= the largest double) and
       no -inf; -inf the mirror image. Without a plain count any overflow is possible.
     """
-    F = _F()
     inf, top = float("inf"), sys.float_info.max
     plain = _plain_count(pipeline)
     n = _col(plain.name).cast("double") if plain is not None else None
@@ -187,23 +185,23 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
         return _col(a.name).cast("double")
 
     def nan(x: Column) -> Column:
-        return cast("Column", F.isnan(x))
+        return F.isnan(x)
 
     def finite(x: Column) -> Column:
-        return cast("Column", ~nan(x) & (F.abs(x) != F.lit(inf)))
+        return ~nan(x) & (F.abs(x) != F.lit(inf))
 
     def reaches_up(hi: Column) -> Column:  # the sum can be +inf: an amount is, or it can overflow
         grow = (hi * n >= F.lit(top)) if n is not None else (hi > 0)
-        return cast("Column", ~nan(hi) & ((hi == F.lit(inf)) | grow))
+        return ~nan(hi) & ((hi == F.lit(inf)) | grow)
 
     def reaches_down(lo: Column) -> Column:
         grow = (lo * n <= F.lit(-top)) if n is not None else (lo < 0)
-        return cast("Column", ~nan(lo) & ((lo == F.lit(-inf)) | grow))
+        return ~nan(lo) & ((lo == F.lit(-inf)) | grow)
 
     def every(conds: list[Column]) -> Column:
         out = _all(conds) if conds else F.lit(True)
         assert out is not None
-        return cast("Column", out)
+        return out
 
     conds = []
     for col in dict.fromkeys(a.column for a in pipeline.aggregates if a.column):
@@ -219,7 +217,7 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
             los, his = [num(x) for x in mins], [num(x) for x in maxs]
 
             def tol(b: Column) -> Column:
-                return cast("Column", F.lit(1e-9) * F.greatest(F.abs(b), F.lit(1.0)))
+                return F.lit(1e-9) * F.greatest(F.abs(b), F.lit(1.0))
 
             within = every([finite(lo) & (lo <= a + tol(lo)) for lo in los]
                            + [finite(hi) & (a - tol(hi) <= hi) for hi in his])
@@ -236,7 +234,6 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
 
 
 def _distinct_rule(pipeline: Pipeline) -> _Rule:
-    F = _F()
     conds = []
     plain = _plain_count(pipeline)
     for d in _aggregate_names(pipeline, "distinct"):
@@ -258,7 +255,6 @@ def late_checks(pipeline: Pipeline, late: DataFrame, input_types: dict[str, Data
                 sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of ``late_events``: the lateness rule of the pipeline's mode, ``lateness_ms``,
     and that each row names a window its event belongs to."""
-    F = _F()
     w = pipeline.window
     session = w.type is WindowType.SESSION
     out = _schema_check("late_events_schema", "columns and types of the kernel's late_events schema",
@@ -298,7 +294,6 @@ def state_checks(pipeline: Pipeline, state: DataFrame, input_types: dict[str, Da
                  sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of ``state``: kinds, one (this pipeline's) fingerprint, window bounds, and
     no duplicate worker, key or window rows."""
-    F = _F()
     session = pipeline.window.type is WindowType.SESSION
     out = _schema_check("state_schema",
                          "columns and types of the kernel's state schema; state_kind and fingerprint non-null",

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Collection, cast
 
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
+
 from windowing import contract
 from windowing.config import NUMERIC_AGGREGATES, Pipeline
 from windowing.validation.base import CheckResult, _jsonable, _skip, _wanted
@@ -19,8 +22,14 @@ if TYPE_CHECKING:
 def _pandera_check(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
                    sample_size: int) -> CheckResult:
     """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
-    from pandera.config import ValidationDepth, config_context
-    from pandera.errors import SchemaError, SchemaErrors
+    from pandera.config import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
+        ValidationDepth,
+        config_context,
+    )
+    from pandera.errors import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
+        SchemaError,
+        SchemaErrors,
+    )
 
     try:
         with config_context(validation_enabled=True, validation_depth=ValidationDepth.SCHEMA_AND_DATA):
@@ -53,13 +62,13 @@ def _schema_check(name: str, description: str, skip_description: str,
 
 
 def _schema(columns: dict[str, Any], name: str) -> DataFrameSchema:
-    import pandera.pyspark as pa
+    import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
 
     return pa.DataFrameSchema(columns, name=name, strict=False)
 
 
 def _column(dtype: DataType | None, nullable: bool = True, checks: list[Any] | None = None) -> Any:
-    import pandera.pyspark as pa
+    import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
 
     return pa.Column(cast(Any, dtype), nullable=nullable, checks=checks or None, required=True)
 
@@ -74,8 +83,6 @@ def input_schema(pipeline: Pipeline, input_types: dict[str, DataType] | None = N
     ``input_times_parseable``. ``input_types`` (the frame's own types) lets an acceptable type stand;
     an unacceptable one is checked against the canonical type, so pandera reports it.
     """
-    from pyspark.sql import types as T
-
     types = input_types or {}
     src, w = pipeline.source, pipeline.window
     integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
@@ -109,14 +116,10 @@ def input_schema(pipeline: Pipeline, input_types: dict[str, DataType] | None = N
 
 def _arrow_types(input_types: dict[str, DataType]) -> dict[str, pa.DataType]:
     """The input columns' Arrow types, from their Spark types."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
     return {c: to_arrow_type(t, timezone="UTC") for c, t in input_types.items()}
 
 
 def _spark_fields(arrow_schema: pa.Schema) -> list[StructField]:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False).fields
 
 
@@ -130,7 +133,7 @@ def _output_schema(name: str, arrow_schema: pa.Schema, not_null: set[str],
 
 def aggregates_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``aggregates`` (``windowing.contract.aggregates_schema``)."""
-    import pandera.pyspark as pa
+    import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
 
     not_null = {"window_start", "window_end", "emit_reason", "emit_batch", "emit_time", "emission"}
     not_null |= {a.name for a in pipeline.aggregates if a.type in ("count", "distinct")}
@@ -140,7 +143,7 @@ def aggregates_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> D
 
 def late_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``late_events`` (``windowing.contract.late_schema``)."""
-    import pandera.pyspark as pa
+    import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
 
     return _output_schema(f"{pipeline.name}.late_events", contract.late_schema(_arrow_types(input_types)),
                           {"batch", "window_start", "window_end", "watermark", "lateness_ms"},
@@ -156,8 +159,6 @@ def state_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFr
 
 def rejected_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``rejected``: the input columns and a non-null ``reason``."""
-    from pyspark.sql import types as T
-
     cols = {c: _column(t) for c, t in input_types.items()}
     cols["reason"] = _column(T.StringType(), nullable=False)
     return _schema(cols, f"{pipeline.name}.rejected")
