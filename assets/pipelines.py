@@ -176,7 +176,7 @@ def build_pipeline_assets(
         try:
             for part in replay_partitions(
                 spark, pipeline, partitions_def, storage, context.partition_keys, config.flush_at_end, context.log,
-                context.run_id, config.checks,
+                context.run.run_id, config.checks,
             ):
                 parts.append(part)
         except dg.Failure as exc:  # refused before or between partitions: still report the chain

@@ -63,9 +63,10 @@ def test_definitions_module_builds_from_the_environment(monkeypatch, pipelines_d
 
 
 def test_hourly_grain_and_groups(pipelines_dir):
+    # An end of its own: the definitions do not look at the checkout's landing zone (data/landing).
     d = build_definitions(
         storage=StorageResource(pipelines_dir=str(pipelines_dir)),
-        partitions=PartitionSettings(grain="hourly", start="2024-01-01"),
+        partitions=PartitionSettings(grain="hourly", start="2024-01-01", end="2024-01-03"),
     )
     spec = d.resolve_assets_def(dg.AssetKey(["clicks_hourly", "window_state"]))
     assert spec.partitions_def.get_first_partition_key() == "2024-01-01-00:00"
