@@ -46,6 +46,38 @@ def _value_order(v: Any) -> tuple:
     return (1, v)
 
 
+#: The one NaN key or worker (§1): every NaN, whatever its sign or payload, is this object,
+#: so dict lookups (identity first) find it.
+_NAN = float("nan")
+
+
+class _NegativeZero(float):
+    """-0.0 as a key or worker of its own (§1: a float key is its bits, but for NaN); Python's
+    ``-0.0 == 0.0`` would make it the key 0.0. Equal to every -0.0, to no 0.0."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, float) and float(other) == 0.0 and math.copysign(1.0, other) < 0
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash("-0.0")
+
+
+_NEGATIVE_ZERO = _NegativeZero(-0.0)
+
+
+def _identity(v: Any) -> Any:
+    """A key's or worker's value as the model's dicts hold it (§1)."""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return _NAN
+        if v == 0.0 and math.copysign(1.0, v) < 0:
+            return _NEGATIVE_ZERO
+    return v
+
+
 # --------------------------------------------------------------------------- state
 
 
@@ -317,7 +349,7 @@ class _Replay:
         arrival = row.get(src.arrival_time)
         event = row.get(w.event_time) if w.event_time else arrival  # processing-time strategy
         batch = row.get(src.batch_column) if src.batch_column else None
-        worker = row.get(src.worker) if src.worker else None
+        worker = _identity(row.get(src.worker)) if src.worker else None
         if arrival is None:
             reason = "arrival time is null"
         elif event is None:
@@ -339,7 +371,7 @@ class _Replay:
         tiebreak = tuple((row.get(c) is not None, row.get(c)) for c in src.arrival_order)  # nulls first
         rest = tuple(_value_order(row.get(c)) for c in sorted(row))  # §2: then the remaining columns
         order = (batch, arrival, tiebreak, rest)
-        key = row.get(w.key) if w.key else None
+        key = _identity(row.get(w.key)) if w.key else None
         return _Event(row, worker, key, batch, arrival, event, order)
 
     def run(self, rows: list[dict], flush_at_end: bool) -> None:

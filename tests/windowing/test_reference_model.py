@@ -488,3 +488,19 @@ def test_nothing_dropped_tumbling(events):
     res = reference_replay(p, to_rows(events), flush_at_end=True)
     assert sum(r["count"] for r in res.aggregates) + len(res.late_events) == len(events)
     assert all(not ks.windows for ws in res.state.workers.values() for ks in ws.keys.values())
+
+
+def test_nan_keys_of_any_bit_pattern_are_one_key():
+    """§1: every NaN key (either sign, any payload) is one key; -0.0 and 0.0 are two."""
+    import struct
+
+    def f(hex_bits):
+        return struct.unpack(">d", bytes.fromhex(hex_bits))[0]
+
+    p = make_pipeline(windowSpan="10s", keyExtractor="k")
+    rows = [ev("a", 1, 1, k=float("nan")), ev("b", 2, 2, k=f("fff8000000000000")),
+            ev("c", 3, 3, k=f("7ff0000000000001")), ev("d", 4, 4, k=0.0), ev("e", 5, 5, k=-0.0),
+            ev("f", 30, 6, k=float("nan"))]
+    res = reference_replay(p, rows, flush_at_end=True)
+    counts = sorted((r["window_start"] // S, r["count"], repr(r["k"])) for r in res.aggregates)
+    assert counts == [(0, 1, "-0.0"), (0, 1, "0.0"), (0, 3, "nan"), (30, 1, "nan")]

@@ -17,7 +17,7 @@ times are always a worker clock value from the timeline (or the tick).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, cast
+from typing import TYPE_CHECKING, Any, Hashable, Mapping, cast
 
 import numpy as np
 import pyarrow as pa
@@ -129,12 +129,15 @@ class IdleClocks:
         self.pre_time = np.zeros(keyset.n, dtype=np.int64)
         self.last_batch = np.full(keyset.n, MIN_TIMESTAMP, dtype=np.int64)
         self.last_clock = np.full(keyset.n, MIN_TIMESTAMP, dtype=np.int64)
-        worker_of_key = np.array([hashable(v) for v in keyset.worker_values], dtype=object)
-        for worker in dict.fromkeys(worker_of_key.tolist()):
+        # Workers as integer ids: an object array's == would find no NaN worker (NaN != NaN).
+        worker_ids: dict[Hashable, int] = {}
+        worker_of_key = np.array([worker_ids.setdefault(hashable(v), len(worker_ids))
+                                  for v in keyset.worker_values], dtype=np.int64)
+        for worker, worker_id in worker_ids.items():
             tl = timelines.get(worker)
             if tl is None:
                 continue
-            of_worker = worker_of_key == worker
+            of_worker = worker_of_key == worker_id
             if tl.last_batch is not None:
                 self.last_batch[of_worker] = tl.last_batch
             self.last_clock[of_worker] = tl.last_clock

@@ -91,7 +91,8 @@ def _epoch_ms(col: pa.ChunkedArray) -> np.ndarray:
 
 def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
     """The table with ``__kind``, ``__arr``, ``__evt`` and ``__batch`` (computing those the
-    engine left out, see :func:`task_derived`)."""
+    engine left out, see :func:`task_derived`), and every NaN of its key and worker columns
+    the one NaN (:func:`one_nan`)."""
     src, w = spec.pipeline.source, spec.window
     names = table.column_names
     if "__kind" not in names:
@@ -104,6 +105,9 @@ def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
     if "__evt" not in names:
         evt = _epoch_ms(table[w.event_time]) if w.event_time else table["__arr"].to_numpy()
         table = table.append_column("__evt", pa.array(evt))
+    for c in {spec.key_col, spec.worker_col} - {None}:
+        if c in names:
+            table = table.set_column(names.index(c), table.schema.field(c), one_nan(table[c]))
     if "__batch" not in names:
         if src.batch_column:
             batch = pc.fill_null(table[src.batch_column].cast(pa.int64()), 0).to_numpy()
@@ -112,6 +116,19 @@ def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
         table = table.append_column("__batch", pa.array(batch))
     return table
 
+
+
+def one_nan(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A float column with every NaN (any sign or payload) as the one NaN; other columns as
+    they are. A key's or worker's identity is its bits but for this (docs/semantics.md
+    section 1): Spark's shuffle (``doubleToLongBits``) and its writers already treat all
+    NaNs as one, so ``-NaN`` and ``NaN`` must not be two keys here."""
+    if not pa.types.is_floating(column.type):
+        return column
+    nan = pc.is_nan(column)
+    if not pc.any(nan).as_py():
+        return column
+    return pc.if_else(nan, pa.scalar(float("nan"), column.type), column)
 
 
 # =========================================================================== inputs
@@ -332,10 +349,30 @@ class KeyBatches:
 
 
 
+class _OneNaN(float):
+    """NaN as a dict key equal to every NaN: a float NaN is not equal to itself, so each NaN
+    object would be a key of its own. Equality by value survives pickling (timelines are
+    made in the driver and sent to the tasks), where an identity would not."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, float) and math.isnan(other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash("NaN")
+
+
+_NAN_KEY = _OneNaN("nan")
+
+
 def hashable(v: Any) -> Hashable:
-    """A worker value as a dict key (lists and maps by their ``repr``): how timelines and
-    carried worker rows are looked up."""
-    return v if not isinstance(v, (list, dict)) else repr(v)
+    """A worker value as a dict key (lists and maps by their ``repr``, every NaN as one):
+    how timelines and carried worker rows are looked up."""
+    if isinstance(v, (list, dict)):
+        return repr(v)
+    return _NAN_KEY if isinstance(v, float) and v != v else v
 
 
 def state_column(table: pa.Table, name: str, rows: np.ndarray) -> pa.Array:
