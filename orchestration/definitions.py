@@ -71,10 +71,14 @@ def build_definitions(
     partitions = (partitions or PartitionSettings.from_env()).with_landed_end(*landing_location(storage))
     partitions_def = partitions.partitions_def()
     pipelines = load_pipelines(resolved(storage.pipelines_dir))
-    assets = [build_events_asset(partitions_def)]
-    assets += [build_pipeline_assets(p, f, partitions_def) for p, f in pipelines]
-    replayed = [k for a in assets for k in a.keys]  # what the replay job (and its sensor) materializes
-    assets += [build_lateness_asset(p, f, partitions_def) for p, f in pipelines]
+    with warnings.catch_warnings():
+        # Dagster marks `backfill_policy` beta; rewindow's assets rely on single-run backfills
+        # (a range in one Spark job) knowingly, so its notice is not shown to every user.
+        warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
+        assets = [build_events_asset(partitions_def)]
+        assets += [build_pipeline_assets(p, f, partitions_def) for p, f in pipelines]
+        replayed = [k for a in assets for k in a.keys]  # what the replay job (and its sensor) materializes
+        assets += [build_lateness_asset(p, f, partitions_def) for p, f in pipelines]
     job = replay_job()
     return dg.Definitions(
         assets=assets,
