@@ -263,6 +263,7 @@ print(json.dumps(got))
 """
 
 
+@pytest.mark.spark  # starts Spark in a subprocess (no spark fixture to mark it)
 def test_workers_without_rewindows_python_are_named_with_what_to_set(tmp_path, bare_python):
     """Workers whose interpreter lacks numpy/pyarrow/rewindow, has another minor version,
     or does not exist: one error naming it and what to set, before any work. One process
