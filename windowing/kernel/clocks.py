@@ -17,7 +17,8 @@ times are always a worker clock value from the timeline (or the tick).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Hashable, Mapping, cast
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
 import numpy as np
 import pyarrow as pa
