@@ -17,6 +17,12 @@ and prints ``lateness_ratio_vs_replay=X.XX`` (lateness time / replay time) befor
 
     python bench/replay_bench.py            # full size
     python bench/replay_bench.py --quick    # 1 million events, a couple of minutes
+
+Scale (docs/architecture.md, "Scale"): ``--events N`` (with ``--days``), ``--workers N``
+(the source's partitions, default 8) and ``--unkeyed`` (no keyExtractor: one key per
+worker; the plain side then groups by window alone). Each run also prints the peak
+memory of the driver's JVM and of the largest Spark Python worker, sampled from /proc
+(``peak_python_worker_mb``, ``peak_driver_jvm_mb``), and the time per event.
 """
 
 from __future__ import annotations
@@ -57,23 +63,82 @@ PIPELINE = {
 }
 
 
-def plain_spark(spark, inp: str, out: str) -> None:
+def pipeline(unkeyed: bool = False) -> dict:
+    """The bench's pipeline; ``unkeyed``: without a keyExtractor (each worker one key)."""
+    if not unkeyed:
+        return PIPELINE
+    window = {k: v for k, v in PIPELINE["emitter"]["tumbling-time-window"].items() if k != "keyExtractor"}
+    return {**PIPELINE, "name": "bench-hourly-unkeyed", "emitter": {"tumbling-time-window": window}}
+
+
+class PeakMemory:
+    """The peak resident memory of this process's descendants, sampled from /proc every
+    0.2 s: the driver's JVM and the largest Python process (Spark's Python workers)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.jvm = self.python = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import os
+
+        me = os.getpid()
+        while not self._stop.wait(0.2):
+            parents: dict[int, int] = {}
+            info: dict[int, tuple[str, int]] = {}
+            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    with open(f"/proc/{pid}/comm") as f:
+                        comm = f.read().strip()
+                    with open(f"/proc/{pid}/statm") as f:
+                        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                except OSError:
+                    continue
+                parents[pid] = int(fields[1])
+                info[pid] = (comm, rss)
+            for pid, (comm, rss) in info.items():
+                p, depth = parents.get(pid), 0
+                while p not in (None, 0, 1, me) and depth < 10:
+                    p, depth = parents.get(p), depth + 1
+                if p != me:
+                    continue
+                if comm == "java":
+                    self.jvm = max(self.jvm, rss)
+                elif comm.startswith("python"):
+                    self.python = max(self.python, rss)
+
+
+def plain_spark(spark, inp: str, out: str, unkeyed: bool = False) -> None:
     from pyspark.sql import functions as F
 
     df = spark.read.option("recursiveFileLookup", "true").parquet(inp)
     (
-        df.groupBy("user_id", F.window("event_time", "1 hour"))
+        df.groupBy("partition" if unkeyed else "user_id",
+                   F.window("event_time", "1 hour"))
         .agg(F.count(F.lit(1)).alias("count"), F.sum("amount"), F.min("amount"), F.max("amount"),
              F.countDistinct("event_id"))
         .write.mode("overwrite").parquet(out)
     )
 
 
-def rewindow_replay(spark, inp: str, out: str) -> ReplayMetrics:
+def rewindow_replay(spark, inp: str, out: str, unkeyed: bool = False) -> ReplayMetrics:
     from windowing.engine import replay
     from windowing.io import read_events, write_outputs
 
-    result = replay(spark, parse_pipeline(PIPELINE), read_events(spark, inp))
+    result = replay(spark, parse_pipeline(pipeline(unkeyed)), read_events(spark, inp))
     write_outputs(result, out)
     result.unpersist()
     return result.metrics
@@ -129,6 +194,9 @@ def main() -> None:
     ap.add_argument("--hot-key", type=int, default=0, metavar="N",
                     help="add N events of one single key (memory check for skewed keys)")
     ap.add_argument("--lateness", action="store_true", help="also time rewindow lateness against the replay")
+    ap.add_argument("--workers", type=int, default=8, help="the source's workers (Kafka partitions)")
+    ap.add_argument("--unkeyed", action="store_true", help="a pipeline without keyExtractor (one key per worker)")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)")
     args = ap.parse_args()
     if args.quick:
         args.events, args.keys = 1_000_000, 20_000
@@ -138,35 +206,40 @@ def main() -> None:
     t0 = time.monotonic()
     if not data.exists():
         generate_history(data, datetime(2024, 1, 1, tzinfo=timezone.utc), args.days, args.events // args.days,
-                         args.keys, seed=11, partitions=8, files_per_day=8)
+                         args.keys, seed=11, partitions=args.workers, files_per_day=8)
     warm = work / "warmup"  # a small history of the same shape, to warm both sides up
     if not warm.exists():
         generate_history(warm, datetime(2024, 1, 1, tzinfo=timezone.utc), 1, 200_000, min(args.keys, 20_000),
                          seed=12, partitions=8, files_per_day=8)
     if args.hot_key and not (data / "hot").exists():
         _hot_key(data / "hot", args.hot_key, args.days)
-    print(f"data: {args.events:,} events, {args.keys:,} keys, {args.days} days in {data} "
+    print(f"data: {args.events:,} events, {args.keys:,} keys, {args.workers:,} workers, {args.days} days in {data} "
           f"(generated in {time.monotonic() - t0:.1f}s)", flush=True)
 
     from windowing.spark import spark_session
 
     partitions = max(8, args.events // 250_000)
-    spark = spark_session(args.master, {"spark.sql.shuffle.partitions": str(partitions),
-                                        "spark.driver.memory": "12g"})
+    conf = {"spark.sql.shuffle.partitions": str(partitions), "spark.driver.memory": "12g"}
+    conf.update(kv.split("=", 1) for kv in args.conf)
+    spark = spark_session(args.master, conf)
+    unkeyed = args.unkeyed
     # Warm-up of both on a small history: JVM code generation and JIT, Python workers.
-    plain_spark(spark, str(warm), str(work / "warm-plain"))
-    rewindow_replay(spark, str(warm), str(work / "warm-replay"))
+    plain_spark(spark, str(warm), str(work / "warm-plain"), unkeyed)
+    rewindow_replay(spark, str(warm), str(work / "warm-replay"), unkeyed)
     if args.lateness:
         rewindow_lateness(spark, str(warm), str(work / "warm-lateness"))
 
     plain_t, replay_t, lateness_t, metrics = [], [], [], ReplayMetrics()
+    peak_python = peak_jvm = 0
     for i in range(args.repeat):
         t = time.monotonic()
-        plain_spark(spark, str(data), str(work / "plain"))
+        plain_spark(spark, str(data), str(work / "plain"), unkeyed)
         plain_t.append(time.monotonic() - t)
         t = time.monotonic()
-        metrics = rewindow_replay(spark, str(data), str(work / "replay"))
+        with PeakMemory() as peak:
+            metrics = rewindow_replay(spark, str(data), str(work / "replay"), unkeyed)
         replay_t.append(time.monotonic() - t)
+        peak_python, peak_jvm = max(peak_python, peak.python), max(peak_jvm, peak.jvm)
         print(f"run {i + 1}: plain spark {plain_t[-1]:.1f}s, rewindow replay {replay_t[-1]:.1f}s", flush=True)
         if args.lateness:
             t = time.monotonic()
@@ -179,7 +252,10 @@ def main() -> None:
     print(f"replay: {metrics.input_rows:,} events, {metrics.windows_emitted:,} windows emitted, "
           f"{metrics.late_events:,} late, {metrics.open_windows:,} open at end")
     n = metrics.input_rows
-    print(f"throughput: plain {n / plain:,.0f} events/s, replay {n / rep:,.0f} events/s")
+    print(f"throughput: plain {n / plain:,.0f} events/s, replay {n / rep:,.0f} events/s "
+          f"({rep / max(n, 1) * 1e6:.2f} us per event)")
+    print(f"peak_python_worker_mb={peak_python / 2**20:.0f}")
+    print(f"peak_driver_jvm_mb={peak_jvm / 2**20:.0f}")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     if lateness_t:

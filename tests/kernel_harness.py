@@ -38,7 +38,7 @@ class LocalState:
 
 
 def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=False, partitions=3,
-                 decimals=None, by_worker: bool | None = None):
+                 decimals=None, by_worker: bool | None = None, chunk_events: int | None = None):
     """Replay ``rows`` through the kernel; ``decimals`` ({column: (precision, scale)}) makes
     those columns decimal128 instead of their usual type (values are ``Decimal``).
 
@@ -46,6 +46,10 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     (the engine's ``_KernelTask`` with ``carried``), as the Spark runner does when tasks
     hold whole workers; else partition by (worker, key) with the driver's timelines. None
     alternates between the two with the number of rows, so generated cases run both.
+
+    ``chunk_events``: run every partition through the engine's ``KernelTask`` with that
+    bound, so a partition of more rows is spilled and replayed in pieces of whole batches
+    (windowing.chunks); the summed counters are then in the returned state's ``counters``.
     """
     if by_worker is None:
         by_worker = len(rows) % 2 == 1
@@ -66,8 +70,10 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")
     subs = key_partitions(table, [c for c in (wcol, None if by_worker else w.key) if c], partitions)
-    if by_worker:
-        outs = [_task(spec, sub, timelines, flush_at_end, carried, worker_rows) for sub in subs]
+    counters: dict = {}
+    if by_worker or chunk_events is not None:
+        outs = [_task(spec, sub, timelines, flush_at_end, carried if by_worker else None, worker_rows,
+                      chunk_events, counters) for sub in subs]
     else:
         outs = [K.process(sub, spec, timelines, flush_at_end) for sub in subs]
     aggs = pa.concat_tables([o.aggregates for o in outs]) if outs else spec.aggregates_schema().empty_table()
@@ -76,6 +82,7 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     new_state = LocalState(
         [{"worker": r.get(wcol) if wcol else 0, "batch": r["batch"], "watermark_ms": r["watermark_ms"],
           "clock_ms": r["clock_ms"]} for r in worker_rows], st)
+    new_state.counters = counters
     return _ms_rows(aggs), _ms_rows(late), rejected, new_state
 
 
@@ -156,15 +163,23 @@ def key_partitions(table: pa.Table, keycols, partitions: int) -> list[pa.Table]:
     return out
 
 
-def _task(spec, table, timelines, flush_at_end, carried, worker_rows) -> K.KernelOutput:
-    """The engine's kernel task holding whole workers; its worker rows go to ``worker_rows``."""
+def _task(spec, table, timelines, flush_at_end, carried, worker_rows, chunk_events=None,
+          counters=None) -> K.KernelOutput:
+    """The engine's kernel task (holding whole workers with ``carried``); its worker rows go
+    to ``worker_rows``, its counters are added to ``counters`` ({name: {worker label: n}})."""
     schemas = E.output_schemas(spec)
-    task = E.KernelTask(spec, timelines, flush_at_end, {}, schemas, carried=carried)
+    task = E.KernelTask(spec, timelines, flush_at_end, {}, schemas, carried=carried, chunk_events=chunk_events)
     parts: dict[str, list[pa.Table]] = {}
-    for batch in task(table.to_batches()):
+    # Spark hands a task its rows in batches: small ones here, so a chunk bound can cut between them.
+    for batch in task(table.to_batches(max_chunksize=2)):
         for name, blob in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
             parts.setdefault(name, []).append(E.decode_blob(blob))
     worker_rows += [r for t in parts.get("workers", []) for r in t.to_pylist()]
+    for t in parts.get("counters", []):
+        for r in t.to_pylist():
+            if r["worker"] is not None and counters is not None:
+                per = counters.setdefault(r["name"], {})
+                per[r["worker"]] = per.get(r["worker"], 0) + r["value"]
 
     def out(name):
         return pa.concat_tables(parts[name]) if name in parts else schemas[name].empty_table()

@@ -29,7 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
+from pyspark.sql.types import IntegerType, StructField, StructType
 
+from windowing import chunks, placement
 from windowing import kernel as K
 from windowing import metrics as replay_metrics
 from windowing.columns import col as _col
@@ -41,7 +43,6 @@ from windowing.spark import check_workers
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
-    from pyspark.sql.types import StructType
 
 REJECT_REASON = "reason"
 #: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
@@ -145,12 +146,13 @@ def _checked_input(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame
 @dataclass
 class _WorkerCommits:
     """Phase 2's results: rejected rows per reason, the carried worker state by worker,
-    the task of each worker when the kernel tasks hold whole workers (else empty), the
-    workers' timelines built in the driver and their state rows so far."""
+    the kernel stage's task plan (None: the (worker, batch) summary was collected to the
+    driver, ``spark.rewindow.commits=driver``), the workers' timelines built in the driver
+    and their state rows so far."""
 
     rejected_counts: dict[str, int]
     carried: dict[Any, Any]
-    worker_tasks: dict[Any, int]
+    plan: placement.TaskPlan | None
     timelines: dict[Any, Any]
     worker_rows: list[dict[str, Any]]
 
@@ -158,26 +160,46 @@ class _WorkerCommits:
 def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, worker_state: list[dict[str, Any]],
                     inputs: Sequence[str]) -> _WorkerCommits:
     """Phase 2: the workers' commits. Rows per worker (and rejected rows per reason) first;
-    then the commits per (worker, batch), from one Spark aggregation, or (when every
-    worker fits one task, and there are enough workers to keep the slots busy) by the
-    kernel tasks themselves, each holding whole workers (see :func:`_worker_tasks`)."""
+    from them the kernel stage's plan (:func:`windowing.placement.plan_tasks`): tasks
+    holding whole workers build their timelines from their own events, tasks of a worker
+    spread over several get its (worker, batch) summary from Spark with their rows. Only
+    carried workers without events in this replay get their timelines here. With
+    ``spark.rewindow.commits=driver`` the summary is collected and every task gets every
+    timeline (kept to compare: the output is the same)."""
     wcol = pipeline.source.worker
     wexpr = _col(wcol) if wcol else F.lit(0)
     with _naming_bad_files(inputs):
         folded = _fold(norm, wexpr)
     rejected_counts, worker_events = _folded_counts(folded)
     carried = {K.hashable(s["worker"]): s for s in worker_state}
-    worker_tasks = _worker_tasks(spark, worker_events)
-    if worker_tasks:
+    mode = _commits_mode(spark)
+    if mode != "driver":
+        plan = placement.plan_tasks(worker_events, pipeline.window.key is not None,
+                                    _int_conf(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK),
+                                    _task_slots(spark), force_whole=mode == "tasks")
         timelines, worker_rows = K.worker_timelines(
             pipeline, {}, {w: s for w, s in carried.items() if w not in worker_events})
-    else:
-        cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME \
-            else F.max("__evt")
-        with _naming_bad_files(inputs):
-            summary = _summary(norm, cand, wexpr)
-        timelines, worker_rows = summary_timelines(pipeline, summary, worker_state)
-    return _WorkerCommits(rejected_counts, carried, worker_tasks, timelines, worker_rows)
+        return _WorkerCommits(rejected_counts, carried, plan, timelines, worker_rows)
+    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME \
+        else F.max("__evt")
+    with _naming_bad_files(inputs):
+        summary = _summary(norm, cand, wexpr)
+    timelines, worker_rows = summary_timelines(pipeline, summary, worker_state)
+    return _WorkerCommits(rejected_counts, carried, None, timelines, worker_rows)
+
+
+def _int_conf(spark: SparkSession, key: str, default: int) -> int:
+    """A positive integer session setting (``key``), or ``default``."""
+    raw = spark.conf.get(key, None)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = int(str(raw).strip().replace("_", ""))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"{key}: {raw!r} is not a positive number of events")
+    return value
 
 
 @dataclass
@@ -199,11 +221,13 @@ def _launch_kernel(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame
     # Events go to the tasks as they came; the tasks compute the internal columns they can
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
     events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(spec))
-    kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, commits.worker_tasks)
+    timeline_rows = _spread_timeline_rows(pipeline, norm, commits.plan) if commits.plan else None
+    kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, commits.plan, timeline_rows)
     schemas = output_schemas(spec)
     fn = KernelTask(spec, commits.timelines, flush, names, schemas,
-                     lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
-                     carried=commits.carried if commits.worker_tasks else None)
+                    lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
+                    carried=commits.carried if commits.plan else None,
+                    chunk_events=_int_conf(spark, placement.EVENTS_PER_CHUNK_CONF, placement.EVENTS_PER_CHUNK))
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
     # shared folder between driver and executors. Each output comes back as a few rows
     # carrying an Arrow IPC blob each (SIDE_OUTPUT names which): cheap to hold, and turned
@@ -282,17 +306,23 @@ def _rejected(norm: DataFrame, input_cols: list[str], rejected_counts: dict[str,
 
 
 def kernel_input(spark: SparkSession, pipeline: Pipeline, events: DataFrame, state_rows: DataFrame | None = None,
-                 worker_tasks: Mapping[Any, int] | None = None) -> tuple[DataFrame, dict[str, str], int]:
-    """The kernel's input: ``events`` and the carried ``state_rows`` (or None), hash-
-    partitioned by (worker, key) into ``spark.sql.shuffle.partitions`` partitions, every
-    key's rows in one; or, with ``worker_tasks`` (see :func:`_worker_tasks`), each worker's
-    rows in the partition it was given. Returns ``(input, names, partitions)``: PySpark's
-    mapInArrow resolves columns by name, which a dot in a name breaks, so such columns go
-    under a safe name and ``names`` maps it back (the task puts the real name back)."""
+                 plan: placement.TaskPlan | None = None,
+                 timeline_rows: DataFrame | None = None) -> tuple[DataFrame, dict[str, str], int]:
+    """The kernel's input: ``events`` and the carried ``state_rows`` (or None), each row in
+    the task ``plan`` gives its worker and key (with ``timeline_rows``, the spread workers'
+    timelines, see :func:`_spread_timeline_rows`); without a plan, hash-partitioned by
+    (worker, key) into ``spark.sql.shuffle.partitions`` partitions. Returns ``(input,
+    names, partitions)``: PySpark's mapInArrow resolves columns by name, which a dot in a
+    name breaks, so such columns go under a safe name and ``names`` maps it back (the task
+    puts the real name back)."""
     kernel_in = events if state_rows is None else events.unionByName(state_rows, allowMissingColumns=True)
-    if worker_tasks:
-        nparts = len(set(worker_tasks.values()))
-        kernel_in = kernel_in.repartition(nparts, _task_of_worker(kernel_in, pipeline.source.worker, worker_tasks))
+    if plan is not None:
+        nparts = plan.tasks
+        kernel_in = _with_task(kernel_in, pipeline, plan)
+        if timeline_rows is not None:
+            kernel_in = kernel_in.unionByName(timeline_rows, allowMissingColumns=True)
+        salt = F.element_at(F.array(*[F.lit(v) for v in placement.salts(nparts)]), F.col(_TASK) + 1)
+        kernel_in = kernel_in.repartition(nparts, salt).drop(_TASK)
     else:
         part_cols = [_col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
         nparts = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # set in every session
@@ -302,6 +332,87 @@ def kernel_input(spark: SparkSession, pipeline: Pipeline, events: DataFrame, sta
     if safe != names:
         kernel_in = kernel_in.toDF(*safe)
     return kernel_in, dict(zip(safe, names)), nparts
+
+
+#: The kernel input's task column while it is placed (dropped after the shuffle).
+_TASK = "__task"
+#: Workers looked up in a literal map up to this many (Spark scans it); a broadcast join beyond.
+MAX_WORKER_MAP = 64
+
+
+def _placement_columns(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> tuple[DataFrame, Column, Column]:
+    """``df`` (joined with the plan if need be) and two int columns: each row's worker's
+    first task and number of tasks (1 for a whole worker)."""
+    wcol = pipeline.source.worker
+    entries = {**{w: (t, 1) for w, t in plan.whole.items()}, **plan.spread}
+    if wcol is None:
+        first, n = entries.get(0, (0, 1))
+        return df, F.lit(first), F.lit(n)
+    dtype = df.schema[wcol].dataType
+    placeable = ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp")
+    if len(entries) <= MAX_WORKER_MAP and dtype.typeName() in placeable:
+        cols = []
+        for i in (0, 1):
+            pairs: list[Column] = []
+            for w, v in entries.items():
+                if w is not None:  # a null worker is a worker of its own, but no map key
+                    pairs += [F.lit(w).cast(dtype), F.lit(v[i])]
+            looked = F.create_map(*pairs)[_col(wcol)] if pairs else F.lit(None).cast("int")
+            if None in entries:
+                looked = F.when(_col(wcol).isNull(), F.lit(entries[None][i])).otherwise(looked)
+            cols.append(looked)
+        return df, cols[0], cols[1]
+    schema = StructType([StructField("__pw", dtype), StructField("__pfirst", IntegerType()),
+                         StructField("__pn", IntegerType())])
+    table = df.sparkSession.createDataFrame([(w, v[0], v[1]) for w, v in entries.items()], schema)
+    joined = df.join(F.broadcast(table), _col(wcol).eqNullSafe(F.col("__pw")), "left").drop("__pw")
+    return joined, F.col("__pfirst"), F.col("__pn")
+
+
+def _key_hash(pipeline: Pipeline, df: DataFrame) -> Column:
+    """Spark's hash of the key column, every NaN as one (the kernel's one NaN key)."""
+    key = pipeline.window.key
+    if key is None:
+        return F.lit(0)
+    col = _col(key)
+    if df.schema[key].dataType.typeName() in ("float", "double"):
+        col = F.when(F.isnan(col), F.lit(float("nan")).cast(df.schema[key].dataType)).otherwise(col)
+    return F.hash(col)
+
+
+def _with_task(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> DataFrame:
+    """``df`` with :data:`_TASK`: the task of each row's worker and key under ``plan``."""
+    df, first, n = _placement_columns(df, pipeline, plan)
+    task = first if not plan.spread else first + F.pmod(_key_hash(pipeline, df), n)
+    return df.withColumn(_TASK, task).drop("__pfirst", "__pn")
+
+
+def _spread_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> DataFrame | None:
+    """The spread workers' commits, one row per (worker, batch) with the watermark
+    candidate and the greatest and smallest arrival, sent to each of the worker's tasks
+    (``__tl_owner``: the first, which writes the worker's state row). Summed up by Spark
+    in the kernel's job: never collected."""
+    if not plan.spread:
+        return None
+    wcol = pipeline.source.worker
+    accepted = norm.where(F.col(REJECT_REASON).isNull())
+    spread_only = placement.TaskPlan(plan.tasks, {}, plan.spread)
+    accepted, first, n = _placement_columns(accepted, pipeline, spread_only)
+    accepted = accepted.withColumn("__pfirst", first).withColumn("__pn", n).where(F.col("__pn").isNotNull())
+    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME \
+        else F.max("__evt")
+    group = [*([_col(wcol)] if wcol else []), F.col("__batch"), F.col("__pfirst"), F.col("__pn")]
+    summary = accepted.groupBy(*group).agg(cand.alias(chunks.TL_CAND), F.max("__arr").alias(chunks.TL_MAX),
+                                           F.min("__arr").alias(chunks.TL_MIN))
+    bucket = F.explode(F.sequence(F.lit(0), F.col("__pn") - 1)).alias("__bucket")
+    rows = summary.select("*", bucket)
+    return rows.select(
+        *([_col(wcol)] if wcol else []),
+        F.lit(chunks.TIMELINE_KIND).cast("byte").alias("__kind"),
+        F.col("__batch").alias(chunks.TL_BATCH), F.col(chunks.TL_CAND), F.col(chunks.TL_MAX), F.col(chunks.TL_MIN),
+        (F.col("__bucket") == 0).alias(chunks.TL_OWNER),
+        (F.col("__pfirst") + F.col("__bucket")).alias(_TASK),
+    )
 
 
 # --------------------------------------------------------------------------- phase 1
@@ -637,14 +748,10 @@ def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
 
 
 #: ``spark.rewindow.commits``: where the workers' commits are summed up: ``auto``
-#: (default), ``tasks`` (kernel tasks holding whole workers) or ``driver`` (one Spark
-#: aggregation per (worker, batch), collected).
+#: (default: :func:`windowing.placement.plan_tasks`), ``tasks`` (every worker whole in a
+#: task) or ``driver`` (one Spark aggregation per (worker, batch), collected to the driver
+#: and shipped to every task: the earlier design, kept to compare).
 COMMITS_CONF = "spark.rewindow.commits"
-#: A kernel task holds at most this many events of whole workers (~600 bytes an event
-#: in its Python worker) when it builds the workers' timelines itself.
-TASK_WORKER_EVENTS = 3_000_000
-#: Workers placed one per task by a literal map (Spark looks a key up in it by a scan).
-MAX_WORKER_TASKS = 64
 
 
 def _commits_mode(spark: SparkSession) -> str:
@@ -653,75 +760,6 @@ def _commits_mode(spark: SparkSession) -> str:
     if mode not in ("auto", "tasks", "driver"):
         raise ConfigError(f"{COMMITS_CONF}: {mode!r} is not one of auto, tasks, driver")
     return mode
-
-
-def _worker_tasks(spark: SparkSession, worker_events: dict[Any, int]) -> dict[Any, int]:
-    """The kernel task of each worker, when tasks should hold whole workers; else {}.
-
-    With whole workers in a task, the task builds their timelines from its own events
-    (:func:`windowing.kernel.commit_summary`), which spares the per-(worker, batch)
-    aggregation and its collection (measured at 10 M events in 1.4 M (worker, batch)
-    pairs: ~3 s of ~4 s of that phase). It pays when there are at least as many workers
-    as task slots and each fits one task (:data:`TASK_WORKER_EVENTS`); each worker then
-    gets a task of its own (at most :data:`MAX_WORKER_TASKS` workers). The output is the
-    same either way (tests/windowing/test_determinism.py runs both).
-    """
-    mode = _commits_mode(spark)
-    if mode == "driver" or not worker_events:
-        return {}
-    if mode == "auto":
-        slots = _task_slots(spark)
-        if slots is None or not max(2, slots) <= len(worker_events) <= MAX_WORKER_TASKS \
-                or max(worker_events.values()) > TASK_WORKER_EVENTS:
-            return {}
-    return {w: i for i, w in enumerate(sorted(worker_events, key=repr))}
-
-
-def _task_of_worker(df: DataFrame, wcol: str | None, tasks: Mapping[Any, int]) -> Column:
-    """A column whose hash partitioning puts each worker in its task (``tasks``): a
-    literal map from the worker to an int whose Spark hash lands in that partition."""
-    n = len(set(tasks.values()))
-    if wcol is None:
-        return F.lit(_salt(0, n))
-    dtype = df.schema[wcol].dataType
-    placeable = ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp")
-    if n > MAX_WORKER_TASKS or dtype.typeName() not in placeable:
-        return _col(wcol)  # other worker types: Spark's own hash of the value
-    pairs: list[Column] = []
-    for w, t in tasks.items():
-        if w is not None:  # a null worker is a worker of its own, but no map key
-            pairs += [F.lit(w).cast(dtype), F.lit(_salt(t, n))]
-    task = F.create_map(*pairs)[_col(wcol)] if pairs else F.lit(None).cast("int")
-    if None in tasks:
-        task = F.when(_col(wcol).isNull(), F.lit(_salt(tasks[None], n))).otherwise(task)
-    return task
-
-
-def _salt(target: int, n: int) -> int:
-    """The smallest int whose Spark hash (Murmur3, seed 42, as ``repartition`` uses)
-    falls in partition ``target`` of ``n``."""
-    v = 0
-    while _spark_hash_int(v) % n != target:
-        v += 1
-    return v
-
-
-def _spark_hash_int(v: int, seed: int = 42) -> int:
-    """Spark's ``hash()`` of an int column (``Murmur3_x86_32.hashInt``)."""
-    m = 0xFFFFFFFF
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & m
-
-    k1 = rotl((v & m) * 0xCC9E2D51 & m, 15) * 0x1B873593 & m
-    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & m
-    h1 ^= 4
-    h1 ^= h1 >> 16
-    h1 = h1 * 0x85EBCA6B & m
-    h1 ^= h1 >> 13
-    h1 = h1 * 0xC2B2AE35 & m
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
 # --------------------------------------------------------------------------- phase 3
@@ -798,11 +836,15 @@ def task_table(batches: Iterable[pa.RecordBatch], names: Mapping[str, str]) -> p
 class KernelTask:
     """What each Spark task runs over its partition: the kernel, then its outputs as
     ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
-    :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too)."""
+    :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too).
+
+    A partition of more than ``chunk_events`` rows is replayed a bounded piece at a time
+    (:mod:`windowing.chunks`): same rows, memory bounded by the setting."""
 
     def __init__(self, spec: K.Spec, timelines: Mapping[Any, K.Timeline], flush: bool, names: Mapping[str, str] | None,
                  schemas: Mapping[str, pa.Schema], lateness_share: int = 0,
-                 carried: Mapping[Any, dict[str, Any]] | None = None) -> None:
+                 carried: Mapping[Any, dict[str, Any]] | None = None,
+                 chunk_events: int | None = None) -> None:
         self.spec, self.timelines, self.flush = spec, timelines, flush
         #: The carried worker rows, when each task holds whole workers and builds their
         #: timelines itself (None: ``timelines`` has every worker's).
@@ -810,48 +852,117 @@ class KernelTask:
         self.lateness_share = lateness_share
         self.names = names or {}
         self.schemas = schemas
+        self.chunk_events = chunk_events or placement.EVENTS_PER_CHUNK
         self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = task_table(batches, self.names)
-        if table is None:
-            return
+        source = chunks.TaskInput(batches, self.names, self.spec, self.chunk_events,
+                                  summarise=self.carried is not None)
+        try:
+            if source.table is not None:
+                yield from self._in_one_go(source)
+            elif source.spilled:
+                yield from self._in_pieces(source)
+            elif source.timeline_rows and self.carried is not None:
+                # Only a spread worker's timeline came (none of its keys hashed here): the
+                # worker's state row is still this task's to write, if it is the first.
+                _, workers = self._task_timelines(source, {})
+                if workers is not None:
+                    side = _SideBlobs()
+                    side.add("workers", workers)
+                    yield side.batch(self.schema)
+        finally:
+            source.close()
+
+    def _task_timelines(self, source: chunks.TaskInput,
+                        own: Mapping[Any, tuple[np.ndarray, ...]]) -> tuple[dict[Any, K.Timeline], bytes | None]:
+        """The timelines of the task's workers, with the given ones: whole workers' from
+        their commits in the task's own events (``own``), spread workers' from the timeline
+        rows; and the state rows of the workers this task writes, as a blob (None: none)."""
+        assert self.carried is not None
+        spread, owned = source.timeline_commits(self.spec)
+        commits = {**{w: c for w, c in own.items() if w not in spread}, **spread}
+        timelines, rows = K.worker_timelines(self.spec.pipeline, commits,
+                                             {w: s for w, s in self.carried.items() if w in commits})
+        wcol = self.spec.worker_col
+        rows = [r for r in rows if (w := K.hashable(r[wcol] if wcol else 0)) not in spread or w in owned]
+        blob = _blob(pa.Table.from_pylist(rows, schema=self.schemas["state"])) if rows else None
+        return {**self.timelines, **timelines}, blob
+
+    def _in_one_go(self, source: chunks.TaskInput) -> Iterator[pa.RecordBatch]:
+        table = cast(pa.Table, source.table)
+        source.table = None
         timelines: Mapping[Any, K.Timeline] = self.timelines
-        names: list[str] = []
-        blobs: list[bytes] = []
+        side = _SideBlobs()
         if self.carried is not None:
             table = K.with_event_columns(table, self.spec)
-            commits = K.commit_summary(table, self.spec)
-            own, rows = K.worker_timelines(self.spec.pipeline, commits,
-                                           {w: s for w, s in self.carried.items() if w in commits})
-            timelines = {**timelines, **own}
-            if rows:
-                names.append("workers")
-                blobs.append(_blob(pa.Table.from_pylist(rows, schema=self.schemas["state"])))
+            timelines, workers = self._task_timelines(source, K.commit_summary(table, self.spec))
+            if workers is not None:
+                side.add("workers", workers)
         out = K.process(table, self.spec, timelines, self.flush)
+        del table
+        self._add_outputs(side, out, with_state=True)
+        side.add("counters", _blob(_counters_table(out.counters_by_worker, side.rows)))
+        yield side.batch(self.schema)
+
+    def _in_pieces(self, source: chunks.TaskInput) -> Iterator[pa.RecordBatch]:
+        """The spilled task: each piece's outputs handed back as soon as it is replayed."""
+        timelines: Mapping[Any, K.Timeline] = self.timelines
+        side = _SideBlobs()
+        if self.carried is not None:
+            timelines, workers = self._task_timelines(source, source.commits)
+            if workers is not None:
+                side.add("workers", workers)
+        counters: list[dict[str, dict[str, int]]] = []
+        seen: set[Any] = set()
+        for out, last, keys in chunks.replay_in_pieces(source, self.spec, timelines, self.flush):
+            self._add_outputs(side, out, with_state=last)
+            counters.append(out.counters_by_worker)
+            seen |= keys
+            yield side.batch(self.schema)
+            side = _SideBlobs(side.rows)
+        side.add("counters", _blob(_counters_table(chunks.merged_counters(counters, seen, self.spec), side.rows)))
+        yield side.batch(self.schema)
+
+    def _add_outputs(self, side: _SideBlobs, out: K.KernelOutput, with_state: bool) -> None:
         if out.late.num_rows:  # the late events' lateness alone, for percentiles in the driver
-            names.append(LATENESS_COLLECTED if out.late.num_rows <= self.lateness_share else LATENESS_HELD)
-            blobs.append(_blob(out.late.select(["lateness_ms"])))
-        for name, attr in (("aggregates", "aggregates"), ("late_events", "late"), ("state", "state")):
-            result = getattr(out, attr).cast(self.schemas[name])
+            side.add(LATENESS_COLLECTED if out.late.num_rows <= self.lateness_share else LATENESS_HELD,
+                     _blob(out.late.select(["lateness_ms"])))
+        outputs = [("aggregates", out.aggregates), ("late_events", out.late)]
+        if with_state:
+            outputs.append(("state", out.state))
+        for name, table in outputs:
+            result = table.cast(self.schemas[name])
+            side.rows[name] = side.rows.get(name, 0) + result.num_rows
             for start in range(0, result.num_rows, BLOB_ROWS):
-                names.append(name)
-                blobs.append(_blob(result.slice(start, BLOB_ROWS)))
-        names.append("counters")
-        blobs.append(_blob(_counters_table(out)))
-        yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
-                                         schema=self.schema)
+                side.add(name, _blob(result.slice(start, BLOB_ROWS)))
 
 
-def _counters_table(out: K.KernelOutput) -> pa.Table:
+class _SideBlobs:
+    """A task's ``(SIDE_OUTPUT, SIDE_DATA)`` rows under way, and its output row counts."""
+
+    def __init__(self, rows: dict[str, int] | None = None) -> None:
+        self.names: list[str] = []
+        self.blobs: list[bytes] = []
+        self.rows: dict[str, int] = rows if rows is not None else {}
+
+    def add(self, name: str, blob: bytes) -> None:
+        self.names.append(name)
+        self.blobs.append(blob)
+
+    def batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([pa.array(self.names, pa.string()), pa.array(self.blobs, pa.binary())],
+                                          schema=schema)
+
+
+def _counters_table(by_worker: Mapping[str, Mapping[str, int]], rows: Mapping[str, int]) -> pa.Table:
     """A task's counters as rows (worker, name, value): the kernel's per worker label
     (windowing.metrics.COUNTERS, zeros left out) and the task's output row counts
     (``rows_<output>``, worker null)."""
-    rows: list[tuple[str | None, str, int]] = [(worker, name, v) for worker, counters in out.counters_by_worker.items()
-            for name, v in counters.items() if v]
-    rows += [(None, f"rows_{name}", table.num_rows)
-             for name, table in (("aggregates", out.aggregates), ("late_events", out.late), ("state", out.state))]
-    worker, name, value = zip(*rows)
+    out: list[tuple[str | None, str, int]] = [(worker, name, v) for worker, counters in by_worker.items()
+                                              for name, v in counters.items() if v]
+    out += [(None, f"rows_{name}", rows.get(name, 0)) for name in ("aggregates", "late_events", "state")]
+    worker, name, value = zip(*out)
     return pa.table({"worker": pa.array(worker, pa.string()), "name": pa.array(name, pa.string()),
                      "value": pa.array(value, pa.int64())})
 

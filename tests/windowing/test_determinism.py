@@ -201,6 +201,13 @@ VARIANTS = {
     # The baseline's 4 workers on 2 slots: kernel tasks hold whole workers and build their
     # timelines; here the driver builds them from one Spark aggregation per (worker, batch).
     "commits summed by the driver": ("history", {"spark.rewindow.commits": "driver"}),
+    # Scale-out (windowing.placement, windowing.chunks): 300 events a task spreads each
+    # worker's keys over many tasks, its timeline sent to them as rows; 200 events a chunk
+    # makes every task spill its rows and replay them in pieces of whole batches.
+    "keys spread over many tasks": ("7 files", {"spark.rewindow.eventsPerTask": "300"}),
+    "tasks in bounded pieces": ("history", {"spark.rewindow.eventsPerChunk": "200"}),
+    "spread and in pieces": ("1 file", {"spark.rewindow.eventsPerTask": "300",
+                                        "spark.rewindow.eventsPerChunk": "100"}),
 }
 
 
@@ -258,7 +265,8 @@ def test_baseline_exercises_every_output(run, history, name):
 def test_row_order_files_and_partitions_do_not_matter(spark, run, name, variant):
     """(a) rows shuffled into 1 or 7 files, (b) 1, 3 or 8 shuffle partitions, and the
     workers' commits summed up in the kernel tasks or in the driver."""
-    settings = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", "spark.rewindow.commits")
+    settings = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", "spark.rewindow.commits",
+                "spark.rewindow.eventsPerTask", "spark.rewindow.eventsPerChunk")
     before = [spark.conf.get(k, None) for k in settings]
     _assert_outputs_equal(name, run(name, variant), run(name, "baseline"))
     assert [spark.conf.get(k, None) for k in settings] == before  # restored for the tests that follow

@@ -14,14 +14,14 @@ import pytest
 
 from windowing import parse_pipeline, replay
 from windowing.config import ConfigError
+from windowing import placement
 from windowing.engine import (
     COMMITS_CONF,
     ROWS_PER_FILE,
-    TASK_WORKER_EVENTS,
+    _commits_mode,
+    _int_conf,
     _kernel_job_conf,
-    _spark_hash_int,
-    _task_of_worker,
-    _worker_tasks,
+    _with_task,
     _write_tasks,
 )
 from windowing.io import read_events
@@ -120,41 +120,85 @@ def test_lateness_percentiles_are_exact_whichever_way_the_values_come_back(spark
 
 
 def test_the_salted_hash_is_sparks(spark):
-    """Placing each worker in its own kernel task relies on computing Spark's hash()."""
+    """Placing rows in the kernel task planned for them relies on computing Spark's hash()."""
+    import numpy as np
     from pyspark.sql import functions as F
 
     values = [0, 1, 7, 42, 1000, 2**31 - 1, -1, -(2**31), 123456789]
     got = spark.createDataFrame([(v,) for v in values], "v int").select("v", F.hash("v").alias("h")).collect()
-    assert {r["v"]: r["h"] for r in got} == {v: _spark_hash_int(v) for v in values}
+    assert {r["v"]: r["h"] for r in got} == dict(zip(values, placement.spark_hash_ints(np.array(values)).tolist()))
+    n = 37
+    salts = placement.salts(n)
+    landed = spark.createDataFrame([(s,) for s in salts], "s int").repartition(n, "s") \
+        .select("s", F.spark_partition_id().alias("p")).collect()
+    assert {r["s"]: r["p"] for r in landed} == {s: p for p, s in enumerate(salts)}
 
 
-def test_each_worker_lands_in_the_task_it_was_given(spark):
+@pytest.mark.parametrize("many", [False, True], ids=["literal map", "broadcast join"])
+def test_each_worker_lands_in_the_task_it_was_given(spark, many, monkeypatch):
+    """Whole workers in the task the plan gives them (a null worker is a worker too), a
+    spread worker's keys over its own tasks, each key in one: by a literal map of a few
+    workers, by a broadcast join of many."""
     from pyspark.sql import functions as F
 
-    df = spark.createDataFrame([(f"w{i % 6}" if i % 7 else None, i) for i in range(600)], "partition string, n int")
-    tasks = {**{f"w{i}": i % 3 for i in range(6)}, None: 1}  # a null worker is a worker too
-    placed = (df.repartition(3, _task_of_worker(df, "partition", tasks))
-              .select("partition", F.spark_partition_id().alias("p")).distinct().collect())
-    assert {r["partition"]: r["p"] for r in placed} == tasks
+    from windowing.engine import kernel_input
+
+    if many:
+        monkeypatch.setattr("windowing.engine.MAX_WORKER_MAP", 2)
+    df = spark.createDataFrame([(f"w{i % 6}" if i % 7 else None, f"k{i % 50}", i) for i in range(600)],
+                               "partition string, user_id string, n int")
+    plan = placement.TaskPlan(6, {**{f"w{i}": i % 3 for i in range(5)}, None: 1}, {"w5": (3, 3)})
+    placed, _, nparts = kernel_input(spark, PIPELINE, df, plan=plan)
+    assert nparts == 6
+    rows = placed.select("partition", "user_id", F.spark_partition_id().alias("p")).distinct().collect()
+    whole = {r["partition"]: r["p"] for r in rows if r["partition"] != "w5"}
+    assert whole == plan.whole
+    spread = {}
+    for r in rows:
+        if r["partition"] == "w5":
+            spread.setdefault(r["user_id"], set()).add(r["p"])
+    assert all(len(p) == 1 for p in spread.values())  # a key in one task
+    assert set().union(*spread.values()) == {3, 4, 5}  # the worker's keys over its three tasks
+    assert "__task" not in placed.columns and _with_task(df, PIPELINE, plan).count() == 600
 
 
-def test_when_tasks_hold_whole_workers(spark):
-    before = spark.conf.get(COMMITS_CONF, None)
+def test_task_plans_from_the_data():
+    plan = placement.plan_tasks
+    # The bench's shape: 8 workers of 1.25 M events, 1 M a task: each worker whole in a task.
+    assert plan({i: 1_250_000 for i in range(8)}, True, 1_000_000, 2) == \
+        placement.TaskPlan(8, {i: i for i in range(8)}, {})
+    # One keyed worker of 10 M: spread over 10 tasks by key; unkeyed it stays whole (one key).
+    assert plan({"a": 10_000_000}, True, 1_000_000, 2) == placement.TaskPlan(10, {}, {"a": (0, 10)})
+    assert plan({"a": 10_000_000}, False, 1_000_000, 2) == placement.TaskPlan(1, {"a": 0}, {})
+    # A small keyed worker still fills the slots.
+    assert plan({"a": 1000}, True, 1_000_000, 2) == placement.TaskPlan(2, {}, {"a": (0, 2)})
+    # 1,000 small workers: packed whole into as many tasks as their events need, evenly.
+    many = plan({i: 4000 - i % 3 for i in range(1000)}, True, 1_000_000, 2)
+    assert many.tasks == 4 and not many.spread and len(many.whole) == 1000
+    loads = [sum(4000 - w % 3 for w, t in many.whole.items() if t == task) for task in range(4)]
+    assert max(loads) - min(loads) <= 4000
+    # Ten times the history, ten times the tasks.
+    assert plan({i: 12_500_000 for i in range(8)}, True, 1_000_000, 2).tasks == 104
+    # spark.rewindow.commits=tasks: every worker whole.
+    assert plan({"a": 10_000_000}, True, 1_000_000, 2, force_whole=True) == placement.TaskPlan(1, {"a": 0}, {})
+
+
+def test_the_scale_settings_are_checked(spark):
+    before = {k: spark.conf.get(k, None) for k in (COMMITS_CONF, placement.EVENTS_PER_TASK_CONF)}
     try:
-        spark.conf.unset(COMMITS_CONF)  # auto: the test session has 2 slots
-        assert _worker_tasks(spark, {"a": 10}) == {}  # one worker: one task would do all the work
-        assert _worker_tasks(spark, {"a": 10, "b": 30, "c": 25}) == {"a": 0, "b": 1, "c": 2}  # a task each
-        assert _worker_tasks(spark, {i: 1 for i in range(65)}) == {}  # too many for a literal map
-        assert _worker_tasks(spark, {"a": 10, "b": TASK_WORKER_EVENTS + 1}) == {}  # too big for a task
-        spark.conf.set(COMMITS_CONF, "driver")
-        assert _worker_tasks(spark, {"a": 10, "b": 30, "c": 25}) == {}
-        spark.conf.set(COMMITS_CONF, "tasks")
-        assert len(set(_worker_tasks(spark, {"a": 10}).values())) == 1
         spark.conf.set(COMMITS_CONF, "sometimes")
         with pytest.raises(ConfigError, match="spark.rewindow.commits"):
-            _worker_tasks(spark, {"a": 10})
+            _commits_mode(spark)
+        spark.conf.set(placement.EVENTS_PER_TASK_CONF, "lots")
+        with pytest.raises(ConfigError, match="spark.rewindow.eventsPerTask: 'lots'"):
+            _int_conf(spark, placement.EVENTS_PER_TASK_CONF, 1)
+        spark.conf.set(placement.EVENTS_PER_TASK_CONF, "2_000_000")
+        assert _int_conf(spark, placement.EVENTS_PER_TASK_CONF, 1) == 2_000_000
     finally:
-        if before is None:
-            spark.conf.unset(COMMITS_CONF)
-        else:
-            spark.conf.set(COMMITS_CONF, before)
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+

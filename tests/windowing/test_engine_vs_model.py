@@ -4,6 +4,7 @@ replayed in one go and in pieces with the state written to Parquet and read back
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -42,6 +43,42 @@ def test_engine_matches_model(spark, pipeline, rows, flush, seed):
     assert metrics["late_event_windows"] == len(ref.late_events)  # (event, window) pairs
     assert metrics["late_events"] == late_events_in(ref.late_events)  # distinct events
     assert metrics["rejected_rows"] == len(ref.rejected)
+
+
+@contextmanager
+def _settings(spark, conf):
+    before = {k: spark.conf.get(k, None) for k in conf}
+    try:
+        for k, v in conf.items():
+            spark.conf.set(k, v)
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+@cases(15)
+@given(pipelines(), histories(), st.booleans(), st.sampled_from([1, 4, 25]), st.sampled_from([1, 3, 10**6]),
+       st.sampled_from(["auto", "tasks"]))
+def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task, per_chunk, commits):
+    """The kernel stage sized from the data (``spark.rewindow.eventsPerTask``: a worker's
+    keys spread over many tasks, its timeline sent to them as rows) and each task replayed
+    in bounded pieces (``spark.rewindow.eventsPerChunk``): the model's rows and counts."""
+    rows, columns = _input(pipeline, rows)
+    ref = reference_replay(pipeline, rows, flush_at_end=flush)
+    conf = {"spark.rewindow.eventsPerTask": str(per_task), "spark.rewindow.eventsPerChunk": str(per_chunk),
+            "spark.rewindow.commits": commits}
+    with _settings(spark, conf):
+        aggs, late, rejected, _, metrics = run_engine(spark, pipeline, rows, flush_at_end=flush,
+                                                      columns=columns if not rows else None)
+    assert canon(late) == canon(ref.late_events)
+    assert canon(aggs) == canon(ref.aggregates)
+    assert canon(rejected) == canon(ref.rejected)
+    assert metrics["late_events"] == late_events_in(ref.late_events)
+    assert metrics["windows_emitted"] + metrics["snapshots_emitted"] == len(ref.aggregates)
 
 
 @cases(10)

@@ -173,14 +173,14 @@ def test_bridging_session_merges_in_pieces(case, cuts, flush):
     _pieces_match_one_go(*case, cuts, flush)
 
 
-def _pieces_match_one_go(pipeline, rows, cuts, flush, amount=None):
+def _pieces_match_one_go(pipeline, rows, cuts, flush, amount=None, chunk_events=None):
     decimals = _decimals(amount)
     ref = reference_replay(pipeline, rows, flush_at_end=flush, decimals=decimals)
     pieces = split_points(pipeline, rows, cuts)
     state, aggs, late = None, [], []
     for i, piece in enumerate(pieces):
         a, lt, _, state = local_replay(pipeline, piece, state, flush_at_end=flush and i == len(pieces) - 1,
-                                       decimals=decimals)
+                                       decimals=decimals, chunk_events=chunk_events)
         aggs += a
         late += lt
     assert canon(late) == canon(ref.late_events)
@@ -203,3 +203,35 @@ def test_session_state_keeps_where_first_and_last_arrived():
     state.rows = state.rows.drop_columns([c for c in cols if c.endswith(("_batch", "_seq"))])
     aggs, *_ = local_replay(BRIDGE_PIPELINE, rows[3:], state, flush_at_end=True)
     assert [(r["first_name"], r["last_name"], r["count"]) for r in aggs] == [("id26", "id15", 4)]
+
+
+@CASES
+@example(pipeline=BRIDGE_PIPELINE, case=(None, bridge_rows()), chunk=1, by_worker=True, flush=True)
+@given(pipelines(), typed_histories(), st.sampled_from([1, 2, 3, 7]), st.booleans(), st.booleans())
+def test_tasks_replayed_in_bounded_pieces_match_model(pipeline, case, chunk, by_worker, flush):
+    """A kernel task of more rows than its bound (``spark.rewindow.eventsPerChunk``; here 1
+    to 7 events) spills them and replays pieces of whole batches, carrying the state from
+    piece to piece (windowing.chunks): the same rows as the model, and the same counters as
+    the task replayed in one go (keys seen once, keys held and open windows at the end)."""
+    amount, rows = case
+    decimals = _decimals(amount)
+    ref = reference_replay(pipeline, rows, flush_at_end=flush, decimals=decimals)
+    aggs, late, _, chunked = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals,
+                                          by_worker=by_worker, chunk_events=chunk)
+    assert canon(late) == canon(ref.late_events)
+    assert canon(aggs) == canon(ref.aggregates)
+    *_, whole = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals, by_worker=by_worker,
+                             chunk_events=10**9)
+    assert chunked.counters == whole.counters
+    assert canon(chunked.rows.to_pylist()) == canon(whole.rows.to_pylist())
+
+
+@cases(200)
+@given(pipelines(), typed_histories(nulls=False), st.lists(st.floats(0, 1), min_size=1, max_size=2), st.booleans(),
+       st.sampled_from([1, 2, 5]))
+def test_bounded_pieces_inside_partitions_carried_across_partitions(pipeline, case, cuts, flush, chunk):
+    """Partitions replayed one after another from the state each leaves, each of their
+    tasks in bounded pieces: still the model's rows (the state a task's last piece leaves is
+    the partition's)."""
+    amount, rows = case
+    _pieces_match_one_go(pipeline, rows, cuts, flush, amount, chunk_events=chunk)

@@ -1,0 +1,226 @@
+"""A kernel task's rows, held in memory while they fit, else spilled to a local file and
+replayed a bounded piece at a time.
+
+Spark hands a task its partition as a stream of Arrow batches. Up to ``limit`` rows
+(``spark.rewindow.eventsPerChunk``) they are kept and replayed in one kernel call, as
+before. Past it, every batch is written, with the columns the kernel derives
+(:func:`windowing.kernel.with_event_columns`), to an Arrow IPC file in the executor's
+local folder (``SPARK_LOCAL_DIRS``, where Spark spills its own shuffle files), while the
+events per batch are counted and, when the task builds its workers' timelines, their
+commits summed up batch by batch. The task's batches are then cut into pieces of at most
+``limit`` events (a batch is never split), and each piece is replayed from the state the
+one before left (:mod:`windowing.kernel.pieces`): a replay in pieces equals a replay in
+one go, so the rows are the same, and the task holds one piece's rows, its keys' state and
+its workers' timelines (a few numbers per batch) at a time, whatever the size of a key.
+
+Failure: the spill folder is removed when the task ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from windowing import kernel as K
+from windowing import metrics
+from windowing.config import WatermarkStrategy
+from windowing.kernel import pieces
+
+#: ``__kind`` of a timeline row: one (worker, batch) commit of a worker spread over several
+#: tasks, summed up by Spark (``engine._spread_timeline_rows``), in these columns;
+#: ``TL_OWNER`` marks the copy of the task that writes the worker's state row.
+TIMELINE_KIND = 9
+TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER = "__tl_batch", "__tl_cand", "__tl_max", "__tl_min", "__tl_owner"
+TL_COLUMNS = (TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER)
+
+
+def spill_folder() -> str:
+    """A new folder for a task's spilled rows: under the executor's first local folder
+    (``SPARK_LOCAL_DIRS``, which Spark sets for its Python workers), else the system's
+    temporary folder."""
+    local = (os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0].strip()
+    return tempfile.mkdtemp(prefix="rewindow-task-", dir=local if local and os.path.isdir(local) else None)
+
+
+class TaskInput:
+    """A task's rows (columns under their real names, see ``engine.kernel_input``).
+
+    ``table`` holds them when there are at most ``limit``; else ``table`` is None and the
+    rows are in a local Arrow file, read back a piece at a time (:meth:`piece`), with
+    ``batches``/``counts`` (the events per batch, batches sorted) and, with
+    ``summarise``, ``commits`` (each worker's commits, as
+    :func:`windowing.kernel.commit_summary` gives them for the whole task).
+    """
+
+    def __init__(self, batches: Iterable[pa.RecordBatch], names: Mapping[str, str], spec: K.Spec, limit: int,
+                 summarise: bool = False) -> None:
+        self.spec, self.names, self.limit, self.summarise = spec, names, limit, summarise
+        self.table: pa.Table | None = None
+        self.rows = 0
+        self.folder: str | None = None
+        self.path = ""
+        self.commits: dict[Any, tuple[np.ndarray, ...]] = {}
+        self.batches = np.zeros(0, np.int64)
+        self.counts = np.zeros(0, np.int64)
+        #: Timeline rows (:data:`TIMELINE_KIND`), taken out of the rows as they come.
+        self.timeline_rows: list[pa.Table] = []
+        held: list[pa.RecordBatch] = []
+        writer: pa.ipc.RecordBatchFileWriter | None = None
+        summaries: list[Mapping[Any, tuple[np.ndarray, ...]]] = []
+        counted: list[tuple[np.ndarray, np.ndarray]] = []
+        try:
+            for batch in self._without_timelines(batches):
+                self.rows += batch.num_rows
+                if writer is None:
+                    held.append(batch)
+                    if self.rows <= limit:
+                        continue
+                    self.folder = spill_folder()
+                    self.path = os.path.join(self.folder, "rows.arrow")
+                    pending, held = held, []
+                else:
+                    pending = [batch]
+                for b in pending:
+                    table = K.with_event_columns(self._named(pa.Table.from_batches([b])), spec)
+                    if writer is None:
+                        writer = pa.ipc.new_file(self.path, table.schema)
+                        self._schema = table.schema
+                    writer.write_table(table.cast(self._schema))
+                    counted.append(pieces.batch_counts(table))
+                    if summarise:
+                        summaries.append(K.commit_summary(table, spec))
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            self.close()
+            raise
+        if writer is None:
+            if held:
+                self.table = self._named(pa.Table.from_batches(held))
+            return
+        writer.close()
+        values = np.concatenate([v for v, _ in counted]) if counted else np.zeros(0, np.int64)
+        counts = np.concatenate([c for _, c in counted]) if counted else np.zeros(0, np.int64)
+        self.batches, inverse = np.unique(values, return_inverse=True)
+        self.counts = np.bincount(inverse.reshape(-1), weights=counts, minlength=len(self.batches)).astype(np.int64)
+        if summarise:
+            minimum = spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME
+            self.commits = pieces.merged_commits(summaries, minimum)
+
+    def _without_timelines(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The non-empty batches, timeline rows taken out (to :attr:`timeline_rows`) and
+        their columns dropped."""
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            names = batch.schema.names
+            if TL_BATCH not in names:
+                yield batch
+                continue
+            timeline = pc.equal(batch.column(names.index("__kind")), TIMELINE_KIND)
+            timeline = pc.fill_null(timeline, False)
+            if pc.any(timeline).as_py():
+                self.timeline_rows.append(pa.Table.from_batches([batch.filter(timeline)]))
+                batch = batch.filter(pc.invert(timeline))
+            batch = batch.drop_columns([c for c in TL_COLUMNS if c in names])
+            if batch.num_rows:
+                yield batch
+
+    def timeline_commits(self, spec: K.Spec) -> tuple[dict[Any, tuple[np.ndarray, ...]], set[Any]]:
+        """The spread workers' commits from the timeline rows (as
+        :func:`windowing.kernel.commit_summary` gives them), and the workers whose state
+        row this task writes."""
+        if not self.timeline_rows:
+            return {}, set()
+        rows = self._named(pa.concat_tables(self.timeline_rows))
+        wcol = spec.worker_col
+        workers = [K.hashable(v) for v in rows[wcol].to_pylist()] if wcol else [0] * rows.num_rows
+        owner = rows[TL_OWNER].to_pylist()
+        cols = [rows[c].to_numpy().astype(np.int64) for c in (TL_BATCH, TL_CAND, TL_MAX, TL_MIN)]
+        by_worker: dict[Any, list[int]] = {}
+        for i, w in enumerate(workers):
+            by_worker.setdefault(w, []).append(i)
+        commits: dict[Any, tuple[np.ndarray, ...]] = {}
+        for w, idx in by_worker.items():
+            sel = np.array(idx, dtype=np.int64)
+            sel = sel[np.argsort(cols[0][sel], kind="stable")]
+            commits[w] = tuple(c[sel] for c in cols)
+        return commits, {w for w, o in zip(workers, owner) if o}
+
+    def _named(self, table: pa.Table) -> pa.Table:
+        return table.rename_columns([self.names.get(n, n) for n in table.column_names]) if self.names else table
+
+    @property
+    def spilled(self) -> bool:
+        return self.table is None and self.folder is not None
+
+    def ranges(self) -> list[tuple[int | None, int | None]]:
+        """The pieces' batch ranges ``[lo, hi)`` (None: unbounded), in order."""
+        starts = pieces.cuts(self.batches, self.counts, self.limit)
+        return list(zip([None, *starts], [*starts, None]))
+
+    def piece(self, lo: int | None, hi: int | None, first: bool) -> pa.Table:
+        """The spilled events of batches in ``[lo, hi)``, and the carried state rows with the
+        ``first`` piece."""
+        with pa.memory_map(self.path) as source:
+            reader = pa.ipc.open_file(source)
+            parts = []
+            for i in range(reader.num_record_batches):
+                rb = reader.get_batch(i)
+                kind = rb.column("__kind")
+                batch = pc.fill_null(rb.column("__batch"), 0)  # null on state rows
+                keep = pc.equal(kind, K.EVENT)
+                if lo is not None:
+                    keep = pc.and_(keep, pc.greater_equal(batch, lo))
+                if hi is not None:
+                    keep = pc.and_(keep, pc.less(batch, hi))
+                if first:
+                    keep = pc.or_kleene(keep, pc.not_equal(kind, K.EVENT))
+                part = rb.filter(keep)
+                if part.num_rows:
+                    parts.append(part)
+            # Copied out of the mapped file, which closes with this block.
+            return pa.Table.from_batches(parts, schema=reader.schema).combine_chunks()
+
+    def close(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+def replay_in_pieces(source: TaskInput, spec: K.Spec, timelines: Mapping[Any, K.Timeline],
+                     flush_at_end: bool) -> Iterator[tuple[K.KernelOutput, bool, set[Any]]]:
+    """Replay a spilled task's pieces in order; yields each piece's output, whether it is
+    the last, and the (worker, key) pairs it saw events of. A piece's ``state`` is carried
+    into the next one (only the last piece's is the task's). Its counters are the piece's
+    own: :func:`merged_counters` adds them up."""
+    carried: pa.Table | None = None
+    ranges = source.ranges()
+    for i, (lo, hi) in enumerate(ranges):
+        last = i == len(ranges) - 1
+        table = source.piece(lo, hi, first=i == 0)
+        if carried is not None and carried.num_rows:
+            table = pa.concat_tables([table, carried], promote_options="permissive")
+        piece_timelines = {w: pieces.sliced_timeline(tl, lo, hi) for w, tl in timelines.items()}
+        out = K.process(table, spec, piece_timelines, flush_at_end and last)
+        seen = pieces.keys_seen(table, spec)
+        del table
+        if not last:
+            carried = pieces.state_input_rows(out.state, spec)
+        yield out, last, seen
+
+
+def merged_counters(outputs: list[dict[str, dict[str, int]]], seen: Iterable[tuple[Any, ...]],
+                    spec: K.Spec) -> dict[str, dict[str, int]]:
+    """The task's counters per worker label, from its pieces' (in order) and the keys they saw."""
+    per_label: dict[str, int] = {}
+    for key in seen:
+        label = metrics.worker_label(key[0] if spec.worker_col else 0)
+        per_label[label] = per_label.get(label, 0) + 1
+    return pieces.merged_counters(outputs, per_label)

@@ -1,0 +1,120 @@
+"""Which kernel task replays which rows: the kernel stage sized from the data.
+
+The driver knows each worker's accepted events (one small aggregation). From them:
+
+* the stage gets ``T = max(task slots, ceil(events / eventsPerTask))`` tasks' worth of
+  work, ``P = ceil(events / T)`` events each: ten times the history, ten times the tasks;
+* a worker of at most ``1.5 P`` events (or any worker of an unkeyed pipeline: one key
+  cannot be split) stays **whole** in one task, which builds the worker's timeline from
+  its own events; whole workers share tasks, packed largest first into the emptiest of
+  ``ceil(whole events / P)`` tasks;
+* a larger worker is **spread** over ``ceil(n / P)`` tasks of its own by key hash; its
+  timeline, one row per (worker, batch), is summed up by Spark and sent to each of them
+  with the rows (never to the driver).
+
+A task's memory is bounded apart from this, by ``eventsPerChunk`` (:mod:`windowing.chunks`):
+the plan decides parallelism, not what fits.
+
+Every row of a task carries an int whose Spark hash lands in the task's partition
+(:func:`salts`), so ``repartition(n, salt)`` puts it there exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+#: ``spark.rewindow.eventsPerTask``: events per kernel task the stage is sized for.
+EVENTS_PER_TASK_CONF = "spark.rewindow.eventsPerTask"
+EVENTS_PER_TASK = 1_000_000
+#: ``spark.rewindow.eventsPerChunk``: rows a kernel task replays in one kernel call, at most.
+EVENTS_PER_CHUNK_CONF = "spark.rewindow.eventsPerChunk"
+EVENTS_PER_CHUNK = 2_000_000
+#: A worker stays whole up to this many times a task's share of events.
+WHOLE_SLACK = 1.5
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """``whole[w]``: the task of whole worker ``w``; ``spread[w]``: the first of worker
+    ``w``'s tasks and how many it has (its keys go to ``first + pmod(hash(key), n)``).
+    ``tasks``: the number of tasks (all used)."""
+
+    tasks: int
+    whole: Mapping[Any, int] = field(default_factory=dict)
+    spread: Mapping[Any, tuple[int, int]] = field(default_factory=dict)
+
+
+def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: int, slots: int | None,
+               force_whole: bool = False) -> TaskPlan:
+    """The task plan for workers with ``worker_events`` accepted events each (see the
+    module's docstring); ``force_whole``: every worker whole (``spark.rewindow.commits=tasks``)."""
+    total = sum(worker_events.values())
+    if not worker_events:
+        return TaskPlan(1)
+    target_tasks = max(slots or 1, -(-total // max(1, events_per_task)))
+    share = max(1, -(-total // target_tasks))
+    ordered = sorted(worker_events, key=lambda w: (-worker_events[w], repr(w)))
+    spread_workers = [] if force_whole or not keyed else [w for w in ordered
+                                                          if worker_events[w] > WHOLE_SLACK * share]
+    whole_workers = [w for w in ordered if w not in set(spread_workers)]
+    whole: dict[Any, int] = {}
+    if whole_workers:
+        bins = max(1, min(len(whole_workers), -(-sum(worker_events[w] for w in whole_workers) // share)))
+        heap = [(0, i) for i in range(bins)]
+        for w in whole_workers:  # largest first into the emptiest bin
+            load, i = heapq.heappop(heap)
+            whole[w] = i
+            heapq.heappush(heap, (load + worker_events[w], i))
+        used = sorted(set(whole.values()))
+        renumber = {b: i for i, b in enumerate(used)}
+        whole = {w: renumber[b] for w, b in whole.items()}
+    next_task = len(set(whole.values()))
+    spread: dict[Any, tuple[int, int]] = {}
+    for w in spread_workers:
+        n = -(-worker_events[w] // share)
+        spread[w] = (next_task, n)
+        next_task += n
+    return TaskPlan(max(1, next_task), whole, spread)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def spark_hash_ints(values: np.ndarray, seed: int = 42) -> np.ndarray:
+    """Spark's ``hash()`` of int values (``Murmur3_x86_32.hashInt``), vectorised."""
+    with np.errstate(over="ignore"):
+        k1 = values.astype(np.int64).astype(np.uint32)
+        k1 = k1 * np.uint32(0xCC9E2D51)
+        k1 = _rotl(k1, 15)
+        k1 = k1 * np.uint32(0x1B873593)
+        h1 = np.uint32(seed) ^ k1
+        h1 = _rotl(h1, 13)
+        h1 = h1 * np.uint32(5) + np.uint32(0xE6546B64)
+        h1 ^= np.uint32(4)
+        h1 ^= h1 >> np.uint32(16)
+        h1 = h1 * np.uint32(0x85EBCA6B)
+        h1 ^= h1 >> np.uint32(13)
+        h1 = h1 * np.uint32(0xC2B2AE35)
+        h1 ^= h1 >> np.uint32(16)
+    return h1.astype(np.int32).astype(np.int64)
+
+
+def salts(n: int) -> list[int]:
+    """For each partition ``p < n``, the smallest int whose Spark hash falls in ``p`` (as
+    ``repartition(n, col)`` places rows: ``pmod(hash(col), n)``)."""
+    out = np.full(n, -1, dtype=np.int64)
+    start = 0
+    while (out < 0).any():
+        block = np.arange(start, start + max(4096, 8 * n), dtype=np.int64)
+        part = np.mod(spark_hash_ints(block), n)
+        missing = out[part] < 0
+        # The first value of each still-missing partition in this block.
+        first = np.unique(part[missing], return_index=True)
+        out[first[0]] = block[missing][first[1]]
+        start += len(block)
+    return [int(v) for v in out]
