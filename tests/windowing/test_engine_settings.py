@@ -12,9 +12,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from windowing import parse_pipeline, replay
+from windowing import parse_pipeline, placement, replay
 from windowing.config import ConfigError
-from windowing import placement
 from windowing.engine import (
     COMMITS_CONF,
     ROWS_PER_FILE,
