@@ -235,3 +235,39 @@ def test_bounded_pieces_inside_partitions_carried_across_partitions(pipeline, ca
     the partition's)."""
     amount, rows = case
     _pieces_match_one_go(pipeline, rows, cuts, flush, amount, chunk_events=chunk)
+
+
+#: Found by the bounded-pieces test: session 26.3 s emitted at a heartbeat tick (24 s),
+#: reopened by a late-arriving event of batch 24, then flushed at the next tick (26 s):
+#: its second emission. Cut after batch 24, the reopened session is carried open with
+#: ``emissions`` 1, and its flush in the next replay must be emission 2 (it was 1).
+REOPENED_SESSION = parse_pipeline({
+    "name": "gen",
+    "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}},
+    "emitter": {"session-window": {"timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "1s",
+                                                  "idleTimeoutClock": "PROCESSING_TIME",
+                                                  "watermarkStrategy": "MIN_EVENT_TIME"},
+                                   "aggregateDefinition": [{"type": "count"}]},
+                "triggers": ["atWindowEnd"]},
+    "replay": {"heartbeat": "2s"},
+})
+
+
+@pytest.mark.parametrize("chunk", [None, 1], ids=["partitions cut at every batch", "one task in pieces"])
+def test_a_reopened_session_carried_open_keeps_its_emission_count(chunk):
+    times = [(11000, 6000), (21300, 26300), (21300, 20300), (22300, 23300), (24300, 26300), (34300, 29300),
+             (44300, 39300), (54300, 49300), (64300, 68300), (64300, 64300), (64300, 66300), (74300, 78300),
+             (74300, 74300), (74300, 76300), (84300, 79300)]
+    rows = [{"arrival": a, "event_time": t, "offset": i, "worker": 0, "user": "a", "amount": 0.1, "qty": 1,
+             "tag": "x"} for i, (a, t) in enumerate(times)]
+    ref = reference_replay(REOPENED_SESSION, rows)
+    assert sorted((r["window_start"], r["emission"]) for r in ref.aggregates if r["window_start"] == 26300) == \
+        [(26300, 1), (26300, 2)]
+    if chunk:
+        aggs, *_ = local_replay(REOPENED_SESSION, rows, by_worker=True, chunk_events=chunk)
+    else:
+        state, aggs = None, []
+        for arrival in sorted({r["arrival"] for r in rows}):
+            a, _, _, state = local_replay(REOPENED_SESSION, [r for r in rows if r["arrival"] == arrival], state)
+            aggs += a
+    assert canon(aggs) == canon(ref.aggregates)

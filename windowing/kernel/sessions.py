@@ -256,15 +256,19 @@ class _SessionLoop:
 
 
 def _carried_counters(keyset: KeyIds) -> dict[tuple[int, int, int], int]:
-    """Emissions so far per (key, start, end), from the ``emitted`` state rows."""
-    rows = np.flatnonzero(keyset.kind == STATE_EMITTED)
+    """Emissions so far per (key, start, end), from the ``emitted`` state rows and from
+    the carried open sessions: an open row's ``emissions`` is the count of the window it
+    reopened (emitted, then reopened by a later event before the state was written), so a
+    flush in the next replay numbers its emission on from there, as one replay would."""
+    rows = np.flatnonzero((keyset.kind == STATE_EMITTED) | (keyset.kind == STATE_WINDOW))
     counters: dict[tuple[int, int, int], int] = {}
     if len(rows):
         t = keyset.table
         for key, start, end, n in zip(keyset.gid[rows].tolist(), state_column(t, "window_start_ms", rows).to_pylist(),
                                       state_column(t, "window_end_ms", rows).to_pylist(),
                                       state_column(t, "emissions", rows).to_pylist()):
-            counters[(key, start, end)] = n
+            if n:
+                counters[(key, start, end)] = max(n, counters.get((key, start, end), 0))
     return counters
 
 
