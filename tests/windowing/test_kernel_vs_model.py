@@ -205,7 +205,7 @@ def test_session_state_keeps_where_first_and_last_arrived():
     assert [(r["first_name"], r["last_name"], r["count"]) for r in aggs] == [("id26", "id15", 4)]
 
 
-@CASES
+@cases(150)
 @example(pipeline=BRIDGE_PIPELINE, case=(None, bridge_rows()), chunk=1, by_worker=True, flush=True)
 @given(pipelines(), typed_histories(), st.sampled_from([1, 2, 3, 7]), st.booleans(), st.booleans())
 def test_tasks_replayed_in_bounded_pieces_match_model(pipeline, case, chunk, by_worker, flush):
@@ -226,7 +226,7 @@ def test_tasks_replayed_in_bounded_pieces_match_model(pipeline, case, chunk, by_
     assert canon(chunked.rows.to_pylist()) == canon(whole.rows.to_pylist())
 
 
-@cases(200)
+@cases(80)
 @given(pipelines(), typed_histories(nulls=False), st.lists(st.floats(0, 1), min_size=1, max_size=2), st.booleans(),
        st.sampled_from([1, 2, 5]))
 def test_bounded_pieces_inside_partitions_carried_across_partitions(pipeline, case, cuts, flush, chunk):
