@@ -168,7 +168,10 @@ class TaskInput:
     def piece(self, lo: int | None, hi: int | None, first: bool) -> pa.Table:
         """The spilled events of batches in ``[lo, hi)``, and the carried state rows with the
         ``first`` piece."""
-        with pa.memory_map(self.path) as source:
+        # Read, not memory-mapped: a mapped file's touched pages count in the worker's
+        # resident memory (measured: 3.1 GB for a 20 M-event task at 2 M a piece), read
+        # batches are freed once filtered.
+        with pa.OSFile(self.path) as source:
             reader = pa.ipc.open_file(source)
             parts = []
             for i in range(reader.num_record_batches):
@@ -185,8 +188,7 @@ class TaskInput:
                 part = rb.filter(keep)
                 if part.num_rows:
                     parts.append(part)
-            # Copied out of the mapped file, which closes with this block.
-            return pa.Table.from_batches(parts, schema=reader.schema).combine_chunks()
+            return pa.Table.from_batches(parts, schema=reader.schema)
 
     def close(self) -> None:
         if self.folder is not None:
