@@ -92,7 +92,7 @@ def _lateness_args(sub: Any) -> None:
     p.add_argument("--delays", default=DEFAULT_DELAYS,
                    help=f"delayWindowClose values to replay (default {DEFAULT_DELAYS})")
     p.add_argument("--target-late", default=DEFAULT_TARGET_LATE,
-                   help=f"late share to stay at or under, e.g. 0.1%% (default {DEFAULT_TARGET_LATE})")
+                   help=f"late share to stay at or under, e.g. 0.1%% (default {_escape(DEFAULT_TARGET_LATE)})")
     p.add_argument("--lateness-modes", default=None,
                    help="configured (default), both, or WINDOW_CLOSED,BEFORE_WATERMARK")
     p.add_argument("--future-skew", default=DEFAULT_FUTURE_SKEW,
@@ -100,6 +100,11 @@ def _lateness_args(sub: Any) -> None:
     p.add_argument("--worst", type=int, default=DEFAULT_WORST, help="windows listed as the worst (default 20)")
     p.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
     _spark_args(p)
+
+
+def _escape(text: str) -> str:
+    """``text`` for an argparse help string, which is %-formatted (``0.1%`` would crash ``--help``)."""
+    return text.replace("%", "%%")
 
 
 def _spark_args(p: argparse.ArgumentParser) -> None:
