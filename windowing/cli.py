@@ -205,6 +205,8 @@ def _verify(args: argparse.Namespace) -> int:
     only = set(args.check) if args.check else None
     results = run_checks(spark, pipeline, outputs, input_df=events, prev_state=prev, max_skew_ms=max_skew_ms,
                          only=only, recompute=events is not None, flush_at_end=args.flush_at_end)
+    if only is None:
+        results = [_state_manifest_check(spark, outputs), *results]
     failed = [r for r in results if not r.passed and r.blocking]
     warned = [r for r in results if not r.passed and not r.blocking]
     # A check asked for by name gives a verdict or an error, never a silent skip.
@@ -230,6 +232,22 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"rewindow: error: check {r.name} cannot run: {r.skip_reason}", file=sys.stderr)
         return 2
     return 1 if failed else 0
+
+
+def _state_manifest_check(spark: Any, outputs: Any) -> Any:
+    """``state_manifest``: the state's parts, row counts and window-rows hash against the
+    manifest the run wrote (windowing.manifest), with or without ``--input``."""
+    from windowing.manifest import verify_problem  # noqa: PLC0415 - keeps the CLI fast: manifest imports pyspark
+    from windowing.validation import CheckResult  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
+
+    description = "the state's part files, row counts and window rows match the manifest written with it"
+    extra = outputs.commit.extra if outputs.commit is not None else None
+    try:
+        problem = verify_problem(spark, outputs.path, extra, outputs.state)
+    except LookupError as exc:
+        return CheckResult("state_manifest", True, 0, [], description, skipped=True, skip_reason=str(exc))
+    sample = [] if problem is None else [{"problem": problem}]
+    return CheckResult("state_manifest", problem is None, len(sample), sample, description)
 
 
 def _generate(args: argparse.Namespace) -> int:

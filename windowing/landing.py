@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from windowing.io import InputError, check_parquet_files
-from windowing.lake import Entry, Lake, join
+from windowing.lake import Entry, Lake, glob_escape, join
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -64,7 +64,7 @@ def read_landing(spark: SparkSession, landing_zone: str, source: Source | None =
     else:
         reader = reader.option("basePath", landing_zone)
     try:
-        df = reader.load(landing_zone)
+        df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
         df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
         text = str(exc)
