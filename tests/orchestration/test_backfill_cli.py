@@ -68,3 +68,74 @@ def test_without_from_it_replays_the_landed_days_and_says_when_a_range_holds_non
     assert rc == 0, err
     assert (f"holds no events for 2023-06-01..2023-06-01 (it holds {DAYS[0]}..{DAYS[-1]}): "
             "these partitions will be empty") in err
+
+
+# --------------------------------------------------------------------------- trust nothing on disk (issue 26)
+
+
+def _status_lines(root, config) -> tuple[dict[str, str], str]:
+    rc, out, err = _cli("status", "--config", config, "--output", root)
+    assert rc == 0 and "Traceback" not in err, err
+    return {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("2024-")}, out
+
+
+def test_damaged_records_and_states_of_a_history_are_named_and_resume_reruns_them(spark, history, pipelines_dir,
+                                                                                 tmp_path):
+    """Findings 3, 4 and 5 on a backfill: a truncated record (status, --resume and
+    --rerun-from ended in a TypeError), a run folder deleted under its record (status said
+    "committed", --resume "nothing to do"), a state part deleted (--rerun-from lost events)."""
+    import shutil
+
+    from tests.outputs import current, run_dir
+
+    config = pipelines_dir / "clicks-hourly.yaml"
+    root = tmp_path / "out"
+    backfill = ("backfill", "--config", config, "--input", history, "--output", root, "--from", DAYS[0],
+                "--to", DAYS[1])
+    rc, _, err = _cli(*backfill)
+    assert rc == 0, err
+    first, second = (root / "clicks-hourly" / d for d in DAYS[:2])
+
+    # A truncated newest record of the second day.
+    seq = current(second)["seq"]
+    [record] = (second / "_commits").glob(f"{seq:010d}-*/part-*.json")
+    record.write_text(record.read_text()[:40])
+    record.with_name(f".{record.name}.crc").unlink()
+    lines, _ = _status_lines(root, config)
+    assert "committed" in lines[DAYS[0]]
+    assert "damaged" in lines[DAYS[1]] and f"{record}: the newest commit record" in lines[DAYS[1]], lines
+    assert f"--rerun-from {DAYS[1]}" in lines[DAYS[1]]
+    rc, _, err = _cli(*backfill, "--resume")
+    assert rc == 0 and f"resuming at {DAYS[1]}" in err, err
+    lines, _ = _status_lines(root, config)
+    assert "committed" in lines[DAYS[1]], lines
+
+    # The first day's current run folder deleted: its record names a run that is gone.
+    gone = run_dir(first)
+    shutil.rmtree(gone)
+    lines, _ = _status_lines(root, config)
+    assert "damaged" in lines[DAYS[0]] and "is gone or incomplete" in lines[DAYS[0]], lines
+    rc, _, err = _cli(*backfill, "--rerun-from", DAYS[1])
+    assert rc == 1 and f"partition {DAYS[0]}: " in err and f"--rerun-from {DAYS[0]}" in err, err
+    rc, _, err = _cli(*backfill, "--resume")
+    assert rc == 0 and "nothing to do" not in err, err
+    lines, _ = _status_lines(root, config)
+    assert all("committed" in lines[d] for d in DAYS[:2]), lines
+
+    # A state part of the first day deleted: the second day is not replayed from it.
+    parts = sorted((run_dir(first) / "state").glob("part-*.parquet"))
+    parts[0].unlink()
+    rc, _, err = _cli(*backfill, "--rerun-from", DAYS[1])
+    assert rc == 1 and f"damaged state of run {current(first)['run_id']}" in err, err
+    assert f"state part {parts[0].name} (" in err and "Traceback" not in err, err
+
+
+def test_a_pipeline_name_that_leaves_the_output_root_is_refused_before_spark(history, pipelines_dir, tmp_path):
+    """Finding 2: ``name: ../../escaped`` wrote ``escaped/<day>/`` beside the output root."""
+    config = tmp_path / "escaping.yaml"
+    config.write_text((pipelines_dir / "clicks-hourly.yaml").read_text().replace("name: clicks-hourly",
+                                                                                  'name: "../../escaped"'))
+    root = tmp_path / "root" / "out"
+    rc, _, err = _cli("backfill", "--config", config, "--input", history, "--output", root, "--from", DAYS[0])
+    assert rc == 2 and "name: '../../escaped' is not allowed" in err and "Traceback" not in err, err
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "root").exists()
