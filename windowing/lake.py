@@ -225,6 +225,20 @@ class Lake:
         rows = self.spark.read.option("wholetext", "true").text(path).collect()
         return "".join(r[0] for r in rows)
 
+    def read_text(self, path: str) -> str:
+        """The text of a small file :meth:`put_text` wrote, hidden names too (Spark's readers
+        skip a file named ``_x`` even when given its path): through Hadoop's ``FileSystem.open``
+        on a classic session, :meth:`get_text` (of the folder) over Spark Connect."""
+        if self.connect:
+            return self.get_text(glob_escape(path))
+        fs, p = self._fs(path)
+        stream = fs.open(p)
+        try:
+            data = self.spark._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data).decode("utf-8")
+
     # ------------------------------------------------------------------ Parquet
 
     def parquet_columns(self, path: str) -> dict[str, str]:

@@ -122,7 +122,7 @@ def stored_manifest(spark: SparkSession, folder: str, record_extra: Mapping[str,
     if not lake.exists(path):
         return None
     try:
-        doc = json.loads(lake.get_text(glob_escape(path)))
+        doc = json.loads(lake.read_text(path))
     except ValueError as exc:
         raise ValueError(f"{display(path)}: not a state manifest ({exc})") from None
     return StateManifest.from_dict(doc, display(path))

@@ -183,6 +183,17 @@ def test_a_state_missing_a_part_is_refused_by_every_reader_naming_run_and_part(
     assert expected in table, table
 
 
+def test_a_plain_state_folder_is_checked_against_its_own_manifest_file(spark, replayed, tmp_path):
+    """``--state-in OUT/runs/<id>/state`` (or a copy of it): no commit record, the folder's manifest."""
+    r = replayed("clicks")
+    folder = copy_tree(run_dir(r.out1) / "state", tmp_path / "state")
+    assert rows(read_state(spark, folder)) == rows(read_state(spark, r.out1))
+    part = _window_part(r.out1)
+    (folder / part.name).unlink()
+    with pytest.raises(StateError, match=rf"damaged state of {folder}: state part {part.name} \(\d+ rows\) is missing"):
+        read_state(spark, folder)
+
+
 def test_verify_recomputes_the_window_rows_hash(spark, replayed, tmp_path, monkeypatch, capsys):
     """A window row edited in place (same parts, same counts) is caught by the content hash."""
     import pyarrow.compute as pc
