@@ -503,7 +503,11 @@ class Chain:
                 staged = stage_outputs(result, folder, pipeline=self.pipeline, inputs=[self.landing_zone])
             finally:
                 result.unpersist()
-        except (ConfigError, StateMismatchError, InputError, OutputError, landing.LandingZoneError) as exc:
+        except (StateMismatchError, StateError) as exc:
+            source = f" (the carried state is partition {start.key}'s, run {start.run_path})" if start else ""
+            raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}{source}: {exc}",
+                             key) from exc
+        except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
             raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
         seconds = time.monotonic() - began
         outputs = staged.read()

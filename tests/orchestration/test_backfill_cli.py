@@ -139,3 +139,25 @@ def test_a_pipeline_name_that_leaves_the_output_root_is_refused_before_spark(his
     rc, _, err = _cli("backfill", "--config", config, "--input", history, "--output", root, "--from", DAYS[0])
     assert rc == 2 and "name: '../../escaped' is not allowed" in err and "Traceback" not in err, err
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "root").exists()
+
+
+def test_a_column_whose_type_changed_between_days_is_named_with_both_types(spark, history, pipelines_dir, tmp_path):
+    """``amount`` int on the first day, bigint on the second: Spark's
+    SchemaColumnConvertNotSupportedException, naming neither the change nor its source."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    landing = shutil.copytree(history, tmp_path / "landing")
+    for day, dtype in ((DAYS[0], pa.int32()), (DAYS[1], pa.int64())):
+        for f in (landing / f"date={day}").glob("*.parquet"):
+            t = pq.read_table(f)
+            amount = t["amount"].cast(pa.int64(), safe=False).cast(dtype, safe=False)
+            pq.write_table(t.set_column(t.column_names.index("amount"), "amount", amount), f)
+    rc, _, err = _cli("backfill", "--config", pipelines_dir / "clicks-hourly.yaml", "--input", landing,
+                      "--output", tmp_path / "out", "--from", DAYS[0], "--to", DAYS[1])
+    assert rc == 1 and "Traceback" not in err and "SchemaColumnConvert" not in err, err
+    assert (f"Cannot replay partition {DAYS[1]} of pipeline clicks-hourly: {landing}/date={DAYS[1]}: column 'amount' "
+            "is bigint in this day's files but int in the landing zone's schema") in err, err
+    assert "the state carried from the days before holds int too" in err
