@@ -229,7 +229,7 @@ def test_state_in_at_a_lateness_output_says_what_it_is(spark, replayed, tmp_path
 # --------------------------------------------------------------------------- glob characters
 
 
-@pytest.mark.parametrize("name", ["br[1]", "cu{a,b}"])
+@pytest.mark.parametrize("name", ["br[1]", "cu{a,b}", "odd n\u00e4me %20#,;"])  # the last held already
 def test_folders_with_glob_characters_are_read_as_named(spark, replayed, tmp_path, monkeypatch, capsys, name):
     """An output ``br[1]`` was committed, then verify said "nothing committed" and --state-in
     "missing _SUCCESS"; an input ``br[1]`` that exists was "input does not exist"."""

@@ -621,3 +621,11 @@ def test_a_pipeline_name_that_is_not_one_plain_folder_name_is_refused(tmp_path, 
 @pytest.mark.parametrize("name", ["t", "clicks-hourly", "clicks_hourly", "v1.2", "caf\xe9", "2024-q1"])
 def test_plain_pipeline_names_are_accepted(tmp_path, name):
     assert load_pipeline(_write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {name}"))).name == name
+
+
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system ['true']", "!custom x"])
+def test_yaml_tags_are_refused(tmp_path, tag):
+    """Held in the second hostile run (issue 26): a pipeline file cannot construct objects."""
+    path = _write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {tag}"))
+    with pytest.raises(ConfigError, match=r"not valid YAML: could not determine a constructor for the tag"):
+        load_pipeline(path)
