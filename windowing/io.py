@@ -448,14 +448,18 @@ def read_records(spark: SparkSession, out: str) -> tuple[list[Commit], list[Dama
     by_folder: dict[str, list[Row]] = {}
     for r in rows:
         by_folder.setdefault(_record_folder(r["__file"]), []).append(r)
+    return _judge(by_folder, out)
+
+
+def _judge(by_folder: Mapping[str, list[Row]], out: str) -> tuple[list[Commit], list[DamagedRecord]]:
+    """The records of one output, by record folder: ``(trusted commits, oldest first; damaged)``."""
     commits, damaged = [], []
     for folder, found in sorted(by_folder.items()):
-        file = found[0]["__file"]
         problem = "holds more than one record" if len(found) > 1 else record_problem(folder, found[0].asDict(), RUNS)
         if problem is None:
             commits.append(_commit_of(found[0], out))
         else:
-            damaged.append(DamagedRecord(unquote(file), folder, problem))
+            damaged.append(DamagedRecord(unquote(found[0]["__file"]), folder, problem))
     return sorted(commits, key=lambda c: c.order), damaged
 
 
@@ -506,20 +510,12 @@ def commits_under(spark: SparkSession, root: PathArg) -> tuple[dict[str, Commit]
     best: dict[str, Commit] = {}
     broken: dict[str, DamagedRecord] = {}
     for name, folders in grouped.items():
-        commits: list[Commit] = []
-        damaged: list[DamagedRecord] = []
-        for folder, found in sorted(folders.items()):
-            problem = ("holds more than one record" if len(found) > 1
-                       else record_problem(folder, found[0].asDict(), RUNS))
-            if problem is None:
-                commits.append(_commit_of(found[0], join(root, name)))
-            else:
-                damaged.append(DamagedRecord(unquote(found[0]["__file"]), folder, problem))
-        blocking = _blocking(sorted(commits, key=lambda c: c.order), damaged)
+        commits, damaged = _judge(folders, join(root, name))
+        blocking = _blocking(commits, damaged)
         if blocking is not None:
             broken[name] = blocking
         elif commits:
-            best[name] = max(commits, key=lambda c: c.order)
+            best[name] = commits[-1]
     return best, broken
 
 
