@@ -59,7 +59,7 @@ from windowing.io import (
     read_events,
     write_datasets,
 )
-from windowing.lake import Lake, join
+from windowing.lake import Lake, glob_escape, join
 
 # The command's defaults live apart so that `rewindow --help` need not import this module.
 from windowing.lateness_defaults import DEFAULT_DELAYS as DEFAULT_DELAYS
@@ -848,7 +848,7 @@ def read_lateness(spark: SparkSession, out_dir: str | Path) -> LatenessOutput:
     if commit is None or commit.extra.get("kind") != KIND:
         raise InputError(f"{out_dir}: no lateness output here (nothing committed by rewindow lateness)")
     names = commit.extra.get("tables") or TABLES
-    tables = {name: spark.read.parquet(join(commit.run_path, name)) for name in names}
+    tables = {name: spark.read.parquet(glob_escape(join(commit.run_path, name))) for name in names}
     return LatenessOutput(tables, commit.metrics, commit, join(commit.run_path, REPORT))
 
 

@@ -92,7 +92,7 @@ from windowing.io import (
     read_outputs,
     write_datasets,
 )
-from windowing.lake import Lake, join
+from windowing.lake import Lake, glob_escape, join
 from windowing.spark import spark_session
 
 if TYPE_CHECKING:
@@ -1112,7 +1112,7 @@ def read_reconcile(spark: SparkSession, out_dir: str | Path) -> SimpleNamespace:
     commit = current_commit(spark, str(out_dir))
     if commit is None:
         raise InputError(f"{out_dir}: no reconcile output here (nothing committed)")
-    frames = {name: spark.read.parquet(join(commit.run_path, name)) for name in OUTPUTS}
+    frames = {name: spark.read.parquet(glob_escape(join(commit.run_path, name))) for name in OUTPUTS}
     return SimpleNamespace(**frames, figures=commit.metrics, commit=commit)
 
 
