@@ -87,7 +87,10 @@ def content_hash(df: DataFrame) -> str:
 
 
 def window_rows_hash(state: DataFrame) -> str:
-    """:func:`content_hash` of a state's window rows."""
+    """:func:`content_hash` of a state's window rows (of every row for a state without
+    ``state_kind``: the open windows of ``rewindow lateness``' variants)."""
+    if "state_kind" not in state.columns:
+        return content_hash(state)
     return content_hash(state.where(F.col("state_kind") == WINDOW_KIND))
 
 
