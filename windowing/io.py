@@ -872,7 +872,10 @@ def check_manifest(spark: SparkSession, folder: str, commit: Commit | None, stat
         raise StateError(f"{state_dir}: damaged state: {exc}") from None
     if stored is None:
         return  # a state written before manifests: read as before
-    problem = manifest.manifest_problem(Lake(spark), folder, stored)
+    try:
+        problem = manifest.manifest_problem(Lake(spark), folder, stored)
+    except ValueError as exc:  # a part that is not readable Parquet
+        raise StateError(f"{state_dir}: damaged state: {exc}") from exc
     if problem is not None:
         run = f"run {commit.run_id} of {display(commit.output)}" if commit is not None else display(folder)
         raise StateError(f"{state_dir}: damaged state of {run}: {problem}. It would lose the windows it held open: "
@@ -911,9 +914,9 @@ def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
         )
     if not lake.exists(join(folder, "_SUCCESS")):
         raise StateError(f"{state_dir}: no complete state here (missing _SUCCESS: from an interrupted run?)")
-    check_manifest(spark, folder, commit, state_dir)
     files = [e.path for e in lake.files(folder)]
-    _check_state_parts(lake, files)
+    _check_state_parts(lake, files)  # every part readable first (named), then all of them there
+    check_manifest(spark, folder, commit, state_dir)
     try:
         df = spark.read.parquet(glob_escape(folder))
         df.schema  # noqa: B018

@@ -101,7 +101,13 @@ def _part_name(path: str) -> str:
 def part_rows(lake: Lake, folder: str) -> dict[str, int]:
     """Every part file of a state folder (as Spark would read them) and its row count, from
     the Parquet footers (no data page read)."""
-    return {_part_name(e.path): lake.parquet_rows(e.path) for e in lake.files(folder)}
+    rows = {}
+    for e in lake.files(folder):
+        try:
+            rows[_part_name(e.path)] = lake.parquet_rows(e.path)
+        except Exception as exc:  # noqa: BLE001 - Hadoop/Parquet raise many types for a bad file
+            raise ValueError(f"{display(e.path)}: not a readable Parquet file (corrupted or truncated?)") from exc
+    return rows
 
 
 def write_manifest(spark: SparkSession, folder: str) -> StateManifest:
@@ -159,11 +165,11 @@ def verify_problem(spark: SparkSession, run_path: str, record_extra: Mapping[str
     folder = join(run_path, "state")
     try:
         stored = stored_manifest(spark, folder, record_extra)
+        if stored is None:
+            raise LookupError("the state has no manifest (written by a rewindow before 2026-11)")
+        problem = manifest_problem(Lake(spark), folder, stored)
     except ValueError as exc:
         return str(exc)
-    if stored is None:
-        raise LookupError("the state has no manifest (written by a rewindow before 2026-11)")
-    problem = manifest_problem(Lake(spark), folder, stored)
     if problem is not None:
         return problem
     found = window_rows_hash(state)
