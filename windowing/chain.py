@@ -46,17 +46,22 @@ from windowing.io import (
     OutputError,
     StateError,
     _missing_path,
+    commits_under,
     current_commits_under,
+    orphaned_message,
     read_state,
+    run_is_whole,
     stage_outputs,
 )
-from windowing.lake import inside, join
+from windowing.lake import glob_escape, inside, join
 from windowing.metrics import ReplayMetrics
 from windowing.validation import blocking_failures, run_checks
 
 GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
+#: A partition whose newest commit record is damaged, or whose committed run is gone (issue 26).
+DAMAGED = "damaged"
 
 log_default = logging.getLogger("rewindow.chain")
 
@@ -244,16 +249,31 @@ class Chain:
 
     def committed(self) -> dict[str, Any]:
         """Every committed partition of the history, oldest first: key -> current commit
-        (one read of the commit records)."""
-        found = {}
-        for name, commit in current_commits_under(self.spark, self.pipeline_dir).items():
+        (one read of the commit records). Partitions whose newest record is damaged are
+        not among them (:meth:`damaged`)."""
+        return self._store()[0]
+
+    def damaged(self) -> dict[str, str]:
+        """The partitions whose newest commit record is damaged: key -> what to tell the user
+        (the record's file, what is wrong, and the way out)."""
+        return self._store()[1]
+
+    def _store(self) -> tuple[dict[str, Any], dict[str, str]]:
+        current, broken = commits_under(self.spark, self.pipeline_dir)
+        found, damaged = {}, {}
+        for name, value in (*current.items(), *broken.items()):
             try:
                 key = self._key_of_folder(name)
             except ValueError:
                 continue
-            if self.partitions.start_of(key) >= self.partitions.start:
-                found[key] = commit
-        return dict(sorted(found.items(), key=lambda kv: self.partitions.start_of(kv[0])))
+            if self.partitions.start_of(key) < self.partitions.start:
+                continue
+            if name in current:
+                found[key] = value
+            else:
+                damaged[key] = (f"{broken[name].message(join(self.pipeline_dir, name))}; "
+                                f"or rerun it: rewindow backfill ... --rerun-from {key}")
+        return dict(sorted(found.items(), key=lambda kv: self.partitions.start_of(kv[0]))), damaged
 
     def committed_keys(self) -> list[str]:
         """Every partition of the history with a commit, oldest first."""
@@ -284,7 +304,8 @@ class Chain:
         if wanted == {}:
             return {}
         try:
-            rows = (self.spark.read.schema(FAILURE_SCHEMA).json(join(self.pipeline_dir, "*", FAILURES, "*"))
+            records = join(glob_escape(self.pipeline_dir), "*", FAILURES, "*")
+            rows = (self.spark.read.schema(FAILURE_SCHEMA).json(records)
                     .withColumn("__file", F.input_file_name()).collect())
         except Exception as exc:  # noqa: BLE001
             if _missing_path(exc):
@@ -313,9 +334,9 @@ class Chain:
         was not committed, after its current commit if any; *out of date*: committed, but no
         longer following from the state before it; *committed*; *missing*: nothing committed.
         """
-        commits = self.committed()
+        commits, damaged = self._store()
         failed = self.failures()
-        keys = self._up_to(None, [*commits, *failed]) if keys is None else list(keys)
+        keys = self._up_to(None, [*commits, *failed, *damaged]) if keys is None else list(keys)
         if not keys:
             return []
         history = self._up_to(None, keys)
@@ -325,11 +346,16 @@ class Chain:
         for key in keys:
             commit = commits.get(key)
             fail = failed.get(key)
-            if fail is not None and (commit is None or fail["run_id"] > commit.run_id):
+            if key in damaged:
+                out.append(PartitionStatus(key, DAMAGED, damaged[key]))
+            elif fail is not None and (commit is None or fail["run_id"] > commit.run_id):
                 out.append(PartitionStatus(key, FAILED, f"checks failed: {fail['failed_checks']}",
                                            fail["run_path"]))
             elif commit is None:
                 out.append(PartitionStatus(key, MISSING, "nothing committed"))
+            elif not run_is_whole(self.spark, commit):  # a record whose run is gone is not trusted
+                out.append(PartitionStatus(key, DAMAGED, f"{orphaned_message(commit)}; or rerun it: "
+                                                         f"rewindow backfill ... --rerun-from {key}", commit.run_path))
             elif key in stale:
                 out.append(PartitionStatus(key, OUT_OF_DATE, stale[key], commit.run_path,
                                            ReplayMetrics.from_dict(commit.metrics)))
@@ -359,7 +385,11 @@ class Chain:
         if prev is None:
             return None
         earlier = self.partitions.keys(None, prev)
-        commits = self.commits([*earlier, first_key])
+        current, broken = self._store()
+        if prev in broken:
+            raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: partition {prev}: "
+                             f"{broken[prev]}", first_key, {"damaged": prev})
+        commits = {k: current[k] for k in (*earlier, first_key) if k in current}
         missing = store.first_missing(commits, earlier)
         if missing is not None:
             raise ChainError(
@@ -390,6 +420,10 @@ class Chain:
                 f"Cannot replay partition {first_key} of pipeline {name}: partition {prev} was replayed "
                 "with flush_at_end, so the windows open at its end were emitted and are not in its state. "
                 f"Rerun {prev} without flush_at_end first.", first_key)
+        if not run_is_whole(self.spark, commit):
+            raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: partition {prev}: "
+                             f"{orphaned_message(commit)}; or rerun it: rewindow backfill ... --rerun-from {prev}",
+                             first_key, {"damaged": prev})
         try:
             state = read_state(self.spark, commit.output)
         except StateError as exc:
@@ -469,7 +503,11 @@ class Chain:
                 staged = stage_outputs(result, folder, pipeline=self.pipeline, inputs=[self.landing_zone])
             finally:
                 result.unpersist()
-        except (ConfigError, StateMismatchError, InputError, OutputError, landing.LandingZoneError) as exc:
+        except (StateMismatchError, StateError) as exc:
+            source = f" (the carried state is partition {start.key}'s, run {start.run_path})" if start else ""
+            raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}{source}: {exc}",
+                             key) from exc
+        except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
             raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
         seconds = time.monotonic() - began
         outputs = staged.read()

@@ -92,7 +92,7 @@ def _lateness_args(sub: Any) -> None:
     p.add_argument("--delays", default=DEFAULT_DELAYS,
                    help=f"delayWindowClose values to replay (default {DEFAULT_DELAYS})")
     p.add_argument("--target-late", default=DEFAULT_TARGET_LATE,
-                   help=f"late share to stay at or under, e.g. 0.1%% (default {DEFAULT_TARGET_LATE})")
+                   help=f"late share to stay at or under, e.g. 0.1%% (default {_escape(DEFAULT_TARGET_LATE)})")
     p.add_argument("--lateness-modes", default=None,
                    help="configured (default), both, or WINDOW_CLOSED,BEFORE_WATERMARK")
     p.add_argument("--future-skew", default=DEFAULT_FUTURE_SKEW,
@@ -100,6 +100,11 @@ def _lateness_args(sub: Any) -> None:
     p.add_argument("--worst", type=int, default=DEFAULT_WORST, help="windows listed as the worst (default 20)")
     p.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
     _spark_args(p)
+
+
+def _escape(text: str) -> str:
+    """``text`` for an argparse help string, which is %-formatted (``0.1%`` would crash ``--help``)."""
+    return text.replace("%", "%%")
 
 
 def _spark_args(p: argparse.ArgumentParser) -> None:
@@ -200,6 +205,8 @@ def _verify(args: argparse.Namespace) -> int:
     only = set(args.check) if args.check else None
     results = run_checks(spark, pipeline, outputs, input_df=events, prev_state=prev, max_skew_ms=max_skew_ms,
                          only=only, recompute=events is not None, flush_at_end=args.flush_at_end)
+    if only is None:
+        results = [_state_manifest_check(spark, outputs), *results]
     failed = [r for r in results if not r.passed and r.blocking]
     warned = [r for r in results if not r.passed and not r.blocking]
     # A check asked for by name gives a verdict or an error, never a silent skip.
@@ -225,6 +232,22 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"rewindow: error: check {r.name} cannot run: {r.skip_reason}", file=sys.stderr)
         return 2
     return 1 if failed else 0
+
+
+def _state_manifest_check(spark: Any, outputs: Any) -> Any:
+    """``state_manifest``: the state's parts, row counts and window-rows hash against the
+    manifest the run wrote (windowing.manifest), with or without ``--input``."""
+    from windowing.manifest import verify_problem  # noqa: PLC0415 - keeps the CLI fast: manifest imports pyspark
+    from windowing.validation import CheckResult  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
+
+    description = "the state's part files, row counts and window rows match the manifest written with it"
+    extra = outputs.commit.extra if outputs.commit is not None else None
+    try:
+        problem = verify_problem(spark, outputs.path, extra, outputs.state)
+    except LookupError as exc:
+        return CheckResult("state_manifest", True, 0, [], description, skipped=True, skip_reason=str(exc))
+    sample = [] if problem is None else [{"problem": problem}]
+    return CheckResult("state_manifest", problem is None, len(sample), sample, description)
 
 
 def _generate(args: argparse.Namespace) -> int:

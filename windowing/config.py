@@ -394,7 +394,28 @@ def _parse_root(m: Mapping[str, Any]) -> tuple[str, list[str]]:
     name = m.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"name: {name!r} must be a non-empty string")
+    check_pipeline_name(name)
     return name, ignored
+
+
+#: A pipeline name: letters (any script), digits, ``_``, ``-`` and ``.``, starting with a
+#: letter or digit. It becomes a folder (``<output root>/<name>/``) and part of read paths,
+#: so no path separator, no ``..``, no Hadoop glob character, no hidden name.
+_PIPELINE_NAME = re.compile(r"[^\W_][\w.-]*")
+
+
+def check_pipeline_name(name: str) -> None:
+    """Refuse a pipeline ``name`` that is not one plain folder name (:data:`_PIPELINE_NAME`).
+
+    ``../../x`` would write outside the output root, ``a/b`` a folder ``rewindow status``
+    does not list, and ``*`` would read every pipeline's partitions as its own.
+    """
+    if not _PIPELINE_NAME.fullmatch(name) or ".." in name:
+        raise ConfigError(
+            f"name: {name!r} is not allowed: a pipeline name is one folder name under the output root; "
+            "use letters, digits, '_', '-' and '.' (starting with a letter or digit, no '..'), "
+            "for example 'clicks-hourly'"
+        )
 
 
 def _window_type(emitter: Mapping[str, Any]) -> WindowType:

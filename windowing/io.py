@@ -56,10 +56,12 @@ import pyarrow.dataset as pads
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from windowing import manifest
 from windowing.config import check_input_columns
 from windowing.contract import OUTPUTS, STATE_REQUIRED_COLUMNS
-from windowing.lake import Lake, display, inside, join, qualify
+from windowing.lake import Lake, display, glob_escape, inside, join, qualify
 from windowing.metrics import ReplayMetrics, render_prometheus
+from windowing.records import RECORD_FOLDER, DamagedCommitError, DamagedRecord, is_run_id, record_problem, run_started
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, Row, SparkSession
@@ -200,7 +202,8 @@ def read_events(spark: SparkSession, paths: Any = None,  # one path or URI, or a
             return _empty_events(spark, paths, schema, pipeline, state)
     reader = _reader(spark, src, recursive=True)
     try:
-        df = reader.load(paths)
+        # Each path exists as written (checked above): escaped, Spark reads exactly it.
+        df = reader.load([glob_escape(p) for p in paths])
         df.schema  # noqa: B018 - resolve now: a bad path or format fails here, naming it
     except Exception as exc:  # Spark wraps everything in its own exception types
         if "UNABLE_TO_INFER_SCHEMA" in str(exc):
@@ -417,24 +420,65 @@ class Commit:
 
 
 def list_commits(spark: SparkSession, out: PathArg) -> list[Commit]:
-    """Every commit record of the output ``out``, oldest first; [] when none."""
+    """Every commit record of the output ``out``, oldest first; [] when none.
+
+    Raises:
+        DamagedCommitError: the record that sorts last is damaged (truncated, unparseable,
+            or naming a run folder that is not its own under ``out/runs/``): the message
+            names its file and how to recover (:mod:`windowing.records`).
+    """
     out = str(out)
+    commits, damaged = read_records(spark, out)
+    blocking = _blocking(commits, damaged)
+    if blocking is not None:
+        raise DamagedCommitError(blocking.message(out))
+    return commits
+
+
+def read_records(spark: SparkSession, out: str) -> tuple[list[Commit], list[DamagedRecord]]:
+    """``(the trusted commit records of out, oldest first; the damaged ones)``: every record
+    is checked (:func:`windowing.records.record_problem`), none is followed unchecked."""
     try:
-        rows = spark.read.schema(COMMIT_SCHEMA).json(join(out, COMMITS, "*")).collect()
+        rows = (spark.read.schema(COMMIT_SCHEMA).json(join(glob_escape(out), COMMITS, "*"))
+                .withColumn("__file", F.input_file_name()).collect())
     except Exception as exc:  # noqa: BLE001
         if _missing_path(exc):
-            return []
+            return [], []
         raise OutputError(f"{join(out, COMMITS)}: commit records are unreadable: {_first_line(exc)}") from exc
-    commits = []
+    by_folder: dict[str, list[Row]] = {}
     for r in rows:
-        if r["seq"] is None or not r["run_id"]:
-            raise OutputError(f"{join(out, COMMITS)}: a commit record is damaged: {r}")
-        commits.append(_commit_of(r, out))
-    return sorted(commits, key=lambda c: c.order)
+        by_folder.setdefault(_record_folder(r["__file"]), []).append(r)
+    return _judge(by_folder, out)
+
+
+def _judge(by_folder: Mapping[str, list[Row]], out: str) -> tuple[list[Commit], list[DamagedRecord]]:
+    """The records of one output, by record folder: ``(trusted commits, oldest first; damaged)``."""
+    commits, damaged = [], []
+    for folder, found in sorted(by_folder.items()):
+        problem = "holds more than one record" if len(found) > 1 else record_problem(folder, found[0].asDict(), RUNS)
+        if problem is None:
+            commits.append(_commit_of(found[0], out))
+        else:
+            damaged.append(DamagedRecord(unquote(found[0]["__file"]), folder, problem))
+    return sorted(commits, key=lambda c: c.order), damaged
+
+
+def _record_folder(file: str) -> str:
+    """The folder name (``<seq>-<run id>``) of a record file Spark listed (a URI, %-quoted)."""
+    return unquote(file.rsplit("/", 2)[-2])
+
+
+def _blocking(commits: Sequence[Commit], damaged: Sequence[DamagedRecord]) -> DamagedRecord | None:
+    """The damaged record that sorts after every trusted one, if any: it may have been the
+    current record, so the output's current run is unknown. (A damaged record older than
+    the current one changes nothing and is swept by :func:`prune`.)"""
+    newest = f"{commits[-1].seq:010d}-{commits[-1].run_id}" if commits else ""
+    later = [d for d in damaged if d.folder > newest]
+    return later[-1] if later else None
 
 
 def _commit_of(r: Row, output: str) -> Commit:
-    """A :class:`Commit` from a commit record row (JSON fields parsed)."""
+    """A :class:`Commit` from a commit record row (JSON fields parsed; checked by the caller)."""
     return Commit(seq=r["seq"], run_id=r["run_id"], run=r["run"], committed_at=r["committed_at"],
                   pipeline=r["pipeline"], fingerprint=r["fingerprint"],
                   metrics=json.loads(r["metrics"] or "null") or {}, extra=json.loads(r["extra"] or "null") or {},
@@ -443,22 +487,36 @@ def _commit_of(r: Row, output: str) -> Commit:
 
 def current_commits_under(spark: SparkSession, root: PathArg) -> dict[str, Commit]:
     """The current commit of every output directly under ``root`` (``root/<name>/``),
-    by name, in one read (e.g. every partition of a pipeline)."""
+    by name, in one read (e.g. every partition of a pipeline). An output whose newest
+    record is damaged is left out (see :func:`commits_under`)."""
+    return commits_under(spark, root)[0]
+
+
+def commits_under(spark: SparkSession, root: PathArg) -> tuple[dict[str, Commit], dict[str, DamagedRecord]]:
+    """``(current commit by output name, the damaged newest record by output name)`` of every
+    output directly under ``root``, in one read. An output is in one of the two at most."""
     root = str(root)
     try:
-        rows = (spark.read.schema(COMMIT_SCHEMA).json(join(root, "*", COMMITS, "*"))
+        rows = (spark.read.schema(COMMIT_SCHEMA).json(join(glob_escape(root), "*", COMMITS, "*"))
                 .withColumn("__file", F.input_file_name()).collect())
     except Exception as exc:  # noqa: BLE001
         if _missing_path(exc):
-            return {}
+            return {}, {}
         raise OutputError(f"{root}: commit records are unreadable: {_first_line(exc)}") from exc
-    best: dict[str, Commit] = {}
+    grouped: dict[str, dict[str, list[Row]]] = {}
     for r in rows:
         name = unquote(r["__file"].split(f"/{COMMITS}/", 1)[0].rstrip("/").rsplit("/", 1)[-1])
-        c = _commit_of(r, join(root, name))
-        if name not in best or c.order > best[name].order:
-            best[name] = c
-    return best
+        grouped.setdefault(name, {}).setdefault(_record_folder(r["__file"]), []).append(r)
+    best: dict[str, Commit] = {}
+    broken: dict[str, DamagedRecord] = {}
+    for name, folders in grouped.items():
+        commits, damaged = _judge(folders, join(root, name))
+        blocking = _blocking(commits, damaged)
+        if blocking is not None:
+            broken[name] = blocking
+        elif commits:
+            best[name] = commits[-1]
+    return best, broken
 
 
 def current_commit(spark: SparkSession, out: PathArg) -> Commit | None:
@@ -532,6 +590,9 @@ class Staged:
     metrics: dict[str, Any]
     pipeline: str
     fingerprint: str
+    #: The state's manifest (windowing.manifest), recorded in the commit record; None
+    #: for outputs without a state (lateness, reconcile).
+    state_manifest: dict[str, Any] | None = None
 
     @property
     def run(self) -> str:
@@ -547,15 +608,17 @@ class Staged:
 
     def commit(self, extra: dict[str, Any] | None = None) -> Commit:
         """Make this run the output's current one: write its commit record (last)."""
-        previous = list_commits(self.spark, self.output)
-        seq = (previous[-1].seq + 1) if previous else 1
+        # After every record, a damaged one too (its folder name orders it): this commit
+        # supersedes it, which is the way out of a damaged newest record.
+        previous, damaged = read_records(self.spark, self.output)
+        seq = max([c.seq for c in previous] + [d.seq or 0 for d in damaged] + [0]) + 1
         committed_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         record = {
             "seq": seq, "run_id": self.run_id, "run": self.run,
             "committed_at": committed_at,
             "pipeline": self.pipeline, "fingerprint": self.fingerprint,
             "metrics": json.dumps(self.metrics, sort_keys=True),
-            "extra": json.dumps(extra or {}, sort_keys=True, default=str),
+            "extra": json.dumps(self._extra(extra), sort_keys=True, default=str),
         }
         target = join(self.output, COMMITS, f"{seq:010d}-{self.run_id}")
         try:
@@ -565,9 +628,14 @@ class Staged:
             raise OutputError(f"{target}: cannot write the commit record: {_root_cause(exc)}") from exc
         commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=committed_at,
                         pipeline=self.pipeline, fingerprint=self.fingerprint, metrics=self.metrics,
-                        extra=extra or {}, output=self.output)
+                        extra=self._extra(extra), output=self.output)
         prune(self.spark, self.output)
         return commit
+
+    def _extra(self, extra: dict[str, Any] | None) -> dict[str, Any]:
+        if self.state_manifest is None:
+            return dict(extra or {})
+        return {**(extra or {}), manifest.RECORD_KEY: self.state_manifest}
 
 
 def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipeline: Pipeline | None = None,
@@ -599,6 +667,11 @@ def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
         [(render_prometheus(metrics).removesuffix("\n"),)], "value string").coalesce(1)
 
     write_datasets(staged, frames, text=(METRICS, PROMETHEUS), files=files)
+    try:
+        staged.state_manifest = manifest.write_manifest(spark, join(staged.path, "state")).to_dict()
+    except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+        raise OutputError(f"{join(staged.path, 'state', manifest.MANIFEST)}: cannot write the state manifest: "
+                          f"{_root_cause(exc)}") from exc
     return staged
 
 
@@ -647,14 +720,19 @@ def write_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
 
 
 def prune(spark: SparkSession, out: str) -> list[str]:
-    """Delete runs beyond the last :data:`KEEP_RUNS` committed and abandoned run folders.
+    """Delete runs beyond the last :data:`KEEP_RUNS` committed, abandoned run folders,
+    damaged records older than the current one, and commit folders a killed commit left
+    without a record (``_commits/<seq>-<run id>/_temporary/``) once abandoned.
 
-    Returns what was deleted. A no-op where the session cannot delete (Spark Connect).
+    Only what rewindow made is deleted: folders directly under ``out/runs/`` and
+    ``out/_commits/`` whose names are its run ids and record folders
+    (:mod:`windowing.records`); a record's ``run`` is never followed unchecked. Returns
+    what was deleted. A no-op where the session cannot delete (Spark Connect).
     """
     lake = Lake(spark)
     if lake.connect:
         return []
-    commits = list_commits(spark, out)
+    commits, damaged = read_records(spark, out)
     keep_runs: list[str] = []
     for c in reversed(commits):
         if c.run_id not in keep_runs:
@@ -663,20 +741,24 @@ def prune(spark: SparkSession, out: str) -> list[str]:
             break
     deleted: list[str] = []
     for c in commits:
-        if c.run_id not in keep_runs:
-            for p in (join(out, COMMITS, f"{c.seq:010d}-{c.run_id}"), c.run_path):
+        if c.run_id not in keep_runs and is_run_id(c.run_id):
+            for p in (join(out, COMMITS, f"{c.seq:010d}-{c.run_id}"), join(out, RUNS, c.run_id)):
                 if lake.delete(p):
                     deleted.append(p)
+    if commits and _blocking(commits, damaged) is None:
+        for d in damaged:  # all older than the current record: superseded
+            if RECORD_FOLDER.fullmatch(d.folder) and lake.delete(d.folder_path(out)):
+                deleted.append(d.folder_path(out))
     committed = {c.run_id for c in commits}
+    seen = {f"{c.seq:010d}-{c.run_id}" for c in commits} | {d.folder for d in damaged}
     now = datetime.now(timezone.utc)
-    for e in lake.children(join(out, RUNS)):
-        run_id = e.path.rstrip("/").rsplit("/", 1)[-1]
-        try:
-            started = datetime.strptime(run_id.split("-", 1)[0], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=timezone.utc)
-        except ValueError:
-            continue
-        if run_id not in committed and (now - started).total_seconds() > ABANDONED_AFTER_S:
-            if lake.delete(e.path):
+    for parent, in_use in ((RUNS, committed), (COMMITS, seen)):
+        for e in lake.children(join(out, parent)):
+            name = e.path.rstrip("/").rsplit("/", 1)[-1]
+            started = run_started(name)
+            if started is None or not e.is_dir or name in in_use:
+                continue
+            if (now - started).total_seconds() > ABANDONED_AFTER_S and lake.delete(e.path):
                 deleted.append(e.path)
     return deleted
 
@@ -701,7 +783,7 @@ def read_run(spark: SparkSession, run_path: str) -> SimpleNamespace:
         if not files:
             raise InputError(f"{folder}: the output holds no data file (not even an empty one): it was damaged")
         check_parquet_files(lake, files, None, InputError)
-        frames[name] = spark.read.parquet(folder)
+        frames[name] = spark.read.parquet(glob_escape(folder))
     return SimpleNamespace(**frames, metrics=_read_metrics(spark, lake, join(run_path, METRICS)), path=run_path)
 
 
@@ -709,13 +791,28 @@ def _read_metrics(spark: SparkSession, lake: Lake, path: str) -> dict[str, Any] 
     if not lake.exists(path):
         return None
     try:
-        text = "\n".join(r[0] for r in spark.read.text(path).collect())
+        text = "\n".join(r[0] for r in spark.read.text(glob_escape(path)).collect())
         metrics = json.loads(text)
     except Exception as exc:  # noqa: BLE001 - json or Spark errors
         raise InputError(f"{path}: not readable metrics JSON: {_first_line(exc)}") from exc
     if not isinstance(metrics, dict):
         raise InputError(f"{path}: not readable metrics JSON: expected an object")
     return metrics
+
+
+def run_is_whole(spark: SparkSession, commit: Commit) -> bool:
+    """Whether the run a commit record names is still there: every output with its ``_SUCCESS``."""
+    lake = Lake(spark)
+    return all(lake.exists(join(commit.run_path, name, "_SUCCESS")) for name in OUTPUTS)
+
+
+def orphaned_message(commit: Commit) -> str:
+    """The error for a commit record whose run folder (or part of it) is gone."""
+    record = join(commit.output, COMMITS, f"{commit.seq:010d}-{commit.run_id}")
+    return (f"{display(record)}: the current commit record names run {commit.run}, but "
+            f"{display(commit.run_path)} is gone or incomplete (an output or its _SUCCESS is missing): "
+            "the output is damaged. Replay into it again (a new record supersedes this one), "
+            "or delete this record to make the run before it current")
 
 
 def read_outputs(spark: SparkSession, out_dir: PathArg) -> SimpleNamespace:
@@ -730,7 +827,9 @@ def read_outputs(spark: SparkSession, out_dir: PathArg) -> SimpleNamespace:
         if Lake(spark).exists(join(out, "aggregates", "_SUCCESS")):
             return SimpleNamespace(**vars(read_run(spark, out)), commit=None)
         raise InputError(f"{out_dir}: no replay output here (nothing committed under {COMMITS}/)")
-    outputs = read_run(spark, commit.run_path)
+    outputs = read_run(spark, commit.run_path) if run_is_whole(spark, commit) else None
+    if outputs is None:
+        raise InputError(orphaned_message(commit))
     if outputs.metrics is None:
         outputs.metrics = commit.metrics
     return SimpleNamespace(**vars(outputs), commit=commit)
@@ -764,6 +863,26 @@ def _check_state_parts(lake: Lake, files: Iterable[str]) -> None:
                 raise StateError(f"{display(f)}: state column {c!r} is {t} here but {ref[c]} in {display(ref_file)}")
 
 
+def check_manifest(spark: SparkSession, folder: str, commit: Commit | None, state_dir: PathArg) -> None:
+    """Refuse a state folder whose parts disagree with its manifest (:mod:`windowing.manifest`),
+    naming the run and the part, before any work (footers only)."""
+    try:
+        stored = manifest.stored_manifest(spark, folder, commit.extra if commit is not None else None)
+    except ValueError as exc:
+        raise StateError(f"{state_dir}: damaged state: {exc}") from None
+    if stored is None:
+        return  # a state written before manifests: read as before
+    try:
+        problem = manifest.manifest_problem(Lake(spark), folder, stored)
+    except ValueError as exc:  # a part that is not readable Parquet
+        raise StateError(f"{state_dir}: damaged state: {exc}") from exc
+    if problem is not None:
+        run = f"run {commit.run_id} of {display(commit.output)}" if commit is not None else display(folder)
+        raise StateError(f"{state_dir}: damaged state of {run}: {problem}. It would lose the windows it held open: "
+                         "rerun the partition that wrote it (rewindow backfill ... --rerun-from DAY, or the replay "
+                         "with the same input)")
+
+
 def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
     """Read the state a previous replay wrote.
 
@@ -783,6 +902,11 @@ def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
     commit = current_commit(spark, path)
     if commit is None and path.rsplit("/", 1)[-1] == "state":
         commit = current_commit(spark, path.rsplit("/", 1)[0])
+    if commit is not None and commit.extra.get("kind"):
+        raise StateError(
+            f"{state_dir}: this is a `rewindow {commit.extra['kind']}` output, not a replay's: it holds no state "
+            "to continue from; pass the previous partition's `rewindow replay --output` folder"
+        )
     folder = join(commit.run_path, "state") if commit is not None else path
     if not lake.exists(folder):
         raise StateError(
@@ -791,9 +915,10 @@ def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
     if not lake.exists(join(folder, "_SUCCESS")):
         raise StateError(f"{state_dir}: no complete state here (missing _SUCCESS: from an interrupted run?)")
     files = [e.path for e in lake.files(folder)]
-    _check_state_parts(lake, files)
+    _check_state_parts(lake, files)  # every part readable first (named), then all of them there
+    check_manifest(spark, folder, commit, state_dir)
     try:
-        df = spark.read.parquet(folder)
+        df = spark.read.parquet(glob_escape(folder))
         df.schema  # noqa: B018
     except Exception as exc:  # noqa: BLE001
         bad = file_named_in(exc, files)

@@ -66,6 +66,18 @@ def inside(path: str, root: str) -> bool:
     return p == r or p.startswith(r.rstrip("/") + "/")
 
 
+#: Characters Hadoop's path globbing (``FileSystem.globStatus``, Spark's readers) treats as a pattern.
+_GLOB_CHARS = re.compile(r"([\\{}\[\]*?])")
+
+
+def glob_escape(path: str) -> str:
+    """``path`` with Hadoop's glob characters escaped, so that Spark reads exactly that
+    folder: ``out/br[1]`` would otherwise read ``out/br1``, and ``out/cu{a,b}`` two others.
+    Every read path rewindow builds from a folder name goes through here; a pattern it adds
+    itself (``*``) is appended after."""
+    return _GLOB_CHARS.sub(r"\\\1", path)
+
+
 def display(path: str) -> str:
     """How a path is shown in messages: local paths without ``file:``."""
     if path.startswith("file:///"):
@@ -213,6 +225,20 @@ class Lake:
         rows = self.spark.read.option("wholetext", "true").text(path).collect()
         return "".join(r[0] for r in rows)
 
+    def read_text(self, path: str) -> str:
+        """The text of a small file :meth:`put_text` wrote, hidden names too (Spark's readers
+        skip a file named ``_x`` even when given its path): through Hadoop's ``FileSystem.open``
+        on a classic session, :meth:`get_text` (of the folder) over Spark Connect."""
+        if self.connect:
+            return self.get_text(glob_escape(path))
+        fs, p = self._fs(path)
+        stream = fs.open(p)
+        try:
+            data = self.spark._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data).decode("utf-8")
+
     # ------------------------------------------------------------------ Parquet
 
     def parquet_columns(self, path: str) -> dict[str, str]:
@@ -241,5 +267,18 @@ class Lake:
                 else:
                     out[t.getName()] = str(t).replace("\n", " ")
             return out
+        finally:
+            reader.close()
+
+    def parquet_rows(self, path: str) -> int:
+        """A Parquet file's row count, from its footer only (over Spark Connect, a count)."""
+        if self.connect:
+            return int(self.spark.read.parquet(glob_escape(path)).count())
+        jvm = self.spark._jvm
+        jpath = jvm.org.apache.hadoop.fs.Path(path)
+        input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jpath, self._hadoop_conf())
+        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(input_file)
+        try:
+            return int(reader.getRecordCount())
         finally:
             reader.close()

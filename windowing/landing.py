@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from windowing.io import InputError, check_parquet_files
-from windowing.lake import Entry, Lake, join
+from windowing.lake import Entry, Lake, glob_escape, join
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -64,7 +64,7 @@ def read_landing(spark: SparkSession, landing_zone: str, source: Source | None =
     else:
         reader = reader.option("basePath", landing_zone)
     try:
-        df = reader.load(landing_zone)
+        df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
         df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
         text = str(exc)
@@ -132,8 +132,10 @@ def read_partition_events(spark: SparkSession, landing_zone: str, start: datetim
     files: list[Entry] | None = None
     if (source.format if source else "parquet") == "parquet":
         lake = Lake(spark)
-        files = lake.files(join(landing_zone, f"{partition_column}={day:%Y-%m-%d}"))
+        folder = join(landing_zone, f"{partition_column}={day:%Y-%m-%d}")
+        files = lake.files(folder)
         check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
+        check_day_types(spark, folder, [e.path for e in files], df, pipeline)
     events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
         return events, files
@@ -142,6 +144,29 @@ def read_partition_events(spark: SparkSession, landing_zone: str, start: datetim
     first, last = F.lit(day), F.lit(day + DAY - timedelta(microseconds=1))
     placed = F.coalesce(F.least(F.greatest(arrival, first), last), first)
     return events.where((placed >= F.lit(start)) & (placed < F.lit(end))), files
+
+
+def check_day_types(spark: SparkSession, folder: str, files: list[str], landing: DataFrame,
+                    pipeline: Pipeline | None) -> None:
+    """Refuse a day whose files hold a column the pipeline reads with another type than the
+    landing zone's schema (which Spark takes from one file, of another day): read as it is,
+    Spark would fail deep in the replay with ``SchemaColumnConvertNotSupportedException``.
+    The error names the day, the column, both types, and that the earlier days (and the
+    state they carried forward) hold the other type."""
+    if not files or pipeline is None:
+        return
+    day_types = {f.name: f.dataType for f in spark.read.parquet(*[glob_escape(f) for f in files]).schema.fields}
+    zone_types = {f.name: f.dataType for f in landing.schema.fields}
+    for column in pipeline.input_columns:
+        here, there = day_types.get(column), zone_types.get(column)
+        if here is not None and there is not None and here != there:
+            raise InputError(
+                f"{folder}: column {column!r} is {here.simpleString()} in this day's files but "
+                f"{there.simpleString()} in the landing zone's schema (from another day's files; the state carried "
+                f"from the days before holds {there.simpleString()} too): a column's type must not change between "
+                f"days. Rewrite this day's files with {there.simpleString()}, or replay the history again from its "
+                "first day with one type"
+            )
 
 
 def _as_timestamp(df: DataFrame, column: str) -> Column:

@@ -54,12 +54,13 @@ from windowing.io import (
     Staged,
     _new_run_id,
     check_input_schema,
+    check_manifest,
     check_output_target,
     current_commit,
     read_events,
     write_datasets,
 )
-from windowing.lake import Lake, join
+from windowing.lake import Lake, glob_escape, join
 
 # The command's defaults live apart so that `rewindow --help` need not import this module.
 from windowing.lateness_defaults import DEFAULT_DELAYS as DEFAULT_DELAYS
@@ -67,6 +68,7 @@ from windowing.lateness_defaults import DEFAULT_FUTURE_SKEW as DEFAULT_FUTURE_SK
 from windowing.lateness_defaults import DEFAULT_TARGET_LATE as DEFAULT_TARGET_LATE
 from windowing.lateness_defaults import DEFAULT_WORST as DEFAULT_WORST
 from windowing.lateness_report import render_report
+from windowing.manifest import write_manifest
 from windowing.spark import check_workers, spark_session
 from windowing.validation import _jsonable
 
@@ -828,6 +830,8 @@ def write_lateness(result: LatenessResult, out_dir: str | Path, pipeline: Pipeli
                                             "value string").coalesce(1)
 
     write_datasets(staged, frames, text=(FIGURES,), workers=6)
+    if "state" in frames:  # the next partition's --state-in: whole or refused (windowing.manifest)
+        staged.state_manifest = write_manifest(spark, join(staged.path, "state")).to_dict()
     Lake(spark).put_text(join(staged.path, REPORT), render_report(result.figures))
     return staged.commit({"kind": KIND, "tables": sorted(result.tables)})
 
@@ -848,7 +852,9 @@ def read_lateness(spark: SparkSession, out_dir: str | Path) -> LatenessOutput:
     if commit is None or commit.extra.get("kind") != KIND:
         raise InputError(f"{out_dir}: no lateness output here (nothing committed by rewindow lateness)")
     names = commit.extra.get("tables") or TABLES
-    tables = {name: spark.read.parquet(join(commit.run_path, name)) for name in names}
+    if "state" in names:
+        check_manifest(spark, join(commit.run_path, "state"), commit, str(out_dir))
+    tables = {name: spark.read.parquet(glob_escape(join(commit.run_path, name))) for name in names}
     return LatenessOutput(tables, commit.metrics, commit, join(commit.run_path, REPORT))
 
 

@@ -92,7 +92,7 @@ from windowing.io import (
     read_outputs,
     write_datasets,
 )
-from windowing.lake import Lake, join
+from windowing.lake import Lake, glob_escape, join
 from windowing.spark import spark_session
 
 if TYPE_CHECKING:
@@ -124,9 +124,16 @@ PARTITION_EDGE = "PARTITION_EDGE"
 #: Only floating-point aggregates differ, each by at most :data:`ROUNDING_RELATIVE`
 #: relative: a different summation order, not different events.
 FLOAT_ROUNDING = "FLOAT_ROUNDING"
-#: The live side has this (worker, key, window, emission) more than once.
+#: The live side has this (worker, key, window, emission) more than once, the copies alike.
 DUPLICATE_IN_LIVE = "DUPLICATE_IN_LIVE"
-EXPLANATIONS = (EMIT_REASON, LATE_IN_REPLAY, LATE_IN_LIVE, PARTITION_EDGE, FLOAT_ROUNDING, DUPLICATE_IN_LIVE)
+#: The live side has null aggregates where the replay has values: nothing about events
+#: can be read from them (not a late event, not an idle flush).
+NULL_IN_LIVE = "NULL_IN_LIVE"
+#: The live side has this (worker, key, window, emission) more than once with different
+#: values: which copy is right cannot be told, so no other explanation is given.
+CONFLICTING_DUPLICATE = "CONFLICTING_DUPLICATE"
+EXPLANATIONS = (EMIT_REASON, LATE_IN_REPLAY, LATE_IN_LIVE, PARTITION_EDGE, FLOAT_ROUNDING, DUPLICATE_IN_LIVE,
+                NULL_IN_LIVE, CONFLICTING_DUPLICATE)
 
 #: Largest relative difference a float aggregate can owe to summation order alone in
 #: this explanation (double sums of up to millions of values drift by far less).
@@ -530,6 +537,7 @@ def _held(ident: DataFrame, ids: _Ids, compared: list[_Compared], count_agg: _Co
     return ident.select(
         *ids.window, "__em", "__r_n", "__l_n", "__category", part.alias("__part"),
         "__r_reason", "__r_emit_ms", "__l_emit_ms", "__late_n", "__late_first_ms", "__late_last_ms",
+        ((F.col("__l_n") > 1) & (F.col("__l_hash_lo") != F.col("__l_hash_hi"))).alias("__l_conflict"),
         F.when(keep, differing).alias("__differing"),
         *[(F.col(c) if count_agg is not None and c in (count_agg.replay, count_agg.live) else F.when(keep, F.col(c)))
           .alias(c) for a in compared for c in (a.replay, a.live)],
@@ -739,6 +747,11 @@ def _identities(rows: DataFrame, compared: list[_Compared], ids: _Ids) -> DataFr
             F.max(F.when(is_replay, F.col("__reason"))).alias("__r_reason"),
             F.max(F.when(is_replay, F.col("__emit_ms"))).alias("__r_emit_ms"),
             F.min(F.when(is_live, F.col("__emit_ms"))).alias("__l_emit_ms")]
+    if compared:  # copies of one live identity conflict when their values' hashes differ
+        live_hash = F.when(is_live, F.xxhash64(*[F.col(a.value) for a in compared]))
+        aggs += [F.min(live_hash).alias("__l_hash_lo"), F.max(live_hash).alias("__l_hash_hi")]
+    else:
+        aggs += [F.lit(0).cast("long").alias("__l_hash_lo"), F.lit(0).cast("long").alias("__l_hash_hi")]
     for a in compared:
         aggs += [F.max(F.when(is_replay, F.col(a.value))).alias(a.replay),
                  F.max(F.when(is_live, F.col(a.value))).alias(a.live)]
@@ -755,7 +768,8 @@ def _window_figures(held: DataFrame, count_agg: _Compared | None, ids: _Ids) -> 
     emissions by reason (``__n_<reason>``), the count aggregate's totals over all
     emissions (``__r_total``, ``__l_total``) and the replay's late events of the window
     (``__late_n``, first and last arrival)."""
-    aggs = [F.sum("__r_n").alias("__n_replay"), F.sum("__l_n").alias("__n_live"),
+    # Live emissions, not rows: copies of one emission are not an extra (idle) emission.
+    aggs = [F.sum("__r_n").alias("__n_replay"), F.count(F.when(F.col("__l_n") > 0, 1)).alias("__n_live"),
             *[F.count(F.when(F.col("__r_reason") == F.lit(i), 1)).alias(f"__n_{r.lower()}")
               for i, r in enumerate(_CLOSE_REASONS)],
             F.max("__late_n").alias("__late_n"), F.min("__late_first_ms").alias("__late_first_ms"),
@@ -773,7 +787,9 @@ def _mismatch_rows(held: DataFrame, figures_by_window: DataFrame, ids: _Ids) -> 
     first = F.when(cat != F.lit(MATCH), F.lit(0)).otherwise(F.lit(1))
     rows = rows.withColumn("__copy", F.explode(F.sequence(first, F.greatest(copies - 1, F.lit(0)))))
     rows = rows.withColumn("__category", F.when(F.col("__copy") > 0, F.lit(MISSING_IN_REPLAY)).otherwise(cat))
-    return rows.drop("__late_n", "__late_first_ms", "__late_last_ms").join(figures_by_window, ids.window)
+    # A left join: a row whose window columns hold a null (a live row without a window
+    # start) finds no figures by equality, but stays in the table the summary counts.
+    return rows.drop("__late_n", "__late_first_ms", "__late_last_ms").join(figures_by_window, ids.window, "left")
 
 
 def _seconds(ms_col: Column) -> Column:
@@ -802,10 +818,40 @@ def _explanations(pipeline: Pipeline, compared: list[_Compared], count_agg: _Com
     if any(a.floating for a in compared):
         pairs.append(_float_rounding(compared))
     pairs.append(_duplicate_in_live())
+    # The others are proven from values that are there and agree: not from a null live
+    # aggregate, nor from copies of one live emission that differ.
+    null_code, null_text = _null_in_live(compared)
+    conflict = F.coalesce(F.col("__l_conflict"), F.lit(False))
+    trusted = ~conflict & null_code.isNull()
     for code, text in pairs:
-        codes.append(code)
-        texts.append(text)
+        codes.append(F.when(trusted, code))
+        texts.append(F.when(trusted, text))
+    conflict_code, conflict_text = _conflicting_duplicate()
+    codes += [F.when(~conflict, null_code), conflict_code]
+    texts += [F.when(~conflict, null_text), conflict_text]
     return codes, texts
+
+
+def _null_in_live(compared: list[_Compared]) -> tuple[Column, Column]:
+    """:data:`NULL_IN_LIVE`: a value mismatch where live aggregates are null and the
+    replay's are not (named)."""
+    cat, _, own = _row_columns()
+    nulls = [F.when(F.array_contains("__differing", F.lit(a.agg.name)) & F.col(a.live).isNull()
+                    & F.col(a.replay).isNotNull(), F.lit(a.agg.name)) for a in compared]
+    named = F.array_compact(F.array(*nulls)) if nulls else F.array().cast("array<string>")
+    here = own & (cat == F.lit(VALUE_MISMATCH)) & (F.size(named) > 0)
+    return F.when(here, F.lit(NULL_IN_LIVE)), F.when(here, F.concat(
+        F.lit("the live side has no value (null) for "), F.array_join(named, ", "),
+        F.lit(": its sink lost or never wrote them; nothing about the window's events follows from that")))
+
+
+def _conflicting_duplicate() -> tuple[Column, Column]:
+    """:data:`CONFLICTING_DUPLICATE`: the live side has this emission several times with
+    different values (on the compared row and on each further copy)."""
+    here = F.coalesce(F.col("__l_conflict"), F.lit(False))
+    return F.when(here, F.lit(CONFLICTING_DUPLICATE)), F.when(here, F.concat(
+        F.lit("the live side has this window emission "), F.col("__l_n").cast("string"),
+        F.lit(" times with different values: which copy is right cannot be told from the live side")))
 
 
 def _row_columns() -> tuple[Column, Column, Column]:
@@ -1066,7 +1112,7 @@ def read_reconcile(spark: SparkSession, out_dir: str | Path) -> SimpleNamespace:
     commit = current_commit(spark, str(out_dir))
     if commit is None:
         raise InputError(f"{out_dir}: no reconcile output here (nothing committed)")
-    frames = {name: spark.read.parquet(join(commit.run_path, name)) for name in OUTPUTS}
+    frames = {name: spark.read.parquet(glob_escape(join(commit.run_path, name))) for name in OUTPUTS}
     return SimpleNamespace(**frames, figures=commit.metrics, commit=commit)
 
 

@@ -22,11 +22,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from pyspark.sql import functions as F
-from pyspark.sql.types import MapType
-
 from windowing.io import Commit, current_commits_under
 from windowing.lake import join
+from windowing.manifest import content_hash
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -147,26 +145,9 @@ def first_missing(commits: Mapping[str, Commit], keys: Iterable[str]) -> str | N
 
 
 def state_content_hash(state_df: DataFrame) -> str:
-    """An order-independent hash of a state DataFrame's content: ``<rows>-<sum of row hashes>``.
-
-    Spark's Parquet files are not byte-identical across runs (file names, writer
-    metadata), but the rows are: hash each row with ``xxhash64`` over all columns in
-    name order (maps turned into key-sorted entry arrays, which xxhash64 accepts) and
-    add the hashes up exactly, so row order and file layout do not matter.
-    """
-    cols = []
-    for field in sorted(state_df.schema.fields, key=lambda f: f.name):
-        c = F.col(f"`{field.name}`")
-        if isinstance(field.dataType, MapType):
-            c = F.array_sort(F.map_entries(c))
-        cols.append(c)
-    row = F.xxhash64(*cols) if cols else F.lit(0)
-    first = state_df.select(
-        F.count(F.lit(1)), F.coalesce(F.sum(row.cast("decimal(38,0)")), F.lit(0))
-    ).first()
-    assert first is not None  # a global aggregate has exactly one row
-    rows, total = first
-    return f"{rows}-{total}"
+    """An order-independent hash of a state DataFrame's content
+    (:func:`windowing.manifest.content_hash`: ``<rows>-<sum of row hashes>``)."""
+    return content_hash(state_df)
 
 
 def checks_extra(results: Iterable[CheckResult]) -> dict[str, Any]:

@@ -68,3 +68,127 @@ def test_without_from_it_replays_the_landed_days_and_says_when_a_range_holds_non
     assert rc == 0, err
     assert (f"holds no events for 2023-06-01..2023-06-01 (it holds {DAYS[0]}..{DAYS[-1]}): "
             "these partitions will be empty") in err
+
+
+# --------------------------------------------------------------------------- trust nothing on disk (issue 26)
+
+
+def _status_lines(root, config) -> tuple[dict[str, str], str]:
+    rc, out, err = _cli("status", "--config", config, "--output", root)
+    assert rc == 0 and "Traceback" not in err, err
+    return {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("2024-")}, out
+
+
+def test_damaged_records_and_states_of_a_history_are_named_and_resume_reruns_them(spark, history, pipelines_dir,
+                                                                                 tmp_path):
+    """Findings 3, 4 and 5 on a backfill: a truncated record (status, --resume and
+    --rerun-from ended in a TypeError), a run folder deleted under its record (status said
+    "committed", --resume "nothing to do"), a state part deleted (--rerun-from lost events)."""
+    import shutil
+
+    from tests.outputs import current, run_dir
+
+    config = pipelines_dir / "clicks-hourly.yaml"
+    root = tmp_path / "out"
+    backfill = ("backfill", "--config", config, "--input", history, "--output", root, "--from", DAYS[0],
+                "--to", DAYS[1])
+    rc, _, err = _cli(*backfill)
+    assert rc == 0, err
+    first, second = (root / "clicks-hourly" / d for d in DAYS[:2])
+
+    # A truncated newest record of the second day.
+    seq = current(second)["seq"]
+    [record] = (second / "_commits").glob(f"{seq:010d}-*/part-*.json")
+    record.write_text(record.read_text()[:40])
+    record.with_name(f".{record.name}.crc").unlink()
+    lines, _ = _status_lines(root, config)
+    assert "committed" in lines[DAYS[0]]
+    assert "damaged" in lines[DAYS[1]] and f"{record}: the newest commit record" in lines[DAYS[1]], lines
+    assert f"--rerun-from {DAYS[1]}" in lines[DAYS[1]]
+    rc, _, err = _cli(*backfill, "--resume")
+    assert rc == 0 and f"resuming at {DAYS[1]}" in err, err
+    lines, _ = _status_lines(root, config)
+    assert "committed" in lines[DAYS[1]], lines
+
+    # The first day's current run folder deleted: its record names a run that is gone.
+    gone = run_dir(first)
+    shutil.rmtree(gone)
+    lines, _ = _status_lines(root, config)
+    assert "damaged" in lines[DAYS[0]] and "is gone or incomplete" in lines[DAYS[0]], lines
+    rc, _, err = _cli(*backfill, "--rerun-from", DAYS[1])
+    assert rc == 1 and f"partition {DAYS[0]}: " in err and f"--rerun-from {DAYS[0]}" in err, err
+    rc, _, err = _cli(*backfill, "--resume")
+    assert rc == 0 and "nothing to do" not in err, err
+    lines, _ = _status_lines(root, config)
+    assert all("committed" in lines[d] for d in DAYS[:2]), lines
+
+    # A state part of the first day deleted: the second day is not replayed from it.
+    parts = sorted((run_dir(first) / "state").glob("part-*.parquet"))
+    parts[0].unlink()
+    rc, _, err = _cli(*backfill, "--rerun-from", DAYS[1])
+    assert rc == 1 and f"damaged state of run {current(first)['run_id']}" in err, err
+    assert f"state part {parts[0].name} (" in err and "Traceback" not in err, err
+
+
+def test_a_pipeline_name_that_leaves_the_output_root_is_refused_before_spark(history, pipelines_dir, tmp_path):
+    """Finding 2: ``name: ../../escaped`` wrote ``escaped/<day>/`` beside the output root."""
+    config = tmp_path / "escaping.yaml"
+    config.write_text((pipelines_dir / "clicks-hourly.yaml").read_text().replace("name: clicks-hourly",
+                                                                                  'name: "../../escaped"'))
+    root = tmp_path / "root" / "out"
+    rc, _, err = _cli("backfill", "--config", config, "--input", history, "--output", root, "--from", DAYS[0])
+    assert rc == 2 and "name: '../../escaped' is not allowed" in err and "Traceback" not in err, err
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "root").exists()
+
+
+def test_a_column_whose_type_changed_between_days_is_named_with_both_types(spark, history, pipelines_dir, tmp_path):
+    """``amount`` int on the first day, bigint on the second: Spark's
+    SchemaColumnConvertNotSupportedException, naming neither the change nor its source."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    landing = shutil.copytree(history, tmp_path / "landing")
+    for day, dtype in ((DAYS[0], pa.int32()), (DAYS[1], pa.int64())):
+        for f in (landing / f"date={day}").glob("*.parquet"):
+            t = pq.read_table(f)
+            amount = t["amount"].cast(pa.int64(), safe=False).cast(dtype, safe=False)
+            pq.write_table(t.set_column(t.column_names.index("amount"), "amount", amount), f)
+    rc, _, err = _cli("backfill", "--config", pipelines_dir / "clicks-hourly.yaml", "--input", landing,
+                      "--output", tmp_path / "out", "--from", DAYS[0], "--to", DAYS[1])
+    assert rc == 1 and "Traceback" not in err and "SchemaColumnConvert" not in err, err
+    assert (f"Cannot replay partition {DAYS[1]} of pipeline clicks-hourly: {landing}/date={DAYS[1]}: column 'amount' "
+            "is bigint in this day's files but int in the landing zone's schema") in err, err
+    assert "the state carried from the days before holds int too" in err
+
+
+def test_two_concurrent_backfills_of_one_range_lose_nothing(spark, history, pipelines_dir, tmp_path):
+    """Held in the second hostile run (issue 26): both commit every partition; the current
+    outputs form one chain, each partition from its predecessor's current state, and equal
+    a backfill run alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.dagster_harness import START
+    from windowing.chain import COMMITTED, Chain, Partitions
+    from windowing.config import load_pipeline
+    from windowing.io import read_outputs
+
+    pipeline = load_pipeline(pipelines_dir / "clicks-hourly.yaml")
+
+    def chain(root):
+        return Chain(spark, pipeline, str(history), str(root), Partitions("day", START))
+
+    both = chain(tmp_path / "both")
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(lambda: list(both.replay(DAYS[:2], checks=False))) for _ in range(2)]
+        results = [r.result() for r in runs]
+    assert all(p.committed for parts in results for p in parts)
+    assert [s.status for s in both.status(DAYS[:2])] == [COMMITTED, COMMITTED]
+    alone = chain(tmp_path / "alone")
+    list(alone.replay(DAYS[:2], checks=False))
+    for day in DAYS[:2]:
+        got, want = read_outputs(spark, both.folder(day)), read_outputs(spark, alone.folder(day))
+        for name in ("aggregates", "late_events", "rejected", "state"):
+            assert sorted(map(tuple, getattr(got, name).collect()), key=repr) == \
+                sorted(map(tuple, getattr(want, name).collect()), key=repr), (day, name)

@@ -590,3 +590,42 @@ def test_stddev_and_percentile_aggregates():
 def test_percentage_mistakes(item, needle):
     with pytest.raises(ConfigError, match=needle):
         parse_pipeline(_with_aggregates(item))
+
+
+# --------------------------------------------------------------------------- pipeline names (issue 26)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../escaped",  # would write beside the output root
+        "a/b",  # a nested folder `rewindow status` does not list
+        "*",  # a glob: another pipeline's partitions read as this one's
+        "clicks[1]",  # a Hadoop glob character
+        "{a,b}",  # a Hadoop glob alternation
+        ".hidden",  # a name Spark's file index skips
+        "_internal",  # likewise
+        "a..b",  # `..` anywhere
+        "a b",  # a space
+        "C:\\x",  # a Windows separator
+    ],
+)
+def test_a_pipeline_name_that_is_not_one_plain_folder_name_is_refused(tmp_path, name):
+    path = _write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {yaml.safe_dump(name).splitlines()[0]}"))
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    msg = str(err.value)
+    assert f"name: {name!r} is not allowed" in msg and "letters, digits" in msg, msg
+
+
+@pytest.mark.parametrize("name", ["t", "clicks-hourly", "clicks_hourly", "v1.2", "caf\xe9", "2024-q1"])
+def test_plain_pipeline_names_are_accepted(tmp_path, name):
+    assert load_pipeline(_write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {name}"))).name == name
+
+
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system ['true']", "!custom x"])
+def test_yaml_tags_are_refused(tmp_path, tag):
+    """Held in the second hostile run (issue 26): a pipeline file cannot construct objects."""
+    path = _write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {tag}"))
+    with pytest.raises(ConfigError, match=r"not valid YAML: could not determine a constructor for the tag"):
+        load_pipeline(path)

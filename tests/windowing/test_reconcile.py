@@ -24,6 +24,7 @@ from windowing.durations import DAY_MS
 from windowing.engine import replay
 from windowing.io import InputError, OutputError, read_events, read_outputs, write_outputs
 from windowing.reconcile import (
+    CONFLICTING_DUPLICATE,
     DUPLICATE_IN_LIVE,
     EMIT_REASON,
     EXTRA_IN_REPLAY,
@@ -31,6 +32,7 @@ from windowing.reconcile import (
     LATE_IN_LIVE,
     LATE_IN_REPLAY,
     MISSING_IN_REPLAY,
+    NULL_IN_LIVE,
     PARTITION_EDGE,
     VALUE_MISMATCH,
     load_reconcile,
@@ -620,3 +622,53 @@ def test_the_cli_runs_reconcile_and_load_pipeline_keeps_the_block(spark, replaye
     err = capsys.readouterr().err
     assert code == 2 and "reconcile.tolerance.relative" in err, err
     assert not (tmp_path / "rec2").exists()
+
+
+# --------------------------------------------------------------------------- explain only what can be proven (issue 26)
+
+
+def test_null_live_aggregates_conflicting_copies_and_a_summary_that_agrees_with_its_table(spark, replayed):
+    """A null live ``count`` was explained LATE_IN_LIVE; two live copies of one emission with
+    different counts were "the live side flushed it idle"; a live row without a window start
+    was counted in the summary's missing but absent from the table."""
+    from pyspark.sql import functions as F
+
+    rows = [dict(r) for r in replayed["rows"]]
+    used: set = set()
+    nulled = _pick(rows, 1, used, lambda r: r["emit_reason"] == "WATERMARK" and r["count"] > 1)[0]
+    nulled["count"] = None
+    conflict = _pick(rows, 1, used)[0]
+    other_copy = {**conflict, "count": conflict["count"] + 1}
+    no_start = {**_pick(rows, 1, used)[0], "ws": None}
+    spec = parse_reconcile(_mapping(), PIPELINE)
+    result = reconcile(spark, PIPELINE, spec, replayed["out"].aggregates, _live(spark, rows + [other_copy, no_start]),
+                       replayed["out"].late_events, partition_edges=EDGES)
+    try:
+        table = [r.asDict() for r in result.mismatches.select(
+            "user_id", F.unix_millis("window_start").alias("ws"), "emission", "category", "differing",
+            "explanations", "detail").collect()]
+        by_id: dict = {}
+        for r in table:
+            by_id.setdefault((r["user_id"], r["ws"], r["emission"]), []).append(
+                (r["category"], tuple(r["differing"]), tuple(r["explanations"])))
+        assert by_id[_identity(nulled)] == [(VALUE_MISMATCH, ("count",), (NULL_IN_LIVE,))]
+        assert sorted(by_id[_identity(conflict)]) == [(MISSING_IN_REPLAY, (), (CONFLICTING_DUPLICATE,)),
+                                                      (VALUE_MISMATCH, ("count",), (CONFLICTING_DUPLICATE,))]
+        assert by_id[(no_start["user_id"], None, no_start["emission"])] == [(MISSING_IN_REPLAY, (), ())]
+        assert len(table) == 4
+        details = " ".join(r["detail"] for r in table)
+        assert "flushed it idle" not in details and "late" not in details, details
+        # The summary counts the table's rows, category by category, in total and per partition.
+        f = result.figures
+        for name, category in (("value_mismatch", VALUE_MISMATCH), ("missing_in_replay", MISSING_IN_REPLAY),
+                               ("extra_in_replay", EXTRA_IN_REPLAY)):
+            assert f[name] == sum(1 for r in table if r["category"] == category), name
+        assert f["explained"] == sum(1 for r in table if r["explanations"])
+        assert f["explained_by"][NULL_IN_LIVE] == 1 and f["explained_by"][CONFLICTING_DUPLICATE] == 2
+        assert f["explained_by"][LATE_IN_LIVE] == 0 and f["explained_by"][EMIT_REASON] == 0
+        [total] = [r for r in result.summary.collect() if r["scope"] == "total"]
+        assert (total["value_mismatch"], total["missing_in_replay"]) == (2, 2)
+        assert f["compared"] == len(rows) + 2  # the further copy and the row without a start: missing in replay
+        assert f["explained_by"][DUPLICATE_IN_LIVE] == 0  # the copies differ: not a plain duplicate
+    finally:
+        result.unpersist()

@@ -1,0 +1,179 @@
+"""The state manifest: a run's state is whole, or it is refused (issue 26).
+
+Spark reads a Parquet dataset as whatever part files are in its folder: a state that lost
+a part file reads fine, with fewer rows, and the windows that part held open are lost
+without a word. So a replay writes, with its state, a manifest of it::
+
+    OUT/runs/<run id>/state/_manifest.json     (a hidden name: Spark's readers skip it)
+
+and the same manifest goes into the run's commit record (``extra.state_manifest``), where
+deleting the file cannot hide a change. It lists every part file with its row count
+(from the Parquet footer), the total, and :func:`content_hash` of the window rows
+(``state_kind = 'window'``: the open windows the next partition continues).
+
+Every reader of a state (:func:`windowing.io.read_state`: ``--state-in``, the next
+partition of a backfill, the Dagster assets, ``verify --state-in``) checks part names and
+row counts against the manifest before any work (footers only, no Spark job): a missing or
+extra part, or a count that differs, is a :class:`~windowing.io.StateError` naming the run
+and the part. ``rewindow verify`` checks it too, and recomputes the content hash.
+
+A state written before manifests existed (no manifest anywhere) is read as before.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import MapType
+
+from windowing.lake import Lake, display, glob_escape, join
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The manifest's file name inside the state folder.
+MANIFEST = "_manifest.json"
+#: Its key in a commit record's ``extra``.
+RECORD_KEY = "state_manifest"
+#: The state rows whose content the manifest hashes: the open windows.
+WINDOW_KIND = "window"
+
+
+@dataclass(frozen=True)
+class StateManifest:
+    """What a state folder holds: ``parts`` (file name, rows) sorted by name, their
+    ``total_rows``, and ``window_rows_hash`` (:func:`content_hash` of the window rows)."""
+
+    parts: tuple[tuple[str, int], ...]
+    total_rows: int
+    window_rows_hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"parts": [{"file": f, "rows": n} for f, n in self.parts], "total_rows": self.total_rows,
+                "window_rows_hash": self.window_rows_hash}
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str) -> StateManifest:
+        """Read a manifest; ``ValueError`` naming ``where`` when it is not one."""
+        try:
+            parts = tuple((str(p["file"]), int(p["rows"])) for p in doc["parts"])
+            return cls(parts, int(doc["total_rows"]), str(doc["window_rows_hash"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: not a state manifest ({type(exc).__name__}: {exc})") from None
+
+
+def content_hash(df: DataFrame) -> str:
+    """An order-independent hash of a DataFrame's content: ``<rows>-<sum of row hashes>``.
+
+    Spark's Parquet files are not byte-identical across runs (file names, writer
+    metadata), but the rows are: hash each row with ``xxhash64`` over all columns in
+    name order (maps turned into key-sorted entry arrays, which xxhash64 accepts) and
+    add the hashes up exactly, so row order and file layout do not matter.
+    """
+    cols = []
+    for field in sorted(df.schema.fields, key=lambda f: f.name):
+        c = F.col(f"`{field.name}`")
+        if isinstance(field.dataType, MapType):
+            c = F.array_sort(F.map_entries(c))
+        cols.append(c)
+    row = F.xxhash64(*cols) if cols else F.lit(0)
+    first = df.select(F.count(F.lit(1)), F.coalesce(F.sum(row.cast("decimal(38,0)")), F.lit(0))).first()
+    assert first is not None  # a global aggregate has exactly one row
+    rows, total = first
+    return f"{rows}-{total}"
+
+
+def window_rows_hash(state: DataFrame) -> str:
+    """:func:`content_hash` of a state's window rows (of every row for a state without
+    ``state_kind``: the open windows of ``rewindow lateness``' variants)."""
+    if "state_kind" not in state.columns:
+        return content_hash(state)
+    return content_hash(state.where(F.col("state_kind") == WINDOW_KIND))
+
+
+def _part_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def part_rows(lake: Lake, folder: str) -> dict[str, int]:
+    """Every part file of a state folder (as Spark would read them) and its row count, from
+    the Parquet footers (no data page read)."""
+    rows = {}
+    for e in lake.files(folder):
+        try:
+            rows[_part_name(e.path)] = lake.parquet_rows(e.path)
+        except Exception as exc:  # noqa: BLE001 - Hadoop/Parquet raise many types for a bad file
+            raise ValueError(f"{display(e.path)}: not a readable Parquet file (corrupted or truncated?)") from exc
+    return rows
+
+
+def write_manifest(spark: SparkSession, folder: str) -> StateManifest:
+    """Make the manifest of the state just written in ``folder`` and write it there."""
+    lake = Lake(spark)
+    parts = tuple(sorted(part_rows(lake, folder).items()))
+    state = spark.read.parquet(glob_escape(folder))
+    manifest = StateManifest(parts, sum(n for _, n in parts), window_rows_hash(state))
+    lake.put_text(join(folder, MANIFEST), json.dumps(manifest.to_dict(), sort_keys=True))
+    return manifest
+
+
+def stored_manifest(spark: SparkSession, folder: str, record_extra: Mapping[str, Any] | None) -> StateManifest | None:
+    """The manifest a state folder must match: its commit record's when it has one (the
+    record cannot lose it), else the folder's ``_manifest.json``; None for a state written
+    before manifests. ``ValueError`` naming the file when the manifest itself is damaged."""
+    if record_extra and RECORD_KEY in record_extra:
+        return StateManifest.from_dict(record_extra[RECORD_KEY], "the commit record's state manifest")
+    lake = Lake(spark)
+    path = join(folder, MANIFEST)
+    if not lake.exists(path):
+        return None
+    try:
+        doc = json.loads(lake.read_text(path))
+    except ValueError as exc:
+        raise ValueError(f"{display(path)}: not a state manifest ({exc})") from None
+    return StateManifest.from_dict(doc, display(path))
+
+
+def manifest_problem(lake: Lake, folder: str, manifest: StateManifest) -> str | None:
+    """What in ``folder`` disagrees with ``manifest`` (a part missing, a part it does not
+    list, a row count), as one phrase naming the part; None when the parts are as written."""
+    found = part_rows(lake, folder)
+    listed = dict(manifest.parts)
+    for name, rows in manifest.parts:
+        if name not in found:
+            return (f"state part {name} ({rows} rows) is missing: the manifest lists {len(listed)} part(s), "
+                    f"{manifest.total_rows} rows")
+    for name in sorted(found):
+        if name not in listed:
+            return f"state part {name} is not in its manifest (a file added after the run wrote its state)"
+    for name, rows in manifest.parts:
+        if found[name] != rows:
+            return f"state part {name} holds {found[name]} rows, its manifest says {rows}"
+    if sum(found.values()) != manifest.total_rows:
+        return f"the state holds {sum(found.values())} rows, its manifest says {manifest.total_rows}"
+    return None
+
+
+def verify_problem(spark: SparkSession, run_path: str, record_extra: Mapping[str, Any] | None,
+                   state: DataFrame) -> str | None:
+    """For ``rewindow verify``: what is wrong with a run's state against its manifest (parts,
+    row counts, then the window rows' content hash, recomputed from ``state``); None when
+    it matches. Raises ``LookupError`` when the run has no manifest (written before them)."""
+    folder = join(run_path, "state")
+    try:
+        stored = stored_manifest(spark, folder, record_extra)
+        if stored is None:
+            raise LookupError("the state has no manifest (written by a rewindow before 2026-11)")
+        problem = manifest_problem(Lake(spark), folder, stored)
+    except ValueError as exc:
+        return str(exc)
+    if problem is not None:
+        return problem
+    found = window_rows_hash(state)
+    if found != stored.window_rows_hash:
+        return (f"the window rows' content hash is {found}, its manifest says {stored.window_rows_hash}: "
+                "the state's rows were changed after the run wrote them")
+    return None
