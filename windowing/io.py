@@ -545,8 +545,9 @@ class Staged:
         """The staged outputs, as :func:`read_outputs` returns them."""
         return read_run(self.spark, self.path)
 
-    def commit(self, extra: dict[str, Any] | None = None) -> Commit:
-        """Make this run the output's current one: write its commit record (last)."""
+    def commit(self, extra: dict[str, Any] | None = None, keep: Collection[str] = ()) -> Commit:
+        """Make this run the output's current one: write its commit record (last).
+        ``keep``: run ids pruning must not delete (runs a catalog table points at)."""
         previous = list_commits(self.spark, self.output)
         seq = (previous[-1].seq + 1) if previous else 1
         committed_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -566,7 +567,7 @@ class Staged:
         commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=committed_at,
                         pipeline=self.pipeline, fingerprint=self.fingerprint, metrics=self.metrics,
                         extra=extra or {}, output=self.output)
-        prune(self.spark, self.output)
+        prune(self.spark, self.output, keep)
         return commit
 
 
@@ -646,8 +647,10 @@ def write_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
     return result.metrics
 
 
-def prune(spark: SparkSession, out: str) -> list[str]:
-    """Delete runs beyond the last :data:`KEEP_RUNS` committed and abandoned run folders.
+def prune(spark: SparkSession, out: str, keep: Collection[str] = ()) -> list[str]:
+    """Delete runs beyond the last :data:`KEEP_RUNS` committed and abandoned run folders,
+    never the runs of ``keep`` (run ids: the runs catalog tables point at, see
+    :mod:`windowing.catalog`).
 
     Returns what was deleted. A no-op where the session cannot delete (Spark Connect).
     """
@@ -663,7 +666,7 @@ def prune(spark: SparkSession, out: str) -> list[str]:
             break
     deleted: list[str] = []
     for c in commits:
-        if c.run_id not in keep_runs:
+        if c.run_id not in keep_runs and c.run_id not in keep:
             for p in (join(out, COMMITS, f"{c.seq:010d}-{c.run_id}"), c.run_path):
                 if lake.delete(p):
                     deleted.append(p)
