@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from windowing.lake import Lake, absolute, join
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
     from windowing.io import Commit
@@ -194,6 +193,23 @@ def thrift_server_command(metastore_dir: str, port: int, host: str = "127.0.0.1"
         "--hiveconf", f"hive.server2.thrift.port={port}",
         "--hiveconf", f"hive.server2.thrift.bind.host={host}",
         "spark-internal",
+    ]
+
+
+def spark_sql_command(metastore_dir: str, query: str, spark_home: str | None = None) -> list[str]:
+    """The ``bin/spark-sql`` command line (shipped in the pyspark package) that runs ``query``
+    on the embedded metastore of ``metastore_dir`` (when no replay publishes to it: one
+    process at a time)."""
+    home = spark_home or spark_home_dir()
+    folder = os.path.abspath(metastore_dir)
+    return [
+        os.path.join(home, "bin", "spark-sql"),
+        "--driver-java-options", f"-Dderby.system.home={folder} "
+                                 f"-Dderby.stream.error.file={os.path.join(folder, 'derby.log')}",
+        "--conf", f"spark.hadoop.javax.jdo.option.ConnectionURL={derby_url(folder)}",
+        "--conf", f"spark.sql.warehouse.dir={os.path.join(folder, 'warehouse')}",
+        "--conf", "spark.ui.enabled=false",
+        "-e", query,
     ]
 
 
