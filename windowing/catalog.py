@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from windowing.lake import Lake, absolute, join
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
     from windowing.io import Commit
@@ -165,6 +166,20 @@ def session_conf(metastore_dir: str, conf: Mapping[str, str] | None = None) -> d
     })
     os.makedirs(folder, exist_ok=True)
     return out
+
+
+def session_conf_for_tables(metastore_dir: str | None, conf: Mapping[str, str]) -> dict[str, str]:
+    """:func:`session_conf` for a command that reads published tables (``rewindow reconcile
+    --replay db.table``): the metastore folder from ``--metastore-dir`` or
+    ``REWINDOW_METASTORE_DIR``, unless ``conf`` names a metastore."""
+    if any(k in conf for k in METASTORE_SETTINGS):
+        return session_conf("", conf)
+    folder = metastore_dir or os.environ.get("REWINDOW_METASTORE_DIR")
+    if not folder:
+        raise CatalogError("--replay/--live name a catalog table: give the embedded metastore's folder "
+                           "(--metastore-dir or REWINDOW_METASTORE_DIR: the backfill's OUTPUT/_metastore), or "
+                           "--conf spark.hadoop.hive.metastore.uris=thrift://...")
+    return session_conf(folder, conf)
 
 
 def derby_url(metastore_dir: str) -> str:
@@ -459,6 +474,44 @@ class Publisher:
             if "PARTITIONS_ALREADY_EXIST" not in text and "AlreadyExists" not in text and "already exists" not in text:
                 raise
             self._sql(f"ALTER TABLE {name} {spec} SET LOCATION {_quote(location)}")
+
+
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+
+
+def names_table(text: str | None) -> bool:
+    """Whether ``text`` (a ``--replay`` or ``--live``) is a ``database.table`` rather than a
+    folder or URI: it has that shape and no such local path exists."""
+    return bool(text) and bool(_TABLE_NAME.fullmatch(str(text))) and not os.path.exists(str(text))
+
+
+@dataclass(frozen=True)
+class PublishedOutputs:
+    """A published history read back through its tables (each partition's current run)."""
+
+    aggregates: Any
+    late_events: Any
+
+
+def read_published(spark: SparkSession, name: str) -> PublishedOutputs:
+    """The outputs published as ``database.<table>_aggregates`` (``name`` may be that table or
+    ``database.<table>``), without the partition column.
+
+    Raises:
+        CatalogError: a table is missing or unreadable, naming it.
+    """
+    database, table = name.split(".", 1)
+    prefix = table[: -len("_aggregates")] if table.lower().endswith("_aggregates") else table
+    frames = {}
+    for output in ("aggregates", "late_events"):
+        qualified = f"`{database}`.`{prefix}_{output}`"
+        try:
+            df = spark.table(qualified)
+            df.schema  # noqa: B018 - resolve now: a missing table fails here, named
+        except Exception as exc:  # noqa: BLE001
+            raise CatalogError(f"{database}.{prefix}_{output}: cannot read the table: {_error_line(exc)}") from exc
+        frames[output] = df.drop(PARTITION_COLUMN)
+    return PublishedOutputs(**frames)
 
 
 def published_table(partitions: Iterable[Published | None]) -> str:

@@ -46,8 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     _spark_args(v)
     c = sub.add_parser("reconcile", help="compare a replay's aggregates with what the live pipeline emitted")
     c.add_argument("--config", required=True, help="the pipeline YAML (its reconcile: block maps the live columns)")
-    c.add_argument("--replay", required=True, help="a `rewindow replay --output` folder or URI")
-    c.add_argument("--live", help="the live aggregates: folder, file or URI (default: the YAML's reconcile.live)")
+    c.add_argument("--replay", required=True, help="a `rewindow replay --output` folder or URI, or the catalog "
+                                                   "table a history was published to (database.table)")
+    c.add_argument("--live", help="the live aggregates: folder, file, URI or catalog table database.table "
+                                  "(default: the YAML's reconcile.live)")
+    c.add_argument("--metastore-dir", help="the embedded metastore of the tables --replay/--live name "
+                                           "(default REWINDOW_METASTORE_DIR)")
     c.add_argument("--live-format", help="Spark format of --live (default: the YAML's, else parquet)")
     c.add_argument("--output", required=True, help="report folder or URI (mismatches, summary; committed atomically)")
     c.add_argument("--min-match", help="exit 1 under this match rate, e.g. 99.5%% (default: the YAML's, else 100%%)")

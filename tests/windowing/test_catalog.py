@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
 import subprocess
@@ -53,7 +54,14 @@ SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2"
               "--conf", "spark.driver.memory=1g", "--conf", "spark.sql.adaptive.enabled=false",
               "--conf", "spark.ui.enabled=false",
               "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"]
-CATALOG_YAML = PIPELINE_YAML + "output:\n  catalog: {database: replay, table: clicks_hourly}\n"
+CATALOG_YAML = PIPELINE_YAML + """\
+output:
+  catalog: {database: replay, table: clicks_hourly}
+reconcile:   # the live side is this pipeline's own output here
+  columns: {worker: partition, key: user_id, windowStart: window_start, windowEnd: window_end, emission: emission,
+            emitTime: emit_time, aggregates: {count: count, sum_amount: sum_amount, unique_events: unique_events,
+                                              last_event_id: last_event_id}}
+"""
 
 
 # --------------------------------------------------------------------------- configuration (no Spark)
@@ -189,6 +197,30 @@ def published(tmp_path_factory):
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=base)
     facts["killed"] = kill_when(proc, folders[MIDDLE], "write")
     facts["commits_after"] = {d: commits(folders[d]) for d in DAYS}
+
+    # 5. the Dagster assets publish the same history (as it landed first) to another database of the metastore
+    dagster_landing, pipelines = base / "dagster_landing", base / "pipelines"
+    generate_history(dagster_landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=1000,
+                     keys=20, seed=11)
+    pipelines.mkdir()
+    (pipelines / "clicks-hourly.yaml").write_text(CATALOG_YAML.replace("database: replay", "database: dagster_replay"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.windowing.catalog_dagster_run", str(dagster_landing), str(pipelines),
+         str(base / "dagster_out"), DAYS[0], DAYS[-1]],
+        capture_output=True, text=True, timeout=900, cwd=base,
+        env=base_env({"PYTHONPATH": str(Path(__file__).parents[2]), "REWINDOW_METASTORE_DIR": str(out / "_metastore"),
+                      "REWINDOW_SPARK_MASTER": "local[2]", "REWINDOW_SPARK_CONF": ",".join(SPARK_ARGS[3::2])}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts["dagster"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    facts["dagster_folders"] = {d: base / "dagster_out" / "clicks-hourly" / d for d in DAYS}
+
+    # 6. reconcile, both sides named as tables: the CLI-published history (the middle day rerun with another
+    # input) against the Dagster-published one (as first landed)
+    facts["reconcile"] = _rewindow("reconcile", "--config", config, "--replay", "replay.clicks_hourly",
+                                   "--live", "dagster_replay.clicks_hourly_aggregates", "--output", base / "recon",
+                                   "--metastore-dir", out / "_metastore", "--partition-edge", DAYS[0],
+                                   "--partition-edge", DAYS[1], "--partition-edge", DAYS[2],
+                                   "--partition-edge", "2024-01-04", cwd=base, check=False)
     facts["publish_seconds"] = time.monotonic() - began
 
     # 5. the Thrift JDBC server, once, on the same metastore
@@ -299,3 +331,33 @@ def test_a_publisher_that_cannot_reach_the_metastore_fails_before_any_work(publi
     assert proc.returncode == 1
     assert "output.catalog (replay.clicks_hourly_*)" in proc.stderr and "cannot use database" in proc.stderr
     assert {d: sorted(p.name for p in (folders[d] / "runs").iterdir()) for d in DAYS} == before
+
+
+def test_the_dagster_assets_record_the_tables_and_check_them(published):
+    folders = published["dagster_folders"]
+    meta, checks = published["dagster"]["metadata"], published["dagster"]["checks"]
+    assert sorted(meta) == DAYS and sorted(checks) == DAYS
+    assert all(c["passed"] for c in checks.values()), checks
+    (counts,) = beeline(published["url"], "SELECT partition_key, count(*) AS n FROM "
+                                          "dagster_replay.clicks_hourly_aggregates GROUP BY partition_key")
+    for d in DAYS:
+        run = folders[d] / current(folders[d])["run"]
+        m = meta[d]
+        assert m["dagster/table_name"] == "dagster_replay.clicks_hourly_aggregates"
+        assert Path(m["dagster/uri"].removeprefix("file:")) == run / "aggregates"
+        assert m["dagster/row_count"] == len(_rows(run, "aggregates")) == int(
+            next(r["n"] for r in counts if r["partition_key"] == d))
+        assert m["dagster/column_schema"] == pq.read_schema(next((run / "aggregates").glob("*.parquet"))).names
+
+
+def test_reconcile_reads_published_tables_on_both_sides(published):
+    """Only the middle day was rerun with another input: windows emitted in it mismatch, the
+    other days' match (the tables hold each partition's current run, each window once)."""
+    proc = published["reconcile"]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # under minMatch 100 %: the middle day differs
+    assert "is under the minimum" in proc.stderr
+    (recon,) = [p for p in (published["base"] / "recon" / "runs").iterdir()]
+    mismatches = _rows(recon, "mismatches")
+    assert mismatches
+    days = {str(r["window_start"])[:10] for r in mismatches}
+    assert MIDDLE in days and DAYS[-1] not in days, days
