@@ -57,6 +57,7 @@ SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2"
 CATALOG_YAML = PIPELINE_YAML + """\
 output:
   catalog: {database: replay, table: clicks_hourly}
+quality: {maxRejectedShare: 1%}   # the changed middle day has two rows without an event time
 reconcile:   # the live side is this pipeline's own output here
   columns: {worker: partition, key: user_id, windowStart: window_start, windowEnd: window_end, emission: emission,
             emitTime: emit_time, aggregates: {count: count, sum_amount: sum_amount, unique_events: unique_events,
@@ -139,7 +140,8 @@ def _rows(run: Path, output: str) -> list[dict]:
 
 
 def _change_middle_day(landing: Path) -> None:
-    """The middle day again, with other amounts, a tenth of its events gone and a new key."""
+    """The middle day again, with other amounts, a tenth of its events gone, a new key and
+    two rows without an event time (rejected)."""
     folder = landing / f"date={MIDDLE}"
     files = sorted(folder.glob("*.parquet"))
     table = pa.concat_tables([pq.read_table(f) for f in files])
@@ -151,6 +153,7 @@ def _change_middle_day(landing: Path) -> None:
         r["amount"] = r["amount"] * 3 + 1
     for i, r in enumerate(rows[:40]):
         kept.append({**r, "user_id": NEW_KEY, "offset": 10**9 + i})
+    kept += [{**r, "event_time": None, "offset": 10**9 + 100 + i} for i, r in enumerate(rows[:2])]  # rejected
     pq.write_table(pa.Table.from_pylist(kept, schema=table.schema), folder / "changed.parquet")
 
 
@@ -214,7 +217,13 @@ def published(tmp_path_factory):
     facts["dagster"] = json.loads(proc.stdout.strip().splitlines()[-1])
     facts["dagster_folders"] = {d: base / "dagster_out" / "clicks-hourly" / d for d in DAYS}
 
-    # 6. reconcile, both sides named as tables: the CLI-published history (the middle day rerun with another
+    # 6. one partition replayed alone (`rewindow replay --partition`), published to another database
+    facts["single"] = base / "single" / DAYS[0]
+    facts["replay"] = _rewindow("replay", "--config", config, "--input", dagster_landing / f"date={DAYS[0]}",
+                                "--output", facts["single"], "--partition", DAYS[0], "--catalog-database", "single",
+                                "--metastore-dir", out / "_metastore", cwd=base)
+
+    # 7. reconcile, both sides named as tables: the CLI-published history (the middle day rerun with another
     # input) against the Dagster-published one (as first landed)
     facts["reconcile"] = _rewindow("reconcile", "--config", config, "--replay", "replay.clicks_hourly",
                                    "--live", "dagster_replay.clicks_hourly_aggregates", "--output", base / "recon",
@@ -287,6 +296,7 @@ def test_the_published_tables_answer_with_each_partitions_current_run(published)
         want = {d: len(_rows(folders[d] / current_runs[d]["run"], output)) for d in DAYS}
         want = {d: n for d, n in want.items() if n}  # GROUP BY has no row for an empty partition
         assert got == want, output
+        assert got, output
         figures[output] = got
     # the middle day: exactly the new run's rows, none of the old run's
     def key(r):
@@ -361,3 +371,11 @@ def test_reconcile_reads_published_tables_on_both_sides(published):
     assert mismatches
     days = {str(r["window_start"])[:10] for r in mismatches}
     assert MIDDLE in days and DAYS[-1] not in days, days
+
+
+def test_a_single_replay_publishes_as_the_partition_it_is_given(published):
+    assert "published run" in published["replay"].stdout
+    run = published["single"] / current(published["single"])["run"]
+    (rows,) = beeline(published["url"], "SELECT partition_key, count(*) AS n FROM single.clicks_hourly_aggregates "
+                                        "GROUP BY partition_key")
+    assert rows == [{"partition_key": DAYS[0], "n": str(len(_rows(run, "aggregates")))}]
