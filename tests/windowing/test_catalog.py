@@ -379,3 +379,22 @@ def test_a_single_replay_publishes_as_the_partition_it_is_given(published):
     (rows,) = beeline(published["url"], "SELECT partition_key, count(*) AS n FROM single.clicks_hourly_aggregates "
                                         "GROUP BY partition_key")
     assert rows == [{"partition_key": DAYS[0], "n": str(len(_rows(run, "aggregates")))}]
+
+
+def test_pruning_keeps_the_runs_a_table_points_at(spark, tmp_path):
+    """Seven committed runs: the last five are kept, and so is the oldest, which a table
+    still points at (say publishing failed since); only the second is deleted."""
+    from windowing import io as wio
+
+    out = tmp_path / "out"
+    ids = [f"20240101T00000{i}000000Z-0000000{i}" for i in range(7)]
+    for seq, run_id in enumerate(ids, 1):
+        (out / "runs" / run_id / "aggregates").mkdir(parents=True)
+        record = out / "_commits" / f"{seq:010d}-{run_id}"
+        record.mkdir(parents=True)
+        (record / "part-00000.json").write_text(json.dumps({
+            "seq": seq, "run_id": run_id, "run": f"runs/{run_id}", "committed_at": "2024-01-01T00:00:00Z",
+            "pipeline": "p", "fingerprint": "f", "metrics": "{}", "extra": "{}"}) + "\n")
+    deleted = wio.prune(spark, str(out), keep={ids[0]})
+    assert sorted(Path(p.removeprefix("file:")).name for p in deleted) == sorted([f"0000000002-{ids[1]}", ids[1]])
+    assert {p.name for p in (out / "runs").iterdir()} == {ids[0], *ids[2:]}
