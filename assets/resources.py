@@ -177,9 +177,11 @@ def with_catalog(spark: SparkResource, pipelines, storage: StorageResource) -> S
     from windowing.catalog import METASTORE_SETTINGS, default_metastore_dir
 
     conf = {**spark.spark_config, **parse_conf(resolved(spark.extra_conf))}
-    if any(k in conf for k in METASTORE_SETTINGS):
-        return spark.model_copy(update={"metastore_dir": "-"})  # Hive support over the configured metastore
-    return spark.model_copy(update={"metastore_dir": default_metastore_dir(resolved(storage.output_root))})
+    # "-": Hive support over the metastore the settings name (no folder used).
+    folder = "-" if any(k in conf for k in METASTORE_SETTINGS) else default_metastore_dir(resolved(storage.output_root))
+    # A new resource, not model_copy(): Dagster builds the resource from its constructor's arguments.
+    return SparkResource(spark_config=spark.spark_config, master=spark.master, extra_conf=spark.extra_conf,
+                         metastore_dir=folder)
 
 
 def resolved(value: str) -> str:
