@@ -8,8 +8,10 @@ Embedded Derby admits one process at a time, and the pyspark package cannot star
 shared metastore (the standalone ``HiveMetaStore`` lacks the LMAX disruptor jar, and
 Derby's network server jar is not shipped). So the history is published first, in
 subprocesses one after the other: the backfill, a rerun of the middle day with a changed
-input, a rerun blocked by a failing check and a rerun killed mid-write; then the Thrift
-server starts once on that metastore and the queries check the result of all of them.
+input, a rerun blocked by a failing check and a rerun killed mid-write, a Dagster backfill
+and a single ``rewindow replay --partition`` (each into a database of its own), and a
+``rewindow reconcile`` whose both sides are tables; then the Thrift server starts once on
+that metastore and the queries check the result of all of them.
 Two processes publishing at once cannot share embedded Derby: the test shows instead that
 a publisher started while the server holds the metastore fails before any work.
 """
@@ -398,3 +400,22 @@ def test_pruning_keeps_the_runs_a_table_points_at(spark, tmp_path):
     deleted = wio.prune(spark, str(out), keep={ids[0]})
     assert sorted(Path(p.removeprefix("file:")).name for p in deleted) == sorted([f"0000000002-{ids[1]}", ids[1]])
     assert {p.name for p in (out / "runs").iterdir()} == {ids[0], *ids[2:]}
+
+
+def test_a_catalog_that_cannot_hold_the_tables_is_refused_before_any_work(spark, tmp_path):
+    """The suite's shared session has Spark's in-memory catalog: tables in it would vanish
+    with the process, so the chain refuses before replaying anything, saying why."""
+    import yaml
+
+    from windowing.catalog import Publisher
+    from windowing.chain import Chain, ChainError, Partitions
+
+    pipeline = parse_pipeline(yaml.safe_load(CATALOG_YAML))
+    out = tmp_path / "out"
+    pub = Publisher(spark, pipeline.catalog, pipeline, str(out / pipeline.name))
+    chain = Chain(spark, pipeline, str(tmp_path / "landing"), str(out), Partitions(
+        "day", datetime(2024, 1, 1, tzinfo=timezone.utc)), publisher=pub)
+    with pytest.raises(ChainError, match=r"output.catalog \(replay.clicks_hourly_\*\): the Spark session's "
+                                         r"catalog is in-memory"):
+        list(chain.replay(DAYS))
+    assert not out.exists()
