@@ -78,7 +78,7 @@ class SparkResource(PySparkResource):
         conf = {k: str(v) for k, v in self.spark_config.items()}
         conf.update(parse_conf(self.extra_conf))
         if self.metastore_dir:
-            from windowing.catalog import session_conf
+            from windowing.metastore import session_conf
 
             conf.update(session_conf(self.metastore_dir, conf))
         if self.master.startswith("local"):
@@ -174,7 +174,7 @@ def with_catalog(spark: SparkResource, pipelines, storage: StorageResource) -> S
     a metastore, see docs/deployment.md)."""
     if spark.metastore_dir or not any(getattr(p, "catalog", None) is not None for p in pipelines):
         return spark
-    from windowing.catalog import METASTORE_SETTINGS, default_metastore_dir
+    from windowing.metastore import METASTORE_SETTINGS, default_metastore_dir
 
     conf = {**spark.spark_config, **parse_conf(resolved(spark.extra_conf))}
     # "-": Hive support over the metastore the settings name (no folder used).

@@ -255,7 +255,7 @@ def catalog_summary(pipeline, metastore_dir: str) -> str:
     """Where the pipeline's tables are, and one query to run against them."""
     import shlex
 
-    from windowing.catalog import spark_sql_command
+    from windowing.metastore import spark_sql_command
 
     c = pipeline.catalog
     table = f"{c.database}.{c.table_name('aggregates')}"

@@ -75,7 +75,8 @@ def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> 
     """The pipeline's catalog (``output.catalog`` with the command line's overrides), or
     None; when set, the session settings publishing needs are added to ``args.conf``
     (Hive support, the embedded metastore: :func:`windowing.catalog.session_conf`)."""
-    from windowing.catalog import default_metastore_dir, session_conf, with_overrides  # noqa: PLC0415
+    from windowing.catalog import with_overrides  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.metastore import default_metastore_dir, session_conf  # noqa: PLC0415
 
     spec = with_overrides(pipeline.catalog if pipeline is not None else None,
                           getattr(args, "catalog_database", None), getattr(args, "catalog_table", None))

@@ -58,7 +58,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from windowing.catalog import names_table, read_published, session_conf_for_tables
+from windowing.catalog import read_published
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 
@@ -94,6 +94,7 @@ from windowing.io import (
     write_datasets,
 )
 from windowing.lake import Lake, join
+from windowing.metastore import names_table, session_conf_for_tables
 from windowing.spark import spark_session
 
 if TYPE_CHECKING:

@@ -37,16 +37,9 @@ from tests.dagster_harness import PIPELINE_YAML
 from tests.lake.services import ManagedProcess, base_env, free_port, port_open, spark_home
 from tests.outputs import commits, current
 from tests.quality.processes import kill_when
-from windowing.catalog import (
-    CatalogSpec,
-    parse_output,
-    published_table,
-    run_id_of,
-    session_conf,
-    thrift_server_command,
-    with_overrides,
-)
+from windowing.catalog import CatalogSpec, parse_output, published_table, run_id_of, with_overrides
 from windowing.config import ConfigError, parse_pipeline
+from windowing.metastore import session_conf, thrift_server_command
 
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
 MIDDLE = DAYS[1]
