@@ -30,6 +30,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from assets.catalog import published_check_result, published_check_spec, publisher, table_metadata
 from assets.events import EVENTS_KEY
 from assets.matches_live import LivePartition, live_check_results, live_check_spec
 from assets.preview import table_preview
@@ -141,11 +142,12 @@ def build_pipeline_assets(
         for name in OUTPUTS
     ]
     live = live_check_spec(pipeline, keys["windowed_aggregates"])  # None without reconcile.live
+    published = published_check_spec(pipeline, keys["windowed_aggregates"])  # None without output.catalog
 
     @dg.multi_asset(
         name=f"{prefix}_replay",
         specs=specs,
-        check_specs=[check, *quality, *([live] if live else [])],
+        check_specs=[check, *quality, *([live] if live else []), *([published] if published else [])],
         # Subsettable so that a check can be executed on its own (against the committed
         # outputs); the four outputs are still written together by every replay.
         can_subset=True,
@@ -163,6 +165,8 @@ def build_pipeline_assets(
             # Checks executed on their own: verify what is committed, replay nothing.
             yield from _verify_committed(context, spark, pipeline, storage, partitions_def, keys, state_key,
                                          selected_checks)
+            if published is not None and published.key in selected_checks:
+                yield from _published_checks(context, spark, pipeline, storage, published, context.partition_keys)
             if live is not None and live.key in selected_checks:
                 commits = store.pipeline_commits(spark, join(storage.output_path(), pipeline.name),
                                                  context.partition_keys)
@@ -189,11 +193,11 @@ def build_pipeline_assets(
             for part in parts:
                 for name, asset_key in keys.items():
                     if name in selected:
-                        context.add_asset_metadata(_metadata(spark, part, name), asset_key=asset_key,
+                        context.add_asset_metadata(_metadata(spark, part, name, pipeline), asset_key=asset_key,
                                                    partition_key=part.key)
                     else:
                         context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
-                                                                  metadata=_metadata(spark, part, name)))
+                                                                  metadata=_metadata(spark, part, name, pipeline)))
             for asset_key in selected.values():
                 yield dg.MaterializeResult(asset_key=asset_key)
         else:
@@ -203,7 +207,7 @@ def build_pipeline_assets(
             for part in (p for p in parts if p.committed):
                 for name, asset_key in keys.items():
                     context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
-                                                              metadata=_metadata(spark, part, name)))
+                                                              metadata=_metadata(spark, part, name, pipeline)))
         # One evaluation per partition, each naming its partition and its own materialization
         # (Dagster plans a check execution per partition of a range run; a run-level result
         # would leave the others SKIPPED). The chain check covers every partition the run was
@@ -217,6 +221,9 @@ def build_pipeline_assets(
                 if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks:
                     result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], config.checks)
                     yield _evaluation(context.instance, result, part.key, blocking=True)
+        if published is not None and published.key in selected_checks:
+            yield from _published_checks(context, spark, pipeline, storage, published,
+                                         [p.key for p in parts] or context.partition_keys)
         if live is not None and live.key in selected_checks:
             runs = {p.key: (p.run_path, p.folder) for p in parts if p.committed}
             yield from _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live, runs)
@@ -241,7 +248,8 @@ def pipeline_chain(spark, pipeline, storage: StorageResource, partitions_def, lo
     window = partitions_def.time_window_for_partition_key(first)
     grain = "hour" if window.end - window.start <= timedelta(hours=1) else "day"
     return Chain(spark, pipeline, storage.landing_path(), storage.output_path(), Partitions(grain, window.start),
-                 partition_column=storage.partition_column(), **({"log": log} if log is not None else {}))
+                 partition_column=storage.partition_column(), **({"log": log} if log is not None else {}),
+                 publisher=publisher(spark, pipeline, storage.output_path()))
 
 
 def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource, partition_keys, flush_at_end, log,
@@ -282,7 +290,7 @@ def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: St
 EMIT_REASONS = CLOSE_REASONS
 
 
-def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
+def _metadata(spark, part: PartitionResult, name: str, pipeline) -> dict[str, Any]:
     """Metadata of one asset of one partition: numbers Dagster plots across partitions
     (Plots → Partitions), the path, a typed preview."""
     m = part.metrics
@@ -325,7 +333,18 @@ def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
         df = spark.read.parquet(f"{part.run_path}/{OUTPUTS[name]}")
         order = [c for c in ("window_start", "window_end") if c in df.columns]
         meta["preview"] = table_preview(df.orderBy(*order) if order else df)
+    meta.update(table_metadata(spark, part.run_path, OUTPUTS[name], pipeline))
     return meta
+
+
+def _published_checks(context, spark, pipeline, storage: StorageResource, spec: dg.AssetCheckSpec, partition_keys):
+    """One ``published_matches_commit`` evaluation per partition: the tables against the commit records."""
+    pub = publisher(spark, pipeline, storage.output_path())
+    commits = store.pipeline_commits(spark, join(storage.output_path(), pipeline.name), partition_keys)
+    for key in partition_keys:
+        commit = commits.get(key)
+        result = published_check_result(pub, spec.asset_key, key, commit.run_id if commit is not None else None)
+        yield _evaluation(context.instance, result, key, blocking=False)
 
 
 def _verify_committed(context, spark, pipeline, storage: StorageResource, partitions_def, keys, state_key,

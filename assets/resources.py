@@ -10,6 +10,7 @@ unset variable falls back to the default instead of failing the run.
 |---|---|---|
 | ``REWINDOW_SPARK_MASTER`` | ``SparkResource.master`` | ``local[*]`` |
 | ``REWINDOW_SPARK_CONF`` | ``SparkResource.extra_conf`` | none |
+| ``REWINDOW_METASTORE_DIR`` | ``SparkResource.metastore_dir`` | ``<output root>/_metastore`` (publishing) |
 | ``REWINDOW_LANDING_ZONE`` | ``StorageResource.landing_zone`` | ``data/landing`` |
 | ``REWINDOW_PIPELINES_DIR`` | ``StorageResource.pipelines_dir`` | ``data/pipelines`` |
 | ``REWINDOW_OUTPUT_ROOT`` | ``StorageResource.output_root`` | ``data/output`` |
@@ -64,10 +65,22 @@ class SparkResource(PySparkResource):
     extra_conf: str = Field(
         default="", description="More Spark settings as 'key=value,key=value' (e.g. from an env var)."
     )
+    metastore_dir: str = Field(
+        default="",
+        description=(
+            "Set when a pipeline publishes to a catalog (output.catalog): the session starts with Hive support, "
+            "over an embedded Derby metastore in this local folder unless the settings name a metastore "
+            "(spark.hadoop.hive.metastore.uris, Glue's client factory: docs/deployment.md)."
+        ),
+    )
 
     def settings(self) -> dict[str, str]:
         conf = {k: str(v) for k, v in self.spark_config.items()}
         conf.update(parse_conf(self.extra_conf))
+        if self.metastore_dir:
+            from windowing.metastore import session_conf
+
+            conf.update(session_conf(self.metastore_dir, conf))
         if self.master.startswith("local"):
             conf.setdefault("spark.pyspark.python", sys.executable)
         return conf
@@ -151,7 +164,24 @@ def spark_from_env() -> SparkResource:
     return SparkResource(
         master=env_or("REWINDOW_SPARK_MASTER", DEFAULT_MASTER),
         extra_conf=env_or("REWINDOW_SPARK_CONF", ""),
+        metastore_dir=env_or("REWINDOW_METASTORE_DIR", ""),
     )
+
+
+def with_catalog(spark: SparkResource, pipelines, storage: StorageResource) -> SparkResource:
+    """``spark`` with a metastore folder when a pipeline publishes to a catalog and none is
+    set: ``<output root>/_metastore`` (a local output root; otherwise the settings must name
+    a metastore, see docs/deployment.md)."""
+    if spark.metastore_dir or not any(getattr(p, "catalog", None) is not None for p in pipelines):
+        return spark
+    from windowing.metastore import METASTORE_SETTINGS, default_metastore_dir
+
+    conf = {**spark.spark_config, **parse_conf(resolved(spark.extra_conf))}
+    # "-": Hive support over the metastore the settings name (no folder used).
+    folder = "-" if any(k in conf for k in METASTORE_SETTINGS) else default_metastore_dir(resolved(storage.output_root))
+    # A new resource, not model_copy(): Dagster builds the resource from its constructor's arguments.
+    return SparkResource(spark_config=spark.spark_config, master=spark.master, extra_conf=spark.extra_conf,
+                         metastore_dir=folder)
 
 
 def resolved(value: str) -> str:

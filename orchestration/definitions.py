@@ -17,7 +17,14 @@ import dagster as dg
 from assets.events import build_events_asset
 from assets.lateness import build_lateness_asset
 from assets.pipelines import asset_prefix, build_pipeline_assets
-from assets.resources import SparkResource, StorageResource, resolved, spark_from_env, storage_from_env
+from assets.resources import (
+    SparkResource,
+    StorageResource,
+    resolved,
+    spark_from_env,
+    storage_from_env,
+    with_catalog,
+)
 from orchestration.partitions import PartitionSettings
 from orchestration.schedules import lateness_job, newest_partition_schedule, replay_job
 from orchestration.sensors import build_landing_zone_sensor, landing_location
@@ -71,6 +78,7 @@ def build_definitions(
     partitions = (partitions or PartitionSettings.from_env()).with_landed_end(*landing_location(storage))
     partitions_def = partitions.partitions_def()
     pipelines = load_pipelines(resolved(storage.pipelines_dir))
+    spark = with_catalog(spark, [p for p, _ in pipelines], storage)  # Hive support where a pipeline publishes
     with warnings.catch_warnings():
         # Dagster marks `backfill_policy` beta; rewindow's assets rely on single-run backfills
         # (a range in one Spark job) knowingly, so its notice is not shown to every user.

@@ -113,6 +113,7 @@ def run_demo(args, start: datetime | None) -> int:
         resolved,
         spark_from_env,
         storage_from_env,
+        with_catalog,
     )
     from orchestration.definitions import build_definitions, load_pipelines
     from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
@@ -129,7 +130,7 @@ def run_demo(args, start: datetime | None) -> int:
     pipelines_dir = Path(storage.pipelines_dir)
     live_root = absolute(args.live_root or f"{storage.landing_zone.rstrip('/').rsplit('/', 1)[0]}/live")
     if not any(pipelines_dir.glob("*.y*ml")):
-        copy_examples(pipelines_dir, live_root)
+        copy_examples(pipelines_dir, live_root, catalog=is_local(storage.output_root))
     pipelines = load_pipelines(pipelines_dir)
     if not pipelines:
         print(f"error: no pipeline YAML in {pipelines_dir} (and none in {EXAMPLES})", file=sys.stderr)
@@ -163,7 +164,8 @@ def run_demo(args, start: datetime | None) -> int:
         return 2
     last = min(last, newest)  # --no-generate over fewer landed days than --days
 
-    spark_resource = spark_from_env()
+    # Hive support over the embedded metastore in <output root>/_metastore where a pipeline publishes.
+    spark_resource = with_catalog(spark_from_env(), [p for p, _ in pipelines], storage)
     made_up = write_live_outputs(spark_resource, storage, [p for p, _ in pipelines], live_root, partitions_def,
                                  first, last)
 
@@ -221,6 +223,8 @@ def run_demo(args, start: datetime | None) -> int:
                 if ev.check_name == LIVE_CHECK and ev.asset_key.path[0] == asset_prefix(pipeline.name)]
         if live:
             print(live_summary(live, made_up.get(pipeline.name)))
+        if pipeline.catalog is not None:
+            print(catalog_summary(pipeline, spark_resource.metastore_dir))
     if getattr(args, "lateness", False):
         code = _lateness(defs, instance, pipelines, storage, first, last)
         if code:
@@ -243,10 +247,36 @@ def run_demo(args, start: datetime | None) -> int:
     return 0
 
 
-def copy_examples(pipelines_dir: Path, live_root: str) -> None:
+def is_local(location: str) -> bool:
+    return not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", location) or location.startswith("file:")
+
+
+def catalog_summary(pipeline, metastore_dir: str) -> str:
+    """Where the pipeline's tables are, and one query to run against them."""
+    import shlex
+
+    from windowing.metastore import spark_sql_command
+
+    c = pipeline.catalog
+    table = f"{c.database}.{c.table_name('aggregates')}"
+    query = f"SELECT partition_key, count(*) AS windows FROM {table} GROUP BY partition_key ORDER BY 1"
+    command = shlex.join(spark_sql_command(metastore_dir, query))
+    return (f"  tables {table}, {c.database}.{c.table_name('late_events')}, {c.database}.{c.table_name('rejected')} "
+            f"(metastore {metastore_dir}); query them with SQL:\n    {command}")
+
+
+#: The catalog block the demo adds to the examples it copies (a local output root):
+#: each pipeline's outputs become tables of the database ``demo`` in the embedded metastore.
+DEMO_CATALOG = "\noutput:\n  catalog: {{database: demo, table: {table}}}\n"
+
+
+def copy_examples(pipelines_dir: Path, live_root: str, catalog: bool = False) -> None:
     """Copy the example pipelines into ``pipelines_dir``. Their live outputs
     (``reconcile.live.path`` under :data:`EXAMPLE_LIVE_ROOT`) are moved under
-    ``live_root`` when it is another folder."""
+    ``live_root`` when it is another folder. ``catalog``: add :data:`DEMO_CATALOG`,
+    publishing each to tables named after its asset prefix."""
+    from assets.pipelines import asset_prefix
+    from windowing.config import load_pipeline
     from windowing.lake import join, qualify
 
     pipelines_dir.mkdir(parents=True, exist_ok=True)
@@ -256,6 +286,8 @@ def copy_examples(pipelines_dir: Path, live_root: str) -> None:
         if moved:  # a JSON string is a YAML string, whatever the path holds
             text = re.sub(rf"path: {re.escape(EXAMPLE_LIVE_ROOT)}/([^,}}\s]+)",
                           lambda m: f"path: {json.dumps(join(live_root, m.group(1)))}", text)
+        if catalog and "\noutput:" not in text:
+            text = text.rstrip("\n") + "\n" + DEMO_CATALOG.format(table=asset_prefix(load_pipeline(f).name))
         (pipelines_dir / f.name).write_text(text)
         print(f"pipeline   {f.relative_to(REPO)} -> {pipelines_dir / f.name}")
 

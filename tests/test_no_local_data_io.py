@@ -3,8 +3,9 @@
 Events, outputs, state and commit records go through Spark's readers and writers and
 ``windowing.lake.Lake`` (Hadoop's API). Python's ``os``/``pathlib``/``shutil``/``fcntl``
 file operations are allowed only where the path is local by design: the pipeline YAML
-(``config.py``), the pipelines folder and the Dagster home (``orchestration/``), and the
-sample-history generator (``sample.py``, which writes local test and demo data).
+(``config.py``), the pipelines folder and the Dagster home (``orchestration/``), the
+sample-history generator (``sample.py``, which writes local test and demo data), and the
+embedded Derby metastore's folder (``metastore.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ FILE_IO = re.compile(
     r"|\.exists\(\)|\.is_dir\(\)|\.is_file\(\)|\bpq\.(read|write)|ParquetFile\("
 )
 LOCAL_BY_DESIGN = {"windowing/config.py", "windowing/sample.py", "orchestration/demo.py",
-                   "orchestration/definitions.py"}
+                   "orchestration/definitions.py", "windowing/metastore.py"}
 
 
 def test_engine_and_assets_do_no_python_file_io_on_data_paths():

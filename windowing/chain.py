@@ -38,6 +38,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from pyspark.sql import functions as F
 
 from windowing import landing, store
+from windowing.catalog import CatalogError
 from windowing.config import ConfigError
 from windowing.engine import StateMismatchError, replay
 from windowing.io import (
@@ -230,6 +231,8 @@ class Chain:
     partitions: Partitions
     partition_column: str | None = landing.DEFAULT_PARTITION_COLUMN
     log: Any = log_default
+    #: Publishes each committed partition to catalog tables (:class:`windowing.catalog.Publisher`); None: not published.
+    publisher: Any = None
 
     @property
     def pipeline_dir(self) -> str:
@@ -450,6 +453,11 @@ class Chain:
             raise ChainError(f"partitions {keys[0]}..{keys[-1]} of pipeline {self.pipeline.name} are not "
                              f"consecutive ({gap} is missing): each partition starts from the one before", gap)
         self.check_roots()
+        if self.publisher is not None:  # a catalog that cannot take a location swap fails before any work
+            try:
+                self.publisher.check()
+            except CatalogError as exc:
+                raise ChainError(f"Cannot replay pipeline {self.pipeline.name}: {exc}", keys[0]) from exc
         run_id = run_id or _run_id()
         carried = self.starting_state(keys[0])
         for i, key in enumerate(keys, 1):
@@ -533,8 +541,24 @@ class Chain:
             self._record_failure(key, staged, lineage)
             return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds,
                                    committed=False)
-        staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
+        if self.publisher is None:
+            staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
+        else:
+            self._commit_and_publish(key, staged, {**lineage.to_extra(), **store.checks_extra(results)})
         return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds)
+
+    def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> None:
+        """Commit (pruning never deletes the runs the tables point at), then point the
+        catalog tables' partition ``key`` at the committed run (:mod:`windowing.catalog`)."""
+        try:
+            pointed = self.publisher.pointed_runs(key)
+            commit = staged.commit(extra, keep=pointed)
+            published = self.publisher.publish(key, commit)
+        except CatalogError as exc:
+            raise ChainError(f"Partition {key} of pipeline {self.pipeline.name} is committed ({staged.path}) but "
+                             f"not published: {exc}. Rerun it once the catalog is fixed.", key) from exc
+        self.log.info(f"{self.pipeline.name} {key}: published run {staged.run_id} to "
+                      f"{', '.join(p.table for p in published)}")
 
     def _record_failure(self, key: str, staged: Any, lineage: store.Lineage) -> None:
         """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not

@@ -9,9 +9,10 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from windowing.backfill import add_arguments, main_backfill, main_status
+from windowing.backfill import add_arguments, catalog_args, catalog_setup, main_backfill, main_status
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
 from windowing.durations import parse_duration_ms
+from windowing.lake import absolute
 from windowing.lateness_defaults import DEFAULT_DELAYS, DEFAULT_FUTURE_SKEW, DEFAULT_TARGET_LATE, DEFAULT_WORST
 from windowing.spark import WorkerEnvironmentError, spark_session
 
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--output", required=True, help="output folder or URI (a new run, committed atomically)")
     r.add_argument("--state-in", help="the previous replay's output (or its OUT_DIR/state)")
     r.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
+    r.add_argument("--partition", help="with output.catalog: the table partition (partition_key) this run is "
+                                      "published as, e.g. 2024-01-01")
+    catalog_args(r)
     _spark_args(r)
     v = sub.add_parser("verify", help="run the data-quality checks on a replay's output folder")
     v.add_argument("output_dir", metavar="OUTPUT_DIR", help="a `rewindow replay --output` folder or URI")
@@ -42,8 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     _spark_args(v)
     c = sub.add_parser("reconcile", help="compare a replay's aggregates with what the live pipeline emitted")
     c.add_argument("--config", required=True, help="the pipeline YAML (its reconcile: block maps the live columns)")
-    c.add_argument("--replay", required=True, help="a `rewindow replay --output` folder or URI")
-    c.add_argument("--live", help="the live aggregates: folder, file or URI (default: the YAML's reconcile.live)")
+    c.add_argument("--replay", required=True, help="a `rewindow replay --output` folder or URI, or the catalog "
+                                                   "table a history was published to (database.table)")
+    c.add_argument("--live", help="the live aggregates: folder, file, URI or catalog table database.table "
+                                  "(default: the YAML's reconcile.live)")
+    c.add_argument("--metastore-dir", help="the embedded metastore of the tables --replay/--live name "
+                                           "(default REWINDOW_METASTORE_DIR)")
     c.add_argument("--live-format", help="Spark format of --live (default: the YAML's, else parquet)")
     c.add_argument("--output", required=True, help="report folder or URI (mismatches, summary; committed atomically)")
     c.add_argument("--min-match", help="exit 1 under this match rate, e.g. 99.5%% (default: the YAML's, else 100%%)")
@@ -148,8 +156,20 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"rewindow: note: {note}", file=sys.stderr)
     # Local Parquet input lacking a configured column is refused before Spark starts, too.
     check_input_schema(pipeline, args.input or ([pipeline.source.path] if pipeline.source.path else []))
+    # The tables' root folders sit beside the output (OUT/../_tables), the embedded metastore in OUT/../_metastore.
+    parent = absolute(args.output).rstrip("/").rsplit("/", 1)[0]
+    catalog = catalog_setup(args, pipeline, parent)
+    if catalog is not None and not args.partition:
+        raise ConfigError("--partition: required when the pipeline publishes to a catalog (output.catalog): "
+                          "the table partition this run is published as (e.g. 2024-01-01)")
     _progress(1, 3, f"starting Spark ({args.remote or args.master or 'local[*]'})")
     spark = _spark(args)
+    publisher = None
+    if catalog is not None:
+        from windowing.catalog import Publisher  # noqa: PLC0415 - keeps the CLI fast
+
+        publisher = Publisher(spark, catalog, pipeline, parent)
+        publisher.check()  # a catalog that cannot take a location swap fails before any work
     started = time.monotonic()
     inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
     check_output_target(spark, args.output, inputs)  # before any work: never write over the events
@@ -162,9 +182,15 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         _progress(3, 3, f"writing outputs to {args.output}")
         staged = stage_outputs(result, args.output, pipeline=pipeline, inputs=inputs)
-        commit = staged.commit()
+        if publisher is not None and _blocked(spark, pipeline, staged, events, state):
+            return 1
+        commit = staged.commit(keep=publisher.pointed_runs(args.partition) if publisher is not None else ())
     finally:
         result.unpersist()
+    if publisher is not None:
+        published = publisher.publish(args.partition, commit)
+        print(f"published run {commit.run_id} as partition {args.partition} of "
+              f"{', '.join(f'{catalog.database}.{p.table}' for p in published)}")
     m = result.metrics
     print(
         f"replayed {m.input_rows:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
@@ -176,6 +202,19 @@ def _replay(args: argparse.Namespace) -> int:
     print(f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json, metrics.prom), "
           f"committed as run {commit.seq} of {args.output}")
     return 0
+
+
+def _blocked(spark: Any, pipeline: Any, staged: Any, events: Any, state: Any) -> bool:
+    """Write-audit-publish for a published replay: the data-quality checks on the staged
+    run; True (and the run left uncommitted, unpublished) when a blocking one fails."""
+    from windowing.validation import blocking_failures, run_checks  # noqa: PLC0415 - keeps the CLI fast
+
+    failed = blocking_failures(run_checks(spark, pipeline, staged.read(), input_df=events, prev_state=state))
+    if failed:
+        print(f"rewindow: replay: blocking data-quality checks failed ({', '.join(r.name for r in failed)}): "
+              f"the run is not committed nor published (kept at {staged.path}); rewindow verify shows why",
+              file=sys.stderr)
+    return bool(failed)
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from typing import Any, Collection, Iterable, Literal, Mapping, Sequence, TypeVa
 
 import yaml
 
+from windowing.catalog import parse_output
 from windowing.durations import format_duration_ms, parse_duration_ms
 
 
@@ -208,6 +209,10 @@ class Pipeline:
     #: The ``reconcile:`` block (:class:`ReconcileSpec`): how to compare a
     #: replay with the live pipeline's output. Not part of the meaning of a replay.
     reconcile: Any = field(default=None, compare=False)
+    #: The ``output.catalog`` block (:class:`windowing.catalog.CatalogSpec`): the catalog
+    #: tables each committed partition is published to; None: not published. Not part of
+    #: the meaning of a replay.
+    catalog: Any = field(default=None, compare=False)
 
     @property
     def idle_heartbeat_ms(self) -> int:
@@ -380,13 +385,17 @@ def parse_pipeline(doc: Any) -> Pipeline:
         column_bindings=tuple(columns.bindings),
         ignored_fields=tuple(ignored),
     )
-    return replace(pipeline, reconcile=parse_reconcile(m.get("reconcile"), pipeline))
+    try:
+        catalog = parse_output(m.get("output"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return replace(pipeline, reconcile=parse_reconcile(m.get("reconcile"), pipeline), catalog=catalog)
 
 
 def _parse_root(m: Mapping[str, Any]) -> tuple[str, list[str]]:
     """The root's fields checked, its ``version`` and ``name``: ``(name, ignored live-only fields)``."""
     _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers", "quality", "columns",
-                        "reconcile", *_LIVE_ONLY_ROOT_FIELDS})
+                        "reconcile", "output", *_LIVE_ONLY_ROOT_FIELDS})
     ignored = [k for k in m if k in _LIVE_ONLY_ROOT_FIELDS]  # the live pipeline's sink, processors
     version = m.get("version", 1)
     if version != 1:

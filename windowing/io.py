@@ -606,8 +606,9 @@ class Staged:
         """The staged outputs, as :func:`read_outputs` returns them."""
         return read_run(self.spark, self.path)
 
-    def commit(self, extra: dict[str, Any] | None = None) -> Commit:
-        """Make this run the output's current one: write its commit record (last)."""
+    def commit(self, extra: dict[str, Any] | None = None, keep: Collection[str] = ()) -> Commit:
+        """Make this run the output's current one: write its commit record (last).
+        ``keep``: run ids pruning must not delete (runs a catalog table points at)."""
         # After every record, a damaged one too (its folder name orders it): this commit
         # supersedes it, which is the way out of a damaged newest record.
         previous, damaged = read_records(self.spark, self.output)
@@ -629,7 +630,7 @@ class Staged:
         commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=committed_at,
                         pipeline=self.pipeline, fingerprint=self.fingerprint, metrics=self.metrics,
                         extra=self._extra(extra), output=self.output)
-        prune(self.spark, self.output)
+        prune(self.spark, self.output, keep)
         return commit
 
     def _extra(self, extra: dict[str, Any] | None) -> dict[str, Any]:
@@ -719,10 +720,11 @@ def write_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
     return result.metrics
 
 
-def prune(spark: SparkSession, out: str) -> list[str]:
+def prune(spark: SparkSession, out: str, keep: Collection[str] = ()) -> list[str]:
     """Delete runs beyond the last :data:`KEEP_RUNS` committed, abandoned run folders,
     damaged records older than the current one, and commit folders a killed commit left
-    without a record (``_commits/<seq>-<run id>/_temporary/``) once abandoned.
+    without a record (``_commits/<seq>-<run id>/_temporary/``) once abandoned; never the
+    runs of ``keep`` (run ids: the runs catalog tables point at, see :mod:`windowing.catalog`).
 
     Only what rewindow made is deleted: folders directly under ``out/runs/`` and
     ``out/_commits/`` whose names are its run ids and record folders
@@ -741,7 +743,7 @@ def prune(spark: SparkSession, out: str) -> list[str]:
             break
     deleted: list[str] = []
     for c in commits:
-        if c.run_id not in keep_runs and is_run_id(c.run_id):
+        if c.run_id not in keep_runs and c.run_id not in keep and is_run_id(c.run_id):
             for p in (join(out, COMMITS, f"{c.seq:010d}-{c.run_id}"), join(out, RUNS, c.run_id)):
                 if lake.delete(p):
                     deleted.append(p)

@@ -58,6 +58,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from windowing.catalog import read_published
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 
@@ -93,6 +94,7 @@ from windowing.io import (
     write_datasets,
 )
 from windowing.lake import Lake, glob_escape, join
+from windowing.metastore import names_table, session_conf_for_tables
 from windowing.spark import spark_session
 
 if TYPE_CHECKING:
@@ -1168,12 +1170,20 @@ def main_reconcile(args: Any, spark: SparkSession | None = None) -> int:
     live_where = getattr(args, "live", None) or (spec.live.path if spec.live else None)
     if live_where is None and not (spec.live and spec.live.table):
         raise ConfigError(f"--live: no live aggregates given; pass --live or set {_FIELD}.live in {args.config}")
+    # --replay (and --live) may name a catalog table (windowing.catalog) instead of a folder.
+    replay_table = names_table(args.replay)
+    live_table = names_table(getattr(args, "live", None))
+    if live_table:
+        spec = dataclasses.replace(spec, live=dataclasses.replace(spec.live or LiveSource(), table=args.live))
+        args.live, live_where = None, None
+    conf = dict(getattr(args, "conf", None) or [])
+    if (replay_table or live_table) and not getattr(args, "remote", None):
+        conf.update(session_conf_for_tables(getattr(args, "metastore_dir", None), conf))
     if spark is None:
-        spark = spark_session(getattr(args, "master", None), dict(getattr(args, "conf", None) or []),
-                              remote=getattr(args, "remote", None))
-    inputs = [args.replay] + ([live_where] if live_where else [])
+        spark = spark_session(getattr(args, "master", None), conf, remote=getattr(args, "remote", None))
+    inputs = ([] if replay_table else [args.replay]) + ([live_where] if live_where else [])
     check_output_target(spark, args.output, inputs)
-    outputs = read_outputs(spark, args.replay)
+    outputs = read_published(spark, args.replay) if replay_table else read_outputs(spark, args.replay)
     live = read_live(spark, spec, path=getattr(args, "live", None), fmt=getattr(args, "live_format", None))
     result = reconcile(spark, pipeline, spec, outputs.aggregates, live, outputs.late_events,
                        partition_edges=edges or None)

@@ -1,0 +1,414 @@
+"""Publishing to a catalog, proven through a real SQL endpoint.
+
+``rewindow backfill`` processes publish a 3-day history to catalog tables in an embedded
+Derby metastore (``OUTPUT/_metastore``); then Spark's Thrift JDBC server, started from
+the pyspark package on the same metastore, is queried with the package's ``beeline``.
+
+Embedded Derby admits one process at a time, and the pyspark package cannot start a
+shared metastore (the standalone ``HiveMetaStore`` lacks the LMAX disruptor jar, and
+Derby's network server jar is not shipped). So the history is published first, in
+subprocesses one after the other: the backfill, a rerun of the middle day with a changed
+input, a rerun blocked by a failing check and a rerun killed mid-write, a Dagster backfill
+and a single ``rewindow replay --partition`` (each into a database of its own), and a
+``rewindow reconcile`` whose both sides are tables; then the Thrift server starts once on
+that metastore and the queries check the result of all of them.
+Two processes publishing at once cannot share embedded Derby: the test shows instead that
+a publisher started while the server holds the metastore fails before any work.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.dagster_harness import PIPELINE_YAML
+from tests.lake.services import ManagedProcess, base_env, free_port, port_open, spark_home
+from tests.outputs import commits, current
+from tests.quality.processes import kill_when
+from windowing.catalog import CatalogSpec, parse_output, published_table, run_id_of, with_overrides
+from windowing.config import ConfigError, parse_pipeline
+from windowing.metastore import session_conf, thrift_server_command
+
+DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
+MIDDLE = DAYS[1]
+OUTPUTS = ("aggregates", "late_events", "rejected")
+NEW_KEY = "user-rerun"  # a key only the changed input of the middle day has
+SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
+              "--conf", "spark.driver.memory=1g", "--conf", "spark.sql.adaptive.enabled=false",
+              "--conf", "spark.ui.enabled=false",
+              "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"]
+CATALOG_YAML = PIPELINE_YAML + """\
+output:
+  catalog: {database: replay, table: clicks_hourly}
+quality: {maxRejectedShare: 1%}   # the changed middle day has two rows without an event time
+reconcile:   # the live side is this pipeline's own output here
+  columns: {worker: partition, key: user_id, windowStart: window_start, windowEnd: window_end, emission: emission,
+            emitTime: emit_time, aggregates: {count: count, sum_amount: sum_amount, unique_events: unique_events,
+                                              last_event_id: last_event_id}}
+"""
+
+
+# --------------------------------------------------------------------------- configuration (no Spark)
+
+
+def _doc(output):
+    import yaml
+
+    doc = yaml.safe_load(PIPELINE_YAML)
+    doc["output"] = output
+    return doc
+
+
+def test_the_output_block_names_the_catalog_tables():
+    spec = parse_pipeline(_doc({"catalog": {"database": "replay", "table": "clicks_hourly"}})).catalog
+    assert spec == CatalogSpec("replay", "clicks_hourly")
+    assert [spec.table_name(o) for o in OUTPUTS] == [
+        "clicks_hourly_aggregates", "clicks_hourly_late_events", "clicks_hourly_rejected"]
+    assert parse_pipeline(_doc(None)).catalog is None
+    # the catalog is where outputs go, not what they mean: the fingerprint stays
+    assert parse_pipeline(_doc(None)).fingerprint() == parse_pipeline(_doc({"catalog": {
+        "database": "replay", "table": "x"}})).fingerprint()
+
+
+@pytest.mark.parametrize("output, message", [
+    ({"catalog": {"database": "replay"}}, "output.catalog.table: required"),
+    ({"catalog": {"database": "re play", "table": "t"}}, "output.catalog.database: 're play'"),
+    ({"catalog": {"database": "d", "table": "t", "path": "x"}}, "output.catalog.path: unknown field"),
+    ({"table": "t"}, "output.table: unknown field"),
+    ({"catalog": "replay.t"}, "output.catalog: expected a mapping"),
+])
+def test_a_bad_output_block_is_refused_naming_the_field(output, message):
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        parse_pipeline(_doc(output))
+
+
+def test_overrides_and_the_embedded_metastore_settings(tmp_path):
+    spec = parse_output({"catalog": {"database": "replay", "table": "clicks"}})
+    assert with_overrides(spec, database="staging") == CatalogSpec("staging", "clicks")
+    with pytest.raises(ValueError, match="--catalog-database/--catalog-table: the pipeline has no output.catalog"):
+        with_overrides(None, database="staging")
+    conf = session_conf(str(tmp_path / "ms"), {"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert conf["spark.sql.catalogImplementation"] == "hive"
+    assert f"databaseName={tmp_path / 'ms' / 'metastore_db'}" in conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
+    # derby.log and the warehouse stay in the metastore folder, never the working directory
+    assert conf["spark.driver.extraJavaOptions"].startswith("-Xss4m ")
+    assert f"-Dderby.stream.error.file={tmp_path / 'ms' / 'derby.log'}" in conf["spark.driver.extraJavaOptions"]
+    assert conf["spark.sql.warehouse.dir"] == str(tmp_path / "ms" / "warehouse")
+    # a session pointed at a metastore keeps it: no embedded Derby
+    assert session_conf(str(tmp_path / "ms"), {"spark.hadoop.hive.metastore.uris": "thrift://m:9083"}) == {
+        "spark.sql.catalogImplementation": "hive"}
+    assert run_id_of("file:/o/p/2024-01-01/runs/20240101T000000Z-ab/aggregates") == "20240101T000000Z-ab"
+    assert published_table([None, None]) == "not published"
+
+
+# --------------------------------------------------------------------------- the real endpoint
+
+
+def _rewindow(*argv, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = base_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])})
+    proc = subprocess.run([sys.executable, "-m", "windowing.cli", *map(str, argv), *SPARK_ARGS],
+                          capture_output=True, text=True, env=env, timeout=900, cwd=cwd)
+    if check:
+        assert proc.returncode == 0, f"rewindow {argv[0]} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _backfill(config, landing, out, first, last, check=True):
+    return _rewindow("backfill", "--config", config, "--input", landing, "--output", out,
+                     "--from", first, "--to", last, check=check, cwd=out.parent)
+
+
+def _rows(run: Path, output: str) -> list[dict]:
+    return pq.read_table(run / output).to_pylist()
+
+
+def _change_middle_day(landing: Path) -> None:
+    """The middle day again, with other amounts, a tenth of its events gone, a new key and
+    two rows without an event time (rejected)."""
+    folder = landing / f"date={MIDDLE}"
+    files = sorted(folder.glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    for f in files:
+        f.unlink()
+    rows = table.to_pylist()
+    kept = [r for i, r in enumerate(rows) if i % 10]
+    for r in kept:
+        r["amount"] = r["amount"] * 3 + 1
+    for i, r in enumerate(rows[:40]):
+        kept.append({**r, "user_id": NEW_KEY, "offset": 10**9 + i})
+    kept += [{**r, "event_time": None, "offset": 10**9 + 100 + i} for i, r in enumerate(rows[:2])]  # rejected
+    pq.write_table(pa.Table.from_pylist(kept, schema=table.schema), folder / "changed.parquet")
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """The history published step by step, then the Thrift server on its metastore."""
+    from windowing.sample import generate_history
+
+    began = time.monotonic()
+    base = tmp_path_factory.mktemp("catalog")
+    landing, out = base / "landing", base / "out"
+    generate_history(landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=1000, keys=20,
+                     seed=11)
+    config = base / "clicks-hourly.yaml"
+    config.write_text(CATALOG_YAML)
+    folders = {d: out / "clicks-hourly" / d for d in DAYS}
+    facts: dict = {"out": out, "folders": folders, "base": base}
+
+    # 1. the backfill: every partition committed, then published
+    _backfill(config, landing, out, DAYS[0], DAYS[-1])
+    facts["backfill"] = {d: current(folders[d]) for d in DAYS}
+    facts["status_after_backfill"] = _rewindow("status", "--config", config, "--output", out, cwd=base).stdout
+
+    # 2. the middle day rerun with a changed input: a new run, published in its place
+    _change_middle_day(landing)
+    _backfill(config, landing, out, MIDDLE, MIDDLE)
+    facts["rerun"] = current(folders[MIDDLE])
+
+    # 3. a rerun blocked by a failing check (an event 30 days before its arrival): not committed
+    folder = landing / f"date={MIDDLE}"
+    t = pq.read_table(folder / "changed.parquet")
+    odd = {**t.slice(0, 1).to_pylist()[0], "offset": 2 * 10**9}
+    odd["event_time"] = odd["event_time"] - timedelta(days=30)
+    pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), folder / "zz-odd.parquet")
+    facts["blocked"] = _backfill(config, landing, out, MIDDLE, MIDDLE, check=False)
+    (folder / "zz-odd.parquet").unlink()
+
+    # 4. a rerun killed while it writes its run: not committed
+    env = base_env({"PYTHONPATH": str(Path(__file__).parents[2])})
+    with open(base / "killed.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "windowing.cli", "backfill", "--config", str(config), "--input", str(landing),
+             "--output", str(out), "--from", MIDDLE, "--to", MIDDLE, *SPARK_ARGS],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=base)
+    facts["killed"] = kill_when(proc, folders[MIDDLE], "write")
+    facts["commits_after"] = {d: commits(folders[d]) for d in DAYS}
+
+    # 5. the Dagster assets publish the same history (as it landed first) to another database of the metastore
+    dagster_landing, pipelines = base / "dagster_landing", base / "pipelines"
+    generate_history(dagster_landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=1000,
+                     keys=20, seed=11)
+    pipelines.mkdir()
+    (pipelines / "clicks-hourly.yaml").write_text(CATALOG_YAML.replace("database: replay", "database: dagster_replay"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.windowing.catalog_dagster_run", str(dagster_landing), str(pipelines),
+         str(base / "dagster_out"), DAYS[0], DAYS[-1]],
+        capture_output=True, text=True, timeout=900, cwd=base,
+        env=base_env({"PYTHONPATH": str(Path(__file__).parents[2]), "REWINDOW_METASTORE_DIR": str(out / "_metastore"),
+                      "REWINDOW_SPARK_MASTER": "local[2]", "REWINDOW_SPARK_CONF": ",".join(SPARK_ARGS[3::2])}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts["dagster"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    facts["dagster_folders"] = {d: base / "dagster_out" / "clicks-hourly" / d for d in DAYS}
+
+    # 6. one partition replayed alone (`rewindow replay --partition`), published to another database
+    facts["single"] = base / "single" / DAYS[0]
+    facts["replay"] = _rewindow("replay", "--config", config, "--input", dagster_landing / f"date={DAYS[0]}",
+                                "--output", facts["single"], "--partition", DAYS[0], "--catalog-database", "single",
+                                "--metastore-dir", out / "_metastore", cwd=base)
+
+    # 7. reconcile, both sides named as tables: the CLI-published history (the middle day rerun with another
+    # input) against the Dagster-published one (as first landed)
+    facts["reconcile"] = _rewindow("reconcile", "--config", config, "--replay", "replay.clicks_hourly",
+                                   "--live", "dagster_replay.clicks_hourly_aggregates", "--output", base / "recon",
+                                   "--metastore-dir", out / "_metastore", "--partition-edge", DAYS[0],
+                                   "--partition-edge", DAYS[1], "--partition-edge", DAYS[2],
+                                   "--partition-edge", "2024-01-04", cwd=base, check=False)
+    facts["publish_seconds"] = time.monotonic() - began
+
+    # 5. the Thrift JDBC server, once, on the same metastore
+    port = free_port()
+    cmd = thrift_server_command(str(out / "_metastore"), port, spark_home=spark_home())
+    server = ManagedProcess("thrift", cmd, base_env(), base / "thrift.log", base)
+    try:
+        deadline = time.monotonic() + 240
+        while not port_open(port):
+            assert server.running() and time.monotonic() < deadline, server.describe()
+            time.sleep(1)
+        facts["url"] = f"jdbc:hive2://127.0.0.1:{port}"
+        facts["server_pid"] = server.pid
+        facts["config"], facts["landing"] = config, landing
+        yield facts
+    finally:
+        server.stop()  # by its own PID (and its process group)
+        assert not server.running()
+
+
+def beeline(url: str, *statements: str) -> list[list[dict]]:
+    """Run ``statements`` through ``bin/beeline`` of the pyspark package; one list of rows
+    each. With several statements, each selects a first column ``q`` (beeline's CSV puts no
+    line between result sets, so a ``q,...`` header starts the next one)."""
+    proc = subprocess.run(
+        [os.path.join(spark_home(), "bin", "beeline"), "-u", url, "--silent=true", "--showHeader=true",
+         "--outputformat=csv2", "-e", "; ".join(statements)],
+        capture_output=True, text=True, env=base_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # (beeline may print its prompt before the first header)
+    lines = [re.sub(r"^\d+: jdbc:hive2://\S+> ?", "", ln) for ln in proc.stdout.splitlines()]
+    lines = [ln for ln in lines if ln.strip()]
+    if len(statements) == 1:
+        return [list(csv.DictReader(io.StringIO("\n".join(lines))))]
+    blocks: list[list[str]] = []
+    for line in lines:
+        if line.startswith("q,"):
+            blocks.append([])
+        if blocks:
+            blocks[-1].append(line)
+    assert len(blocks) == len(statements), proc.stdout[-3000:]
+    return [list(csv.DictReader(io.StringIO("\n".join(b)))) for b in blocks]
+
+
+def test_the_published_tables_answer_with_each_partitions_current_run(published):
+    folders = published["folders"]
+    rerun = published["rerun"]
+    old_middle = published["backfill"][MIDDLE]
+    assert rerun["run_id"] != old_middle["run_id"]
+    # the blocked and the killed reruns committed nothing
+    assert published["blocked"].returncode == 1 and "input_event_time_skew" in published["blocked"].stderr
+    assert published["killed"] == "killed mid-write"
+    assert published["commits_after"][MIDDLE][-1]["run_id"] == rerun["run_id"]
+    current_runs = {d: published["backfill"][d] for d in DAYS} | {MIDDLE: rerun}
+
+    statements = [f"SELECT '{o}' AS q, partition_key, count(*) AS n FROM replay.clicks_hourly_{o} "
+                  "GROUP BY partition_key ORDER BY partition_key" for o in OUTPUTS]
+    statements.append("SELECT 'middle' AS q, user_id, `count`, emit_batch, emission "
+                      f"FROM replay.clicks_hourly_aggregates WHERE partition_key = '{MIDDLE}'")
+    answers = beeline(published["url"], *statements)
+    figures = {}
+    for output, rows in zip(OUTPUTS, answers[:3]):
+        got = {r["partition_key"]: int(r["n"]) for r in rows}
+        want = {d: len(_rows(folders[d] / current_runs[d]["run"], output)) for d in DAYS}
+        want = {d: n for d, n in want.items() if n}  # GROUP BY has no row for an empty partition
+        assert got == want, output
+        assert got, output
+        figures[output] = got
+    # the middle day: exactly the new run's rows, none of the old run's
+    def key(r):
+        return (r["user_id"], int(r["count"]), int(r["emit_batch"]), int(r["emission"]))
+    got = sorted(key(r) for r in answers[3])
+    new = sorted(key(r) for r in _rows(folders[MIDDLE] / rerun["run"], "aggregates"))
+    old = sorted(key(r) for r in _rows(folders[MIDDLE] / old_middle["run"], "aggregates"))
+    assert got == new and got != old
+    assert any(r["user_id"] == NEW_KEY for r in answers[3])
+    print(f"\nfigures through the Thrift server: {figures}; publishing took {published['publish_seconds']:.0f}s")
+
+
+def test_table_properties_and_status_name_the_published_run(published):
+    (props,) = beeline(published["url"], "SHOW TBLPROPERTIES replay.clicks_hourly_aggregates")
+    values = {r["key"]: r["value"] for r in props}
+    assert values["rewindow.run"] == published["rerun"]["run_id"]
+    assert values["rewindow.partition"] == MIDDLE
+    assert values["rewindow.fingerprint"] == published["rerun"]["fingerprint"]
+    # the partition location is the committed run folder: external, nothing copied
+    (desc,) = beeline(published["url"], f"DESCRIBE TABLE EXTENDED replay.clicks_hourly_late_events "
+                                        f"PARTITION (partition_key='{DAYS[0]}')")
+    location = next(r["data_type"] for r in desc if r["col_name"] == "Location")
+    assert run_id_of(location) == published["backfill"][DAYS[0]]["run_id"]
+    assert Path(location.removeprefix("file:")) == published["folders"][DAYS[0]] / published["backfill"][
+        DAYS[0]]["run"] / "late_events"
+    # `rewindow status` (run before the reruns) showed the run each table pointed at
+    lines = {ln.split()[0]: ln for ln in published["status_after_backfill"].splitlines()
+             if ln.strip().startswith("2024-")}
+    for d in DAYS:
+        assert f"published run {published['backfill'][d]['run_id']}" in lines[d]
+    # the embedded metastore lives in OUTPUT/_metastore, never in the working directory
+    assert (published["out"] / "_metastore" / "metastore_db").is_dir()
+    assert not {"metastore_db", "derby.log", "spark-warehouse"} & {p.name for p in published["base"].iterdir()}
+
+
+def test_a_publisher_that_cannot_reach_the_metastore_fails_before_any_work(published):
+    """The Thrift server holds the embedded metastore: a second process cannot publish at
+    the same time, and says so before replaying anything."""
+    folders = published["folders"]
+    before = {d: sorted(p.name for p in (folders[d] / "runs").iterdir()) for d in DAYS}
+    proc = _backfill(published["config"], published["landing"], published["out"], DAYS[0], DAYS[0], check=False)
+    assert proc.returncode == 1
+    assert "output.catalog (replay.clicks_hourly_*)" in proc.stderr and "cannot use database" in proc.stderr
+    assert {d: sorted(p.name for p in (folders[d] / "runs").iterdir()) for d in DAYS} == before
+
+
+def test_the_dagster_assets_record_the_tables_and_check_them(published):
+    folders = published["dagster_folders"]
+    meta, checks = published["dagster"]["metadata"], published["dagster"]["checks"]
+    assert sorted(meta) == DAYS and sorted(checks) == DAYS
+    assert all(c["passed"] for c in checks.values()), checks
+    (counts,) = beeline(published["url"], "SELECT partition_key, count(*) AS n FROM "
+                                          "dagster_replay.clicks_hourly_aggregates GROUP BY partition_key")
+    for d in DAYS:
+        run = folders[d] / current(folders[d])["run"]
+        m = meta[d]
+        assert m["dagster/table_name"] == "dagster_replay.clicks_hourly_aggregates"
+        assert Path(m["dagster/uri"].removeprefix("file:")) == run / "aggregates"
+        assert m["dagster/row_count"] == len(_rows(run, "aggregates")) == int(
+            next(r["n"] for r in counts if r["partition_key"] == d))
+        assert m["dagster/column_schema"] == pq.read_schema(next((run / "aggregates").glob("*.parquet"))).names
+
+
+def test_reconcile_reads_published_tables_on_both_sides(published):
+    """Only the middle day was rerun with another input: windows emitted in it mismatch, the
+    other days' match (the tables hold each partition's current run, each window once)."""
+    proc = published["reconcile"]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # under minMatch 100 %: the middle day differs
+    assert "is under the minimum" in proc.stderr
+    (recon,) = [p for p in (published["base"] / "recon" / "runs").iterdir()]
+    mismatches = _rows(recon, "mismatches")
+    assert mismatches
+    days = {str(r["window_start"])[:10] for r in mismatches}
+    assert MIDDLE in days and DAYS[-1] not in days, days
+
+
+def test_a_single_replay_publishes_as_the_partition_it_is_given(published):
+    assert "published run" in published["replay"].stdout
+    run = published["single"] / current(published["single"])["run"]
+    (rows,) = beeline(published["url"], "SELECT partition_key, count(*) AS n FROM single.clicks_hourly_aggregates "
+                                        "GROUP BY partition_key")
+    assert rows == [{"partition_key": DAYS[0], "n": str(len(_rows(run, "aggregates")))}]
+
+
+def test_pruning_keeps_the_runs_a_table_points_at(spark, tmp_path):
+    """Seven committed runs: the last five are kept, and so is the oldest, which a table
+    still points at (say publishing failed since); only the second is deleted."""
+    from windowing import io as wio
+
+    out = tmp_path / "out"
+    ids = [f"20240101T00000{i}000000Z-0000000{i}" for i in range(7)]
+    for seq, run_id in enumerate(ids, 1):
+        (out / "runs" / run_id / "aggregates").mkdir(parents=True)
+        record = out / "_commits" / f"{seq:010d}-{run_id}"
+        record.mkdir(parents=True)
+        (record / "part-00000.json").write_text(json.dumps({
+            "seq": seq, "run_id": run_id, "run": f"runs/{run_id}", "committed_at": "2024-01-01T00:00:00Z",
+            "pipeline": "p", "fingerprint": "f", "metrics": "{}", "extra": "{}"}) + "\n")
+    deleted = wio.prune(spark, str(out), keep={ids[0]})
+    assert sorted(Path(p.removeprefix("file:")).name for p in deleted) == sorted([f"0000000002-{ids[1]}", ids[1]])
+    assert {p.name for p in (out / "runs").iterdir()} == {ids[0], *ids[2:]}
+
+
+def test_a_catalog_that_cannot_hold_the_tables_is_refused_before_any_work(spark, tmp_path):
+    """The suite's shared session has Spark's in-memory catalog: tables in it would vanish
+    with the process, so the chain refuses before replaying anything, saying why."""
+    import yaml
+
+    from windowing.catalog import Publisher
+    from windowing.chain import Chain, ChainError, Partitions
+
+    pipeline = parse_pipeline(yaml.safe_load(CATALOG_YAML))
+    out = tmp_path / "out"
+    pub = Publisher(spark, pipeline.catalog, pipeline, str(out / pipeline.name))
+    chain = Chain(spark, pipeline, str(tmp_path / "landing"), str(out), Partitions(
+        "day", datetime(2024, 1, 1, tzinfo=timezone.utc)), publisher=pub)
+    with pytest.raises(ChainError, match=r"output.catalog \(replay.clicks_hourly_\*\): the Spark session's "
+                                         r"catalog is in-memory"):
+        list(chain.replay(DAYS))
+    assert not out.exists()
