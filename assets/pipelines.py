@@ -30,13 +30,15 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from assets.automation import rerun_out_of_date
 from assets.events import EVENTS_KEY
 from assets.matches_live import LivePartition, live_check_results, live_check_spec
-from assets.preview import table_preview
+from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
 from windowing import store
 from windowing.chain import Chain, ChainError, PartitionResult, Partitions
 from windowing.config import ignored_fields_note
+from windowing.lake import qualify
 from windowing.metrics import CLOSE_REASONS, ReplayMetrics
 from windowing.validation.registry import quality_checks
 
@@ -77,10 +79,20 @@ def asset_prefix(pipeline_name: str) -> str:
     return name if re.match(r"[A-Za-z_]", name) else f"p_{name}"
 
 
+#: Owners of the pipeline assets when none are given (``REWINDOW_ASSET_OWNERS``).
+DEFAULT_OWNERS = ("team:rewindow",)
+
+
 def build_pipeline_assets(
-    pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition
+    pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition,
+    owners: tuple[str, ...] = DEFAULT_OWNERS,
 ) -> dg.AssetsDefinition:
-    """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`)."""
+    """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`).
+
+    Each asset carries Dagster's standard catalog fields: ``owners``, the pipeline's
+    fingerprint as its code version (a change of configuration makes Dagster show the
+    partitions replayed before it as unsynced) and code references to the pipeline's
+    YAML and to this module."""
     prefix = asset_prefix(pipeline.name)
     keys = {name: dg.AssetKey([prefix, name]) for name in OUTPUTS}
     state_key = keys["window_state"]
@@ -90,6 +102,13 @@ def build_pipeline_assets(
         "pipeline_file": str(pipeline_file),
         "fingerprint": pipeline.fingerprint(),
         "window": pipeline.window.type.value,
+        "dagster/code_references": dg.CodeReferencesMetadataValue(code_references=[
+            dg.LocalFileCodeReference(file_path=str(Path(pipeline_file).resolve()), line_number=1,
+                                      label=f"pipeline {pipeline_file.name}"),
+            dg.LocalFileCodeReference(file_path=str(Path(__file__).resolve()),
+                                      line_number=build_pipeline_assets.__code__.co_firstlineno,
+                                      label="replay (assets/pipelines.py)"),
+        ]),
     }
     descriptions = {
         "window_state": "Watermarks, clocks and open windows at the end of the partition: "
@@ -109,6 +128,10 @@ def build_pipeline_assets(
             partitions_def=partitions_def,
             metadata=common,
             kinds={"spark", "parquet"},
+            owners=list(owners),
+            code_version=pipeline.fingerprint(),
+            # Off until the sensor rerun_out_of_date_partitions is turned on (orchestration/sensors.py).
+            automation_condition=rerun_out_of_date() if name == "window_state" else None,
         )
         for name, key in keys.items()
     ]
@@ -185,11 +208,11 @@ def build_pipeline_assets(
             for part in parts:
                 for name, asset_key in keys.items():
                     if name in selected:
-                        context.add_asset_metadata(_metadata(spark, part, name), asset_key=asset_key,
+                        context.add_asset_metadata(_metadata(spark, pipeline, part, name), asset_key=asset_key,
                                                    partition_key=part.key)
                     else:
                         context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
-                                                                  metadata=_metadata(spark, part, name)))
+                                                                  metadata=_metadata(spark, pipeline, part, name)))
             for asset_key in selected.values():
                 yield dg.MaterializeResult(asset_key=asset_key)
         else:
@@ -199,7 +222,7 @@ def build_pipeline_assets(
             for part in (p for p in parts if p.committed):
                 for name, asset_key in keys.items():
                     context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
-                                                              metadata=_metadata(spark, part, name)))
+                                                              metadata=_metadata(spark, pipeline, part, name)))
         # One evaluation per partition, each naming its partition and its own materialization
         # (Dagster plans a check execution per partition of a range run; a run-level result
         # would leave the others SKIPPED). The chain check covers every partition the run was
@@ -281,7 +304,14 @@ def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: St
 EMIT_REASONS = CLOSE_REASONS
 
 
-def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
+def column_descriptions(pipeline) -> dict[str, str]:
+    """What the output columns whose names could mislead mean (the catalog's Columns section)."""
+    worker = getattr(pipeline.source, "worker", None)
+    return {worker: f"the worker the events were replayed on (the pipeline's source.worker column `{worker}`), "
+                    "not the Dagster partition"} if worker else {}
+
+
+def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, Any]:
     """Metadata of one asset of one partition: numbers Dagster plots across partitions
     (Plots → Partitions), the path, a typed preview."""
     m = part.metrics
@@ -302,28 +332,33 @@ def _metadata(spark, part: PartitionResult, name: str) -> dict[str, Any]:
         "late_events": dg.MetadataValue.int(m.late_events),
         "late_event_windows": dg.MetadataValue.int(m.late_event_windows),
         "late_share": dg.MetadataValue.float(round(m.late_events / accepted, 6) if accepted else 0.0),
-        "lateness_p50_ms": dg.MetadataValue.int(round(pct.p50) if pct.p50 is not None else 0),
-        "lateness_p99_ms": dg.MetadataValue.int(round(pct.p99) if pct.p99 is not None else 0),
+        # Lateness of the late (event, window) pairs, whole milliseconds (0 without any).
+        **{f"lateness_{q}_ms": dg.MetadataValue.int(round(v) if v is not None else 0)
+           for q, v in (("p50", pct.p50), ("p90", pct.p90), ("p99", pct.p99), ("max", pct.max))},
         "rejected_rows": dg.MetadataValue.int(m.rejected_rows),
         "unique_keys": dg.MetadataValue.int(m.unique_keys),
         "keys_held": dg.MetadataValue.int(m.keys_held),
         "replay_seconds": dg.MetadataValue.float(round(part.seconds, 3)),
         "events_per_second": dg.MetadataValue.float(round(rows / part.seconds, 1) if part.seconds else 0.0),
         "watermark_reached": dg.MetadataValue.text(str(m.watermark_reached)),
-        # Dagster metadata is JSON: the percentiles as metrics.json holds them.
-        "lateness_ms_percentiles": dg.MetadataValue.json(pct.to_dict()),
         "previous_partition": dg.MetadataValue.text(str(part.lineage.previous_partition)),
         "state_hash": dg.MetadataValue.text(part.lineage.state_hash),
         "flushed_at_end": dg.MetadataValue.bool(part.lineage.flushed_at_end),
         "path": dg.MetadataValue.path(f"{part.run_path}/{OUTPUTS[name]}"),
     }
+    location = f"{part.run_path}/{OUTPUTS[name]}"
+    df = spark.read.parquet(location)
+    # Dagster's standard keys: the catalog's row count, its Columns section, where it lives.
+    meta["dagster/row_count"] = dg.MetadataValue.int(df.count())
+    descriptions = column_descriptions(pipeline)
+    meta["dagster/column_schema"] = dg.MetadataValue.table_schema(column_schema(df, descriptions))
+    meta["dagster/uri"] = dg.MetadataValue.url(qualify(location))
     if name == "window_state":
         meta["windows_created"] = dg.MetadataValue.int(m.windows_created)
         meta["idle_keys_removed"] = dg.MetadataValue.int(m.idle_keys_removed)
     else:
-        df = spark.read.parquet(f"{part.run_path}/{OUTPUTS[name]}")
         order = [c for c in ("window_start", "window_end") if c in df.columns]
-        meta["preview"] = table_preview(df.orderBy(*order) if order else df)
+        meta["preview"] = table_preview(df.orderBy(*order) if order else df, descriptions=descriptions)
     return meta
 
 

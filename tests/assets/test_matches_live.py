@@ -103,7 +103,8 @@ def test_a_live_output_equal_to_the_replay_matches_in_every_partition(replayed):
         e = evaluated[day]
         meta = {k: v.value for k, v in e.metadata.items()}
         emitted = metrics_of(r.folder(day))["windows_emitted"]
-        assert e.passed and e.description.startswith(f"partition {day}: 100.00 % of {emitted} window emissions"), e.description
+        assert e.passed, e.description
+        assert e.description.startswith(f"partition {day}: 100.00 % of {emitted} window emissions"), e.description
         assert (meta["match_rate"], meta["compared"], meta["match"], meta["replay_rows"], meta["live_rows"]) == (
             1.0, emitted, emitted, emitted, emitted)
         assert meta["value_mismatch"] + meta["missing_in_replay"] + meta["extra_in_replay"] == 0
