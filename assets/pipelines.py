@@ -230,18 +230,23 @@ def build_pipeline_assets(
         # A replay records the four outputs, so it evaluates the checks of all four, selected
         # or not (a check Dagster did not plan is recorded as its own execution).
         evaluated = set(context.assets_def.check_keys) if any(p.committed for p in parts) else set(selected_checks)
+        results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
         if check.key in evaluated:
             asked = context.partition_keys if not parts else [p.key for p in parts]
-            yield from _chain_evaluations(context.instance, spark, pipeline, storage, partitions_def, state_key,
-                                          asked=asked, later_too=True)
-        for part in parts:
-            for name in OUTPUTS:
-                if dg.AssetCheckKey(keys[name], f"{name}_valid") in evaluated:
-                    result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], config.checks)
-                    yield _evaluation(context.instance, result, part.key, blocking=True)
+            chain = pipeline_chain(spark, pipeline, storage, partitions_def)
+            results[check.key] = list(_chain_results(chain, state_key, asked, later_too=True))
+        for name in OUTPUTS:
+            key = dg.AssetCheckKey(keys[name], f"{name}_valid")
+            if key in evaluated:
+                results[key] = [(part.key, _quality_check(keys[name], key.name, QUALITY_CHECKS[name], [part],
+                                                          config.checks)) for part in parts]
         if live is not None and live.key in evaluated:
             runs = {p.key: (p.run_path, p.folder) for p in parts if p.committed}
-            yield from _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live, runs)
+            results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live,
+                                                   runs))
+        blocking = {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking)
+                    for k in results}
+        yield from _evaluations(context, results, blocking)
         if refused is not None:
             raise refused
         if bad:
@@ -383,7 +388,6 @@ def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageR
     everything = asked is None
     committed = chain.committed()
     asked = sorted(committed if asked is None else asked, key=chain.partitions.start_of)
-    span = f"{asked[0]}..{asked[-1]}" if len(asked) > 1 else (asked[0] if asked else "none")
     results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
 
     chain_key = dg.AssetCheckKey(state_key, CHECK_NAME)
@@ -421,12 +425,31 @@ def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageR
         runs = {k: (c.run_path, c.output) if (c := committed.get(k)) else (None, None) for k in asked}
         results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live, runs))
 
+    yield from _evaluations(context, results, dict.fromkeys(results, False), summary=everything)
+
+
+def _evaluations(context, results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]],
+                 blocking: dict[dg.AssetCheckKey, bool], summary: bool = False):
+    """Each check's results as evaluations, one per partition, the failing ones last (the
+    newest evaluation is the one Dagster shows for the asset). First a summary evaluation
+    without a partition when Dagster planned one for the run (a run without a partition,
+    or with one partition: Dagster plans an unpartitioned execution of a check that does
+    not declare partitions), so no execution of the run is left SKIPPED."""
     for check_key, per_partition in results.items():
-        if everything:
+        if summary or _planned_without_partition(context, check_key):
+            keys = sorted({key for key, _ in per_partition})
+            span = f"{keys[0]}..{keys[-1]}" if len(keys) > 1 else (keys[0] if keys else "none")
             yield _summary_evaluation(context.instance, check_key, per_partition, span)
-        # The failing partitions last: the newest evaluation is the one the asset shows.
         for key, result in sorted(per_partition, key=lambda kr: kr[1].passed, reverse=True):
-            yield _evaluation(context.instance, result, key, blocking=False)
+            yield _evaluation(context.instance, result, key, blocking=blocking[check_key])
+
+
+def _planned_without_partition(context, check_key: dg.AssetCheckKey) -> bool:
+    from dagster._core.event_api import PartitionKeyFilter
+
+    rows = context.instance.event_log_storage.get_asset_check_execution_history(
+        check_key, limit=20, partition_filter=PartitionKeyFilter(key=None))
+    return any(r.run_id == context.run.run_id for r in rows)
 
 
 def _summary_evaluation(instance, check_key: dg.AssetCheckKey, per_partition, span: str) -> dg.AssetCheckEvaluation:
@@ -448,13 +471,6 @@ def _summary_evaluation(instance, check_key: dg.AssetCheckKey, per_partition, sp
                   "partitions": dg.MetadataValue.text(span),
                   "failed_partitions": dg.MetadataValue.text(", ".join(failed) or "none")},
     )
-
-
-def _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live: dg.AssetCheckSpec, runs):
-    """One ``matches_live`` evaluation per partition of ``runs`` (key -> (committed run,
-    output folder), both None when nothing is committed), oldest first."""
-    for key, result in _live_results(context, spark, pipeline, pipeline_file, partitions_def, live, runs):
-        yield _evaluation(context.instance, result, key, blocking=live.blocking)
 
 
 def _live_results(context, spark, pipeline, pipeline_file, partitions_def, live: dg.AssetCheckSpec, runs):
@@ -495,16 +511,6 @@ def _target(storage_id, run_id, timestamp):
     if storage_id is None:
         return None
     return AssetCheckEvaluationTargetMaterializationData(storage_id=storage_id, run_id=run_id, timestamp=timestamp)
-
-
-def _chain_evaluations(instance, spark, pipeline, storage: StorageResource, partitions_def, state_key, asked,
-                       later_too: bool):
-    """The chain check's evaluations, one per partition (:func:`_chain_results`), the
-    partitions out of date last (the newest evaluation is the one the asset shows)."""
-    chain = pipeline_chain(spark, pipeline, storage, partitions_def)
-    results = list(_chain_results(chain, state_key, asked, later_too))
-    for key, result in sorted(results, key=lambda kr: kr[1].passed, reverse=True):
-        yield _evaluation(instance, result, key, blocking=False)
 
 
 def _chain_results(chain: Chain, state_key: dg.AssetKey, asked, later_too: bool):
