@@ -229,7 +229,8 @@ def build_pipeline_assets(
         # asked for, refused runs included; the quality checks the partitions it replayed.
         # A replay records the four outputs, so it evaluates the checks of all four, selected
         # or not (a check Dagster did not plan is recorded as its own execution).
-        evaluated = set(context.assets_def.check_keys) if any(p.committed for p in parts) else set(selected_checks)
+        every_check = {check.key, *(q.key for q in quality), *([live.key] if live else [])}
+        evaluated = every_check if any(p.committed for p in parts) else set(selected_checks)
         results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
         if check.key in evaluated:
             asked = context.partition_keys if not parts else [p.key for p in parts]

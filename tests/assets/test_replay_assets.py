@@ -165,9 +165,8 @@ def test_rerun_of_a_past_partition_is_identical_and_marks_later_ones(spark, one_
         assert rows(spark.read.parquet(str(one_by_one.current(day) / output))) == expected
     assert lineage(one_by_one.folder(day)).state_hash == hash_before
     # Same state as before: the chain check finds nothing to rerun, for the day and the one after it.
-    checks = {c.partition or "": c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME}
-    # (and the run's summary, "": Dagster plans a one-partition run's check without a partition)
-    assert sorted(checks) == ["", *DAYS[1:]] and all(c.passed for c in checks.values()), checks
+    checks = {c.partition: c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME}
+    assert sorted(checks) == DAYS[1:] and all(c.passed for c in checks.values()), checks
 
     # Dagster marks the next partition as depending on a newer materialization (unsynced).
     assets = list(one_by_one.defs.resolve_asset_graph().assets_defs)
@@ -205,9 +204,6 @@ def test_changed_history_flags_later_partitions_until_they_are_rerun(spark, hist
     # One evaluation per partition: the rerun one passes, each later one is out of date,
     # on its own materialization (what the asset and its partitions show), reported last.
     checks = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
-    summary = checks.pop(0)  # the run's own, without a partition (see above)
-    assert summary.partition is None and not summary.passed
-    assert summary.description == f"3 partition(s) checked ({DAYS[0]}..{DAYS[2]}): failed in {DAYS[1]}, {DAYS[2]}"
     assert [(c.partition, c.passed) for c in checks] == [(DAYS[0], True), (DAYS[1], False), (DAYS[2], False)]
     for check in checks[1:]:
         assert check.metadata["rerun_range"].value == "2024-01-02..2024-01-03"
@@ -403,10 +399,13 @@ def test_checks_executed_on_their_own_verify_the_committed_outputs(spark, histor
     assert not result.get_asset_materialization_events()  # nothing replayed ...
     assert {day: sorted(p.name for p in (r.folder(day) / "runs").iterdir()) for day in DAYS[:2]} == runs_before
     names = {k.name for k in _checks_of(r)}
-    assert set(evaluations) == {(n, d) for n in names for d in DAYS[:2]}  # ... one evaluation per check and day
+    # ... one evaluation per check and day, and the run's own per check (Dagster plans a
+    # checks-only range run's checks without a partition; none is left SKIPPED)
+    assert set(evaluations) == {(n, d) for n in names for d in (None, *DAYS[:2])}
     assert all(e.passed for e in evaluations.values()), {k: e.description for k, e in evaluations.items()}
+    assert evaluations[(CHECK_NAME, None)].description == f"2 partition(s) checked ({DAYS[0]}..{DAYS[1]}): all passed"
     # Each evaluation targets its own partition's materialization.
-    for (name, day), e in evaluations.items():
+    for (name, day), e in ((k, e) for k, e in evaluations.items() if k[1] is not None):
         mats = r.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=e.asset_key, asset_partitions=[day]), limit=1).records
         assert e.target_materialization_data.storage_id == mats[0].storage_id, (name, day)
