@@ -379,9 +379,9 @@ def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageR
     on the Checks tab), which checks every committed partition and first reports one
     summary evaluation per check, without a partition (the one Dagster planned for the
     run), naming the partitions checked. Then one evaluation per partition, each naming
-    it and targeting its materialization. These evaluations never block: there is nothing
-    downstream of a check executed on its own, and the run succeeds when the checks ran,
-    whatever they found."""
+    it and targeting its materialization. A blocking check that fails (ERROR) fails the
+    run after every evaluation is recorded, so assets downstream in the same run do not
+    run; otherwise the run succeeds whenever the checks ran, whatever they found."""
     from windowing.io import read_state
     from windowing.validation import run_checks
 
@@ -426,7 +426,11 @@ def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageR
         runs = {k: (c.run_path, c.output) if (c := committed.get(k)) else (None, None) for k in asked}
         results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live, runs))
 
-    yield from _evaluations(context, results, dict.fromkeys(results, False), summary=everything)
+    # Blocking as declared: a failing blocking check stops what is downstream in the same run
+    # (after every evaluation is recorded); the chain check never blocks.
+    blocking = {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking)
+                for k in results}
+    yield from _evaluations(context, results, blocking, summary=everything)
 
 
 def _evaluations(context, results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]],

@@ -42,11 +42,13 @@ def pipelines_with(root, live, blocking: bool):
 
 
 def evaluations(result) -> dict[str, dg.AssetCheckEvaluation]:
-    """The run's matches_live evaluations by partition."""
+    """The run's matches_live evaluations by partition (not the run's summary, without a
+    partition, which a checks-only run reports for the execution Dagster planned)."""
     out = {}
     for e in result.all_events:
         if e.event_type_value == "ASSET_CHECK_EVALUATION" and e.event_specific_data.check_name == LIVE_CHECK:
-            out[e.event_specific_data.partition] = e.event_specific_data
+            if e.event_specific_data.partition is not None:
+                out[e.event_specific_data.partition] = e.event_specific_data
     return out
 
 
