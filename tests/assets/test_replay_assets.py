@@ -208,9 +208,11 @@ def test_changed_history_flags_later_partitions_until_they_are_rerun(spark, hist
     for check in checks[1:]:
         assert check.metadata["rerun_range"].value == "2024-01-02..2024-01-03"
         assert check.description.startswith(f"partition {check.partition} is out of date"), check.description
-        [mat] = r.instance.fetch_materializations(
+        # (this instance never materialized them: the outputs were copied, so no target)
+        mats = r.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=STATE, asset_partitions=[check.partition]), limit=1).records
-        assert check.target_materialization_data.storage_id == mat.storage_id
+        target = check.target_materialization_data
+        assert (target.storage_id if target else None) == (mats[0].storage_id if mats else None)
 
     result = r.with_landing(changed).run(DAYS[2])
     message = failure_message(result)
