@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: help setup fast test lint typecheck bench demo airflow-env
+.PHONY: help setup fast test lint typecheck bench demo ui airflow-env
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -29,6 +29,14 @@ bench:  ## rewindow against plain Spark (10 M events; QUICK=1 for 1 M)
 
 demo:  ## the quick start's demo: sample history through Dagster
 	$(PY) -m orchestration.demo
+
+ui:  ## the Dagster UI on the demo's instance (http://127.0.0.1:3000), without dagster dev's `dg dev` notice
+	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/data/dagster_home} PYTHONWARNINGS='$(DEV_NOTICE)' \
+	  $(dir $(PY))dagster dev -w workspace.yaml
+
+# Dagster 1.13's `dagster dev` warns that `dg dev` (the separate dagster-dg-cli) supersedes it;
+# `dagster dev` is what this repository's workspace.yaml is for, so the notice is filtered.
+DEV_NOTICE := ignore:Function `dev_command` is superseded
 
 airflow-env:  ## .venv-airflow: Airflow 3 with rewindow (scripts/airflow-env)
 	scripts/airflow-env

@@ -45,6 +45,14 @@ def table_metadata(spark, run_path: str, dataset: str, pipeline) -> dict[str, An
     return meta
 
 
+def table_name_metadata(pipeline, dataset: str) -> dict[str, Any]:
+    """``dagster/table_name`` of a published dataset (empty without ``output.catalog``)."""
+    if pipeline.catalog is None or dataset not in PUBLISHED:
+        return {}
+    return {"dagster/table_name": dg.MetadataValue.text(
+        f"{pipeline.catalog.database.lower()}.{pipeline.catalog.table_name(dataset)}")}
+
+
 def published_check_spec(pipeline, asset_key: dg.AssetKey) -> dg.AssetCheckSpec | None:
     if pipeline.catalog is None:
         return None

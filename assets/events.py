@@ -10,14 +10,16 @@ as unsynced in the UI.
 
 import dagster as dg
 
-from assets.preview import table_preview
+from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
 from windowing import landing
+from windowing.lake import qualify
 
 EVENTS_KEY = dg.AssetKey(["historical_events"])
 
 
-def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.AssetsDefinition:
+def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition,
+                       owners: tuple[str, ...] = ("team:rewindow",)) -> dg.AssetsDefinition:
     @dg.asset(
         key=EVENTS_KEY,
         group_name="landing_zone",
@@ -25,6 +27,7 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.
         backfill_policy=dg.BackfillPolicy.single_run(),
         description="Historical events from the Parquet landing zone, partitioned by arrival time.",
         kinds={"spark", "parquet"},
+        owners=list(owners),
     )
     def historical_events(
         context: dg.AssetExecutionContext, pyspark: SparkResource, storage: StorageResource
@@ -56,6 +59,10 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.
                     "last_arrival": dg.MetadataValue.text(str(last)),
                     "path": dg.MetadataValue.path(storage.landing_path()),
                     "preview": table_preview(events.orderBy(column) if has_arrival else events),
+                    # Dagster's standard keys (the catalog's row count, Columns and location).
+                    "dagster/row_count": dg.MetadataValue.int(rows),
+                    "dagster/column_schema": dg.MetadataValue.table_schema(column_schema(events)),
+                    "dagster/uri": dg.MetadataValue.url(qualify(storage.landing_path())),
                 },
                 partition_key=key,
             )

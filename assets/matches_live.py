@@ -104,7 +104,7 @@ def live_check_results(spark, pipeline, pipeline_file: Path, asset_key: dg.Asset
             result.unpersist()
         yield part.key, dg.AssetCheckResult(
             asset_key=asset_key, check_name=LIVE_CHECK, passed=result.passed, severity=severity,
-            description=_description(result.figures),
+            description=f"partition {part.key}: {_description(result.figures)}",
             metadata=_metadata(result.figures, table, _reproduce(pipeline, pipeline_file, part), spec),
         )
 

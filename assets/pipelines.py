@@ -30,15 +30,16 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from assets.catalog import published_check_result, published_check_spec, publisher, table_metadata
+from assets.automation import rerun_out_of_date
+from assets.catalog import published_check_result, published_check_spec, publisher, table_name_metadata
 from assets.events import EVENTS_KEY
 from assets.matches_live import LivePartition, live_check_results, live_check_spec
-from assets.preview import table_preview
+from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
 from windowing import store
 from windowing.chain import Chain, ChainError, PartitionResult, Partitions
 from windowing.config import ignored_fields_note
-from windowing.lake import join
+from windowing.lake import join, qualify
 from windowing.metrics import CLOSE_REASONS, ReplayMetrics
 from windowing.validation.registry import quality_checks
 
@@ -79,10 +80,20 @@ def asset_prefix(pipeline_name: str) -> str:
     return name if re.match(r"[A-Za-z_]", name) else f"p_{name}"
 
 
+#: Owners of the pipeline assets when none are given (``REWINDOW_ASSET_OWNERS``).
+DEFAULT_OWNERS = ("team:rewindow",)
+
+
 def build_pipeline_assets(
-    pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition
+    pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition,
+    owners: tuple[str, ...] = DEFAULT_OWNERS,
 ) -> dg.AssetsDefinition:
-    """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`)."""
+    """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`).
+
+    Each asset carries Dagster's standard catalog fields: ``owners``, the pipeline's
+    fingerprint as its code version (a change of configuration makes Dagster show the
+    partitions replayed before it as unsynced) and code references to the pipeline's
+    YAML and to this module."""
     prefix = asset_prefix(pipeline.name)
     keys = {name: dg.AssetKey([prefix, name]) for name in OUTPUTS}
     state_key = keys["window_state"]
@@ -92,6 +103,13 @@ def build_pipeline_assets(
         "pipeline_file": str(pipeline_file),
         "fingerprint": pipeline.fingerprint(),
         "window": pipeline.window.type.value,
+        "dagster/code_references": dg.CodeReferencesMetadataValue(code_references=[
+            dg.LocalFileCodeReference(file_path=str(Path(pipeline_file).resolve()), line_number=1,
+                                      label=f"pipeline {pipeline_file.name}"),
+            dg.LocalFileCodeReference(file_path=str(Path(__file__).resolve()),
+                                      line_number=build_pipeline_assets.__code__.co_firstlineno,
+                                      label="replay (assets/pipelines.py)"),
+        ]),
     }
     descriptions = {
         "window_state": "Watermarks, clocks and open windows at the end of the partition: "
@@ -111,6 +129,10 @@ def build_pipeline_assets(
             partitions_def=partitions_def,
             metadata=common,
             kinds={"spark", "parquet"},
+            owners=list(owners),
+            code_version=pipeline.fingerprint(),
+            # Off until the sensor rerun_out_of_date_partitions is turned on (orchestration/sensors.py).
+            automation_condition=rerun_out_of_date() if name == "window_state" else None,
         )
         for name, key in keys.items()
     ]
@@ -162,17 +184,16 @@ def build_pipeline_assets(
         for check_key in selected_checks:  # each selected check's output (Dagster requires them)
             yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
         if not context.selected_asset_keys:
-            # Checks executed on their own: verify what is committed, replay nothing.
-            yield from _verify_committed(context, spark, pipeline, storage, partitions_def, keys, state_key,
-                                         selected_checks)
+            # Checks executed on their own: verify what is committed, replay nothing. The UI's
+            # Execute button launches a run without a partition: then every committed one.
+            asked = list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range \
+                else None
             if published is not None and published.key in selected_checks:
-                yield from _published_checks(context, spark, pipeline, storage, published, context.partition_keys)
-            if live is not None and live.key in selected_checks:
-                commits = store.pipeline_commits(spark, join(storage.output_path(), pipeline.name),
-                                                 context.partition_keys)
-                runs = {k: (c.run_path, c.output) if (c := commits.get(k)) else (None, None)
-                        for k in context.partition_keys}
-                yield from _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live, runs)
+                published_keys = asked if asked is not None else sorted(
+                    pipeline_chain(spark, pipeline, storage, partitions_def).committed())
+                yield from _published_checks(context, spark, pipeline, storage, published, published_keys)
+            yield from _verify_committed(context, spark, pipeline, pipeline_file, storage, partitions_def, keys,
+                                         state_key, live, selected_checks, asked)
             return
         _warn_about_ignored_settings(context.log, pipeline, pipeline_file, storage)
         parts: list[PartitionResult] = []
@@ -193,11 +214,11 @@ def build_pipeline_assets(
             for part in parts:
                 for name, asset_key in keys.items():
                     if name in selected:
-                        context.add_asset_metadata(_metadata(spark, part, name, pipeline), asset_key=asset_key,
+                        context.add_asset_metadata(_metadata(spark, pipeline, part, name), asset_key=asset_key,
                                                    partition_key=part.key)
                     else:
                         context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
-                                                                  metadata=_metadata(spark, part, name, pipeline)))
+                                                                  metadata=_metadata(spark, pipeline, part, name)))
             for asset_key in selected.values():
                 yield dg.MaterializeResult(asset_key=asset_key)
         else:
@@ -207,26 +228,35 @@ def build_pipeline_assets(
             for part in (p for p in parts if p.committed):
                 for name, asset_key in keys.items():
                     context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
-                                                              metadata=_metadata(spark, part, name, pipeline)))
+                                                              metadata=_metadata(spark, pipeline, part, name)))
         # One evaluation per partition, each naming its partition and its own materialization
         # (Dagster plans a check execution per partition of a range run; a run-level result
         # would leave the others SKIPPED). The chain check covers every partition the run was
         # asked for, refused runs included; the quality checks the partitions it replayed.
-        if check.key in selected_checks:
-            chain = _chain_check(spark, pipeline, storage, partitions_def, state_key)
-            for key in (context.partition_keys if not parts else [p.key for p in parts]):
-                yield _evaluation(context.instance, chain, key, blocking=False)
-        for part in parts:
-            for name in OUTPUTS:
-                if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks:
-                    result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], config.checks)
-                    yield _evaluation(context.instance, result, part.key, blocking=True)
         if published is not None and published.key in selected_checks:
             yield from _published_checks(context, spark, pipeline, storage, published,
                                          [p.key for p in parts] or context.partition_keys)
-        if live is not None and live.key in selected_checks:
+        # A replay records the four outputs, so it evaluates the checks of all four, selected
+        # or not (a check Dagster did not plan is recorded as its own execution).
+        every_check = {check.key, *(q.key for q in quality), *([live.key] if live else [])}
+        evaluated = every_check if any(p.committed for p in parts) else set(selected_checks)
+        results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
+        if check.key in evaluated:
+            asked = context.partition_keys if not parts else [p.key for p in parts]
+            chain = pipeline_chain(spark, pipeline, storage, partitions_def)
+            results[check.key] = list(_chain_results(chain, state_key, asked, later_too=True))
+        for name in OUTPUTS:
+            key = dg.AssetCheckKey(keys[name], f"{name}_valid")
+            if key in evaluated:
+                results[key] = [(part.key, _quality_check(keys[name], key.name, QUALITY_CHECKS[name], [part],
+                                                          config.checks)) for part in parts]
+        if live is not None and live.key in evaluated:
             runs = {p.key: (p.run_path, p.folder) for p in parts if p.committed}
-            yield from _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live, runs)
+            results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live,
+                                                   runs))
+        blocking = {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking)
+                    for k in results}
+        yield from _evaluations(context, results, blocking)
         if refused is not None:
             raise refused
         if bad:
@@ -290,7 +320,14 @@ def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: St
 EMIT_REASONS = CLOSE_REASONS
 
 
-def _metadata(spark, part: PartitionResult, name: str, pipeline) -> dict[str, Any]:
+def column_descriptions(pipeline) -> dict[str, str]:
+    """What the output columns whose names could mislead mean (the catalog's Columns section)."""
+    worker = getattr(pipeline.source, "worker", None)
+    return {worker: f"the worker the events were replayed on (the pipeline's source.worker column `{worker}`), "
+                    "not the Dagster partition"} if worker else {}
+
+
+def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, Any]:
     """Metadata of one asset of one partition: numbers Dagster plots across partitions
     (Plots → Partitions), the path, a typed preview."""
     m = part.metrics
@@ -311,29 +348,34 @@ def _metadata(spark, part: PartitionResult, name: str, pipeline) -> dict[str, An
         "late_events": dg.MetadataValue.int(m.late_events),
         "late_event_windows": dg.MetadataValue.int(m.late_event_windows),
         "late_share": dg.MetadataValue.float(round(m.late_events / accepted, 6) if accepted else 0.0),
-        "lateness_p50_ms": dg.MetadataValue.int(round(pct.p50) if pct.p50 is not None else 0),
-        "lateness_p99_ms": dg.MetadataValue.int(round(pct.p99) if pct.p99 is not None else 0),
+        # Lateness of the late (event, window) pairs, whole milliseconds (0 without any).
+        **{f"lateness_{q}_ms": dg.MetadataValue.int(round(v) if v is not None else 0)
+           for q, v in (("p50", pct.p50), ("p90", pct.p90), ("p99", pct.p99), ("max", pct.max))},
         "rejected_rows": dg.MetadataValue.int(m.rejected_rows),
         "unique_keys": dg.MetadataValue.int(m.unique_keys),
         "keys_held": dg.MetadataValue.int(m.keys_held),
         "replay_seconds": dg.MetadataValue.float(round(part.seconds, 3)),
         "events_per_second": dg.MetadataValue.float(round(rows / part.seconds, 1) if part.seconds else 0.0),
         "watermark_reached": dg.MetadataValue.text(str(m.watermark_reached)),
-        # Dagster metadata is JSON: the percentiles as metrics.json holds them.
-        "lateness_ms_percentiles": dg.MetadataValue.json(pct.to_dict()),
         "previous_partition": dg.MetadataValue.text(str(part.lineage.previous_partition)),
         "state_hash": dg.MetadataValue.text(part.lineage.state_hash),
         "flushed_at_end": dg.MetadataValue.bool(part.lineage.flushed_at_end),
         "path": dg.MetadataValue.path(f"{part.run_path}/{OUTPUTS[name]}"),
     }
+    location = f"{part.run_path}/{OUTPUTS[name]}"
+    df = spark.read.parquet(location)
+    # Dagster's standard keys: the catalog's row count, its Columns section, where it lives.
+    meta["dagster/row_count"] = dg.MetadataValue.int(df.count())
+    descriptions = column_descriptions(pipeline)
+    meta["dagster/column_schema"] = dg.MetadataValue.table_schema(column_schema(df, descriptions))
+    meta["dagster/uri"] = dg.MetadataValue.url(qualify(location))
     if name == "window_state":
         meta["windows_created"] = dg.MetadataValue.int(m.windows_created)
         meta["idle_keys_removed"] = dg.MetadataValue.int(m.idle_keys_removed)
     else:
-        df = spark.read.parquet(f"{part.run_path}/{OUTPUTS[name]}")
         order = [c for c in ("window_start", "window_end") if c in df.columns]
-        meta["preview"] = table_preview(df.orderBy(*order) if order else df)
-    meta.update(table_metadata(spark, part.run_path, OUTPUTS[name], pipeline))
+        meta["preview"] = table_preview(df.orderBy(*order) if order else df, descriptions=descriptions)
+    meta.update(table_name_metadata(pipeline, OUTPUTS[name]))
     return meta
 
 
@@ -347,53 +389,118 @@ def _published_checks(context, spark, pipeline, storage: StorageResource, spec: 
         yield _evaluation(context.instance, result, key, blocking=False)
 
 
-def _verify_committed(context, spark, pipeline, storage: StorageResource, partitions_def, keys, state_key,
-                      selected_checks):
+def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageResource, partitions_def, keys,
+                      state_key, live, selected_checks, asked: list[str] | None):
     """The selected checks, executed on their own: the chain check over the committed
-    partitions, and each quality check re-run (``windowing.validation.run_checks``) on the
+    partitions, each quality check re-run (``windowing.validation.run_checks``) on the
     committed output of every partition asked for, against its landed input and the state
-    it started from. Nothing is replayed or written; one evaluation per partition."""
+    it started from, and ``matches_live``. Nothing is replayed or written.
+
+    ``asked``: the run's partitions; None for a run without one (the UI's Execute button
+    on the Checks tab), which checks every committed partition and first reports one
+    summary evaluation per check, without a partition (the one Dagster planned for the
+    run), naming the partitions checked. Then one evaluation per partition, each naming
+    it and targeting its materialization. A blocking check that fails (ERROR) fails the
+    run after every evaluation is recorded, so assets downstream in the same run do not
+    run; otherwise the run succeeds whenever the checks ran, whatever they found."""
     from windowing.io import read_state
     from windowing.validation import run_checks
 
-    if dg.AssetCheckKey(state_key, CHECK_NAME) in selected_checks:
-        chain = _chain_check(spark, pipeline, storage, partitions_def, state_key)
-        for key in context.partition_keys:
-            yield _evaluation(context.instance, chain, key, blocking=False)
-    wanted = [name for name in OUTPUTS if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks]
-    if not wanted:
-        return
     chain = pipeline_chain(spark, pipeline, storage, partitions_def)
-    asked = sorted(context.partition_keys, key=chain.partitions.start_of)
-    commits = chain.commits({k for key in asked for k in (key, chain.partitions.previous(key)) if k})
-    for key in asked:
-        commit = commits.get(key)
-        lineage = store.Lineage.of(commit)
-        if commit is None or lineage is None:
+    everything = asked is None
+    committed = chain.committed()
+    asked = sorted(committed if asked is None else asked, key=chain.partitions.start_of)
+    results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
+
+    chain_key = dg.AssetCheckKey(state_key, CHECK_NAME)
+    if chain_key in selected_checks:
+        results[chain_key] = list(_chain_results(chain, state_key, asked, later_too=everything))
+    wanted = [name for name in OUTPUTS if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks]
+    if wanted:
+        commits = chain.commits({k for key in asked for k in (key, chain.partitions.previous(key)) if k})
+        for key in asked:
+            commit = commits.get(key)
+            lineage = store.Lineage.of(commit)
+            if commit is None or lineage is None:
+                for name in wanted:
+                    results.setdefault(dg.AssetCheckKey(keys[name], f"{name}_valid"), []).append((
+                        key, dg.AssetCheckResult(
+                            asset_key=keys[name], check_name=f"{name}_valid", passed=False,
+                            severity=dg.AssetCheckSeverity.WARN,
+                            description=f"partition {key}: nothing committed, materialize it first",
+                            metadata={"partition": dg.MetadataValue.text(key),
+                                      "checked_partitions": dg.MetadataValue.int(0)})))
+                continue
+            prev_key = chain.partitions.previous(key)
+            prev = commits.get(prev_key) if prev_key else None
+            prev_state = read_state(spark, prev.output) if prev is not None else None
+            events, _ = chain.read_events(key)
+            checked = tuple(run_checks(spark, pipeline, commit.run_path, input_df=events, prev_state=prev_state,
+                                       flush_at_end=lineage.flushed_at_end))
+            context.log.info(f"{pipeline.name} {key}: re-checked the committed run {commit.run_path}")
+            part = PartitionResult(key, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics),
+                                   lineage, None, checked)
             for name in wanted:
-                yield _evaluation(context.instance, dg.AssetCheckResult(
-                    asset_key=keys[name], check_name=f"{name}_valid", passed=False,
-                    severity=dg.AssetCheckSeverity.WARN,
-                    description=f"nothing committed for partition {key}: materialize it first",
-                    metadata={"checked_partitions": dg.MetadataValue.int(0)}), key, blocking=True)
-            continue
-        prev_key = chain.partitions.previous(key)
-        prev = commits.get(prev_key) if prev_key else None
-        prev_state = read_state(spark, prev.output) if prev is not None else None
-        events, _ = chain.read_events(key)
-        results = tuple(run_checks(spark, pipeline, commit.run_path, input_df=events, prev_state=prev_state,
-                                   flush_at_end=lineage.flushed_at_end))
-        context.log.info(f"{pipeline.name} {key}: re-checked the committed run {commit.run_path}")
-        part = PartitionResult(key, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage,
-                               None, results)
-        for name in wanted:
-            result = _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], True)
-            yield _evaluation(context.instance, result, key, blocking=True)
+                results.setdefault(dg.AssetCheckKey(keys[name], f"{name}_valid"), []).append(
+                    (key, _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], True)))
+    if live is not None and live.key in selected_checks:
+        runs = {k: (c.run_path, c.output) if (c := committed.get(k)) else (None, None) for k in asked}
+        results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live, runs))
+
+    # Blocking as declared: a failing blocking check stops what is downstream in the same run
+    # (after every evaluation is recorded); the chain check never blocks.
+    blocking = {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking)
+                for k in results}
+    yield from _evaluations(context, results, blocking, summary=everything)
 
 
-def _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live: dg.AssetCheckSpec, runs):
-    """One ``matches_live`` evaluation per partition of ``runs`` (key -> (committed run,
-    output folder), both None when nothing is committed), oldest first."""
+def _evaluations(context, results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]],
+                 blocking: dict[dg.AssetCheckKey, bool], summary: bool = False):
+    """Each check's results as evaluations, one per partition, the failing ones last (the
+    newest evaluation is the one Dagster shows for the asset). First a summary evaluation
+    without a partition when Dagster planned one for the run (a run without a partition,
+    or with one partition: Dagster plans an unpartitioned execution of a check that does
+    not declare partitions), so no execution of the run is left SKIPPED."""
+    for check_key, per_partition in results.items():
+        if summary or _planned_without_partition(context, check_key):
+            keys = sorted({key for key, _ in per_partition})
+            span = f"{keys[0]}..{keys[-1]}" if len(keys) > 1 else (keys[0] if keys else "none")
+            yield _summary_evaluation(context.instance, check_key, per_partition, span)
+        for key, result in sorted(per_partition, key=lambda kr: kr[1].passed, reverse=True):
+            yield _evaluation(context.instance, result, key, blocking=blocking[check_key])
+
+
+def _planned_without_partition(context, check_key: dg.AssetCheckKey) -> bool:
+    from dagster._core.event_api import PartitionKeyFilter
+
+    rows = context.instance.event_log_storage.get_asset_check_execution_history(
+        check_key, limit=20, partition_filter=PartitionKeyFilter(key=None))
+    return any(r.run_id == context.run.run_id for r in rows)
+
+
+def _summary_evaluation(instance, check_key: dg.AssetCheckKey, per_partition, span: str) -> dg.AssetCheckEvaluation:
+    """The evaluation of a run without a partition: how the partitions it checked fared."""
+    failed = [key for key, result in per_partition if not result.passed]
+    severities = {result.severity for _, result in per_partition if not result.passed}
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=check_key.asset_key), limit=1).records
+    latest = records[0] if records else None
+    target = _target(latest.storage_id if latest else None, latest.event_log_entry.run_id if latest else None,
+                     latest.timestamp if latest else None)
+    description = (f"{len(per_partition)} partition(s) checked ({span}): "
+                   + (f"failed in {', '.join(failed)}" if failed else "all passed"))
+    return dg.AssetCheckEvaluation(
+        asset_key=check_key.asset_key, check_name=check_key.name, passed=not failed,
+        severity=dg.AssetCheckSeverity.ERROR if dg.AssetCheckSeverity.ERROR in severities
+        else dg.AssetCheckSeverity.WARN,
+        description=description, blocking=False, partition=None, target_materialization_data=target,
+        metadata={"checked_partitions": dg.MetadataValue.int(len(per_partition)),
+                  "partitions": dg.MetadataValue.text(span),
+                  "failed_partitions": dg.MetadataValue.text(", ".join(failed) or "none")},
+    )
+
+
+def _live_results(context, spark, pipeline, pipeline_file, partitions_def, live: dg.AssetCheckSpec, runs):
+    """``(partition, matches_live result)`` for each partition of ``runs``, oldest first."""
     keys = sorted(runs, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
     windows = {k: partitions_def.time_window_for_partition_key(k) for k in keys}
     parts = [LivePartition(k, windows[k].start, windows[k].end, *runs[k]) for k in keys]
@@ -401,56 +508,75 @@ def _matches_live(context, spark, pipeline, pipeline_file, partitions_def, live:
     for key, result in live_check_results(spark, pipeline, pipeline_file, live.asset_key, parts):
         context.log.info(f"{pipeline.name} {key}: {live.name}: {result.description} "
                          f"({time.monotonic() - began:.1f}s)")
-        yield _evaluation(context.instance, result, key, blocking=live.blocking)
+        yield key, result
         began = time.monotonic()
 
 
 def _evaluation(instance, result: dg.AssetCheckResult, partition: str, blocking: bool) -> dg.AssetCheckEvaluation:
     """``result`` as the evaluation of one partition, targeting that partition's latest
-    materialization (none if it was never materialized)."""
+    materialization (none if it was never materialized). The partition is named in the
+    metadata too (``partition``), so the check's history and its Dagster event say it."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=result.asset_key, asset_partitions=[partition]), limit=1).records
+    mat = records[0] if records else None
+    return dg.AssetCheckEvaluation(
+        asset_key=result.asset_key, check_name=result.check_name, passed=result.passed,
+        metadata={"partition": dg.MetadataValue.text(partition), **result.metadata}, severity=result.severity,
+        description=result.description, blocking=blocking, partition=partition,
+        target_materialization_data=_target(mat.storage_id if mat else None,
+                                            mat.event_log_entry.run_id if mat else None,
+                                            mat.timestamp if mat else None),
+    )
+
+
+def _target(storage_id, run_id, timestamp):
     from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # not exported by dagster
         AssetCheckEvaluationTargetMaterializationData,
     )
 
-    target = None
-    if records:
-        mat = records[0]
-        target = AssetCheckEvaluationTargetMaterializationData(
-            storage_id=mat.storage_id, run_id=mat.event_log_entry.run_id, timestamp=mat.timestamp)
-    return dg.AssetCheckEvaluation(
-        asset_key=result.asset_key, check_name=result.check_name, passed=result.passed,
-        metadata=result.metadata, severity=result.severity, description=result.description,
-        blocking=blocking, partition=partition, target_materialization_data=target,
-    )
+    if storage_id is None:
+        return None
+    return AssetCheckEvaluationTargetMaterializationData(storage_id=storage_id, run_id=run_id, timestamp=timestamp)
 
 
-def _chain_check(spark, pipeline, storage: StorageResource, partitions_def,
-                 state_key: dg.AssetKey) -> dg.AssetCheckResult:
-    """The state chain over every materialized partition of the pipeline (see store.out_of_date_partitions)."""
-    chain = pipeline_chain(spark, pipeline, storage, partitions_def)
-    done = chain.committed_keys()
-    stale = chain.out_of_date()
-    meta: dict[str, Any] = {"materialized_partitions": dg.MetadataValue.int(len(done))}
-    if stale:
-        meta["rerun_from"] = dg.MetadataValue.text(stale[0].partition)
-        meta["rerun_range"] = dg.MetadataValue.text(f"{stale[0].partition}..{done[-1]}")
-        meta["out_of_date"] = dg.MetadataValue.md(
-            "| partition | why |\n|---|---|\n" + "\n".join(f"| {s.partition} | {s.reason} |" for s in stale)
-        )
-    return dg.AssetCheckResult(
-        asset_key=state_key,
-        check_name=CHECK_NAME,
-        passed=not stale,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata=meta,
-        description=(
-            f"{len(stale)} materialized partition(s) out of date: rerun {stale[0].partition}..{done[-1]}"
-            if stale
-            else "every materialized partition follows from the state before it"
-        ),
-    )
+def _chain_results(chain: Chain, state_key: dg.AssetKey, asked, later_too: bool):
+    """``(partition, result)`` of ``state_chain_in_sync`` for each partition of ``asked``,
+    and with ``later_too`` each committed partition after the first of them (a rerun
+    changes whether they follow from it) and each one out of date, oldest first: a
+    committed partition passes when it follows from the current state of the one before
+    (see store.out_of_date_partitions); one out of date fails (a warning) and names the
+    range to rerun; one with nothing committed reports the chain of those that are."""
+    committed = chain.committed_keys()
+    stale = {s.partition: s.reason for s in chain.out_of_date()}
+    rerun = (f"{min(stale, key=chain.partitions.start_of)}..{committed[-1]}" if stale else None)
+    keys = set(asked)
+    if later_too and asked:
+        first = min((chain.partitions.start_of(k) for k in asked))
+        keys |= {k for k in committed if chain.partitions.start_of(k) >= first}
+    keys |= set(stale)
+    for key in sorted(keys, key=chain.partitions.start_of):
+        meta: dict[str, Any] = {"materialized_partitions": dg.MetadataValue.int(len(committed))}
+        if rerun:
+            meta["rerun_from"] = dg.MetadataValue.text(rerun.split("..")[0])
+            meta["rerun_range"] = dg.MetadataValue.text(rerun)
+            meta["out_of_date"] = dg.MetadataValue.md(
+                "| partition | why |\n|---|---|\n" + "\n".join(f"| {k} | {why} |" for k, why in stale.items()))
+        if key in stale:
+            passed, description = False, f"partition {key} is out of date ({stale[key]}): rerun {rerun}"
+        elif key in committed:
+            previous = chain.partitions.previous(key)
+            passed = True
+            description = (f"partition {key} follows from the current state of {previous}" if previous
+                           else f"partition {key} is the first of the history")
+            if rerun:
+                description += f"; {len(stale)} later partition(s) out of date: rerun {rerun}"
+        else:
+            passed = not stale
+            description = (f"partition {key} is not materialized; " + (
+                f"{len(stale)} materialized partition(s) out of date: rerun {rerun}" if stale
+                else f"the {len(committed)} materialized partition(s) follow from each other"))
+        yield key, dg.AssetCheckResult(asset_key=state_key, check_name=CHECK_NAME, passed=passed,
+                                       severity=dg.AssetCheckSeverity.WARN, metadata=meta, description=description)
 
 
 def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -> dg.AssetCheckResult:

@@ -4,20 +4,34 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Mapping
 
 import dagster as dg
 
 PREVIEW_ROWS = 5
+#: Significant digits of a float in a preview (the data keeps every bit).
+FLOAT_DIGITS = 12
 
 
-def table_preview(df, rows: int = PREVIEW_ROWS) -> dg.MetadataValue:
+def column_schema(df, descriptions: Mapping[str, str] | None = None) -> dg.TableSchema:
+    """The columns of ``df`` with their Spark types (``dagster/column_schema``, the catalog's
+    Columns section), each with its description from ``descriptions`` if any."""
+    descriptions = descriptions or {}
+    return dg.TableSchema(columns=[
+        dg.TableColumn(name=f.name, type=f.dataType.simpleString(), description=descriptions.get(f.name))
+        for f in df.schema.fields
+    ])
+
+
+def table_preview(df, rows: int = PREVIEW_ROWS, descriptions: Mapping[str, str] | None = None) -> dg.MetadataValue:
     """The first ``rows`` rows of ``df`` (in its order) as a ``MetadataValue.table`` with a
-    ``TableSchema`` of the columns' Spark types. Numbers keep their own type (a float is
-    shown at its shortest exact representation); times are ISO-8601 UTC text."""
+    ``TableSchema`` of the columns' Spark types. Numbers keep their own type; a float is
+    shown to :data:`FLOAT_DIGITS` significant digits (a sum of decimal amounts such as
+    ``39.599999999999994`` reads ``39.6``); times are ISO-8601 UTC text."""
     from pyspark.sql import types as T
 
     fields = df.schema.fields
-    schema = dg.TableSchema(columns=[dg.TableColumn(name=f.name, type=f.dataType.simpleString()) for f in fields])
+    schema = column_schema(df, descriptions)
     records = []
     for row in df.limit(rows).collect():
         records.append(dg.TableRecord({f.name: _cell(row[i], f.dataType, T) for i, f in enumerate(fields)}))
@@ -30,7 +44,7 @@ def _cell(value, dtype, T):
     if isinstance(value, bool) or isinstance(value, int):
         return value
     if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
+        return float(f"{value:.{FLOAT_DIGITS}g}") if math.isfinite(value) else repr(value)
     if isinstance(value, dt.datetime):
         return value.isoformat()
     text = str(value)

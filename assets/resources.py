@@ -50,7 +50,7 @@ class SparkResource(PySparkResource):
     fields so that they can come from ``dg.EnvVar`` (values of the inherited
     ``spark_config`` dict are not resolved from the environment by Dagster).
 
-    The session is built with :func:`windowing.spark.spark_session`, which always sets
+    The session is built with ``windowing.spark.spark_session()``, which always sets
     ``spark.sql.session.timeZone=UTC`` and ``PYSPARK_PYTHON``; with a ``local`` master
     ``spark.pyspark.python`` is also pinned to this interpreter. Settings are merged as
     ``spark_config``, then ``extra_conf``, then ``spark.master`` = ``master``.

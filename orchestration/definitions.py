@@ -16,7 +16,7 @@ import dagster as dg
 
 from assets.events import build_events_asset
 from assets.lateness import build_lateness_asset
-from assets.pipelines import asset_prefix, build_pipeline_assets
+from assets.pipelines import DEFAULT_OWNERS, asset_prefix, build_pipeline_assets
 from assets.resources import (
     SparkResource,
     StorageResource,
@@ -25,9 +25,10 @@ from assets.resources import (
     storage_from_env,
     with_catalog,
 )
+from orchestration.freshness import build_freshness_check
 from orchestration.partitions import PartitionSettings
 from orchestration.schedules import lateness_job, newest_partition_schedule, replay_job
-from orchestration.sensors import build_landing_zone_sensor, landing_location
+from orchestration.sensors import build_landing_zone_sensor, landing_location, rerun_out_of_date_sensor
 
 
 def load_pipelines(folder: str | Path) -> list[tuple[object, Path]]:
@@ -60,6 +61,15 @@ def load_pipelines(folder: str | Path) -> list[tuple[object, Path]]:
     return out
 
 
+def asset_owners() -> tuple[str, ...]:
+    """The catalog's owners of every asset: ``REWINDOW_ASSET_OWNERS`` (comma-separated e-mail
+    addresses or ``team:<name>``), else ``team:rewindow``. Read when the definitions load."""
+    import os
+
+    given = tuple(o.strip() for o in os.environ.get("REWINDOW_ASSET_OWNERS", "").split(",") if o.strip())
+    return given or DEFAULT_OWNERS
+
+
 def build_definitions(
     *,
     storage: StorageResource | None = None,
@@ -83,16 +93,25 @@ def build_definitions(
         # Dagster marks `backfill_policy` beta; rewindow's assets rely on single-run backfills
         # (a range in one Spark job) knowingly, so its notice is not shown to every user.
         warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
-        assets = [build_events_asset(partitions_def)]
-        assets += [build_pipeline_assets(p, f, partitions_def) for p, f in pipelines]
+        # So are code references (the catalog's links to the pipeline YAML and the replay's code)
+        # and the automation sensor evaluated in the code server (rewindow's own condition).
+        warnings.filterwarnings("ignore", message="Class `(CodeReferencesMetadataValue|LocalFileCodeReference)`",
+                                category=dg.BetaWarning)
+        warnings.filterwarnings("ignore", message="Parameter `use_user_code_server`", category=dg.BetaWarning)
+        owners = asset_owners()
+        assets = [build_events_asset(partitions_def, owners)]
+        assets += [build_pipeline_assets(p, f, partitions_def, owners) for p, f in pipelines]
         replayed = [k for a in assets for k in a.keys]  # what the replay job (and its sensor) materializes
         assets += [build_lateness_asset(p, f, partitions_def) for p, f in pipelines]
+        rerun_sensor = rerun_out_of_date_sensor([k for k in replayed if k.path[-1] == "window_state"])
     job = replay_job()
     return dg.Definitions(
         assets=assets,
+        asset_checks=[build_freshness_check(partitions.grain)],
         jobs=[job, lateness_job()],
         schedules=[newest_partition_schedule(job, partitions.grain)],
-        sensors=[build_landing_zone_sensor(job, partitions, storage, replayed)],
+        sensors=[build_landing_zone_sensor(job, partitions, storage, replayed),
+                 rerun_sensor],
         resources={"pyspark": spark, "storage": storage},
         executor=dg.in_process_executor,
     )

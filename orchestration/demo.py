@@ -39,6 +39,9 @@ EXAMPLES = REPO / "examples" / "pipelines"
 #: Where the example pipelines' ``reconcile.live.path`` points (relative to the working
 #: directory, the repository root): the demo writes their live outputs there.
 EXAMPLE_LIVE_ROOT = "data/live"
+#: The notice Dagster 1.13's ``dagster dev`` prints (``dg dev``, in another package, supersedes
+#: it), filtered in the command the demo prints and in ``make ui``.
+DEV_NOTICE = "ignore:Function `dev_command` is superseded"
 #: ``dagster.yaml`` of the demo's instance (kept if the user has one).
 DAGSTER_YAML = """\
 # Dagster instance of the rewindow demo (written by python -m orchestration.demo).
@@ -243,6 +246,8 @@ def run_demo(args, start: datetime | None) -> int:
         if ours != default and ours != str(Path(default or "").resolve()):
             hints[var] = ours
     print(f"\nBrowse it in the UI (http://127.0.0.1:3000), from {REPO}:")
+    # Dagster 1.13's `dagster dev` says `dg dev` (another package) supersedes it: filtered here.
+    hints["PYTHONWARNINGS"] = f"'{DEV_NOTICE}'"
     print("  " + " ".join(f"{k}={v}" for k, v in hints.items()) + " dagster dev -w workspace.yaml")
     return 0
 

@@ -158,3 +158,25 @@ def _days(days: Sequence[date]) -> str:
 
 def _join(reason: str, notes: Sequence[str]) -> str:
     return "; ".join([reason, *notes])
+
+
+RERUN_SENSOR_NAME = "rerun_out_of_date_partitions"
+
+
+def rerun_out_of_date_sensor(state_keys: Sequence[dg.AssetKey]) -> dg.AutomationConditionSensorDefinition:
+    """Declarative automation of the pipelines' ``window_state`` (``assets.automation``):
+    reruns the partitions the chain check found out of date, as one backfill (one run over
+    the range, oldest first). Stopped by default: turn it on under Automation, or with
+    ``dagster sensor start rerun_out_of_date_partitions``. Evaluated in the code server,
+    since the condition is rewindow's own Python."""
+    return dg.AutomationConditionSensorDefinition(
+        RERUN_SENSOR_NAME,
+        target=dg.AssetSelection.assets(*state_keys),
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        use_user_code_server=True,
+        emit_backfills=True,
+        description=(
+            "Reruns the partitions whose state_chain_in_sync evaluation says they are out of date (a rerun "
+            "changed the state before them), as one backfill over the range, replayed oldest first."
+        ),
+    )

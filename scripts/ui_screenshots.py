@@ -3,14 +3,16 @@
 
     .venv/bin/python scripts/ui_screenshots.py [--asset clicks_hourly/windowed_aggregates] [--out docs]
 
-1. runs ``python -m orchestration.demo`` (3 days x 2,000 events, 50 keys) into a
-   temporary folder (``--workdir`` to keep it; an existing demo there is reused);
+1. runs the quick start's ``python -m orchestration.demo`` (3 days x 20,000 events, 500
+   keys) into a temporary folder (``--workdir`` to keep it; an existing demo there is reused);
 2. starts ``dagster-webserver`` on that instance (a free port, the same environment);
 3. drives headless Chromium over the DevTools protocol (``--remote-debugging-pipe``, no
    extra Python package) and saves, into ``--out``:
    * ``ui-partitions.png``: the asset's Partitions page, the newest partition selected;
    * ``ui-plots-partitions.png``: Overview -> Metadata -> Plots -> Partitions (the
      plots Dagster draws from the numeric metadata of each partition's materialization);
+   * ``ui-asset-overview.png``: the asset's Overview: row count, Columns (Dagster's
+     standard metadata), owners, code version;
    * ``ui-checks.png`` and ``ui-check-history.png``: the asset's Checks tab, its latest
      execution and its execution history;
 4. stops Chromium and the webserver (their own process groups).
@@ -75,9 +77,12 @@ def demo_env(root: Path) -> dict[str, str]:
     return env
 
 
-def demo_command(env: dict[str, str]) -> list[str]:
-    """``python -m orchestration.demo`` over ``env``'s folders: 3 days x 2,000 events, 50 keys."""
-    return [PYTHON, "-m", "orchestration.demo", "--days", "3", "--events-per-day", "2000", "--keys", "50",
+def demo_command(env: dict[str, str], quick_start: bool = False) -> list[str]:
+    """``python -m orchestration.demo`` over ``env``'s folders: 3 days x 2,000 events, 50 keys
+    (the tests' size), or with ``quick_start`` the quick start's own sizes (the demo's defaults:
+    20,000 events a day, 500 keys), for the screenshots."""
+    sizes = [] if quick_start else ["--events-per-day", "2000", "--keys", "50"]
+    return [PYTHON, "-m", "orchestration.demo", "--days", "3", *sizes,
             "--landing-zone", env["REWINDOW_LANDING_ZONE"], "--pipelines-dir", env["REWINDOW_PIPELINES_DIR"],
             "--output-root", env["REWINDOW_OUTPUT_ROOT"], "--dagster-home", env["DAGSTER_HOME"]]
 
@@ -86,8 +91,9 @@ def run_demo(root: Path, env: dict[str, str]) -> None:
     if (root / "home" / "history").is_dir() and (root / "output").is_dir():
         log(f"reusing the demo in {root}")
         return
-    log(f"running the demo into {root} (a minute or two: Spark) ...")
-    done = subprocess.run(demo_command(env), cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    log(f"running the quick start's demo into {root} (a few minutes: Spark) ...")
+    done = subprocess.run(demo_command(env, quick_start=True), cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=1800)
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-6000:])
         raise SystemExit(f"the demo failed (exit {done.returncode})")
@@ -324,7 +330,14 @@ def take_screenshots(browser: Chromium, url: str, asset: str, out: Path) -> None
     time.sleep(1)
     page.screenshot(out / "ui-plots-partitions.png")
 
-    # 3. The Checks tab.
+    # 3. The Overview: the catalog's row count, columns, owners and code version.
+    page.goto(base)
+    page.wait_for(text_present("Columns") + " && " + text_present("rewindow"), "the Columns section and owners")
+    page.settle(2)
+    page.dismiss_dialogs()
+    page.screenshot(out / "ui-asset-overview.png")
+
+    # 4. The Checks tab.
     page.goto(f"{base}?view=checks")
     page.wait_for(text_present("_valid"), "the asset's checks")
     page.settle()

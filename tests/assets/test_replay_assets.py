@@ -101,7 +101,7 @@ def test_the_cli_backfill_equals_the_dagster_backfill(spark, history, pipelines_
     assert rc == 0 and out.count(" committed ") == 3, out
 
 
-def test_materializations_carry_per_partition_metadata(one_by_one, backfill):
+def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfill):
     for replayer in (one_by_one, backfill):
         for day in DAYS:
             records = replayer.instance.fetch_materializations(
@@ -123,7 +123,17 @@ def test_materializations_carry_per_partition_metadata(one_by_one, backfill):
             assert meta["rejected_rows"].value == 0
             assert meta["unique_keys"].value == metrics["unique_keys"] > 0
             assert meta["watermark_reached"].value.startswith(day)
-            assert set(meta["lateness_ms_percentiles"].value) == {"p50", "p90", "p99", "max"}
+            # Lateness percentiles as whole milliseconds, typed (plotted), never a JSON blob.
+            assert "lateness_ms_percentiles" not in meta
+            for q in ("p50", "p90", "p99", "max"):
+                assert meta[f"lateness_{q}_ms"].value == round(metrics["lateness_ms_percentiles"][q] or 0), q
+            # Dagster's standard keys: the catalog's row count, Columns section and location.
+            folder = replayer.current(day) / "aggregates"
+            assert meta["dagster/row_count"].value == spark.read.parquet(str(folder)).count() > 0
+            columns = {c.name: c for c in meta["dagster/column_schema"].value.columns}
+            assert columns["sum_amount"].type == "double" and "not the Dagster partition" in columns[
+                "partition"].description
+            assert meta["dagster/uri"].value == f"file:{folder}"
             assert meta["path"].value == str(replayer.current(day) / "aggregates")
             preview = meta["preview"].value
             columns = [c.name for c in preview.schema.columns][:4]
@@ -154,9 +164,9 @@ def test_rerun_of_a_past_partition_is_identical_and_marks_later_ones(spark, one_
     for output, expected in before.items():
         assert rows(spark.read.parquet(str(one_by_one.current(day) / output))) == expected
     assert lineage(one_by_one.folder(day)).state_hash == hash_before
-    # Same state as before: the chain check finds nothing to rerun.
-    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
-    assert check.check_name == CHECK_NAME and check.passed
+    # Same state as before: the chain check finds nothing to rerun, for the day and the one after it.
+    checks = {c.partition: c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME}
+    assert sorted(checks) == DAYS[1:] and all(c.passed for c in checks.values()), checks
 
     # Dagster marks the next partition as depending on a newer materialization (unsynced).
     assets = list(one_by_one.defs.resolve_asset_graph().assets_defs)
@@ -191,9 +201,18 @@ def test_changed_history_flags_later_partitions_until_they_are_rerun(spark, hist
 
     result = r.with_landing(changed).run(DAYS[0])
     assert result.success, failure_message(result)
-    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
-    assert not check.passed
-    assert check.metadata["rerun_range"].value == "2024-01-02..2024-01-03"
+    # One evaluation per partition: the rerun one passes, each later one is out of date,
+    # on its own materialization (what the asset and its partitions show), reported last.
+    checks = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
+    assert [(c.partition, c.passed) for c in checks] == [(DAYS[0], True), (DAYS[1], False), (DAYS[2], False)]
+    for check in checks[1:]:
+        assert check.metadata["rerun_range"].value == "2024-01-02..2024-01-03"
+        assert check.description.startswith(f"partition {check.partition} is out of date"), check.description
+        # (this instance never materialized them: the outputs were copied, so no target)
+        mats = r.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=STATE, asset_partitions=[check.partition]), limit=1).records
+        target = check.target_materialization_data
+        assert (target.storage_id if target else None) == (mats[0].storage_id if mats else None)
 
     result = r.with_landing(changed).run(DAYS[2])
     message = failure_message(result)
@@ -259,7 +278,8 @@ def test_backfill_ran_blocking_quality_checks_that_passed(backfill):
         assert {r["name"] for r in results} >= {"conservation", "aggregates_schema", "late_rule", "state_unique"}
         assert all(r["passed"] for r in results), [r for r in results if not r["passed"]]
     # The replay's checks (the lateness analysis and its check run in their own job).
-    checks = [k for k in backfill.defs.resolve_asset_graph().asset_check_keys if k.asset_key.path[-1] != "lateness"]
+    checks = [k for k in backfill.defs.resolve_asset_graph().asset_check_keys
+              if k.asset_key.path[0] == "clicks_hourly" and k.asset_key.path[-1] != "lateness"]
     names = {k.name for k in checks}
     assert {"window_state_valid", "windowed_aggregates_valid", "late_events_valid", "rejected_events_valid"} <= names
     # What the UI's check history lists: per check, one execution per partition of the run,
@@ -381,13 +401,29 @@ def test_checks_executed_on_their_own_verify_the_committed_outputs(spark, histor
     assert not result.get_asset_materialization_events()  # nothing replayed ...
     assert {day: sorted(p.name for p in (r.folder(day) / "runs").iterdir()) for day in DAYS[:2]} == runs_before
     names = {k.name for k in _checks_of(r)}
-    assert set(evaluations) == {(n, d) for n in names for d in DAYS[:2]}  # ... one evaluation per check and day
+    # ... one evaluation per check and day, and the run's own per check (Dagster plans a
+    # checks-only range run's checks without a partition; none is left SKIPPED)
+    assert set(evaluations) == {(n, d) for n in names for d in (None, *DAYS[:2])}
     assert all(e.passed for e in evaluations.values()), {k: e.description for k, e in evaluations.items()}
+    assert evaluations[(CHECK_NAME, None)].description == f"2 partition(s) checked ({DAYS[0]}..{DAYS[1]}): all passed"
     # Each evaluation targets its own partition's materialization.
-    for (name, day), e in evaluations.items():
+    for (name, day), e in ((k, e) for k, e in evaluations.items() if k[1] is not None):
         mats = r.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=e.asset_key, asset_partitions=[day]), limit=1).records
         assert e.target_materialization_data.storage_id == mats[0].storage_id, (name, day)
+
+    # The Checks tab's Execute button launches a run without a partition: one summary
+    # evaluation per check (the one Dagster planned), then one per committed partition.
+    unpartitioned = r.job.get_subset(asset_selection=set(), asset_check_selection=_checks_of(r)).execute_in_process(
+        instance=r.instance, raise_on_error=False, run_config={"ops": {"clicks_hourly_replay": {"config": {}}}})
+    assert unpartitioned.success, failure_message(unpartitioned)
+    got = [(e.check_name, e.partition, e.passed) for e in unpartitioned.get_asset_check_evaluations()]
+    assert sorted(got, key=repr) == sorted([(n, p, True) for n in names for p in (None, *DAYS[:2])], key=repr)
+    summary = next(e for e in unpartitioned.get_asset_check_evaluations() if e.partition is None)
+    assert summary.description == f"2 partition(s) checked ({DAYS[0]}..{DAYS[1]}): all passed"
+    history_rows = r.instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(STATE, CHECK_NAME), limit=10)
+    assert {e.status.value for e in history_rows if e.run_id == unpartitioned.run_id} == {"SUCCEEDED"}
 
     changed = r.with_landing(_landing_with_odd_row(history, tmp_path, "2024-01-02"))
     result, evaluations = verify(changed)
@@ -410,4 +446,7 @@ def test_materializing_one_output_replays_and_records_all_four(spark, history, p
         assert r.instance.get_materialized_partitions(key) == {DAYS[0]}, name
         mat = r.instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1).records[0]
         assert mat.asset_materialization.metadata["input_rows"].value == 300, name
+    # ... and evaluates the checks of all four, so none shows a materialization it did not check.
+    evaluated = {(e.check_name, e.partition) for e in result.get_asset_check_evaluations()}
+    assert evaluated == {(k.name, DAYS[0]) for k in _checks_of(r)}, evaluated
     assert r.run(DAYS[1]).success  # the next day starts from the state it wrote

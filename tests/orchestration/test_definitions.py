@@ -89,3 +89,45 @@ def test_two_pipelines_with_one_asset_prefix_are_refused(tmp_path):
     (tmp_path / "b.yaml").write_text(PIPELINE_YAML.replace("name: clicks-hourly", "name: clicks_hourly"))
     with pytest.raises(ValueError, match="clashes"):
         load_pipelines(tmp_path)
+
+
+def test_catalog_fields_automation_and_freshness_are_defined(pipelines_dir, tmp_path):
+    """Owners, code version and code references on every pipeline asset; the automation
+    condition on window_state with its sensor stopped by default; the landing zone's
+    freshness check; resource descriptions without Sphinx roles (the UI shows them raw)."""
+    from assets.automation import LABEL
+    from orchestration.freshness import FRESHNESS_CHECK
+    from orchestration.sensors import RERUN_SENSOR_NAME
+
+    defs = build_definitions(
+        storage=StorageResource(landing_zone=str(tmp_path), pipelines_dir=str(pipelines_dir),
+                                output_root=str(tmp_path / "out")),
+        partitions=PartitionSettings(grain="daily", start="2024-01-01", end="2024-01-10"))
+    graph = defs.resolve_asset_graph()
+    for name in ("window_state", "windowed_aggregates", "late_events", "rejected_events"):
+        node = graph.get(dg.AssetKey(["clicks_hourly", name]))
+        assert node.owners == ["team:rewindow"] and node.code_version and len(node.code_version) >= 8, name
+        refs = node.metadata["dagster/code_references"].code_references
+        assert [Path(r.file_path).name for r in refs] == ["clicks-hourly.yaml", "pipelines.py"], name
+        assert (node.automation_condition is not None) is (name == "window_state"), name
+    assert graph.get(dg.AssetKey(["clicks_hourly", "window_state"])).automation_condition.get_label() == LABEL
+    sensor = defs.resolve_sensor_def(RERUN_SENSOR_NAME)
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    assert dg.AssetCheckKey(dg.AssetKey(["historical_events"]), FRESHNESS_CHECK) in graph.asset_check_keys
+    for key, resource in defs.resources.items():
+        description = resource.get_resource_definition().description or ""
+        assert not any(role in description for role in (":func:", ":class:", ":meth:")), (key, description)
+
+
+@pytest.mark.parametrize("now, grain, due", [
+    ("2026-11-27T00:30:00", "daily", "2026-11-25"),  # before 01:00 UTC: the day before yesterday
+    ("2026-11-27T01:00:00", "daily", "2026-11-26"),  # from 01:00 UTC (an hour's grace): yesterday
+    ("2026-11-27T00:14:00", "hourly", "2026-11-26"),  # 23:00-00:00 is due at 00:15
+    ("2026-11-27T01:15:00", "hourly", "2026-11-27"),  # 00:00-01:00 is due at 01:15
+])
+def test_the_freshness_check_knows_which_day_is_due(now, grain, due):
+    from datetime import date, datetime, timezone
+
+    from orchestration.freshness import due_day
+
+    assert due_day(datetime.fromisoformat(now).replace(tzinfo=timezone.utc), grain) == date.fromisoformat(due)

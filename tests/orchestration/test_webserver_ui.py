@@ -14,8 +14,21 @@ asks ``POST /graphql`` the questions the UI's pages ask:
   Int/Float metadata entry;
 * the Checks tab (``assetChecksOrError { executionForLatestMaterialization }`` and the
   execution history ``assetCheckExecutions``);
+* the catalog's standard fields: ``dagster/row_count``, ``dagster/column_schema`` and
+  ``dagster/uri`` on every asset of every demo partition, owners, code version, code
+  references;
+* checks executed on their own, launched with the parameters the UI's Execute button
+  sends (``launchRun``, no assets, the checks): for one chosen partition and for none
+  (every committed partition), passing, replaying nothing, the asset not red; the
+  landing zone's freshness check; and in headless Chromium, the Execute button of the
+  Checks tab pressed, its run shown as the check's latest execution, passed;
 * then a rerun of the last day with a bad row: the blocking check fails, and the
-  materialization Dagster shows for that day is still the demo's committed output.
+  materialization Dagster shows for that day is still the demo's committed output;
+* then a rerun of the middle day with a withdrawn file: the last day is out of date, the
+  asset's chain check shows it, and the automation condition asks to rerun exactly it.
+
+Runs launched through the API are queued (the demo instance allows one at a time): the
+fixture starts ``dagster-daemon`` beside the webserver, as ``dagster dev`` does.
 
 Stdlib only (``subprocess``, ``urllib``); the demo's command and environment are the
 screenshot script's (``scripts/ui_screenshots.py``). The webserver is stopped by its
@@ -63,6 +76,10 @@ PLOTTED = {
 }
 DEMO_TIMEOUT = 480
 START_TIMEOUT = 120
+RUN_TIMEOUT = 420
+DAEMON = str(Path(WEBSERVER).with_name("dagster-daemon"))
+FRESHNESS_CHECK = "newest_partition_on_time"
+STANDARD_KEYS = ("dagster/row_count", "dagster/column_schema", "dagster/uri")
 
 
 def pipeline_prefixes() -> list[str]:
@@ -139,6 +156,7 @@ class UI:
 
     def __init__(self, url: str, proc: subprocess.Popen, stderr: Path):
         self.url, self.proc, self.stderr = url, proc, stderr
+        self.daemon_log: Path | None = None
 
     def query(self, query: str, **variables):
         body = json.dumps({"query": query, "variables": variables}).encode()
@@ -176,6 +194,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def ui(demo) -> UI:
+    """The webserver, and the daemon ``dagster dev`` runs beside it: runs launched from the
+    UI (a check's Execute button) are queued (the demo instance allows one run at a time)
+    and the daemon starts them."""
     port = free_port()
     log_dir = demo.root / "webserver"
     log_dir.mkdir()
@@ -186,11 +207,16 @@ def ui(demo) -> UI:
             cwd=REPO, env=demo.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: the finalizer stops it and its children
         )
+    with open(log_dir / "daemon.log", "wb") as out:
+        daemon = subprocess.Popen([DAEMON, "run", "-w", "workspace.yaml"], cwd=REPO, env=demo.env, stdout=out,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     server = UI(f"http://127.0.0.1:{port}", proc, stderr)
+    server.daemon_log = log_dir / "daemon.log"
     try:
         _wait_until_loaded(server)
         yield server
     finally:
+        _stop(daemon)
         _stop(proc)
 
 
@@ -467,6 +493,294 @@ def test_check_history_has_no_skipped_execution_for_the_demo_run(ui, demo):
     assert not {c: p for c, p in skipped.items() if p}
 
 
+# --------------------------------------------------------------------------- the catalog's standard fields
+
+ASSET_FIELDS_QUERY = """
+query AssetFields($assetKey: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $assetKey) {
+    ... on AssetNode {
+      opVersion
+      owners { __typename ... on TeamAssetOwner { team } ... on UserAssetOwner { email } }
+      metadataEntries { __typename label ... on CodeReferencesMetadataEntry { codeReferences {
+        __typename ... on LocalFileCodeReference { filePath lineNumber label } } } }
+    }
+  }
+}
+"""
+
+STANDARD_METADATA_QUERY = """
+query StandardMetadata($assetKey: AssetKeyInput!, $partitions: [String!]!) {
+  assetNodeOrError(assetKey: $assetKey) {
+    ... on AssetNode {
+      latestMaterializationByPartition(partitions: $partitions) {
+        partition
+        metadataEntries {
+          __typename label
+          ... on IntMetadataEntry { intValue }
+          ... on UrlMetadataEntry { url }
+          ... on TableSchemaMetadataEntry { schema { columns { name type description } } }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def test_every_demo_partition_carries_dagsters_standard_metadata(ui):
+    """The catalog's row count, Columns section and location (``dagster/row_count``,
+    ``dagster/column_schema``, ``dagster/uri``) on every asset of every demo partition."""
+    keys = [("historical_events",)] + [(p, name) for p in PREFIXES for name in OUTPUTS]
+    for key in keys:
+        node = ui.query(STANDARD_METADATA_QUERY, assetKey=_key(*key), partitions=DAYS)["assetNodeOrError"]
+        events = {e["partition"]: e for e in node["latestMaterializationByPartition"] if e}
+        assert sorted(events) == DAYS, key
+        for day, event in events.items():
+            entries = {e["label"]: e for e in event["metadataEntries"]}
+            assert all(k in entries for k in STANDARD_KEYS), (key, day, sorted(entries))
+            assert entries["dagster/row_count"]["__typename"] == "IntMetadataEntry", (key, day)
+            rows = entries["dagster/row_count"]["intValue"]
+            assert rows == 2000 if key == ("historical_events",) else rows >= 0, (key, day, rows)
+            columns = entries["dagster/column_schema"]["schema"]["columns"]
+            assert columns and all(c["name"] and c["type"] for c in columns), (key, day)
+            uri = entries["dagster/uri"]["url"]
+            assert uri.startswith("file:/") and Path(uri[len("file:"):]).exists(), (key, day, uri)
+            if key != ("historical_events",):
+                assert f"/{day}/runs/" in uri, (key, day, uri)  # the partition's committed run
+    # The aggregates have rows, and say which column is the worker, not the Dagster partition.
+    for prefix in PREFIXES:
+        node = ui.query(STANDARD_METADATA_QUERY, assetKey=_key(prefix, "windowed_aggregates"),
+                        partitions=DAYS)["assetNodeOrError"]
+        for event in node["latestMaterializationByPartition"]:
+            entries = {e["label"]: e for e in event["metadataEntries"]}
+            assert entries["dagster/row_count"]["intValue"] > 0
+            described = [c for c in entries["dagster/column_schema"]["schema"]["columns"] if c["description"]]
+            assert described and "not the Dagster partition" in described[0]["description"], prefix
+
+
+def test_every_asset_has_owners_a_code_version_and_code_references(ui):
+    from windowing import load_pipeline
+
+    for f in sorted((REPO / "examples" / "pipelines").glob("*.yaml")):
+        pipeline = load_pipeline(f)
+        from assets.pipelines import asset_prefix
+
+        for name in OUTPUTS:
+            node = ui.query(ASSET_FIELDS_QUERY, assetKey=_key(asset_prefix(pipeline.name), name))["assetNodeOrError"]
+            assert node["owners"] == [{"__typename": "TeamAssetOwner", "team": "rewindow"}], node["owners"]
+            assert node["opVersion"] == pipeline.fingerprint()  # the catalog's code version
+            refs = next(e for e in node["metadataEntries"] if e["label"] == "dagster/code_references")
+            files = [Path(r["filePath"]).name for r in refs["codeReferences"]]
+            assert files == [f.name, "pipelines.py"], files
+
+
+# --------------------------------------------------------------------------- checks executed on their own
+
+LAUNCH_MUTATION = """
+mutation LaunchChecks($executionParams: ExecutionParams!) {
+  launchRun(executionParams: $executionParams) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on Error { message }
+  }
+}
+"""
+
+CHECK_JOBS_QUERY = """
+query CheckJobs($assetKey: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $assetKey) {
+    ... on AssetNode {
+      repository { name location { name } }
+      assetChecksOrError { ... on AssetChecks { checks { name jobNames } } }
+    }
+  }
+}
+"""
+
+RUN_QUERY = """
+query Run($runId: ID!) { runOrError(runId: $runId) { __typename ... on Run { status jobName } } }
+"""
+
+RUN_EXECUTIONS_QUERY = """
+query RunExecutions($assetKey: AssetKeyInput!, $checkName: String!) {
+  assetCheckExecutions(assetKey: $assetKey, checkName: $checkName, limit: 100) {
+    runId status partition timestamp
+    evaluation { success severity description timestamp
+      targetMaterialization { runId timestamp }
+      metadataEntries { __typename label ... on TextMetadataEntry { text } } }
+  }
+}
+"""
+
+
+def _launch_checks(ui: UI, checks: list[tuple[tuple, str]], partition: str | None = None) -> str:
+    """Launch ``checks`` (asset key, check name) on their own, with the parameters the UI's
+    Execute button sends (ExecuteChecksButton: the checks' first common job, no assets, empty
+    run config), plus the ``dagster/partition`` tag when a partition is chosen."""
+    jobs, where = None, None
+    for key, name in checks:
+        node = ui.query(CHECK_JOBS_QUERY, assetKey=_key(*key))["assetNodeOrError"]
+        where = node["repository"]
+        names = next(c["jobNames"] for c in node["assetChecksOrError"]["checks"] if c["name"] == name)
+        jobs = [j for j in (jobs if jobs is not None else names) if j in names]
+    assert jobs and where, f"no job runs {checks}"
+    params = {
+        "mode": "default", "runConfigData": "{}",
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}] if partition else []},
+        "selector": {"jobName": jobs[0], "repositoryLocationName": where["location"]["name"],
+                     "repositoryName": where["name"], "assetSelection": [],
+                     "assetCheckSelection": [{"assetKey": _key(*key), "name": name} for key, name in checks]},
+    }
+    launched = ui.query(LAUNCH_MUTATION, executionParams=params)["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    return launched["run"]["runId"]
+
+
+def _wait_for_run(ui: UI, run_id: str) -> dict:
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline:
+        run = ui.query(RUN_QUERY, runId=run_id)["runOrError"]
+        if run["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
+            return run
+        time.sleep(2)
+    pytest.fail(f"run {run_id} not finished after {RUN_TIMEOUT}s ({run['status']}); daemon log:\n"
+                f"{_tail(ui.daemon_log) if ui.daemon_log else ''}")
+
+
+def _run_executions(ui: UI, key: tuple, check: str, run_id: str) -> list[dict]:
+    execs = ui.query(RUN_EXECUTIONS_QUERY, assetKey=_key(*key), checkName=check)["assetCheckExecutions"]
+    return [e for e in execs if e["runId"] == run_id]
+
+
+def _latest_check_status(ui: UI, key: tuple) -> dict[str, dict]:
+    return {c["name"]: c["executionForLatestMaterialization"]
+            for c in _assets(ui)[key]["assetChecksOrError"]["checks"]}
+
+
+STATE = (PREFIXES[0], "window_state")
+ON_THEIR_OWN = [(STATE, CHAIN_CHECK), (STATE, "window_state_valid")]
+
+
+@pytest.fixture(scope="module")
+def checks_for_one_partition(ui, demo):
+    """The chain check and ``window_state_valid`` executed on their own for the middle demo
+    day (the launchpad's partition tag)."""
+    run_id = _launch_checks(ui, ON_THEIR_OWN, partition=DAYS[1])
+    return run_id, _wait_for_run(ui, run_id)
+
+
+@pytest.fixture(scope="module")
+def checks_for_every_partition(ui, demo):
+    """The same checks and the landing zone's freshness check, executed on their own with no
+    partition, exactly as the Checks tab's "Execute all" button launches them."""
+    run_id = _launch_checks(ui, [*ON_THEIR_OWN, (("historical_events",), FRESHNESS_CHECK)])
+    return run_id, _wait_for_run(ui, run_id)
+
+
+def _materializations_unchanged(ui: UI, demo) -> None:
+    for name in OUTPUTS:
+        latest = _latest_by_partition(ui, (PREFIXES[0], name), DAYS)
+        assert {d: e["runId"] for d, e in latest.items()} == {d: demo.run_id for d in DAYS}, name
+
+
+def test_checks_executed_on_their_own_for_one_partition_pass_and_replay_nothing(ui, demo, checks_for_one_partition):
+    run_id, run = checks_for_one_partition
+    assert run["status"] == "SUCCESS", (run, _tail(ui.daemon_log) if ui.daemon_log else "")
+    for key, check in ON_THEIR_OWN:
+        execs = {e["partition"] or "": e for e in _run_executions(ui, key, check, run_id)}
+        # The partition's evaluation, and the run's summary (Dagster plans a one-partition
+        # run's check without a partition): none left SKIPPED.
+        assert {p: e["status"] for p, e in execs.items()} == {"": "SUCCEEDED", DAYS[1]: "SUCCEEDED"}, execs
+        assert execs[""]["evaluation"]["description"] == f"1 partition(s) checked ({DAYS[1]}): all passed"
+        evaluation = execs[DAYS[1]]["evaluation"]
+        assert evaluation["success"] and DAYS[1] in evaluation["description"], evaluation
+        assert {m["label"]: m.get("text") for m in evaluation["metadataEntries"]}["partition"] == DAYS[1]
+        # The check's time is not before the materialization it targets.
+        assert evaluation["targetMaterialization"]["runId"] == demo.run_id
+        assert execs[DAYS[1]]["timestamp"] >= evaluation["targetMaterialization"]["timestamp"], execs[DAYS[1]]
+    _materializations_unchanged(ui, demo)  # nothing replayed, nothing written
+
+
+def test_checks_executed_on_their_own_for_every_partition_pass_and_paint_nothing_red(ui, demo,
+                                                                                     checks_for_every_partition):
+    run_id, run = checks_for_every_partition
+    assert run["status"] == "SUCCESS", (run, _tail(ui.daemon_log) if ui.daemon_log else "")
+    for key, check in ON_THEIR_OWN:
+        execs = _run_executions(ui, key, check, run_id)
+        # One summary evaluation for the run (Dagster plans one without a partition), then one per partition.
+        assert sorted((e["partition"] or "", e["status"]) for e in execs) == sorted(
+            [("", "SUCCEEDED")] + [(d, "SUCCEEDED") for d in DAYS]), (check, execs)
+        summary = next(e for e in execs if e["partition"] is None)["evaluation"]
+        assert summary["description"] == f"3 partition(s) checked ({DAYS[0]}..{DAYS[-1]}): all passed", summary
+        for e in execs:
+            if e["partition"]:
+                assert e["evaluation"]["success"] and e["partition"] in e["evaluation"]["description"], e
+    # What the asset shows: every check passed for its latest materialization, none failed.
+    latest = _latest_check_status(ui, STATE)
+    for _, check in ON_THEIR_OWN:
+        assert latest[check]["runId"] == run_id and latest[check]["status"] == "SUCCEEDED", (check, latest[check])
+    assert all(c and c["status"] == "SUCCEEDED" for c in latest.values()), latest
+    _materializations_unchanged(ui, demo)
+
+
+def test_the_freshness_check_evaluates(ui, checks_for_every_partition):
+    """The landing zone's newest day (yesterday) is not late: the freshness check passes, naming it."""
+    run_id, _ = checks_for_every_partition
+    [e] = _run_executions(ui, ("historical_events",), FRESHNESS_CHECK, run_id)
+    assert e["status"] == "SUCCEEDED" and e["evaluation"]["success"], e
+    meta = {m["label"]: m.get("text") for m in e["evaluation"]["metadataEntries"]}
+    assert meta["newest_landed_day"] == DAYS[-1], meta
+
+
+def test_the_execute_button_of_the_checks_tab_runs_the_check_and_shows_it_passed(ui, demo):
+    """Headless Chromium on the Checks tab of window_state: select state_chain_in_sync,
+    press Execute, and see the run's evaluation shown as the check's latest, passed."""
+    import shutil
+    import tempfile
+
+    from scripts.ui_screenshots import Chromium, text_present
+
+    binary = shutil.which("chromium") or shutil.which("chromium-headless-shell")
+    assert binary, "Chromium is needed (apt-get install -y chromium; .ci/run installs it)"
+    before = {e["runId"] for e in ui.query(RUN_EXECUTIONS_QUERY, assetKey=_key(*STATE),
+                                           checkName=CHAIN_CHECK)["assetCheckExecutions"]}
+    profile = Path(tempfile.mkdtemp(prefix="rewindow-chromium-"))
+    browser = Chromium(binary, profile)
+    try:
+        page = browser.new_page()
+        page.goto(f"{ui.url}/assets/{'/'.join(STATE)}?view=checks")
+        page.wait_for(text_present(CHAIN_CHECK), "the asset's checks")
+        page.settle(1)
+        page.dismiss_dialogs()
+        page.click_text(CHAIN_CHECK, "span, div", last=True)
+        page.wait_for("[...document.querySelectorAll('button')].some(b => b.innerText.trim() === 'Execute' "
+                      "&& !b.disabled)", "an enabled Execute button")
+        page.click_text("Execute")
+        deadline = time.monotonic() + 60
+        new: set[str] = set()
+        while not new and time.monotonic() < deadline:
+            time.sleep(1)
+            new = {e["runId"] for e in ui.query(RUN_EXECUTIONS_QUERY, assetKey=_key(*STATE),
+                                                checkName=CHAIN_CHECK)["assetCheckExecutions"]} - before
+        assert len(new) == 1, "pressing Execute launched no run of the check"
+        run_id = new.pop()
+        assert _wait_for_run(ui, run_id)["status"] == "SUCCESS"
+        page.goto(f"{ui.url}/assets/{'/'.join(STATE)}?view=checks")
+        page.wait_for(text_present(CHAIN_CHECK), "the asset's checks again")
+        page.click_text(CHAIN_CHECK, "span, div", last=True)
+        page.wait_for(f"!!document.querySelector('a[href*=\"/runs/{run_id}\"]')",
+                      "the latest execution linking to the run", timeout=60)
+        page.wait_for(text_present("Passed") + " && " + text_present(f"partition {DAYS[-1]} follows"),
+                      "the evaluation shown passed")
+        assert not page.js(text_present("Execution failed"))
+    finally:
+        browser.close()
+        shutil.rmtree(profile, ignore_errors=True)
+    execs = _run_executions(ui, STATE, CHAIN_CHECK, run_id)
+    assert sorted(e["partition"] or "" for e in execs) == ["", *DAYS] and all(
+        e["status"] == "SUCCEEDED" for e in execs), execs
+
+
 # --------------------------------------------------------------------------- a failing rerun keeps the output
 
 RERUN = textwrap.dedent(
@@ -541,3 +855,63 @@ def test_a_failing_rerun_leaves_the_previous_output_current(ui, demo, failed_rer
                 {"status": "FAILED", "startKey": day, "endKey": day},
             ], (prefix, name)
     assert assets[("historical_events",)]["partitionStats"]["numMaterialized"] == 3
+
+
+# --------------------------------------------------------------------------- out of date, where people look
+
+STALE_RERUN = textwrap.dedent(
+    """
+    import json
+    import sys
+    import dagster as dg
+    from orchestration.definitions import build_definitions
+    from orchestration.schedules import REPLAY_JOB
+
+    defs = build_definitions()
+    instance = dg.DagsterInstance.get()
+    result = defs.resolve_job_def(REPLAY_JOB).execute_in_process(instance=instance, partition_key=sys.argv[1],
+                                                                 raise_on_error=False)
+    print(f"rerun {result.run_id} success={result.success}")
+    # What the automation sensor rerun_out_of_date_partitions would request, were it on.
+    evaluated = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    states = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[-1] == "window_state"]
+    print("requested " + json.dumps({"/".join(k.path): sorted(evaluated.get_requested_partitions(k))
+                                     for k in states}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def changed_input_rerun(ui, demo, failed_rerun):
+    """One landed file of the middle demo day is withdrawn (a corrected export), and the day is
+    rerun alone: its state changes, so the last day, computed from the old state, is out of
+    date. Runs after the failing rerun (its day stays the demo's committed output)."""
+    day = DAYS[1]
+    folder = demo.root / "landing" / f"date={day}"
+    withdrawn = sorted(folder.glob("*.parquet"))[0]
+    withdrawn.rename(demo.root / f"withdrawn-{withdrawn.name}")
+    done = subprocess.run([PYTHON, "-c", STALE_RERUN, day], cwd=REPO, env=demo.env, capture_output=True,
+                          text=True, timeout=DEMO_TIMEOUT)
+    m = re.search(r"rerun (\S+) success=(\w+)", done.stdout)
+    asked = re.search(r"^requested (.*)$", done.stdout, re.MULTILINE)
+    assert m and asked, f"the rerun did not report:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    assert m.group(2) == "True", f"the rerun failed:\n{done.stderr[-6000:]}"
+    return m.group(1), json.loads(asked.group(1))
+
+
+def test_a_partition_out_of_date_shows_on_the_asset_and_is_what_automation_reruns(ui, changed_input_rerun):
+    rerun_id, requested = changed_input_rerun
+    for prefix in PREFIXES:
+        state = (prefix, "window_state")
+        # The asset's check status (lineage node, catalog, Checks tab): the chain check warns,
+        # on the out-of-date partition's own materialization, naming the range to rerun.
+        latest = _latest_check_status(ui, state)[CHAIN_CHECK]
+        assert (latest["runId"], latest["status"], latest["partition"]) == (rerun_id, "FAILED", DAYS[2]), latest
+        assert latest["evaluation"]["description"].startswith(f"partition {DAYS[2]} is out of date"), latest
+        assert f"rerun {DAYS[2]}..{DAYS[2]}" in latest["evaluation"]["description"], latest
+        # The rerun day itself follows from the day before it.
+        execs = {e["partition"]: e for e in _run_executions(ui, state, CHAIN_CHECK, rerun_id)}
+        assert execs[DAYS[1]]["evaluation"]["success"] and not execs[DAYS[2]]["evaluation"]["success"], execs
+        assert execs[DAYS[2]]["evaluation"]["severity"] == "WARN"
+        # The automation condition (its sensor is off by default) asks for exactly that partition.
+        assert requested["/".join(state)] == [DAYS[2]], requested
