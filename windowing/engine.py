@@ -364,7 +364,9 @@ def _placement_columns(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPl
         return df, cols[0], cols[1]
     schema = StructType([StructField("__pw", dtype), StructField("__pfirst", IntegerType()),
                          StructField("__pn", IntegerType())])
-    table = df.sparkSession.createDataFrame([(w, v[0], v[1]) for w, v in entries.items()], schema)
+    # Plain values again (``kernel.hashable``'s one NaN is a float subclass Spark refuses).
+    table = df.sparkSession.createDataFrame(
+        [(float(w) if isinstance(w, float) else w, v[0], v[1]) for w, v in entries.items()], schema)
     joined = df.join(F.broadcast(table), _col(wcol).eqNullSafe(F.col("__pw")), "left").drop("__pw")
     return joined, F.col("__pfirst"), F.col("__pn")
 

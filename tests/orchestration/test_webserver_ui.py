@@ -329,13 +329,16 @@ def _assets(ui: UI) -> dict[tuple, dict]:
 
 def _expected_checks() -> dict[tuple, set[str]]:
     """Checks per asset: the chain check on window_state, ``<output>_valid`` on every output,
-    matches_live on the aggregates of a pipeline with a live output."""
+    matches_live on the aggregates of a pipeline with a live output, and
+    published_matches_commit on the aggregates (the demo publishes every pipeline to its
+    embedded metastore: orchestration/demo.py)."""
     out = {}
     for prefix in PREFIXES:
         for name in OUTPUTS:
             out[(prefix, name)] = ({f"{name}_valid"} | ({CHAIN_CHECK} if name == "window_state" else set())
                                    | ({LIVE_CHECK} if name == "windowed_aggregates" and prefix in LIVE_CHECKED
-                                      else set()))
+                                      else set())
+                                   | ({"published_matches_commit"} if name == "windowed_aggregates" else set()))
     return out
 
 

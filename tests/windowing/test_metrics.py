@@ -152,7 +152,7 @@ def test_late_events_and_late_pairs_match_the_outputs_and_the_model(sliding):
     assert by_worker == {str(w): len({r["name"] for r in late if r["worker"] == w}) for w in WORKERS}
 
 
-def test_metadata_and_checks_use_late_events_as_events(spark, sliding):
+def test_metadata_and_checks_use_late_events_as_events(spark, sliding, tmp_path):
     """The consumers: Dagster's late_share is a share of accepted events (<= 1), the
     pairs are their own series; metrics_consistent recounts both from the datasets and
     fails on the old meaning (late_events = pairs)."""
@@ -162,8 +162,13 @@ def test_metadata_and_checks_use_late_events_as_events(spark, sliding):
 
     pipeline, rows, result, _, _ = sliding
     m = result.metrics
-    lineage = Lineage(pipeline.name, pipeline.fingerprint(), "p", None, None, "h", False, "r")
-    meta = _metadata(spark, PartitionResult("p", "f", "r", m, lineage, None), "window_state")
+    from windowing.io import list_commits, write_outputs
+
+    out = str(tmp_path / "out")
+    write_outputs(result, out)
+    run = list_commits(spark, out)[-1].run_path
+    lineage = Lineage(pipeline.name, pipeline.fingerprint(), "p", None, None, "h", False, run)
+    meta = _metadata(spark, pipeline, PartitionResult("p", out, run, m, lineage, None), "window_state")
     assert meta["late_events"].value == m["late_events"]
     assert meta["late_event_windows"].value == m["late_event_windows"]
     assert meta["late_share"].value == round(m["late_events"] / len(rows), 6) <= 1
