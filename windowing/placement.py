@@ -30,7 +30,8 @@ import numpy as np
 #: ``spark.rewindow.eventsPerTask``: events per kernel task the stage is sized for.
 EVENTS_PER_TASK_CONF = "spark.rewindow.eventsPerTask"
 EVENTS_PER_TASK = 1_000_000
-#: ``spark.rewindow.eventsPerChunk``: rows a kernel task replays in one kernel call, at most.
+#: ``spark.rewindow.eventsPerChunk``: rows a kernel task replays in one kernel call, at most
+#: (its Python worker peaks at ~1.4 KB an event of it: 2.8 GB at the default, measured).
 EVENTS_PER_CHUNK_CONF = "spark.rewindow.eventsPerChunk"
 EVENTS_PER_CHUNK = 2_000_000
 #: A worker stays whole up to this many times a task's share of events.
