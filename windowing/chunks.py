@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from windowing import kernel as K
 from windowing import metrics
+from windowing.arrays import group_codes
 from windowing.config import WatermarkStrategy
 from windowing.kernel import pieces
 
@@ -140,18 +141,22 @@ class TaskInput:
             return {}, set()
         rows = self._named(pa.concat_tables(self.timeline_rows))
         wcol = spec.worker_col
-        workers = [K.hashable(v) for v in rows[wcol].to_pylist()] if wcol else [0] * rows.num_rows
-        owner = rows[TL_OWNER].to_pylist()
+        codes = group_codes(rows[wcol]) if wcol else np.zeros(rows.num_rows, dtype=np.int64)
         cols = [rows[c].to_numpy().astype(np.int64) for c in (TL_BATCH, TL_CAND, TL_MAX, TL_MIN)]
-        by_worker: dict[Any, list[int]] = {}
-        for i, w in enumerate(workers):
-            by_worker.setdefault(w, []).append(i)
+        order = np.lexsort((cols[0], codes))
+        codes, cols = codes[order], [c[order] for c in cols]
+        owner = rows[TL_OWNER].to_numpy(zero_copy_only=False)[order]
+        starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+        ends = np.append(starts[1:], len(codes))
+        values = rows[wcol].take(pa.array(order[starts])).to_pylist() if wcol else [0] * len(starts)
         commits: dict[Any, tuple[np.ndarray, ...]] = {}
-        for w, idx in by_worker.items():
-            sel = np.array(idx, dtype=np.int64)
-            sel = sel[np.argsort(cols[0][sel], kind="stable")]
-            commits[w] = tuple(c[sel] for c in cols)
-        return commits, {w for w, o in zip(workers, owner) if o}
+        owned: set[Any] = set()
+        for v, a, b in zip(values, starts, ends):
+            w = K.hashable(v)
+            commits[w] = tuple(c[a:b] for c in cols)
+            if owner[a:b].any():
+                owned.add(w)
+        return commits, owned
 
     def _named(self, table: pa.Table) -> pa.Table:
         return table.rename_columns([self.names.get(n, n) for n in table.column_names]) if self.names else table

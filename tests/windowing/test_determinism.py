@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from windowing import load_pipeline, parse_pipeline, replay
+from windowing.engine import _session_conf
 from windowing.io import read_events, read_state, write_outputs
 from windowing.sample import generate_history
 
@@ -224,17 +225,8 @@ def run(spark, history):
             out = _replay(spark, pipeline, history["history"], flush=variant == "baseline flush")
         else:
             layout, conf = VARIANTS[variant]
-            before = {k: spark.conf.get(k, None) for k in conf}
-            try:
-                for k, v in conf.items():
-                    spark.conf.set(k, v)
+            with _session_conf(spark, conf):
                 out = _replay(spark, pipeline, history[layout])
-            finally:
-                for k, v in before.items():
-                    if v is None:
-                        spark.conf.unset(k)
-                    else:
-                        spark.conf.set(k, v)
         cache[name, variant] = out
         return out
 

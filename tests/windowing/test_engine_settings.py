@@ -20,6 +20,7 @@ from windowing.engine import (
     _commits_mode,
     _int_conf,
     _kernel_job_conf,
+    _session_conf,
     _with_task,
     _write_tasks,
 )
@@ -183,21 +184,13 @@ def test_task_plans_from_the_data():
 
 
 def test_the_scale_settings_are_checked(spark):
-    before = {k: spark.conf.get(k, None) for k in (COMMITS_CONF, placement.EVENTS_PER_TASK_CONF)}
-    try:
-        spark.conf.set(COMMITS_CONF, "sometimes")
+    with _session_conf(spark, {COMMITS_CONF: "sometimes"}):
         with pytest.raises(ConfigError, match="spark.rewindow.commits"):
             _commits_mode(spark)
-        spark.conf.set(placement.EVENTS_PER_TASK_CONF, "lots")
+    with _session_conf(spark, {placement.EVENTS_PER_TASK_CONF: "lots"}):
         with pytest.raises(ConfigError, match="spark.rewindow.eventsPerTask: 'lots'"):
             _int_conf(spark, placement.EVENTS_PER_TASK_CONF, 1)
-        spark.conf.set(placement.EVENTS_PER_TASK_CONF, "2_000_000")
+    with _session_conf(spark, {placement.EVENTS_PER_TASK_CONF: "2_000_000"}):
         assert _int_conf(spark, placement.EVENTS_PER_TASK_CONF, 1) == 2_000_000
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 

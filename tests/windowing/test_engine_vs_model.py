@@ -4,7 +4,6 @@ replayed in one go and in pieces with the state written to Parquet and read back
 from __future__ import annotations
 
 import itertools
-from contextlib import contextmanager
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +13,7 @@ from tests.generators import cases, histories, pipelines, silent_gap_histories, 
 from tests.outputs import late_events_in
 from tests.reference_model import reference_replay
 from windowing.config import parse_pipeline
+from windowing.engine import _session_conf
 from windowing.io import read_state
 
 SPARK_CASES = cases(30)
@@ -45,21 +45,6 @@ def test_engine_matches_model(spark, pipeline, rows, flush, seed):
     assert metrics["rejected_rows"] == len(ref.rejected)
 
 
-@contextmanager
-def _settings(spark, conf):
-    before = {k: spark.conf.get(k, None) for k in conf}
-    try:
-        for k, v in conf.items():
-            spark.conf.set(k, v)
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
-
-
 @cases(15)
 @given(pipelines(), histories(), st.booleans(), st.sampled_from([1, 4, 25]), st.sampled_from([1, 3, 10**6]),
        st.sampled_from(["auto", "tasks"]))
@@ -71,7 +56,7 @@ def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task,
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
     conf = {"spark.rewindow.eventsPerTask": str(per_task), "spark.rewindow.eventsPerChunk": str(per_chunk),
             "spark.rewindow.commits": commits}
-    with _settings(spark, conf):
+    with _session_conf(spark, conf):
         aggs, late, rejected, _, metrics = run_engine(spark, pipeline, rows, flush_at_end=flush,
                                                       columns=columns if not rows else None)
     assert canon(late) == canon(ref.late_events)
