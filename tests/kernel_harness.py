@@ -14,9 +14,11 @@ import zlib
 import pyarrow as pa
 
 from tests.engine_harness import to_ms
+from windowing import chunks
 from windowing import engine as E
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
+from windowing.kernel import slices as KS
 
 ARROW_TYPES = {
     "arrival": pa.int64(), "event_time": pa.int64(), "batch": pa.int64(), "offset": pa.int64(),
@@ -38,7 +40,8 @@ class LocalState:
 
 
 def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=False, partitions=3,
-                 decimals=None, by_worker: bool | None = None, chunk_events: int | None = None):
+                 decimals=None, by_worker: bool | None = None, chunk_events: int | None = None,
+                 slices: int | None = None):
     """Replay ``rows`` through the kernel; ``decimals`` ({column: (precision, scale)}) makes
     those columns decimal128 instead of their usual type (values are ``Decimal``).
 
@@ -50,7 +53,14 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     ``chunk_events``: run every partition through the engine's ``KernelTask`` with that
     bound, so a partition of more rows is spilled and replayed in pieces of whole batches
     (windowing.chunks); the summed counters are then in the returned state's ``counters``.
+
+    ``slices``: replay every key's windows in that many slices, each a task of its own that
+    gets the key's key-batch rows (windowing.kernel.slices), as the Spark runner does with
+    a hot key; timelines from the driver's summary (``by_worker`` False).
     """
+    if slices is not None:
+        by_worker = False
+        chunk_events = chunk_events or 10**9
     if by_worker is None:
         by_worker = len(rows) % 2 == 1
     types, valid, rejected = normalise_rows(pipeline, rows, state.workers if state else [], decimals)
@@ -71,7 +81,11 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
         table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")
     subs = key_partitions(table, [c for c in (wcol, None if by_worker else w.key) if c], partitions)
     counters: dict = {}
-    if by_worker or chunk_events is not None:
+    if slices is not None:
+        outs = [_task(spec, part, timelines, flush_at_end, None, worker_rows, chunk_events, counters)
+                for sub in subs for part in _sliced(spec, sub, slices)]
+        counters = _resolved(counters)
+    elif by_worker or chunk_events is not None:
         outs = [_task(spec, sub, timelines, flush_at_end, carried if by_worker else None, worker_rows,
                       chunk_events, counters) for sub in subs]
     else:
@@ -185,6 +199,34 @@ def _task(spec, table, timelines, flush_at_end, carried, worker_rows, chunk_even
         return pa.concat_tables(parts[name]) if name in parts else schemas[name].empty_table()
 
     return K.KernelOutput(out("aggregates"), out("late_events"), out("state"), {}, {})
+
+
+def _sliced(spec, table: pa.Table, count: int) -> list[pa.Table]:
+    """The tasks of ``table``'s keys replayed in ``count`` slices of their windows, each
+    with the keys' key-batch rows marked with the slice (as the engine sends them)."""
+    kb = KS.key_batch_rows(table, spec)
+    out = []
+    for i in range(count):
+        marked = kb.append_column(chunks.KB_SLICE, pa.array([i] * kb.num_rows, pa.int32())).append_column(
+            chunks.KB_SLICES, pa.array([count] * kb.num_rows, pa.int32()))
+        part = KS.slice_table(table, marked, spec, K.WindowSlice.of(spec.window, i, count))
+        out.append(part.take(pa.array(random.Random(i + part.num_rows).sample(range(part.num_rows), part.num_rows),
+                                      pa.int64())))
+    return out
+
+
+def _resolved(counters: dict) -> dict:
+    """``{name: {worker: n}}`` with each slice fact counted once into its counter."""
+    by_worker: dict = {}
+    for name, per in counters.items():
+        for worker, v in per.items():
+            by_worker.setdefault(worker, {})[name] = v
+    out: dict = {}
+    for worker, named in KS.resolved(by_worker).items():
+        for name, v in named.items():
+            if v:
+                out.setdefault(name, {})[worker] = v
+    return out
 
 
 def _state_rows(spec, st: pa.Table, types) -> pa.Table:

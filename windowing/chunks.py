@@ -39,6 +39,9 @@ from windowing.kernel import pieces
 TIMELINE_KIND = 9
 TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER = "__tl_batch", "__tl_cand", "__tl_max", "__tl_min", "__tl_owner"
 TL_COLUMNS = (TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER)
+#: On the key-batch rows of a key replayed in slices (:mod:`windowing.kernel.slices`):
+#: the task's slice and how many there are.
+KB_SLICE, KB_SLICES = "__kb_slice", "__kb_slices"
 
 
 def spill_folder() -> str:
@@ -71,6 +74,8 @@ class TaskInput:
         self.counts = np.zeros(0, np.int64)
         #: Timeline rows (:data:`TIMELINE_KIND`), taken out of the rows as they come.
         self.timeline_rows: list[pa.Table] = []
+        #: The slice of its key's windows the task replays (None: whole keys).
+        self.window_slice: K.WindowSlice | None = None
         held: list[pa.RecordBatch] = []
         writer: pa.ipc.RecordBatchFileWriter | None = None
         summaries: list[Mapping[Any, tuple[np.ndarray, ...]]] = []
@@ -121,6 +126,9 @@ class TaskInput:
             if not batch.num_rows:
                 continue
             names = batch.schema.names
+            if KB_SLICE in names:
+                batch = self._slice_read(batch)
+                names = batch.schema.names
             if TL_BATCH not in names:
                 yield batch
                 continue
@@ -132,6 +140,15 @@ class TaskInput:
             batch = batch.drop_columns([c for c in TL_COLUMNS if c in names])
             if batch.num_rows:
                 yield batch
+
+    def _slice_read(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch without the slice columns, the task's slice taken from them."""
+        index = batch.column(batch.schema.names.index(KB_SLICE))
+        if self.window_slice is None and index.null_count < len(index):
+            i = pc.drop_null(index)[0].as_py()
+            count = pc.drop_null(batch.column(batch.schema.names.index(KB_SLICES)))[0].as_py()
+            self.window_slice = K.WindowSlice.of(self.spec.window, int(i), int(count))
+        return batch.drop_columns([KB_SLICE, KB_SLICES])
 
     def timeline_commits(self, spec: K.Spec) -> tuple[dict[Any, tuple[np.ndarray, ...]], set[Any]]:
         """The spread workers' commits from the timeline rows (as
@@ -182,14 +199,17 @@ class TaskInput:
             for i in range(reader.num_record_batches):
                 rb = reader.get_batch(i)
                 kind = rb.column("__kind")
+                batched = pc.or_(pc.equal(kind, K.EVENT), pc.equal(kind, K.KEY_BATCH))
                 batch = pc.fill_null(rb.column("__batch"), 0)  # null on state rows
-                keep = pc.equal(kind, K.EVENT)
+                if K.KB_BATCH in rb.schema.names:  # a key-batch row's batch
+                    batch = pc.if_else(pc.equal(kind, K.KEY_BATCH), pc.fill_null(rb.column(K.KB_BATCH), 0), batch)
+                keep = batched
                 if lo is not None:
                     keep = pc.and_(keep, pc.greater_equal(batch, lo))
                 if hi is not None:
                     keep = pc.and_(keep, pc.less(batch, hi))
                 if first:
-                    keep = pc.or_kleene(keep, pc.not_equal(kind, K.EVENT))
+                    keep = pc.or_kleene(keep, pc.invert(batched))
                 part = rb.filter(keep)
                 if part.num_rows:
                     parts.append(part)
@@ -215,8 +235,8 @@ def replay_in_pieces(source: TaskInput, spec: K.Spec, timelines: Mapping[Any, K.
         if carried is not None and carried.num_rows:
             table = pa.concat_tables([table, carried], promote_options="permissive")
         piece_timelines = {w: pieces.sliced_timeline(tl, lo, hi) for w, tl in timelines.items()}
-        out = K.process(table, spec, piece_timelines, flush_at_end and last)
-        seen = pieces.keys_seen(table, spec)
+        out = K.process(table, spec, piece_timelines, flush_at_end and last, source.window_slice)
+        seen = pieces.keys_seen(table, spec, source.window_slice)
         del table
         if not last:
             carried = pieces.state_input_rows(out.state, spec)

@@ -38,6 +38,7 @@ from windowing.columns import col as _col
 from windowing.columns import epoch_ms, epoch_ms_unchecked, in_range
 from windowing.config import ConfigError, Pipeline, Trigger, WatermarkStrategy, check_input_columns
 from windowing.io import StateError, input_error_from
+from windowing.kernel import slices
 from windowing.lake import display
 from windowing.spark import check_workers
 
@@ -901,9 +902,9 @@ class KernelTask:
             timelines, workers = self._task_timelines(source, K.commit_summary(table, self.spec))
             if workers is not None:
                 side.add("workers", workers)
-        out = K.process(table, self.spec, timelines, self.flush)
+        out = K.process(table, self.spec, timelines, self.flush, source.window_slice)
         del table
-        self._add_outputs(side, out, with_state=True)
+        self._add_outputs(side, out, with_state=True, window_slice=source.window_slice)
         side.add("counters", _blob(_counters_table(out.counters_by_worker, side.rows)))
         yield side.batch(self.schema)
 
@@ -918,7 +919,7 @@ class KernelTask:
         counters: list[dict[str, dict[str, int]]] = []
         seen: set[Any] = set()
         for out, last, keys in chunks.replay_in_pieces(source, self.spec, timelines, self.flush):
-            self._add_outputs(side, out, with_state=last)
+            self._add_outputs(side, out, with_state=last, window_slice=source.window_slice)
             counters.append(out.counters_by_worker)
             seen |= keys
             yield side.batch(self.schema)
@@ -926,13 +927,15 @@ class KernelTask:
         side.add("counters", _blob(_counters_table(chunks.merged_counters(counters, seen, self.spec), side.rows)))
         yield side.batch(self.schema)
 
-    def _add_outputs(self, side: _SideBlobs, out: K.KernelOutput, with_state: bool) -> None:
+    def _add_outputs(self, side: _SideBlobs, out: K.KernelOutput, with_state: bool,
+                     window_slice: K.WindowSlice | None = None) -> None:
         if out.late.num_rows:  # the late events' lateness alone, for percentiles in the driver
             side.add(LATENESS_COLLECTED if out.late.num_rows <= self.lateness_share else LATENESS_HELD,
                      _blob(out.late.select(["lateness_ms"])))
         outputs = [("aggregates", out.aggregates), ("late_events", out.late)]
         if with_state:
-            outputs.append(("state", out.state))
+            state = out.state if window_slice is None else slices.shed_shared(out.state, window_slice)
+            outputs.append(("state", state))
         for name, table in outputs:
             result = table.cast(self.schemas[name])
             side.rows[name] = side.rows.get(name, 0) + result.num_rows
@@ -978,9 +981,15 @@ def _sum_counters(tables: list[pa.Table]) -> tuple[dict[str, int], dict[str, dic
     counts: dict[str, int] = {}
     by_worker: dict[str, dict[str, int]] = {}
     for r in summed:
-        counts[r["name"]] = counts.get(r["name"], 0) + int(r["value_sum"])
         if r["worker"] is not None:
             by_worker.setdefault(r["worker"], {})[r["name"]] = int(r["value_sum"])
+        else:
+            counts[r["name"]] = counts.get(r["name"], 0) + int(r["value_sum"])
+    # A key replayed in slices counts its keys_held and idle flushes as facts, once each.
+    by_worker = slices.resolved(by_worker)
+    for counters in by_worker.values():
+        for name, v in counters.items():
+            counts[name] = counts.get(name, 0) + v
     return counts, by_worker
 
 

@@ -9,7 +9,7 @@ column is float64 or, in about one case in four, a decimal (tests/generators.py)
 from __future__ import annotations
 
 import pytest
-from hypothesis import event, example, given
+from hypothesis import assume, event, example, given
 from hypothesis import strategies as st
 
 from tests.engine_harness import canon
@@ -17,6 +17,7 @@ from tests.generators import bridging_sessions, cases, pipelines, silent_gap_his
 from tests.kernel_harness import local_replay
 from tests.reference_model import reference_replay
 from windowing.config import parse_pipeline
+from windowing.kernel.slices import sliceable
 
 CASES = cases(400)
 
@@ -173,14 +174,14 @@ def test_bridging_session_merges_in_pieces(case, cuts, flush):
     _pieces_match_one_go(*case, cuts, flush)
 
 
-def _pieces_match_one_go(pipeline, rows, cuts, flush, amount=None, chunk_events=None):
+def _pieces_match_one_go(pipeline, rows, cuts, flush, amount=None, chunk_events=None, slices=None):
     decimals = _decimals(amount)
     ref = reference_replay(pipeline, rows, flush_at_end=flush, decimals=decimals)
     pieces = split_points(pipeline, rows, cuts)
     state, aggs, late = None, [], []
     for i, piece in enumerate(pieces):
         a, lt, _, state = local_replay(pipeline, piece, state, flush_at_end=flush and i == len(pieces) - 1,
-                                       decimals=decimals, chunk_events=chunk_events)
+                                       decimals=decimals, chunk_events=chunk_events, slices=slices)
         aggs += a
         late += lt
     assert canon(late) == canon(ref.late_events)
@@ -271,3 +272,35 @@ def test_a_reopened_session_carried_open_keeps_its_emission_count(chunk):
             a, _, _, state = local_replay(REOPENED_SESSION, [r for r in rows if r["arrival"] == arrival], state)
             aggs += a
     assert canon(aggs) == canon(ref.aggregates)
+
+
+@cases(150)
+@given(pipelines(), typed_histories(), st.sampled_from([2, 3, 5]), st.sampled_from([None, 1, 3]), st.booleans())
+def test_keys_replayed_in_slices_of_their_windows_match_one_task(pipeline, case, slices, chunk, flush):
+    """A hot key's tumbling or sliding windows replayed in slices, each a task with the
+    key's key-batch rows (windowing.kernel.slices), in bounded pieces or not: the model's
+    rows, and the rows, state and counters of the key replayed in one task."""
+    assume(sliceable(pipeline.window))
+    event(f"{slices} slices")
+    amount, rows = case
+    decimals = _decimals(amount)
+    ref = reference_replay(pipeline, rows, flush_at_end=flush, decimals=decimals)
+    aggs, late, _, sliced = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals,
+                                         chunk_events=chunk, slices=slices)
+    assert canon(late) == canon(ref.late_events)
+    assert canon(aggs) == canon(ref.aggregates)
+    *_, whole = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals, by_worker=False,
+                             chunk_events=10**9)
+    assert sliced.counters == whole.counters
+    assert canon(sliced.rows.to_pylist()) == canon(whole.rows.to_pylist())
+
+
+@cases(60)
+@given(pipelines(), typed_histories(nulls=False), st.lists(st.floats(0, 1), min_size=1, max_size=2), st.booleans(),
+       st.sampled_from([2, 3]))
+def test_slices_carried_across_partitions_match_model(pipeline, case, cuts, flush, slices):
+    """Partitions replayed one after another, every key in slices: the state each slice
+    leaves (its windows, the home slice's key row) is the next partition's."""
+    assume(sliceable(pipeline.window))
+    amount, rows = case
+    _pieces_match_one_go(pipeline, rows, cuts, flush, amount, chunk_events=2, slices=slices)

@@ -45,11 +45,15 @@ import pyarrow as pa
 
 from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, seg_searchsorted
 from windowing.config import Trigger, WindowType
+from windowing.kernel import slices
 from windowing.kernel.assignment import _assign, assign_windows
 from windowing.kernel.clocks import IdleClocks, commit_summary, worker_timelines
 from windowing.kernel.fixed import _windows
 from windowing.kernel.inputs import (
     ARRIVAL_RANK,
+    KB_BATCH,
+    KB_COLUMNS,
+    KEY_BATCH,
     KEY_ID,
     KeyBatches,
     KeyIds,
@@ -61,6 +65,7 @@ from windowing.kernel.inputs import (
 )
 from windowing.kernel.outputs import _counters, _ts, key_state_rows
 from windowing.kernel.sessions import _sessions
+from windowing.kernel.slices import WindowSlice
 from windowing.kernel.spec import (
     AGGREGATE,
     END_OF_INPUT,
@@ -90,23 +95,29 @@ __all__ = [
     "MIN_TIMESTAMP", "OPEN", "REASON_NAMES", "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS",
     "WATERMARK", "KernelOutput", "Spec", "Timeline", "assign_windows", "commit_summary", "process",
     "seg_searchsorted", "task_derived", "with_arrival_ranks", "with_event_columns", "worker_timelines",
-    "ARRIVAL_RANK", "KEY_ID",
+    "ARRIVAL_RANK", "KEY_ID", "KEY_BATCH", "KB_BATCH", "KB_COLUMNS", "WindowSlice",
     "SortedEvents", "IdleClocks", "KeyBatches", "KeyIds", "_assign", "hashable", "_ts",
 ]
 
 
 
-def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flush_at_end: bool) -> KernelOutput:
-    """Replay the events of complete keys in ``table`` (events and state rows, any order)."""
+def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flush_at_end: bool,
+            window_slice: WindowSlice | None = None) -> KernelOutput:
+    """Replay the events of complete keys in ``table`` (events and state rows, any order).
+
+    With ``window_slice``, replay only that slice of the keys' windows (:mod:`.slices`):
+    ``table`` then holds the slice's rows and every key-batch row of its keys."""
     table = with_event_columns(table, spec)
     keyset = KeyIds(table, spec)
     sorted_events = SortedEvents(table, spec, keyset)
     key_batches = KeyBatches(sorted_events, keyset, spec)
     idle = IdleClocks(key_batches, keyset, spec, timelines)
     if spec.window.type is WindowType.SESSION:
+        if window_slice is not None:
+            raise ValueError("session windows merge in order: they are never replayed in slices")
         groups, late, snaps = _sessions(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
     else:
-        groups, late, snaps = _windows(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
+        groups, late, snaps = _windows(sorted_events, key_batches, keyset, idle, spec, flush_at_end, window_slice)
     # Windows close (and count for `emission`) either way; atWindowEnd decides if that is output.
     out_aggs = [groups.emitted_table(keyset, spec)] if Trigger.AT_WINDOW_END in spec.pipeline.triggers else []
     if snaps is not None:
@@ -114,9 +125,9 @@ def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flus
     aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
     state = pa.concat_tables([key_state_rows(keyset, key_batches, spec), groups.state_table(keyset, spec),
                               groups.emitted_counter_table(keyset, spec)])
-    by_worker = _counters(keyset, sorted_events, key_batches, groups, snaps, late, spec)
+    by_worker = _counters(keyset, sorted_events, key_batches, groups, snaps, late, spec, window_slice)
     totals: dict[str, int] = {}
-    for figures in by_worker.values():
+    for figures in slices.resolved(by_worker).values():
         for name, v in figures.items():
             totals[name] = totals.get(name, 0) + v
     return KernelOutput(aggs, late.table(sorted_events, spec), state, totals, by_worker)

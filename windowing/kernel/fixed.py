@@ -43,6 +43,7 @@ from windowing.kernel.assignment import WindowAssignment, assign_windows
 from windowing.kernel.clocks import IdleClocks, _snapshot_times
 from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, state_column
 from windowing.kernel.outputs import LatePairs, _Groups
+from windowing.kernel.slices import WindowSlice
 from windowing.kernel.spec import (
     AGGREGATE,
     END_OF_INPUT,
@@ -140,7 +141,7 @@ class _Closing:
 
 
 def _windows(sorted_events: SortedEvents, key_batches: KeyBatches, keyset: KeyIds, idle: IdleClocks, spec: Spec,
-             flush_at_end: bool) -> tuple[_Groups, LatePairs, _Groups | None]:
+             flush_at_end: bool, window_slice: WindowSlice | None = None) -> tuple[_Groups, LatePairs, _Groups | None]:
     """Tumbling and sliding windows of every key at once (no per-event loop).
 
     Events arrive sorted by (key, arrival order). Returns one row per (key, generation,
@@ -152,10 +153,16 @@ def _windows(sorted_events: SortedEvents, key_batches: KeyBatches, keyset: KeyId
     key's batches whose effective watermark reaches its end, or at the idle flush that
     ends its generation, whichever comes first; each group's aggregate folds its carried
     partial first, then its events in arrival order.
+
+    With ``window_slice``, only the pairs of windows in that slice are replayed
+    (:mod:`.slices`: the key batches then come from key-batch rows).
     """
     domains = _domains(keyset, spec.aggregators)
     inputs = _event_inputs(sorted_events, spec.aggregators, domains)
     pairs = assign_windows(sorted_events.t, spec.window)
+    if window_slice is not None:
+        owned = window_slice.owns(pairs.start)
+        pairs = WindowAssignment(pairs.event[owned], pairs.start[owned], pairs.end[owned])
     watermark_before = key_batches.eff_before[key_batches.of_event[pairs.event]]
     if spec.window.lateness is Lateness.WINDOW_CLOSED:
         late = pairs.end <= watermark_before

@@ -43,6 +43,13 @@ if TYPE_CHECKING:
 # them too. Defined here, below spec, so that spec can import the aggregates, which read
 # the input table.
 STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
+#: A key-batch row: one (worker, key, batch) of a key whose windows are replayed in slices
+#: (:mod:`windowing.kernel.slices`), with what every slice needs of the key's batches, its
+#: events in other slices included: the watermark candidate, the greatest event time and
+#: the greatest arrival time (columns :data:`KB_COLUMNS`).
+KEY_BATCH = 4
+KB_BATCH, KB_CAND, KB_MAXEV, KB_MAXARR = "__kb_batch", "__kb_cand", "__kb_maxev", "__kb_maxarr"
+KB_COLUMNS = (KB_BATCH, KB_CAND, KB_MAXEV, KB_MAXARR)
 
 
 def _ms_derivable(t: pa.DataType) -> bool:
@@ -299,23 +306,27 @@ class KeyBatches:
 
     def __init__(self, sorted_events: SortedEvents, keyset: KeyIds, spec: Spec):
         w = spec.window
-        if sorted_events.n:
-            g, batch = sorted_events.g, sorted_events.batch
-            change = np.concatenate(([True], (g[1:] != g[:-1]) | (batch[1:] != batch[:-1])))
+        reduce = np.minimum if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum
+        kb_rows = np.flatnonzero(keyset.kind == KEY_BATCH)
+        if len(kb_rows):
+            cand, maxev, maxarr = self._from_rows(kb_rows, sorted_events, keyset, reduce)
         else:
-            change = np.zeros(0, dtype=bool)
-        self.start = np.flatnonzero(change)
-        self.n = len(self.start)
-        self.of_event = np.cumsum(change) - 1
-        self.g = sorted_events.g[self.start]
-        self.batch = sorted_events.batch[self.start]
-        if self.n:
-            reduce = np.minimum if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum
-            cand = reduce.reduceat(sorted_events.t, self.start)
-            maxev = np.maximum.reduceat(sorted_events.t, self.start)
-            maxarr = np.maximum.reduceat(sorted_events.arr, self.start)
-        else:
-            cand = maxev = maxarr = np.zeros(0, dtype=np.int64)
+            if sorted_events.n:
+                g, batch = sorted_events.g, sorted_events.batch
+                change = np.concatenate(([True], (g[1:] != g[:-1]) | (batch[1:] != batch[:-1])))
+            else:
+                change = np.zeros(0, dtype=bool)
+            self.start = np.flatnonzero(change)
+            self.n = len(self.start)
+            self.of_event = np.cumsum(change) - 1
+            self.g = sorted_events.g[self.start]
+            self.batch = sorted_events.batch[self.start]
+            if self.n:
+                cand = reduce.reduceat(sorted_events.t, self.start)
+                maxev = np.maximum.reduceat(sorted_events.t, self.start)
+                maxarr = np.maximum.reduceat(sorted_events.arr, self.start)
+            else:
+                cand = maxev = maxarr = np.zeros(0, dtype=np.int64)
         self.first_of_key = starts_of(self.g)
         self.key_first = np.full(keyset.n, -1, dtype=np.int64)
         self.key_last = np.full(keyset.n, -1, dtype=np.int64)
@@ -339,6 +350,32 @@ class KeyBatches:
         self.maxev_final[has] = self.maxev_after[self.key_last[has]]
         self.maxarr_final[has] = self.maxarr_after[self.key_last[has]]
         self.eff_final = sat_sub(self.wm_final, w.delay_ms)
+
+    def _from_rows(self, kb_rows: np.ndarray, sorted_events: SortedEvents, keyset: KeyIds,
+                   reduce: np.ufunc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The (key, batch) entries from key-batch rows (a sliced replay: the key's events
+        are not all here, its batches are), rows of one (key, batch) reduced into one.
+        ``start`` is then each entry's first event here (or where it would be)."""
+        table = keyset.table
+        g = keyset.gid[kb_rows]
+        cols = [_int64(table[c].take(pa.array(kb_rows))) for c in KB_COLUMNS]
+        order = np.lexsort((cols[0], g))
+        g, (batch, cand, maxev, maxarr) = g[order], [c[order] for c in cols]
+        firsts = np.flatnonzero(np.concatenate(([True], (g[1:] != g[:-1]) | (batch[1:] != batch[:-1])))) \
+            if len(g) else np.zeros(0, np.int64)
+        self.g, self.batch, self.n = g[firsts], batch[firsts], len(firsts)
+        width = np.int64(int(max(batch.max(), sorted_events.batch.max(initial=0)))
+                         - int(min(batch.min(), sorted_events.batch.min(initial=0))) + 1)
+        low = min(int(batch.min()), int(sorted_events.batch.min(initial=0)))
+        code = self.g * width + (self.batch - low)
+        event_code = sorted_events.g * width + (sorted_events.batch - low)
+        self.of_event = np.searchsorted(code, event_code)
+        if sorted_events.n and (np.any(self.of_event >= self.n)
+                                or np.any(code[np.minimum(self.of_event, self.n - 1)] != event_code)):
+            raise ValueError("key-batch rows do not cover every batch of the events (a sliced replay needs them all)")
+        self.start = np.searchsorted(event_code, code)
+        return (reduce.reduceat(cand, firsts), np.maximum.reduceat(maxev, firsts),
+                np.maximum.reduceat(maxarr, firsts))
 
     def _running(self, per_batch: np.ndarray, initial: np.ndarray) -> np.ndarray:
         v = per_batch.astype(np.int64, copy=True)

@@ -20,7 +20,9 @@ from windowing.arrays import (
     MIN_TIMESTAMP,
     group_codes,
 )
+from windowing.kernel import slices
 from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents
+from windowing.kernel.slices import WindowSlice
 from windowing.kernel.spec import END_OF_INPUT, IDLE, MAX_DURATION, OPEN, REASON_NAMES, TS, WATERMARK, Spec
 
 if TYPE_CHECKING:
@@ -163,12 +165,15 @@ class LatePairs:
 
 
 def _counters(keyset: KeyIds, sorted_events: SortedEvents, key_batches: KeyBatches, groups: _Groups,
-              snaps: _Groups | None, late: LatePairs, spec: Spec) -> dict[str, dict[str, int]]:
+              snaps: _Groups | None, late: LatePairs, spec: Spec,
+              window_slice: WindowSlice | None = None) -> dict[str, dict[str, int]]:
     """This task's counters (:data:`windowing.metrics.COUNTERS`) per worker label.
 
     Every key is in exactly one task, so the driver sums them per worker and in total.
     Cost: a ``bincount`` per counter over keys, windows or late rows the replay already
-    holds; one label per distinct worker, not per key.
+    holds; one label per distinct worker, not per key. A slice of a key's windows
+    (``window_slice``) counts its share, and facts for the counters about the whole key
+    (:mod:`.slices`).
     """
     if not keyset.n:
         return {}
@@ -187,10 +192,16 @@ def _counters(keyset: KeyIds, sorted_events: SortedEvents, key_batches: KeyBatch
         return np.bincount(worker_of, weights=np.asarray(per_key, dtype=np.float64), minlength=nw).astype(np.int64)
 
     is_open = groups.reason == OPEN
+    counted_events, late_events = sorted_events.g, sorted_events.g[np.unique(late.event)]
+    if window_slice is not None:
+        counted_events = sorted_events.g[window_slice.owns(slices.latest_start(sorted_events.t, spec.window))]
+        # An event is late at all when its earliest window is (late windows are a prefix).
+        earliest = slices.earliest_start(sorted_events.t[late.event], spec.window)
+        late_events = sorted_events.g[late.event[late.start == earliest]]
     counts = {
-        metrics.EVENTS: of_keys(sorted_events.g),
+        metrics.EVENTS: of_keys(counted_events),
         metrics.LATE_PAIRS: of_keys(sorted_events.g[late.event]),
-        metrics.LATE_EVENTS: of_keys(sorted_events.g[np.unique(late.event)]),
+        metrics.LATE_EVENTS: of_keys(late_events),
         metrics.WINDOWS_CREATED: summed(groups.created),
         **{metrics.CLOSED_PREFIX + REASON_NAMES[r]: of_keys(groups.key[groups.reason == r])
            for r in (WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT)},
@@ -201,7 +212,35 @@ def _counters(keyset: KeyIds, sorted_events: SortedEvents, key_batches: KeyBatch
         metrics.OPEN_WINDOWS: of_keys(groups.key[is_open]),
     }
     labels = [metrics.worker_label(keyset.worker_values[int(g)]) for g in first_key]
-    return {label: {name: int(v[i]) for name, v in counts.items()} for i, label in enumerate(labels)}
+    out = {label: {name: int(v[i]) for name, v in counts.items()} for i, label in enumerate(labels)}
+    if window_slice is not None:
+        _slice_facts(out, labels, worker_of, keyset, groups, spec, window_slice)
+    return out
+
+
+def _slice_facts(out: dict[str, dict[str, int]], labels: list[str], worker_of: np.ndarray, keyset: KeyIds,
+                 groups: _Groups, spec: Spec, window_slice: WindowSlice) -> None:
+    """A slice's counters about whole keys, as facts (:mod:`.slices`): the keys it holds a
+    window of, and the idle flushes (by emit batch and time) that closed one of its
+    windows; ``unique_keys`` only in the home slice."""
+    for counters in out.values():
+        for name in slices.FACT_COUNTERS:
+            counters[name] = 0
+        if not window_slice.home:
+            counters[metrics.KEYS_SEEN] = 0
+    key_values = keyset.take_key_columns(np.arange(keyset.n), spec)
+    worker = key_values[spec.worker_col].to_pylist() if spec.worker_col else [0] * keyset.n
+    key = key_values[spec.key_col].to_pylist() if spec.key_col else [0] * keyset.n
+
+    def add(counter: str, g: int, *about: Any) -> None:
+        out[labels[worker_of[g]]][slices.fact(counter, *slices.key_token(worker[g], key[g]), *about)] = 1
+
+    for g in np.unique(groups.key[groups.reason == OPEN]).tolist():
+        add(metrics.KEYS_HELD, g)
+    idle = np.flatnonzero(groups.reason == IDLE)
+    for g, batch, time in {(int(a), int(b), int(c)) for a, b, c in zip(
+            groups.key[idle], groups.emit_batch[idle], groups.emit_time[idle])}:
+        add(metrics.IDLE_KEYS_REMOVED, g, batch, time)
 
 
 

@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 
 from windowing import metrics
 from windowing.contract import STATE_PREFIX
-from windowing.kernel.inputs import EVENT, STATE_EMITTED, STATE_KEY, STATE_WINDOW, hashable
+from windowing.kernel.inputs import EVENT, KEY_BATCH, STATE_EMITTED, STATE_KEY, STATE_WINDOW, hashable
+from windowing.kernel.slices import FACT, WindowSlice
 from windowing.kernel.spec import Spec, Timeline
 
 #: Counters that are a value at the end of a replay, not a count of what it did: the last
@@ -114,9 +115,13 @@ def cuts(values: np.ndarray, counts: np.ndarray, most: int) -> list[int]:
     return out
 
 
-def keys_seen(table: pa.Table, spec: Spec) -> set[Hashable]:
-    """The (worker, key) pairs with events in ``table``."""
-    events = table.filter(pc.equal(table["__kind"], EVENT))
+def keys_seen(table: pa.Table, spec: Spec, window_slice: WindowSlice | None = None) -> set[Hashable]:
+    """The (worker, key) pairs with events in ``table`` (a slice of keys' windows: those
+    with key-batch rows, in the home slice only, :mod:`.slices`)."""
+    if window_slice is not None and not window_slice.home:
+        return set()
+    kind = table["__kind"]
+    events = table.filter(pc.or_(pc.equal(kind, EVENT), pc.equal(kind, KEY_BATCH)))
     cols = [c for c in (spec.worker_col, spec.key_col) if c]
     if not cols:
         return {(0,)} if events.num_rows else set()
@@ -134,7 +139,7 @@ def merged_counters(pieces: list[dict[str, dict[str, int]]], seen: Mapping[str, 
         for label, counters in by_worker.items():
             acc = out.setdefault(label, {})
             for name, v in counters.items():
-                if name in GAUGES and not last:
+                if name.split(FACT, 1)[0] in GAUGES and not last:
                     continue
                 acc[name] = acc.get(name, 0) + v
     for label, acc in out.items():
