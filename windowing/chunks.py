@@ -34,7 +34,7 @@ from windowing.config import WatermarkStrategy
 from windowing.kernel import pieces
 
 #: ``__kind`` of a timeline row: one (worker, batch) commit of a worker spread over several
-#: tasks, summed up by Spark (``engine._spread_timeline_rows``), in these columns;
+#: tasks, summed up by Spark (``engine._split_timeline_rows``), in these columns;
 #: ``TL_OWNER`` marks the copy of the task that writes the worker's state row.
 TIMELINE_KIND = 9
 TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER = "__tl_batch", "__tl_cand", "__tl_max", "__tl_min", "__tl_owner"

@@ -177,7 +177,8 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
     if mode != "driver":
         plan = placement.plan_tasks(worker_events, pipeline.window.key is not None,
                                     _int_conf(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK),
-                                    _task_slots(spark), force_whole=mode == "tasks")
+                                    _task_slots(spark), force_whole=mode == "tasks",
+                                    sliceable=slices.sliceable(pipeline.window) and _slices_on(spark))
         timelines, worker_rows = K.worker_timelines(
             pipeline, {}, {w: s for w, s in carried.items() if w not in worker_events})
         return _WorkerCommits(rejected_counts, carried, plan, timelines, worker_rows)
@@ -187,6 +188,14 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
         summary = _summary(norm, cand, wexpr)
     timelines, worker_rows = summary_timelines(pipeline, summary, worker_state)
     return _WorkerCommits(rejected_counts, carried, None, timelines, worker_rows)
+
+
+def _slices_on(spark: SparkSession) -> bool:
+    """``spark.rewindow.slices``: ``auto`` (default) or ``off``."""
+    mode = str(spark.conf.get(placement.SLICES_CONF, "auto") or "auto").strip().lower()
+    if mode not in ("auto", "off"):
+        raise ConfigError(f"{placement.SLICES_CONF}: {mode!r} is not one of auto, off")
+    return mode == "auto"
 
 
 def _int_conf(spark: SparkSession, key: str, default: int) -> int:
@@ -221,8 +230,10 @@ def _launch_kernel(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame
     spec = K.Spec(pipeline=pipeline, input_types={c: arrow_types[c] for c in input_cols})
     # Events go to the tasks as they came; the tasks compute the internal columns they can
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
-    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(spec))
-    timeline_rows = _spread_timeline_rows(pipeline, norm, commits.plan) if commits.plan else None
+    # A sliced worker's events are placed by window, from their event time: kept for them.
+    derived = K.task_derived(spec) - ({"__evt"} if commits.plan and commits.plan.sliced else set())
+    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *derived)
+    timeline_rows = _split_timeline_rows(pipeline, norm, commits.plan) if commits.plan else None
     kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, commits.plan, timeline_rows)
     schemas = output_schemas(spec)
     fn = KernelTask(spec, commits.timelines, flush, names, schemas,
@@ -310,8 +321,8 @@ def kernel_input(spark: SparkSession, pipeline: Pipeline, events: DataFrame, sta
                  plan: placement.TaskPlan | None = None,
                  timeline_rows: DataFrame | None = None) -> tuple[DataFrame, dict[str, str], int]:
     """The kernel's input: ``events`` and the carried ``state_rows`` (or None), each row in
-    the task ``plan`` gives its worker and key (with ``timeline_rows``, the spread workers'
-    timelines, see :func:`_spread_timeline_rows`); without a plan, hash-partitioned by
+    the task ``plan`` gives its worker and key (with ``timeline_rows``, the spread and
+    sliced workers' timelines, see :func:`_split_timeline_rows`); without a plan, hash-partitioned by
     (worker, key) into ``spark.sql.shuffle.partitions`` partitions. Returns ``(input,
     names, partitions)``: PySpark's mapInArrow resolves columns by name, which a dot in a
     name breaks, so such columns go under a safe name and ``names`` maps it back (the task
@@ -345,7 +356,7 @@ def _placement_columns(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPl
     """``df`` (joined with the plan if need be) and two int columns: each row's worker's
     first task and number of tasks (1 for a whole worker)."""
     wcol = pipeline.source.worker
-    entries = {**{w: (t, 1) for w, t in plan.whole.items()}, **plan.spread}
+    entries = {**{w: (t, 1) for w, t in plan.whole.items()}, **plan.split}
     if wcol is None:
         first, n = entries.get(0, (0, 1))
         return df, F.lit(first), F.lit(n)
@@ -384,38 +395,84 @@ def _key_hash(pipeline: Pipeline, df: DataFrame) -> Column:
 
 
 def _with_task(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> DataFrame:
-    """``df`` with :data:`_TASK`: the task of each row's worker and key under ``plan``."""
+    """``df`` with :data:`_TASK`: the task of each row's worker and key under ``plan`` (a
+    sliced worker's rows: of their windows, :func:`_slice_offsets`)."""
     df, first, n = _placement_columns(df, pipeline, plan)
+    if plan.sliced:  # an unkeyed pipeline: n > 1 only for a sliced worker
+        for c, t in (("__kind", "byte"), (f"{K.STATE_PREFIX}window_start_ms", "bigint")):
+            if c not in df.columns:  # no carried state
+                df = df.withColumn(c, F.lit(None).cast(t))
+        df = df.withColumn("__pfirst", first).withColumn("__slice", F.explode(_slice_offsets(pipeline, n)))
+        task = (F.col("__pfirst") + F.col("__slice")).cast("int")
+        return df.withColumn(_TASK, task).drop("__pfirst", "__pn", "__slice")
     task = first if not plan.spread else first + F.pmod(_key_hash(pipeline, df), n)
     return df.withColumn(_TASK, task).drop("__pfirst", "__pn")
 
 
-def _spread_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> DataFrame | None:
-    """The spread workers' commits, one row per (worker, batch) with the watermark
-    candidate and the greatest and smallest arrival, sent to each of the worker's tasks
-    (``__tl_owner``: the first, which writes the worker's state row). Summed up by Spark
-    in the kernel's job: never collected."""
-    if not plan.spread:
+def _floor_div_expr(x: str, divisor: int) -> str:
+    return f"(({x}) - pmod(({x}), {divisor})) div {divisor}"
+
+
+def _slice_offsets(pipeline: Pipeline, n: Column) -> Column:
+    """Per row of a worker in ``n`` slices of its windows (:mod:`windowing.kernel.slices`),
+    the slices it goes to: an event to that of its latest window start and that of its
+    earliest window; a key row to every slice; a carried window or counter to that of its
+    start. (``n`` is 1 for a whole worker: slice 0.)"""
+    w = pipeline.window
+    block, off = slices.block_ms(w), w.offset_ms
+    step = cast(int, w.span_ms if w.slide_ms is None else w.slide_ms)
+    span = cast(int, w.span_ms)
+    latest = f"({_floor_div_expr(f'__evt - {off}', step)}) * {step} + {off}"
+    earliest = f"({_floor_div_expr(f'__evt - {span} - {off}', step)}) * {step} + {off + step}"
+    by_latest = F.pmod(F.expr(_floor_div_expr(f"__evt - {off}", block)), n)
+    by_earliest = F.pmod(F.expr(_floor_div_expr(f"least({earliest}, {latest}) - {off}", block)), n)
+    by_window = F.pmod(F.expr(_floor_div_expr(f"`{K.STATE_PREFIX}window_start_ms` - {off}", block)), n)
+    kind = F.col("__kind")
+    return (F.when(kind.isNull() | (kind == K.EVENT), F.array_distinct(F.array(by_latest, by_earliest)))
+            .when(kind == K.STATE_KEY, F.sequence(F.lit(0), n - 1))
+            .otherwise(F.array(by_window)))
+
+
+def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> DataFrame | None:
+    """The spread and sliced workers' commits, one row per (worker, batch) with the
+    watermark candidate and the greatest and smallest arrival, sent to each of the
+    worker's tasks (``__tl_owner``: the first, which writes the worker's state row); and a
+    sliced worker's key-batch rows (:mod:`windowing.kernel.slices`: its one key's
+    candidate, greatest event and arrival time per batch), each copy marked with its
+    slice. Summed up by Spark in the kernel's job: never collected."""
+    if not plan.split:
         return None
     wcol = pipeline.source.worker
     accepted = norm.where(F.col(REJECT_REASON).isNull())
-    spread_only = placement.TaskPlan(plan.tasks, {}, plan.spread)
-    accepted, first, n = _placement_columns(accepted, pipeline, spread_only)
+    split_only = placement.TaskPlan(plan.tasks, {}, plan.split)
+    accepted, first, n = _placement_columns(accepted, pipeline, split_only)
     accepted = accepted.withColumn("__pfirst", first).withColumn("__pn", n).where(F.col("__pn").isNotNull())
     cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME \
         else F.max("__evt")
     group = [*([_col(wcol)] if wcol else []), F.col("__batch"), F.col("__pfirst"), F.col("__pn")]
     summary = accepted.groupBy(*group).agg(cand.alias(chunks.TL_CAND), F.max("__arr").alias(chunks.TL_MAX),
-                                           F.min("__arr").alias(chunks.TL_MIN))
+                                           F.min("__arr").alias(chunks.TL_MIN), F.max("__evt").alias("__maxev"))
     bucket = F.explode(F.sequence(F.lit(0), F.col("__pn") - 1)).alias("__bucket")
     rows = summary.select("*", bucket)
-    return rows.select(
-        *([_col(wcol)] if wcol else []),
+    worker = [_col(wcol)] if wcol else []
+    task = (F.col("__pfirst") + F.col("__bucket")).alias(_TASK)
+    timeline = rows.select(
+        *worker,
         F.lit(chunks.TIMELINE_KIND).cast("byte").alias("__kind"),
         F.col("__batch").alias(chunks.TL_BATCH), F.col(chunks.TL_CAND), F.col(chunks.TL_MAX), F.col(chunks.TL_MIN),
-        (F.col("__bucket") == 0).alias(chunks.TL_OWNER),
-        (F.col("__pfirst") + F.col("__bucket")).alias(_TASK),
+        (F.col("__bucket") == 0).alias(chunks.TL_OWNER), task,
     )
+    if not plan.sliced:
+        return timeline
+    key_batches = rows.select(
+        *worker,
+        F.lit(K.KEY_BATCH).cast("byte").alias("__kind"),
+        F.col("__batch").alias(K.KB_BATCH), F.col(chunks.TL_CAND).alias(K.KB_CAND),
+        F.col("__maxev").alias(K.KB_MAXEV), F.col(chunks.TL_MAX).alias(K.KB_MAXARR),
+        F.col("__bucket").cast("int").alias(chunks.KB_SLICE), F.col("__pn").cast("int").alias(chunks.KB_SLICES),
+        task,
+    )
+    return timeline.unionByName(key_batches, allowMissingColumns=True)
 
 
 # --------------------------------------------------------------------------- phase 1

@@ -4,13 +4,17 @@ The driver knows each worker's accepted events (one small aggregation). From the
 
 * the stage gets ``T = max(task slots, ceil(events / eventsPerTask))`` tasks' worth of
   work, ``P = ceil(events / T)`` events each: ten times the history, ten times the tasks;
-* a worker of at most ``1.5 P`` events (or any worker of an unkeyed pipeline: one key
-  cannot be split) stays **whole** in one task, which builds the worker's timeline from
-  its own events; whole workers share tasks, packed largest first into the emptiest of
-  ``ceil(whole events / P)`` tasks;
+* a worker of at most ``1.5 P`` events stays **whole** in one task, which builds the
+  worker's timeline from its own events; whole workers share tasks, packed largest first
+  into the emptiest of ``ceil(whole events / P)`` tasks;
 * a larger worker is **spread** over ``ceil(n / P)`` tasks of its own by key hash; its
   timeline, one row per (worker, batch), is summed up by Spark and sent to each of them
-  with the rows (never to the driver).
+  with the rows (never to the driver);
+* a larger worker of an unkeyed pipeline (one key) with tumbling or sliding windows is
+  **sliced** over ``ceil(n / P)`` tasks of its own by window
+  (:mod:`windowing.kernel.slices`): each gets its timeline and its key's batches, summed
+  up by Spark the same way. Without slicing (sessions, ``spark.rewindow.slices=off``) it
+  stays whole.
 
 A task's memory is bounded apart from this, by ``eventsPerChunk`` (:mod:`windowing.chunks`):
 the plan decides parallelism, not what fits.
@@ -36,32 +40,44 @@ EVENTS_PER_CHUNK_CONF = "spark.rewindow.eventsPerChunk"
 EVENTS_PER_CHUNK = 2_000_000
 #: A worker stays whole up to this many times a task's share of events.
 WHOLE_SLACK = 1.5
+#: ``spark.rewindow.slices``: ``auto`` (default) slices a large unkeyed worker's windows
+#: over several tasks; ``off`` keeps it whole (one task, in bounded pieces), to compare.
+SLICES_CONF = "spark.rewindow.slices"
 
 
 @dataclass(frozen=True)
 class TaskPlan:
     """``whole[w]``: the task of whole worker ``w``; ``spread[w]``: the first of worker
-    ``w``'s tasks and how many it has (its keys go to ``first + pmod(hash(key), n)``).
-    ``tasks``: the number of tasks (all used)."""
+    ``w``'s tasks and how many it has (its keys go to ``first + pmod(hash(key), n)``);
+    ``sliced[w]``: the same for a worker whose one key is replayed in ``n`` slices of its
+    windows (slice ``i`` in task ``first + i``). ``tasks``: the number of tasks (all used)."""
 
     tasks: int
     whole: Mapping[Any, int] = field(default_factory=dict)
     spread: Mapping[Any, tuple[int, int]] = field(default_factory=dict)
+    sliced: Mapping[Any, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def split(self) -> dict[Any, tuple[int, int]]:
+        """The workers over several tasks, spread or sliced: (first task, tasks)."""
+        return {**self.spread, **self.sliced}
 
 
 def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: int, slots: int | None,
-               force_whole: bool = False) -> TaskPlan:
+               force_whole: bool = False, sliceable: bool = False) -> TaskPlan:
     """The task plan for workers with ``worker_events`` accepted events each (see the
-    module's docstring); ``force_whole``: every worker whole (``spark.rewindow.commits=tasks``)."""
+    module's docstring); ``force_whole``: every worker whole (``spark.rewindow.commits=tasks``);
+    ``sliceable``: an unkeyed pipeline's large workers may be sliced by window."""
     total = sum(worker_events.values())
     if not worker_events:
         return TaskPlan(1)
     target_tasks = max(slots or 1, -(-total // max(1, events_per_task)))
     share = max(1, -(-total // target_tasks))
     ordered = sorted(worker_events, key=lambda w: (-worker_events[w], repr(w)))
-    spread_workers = [] if force_whole or not keyed else [w for w in ordered
-                                                          if worker_events[w] > WHOLE_SLACK * share]
-    whole_workers = [w for w in ordered if w not in set(spread_workers)]
+    large = [] if force_whole else [w for w in ordered if worker_events[w] > WHOLE_SLACK * share]
+    spread_workers = large if keyed else []
+    sliced_workers = large if not keyed and sliceable else []
+    whole_workers = [w for w in ordered if w not in set(spread_workers) | set(sliced_workers)]
     whole: dict[Any, int] = {}
     if whole_workers:
         bins = max(1, min(len(whole_workers), -(-sum(worker_events[w] for w in whole_workers) // share)))
@@ -75,11 +91,12 @@ def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: i
         whole = {w: renumber[b] for w, b in whole.items()}
     next_task = len(set(whole.values()))
     spread: dict[Any, tuple[int, int]] = {}
-    for w in spread_workers:
+    sliced: dict[Any, tuple[int, int]] = {}
+    for w in [*spread_workers, *sliced_workers]:
         n = -(-worker_events[w] // share)
-        spread[w] = (next_task, n)
+        (spread if keyed else sliced)[w] = (next_task, n)
         next_task += n
-    return TaskPlan(max(1, next_task), whole, spread)
+    return TaskPlan(max(1, next_task), whole, spread, sliced)
 
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:

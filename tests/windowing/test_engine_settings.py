@@ -21,6 +21,7 @@ from windowing.engine import (
     _int_conf,
     _kernel_job_conf,
     _session_conf,
+    _slices_on,
     _with_task,
     _write_tasks,
 )
@@ -167,9 +168,15 @@ def test_task_plans_from_the_data():
     # The bench's shape: 8 workers of 1.25 M events, 1 M a task: each worker whole in a task.
     assert plan({i: 1_250_000 for i in range(8)}, True, 1_000_000, 2) == \
         placement.TaskPlan(8, {i: i for i in range(8)}, {})
-    # One keyed worker of 10 M: spread over 10 tasks by key; unkeyed it stays whole (one key).
+    # One keyed worker of 10 M: spread over 10 tasks by key; unkeyed, its one key is sliced
+    # by window over 10 tasks (tumbling and sliding windows), else it stays whole.
     assert plan({"a": 10_000_000}, True, 1_000_000, 2) == placement.TaskPlan(10, {}, {"a": (0, 10)})
+    assert plan({"a": 10_000_000}, False, 1_000_000, 2, sliceable=True) == \
+        placement.TaskPlan(10, {}, {}, {"a": (0, 10)})
     assert plan({"a": 10_000_000}, False, 1_000_000, 2) == placement.TaskPlan(1, {"a": 0}, {})
+    # Beside small workers, which are packed whole into tasks before it.
+    assert plan({"a": 10_000_000, "b": 5, "c": 7}, False, 1_000_000, 2, sliceable=True) == \
+        placement.TaskPlan(11, {"b": 0, "c": 0}, {}, {"a": (1, 10)})
     # A small keyed worker still fills the slots.
     assert plan({"a": 1000}, True, 1_000_000, 2) == placement.TaskPlan(2, {}, {"a": (0, 2)})
     # 1,000 small workers: packed whole into as many tasks as their events need, evenly.
@@ -192,5 +199,11 @@ def test_the_scale_settings_are_checked(spark):
             _int_conf(spark, placement.EVENTS_PER_TASK_CONF, 1)
     with _session_conf(spark, {placement.EVENTS_PER_TASK_CONF: "2_000_000"}):
         assert _int_conf(spark, placement.EVENTS_PER_TASK_CONF, 1) == 2_000_000
+    with _session_conf(spark, {placement.SLICES_CONF: "sometimes"}):
+        with pytest.raises(ConfigError, match="spark.rewindow.slices: 'sometimes'"):
+            _slices_on(spark)
+    with _session_conf(spark, {placement.SLICES_CONF: "OFF"}):
+        assert not _slices_on(spark)
+    assert _slices_on(spark)  # auto by default
 
 

@@ -4,6 +4,7 @@ replayed in one go and in pieces with the state written to Parquet and read back
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -64,6 +65,31 @@ def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task,
     assert canon(rejected) == canon(ref.rejected)
     assert metrics["late_events"] == late_events_in(ref.late_events)
     assert metrics["windows_emitted"] + metrics["snapshots_emitted"] == len(ref.aggregates)
+
+
+@cases(10)
+@given(pipelines(windows=("tumbling-time-window", "sliding-time-window")), histories(), st.booleans(),
+       st.sampled_from([2, 10**6]))
+def test_one_key_sliced_over_tasks_matches_it_whole_and_the_model(spark, pipeline, rows, flush, per_chunk):
+    """An unkeyed pipeline's workers over 2 events a task: each worker's one key is replayed
+    in slices of its windows over several tasks (windowing.kernel.slices), or whole with
+    ``spark.rewindow.slices=off``: the model's rows, and the same rows, state and counters
+    either way."""
+    pipeline = replace(pipeline, window=replace(pipeline.window, key=None))
+    rows, columns = _input(pipeline, rows)
+    ref = reference_replay(pipeline, rows, flush_at_end=flush)
+    out = {}
+    for mode in ("auto", "off"):
+        conf = {"spark.rewindow.eventsPerTask": "2", "spark.rewindow.eventsPerChunk": str(per_chunk),
+                "spark.rewindow.slices": mode}
+        with _session_conf(spark, conf):
+            aggs, late, rejected, state, metrics = run_engine(spark, pipeline, rows, flush_at_end=flush,
+                                                              columns=columns if not rows else None)
+            out[mode] = (canon(aggs), canon(late), canon(rejected), canon([r.asDict() for r in state.collect()]),
+                         metrics.to_dict())
+    assert out["auto"][1] == canon(ref.late_events)
+    assert out["auto"][0] == canon(ref.aggregates)
+    assert out["auto"] == out["off"]
 
 
 @cases(10)

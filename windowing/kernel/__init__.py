@@ -52,7 +52,10 @@ from windowing.kernel.fixed import _windows
 from windowing.kernel.inputs import (
     ARRIVAL_RANK,
     KB_BATCH,
+    KB_CAND,
     KB_COLUMNS,
+    KB_MAXARR,
+    KB_MAXEV,
     KEY_BATCH,
     KEY_ID,
     KeyBatches,
@@ -95,7 +98,7 @@ __all__ = [
     "MIN_TIMESTAMP", "OPEN", "REASON_NAMES", "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS",
     "WATERMARK", "KernelOutput", "Spec", "Timeline", "assign_windows", "commit_summary", "process",
     "seg_searchsorted", "task_derived", "with_arrival_ranks", "with_event_columns", "worker_timelines",
-    "ARRIVAL_RANK", "KEY_ID", "KEY_BATCH", "KB_BATCH", "KB_COLUMNS", "WindowSlice",
+    "ARRIVAL_RANK", "KEY_ID", "KEY_BATCH", "KB_BATCH", "KB_CAND", "KB_MAXEV", "KB_MAXARR", "KB_COLUMNS", "WindowSlice",
     "SortedEvents", "IdleClocks", "KeyBatches", "KeyIds", "_assign", "hashable", "_ts",
 ]
 
