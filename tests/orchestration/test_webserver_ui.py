@@ -738,6 +738,32 @@ def test_the_freshness_check_evaluates(ui, checks_for_every_partition):
     assert meta["newest_landed_day"] == DAYS[-1], meta
 
 
+#: A line of the queue daemon in dagster-daemon's output (colours stripped): its time and message.
+QUEUE_DAEMON_LINE = re.compile(r"^(\S+ \S+ \S+) - dagster\.daemon\.QueuedRunCoordinatorDaemon - INFO - (.*)$")
+QUEUE_FULL = "1 runs are currently in progress. Maximum is 1, won't launch more."
+#: A stretch of full queue ends after 15 s without the line (orchestration/run_queue.py: three passes).
+QUEUE_QUIET_SECONDS = 15
+
+
+def test_the_daemon_says_once_while_a_run_goes_that_the_queue_is_full(ui, checks_for_one_partition,
+                                                                      checks_for_every_partition):
+    """The demo instance allows one run at a time. While each of the two queued runs goes
+    (20-40 s), the queue daemon says once that the queue is full, where Dagster's own
+    coordinator says it every 5 s; it launched both runs, and says so."""
+    for _, run in (checks_for_one_partition, checks_for_every_partition):
+        assert run["status"] == "SUCCESS", run
+    assert ui.daemon_log is not None
+    text = re.sub(r"\x1b\[[0-9;]*m", "", ui.daemon_log.read_text(errors="replace"))
+    said = [(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S %z"), m.group(2))
+            for line in text.splitlines() if (m := QUEUE_DAEMON_LINE.search(line))]
+    messages = [message for _, message in said]
+    assert messages.count("Launched 1 runs.") >= 2, messages
+    assert QUEUE_FULL in messages, messages  # said
+    repeats = [(a[0].isoformat(), b[0].isoformat()) for a, b in zip(said, said[1:])
+               if a[1] == b[1] == QUEUE_FULL and (b[0] - a[0]).total_seconds() < QUEUE_QUIET_SECONDS]
+    assert not repeats, messages  # but not again, every 5 s, while the run goes
+
+
 def test_the_execute_button_of_the_checks_tab_runs_the_check_and_shows_it_passed(ui, demo):
     """Headless Chromium on the Checks tab of window_state: select state_chain_in_sync,
     press Execute, and see the run's evaluation shown as the check's latest, passed."""
