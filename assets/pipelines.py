@@ -38,7 +38,7 @@ from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
 from windowing import store
 from windowing.chain import Chain, ChainError, PartitionResult, Partitions
-from windowing.config import ignored_fields_note
+from windowing.config import Trigger, ignored_fields_note
 from windowing.lake import join, qualify
 from windowing.metrics import CLOSE_REASONS, ReplayMetrics
 from windowing.validation.registry import quality_checks
@@ -315,9 +315,25 @@ def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: St
         log.warning(f"{pipeline_file.name}: {note}")
 
 
-#: Emit reasons, each plotted as its own integer series (``windows_emitted_<reason>``,
-#: ``windows_closed_<reason>``).
+#: Emit reasons (every one counted in ``emitted_by_reason`` and ``closed_by_reason``).
 EMIT_REASONS = CLOSE_REASONS
+
+
+def plotted_reasons(pipeline) -> tuple[str, ...]:
+    """The reasons whose counts are numbers Dagster plots (``windows_emitted_<reason>``,
+    ``windows_closed_<reason>``): those the pipeline closes windows by in any replay,
+    ``WATERMARK``, and ``IDLE`` when its window has an idle timeout. ``MAX_DURATION`` (a
+    session reaching its cap) and ``END_OF_INPUT`` (a run flushing its newest partition)
+    are exceptions, zero on most partitions: a plot of them is a flat zero line, and one
+    emitted only when non-zero leaves gaps the UI draws as missing data. They are in the
+    ``*_by_reason`` JSON of each partition (docs/orchestration.md, "What is plotted")."""
+    return ("WATERMARK", "IDLE") if pipeline.window.idle_timeout_ms is not None else ("WATERMARK",)
+
+
+def snapshots_possible(pipeline) -> bool:
+    """Whether the pipeline's triggers emit snapshot rows (``atAggregate``): without one,
+    ``snapshots_emitted`` is zero by its configuration, and not given."""
+    return any(t is not Trigger.AT_WINDOW_END for t in pipeline.triggers)
 
 
 def column_descriptions(pipeline) -> dict[str, str]:
@@ -336,14 +352,18 @@ def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, An
     accepted = m.accepted_events
     by_reason = m.emitted_by_reason
     closed = m.closed_by_reason
+    reasons = plotted_reasons(pipeline)
+    # Every Int/Float entry is a plot in Plots -> Partitions: only numbers a replay of this
+    # pipeline gives on every partition, and can give non-zero (docs/orchestration.md).
     meta: dict[str, Any] = {
         "input_rows": dg.MetadataValue.int(rows),
         "windows_emitted": dg.MetadataValue.int(m.windows_emitted),
-        **{f"windows_emitted_{r.lower()}": dg.MetadataValue.int(by_reason.get(r, 0)) for r in EMIT_REASONS},
+        **{f"windows_emitted_{r.lower()}": dg.MetadataValue.int(by_reason.get(r, 0)) for r in reasons},
         "emitted_by_reason": dg.MetadataValue.json(dict(by_reason)),
         "windows_closed": dg.MetadataValue.int(m.windows_closed),
-        **{f"windows_closed_{r.lower()}": dg.MetadataValue.int(closed.get(r, 0)) for r in EMIT_REASONS},
-        "snapshots_emitted": dg.MetadataValue.int(m.snapshots_emitted),
+        **{f"windows_closed_{r.lower()}": dg.MetadataValue.int(closed.get(r, 0)) for r in reasons},
+        "closed_by_reason": dg.MetadataValue.json(dict(closed)),
+        **({"snapshots_emitted": dg.MetadataValue.int(m.snapshots_emitted)} if snapshots_possible(pipeline) else {}),
         # Distinct late events: the share of accepted events that came late (at most 1).
         "late_events": dg.MetadataValue.int(m.late_events),
         "late_event_windows": dg.MetadataValue.int(m.late_event_windows),
@@ -351,7 +371,8 @@ def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, An
         # Lateness of the late (event, window) pairs, whole milliseconds (0 without any).
         **{f"lateness_{q}_ms": dg.MetadataValue.int(round(v) if v is not None else 0)
            for q, v in (("p50", pct.p50), ("p90", pct.p90), ("p99", pct.p99), ("max", pct.max))},
-        "rejected_rows": dg.MetadataValue.int(m.rejected_rows),
+        # Plotted on the rejected_events asset, as its row count; text here (zero on most days).
+        "rejected_rows": dg.MetadataValue.text(f"{m.rejected_rows:,}"),
         "unique_keys": dg.MetadataValue.int(m.unique_keys),
         "keys_held": dg.MetadataValue.int(m.keys_held),
         "replay_seconds": dg.MetadataValue.float(round(part.seconds, 3)),
@@ -371,7 +392,8 @@ def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, An
     meta["dagster/uri"] = dg.MetadataValue.url(qualify(location))
     if name == "window_state":
         meta["windows_created"] = dg.MetadataValue.int(m.windows_created)
-        meta["idle_keys_removed"] = dg.MetadataValue.int(m.idle_keys_removed)
+        if "IDLE" in reasons:  # idle flushes need an idle timeout
+            meta["idle_keys_removed"] = dg.MetadataValue.int(m.idle_keys_removed)
     else:
         order = [c for c in ("window_start", "window_end") if c in df.columns]
         meta["preview"] = table_preview(df.orderBy(*order) if order else df, descriptions=descriptions)

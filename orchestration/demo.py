@@ -42,7 +42,8 @@ EXAMPLE_LIVE_ROOT = "data/live"
 #: The notice Dagster 1.13's ``dagster dev`` prints (``dg dev``, in another package, supersedes
 #: it), filtered in the command the demo prints and in ``make ui``.
 DEV_NOTICE = "ignore:Function `dev_command` is superseded"
-#: ``dagster.yaml`` of the demo's instance (kept if the user has one).
+#: ``dagster.yaml`` of the demo's instance (kept if the user has one, but for the demo's
+#: own earlier version, which is replaced).
 DAGSTER_YAML = """\
 # Dagster instance of the rewindow demo (written by python -m orchestration.demo).
 telemetry:
@@ -50,7 +51,20 @@ telemetry:
 concurrency:
   runs:
     max_concurrent_runs: 1   # one Spark at a time on a laptop; a pipeline's partitions run in order anyway
+# Dagster's queue, whose daemon says once (not every 5 s) that a run is in progress (orchestration/run_queue.py).
+run_coordinator:
+  module: orchestration.run_queue
+  class: QuietQueuedRunCoordinator
 """
+#: What earlier demos wrote, replaced by :data:`DAGSTER_YAML`.
+EARLIER_DAGSTER_YAMLS = ("""\
+# Dagster instance of the rewindow demo (written by python -m orchestration.demo).
+telemetry:
+  enabled: false
+concurrency:
+  runs:
+    max_concurrent_runs: 1   # one Spark at a time on a laptop; a pipeline's partitions run in order anyway
+""",)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,9 +188,7 @@ def run_demo(args, start: datetime | None) -> int:
 
     home = Path(args.dagster_home or os.environ.get("DAGSTER_HOME") or "data/dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        # The demo's instance settings (Dagster warns at start-up without the file).
-        (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    write_instance_settings(home)
     instance = dg.DagsterInstance.from_config(str(home))
     defs = build_definitions(storage=storage, spark=spark_resource, partitions=settings)
     job = defs.resolve_job_def(REPLAY_JOB)
@@ -250,6 +262,15 @@ def run_demo(args, start: datetime | None) -> int:
     hints["PYTHONWARNINGS"] = f"'{DEV_NOTICE}'"
     print("  " + " ".join(f"{k}={v}" for k, v in hints.items()) + " dagster dev -w workspace.yaml")
     return 0
+
+
+def write_instance_settings(home: Path) -> None:
+    """The demo's instance settings, ``home/dagster.yaml`` (Dagster warns at start-up
+    without the file): written when missing or when an earlier demo wrote it; a file the
+    user wrote is kept."""
+    settings_file = home / "dagster.yaml"
+    if not settings_file.exists() or settings_file.read_text() in EARLIER_DAGSTER_YAMLS:
+        settings_file.write_text(DAGSTER_YAML)
 
 
 def is_local(location: str) -> bool:

@@ -103,6 +103,7 @@ def test_the_cli_backfill_equals_the_dagster_backfill(spark, history, pipelines_
 
 def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfill):
     for replayer in (one_by_one, backfill):
+        series: dict[str, list] = {}
         for day in DAYS:
             records = replayer.instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=AGG, asset_partitions=[day]), limit=1
@@ -120,7 +121,7 @@ def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfi
             # VoltSP's window metrics beside metrics.json, as the CLI writes them.
             [prom] = [p for p in (replayer.current(day) / "metrics.prom").glob("part-*") if p.is_file()]
             assert prom.read_text() == render_prometheus(metrics)
-            assert meta["rejected_rows"].value == 0
+            assert meta["rejected_rows"] == dg.MetadataValue.text("0")  # text: the rejected_events asset plots them
             assert meta["unique_keys"].value == metrics["unique_keys"] > 0
             assert meta["watermark_reached"].value.startswith(day)
             # Lateness percentiles as whole milliseconds, typed (plotted), never a JSON blob.
@@ -141,14 +142,24 @@ def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfi
             assert dict(zip((c.name for c in preview.schema.columns), (c.type for c in preview.schema.columns)))[
                 "sum_amount"] == "double"
             assert 0 < len(preview.records) <= 5 and isinstance(preview.records[0].data["count"], int)
-            # Numbers Dagster plots over partitions, one series each.
-            for reason in ("watermark", "idle", "max_duration", "end_of_input"):
+            # Numbers Dagster plots over partitions, one series each: the reasons this pipeline
+            # (tumbling, with an idle timeout) closes windows by; the exceptions in the JSON only.
+            assert meta["closed_by_reason"].value == metrics["closed_by_reason"]
+            for reason in ("watermark", "idle"):
                 assert meta[f"windows_emitted_{reason}"].value == metrics["emitted_by_reason"].get(reason.upper(), 0)
+                assert meta[f"windows_closed_{reason}"].value == metrics["closed_by_reason"].get(reason.upper(), 0)
+            assert not [k for k in meta if k.endswith(("_max_duration", "_end_of_input"))], sorted(meta)
+            assert "snapshots_emitted" not in meta  # atWindowEnd: no snapshot rows, by configuration
             accepted = metrics["input_rows"] - metrics["rejected_rows"]
             assert meta["late_share"].value == round(metrics["late_events"] / accepted, 6) > 0
             assert meta["lateness_p99_ms"].value == round(metrics["lateness_ms_percentiles"]["p99"])
             assert isinstance(meta["lateness_p50_ms"].value, int)
             assert meta["replay_seconds"].value > 0 and meta["events_per_second"].value > 0
+            for k, v in meta.items():
+                if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue)):
+                    series.setdefault(k, []).append(v.value)
+        # Every number is a plot over the partitions: none is zero on every partition (a flat line).
+        assert series and not {k: v for k, v in series.items() if not any(v)}, series
 
 
 def test_rerun_of_a_past_partition_is_identical_and_marks_later_ones(spark, one_by_one):
