@@ -179,6 +179,9 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
                                     _int_conf(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK),
                                     _task_slots(spark), force_whole=mode == "tasks",
                                     sliceable=slices.sliceable(pipeline.window) and _slices_on(spark))
+        if plan.spread and slices.sliceable(pipeline.window) and _slices_on(spark):
+            with _naming_bad_files(inputs):
+                plan = placement.with_hot_keys(plan, _hot_keys(pipeline, norm, plan))
         timelines, worker_rows = K.worker_timelines(
             pipeline, {}, {w: s for w, s in carried.items() if w not in worker_events})
         return _WorkerCommits(rejected_counts, carried, plan, timelines, worker_rows)
@@ -188,6 +191,49 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
         summary = _summary(norm, cand, wexpr)
     timelines, worker_rows = summary_timelines(pipeline, summary, worker_state)
     return _WorkerCommits(rejected_counts, carried, None, timelines, worker_rows)
+
+
+#: Key types a hot key may have to be sliced: they group, join and hash alike in Spark and
+#: in the kernel (not floats: Spark groups -0.0 with 0.0, the kernel keeps them apart).
+_HOT_KEY_TYPES = ("string", "integer", "long", "short", "byte", "boolean", "date")
+
+
+def _hot_keys(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> dict[tuple[Any, Any], int]:
+    """The spread workers' hot keys (:func:`windowing.placement.hot_key_threshold`) and
+    their events: one Spark aggregation over the spread workers' rows, a row per hot key
+    back (at most events / threshold)."""
+    key = cast(str, pipeline.window.key)
+    if norm.schema[key].dataType.typeName() not in _HOT_KEY_TYPES:
+        return {}
+    wcol = pipeline.source.worker
+    accepted = norm.where(F.col(REJECT_REASON).isNull())
+    accepted, _, n = _placement_columns(accepted, pipeline, placement.TaskPlan(plan.tasks, {}, plan.spread))
+    group = [*([_col(wcol).alias("__w")] if wcol else []), _col(key).alias("__k")]
+    counted = (accepted.where(n.isNotNull()).groupBy(*group).agg(F.count(F.lit(1)).alias("n"))
+               .where(F.col("n") > placement.hot_key_threshold(plan)).toArrow())
+    return {(K.hashable(r["__w"]) if wcol else 0, r["__k"]): int(r["n"]) for r in counted.to_pylist()}
+
+
+def _hot_table(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> DataFrame:
+    """The plan's hot keys as a small table: worker ``__hw``, key ``__hk``, first task
+    ``__hfirst`` and slices ``__hn``."""
+    wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
+    fields = [*([StructField("__hw", df.schema[wcol].dataType)] if wcol else []),
+              StructField("__hk", df.schema[key].dataType), StructField("__hfirst", IntegerType()),
+              StructField("__hn", IntegerType())]
+    rows = [(*([float(w) if isinstance(w, float) else w] if wcol else []), k, first, n)
+            for (w, k), (first, n) in plan.hot.items()]
+    return df.sparkSession.createDataFrame(rows, StructType(fields))
+
+
+def _with_hot(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan, how: str = "left") -> DataFrame:
+    """``df`` joined (broadcast) with the hot keys: ``__hfirst`` and ``__hn`` set on the
+    rows of a hot key."""
+    wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
+    cond = _col(key).eqNullSafe(F.col("__hk"))
+    if wcol:
+        cond = cond & _col(wcol).eqNullSafe(F.col("__hw"))
+    return df.join(F.broadcast(_hot_table(df, pipeline, plan)), cond, how).drop("__hw", "__hk")
 
 
 def _slices_on(spark: SparkSession) -> bool:
@@ -231,7 +277,8 @@ def _launch_kernel(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame
     # Events go to the tasks as they came; the tasks compute the internal columns they can
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
     # A sliced worker's events are placed by window, from their event time: kept for them.
-    derived = K.task_derived(spec) - ({"__evt"} if commits.plan and commits.plan.sliced else set())
+    sliced = commits.plan is not None and bool(commits.plan.sliced or commits.plan.hot)
+    derived = K.task_derived(spec) - ({"__evt"} if sliced else set())
     events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *derived)
     timeline_rows = _split_timeline_rows(pipeline, norm, commits.plan) if commits.plan else None
     kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, commits.plan, timeline_rows)
@@ -398,14 +445,22 @@ def _with_task(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> D
     """``df`` with :data:`_TASK`: the task of each row's worker and key under ``plan`` (a
     sliced worker's rows: of their windows, :func:`_slice_offsets`)."""
     df, first, n = _placement_columns(df, pipeline, plan)
-    if plan.sliced:  # an unkeyed pipeline: n > 1 only for a sliced worker
+    if plan.sliced or plan.hot:
         for c, t in (("__kind", "byte"), (f"{K.STATE_PREFIX}window_start_ms", "bigint")):
             if c not in df.columns:  # no carried state
                 df = df.withColumn(c, F.lit(None).cast(t))
+    if plan.sliced:  # an unkeyed pipeline: n > 1 only for a sliced worker
         df = df.withColumn("__pfirst", first).withColumn("__slice", F.explode(_slice_offsets(pipeline, n)))
         task = (F.col("__pfirst") + F.col("__slice")).cast("int")
         return df.withColumn(_TASK, task).drop("__pfirst", "__pn", "__slice")
     task = first if not plan.spread else first + F.pmod(_key_hash(pipeline, df), n)
+    if plan.hot:  # a hot key's rows go to its slices (by window), the others by key hash
+        df = _with_hot(df.withColumn("__ptask", task), pipeline, plan)
+        hot = F.col("__hfirst").isNotNull()
+        df = df.withColumn("__slice", F.explode(F.when(hot, _slice_offsets(pipeline, F.col("__hn")))
+                                                .otherwise(F.array(F.lit(0)))))
+        task = F.when(hot, F.col("__hfirst") + F.col("__slice")).otherwise(F.col("__ptask")).cast("int")
+        return df.withColumn(_TASK, task).drop("__pfirst", "__pn", "__ptask", "__hfirst", "__hn", "__slice")
     return df.withColumn(_TASK, task).drop("__pfirst", "__pn")
 
 
@@ -462,17 +517,60 @@ def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.Ta
         F.col("__batch").alias(chunks.TL_BATCH), F.col(chunks.TL_CAND), F.col(chunks.TL_MAX), F.col(chunks.TL_MIN),
         (F.col("__bucket") == 0).alias(chunks.TL_OWNER), task,
     )
-    if not plan.sliced:
+    if plan.hot:
+        timeline = timeline.unionByName(_hot_timeline_rows(pipeline, norm, summary, plan))
+    if not (plan.sliced or plan.hot):
         return timeline
-    key_batches = rows.select(
-        *worker,
-        F.lit(K.KEY_BATCH).cast("byte").alias("__kind"),
-        F.col("__batch").alias(K.KB_BATCH), F.col(chunks.TL_CAND).alias(K.KB_CAND),
-        F.col("__maxev").alias(K.KB_MAXEV), F.col(chunks.TL_MAX).alias(K.KB_MAXARR),
-        F.col("__bucket").cast("int").alias(chunks.KB_SLICE), F.col("__pn").cast("int").alias(chunks.KB_SLICES),
-        task,
+    key_batches = None
+    if plan.sliced:
+        key_batches = rows.select(
+            *worker,
+            F.lit(K.KEY_BATCH).cast("byte").alias("__kind"),
+            F.col("__batch").alias(K.KB_BATCH), F.col(chunks.TL_CAND).alias(K.KB_CAND),
+            F.col("__maxev").alias(K.KB_MAXEV), F.col(chunks.TL_MAX).alias(K.KB_MAXARR),
+            F.col("__bucket").cast("int").alias(chunks.KB_SLICE), F.col("__pn").cast("int").alias(chunks.KB_SLICES),
+            task,
+        )
+    if plan.hot:
+        hot = _hot_key_batch_rows(pipeline, norm, plan, cand)
+        key_batches = hot if key_batches is None else key_batches.unionByName(hot, allowMissingColumns=True)
+    return timeline.unionByName(cast("DataFrame", key_batches), allowMissingColumns=True)
+
+
+def _hot_timeline_rows(pipeline: Pipeline, norm: DataFrame, summary: DataFrame,
+                       plan: placement.TaskPlan) -> DataFrame:
+    """A copy of a spread worker's timeline rows (``summary``) for each slice of each of its
+    hot keys (never the owner: the worker's first task writes its state row)."""
+    wcol = pipeline.source.worker
+    hot = _hot_table(norm, pipeline, plan).drop("__hk")
+    if wcol:
+        joined = summary.join(F.broadcast(hot), _col(wcol).eqNullSafe(F.col("__hw"))).drop("__hw")
+    else:
+        joined = summary.crossJoin(F.broadcast(hot))
+    rows = joined.select("*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
+    return rows.select(
+        *([_col(wcol)] if wcol else []),
+        F.lit(chunks.TIMELINE_KIND).cast("byte").alias("__kind"),
+        F.col("__batch").alias(chunks.TL_BATCH), F.col(chunks.TL_CAND), F.col(chunks.TL_MAX), F.col(chunks.TL_MIN),
+        F.lit(False).alias(chunks.TL_OWNER), (F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
     )
-    return timeline.unionByName(key_batches, allowMissingColumns=True)
+
+
+def _hot_key_batch_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan, cand: Column) -> DataFrame:
+    """The hot keys' key-batch rows (:mod:`windowing.kernel.slices`), one copy per slice."""
+    wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
+    accepted = _with_hot(norm.where(F.col(REJECT_REASON).isNull()), pipeline, plan, how="inner")
+    group = [*([_col(wcol)] if wcol else []), _col(key), F.col("__batch"), F.col("__hfirst"), F.col("__hn")]
+    summary = accepted.groupBy(*group).agg(cand.alias(K.KB_CAND), F.max("__evt").alias(K.KB_MAXEV),
+                                           F.max("__arr").alias(K.KB_MAXARR))
+    rows = summary.select("*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
+    return rows.select(
+        *([_col(wcol)] if wcol else []), _col(key),
+        F.lit(K.KEY_BATCH).cast("byte").alias("__kind"),
+        F.col("__batch").alias(K.KB_BATCH), F.col(K.KB_CAND), F.col(K.KB_MAXEV), F.col(K.KB_MAXARR),
+        F.col("__bucket").cast("int").alias(chunks.KB_SLICE), F.col("__hn").cast("int").alias(chunks.KB_SLICES),
+        (F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
+    )
 
 
 # --------------------------------------------------------------------------- phase 1

@@ -56,6 +56,11 @@ class TaskPlan:
     whole: Mapping[Any, int] = field(default_factory=dict)
     spread: Mapping[Any, tuple[int, int]] = field(default_factory=dict)
     sliced: Mapping[Any, tuple[int, int]] = field(default_factory=dict)
+    #: ``hot[(w, k)]``: key ``k`` of spread worker ``w``, replayed in ``n`` slices of its
+    #: windows (slice ``i`` in task ``first + i``), out of its worker's tasks.
+    hot: Mapping[tuple[Any, Any], tuple[int, int]] = field(default_factory=dict)
+    #: The events a task was planned for.
+    share: int = field(default=0, compare=False)
 
     @property
     def split(self) -> dict[Any, tuple[int, int]]:
@@ -70,7 +75,7 @@ def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: i
     ``sliceable``: an unkeyed pipeline's large workers may be sliced by window."""
     total = sum(worker_events.values())
     if not worker_events:
-        return TaskPlan(1)
+        return TaskPlan(1, share=max(1, events_per_task))
     target_tasks = max(slots or 1, -(-total // max(1, events_per_task)))
     share = max(1, -(-total // target_tasks))
     ordered = sorted(worker_events, key=lambda w: (-worker_events[w], repr(w)))
@@ -96,7 +101,28 @@ def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: i
         n = -(-worker_events[w] // share)
         (spread if keyed else sliced)[w] = (next_task, n)
         next_task += n
-    return TaskPlan(max(1, next_task), whole, spread, sliced)
+    return TaskPlan(max(1, next_task), whole, spread, sliced, share=share)
+
+
+def hot_key_threshold(plan: TaskPlan) -> int:
+    """A spread worker's key with more events than this is hot: sliced by window."""
+    return int(WHOLE_SLACK * plan.share)
+
+
+def with_hot_keys(plan: TaskPlan, key_events: Mapping[tuple[Any, Any], int]) -> TaskPlan:
+    """``plan`` with each hot key of a spread worker (``key_events``: its events, over
+    :func:`hot_key_threshold`) sliced over ``ceil(events / share)`` tasks of its own,
+    after the plan's tasks, largest first."""
+    if not key_events:
+        return plan
+    share = max(1, plan.share)
+    hot: dict[tuple[Any, Any], tuple[int, int]] = {}
+    next_task = plan.tasks
+    for wk in sorted(key_events, key=lambda wk: (-key_events[wk], repr(wk))):
+        n = -(-key_events[wk] // share)
+        hot[wk] = (next_task, n)
+        next_task += n
+    return TaskPlan(next_task, plan.whole, plan.spread, plan.sliced, hot, plan.share)
 
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:

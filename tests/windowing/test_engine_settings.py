@@ -163,6 +163,36 @@ def test_each_worker_lands_in_the_task_it_was_given(spark, many, monkeypatch):
     assert "__task" not in placed.columns and _with_task(df, PIPELINE, plan).count() == 600
 
 
+def test_a_hot_key_is_found_and_its_windows_land_in_its_slices(spark):
+    """A spread worker's key of over 1.5 tasks' share is hot: found by one aggregation, its
+    rows go to tasks of its own by their window's block (10-minute windows, round the 3
+    slices), the worker's other keys by hash over the worker's tasks."""
+    from datetime import timedelta
+
+    from pyspark.sql import functions as F
+
+    from windowing.engine import _hot_keys, _normalise, kernel_input
+
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    rows = [("w", "hot" if i % 4 else f"k{i % 13}", start + timedelta(seconds=i), start + timedelta(seconds=i), i)
+            for i in range(3600)]
+    df = spark.createDataFrame(rows, "partition string, user_id string, arrival_time timestamp, "
+                                     "event_time timestamp, offset int")
+    plan = placement.plan_tasks({"w": 3600}, True, 1000, 2)
+    assert plan.spread == {"w": (0, 4)} and plan.share == 900
+    hot = _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan)
+    assert hot == {("w", "hot"): 2700}
+    plan = placement.with_hot_keys(plan, hot)
+    assert plan.hot == {("w", "hot"): (4, 3)} and plan.tasks == 7
+    placed, _, nparts = kernel_input(spark, PIPELINE, _normalise(PIPELINE, df).drop("reason"), plan=plan)
+    assert nparts == 7
+    got = placed.select("user_id", "offset", F.spark_partition_id().alias("p")).collect()
+    hot_tasks = {r["offset"] // 600: r["p"] for r in got if r["user_id"] == "hot"}  # offset: seconds in
+    assert hot_tasks == {block: 4 + block % 3 for block in range(6)}
+    others = {r["p"] for r in got if r["user_id"] != "hot"}
+    assert others <= {0, 1, 2, 3} and len(got) == 3600
+
+
 def test_task_plans_from_the_data():
     plan = placement.plan_tasks
     # The bench's shape: 8 workers of 1.25 M events, 1 M a task: each worker whole in a task.
@@ -176,7 +206,7 @@ def test_task_plans_from_the_data():
     assert plan({"a": 10_000_000}, False, 1_000_000, 2) == placement.TaskPlan(1, {"a": 0}, {})
     # Beside small workers, which are packed whole into tasks before it.
     assert plan({"a": 10_000_000, "b": 5, "c": 7}, False, 1_000_000, 2, sliceable=True) == \
-        placement.TaskPlan(11, {"b": 0, "c": 0}, {}, {"a": (1, 10)})
+        placement.TaskPlan(12, {"b": 0, "c": 0}, {}, {"a": (1, 11)})
     # A small keyed worker still fills the slots.
     assert plan({"a": 1000}, True, 1_000_000, 2) == placement.TaskPlan(2, {}, {"a": (0, 2)})
     # 1,000 small workers: packed whole into as many tasks as their events need, evenly.

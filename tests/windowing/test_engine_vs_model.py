@@ -67,15 +67,17 @@ def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task,
     assert metrics["windows_emitted"] + metrics["snapshots_emitted"] == len(ref.aggregates)
 
 
-@cases(10)
+@cases(14)
 @given(pipelines(windows=("tumbling-time-window", "sliding-time-window")), histories(), st.booleans(),
-       st.sampled_from([2, 10**6]))
-def test_one_key_sliced_over_tasks_matches_it_whole_and_the_model(spark, pipeline, rows, flush, per_chunk):
-    """An unkeyed pipeline's workers over 2 events a task: each worker's one key is replayed
-    in slices of its windows over several tasks (windowing.kernel.slices), or whole with
-    ``spark.rewindow.slices=off``: the model's rows, and the same rows, state and counters
-    either way."""
-    pipeline = replace(pipeline, window=replace(pipeline.window, key=None))
+       st.sampled_from([2, 10**6]), st.booleans())
+def test_hot_keys_sliced_over_tasks_match_them_whole_and_the_model(spark, pipeline, rows, flush, per_chunk,
+                                                                   unkeyed):
+    """2 events a task: an unkeyed pipeline's workers (one key each), or a keyed pipeline's
+    hot keys (over 1.5 tasks' share), are replayed in slices of their windows over several
+    tasks (windowing.kernel.slices), or whole with ``spark.rewindow.slices=off``: the
+    model's rows, and the same rows, state and counters either way."""
+    if unkeyed:
+        pipeline = replace(pipeline, window=replace(pipeline.window, key=None))
     rows, columns = _input(pipeline, rows)
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
     out = {}
