@@ -20,7 +20,7 @@ import pytest
 
 from tests.lake import conftest as lake_conftest
 from tests.lake.services import base_env, hadoop_viewfs_conf
-from tests.outputs import commits, metrics, run_dir
+from tests.outputs import OUTPUTS, commits, snapshot
 
 pytestmark = pytest.mark.cluster
 
@@ -28,35 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
 START = datetime(2024, 2, 1, tzinfo=timezone.utc)
 DAYS = ("2024-02-01", "2024-02-02", "2024-02-03")
-OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 REWINDOW = str(Path(sys.executable).parent / "rewindow")
 TIMEOUT_S = 600
 #: What the cluster tests took: shown in the terminal summary (conftest.py).
 TIMINGS = lake_conftest.TIMINGS
-
-
-def _snapshot(spark, out: Path) -> dict:
-    """An output's current run as canonical rows per dataset (floats by their bits,
-    timestamps as epoch microseconds), plus its metrics."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    def canon(v):
-        if isinstance(v, float):
-            return v.hex()
-        if isinstance(v, (list, tuple)):
-            return tuple(canon(x) for x in v)
-        return v
-
-    snap = {}
-    for name in OUTPUTS:
-        df = spark.read.parquet(str(run_dir(out) / name))
-        cols = [F.unix_micros(F.col(f"`{f.name}`")).alias(f.name) if isinstance(f.dataType, T.TimestampType)
-                else F.col(f"`{f.name}`") for f in df.schema.fields]
-        snap[name] = (df.schema.simpleString(),
-                      sorted((tuple(canon(v) for v in r) for r in df.select(*cols).collect()), key=repr))
-    snap["metrics"] = metrics(out)
-    return snap
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +57,7 @@ def reference(spark, landing, tmp_path_factory, monkeypatch_module):
                 str(base / day)]
         assert cli.main(args + (["--state-in", str(prev)] if prev else [])) == 0
         prev = base / day
-    return {day: _snapshot(spark, base / day) for day in DAYS}
+    return {day: snapshot(spark, base / day) for day in DAYS}
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +69,7 @@ def monkeypatch_module():
 
 def _assert_same(spark, reference, out_for_day) -> None:
     for day in DAYS:
-        got = _snapshot(spark, out_for_day(day))
+        got = snapshot(spark, out_for_day(day))
         for name in (*OUTPUTS, "metrics"):
             assert got[name] == reference[day][name], f"{day} {name}"
 
