@@ -10,6 +10,7 @@ stopped at the end of the session).
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -19,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.lake import conftest as lake_conftest
-from tests.lake.services import base_env, hadoop_viewfs_conf
-from tests.outputs import OUTPUTS, commits, snapshot
+from tests.lake.services import base_env, hadoop_viewfs_conf, viewfs_conf
+from tests.outputs import OUTPUTS, commits, current, run_dir, snapshot
+from tests.quality.processes import run_folders
 
 pytestmark = pytest.mark.cluster
 
@@ -93,6 +95,49 @@ def test_viewfs_replay_in_process_equals_local_folders(spark, lake_dir, landing,
     # verify reads through the commit record on viewfs too.
     assert cli.main(["verify", f"{url}/inproc/{DAYS[1]}", "--config", str(CLICKS), "--input",
                      f"{url}/landing/date={DAYS[1]}", "--state-in", f"{url}/inproc/{DAYS[0]}"]) == 0
+
+
+@pytest.mark.parametrize("moment", ["write", "commit"])
+def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(spark, lake_dir, landing, reference,
+                                                                                  tmp_path, monkeypatch, moment):
+    """``rewindow replay`` into a viewfs:// output holding a committed run (day 2's),
+    SIGKILLed with its JVM as its run folder (``write``) or its commit record
+    (``commit``) appears: the previous output stays byte for byte, the current run is
+    the previous one whole (or, killed mid-commit, the new one whole), and a rerun
+    commits day 1's rows."""
+    from tests.quality.processes import kill_when, start_replay, tree_digest
+    from windowing import cli, io
+    from windowing.engine import _session_conf
+
+    mount = f"killed-{moment}"  # a mount of its own: Hadoop caches a viewfs mount table per name
+    url, out = f"viewfs://{mount}/data", lake_dir.local(f"killed-{moment}")
+    replay = ["replay", "--config", str(CLICKS), "--output", f"{url}/killed-{moment}"]
+    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    with _session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
+        assert cli.main([*replay, "--input", f"{url}/landing/date={DAYS[1]}"]) == 0
+    previous, before, snap = current(out), tree_digest(out), snapshot(spark, out)
+
+    log = tmp_path / "killed.log"
+    conf = [a for k, v in viewfs_conf(mount, lake_dir.path).items() for a in ("--conf", f"{k}={v}")]
+    proc = start_replay(CLICKS, f"{url}/landing/date={DAYS[0]}", f"{url}/killed-{moment}", log, conf)
+    outcome = kill_when(proc, out, moment, timeout_s=TIMEOUT_S)
+    assert outcome == f"killed mid-{moment}", outcome + "\n" + log.read_text()[-3000:]
+    assert proc.returncode == -signal.SIGKILL
+
+    after = tree_digest(out)
+    assert {f: after.get(f) for f in before} == before, "a file of the previous output changed or went"
+    if moment == "write" or current(out) == previous:
+        assert current(out) == previous and snapshot(spark, out) == snap
+    else:  # killed as it committed: the new run is current, whole
+        assert all((run_dir(out) / n / "_SUCCESS").exists() for n in OUTPUTS)
+        assert snapshot(spark, out) == reference[DAYS[0]]
+
+    # The rerun completes it (and sweeps the abandoned run folder: its age limit zero here).
+    monkeypatch.setattr(io, "ABANDONED_AFTER_S", 0)
+    with _session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
+        assert cli.main([*replay, "--input", f"{url}/landing/date={DAYS[0]}"]) == 0
+    assert snapshot(spark, out) == reference[DAYS[0]]
+    assert run_folders(out) == {c["run_id"] for c in commits(out)}
 
 
 def test_standalone_cluster_cli_backfill_equals_local_folders(spark, spark_standalone, lake_dir, landing, reference):
