@@ -22,7 +22,7 @@ import pytest
 from tests.lake import conftest as lake_conftest
 from tests.lake.services import base_env, hadoop_viewfs_conf, viewfs_conf
 from tests.outputs import OUTPUTS, commits, current, run_dir, snapshot
-from tests.quality.processes import run_folders
+from tests.quality.processes import commit_folders, run_folders
 
 pytestmark = pytest.mark.cluster
 
@@ -104,7 +104,7 @@ def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(
     SIGKILLed with its JVM as its run folder (``write``) or its commit record
     (``commit``) appears: the previous output stays byte for byte, the current run is
     the previous one whole (or, killed mid-commit, the new one whole), and a rerun
-    commits day 1's rows."""
+    commits day 1's rows and sweeps what the killed run left."""
     from tests.quality.processes import kill_when, start_replay, tree_digest
     from windowing import cli, io
     from windowing.engine import _session_conf
@@ -138,6 +138,7 @@ def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(
         assert cli.main([*replay, "--input", f"{url}/landing/date={DAYS[0]}"]) == 0
     assert snapshot(spark, out) == reference[DAYS[0]]
     assert run_folders(out) == {c["run_id"] for c in commits(out)}
+    assert len(commit_folders(out)) == len(commits(out)), "a killed commit's folder was not swept"
 
 
 def test_standalone_cluster_cli_backfill_equals_local_folders(spark, spark_standalone, lake_dir, landing, reference):
