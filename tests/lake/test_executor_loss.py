@@ -1,16 +1,21 @@
-"""An executor lost mid kernel stage (issue 26): on the standalone cluster of conftest.py,
-``kill -9`` of the executor JVM running a kernel task while the kernel stage is under
-way. The worker launches a new executor, Spark runs the lost tasks again (and the
-shuffle and cached blocks that went with the JVM), and the replay commits rows identical
-to an undisturbed replay's.
+"""Processes lost mid kernel stage (issue 26): on the standalone cluster of conftest.py,
+``kill -9`` while the kernel stage is under way of
+
+* the executor JVM running a kernel task: the worker launches a new executor, Spark runs
+  the lost tasks again (and the shuffle and cached blocks that went with the JVM);
+* the Python workers of such an executor (the kernel runs in them): the task fails and
+  Spark runs it again, on the same executor;
+
+and the replay commits rows identical to an undisturbed replay's.
 
 The kill is timed with the driver's REST API (its UI on a free port): the kernel's held
 output (``KernelTask``, persisted) is listed as soon as its first partition is built,
-and an active stage computing it has running tasks: one of their executors is killed.
-The executor's PID is a child of a worker JVM the fixture started
-(:meth:`SparkStandalone.executors`). Spark's event log then proves the kill landed
-mid-stage: a task of the kernel stage ended with ``ExecutorLostFailure`` on that
-executor, and a new executor ran tasks after it.
+and an active stage computing it has running tasks: one of their executors is the
+victim. Its PID is a child of a worker JVM the fixture started
+(:meth:`SparkStandalone.executors`), its Python workers the children of its
+``pyspark.daemon``. Spark's event log then proves the kill landed mid-stage: a task of
+the kernel stage failed on that executor (``ExecutorLostFailure``, or the Python
+worker's crash), and, for the JVM, a new executor ran tasks after it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from tests.lake import conftest as lake_conftest
-from tests.lake.services import HOST, base_env, free_port, pid_alive, tail
+from tests.lake.services import HOST, base_env, free_port, pid_alive, process_table, tail
 from tests.outputs import OUTPUTS, snapshot
 
 pytestmark = pytest.mark.cluster
@@ -61,9 +66,19 @@ def _rest(port: int, path: str):
         return json.load(resp)
 
 
-def _kill_mid_kernel(proc: subprocess.Popen, cluster, ui_port: int) -> dict:
-    """Once the kernel stage is under way, SIGKILL the executor JVM running one of its
-    tasks; return what was killed (app, executor id, pid, stage)."""
+def _victims(victim: str, executor_pid: int) -> list[int]:
+    """The processes to kill: the executor JVM, or the Python workers it runs now (the
+    children of its ``pyspark.daemon``, which forks one per task)."""
+    if victim == "executor":
+        return [executor_pid]
+    table = process_table()
+    daemons = {pid for pid, (parent, args) in table.items() if parent == executor_pid and "pyspark.daemon" in args}
+    return sorted(pid for pid, (parent, _) in table.items() if parent in daemons)
+
+
+def _kill_mid_kernel(proc: subprocess.Popen, cluster, ui_port: int, victim: str) -> dict:
+    """Once the kernel stage is under way, SIGKILL the ``victim`` of an executor running
+    one of its tasks; return what was killed (app, executor id, pids, stage)."""
     deadline = time.monotonic() + TIMEOUT_S
     app = None
     while proc.poll() is None and time.monotonic() < deadline:
@@ -77,12 +92,14 @@ def _kill_mid_kernel(proc: subprocess.Popen, cluster, ui_port: int) -> dict:
                                        "/taskList?length=10000")
                 executors = cluster.executors(app)
                 for executor in sorted({t["executorId"] for t in tasks if t["status"] == "RUNNING"}):
-                    if executor in executors:
-                        os.kill(executors[executor], signal.SIGKILL)
-                        return {"app": app, "executor": executor, "pid": executors[executor],
-                                "stage": stage["stageId"], "executors": sorted(executors)}
+                    pids = _victims(victim, executors[executor]) if executor in executors else []
+                    for pid in pids:
+                        os.kill(pid, signal.SIGKILL)
+                    if pids:
+                        return {"app": app, "executor": executor, "pids": pids, "stage": stage["stageId"],
+                                "executors": sorted(executors)}
         except (OSError, ValueError, LookupError):
-            pass  # the UI is not up yet, or the app is between jobs
+            pass  # the UI is not up yet, the app is between jobs, or a process just ended
         time.sleep(0.1)
     raise AssertionError(f"the kernel stage was never seen running (replay exited with {proc.poll()}): nothing killed")
 
@@ -92,20 +109,26 @@ def _events(log_dir: Path, app: str) -> list[dict]:
     return [json.loads(line) for line in (log_dir / app).read_text().splitlines() if line.strip()]
 
 
-def test_an_executor_killed_mid_kernel_stage_gives_identical_rows(spark, spark_standalone, history, tmp_path,
-                                                                  monkeypatch):
+@pytest.fixture(scope="module")
+def undisturbed(spark, history, tmp_path_factory) -> dict:
+    """The same replay, undisturbed: the suite's local session, the same settings."""
     from windowing import cli
     from windowing.engine import _session_conf
 
-    # The undisturbed replay: the suite's local session, the same settings.
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    out = tmp_path_factory.mktemp("undisturbed") / "out"
     began = time.monotonic()
-    with _session_conf(spark, REPLAY_CONF):
-        assert cli.main(["replay", "--config", str(CLICKS), "--input", str(history),
-                         "--output", str(tmp_path / "undisturbed")]) == 0
-    lake_conftest.TIMINGS["the same replay undisturbed, local"] = time.monotonic() - began
+    with pytest.MonkeyPatch.context() as mp, _session_conf(spark, REPLAY_CONF):
+        mp.setattr(cli, "_spark", lambda args: spark)
+        assert cli.main(["replay", "--config", str(CLICKS), "--input", str(history), "--output", str(out)]) == 0
+    lake_conftest.TIMINGS["the replay undisturbed, local"] = time.monotonic() - began
+    expected = snapshot(spark, out)
+    assert expected["aggregates"][1] and expected["late_events"][1] and expected["state"][1]
+    return expected
 
-    # The same replay on the cluster, an executor killed mid kernel stage.
+
+@pytest.mark.parametrize("victim", ["executor", "python-workers"])
+def test_a_kill_9_mid_kernel_stage_gives_identical_rows(spark, spark_standalone, history, undisturbed, tmp_path,
+                                                         victim):
     ui_port, log_dir = free_port(), tmp_path / "eventlog"
     log_dir.mkdir()
     conf = spark_standalone.driver_conf({
@@ -114,7 +137,7 @@ def test_an_executor_killed_mid_kernel_stage_gives_identical_rows(spark, spark_s
         "spark.eventLog.enabled": "true", "spark.eventLog.dir": log_dir.as_uri(),
         "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
     })
-    cmd = [REWINDOW, "replay", "--config", str(CLICKS), "--input", str(history), "--output", str(tmp_path / "killed"),
+    cmd = [REWINDOW, "replay", "--config", str(CLICKS), "--input", str(history), "--output", str(tmp_path / "out"),
            "--master", spark_standalone.master_url]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
@@ -122,37 +145,49 @@ def test_an_executor_killed_mid_kernel_stage_gives_identical_rows(spark, spark_s
     with open(tmp_path / "replay.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=base_env(), cwd=ROOT)
         try:
-            killed = _kill_mid_kernel(proc, spark_standalone, ui_port)
+            killed = _kill_mid_kernel(proc, spark_standalone, ui_port, victim)
             proc.wait(timeout=TIMEOUT_S)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    lake_conftest.TIMINGS["standalone replay, an executor killed mid kernel stage"] = time.monotonic() - began
+    lake_conftest.TIMINGS[f"standalone replay, {victim} killed mid kernel stage"] = time.monotonic() - began
     assert proc.returncode == 0, tail(tmp_path / "replay.log", 60)
-    assert not pid_alive(killed["pid"])
+    assert not any(pid_alive(pid) for pid in killed["pids"])
 
     # Identical rows, datasets and metrics.
-    began = time.monotonic()
-    expected, got = snapshot(spark, tmp_path / "undisturbed"), snapshot(spark, tmp_path / "killed")
+    got = snapshot(spark, tmp_path / "out")
     for name in (*OUTPUTS, "metrics"):
-        assert got[name] == expected[name], name
-    assert expected["aggregates"][1] and expected["late_events"][1] and expected["state"][1]
-    lake_conftest.TIMINGS["reading both back"] = time.monotonic() - began
+        assert got[name] == undisturbed[name], name
 
-    # The kill landed mid kernel stage: a task computing the kernel's output was lost with
-    # the executor, which Spark removed; a new executor then ran tasks of the replay.
+    # The kill landed mid kernel stage: a task computing the kernel's output failed on
+    # that executor, and Spark ran it again.
     events = _events(log_dir, killed["app"])
     kernel_stages = {e["Stage Info"]["Stage ID"] for e in events if e["Event"] == "SparkListenerStageSubmitted"
                      and any(KERNEL in rdd["Name"] for rdd in e["Stage Info"]["RDD Info"])}
-    lost = [e for e in events if e["Event"] == "SparkListenerTaskEnd"
-            and e["Task End Reason"]["Reason"] == "ExecutorLostFailure"]
-    assert {e["Task Info"]["Executor ID"] for e in lost} == {killed["executor"]}, lost
+    failed = [e for e in events if e["Event"] == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] != "Success"]
+    lost = [e for e in failed if _lost_by(e["Task End Reason"], victim)]
+    assert lost and {e["Task Info"]["Executor ID"] for e in lost} == {killed["executor"]}, failed
     assert killed["stage"] in kernel_stages and {e["Stage ID"] for e in lost} & kernel_stages, (killed, lost)
     removed = [e["Executor ID"] for e in events if e["Event"] == "SparkListenerExecutorRemoved"]
-    assert removed == [killed["executor"]]
     added = [e["Executor ID"] for e in events if e["Event"] == "SparkListenerExecutorAdded"]
-    relaunched = set(added) - set(killed["executors"])
-    assert relaunched, f"no executor replaced {killed['executor']}: {added}"
-    assert any(e["Event"] == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] == "Success"
-               and e["Task Info"]["Executor ID"] in relaunched for e in events)
+    if victim == "executor":
+        # ... lost with the executor, which Spark removed (the others failed fetching the
+        # shuffle blocks it held, and were run again); a new executor then ran tasks.
+        assert all(e in lost or e["Task End Reason"]["Reason"] == "FetchFailed" for e in failed), failed
+        assert removed == [killed["executor"]]
+        relaunched = set(added) - set(killed["executors"])
+        assert relaunched, f"no executor replaced {killed['executor']}: {added}"
+        assert any(e["Event"] == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] == "Success"
+                   and e["Task Info"]["Executor ID"] in relaunched for e in events)
+    else:
+        # ... with its Python worker; the executor stayed, and nothing else failed.
+        assert failed == lost
+        assert not removed and sorted(added) == killed["executors"], (removed, added)
+
+
+def _lost_by(reason: dict, victim: str) -> bool:
+    """Whether a task failed the way losing ``victim`` fails it."""
+    if victim == "executor":
+        return reason["Reason"] == "ExecutorLostFailure"
+    return reason["Reason"] == "ExceptionFailure" and "Python worker exited unexpectedly" in json.dumps(reason)
