@@ -65,6 +65,7 @@ def xdist_unit(nodeid: str) -> str:
 #: processes end together instead of one running a long module after the other is done.
 LONG_UNITS = ("tests/lake", "tests/windowing/test_catalog.py", "tests/assets/test_replay_assets.py",
               "tests/orchestration/test_airflow.py", "tests/orchestration/test_webserver_ui.py",
+              "tests/orchestration/test_concurrent_runs.py",
               "tests/windowing/test_chain.py", "tests/quality/test_checks.py",
               "tests/windowing/test_engine_vs_model.py")
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+#: The datasets of a replay's run.
+OUTPUTS = ("aggregates", "late_events", "rejected", "state")
+
 
 def commits(out: Path) -> list[dict]:
     """Every commit record under ``out/_commits``, oldest first (metrics/extra parsed)."""
@@ -44,6 +47,32 @@ def metrics(out: Path) -> dict:
     written = json.loads(part.read_text())
     assert written == current(out)["metrics"]
     return written
+
+
+def snapshot(spark, out: Path) -> dict:
+    """An output's current run as canonical rows per dataset (floats by their bits,
+    timestamps as epoch microseconds), plus its metrics: two replays gave identical rows
+    when their snapshots are equal. ``out`` is the output's local folder (its commit
+    records are read from disk; the rows with ``spark``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    def canon(v):
+        if isinstance(v, float):
+            return v.hex()
+        if isinstance(v, (list, tuple)):
+            return tuple(canon(x) for x in v)
+        return v
+
+    snap = {}
+    for name in OUTPUTS:
+        df = spark.read.parquet(str(run_dir(out) / name))
+        cols = [F.unix_micros(F.col(f"`{f.name}`")).alias(f.name) if isinstance(f.dataType, T.TimestampType)
+                else F.col(f"`{f.name}`") for f in df.schema.fields]
+        snap[name] = (df.schema.simpleString(),
+                      sorted((tuple(canon(v) for v in r) for r in df.select(*cols).collect()), key=repr))
+    snap["metrics"] = metrics(out)
+    return snap
 
 
 def late_events_in(late_rows: list[dict]) -> int:

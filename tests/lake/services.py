@@ -413,6 +413,15 @@ class SparkStandalone:
         state = self.master_json()
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
+    def executors(self, app_id: str) -> dict[str, int]:
+        """The executor JVMs of application ``app_id`` running now, ``{executor id: pid}``:
+        the ``CoarseGrainedExecutorBackend`` processes the workers of this cluster started
+        (children of their JVMs, read from ``/proc``). For tests that kill one."""
+        workers = {w.pid for w in self.workers}
+        return {_arg(args, "--executor-id"): pid for pid, (parent, args) in process_table().items()
+                if parent in workers and "org.apache.spark.executor.CoarseGrainedExecutorBackend" in args
+                and _arg(args, "--app-id") == app_id}
+
     def _env(self) -> dict[str, str]:
         scratch = self.tmp_dir / "local"
         scratch.mkdir(parents=True, exist_ok=True)
@@ -546,6 +555,26 @@ class SparkStandalone:
         body = "try:\n" + textwrap.indent(textwrap.dedent(code), "    ") + "\n    pass\nfinally:\n    spark.stop()\n"
         env = {"SPARK_LOCAL_DIRS": str(self.tmp_dir / "local")}
         return run_python(prelude + body, env=env, timeout=timeout, cwd=self.tmp_dir)
+
+
+def process_table() -> dict[int, tuple[int, list[str]]]:
+    """Every process this user can read now: ``{pid: (parent pid, command line)}`` (``/proc``)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        table[int(entry.name)] = (parent, args)
+    return table
+
+
+def _arg(args: Sequence[str], flag: str) -> str | None:
+    """The value after ``flag`` in a command line, or None."""
+    return args[args.index(flag) + 1] if flag in args[:-1] else None
 
 
 # --------------------------------------------------------------------------- Connect

@@ -10,6 +10,7 @@ stopped at the end of the session).
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -19,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.lake import conftest as lake_conftest
-from tests.lake.services import base_env, hadoop_viewfs_conf
-from tests.outputs import commits, metrics, run_dir
+from tests.lake.services import base_env, hadoop_viewfs_conf, viewfs_conf
+from tests.outputs import OUTPUTS, commits, current, run_dir, snapshot
+from tests.quality.processes import commit_folders, run_folders
 
 pytestmark = pytest.mark.cluster
 
@@ -28,35 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
 START = datetime(2024, 2, 1, tzinfo=timezone.utc)
 DAYS = ("2024-02-01", "2024-02-02", "2024-02-03")
-OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 REWINDOW = str(Path(sys.executable).parent / "rewindow")
 TIMEOUT_S = 600
 #: What the cluster tests took: shown in the terminal summary (conftest.py).
 TIMINGS = lake_conftest.TIMINGS
-
-
-def _snapshot(spark, out: Path) -> dict:
-    """An output's current run as canonical rows per dataset (floats by their bits,
-    timestamps as epoch microseconds), plus its metrics."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    def canon(v):
-        if isinstance(v, float):
-            return v.hex()
-        if isinstance(v, (list, tuple)):
-            return tuple(canon(x) for x in v)
-        return v
-
-    snap = {}
-    for name in OUTPUTS:
-        df = spark.read.parquet(str(run_dir(out) / name))
-        cols = [F.unix_micros(F.col(f"`{f.name}`")).alias(f.name) if isinstance(f.dataType, T.TimestampType)
-                else F.col(f"`{f.name}`") for f in df.schema.fields]
-        snap[name] = (df.schema.simpleString(),
-                      sorted((tuple(canon(v) for v in r) for r in df.select(*cols).collect()), key=repr))
-    snap["metrics"] = metrics(out)
-    return snap
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +59,7 @@ def reference(spark, landing, tmp_path_factory, monkeypatch_module):
                 str(base / day)]
         assert cli.main(args + (["--state-in", str(prev)] if prev else [])) == 0
         prev = base / day
-    return {day: _snapshot(spark, base / day) for day in DAYS}
+    return {day: snapshot(spark, base / day) for day in DAYS}
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +71,7 @@ def monkeypatch_module():
 
 def _assert_same(spark, reference, out_for_day) -> None:
     for day in DAYS:
-        got = _snapshot(spark, out_for_day(day))
+        got = snapshot(spark, out_for_day(day))
         for name in (*OUTPUTS, "metrics"):
             assert got[name] == reference[day][name], f"{day} {name}"
 
@@ -118,6 +95,50 @@ def test_viewfs_replay_in_process_equals_local_folders(spark, lake_dir, landing,
     # verify reads through the commit record on viewfs too.
     assert cli.main(["verify", f"{url}/inproc/{DAYS[1]}", "--config", str(CLICKS), "--input",
                      f"{url}/landing/date={DAYS[1]}", "--state-in", f"{url}/inproc/{DAYS[0]}"]) == 0
+
+
+@pytest.mark.parametrize("moment", ["write", "commit"])
+def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(spark, lake_dir, landing, reference,
+                                                                                  tmp_path, monkeypatch, moment):
+    """``rewindow replay`` into a viewfs:// output holding a committed run (day 2's),
+    SIGKILLed with its JVM as its run folder (``write``) or its commit record
+    (``commit``) appears: the previous output stays byte for byte, the current run is
+    the previous one whole (or, killed mid-commit, the new one whole), and a rerun
+    commits day 1's rows and sweeps what the killed run left."""
+    from tests.quality.processes import kill_when, start_replay, tree_digest
+    from windowing import cli, io
+    from windowing.engine import _session_conf
+
+    mount = f"killed-{moment}"  # a mount of its own: Hadoop caches a viewfs mount table per name
+    url, out = f"viewfs://{mount}/data", lake_dir.local(f"killed-{moment}")
+    replay = ["replay", "--config", str(CLICKS), "--output", f"{url}/killed-{moment}"]
+    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    with _session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
+        assert cli.main([*replay, "--input", f"{url}/landing/date={DAYS[1]}"]) == 0
+    previous, before, snap = current(out), tree_digest(out), snapshot(spark, out)
+
+    log = tmp_path / "killed.log"
+    conf = [a for k, v in viewfs_conf(mount, lake_dir.path).items() for a in ("--conf", f"{k}={v}")]
+    proc = start_replay(CLICKS, f"{url}/landing/date={DAYS[0]}", f"{url}/killed-{moment}", log, conf)
+    outcome = kill_when(proc, out, moment, timeout_s=TIMEOUT_S)
+    assert outcome == f"killed mid-{moment}", outcome + "\n" + log.read_text()[-3000:]
+    assert proc.returncode == -signal.SIGKILL
+
+    after = tree_digest(out)
+    assert {f: after.get(f) for f in before} == before, "a file of the previous output changed or went"
+    if moment == "write" or current(out) == previous:
+        assert current(out) == previous and snapshot(spark, out) == snap
+    else:  # killed as it committed: the new run is current, whole
+        assert all((run_dir(out) / n / "_SUCCESS").exists() for n in OUTPUTS)
+        assert snapshot(spark, out) == reference[DAYS[0]]
+
+    # The rerun completes it (and sweeps the abandoned run folder: its age limit zero here).
+    monkeypatch.setattr(io, "ABANDONED_AFTER_S", 0)
+    with _session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
+        assert cli.main([*replay, "--input", f"{url}/landing/date={DAYS[0]}"]) == 0
+    assert snapshot(spark, out) == reference[DAYS[0]]
+    assert run_folders(out) == {c["run_id"] for c in commits(out)}
+    assert len(commit_folders(out)) == len(commits(out)), "a killed commit's folder was not swept"
 
 
 def test_standalone_cluster_cli_backfill_equals_local_folders(spark, spark_standalone, lake_dir, landing, reference):

@@ -23,6 +23,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 REWINDOW = str(Path(sys.executable).parent / "rewindow")
 # Small and short-lived: the C1 JIT only and the serial GC halve a run's CPU time.
@@ -46,12 +47,15 @@ def commit_folders(out: Path) -> set[str]:
     return {p.name for p in (out / "_commits").iterdir()} if (out / "_commits").is_dir() else set()
 
 
-def start_replay(config: Path, events: Path, out: Path, log: Path) -> subprocess.Popen:
-    """``rewindow replay`` in its own process group (so a kill takes its JVM down too)."""
+def start_replay(config: Path, events: Path | str, out: Path | str, log: Path,
+                 extra_args: Sequence[str] = ()) -> subprocess.Popen:
+    """``rewindow replay`` in its own process group (so a kill takes its JVM down too);
+    ``extra_args`` go after :data:`SPARK_ARGS` (more ``--conf``)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     with open(log, "wb") as fh:
         return subprocess.Popen(
-            [REWINDOW, "replay", "--config", str(config), "--input", str(events), "--output", str(out), *SPARK_ARGS],
+            [REWINDOW, "replay", "--config", str(config), "--input", str(events), "--output", str(out), *SPARK_ARGS,
+             *extra_args],
             stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
 
