@@ -121,34 +121,42 @@ class TaskInput:
 
     def _without_timelines(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The non-empty batches, timeline rows taken out (to :attr:`timeline_rows`) and
-        their columns dropped."""
+        their columns dropped. A sliced worker's timeline rows carry its key's batches
+        too (an unkeyed worker's one key): they also come out as key-batch rows. The
+        task's slice is read from the slice columns, which are dropped."""
         for batch in batches:
             if not batch.num_rows:
                 continue
             names = batch.schema.names
-            if KB_SLICE in names:
-                batch = self._slice_read(batch)
-                names = batch.schema.names
-            if TL_BATCH not in names:
-                yield batch
-                continue
-            timeline = pc.equal(batch.column(names.index("__kind")), TIMELINE_KIND)
-            timeline = pc.fill_null(timeline, False)
-            if pc.any(timeline).as_py():
-                self.timeline_rows.append(pa.Table.from_batches([batch.filter(timeline)]))
-                batch = batch.filter(pc.invert(timeline))
-            batch = batch.drop_columns([c for c in TL_COLUMNS if c in names])
+            if KB_SLICE in names and self.window_slice is None:
+                self._note_slice(batch)
+            if TL_BATCH in names:
+                kind = names.index("__kind")
+                timeline = pc.fill_null(pc.equal(batch.column(kind), TIMELINE_KIND), False)
+                if pc.any(timeline).as_py():
+                    rows = batch.filter(timeline)
+                    self.timeline_rows.append(pa.Table.from_batches([rows]))
+                    if KB_SLICE in names and rows.column(KB_SLICE).null_count < rows.num_rows:
+                        kb = rows.filter(pc.is_valid(rows.column(KB_SLICE)))
+                        kb = kb.set_column(kind, "__kind", pa.array(np.full(kb.num_rows, K.KEY_BATCH, np.int8)))
+                        yield self._dropped(kb)
+                    batch = batch.filter(pc.invert(timeline))
+            batch = self._dropped(batch)
             if batch.num_rows:
                 yield batch
 
-    def _slice_read(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The batch without the slice columns, the task's slice taken from them."""
+    @staticmethod
+    def _dropped(batch: pa.RecordBatch) -> pa.RecordBatch:
+        names = batch.schema.names
+        return batch.drop_columns([c for c in (*TL_COLUMNS, KB_SLICE, KB_SLICES) if c in names])
+
+    def _note_slice(self, batch: pa.RecordBatch) -> None:
+        """The task's slice, from the first row that names it."""
         index = batch.column(batch.schema.names.index(KB_SLICE))
-        if self.window_slice is None and index.null_count < len(index):
+        if index.null_count < len(index):
             i = pc.drop_null(index)[0].as_py()
             count = pc.drop_null(batch.column(batch.schema.names.index(KB_SLICES)))[0].as_py()
             self.window_slice = K.WindowSlice.of(self.spec.window, int(i), int(count))
-        return batch.drop_columns([KB_SLICE, KB_SLICES])
 
     def timeline_commits(self, spec: K.Spec) -> tuple[dict[Any, tuple[np.ndarray, ...]], set[Any]]:
         """The spread workers' commits from the timeline rows (as

@@ -511,30 +511,22 @@ def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.Ta
     rows = summary.select("*", bucket)
     worker = [_col(wcol)] if wcol else []
     task = (F.col("__pfirst") + F.col("__bucket")).alias(_TASK)
+    # A sliced worker (an unkeyed pipeline's: one key) gets its key's batches on the same
+    # rows, which its tasks also read as key-batch rows (chunks.TaskInput).
+    key_batch = [F.col("__batch").alias(K.KB_BATCH), F.col(chunks.TL_CAND).alias(K.KB_CAND),
+                 F.col("__maxev").alias(K.KB_MAXEV), F.col(chunks.TL_MAX).alias(K.KB_MAXARR),
+                 F.col("__bucket").cast("int").alias(chunks.KB_SLICE),
+                 F.col("__pn").cast("int").alias(chunks.KB_SLICES)] if plan.sliced else []
     timeline = rows.select(
         *worker,
         F.lit(chunks.TIMELINE_KIND).cast("byte").alias("__kind"),
         F.col("__batch").alias(chunks.TL_BATCH), F.col(chunks.TL_CAND), F.col(chunks.TL_MAX), F.col(chunks.TL_MIN),
-        (F.col("__bucket") == 0).alias(chunks.TL_OWNER), task,
+        (F.col("__bucket") == 0).alias(chunks.TL_OWNER), task, *key_batch,
     )
-    if plan.hot:
-        timeline = timeline.unionByName(_hot_timeline_rows(pipeline, norm, summary, plan))
-    if not (plan.sliced or plan.hot):
+    if not plan.hot:
         return timeline
-    key_batches = None
-    if plan.sliced:
-        key_batches = rows.select(
-            *worker,
-            F.lit(K.KEY_BATCH).cast("byte").alias("__kind"),
-            F.col("__batch").alias(K.KB_BATCH), F.col(chunks.TL_CAND).alias(K.KB_CAND),
-            F.col("__maxev").alias(K.KB_MAXEV), F.col(chunks.TL_MAX).alias(K.KB_MAXARR),
-            F.col("__bucket").cast("int").alias(chunks.KB_SLICE), F.col("__pn").cast("int").alias(chunks.KB_SLICES),
-            task,
-        )
-    if plan.hot:
-        hot = _hot_key_batch_rows(pipeline, norm, plan, cand)
-        key_batches = hot if key_batches is None else key_batches.unionByName(hot, allowMissingColumns=True)
-    return timeline.unionByName(cast("DataFrame", key_batches), allowMissingColumns=True)
+    timeline = timeline.unionByName(_hot_timeline_rows(pipeline, norm, summary, plan))
+    return timeline.unionByName(_hot_key_batch_rows(pipeline, norm, plan, cand), allowMissingColumns=True)
 
 
 def _hot_timeline_rows(pipeline: Pipeline, norm: DataFrame, summary: DataFrame,
