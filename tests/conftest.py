@@ -40,15 +40,33 @@ def spark():
     session.stop()
 
 
+#: The fast tier (``-m "not spark"``) draws this share of each model comparison's generated
+#: cases (the full run draws them all), unless REWINDOW_CASES_SCALE says otherwise.
+FAST_TIER_CASES = "0.25"
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "spark: uses a Spark session (set automatically from the fixtures)")
+    if " ".join(str(config.getoption("markexpr", "") or "").split()) == "not spark":
+        os.environ.setdefault("REWINDOW_CASES_SCALE", FAST_TIER_CASES)
+
+
+def pytest_report_header(config):
+    scale = os.environ.get("REWINDOW_CASES_SCALE")
+    return [f"rewindow: generated cases x{scale} (REWINDOW_CASES_SCALE)"] if scale else []
+
+
+#: Fixtures that start Spark: the session, or Spark in processes of their own
+#: (tests/windowing/test_catalog.py's published history and Thrift server).
+SPARK_FIXTURES = {"spark", "published"}
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs Spark, so the fast tier is ``-m "not spark"`` (the
     reference model, the kernel against it, configuration: about a minute)."""
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("cluster"):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SPARK_FIXTURES or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.spark)
 
 

@@ -16,11 +16,12 @@ S = 1000
 
 def cases(n: int) -> settings:
     """Settings for a generated-case test: n cases (times REWINDOW_CASES_SCALE), no deadline."""
-    scale = int(os.environ.get("REWINDOW_CASES_SCALE", "1"))
+    scale = float(os.environ.get("REWINDOW_CASES_SCALE", "1"))
     # REWINDOW_NO_SHRINK=1: report the first failing case as found (shrinking a Spark case
     # can take many minutes).
     phases = [p for p in Phase if not (p is Phase.shrink and os.environ.get("REWINDOW_NO_SHRINK"))]
-    return settings(max_examples=n * scale, deadline=None, suppress_health_check=list(HealthCheck), phases=phases)
+    return settings(max_examples=max(1, round(n * scale)), deadline=None, suppress_health_check=list(HealthCheck),
+                    phases=phases)
 
 
 AGGREGATES = [
