@@ -14,7 +14,10 @@ The driver knows each worker's accepted events (one small aggregation). From the
   **sliced** over ``ceil(n / P)`` tasks of its own by window
   (:mod:`windowing.kernel.slices`): each gets its timeline and its key's batches, summed
   up by Spark the same way. Without slicing (sessions, ``spark.rewindow.slices=off``) it
-  stays whole.
+  stays whole;
+* a spread worker's hot keys (over ``1.5 P`` events, found by one more aggregation only
+  when a worker is spread: :func:`with_hot_keys`) are sliced the same way, over tasks
+  of their own.
 
 A task's memory is bounded apart from this, by ``eventsPerChunk`` (:mod:`windowing.chunks`):
 the plan decides parallelism, not what fits.
