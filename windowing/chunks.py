@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, cast
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +42,10 @@ TL_COLUMNS = (TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER)
 #: On the key-batch rows of a key replayed in slices (:mod:`windowing.kernel.slices`):
 #: the task's slice and how many there are.
 KB_SLICE, KB_SLICES = "__kb_slice", "__kb_slices"
+#: The timeline and key-batch rows of a task, packed by Spark into one list of structs on
+#: one row (``engine._split_timeline_rows``): the events carry one null column for them,
+#: not a dozen (each costs in the Arrow hand-over of every row).
+PACKED = "__packed"
 
 
 def spill_folder() -> str:
@@ -76,12 +80,16 @@ class TaskInput:
         self.timeline_rows: list[pa.Table] = []
         #: The slice of its key's windows the task replays (None: whole keys).
         self.window_slice: K.WindowSlice | None = None
+        #: Key-batch rows that came packed (:data:`PACKED`): added to every piece (their batches').
+        self.key_batch_rows: pa.Table | None = None
+        key_batches: list[pa.Table] = []
+        self._schema_seen: pa.Schema | None = None
         held: list[pa.RecordBatch] = []
         writer: pa.ipc.RecordBatchFileWriter | None = None
         summaries: list[Mapping[Any, tuple[np.ndarray, ...]]] = []
         counted: list[tuple[np.ndarray, np.ndarray]] = []
         try:
-            for batch in self._without_timelines(batches):
+            for batch in self._without_timelines(batches, key_batches):
                 self.rows += batch.num_rows
                 if writer is None:
                     held.append(batch)
@@ -106,9 +114,16 @@ class TaskInput:
                 writer.close()
             self.close()
             raise
+        if key_batches:
+            self.key_batch_rows = pa.concat_tables(key_batches, promote_options="permissive")
         if writer is None:
-            if held:
-                self.table = self._named(pa.Table.from_batches(held))
+            if held or self.key_batch_rows is not None:
+                # A slice with no events of its own still replays its key's batches (its
+                # home slice writes the key's state row): the rows' columns, none of them.
+                empty = self._schema_seen.empty_table() if self._schema_seen is not None else None
+                source = pa.Table.from_batches(held) if held else empty
+                table = self._named(source) if source is not None else None
+                self.table = self._with_key_batches(table, None, None)
             return
         writer.close()
         values = np.concatenate([v for v, _ in counted]) if counted else np.zeros(0, np.int64)
@@ -119,15 +134,25 @@ class TaskInput:
             minimum = spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME
             self.commits = pieces.merged_commits(summaries, minimum)
 
-    def _without_timelines(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def _without_timelines(self, batches: Iterable[pa.RecordBatch],
+                           key_batches: list[pa.Table]) -> Iterator[pa.RecordBatch]:
         """The non-empty batches, timeline rows taken out (to :attr:`timeline_rows`) and
         their columns dropped. A sliced worker's timeline rows carry its key's batches
-        too (an unkeyed worker's one key): they also come out as key-batch rows. The
-        task's slice is read from the slice columns, which are dropped."""
+        too (an unkeyed worker's one key): they also become key-batch rows. Packed rows
+        (:data:`PACKED`) are unpacked: their timeline rows taken out, their key-batch rows
+        to ``key_batches``. The task's slice is read from the slice columns."""
         for batch in batches:
             if not batch.num_rows:
                 continue
             names = batch.schema.names
+            if PACKED in names:
+                packed = batch.column(names.index(PACKED))
+                valid = pc.is_valid(packed)
+                if pc.any(valid).as_py():
+                    self._unpack(pc.list_flatten(packed.filter(valid)), key_batches)
+                    batch = batch.filter(pc.invert(valid))
+                batch = batch.drop_columns([PACKED])
+                names = batch.schema.names
             if KB_SLICE in names and self.window_slice is None:
                 self._note_slice(batch)
             if TL_BATCH in names:
@@ -142,8 +167,47 @@ class TaskInput:
                         yield self._dropped(kb)
                     batch = batch.filter(pc.invert(timeline))
             batch = self._dropped(batch)
+            if self._schema_seen is None:
+                self._schema_seen = batch.schema
             if batch.num_rows:
                 yield batch
+
+    def _unpack(self, rows: pa.StructArray, key_batches: list[pa.Table]) -> None:
+        """Packed timeline and key-batch rows: the timeline rows to :attr:`timeline_rows`
+        (a sliced worker's also as key-batch rows), the key-batch rows to ``key_batches``."""
+        table = pa.Table.from_batches([pa.RecordBatch.from_struct_array(rows)])
+        names = table.column_names
+        if KB_SLICE in names and self.window_slice is None:
+            for b in table.to_batches():
+                self._note_slice(b)
+        kind = table["__kind"]
+        timeline = table.filter(pc.equal(kind, TIMELINE_KIND))
+        if timeline.num_rows:
+            self.timeline_rows.append(timeline)
+        kb = table.filter(pc.equal(kind, K.KEY_BATCH))
+        if KB_SLICE in names:  # a sliced worker's timeline rows are its key's batches too
+            sliced = timeline.filter(pc.is_valid(timeline[KB_SLICE]))
+            if sliced.num_rows:
+                sliced = sliced.set_column(names.index("__kind"), "__kind",
+                                           pa.array(np.full(sliced.num_rows, K.KEY_BATCH, np.int8)))
+                kb = pa.concat_tables([kb, sliced], promote_options="permissive")
+        if kb.num_rows:
+            key_batches.append(kb.drop_columns([c for c in (*TL_COLUMNS, KB_SLICE, KB_SLICES) if c in names]))
+
+    def _with_key_batches(self, table: pa.Table | None, lo: int | None, hi: int | None) -> pa.Table:
+        """``table`` with the packed key-batch rows of batches in ``[lo, hi)``."""
+        kb = self.key_batch_rows
+        if kb is None:
+            return cast(pa.Table, table)
+        batch = kb[K.KB_BATCH]
+        if lo is not None:
+            kb = kb.filter(pc.greater_equal(batch, lo))
+            batch = kb[K.KB_BATCH]
+        if hi is not None:
+            kb = kb.filter(pc.less(batch, hi))
+        if table is None:
+            return kb
+        return pa.concat_tables([table, kb], promote_options="permissive")
 
     @staticmethod
     def _dropped(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -221,7 +285,7 @@ class TaskInput:
                 part = rb.filter(keep)
                 if part.num_rows:
                     parts.append(part)
-            return pa.Table.from_batches(parts, schema=reader.schema)
+            return self._with_key_batches(pa.Table.from_batches(parts, schema=reader.schema), lo, hi)
 
     def close(self) -> None:
         if self.folder is not None:

@@ -523,10 +523,13 @@ def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.Ta
         F.col("__batch").alias(chunks.TL_BATCH), F.col(chunks.TL_CAND), F.col(chunks.TL_MAX), F.col(chunks.TL_MIN),
         (F.col("__bucket") == 0).alias(chunks.TL_OWNER), task, *key_batch,
     )
-    if not plan.hot:
-        return timeline
-    timeline = timeline.unionByName(_hot_timeline_rows(pipeline, norm, summary, plan))
-    return timeline.unionByName(_hot_key_batch_rows(pipeline, norm, plan, cand), allowMissingColumns=True)
+    if plan.hot:
+        timeline = timeline.unionByName(_hot_timeline_rows(pipeline, norm, summary, plan))
+        timeline = timeline.unionByName(_hot_key_batch_rows(pipeline, norm, plan, cand), allowMissingColumns=True)
+    # One row per task holding its rows as a list: the events carry one null column for
+    # them (chunks.PACKED), not one per field.
+    fields = [_col(c) for c in timeline.columns if c != _TASK]
+    return timeline.groupBy(_TASK).agg(F.collect_list(F.struct(*fields)).alias(chunks.PACKED))
 
 
 def _hot_timeline_rows(pipeline: Pipeline, norm: DataFrame, summary: DataFrame,
