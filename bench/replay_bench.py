@@ -23,8 +23,9 @@ and prints ``lateness_ratio_vs_replay=X.XX`` (lateness time / replay time) befor
 start's history (``--days`` days, default 3, of 20,000 events a day, 500 keys: what
 ``python -m orchestration.demo`` writes) backfilled through the partition chain
 (``windowing.chain.Chain``, what ``rewindow backfill`` runs: replay, stage, checks,
-commit) with ``examples/pipelines/clicks-hourly.yaml`` at ``--grain`` (``hour``: 72
-partitions). Spark's event log counts the jobs. Its last lines are
+commit; ``--no-checks`` leaves the checks out) with
+``examples/pipelines/clicks-hourly.yaml`` at ``--grain`` (``hour``: 72 partitions).
+Spark's event log counts the jobs. Its last lines are
 ``seconds_per_partition=X.XX`` and ``jobs_per_partition=N``.
 
 Scale (docs/architecture.md, "Scale"): ``--events N`` (with ``--days``), ``--workers N``
@@ -203,7 +204,9 @@ def event_log_conf(folder: Path) -> dict[str, str]:
 
 
 def job_starts(folder: Path) -> list[tuple[int, str]]:
-    """Every job the event logs in ``folder`` record: ``(submission time in ms, call site)``."""
+    """Every job the event logs in ``folder`` record: ``(submission time in ms, call site)``
+    (the Python call site; else, for a job started by Spark itself, as adaptive execution
+    and the writers do, the JVM method that started it)."""
     import json
 
     jobs = []
@@ -214,7 +217,9 @@ def job_starts(folder: Path) -> list[tuple[int, str]]:
                     continue
                 event = json.loads(line)
                 props = event.get("Properties") or {}
-                jobs.append((int(event["Submission Time"]), str(props.get("callSite.short", "?"))))
+                details = (event.get("Stage Infos") or [{}])[-1].get("Details") or "?"
+                site = props.get("callSite.short") or details.splitlines()[0]
+                jobs.append((int(event["Submission Time"]), str(site)))
     return jobs
 
 
@@ -236,6 +241,7 @@ def backfill(args: argparse.Namespace) -> None:
     pipeline = load_pipeline(str(QUICKSTART_PIPELINE))
     partitions = Partitions(args.grain, start)
     keys = partitions.keys(None, partitions.key_of(start + timedelta(days=args.days) - partitions.step))
+    keys = keys[:args.partitions] if args.partitions else keys
     print(f"data: {args.days} days x 20,000 events in {landing}; {len(keys)} {args.grain} partitions "
           f"of pipeline {pipeline.name!r}", flush=True)
     conf = {**event_log_conf(logs), **dict(kv.split("=", 1) for kv in args.conf)}
@@ -244,7 +250,7 @@ def backfill(args: argparse.Namespace) -> None:
     spans: list[tuple[str, int, int]] = []
     began = time.monotonic()
     t = time.time_ns() // 1_000_000
-    for part in chain.replay(keys):
+    for part in chain.replay(keys, checks=not args.no_checks):
         now = time.time_ns() // 1_000_000
         spans.append((part.key, t, now))
         t = now
@@ -257,6 +263,7 @@ def backfill(args: argparse.Namespace) -> None:
     sites = Counter(site for at, site in jobs if spans[0][1] <= at < spans[-1][2])
     print(f"jobs per partition: min {min(per_partition)}, max {max(per_partition)}, "
           f"first {per_partition[0]}, last {per_partition[-1]}")
+    print(f"jobs by partition: {' '.join(map(str, per_partition))}")
     print("jobs by call site (all partitions):")
     for site, n in sites.most_common():
         print(f"  {n / len(spans):6.2f}  {site}")
@@ -285,6 +292,10 @@ def main() -> None:
     ap.add_argument("--backfill", action="store_true",
                     help="time a backfill of the quick start's history in small partitions instead (see above)")
     ap.add_argument("--grain", choices=("day", "hour"), default="hour", help="--backfill's partitions (default hour)")
+    ap.add_argument("--partitions", type=int, default=0, metavar="N", help="--backfill only the first N partitions")
+    ap.add_argument("--no-checks", action="store_true",
+                    help="--backfill without the data-quality checks (rewindow backfill --no-checks): the replay, "
+                         "its writes and the commit alone")
     args = ap.parse_args()
     if args.backfill:
         args.days = args.days or 3
