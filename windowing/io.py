@@ -629,9 +629,13 @@ class Staged:
             "extra": json.dumps(self._extra(extra), sort_keys=True, default=str),
         }
         target = join(self.output, COMMITS, f"{seq:010d}-{self.run_id}")
+        lake = Lake(self.spark)
         try:
-            # The JSON line Spark's writer would write for this row, from the driver (no job).
-            Lake(self.spark).put_text_dataset(target, record_json_line(record), "json")
+            if lake.connect:  # no JVM here: Spark's JSON writer
+                (self.spark.createDataFrame([record], COMMIT_SCHEMA).coalesce(1)
+                 .write.mode("error").json(target))
+            else:  # the line Spark's JSON writer writes for this row, from the driver (no job)
+                lake.put_text_dataset(target, record_json_line(record), "json")
         except Exception as exc:  # noqa: BLE001
             raise OutputError(f"{target}: cannot write the commit record: {_root_cause(exc)}") from exc
         commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=committed_at,

@@ -231,7 +231,8 @@ class Lake:
         Spark job: the file is written under ``folder/_temporary/`` (a name Spark's
         readers skip, as its own committer does) and renamed into place, so a reader sees
         the whole file or none. Over Spark Connect (no JVM here), Spark's text writer
-        writes it (one row: the text without its final newline, which the writer adds).
+        writes it (one row: the text without its final newline, which the writer adds;
+        the file is then named ``.txt`` whatever ``extension`` says).
         """
         if self.connect:
             (self.spark.createDataFrame([(text.removesuffix("\n"),)], "value string").coalesce(1)
