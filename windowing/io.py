@@ -878,8 +878,11 @@ def _text_lines(spark: SparkSession, lake: Lake, path: str) -> str:
     lines: list[str] = []
     for f in lake.files(path):
         text = lake.read_text(f.path)
-        lines += re.split(r"\r\n|\r|\n", text.removesuffix("\r\n") if text.endswith("\r\n")
-                          else text[:-1] if text.endswith(("\n", "\r")) else text) if text else []
+        if not text:
+            continue
+        # Lines end at \n, \r or \r\n (Hadoop's line reader); the last one may not end.
+        end = 2 if text.endswith("\r\n") else 1 if text.endswith(("\n", "\r")) else 0
+        lines += re.split(r"\r\n|\r|\n", text[:len(text) - end])
     return "\n".join(lines)
 
 
