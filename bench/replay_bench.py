@@ -17,6 +17,16 @@ and prints ``lateness_ratio_vs_replay=X.XX`` (lateness time / replay time) befor
 
     python bench/replay_bench.py            # full size
     python bench/replay_bench.py --quick    # 1 million events, a couple of minutes
+    python bench/replay_bench.py --backfill --grain hour   # a partition's fixed cost
+
+``--backfill`` times what a scheduled backfill pays per partition instead: the quick
+start's history (``--days`` days, default 3, of 20,000 events a day, 500 keys: what
+``python -m orchestration.demo`` writes) backfilled through the partition chain
+(``windowing.chain.Chain``, what ``rewindow backfill`` runs: replay, stage, checks,
+commit; ``--no-checks`` leaves the checks out) with
+``examples/pipelines/clicks-hourly.yaml`` at ``--grain`` (``hour``: 72 partitions).
+Spark's event log counts the jobs. Its last lines are
+``seconds_per_partition=X.XX`` and ``jobs_per_partition=N``.
 
 Scale (docs/architecture.md, "Scale"): ``--events N`` (with ``--days``), ``--workers N``
 (the source's partitions, default 8) and ``--unkeyed`` (no keyExtractor: one key per
@@ -33,7 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -182,11 +192,93 @@ def _hot_key(folder: Path, n: int, days: int) -> None:
     }), folder / "part-00000.parquet")
 
 
+#: The quick start's pipeline (the backfill mode replays it).
+QUICKSTART_PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "pipelines" / "clicks-hourly.yaml"
+
+
+def event_log_conf(folder: Path) -> dict[str, str]:
+    """Spark settings for an uncompressed, unrolled event log in ``folder`` (one file a session)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": folder.as_uri(),
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+
+
+def job_starts(folder: Path) -> list[tuple[int, str]]:
+    """Every job the event logs in ``folder`` record: ``(submission time in ms, call site)``
+    (the Python call site; else, for a job started by Spark itself, as adaptive execution
+    and the writers do, the JVM method that started it)."""
+    import json
+
+    jobs = []
+    for log in sorted(folder.iterdir()):
+        with open(log, encoding="utf-8") as f:
+            for line in f:
+                if '"SparkListenerJobStart"' not in line:
+                    continue
+                event = json.loads(line)
+                props = event.get("Properties") or {}
+                details = (event.get("Stage Infos") or [{}])[-1].get("Details") or "?"
+                site = props.get("callSite.short") or details.splitlines()[0]
+                jobs.append((int(event["Submission Time"]), str(site)))
+    return jobs
+
+
+def backfill(args: argparse.Namespace) -> None:
+    """``--backfill``: the per-partition cost of a backfill of many small partitions."""
+    from collections import Counter
+
+    from windowing.chain import Chain, Partitions
+    from windowing.config import load_pipeline
+    from windowing.spark import spark_session
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="rewindow-backfill-bench-"))
+    landing, logs = work / "landing", work / "eventlog"
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    if not landing.exists():
+        generate_history(landing, start, args.days, 20_000, 500, seed=7)
+    shutil.rmtree(logs, ignore_errors=True)
+    shutil.rmtree(work / "output", ignore_errors=True)
+    pipeline = load_pipeline(str(QUICKSTART_PIPELINE))
+    partitions = Partitions(args.grain, start)
+    keys = partitions.keys(None, partitions.key_of(start + timedelta(days=args.days) - partitions.step))
+    keys = keys[:args.partitions] if args.partitions else keys
+    print(f"data: {args.days} days x 20,000 events in {landing}; {len(keys)} {args.grain} partitions "
+          f"of pipeline {pipeline.name!r}", flush=True)
+    conf = {**event_log_conf(logs), **dict(kv.split("=", 1) for kv in args.conf)}
+    spark = spark_session(args.master, conf)
+    chain = Chain(spark, pipeline, str(landing), str(work / "output"), partitions)
+    spans: list[tuple[str, int, int]] = []
+    began = time.monotonic()
+    t = time.time_ns() // 1_000_000
+    for part in chain.replay(keys, checks=not args.no_checks):
+        now = time.time_ns() // 1_000_000
+        spans.append((part.key, t, now))
+        t = now
+        if not part.committed:
+            raise SystemExit(f"{part.key}: not committed ({', '.join(part.lineage.failed_checks)})")
+    elapsed = time.monotonic() - began
+    spark.stop()  # the event log is complete once the session stops
+    jobs = job_starts(logs)
+    per_partition = [sum(1 for at, _ in jobs if lo <= at < hi) for _, lo, hi in spans]
+    sites = Counter(site for at, site in jobs if spans[0][1] <= at < spans[-1][2])
+    print(f"jobs per partition: min {min(per_partition)}, max {max(per_partition)}, "
+          f"first {per_partition[0]}, last {per_partition[-1]}")
+    print(f"jobs by partition: {' '.join(map(str, per_partition))}")
+    print("jobs by call site (all partitions):")
+    for site, n in sites.most_common():
+        print(f"  {n / len(spans):6.2f}  {site}")
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"backfilled {len(spans)} partitions in {elapsed:.1f}s")
+    print(f"seconds_per_partition={elapsed / len(spans):.2f}")
+    print(f"jobs_per_partition={sum(per_partition) / len(spans):.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--keys", type=int, default=100_000)
-    ap.add_argument("--days", type=int, default=2)
+    ap.add_argument("--days", type=int, default=None, help="days of history (default 2; 3 with --backfill)")
     ap.add_argument("--quick", action="store_true", help="1M events, 20k keys")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each (median is reported)")
     ap.add_argument("--workdir", default=None, help="keep data here (default: a temp dir, removed)")
@@ -197,7 +289,19 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8, help="the source's workers (Kafka partitions)")
     ap.add_argument("--unkeyed", action="store_true", help="a pipeline without keyExtractor (one key per worker)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)")
+    ap.add_argument("--backfill", action="store_true",
+                    help="time a backfill of the quick start's history in small partitions instead (see above)")
+    ap.add_argument("--grain", choices=("day", "hour"), default="hour", help="--backfill's partitions (default hour)")
+    ap.add_argument("--partitions", type=int, default=0, metavar="N", help="--backfill only the first N partitions")
+    ap.add_argument("--no-checks", action="store_true",
+                    help="--backfill without the data-quality checks (rewindow backfill --no-checks): the replay, "
+                         "its writes and the commit alone")
     args = ap.parse_args()
+    if args.backfill:
+        args.days = args.days or 3
+        backfill(args)
+        return
+    args.days = args.days or 2
     if args.quick:
         args.events, args.keys = 1_000_000, 20_000
 

@@ -203,11 +203,9 @@ def test_spark_console_progress_bars_are_off_on_every_master(master):
 
 
 def test_the_worker_check_runs_one_job_once_per_session(spark, monkeypatch):
-    import weakref
-
     from windowing import spark as wspark
 
-    monkeypatch.setattr(wspark, "_WORKERS_OK", weakref.WeakSet())
+    monkeypatch.setattr(wspark, "_WORKERS_OK", set())
     sc = spark.sparkContext
     sc.setJobGroup("worker-check", "the worker check")
     try:
@@ -215,6 +213,11 @@ def test_the_worker_check_runs_one_job_once_per_session(spark, monkeypatch):
         wspark.check_workers(spark)
         first = time.monotonic() - began
         wspark.check_workers(spark)
+        # Another session object of the same application (a Dagster run's, a notebook's):
+        # the same workers, not probed again.
+        other = spark.newSession()
+        other.sparkContext.setJobGroup("worker-check", "the worker check")
+        wspark.check_workers(other)
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     assert len(sc.statusTracker().getJobIdsForGroup("worker-check")) == 1

@@ -532,7 +532,8 @@ class Chain:
             partition=key,
             previous_partition=self.partitions.previous(key),
             start_state_hash=start.lineage.state_hash if start else None,
-            state_hash=store.state_content_hash(state),
+            # Computed with the state's manifest, in the same job, when the outputs were staged.
+            state_hash=staged.state_hash or store.state_content_hash(state),
             flushed_at_end=flush,
             run_id=run_id or _run_id(),
             failed_checks=failed,

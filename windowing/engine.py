@@ -725,21 +725,24 @@ def _split_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | Non
         return [], None
     problems = _state_problems(spark, pipeline, state, events_df)  # no Spark job
     fp = pipeline.fingerprint()
-    if "fingerprint" in state.columns:  # another pipeline's state: say that, not what it lacks
-        found = [r[0] for r in state.select("fingerprint").distinct().limit(3).collect()]
-        if any(f != fp for f in found):
-            raise StateMismatchError(_mismatch_message(pipeline, found))
+    wcol, kcol = pipeline.source.worker, pipeline.window.key
     if problems:
+        if "fingerprint" in state.columns:  # another pipeline's state: say that, not what it lacks
+            found = [r[0] for r in state.select("fingerprint").distinct().limit(3).collect()]
+            if any(f != fp for f in found):
+                raise StateMismatchError(_mismatch_message(pipeline, found))
         raise StateError(
             f"{_state_location(state)}: the carried state does not fit pipeline {pipeline.name!r} "
             f"and these events: {'; '.join(problems)}"
         )
-    wcol, kcol = pipeline.source.worker, pipeline.window.key
+    found, worker_rows = _state_summary(state, wcol)
+    if any(f != fp for f in found):  # another pipeline's state
+        raise StateMismatchError(_mismatch_message(pipeline, found))
     types = dict(events_df.dtypes)
     worker_state = [
         {"worker": (r[wcol] if wcol else 0), "batch": r["batch"], "watermark_ms": r["watermark_ms"],
          "clock_ms": r["clock_ms"]}
-        for r in state.where(F.col("state_kind") == "worker").collect()
+        for r in worker_rows
     ]
     kind = (
         F.when(F.col("state_kind") == "key", F.lit(K.STATE_KEY))
@@ -752,6 +755,26 @@ def _split_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | Non
     cols = [_col(c).cast(types[c]).alias(c) for c in keep]
     cols += [_col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
     return worker_state, rows.select(*cols, kind.alias("__kind"))
+
+
+#: Settings for the small aggregations the driver collects (a few rows: rejected rows per
+#: reason and worker, the carried state's worker rows and fingerprints): one Spark job with
+#: its stages, not one job per stage as adaptive execution runs them, and one reduce task.
+_SMALL_JOB_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+
+
+def _state_summary(state: DataFrame, wcol: str | None) -> tuple[list[str], list[Row]]:
+    """``(fingerprints, worker rows)`` of a carried state that has the state's columns, in
+    one job: its distinct fingerprints (at most three; none without the column) and its
+    worker rows (``state_kind = 'worker'``)."""
+    worker_cols = [c for c in dict.fromkeys((wcol, "batch", "watermark_ms", "clock_ms")) if c]
+    rows = state.where(F.col("state_kind") == "worker").select(F.lit(0).alias("__part"), *map(_col, worker_cols))
+    if "fingerprint" in state.columns:
+        fps = state.select(F.lit(1).alias("__part"), F.col("fingerprint").alias("__fp")).distinct()
+        rows = rows.unionByName(fps, allowMissingColumns=True)
+    with _session_conf(state.sparkSession, _SMALL_JOB_CONF):
+        collected = rows.collect()
+    return [r["__fp"] for r in collected if r["__part"] == 1][:3], [r for r in collected if r["__part"] == 0]
 
 
 def _mismatch_message(pipeline: Pipeline, found: list[str]) -> str:
@@ -845,8 +868,9 @@ def _state_location(state: DataFrame) -> str:
 
 
 def _fold(norm: DataFrame, wexpr: Column) -> pa.Table:
-    """Rows per (reject reason, worker ``__w``): one small Spark aggregation."""
-    return norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w")).agg(F.count(F.lit(1)).alias("n")).toArrow()
+    """Rows per (reject reason, worker ``__w``): one small Spark aggregation, one job."""
+    with _session_conf(norm.sparkSession, _SMALL_JOB_CONF):
+        return norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w")).agg(F.count(F.lit(1)).alias("n")).toArrow()
 
 
 def _folded_counts(folded: pa.Table) -> tuple[dict[str, int], dict[Any, int]]:

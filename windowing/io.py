@@ -593,6 +593,12 @@ class Staged:
     #: The state's manifest (windowing.manifest), recorded in the commit record; None
     #: for outputs without a state (lateness, reconcile).
     state_manifest: dict[str, Any] | None = None
+    #: The written datasets' schemas, as Spark reads them back (every field nullable): the
+    #: staged outputs are read with them, with no schema inference (a Spark job each).
+    schemas: dict[str, StructType] | None = None
+    #: :func:`windowing.manifest.content_hash` of the whole written state (computed with
+    #: the manifest's, in the same job); None when not computed.
+    state_hash: str | None = None
 
     @property
     def run(self) -> str:
@@ -603,8 +609,9 @@ class Staged:
         return join(self.output, self.run)
 
     def read(self) -> SimpleNamespace:
-        """The staged outputs, as :func:`read_outputs` returns them."""
-        return read_run(self.spark, self.path)
+        """The staged outputs, as :func:`read_outputs` returns them (read with the schemas
+        they were written with, when known)."""
+        return read_run(self.spark, self.path, self.schemas)
 
     def commit(self, extra: dict[str, Any] | None = None, keep: Collection[str] = ()) -> Commit:
         """Make this run the output's current one: write its commit record (last).
@@ -622,21 +629,52 @@ class Staged:
             "extra": json.dumps(self._extra(extra), sort_keys=True, default=str),
         }
         target = join(self.output, COMMITS, f"{seq:010d}-{self.run_id}")
+        lake = Lake(self.spark)
         try:
-            (self.spark.createDataFrame([record], COMMIT_SCHEMA).coalesce(1)
-             .write.mode("error").json(target))
+            if lake.connect:  # no JVM here: Spark's JSON writer
+                (self.spark.createDataFrame([record], COMMIT_SCHEMA).coalesce(1)
+                 .write.mode("error").json(target))
+            else:  # the line Spark's JSON writer writes for this row, from the driver (no job)
+                lake.put_text_dataset(target, record_json_line(record), "json")
         except Exception as exc:  # noqa: BLE001
             raise OutputError(f"{target}: cannot write the commit record: {_root_cause(exc)}") from exc
         commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=committed_at,
                         pipeline=self.pipeline, fingerprint=self.fingerprint, metrics=self.metrics,
                         extra=self._extra(extra), output=self.output)
-        prune(self.spark, self.output, keep)
+        # The records as they now are: those read above and this one (pruning reads no more).
+        prune(self.spark, self.output, keep, records=([*previous, commit], damaged))
         return commit
 
     def _extra(self, extra: dict[str, Any] | None) -> dict[str, Any]:
         if self.state_manifest is None:
             return dict(extra or {})
         return {**(extra or {}), manifest.RECORD_KEY: self.state_manifest}
+
+
+#: The commit record's fields in :data:`COMMIT_SCHEMA`'s order (Spark's JSON writer's order).
+_COMMIT_FIELDS = tuple(f.strip().split(" ", 1)[0] for f in COMMIT_SCHEMA.split(","))
+#: How Spark's JSON writer (Jackson) escapes a character in a string: the two-character
+#: escapes, other control characters as ``\u00XX`` (upper-case hex); nothing else.
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r",
+                 **{chr(i): f"\\u{i:04X}" for i in range(0x20) if chr(i) not in "\b\t\n\f\r"}}
+_JSON_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
+
+
+def record_json_line(record: Mapping[str, Any]) -> str:
+    """A commit record as the line Spark's JSON writer writes for it as a
+    :data:`COMMIT_SCHEMA` row: fields in the schema's order, null ones left out, no
+    spaces, strings escaped as Jackson escapes them, then a newline."""
+    parts = []
+    for name in _COMMIT_FIELDS:
+        value = record.get(name)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            value = '"' + _JSON_ESCAPE.sub(lambda m: _JSON_ESCAPES[m.group(0)], value) + '"'
+        else:
+            value = str(int(value))
+        parts.append(f'"{name}":{value}')
+    return "{" + ",".join(parts) + "}\n"
 
 
 def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipeline: Pipeline | None = None,
@@ -661,19 +699,42 @@ def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
                     pipeline.fingerprint() if pipeline is not None else "")
     files = list(getattr(result, "input_files", ()) or ())
     frames = {name: getattr(result, name) for name in OUTPUTS}
-    frames[METRICS] = spark.createDataFrame(
-        [(json.dumps(metrics, indent=None, sort_keys=True),)], "value string").coalesce(1)
-    # One row holding the whole text (the writer adds the final newline): one file, lines in order.
-    frames[PROMETHEUS] = spark.createDataFrame(
-        [(render_prometheus(metrics).removesuffix("\n"),)], "value string").coalesce(1)
-
-    write_datasets(staged, frames, text=(METRICS, PROMETHEUS), files=files)
+    write_datasets(staged, frames, files=files)
+    # The two small text datasets, from the driver (no Spark job): the bytes Spark's text
+    # writer wrote for them, one line of JSON and the Prometheus text (one file each).
+    texts = {METRICS: json.dumps(metrics, indent=None, sort_keys=True) + "\n",
+             PROMETHEUS: render_prometheus(metrics).removesuffix("\n") + "\n"}
+    lake = Lake(spark)
+    for name, text in texts.items():
+        target = join(staged.path, name)
+        try:
+            lake.put_text_dataset(target, text)
+        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+            raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
+    staged.schemas = {name: nullable(frames[name].schema) for name in OUTPUTS}
     try:
-        staged.state_manifest = manifest.write_manifest(spark, join(staged.path, "state")).to_dict()
+        written, staged.state_hash = manifest.write_state_manifest(spark, join(staged.path, "state"),
+                                                                   staged.schemas["state"])
     except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
         raise OutputError(f"{join(staged.path, 'state', manifest.MANIFEST)}: cannot write the state manifest: "
                           f"{_root_cause(exc)}") from exc
+    staged.state_manifest = written.to_dict()
     return staged
+
+
+def nullable(schema: StructType) -> StructType:
+    """``schema`` with every field, array element and map value nullable: the schema Spark
+    reads back from the Parquet files it wrote a DataFrame of ``schema`` to."""
+    def of(t: T.DataType) -> T.DataType:
+        if isinstance(t, T.StructType):
+            return T.StructType([T.StructField(f.name, of(f.dataType), True, f.metadata) for f in t.fields])
+        if isinstance(t, T.ArrayType):
+            return T.ArrayType(of(t.elementType), True)
+        if isinstance(t, T.MapType):
+            return T.MapType(of(t.keyType), of(t.valueType), True)
+        return t
+
+    return cast("StructType", of(schema))
 
 
 def write_datasets(staged: Staged, frames: Mapping[str, DataFrame], text: Collection[str] = (),
@@ -720,7 +781,8 @@ def write_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
     return result.metrics
 
 
-def prune(spark: SparkSession, out: str, keep: Collection[str] = ()) -> list[str]:
+def prune(spark: SparkSession, out: str, keep: Collection[str] = (),
+          records: tuple[list[Commit], list[DamagedRecord]] | None = None) -> list[str]:
     """Delete runs beyond the last :data:`KEEP_RUNS` committed, abandoned run folders,
     damaged records older than the current one, and commit folders a killed commit left
     without a record (``_commits/<seq>-<run id>/_temporary/``) once abandoned; never the
@@ -730,11 +792,14 @@ def prune(spark: SparkSession, out: str, keep: Collection[str] = ()) -> list[str
     ``out/_commits/`` whose names are its run ids and record folders
     (:mod:`windowing.records`); a record's ``run`` is never followed unchecked. Returns
     what was deleted. A no-op where the session cannot delete (Spark Connect).
+
+    ``records``: the output's records as :func:`read_records` returns them, when the
+    caller has them (a commit: those it read, and its own); else they are read.
     """
     lake = Lake(spark)
     if lake.connect:
         return []
-    commits, damaged = read_records(spark, out)
+    commits, damaged = records if records is not None else read_records(spark, out)
     keep_runs: list[str] = []
     for c in reversed(commits):
         if c.run_id not in keep_runs:
@@ -768,9 +833,11 @@ def prune(spark: SparkSession, out: str, keep: Collection[str] = ()) -> list[str
 # --------------------------------------------------------------------------- reading
 
 
-def read_run(spark: SparkSession, run_path: str) -> SimpleNamespace:
+def read_run(spark: SparkSession, run_path: str, schemas: Mapping[str, StructType] | None = None) -> SimpleNamespace:
     """The outputs of one run folder: ``aggregates``, ``late_events``, ``rejected``,
     ``state`` DataFrames and ``metrics`` (a dict, or None without ``metrics.json``).
+    ``schemas``: the outputs' schemas when known (a run just written: :attr:`Staged.schemas`),
+    else Spark infers each from a file.
 
     ``metrics`` is ``metrics.json`` as stored, not a :class:`~windowing.metrics.ReplayMetrics`:
     the checks verify what the file holds (a key missing is a finding, not a default);
@@ -785,7 +852,8 @@ def read_run(spark: SparkSession, run_path: str) -> SimpleNamespace:
         if not files:
             raise InputError(f"{folder}: the output holds no data file (not even an empty one): it was damaged")
         check_parquet_files(lake, files, None, InputError)
-        frames[name] = spark.read.parquet(glob_escape(folder))
+        reader = spark.read.schema(schemas[name]) if schemas and name in schemas else spark.read
+        frames[name] = reader.parquet(glob_escape(folder))
     return SimpleNamespace(**frames, metrics=_read_metrics(spark, lake, join(run_path, METRICS)), path=run_path)
 
 
@@ -793,13 +861,29 @@ def _read_metrics(spark: SparkSession, lake: Lake, path: str) -> dict[str, Any] 
     if not lake.exists(path):
         return None
     try:
-        text = "\n".join(r[0] for r in spark.read.text(glob_escape(path)).collect())
-        metrics = json.loads(text)
+        metrics = json.loads(_text_lines(spark, lake, path))
     except Exception as exc:  # noqa: BLE001 - json or Spark errors
         raise InputError(f"{path}: not readable metrics JSON: {_first_line(exc)}") from exc
     if not isinstance(metrics, dict):
         raise InputError(f"{path}: not readable metrics JSON: expected an object")
     return metrics
+
+
+def _text_lines(spark: SparkSession, lake: Lake, path: str) -> str:
+    """The lines of a text dataset (or file), joined by newlines, as Spark's text reader
+    reads them: on a classic session from the driver through Hadoop (no Spark job), each
+    data file in name order; over Spark Connect by Spark's reader."""
+    if lake.connect:
+        return "\n".join(r[0] for r in spark.read.text(glob_escape(path)).collect())
+    lines: list[str] = []
+    for f in lake.files(path):
+        text = lake.read_text(f.path)
+        if not text:
+            continue
+        # Lines end at \n, \r or \r\n (Hadoop's line reader); the last one may not end.
+        end = 2 if text.endswith("\r\n") else 1 if text.endswith(("\n", "\r")) else 0
+        lines += re.split(r"\r\n|\r|\n", text[:len(text) - end])
+    return "\n".join(lines)
 
 
 def run_is_whole(spark: SparkSession, commit: Commit) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,6 +220,41 @@ class Lake:
             out.write(bytearray(text.encode("utf-8")))
         finally:
             out.close()
+
+    def put_text_dataset(self, folder: str, text: str, extension: str = "txt") -> None:
+        """Write ``text`` as a one-file dataset at ``folder``, as Spark's text (or JSON)
+        writer writes a one-row DataFrame in mode ``error``: ``folder/part-00000-<uuid>-c000.<extension>``
+        holding ``text`` as it is (give it its final newline), then an empty ``_SUCCESS``;
+        refused (``FileExistsError``) when ``folder`` exists.
+
+        On a classic session, from the driver through Hadoop's ``FileSystem``, with no
+        Spark job: the file is written under ``folder/_temporary/`` (a name Spark's
+        readers skip, as its own committer does) and renamed into place, so a reader sees
+        the whole file or none. Over Spark Connect (no JVM here), Spark's text writer
+        writes it (one row: the text without its final newline, which the writer adds;
+        the file is then named ``.txt`` whatever ``extension`` says).
+        """
+        if self.connect:
+            (self.spark.createDataFrame([(text.removesuffix("\n"),)], "value string").coalesce(1)
+             .write.mode("error").text(folder))
+            return
+        jvm = self.spark._jvm
+        fs, target = self._fs(folder)
+        if fs.exists(target):
+            raise FileExistsError(f"path {folder} already exists")
+        job = uuid.uuid4()
+        name = f"part-00000-{job}-c000.{extension}"
+        temporary = jvm.org.apache.hadoop.fs.Path(target, f"_temporary/{job}")
+        staged = jvm.org.apache.hadoop.fs.Path(temporary, name)
+        out = fs.create(staged, False)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        if not fs.rename(staged, jvm.org.apache.hadoop.fs.Path(target, name)):
+            raise OSError(f"could not move {staged.toString()} into {folder}")
+        fs.delete(jvm.org.apache.hadoop.fs.Path(target, "_temporary"), True)
+        fs.create(jvm.org.apache.hadoop.fs.Path(target, "_SUCCESS"), True).close()
 
     def get_text(self, path: str) -> str:
         """The text of a file :meth:`put_text` wrote (UTF-8)."""

@@ -32,7 +32,8 @@ from pyspark.sql.types import MapType
 from windowing.lake import Lake, display, glob_escape, join
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 #: The manifest's file name inside the state folder.
 MANIFEST = "_manifest.json"
@@ -73,17 +74,26 @@ def content_hash(df: DataFrame) -> str:
     name order (maps turned into key-sorted entry arrays, which xxhash64 accepts) and
     add the hashes up exactly, so row order and file layout do not matter.
     """
+    return content_hashes(df)[0]
+
+
+def content_hashes(df: DataFrame, where: Column | None = None) -> tuple[str, str | None]:
+    """:func:`content_hash` of ``df``, and of its rows where ``where`` holds (None without
+    it), from one aggregation: the same strings as two calls, one job."""
     cols = []
     for field in sorted(df.schema.fields, key=lambda f: f.name):
         c = F.col(f"`{field.name}`")
         if isinstance(field.dataType, MapType):
             c = F.array_sort(F.map_entries(c))
         cols.append(c)
-    row = F.xxhash64(*cols) if cols else F.lit(0)
-    first = df.select(F.count(F.lit(1)), F.coalesce(F.sum(row.cast("decimal(38,0)")), F.lit(0))).first()
+    row = (F.xxhash64(*cols) if cols else F.lit(0)).cast("decimal(38,0)")
+    aggs = [F.count(F.lit(1)), F.coalesce(F.sum(row), F.lit(0))]
+    if where is not None:
+        chosen = F.coalesce(where, F.lit(False))
+        aggs += [F.count(F.when(chosen, F.lit(1))), F.coalesce(F.sum(F.when(chosen, row)), F.lit(0))]
+    first = df.select(*aggs).first()
     assert first is not None  # a global aggregate has exactly one row
-    rows, total = first
-    return f"{rows}-{total}"
+    return f"{first[0]}-{first[1]}", (f"{first[2]}-{first[3]}" if where is not None else None)
 
 
 def window_rows_hash(state: DataFrame) -> str:
@@ -112,12 +122,26 @@ def part_rows(lake: Lake, folder: str) -> dict[str, int]:
 
 def write_manifest(spark: SparkSession, folder: str) -> StateManifest:
     """Make the manifest of the state just written in ``folder`` and write it there."""
+    return write_state_manifest(spark, folder)[0]
+
+
+def write_state_manifest(spark: SparkSession, folder: str,
+                         schema: StructType | None = None) -> tuple[StateManifest, str]:
+    """:func:`write_manifest`, and :func:`content_hash` of the whole state as written (the
+    partition's lineage records it), both from one read of the state: ``schema`` is the
+    state's as Spark reads it back, when known (else inferred, a job of its own)."""
     lake = Lake(spark)
     parts = tuple(sorted(part_rows(lake, folder).items()))
-    state = spark.read.parquet(glob_escape(folder))
-    manifest = StateManifest(parts, sum(n for _, n in parts), window_rows_hash(state))
+    reader = spark.read.schema(schema) if schema is not None else spark.read
+    state = reader.parquet(glob_escape(folder))
+    if "state_kind" in state.columns:
+        whole, windows = content_hashes(state, F.col("state_kind") == WINDOW_KIND)
+    else:  # every row (window_rows_hash)
+        whole = windows = content_hash(state)
+    assert windows is not None  # asked for
+    manifest = StateManifest(parts, sum(n for _, n in parts), windows)
     lake.put_text(join(folder, MANIFEST), json.dumps(manifest.to_dict(), sort_keys=True))
-    return manifest
+    return manifest, whole
 
 
 def stored_manifest(spark: SparkSession, folder: str, record_extra: Mapping[str, Any] | None) -> StateManifest | None:

@@ -176,8 +176,25 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
 
 # --------------------------------------------------------------------------- workers
 
-#: Sessions whose workers passed :func:`check_workers` (weak: a stopped session goes).
-_WORKERS_OK: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+#: What :func:`check_workers` found the workers run fine (:func:`_workers_key`): checked
+#: once per Spark application and interpreter, whatever session object asks.
+_WORKERS_OK: set[tuple[str, ...]] = set()
+#: Sessions whose workers passed :func:`check_workers`, when no key can be had (weak: a
+#: stopped session goes).
+_SESSIONS_OK: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def _workers_key(spark: SparkSession) -> tuple[str, ...] | None:
+    """What the probe's answer depends on: the Spark application (its executors and their
+    Python workers) and the interpreter it hands them; over Spark Connect the server's
+    session. None when that cannot be told."""
+    try:
+        if is_connect(spark):
+            return ("connect", str(getattr(spark, "session_id")))  # noqa: B009 - a Connect session's own attribute
+        sc = spark.sparkContext
+        return ("classic", str(sc.applicationId), str(sc.pythonExec), str(sc.getConf().get("spark.pyspark.python", "")))
+    except Exception:  # noqa: BLE001 - a session that cannot say: probe it, keyed on the object
+        return None
 
 
 def _worker_report(_: object, modules: Sequence[str] = WORKER_MODULES) -> str:
@@ -208,7 +225,8 @@ def check_workers(spark: SparkSession) -> None:
         WorkerEnvironmentError: naming the workers' interpreter, what it lacks, and what
             to set (``PYSPARK_PYTHON``).
     """
-    if spark in _WORKERS_OK:
+    key = _workers_key(spark)
+    if (key in _WORKERS_OK) if key is not None else (spark in _SESSIONS_OK):
         return
     from pyspark.sql import functions as F  # noqa: PLC0415 - keeps `rewindow --help` fast: the CLI imports this module
 
@@ -229,7 +247,10 @@ def check_workers(spark: SparkSession) -> None:
     used, *failed = row[0].split("\n")
     if failed:
         raise _worker_error(used, f"cannot import {'; '.join(failed)}")
-    _WORKERS_OK.add(spark)
+    if key is not None:
+        _WORKERS_OK.add(key)
+    else:
+        _SESSIONS_OK.add(spark)
 
 
 #: Loggers that print a failed task's whole worker traceback on the driver's console.
