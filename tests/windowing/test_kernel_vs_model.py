@@ -215,16 +215,22 @@ def test_tasks_replayed_in_bounded_pieces_match_model(pipeline, case, chunk, by_
     piece to piece (windowing.chunks): the same rows as the model, and the same counters as
     the task replayed in one go (keys seen once, keys held and open windows at the end)."""
     amount, rows = case
+    _matches_model_and_one_task(pipeline, rows, flush, amount, by_worker, chunk_events=chunk)
+
+
+def _matches_model_and_one_task(pipeline, rows, flush, amount, by_worker, **variant):
+    """``local_replay`` with ``variant`` gives the model's rows, and the counters and state
+    of the same tasks replayed in one go."""
     decimals = _decimals(amount)
     ref = reference_replay(pipeline, rows, flush_at_end=flush, decimals=decimals)
-    aggs, late, _, chunked = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals,
-                                          by_worker=by_worker, chunk_events=chunk)
+    aggs, late, _, replayed = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals,
+                                           by_worker=by_worker, **variant)
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
     *_, whole = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals, by_worker=by_worker,
                              chunk_events=10**9)
-    assert chunked.counters == whole.counters
-    assert canon(chunked.rows.to_pylist()) == canon(whole.rows.to_pylist())
+    assert replayed.counters == whole.counters
+    assert canon(replayed.rows.to_pylist()) == canon(whole.rows.to_pylist())
 
 
 @cases(80)
@@ -283,16 +289,7 @@ def test_keys_replayed_in_slices_of_their_windows_match_one_task(pipeline, case,
     assume(sliceable(pipeline.window))
     event(f"{slices} slices")
     amount, rows = case
-    decimals = _decimals(amount)
-    ref = reference_replay(pipeline, rows, flush_at_end=flush, decimals=decimals)
-    aggs, late, _, sliced = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals,
-                                         chunk_events=chunk, slices=slices)
-    assert canon(late) == canon(ref.late_events)
-    assert canon(aggs) == canon(ref.aggregates)
-    *_, whole = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals, by_worker=False,
-                             chunk_events=10**9)
-    assert sliced.counters == whole.counters
-    assert canon(sliced.rows.to_pylist()) == canon(whole.rows.to_pylist())
+    _matches_model_and_one_task(pipeline, rows, flush, amount, False, chunk_events=chunk, slices=slices)
 
 
 @cases(60)
