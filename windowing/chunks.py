@@ -136,11 +136,11 @@ class TaskInput:
 
     def _without_timelines(self, batches: Iterable[pa.RecordBatch],
                            key_batches: list[pa.Table]) -> Iterator[pa.RecordBatch]:
-        """The non-empty batches, timeline rows taken out (to :attr:`timeline_rows`) and
-        their columns dropped. A sliced worker's timeline rows carry its key's batches
-        too (an unkeyed worker's one key): they also become key-batch rows. Packed rows
-        (:data:`PACKED`) are unpacked: their timeline rows taken out, their key-batch rows
-        to ``key_batches``. The task's slice is read from the slice columns."""
+        """The non-empty batches, the packed rows (:data:`PACKED`, the engine's only way
+        of sending timeline rows) taken out and unpacked: their timeline rows to
+        :attr:`timeline_rows`, their key-batch rows to ``key_batches``. The task's slice
+        is read from the slice columns (of packed rows, or of key-batch rows that came as
+        rows, as the kernel harness sends them), which are dropped."""
         for batch in batches:
             if not batch.num_rows:
                 continue
@@ -155,17 +155,6 @@ class TaskInput:
                 names = batch.schema.names
             if KB_SLICE in names and self.window_slice is None:
                 self._note_slice(batch)
-            if TL_BATCH in names:
-                kind = names.index("__kind")
-                timeline = pc.fill_null(pc.equal(batch.column(kind), TIMELINE_KIND), False)
-                if pc.any(timeline).as_py():
-                    rows = batch.filter(timeline)
-                    self.timeline_rows.append(pa.Table.from_batches([rows]))
-                    if KB_SLICE in names and rows.column(KB_SLICE).null_count < rows.num_rows:
-                        kb = rows.filter(pc.is_valid(rows.column(KB_SLICE)))
-                        kb = kb.set_column(kind, "__kind", pa.array(np.full(kb.num_rows, K.KEY_BATCH, np.int8)))
-                        yield self._dropped(kb)
-                    batch = batch.filter(pc.invert(timeline))
             batch = self._dropped(batch)
             if self._schema_seen is None:
                 self._schema_seen = batch.schema

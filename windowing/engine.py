@@ -175,11 +175,12 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
     carried = {K.hashable(s["worker"]): s for s in worker_state}
     mode = _commits_mode(spark)
     if mode != "driver":
+        sliceable = slices.sliceable(pipeline.window) and _slices_on(spark)
         plan = placement.plan_tasks(worker_events, pipeline.window.key is not None,
                                     _int_conf(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK),
                                     _task_slots(spark), force_whole=mode == "tasks",
-                                    sliceable=slices.sliceable(pipeline.window) and _slices_on(spark))
-        if plan.spread and slices.sliceable(pipeline.window) and _slices_on(spark):
+                                    sliceable=sliceable)
+        if plan.spread and sliceable:
             with _naming_bad_files(inputs):
                 plan = placement.with_hot_keys(plan, _hot_keys(pipeline, norm, plan))
         timelines, worker_rows = K.worker_timelines(
@@ -465,6 +466,7 @@ def _with_task(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> D
 
 
 def _floor_div_expr(x: str, divisor: int) -> str:
+    """floor(``x`` / divisor) as a Spark SQL expression, exact in 64-bit integers."""
     return f"(({x}) - pmod(({x}), {divisor})) div {divisor}"
 
 
@@ -491,10 +493,11 @@ def _slice_offsets(pipeline: Pipeline, n: Column) -> Column:
 def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> DataFrame | None:
     """The spread and sliced workers' commits, one row per (worker, batch) with the
     watermark candidate and the greatest and smallest arrival, sent to each of the
-    worker's tasks (``__tl_owner``: the first, which writes the worker's state row); and a
-    sliced worker's key-batch rows (:mod:`windowing.kernel.slices`: its one key's
-    candidate, greatest event and arrival time per batch), each copy marked with its
-    slice. Summed up by Spark in the kernel's job: never collected."""
+    worker's tasks (``__tl_owner``: the first, which writes the worker's state row); and
+    the key-batch rows of sliced workers and hot keys (:mod:`windowing.kernel.slices`: the
+    key's candidate, greatest event and arrival time per batch), each copy marked with its
+    slice. Summed up by Spark in the kernel's job, never collected, and packed into one
+    row per task (:data:`windowing.chunks.PACKED`)."""
     if not plan.split:
         return None
     wcol = pipeline.source.worker
@@ -656,7 +659,7 @@ def _check_columns(pipeline: Pipeline, df: DataFrame) -> None:
 def _floor_div(F: ModuleType, df: DataFrame, name: str, source: str, divisor: int) -> DataFrame:
     """``df`` with ``name`` = floor(``source`` / divisor), exact in 64-bit integers (Spark's
     ``/`` goes through doubles). Tasks compute the same (``kernel.with_event_columns``)."""
-    return df.withColumn(name, F.expr(f"({source} - pmod({source}, {divisor})) div {divisor}"))
+    return df.withColumn(name, F.expr(_floor_div_expr(source, divisor)))
 
 
 def _normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
