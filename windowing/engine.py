@@ -530,9 +530,11 @@ def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.Ta
         timeline = timeline.unionByName(_hot_timeline_rows(pipeline, norm, summary, plan))
         timeline = timeline.unionByName(_hot_key_batch_rows(pipeline, norm, plan, cand), allowMissingColumns=True)
     # One row per task holding its rows as a list: the events carry one null column for
-    # them (chunks.PACKED), not one per field.
+    # them (chunks.PACKED), not one per field. The list is sorted: gathered from a shuffle,
+    # its order would follow the order rows arrive in, and Spark (4.x) aborts the job when
+    # a rerun map task (a lost executor) writes other rows than its first attempt did.
     fields = [_col(c) for c in timeline.columns if c != _TASK]
-    return timeline.groupBy(_TASK).agg(F.collect_list(F.struct(*fields)).alias(chunks.PACKED))
+    return timeline.groupBy(_TASK).agg(F.sort_array(F.collect_list(F.struct(*fields))).alias(chunks.PACKED))
 
 
 def _hot_timeline_rows(pipeline: Pipeline, norm: DataFrame, summary: DataFrame,

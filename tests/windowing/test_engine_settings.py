@@ -237,3 +237,33 @@ def test_the_scale_settings_are_checked(spark):
     assert _slices_on(spark)  # auto by default
 
 
+
+
+@pytest.mark.parametrize("hot", [False, True], ids=["spread worker", "spread worker with a hot key"])
+def test_the_packed_timeline_rows_do_not_depend_on_the_input_order(spark, hot):
+    """A shuffle's rows must be the same each time its map task runs: Spark (4.x) checks a
+    checksum of them when it reruns a lost map task, and aborts the replay if they differ
+    and a task of the stage reading them already finished (a lost executor, mid kernel
+    stage, on a cluster). The packed timeline rows are lists gathered from a shuffle, so
+    their order is the engine's to fix, not the shuffle's."""
+    from datetime import timedelta
+
+    from pyspark.sql import functions as F
+
+    from windowing.engine import _hot_keys, _normalise, _split_timeline_rows
+
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    rows = [("w", "hot" if hot and i % 4 else f"k{i % 13}", start + timedelta(seconds=i // 3),
+             start + timedelta(seconds=i // 3), i) for i in range(3600)]
+    df = spark.createDataFrame(rows, "partition string, user_id string, arrival_time timestamp, "
+                                     "event_time timestamp, offset int")
+    plan = placement.plan_tasks({"w": 3600}, True, 1000, 2)
+    if hot:
+        plan = placement.with_hot_keys(plan, _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan))
+        assert plan.hot
+    packed = []
+    for order in (df.repartition(1), df.orderBy(F.rand(7)).repartition(5), df.orderBy(F.desc("offset"))):
+        timeline = _split_timeline_rows(PIPELINE, _normalise(PIPELINE, order), plan)
+        packed.append(sorted(timeline.collect(), key=lambda r: r["__task"]))
+    assert len(packed[0]) == plan.tasks and all(len(r[1]) > 1 for r in packed[0])
+    assert packed[0] == packed[1] == packed[2]
