@@ -70,13 +70,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.spark)
 
 
+#: Folders whose modules go to one pytest-xdist process together: their session fixtures are
+#: made once. tests/lake: the services (a standalone cluster, a Spark Connect server);
+#: tests/quality: the replayed outputs, and the background ``rewindow replay`` processes of the
+#: fault tests (``cli_runs``, started by the first quality test a process runs: split over
+#: two processes, each started its own four Spark applications).
+GROUPED = ("tests/lake", "tests/quality")
+
+
 def xdist_unit(nodeid: str) -> str:
     """The unit of work of one pytest-xdist process: a test module, run whole, so its
-    fixtures (a demo run, a webserver, an Airflow database) are made once; the lake tests
-    as one, as their services (a standalone cluster, a Spark Connect server) are session
-    fixtures."""
+    fixtures (a demo run, a webserver, an Airflow database) are made once; the modules of a
+    :data:`GROUPED` folder as one."""
     module = nodeid.split("::", 1)[0]
-    return "tests/lake" if module.startswith("tests/lake/") else module
+    return next((group for group in GROUPED if module.startswith(group + "/")), module)
 
 
 #: The units that take minutes (CI's --durations), longest first. They start first, so the
@@ -84,7 +91,7 @@ def xdist_unit(nodeid: str) -> str:
 LONG_UNITS = ("tests/lake", "tests/windowing/test_catalog.py", "tests/assets/test_replay_assets.py",
               "tests/orchestration/test_airflow.py", "tests/orchestration/test_webserver_ui.py",
               "tests/orchestration/test_concurrent_runs.py",
-              "tests/windowing/test_chain.py", "tests/quality/test_checks.py",
+              "tests/windowing/test_chain.py", "tests/quality",
               "tests/windowing/test_engine_vs_model.py")
 
 
