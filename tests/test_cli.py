@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.lake.services import QUICK_JVM_OPTS
 from tests.outputs import commits, run_dir
 from tests.outputs import metrics as metrics_of
 from windowing.cli import main
@@ -302,7 +303,8 @@ def test_console_script_end_to_end(spark, history, day1_run):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     proc = subprocess.run(
         [str(script), "replay", "--config", str(CLICKS), "--input", str(history["day1"]), "--output", str(target),
-         "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=1", "--conf", "spark.driver.memory=1g"],
+         "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=1", "--conf", "spark.driver.memory=1g",
+         "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}"],
         capture_output=True, text=True, timeout=300, env=env, cwd=history["base"],
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.lake.services import QUICK_JVM_OPTS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Spark jobs a partition of the quick start's pipeline may run: replay, writes and commit
@@ -31,7 +33,8 @@ def test_a_small_partition_runs_a_bounded_number_of_spark_jobs(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "replay_bench.py"), "--backfill", "--grain", "hour", "--days", "1",
          "--partitions", "2", "--no-checks", "--master", "local[2]", "--workdir", str(tmp_path),
-         "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.driver.memory=1g"],
+         "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.driver.memory=1g",
+         "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = re.search(r"^jobs by partition: (.*)$", proc.stdout, re.MULTILINE)
