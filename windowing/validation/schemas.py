@@ -10,7 +10,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
 from windowing import contract
 from windowing.config import NUMERIC_AGGREGATES, Pipeline
-from windowing.validation.base import CheckResult, _jsonable, _skip, _wanted
+from windowing.validation.base import CheckResult, Finish, _jsonable, _Pass, _run, _skip, _wanted
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -21,6 +21,18 @@ if TYPE_CHECKING:
 
 def _pandera_check(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
                    sample_size: int) -> CheckResult:
+    """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
+    return _run(lambda p: _pandera(p, name, description, schema, df, sample_size))[0]
+
+
+def _pandera(p: _Pass, name: str, description: str, schema: DataFrameSchema, df: DataFrame,
+             sample_size: int) -> Finish:
+    """:func:`_pandera_check`, planned on ``p`` (pandera runs its own Spark jobs)."""
+    return lambda: [_validate(name, description, schema, df, sample_size)]
+
+
+def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
+              sample_size: int) -> CheckResult:
     """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
     from pandera.config import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
         ValidationDepth,
@@ -49,16 +61,16 @@ def _pandera_check(name: str, description: str, schema: DataFrameSchema, df: Dat
     return CheckResult(name, not errors, len(errors), errors[:sample_size], description)
 
 
-def _schema_check(name: str, description: str, skip_description: str,
+def _schema_check(p: _Pass, name: str, description: str, skip_description: str,
                   schema_of: Callable[[Pipeline, dict[str, DataType]], DataFrameSchema], pipeline: Pipeline,
                   df: DataFrame, input_types: dict[str, DataType] | None, sample_size: int,
-                  only: Collection[str] | None) -> list[CheckResult]:
-    """An output's pandera schema check, skipped when the input column types are unknown."""
+                  only: Collection[str] | None) -> Finish:
+    """An output's pandera schema check, planned on ``p``; skipped when the input column types are unknown."""
     if not _wanted(only, name):
-        return []
+        return lambda: []
     if input_types is None:
-        return [_skip(name, skip_description, "input types unknown")]
-    return [_pandera_check(name, description, schema_of(pipeline, input_types), df, sample_size)]
+        return lambda: [_skip(name, skip_description, "input types unknown")]
+    return _pandera(p, name, description, schema_of(pipeline, input_types), df, sample_size)
 
 
 def _schema(columns: dict[str, Any], name: str) -> DataFrameSchema:
