@@ -172,7 +172,14 @@ class _Pass:
     every grouping done by one ``groupBy`` of the union of the grouped rows (one shuffle).
     So a pass is one Spark job, or two with groupings when adaptive execution runs the
     shuffle stage as a job of its own (its default). Sums over the same DataFrame object
-    share one scan of it. A sum is an int (a float for float values); over no rows it is 0.
+    share one scan of it. A sum is an int (a float for float values, whose last digit may
+    depend on the order Spark adds them in, as in any Spark sum); over no rows it is 0.
+
+    One ``groupBy`` for all groupings means one aggregation kind for all: a ``collect_set``
+    in one grouping's ``aggs`` (``metrics_consistent``'s windows per late row) makes Spark
+    aggregate every grouping with its object hash aggregate, which sorts once a task holds
+    more than a few groups (about twice the time of a plain hash aggregate over millions of
+    groups): a job fewer for each small partition, at that cost for the large ones.
 
     :func:`run_checks <windowing.validation.registry.run_checks>` plans every check of a
     partition on one pass: where each rule, uniqueness check, conservation and each count of
