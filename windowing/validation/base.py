@@ -343,12 +343,6 @@ def _rules(p: _Pass, df: DataFrame, rules: Sequence[_Rule], sample_size: int,
     return finish
 
 
-def _evaluate(df: DataFrame, rules: Sequence[_Rule], sample_size: int,
-              only: Collection[str] | None = None) -> list[CheckResult]:
-    """All rules of one DataFrame in one pass (:func:`_rules`); samples only for failing rules."""
-    return _run(lambda p: _rules(p, df, rules, sample_size, only))
-
-
 def _has_float(dtype: DataType) -> bool:
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
         return True

@@ -11,7 +11,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
 from windowing import contract
 from windowing.config import NUMERIC_AGGREGATES, Pipeline
-from windowing.validation.base import CheckResult, Finish, _jsonable, _Pass, _run, _skip, _Sums, _wanted
+from windowing.validation.base import CheckResult, Finish, _jsonable, _Pass, _skip, _Sums, _wanted
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,20 +52,15 @@ def _screen(p: _Pass, schema: DataFrameSchema, df: DataFrame) -> tuple[dict[str,
             if any(f is None for f in found):
                 continue
             mine.update({(name, i): f for i, f in enumerate(found) if f is not None})
-        screened[name] = list(mine)
-        counters.update(mine)
+        if mine:
+            screened[name] = list(mine)
+            counters.update(mine)
     return screened, (p.add(df, counters) if counters else None)
-
-
-def _pandera_check(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
-                   sample_size: int) -> CheckResult:
-    """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
-    return _run(lambda p: _pandera(p, name, description, schema, df, sample_size))[0]
 
 
 def _pandera(p: _Pass, name: str, description: str, schema: DataFrameSchema, df: DataFrame,
              sample_size: int) -> Finish:
-    """:func:`_pandera_check`, planned on ``p``.
+    """Validate ``df`` with a pandera pyspark schema, planned on ``p``; any recorded error fails the check.
 
     pandera's pyspark backend spends a Spark job on each non-nullable column and on each data
     check. Those of the columns :func:`_screen` can count are counted on ``p`` instead; a
@@ -77,8 +72,7 @@ def _pandera(p: _Pass, name: str, description: str, schema: DataFrameSchema, df:
     screened, sums = _screen(p, schema, df)
 
     def finish() -> list[CheckResult]:
-        clean = [c for c, counters in screened.items()
-                 if sums is None or all(int(sums[k]) == 0 for k in counters)]
+        clean = [c for c, counters in screened.items() if sums is not None and all(int(sums[k]) == 0 for k in counters)]
         relaxed = schema.update_columns({c: {"nullable": True, "checks": []} for c in clean}) if clean else schema
         return [_validate(name, description, relaxed, df, sample_size)]
 
