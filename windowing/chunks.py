@@ -42,10 +42,37 @@ TL_COLUMNS = (TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER)
 #: On the key-batch rows of a key replayed in slices (:mod:`windowing.kernel.slices`):
 #: the task's slice and how many there are.
 KB_SLICE, KB_SLICES = "__kb_slice", "__kb_slices"
-#: The timeline and key-batch rows of a task, packed by Spark into one list of structs on
-#: one row (``engine._split_timeline_rows``): the events carry one null column for them,
-#: not a dozen (each costs in the Arrow hand-over of every row).
+#: The timeline and key-batch rows of a task, in packs (``engine._split_timeline_rows``):
+#: rows of their own, with one struct column (the events carry it null, not a dozen
+#: columns, each of which costs in the Arrow hand-over of every row): ``kind``
+#: (:data:`TIMELINE_KIND` or ``kernel.KEY_BATCH``), ``owner`` (the task writes the worker's
+#: state row), ``slice`` and ``slices`` (the task's slice, or null) and ``rows`` (a block
+#: of rows as Arrow IPC bytes, :class:`PackRows`).
 PACKED = "__packed"
+
+
+class PackRows:
+    """Spark's grouped Arrow function that packs a group's rows (a worker's or a hot key's
+    block of batches): one row of the ``header`` columns' values and ``__blob``, the other
+    columns (``fields``, renamed ``names``) sorted by ``order`` as an Arrow IPC stream. The
+    bytes depend only on the rows, not the order they came in."""
+
+    def __init__(self, header: list[str], fields: list[str], names: list[str], order: str) -> None:
+        self.header, self.fields, self.names, self.order = header, fields, names, order
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        body = table.select(self.fields).rename_columns(self.names)
+        body = body.sort_by([(self.names[self.fields.index(self.order)], "ascending")]).combine_chunks()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, body.schema) as writer:
+            writer.write_table(body)
+        head = table.select(self.header).slice(0, 1)
+        return head.append_column("__blob", pa.array([sink.getvalue().to_pybytes()], pa.binary()))
+
+
+def unpacked(blob: bytes | pa.Buffer) -> pa.Table:
+    """The rows of a pack (:class:`PackRows`)."""
+    return pa.ipc.open_stream(pa.py_buffer(blob) if isinstance(blob, bytes) else blob).read_all()
 
 
 def spill_folder() -> str:
@@ -149,7 +176,7 @@ class TaskInput:
                 packed = batch.column(names.index(PACKED))
                 valid = pc.is_valid(packed)
                 if pc.any(valid).as_py():
-                    self._unpack(pc.list_flatten(packed.filter(valid)), key_batches)
+                    self._unpack(packed.filter(valid), key_batches)
                     batch = batch.filter(pc.invert(valid))
                 batch = batch.drop_columns([PACKED])
                 names = batch.schema.names
@@ -161,27 +188,26 @@ class TaskInput:
             if batch.num_rows:
                 yield batch
 
-    def _unpack(self, rows: pa.StructArray, key_batches: list[pa.Table]) -> None:
-        """Packed timeline and key-batch rows: the timeline rows to :attr:`timeline_rows`
-        (a sliced worker's also as key-batch rows), the key-batch rows to ``key_batches``."""
-        table = pa.Table.from_batches([pa.RecordBatch.from_struct_array(rows)])
-        names = table.column_names
-        if KB_SLICE in names and self.window_slice is None:
-            for b in table.to_batches():
-                self._note_slice(b)
-        kind = table["__kind"]
-        timeline = table.filter(pc.equal(kind, TIMELINE_KIND))
-        if timeline.num_rows:
+    def _unpack(self, packs: pa.StructArray, key_batches: list[pa.Table]) -> None:
+        """Packs (:data:`PACKED`): timeline rows to :attr:`timeline_rows` (a sliced
+        worker's also as key-batch rows), key-batch rows to ``key_batches``; the task's
+        slice from the first pack that names one."""
+        for pack in packs.to_pylist():
+            rows = unpacked(pack["rows"])
+            if pack["slice"] is not None and self.window_slice is None:
+                self.window_slice = K.WindowSlice.of(self.spec.window, int(pack["slice"]), int(pack["slices"]))
+            kind = np.full(rows.num_rows, K.KEY_BATCH, np.int8)
+            if pack["kind"] != TIMELINE_KIND:
+                key_batches.append(rows.append_column("__kind", pa.array(kind)))
+                continue
+            timeline = rows.drop_columns([K.KB_MAXEV]).append_column(
+                TL_OWNER, pa.array(np.full(rows.num_rows, bool(pack["owner"]))))
             self.timeline_rows.append(timeline)
-        kb = table.filter(pc.equal(kind, K.KEY_BATCH))
-        if KB_SLICE in names:  # a sliced worker's timeline rows are its key's batches too
-            sliced = timeline.filter(pc.is_valid(timeline[KB_SLICE]))
-            if sliced.num_rows:
-                sliced = sliced.set_column(names.index("__kind"), "__kind",
-                                           pa.array(np.full(sliced.num_rows, K.KEY_BATCH, np.int8)))
-                kb = pa.concat_tables([kb, sliced], promote_options="permissive")
-        if kb.num_rows:
-            key_batches.append(kb.drop_columns([c for c in (*TL_COLUMNS, KB_SLICE, KB_SLICES) if c in names]))
+            if pack["slice"] is not None:  # a sliced worker's timeline rows are its key's batches too
+                kb = rows.drop_columns([TL_MIN]).rename_columns(
+                    [{TL_BATCH: K.KB_BATCH, TL_CAND: K.KB_CAND, TL_MAX: K.KB_MAXARR}.get(c, c) for c in
+                     rows.drop_columns([TL_MIN]).column_names])
+                key_batches.append(kb.append_column("__kind", pa.array(kind)))
 
     def _with_key_batches(self, table: pa.Table | None, lo: int | None, hi: int | None) -> pa.Table:
         """``table`` with the packed key-batch rows of batches in ``[lo, hi)``."""

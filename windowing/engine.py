@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
-from pyspark.sql.types import IntegerType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from windowing import chunks, placement
 from windowing import kernel as K
@@ -491,13 +491,19 @@ def _slice_offsets(pipeline: Pipeline, n: Column) -> Column:
 
 
 def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> DataFrame | None:
-    """The spread and sliced workers' commits, one row per (worker, batch) with the
-    watermark candidate and the greatest and smallest arrival, sent to each of the
-    worker's tasks (``__tl_owner``: the first, which writes the worker's state row); and
-    the key-batch rows of sliced workers and hot keys (:mod:`windowing.kernel.slices`: the
-    key's candidate, greatest event and arrival time per batch), each copy marked with its
-    slice. Summed up by Spark in the kernel's job, never collected, and packed into one
-    row per task (:data:`windowing.chunks.PACKED`)."""
+    """The spread and sliced workers' commits, one (worker, batch) summary each with the
+    watermark candidate and the greatest and smallest arrival (and greatest event time);
+    and the hot keys' key-batch rows (:mod:`windowing.kernel.slices`: the key's candidate,
+    greatest event and arrival time per batch). Summed up by Spark in the kernel's job,
+    never collected, packed once per block of :data:`PACK_BATCHES` batches
+    (:class:`windowing.chunks.PackRows`), and the packs sent to each task that needs them
+    (:data:`windowing.chunks.PACKED`): every task of the worker (the first writes the
+    worker's state row; a sliced worker's tasks read them as key-batch rows too, with their
+    slice) and every slice of its hot keys.
+
+    A pack is copied whole, as bytes: a worker's timeline goes to each of its tasks, so
+    copying it row by row would cost a shuffle row per (task, batch), more than the events
+    when batches are many (1 s batches over weeks)."""
     if not plan.split:
         return None
     wcol = pipeline.source.worker
@@ -507,70 +513,77 @@ def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.Ta
     accepted = accepted.withColumn("__pfirst", first).withColumn("__pn", n).where(F.col("__pn").isNotNull())
     cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME \
         else F.max("__evt")
-    group = [*([_col(wcol)] if wcol else []), F.col("__batch"), F.col("__pfirst"), F.col("__pn")]
+    group = [*([_col(wcol).alias(_PACK_WORKER)] if wcol else []), F.col("__batch").alias(chunks.TL_BATCH),
+             F.col("__pfirst"), F.col("__pn")]
     summary = accepted.groupBy(*group).agg(cand.alias(chunks.TL_CAND), F.max("__arr").alias(chunks.TL_MAX),
-                                           F.min("__arr").alias(chunks.TL_MIN), F.max("__evt").alias("__maxev"))
-    bucket = F.explode(F.sequence(F.lit(0), F.col("__pn") - 1)).alias("__bucket")
-    rows = summary.select("*", bucket)
-    worker = [_col(wcol)] if wcol else []
-    task = (F.col("__pfirst") + F.col("__bucket")).alias(_TASK)
-    # A sliced worker (an unkeyed pipeline's: one key) gets its key's batches on the same
-    # rows, which its tasks also read as key-batch rows (chunks.TaskInput).
-    key_batch = [F.col("__batch").alias(K.KB_BATCH), F.col(chunks.TL_CAND).alias(K.KB_CAND),
-                 F.col("__maxev").alias(K.KB_MAXEV), F.col(chunks.TL_MAX).alias(K.KB_MAXARR),
-                 F.col("__bucket").cast("int").alias(chunks.KB_SLICE),
-                 F.col("__pn").cast("int").alias(chunks.KB_SLICES)] if plan.sliced else []
-    timeline = rows.select(
-        *worker,
-        F.lit(chunks.TIMELINE_KIND).cast("byte").alias("__kind"),
-        F.col("__batch").alias(chunks.TL_BATCH), F.col(chunks.TL_CAND), F.col(chunks.TL_MAX), F.col(chunks.TL_MIN),
-        (F.col("__bucket") == 0).alias(chunks.TL_OWNER), task, *key_batch,
+                                           F.min("__arr").alias(chunks.TL_MIN), F.max("__evt").alias(K.KB_MAXEV))
+    packs = _packed(summary, ["__pfirst", "__pn"], chunks.TL_BATCH, pipeline)
+    copies = packs.select("*", F.explode(F.sequence(F.lit(0), F.col("__pn") - 1)).alias("__bucket"))
+    sliced = bool(plan.sliced)
+    packed = copies.select(
+        (F.col("__pfirst") + F.col("__bucket")).alias(_TASK),
+        _pack_header(chunks.TIMELINE_KIND, F.col("__bucket") == 0,
+                     F.col("__bucket") if sliced else None, F.col("__pn") if sliced else None),
     )
     if plan.hot:
-        timeline = timeline.unionByName(_hot_timeline_rows(pipeline, norm, summary, plan))
-        timeline = timeline.unionByName(_hot_key_batch_rows(pipeline, norm, plan, cand), allowMissingColumns=True)
-    # One row per task holding its rows as a list: the events carry one null column for
-    # them (chunks.PACKED), not one per field. The list is sorted: gathered from a shuffle,
-    # its order would follow the order rows arrive in, and Spark (4.x) aborts the job when
-    # a rerun map task (a lost executor) writes other rows than its first attempt did.
-    fields = [_col(c) for c in timeline.columns if c != _TASK]
-    return timeline.groupBy(_TASK).agg(F.sort_array(F.collect_list(F.struct(*fields))).alias(chunks.PACKED))
+        # The hot keys' slices get their worker's timeline (never as its owner) and their key's batches.
+        slices_of = [(plan.split[w][0], first, n) for (w, _), (first, n) in plan.hot.items()]
+        hot = norm.sparkSession.createDataFrame(slices_of, "__pfirst int, __hfirst int, __hn int")
+        hot_copies = packs.join(F.broadcast(hot), "__pfirst").select(
+            "*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
+        packed = packed.unionByName(hot_copies.select(
+            (F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
+            _pack_header(chunks.TIMELINE_KIND, F.lit(False), None, None)))
+        packed = packed.unionByName(_hot_key_batch_packs(pipeline, norm, plan, cand))
+    return packed
 
 
-def _hot_timeline_rows(pipeline: Pipeline, norm: DataFrame, summary: DataFrame,
-                       plan: placement.TaskPlan) -> DataFrame:
-    """A copy of a spread worker's timeline rows (``summary``) for each slice of each of its
-    hot keys (never the owner: the worker's first task writes its state row)."""
-    wcol = pipeline.source.worker
-    hot = _hot_table(norm, pipeline, plan).drop("__hk")
-    if wcol:
-        joined = summary.join(F.broadcast(hot), _col(wcol).eqNullSafe(F.col("__hw"))).drop("__hw")
-    else:
-        joined = summary.crossJoin(F.broadcast(hot))
-    rows = joined.select("*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
-    return rows.select(
-        *([_col(wcol)] if wcol else []),
-        F.lit(chunks.TIMELINE_KIND).cast("byte").alias("__kind"),
-        F.col("__batch").alias(chunks.TL_BATCH), F.col(chunks.TL_CAND), F.col(chunks.TL_MAX), F.col(chunks.TL_MIN),
-        F.lit(False).alias(chunks.TL_OWNER), (F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
-    )
+#: Timeline and key-batch rows go in packs of at most this many batches (a few MB each).
+PACK_BATCHES = 1 << 16
+#: The worker and key columns while packed (a safe name: Spark's Arrow UDFs resolve by name).
+_PACK_WORKER, _PACK_KEY = "__pack_worker", "__pack_key"
 
 
-def _hot_key_batch_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan, cand: Column) -> DataFrame:
-    """The hot keys' key-batch rows (:mod:`windowing.kernel.slices`), one copy per slice."""
+def _packed(rows: DataFrame, header: list[str], batch: str, pipeline: Pipeline) -> DataFrame:
+    """``rows`` packed: one row per ``header`` value and block of :data:`PACK_BATCHES`
+    batches, with the block's rows (but ``header``) as Arrow IPC bytes (``__blob``,
+    :class:`windowing.chunks.PackRows`), sorted by ``batch``: the same bytes however the
+    rows arrived (a map task run again must write the same rows: Spark 4 checks it)."""
+    fields = [c for c in rows.columns if c not in header]
+    names = {_PACK_WORKER: pipeline.source.worker, _PACK_KEY: pipeline.window.key}
+    real = [names.get(c) or c for c in fields]
+    blocked = rows.withColumn("__block", F.expr(_floor_div_expr(batch, PACK_BATCHES)))
+    schema = StructType([*[rows.schema[h] for h in header], StructField("__blob", BinaryType())])
+    packer = chunks.PackRows(header, fields, real, batch)
+
+    def pack(table: pa.Table) -> pa.Table:  # a function with type hints: how Spark tells the API
+        return packer(table)
+
+    return blocked.groupBy(*header, "__block").applyInArrow(pack, schema)
+
+
+def _pack_header(kind: int, owner: Column, slice_index: Column | None, slices: Column | None) -> Column:
+    """A pack as the task reads it (:data:`windowing.chunks.PACKED`)."""
+    def int_or_null(c: Column | None) -> Column:
+        return (c if c is not None else F.lit(None)).cast("int")
+
+    return F.struct(F.lit(kind).cast("byte").alias("kind"), owner.alias("owner"),
+                    int_or_null(slice_index).alias("slice"), int_or_null(slices).alias("slices"),
+                    F.col("__blob").alias("rows")).alias(chunks.PACKED)
+
+
+def _hot_key_batch_packs(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan, cand: Column) -> DataFrame:
+    """The hot keys' key-batch rows (:mod:`windowing.kernel.slices`), packed, a copy per slice."""
     wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
     accepted = _with_hot(norm.where(F.col(REJECT_REASON).isNull()), pipeline, plan, how="inner")
-    group = [*([_col(wcol)] if wcol else []), _col(key), F.col("__batch"), F.col("__hfirst"), F.col("__hn")]
+    group = [*([_col(wcol).alias(_PACK_WORKER)] if wcol else []), _col(key).alias(_PACK_KEY),
+             F.col("__batch").alias(K.KB_BATCH), F.col("__hfirst"), F.col("__hn")]
     summary = accepted.groupBy(*group).agg(cand.alias(K.KB_CAND), F.max("__evt").alias(K.KB_MAXEV),
                                            F.max("__arr").alias(K.KB_MAXARR))
-    rows = summary.select("*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
-    return rows.select(
-        *([_col(wcol)] if wcol else []), _col(key),
-        F.lit(K.KEY_BATCH).cast("byte").alias("__kind"),
-        F.col("__batch").alias(K.KB_BATCH), F.col(K.KB_CAND), F.col(K.KB_MAXEV), F.col(K.KB_MAXARR),
-        F.col("__bucket").cast("int").alias(chunks.KB_SLICE), F.col("__hn").cast("int").alias(chunks.KB_SLICES),
-        (F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
-    )
+    packs = _packed(summary, ["__hfirst", "__hn"], K.KB_BATCH, pipeline)
+    copies = packs.select("*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
+    return copies.select((F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
+                         _pack_header(K.KEY_BATCH, F.lit(False), F.col("__bucket"), F.col("__hn")))
 
 
 # --------------------------------------------------------------------------- phase 1

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from windowing import parse_pipeline, placement, replay
+from windowing import chunks, parse_pipeline, placement, replay
 from windowing.config import ConfigError
 from windowing.engine import (
     COMMITS_CONF,
@@ -264,6 +264,9 @@ def test_the_packed_timeline_rows_do_not_depend_on_the_input_order(spark, hot):
     packed = []
     for order in (df.repartition(1), df.orderBy(F.rand(7)).repartition(5), df.orderBy(F.desc("offset"))):
         timeline = _split_timeline_rows(PIPELINE, _normalise(PIPELINE, order), plan)
-        packed.append(sorted(timeline.collect(), key=lambda r: r["__task"]))
-    assert len(packed[0]) == plan.tasks and all(len(r[1]) > 1 for r in packed[0])
+        packed.append(sorted(timeline.collect(), key=repr))
+    assert {r["__task"] for r in packed[0]} == set(range(plan.tasks))  # each task gets its worker's timeline
+    batches = {chunks.unpacked(r["__packed"]["rows"]).num_rows for r in packed[0]
+               if r["__packed"]["kind"] == chunks.TIMELINE_KIND}
+    assert batches == {1200}  # 3,600 events, 3 a batch: the worker's 1,200 batches in one pack
     assert packed[0] == packed[1] == packed[2]

@@ -15,8 +15,8 @@ Three kinds of checks:
   does **not** raise: it records its findings in ``df.pandera.errors``. A non-empty
   report is a failure here, and so is a missing one (validation switched off by
   ``PANDERA_VALIDATION_ENABLED``): the checks force pandera on, schema *and* data depth.
-* **Rule checks** are Spark expressions evaluated in one aggregation per dataset, so they
-  can report how many rows fail and show some of them: window bounds and alignment,
+* **Rule checks** are Spark expressions whose failing rows are counted, so they can
+  report how many rows fail and show some of them: window bounds and alignment,
   aggregate consistency (``min <= avg <= max``, ``distinct <= count``, ``count >= 1``),
   emission watermarks, uniqueness of emissions and state rows, the lateness rules, and
   **conservation**: every valid input event is accounted for exactly once.
@@ -41,6 +41,12 @@ instead: there is exactly one per accepted (event, window), so
 ``memberships(input_N) - memberships(rejected_N) == snapshots_N + late rows_N``.
 
 Times are compared as integer epoch milliseconds, as in the engine (docs/semantics.md).
+
+:func:`run_checks` takes the counts of every check in one pass (``base._Pass``: one Spark
+action over every dataset, its groupings in one ``groupBy``), pandera's included: the
+nulls and data checks it would spend a Spark job a column on are counted there, and pandera
+validates the data of only the columns with a finding (``schemas._pandera``), reporting
+what it reports validating the whole schema. A failing check then queries its samples.
 
 Modules: :mod:`~windowing.validation.base` (results, Spark helpers),
 :mod:`~windowing.validation.schemas` (pandera schemas), :mod:`~windowing.validation.rules`

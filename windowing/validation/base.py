@@ -7,7 +7,8 @@ import datetime as _dt
 import decimal
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence
+from functools import reduce
+from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, Iterable, Sequence
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -130,26 +131,216 @@ def _wanted(only: Collection[str] | None, name: str) -> bool:
     return only is None or name in only
 
 
-def _evaluate(df: DataFrame, rules: Sequence[_Rule], sample_size: int,
-              only: Collection[str] | None = None) -> list[CheckResult]:
-    """All rules of one DataFrame in one aggregation; samples only for failing rules."""
+#: What planning a check returns: computes its results once its :class:`_Pass` has run.
+Finish = Callable[[], "list[CheckResult]"]
+
+
+class _Sums:
+    """The sums one :meth:`_Pass.add` or :meth:`_Pass.group` asked for, by name (once the pass has run)."""
+
+    def __init__(self, owner: _Pass, columns: dict[Hashable, str]):
+        self._owner, self._columns = owner, columns
+
+    def __getitem__(self, name: Hashable) -> Any:
+        return self._owner.value(self._columns[name])
+
+
+#: A column by name: of the rows being grouped (in ``aggs``), or of a group (in ``having`` and ``values``).
+Resolve = Callable[[str], "Column"]
+
+
+@dataclass(frozen=True)
+class _Grouping:
+    """One :meth:`_Pass.group` request."""
+
+    df: DataFrame
+    keys: list[Column]
+    aggs: Callable[[Resolve], dict[str, Column]]
+    having: Callable[[Resolve], Column] | None
+    values: Callable[[Resolve], dict[Hashable, Column]]
+    columns: dict[Hashable, str]
+
+
+class _Pass:
+    """Sums over the rows of one or more DataFrames, and over groups of rows, computed by
+    one Spark action.
+
+    :meth:`add` asks for the sum of per-row values over a DataFrame (count a condition with
+    ``F.when(cond, 1)``: a null adds nothing); :meth:`group`, for sums over the groups of a
+    ``groupBy``. :meth:`run` computes every sum asked for at once: a no-op write of the union
+    of the frames, observed (``DataFrame.observe``), which has no shuffle of its own, and
+    every grouping done by one ``groupBy`` of the union of the grouped rows (one shuffle).
+    So a pass is one Spark job, or two with groupings when adaptive execution runs the
+    shuffle stage as a job of its own (its default). Sums over the same DataFrame object
+    share one scan of it. A sum is an int (a float for float values, whose last digit may
+    depend on the order Spark adds them in, as in any Spark sum); over no rows it is 0.
+
+    One ``groupBy`` for all groupings means one aggregation kind for all: a ``collect_set``
+    in one grouping's ``aggs`` (``metrics_consistent``'s windows per late row) makes Spark
+    aggregate every grouping with its object hash aggregate, which sorts once a task holds
+    more than a few groups (about twice the time of a plain hash aggregate over millions of
+    groups): a job fewer for each small partition, at that cost for the large ones.
+
+    :func:`run_checks <windowing.validation.registry.run_checks>` plans every check of a
+    partition on one pass: where each rule, uniqueness check, conservation and each count of
+    ``metrics_consistent`` ran Spark jobs of its own (one to three), the checks run these.
+    """
+
+    def __init__(self) -> None:
+        self._frames: list[tuple[DataFrame, dict[str, Column]]] = []
+        self._groupings: list[_Grouping] = []
+        self._count = 0
+        self._values: dict[str, Any] | None = None
+
+    def _columns(self, names: Iterable[Hashable]) -> dict[Hashable, str]:
+        if self._values is not None:
+            raise RuntimeError("this pass has run: plan a new one")
+        out = {}
+        for name in names:
+            out[name] = f"v{self._count}"
+            self._count += 1
+        return out
+
+    def add(self, df: DataFrame, values: dict[Any, Column]) -> _Sums:
+        """Sums over the rows of ``df`` of each of ``values`` (per-row numbers, null adding nothing)."""
+        columns = self._columns(values)
+        self._add(df, {columns[n]: v for n, v in values.items()})
+        return _Sums(self, columns)
+
+    def _add(self, df: DataFrame, values: dict[str, Column]) -> None:
+        mine = next((sums for frame, sums in self._frames if frame is df), None)
+        if mine is None:
+            mine = {}
+            self._frames.append((df, mine))
+        mine.update(values)
+
+    def group(self, df: DataFrame, keys: list[Column], aggs: Callable[[Resolve], dict[str, Column]],
+              values: Callable[[Resolve], dict[Hashable, Column]],
+              having: Callable[[Resolve], Column] | None = None) -> tuple[DataFrame, _Sums]:
+        """Sums of ``values`` over the groups of ``df.groupBy(*keys).agg(*aggs).where(having)``.
+
+        ``aggs`` (by name) take the columns of ``df`` from the resolver they are given;
+        ``having`` and ``values``, the columns of a group (its ``aggs`` by name). Returns that
+        grouped DataFrame itself (for samples: it is planned as ever) and the sums, which the
+        pass computes with every other grouping in one ``groupBy``. Over no rows there is no
+        group (a global aggregate of no keys would have one, of nulls: give a ``having`` that
+        does not hold for it).
+        """
+        grouped = df.groupBy(*keys).agg(*[v.alias(n) for n, v in aggs(_col).items()])
+        if having is not None:
+            grouped = grouped.where(having(_col))
+        columns = self._columns(values(_col))
+        self._groupings.append(_Grouping(df, keys, aggs, having, values, columns))
+        return grouped, _Sums(self, columns)
+
+    def _grouped(self) -> None:
+        """Every grouping as one ``groupBy`` of the union of their rows, tagged: each
+        grouping's keys, and the columns its ``aggs`` read, are a struct column of its own
+        (null in the other groupings' rows), so groups never mix."""
+        own: list[dict[str, Column]] = []  # each grouping's struct columns
+        types: dict[str, DataType] = {}
+        for t, g in enumerate(self._groupings):
+            read: dict[str, None] = {}
+
+            def record(n: str, read: dict[str, None] = read) -> Column:
+                read[n] = None
+                return F.lit(None)
+
+            g.aggs(record)
+            mine = {f"__k{t}": F.struct(*g.keys) if g.keys else F.struct(F.lit(0).alias("_"))}
+            if read:
+                mine[f"__r{t}"] = F.struct(*[_col(n).alias(n) for n in read])
+            types.update({f.name: f.dataType for f in g.df.select(*[v.alias(n) for n, v in mine.items()]).schema})
+            own.append(mine)
+        union = reduce(lambda a, b: a.union(b), [
+            g.df.select(F.lit(t).alias("__t"),
+                        *[(own[t][n] if n in own[t] else F.lit(None).cast(typ)).alias(n) for n, typ in types.items()])
+            for t, g in enumerate(self._groupings)])
+        aggs, outputs = [], []
+        for t, g in enumerate(self._groupings):
+            def field(n: str, t: int = t) -> Column:
+                return F.col(f"__r{t}").getField(n)
+
+            mine_aggs = g.aggs(field)
+            out = {n: f"__a{t}_{i}" for i, n in enumerate(mine_aggs)}
+            aggs += [v.alias(out[n]) for n, v in mine_aggs.items()]
+            outputs.append(out)
+        keys = ["__t", *[n for n in types if n.startswith("__k")]]
+        grouped = union.groupBy(*keys).agg(*aggs) if aggs else union.groupBy(*keys).count()
+        values: dict[str, Column] = {}
+        for t, g in enumerate(self._groupings):
+            def of(n: str, t: int = t) -> Column:
+                return F.col(outputs[t][n])
+
+            mine_t = F.col("__t") == t
+            if g.having is not None:
+                mine_t = mine_t & g.having(of)
+            values.update({g.columns[n]: F.when(mine_t, v) for n, v in g.values(of).items()})
+        self._add(grouped, values)
+
+    def run(self) -> None:
+        """Compute every sum asked for (once)."""
+        from pyspark.sql import Observation  # noqa: PLC0415 - Spark Connect picks its own class here
+
+        if self._values is not None:
+            return
+        if self._groupings:
+            self._grouped()
+        if not self._frames:
+            self._values = {}
+            return
+        every: dict[str, str] = {}
+        for df, mine in self._frames:
+            for f in df.select(*[v.alias(c) for c, v in mine.items()]).schema.fields:
+                every[f.name] = "double" if isinstance(f.dataType, (T.FloatType, T.DoubleType)) else "long"
+        branches = [df.select(*[(mine[c] if c in mine else F.lit(None)).cast(t).alias(c) for c, t in every.items()])
+                    for df, mine in self._frames]
+        union = reduce(lambda a, b: a.union(b), branches)
+        observation = Observation()
+        union.observe(observation, *[F.sum(c).alias(c) for c in every]).write.format("noop").mode("overwrite").save()
+        got = observation.get
+        self._values = {c: (got.get(c) or 0) for c in every}
+
+    def value(self, column: str) -> Any:
+        if self._values is None:
+            raise RuntimeError("the pass has not run yet")
+        return self._values[column]
+
+
+def _run(plan: Callable[[_Pass], Finish]) -> list[CheckResult]:
+    """The results of checks planned on a pass of their own."""
+    p = _Pass()
+    finish = plan(p)
+    p.run()
+    return finish()
+
+
+def _then(*finishes: Finish) -> Finish:
+    """The results of ``finishes``, in order."""
+    return lambda: [r for f in finishes for r in f()]
+
+
+def _rules(p: _Pass, df: DataFrame, rules: Sequence[_Rule], sample_size: int,
+           only: Collection[str] | None = None) -> Finish:
+    """All rules of one DataFrame, counted on ``p``; samples only for failing rules."""
     rules = [r for r in rules if _wanted(only, r.name)]
     active = [r for r in rules if r.ok is not None]
-    counts = {}
-    if active:
-        row = df.agg(*[F.sum(F.when(r.fail(), 1).otherwise(0)).alias(f"r{i}") for i, r in enumerate(active)]).first()
-        assert row is not None
-        counts = {r.name: int(row[f"r{i}"] or 0) for i, r in enumerate(active)}
-    out = []
-    for r in rules:
-        if r.ok is None:
-            out.append(_skip(r.name, r.description, r.why_skipped))
-            continue
-        n = counts[r.name]
-        failing = df.where(r.fail()).limit(sample_size).collect() if n else []
-        sample = [_jsonable(x.asDict(recursive=True)) for x in failing]
-        out.append(CheckResult(r.name, n == 0, n, sample, r.description))
-    return out
+    sums = p.add(df, {r.name: F.when(r.fail(), 1) for r in active}) if active else None
+
+    def finish() -> list[CheckResult]:
+        out = []
+        for r in rules:
+            if r.ok is None:
+                out.append(_skip(r.name, r.description, r.why_skipped))
+                continue
+            assert sums is not None
+            n = int(sums[r.name])
+            failing = df.where(r.fail()).limit(sample_size).collect() if n else []
+            sample = [_jsonable(x.asDict(recursive=True)) for x in failing]
+            out.append(CheckResult(r.name, n == 0, n, sample, r.description))
+        return out
+
+    return finish
 
 
 def _has_float(dtype: DataType) -> bool:
@@ -187,14 +378,20 @@ def as_key(c: Column, dtype: DataType) -> Column:
     return c
 
 
-def _duplicates(name: str, description: str, df: DataFrame, cols: list[str], sample_size: int) -> CheckResult:
+def _duplicates(p: _Pass, name: str, description: str, df: DataFrame, cols: list[str],
+                sample_size: int) -> Finish:
+    """Groups of ``cols`` (keys as the engine tells them apart) found more than once, counted on ``p``."""
     types = {f.name: f.dataType for f in df.schema.fields}
-    dup = (df.groupBy(*[as_key(_col(c), types[c]).alias(c) for c in cols])
-           .agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1))
-    n = dup.count()
-    sample = [_jsonable(r.asDict(recursive=True)) for r in dup.limit(sample_size).collect()] if n else []
-    return CheckResult(name, n == 0, n, sample, description)
+    dup, sums = p.group(df, [as_key(_col(c), types[c]).alias(c) for c in cols],
+                        aggs=lambda c: {"copies": F.count(F.lit(1))},
+                        having=lambda g: g("copies") > 1, values=lambda g: {"groups": F.lit(1)})
 
+    def finish() -> list[CheckResult]:
+        n = int(sums["groups"])
+        sample = [_jsonable(r.asDict(recursive=True)) for r in dup.limit(sample_size).collect()] if n else []
+        return [CheckResult(name, n == 0, n, sample, description)]
+
+    return finish
 
 
 def _all(conds: list[Column]) -> Column | None:

@@ -13,7 +13,21 @@ from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Pipeline, Trigger, WindowType
 from windowing.contract import AGGREGATE_REASON
-from windowing.validation.base import DEFAULT_SAMPLE_SIZE, CheckResult, _any, _holds, _jsonable, _ms, _skip, as_key
+from windowing.validation.base import (
+    DEFAULT_SAMPLE_SIZE,
+    CheckResult,
+    Finish,
+    Resolve,
+    _any,
+    _holds,
+    _jsonable,
+    _ms,
+    _Pass,
+    _run,
+    _skip,
+    _Sums,
+    as_key,
+)
 from windowing.validation.rules import _group_columns, _plain_count
 
 if TYPE_CHECKING:
@@ -107,29 +121,33 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
     return parts
 
 
-def _unbalanced(plan: _Plan, parts: list[DataFrame]) -> DataFrame:
-    """The groups whose balance (by counts, by snapshots) is not zero, with each side."""
+def _unbalanced(p: _Pass, plan: _Plan, parts: list[DataFrame]) -> tuple[DataFrame, _Sums]:
+    """The groups whose balance (by counts, by snapshots) is not zero, with each side, and
+    (on ``p``) how many there are."""
     allrows = parts[0]
-    for p in parts[1:]:
-        allrows = allrows.unionByName(p)
-    src = F.col("source")
+    for part in parts[1:]:
+        allrows = allrows.unionByName(part)
+    balances = (["balance"] if plan.by_counts else []) + (["balance_snapshots"] if plan.by_snapshots else [])
 
-    def side(*names: str) -> Column:
-        return F.sum(F.when(src.isin(*names), F.col("n")).otherwise(0))
+    def sides(c: Resolve) -> dict[str, Column]:
+        src = c("source")
 
-    sides = [side("input").alias("input"), (-side("rejected")).alias("rejected"),
-             side("prev_open").alias("prev_open"), (-side("emitted")).alias("emitted"),
-             (-side("open")).alias("open"), (-side("late")).alias("late"),
-             (-side("snapshots")).alias("snapshots")]
-    balance = []
-    if plan.by_counts:
-        balance.append(("balance", side("input", "rejected", "prev_open", "emitted", "open", "late")))
-    if plan.by_snapshots:
-        balance.append(("balance_snapshots", side("input", "rejected", "late", "snapshots")))
+        def side(*names: str) -> Column:
+            return F.sum(F.when(src.isin(*names), c("n")).otherwise(0))
+
+        out = {"input": side("input"), "rejected": -side("rejected"), "prev_open": side("prev_open"),
+               "emitted": -side("emitted"), "open": -side("open"), "late": -side("late"),
+               "snapshots": -side("snapshots")}
+        if plan.by_counts:
+            out["balance"] = side("input", "rejected", "prev_open", "emitted", "open", "late")
+        if plan.by_snapshots:
+            out["balance_snapshots"] = side("input", "rejected", "late", "snapshots")
+        return out
+
     group = [as_key(_col(c), t).alias(c) for c, t in plan.key_types.items()]
     group += [] if plan.session else [_col("ws"), _col("we")]
-    g = allrows.groupBy(*group).agg(*sides, *[e.alias(n) for n, e in balance])
-    return g.where(_any([F.col(n) != 0 for n, _ in balance]))
+    return p.group(allrows, group, sides, having=lambda g: _any([g(n) != 0 for n in balances]),
+                   values=lambda g: {"groups": F.lit(1)})
 
 
 def _sample(bad: DataFrame, sample_size: int) -> list[dict[str, Any]]:
@@ -152,23 +170,33 @@ def conservation_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | N
     Balances are per (worker, key, window) for tumbling/sliding windows and per
     (worker, key) for sessions; a failing group's sample shows each side.
     """
+    return _run(lambda p: _conservation_check(p, pipeline, outputs, input_df, prev_state, sample_size))[0]
+
+
+def _conservation_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None,
+                        prev_state: DataFrame | None, sample_size: int) -> Finish:
+    """:func:`conservation_check`, planned on ``p``."""
     name = "conservation"
     session = pipeline.window.type is WindowType.SESSION
     desc = _description(session, by_counts=True)
     if input_df is None:
-        return _skip(name, desc, "no input given")
+        return lambda: [_skip(name, desc, "no input given")]
     plain = _plain_count(pipeline)
     by_counts = Trigger.AT_WINDOW_END in pipeline.triggers and plain is not None
     by_snapshots = Trigger.AT_AGGREGATE in pipeline.triggers
     if not (by_counts or by_snapshots):
-        return _skip(name, desc, "no plain count aggregate and no atAggregate snapshots to count events")
+        return lambda: [_skip(name, desc, "no plain count aggregate and no atAggregate snapshots to count events")]
     in_types = {f.name: f.dataType for f in input_df.schema.fields}
     missing = [c for c in pipeline.input_columns if c not in in_types]
     if missing:
-        return _skip(name, desc, f"input lacks configured column(s) {', '.join(missing)}")
+        return lambda: [_skip(name, desc, f"input lacks configured column(s) {', '.join(missing)}")]
     plan = _Plan(pipeline, {c: in_types[c] for c in _group_columns(pipeline)}, plain, by_counts, by_snapshots)
-    bad = _unbalanced(plan, _parts(plan, outputs, input_df, prev_state))
-    n = bad.count()
-    sample = _sample(bad, sample_size) if n else []
+    bad, sums = _unbalanced(p, plan, _parts(plan, outputs, input_df, prev_state))
     by = " and ".join(k for k, on in (("counts", by_counts), ("snapshots", by_snapshots)) if on)
-    return CheckResult(name, n == 0, n, sample, _description(session, by_counts) + f" (by {by})")
+
+    def finish() -> list[CheckResult]:
+        n = int(sums["groups"])
+        sample = _sample(bad, sample_size) if n else []
+        return [CheckResult(name, n == 0, n, sample, _description(session, by_counts) + f" (by {by})")]
+
+    return finish

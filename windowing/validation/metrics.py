@@ -10,12 +10,12 @@ from windowing.columns import col as _col
 from windowing.config import Pipeline, Trigger
 from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS
 from windowing.metrics import VOLTSP_METRICS
-from windowing.validation.base import CheckResult, _holds, _skip, as_key
+from windowing.validation.base import CheckResult, Finish, Resolve, _holds, _Pass, _run, _skip, as_key
 from windowing.validation.recompute import canonical_rows
 from windowing.validation.rules import _group_columns
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 def metrics_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | None = None) -> CheckResult:
@@ -30,48 +30,73 @@ def metrics_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | None =
     block: each total is its figure (docs/semantics.md, "Metrics") and the sum of its
     workers.
     """
+    return _run(lambda p: _metrics_check(p, pipeline, outputs, input_df))[0]
+
+
+def _metrics_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None) -> Finish:
+    """:func:`metrics_check`, planned on ``p``: every count it compares is a sum of the pass."""
     name, desc = "metrics_consistent", "metrics.json counts equal the written datasets' row counts"
     m = getattr(outputs, "metrics", None)
     if not m:
         path = getattr(outputs, "path", None)
         where = f"{str(path).rstrip('/')}/metrics.json is missing" if path else "the outputs carry none"
         carried = " and no commit record carries them" if path else ""
-        return _skip(name, desc, f"no metrics: {where}{carried}")
+        return lambda: [_skip(name, desc, f"no metrics: {where}{carried}")]
     reason = _col("emit_reason")
-    a = outputs.aggregates.agg(
-        F.sum(F.when(_holds(reason == AGGREGATE_REASON), 0).otherwise(1)).alias("emitted"),
-        F.sum(F.when(_holds(reason == AGGREGATE_REASON), 1).otherwise(0)).alias("snapshots"),
-        *[F.sum(F.when(_holds(reason == r), 1).otherwise(0)).alias(r) for r in CLOSE_REASONS]).first()
+    a = p.add(outputs.aggregates, {
+        "emitted": F.when(_holds(reason == AGGREGATE_REASON), 0).otherwise(1),
+        "snapshots": F.when(_holds(reason == AGGREGATE_REASON), 1).otherwise(0),
+        **{r: F.when(_holds(reason == r), 1).otherwise(0) for r in CLOSE_REASONS}})
     late = outputs.late_events
     window_cols = ("window_start", "window_end")
     exact = canonical_rows(late)
-    per_row = exact.groupBy(*[_col(c) for c in exact.columns if c not in window_cols]).agg(
-        (F.count(F.lit(1)) / F.countDistinct(*[_col(c) for c in window_cols])).alias("events"))
-    total = per_row.agg(F.sum("events")).first()
-    late_events = (total[0] if total is not None else 0) or 0
-    open_windows = outputs.state.where(_col("state_kind") == "window")
+
+    def windows(c: Resolve) -> dict[str, Column]:  # count / countDistinct(window_start, window_end), in one groupBy
+        ws, we = (c(x) for x in window_cols)
+        return {"rows": F.count(F.lit(1)), "windows": F.size(F.collect_set(F.when(ws.isNotNull() & we.isNotNull(),
+                                                                                   F.struct(ws, we))))}
+
+    _, late_sums = p.group(exact, [_col(c) for c in exact.columns if c not in window_cols], windows,
+                           values=lambda g: {"events": g("rows") / g("windows")})
+    late_rows = p.add(late, {"rows": F.lit(1)})
+    rejected_rows = p.add(outputs.rejected, {"rows": F.lit(1)})
+    state = p.add(outputs.state, {"open": F.when(_col("state_kind") == "window", 1)})
     keys = _group_columns(pipeline)
+    held_sums = None
     if keys:
+        open_windows = outputs.state.where(_col("state_kind") == "window")
         types = {f.name: f.dataType for f in open_windows.schema.fields}
-        held = open_windows.select(*[as_key(_col(c), types[c]).alias(c) for c in keys]).distinct().count()
-    else:
-        held = min(open_windows.count(), 1)
-    emitted = int(a["emitted"] or 0)
-    found = {
-        "windows_emitted": emitted,
-        "emitted_by_reason": {r: int(a[r]) for r in CLOSE_REASONS if a[r]},
-        "snapshots_emitted": int(a["snapshots"] or 0),
-        "late_event_windows": late.count(),
-        "late_events": int(late_events) if float(late_events).is_integer() else late_events,
-        "rejected_rows": outputs.rejected.count(),
-        "open_windows": open_windows.count(),
-        "keys_held": held,
-    }
-    if Trigger.AT_WINDOW_END in pipeline.triggers:
-        found["windows_closed"] = emitted
-        found["closed_by_reason"] = found["emitted_by_reason"]
-    if input_df is not None:
-        found["input_rows"] = input_df.count()
+        _, held_sums = p.group(open_windows, [as_key(_col(c), types[c]).alias(c) for c in keys],
+                               aggs=lambda c: {"rows": F.count(F.lit(1))}, values=lambda g: {"keys": F.lit(1)})
+    input_rows = p.add(input_df, {"rows": F.lit(1)}) if input_df is not None else None
+
+    def finish() -> list[CheckResult]:
+        late_events = late_sums["events"]
+        open_windows = int(state["open"])
+        held = int(held_sums["keys"]) if held_sums is not None else min(open_windows, 1)
+        emitted = int(a["emitted"])
+        found = {
+            "windows_emitted": emitted,
+            "emitted_by_reason": {r: int(a[r]) for r in CLOSE_REASONS if a[r]},
+            "snapshots_emitted": int(a["snapshots"]),
+            "late_event_windows": int(late_rows["rows"]),
+            "late_events": int(late_events) if float(late_events).is_integer() else late_events,
+            "rejected_rows": int(rejected_rows["rows"]),
+            "open_windows": open_windows,
+            "keys_held": held,
+        }
+        if Trigger.AT_WINDOW_END in pipeline.triggers:
+            found["windows_closed"] = emitted
+            found["closed_by_reason"] = found["emitted_by_reason"]
+        if input_rows is not None:
+            found["input_rows"] = int(input_rows["rows"])
+        return [_compare(name, desc, m, found)]
+
+    return finish
+
+
+def _compare(name: str, desc: str, m: dict[str, Any], found: dict[str, Any]) -> CheckResult:
+    """The metrics ``m`` against the counts ``found`` and the ``voltsp`` block against its figures."""
     wrong = [{"metric": k, "metrics.json": m.get(k), "dataset": v} for k, v in found.items() if m.get(k) != v]
     block = m.get("voltsp") or {}
     for metric in VOLTSP_METRICS:

@@ -6,15 +6,31 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
+
+from pyspark.sql import functions as F
 
 from windowing.config import Pipeline
 from windowing.io import read_outputs
-from windowing.validation.base import DEFAULT_MAX_SKEW_MS, DEFAULT_SAMPLE_SIZE, CheckResult, _skip, _wanted
-from windowing.validation.conservation import conservation_check
-from windowing.validation.metrics import metrics_check
+from windowing.validation.base import (
+    DEFAULT_MAX_SKEW_MS,
+    DEFAULT_SAMPLE_SIZE,
+    CheckResult,
+    Finish,
+    _Pass,
+    _skip,
+    _wanted,
+)
+from windowing.validation.conservation import _conservation_check
+from windowing.validation.metrics import _metrics_check
 from windowing.validation.recompute import RECOMPUTE_CHECK, replay_check
-from windowing.validation.rules import aggregates_checks, input_checks, late_checks, rejected_checks, state_checks
+from windowing.validation.rules import (
+    _aggregates_checks,
+    _input_checks,
+    _late_checks,
+    _rejected_checks,
+    _state_checks,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,12 +79,13 @@ def load_outputs(spark: SparkSession, outputs: Any) -> Any:
     return outputs
 
 
-def _row_counts(o: Any, input_df: DataFrame) -> tuple[int, int]:
-    """(input rows, rejected rows) of the replay being checked: from its metrics, or counted."""
+def _row_counts(p: _Pass, o: Any, input_df: DataFrame) -> Callable[[], tuple[int, int]]:
+    """(input rows, rejected rows) of the replay being checked: from its metrics, or counted on ``p``."""
     m = getattr(o, "metrics", None) or {}
     if isinstance(m.get("input_rows"), int) and isinstance(m.get("rejected_rows"), int):
-        return m["input_rows"], m["rejected_rows"]
-    return input_df.count(), o.rejected.count()
+        return lambda: (m["input_rows"], m["rejected_rows"])
+    rows, rejected = p.add(input_df, {"rows": F.lit(1)}), p.add(o.rejected, {"rows": F.lit(1)})
+    return lambda: (int(rows["rows"]), int(rejected["rows"]))
 
 
 def run_checks(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None = None,
@@ -95,6 +112,11 @@ def run_checks(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: 
 
     Returns:
         One :class:`CheckResult` per check run, in a stable order; skipped ones included.
+
+    Every check is planned first and their counts are taken in one pass over the outputs
+    (:class:`~windowing.validation.base._Pass`: one Spark job, plus one per shuffle stage of
+    the uniqueness, conservation and metrics groupings); a check that fails then samples its
+    failing rows with a query of its own.
     """
     if only is not None:
         unknown = set(only) - set(CHECK_NAMES)
@@ -102,23 +124,32 @@ def run_checks(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: 
             raise ValueError(f"unknown check(s) {sorted(unknown)}; known: {', '.join(CHECK_NAMES)}")
     o = load_outputs(spark, outputs)
     types = input_types_of(o, input_df)
-    results: list[CheckResult] = []
+    p = _Pass()
+    planned: list[Finish] = []
     if input_df is not None:
-        inputs = input_checks(pipeline, input_df, max_skew_ms, sample_size, only)
-        if any(r.name in REJECTING_CHECKS and not r.passed for r in inputs):
-            rows, rejected = _row_counts(o, input_df)
-            inputs = apply_rejection_policy(pipeline, inputs, rows, rejected)
-        results += inputs
+        inputs = _input_checks(p, pipeline, input_df, max_skew_ms, sample_size, only)
+        counts = _row_counts(p, o, input_df) if any(_wanted(only, n) for n in REJECTING_CHECKS) else None
+
+        def policed() -> list[CheckResult]:
+            found = inputs()
+            if counts is not None and any(r.name in REJECTING_CHECKS and not r.passed for r in found):
+                found = apply_rejection_policy(pipeline, found, *counts())
+            return found
+
+        planned.append(policed)
     else:
-        results += [_skip(n, "input events", "no input given") for n in INPUT_CHECKS if _wanted(only, n)]
-    results += aggregates_checks(pipeline, o.aggregates, types, sample_size, only)
-    results += late_checks(pipeline, o.late_events, types, sample_size, only)
-    results += state_checks(pipeline, o.state, types, sample_size, only)
-    results += rejected_checks(pipeline, o.rejected, types, sample_size, only)
+        skipped = [_skip(n, "input events", "no input given") for n in INPUT_CHECKS if _wanted(only, n)]
+        planned.append(lambda: skipped)
+    planned.append(_aggregates_checks(p, pipeline, o.aggregates, types, sample_size, only))
+    planned.append(_late_checks(p, pipeline, o.late_events, types, sample_size, only))
+    planned.append(_state_checks(p, pipeline, o.state, types, sample_size, only))
+    planned.append(_rejected_checks(p, pipeline, o.rejected, types, sample_size, only))
     if _wanted(only, "conservation"):
-        results.append(conservation_check(pipeline, o, input_df, prev_state, sample_size))
+        planned.append(_conservation_check(p, pipeline, o, input_df, prev_state, sample_size))
     if _wanted(only, "metrics_consistent"):
-        results.append(metrics_check(pipeline, o, input_df))
+        planned.append(_metrics_check(p, pipeline, o, input_df))
+    p.run()
+    results = [r for finish in planned for r in finish()]
     if _wanted(only, RECOMPUTE_CHECK):
         if recompute or (only is not None and RECOMPUTE_CHECK in only):
             results.append(replay_check(spark, pipeline, o, input_df, prev_state, flush_at_end, sample_size))

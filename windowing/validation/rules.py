@@ -17,18 +17,22 @@ from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
     CheckResult,
+    Finish,
     _all,
     _any,
     _duplicates,
-    _evaluate,
     _holds,
     _ms,
+    _Pass,
     _Rule,
+    _rules,
+    _run,
     _skip,
+    _then,
     _wanted,
 )
 from windowing.validation.schemas import (
-    _pandera_check,
+    _pandera,
     _schema_check,
     aggregates_schema,
     input_schema,
@@ -82,19 +86,24 @@ def input_checks(pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int = DE
       failing this go to ``rejected``);
     * ``input_event_time_skew``: ``|event time - arrival time| <= max_skew_ms``.
     """
+    return _run(lambda p: _input_checks(p, pipeline, events_df, max_skew_ms, sample_size, only))
+
+
+def _input_checks(p: _Pass, pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int, sample_size: int,
+                  only: Collection[str] | None) -> Finish:
+    """:func:`input_checks`, planned on ``p``."""
     types = {f.name: f.dataType for f in events_df.schema.fields}
-    out = []
+    out: list[Finish] = []
     if _wanted(only, "input_schema"):
-        out.append(_pandera_check("input_schema", "configured columns present, with usable types",
-                                  input_schema(pipeline, types), events_df, sample_size))
+        out.append(_pandera(p, "input_schema", "configured columns present, with usable types",
+                            input_schema(pipeline, types), events_df, sample_size))
     src, w = pipeline.source, pipeline.window
     names = [src.arrival_time] + ([w.event_time] if w.event_time else [])
     if any(c not in types for c in names):
         missing = ", ".join(c for c in names if c not in types)
-        for n in ("input_times_parseable", "input_event_time_skew"):
-            if _wanted(only, n):
-                out.append(_skip(n, "arrival/event times present, parseable and close", f"missing {missing}"))
-        return out
+        skipped = [_skip(n, "arrival/event times present, parseable and close", f"missing {missing}")
+                   for n in ("input_times_parseable", "input_event_time_skew") if _wanted(only, n)]
+        return _then(*out, lambda: skipped)
     arr = epoch_ms(src.arrival_time, types[src.arrival_time])
     evt = epoch_ms(w.event_time, types[w.event_time]) if w.event_time else arr
     rules = [
@@ -107,19 +116,25 @@ def input_checks(pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int = DE
               applies=arr.isNotNull() & evt.isNotNull(),
               why_skipped="processing time: event time is the arrival time"),
     ]
-    return out + _evaluate(events_df, rules, sample_size, only)
+    return _then(*out, _rules(p, events_df, rules, sample_size, only))
 
 
 def aggregates_checks(pipeline: Pipeline, aggregates: DataFrame, input_types: dict[str, DataType] | None = None,
                       sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of the ``aggregates`` output (emitted windows and ``AGGREGATE`` snapshots)."""
+    return _run(lambda p: _aggregates_checks(p, pipeline, aggregates, input_types, sample_size, only))
+
+
+def _aggregates_checks(p: _Pass, pipeline: Pipeline, aggregates: DataFrame, input_types: dict[str, DataType] | None,
+                       sample_size: int, only: Collection[str] | None) -> Finish:
+    """:func:`aggregates_checks`, planned on ``p``."""
     w = pipeline.window
     session = w.type is WindowType.SESSION
-    out = _schema_check("aggregates_schema",
-                         "columns and types of the kernel's aggregates schema; "
-                         "bounds, reason, batch, emit time, emission non-null; emission >= 1",
-                         "columns and types of aggregates", aggregates_schema, pipeline, aggregates, input_types,
-                         sample_size, only)
+    schema = _schema_check(p, "aggregates_schema",
+                           "columns and types of the kernel's aggregates schema; "
+                           "bounds, reason, batch, emit time, emission non-null; emission >= 1",
+                           "columns and types of aggregates", aggregates_schema, pipeline, aggregates, input_types,
+                           sample_size, only)
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("emit_watermark")
     reason = _col("emit_reason")
     rules = [
@@ -153,13 +168,13 @@ def aggregates_checks(pipeline: Pipeline, aggregates: DataFrame, input_types: di
                        wm_ok.otherwise(F.lit(True))))
     allowed = allowed_reasons(pipeline)
     rules.append(_Rule("aggregates_emit_reason", f"emit_reason in {allowed}", reason.isin(allowed)))
-    out += _evaluate(aggregates, rules, sample_size, only)
+    out = [schema, _rules(p, aggregates, rules, sample_size, only)]
     key = _group_columns(pipeline) + ["window_start", "window_end", "emission"]
     if _wanted(only, "aggregates_unique_emission"):
-        out.append(_duplicates("aggregates_unique_emission",
+        out.append(_duplicates(p, "aggregates_unique_emission",
                                f"({', '.join(key)}) unique among emitted (non-AGGREGATE) rows",
                                aggregates.where(~_holds(reason == AGGREGATE_REASON)), key, sample_size))
-    return out
+    return _then(*out)
 
 
 
@@ -255,11 +270,17 @@ def late_checks(pipeline: Pipeline, late: DataFrame, input_types: dict[str, Data
                 sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of ``late_events``: the lateness rule of the pipeline's mode, ``lateness_ms``,
     and that each row names a window its event belongs to."""
+    return _run(lambda p: _late_checks(p, pipeline, late, input_types, sample_size, only))
+
+
+def _late_checks(p: _Pass, pipeline: Pipeline, late: DataFrame, input_types: dict[str, DataType] | None,
+                 sample_size: int, only: Collection[str] | None) -> Finish:
+    """:func:`late_checks`, planned on ``p``."""
     w = pipeline.window
     session = w.type is WindowType.SESSION
-    out = _schema_check("late_events_schema", "columns and types of the kernel's late_events schema",
-                         "columns and types of late_events", late_schema, pipeline, late, input_types,
-                         sample_size, only)
+    schema = _schema_check(p, "late_events_schema", "columns and types of the kernel's late_events schema",
+                           "columns and types of late_events", late_schema, pipeline, late, input_types,
+                           sample_size, only)
     t = _event_ms_in(pipeline, late)
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("watermark")
     no_t = "the event time column is not in late_events"
@@ -287,17 +308,24 @@ def late_checks(pipeline: Pipeline, late: DataFrame, input_types: dict[str, Data
               (_col("lateness_ms") == wm - t) if t is not None else None, why_skipped=no_t),
         _Rule("late_window_membership", member_desc, member, why_skipped=no_t),
     ]
-    return out + _evaluate(late, rules, sample_size, only)
+    return _then(schema, _rules(p, late, rules, sample_size, only))
 
 
 def state_checks(pipeline: Pipeline, state: DataFrame, input_types: dict[str, DataType] | None = None,
                  sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of ``state``: kinds, one (this pipeline's) fingerprint, window bounds, and
     no duplicate worker, key or window rows."""
+    return _run(lambda p: _state_checks(p, pipeline, state, input_types, sample_size, only))
+
+
+def _state_checks(p: _Pass, pipeline: Pipeline, state: DataFrame, input_types: dict[str, DataType] | None,
+                  sample_size: int, only: Collection[str] | None) -> Finish:
+    """:func:`state_checks`, planned on ``p``."""
     session = pipeline.window.type is WindowType.SESSION
-    out = _schema_check("state_schema",
-                         "columns and types of the kernel's state schema; state_kind and fingerprint non-null",
-                         "columns and types of state", state_schema, pipeline, state, input_types, sample_size, only)
+    schema = _schema_check(p, "state_schema",
+                           "columns and types of the kernel's state schema; state_kind and fingerprint non-null",
+                           "columns and types of state", state_schema, pipeline, state, input_types, sample_size,
+                           only)
     kind = _col("state_kind")
     ws, we = _col("window_start_ms"), _col("window_end_ms")
     fp = pipeline.fingerprint()
@@ -311,23 +339,29 @@ def state_checks(pipeline: Pipeline, state: DataFrame, input_types: dict[str, Da
               bounds & F.when(kind == "window", _col("events") >= 1).otherwise(_col("emissions") >= 1),
               applies=kind.isin("window", "emitted")),
     ]
-    out += _evaluate(state, rules, sample_size, only)
+    out = [schema, _rules(p, state, rules, sample_size, only)]
     if not _wanted(only, "state_unique"):
-        return out
+        return _then(*out)
     # A window is either open or a re-openable emitted counter, never both, never twice.
     cls = F.when(kind.isin("window", "emitted"), F.lit("window")).otherwise(kind)
     key = _group_columns(pipeline)
     keyed = state.select(cls.alias("state_class"), *[_col(c) for c in key], "window_start_ms", "window_end_ms")
-    out.append(_duplicates("state_unique", "no duplicate worker, key or (worker, key, window) rows",
+    out.append(_duplicates(p, "state_unique", "no duplicate worker, key or (worker, key, window) rows",
                            keyed, ["state_class", *key, "window_start_ms", "window_end_ms"], sample_size))
-    return out
+    return _then(*out)
 
 
 def rejected_checks(pipeline: Pipeline, rejected: DataFrame, input_types: dict[str, DataType] | None = None,
                     sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
     """Checks of ``rejected``: the schema and known reasons."""
-    out = _schema_check("rejected_schema", "the input columns and a non-null reason",
-                         "the input columns and a reason", rejected_schema, pipeline, rejected, input_types,
-                         sample_size, only)
-    return out + _evaluate(rejected, [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}",
-                                            _col("reason").isin(list(REJECT_REASONS)))], sample_size, only)
+    return _run(lambda p: _rejected_checks(p, pipeline, rejected, input_types, sample_size, only))
+
+
+def _rejected_checks(p: _Pass, pipeline: Pipeline, rejected: DataFrame, input_types: dict[str, DataType] | None,
+                     sample_size: int, only: Collection[str] | None) -> Finish:
+    """:func:`rejected_checks`, planned on ``p``."""
+    schema = _schema_check(p, "rejected_schema", "the input columns and a non-null reason",
+                           "the input columns and a reason", rejected_schema, pipeline, rejected, input_types,
+                           sample_size, only)
+    return _then(schema, _rules(p, rejected, [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}",
+                                                    _col("reason").isin(list(REJECT_REASONS)))], sample_size, only))

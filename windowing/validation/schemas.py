@@ -3,24 +3,84 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Collection, cast
+from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, cast
 
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
 from windowing import contract
 from windowing.config import NUMERIC_AGGREGATES, Pipeline
-from windowing.validation.base import CheckResult, _jsonable, _skip, _wanted
+from windowing.validation.base import CheckResult, Finish, _jsonable, _Pass, _skip, _Sums, _wanted
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pandera.pyspark import DataFrameSchema
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructField
 
 
-def _pandera_check(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
-                   sample_size: int) -> CheckResult:
+def _screened(check: Any, column: str, dtype: DataType) -> Column | None:
+    """The rows failing a pandera column check, as pandera's pyspark backend finds them
+    (``df.filter(~cond).limit(1).count() == 0`` passes), for the checks screened in the pass:
+    ``Check.ge`` on a numeric column of the type the schema declares; None for any other."""
+    if (getattr(check, "name", None) != "greater_than_or_equal_to" or set(check.statistics) != {"min_value"}
+            or check.groupby is not None or check.raise_warning or not isinstance(dtype, T.NumericType)):
+        return None
+    return F.when(~(F.col(column) >= check.statistics["min_value"]), 1)
+
+
+def _screen(p: _Pass, schema: DataFrameSchema, df: DataFrame) -> tuple[dict[str, list[Hashable]], _Sums | None]:
+    """Count, on ``p``, what pandera's pyspark backend would spend a Spark job on per column
+    (a null in a non-nullable column; each failing row of a data check), for the columns it
+    can be counted for: present, with the declared type, and only checks :func:`_screened`
+    knows. Returns the columns screened (name -> its counters) and the counts."""
+    types = {f.name: f for f in df.schema.fields}
+    counters: dict[Hashable, Column] = {}
+    screened: dict[str, list[Hashable]] = {}
+    for name, column in schema.columns.items():
+        field = types.get(name)
+        if field is None or column.regex or (column.checks and column.dtype is None):
+            continue
+        mine: dict[Hashable, Column] = {}
+        if not column.nullable and field.nullable:
+            mine[(name, "null")] = F.when(F.col(name).isNull(), 1)
+        if column.checks:
+            if column.dtype.type != field.dataType:
+                continue
+            found = [_screened(c, name, field.dataType) for c in column.checks]
+            if any(f is None for f in found):
+                continue
+            mine.update({(name, i): f for i, f in enumerate(found) if f is not None})
+        if mine:
+            screened[name] = list(mine)
+            counters.update(mine)
+    return screened, (p.add(df, counters) if counters else None)
+
+
+def _pandera(p: _Pass, name: str, description: str, schema: DataFrameSchema, df: DataFrame,
+             sample_size: int) -> Finish:
+    """Validate ``df`` with a pandera pyspark schema, planned on ``p``; any recorded error fails the check.
+
+    pandera's pyspark backend spends a Spark job on each non-nullable column and on each data
+    check. Those of the columns :func:`_screen` can count are counted on ``p`` instead; a
+    column found clean is given to pandera as nullable and without its checks (pandera has
+    nothing left to find there), so pandera runs no Spark job for it. A column with a finding
+    is validated by pandera as declared, so every error pandera reports is its own, worded as
+    ever, and the result is the same as validating the whole schema.
+    """
+    screened, sums = _screen(p, schema, df)
+
+    def finish() -> list[CheckResult]:
+        clean = [c for c, counters in screened.items() if sums is not None and all(int(sums[k]) == 0 for k in counters)]
+        relaxed = schema.update_columns({c: {"nullable": True, "checks": []} for c in clean}) if clean else schema
+        return [_validate(name, description, relaxed, df, sample_size)]
+
+    return finish
+
+
+def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
+              sample_size: int) -> CheckResult:
     """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
     from pandera.config import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
         ValidationDepth,
@@ -49,16 +109,16 @@ def _pandera_check(name: str, description: str, schema: DataFrameSchema, df: Dat
     return CheckResult(name, not errors, len(errors), errors[:sample_size], description)
 
 
-def _schema_check(name: str, description: str, skip_description: str,
+def _schema_check(p: _Pass, name: str, description: str, skip_description: str,
                   schema_of: Callable[[Pipeline, dict[str, DataType]], DataFrameSchema], pipeline: Pipeline,
                   df: DataFrame, input_types: dict[str, DataType] | None, sample_size: int,
-                  only: Collection[str] | None) -> list[CheckResult]:
-    """An output's pandera schema check, skipped when the input column types are unknown."""
+                  only: Collection[str] | None) -> Finish:
+    """An output's pandera schema check, planned on ``p``; skipped when the input column types are unknown."""
     if not _wanted(only, name):
-        return []
+        return lambda: []
     if input_types is None:
-        return [_skip(name, skip_description, "input types unknown")]
-    return [_pandera_check(name, description, schema_of(pipeline, input_types), df, sample_size)]
+        return lambda: [_skip(name, skip_description, "input types unknown")]
+    return _pandera(p, name, description, schema_of(pipeline, input_types), df, sample_size)
 
 
 def _schema(columns: dict[str, Any], name: str) -> DataFrameSchema:
