@@ -45,15 +45,39 @@ def spark():
 FAST_TIER_CASES = "0.25"
 
 
+_MAKING_ARCHIVE = pytest.StashKey["threading.Thread"]()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "spark: uses a Spark session (set automatically from the fixtures)")
     if " ".join(str(config.getoption("markexpr", "") or "").split()) == "not spark":
         os.environ.setdefault("REWINDOW_CASES_SCALE", FAST_TIER_CASES)
+    elif not hasattr(config, "workerinput"):
+        # Spark drivers map their classes from one archive (tests/spark_classes.py), made once
+        # per pyspark and JVM while the first tests run; pytest-xdist's processes, started
+        # after this, inherit SPARK_SUBMIT_OPTS.
+        from tests.spark_classes import ENV, archive_opts, archive_path, make_in_background, submit_opts
+
+        archive = archive_path()
+        if archive is not None and not archive.is_file():
+            config.stash[_MAKING_ARCHIVE] = make_in_background(archive)
+        os.environ["SPARK_SUBMIT_OPTS"] = submit_opts(archive)
+        os.environ[ENV] = archive_opts(archive)
+
+
+def pytest_unconfigure(config):
+    making = config.stash.get(_MAKING_ARCHIVE, None)
+    if making is not None:
+        making.join(timeout=600)
 
 
 def pytest_report_header(config):
     scale = os.environ.get("REWINDOW_CASES_SCALE")
-    return [f"rewindow: generated cases x{scale} (REWINDOW_CASES_SCALE)"] if scale else []
+    lines = [f"rewindow: generated cases x{scale} (REWINDOW_CASES_SCALE)"] if scale else []
+    if "SharedArchiveFile" in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        making = " (being made)" if config.stash.get(_MAKING_ARCHIVE, None) else ""
+        lines.append(f"rewindow: SPARK_SUBMIT_OPTS={os.environ['SPARK_SUBMIT_OPTS']}{making}")
+    return lines
 
 
 #: Fixtures that start Spark: the session, or Spark in processes of their own
