@@ -81,11 +81,11 @@ def archive_path() -> Path | None:
 def make(archive: Path, timeout: float = 600) -> bool:
     """Write ``archive`` (a dump run in a process of its own; renamed into place when whole,
     so a JVM started meanwhile finds no file and runs as without one)."""
-    archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_name(f".{archive.stem}-{os.getpid()}.jsa")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
         # capture_output: the run returns when the driver's JVM, which shares the pipes, is gone
         proc = subprocess.run([sys.executable, "-m", "tests.spark_classes", str(partial)], env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=timeout)
