@@ -51,11 +51,17 @@ KB_SLICE, KB_SLICES = "__kb_slice", "__kb_slices"
 PACKED = "__packed"
 
 
+#: How packs are written (the reader needs no option).
+_PACK_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+
+
 class PackRows:
     """Spark's grouped Arrow function that packs a group's rows (a worker's or a hot key's
     block of batches): one row of the ``header`` columns' values and ``__blob``, the other
-    columns (``fields``, renamed ``names``) sorted by ``order`` as an Arrow IPC stream. The
-    bytes depend only on the rows, not the order they came in."""
+    columns (``fields``, renamed ``names``) sorted by ``order`` as an Arrow IPC stream with
+    zstd-compressed buffers (a pack is copied to every task of its worker: a timeline block
+    shrinks ~4.5x, its numbers being close to each other). The bytes depend only on the
+    rows, not the order they came in."""
 
     def __init__(self, header: list[str], fields: list[str], names: list[str], order: str) -> None:
         self.header, self.fields, self.names, self.order = header, fields, names, order
@@ -64,7 +70,7 @@ class PackRows:
         body = table.select(self.fields).rename_columns(self.names)
         body = body.sort_by([(self.names[self.fields.index(self.order)], "ascending")]).combine_chunks()
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, body.schema) as writer:
+        with pa.ipc.new_stream(sink, body.schema, options=_PACK_IPC) as writer:
             writer.write_table(body)
         head = table.select(self.header).slice(0, 1)
         return head.append_column("__blob", pa.array([sink.getvalue().to_pybytes()], pa.binary()))

@@ -199,20 +199,36 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
 _HOT_KEY_TYPES = ("string", "integer", "long", "short", "byte", "boolean", "date")
 
 
+#: Hot keys are found in a sample of the spread workers' rows holding about this many rows
+#: of a key at the threshold (a key over it is a hot key to ±1 %, 3 standard deviations).
+HOT_KEY_SAMPLE = 100_000
+
+
 def _hot_keys(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> dict[tuple[Any, Any], int]:
     """The spread workers' hot keys (:func:`windowing.placement.hot_key_threshold`) and
     their events: one Spark aggregation over the spread workers' rows, a row per hot key
-    back (at most events / threshold)."""
+    back (at most events / threshold).
+
+    Over a threshold of more than :data:`HOT_KEY_SAMPLE` events the rows are sampled
+    (Bernoulli, a fixed seed) and the events estimated: the plan only places the work,
+    whatever it says the rows are the same (a hot key's slices replay what the key would
+    whole), and counting every (worker, key) of a billion rows is a pass over them."""
     key = cast(str, pipeline.window.key)
     if norm.schema[key].dataType.typeName() not in _HOT_KEY_TYPES:
         return {}
     wcol = pipeline.source.worker
     accepted = norm.where(F.col(REJECT_REASON).isNull())
     accepted, _, n = _placement_columns(accepted, pipeline, placement.TaskPlan(plan.tasks, {}, plan.spread))
+    threshold = placement.hot_key_threshold(plan)
+    fraction = min(1.0, HOT_KEY_SAMPLE / max(threshold, 1))
+    accepted = accepted.where(n.isNotNull())
+    if fraction < 1.0:
+        accepted = accepted.sample(fraction=fraction, seed=0)
     group = [*([_col(wcol).alias("__w")] if wcol else []), _col(key).alias("__k")]
-    counted = (accepted.where(n.isNotNull()).groupBy(*group).agg(F.count(F.lit(1)).alias("n"))
-               .where(F.col("n") > placement.hot_key_threshold(plan)).toArrow())
-    return {(K.hashable(r["__w"]) if wcol else 0, r["__k"]): int(r["n"]) for r in counted.to_pylist()}
+    counted = (accepted.groupBy(*group).agg(F.count(F.lit(1)).alias("n"))
+               .where(F.col("n") > threshold * fraction).toArrow())
+    return {(K.hashable(r["__w"]) if wcol else 0, r["__k"]): int(round(int(r["n"]) / fraction))
+            for r in counted.to_pylist()}
 
 
 def _hot_table(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> DataFrame:

@@ -193,6 +193,31 @@ def test_a_hot_key_is_found_and_its_windows_land_in_its_slices(spark):
     assert others <= {0, 1, 2, 3} and len(got) == 3600
 
 
+def test_hot_keys_of_a_large_threshold_are_found_in_a_sample(spark, monkeypatch):
+    """Over a threshold of more than ``HOT_KEY_SAMPLE`` events the rows are sampled: the hot
+    key is still found, its events estimated to a few %, and a key just under the threshold
+    is not (with the sample's size set low so that a small history has a large threshold)."""
+    from datetime import timedelta
+
+    from windowing import engine
+    from windowing.engine import _hot_keys, _normalise
+
+    monkeypatch.setattr(engine, "HOT_KEY_SAMPLE", 1_000)
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    # 40,000 events of one worker: "hot" 24,000, "warm" 12,000, 4,000 spread over 40 keys.
+    keys = ["hot"] * 6 + ["warm"] * 3 + ["cold"]
+    rows = [("w", keys[i % 10] if keys[i % 10] != "cold" else f"k{i % 40}", start + timedelta(seconds=i),
+             start + timedelta(seconds=i), i) for i in range(40_000)]
+    df = spark.createDataFrame(rows, "partition string, user_id string, arrival_time timestamp, "
+                                     "event_time timestamp, offset int")
+    plan = placement.plan_tasks({"w": 40_000}, True, 10_000, 2)
+    assert placement.hot_key_threshold(plan) > 12_000  # "warm" is under it, so the sample decides
+    hot = _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan)
+    assert list(hot) == [("w", "hot")]
+    assert abs(hot[("w", "hot")] - 24_000) < 0.1 * 24_000
+    assert _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan) == hot  # a fixed seed: the same plan again
+
+
 def test_task_plans_from_the_data():
     plan = placement.plan_tasks
     # The bench's shape: 8 workers of 1.25 M events, 1 M a task: each worker whole in a task.
