@@ -271,7 +271,7 @@ def _int_conf(spark: SparkSession, key: str, default: int) -> int:
     except ValueError:
         value = 0
     if value <= 0:
-        raise ConfigError(f"{key}: {raw!r} is not a positive number of events")
+        raise ConfigError(f"{key}: {raw!r} is not a positive number")
     return value
 
 
@@ -998,7 +998,17 @@ def _write_tasks(rows: int, most: int, slots: int | None) -> int:
 
 
 def _task_slots(spark: SparkSession) -> int | None:
-    """How many tasks the session runs at once (None over Spark Connect: not known)."""
+    """How many tasks the session runs at once (None: not known, over Spark Connect
+    without ``spark.rewindow.taskSlots``, or under dynamic allocation without a bound):
+    :data:`windowing.placement.TASK_SLOTS_CONF`, else under dynamic allocation its most
+    executors' cores, else the session's ``defaultParallelism``."""
+    slots = _int_conf(spark, placement.TASK_SLOTS_CONF, 0)
+    if slots > 0:
+        return slots
+    if (spark.conf.get("spark.dynamicAllocation.enabled", "false") or "").strip().lower() == "true":
+        most = _int_conf(spark, "spark.dynamicAllocation.maxExecutors", 0)
+        cores = _int_conf(spark, "spark.executor.cores", 1)
+        return most * cores if 0 < most < 1 << 20 else None
     try:
         return int(spark.sparkContext.defaultParallelism)
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext

@@ -41,10 +41,11 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
 DAY = "2024-02-01"
-#: One day of 200,000 events over 4 workers: with 20,000 events a kernel task, a dozen
-#: tasks on the cluster's two slots, so the stage lasts seconds and has tasks to lose.
+#: One day of 120,000 events over 4 workers: with 10,000 events a kernel task, a dozen
+#: tasks on the cluster's two slots (planned as if for 16, so that the workers are spread),
+#: so the stage lasts seconds and has tasks to lose.
 EVENTS = 120_000
-REPLAY_CONF = {"spark.rewindow.eventsPerTask": "10000"}
+REPLAY_CONF = {"spark.rewindow.eventsPerTask": "10000", "spark.rewindow.taskSlots": "16"}
 REWINDOW = str(Path(sys.executable).parent / "rewindow")
 TIMEOUT_S = 300
 #: The kernel's output as the driver persists it (windowing/engine.py: _launch_kernel).

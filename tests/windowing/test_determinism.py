@@ -205,9 +205,11 @@ VARIANTS = {
     # Scale-out (windowing.placement, windowing.chunks): 300 events a task spreads each
     # worker's keys over many tasks, its timeline sent to them as rows; 200 events a chunk
     # makes every task spill its rows and replay them in pieces of whole batches.
-    "keys spread over many tasks": ("7 files", {"spark.rewindow.eventsPerTask": "300"}),
+    # (As if on a cluster of 1,000 slots: on the suite's 2, workers this size stay whole.)
+    "keys spread over many tasks": ("7 files", {"spark.rewindow.eventsPerTask": "300",
+                                                "spark.rewindow.taskSlots": "1000"}),
     "tasks in bounded pieces": ("history", {"spark.rewindow.eventsPerChunk": "200"}),
-    "spread and in pieces": ("1 file", {"spark.rewindow.eventsPerTask": "300",
+    "spread and in pieces": ("1 file", {"spark.rewindow.eventsPerTask": "300", "spark.rewindow.taskSlots": "1000",
                                         "spark.rewindow.eventsPerChunk": "100"}),
 }
 
@@ -258,7 +260,7 @@ def test_row_order_files_and_partitions_do_not_matter(spark, run, name, variant)
     """(a) rows shuffled into 1 or 7 files, (b) 1, 3 or 8 shuffle partitions, and the
     workers' commits summed up in the kernel tasks or in the driver."""
     settings = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", "spark.rewindow.commits",
-                "spark.rewindow.eventsPerTask", "spark.rewindow.eventsPerChunk")
+                "spark.rewindow.eventsPerTask", "spark.rewindow.eventsPerChunk", "spark.rewindow.taskSlots")
     before = [spark.conf.get(k, None) for k in settings]
     _assert_outputs_equal(name, run(name, variant), run(name, "baseline"))
     assert [spark.conf.get(k, None) for k in settings] == before  # restored for the tests that follow

@@ -239,8 +239,19 @@ def test_task_plans_from_the_data():
     assert many.tasks == 4 and not many.spread and len(many.whole) == 1000
     loads = [sum(4000 - w % 3 for w, t in many.whole.items() if t == task) for task in range(4)]
     assert max(loads) - min(loads) <= 4000
-    # Ten times the history, ten times the tasks.
-    assert plan({i: 12_500_000 for i in range(8)}, True, 1_000_000, 2).tasks == 104
+    # The 100 M bench's shape: on 2 slots its 8 workers stay whole (each under 1.5 slots'
+    # share: spreading would cost a pass for the timelines and buy no parallelism); on 64
+    # slots each is spread over 13 tasks.
+    assert plan({i: 12_500_000 for i in range(8)}, True, 1_000_000, 2) == \
+        placement.TaskPlan(8, {i: i for i in range(8)}, {})
+    assert plan({i: 12_500_000 for i in range(8)}, True, 1_000_000, 64).tasks == 104
+    # Ten times the history on a cluster, ten times the tasks.
+    assert plan({i: 125_000_000 for i in range(8)}, True, 1_000_000, 200).tasks == 1000
+    # On 2 slots, a worker twice the others' size stays whole; one of 30 M in 37 M (over 1.5
+    # slots' share: whole, its task would be the stage) is spread, the others stay whole.
+    assert plan({0: 2_000_000, **{i: 1_000_000 for i in range(1, 8)}}, True, 100_000, 2).spread == {}
+    skewed = plan({0: 30_000_000, **{i: 1_000_000 for i in range(1, 8)}}, True, 100_000, 2)
+    assert set(skewed.spread) == {0} and set(skewed.whole) == set(range(1, 8))
     # spark.rewindow.commits=tasks: every worker whole.
     assert plan({"a": 10_000_000}, True, 1_000_000, 2, force_whole=True) == placement.TaskPlan(1, {"a": 0}, {})
 

@@ -18,6 +18,10 @@ from windowing.engine import _session_conf
 from windowing.io import read_state
 
 SPARK_CASES = cases(30)
+#: The kernel stage planned as if for a cluster of this many slots: on the suite's 2, the
+#: generated histories' workers would stay whole (a worker is spread only when it is larger
+#: than a slot's share: windowing.placement).
+SLOTS = "1000"
 _tmp = itertools.count()
 
 
@@ -56,7 +60,7 @@ def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task,
     rows, columns = _input(pipeline, rows)
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
     conf = {"spark.rewindow.eventsPerTask": str(per_task), "spark.rewindow.eventsPerChunk": str(per_chunk),
-            "spark.rewindow.commits": commits}
+            "spark.rewindow.commits": commits, "spark.rewindow.taskSlots": SLOTS}
     with _session_conf(spark, conf):
         aggs, late, rejected, _, metrics = run_engine(spark, pipeline, rows, flush_at_end=flush,
                                                       columns=columns if not rows else None)
@@ -83,7 +87,7 @@ def test_hot_keys_sliced_over_tasks_match_them_whole_and_the_model(spark, pipeli
     out = {}
     for mode in ("auto", "off"):
         conf = {"spark.rewindow.eventsPerTask": "2", "spark.rewindow.eventsPerChunk": str(per_chunk),
-                "spark.rewindow.slices": mode}
+                "spark.rewindow.slices": mode, "spark.rewindow.taskSlots": SLOTS}
         with _session_conf(spark, conf):
             aggs, late, rejected, state, metrics = run_engine(spark, pipeline, rows, flush_at_end=flush,
                                                               columns=columns if not rows else None)
