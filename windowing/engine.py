@@ -998,21 +998,16 @@ def _write_tasks(rows: int, most: int, slots: int | None) -> int:
 
 
 def _task_slots(spark: SparkSession) -> int | None:
-    """How many tasks the session runs at once (None: not known, over Spark Connect
-    without ``spark.rewindow.taskSlots``, or under dynamic allocation without a bound):
-    :data:`windowing.placement.TASK_SLOTS_CONF`, else under dynamic allocation its most
-    executors' cores, else the session's ``defaultParallelism``."""
-    slots = _int_conf(spark, placement.TASK_SLOTS_CONF, 0)
-    if slots > 0:
-        return slots
-    if (spark.conf.get("spark.dynamicAllocation.enabled", "false") or "").strip().lower() == "true":
-        most = _int_conf(spark, "spark.dynamicAllocation.maxExecutors", 0)
-        cores = _int_conf(spark, "spark.executor.cores", 1)
-        return most * cores if 0 < most < 1 << 20 else None
+    """How many tasks the session runs at once (:func:`windowing.placement.task_slots`)."""
+    settings = {k: spark.conf.get(k, None) for k in placement.SLOT_SETTINGS}
     try:
-        return int(spark.sparkContext.defaultParallelism)
+        parallelism: int | None = int(spark.sparkContext.defaultParallelism)
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-        return None
+        parallelism = None
+    try:
+        return placement.task_slots(settings, parallelism)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:

@@ -120,6 +120,41 @@ def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: i
     return TaskPlan(max(1, next_task), whole, spread, sliced, share=share)
 
 
+#: The settings :func:`task_slots` reads.
+SLOT_SETTINGS = (TASK_SLOTS_CONF, "spark.dynamicAllocation.enabled", "spark.dynamicAllocation.maxExecutors",
+                 "spark.executor.cores")
+
+
+def task_slots(settings: Mapping[str, str | None], parallelism: int | None) -> int | None:
+    """The task slots the plan assumes (None: not known): :data:`TASK_SLOTS_CONF` if set;
+    else under dynamic allocation its most executors times their cores (None when
+    unbounded: the executors may not have started when the plan is made); else the
+    session's ``parallelism`` (None over Spark Connect).
+
+    Raises:
+        ValueError: a setting is not a positive whole number.
+    """
+    def positive(key: str, default: int) -> int:
+        raw = settings.get(key)
+        if raw is None or not str(raw).strip():
+            return default
+        try:
+            value = int(str(raw).strip().replace("_", ""))
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ValueError(f"{key}: {raw!r} is not a positive number")
+        return value
+
+    slots = positive(TASK_SLOTS_CONF, 0)
+    if slots:
+        return slots
+    if str(settings.get("spark.dynamicAllocation.enabled") or "").strip().lower() == "true":
+        most = positive("spark.dynamicAllocation.maxExecutors", 1 << 31)
+        return most * positive("spark.executor.cores", 1) if most < 1 << 20 else None
+    return parallelism
+
+
 def hot_key_threshold(plan: TaskPlan) -> int:
     """A spread worker's key with more events than this is hot: sliced by window."""
     return int(WHOLE_SLACK * plan.share)

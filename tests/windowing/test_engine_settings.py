@@ -22,6 +22,7 @@ from windowing.engine import (
     _kernel_job_conf,
     _session_conf,
     _slices_on,
+    _task_slots,
     _with_task,
     _write_tasks,
 )
@@ -256,6 +257,20 @@ def test_task_plans_from_the_data():
     assert plan({"a": 10_000_000}, True, 1_000_000, 2, force_whole=True) == placement.TaskPlan(1, {"a": 0}, {})
 
 
+def test_the_task_slots_the_plan_assumes():
+    slots = placement.task_slots
+    assert slots({}, 2) == 2  # the session's parallelism
+    assert slots({}, None) is None  # Spark Connect: not known
+    assert slots({"spark.rewindow.taskSlots": "1_000"}, 2) == 1000
+    dynamic = {"spark.dynamicAllocation.enabled": "true", "spark.dynamicAllocation.maxExecutors": "50",
+               "spark.executor.cores": "4"}
+    assert slots(dynamic, 2) == 200  # the executors it may get, not the 2 cores it started with
+    assert slots({**dynamic, "spark.dynamicAllocation.maxExecutors": None}, 2) is None  # unbounded
+    assert slots({**dynamic, "spark.rewindow.taskSlots": "16"}, 2) == 16
+    with pytest.raises(ValueError, match="spark.rewindow.taskSlots: 'many'"):
+        slots({"spark.rewindow.taskSlots": "many"}, 2)
+
+
 def test_the_scale_settings_are_checked(spark):
     with _session_conf(spark, {COMMITS_CONF: "sometimes"}):
         with pytest.raises(ConfigError, match="spark.rewindow.commits"):
@@ -271,6 +286,12 @@ def test_the_scale_settings_are_checked(spark):
     with _session_conf(spark, {placement.SLICES_CONF: "OFF"}):
         assert not _slices_on(spark)
     assert _slices_on(spark)  # auto by default
+    with _session_conf(spark, {placement.TASK_SLOTS_CONF: "0"}):
+        with pytest.raises(ConfigError, match="spark.rewindow.taskSlots: '0'"):
+            _task_slots(spark)
+    with _session_conf(spark, {placement.TASK_SLOTS_CONF: "12"}):
+        assert _task_slots(spark) == 12
+    assert _task_slots(spark) == spark.sparkContext.defaultParallelism
 
 
 
