@@ -17,7 +17,7 @@ fast:  ## the fast tier: reference model, kernel against it, configuration (no S
 test:  ## the whole suite (README's command; Spark, Dagster, clusters, Airflow)
 	$(PY) -m pytest -q
 
-lint:  ## ruff (pycodestyle, pyflakes, bugbear, isort) and mypy
+lint:  ## ruff (pycodestyle, pyflakes, bugbear, isort, blind excepts, unused noqas) and mypy
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 

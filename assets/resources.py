@@ -34,7 +34,7 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
-from windowing.lake import absolute  # noqa: F401 - re-exported: the demo and the assets use it here
+from windowing.lake import absolute
 from windowing.spark import parse_conf
 
 DEFAULT_MASTER = "local[*]"

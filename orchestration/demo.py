@@ -126,7 +126,6 @@ def run_demo(args, start: datetime | None) -> int:
         DEFAULT_OUTPUT_ROOT,
         DEFAULT_PIPELINES_DIR,
         StorageResource,
-        absolute,
         resolved,
         spark_from_env,
         storage_from_env,
@@ -135,6 +134,7 @@ def run_demo(args, start: datetime | None) -> int:
     from orchestration.definitions import build_definitions, load_pipelines
     from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
     from orchestration.schedules import REPLAY_JOB
+    from windowing.lake import absolute
 
     env = storage_from_env()
     storage = StorageResource(

@@ -28,8 +28,9 @@ from datetime import date, datetime, time, timedelta, timezone
 
 import dagster as dg
 
-from assets.resources import StorageResource, absolute, resolved
+from assets.resources import StorageResource, resolved
 from orchestration.partitions import PartitionSettings, describe, landed_days
+from windowing.lake import absolute
 
 SENSOR_NAME = "landing_zone_sensor"
 INTERVAL_S = 300
