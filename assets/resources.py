@@ -114,8 +114,8 @@ class SparkResource(PySparkResource):
         self._spark_session = spark_session(master=self.master, conf=conf)
 
 
-# Dagster's documented form: a ConfigurableResource's value is the resource itself, which its
-# type parameter (for ConfigurableResourceFactory's other subclasses) cannot say.
+# Unparametrized, as Dagster documents it (and as dagster-pyspark's PySparkResource is): a
+# ConfigurableResource is its own resource value, which its type parameter cannot express.
 class StorageResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """Where the events come from and where the outputs go."""
 
