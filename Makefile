@@ -17,11 +17,11 @@ fast:  ## the fast tier: reference model, kernel against it, configuration (no S
 test:  ## the whole suite (README's command; Spark, Dagster, clusters, Airflow)
 	$(PY) -m pytest -q
 
-lint:  ## ruff (pycodestyle, pyflakes, bugbear, isort) and mypy
+lint:  ## ruff (pycodestyle, pyflakes, bugbear, isort, blind excepts, unused noqas) and mypy (strict: windowing, assets, orchestration)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
-typecheck:  ## mypy only
+typecheck:  ## mypy only (strict: windowing, assets, orchestration; pyproject.toml)
 	$(PY) -m mypy
 
 bench:  ## rewindow against plain Spark (10 M events; QUICK=1 for 1 M)

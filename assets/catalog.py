@@ -12,24 +12,29 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from windowing.catalog import PUBLISHED, Publisher, published_table
 from windowing.lake import join
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from windowing.config import Pipeline
+
 PUBLISHED_CHECK = "published_matches_commit"
 
 
-def publisher(spark, pipeline, output_root: str) -> Publisher | None:
+def publisher(spark: SparkSession, pipeline: Pipeline, output_root: str) -> Publisher | None:
     """The pipeline's publisher, or None without an ``output.catalog`` block."""
     if pipeline.catalog is None:
         return None
     return Publisher(spark, pipeline.catalog, pipeline, join(output_root, pipeline.name))
 
 
-def table_metadata(spark, run_path: str, dataset: str, pipeline) -> dict[str, Any]:
+def table_metadata(spark: SparkSession, run_path: str, dataset: str, pipeline: Pipeline) -> dict[str, Any]:
     """Dagster's table metadata of one dataset of a committed run."""
     uri = join(run_path, dataset)
     df = spark.read.parquet(uri)
@@ -45,7 +50,7 @@ def table_metadata(spark, run_path: str, dataset: str, pipeline) -> dict[str, An
     return meta
 
 
-def table_name_metadata(pipeline, dataset: str) -> dict[str, Any]:
+def table_name_metadata(pipeline: Pipeline, dataset: str) -> dict[str, Any]:
     """``dagster/table_name`` of a published dataset (empty without ``output.catalog``)."""
     if pipeline.catalog is None or dataset not in PUBLISHED:
         return {}
@@ -53,7 +58,7 @@ def table_name_metadata(pipeline, dataset: str) -> dict[str, Any]:
         f"{pipeline.catalog.database.lower()}.{pipeline.catalog.table_name(dataset)}")}
 
 
-def published_check_spec(pipeline, asset_key: dg.AssetKey) -> dg.AssetCheckSpec | None:
+def published_check_spec(pipeline: Pipeline, asset_key: dg.AssetKey) -> dg.AssetCheckSpec | None:
     if pipeline.catalog is None:
         return None
     c = pipeline.catalog

@@ -7,6 +7,7 @@ and re-registering a partition whose files changed marks the pipelines' partitio
 as unsynced in the UI.
 """
 
+from typing import Any
 
 import dagster as dg
 
@@ -31,7 +32,7 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition,
     )
     def historical_events(
         context: dg.AssetExecutionContext, pyspark: SparkResource, storage: StorageResource
-    ) -> dg.MaterializeResult:
+    ) -> dg.MaterializeResult[Any]:
         from pyspark.sql import functions as F
 
         spark = pyspark.spark_session
@@ -44,11 +45,13 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition,
             )
             files = files or []
             has_arrival = column in events.columns
-            rows, first, last = events.select(
+            row = events.select(
                 F.count(F.lit(1)),
                 F.min(column) if has_arrival else F.lit(None),
                 F.max(column) if has_arrival else F.lit(None),
             ).first()
+            assert row is not None  # an aggregate without grouping: one row, always
+            rows, first, last = row
             context.log.info(f"historical_events {key}: {rows} rows in {len(files)} files")
             context.add_asset_metadata(
                 {

@@ -15,10 +15,13 @@ delay per strategy), a markdown table of the curve and the report's path; the ch
 ``matches_replay`` compares the analysis' configured replay with the replay partition.
 """
 
+# No `from __future__ import annotations` here: Dagster reads the asset function's `config`
+# annotation as a class, not as a string. Names imported for type checking only are quoted.
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -26,8 +29,15 @@ from pydantic import Field
 from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
 from assets.resources import SparkResource, StorageResource
 from windowing import landing, store
+from windowing.config import Pipeline
 from windowing.lake import join
 from windowing.metrics import ReplayMetrics
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from windowing.io import Commit
+    from windowing.lateness import LatenessOptions
 
 LATENESS_ASSET = "lateness"
 CHECK = "matches_replay"
@@ -55,7 +65,7 @@ def range_dir(output_root: str, pipeline_name: str, first: str, last: str) -> st
                 f"range-{store.partition_folder(first)}-to-{store.partition_folder(last)}")
 
 
-def build_lateness_asset(pipeline, pipeline_file: Path,
+def build_lateness_asset(pipeline: Pipeline, pipeline_file: Path,
                          partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.AssetsDefinition:
     """The lateness asset of ``pipeline`` (a :class:`windowing.Pipeline`)."""
     prefix = asset_prefix(pipeline.name)
@@ -83,8 +93,9 @@ def build_lateness_asset(pipeline, pipeline_file: Path,
             description="The analysis' configured replay reports what the replay partition reports (late events, "
                         "late pairs, windows closed by WATERMARK, IDLE and MAX_DURATION).")],
     )
-    def lateness_asset(context: dg.AssetExecutionContext, config: LatenessConfig, pyspark: SparkResource,
-                       storage: StorageResource):
+    def lateness_asset(
+        context: dg.AssetExecutionContext, config: LatenessConfig, pyspark: SparkResource, storage: StorageResource
+    ) -> Iterator[dg.Output[None] | dg.MaterializeResult[Any] | dg.AssetCheckEvaluation]:
         from windowing.config import ConfigError
         from windowing.io import InputError, OutputError
 
@@ -97,7 +108,7 @@ def build_lateness_asset(pipeline, pipeline_file: Path,
         except ConfigError as exc:
             raise dg.Failure(f"lateness of {pipeline.name}: {exc}") from exc
         keys = sorted(context.partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
-        done = []
+        done: list[_Done] = []
         try:
             for part in analyse_partitions(spark, pipeline, partitions_def, storage, keys, options, context.log):
                 done.append(part)
@@ -119,13 +130,14 @@ def build_lateness_asset(pipeline, pipeline_file: Path,
 
 
 class _Done:
-    def __init__(self, key, folder, commit, figures, seconds, replay_metrics):
+    def __init__(self, key: str, folder: str, commit: "Commit", figures: Mapping[str, Any], seconds: float,
+                 replay_metrics: ReplayMetrics | None) -> None:
         self.key, self.folder, self.commit, self.figures = key, folder, commit, figures
         self.metadata = metadata(figures, commit.run_path, seconds)
         self.matches, self.check_text, self.check = compare_with_replay(figures, replay_metrics)
 
 
-def _options(config: LatenessConfig):
+def _options(config: LatenessConfig) -> "LatenessOptions":
     from windowing.config import parse_share
     from windowing.durations import parse_duration_ms
     from windowing.lateness import LatenessOptions, parse_delays, parse_modes
@@ -143,7 +155,9 @@ def _options(config: LatenessConfig):
                            flush_at_end=False)
 
 
-def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource, keys, options, log):
+def analyse_partitions(spark: "SparkSession", pipeline: Pipeline, partitions_def: dg.TimeWindowPartitionsDefinition,
+                       storage: StorageResource, keys: Sequence[str], options: "LatenessOptions",
+                       log: dg.DagsterLogManager) -> Iterator[_Done]:
     """Analyse ``keys`` oldest to newest, each from the previous partition's lateness output.
 
     Yields one result per partition once its output is committed. The first key starts
@@ -155,7 +169,8 @@ def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource
 
     chain = pipeline_chain(spark, pipeline, storage, partitions_def)
     root = storage.output_path()
-    state = figures = None
+    state: DataFrame | None = None
+    figures: Mapping[str, Any] | None = None
     prev = chain.partitions.previous(keys[0])
     if prev is not None:
         try:
@@ -187,7 +202,7 @@ def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource
                     ReplayMetrics.from_dict(replay.metrics) if replay is not None else None)
 
 
-def metadata(figures: dict, run_path: str, seconds: float) -> dict[str, Any]:
+def metadata(figures: Mapping[str, Any], run_path: str, seconds: float) -> dict[str, Any]:
     """A partition's materialization metadata: numbers the UI plots across partitions, the
     curve as a markdown table, the report's path."""
     from windowing.lateness import REPORT, curve_markdown
@@ -219,7 +234,8 @@ def metadata(figures: dict, run_path: str, seconds: float) -> dict[str, Any]:
 COMPARED = ("late_events", "late_event_windows", "WATERMARK", "IDLE", "MAX_DURATION")
 
 
-def compare_with_replay(figures: dict, replay_metrics: ReplayMetrics | None) -> tuple[bool, str, dict]:
+def compare_with_replay(figures: Mapping[str, Any],
+                        replay_metrics: ReplayMetrics | None) -> tuple[bool, str, dict[str, Any]]:
     """(passed, description, metadata) of ``matches_replay`` for one partition."""
     if replay_metrics is None:
         return False, "the replay of this partition is not materialized: nothing to compare with", {}
@@ -238,7 +254,8 @@ def compare_with_replay(figures: dict, replay_metrics: ReplayMetrics | None) -> 
     return True, "the analysis' configured replay reports what the replay partition reports", meta
 
 
-def _range_report(spark, pipeline, storage: StorageResource, done, context) -> None:
+def _range_report(spark: "SparkSession", pipeline: Pipeline, storage: StorageResource, done: Sequence[_Done],
+                  context: dg.AssetExecutionContext) -> None:
     from windowing.lateness import REPORT, combine_lateness, curve_markdown, write_lateness
 
     began = time.monotonic()

@@ -20,12 +20,15 @@ the partitions oldest to newest inside the one run, each to its own folder, carr
 the state from one to the next exactly as separate runs would.
 """
 
+# No `from __future__ import annotations` here: Dagster reads the asset function's `config`
+# annotation as a class, not as a string. Names imported for type checking only are quoted.
 
 import re
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -38,10 +41,20 @@ from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
 from windowing import store
 from windowing.chain import Chain, ChainError, PartitionResult, Partitions
-from windowing.config import Trigger, ignored_fields_note
+from windowing.config import Pipeline, Trigger, ignored_fields_note
+from windowing.contract import CLOSE_REASONS
 from windowing.lake import join, qualify
-from windowing.metrics import CLOSE_REASONS, ReplayMetrics
+from windowing.metrics import ReplayMetrics
 from windowing.validation.registry import quality_checks
+
+if TYPE_CHECKING:
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+    from pyspark.sql import SparkSession
+
+#: ``(partition key, result)`` of one check, per partition.
+PartitionResults = list[tuple[str, dg.AssetCheckResult]]
 
 OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
     "window_state": "state",
@@ -85,7 +98,7 @@ DEFAULT_OWNERS = ("team:rewindow",)
 
 
 def build_pipeline_assets(
-    pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition,
+    pipeline: Pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition,
     owners: tuple[str, ...] = DEFAULT_OWNERS,
 ) -> dg.AssetsDefinition:
     """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`).
@@ -178,7 +191,7 @@ def build_pipeline_assets(
     )
     def replay_pipeline(
         context: dg.AssetExecutionContext, config: ReplayConfig, pyspark: SparkResource, storage: StorageResource
-    ):
+    ) -> Iterator[dg.Output[None] | dg.MaterializeResult[Any] | dg.AssetCheckEvaluation]:
         spark = pyspark.spark_session
         selected_checks = [k for k in context.assets_def.check_keys if k in context.selected_asset_check_keys]
         for check_key in selected_checks:  # each selected check's output (Dagster requires them)
@@ -240,7 +253,7 @@ def build_pipeline_assets(
         # or not (a check Dagster did not plan is recorded as its own execution).
         every_check = {check.key, *(q.key for q in quality), *([live.key] if live else [])}
         evaluated = every_check if any(p.committed for p in parts) else set(selected_checks)
-        results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
+        results: dict[dg.AssetCheckKey, PartitionResults] = {}
         if check.key in evaluated:
             asked = context.partition_keys if not parts else [p.key for p in parts]
             chain = pipeline_chain(spark, pipeline, storage, partitions_def)
@@ -272,7 +285,8 @@ def build_pipeline_assets(
     return replay_pipeline
 
 
-def pipeline_chain(spark, pipeline, storage: StorageResource, partitions_def, log=None) -> Chain:
+def pipeline_chain(spark: "SparkSession", pipeline: Pipeline, storage: StorageResource,
+                   partitions_def: dg.TimeWindowPartitionsDefinition, log: dg.DagsterLogManager | None = None) -> Chain:
     """The :class:`windowing.chain.Chain` of ``pipeline`` over the Dagster partitions."""
     first = partitions_def.get_first_partition_key()
     window = partitions_def.time_window_for_partition_key(first)
@@ -282,8 +296,9 @@ def pipeline_chain(spark, pipeline, storage: StorageResource, partitions_def, lo
                  publisher=publisher(spark, pipeline, storage.output_path()))
 
 
-def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource, partition_keys, flush_at_end, log,
-                      run_id, checks: bool = True):
+def replay_partitions(spark: "SparkSession", pipeline: Pipeline, partitions_def: dg.TimeWindowPartitionsDefinition,
+                      storage: StorageResource, partition_keys: Sequence[str], flush_at_end: bool,
+                      log: dg.DagsterLogManager, run_id: str, checks: bool = True) -> Iterator[PartitionResult]:
     """The chain's replay of ``partition_keys`` (:meth:`windowing.chain.Chain.replay`), a
     refusal raised as a :class:`dagster.Failure`."""
     chain = pipeline_chain(spark, pipeline, storage, partitions_def, log)
@@ -297,7 +312,8 @@ def as_failure(exc: ChainError) -> dg.Failure:
     return dg.Failure(str(exc), metadata={k: dg.MetadataValue.json(v) for k, v in exc.metadata.items()})
 
 
-def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: StorageResource) -> None:
+def _warn_about_ignored_settings(log: dg.DagsterLogManager, pipeline: Pipeline, pipeline_file: Path,
+                                 storage: StorageResource) -> None:
     from windowing.lake import qualify
 
     if pipeline.source.path and qualify(pipeline.source.path) != qualify(storage.landing_path()):
@@ -319,7 +335,7 @@ def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: St
 EMIT_REASONS = CLOSE_REASONS
 
 
-def plotted_reasons(pipeline) -> tuple[str, ...]:
+def plotted_reasons(pipeline: Pipeline) -> tuple[str, ...]:
     """The reasons whose counts are numbers Dagster plots (``windows_emitted_<reason>``,
     ``windows_closed_<reason>``): those the pipeline closes windows by in any replay,
     ``WATERMARK``, and ``IDLE`` when its window has an idle timeout. ``MAX_DURATION`` (a
@@ -330,20 +346,20 @@ def plotted_reasons(pipeline) -> tuple[str, ...]:
     return ("WATERMARK", "IDLE") if pipeline.window.idle_timeout_ms is not None else ("WATERMARK",)
 
 
-def snapshots_possible(pipeline) -> bool:
+def snapshots_possible(pipeline: Pipeline) -> bool:
     """Whether the pipeline's triggers emit snapshot rows (``atAggregate``): without one,
     ``snapshots_emitted`` is zero by its configuration, and not given."""
     return any(t is not Trigger.AT_WINDOW_END for t in pipeline.triggers)
 
 
-def column_descriptions(pipeline) -> dict[str, str]:
+def column_descriptions(pipeline: Pipeline) -> dict[str, str]:
     """What the output columns whose names could mislead mean (the catalog's Columns section)."""
     worker = getattr(pipeline.source, "worker", None)
     return {worker: f"the worker the events were replayed on (the pipeline's source.worker column `{worker}`), "
                     "not the Dagster partition"} if worker else {}
 
 
-def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, Any]:
+def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, name: str) -> dict[str, Any]:
     """Metadata of one asset of one partition: numbers Dagster plots across partitions
     (Plots → Partitions), the path, a typed preview."""
     m = part.metrics
@@ -401,9 +417,12 @@ def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, An
     return meta
 
 
-def _published_checks(context, spark, pipeline, storage: StorageResource, spec: dg.AssetCheckSpec, partition_keys):
+def _published_checks(context: dg.AssetExecutionContext, spark: "SparkSession", pipeline: Pipeline,
+                      storage: StorageResource, spec: dg.AssetCheckSpec,
+                      partition_keys: Sequence[str]) -> Iterator[dg.AssetCheckEvaluation]:
     """One ``published_matches_commit`` evaluation per partition: the tables against the commit records."""
     pub = publisher(spark, pipeline, storage.output_path())
+    assert pub is not None  # the check exists only for a pipeline with output.catalog, as the publisher
     commits = store.pipeline_commits(spark, join(storage.output_path(), pipeline.name), partition_keys)
     for key in partition_keys:
         commit = commits.get(key)
@@ -411,8 +430,11 @@ def _published_checks(context, spark, pipeline, storage: StorageResource, spec: 
         yield _evaluation(context.instance, result, key, blocking=False)
 
 
-def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageResource, partitions_def, keys,
-                      state_key, live, selected_checks, asked: list[str] | None):
+def _verify_committed(context: dg.AssetExecutionContext, spark: "SparkSession", pipeline: Pipeline, pipeline_file: Path,
+                      storage: StorageResource, partitions_def: dg.TimeWindowPartitionsDefinition,
+                      keys: Mapping[str, dg.AssetKey], state_key: dg.AssetKey, live: dg.AssetCheckSpec | None,
+                      selected_checks: Sequence[dg.AssetCheckKey],
+                      asked: list[str] | None) -> Iterator[dg.AssetCheckEvaluation]:
     """The selected checks, executed on their own: the chain check over the committed
     partitions, each quality check re-run (``windowing.validation.run_checks``) on the
     committed output of every partition asked for, against its landed input and the state
@@ -432,7 +454,7 @@ def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageR
     everything = asked is None
     committed = chain.committed()
     asked = sorted(committed if asked is None else asked, key=chain.partitions.start_of)
-    results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
+    results: dict[dg.AssetCheckKey, PartitionResults] = {}
 
     chain_key = dg.AssetCheckKey(state_key, CHECK_NAME)
     if chain_key in selected_checks:
@@ -476,8 +498,8 @@ def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageR
     yield from _evaluations(context, results, blocking, summary=everything)
 
 
-def _evaluations(context, results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]],
-                 blocking: dict[dg.AssetCheckKey, bool], summary: bool = False):
+def _evaluations(context: dg.AssetExecutionContext, results: Mapping[dg.AssetCheckKey, PartitionResults],
+                 blocking: Mapping[dg.AssetCheckKey, bool], summary: bool = False) -> Iterator[dg.AssetCheckEvaluation]:
     """Each check's results as evaluations, one per partition, the failing ones last (the
     newest evaluation is the one Dagster shows for the asset). First a summary evaluation
     without a partition when Dagster planned one for the run (a run without a partition,
@@ -492,7 +514,7 @@ def _evaluations(context, results: dict[dg.AssetCheckKey, list[tuple[str, dg.Ass
             yield _evaluation(context.instance, result, key, blocking=blocking[check_key])
 
 
-def _planned_without_partition(context, check_key: dg.AssetCheckKey) -> bool:
+def _planned_without_partition(context: dg.AssetExecutionContext, check_key: dg.AssetCheckKey) -> bool:
     from dagster._core.event_api import PartitionKeyFilter
 
     rows = context.instance.event_log_storage.get_asset_check_execution_history(
@@ -500,14 +522,13 @@ def _planned_without_partition(context, check_key: dg.AssetCheckKey) -> bool:
     return any(r.run_id == context.run.run_id for r in rows)
 
 
-def _summary_evaluation(instance, check_key: dg.AssetCheckKey, per_partition, span: str) -> dg.AssetCheckEvaluation:
+def _summary_evaluation(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, per_partition: PartitionResults,
+                        span: str) -> dg.AssetCheckEvaluation:
     """The evaluation of a run without a partition: how the partitions it checked fared."""
     failed = [key for key, result in per_partition if not result.passed]
     severities = {result.severity for _, result in per_partition if not result.passed}
     records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=check_key.asset_key), limit=1).records
-    latest = records[0] if records else None
-    target = _target(latest.storage_id if latest else None, latest.event_log_entry.run_id if latest else None,
-                     latest.timestamp if latest else None)
+    target = _target(records[0] if records else None)
     description = (f"{len(per_partition)} partition(s) checked ({span}): "
                    + (f"failed in {', '.join(failed)}" if failed else "all passed"))
     return dg.AssetCheckEvaluation(
@@ -521,7 +542,9 @@ def _summary_evaluation(instance, check_key: dg.AssetCheckKey, per_partition, sp
     )
 
 
-def _live_results(context, spark, pipeline, pipeline_file, partitions_def, live: dg.AssetCheckSpec, runs):
+def _live_results(context: dg.AssetExecutionContext, spark: "SparkSession", pipeline: Pipeline, pipeline_file: Path,
+                  partitions_def: dg.TimeWindowPartitionsDefinition, live: dg.AssetCheckSpec,
+                  runs: Mapping[str, tuple[str | None, str | None]]) -> Iterator[tuple[str, dg.AssetCheckResult]]:
     """``(partition, matches_live result)`` for each partition of ``runs``, oldest first."""
     keys = sorted(runs, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
     windows = {k: partitions_def.time_window_for_partition_key(k) for k in keys}
@@ -534,34 +557,38 @@ def _live_results(context, spark, pipeline, pipeline_file, partitions_def, live:
         began = time.monotonic()
 
 
-def _evaluation(instance, result: dg.AssetCheckResult, partition: str, blocking: bool) -> dg.AssetCheckEvaluation:
+def _evaluation(instance: dg.DagsterInstance, result: dg.AssetCheckResult, partition: str,
+                blocking: bool) -> dg.AssetCheckEvaluation:
     """``result`` as the evaluation of one partition, targeting that partition's latest
     materialization (none if it was never materialized). The partition is named in the
     metadata too (``partition``), so the check's history and its Dagster event say it."""
+    asset_key, check_name = result.asset_key, result.check_name
+    assert asset_key is not None and check_name is not None  # every result made here names both
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=result.asset_key, asset_partitions=[partition]), limit=1).records
-    mat = records[0] if records else None
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1).records
     return dg.AssetCheckEvaluation(
-        asset_key=result.asset_key, check_name=result.check_name, passed=result.passed,
+        asset_key=asset_key, check_name=check_name, passed=result.passed,
         metadata={"partition": dg.MetadataValue.text(partition), **result.metadata}, severity=result.severity,
         description=result.description, blocking=blocking, partition=partition,
-        target_materialization_data=_target(mat.storage_id if mat else None,
-                                            mat.event_log_entry.run_id if mat else None,
-                                            mat.timestamp if mat else None),
+        target_materialization_data=_target(records[0] if records else None),
     )
 
 
-def _target(storage_id, run_id, timestamp):
+def _target(record: dg.EventLogRecord | None) -> "AssetCheckEvaluationTargetMaterializationData | None":
+    """What an evaluation targets: the materialization ``record`` (None: never materialized)."""
     from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # not exported by dagster
         AssetCheckEvaluationTargetMaterializationData,
     )
 
-    if storage_id is None:
+    if record is None:
         return None
-    return AssetCheckEvaluationTargetMaterializationData(storage_id=storage_id, run_id=run_id, timestamp=timestamp)
+    return AssetCheckEvaluationTargetMaterializationData(storage_id=record.storage_id,
+                                                         run_id=record.event_log_entry.run_id,
+                                                         timestamp=record.timestamp)
 
 
-def _chain_results(chain: Chain, state_key: dg.AssetKey, asked, later_too: bool):
+def _chain_results(chain: Chain, state_key: dg.AssetKey, asked: Sequence[str],
+                   later_too: bool) -> Iterator[tuple[str, dg.AssetCheckResult]]:
     """``(partition, result)`` of ``state_chain_in_sync`` for each partition of ``asked``,
     and with ``later_too`` each committed partition after the first of them (a rerun
     changes whether they follow from it) and each one out of date, oldest first: a
@@ -601,7 +628,8 @@ def _chain_results(chain: Chain, state_key: dg.AssetKey, asked, later_too: bool)
                                        severity=dg.AssetCheckSeverity.WARN, metadata=meta, description=description)
 
 
-def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -> dg.AssetCheckResult:
+def _quality_check(asset_key: dg.AssetKey, check_name: str, prefixes: Iterable[str], parts: Sequence[PartitionResult],
+                   enabled: bool) -> dg.AssetCheckResult:
     """One blocking check over ``parts`` (the replay calls it with one partition at a time):
     the windowing.validation checks it covers."""
     if not enabled:

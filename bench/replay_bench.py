@@ -48,9 +48,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from windowing.config import parse_pipeline  # noqa: E402
-from windowing.metrics import ReplayMetrics  # noqa: E402
-from windowing.sample import generate_history  # noqa: E402
+from windowing.config import parse_pipeline
+from windowing.metrics import ReplayMetrics
+from windowing.sample import generate_history
 
 PIPELINE = {
     "name": "bench-hourly",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 try:
     from airflow.exceptions import AirflowException
@@ -40,7 +40,9 @@ SCHEDULES = {"day": "@daily", "hour": "@hourly"}
 CHAIN_FIELDS = ("pipeline_file", "landing_zone", "output_root")
 
 
-class _ChainOperator(BaseOperator):
+# Airflow lives in its own environment (.venv-airflow), not in the one mypy runs in: there,
+# BaseOperator is Any (ignore_missing_imports).
+class _ChainOperator(BaseOperator):  # type: ignore[misc]
     """What both operators need: the pipeline's chain over the landing zone and output root."""
 
     template_fields: Sequence[str] = CHAIN_FIELDS
@@ -136,6 +138,20 @@ class PartitionChecksOperator(_ChainOperator):
         return {"partition": key, "status": status.status, "run_path": status.run_path}
 
 
+class _ChainArgs(TypedDict):
+    """The arguments both operators of :func:`replay_dag` take (:class:`_ChainOperator`'s)."""
+
+    pipeline_file: str
+    landing_zone: str
+    output_root: str
+    history_start: datetime | str
+    grain: str
+    partition_column: str | None
+    spark_master: str | None
+    spark_remote: str | None
+    spark_conf: dict[str, str] | None
+
+
 def replay_dag(pipeline_file: str | Path, *, landing_zone: str, output_root: str, start_date: datetime,
                grain: str = "day", dag_id: str | None = None, partition_column: str | None = "date",
                end_date: datetime | None = None, spark_master: str | None = None, spark_remote: str | None = None,
@@ -153,9 +169,9 @@ def replay_dag(pipeline_file: str | Path, *, landing_zone: str, output_root: str
     pipeline = load_pipeline(pipeline_file)  # a bad YAML fails the DAG file's import, named
     if grain not in SCHEDULES:
         raise ValueError(f"grain: {grain!r} is not one of {', '.join(SCHEDULES)}")
-    common = dict(pipeline_file=str(pipeline_file), landing_zone=landing_zone, output_root=output_root,
-                  history_start=start_date, grain=grain, partition_column=partition_column,
-                  spark_master=spark_master, spark_remote=spark_remote, spark_conf=spark_conf)
+    common = _ChainArgs(pipeline_file=str(pipeline_file), landing_zone=landing_zone, output_root=output_root,
+                        history_start=start_date, grain=grain, partition_column=partition_column,
+                        spark_master=spark_master, spark_remote=spark_remote, spark_conf=spark_conf)
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("default_args", {})
     dag_kwargs["default_args"] = {"depends_on_past": True, "retries": 0, **dag_kwargs["default_args"]}

@@ -31,8 +31,18 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dagster as dg
+    from pyspark.sql import DataFrame
+
+    from assets.resources import SparkResource, StorageResource
+    from windowing.config import Pipeline
+    from windowing.sample import KnownDifference
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "pipelines"
@@ -116,7 +126,7 @@ def default_start(landing_zone: str, partition_column: str | None, days: int) ->
     return datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
 
 
-def run_demo(args, start: datetime | None) -> int:
+def run_demo(args: argparse.Namespace, start: datetime | None) -> int:
     import dagster as dg
 
     from assets.matches_live import LIVE_CHECK
@@ -126,7 +136,6 @@ def run_demo(args, start: datetime | None) -> int:
         DEFAULT_OUTPUT_ROOT,
         DEFAULT_PIPELINES_DIR,
         StorageResource,
-        absolute,
         resolved,
         spark_from_env,
         storage_from_env,
@@ -135,6 +144,7 @@ def run_demo(args, start: datetime | None) -> int:
     from orchestration.definitions import build_definitions, load_pipelines
     from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
     from orchestration.schedules import REPLAY_JOB
+    from windowing.lake import absolute
 
     env = storage_from_env()
     storage = StorageResource(
@@ -207,7 +217,7 @@ def run_demo(args, start: datetime | None) -> int:
     elapsed = time.monotonic() - began
     if not result.success:
         for event in result.all_events:
-            if event.is_failure and event.step_failure_data:
+            if event.is_failure and event.step_failure_data and event.step_failure_data.error:
                 print(f"error: {event.step_failure_data.error.message.strip()}", file=sys.stderr)
         print(f"run {result.run_id} failed after {elapsed:.1f}s", file=sys.stderr)
         return 1
@@ -231,7 +241,8 @@ def run_demo(args, start: datetime | None) -> int:
         chain = [ev for ev in result.get_asset_check_evaluations()
                  if ev.check_name == CHECK_NAME and ev.asset_key.path[0] == asset_prefix(pipeline.name)]
         if chain:  # one evaluation per partition of the run, all of the same chain
-            failed = [ev.partition for ev in chain if not ev.passed]
+            # (a run's summary evaluation has no partition: it fails with the partitions it names)
+            failed = [ev.partition for ev in chain if not ev.passed and ev.partition is not None]
             print(f"  state chain check: {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
                   f"({len(chain)} partition(s))")
         live = [ev for ev in result.get_asset_check_evaluations()
@@ -255,7 +266,7 @@ def run_demo(args, start: datetime | None) -> int:
         ("REWINDOW_HISTORY_START", settings.start, ui_start),
         ("REWINDOW_HISTORY_END", configured.end, None),
     ):
-        if ours != default and ours != str(Path(default or "").resolve()):
+        if ours is not None and ours != default and ours != str(Path(default or "").resolve()):
             hints[var] = ours
     print(f"\nBrowse it in the UI (http://127.0.0.1:3000), from {REPO}:")
     # Dagster 1.13's `dagster dev` says `dg dev` (another package) supersedes it: filtered here.
@@ -277,7 +288,7 @@ def is_local(location: str) -> bool:
     return not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", location) or location.startswith("file:")
 
 
-def catalog_summary(pipeline, metastore_dir: str) -> str:
+def catalog_summary(pipeline: Pipeline, metastore_dir: str) -> str:
     """Where the pipeline's tables are, and one query to run against them."""
     import shlex
 
@@ -318,7 +329,9 @@ def copy_examples(pipelines_dir: Path, live_root: str, catalog: bool = False) ->
         print(f"pipeline   {f.relative_to(REPO)} -> {pipelines_dir / f.name}")
 
 
-def write_live_outputs(spark_resource, storage, pipelines, live_root: str, partitions_def, first: str, last: str):
+def write_live_outputs(spark_resource: SparkResource, storage: StorageResource, pipelines: Sequence[Pipeline],
+                       live_root: str, partitions_def: dg.TimeWindowPartitionsDefinition, first: str,
+                       last: str) -> dict[str, list[KnownDifference]]:
     """For each pipeline whose ``reconcile.live.path`` (Parquet) lies in ``live_root``,
     write a stand-in for its live output over the partitions ``first..last``: its replay
     of those days of the landing zone, from no state, in one go (what the Dagster run's
@@ -343,10 +356,10 @@ def write_live_outputs(spark_resource, storage, pipelines, live_root: str, parti
     start = partitions_def.time_window_for_partition_key(first).start
     end = partitions_def.time_window_for_partition_key(last).end
     days = [start + timedelta(days=n) for n in range((end - start + timedelta(days=1, microseconds=-1)).days)]
-    made = {}
+    made: dict[str, list[KnownDifference]] = {}
     for pipeline in ours:
         began = time.monotonic()
-        events = None
+        events: DataFrame | None = None
         for i, day in enumerate(days):
             day_events, _ = read_partition_events(
                 spark, storage.landing_path(), day, day + timedelta(days=1), pipeline.source.arrival_time,
@@ -359,13 +372,17 @@ def write_live_outputs(spark_resource, storage, pipelines, live_root: str, parti
     return made
 
 
-def live_summary(evaluations, made_up) -> str:
+def live_summary(evaluations: Sequence[dg.AssetCheckEvaluation],
+                 made_up: Sequence[KnownDifference] | None) -> str:
     """One line on the ``matches_live`` evaluations of a pipeline's partitions."""
-    def total(name: str) -> int:
-        return sum(int(ev.metadata[name].value) for ev in evaluations if name in ev.metadata)
+    import dagster as dg
+
+    def total(name: str) -> int:  # counts matches_live records as MetadataValue.int
+        values = [ev.metadata[name] for ev in evaluations if name in ev.metadata]
+        return sum(int(v.value or 0) for v in values if isinstance(v, dg.IntMetadataValue))
 
     compared, match, explained = total("compared"), total("match"), total("explained")
-    failed = [ev.partition for ev in evaluations if not ev.passed]
+    failed = [ev.partition for ev in evaluations if not ev.passed and ev.partition is not None]
     line = (f"  live check (matches_live): {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
             f"({len(evaluations)} partition(s)): {match:,} of {compared:,} window emissions match the live output, "
             f"{compared - match:,} mismatch(es), {explained:,} explained")
@@ -374,7 +391,8 @@ def live_summary(evaluations, made_up) -> str:
     return line
 
 
-def _lateness(defs, instance, pipelines, storage, first: str, last: str) -> int:
+def _lateness(defs: dg.Definitions, instance: dg.DagsterInstance, pipelines: Sequence[tuple[Pipeline, Path]],
+              storage: StorageResource, first: str, last: str) -> int:
     """Materialize every pipeline's lateness asset over ``first..last`` in one run, then
     print each pipeline's recommendation and where its reports are."""
     from assets.lateness import lateness_dir, range_dir

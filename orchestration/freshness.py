@@ -17,6 +17,7 @@ knows of is always materialized. The check runs with every replay run, and on it
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 import dagster as dg
 
@@ -68,7 +69,7 @@ def build_freshness_check(grain: str) -> dg.AssetChecksDefinition:
         newest = days[-1] if days else None
         deadline = _deadline(due, grain)
         passed = newest is not None and newest >= due
-        meta = {
+        meta: dict[str, dg.MetadataValue[Any]] = {
             "newest_landed_day": dg.MetadataValue.text(str(newest) if newest else "none"),
             "due_day": dg.MetadataValue.text(str(due)),
             "deadline": dg.MetadataValue.timestamp(deadline),

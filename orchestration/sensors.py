@@ -28,8 +28,9 @@ from datetime import date, datetime, time, timedelta, timezone
 
 import dagster as dg
 
-from assets.resources import StorageResource, absolute, resolved
+from assets.resources import StorageResource, resolved
 from orchestration.partitions import PartitionSettings, describe, landed_days
+from windowing.lake import absolute
 
 SENSOR_NAME = "landing_zone_sensor"
 INTERVAL_S = 300
@@ -50,7 +51,8 @@ def midnight(day: date) -> datetime:
 
 
 def build_landing_zone_sensor(
-    job, settings: PartitionSettings, storage: StorageResource, asset_keys: Sequence[dg.AssetKey]
+    job: dg.UnresolvedAssetJobDefinition, settings: PartitionSettings, storage: StorageResource,
+    asset_keys: Sequence[dg.AssetKey],
 ) -> dg.SensorDefinition:
     """The sensor over ``settings``' partitions (as loaded) for ``job``, which materializes ``asset_keys``."""
     partitions_def = settings.partitions_def()
@@ -66,7 +68,7 @@ def build_landing_zone_sensor(
             "when it is not materialized, and says when a reload is needed to add partitions for new days."
         ),
     )
-    def landing_zone_sensor(context: dg.SensorEvaluationContext):
+    def landing_zone_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason | dg.SensorResult:
         zone, column = landing_location(storage)
         if column is None:
             return dg.SkipReason(
@@ -80,7 +82,7 @@ def build_landing_zone_sensor(
         if not days:
             return dg.SkipReason(f"landing zone {zone} holds no {column}=YYYY-MM-DD folder yet")
 
-        notes = []
+        notes: list[str] = []
         end = partitions_def.end
         beyond = [d for d in days if end is not None and midnight(d) >= end]
         if beyond:
@@ -129,21 +131,23 @@ def _newest_complete_partition(partitions_def: dg.TimeWindowPartitionsDefinition
     key = partitions_def.get_partition_key_for_timestamp(cutoff.timestamp(), end_closed=True)
     window = partitions_def.time_window_for_partition_key(key)
     if window.end > cutoff:
-        window = partitions_def.get_prev_partition_window(window.start)
-        if window is None:
+        prev = partitions_def.get_prev_partition_window(window.start)
+        if prev is None:
             return None
+        window = prev
         key = partitions_def.get_partition_key_for_timestamp(window.start.timestamp())
     first = partitions_def.get_first_partition_window()
     return key if first is not None and window.start >= first.start else None
 
 
-def _missing_tail(instance: dg.DagsterInstance, partitions_def, asset_keys, target: str) -> list[str]:
+def _missing_tail(instance: dg.DagsterInstance, partitions_def: dg.TimeWindowPartitionsDefinition,
+                  asset_keys: Sequence[dg.AssetKey], target: str) -> list[str]:
     """The partitions up to ``target`` that some asset lacks, back to the newest one every asset has."""
     materialized = [instance.get_materialized_partitions(key) for key in asset_keys]
-    keys = partitions_def.get_partition_keys_in_range(
-        dg.PartitionKeyRange(partitions_def.get_first_partition_key(), target)
-    )
-    tail = []
+    first = partitions_def.get_first_partition_key()
+    assert first is not None  # there is one: target
+    keys = partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(first, target))
+    tail: list[str] = []
     for key in reversed(keys):
         if all(key in done for done in materialized):
             break

@@ -201,7 +201,7 @@ class Publisher:
         try:
             self._sql(f"CREATE DATABASE IF NOT EXISTS `{self.spec.database.lower()}`")
             existing = self._tables()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise CatalogError(f"{where}: cannot use database {self.spec.database!r}: {_error_line(exc)}") from exc
         for output in PUBLISHED:
             if self.spec.table_name(output) in existing:
@@ -241,7 +241,7 @@ class Publisher:
         try:
             self._sql(f"CREATE TABLE {name} (v INT, {PARTITION_COLUMN} STRING) USING parquet "
                       f"PARTITIONED BY ({PARTITION_COLUMN}) LOCATION {_quote(root)}")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise CatalogError(f"{where}: the catalog cannot create an external table at {root} "
                                f"(it may manage its own storage): {_error_line(exc)}. rewindow publishes by "
                                "pointing table partitions at its committed runs and does not copy data; "
@@ -256,7 +256,7 @@ class Publisher:
                                    f"(it reads back {got}): it cannot publish by location swap")
         except CatalogError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise CatalogError(f"{where}: the catalog cannot point a table partition at another folder "
                                f"(ALTER TABLE ... PARTITION ... SET LOCATION): {_error_line(exc)}. rewindow "
                                "publishes by location swap and does not copy data; see docs/deployment.md") from exc
@@ -271,7 +271,7 @@ class Publisher:
         try:
             rows = self._sql(f"DESCRIBE TABLE EXTENDED {name} "
                              f"PARTITION ({PARTITION_COLUMN}={_quote(partition)})").collect()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if "PARTITIONS_NOT_FOUND" in str(exc) or "NoSuchPartition" in str(exc) or "not found" in str(exc):
                 return None
             raise
@@ -327,7 +327,7 @@ class Publisher:
                           + ")")
             except CatalogError:
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise CatalogError(f"output.catalog: cannot publish partition {partition} to {name}: "
                                    f"{_error_line(exc)}") from exc
             done.append(Published(self.spec.table_name(output), partition, location, commit.run_id))
@@ -360,7 +360,7 @@ class Publisher:
         spec = f"PARTITION ({PARTITION_COLUMN}={_quote(partition)})"
         try:
             self._sql(f"ALTER TABLE {name} ADD {spec} LOCATION {_quote(location)}")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             text = str(exc)
             if "PARTITIONS_ALREADY_EXIST" not in text and "AlreadyExists" not in text and "already exists" not in text:
                 raise
@@ -390,7 +390,7 @@ def read_published(spark: SparkSession, name: str) -> PublishedOutputs:
         try:
             df = spark.table(qualified)
             df.schema  # noqa: B018 - resolve now: a missing table fails here, named
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise CatalogError(f"{database}.{prefix}_{output}: cannot read the table: {_error_line(exc)}") from exc
         frames[output] = df.drop(PARTITION_COLUMN)
     return PublishedOutputs(**frames)

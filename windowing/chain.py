@@ -310,7 +310,7 @@ class Chain:
             records = join(glob_escape(self.pipeline_dir), "*", FAILURES, "*")
             rows = (self.spark.read.schema(FAILURE_SCHEMA).json(records)
                     .withColumn("__file", F.input_file_name()).collect())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if _missing_path(exc):
                 return {}
             raise

@@ -189,7 +189,7 @@ def read_events(spark: SparkSession, paths: Any = None,  # one path or URI, or a
     for p in paths:
         try:
             found = lake.exists(p)
-        except Exception as exc:  # noqa: BLE001 - e.g. no FileSystem for the scheme (a missing jar)
+        except Exception as exc:  # e.g. no FileSystem for the scheme (a missing jar)
             raise InputError(f"{p}: cannot reach it: {_root_cause(exc)}") from exc
         if not found:
             raise InputError(f"{p}: input does not exist")
@@ -234,7 +234,7 @@ def _read_table(spark: SparkSession, table: str) -> DataFrame:
         df = spark.read.table(table)
         df.schema  # noqa: B018
         return df
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise InputError(f"source.table {table!r}: cannot read the table: {_first_line(exc)}") from exc
 
 
@@ -267,7 +267,7 @@ def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = Inp
     for f in files:
         try:
             footers[f] = lake.parquet_columns(f)
-        except Exception as exc:  # noqa: BLE001 - Hadoop/Spark raise many types for bad files
+        except Exception as exc:  # Hadoop/Spark raise many types for bad files
             raise error(f"{display(f)}: not a readable Parquet file (corrupted, truncated or another format?): "
                         f"{_root_cause(exc)}") from exc
     return footers
@@ -441,7 +441,7 @@ def read_records(spark: SparkSession, out: str) -> tuple[list[Commit], list[Dama
     try:
         rows = (spark.read.schema(COMMIT_SCHEMA).json(join(glob_escape(out), COMMITS, "*"))
                 .withColumn("__file", F.input_file_name()).collect())
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if _missing_path(exc):
             return [], []
         raise OutputError(f"{join(out, COMMITS)}: commit records are unreadable: {_first_line(exc)}") from exc
@@ -499,7 +499,7 @@ def commits_under(spark: SparkSession, root: PathArg) -> tuple[dict[str, Commit]
     try:
         rows = (spark.read.schema(COMMIT_SCHEMA).json(join(glob_escape(root), "*", COMMITS, "*"))
                 .withColumn("__file", F.input_file_name()).collect())
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if _missing_path(exc):
             return {}, {}
         raise OutputError(f"{root}: commit records are unreadable: {_first_line(exc)}") from exc
@@ -636,7 +636,7 @@ class Staged:
                  .write.mode("error").json(target))
             else:  # the line Spark's JSON writer writes for this row, from the driver (no job)
                 lake.put_text_dataset(target, record_json_line(record), "json")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise OutputError(f"{target}: cannot write the commit record: {_root_cause(exc)}") from exc
         commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=committed_at,
                         pipeline=self.pipeline, fingerprint=self.fingerprint, metrics=self.metrics,
@@ -709,13 +709,13 @@ def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
         target = join(staged.path, name)
         try:
             lake.put_text_dataset(target, text)
-        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+        except Exception as exc:  # Spark/Hadoop raise many types
             raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
     staged.schemas = {name: nullable(frames[name].schema) for name in OUTPUTS}
     try:
         written, staged.state_hash = manifest.write_state_manifest(spark, join(staged.path, "state"),
                                                                    staged.schemas["state"])
-    except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+    except Exception as exc:  # Spark/Hadoop raise many types
         raise OutputError(f"{join(staged.path, 'state', manifest.MANIFEST)}: cannot write the state manifest: "
                           f"{_root_cause(exc)}") from exc
     staged.state_manifest = written.to_dict()
@@ -753,7 +753,7 @@ def write_datasets(staged: Staged, frames: Mapping[str, DataFrame], text: Collec
         try:
             writer = frames[name].write.mode("error")
             writer.text(target) if name in text else writer.parquet(target)
-        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+        except Exception as exc:  # Spark/Hadoop raise many types
             err = input_error_from(exc, files) if files else None
             if err is not None:
                 raise err from exc
@@ -862,7 +862,7 @@ def _read_metrics(spark: SparkSession, lake: Lake, path: str) -> dict[str, Any] 
         return None
     try:
         metrics = json.loads(_text_lines(spark, lake, path))
-    except Exception as exc:  # noqa: BLE001 - json or Spark errors
+    except Exception as exc:  # json or Spark errors
         raise InputError(f"{path}: not readable metrics JSON: {_first_line(exc)}") from exc
     if not isinstance(metrics, dict):
         raise InputError(f"{path}: not readable metrics JSON: expected an object")
@@ -932,7 +932,7 @@ def _check_state_parts(lake: Lake, files: Iterable[str]) -> None:
     for f in files:
         try:
             cols = lake.parquet_columns(f)
-        except Exception as exc:  # noqa: BLE001 - pyarrow/Hadoop raise many types for bad files
+        except Exception as exc:  # pyarrow/Hadoop raise many types for bad files
             raise StateError(f"{display(f)}: not a readable Parquet file (corrupted or truncated?): "
                              f"{_root_cause(exc)}") from exc
         if first is None:
@@ -1006,7 +1006,7 @@ def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
     try:
         df = spark.read.parquet(glob_escape(folder))
         df.schema  # noqa: B018
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         bad = file_named_in(exc, files)
         raise StateError(f"{display(bad) if bad else state_dir}: state is unreadable: {_first_line(exc)}") from exc
     missing = [c for c in STATE_REQUIRED_COLUMNS if c not in df.columns]

@@ -128,7 +128,7 @@ class Lake:
         try:
             self.spark.read.format("binaryFile").load(path).select("path").limit(1).collect()
             return True
-        except Exception as exc:  # noqa: BLE001 - Spark reports a missing path as an AnalysisException
+        except Exception as exc:  # Spark reports a missing path as an AnalysisException
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
                 return False
             raise
@@ -171,7 +171,7 @@ class Lake:
         try:
             rows = (self.spark.read.format("binaryFile").option("recursiveFileLookup", "true")
                     .load(path).select("path", "length").collect())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
                 return []
             raise

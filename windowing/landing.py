@@ -66,7 +66,7 @@ def read_landing(spark: SparkSession, landing_zone: str, source: Source | None =
     try:
         df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
         df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
-    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
+    except Exception as exc:  # Spark's AnalysisException and friends
         text = str(exc)
         if "PATH_NOT_FOUND" in text or "UNABLE_TO_INFER_SCHEMA" in text or "does not exist" in text:
             raise LandingZoneError(

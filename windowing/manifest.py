@@ -115,7 +115,7 @@ def part_rows(lake: Lake, folder: str) -> dict[str, int]:
     for e in lake.files(folder):
         try:
             rows[_part_name(e.path)] = lake.parquet_rows(e.path)
-        except Exception as exc:  # noqa: BLE001 - Hadoop/Parquet raise many types for a bad file
+        except Exception as exc:  # Hadoop/Parquet raise many types for a bad file
             raise ValueError(f"{display(e.path)}: not a readable Parquet file (corrupted or truncated?)") from exc
     return rows
 

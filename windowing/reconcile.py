@@ -185,7 +185,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
             df = spark.read.table(live.table)
             df.schema  # noqa: B018 - resolve now: a missing table fails here, named
             return df
-        except Exception as exc:  # noqa: BLE001 - Spark raises its own types
+        except Exception as exc:  # Spark raises its own types
             raise InputError(f"{_FIELD}.live.table {live.table!r}: cannot read the table: {_first_line(exc)}") from exc
     where = path or live.path
     if not where:
@@ -193,7 +193,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
     where = str(where)
     try:
         found = Lake(spark).exists(where)
-    except Exception as exc:  # noqa: BLE001 - no FileSystem for the scheme (a missing jar), ...
+    except Exception as exc:  # no FileSystem for the scheme (a missing jar), ...
         raise InputError(f"{where}: cannot reach the live aggregates: {_first_line(exc)}") from exc
     if not found:
         raise InputError(f"{where}: the live aggregates do not exist")
@@ -205,7 +205,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
     try:
         df = reader.load(where)
         df.schema  # noqa: B018
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if _missing_path(exc):
             raise InputError(f"{where}: the live aggregates do not exist") from exc
         raise InputError(f"{where}: cannot read the live aggregates ({fmt or live.format}): {_first_line(exc)}") \

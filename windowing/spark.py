@@ -147,7 +147,7 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         for k, v in {**{k: str(v) for k, v in (conf or {}).items()}, **REQUIRED_CONF}.items():
             try:
                 spark.conf.set(k, v)
-            except Exception:  # noqa: BLE001 - static settings belong to the server's own start-up
+            except Exception:  # static settings belong to the server's own start-up
                 if k in REQUIRED_CONF and spark.conf.get(k, None) != v:
                     raise
         return spark
@@ -238,7 +238,7 @@ def check_workers(spark: SparkSession) -> None:
     try:
         with _quiet_task_failures(spark):
             row = spark.range(1, numPartitions=1).select(F.udf(probe, "string", useArrow=False)("id")).first()
-    except Exception as exc:  # noqa: BLE001 - turned into one clear line where recognised
+    except Exception as exc:  # turned into one clear line where recognised
         problem = _worker_failure(str(exc))
         if problem is None:
             raise
