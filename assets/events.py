@@ -19,8 +19,9 @@ from windowing.lake import qualify
 EVENTS_KEY = dg.AssetKey(["historical_events"])
 
 
-def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition,
-                       owners: tuple[str, ...] = ("team:rewindow",)) -> dg.AssetsDefinition:
+def build_events_asset(
+    partitions_def: dg.TimeWindowPartitionsDefinition, owners: tuple[str, ...] = ("team:rewindow",)
+) -> dg.AssetsDefinition:
     @dg.asset(
         key=EVENTS_KEY,
         group_name="landing_zone",
@@ -40,7 +41,11 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition,
         for key in context.partition_keys:
             window = partitions_def.time_window_for_partition_key(key)
             events, files = landing.read_partition_events(
-                spark, storage.landing_path(), window.start, window.end, column,
+                spark,
+                storage.landing_path(),
+                window.start,
+                window.end,
+                column,
                 partition_column=storage.partition_column(),
             )
             files = files or []

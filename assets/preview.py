@@ -23,14 +23,17 @@ def column_schema(df: DataFrame, descriptions: Mapping[str, str] | None = None) 
     """The columns of ``df`` with their Spark types (``dagster/column_schema``, the catalog's
     Columns section), each with its description from ``descriptions`` if any."""
     descriptions = descriptions or {}
-    return dg.TableSchema(columns=[
-        dg.TableColumn(name=f.name, type=f.dataType.simpleString(), description=descriptions.get(f.name))
-        for f in df.schema.fields
-    ])
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(name=f.name, type=f.dataType.simpleString(), description=descriptions.get(f.name))
+            for f in df.schema.fields
+        ]
+    )
 
 
-def table_preview(df: DataFrame, rows: int = PREVIEW_ROWS,
-                  descriptions: Mapping[str, str] | None = None) -> dg.MetadataValue:
+def table_preview(
+    df: DataFrame, rows: int = PREVIEW_ROWS, descriptions: Mapping[str, str] | None = None
+) -> dg.MetadataValue:
     """The first ``rows`` rows of ``df`` (in its order) as a ``MetadataValue.table`` with a
     ``TableSchema`` of the columns' Spark types. Numbers keep their own type; a float is
     shown to :data:`FLOAT_DIGITS` significant digits (a sum of decimal amounts such as

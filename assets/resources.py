@@ -186,8 +186,9 @@ def with_catalog(spark: SparkResource, pipelines: Iterable[Pipeline], storage: S
     # "-": Hive support over the metastore the settings name (no folder used).
     folder = "-" if any(k in conf for k in METASTORE_SETTINGS) else default_metastore_dir(resolved(storage.output_root))
     # A new resource, not model_copy(): Dagster builds the resource from its constructor's arguments.
-    return SparkResource(spark_config=spark.spark_config, master=spark.master, extra_conf=spark.extra_conf,
-                         metastore_dir=folder)
+    return SparkResource(
+        spark_config=spark.spark_config, master=spark.master, extra_conf=spark.extra_conf, metastore_dir=folder
+    )
 
 
 def resolved(value: str) -> str:

@@ -100,8 +100,9 @@ def build_definitions(
         warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
         # So are code references (the catalog's links to the pipeline YAML and the replay's code)
         # and the automation sensor evaluated in the code server (rewindow's own condition).
-        warnings.filterwarnings("ignore", message="Class `(CodeReferencesMetadataValue|LocalFileCodeReference)`",
-                                category=dg.BetaWarning)
+        warnings.filterwarnings(
+            "ignore", message="Class `(CodeReferencesMetadataValue|LocalFileCodeReference)`", category=dg.BetaWarning
+        )
         warnings.filterwarnings("ignore", message="Parameter `use_user_code_server`", category=dg.BetaWarning)
         owners = asset_owners()
         assets = [build_events_asset(partitions_def, owners)]
@@ -115,8 +116,7 @@ def build_definitions(
         asset_checks=[build_freshness_check(partitions.grain)],
         jobs=[job, lateness_job()],
         schedules=[newest_partition_schedule(job, partitions.grain)],
-        sensors=[build_landing_zone_sensor(job, partitions, storage, replayed),
-                 rerun_sensor],
+        sensors=[build_landing_zone_sensor(job, partitions, storage, replayed), rerun_sensor],
         resources={"pyspark": spark, "storage": storage},
         executor=dg.in_process_executor,
     )

@@ -159,7 +159,7 @@ def landed_days(landing_zone: str, partition_column: str) -> list[date]:
         name = info.base_name
         if info.type == pafs.FileType.Directory and name.startswith(prefix):
             try:
-                days.add(date.fromisoformat(name[len(prefix):]))
+                days.add(date.fromisoformat(name[len(prefix) :]))
             except ValueError:
                 continue
     return sorted(days)
@@ -180,7 +180,7 @@ def landing_filesystem(landing_zone: str) -> tuple[pafs.FileSystem, str]:
     match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", landing_zone)
     if match is None:
         if landing_zone.startswith("file:"):
-            return pafs.LocalFileSystem(), "/" + landing_zone[len("file:"):].lstrip("/")
+            return pafs.LocalFileSystem(), "/" + landing_zone[len("file:") :].lstrip("/")
         return pafs.LocalFileSystem(), os.path.abspath(landing_zone)
     scheme, rest = match.group(1).lower(), match.group(2)
     filesystem, path = pafs.FileSystem.from_uri(f"{PYARROW_SCHEMES.get(scheme, scheme)}://{rest}")

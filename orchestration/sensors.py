@@ -51,7 +51,9 @@ def midnight(day: date) -> datetime:
 
 
 def build_landing_zone_sensor(
-    job: dg.UnresolvedAssetJobDefinition, settings: PartitionSettings, storage: StorageResource,
+    job: dg.UnresolvedAssetJobDefinition,
+    settings: PartitionSettings,
+    storage: StorageResource,
     asset_keys: Sequence[dg.AssetKey],
 ) -> dg.SensorDefinition:
     """The sensor over ``settings``' partitions (as loaded) for ``job``, which materializes ``asset_keys``."""
@@ -99,8 +101,9 @@ def build_landing_zone_sensor(
                 "(raise REWINDOW_HISTORY_END and reload the code location to include them)"
             )
 
-        target = _newest_complete_partition(partitions_def, midnight(days[-1] + timedelta(days=1)),
-                                            datetime.now(timezone.utc) - GRACE[settings.grain])
+        target = _newest_complete_partition(
+            partitions_def, midnight(days[-1] + timedelta(days=1)), datetime.now(timezone.utc) - GRACE[settings.grain]
+        )
         if target is None:
             return dg.SkipReason(_join(f"no complete landed partition yet (newest landed day {days[-1]})", notes))
         missing = _missing_tail(context.instance, partitions_def, asset_keys, target)
@@ -121,8 +124,9 @@ def build_landing_zone_sensor(
     return landing_zone_sensor
 
 
-def _newest_complete_partition(partitions_def: dg.TimeWindowPartitionsDefinition, landed_end: datetime,
-                               complete_before: datetime) -> str | None:
+def _newest_complete_partition(
+    partitions_def: dg.TimeWindowPartitionsDefinition, landed_end: datetime, complete_before: datetime
+) -> str | None:
     """The newest partition that ends by ``landed_end`` and by ``complete_before`` (None if none)."""
     last = partitions_def.get_last_partition_window()
     if last is None:
@@ -140,8 +144,12 @@ def _newest_complete_partition(partitions_def: dg.TimeWindowPartitionsDefinition
     return key if first is not None and window.start >= first.start else None
 
 
-def _missing_tail(instance: dg.DagsterInstance, partitions_def: dg.TimeWindowPartitionsDefinition,
-                  asset_keys: Sequence[dg.AssetKey], target: str) -> list[str]:
+def _missing_tail(
+    instance: dg.DagsterInstance,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    asset_keys: Sequence[dg.AssetKey],
+    target: str,
+) -> list[str]:
     """The partitions up to ``target`` that some asset lacks, back to the newest one every asset has."""
     materialized = [instance.get_materialized_partitions(key) for key in asset_keys]
     first = partitions_def.get_first_partition_key()

@@ -18,7 +18,6 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("REWINDOW_HYPOTHESIS", "repeatable"))
 
 
-
 @pytest.fixture(scope="session")
 def spark():
     from windowing.spark import spark_session
@@ -81,11 +80,17 @@ def xdist_unit(nodeid: str) -> str:
 
 #: The units that take minutes (CI's --durations), longest first. They start first, so the
 #: processes end together instead of one running a long module after the other is done.
-LONG_UNITS = ("tests/lake", "tests/windowing/test_catalog.py", "tests/assets/test_replay_assets.py",
-              "tests/orchestration/test_airflow.py", "tests/orchestration/test_webserver_ui.py",
-              "tests/orchestration/test_concurrent_runs.py",
-              "tests/windowing/test_chain.py", "tests/quality/test_checks.py",
-              "tests/windowing/test_engine_vs_model.py")
+LONG_UNITS = (
+    "tests/lake",
+    "tests/windowing/test_catalog.py",
+    "tests/assets/test_replay_assets.py",
+    "tests/orchestration/test_airflow.py",
+    "tests/orchestration/test_webserver_ui.py",
+    "tests/orchestration/test_concurrent_runs.py",
+    "tests/windowing/test_chain.py",
+    "tests/quality/test_checks.py",
+    "tests/windowing/test_engine_vs_model.py",
+)
 
 
 @pytest.hookimpl(optionalhook=True)

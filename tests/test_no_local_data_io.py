@@ -23,8 +23,14 @@ FILE_IO = re.compile(
 #: Calls that look like file I/O but are not Python's: Hadoop's FileSystem (``fs.open``)
 #: and ``Lake`` (over Hadoop), and Dagster's code references to local source files.
 NOT_PYTHON_IO = ("hadoop.fs.Path", "jvm.", "fs.open(", "lake.read_text(", "LocalFileCodeReference(")
-LOCAL_BY_DESIGN = {"windowing/config.py", "windowing/sample.py", "orchestration/demo.py",
-                   "orchestration/definitions.py", "windowing/metastore.py", "windowing/chunks.py"}
+LOCAL_BY_DESIGN = {
+    "windowing/config.py",
+    "windowing/sample.py",
+    "orchestration/demo.py",
+    "orchestration/definitions.py",
+    "windowing/metastore.py",
+    "windowing/chunks.py",
+}
 
 
 def test_engine_and_assets_do_no_python_file_io_on_data_paths():

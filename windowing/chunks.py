@@ -99,8 +99,14 @@ class TaskInput:
     :func:`windowing.kernel.commit_summary` gives them for the whole task).
     """
 
-    def __init__(self, batches: Iterable[pa.RecordBatch], names: Mapping[str, str], spec: K.Spec, limit: int,
-                 summarise: bool = False) -> None:
+    def __init__(
+        self,
+        batches: Iterable[pa.RecordBatch],
+        names: Mapping[str, str],
+        spec: K.Spec,
+        limit: int,
+        summarise: bool = False,
+    ) -> None:
         self.spec, self.names, self.limit, self.summarise = spec, names, limit, summarise
         self.table: pa.Table | None = None
         self.rows = 0
@@ -167,8 +173,9 @@ class TaskInput:
             minimum = spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME
             self.commits = pieces.merged_commits(summaries, minimum)
 
-    def _without_timelines(self, batches: Iterable[pa.RecordBatch],
-                           key_batches: list[pa.Table]) -> Iterator[pa.RecordBatch]:
+    def _without_timelines(
+        self, batches: Iterable[pa.RecordBatch], key_batches: list[pa.Table]
+    ) -> Iterator[pa.RecordBatch]:
         """The non-empty batches, the packed rows (:data:`PACKED`, the engine's only way
         of sending timeline rows) taken out and unpacked: their timeline rows to
         :attr:`timeline_rows`, their key-batch rows to ``key_batches``. The task's slice
@@ -207,12 +214,16 @@ class TaskInput:
                 key_batches.append(rows.append_column("__kind", pa.array(kind)))
                 continue
             timeline = rows.drop_columns([K.KB_MAXEV]).append_column(
-                TL_OWNER, pa.array(np.full(rows.num_rows, bool(pack["owner"]))))
+                TL_OWNER, pa.array(np.full(rows.num_rows, bool(pack["owner"])))
+            )
             self.timeline_rows.append(timeline)
             if pack["slice"] is not None:  # a sliced worker's timeline rows are its key's batches too
                 kb = rows.drop_columns([TL_MIN]).rename_columns(
-                    [{TL_BATCH: K.KB_BATCH, TL_CAND: K.KB_CAND, TL_MAX: K.KB_MAXARR}.get(c, c) for c in
-                     rows.drop_columns([TL_MIN]).column_names])
+                    [
+                        {TL_BATCH: K.KB_BATCH, TL_CAND: K.KB_CAND, TL_MAX: K.KB_MAXARR}.get(c, c)
+                        for c in rows.drop_columns([TL_MIN]).column_names
+                    ]
+                )
                 key_batches.append(kb.append_column("__kind", pa.array(kind)))
 
     def _with_key_batches(self, table: pa.Table | None, lo: int | None, hi: int | None) -> pa.Table:
@@ -314,8 +325,9 @@ class TaskInput:
             self.folder = None
 
 
-def replay_in_pieces(source: TaskInput, spec: K.Spec, timelines: Mapping[Any, K.Timeline],
-                     flush_at_end: bool) -> Iterator[tuple[K.KernelOutput, bool, set[Any]]]:
+def replay_in_pieces(
+    source: TaskInput, spec: K.Spec, timelines: Mapping[Any, K.Timeline], flush_at_end: bool
+) -> Iterator[tuple[K.KernelOutput, bool, set[Any]]]:
     """Replay a spilled task's pieces in order; yields each piece's output, whether it is
     the last, and the (worker, key) pairs it saw events of. A piece's ``state`` is carried
     into the next one (only the last piece's is the task's). Its counters are the piece's
@@ -336,8 +348,9 @@ def replay_in_pieces(source: TaskInput, spec: K.Spec, timelines: Mapping[Any, K.
         yield out, last, seen
 
 
-def merged_counters(outputs: list[dict[str, dict[str, int]]], seen: Iterable[tuple[Any, ...]],
-                    spec: K.Spec) -> dict[str, dict[str, int]]:
+def merged_counters(
+    outputs: list[dict[str, dict[str, int]]], seen: Iterable[tuple[Any, ...]], spec: K.Spec
+) -> dict[str, dict[str, int]]:
     """The task's counters per worker label, from its pieces' (in order) and the keys they saw."""
     per_label: dict[str, int] = {}
     for key in seen:

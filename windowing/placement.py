@@ -83,8 +83,14 @@ class TaskPlan:
         return {**self.spread, **self.sliced}
 
 
-def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: int, slots: int | None,
-               force_whole: bool = False, sliceable: bool = False) -> TaskPlan:
+def plan_tasks(
+    worker_events: Mapping[Any, int],
+    keyed: bool,
+    events_per_task: int,
+    slots: int | None,
+    force_whole: bool = False,
+    sliceable: bool = False,
+) -> TaskPlan:
     """The task plan for workers with ``worker_events`` accepted events each (see the
     module's docstring); ``force_whole``: every worker whole (``spark.rewindow.commits=tasks``);
     ``sliceable``: an unkeyed pipeline's large workers may be sliced by window."""
@@ -121,8 +127,12 @@ def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: i
 
 
 #: The settings :func:`task_slots` reads.
-SLOT_SETTINGS = (TASK_SLOTS_CONF, "spark.dynamicAllocation.enabled", "spark.dynamicAllocation.maxExecutors",
-                 "spark.executor.cores")
+SLOT_SETTINGS = (
+    TASK_SLOTS_CONF,
+    "spark.dynamicAllocation.enabled",
+    "spark.dynamicAllocation.maxExecutors",
+    "spark.executor.cores",
+)
 
 
 def task_slots(settings: Mapping[str, str | None], parallelism: int | None) -> int | None:
@@ -134,6 +144,7 @@ def task_slots(settings: Mapping[str, str | None], parallelism: int | None) -> i
     Raises:
         ValueError: a setting is not a positive whole number.
     """
+
     def positive(key: str, default: int) -> int:
         raw = settings.get(key)
         if raw is None or not str(raw).strip():

@@ -121,8 +121,12 @@ def _what(scheme: str) -> str:
     return "Connect server" if scheme == "sc" else "master"
 
 
-def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "rewindow",
-                  remote: str | None = None) -> SparkSession:
+def spark_session(
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "rewindow",
+    remote: str | None = None,
+) -> SparkSession:
     """Build (or reuse) the SparkSession.
 
     ``remote`` (``sc://host:port``) connects to a Spark Connect server instead (Databricks
@@ -232,8 +236,9 @@ def check_workers(spark: SparkSession) -> None:
 
     exec_ = _configured_worker_python(spark)
     # Pickled by value (module "__main__"): the worker needs no rewindow to unpickle it.
-    probe = types.FunctionType(_worker_report.__code__, {"__builtins__": builtins}, "rewindow_worker_probe",
-                               _worker_report.__defaults__)
+    probe = types.FunctionType(
+        _worker_report.__code__, {"__builtins__": builtins}, "rewindow_worker_probe", _worker_report.__defaults__
+    )
     probe.__module__ = "__main__"
     try:
         with _quiet_task_failures(spark):

@@ -57,10 +57,17 @@ def _airflow(python: Path, home: Path, landing: Path, output_root: Path, *interv
     }
     env.pop("REWINDOW_PARTITION_GRAIN", None)
     if not (home / "airflow.db").exists():
-        subprocess.run([str(python.parent / "airflow"), "db", "migrate"], env=env, check=True,
-                       capture_output=True, timeout=300)
-    proc = subprocess.run([str(python), str(DRIVER), str(DAG_FILE), *intervals], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=ROOT)
+        subprocess.run(
+            [str(python.parent / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+        )
+    proc = subprocess.run(
+        [str(python), str(DRIVER), str(DAG_FILE), *intervals],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and len(runs) == len(intervals), proc.stderr[-3000:]
     return runs
@@ -72,13 +79,23 @@ def _chain(spark, landing: Path, root: Path) -> Chain:
     return Chain(spark, load_pipeline(PIPELINE), str(landing), str(root), Partitions("day", START))
 
 
-def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(spark, history, airflow_python,
-                                                                             tmp_path):
+def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(spark, history, airflow_python, tmp_path):
     runs = _airflow(airflow_python, tmp_path / "airflow", history, tmp_path / "airflow-out", *DAYS)
     assert [(r["interval"], r["state"]) for r in runs] == [(d, "success") for d in DAYS]
     assert all(r["tasks"] == {"replay": "success", "data_quality": "success"} for r in runs)
-    rc, _, err = _cli("backfill", "--config", PIPELINE, "--input", history, "--output", tmp_path / "cli",
-                      "--from", DAYS[0], "--to", DAYS[-1])
+    rc, _, err = _cli(
+        "backfill",
+        "--config",
+        PIPELINE,
+        "--input",
+        history,
+        "--output",
+        tmp_path / "cli",
+        "--from",
+        DAYS[0],
+        "--to",
+        DAYS[-1],
+    )
     assert rc == 0, err
     ours, theirs = _chain(spark, history, tmp_path / "cli"), _chain(spark, history, tmp_path / "airflow-out")
     a, b = ours.commits(DAYS), theirs.commits(DAYS)
