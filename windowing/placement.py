@@ -11,7 +11,7 @@ The driver knows each worker's accepted events (one small aggregation). From the
   make its task the stage's long pole. Spreading costs a pass over the worker's rows for
   its timeline (~0.7 µs an event, a third of a replay's time), which buys nothing when
   there are at least as many workers as slots and none is much larger than a slot's share:
-  100 M events over 8 workers on 2 slots took 311 s spread over 104 tasks and <WHOLE> s
+  100 M events over 8 workers on 2 slots took 311 s spread over 104 tasks and 203 s
   whole in 8 (docs/architecture.md, "Scale"). On a cluster of many slots the same
   history is spread;
 * a larger worker is **spread** over ``ceil(n / P)`` tasks of its own by key hash; its
