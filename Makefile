@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: help setup fast test lint typecheck bench demo ui airflow-env
+.PHONY: help setup fast test lint format typecheck bench demo ui airflow-env
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -17,11 +17,15 @@ fast:  ## the fast tier: reference model, kernel against it, configuration (no S
 test:  ## the whole suite (README's command; Spark, Dagster, clusters, Airflow)
 	$(PY) -m pytest -q
 
-lint:  ## ruff (pycodestyle, pyflakes, bugbear, isort) and mypy
+lint:  ## ruff (pycodestyle, pyflakes, bugbear, isort, blind excepts, unused noqas), ruff format --check, and mypy (strict: windowing, assets, orchestration)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-typecheck:  ## mypy only
+format:  ## ruff format: lay out every Python file as CI checks it
+	$(PY) -m ruff format .
+
+typecheck:  ## mypy only (strict: windowing, assets, orchestration; pyproject.toml)
 	$(PY) -m mypy
 
 bench:  ## rewindow against plain Spark (10 M events; QUICK=1 for 1 M)

@@ -23,7 +23,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 LABEL = "chain check out of date"
 
 
-class ChainOutOfDate(dg.AutomationCondition):
+class ChainOutOfDate(dg.AutomationCondition[dg.AssetKey]):
     """The partitions of a ``window_state`` whose newest ``state_chain_in_sync`` evaluation
     failed on their newest materialization."""
 
@@ -33,8 +33,8 @@ class ChainOutOfDate(dg.AutomationCondition):
     def name(self) -> str:
         return LABEL
 
-    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]
-        key = dg.AssetCheckKey(context.key, self.check_name)  # type: ignore[arg-type]
+    def evaluate(self, context: dg.AutomationContext[dg.AssetKey]) -> dg.AutomationResult[dg.AssetKey]:
+        key = dg.AssetCheckKey(context.key, self.check_name)
         storage = context.asset_graph_view.instance.event_log_storage
         stale = {
             info.partition_key
@@ -49,6 +49,6 @@ class ChainOutOfDate(dg.AutomationCondition):
         return dg.AutomationResult(context, context.candidate_subset.compute_intersection_with_partition_keys(stale))
 
 
-def rerun_out_of_date() -> dg.AutomationCondition:
+def rerun_out_of_date() -> dg.AutomationCondition[dg.AssetKey]:
     """:class:`ChainOutOfDate`, and no run or backfill of the asset in progress."""
     return (ChainOutOfDate() & ~dg.AutomationCondition.in_progress()).with_label(LABEL)

@@ -7,6 +7,7 @@ and re-registering a partition whose files changed marks the pipelines' partitio
 as unsynced in the UI.
 """
 
+from typing import Any
 
 import dagster as dg
 
@@ -18,8 +19,9 @@ from windowing.lake import qualify
 EVENTS_KEY = dg.AssetKey(["historical_events"])
 
 
-def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition,
-                       owners: tuple[str, ...] = ("team:rewindow",)) -> dg.AssetsDefinition:
+def build_events_asset(
+    partitions_def: dg.TimeWindowPartitionsDefinition, owners: tuple[str, ...] = ("team:rewindow",)
+) -> dg.AssetsDefinition:
     @dg.asset(
         key=EVENTS_KEY,
         group_name="landing_zone",
@@ -31,7 +33,7 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition,
     )
     def historical_events(
         context: dg.AssetExecutionContext, pyspark: SparkResource, storage: StorageResource
-    ) -> dg.MaterializeResult:
+    ) -> dg.MaterializeResult[Any]:
         from pyspark.sql import functions as F
 
         spark = pyspark.spark_session
@@ -39,16 +41,22 @@ def build_events_asset(partitions_def: dg.TimeWindowPartitionsDefinition,
         for key in context.partition_keys:
             window = partitions_def.time_window_for_partition_key(key)
             events, files = landing.read_partition_events(
-                spark, storage.landing_path(), window.start, window.end, column,
+                spark,
+                storage.landing_path(),
+                window.start,
+                window.end,
+                column,
                 partition_column=storage.partition_column(),
             )
             files = files or []
             has_arrival = column in events.columns
-            rows, first, last = events.select(
+            row = events.select(
                 F.count(F.lit(1)),
                 F.min(column) if has_arrival else F.lit(None),
                 F.max(column) if has_arrival else F.lit(None),
             ).first()
+            assert row is not None  # an aggregate without grouping: one row, always
+            rows, first, last = row
             context.log.info(f"historical_events {key}: {rows} rows in {len(files)} files")
             context.add_asset_metadata(
                 {

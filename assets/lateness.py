@@ -15,10 +15,13 @@ delay per strategy), a markdown table of the curve and the report's path; the ch
 ``matches_replay`` compares the analysis' configured replay with the replay partition.
 """
 
+# No `from __future__ import annotations` here: Dagster reads the asset function's `config`
+# annotation as a class, not as a string. Names imported for type checking only are quoted.
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -26,8 +29,15 @@ from pydantic import Field
 from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
 from assets.resources import SparkResource, StorageResource
 from windowing import landing, store
+from windowing.config import Pipeline
 from windowing.lake import join
 from windowing.metrics import ReplayMetrics
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from windowing.io import Commit
+    from windowing.lateness import LatenessOptions
 
 LATENESS_ASSET = "lateness"
 CHECK = "matches_replay"
@@ -40,8 +50,9 @@ class LatenessConfig(dg.Config):
 
     delays: str = Field(default="0s,1s,5s,30s,2m", description="delayWindowClose values to replay.")
     target_late: str = Field(default="0.1%", description="Late share to stay at or under (0.1%, or 0.001).")
-    lateness_modes: str = Field(default="configured",
-                                description="configured, both, or WINDOW_CLOSED,BEFORE_WATERMARK.")
+    lateness_modes: str = Field(
+        default="configured", description="configured, both, or WINDOW_CLOSED,BEFORE_WATERMARK."
+    )
     future_skew: str = Field(default="10s", description="List events this far ahead of their arrival (or off).")
 
 
@@ -51,12 +62,17 @@ def lateness_dir(output_root: str, pipeline_name: str, partition_key: str) -> st
 
 
 def range_dir(output_root: str, pipeline_name: str, first: str, last: str) -> str:
-    return join(str(output_root), pipeline_name, LATENESS_ASSET,
-                f"range-{store.partition_folder(first)}-to-{store.partition_folder(last)}")
+    return join(
+        str(output_root),
+        pipeline_name,
+        LATENESS_ASSET,
+        f"range-{store.partition_folder(first)}-to-{store.partition_folder(last)}",
+    )
 
 
-def build_lateness_asset(pipeline, pipeline_file: Path,
-                         partitions_def: dg.TimeWindowPartitionsDefinition) -> dg.AssetsDefinition:
+def build_lateness_asset(
+    pipeline: Pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition
+) -> dg.AssetsDefinition:
     """The lateness asset of ``pipeline`` (a :class:`windowing.Pipeline`)."""
     prefix = asset_prefix(pipeline.name)
     key = dg.AssetKey([prefix, LATENESS_ASSET])
@@ -64,8 +80,11 @@ def build_lateness_asset(pipeline, pipeline_file: Path,
 
     @dg.asset(
         key=key,
-        deps=[dg.AssetKey([prefix, "late_events"]), dg.AssetKey([prefix, "windowed_aggregates"]),
-              dg.AssetDep(key, partition_mapping=previous)],
+        deps=[
+            dg.AssetKey([prefix, "late_events"]),
+            dg.AssetKey([prefix, "windowed_aggregates"]),
+            dg.AssetDep(key, partition_mapping=previous),
+        ],
         partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(),
         group_name=prefix,
@@ -78,13 +97,18 @@ def build_lateness_asset(pipeline, pipeline_file: Path,
             "every delay, emission latency, IDLE closes), the windows that missed events, future skew, and a "
             "report.html. Each partition continues from the previous one's analysis."
         ),
-        check_specs=[dg.AssetCheckSpec(
-            CHECK, asset=key,
-            description="The analysis' configured replay reports what the replay partition reports (late events, "
-                        "late pairs, windows closed by WATERMARK, IDLE and MAX_DURATION).")],
+        check_specs=[
+            dg.AssetCheckSpec(
+                CHECK,
+                asset=key,
+                description="The analysis' configured replay reports what the replay partition reports (late events, "
+                "late pairs, windows closed by WATERMARK, IDLE and MAX_DURATION).",
+            )
+        ],
     )
-    def lateness_asset(context: dg.AssetExecutionContext, config: LatenessConfig, pyspark: SparkResource,
-                       storage: StorageResource):
+    def lateness_asset(
+        context: dg.AssetExecutionContext, config: LatenessConfig, pyspark: SparkResource, storage: StorageResource
+    ) -> Iterator[dg.Output[None] | dg.MaterializeResult[Any] | dg.AssetCheckEvaluation]:
         from windowing.config import ConfigError
         from windowing.io import InputError, OutputError
 
@@ -97,7 +121,7 @@ def build_lateness_asset(pipeline, pipeline_file: Path,
         except ConfigError as exc:
             raise dg.Failure(f"lateness of {pipeline.name}: {exc}") from exc
         keys = sorted(context.partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
-        done = []
+        done: list[_Done] = []
         try:
             for part in analyse_partitions(spark, pipeline, partitions_def, storage, keys, options, context.log):
                 done.append(part)
@@ -110,22 +134,35 @@ def build_lateness_asset(pipeline, pipeline_file: Path,
         yield dg.MaterializeResult(asset_key=key)
         if check_keys:  # one evaluation per partition, each naming its own materialization
             for part in done:
-                result = dg.AssetCheckResult(asset_key=key, check_name=CHECK, passed=part.matches,
-                                             metadata=part.check, severity=dg.AssetCheckSeverity.WARN,
-                                             description=part.check_text)
+                result = dg.AssetCheckResult(
+                    asset_key=key,
+                    check_name=CHECK,
+                    passed=part.matches,
+                    metadata=part.check,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    description=part.check_text,
+                )
                 yield _evaluation(context.instance, result, part.key, blocking=False)
 
     return lateness_asset
 
 
 class _Done:
-    def __init__(self, key, folder, commit, figures, seconds, replay_metrics):
+    def __init__(
+        self,
+        key: str,
+        folder: str,
+        commit: "Commit",
+        figures: Mapping[str, Any],
+        seconds: float,
+        replay_metrics: ReplayMetrics | None,
+    ) -> None:
         self.key, self.folder, self.commit, self.figures = key, folder, commit, figures
         self.metadata = metadata(figures, commit.run_path, seconds)
         self.matches, self.check_text, self.check = compare_with_replay(figures, replay_metrics)
 
 
-def _options(config: LatenessConfig):
+def _options(config: LatenessConfig) -> "LatenessOptions":
     from windowing.config import parse_share
     from windowing.durations import parse_duration_ms
     from windowing.lateness import LatenessOptions, parse_delays, parse_modes
@@ -137,13 +174,24 @@ def _options(config: LatenessConfig):
         from windowing.config import ConfigError
 
         raise ConfigError(str(exc)) from None
-    return LatenessOptions(delays_ms=parse_delays(config.delays), target_late=parse_share(config.target_late,
-                                                                                          "target_late"),
-                           lateness_modes=parse_modes(config.lateness_modes), future_skew_ms=future_ms,
-                           flush_at_end=False)
+    return LatenessOptions(
+        delays_ms=parse_delays(config.delays),
+        target_late=parse_share(config.target_late, "target_late"),
+        lateness_modes=parse_modes(config.lateness_modes),
+        future_skew_ms=future_ms,
+        flush_at_end=False,
+    )
 
 
-def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource, keys, options, log):
+def analyse_partitions(
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    storage: StorageResource,
+    keys: Sequence[str],
+    options: "LatenessOptions",
+    log: dg.DagsterLogManager,
+) -> Iterator[_Done]:
     """Analyse ``keys`` oldest to newest, each from the previous partition's lateness output.
 
     Yields one result per partition once its output is committed. The first key starts
@@ -155,7 +203,8 @@ def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource
 
     chain = pipeline_chain(spark, pipeline, storage, partitions_def)
     root = storage.output_path()
-    state = figures = None
+    state: DataFrame | None = None
+    figures: Mapping[str, Any] | None = None
     prev = chain.partitions.previous(keys[0])
     if prev is not None:
         try:
@@ -164,7 +213,8 @@ def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource
             raise dg.Failure(
                 f"lateness of {pipeline.name}: partition {keys[0]} continues from the analysis of {prev}, which is "
                 f"not materialized; materialize {pipeline.name} lateness from the first partition (one backfill "
-                "runs them in a single run)") from None
+                "runs them in a single run)"
+            ) from None
         state, figures = out.tables["state"], out.figures
     replays = store.pipeline_commits(spark, join(root, pipeline.name), keys)
     for i, key in enumerate(keys, 1):
@@ -180,14 +230,22 @@ def analyse_partitions(spark, pipeline, partitions_def, storage: StorageResource
         state, figures = out.tables["state"], out.figures
         seconds = time.monotonic() - began
         replay = replays.get(key)
-        log.info(f"[{i}/{len(keys)}] {pipeline.name} lateness {key}: {figures['accepted_events']} events, "
-                 f"{figures['configured_replay']['late_events']} late; report {commit.run_path}/report.html "
-                 f"in {seconds:.1f}s")
-        yield _Done(key, folder, commit, figures, seconds,
-                    ReplayMetrics.from_dict(replay.metrics) if replay is not None else None)
+        log.info(
+            f"[{i}/{len(keys)}] {pipeline.name} lateness {key}: {figures['accepted_events']} events, "
+            f"{figures['configured_replay']['late_events']} late; report {commit.run_path}/report.html "
+            f"in {seconds:.1f}s"
+        )
+        yield _Done(
+            key,
+            folder,
+            commit,
+            figures,
+            seconds,
+            ReplayMetrics.from_dict(replay.metrics) if replay is not None else None,
+        )
 
 
-def metadata(figures: dict, run_path: str, seconds: float) -> dict[str, Any]:
+def metadata(figures: Mapping[str, Any], run_path: str, seconds: float) -> dict[str, Any]:
     """A partition's materialization metadata: numbers the UI plots across partitions, the
     curve as a markdown table, the report's path."""
     from windowing.lateness import REPORT, curve_markdown
@@ -209,8 +267,11 @@ def metadata(figures: dict, run_path: str, seconds: float) -> dict[str, Any]:
         "analysis_seconds": dg.MetadataValue.float(round(seconds, 3)),
     }
     for r in figures["recommendations"]:
-        name = f"{r['strategy'].lower()}_{r['lateness'].lower()}" if len(figures["options"]["lateness_modes"]) > 1 \
+        name = (
+            f"{r['strategy'].lower()}_{r['lateness'].lower()}"
+            if len(figures["options"]["lateness_modes"]) > 1
             else r["strategy"].lower()
+        )
         meta[f"smallest_delay_ms_{name}"] = dg.MetadataValue.int(int(r["smallest_delay_ms"]))
     return meta
 
@@ -219,36 +280,60 @@ def metadata(figures: dict, run_path: str, seconds: float) -> dict[str, Any]:
 COMPARED = ("late_events", "late_event_windows", "WATERMARK", "IDLE", "MAX_DURATION")
 
 
-def compare_with_replay(figures: dict, replay_metrics: ReplayMetrics | None) -> tuple[bool, str, dict]:
+def compare_with_replay(
+    figures: Mapping[str, Any], replay_metrics: ReplayMetrics | None
+) -> tuple[bool, str, dict[str, Any]]:
     """(passed, description, metadata) of ``matches_replay`` for one partition."""
     if replay_metrics is None:
         return False, "the replay of this partition is not materialized: nothing to compare with", {}
     cr = figures["configured_replay"]
-    ours = {"late_events": cr["late_events"], "late_event_windows": cr["late_event_windows"],
-            **{r: cr["closed_by_reason"].get(r, 0) for r in COMPARED[2:]}}
+    ours = {
+        "late_events": cr["late_events"],
+        "late_event_windows": cr["late_event_windows"],
+        **{r: cr["closed_by_reason"].get(r, 0) for r in COMPARED[2:]},
+    }
     closed = replay_metrics.closed_by_reason
-    theirs = {"late_events": replay_metrics.late_events,
-              "late_event_windows": replay_metrics.late_event_windows,
-              **{r: closed.get(r, 0) for r in COMPARED[2:]}}
+    theirs = {
+        "late_events": replay_metrics.late_events,
+        "late_event_windows": replay_metrics.late_event_windows,
+        **{r: closed.get(r, 0) for r in COMPARED[2:]},
+    }
     differ = {k: {"analysis": ours[k], "replay": theirs[k]} for k in COMPARED if ours[k] != theirs[k]}
     meta = {"compared": dg.MetadataValue.json({"analysis": ours, "replay": theirs})}
     if differ:
-        return False, (f"the analysis' configured replay differs from the replay partition in "
-                       f"{', '.join(differ)} (replayed from another state or other events?)"), meta
+        return (
+            False,
+            (
+                f"the analysis' configured replay differs from the replay partition in "
+                f"{', '.join(differ)} (replayed from another state or other events?)"
+            ),
+            meta,
+        )
     return True, "the analysis' configured replay reports what the replay partition reports", meta
 
 
-def _range_report(spark, pipeline, storage: StorageResource, done, context) -> None:
+def _range_report(
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    storage: StorageResource,
+    done: Sequence[_Done],
+    context: dg.AssetExecutionContext,
+) -> None:
     from windowing.lateness import REPORT, combine_lateness, curve_markdown, write_lateness
 
     began = time.monotonic()
     result = combine_lateness(spark, pipeline, [d.folder for d in done])
     out = range_dir(storage.output_path(), pipeline.name, done[0].key, done[-1].key)
     commit = write_lateness(result, out, pipeline, inputs=[storage.landing_path()])
-    context.log.info(f"{pipeline.name} lateness over {done[0].key}..{done[-1].key}: "
-                     f"{commit.run_path}/{REPORT} in {time.monotonic() - began:.1f}s")
-    context.add_asset_metadata({
-        "range_report": dg.MetadataValue.path(join(commit.run_path, REPORT)),
-        "range": dg.MetadataValue.text(f"{done[0].key}..{done[-1].key}"),
-        "range_curve": dg.MetadataValue.md(curve_markdown(result.figures)),
-    }, partition_key=done[-1].key)
+    context.log.info(
+        f"{pipeline.name} lateness over {done[0].key}..{done[-1].key}: "
+        f"{commit.run_path}/{REPORT} in {time.monotonic() - began:.1f}s"
+    )
+    context.add_asset_metadata(
+        {
+            "range_report": dg.MetadataValue.path(join(commit.run_path, REPORT)),
+            "range": dg.MetadataValue.text(f"{done[0].key}..{done[-1].key}"),
+            "range_curve": dg.MetadataValue.md(curve_markdown(result.figures)),
+        },
+        partition_key=done[-1].key,
+    )

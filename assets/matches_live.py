@@ -20,11 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import dagster as dg
 
 from windowing.store import partition_folder
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from windowing.config import LiveSource, Pipeline
+    from windowing.reconcile import ReconcileResult
 
 LIVE_CHECK = "matches_live"
 #: Mismatches shown in the check's table (all of them: the ``reproduce`` command).
@@ -43,7 +49,7 @@ class LivePartition:
     output: str | None
 
 
-def live_check_spec(pipeline, asset_key: dg.AssetKey) -> dg.AssetCheckSpec | None:
+def live_check_spec(pipeline: Pipeline, asset_key: dg.AssetKey) -> dg.AssetCheckSpec | None:
     """The ``matches_live`` check of ``pipeline``'s aggregates; None without ``reconcile.live``."""
     spec = getattr(pipeline, "reconcile", None)
     if spec is None or spec.live is None:
@@ -63,8 +69,13 @@ def live_check_spec(pipeline, asset_key: dg.AssetKey) -> dg.AssetCheckSpec | Non
     )
 
 
-def live_check_results(spark, pipeline, pipeline_file: Path, asset_key: dg.AssetKey,
-                       partitions: Sequence[LivePartition]) -> Iterator[tuple[str, dg.AssetCheckResult]]:
+def live_check_results(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    pipeline_file: Path,
+    asset_key: dg.AssetKey,
+    partitions: Sequence[LivePartition],
+) -> Iterator[tuple[str, dg.AssetCheckResult]]:
     """``(partition key, result)`` of ``matches_live`` for each of ``partitions``, in order.
 
     The live side is read once. A live side that cannot be read or does not fit the
@@ -84,17 +95,28 @@ def live_check_results(spark, pipeline, pipeline_file: Path, asset_key: dg.Asset
     except (ConfigError, InputError) as exc:
         live, error = None, f"the live output cannot be compared: {exc}"
     for part in partitions:
-        if error is None and part.run_path is None:
-            yield part.key, _failed(asset_key, severity, f"nothing committed for partition {part.key}: materialize "
-                                                         "it first")
-            continue
         if error is not None:
             yield part.key, _failed(asset_key, severity, error)
             continue
+        if part.run_path is None:
+            yield (
+                part.key,
+                _failed(asset_key, severity, f"nothing committed for partition {part.key}: materialize it first"),
+            )
+            continue
+        assert live is not None  # read when there is no error
         try:
             outputs = read_run(spark, part.run_path)
-            result = reconcile(spark, pipeline, spec, outputs.aggregates, live, outputs.late_events,
-                               partition_edges=[part.start, part.end], partition_keys=[part.key])
+            result = reconcile(
+                spark,
+                pipeline,
+                spec,
+                outputs.aggregates,
+                live,
+                outputs.late_events,
+                partition_edges=[part.start, part.end],
+                partition_keys=[part.key],
+            )
         except (ConfigError, InputError) as exc:
             yield part.key, _failed(asset_key, severity, f"partition {part.key} cannot be compared: {exc}")
             continue
@@ -102,32 +124,55 @@ def live_check_results(spark, pipeline, pipeline_file: Path, asset_key: dg.Asset
             table = _mismatch_table(pipeline, result)
         finally:
             result.unpersist()
-        yield part.key, dg.AssetCheckResult(
-            asset_key=asset_key, check_name=LIVE_CHECK, passed=result.passed, severity=severity,
-            description=f"partition {part.key}: {_description(result.figures)}",
-            metadata=_metadata(result.figures, table, _reproduce(pipeline, pipeline_file, part), spec),
+        yield (
+            part.key,
+            dg.AssetCheckResult(
+                asset_key=asset_key,
+                check_name=LIVE_CHECK,
+                passed=result.passed,
+                severity=severity,
+                description=f"partition {part.key}: {_description(result.figures)}",
+                metadata=_metadata(result.figures, table, _reproduce(pipeline, pipeline_file, part), spec.live),
+            ),
         )
 
 
-def _failed(asset_key, severity, description: str) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(asset_key=asset_key, check_name=LIVE_CHECK, passed=False, severity=severity,
-                               description=description, metadata={"error": dg.MetadataValue.text(description)})
+def _failed(asset_key: dg.AssetKey, severity: dg.AssetCheckSeverity, description: str) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        asset_key=asset_key,
+        check_name=LIVE_CHECK,
+        passed=False,
+        severity=severity,
+        description=description,
+        metadata={"error": dg.MetadataValue.text(description)},
+    )
 
 
-def _description(f: dict) -> str:
+def _description(f: Mapping[str, Any]) -> str:
     mismatches = f["compared"] - f["match"]
-    return (f"{100 * f['match_rate']:.2f} % of {f['compared']:,} window emissions match the live output (minimum "
-            f"{100 * f['min_match']:.2f} %): {f['value_mismatch']:,} value mismatch, {f['missing_in_replay']:,} "
-            f"missing in replay, {f['extra_in_replay']:,} extra in replay"
-            + (f"; {f['explained']:,} of {mismatches:,} explained" if mismatches else ""))
+    return (
+        f"{100 * f['match_rate']:.2f} % of {f['compared']:,} window emissions match the live output (minimum "
+        f"{100 * f['min_match']:.2f} %): {f['value_mismatch']:,} value mismatch, {f['missing_in_replay']:,} "
+        f"missing in replay, {f['extra_in_replay']:,} extra in replay"
+        + (f"; {f['explained']:,} of {mismatches:,} explained" if mismatches else "")
+    )
 
 
-def _metadata(f: dict, table: str, reproduce: str, spec) -> dict[str, Any]:
+def _metadata(f: Mapping[str, Any], table: str, reproduce: str, live: LiveSource) -> dict[str, Any]:
     """The figures of ``rewindow reconcile`` (numbers Dagster plots across partitions)."""
     from windowing.reconcile import format_summary
 
-    counts = ("compared", "match", "value_mismatch", "missing_in_replay", "extra_in_replay", "explained",
-              "unexplained", "replay_rows", "live_rows")
+    counts = (
+        "compared",
+        "match",
+        "value_mismatch",
+        "missing_in_replay",
+        "extra_in_replay",
+        "explained",
+        "unexplained",
+        "replay_rows",
+        "live_rows",
+    )
     return {
         "match_rate": dg.MetadataValue.float(float(f["match_rate"])),
         "min_match": dg.MetadataValue.float(float(f["min_match"])),
@@ -136,12 +181,12 @@ def _metadata(f: dict, table: str, reproduce: str, spec) -> dict[str, Any]:
         "live_rows_outside_partition": dg.MetadataValue.int(int(f["live_rows_outside_partitions"])),
         "mismatches": dg.MetadataValue.md(table),
         "summary": dg.MetadataValue.text(format_summary(f)),
-        "live": dg.MetadataValue.text(spec.live.path or f"table {spec.live.table}"),
+        "live": dg.MetadataValue.text(live.path or f"table {live.table}"),
         "reproduce": dg.MetadataValue.text(reproduce),
     }
 
 
-def _mismatch_table(pipeline, result) -> str:
+def _mismatch_table(pipeline: Pipeline, result: ReconcileResult) -> str:
     """The first :data:`MISMATCH_ROWS` mismatches (by window start, worker, key, emission)
     as a markdown table; times formatted by Spark (UTC)."""
     from pyspark.sql import functions as F
@@ -151,31 +196,51 @@ def _mismatch_table(pipeline, result) -> str:
         return "No mismatches: every window emission matches the live output."
     mismatches = result.mismatches
     named = [c for c in (pipeline.source.worker, pipeline.window.key) if c and c in mismatches.columns]
-    rows = (mismatches.orderBy("window_start", *named, "emission", "category").limit(MISMATCH_ROWS)
-            .select("category", *[F.col(c).cast("string").alias(c) for c in named],
-                    F.date_format("window_start", "yyyy-MM-dd HH:mm:ss").alias("window_start"),
-                    F.date_format("window_end", "HH:mm:ss").alias("window_end"), "emission",
-                    F.array_join("explanations", ", ").alias("explanations"), "detail")
-            .collect())
+    rows = (
+        mismatches.orderBy("window_start", *named, "emission", "category")
+        .limit(MISMATCH_ROWS)
+        .select(
+            "category",
+            *[F.col(c).cast("string").alias(c) for c in named],
+            F.date_format("window_start", "yyyy-MM-dd HH:mm:ss").alias("window_start"),
+            F.date_format("window_end", "HH:mm:ss").alias("window_end"),
+            "emission",
+            F.array_join("explanations", ", ").alias("explanations"),
+            "detail",
+        )
+        .collect()
+    )
 
-    def cell(v) -> str:
+    def cell(v: object) -> str:
         return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
 
     header = ["category", *named, "window", "emission", "explained by", "detail"]
-    lines = [f"First {len(rows)} of {total:,} mismatches (all of them: the `reproduce` command).", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"First {len(rows)} of {total:,} mismatches (all of them: the `reproduce` command).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for r in rows:
-        cells = [r["category"], *[r[c] for c in named], f"{r['window_start']} - {r['window_end']}", r["emission"],
-                 r["explanations"] or "unexplained", r["detail"]]
+        cells = [
+            r["category"],
+            *[r[c] for c in named],
+            f"{r['window_start']} - {r['window_end']}",
+            r["emission"],
+            r["explanations"] or "unexplained",
+            r["detail"],
+        ]
         lines.append("| " + " | ".join(cell(v) for v in cells) + " |")
     return "\n".join(lines)
 
 
-def _reproduce(pipeline, pipeline_file: Path, part: LivePartition) -> str:
+def _reproduce(pipeline: Pipeline, pipeline_file: Path, part: LivePartition) -> str:
     """The ``rewindow reconcile`` command that writes this partition's full report."""
 
     def utc(t: datetime) -> str:
         return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    return (f"rewindow reconcile --config {pipeline_file} --replay {part.output} --partition-edge {utc(part.start)} "
-            f"--partition-edge {utc(part.end)} --output reconcile/{pipeline.name}/{partition_folder(part.key)}")
+    return (
+        f"rewindow reconcile --config {pipeline_file} --replay {part.output} --partition-edge {utc(part.start)} "
+        f"--partition-edge {utc(part.end)} --output reconcile/{pipeline.name}/{partition_folder(part.key)}"
+    )

@@ -20,12 +20,15 @@ the partitions oldest to newest inside the one run, each to its own folder, carr
 the state from one to the next exactly as separate runs would.
 """
 
+# No `from __future__ import annotations` here: Dagster reads the asset function's `config`
+# annotation as a class, not as a string. Names imported for type checking only are quoted.
 
 import re
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -38,10 +41,20 @@ from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
 from windowing import store
 from windowing.chain import Chain, ChainError, PartitionResult, Partitions
-from windowing.config import Trigger, ignored_fields_note
+from windowing.config import Pipeline, Trigger, ignored_fields_note
+from windowing.contract import CLOSE_REASONS
 from windowing.lake import join, qualify
-from windowing.metrics import CLOSE_REASONS, ReplayMetrics
+from windowing.metrics import ReplayMetrics
 from windowing.validation.registry import quality_checks
+
+if TYPE_CHECKING:
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+    from pyspark.sql import SparkSession
+
+#: ``(partition key, result)`` of one check, per partition.
+PartitionResults = list[tuple[str, dg.AssetCheckResult]]
 
 OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
     "window_state": "state",
@@ -85,7 +98,9 @@ DEFAULT_OWNERS = ("team:rewindow",)
 
 
 def build_pipeline_assets(
-    pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition,
+    pipeline: Pipeline,
+    pipeline_file: Path,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
     owners: tuple[str, ...] = DEFAULT_OWNERS,
 ) -> dg.AssetsDefinition:
     """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`).
@@ -103,17 +118,22 @@ def build_pipeline_assets(
         "pipeline_file": str(pipeline_file),
         "fingerprint": pipeline.fingerprint(),
         "window": pipeline.window.type.value,
-        "dagster/code_references": dg.CodeReferencesMetadataValue(code_references=[
-            dg.LocalFileCodeReference(file_path=str(Path(pipeline_file).resolve()), line_number=1,
-                                      label=f"pipeline {pipeline_file.name}"),
-            dg.LocalFileCodeReference(file_path=str(Path(__file__).resolve()),
-                                      line_number=build_pipeline_assets.__code__.co_firstlineno,
-                                      label="replay (assets/pipelines.py)"),
-        ]),
+        "dagster/code_references": dg.CodeReferencesMetadataValue(
+            code_references=[
+                dg.LocalFileCodeReference(
+                    file_path=str(Path(pipeline_file).resolve()), line_number=1, label=f"pipeline {pipeline_file.name}"
+                ),
+                dg.LocalFileCodeReference(
+                    file_path=str(Path(__file__).resolve()),
+                    line_number=build_pipeline_assets.__code__.co_firstlineno,
+                    label="replay (assets/pipelines.py)",
+                ),
+            ]
+        ),
     }
     descriptions = {
         "window_state": "Watermarks, clocks and open windows at the end of the partition: "
-                        "the next partition starts from it.",
+        "the next partition starts from it.",
         "windowed_aggregates": "Windows emitted during the partition (one row per emission).",
         "late_events": "Events that arrived after their window had closed, one row per (event, window).",
         "rejected_events": "Rows that could not be processed, with the reason.",
@@ -178,7 +198,7 @@ def build_pipeline_assets(
     )
     def replay_pipeline(
         context: dg.AssetExecutionContext, config: ReplayConfig, pyspark: SparkResource, storage: StorageResource
-    ):
+    ) -> Iterator[dg.Output[None] | dg.MaterializeResult[Any] | dg.AssetCheckEvaluation]:
         spark = pyspark.spark_session
         selected_checks = [k for k in context.assets_def.check_keys if k in context.selected_asset_check_keys]
         for check_key in selected_checks:  # each selected check's output (Dagster requires them)
@@ -186,22 +206,44 @@ def build_pipeline_assets(
         if not context.selected_asset_keys:
             # Checks executed on their own: verify what is committed, replay nothing. The UI's
             # Execute button launches a run without a partition: then every committed one.
-            asked = list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range \
-                else None
+            asked = (
+                list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None
+            )
             if published is not None and published.key in selected_checks:
-                published_keys = asked if asked is not None else sorted(
-                    pipeline_chain(spark, pipeline, storage, partitions_def).committed())
+                published_keys = (
+                    asked
+                    if asked is not None
+                    else sorted(pipeline_chain(spark, pipeline, storage, partitions_def).committed())
+                )
                 yield from _published_checks(context, spark, pipeline, storage, published, published_keys)
-            yield from _verify_committed(context, spark, pipeline, pipeline_file, storage, partitions_def, keys,
-                                         state_key, live, selected_checks, asked)
+            yield from _verify_committed(
+                context,
+                spark,
+                pipeline,
+                pipeline_file,
+                storage,
+                partitions_def,
+                keys,
+                state_key,
+                live,
+                selected_checks,
+                asked,
+            )
             return
         _warn_about_ignored_settings(context.log, pipeline, pipeline_file, storage)
         parts: list[PartitionResult] = []
         refused = None
         try:
             for part in replay_partitions(
-                spark, pipeline, partitions_def, storage, context.partition_keys, config.flush_at_end, context.log,
-                context.run.run_id, config.checks,
+                spark,
+                pipeline,
+                partitions_def,
+                storage,
+                context.partition_keys,
+                config.flush_at_end,
+                context.log,
+                context.run.run_id,
+                config.checks,
             ):
                 parts.append(part)
         except dg.Failure as exc:  # refused before or between partitions: still report the chain
@@ -214,11 +256,15 @@ def build_pipeline_assets(
             for part in parts:
                 for name, asset_key in keys.items():
                     if name in selected:
-                        context.add_asset_metadata(_metadata(spark, pipeline, part, name), asset_key=asset_key,
-                                                   partition_key=part.key)
+                        context.add_asset_metadata(
+                            _metadata(spark, pipeline, part, name), asset_key=asset_key, partition_key=part.key
+                        )
                     else:
-                        context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
-                                                                  metadata=_metadata(spark, pipeline, part, name)))
+                        context.log_event(
+                            dg.AssetMaterialization(
+                                asset_key=asset_key, partition=part.key, metadata=_metadata(spark, pipeline, part, name)
+                            )
+                        )
             for asset_key in selected.values():
                 yield dg.MaterializeResult(asset_key=asset_key)
         else:
@@ -227,20 +273,24 @@ def build_pipeline_assets(
             # Dagster shows what the next partition will start from.
             for part in (p for p in parts if p.committed):
                 for name, asset_key in keys.items():
-                    context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key,
-                                                              metadata=_metadata(spark, pipeline, part, name)))
+                    context.log_event(
+                        dg.AssetMaterialization(
+                            asset_key=asset_key, partition=part.key, metadata=_metadata(spark, pipeline, part, name)
+                        )
+                    )
         # One evaluation per partition, each naming its partition and its own materialization
         # (Dagster plans a check execution per partition of a range run; a run-level result
         # would leave the others SKIPPED). The chain check covers every partition the run was
         # asked for, refused runs included; the quality checks the partitions it replayed.
         if published is not None and published.key in selected_checks:
-            yield from _published_checks(context, spark, pipeline, storage, published,
-                                         [p.key for p in parts] or context.partition_keys)
+            yield from _published_checks(
+                context, spark, pipeline, storage, published, [p.key for p in parts] or context.partition_keys
+            )
         # A replay records the four outputs, so it evaluates the checks of all four, selected
         # or not (a check Dagster did not plan is recorded as its own execution).
         every_check = {check.key, *(q.key for q in quality), *([live.key] if live else [])}
         evaluated = every_check if any(p.committed for p in parts) else set(selected_checks)
-        results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
+        results: dict[dg.AssetCheckKey, PartitionResults] = {}
         if check.key in evaluated:
             asked = context.partition_keys if not parts else [p.key for p in parts]
             chain = pipeline_chain(spark, pipeline, storage, partitions_def)
@@ -248,14 +298,16 @@ def build_pipeline_assets(
         for name in OUTPUTS:
             key = dg.AssetCheckKey(keys[name], f"{name}_valid")
             if key in evaluated:
-                results[key] = [(part.key, _quality_check(keys[name], key.name, QUALITY_CHECKS[name], [part],
-                                                          config.checks)) for part in parts]
+                results[key] = [
+                    (part.key, _quality_check(keys[name], key.name, QUALITY_CHECKS[name], [part], config.checks))
+                    for part in parts
+                ]
         if live is not None and live.key in evaluated:
             runs = {p.key: (p.run_path, p.folder) for p in parts if p.committed}
-            results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live,
-                                                   runs))
-        blocking = {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking)
-                    for k in results}
+            results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live, runs))
+        blocking = {
+            k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking) for k in results
+        }
         yield from _evaluations(context, results, blocking)
         if refused is not None:
             raise refused
@@ -272,18 +324,40 @@ def build_pipeline_assets(
     return replay_pipeline
 
 
-def pipeline_chain(spark, pipeline, storage: StorageResource, partitions_def, log=None) -> Chain:
+def pipeline_chain(
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    storage: StorageResource,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    log: dg.DagsterLogManager | None = None,
+) -> Chain:
     """The :class:`windowing.chain.Chain` of ``pipeline`` over the Dagster partitions."""
     first = partitions_def.get_first_partition_key()
     window = partitions_def.time_window_for_partition_key(first)
     grain = "hour" if window.end - window.start <= timedelta(hours=1) else "day"
-    return Chain(spark, pipeline, storage.landing_path(), storage.output_path(), Partitions(grain, window.start),
-                 partition_column=storage.partition_column(), **({"log": log} if log is not None else {}),
-                 publisher=publisher(spark, pipeline, storage.output_path()))
+    return Chain(
+        spark,
+        pipeline,
+        storage.landing_path(),
+        storage.output_path(),
+        Partitions(grain, window.start),
+        partition_column=storage.partition_column(),
+        **({"log": log} if log is not None else {}),
+        publisher=publisher(spark, pipeline, storage.output_path()),
+    )
 
 
-def replay_partitions(spark, pipeline, partitions_def, storage: StorageResource, partition_keys, flush_at_end, log,
-                      run_id, checks: bool = True):
+def replay_partitions(
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    storage: StorageResource,
+    partition_keys: Sequence[str],
+    flush_at_end: bool,
+    log: dg.DagsterLogManager,
+    run_id: str,
+    checks: bool = True,
+) -> Iterator[PartitionResult]:
     """The chain's replay of ``partition_keys`` (:meth:`windowing.chain.Chain.replay`), a
     refusal raised as a :class:`dagster.Failure`."""
     chain = pipeline_chain(spark, pipeline, storage, partitions_def, log)
@@ -297,7 +371,9 @@ def as_failure(exc: ChainError) -> dg.Failure:
     return dg.Failure(str(exc), metadata={k: dg.MetadataValue.json(v) for k, v in exc.metadata.items()})
 
 
-def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: StorageResource) -> None:
+def _warn_about_ignored_settings(
+    log: dg.DagsterLogManager, pipeline: Pipeline, pipeline_file: Path, storage: StorageResource
+) -> None:
     from windowing.lake import qualify
 
     if pipeline.source.path and qualify(pipeline.source.path) != qualify(storage.landing_path()):
@@ -319,7 +395,7 @@ def _warn_about_ignored_settings(log, pipeline, pipeline_file: Path, storage: St
 EMIT_REASONS = CLOSE_REASONS
 
 
-def plotted_reasons(pipeline) -> tuple[str, ...]:
+def plotted_reasons(pipeline: Pipeline) -> tuple[str, ...]:
     """The reasons whose counts are numbers Dagster plots (``windows_emitted_<reason>``,
     ``windows_closed_<reason>``): those the pipeline closes windows by in any replay,
     ``WATERMARK``, and ``IDLE`` when its window has an idle timeout. ``MAX_DURATION`` (a
@@ -330,20 +406,26 @@ def plotted_reasons(pipeline) -> tuple[str, ...]:
     return ("WATERMARK", "IDLE") if pipeline.window.idle_timeout_ms is not None else ("WATERMARK",)
 
 
-def snapshots_possible(pipeline) -> bool:
+def snapshots_possible(pipeline: Pipeline) -> bool:
     """Whether the pipeline's triggers emit snapshot rows (``atAggregate``): without one,
     ``snapshots_emitted`` is zero by its configuration, and not given."""
     return any(t is not Trigger.AT_WINDOW_END for t in pipeline.triggers)
 
 
-def column_descriptions(pipeline) -> dict[str, str]:
+def column_descriptions(pipeline: Pipeline) -> dict[str, str]:
     """What the output columns whose names could mislead mean (the catalog's Columns section)."""
     worker = getattr(pipeline.source, "worker", None)
-    return {worker: f"the worker the events were replayed on (the pipeline's source.worker column `{worker}`), "
-                    "not the Dagster partition"} if worker else {}
+    return (
+        {
+            worker: f"the worker the events were replayed on (the pipeline's source.worker column `{worker}`), "
+            "not the Dagster partition"
+        }
+        if worker
+        else {}
+    )
 
 
-def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, Any]:
+def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, name: str) -> dict[str, Any]:
     """Metadata of one asset of one partition: numbers Dagster plots across partitions
     (Plots → Partitions), the path, a typed preview."""
     m = part.metrics
@@ -369,8 +451,10 @@ def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, An
         "late_event_windows": dg.MetadataValue.int(m.late_event_windows),
         "late_share": dg.MetadataValue.float(round(m.late_events / accepted, 6) if accepted else 0.0),
         # Lateness of the late (event, window) pairs, whole milliseconds (0 without any).
-        **{f"lateness_{q}_ms": dg.MetadataValue.int(round(v) if v is not None else 0)
-           for q, v in (("p50", pct.p50), ("p90", pct.p90), ("p99", pct.p99), ("max", pct.max))},
+        **{
+            f"lateness_{q}_ms": dg.MetadataValue.int(round(v) if v is not None else 0)
+            for q, v in (("p50", pct.p50), ("p90", pct.p90), ("p99", pct.p99), ("max", pct.max))
+        },
         # Plotted on the rejected_events asset, as its row count; text here (zero on most days).
         "rejected_rows": dg.MetadataValue.text(f"{m.rejected_rows:,}"),
         "unique_keys": dg.MetadataValue.int(m.unique_keys),
@@ -401,9 +485,17 @@ def _metadata(spark, pipeline, part: PartitionResult, name: str) -> dict[str, An
     return meta
 
 
-def _published_checks(context, spark, pipeline, storage: StorageResource, spec: dg.AssetCheckSpec, partition_keys):
+def _published_checks(
+    context: dg.AssetExecutionContext,
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    storage: StorageResource,
+    spec: dg.AssetCheckSpec,
+    partition_keys: Sequence[str],
+) -> Iterator[dg.AssetCheckEvaluation]:
     """One ``published_matches_commit`` evaluation per partition: the tables against the commit records."""
     pub = publisher(spark, pipeline, storage.output_path())
+    assert pub is not None  # the check exists only for a pipeline with output.catalog, as the publisher
     commits = store.pipeline_commits(spark, join(storage.output_path(), pipeline.name), partition_keys)
     for key in partition_keys:
         commit = commits.get(key)
@@ -411,8 +503,19 @@ def _published_checks(context, spark, pipeline, storage: StorageResource, spec: 
         yield _evaluation(context.instance, result, key, blocking=False)
 
 
-def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageResource, partitions_def, keys,
-                      state_key, live, selected_checks, asked: list[str] | None):
+def _verify_committed(
+    context: dg.AssetExecutionContext,
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    pipeline_file: Path,
+    storage: StorageResource,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    keys: Mapping[str, dg.AssetKey],
+    state_key: dg.AssetKey,
+    live: dg.AssetCheckSpec | None,
+    selected_checks: Sequence[dg.AssetCheckKey],
+    asked: list[str] | None,
+) -> Iterator[dg.AssetCheckEvaluation]:
     """The selected checks, executed on their own: the chain check over the committed
     partitions, each quality check re-run (``windowing.validation.run_checks``) on the
     committed output of every partition asked for, against its landed input and the state
@@ -432,7 +535,7 @@ def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageR
     everything = asked is None
     committed = chain.committed()
     asked = sorted(committed if asked is None else asked, key=chain.partitions.start_of)
-    results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]] = {}
+    results: dict[dg.AssetCheckKey, PartitionResults] = {}
 
     chain_key = dg.AssetCheckKey(state_key, CHECK_NAME)
     if chain_key in selected_checks:
@@ -445,39 +548,61 @@ def _verify_committed(context, spark, pipeline, pipeline_file, storage: StorageR
             lineage = store.Lineage.of(commit)
             if commit is None or lineage is None:
                 for name in wanted:
-                    results.setdefault(dg.AssetCheckKey(keys[name], f"{name}_valid"), []).append((
-                        key, dg.AssetCheckResult(
-                            asset_key=keys[name], check_name=f"{name}_valid", passed=False,
-                            severity=dg.AssetCheckSeverity.WARN,
-                            description=f"partition {key}: nothing committed, materialize it first",
-                            metadata={"partition": dg.MetadataValue.text(key),
-                                      "checked_partitions": dg.MetadataValue.int(0)})))
+                    results.setdefault(dg.AssetCheckKey(keys[name], f"{name}_valid"), []).append(
+                        (
+                            key,
+                            dg.AssetCheckResult(
+                                asset_key=keys[name],
+                                check_name=f"{name}_valid",
+                                passed=False,
+                                severity=dg.AssetCheckSeverity.WARN,
+                                description=f"partition {key}: nothing committed, materialize it first",
+                                metadata={
+                                    "partition": dg.MetadataValue.text(key),
+                                    "checked_partitions": dg.MetadataValue.int(0),
+                                },
+                            ),
+                        )
+                    )
                 continue
             prev_key = chain.partitions.previous(key)
             prev = commits.get(prev_key) if prev_key else None
             prev_state = read_state(spark, prev.output) if prev is not None else None
             events, _ = chain.read_events(key)
-            checked = tuple(run_checks(spark, pipeline, commit.run_path, input_df=events, prev_state=prev_state,
-                                       flush_at_end=lineage.flushed_at_end))
+            checked = tuple(
+                run_checks(
+                    spark,
+                    pipeline,
+                    commit.run_path,
+                    input_df=events,
+                    prev_state=prev_state,
+                    flush_at_end=lineage.flushed_at_end,
+                )
+            )
             context.log.info(f"{pipeline.name} {key}: re-checked the committed run {commit.run_path}")
-            part = PartitionResult(key, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics),
-                                   lineage, None, checked)
+            part = PartitionResult(
+                key, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage, None, checked
+            )
             for name in wanted:
                 results.setdefault(dg.AssetCheckKey(keys[name], f"{name}_valid"), []).append(
-                    (key, _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], True)))
+                    (key, _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], True))
+                )
     if live is not None and live.key in selected_checks:
         runs = {k: (c.run_path, c.output) if (c := committed.get(k)) else (None, None) for k in asked}
         results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live, runs))
 
     # Blocking as declared: a failing blocking check stops what is downstream in the same run
     # (after every evaluation is recorded); the chain check never blocks.
-    blocking = {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking)
-                for k in results}
+    blocking = {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking) for k in results}
     yield from _evaluations(context, results, blocking, summary=everything)
 
 
-def _evaluations(context, results: dict[dg.AssetCheckKey, list[tuple[str, dg.AssetCheckResult]]],
-                 blocking: dict[dg.AssetCheckKey, bool], summary: bool = False):
+def _evaluations(
+    context: dg.AssetExecutionContext,
+    results: Mapping[dg.AssetCheckKey, PartitionResults],
+    blocking: Mapping[dg.AssetCheckKey, bool],
+    summary: bool = False,
+) -> Iterator[dg.AssetCheckEvaluation]:
     """Each check's results as evaluations, one per partition, the failing ones last (the
     newest evaluation is the one Dagster shows for the asset). First a summary evaluation
     without a partition when Dagster planned one for the run (a run without a partition,
@@ -492,76 +617,105 @@ def _evaluations(context, results: dict[dg.AssetCheckKey, list[tuple[str, dg.Ass
             yield _evaluation(context.instance, result, key, blocking=blocking[check_key])
 
 
-def _planned_without_partition(context, check_key: dg.AssetCheckKey) -> bool:
+def _planned_without_partition(context: dg.AssetExecutionContext, check_key: dg.AssetCheckKey) -> bool:
     from dagster._core.event_api import PartitionKeyFilter
 
     rows = context.instance.event_log_storage.get_asset_check_execution_history(
-        check_key, limit=20, partition_filter=PartitionKeyFilter(key=None))
+        check_key, limit=20, partition_filter=PartitionKeyFilter(key=None)
+    )
     return any(r.run_id == context.run.run_id for r in rows)
 
 
-def _summary_evaluation(instance, check_key: dg.AssetCheckKey, per_partition, span: str) -> dg.AssetCheckEvaluation:
+def _summary_evaluation(
+    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, per_partition: PartitionResults, span: str
+) -> dg.AssetCheckEvaluation:
     """The evaluation of a run without a partition: how the partitions it checked fared."""
     failed = [key for key, result in per_partition if not result.passed]
     severities = {result.severity for _, result in per_partition if not result.passed}
     records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=check_key.asset_key), limit=1).records
-    latest = records[0] if records else None
-    target = _target(latest.storage_id if latest else None, latest.event_log_entry.run_id if latest else None,
-                     latest.timestamp if latest else None)
-    description = (f"{len(per_partition)} partition(s) checked ({span}): "
-                   + (f"failed in {', '.join(failed)}" if failed else "all passed"))
+    target = _target(records[0] if records else None)
+    description = f"{len(per_partition)} partition(s) checked ({span}): " + (
+        f"failed in {', '.join(failed)}" if failed else "all passed"
+    )
     return dg.AssetCheckEvaluation(
-        asset_key=check_key.asset_key, check_name=check_key.name, passed=not failed,
-        severity=dg.AssetCheckSeverity.ERROR if dg.AssetCheckSeverity.ERROR in severities
+        asset_key=check_key.asset_key,
+        check_name=check_key.name,
+        passed=not failed,
+        severity=dg.AssetCheckSeverity.ERROR
+        if dg.AssetCheckSeverity.ERROR in severities
         else dg.AssetCheckSeverity.WARN,
-        description=description, blocking=False, partition=None, target_materialization_data=target,
-        metadata={"checked_partitions": dg.MetadataValue.int(len(per_partition)),
-                  "partitions": dg.MetadataValue.text(span),
-                  "failed_partitions": dg.MetadataValue.text(", ".join(failed) or "none")},
+        description=description,
+        blocking=False,
+        partition=None,
+        target_materialization_data=target,
+        metadata={
+            "checked_partitions": dg.MetadataValue.int(len(per_partition)),
+            "partitions": dg.MetadataValue.text(span),
+            "failed_partitions": dg.MetadataValue.text(", ".join(failed) or "none"),
+        },
     )
 
 
-def _live_results(context, spark, pipeline, pipeline_file, partitions_def, live: dg.AssetCheckSpec, runs):
+def _live_results(
+    context: dg.AssetExecutionContext,
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    pipeline_file: Path,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    live: dg.AssetCheckSpec,
+    runs: Mapping[str, tuple[str | None, str | None]],
+) -> Iterator[tuple[str, dg.AssetCheckResult]]:
     """``(partition, matches_live result)`` for each partition of ``runs``, oldest first."""
     keys = sorted(runs, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
     windows = {k: partitions_def.time_window_for_partition_key(k) for k in keys}
     parts = [LivePartition(k, windows[k].start, windows[k].end, *runs[k]) for k in keys]
     began = time.monotonic()
     for key, result in live_check_results(spark, pipeline, pipeline_file, live.asset_key, parts):
-        context.log.info(f"{pipeline.name} {key}: {live.name}: {result.description} "
-                         f"({time.monotonic() - began:.1f}s)")
+        context.log.info(f"{pipeline.name} {key}: {live.name}: {result.description} ({time.monotonic() - began:.1f}s)")
         yield key, result
         began = time.monotonic()
 
 
-def _evaluation(instance, result: dg.AssetCheckResult, partition: str, blocking: bool) -> dg.AssetCheckEvaluation:
+def _evaluation(
+    instance: dg.DagsterInstance, result: dg.AssetCheckResult, partition: str, blocking: bool
+) -> dg.AssetCheckEvaluation:
     """``result`` as the evaluation of one partition, targeting that partition's latest
     materialization (none if it was never materialized). The partition is named in the
     metadata too (``partition``), so the check's history and its Dagster event say it."""
+    asset_key, check_name = result.asset_key, result.check_name
+    assert asset_key is not None and check_name is not None  # every result made here names both
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=result.asset_key, asset_partitions=[partition]), limit=1).records
-    mat = records[0] if records else None
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1
+    ).records
     return dg.AssetCheckEvaluation(
-        asset_key=result.asset_key, check_name=result.check_name, passed=result.passed,
-        metadata={"partition": dg.MetadataValue.text(partition), **result.metadata}, severity=result.severity,
-        description=result.description, blocking=blocking, partition=partition,
-        target_materialization_data=_target(mat.storage_id if mat else None,
-                                            mat.event_log_entry.run_id if mat else None,
-                                            mat.timestamp if mat else None),
+        asset_key=asset_key,
+        check_name=check_name,
+        passed=result.passed,
+        metadata={"partition": dg.MetadataValue.text(partition), **result.metadata},
+        severity=result.severity,
+        description=result.description,
+        blocking=blocking,
+        partition=partition,
+        target_materialization_data=_target(records[0] if records else None),
     )
 
 
-def _target(storage_id, run_id, timestamp):
+def _target(record: dg.EventLogRecord | None) -> "AssetCheckEvaluationTargetMaterializationData | None":
+    """What an evaluation targets: the materialization ``record`` (None: never materialized)."""
     from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # not exported by dagster
         AssetCheckEvaluationTargetMaterializationData,
     )
 
-    if storage_id is None:
+    if record is None:
         return None
-    return AssetCheckEvaluationTargetMaterializationData(storage_id=storage_id, run_id=run_id, timestamp=timestamp)
+    return AssetCheckEvaluationTargetMaterializationData(
+        storage_id=record.storage_id, run_id=record.event_log_entry.run_id, timestamp=record.timestamp
+    )
 
 
-def _chain_results(chain: Chain, state_key: dg.AssetKey, asked, later_too: bool):
+def _chain_results(
+    chain: Chain, state_key: dg.AssetKey, asked: Sequence[str], later_too: bool
+) -> Iterator[tuple[str, dg.AssetCheckResult]]:
     """``(partition, result)`` of ``state_chain_in_sync`` for each partition of ``asked``,
     and with ``later_too`` each committed partition after the first of them (a rerun
     changes whether they follow from it) and each one out of date, oldest first: a
@@ -570,7 +724,7 @@ def _chain_results(chain: Chain, state_key: dg.AssetKey, asked, later_too: bool)
     range to rerun; one with nothing committed reports the chain of those that are."""
     committed = chain.committed_keys()
     stale = {s.partition: s.reason for s in chain.out_of_date()}
-    rerun = (f"{min(stale, key=chain.partitions.start_of)}..{committed[-1]}" if stale else None)
+    rerun = f"{min(stale, key=chain.partitions.start_of)}..{committed[-1]}" if stale else None
     keys = set(asked)
     if later_too and asked:
         first = min((chain.partitions.start_of(k) for k in asked))
@@ -582,31 +736,50 @@ def _chain_results(chain: Chain, state_key: dg.AssetKey, asked, later_too: bool)
             meta["rerun_from"] = dg.MetadataValue.text(rerun.split("..")[0])
             meta["rerun_range"] = dg.MetadataValue.text(rerun)
             meta["out_of_date"] = dg.MetadataValue.md(
-                "| partition | why |\n|---|---|\n" + "\n".join(f"| {k} | {why} |" for k, why in stale.items()))
+                "| partition | why |\n|---|---|\n" + "\n".join(f"| {k} | {why} |" for k, why in stale.items())
+            )
         if key in stale:
             passed, description = False, f"partition {key} is out of date ({stale[key]}): rerun {rerun}"
         elif key in committed:
             previous = chain.partitions.previous(key)
             passed = True
-            description = (f"partition {key} follows from the current state of {previous}" if previous
-                           else f"partition {key} is the first of the history")
+            description = (
+                f"partition {key} follows from the current state of {previous}"
+                if previous
+                else f"partition {key} is the first of the history"
+            )
             if rerun:
                 description += f"; {len(stale)} later partition(s) out of date: rerun {rerun}"
         else:
             passed = not stale
-            description = (f"partition {key} is not materialized; " + (
-                f"{len(stale)} materialized partition(s) out of date: rerun {rerun}" if stale
-                else f"the {len(committed)} materialized partition(s) follow from each other"))
-        yield key, dg.AssetCheckResult(asset_key=state_key, check_name=CHECK_NAME, passed=passed,
-                                       severity=dg.AssetCheckSeverity.WARN, metadata=meta, description=description)
+            description = f"partition {key} is not materialized; " + (
+                f"{len(stale)} materialized partition(s) out of date: rerun {rerun}"
+                if stale
+                else f"the {len(committed)} materialized partition(s) follow from each other"
+            )
+        yield (
+            key,
+            dg.AssetCheckResult(
+                asset_key=state_key,
+                check_name=CHECK_NAME,
+                passed=passed,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata=meta,
+                description=description,
+            ),
+        )
 
 
-def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -> dg.AssetCheckResult:
+def _quality_check(
+    asset_key: dg.AssetKey, check_name: str, prefixes: Iterable[str], parts: Sequence[PartitionResult], enabled: bool
+) -> dg.AssetCheckResult:
     """One blocking check over ``parts`` (the replay calls it with one partition at a time):
     the windowing.validation checks it covers."""
     if not enabled:
         return dg.AssetCheckResult(
-            asset_key=asset_key, check_name=check_name, passed=True,
+            asset_key=asset_key,
+            check_name=check_name,
+            passed=True,
             description="not run: checks were disabled in this run's config",
             metadata={"checked_partitions": dg.MetadataValue.int(0)},
         )
@@ -625,17 +798,25 @@ def _quality_check(asset_key, check_name: str, prefixes, parts, enabled: bool) -
     failed = {k: v for k, v in per_partition.items() if v}
     not_committed = {p.key: p.run_path for p in parts if not p.committed}
     if failed and not not_committed:  # a check executed on its own, on committed outputs
-        description = (f"failed in partition {', '.join(failed)}: the committed output does not pass "
-                       "(see `failures_by_partition` and `sample_failing_rows`)")
+        description = (
+            f"failed in partition {', '.join(failed)}: the committed output does not pass "
+            "(see `failures_by_partition` and `sample_failing_rows`)"
+        )
     elif failed:
-        description = (f"failed in partition {', '.join(failed)}: not committed (the staged run is kept "
-                       "for inspection, see `not_committed`)")
+        description = (
+            f"failed in partition {', '.join(failed)}: not committed (the staged run is kept "
+            "for inspection, see `not_committed`)"
+        )
     elif warnings:
-        description = (f"passed with warnings in partition {', '.join(warnings)}: rejected rows within "
-                       "quality.maxRejectedShare")
+        description = (
+            f"passed with warnings in partition {', '.join(warnings)}: rejected rows within quality.maxRejectedShare"
+        )
     else:
-        description = (f"all checks passed in partition {next(iter(per_partition))}" if len(per_partition) == 1
-                       else f"all checks passed in {len(per_partition)} partitions")
+        description = (
+            f"all checks passed in partition {next(iter(per_partition))}"
+            if len(per_partition) == 1
+            else f"all checks passed in {len(per_partition)} partitions"
+        )
     return dg.AssetCheckResult(
         asset_key=asset_key,
         check_name=check_name,

@@ -5,25 +5,35 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import dagster as dg
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
 PREVIEW_ROWS = 5
 #: Significant digits of a float in a preview (the data keeps every bit).
 FLOAT_DIGITS = 12
 
 
-def column_schema(df, descriptions: Mapping[str, str] | None = None) -> dg.TableSchema:
+def column_schema(df: DataFrame, descriptions: Mapping[str, str] | None = None) -> dg.TableSchema:
     """The columns of ``df`` with their Spark types (``dagster/column_schema``, the catalog's
     Columns section), each with its description from ``descriptions`` if any."""
     descriptions = descriptions or {}
-    return dg.TableSchema(columns=[
-        dg.TableColumn(name=f.name, type=f.dataType.simpleString(), description=descriptions.get(f.name))
-        for f in df.schema.fields
-    ])
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(name=f.name, type=f.dataType.simpleString(), description=descriptions.get(f.name))
+            for f in df.schema.fields
+        ]
+    )
 
 
-def table_preview(df, rows: int = PREVIEW_ROWS, descriptions: Mapping[str, str] | None = None) -> dg.MetadataValue:
+def table_preview(
+    df: DataFrame, rows: int = PREVIEW_ROWS, descriptions: Mapping[str, str] | None = None
+) -> dg.MetadataValue:
     """The first ``rows`` rows of ``df`` (in its order) as a ``MetadataValue.table`` with a
     ``TableSchema`` of the columns' Spark types. Numbers keep their own type; a float is
     shown to :data:`FLOAT_DIGITS` significant digits (a sum of decimal amounts such as
@@ -38,7 +48,7 @@ def table_preview(df, rows: int = PREVIEW_ROWS, descriptions: Mapping[str, str] 
     return dg.MetadataValue.table(records=records, schema=schema)
 
 
-def _cell(value, dtype, T):
+def _cell(value: object, dtype: DataType, T: ModuleType) -> str | int | float | None:
     if value is None:
         return None
     if isinstance(value, bool) or isinstance(value, int):

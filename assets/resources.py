@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
-from windowing.lake import absolute  # noqa: F401 - re-exported: the demo and the assets use it here
+from windowing.lake import absolute
 from windowing.spark import parse_conf
+
+if TYPE_CHECKING:
+    from windowing.config import Pipeline
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_LANDING_ZONE = "data/landing"
@@ -110,7 +114,9 @@ class SparkResource(PySparkResource):
         self._spark_session = spark_session(master=self.master, conf=conf)
 
 
-class StorageResource(dg.ConfigurableResource):
+# Unparametrized, as Dagster documents it (and as dagster-pyspark's PySparkResource is): a
+# ConfigurableResource is its own resource value, which its type parameter cannot express.
+class StorageResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """Where the events come from and where the outputs go."""
 
     landing_zone: str = Field(
@@ -168,7 +174,7 @@ def spark_from_env() -> SparkResource:
     )
 
 
-def with_catalog(spark: SparkResource, pipelines, storage: StorageResource) -> SparkResource:
+def with_catalog(spark: SparkResource, pipelines: Iterable[Pipeline], storage: StorageResource) -> SparkResource:
     """``spark`` with a metastore folder when a pipeline publishes to a catalog and none is
     set: ``<output root>/_metastore`` (a local output root; otherwise the settings must name
     a metastore, see docs/deployment.md)."""
@@ -180,10 +186,16 @@ def with_catalog(spark: SparkResource, pipelines, storage: StorageResource) -> S
     # "-": Hive support over the metastore the settings name (no folder used).
     folder = "-" if any(k in conf for k in METASTORE_SETTINGS) else default_metastore_dir(resolved(storage.output_root))
     # A new resource, not model_copy(): Dagster builds the resource from its constructor's arguments.
-    return SparkResource(spark_config=spark.spark_config, master=spark.master, extra_conf=spark.extra_conf,
-                         metastore_dir=folder)
+    return SparkResource(
+        spark_config=spark.spark_config, master=spark.master, extra_conf=spark.extra_conf, metastore_dir=folder
+    )
 
 
 def resolved(value: str) -> str:
     """The value of a field that may hold a ``dg.EnvVar`` (for use when definitions load)."""
-    return value.get_value() if isinstance(value, dg.EnvVar) else value
+    if not isinstance(value, dg.EnvVar):
+        return value
+    got = value.get_value()
+    if got is None:  # set when the resource was built (env_or), unset since
+        raise ValueError(f"environment variable {value.env_var_name} is not set")
+    return got

@@ -48,14 +48,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from windowing.config import parse_pipeline  # noqa: E402
-from windowing.metrics import ReplayMetrics  # noqa: E402
-from windowing.sample import generate_history  # noqa: E402
+from windowing.config import parse_pipeline
+from windowing.metrics import ReplayMetrics
+from windowing.sample import generate_history
 
 PIPELINE = {
     "name": "bench-hourly",
-    "source": {"arrivalTime": "arrival_time", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
-               "worker": "partition"},
+    "source": {
+        "arrivalTime": "arrival_time",
+        "arrivalOrder": ["offset"],
+        "batch": {"interval": "1s"},
+        "worker": "partition",
+    },
     "emitter": {
         "tumbling-time-window": {
             "windowSpan": "1h",
@@ -136,11 +140,16 @@ def plain_spark(spark, inp: str, out: str, unkeyed: bool = False) -> None:
 
     df = spark.read.option("recursiveFileLookup", "true").parquet(inp)
     (
-        df.groupBy("partition" if unkeyed else "user_id",
-                   F.window("event_time", "1 hour"))
-        .agg(F.count(F.lit(1)).alias("count"), F.sum("amount"), F.min("amount"), F.max("amount"),
-             F.countDistinct("event_id"))
-        .write.mode("overwrite").parquet(out)
+        df.groupBy("partition" if unkeyed else "user_id", F.window("event_time", "1 hour"))
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum("amount"),
+            F.min("amount"),
+            F.max("amount"),
+            F.countDistinct("event_id"),
+        )
+        .write.mode("overwrite")
+        .parquet(out)
     )
 
 
@@ -181,15 +190,20 @@ def _hot_key(folder: Path, n: int, days: int) -> None:
     lag[late] += rng.integers(60_000, 3_600_000, size=int(late.sum()))
     ts = pa.timestamp("us", tz="UTC")
     folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({
-        "arrival_time": pa.array(arrival * 1000, pa.int64()).cast(ts),
-        "event_time": pa.array((arrival - lag) * 1000, pa.int64()).cast(ts),
-        "offset": pa.array(np.arange(n) + 10**12, pa.int64()),
-        "partition": pa.array(np.full(n, 8), pa.int32()),
-        "user_id": pa.array(["user-hot"] * n),
-        "amount": pa.array(np.round(rng.lognormal(2.0, 1.0, size=n), 2)),
-        "event_id": pa.array([f"hot-{i}" for i in range(n)]),
-    }), folder / "part-00000.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "arrival_time": pa.array(arrival * 1000, pa.int64()).cast(ts),
+                "event_time": pa.array((arrival - lag) * 1000, pa.int64()).cast(ts),
+                "offset": pa.array(np.arange(n) + 10**12, pa.int64()),
+                "partition": pa.array(np.full(n, 8), pa.int32()),
+                "user_id": pa.array(["user-hot"] * n),
+                "amount": pa.array(np.round(rng.lognormal(2.0, 1.0, size=n), 2)),
+                "event_id": pa.array([f"hot-{i}" for i in range(n)]),
+            }
+        ),
+        folder / "part-00000.parquet",
+    )
 
 
 #: The quick start's pipeline (the backfill mode replays it).
@@ -199,8 +213,12 @@ QUICKSTART_PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "pip
 def event_log_conf(folder: Path) -> dict[str, str]:
     """Spark settings for an uncompressed, unrolled event log in ``folder`` (one file a session)."""
     folder.mkdir(parents=True, exist_ok=True)
-    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": folder.as_uri(),
-            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": folder.as_uri(),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
 
 
 def job_starts(folder: Path) -> list[tuple[int, str]]:
@@ -241,9 +259,12 @@ def backfill(args: argparse.Namespace) -> None:
     pipeline = load_pipeline(str(QUICKSTART_PIPELINE))
     partitions = Partitions(args.grain, start)
     keys = partitions.keys(None, partitions.key_of(start + timedelta(days=args.days) - partitions.step))
-    keys = keys[:args.partitions] if args.partitions else keys
-    print(f"data: {args.days} days x 20,000 events in {landing}; {len(keys)} {args.grain} partitions "
-          f"of pipeline {pipeline.name!r}", flush=True)
+    keys = keys[: args.partitions] if args.partitions else keys
+    print(
+        f"data: {args.days} days x 20,000 events in {landing}; {len(keys)} {args.grain} partitions "
+        f"of pipeline {pipeline.name!r}",
+        flush=True,
+    )
     conf = {**event_log_conf(logs), **dict(kv.split("=", 1) for kv in args.conf)}
     spark = spark_session(args.master, conf)
     chain = Chain(spark, pipeline, str(landing), str(work / "output"), partitions)
@@ -261,8 +282,10 @@ def backfill(args: argparse.Namespace) -> None:
     jobs = job_starts(logs)
     per_partition = [sum(1 for at, _ in jobs if lo <= at < hi) for _, lo, hi in spans]
     sites = Counter(site for at, site in jobs if spans[0][1] <= at < spans[-1][2])
-    print(f"jobs per partition: min {min(per_partition)}, max {max(per_partition)}, "
-          f"first {per_partition[0]}, last {per_partition[-1]}")
+    print(
+        f"jobs per partition: min {min(per_partition)}, max {max(per_partition)}, "
+        f"first {per_partition[0]}, last {per_partition[-1]}"
+    )
     print(f"jobs by partition: {' '.join(map(str, per_partition))}")
     print("jobs by call site (all partitions):")
     for site, n in sites.most_common():
@@ -283,19 +306,30 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each (median is reported)")
     ap.add_argument("--workdir", default=None, help="keep data here (default: a temp dir, removed)")
     ap.add_argument("--master", default="local[*]")
-    ap.add_argument("--hot-key", type=int, default=0, metavar="N",
-                    help="add N events of one single key (memory check for skewed keys)")
+    ap.add_argument(
+        "--hot-key",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N events of one single key (memory check for skewed keys)",
+    )
     ap.add_argument("--lateness", action="store_true", help="also time rewindow lateness against the replay")
     ap.add_argument("--workers", type=int, default=8, help="the source's workers (Kafka partitions)")
     ap.add_argument("--unkeyed", action="store_true", help="a pipeline without keyExtractor (one key per worker)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)")
-    ap.add_argument("--backfill", action="store_true",
-                    help="time a backfill of the quick start's history in small partitions instead (see above)")
+    ap.add_argument(
+        "--backfill",
+        action="store_true",
+        help="time a backfill of the quick start's history in small partitions instead (see above)",
+    )
     ap.add_argument("--grain", choices=("day", "hour"), default="hour", help="--backfill's partitions (default hour)")
     ap.add_argument("--partitions", type=int, default=0, metavar="N", help="--backfill only the first N partitions")
-    ap.add_argument("--no-checks", action="store_true",
-                    help="--backfill without the data-quality checks (rewindow backfill --no-checks): the replay, "
-                         "its writes and the commit alone")
+    ap.add_argument(
+        "--no-checks",
+        action="store_true",
+        help="--backfill without the data-quality checks (rewindow backfill --no-checks): the replay, "
+        "its writes and the commit alone",
+    )
     args = ap.parse_args()
     if args.backfill:
         args.days = args.days or 3
@@ -309,16 +343,35 @@ def main() -> None:
     data = work / "events"
     t0 = time.monotonic()
     if not data.exists():
-        generate_history(data, datetime(2024, 1, 1, tzinfo=timezone.utc), args.days, args.events // args.days,
-                         args.keys, seed=11, partitions=args.workers, files_per_day=8)
+        generate_history(
+            data,
+            datetime(2024, 1, 1, tzinfo=timezone.utc),
+            args.days,
+            args.events // args.days,
+            args.keys,
+            seed=11,
+            partitions=args.workers,
+            files_per_day=8,
+        )
     warm = work / "warmup"  # a small history of the same shape, to warm both sides up
     if not warm.exists():
-        generate_history(warm, datetime(2024, 1, 1, tzinfo=timezone.utc), 1, 200_000, min(args.keys, 20_000),
-                         seed=12, partitions=8, files_per_day=8)
+        generate_history(
+            warm,
+            datetime(2024, 1, 1, tzinfo=timezone.utc),
+            1,
+            200_000,
+            min(args.keys, 20_000),
+            seed=12,
+            partitions=8,
+            files_per_day=8,
+        )
     if args.hot_key and not (data / "hot").exists():
         _hot_key(data / "hot", args.hot_key, args.days)
-    print(f"data: {args.events:,} events, {args.keys:,} keys, {args.workers:,} workers, {args.days} days in {data} "
-          f"(generated in {time.monotonic() - t0:.1f}s)", flush=True)
+    print(
+        f"data: {args.events:,} events, {args.keys:,} keys, {args.workers:,} workers, {args.days} days in {data} "
+        f"(generated in {time.monotonic() - t0:.1f}s)",
+        flush=True,
+    )
 
     from windowing.spark import spark_session
 
@@ -349,15 +402,22 @@ def main() -> None:
             t = time.monotonic()
             figures = rewindow_lateness(spark, str(data), str(work / "lateness"))
             lateness_t.append(time.monotonic() - t)
-            print(f"run {i + 1}: rewindow lateness {lateness_t[-1]:.1f}s ({len(figures['variants'])} variants, "
-                  f"{figures['configured_replay']['late_events']:,} late as configured)", flush=True)
+            print(
+                f"run {i + 1}: rewindow lateness {lateness_t[-1]:.1f}s ({len(figures['variants'])} variants, "
+                f"{figures['configured_replay']['late_events']:,} late as configured)",
+                flush=True,
+            )
 
     plain, rep = statistics.median(plain_t), statistics.median(replay_t)
-    print(f"replay: {metrics.input_rows:,} events, {metrics.windows_emitted:,} windows emitted, "
-          f"{metrics.late_events:,} late, {metrics.open_windows:,} open at end")
+    print(
+        f"replay: {metrics.input_rows:,} events, {metrics.windows_emitted:,} windows emitted, "
+        f"{metrics.late_events:,} late, {metrics.open_windows:,} open at end"
+    )
     n = metrics.input_rows
-    print(f"throughput: plain {n / plain:,.0f} events/s, replay {n / rep:,.0f} events/s "
-          f"({rep / max(n, 1) * 1e6:.2f} us per event)")
+    print(
+        f"throughput: plain {n / plain:,.0f} events/s, replay {n / rep:,.0f} events/s "
+        f"({rep / max(n, 1) * 1e6:.2f} us per event)"
+    )
     print(f"peak_python_worker_mb={peak_python / 2**20:.0f}")
     print(f"peak_driver_jvm_mb={peak_jvm / 2**20:.0f}")
     if not args.workdir:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 try:
     from airflow.exceptions import AirflowException
@@ -40,14 +40,27 @@ SCHEDULES = {"day": "@daily", "hour": "@hourly"}
 CHAIN_FIELDS = ("pipeline_file", "landing_zone", "output_root")
 
 
-class _ChainOperator(BaseOperator):
+# Airflow lives in its own environment (.venv-airflow), not in the one mypy runs in: there,
+# BaseOperator is Any (ignore_missing_imports).
+class _ChainOperator(BaseOperator):  # type: ignore[misc]
     """What both operators need: the pipeline's chain over the landing zone and output root."""
 
     template_fields: Sequence[str] = CHAIN_FIELDS
 
-    def __init__(self, *, pipeline_file: str, landing_zone: str, output_root: str, history_start: datetime | str,
-                 grain: str = "day", partition_column: str | None = "date", spark_master: str | None = None,
-                 spark_remote: str | None = None, spark_conf: dict[str, str] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        pipeline_file: str,
+        landing_zone: str,
+        output_root: str,
+        history_start: datetime | str,
+        grain: str = "day",
+        partition_column: str | None = "date",
+        spark_master: str | None = None,
+        spark_remote: str | None = None,
+        spark_conf: dict[str, str] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.pipeline_file = str(pipeline_file)
         self.landing_zone = str(landing_zone)
@@ -69,8 +82,15 @@ class _ChainOperator(BaseOperator):
         if isinstance(start, str):
             start = datetime.fromisoformat(start)
         spark = spark_session(self.spark_master, self.spark_conf, remote=self.spark_remote)
-        return Chain(spark, pipeline, absolute(self.landing_zone), absolute(self.output_root),
-                     Partitions(self.grain, start), partition_column=self.partition_column, log=self.log)
+        return Chain(
+            spark,
+            pipeline,
+            absolute(self.landing_zone),
+            absolute(self.output_root),
+            Partitions(self.grain, start),
+            partition_column=self.partition_column,
+            log=self.log,
+        )
 
     def partition_key(self, chain: Chain, context: Any) -> str:
         """The partition of this run's data interval (it must be exactly one partition)."""
@@ -79,7 +99,8 @@ class _ChainOperator(BaseOperator):
         if chain.partitions.window(key) != (start, end):
             raise AirflowException(
                 f"data interval [{start}, {end}) is not one {chain.partitions.grain} partition: schedule the DAG "
-                f"{SCHEDULES[chain.partitions.grain]} with CronDataIntervalTimetable (rewindow's replay_dag does)")
+                f"{SCHEDULES[chain.partitions.grain]} with CronDataIntervalTimetable (rewindow's replay_dag does)"
+            )
         return key
 
 
@@ -103,16 +124,22 @@ class ReplayPartitionOperator(_ChainOperator):
         chain = self.chain()
         key = self.partition_key(chain, context)
         try:
-            (part,) = chain.replay([key], flush_at_end=self.flush_at_end, checks=self.checks,
-                                   run_id=f"airflow-{context['run_id']}")
+            (part,) = chain.replay(
+                [key], flush_at_end=self.flush_at_end, checks=self.checks, run_id=f"airflow-{context['run_id']}"
+            )
         except ChainError as exc:
             raise AirflowException(str(exc)) from exc
         m = part.metrics
         return {
-            "partition": key, "committed": part.committed, "failed_checks": list(part.lineage.failed_checks),
-            "run_path": part.run_path, "input_rows": m.input_rows,
-            "windows_emitted": m.windows_emitted, "late_events": m.late_events,
-            "rejected_rows": m.rejected_rows, "seconds": round(part.seconds, 3),
+            "partition": key,
+            "committed": part.committed,
+            "failed_checks": list(part.lineage.failed_checks),
+            "run_path": part.run_path,
+            "input_rows": m.input_rows,
+            "windows_emitted": m.windows_emitted,
+            "late_events": m.late_events,
+            "rejected_rows": m.rejected_rows,
+            "seconds": round(part.seconds, 3),
         }
 
 
@@ -130,17 +157,45 @@ class PartitionChecksOperator(_ChainOperator):
                 f"partition {key} of pipeline {chain.pipeline.name} is {status.status}: {status.detail}"
                 + (f" (run {status.run_path})" if status.run_path else "")
                 + ". The next interval will not run until this one passes: fix the input and clear this run's "
-                "replay task (or rewindow backfill ... --rerun-from " + key + ")")
-        self.log.info("partition %s of pipeline %s: committed and current (%s)", key, chain.pipeline.name,
-                      status.detail)
+                "replay task (or rewindow backfill ... --rerun-from " + key + ")"
+            )
+        self.log.info(
+            "partition %s of pipeline %s: committed and current (%s)", key, chain.pipeline.name, status.detail
+        )
         return {"partition": key, "status": status.status, "run_path": status.run_path}
 
 
-def replay_dag(pipeline_file: str | Path, *, landing_zone: str, output_root: str, start_date: datetime,
-               grain: str = "day", dag_id: str | None = None, partition_column: str | None = "date",
-               end_date: datetime | None = None, spark_master: str | None = None, spark_remote: str | None = None,
-               spark_conf: dict[str, str] | None = None, checks: bool = True, tags: Sequence[str] = ("rewindow",),
-               **dag_kwargs: Any) -> DAG:
+class _ChainArgs(TypedDict):
+    """The arguments both operators of :func:`replay_dag` take (:class:`_ChainOperator`'s)."""
+
+    pipeline_file: str
+    landing_zone: str
+    output_root: str
+    history_start: datetime | str
+    grain: str
+    partition_column: str | None
+    spark_master: str | None
+    spark_remote: str | None
+    spark_conf: dict[str, str] | None
+
+
+def replay_dag(
+    pipeline_file: str | Path,
+    *,
+    landing_zone: str,
+    output_root: str,
+    start_date: datetime,
+    grain: str = "day",
+    dag_id: str | None = None,
+    partition_column: str | None = "date",
+    end_date: datetime | None = None,
+    spark_master: str | None = None,
+    spark_remote: str | None = None,
+    spark_conf: dict[str, str] | None = None,
+    checks: bool = True,
+    tags: Sequence[str] = ("rewindow",),
+    **dag_kwargs: Any,
+) -> DAG:
     """The DAG replaying ``pipeline_file`` one data interval at a time.
 
     ``start_date`` is the first partition of the history (it starts from no state); the
@@ -153,9 +208,17 @@ def replay_dag(pipeline_file: str | Path, *, landing_zone: str, output_root: str
     pipeline = load_pipeline(pipeline_file)  # a bad YAML fails the DAG file's import, named
     if grain not in SCHEDULES:
         raise ValueError(f"grain: {grain!r} is not one of {', '.join(SCHEDULES)}")
-    common = dict(pipeline_file=str(pipeline_file), landing_zone=landing_zone, output_root=output_root,
-                  history_start=start_date, grain=grain, partition_column=partition_column,
-                  spark_master=spark_master, spark_remote=spark_remote, spark_conf=spark_conf)
+    common = _ChainArgs(
+        pipeline_file=str(pipeline_file),
+        landing_zone=landing_zone,
+        output_root=output_root,
+        history_start=start_date,
+        grain=grain,
+        partition_column=partition_column,
+        spark_master=spark_master,
+        spark_remote=spark_remote,
+        spark_conf=spark_conf,
+    )
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("default_args", {})
     dag_kwargs["default_args"] = {"depends_on_past": True, "retries": 0, **dag_kwargs["default_args"]}
@@ -167,13 +230,14 @@ def replay_dag(pipeline_file: str | Path, *, landing_zone: str, output_root: str
         max_active_runs=1,
         tags=list(tags),
         doc_md=f"Replays pipeline `{pipeline.name}` ({str(pipeline_file).rsplit('/', 1)[-1]}) "
-               f"one {grain} at a time from "
-               f"{landing_zone} into {output_root}, each partition from the state of the one before "
-               "(rewindow's windowing.chain).",
+        f"one {grain} at a time from "
+        f"{landing_zone} into {output_root}, each partition from the state of the one before "
+        "(rewindow's windowing.chain).",
         **dag_kwargs,
     ) as dag:
-        replay = ReplayPartitionOperator(task_id="replay", wait_for_downstream=True, checks=checks,
-                                         execution_timeout=timedelta(hours=6), **common)
+        replay = ReplayPartitionOperator(
+            task_id="replay", wait_for_downstream=True, checks=checks, execution_timeout=timedelta(hours=6), **common
+        )
         quality = PartitionChecksOperator(task_id="data_quality", **common)
         replay >> quality
     return dag

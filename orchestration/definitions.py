@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -30,8 +31,11 @@ from orchestration.partitions import PartitionSettings
 from orchestration.schedules import lateness_job, newest_partition_schedule, replay_job
 from orchestration.sensors import build_landing_zone_sensor, landing_location, rerun_out_of_date_sensor
 
+if TYPE_CHECKING:
+    from windowing.config import Pipeline
 
-def load_pipelines(folder: str | Path) -> list[tuple[object, Path]]:
+
+def load_pipelines(folder: str | Path) -> list[tuple[Pipeline, Path]]:
     """Every ``*.yaml`` / ``*.yml`` pipeline in ``folder``, by file name.
 
     A file that does not validate stops the load with its message (which names the file
@@ -48,7 +52,8 @@ def load_pipelines(folder: str | Path) -> list[tuple[object, Path]]:
         )
         return []
     files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
-    out, seen = [], {}
+    out: list[tuple[Pipeline, Path]] = []
+    seen: dict[str, Path] = {}
     for f in files:
         pipeline = load_pipeline(f)
         prefix = asset_prefix(pipeline.name)
@@ -95,8 +100,9 @@ def build_definitions(
         warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
         # So are code references (the catalog's links to the pipeline YAML and the replay's code)
         # and the automation sensor evaluated in the code server (rewindow's own condition).
-        warnings.filterwarnings("ignore", message="Class `(CodeReferencesMetadataValue|LocalFileCodeReference)`",
-                                category=dg.BetaWarning)
+        warnings.filterwarnings(
+            "ignore", message="Class `(CodeReferencesMetadataValue|LocalFileCodeReference)`", category=dg.BetaWarning
+        )
         warnings.filterwarnings("ignore", message="Parameter `use_user_code_server`", category=dg.BetaWarning)
         owners = asset_owners()
         assets = [build_events_asset(partitions_def, owners)]
@@ -110,8 +116,7 @@ def build_definitions(
         asset_checks=[build_freshness_check(partitions.grain)],
         jobs=[job, lateness_job()],
         schedules=[newest_partition_schedule(job, partitions.grain)],
-        sensors=[build_landing_zone_sensor(job, partitions, storage, replayed),
-                 rerun_sensor],
+        sensors=[build_landing_zone_sensor(job, partitions, storage, replayed), rerun_sensor],
         resources={"pyspark": spark, "storage": storage},
         executor=dg.in_process_executor,
     )

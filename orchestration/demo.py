@@ -31,8 +31,18 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dagster as dg
+    from pyspark.sql import DataFrame
+
+    from assets.resources import SparkResource, StorageResource
+    from windowing.config import Pipeline
+    from windowing.sample import KnownDifference
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "pipelines"
@@ -57,14 +67,16 @@ run_coordinator:
   class: QuietQueuedRunCoordinator
 """
 #: What earlier demos wrote, replaced by :data:`DAGSTER_YAML`.
-EARLIER_DAGSTER_YAMLS = ("""\
+EARLIER_DAGSTER_YAMLS = (
+    """\
 # Dagster instance of the rewindow demo (written by python -m orchestration.demo).
 telemetry:
   enabled: false
 concurrency:
   runs:
     max_concurrent_runs: 1   # one Spark at a time on a laptop; a pipeline's partitions run in order anyway
-""",)
+""",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         "--start",
         default=os.environ.get("REWINDOW_HISTORY_START") or None,
         help="first day, YYYY-MM-DD; also the first partition (default $REWINDOW_HISTORY_START, else the "
-             "oldest day the landing zone holds, else --days days before today, UTC)",
+        "oldest day the landing zone holds, else --days days before today, UTC)",
     )
     parser.add_argument("--events-per-day", type=int, default=20_000, help="default %(default)s")
     parser.add_argument("--keys", type=int, default=500, help="distinct user_id values (default %(default)s)")
@@ -84,11 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pipelines-dir", help="default $REWINDOW_PIPELINES_DIR or data/pipelines")
     parser.add_argument("--output-root", help="default $REWINDOW_OUTPUT_ROOT or data/output")
     parser.add_argument("--dagster-home", help="Dagster instance folder (default $DAGSTER_HOME or data/dagster_home)")
-    parser.add_argument("--live-root", help="where the demo writes the live outputs it makes up (default: the folder "
-                                            "'live' beside the landing zone, data/live)")
+    parser.add_argument(
+        "--live-root",
+        help="where the demo writes the live outputs it makes up (default: the folder "
+        "'live' beside the landing zone, data/live)",
+    )
     parser.add_argument("--no-generate", action="store_true", help="replay the landing zone as it is")
-    parser.add_argument("--lateness", action="store_true",
-                        help="then materialize each pipeline's lateness analysis over the same partitions")
+    parser.add_argument(
+        "--lateness",
+        action="store_true",
+        help="then materialize each pipeline's lateness analysis over the same partitions",
+    )
     args = parser.parse_args(argv)
     if args.days < 1:
         parser.error("--days must be at least 1")
@@ -116,7 +134,7 @@ def default_start(landing_zone: str, partition_column: str | None, days: int) ->
     return datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
 
 
-def run_demo(args, start: datetime | None) -> int:
+def run_demo(args: argparse.Namespace, start: datetime | None) -> int:
     import dagster as dg
 
     from assets.matches_live import LIVE_CHECK
@@ -126,7 +144,6 @@ def run_demo(args, start: datetime | None) -> int:
         DEFAULT_OUTPUT_ROOT,
         DEFAULT_PIPELINES_DIR,
         StorageResource,
-        absolute,
         resolved,
         spark_from_env,
         storage_from_env,
@@ -135,6 +152,7 @@ def run_demo(args, start: datetime | None) -> int:
     from orchestration.definitions import build_definitions, load_pipelines
     from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
     from orchestration.schedules import REPLAY_JOB
+    from windowing.lake import absolute
 
     env = storage_from_env()
     storage = StorageResource(
@@ -171,20 +189,22 @@ def run_demo(args, start: datetime | None) -> int:
     settings = settings.with_landed_end(*landing_location(storage))
     partitions_def = settings.partitions_def()
     first = partitions_def.get_partition_key_for_timestamp(start.timestamp())
-    last = partitions_def.get_partition_key_for_timestamp(
-        (start + timedelta(days=args.days)).timestamp() - 1
-    )
+    last = partitions_def.get_partition_key_for_timestamp((start + timedelta(days=args.days)).timestamp() - 1)
     newest = partitions_def.get_last_partition_key()
     if newest is None or newest < first:
-        print(f"error: no partition from {first}: the partitions end before it (REWINDOW_HISTORY_END "
-              f"{settings.end or 'unset: up to the last complete partition'})", file=sys.stderr)
+        print(
+            f"error: no partition from {first}: the partitions end before it (REWINDOW_HISTORY_END "
+            f"{settings.end or 'unset: up to the last complete partition'})",
+            file=sys.stderr,
+        )
         return 2
     last = min(last, newest)  # --no-generate over fewer landed days than --days
 
     # Hive support over the embedded metastore in <output root>/_metastore where a pipeline publishes.
     spark_resource = with_catalog(spark_from_env(), [p for p, _ in pipelines], storage)
-    made_up = write_live_outputs(spark_resource, storage, [p for p, _ in pipelines], live_root, partitions_def,
-                                 first, last)
+    made_up = write_live_outputs(
+        spark_resource, storage, [p for p, _ in pipelines], live_root, partitions_def, first, last
+    )
 
     home = Path(args.dagster_home or os.environ.get("DAGSTER_HOME") or "data/dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -194,7 +214,9 @@ def run_demo(args, start: datetime | None) -> int:
     job = defs.resolve_job_def(REPLAY_JOB)
     run_config = {
         "loggers": {"console": {"config": {"log_level": "INFO"}}},
-        "ops": {f"{asset_prefix(p.name)}_replay": {"config": {"flush_at_end": args.flush_at_end}} for p, _ in pipelines}
+        "ops": {
+            f"{asset_prefix(p.name)}_replay": {"config": {"flush_at_end": args.flush_at_end}} for p, _ in pipelines
+        },
     }
     print(f"replaying  partitions {first}..{last} of {len(pipelines)} pipeline(s) in one Dagster run ...")
     began = time.monotonic()
@@ -207,7 +229,7 @@ def run_demo(args, start: datetime | None) -> int:
     elapsed = time.monotonic() - began
     if not result.success:
         for event in result.all_events:
-            if event.is_failure and event.step_failure_data:
+            if event.is_failure and event.step_failure_data and event.step_failure_data.error:
                 print(f"error: {event.step_failure_data.error.message.strip()}", file=sys.stderr)
         print(f"run {result.run_id} failed after {elapsed:.1f}s", file=sys.stderr)
         return 1
@@ -224,18 +246,32 @@ def run_demo(args, start: datetime | None) -> int:
     for pipeline, _ in pipelines:
         root = join(storage.output_root, pipeline.name)
         commits = current_commits_under(spark, root)
-        print(f"pipeline {pipeline.name!r}: outputs in {root}/<partition>/runs/<run>/"
-              "{aggregates,late_events,rejected,state} (the current run: see _commits/)")
-        print(summary_table(pipeline.name, keys, {k: commits[folder] for k in keys
-                                                  if (folder := partition_folder(k)) in commits}))
-        chain = [ev for ev in result.get_asset_check_evaluations()
-                 if ev.check_name == CHECK_NAME and ev.asset_key.path[0] == asset_prefix(pipeline.name)]
+        print(
+            f"pipeline {pipeline.name!r}: outputs in {root}/<partition>/runs/<run>/"
+            "{aggregates,late_events,rejected,state} (the current run: see _commits/)"
+        )
+        print(
+            summary_table(
+                pipeline.name, keys, {k: commits[folder] for k in keys if (folder := partition_folder(k)) in commits}
+            )
+        )
+        chain = [
+            ev
+            for ev in result.get_asset_check_evaluations()
+            if ev.check_name == CHECK_NAME and ev.asset_key.path[0] == asset_prefix(pipeline.name)
+        ]
         if chain:  # one evaluation per partition of the run, all of the same chain
-            failed = [ev.partition for ev in chain if not ev.passed]
-            print(f"  state chain check: {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
-                  f"({len(chain)} partition(s))")
-        live = [ev for ev in result.get_asset_check_evaluations()
-                if ev.check_name == LIVE_CHECK and ev.asset_key.path[0] == asset_prefix(pipeline.name)]
+            # (a run's summary evaluation has no partition: it fails with the partitions it names)
+            failed = [ev.partition for ev in chain if not ev.passed and ev.partition is not None]
+            print(
+                f"  state chain check: {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
+                f"({len(chain)} partition(s))"
+            )
+        live = [
+            ev
+            for ev in result.get_asset_check_evaluations()
+            if ev.check_name == LIVE_CHECK and ev.asset_key.path[0] == asset_prefix(pipeline.name)
+        ]
         if live:
             print(live_summary(live, made_up.get(pipeline.name)))
         if pipeline.catalog is not None:
@@ -255,7 +291,7 @@ def run_demo(args, start: datetime | None) -> int:
         ("REWINDOW_HISTORY_START", settings.start, ui_start),
         ("REWINDOW_HISTORY_END", configured.end, None),
     ):
-        if ours != default and ours != str(Path(default or "").resolve()):
+        if ours is not None and ours != default and ours != str(Path(default or "").resolve()):
             hints[var] = ours
     print(f"\nBrowse it in the UI (http://127.0.0.1:3000), from {REPO}:")
     # Dagster 1.13's `dagster dev` says `dg dev` (another package) supersedes it: filtered here.
@@ -277,7 +313,7 @@ def is_local(location: str) -> bool:
     return not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", location) or location.startswith("file:")
 
 
-def catalog_summary(pipeline, metastore_dir: str) -> str:
+def catalog_summary(pipeline: Pipeline, metastore_dir: str) -> str:
     """Where the pipeline's tables are, and one query to run against them."""
     import shlex
 
@@ -287,8 +323,10 @@ def catalog_summary(pipeline, metastore_dir: str) -> str:
     table = f"{c.database}.{c.table_name('aggregates')}"
     query = f"SELECT partition_key, count(*) AS windows FROM {table} GROUP BY partition_key ORDER BY 1"
     command = shlex.join(spark_sql_command(metastore_dir, query))
-    return (f"  tables {table}, {c.database}.{c.table_name('late_events')}, {c.database}.{c.table_name('rejected')} "
-            f"(metastore {metastore_dir}); query them with SQL:\n    {command}")
+    return (
+        f"  tables {table}, {c.database}.{c.table_name('late_events')}, {c.database}.{c.table_name('rejected')} "
+        f"(metastore {metastore_dir}); query them with SQL:\n    {command}"
+    )
 
 
 #: The catalog block the demo adds to the examples it copies (a local output root):
@@ -310,15 +348,26 @@ def copy_examples(pipelines_dir: Path, live_root: str, catalog: bool = False) ->
     for f in sorted(EXAMPLES.glob("*.yaml")):
         text = f.read_text()
         if moved:  # a JSON string is a YAML string, whatever the path holds
-            text = re.sub(rf"path: {re.escape(EXAMPLE_LIVE_ROOT)}/([^,}}\s]+)",
-                          lambda m: f"path: {json.dumps(join(live_root, m.group(1)))}", text)
+            text = re.sub(
+                rf"path: {re.escape(EXAMPLE_LIVE_ROOT)}/([^,}}\s]+)",
+                lambda m: f"path: {json.dumps(join(live_root, m.group(1)))}",
+                text,
+            )
         if catalog and "\noutput:" not in text:
             text = text.rstrip("\n") + "\n" + DEMO_CATALOG.format(table=asset_prefix(load_pipeline(f).name))
         (pipelines_dir / f.name).write_text(text)
         print(f"pipeline   {f.relative_to(REPO)} -> {pipelines_dir / f.name}")
 
 
-def write_live_outputs(spark_resource, storage, pipelines, live_root: str, partitions_def, first: str, last: str):
+def write_live_outputs(
+    spark_resource: SparkResource,
+    storage: StorageResource,
+    pipelines: Sequence[Pipeline],
+    live_root: str,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    first: str,
+    last: str,
+) -> dict[str, list[KnownDifference]]:
     """For each pipeline whose ``reconcile.live.path`` (Parquet) lies in ``live_root``,
     write a stand-in for its live output over the partitions ``first..last``: its replay
     of those days of the landing zone, from no state, in one go (what the Dagster run's
@@ -333,9 +382,15 @@ def write_live_outputs(spark_resource, storage, pipelines, live_root: str, parti
     from windowing.landing import read_partition_events
     from windowing.sample import write_sample_live
 
-    ours = [p for p in pipelines
-            if p.reconcile is not None and p.reconcile.live is not None and p.reconcile.live.path
-            and p.reconcile.live.format == "parquet" and inside(p.reconcile.live.path, live_root)]
+    ours = [
+        p
+        for p in pipelines
+        if p.reconcile is not None
+        and p.reconcile.live is not None
+        and p.reconcile.live.path
+        and p.reconcile.live.format == "parquet"
+        and inside(p.reconcile.live.path, live_root)
+    ]
     if not ours:
         return {}
     with dg.build_resources({"pyspark": spark_resource}) as resources:
@@ -343,38 +398,59 @@ def write_live_outputs(spark_resource, storage, pipelines, live_root: str, parti
     start = partitions_def.time_window_for_partition_key(first).start
     end = partitions_def.time_window_for_partition_key(last).end
     days = [start + timedelta(days=n) for n in range((end - start + timedelta(days=1, microseconds=-1)).days)]
-    made = {}
+    made: dict[str, list[KnownDifference]] = {}
     for pipeline in ours:
         began = time.monotonic()
-        events = None
+        events: DataFrame | None = None
         for i, day in enumerate(days):
             day_events, _ = read_partition_events(
-                spark, storage.landing_path(), day, day + timedelta(days=1), pipeline.source.arrival_time,
-                source=pipeline.source, pipeline=pipeline, partition_column=storage.partition_column(),
-                unplaced=i == 0)
+                spark,
+                storage.landing_path(),
+                day,
+                day + timedelta(days=1),
+                pipeline.source.arrival_time,
+                source=pipeline.source,
+                pipeline=pipeline,
+                partition_column=storage.partition_column(),
+                unplaced=i == 0,
+            )
             events = day_events if events is None else events.unionByName(day_events)
         made[pipeline.name] = write_sample_live(spark, pipeline, events, pipeline.reconcile.live.path)
-        print(f"live       {pipeline.name}: its replay of the history with {len(made[pipeline.name])} known "
-              f"differences -> {pipeline.reconcile.live.path} ({time.monotonic() - began:.1f}s)")
+        print(
+            f"live       {pipeline.name}: its replay of the history with {len(made[pipeline.name])} known "
+            f"differences -> {pipeline.reconcile.live.path} ({time.monotonic() - began:.1f}s)"
+        )
     return made
 
 
-def live_summary(evaluations, made_up) -> str:
+def live_summary(evaluations: Sequence[dg.AssetCheckEvaluation], made_up: Sequence[KnownDifference] | None) -> str:
     """One line on the ``matches_live`` evaluations of a pipeline's partitions."""
-    def total(name: str) -> int:
-        return sum(int(ev.metadata[name].value) for ev in evaluations if name in ev.metadata)
+    import dagster as dg
+
+    def total(name: str) -> int:  # counts matches_live records as MetadataValue.int
+        values = [ev.metadata[name] for ev in evaluations if name in ev.metadata]
+        return sum(int(v.value or 0) for v in values if isinstance(v, dg.IntMetadataValue))
 
     compared, match, explained = total("compared"), total("match"), total("explained")
-    failed = [ev.partition for ev in evaluations if not ev.passed]
-    line = (f"  live check (matches_live): {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
-            f"({len(evaluations)} partition(s)): {match:,} of {compared:,} window emissions match the live output, "
-            f"{compared - match:,} mismatch(es), {explained:,} explained")
+    failed = [ev.partition for ev in evaluations if not ev.passed and ev.partition is not None]
+    line = (
+        f"  live check (matches_live): {'FAILED in ' + ', '.join(failed) if failed else 'passed'} "
+        f"({len(evaluations)} partition(s)): {match:,} of {compared:,} window emissions match the live output, "
+        f"{compared - match:,} mismatch(es), {explained:,} explained"
+    )
     if made_up is not None:
         line += f"; the demo's live output has {len(made_up)} known differences (docs/reconcile.md)"
     return line
 
 
-def _lateness(defs, instance, pipelines, storage, first: str, last: str) -> int:
+def _lateness(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    pipelines: Sequence[tuple[Pipeline, Path]],
+    storage: StorageResource,
+    first: str,
+    last: str,
+) -> int:
     """Materialize every pipeline's lateness asset over ``first..last`` in one run, then
     print each pipeline's recommendation and where its reports are."""
     from assets.lateness import lateness_dir, range_dir
@@ -385,16 +461,21 @@ def _lateness(defs, instance, pipelines, storage, first: str, last: str) -> int:
     print(f"\nanalysing  lateness of partitions {first}..{last} in one Dagster run ...")
     began = time.monotonic()
     result = defs.resolve_job_def(LATENESS_JOB).execute_in_process(
-        instance=instance, raise_on_error=False,
-        tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last})
+        instance=instance,
+        raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last},
+    )
     if not result.success:
         print(f"lateness run {result.run_id} failed after {time.monotonic() - began:.1f}s", file=sys.stderr)
         return 1
     print(f"done       run {result.run_id} in {time.monotonic() - began:.1f}s\n")
     spark = spark_session()
     for pipeline, _ in pipelines:
-        out = range_dir(storage.output_root, pipeline.name, first, last) if first != last else \
-            lateness_dir(storage.output_root, pipeline.name, first)
+        out = (
+            range_dir(storage.output_root, pipeline.name, first, last)
+            if first != last
+            else lateness_dir(storage.output_root, pipeline.name, first)
+        )
         report = read_lateness(spark, out)
         print(format_figures(report.figures))
         print(f"  report: {report.report}\n")

@@ -17,6 +17,7 @@ knows of is always materialized. The check runs with every replay run, and on it
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 import dagster as dg
 
@@ -57,18 +58,22 @@ def build_freshness_check(grain: str) -> dg.AssetChecksDefinition:
         zone, column = landing_location(storage)
         if column is None:
             return dg.AssetCheckResult(
-                passed=False, severity=dg.AssetCheckSeverity.WARN,
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
                 description=f"landing zone {zone} has no partition column: no day folders to check",
             )
         try:
             days = landed_days(zone, column)
         except Exception as exc:  # noqa: BLE001 - unknown scheme, credentials, missing folder, ...
-            return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                       description=f"cannot list landing zone {zone}: {describe(exc)}")
+            return dg.AssetCheckResult(
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"cannot list landing zone {zone}: {describe(exc)}",
+            )
         newest = days[-1] if days else None
         deadline = _deadline(due, grain)
         passed = newest is not None and newest >= due
-        meta = {
+        meta: dict[str, dg.MetadataValue[Any]] = {
             "newest_landed_day": dg.MetadataValue.text(str(newest) if newest else "none"),
             "due_day": dg.MetadataValue.text(str(due)),
             "deadline": dg.MetadataValue.timestamp(deadline),
@@ -80,9 +85,12 @@ def build_freshness_check(grain: str) -> dg.AssetChecksDefinition:
             missing = newest + timedelta(days=1) if newest else due  # the first day that did not land
             overdue = now - _deadline(missing, grain)
             meta["overdue_hours"] = dg.MetadataValue.float(round(max(overdue.total_seconds(), 0) / 3600, 2))
-            description = (f"late: day {due} was due by {deadline:%Y-%m-%d %H:%M} UTC, the newest landed day is "
-                           f"{newest or 'none'} ({zone})")
-        return dg.AssetCheckResult(passed=passed, severity=dg.AssetCheckSeverity.WARN, description=description,
-                                   metadata=meta)
+            description = (
+                f"late: day {due} was due by {deadline:%Y-%m-%d %H:%M} UTC, the newest landed day is "
+                f"{newest or 'none'} ({zone})"
+            )
+        return dg.AssetCheckResult(
+            passed=passed, severity=dg.AssetCheckSeverity.WARN, description=description, metadata=meta
+        )
 
     return newest_partition_on_time

@@ -36,8 +36,12 @@ import re
 import warnings
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
+from typing import TYPE_CHECKING
 
 import dagster as dg
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 GRAINS = ("daily", "hourly")
 DEFAULT_GRAIN = "daily"
@@ -155,7 +159,7 @@ def landed_days(landing_zone: str, partition_column: str) -> list[date]:
         name = info.base_name
         if info.type == pafs.FileType.Directory and name.startswith(prefix):
             try:
-                days.add(date.fromisoformat(name[len(prefix):]))
+                days.add(date.fromisoformat(name[len(prefix) :]))
             except ValueError:
                 continue
     return sorted(days)
@@ -167,7 +171,7 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
-def landing_filesystem(landing_zone: str):
+def landing_filesystem(landing_zone: str) -> tuple[pafs.FileSystem, str]:
     """``(pyarrow filesystem, path)`` of a local path or a URI (``file:``, ``s3a://``, ``gs://``,
     ``abfss://``, ``hdfs://``...). Cloud credentials are pyarrow's (the environment, the
     default profile), not Spark's Hadoop settings."""
@@ -176,7 +180,8 @@ def landing_filesystem(landing_zone: str):
     match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", landing_zone)
     if match is None:
         if landing_zone.startswith("file:"):
-            return pafs.LocalFileSystem(), "/" + landing_zone[len("file:"):].lstrip("/")
+            return pafs.LocalFileSystem(), "/" + landing_zone[len("file:") :].lstrip("/")
         return pafs.LocalFileSystem(), os.path.abspath(landing_zone)
     scheme, rest = match.group(1).lower(), match.group(2)
-    return pafs.FileSystem.from_uri(f"{PYARROW_SCHEMES.get(scheme, scheme)}://{rest}")
+    filesystem, path = pafs.FileSystem.from_uri(f"{PYARROW_SCHEMES.get(scheme, scheme)}://{rest}")
+    return filesystem, path

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from typing import Any
 
 from dagster import QueuedRunCoordinator
 
@@ -74,6 +75,6 @@ class QuietQueuedRunCoordinator(QueuedRunCoordinator):
     """Dagster's ``QueuedRunCoordinator``, whose daemon says once, not every 5 s, that the
     queue is full. Configured like it (``concurrency: runs:`` in ``dagster.yaml``)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # QueuedRunCoordinator's, passed on
         super().__init__(*args, **kwargs)
         quiet_queue_daemon(self.dequeue_interval_seconds)

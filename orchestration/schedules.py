@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
+
+if TYPE_CHECKING:
+    from dagster._core.definitions.partitions.partitioned_schedule import (
+        UnresolvedPartitionedAssetScheduleDefinition,
+    )
 
 REPLAY_JOB = "replay_history"
 
@@ -30,18 +37,21 @@ def lateness_job() -> dg.UnresolvedAssetJobDefinition:
     )
 
 
-def newest_partition_schedule(job, grain: str) -> dg.ScheduleDefinition:
+def newest_partition_schedule(
+    job: dg.UnresolvedAssetJobDefinition, grain: str
+) -> UnresolvedPartitionedAssetScheduleDefinition | dg.ScheduleDefinition:
     """Runs once per partition, just after it is complete, on the newest complete partition.
 
     Daily partitions run at 01:00 UTC (the landing zone gets an hour to receive the
     day's last files); hourly ones at a quarter past the hour. Stopped by default:
     turn it on in the UI (Automation) or with ``dagster schedule start``.
     """
-    when = {"hour_of_day": 1} if grain == "daily" else {"minute_of_hour": 15}
+    daily = grain == "daily"
     return dg.build_schedule_from_partitioned_job(
         job,
         name=f"{REPLAY_JOB}_schedule",
         description="Replay the newest complete partition of the event history.",
         default_status=dg.DefaultScheduleStatus.STOPPED,
-        **when,
+        hour_of_day=1 if daily else None,
+        minute_of_hour=None if daily else 15,
     )

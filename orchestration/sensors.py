@@ -28,8 +28,9 @@ from datetime import date, datetime, time, timedelta, timezone
 
 import dagster as dg
 
-from assets.resources import StorageResource, absolute, resolved
+from assets.resources import StorageResource, resolved
 from orchestration.partitions import PartitionSettings, describe, landed_days
+from windowing.lake import absolute
 
 SENSOR_NAME = "landing_zone_sensor"
 INTERVAL_S = 300
@@ -50,7 +51,10 @@ def midnight(day: date) -> datetime:
 
 
 def build_landing_zone_sensor(
-    job, settings: PartitionSettings, storage: StorageResource, asset_keys: Sequence[dg.AssetKey]
+    job: dg.UnresolvedAssetJobDefinition,
+    settings: PartitionSettings,
+    storage: StorageResource,
+    asset_keys: Sequence[dg.AssetKey],
 ) -> dg.SensorDefinition:
     """The sensor over ``settings``' partitions (as loaded) for ``job``, which materializes ``asset_keys``."""
     partitions_def = settings.partitions_def()
@@ -66,7 +70,7 @@ def build_landing_zone_sensor(
             "when it is not materialized, and says when a reload is needed to add partitions for new days."
         ),
     )
-    def landing_zone_sensor(context: dg.SensorEvaluationContext):
+    def landing_zone_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason | dg.SensorResult:
         zone, column = landing_location(storage)
         if column is None:
             return dg.SkipReason(
@@ -80,7 +84,7 @@ def build_landing_zone_sensor(
         if not days:
             return dg.SkipReason(f"landing zone {zone} holds no {column}=YYYY-MM-DD folder yet")
 
-        notes = []
+        notes: list[str] = []
         end = partitions_def.end
         beyond = [d for d in days if end is not None and midnight(d) >= end]
         if beyond:
@@ -97,8 +101,9 @@ def build_landing_zone_sensor(
                 "(raise REWINDOW_HISTORY_END and reload the code location to include them)"
             )
 
-        target = _newest_complete_partition(partitions_def, midnight(days[-1] + timedelta(days=1)),
-                                            datetime.now(timezone.utc) - GRACE[settings.grain])
+        target = _newest_complete_partition(
+            partitions_def, midnight(days[-1] + timedelta(days=1)), datetime.now(timezone.utc) - GRACE[settings.grain]
+        )
         if target is None:
             return dg.SkipReason(_join(f"no complete landed partition yet (newest landed day {days[-1]})", notes))
         missing = _missing_tail(context.instance, partitions_def, asset_keys, target)
@@ -119,8 +124,9 @@ def build_landing_zone_sensor(
     return landing_zone_sensor
 
 
-def _newest_complete_partition(partitions_def: dg.TimeWindowPartitionsDefinition, landed_end: datetime,
-                               complete_before: datetime) -> str | None:
+def _newest_complete_partition(
+    partitions_def: dg.TimeWindowPartitionsDefinition, landed_end: datetime, complete_before: datetime
+) -> str | None:
     """The newest partition that ends by ``landed_end`` and by ``complete_before`` (None if none)."""
     last = partitions_def.get_last_partition_window()
     if last is None:
@@ -129,21 +135,27 @@ def _newest_complete_partition(partitions_def: dg.TimeWindowPartitionsDefinition
     key = partitions_def.get_partition_key_for_timestamp(cutoff.timestamp(), end_closed=True)
     window = partitions_def.time_window_for_partition_key(key)
     if window.end > cutoff:
-        window = partitions_def.get_prev_partition_window(window.start)
-        if window is None:
+        prev = partitions_def.get_prev_partition_window(window.start)
+        if prev is None:
             return None
+        window = prev
         key = partitions_def.get_partition_key_for_timestamp(window.start.timestamp())
     first = partitions_def.get_first_partition_window()
     return key if first is not None and window.start >= first.start else None
 
 
-def _missing_tail(instance: dg.DagsterInstance, partitions_def, asset_keys, target: str) -> list[str]:
+def _missing_tail(
+    instance: dg.DagsterInstance,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    asset_keys: Sequence[dg.AssetKey],
+    target: str,
+) -> list[str]:
     """The partitions up to ``target`` that some asset lacks, back to the newest one every asset has."""
     materialized = [instance.get_materialized_partitions(key) for key in asset_keys]
-    keys = partitions_def.get_partition_keys_in_range(
-        dg.PartitionKeyRange(partitions_def.get_first_partition_key(), target)
-    )
-    tail = []
+    first = partitions_def.get_first_partition_key()
+    assert first is not None  # there is one: target
+    keys = partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(first, target))
+    tail: list[str] = []
     for key in reversed(keys):
         if all(key in done for done in materialized):
             break

@@ -82,9 +82,22 @@ def demo_command(env: dict[str, str], quick_start: bool = False) -> list[str]:
     (the tests' size), or with ``quick_start`` the quick start's own sizes (the demo's defaults:
     20,000 events a day, 500 keys), for the screenshots."""
     sizes = [] if quick_start else ["--events-per-day", "2000", "--keys", "50"]
-    return [PYTHON, "-m", "orchestration.demo", "--days", "3", *sizes,
-            "--landing-zone", env["REWINDOW_LANDING_ZONE"], "--pipelines-dir", env["REWINDOW_PIPELINES_DIR"],
-            "--output-root", env["REWINDOW_OUTPUT_ROOT"], "--dagster-home", env["DAGSTER_HOME"]]
+    return [
+        PYTHON,
+        "-m",
+        "orchestration.demo",
+        "--days",
+        "3",
+        *sizes,
+        "--landing-zone",
+        env["REWINDOW_LANDING_ZONE"],
+        "--pipelines-dir",
+        env["REWINDOW_PIPELINES_DIR"],
+        "--output-root",
+        env["REWINDOW_OUTPUT_ROOT"],
+        "--dagster-home",
+        env["DAGSTER_HOME"],
+    ]
 
 
 def run_demo(root: Path, env: dict[str, str]) -> None:
@@ -92,8 +105,9 @@ def run_demo(root: Path, env: dict[str, str]) -> None:
         log(f"reusing the demo in {root}")
         return
     log(f"running the quick start's demo into {root} (a few minutes: Spark) ...")
-    done = subprocess.run(demo_command(env, quick_start=True), cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=1800)
+    done = subprocess.run(
+        demo_command(env, quick_start=True), cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
+    )
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-6000:])
         raise SystemExit(f"the demo failed (exit {done.returncode})")
@@ -106,15 +120,18 @@ def free_port() -> int:
 
 
 def graphql(url: str, query: str) -> dict:
-    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.loads(response.read())
 
 
 def wait_for_webserver(url: str, proc: subprocess.Popen, stderr: Path, timeout: float = 120) -> None:
-    query = "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus " \
-            "locationOrLoadError { __typename ... on PythonError { message } } } } } }"
+    query = (
+        "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus "
+        "locationOrLoadError { __typename ... on PythonError { message } } } } } }"
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -163,12 +180,29 @@ class Chromium:
             os.dup2(b, 4)
 
         self.proc = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={profile}",
-             f"--window-size={WIDTH},{HEIGHT}", "--remote-debugging-pipe", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(profile / "chromium.log", "wb"),
-            preexec_fn=wire_fds, pass_fds=(3, 4), start_new_session=True,
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                f"--user-data-dir={profile}",
+                f"--window-size={WIDTH},{HEIGHT}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(profile / "chromium.log", "wb"),
+            preexec_fn=wire_fds,
+            pass_fds=(3, 4),
+            start_new_session=True,
         )
         os.close(to_child_r)
         os.close(from_child_w)
@@ -205,8 +239,10 @@ class Chromium:
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         page = Page(self, session)
         page.call("Page.enable")
-        page.call("Emulation.setDeviceMetricsOverride",
-                  {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+        )
         return page
 
     def close(self) -> None:
@@ -233,8 +269,7 @@ class Page:
         return self.browser.call(method, params, self.session, timeout)
 
     def js(self, expression: str):
-        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": True})
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True})
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression[:80]}...: {result['exceptionDetails'].get('text')}")
         return result["result"].get("value")
@@ -256,8 +291,11 @@ class Page:
     def settle(self, seconds: float = 2.0) -> None:
         """Until no spinner is shown (Blueprint/Dagster spinners), then a little longer for charts."""
         try:
-            self.wait_for("!document.querySelector('[class*=\"spinner\" i], [role=\"progressbar\"]')",
-                          "the spinners to go", timeout=30)
+            self.wait_for(
+                '!document.querySelector(\'[class*="spinner" i], [role="progressbar"]\')',
+                "the spinners to go",
+                timeout=30,
+            )
         except RuntimeError:
             pass
         time.sleep(seconds)
@@ -268,7 +306,7 @@ class Page:
             f"""(() => {{
               const all = [...document.querySelectorAll({json.dumps(selector)})]
                 .filter(e => e.innerText && e.innerText.trim() === {json.dumps(text)});
-              const el = {'all[all.length - 1]' if last else 'all[0]'};
+              const el = {"all[all.length - 1]" if last else "all[0]"};
               if (!el) return false;
               el.scrollIntoView({{block: 'start'}});
               el.click();
@@ -317,16 +355,27 @@ def take_screenshots(browser: Chromium, url: str, asset: str, out: Path) -> None
 
     # 2. Overview -> Metadata -> Plots (Partitions is the default for a partitioned asset).
     page.goto(base)
-    page.wait_for(text_present("Metadata") + " && [...document.querySelectorAll('button')]"
-                  ".some(b => b.innerText.trim() === 'Plots')", "the Metadata section's Plots button")
+    page.wait_for(
+        text_present("Metadata") + " && [...document.querySelectorAll('button')]"
+        ".some(b => b.innerText.trim() === 'Plots')",
+        "the Metadata section's Plots button",
+    )
     page.settle(1)
     page.dismiss_dialogs()
     page.click_text("Plots")
-    page.wait_for(text_present("When graphing values by partition") + " || " + text_present("No numeric metadata")
-                  + " || " + text_present("Asset plots are automatically generated"), "the partition plots")
+    page.wait_for(
+        text_present("When graphing values by partition")
+        + " || "
+        + text_present("No numeric metadata")
+        + " || "
+        + text_present("Asset plots are automatically generated"),
+        "the partition plots",
+    )
     page.settle(3)
-    page.js("(() => { const b = [...document.querySelectorAll('button')].find(e => e.innerText.trim() === "
-            "'Partitions'); if (b) b.scrollIntoView({block: 'start'}); window.scrollBy(0, -60); })()")
+    page.js(
+        "(() => { const b = [...document.querySelectorAll('button')].find(e => e.innerText.trim() === "
+        "'Partitions'); if (b) b.scrollIntoView({block: 'start'}); window.scrollBy(0, -60); })()"
+    )
     time.sleep(1)
     page.screenshot(out / "ui-plots-partitions.png")
 
@@ -351,16 +400,19 @@ def take_screenshots(browser: Chromium, url: str, asset: str, out: Path) -> None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--asset", default="clicks_hourly/windowed_aggregates",
-                        help="asset key path (default %(default)s)")
+    parser.add_argument(
+        "--asset", default="clicks_hourly/windowed_aggregates", help="asset key path (default %(default)s)"
+    )
     parser.add_argument("--out", default=str(REPO / "docs"), help="folder of the PNGs (default docs/)")
     parser.add_argument("--workdir", help="demo folder to use and keep (default: a temporary one, removed)")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     args = parser.parse_args(argv)
 
     if not (args.chromium and Path(args.chromium).exists() and os.access(args.chromium, os.X_OK)):
-        print(f"error: Chromium not found ({args.chromium}); install it with: apt-get install -y chromium",
-              file=sys.stderr)
+        print(
+            f"error: Chromium not found ({args.chromium}); install it with: apt-get install -y chromium",
+            file=sys.stderr,
+        )
         return 2
     if not Path(WEBSERVER).exists():
         print(f"error: {WEBSERVER} not found (pip install dagster-webserver into the venv)", file=sys.stderr)
@@ -378,9 +430,15 @@ def main(argv: list[str] | None = None) -> int:
         (root / "webserver").mkdir(exist_ok=True)
         stderr = root / "webserver" / "stderr.log"
         with open(root / "webserver" / "stdout.log", "wb") as o, open(stderr, "wb") as e:
-            webserver = subprocess.Popen([WEBSERVER, "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-                                         cwd=REPO, env=env, stdout=o, stderr=e, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            webserver = subprocess.Popen(
+                [WEBSERVER, "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+                cwd=REPO,
+                env=env,
+                stdout=o,
+                stderr=e,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         log(f"dagster-webserver (pid {webserver.pid}) on {url} ...")
         wait_for_webserver(url, webserver, stderr)
         profile = Path(tempfile.mkdtemp(prefix="rewindow-chromium-"))

@@ -18,7 +18,6 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("REWINDOW_HYPOTHESIS", "repeatable"))
 
 
-
 @pytest.fixture(scope="session")
 def spark():
     from windowing.spark import spark_session
@@ -116,20 +115,37 @@ def xdist_unit(nodeid: str) -> str:
 #: reconcile 110, concurrent runs 90, CLI 65, then 25 to 50). They start first, longest
 #: first, so the processes end together instead of one running a long unit after the other
 #: is done (the rest follows in collection order: seconds each).
-LONG_UNITS = ("tests/quality", "tests/lake", "tests/windowing/test_catalog.py",
-              "tests/orchestration/test_webserver_ui.py", "tests/assets/test_replay_assets.py",
-              "tests/windowing/test_engine_vs_model.py", "tests/orchestration/test_backfill_cli.py",
-              "tests/orchestration/test_airflow.py", "tests/windowing/test_determinism.py",
-              "tests/windowing/test_chain.py", "tests/windowing/test_reconcile.py",
-              "tests/orchestration/test_concurrent_runs.py", "tests/test_cli.py",
-              "tests/assets/test_matches_live.py", "tests/orchestration/test_partition_end.py",
-              "tests/windowing/test_kernel_vs_model.py", "tests/windowing/test_golden.py",
-              "tests/windowing/test_lateness.py", "tests/orchestration/test_demo.py",
-              "tests/assets/test_lateness_asset.py", "tests/windowing/test_decimal.py",
-              "tests/windowing/test_metrics.py", "tests/windowing/test_io.py",
-              "tests/windowing/test_engine_settings.py", "tests/windowing/test_validation.py",
-              "tests/test_partition_jobs.py", "tests/test_cli_errors.py", "tests/windowing/test_voltsp_yaml.py",
-              "tests/windowing/test_heartbeat.py")
+LONG_UNITS = (
+    "tests/quality",
+    "tests/lake",
+    "tests/windowing/test_catalog.py",
+    "tests/orchestration/test_webserver_ui.py",
+    "tests/assets/test_replay_assets.py",
+    "tests/windowing/test_engine_vs_model.py",
+    "tests/orchestration/test_backfill_cli.py",
+    "tests/orchestration/test_airflow.py",
+    "tests/windowing/test_determinism.py",
+    "tests/windowing/test_chain.py",
+    "tests/windowing/test_reconcile.py",
+    "tests/orchestration/test_concurrent_runs.py",
+    "tests/test_cli.py",
+    "tests/assets/test_matches_live.py",
+    "tests/orchestration/test_partition_end.py",
+    "tests/windowing/test_kernel_vs_model.py",
+    "tests/windowing/test_golden.py",
+    "tests/windowing/test_lateness.py",
+    "tests/orchestration/test_demo.py",
+    "tests/assets/test_lateness_asset.py",
+    "tests/windowing/test_decimal.py",
+    "tests/windowing/test_metrics.py",
+    "tests/windowing/test_io.py",
+    "tests/windowing/test_engine_settings.py",
+    "tests/windowing/test_validation.py",
+    "tests/test_partition_jobs.py",
+    "tests/test_cli_errors.py",
+    "tests/windowing/test_voltsp_yaml.py",
+    "tests/windowing/test_heartbeat.py",
+)
 
 
 @pytest.hookimpl(optionalhook=True)

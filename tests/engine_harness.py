@@ -34,8 +34,9 @@ def to_df(spark, rows, columns=None, partitions=None, seed=None, decimals=None):
     ``decimals`` ({column: (precision, scale)}) makes those columns decimals."""
     columns = columns or sorted({c for r in rows for c in r}, key=list(COLUMN_TYPES).index) or GENERATED_COLUMNS
     decimals = decimals or {}
-    schema = T.StructType([T.StructField(c, T.DecimalType(*decimals[c]) if c in decimals else COLUMN_TYPES[c], True)
-                           for c in columns])
+    schema = T.StructType(
+        [T.StructField(c, T.DecimalType(*decimals[c]) if c in decimals else COLUMN_TYPES[c], True) for c in columns]
+    )
     rows = list(rows)
     if seed is not None:
         random.Random(seed).shuffle(rows)
@@ -66,8 +67,9 @@ def canon(rows, drop=()):
     return sorted((tuple(sorted((k, v) for k, v in r.items() if k not in drop)) for r in rows), key=repr)
 
 
-def run_engine(spark, pipeline, rows, state=None, flush_at_end=False, columns=None, partitions=None, seed=None,
-               decimals=None):
+def run_engine(
+    spark, pipeline, rows, state=None, flush_at_end=False, columns=None, partitions=None, seed=None, decimals=None
+):
     """Replay ``rows``; returns (aggregates, late, rejected, state_df, metrics) as plain rows."""
     df = to_df(spark, rows, columns=columns, partitions=partitions, seed=seed, decimals=decimals)
     res = replay(spark, pipeline, df, state=state, flush_at_end=flush_at_end)

@@ -20,8 +20,9 @@ def cases(n: int) -> settings:
     # REWINDOW_NO_SHRINK=1: report the first failing case as found (shrinking a Spark case
     # can take many minutes).
     phases = [p for p in Phase if not (p is Phase.shrink and os.environ.get("REWINDOW_NO_SHRINK"))]
-    return settings(max_examples=max(1, round(n * scale)), deadline=None, suppress_health_check=list(HealthCheck),
-                    phases=phases)
+    return settings(
+        max_examples=max(1, round(n * scale)), deadline=None, suppress_health_check=list(HealthCheck), phases=phases
+    )
 
 
 AGGREGATES = [
@@ -59,7 +60,7 @@ def decimal_values(precision: int, scale: int) -> list[Decimal]:
     """Amounts of a decimal(precision, scale) column: one unit of the last place, thirds
     (averages that round), half the range (two of them fill it) and the largest values
     either way, whose sums leave 38 digits when the sum's type has no room left."""
-    top = 10 ** precision - 1
+    top = 10**precision - 1
     units = [1, 2, -1, 0, top // 3, -(top // 3), 5 * 10 ** (precision - 1), top, -top]
     return [dec(u, scale) for u in units]
 
@@ -73,8 +74,14 @@ HEARTBEATS = [None, "1s", "2s", "5s", "1500ms", "0s"]
 
 
 @st.composite
-def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "session-window"), first_last=False,
-              event_time=None, processing_idle=False, future_skew=False):
+def pipelines(
+    draw,
+    windows=("tumbling-time-window", "sliding-time-window", "session-window"),
+    first_last=False,
+    event_time=None,
+    processing_idle=False,
+    future_skew=False,
+):
     """Random pipelines; ``first_last``: always with the ``first`` and ``last`` aggregates;
     ``event_time``: with (True) or without (False) an event-time column, else drawn;
     ``processing_idle``: always with an idle timeout on the PROCESSING_TIME clock and a
@@ -123,8 +130,9 @@ def pipelines(draw, windows=("tumbling-time-window", "sliding-time-window", "ses
         source["worker"] = "worker"
     if future_skew and event_time:
         source["maxFutureSkew"] = f"{draw(st.integers(0, 6))}s"
-    triggers = draw(st.sampled_from([["atWindowEnd"], ["atWindowEnd"], ["atWindowEnd", "atAggregate"],
-                                     ["atAggregate"]]))
+    triggers = draw(
+        st.sampled_from([["atWindowEnd"], ["atWindowEnd"], ["atWindowEnd", "atAggregate"], ["atAggregate"]])
+    )
     doc = {"name": "gen", "source": source, "emitter": {wtype: window, "triggers": triggers}}
     heartbeat = draw(st.sampled_from(HEARTBEATS[:-1] if processing_idle else HEARTBEATS))
     if heartbeat is not None:

@@ -21,9 +21,16 @@ from windowing.config import WatermarkStrategy
 from windowing.kernel import slices as KS
 
 ARROW_TYPES = {
-    "arrival": pa.int64(), "event_time": pa.int64(), "batch": pa.int64(), "offset": pa.int64(),
-    "worker": pa.int32(), "user": pa.string(), "amount": pa.float64(), "qty": pa.int64(),
-    "tag": pa.string(), "name": pa.string(),
+    "arrival": pa.int64(),
+    "event_time": pa.int64(),
+    "batch": pa.int64(),
+    "offset": pa.int64(),
+    "worker": pa.int32(),
+    "user": pa.string(),
+    "amount": pa.float64(),
+    "qty": pa.int64(),
+    "tag": pa.string(),
+    "name": pa.string(),
 }
 
 
@@ -39,9 +46,17 @@ class LocalState:
         self.workers, self.rows = workers, rows
 
 
-def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=False, partitions=3,
-                 decimals=None, by_worker: bool | None = None, chunk_events: int | None = None,
-                 slices: int | None = None):
+def local_replay(
+    pipeline,
+    rows,
+    state: LocalState | None = None,
+    flush_at_end=False,
+    partitions=3,
+    decimals=None,
+    by_worker: bool | None = None,
+    chunk_events: int | None = None,
+    slices: int | None = None,
+):
     """Replay ``rows`` through the kernel; ``decimals`` ({column: (precision, scale)}) makes
     those columns decimal128 instead of their usual type (values are ``Decimal``).
 
@@ -72,8 +87,9 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     if by_worker:
         with_events = {K.hashable(v[4]) for v in valid}
         carried = {K.hashable(s["worker"]): s for s in workers}
-        timelines, worker_rows = E.summary_timelines(pipeline, summary_table([], pick),
-                                              [s for s in workers if K.hashable(s["worker"]) not in with_events])
+        timelines, worker_rows = E.summary_timelines(
+            pipeline, summary_table([], pick), [s for s in workers if K.hashable(s["worker"]) not in with_events]
+        )
     else:
         timelines, worker_rows = E.summary_timelines(pipeline, summary_table(valid, pick), workers)
     table = events_table(valid, types)
@@ -82,20 +98,36 @@ def local_replay(pipeline, rows, state: LocalState | None = None, flush_at_end=F
     subs = key_partitions(table, [c for c in (wcol, None if by_worker else w.key) if c], partitions)
     counters: dict = {}
     if slices is not None:
-        outs = [_task(spec, part, timelines, flush_at_end, None, worker_rows, chunk_events, counters)
-                for sub in subs for part in _sliced(spec, sub, slices)]
+        outs = [
+            _task(spec, part, timelines, flush_at_end, None, worker_rows, chunk_events, counters)
+            for sub in subs
+            for part in _sliced(spec, sub, slices)
+        ]
         counters = _resolved(counters)
     elif by_worker or chunk_events is not None:
-        outs = [_task(spec, sub, timelines, flush_at_end, carried if by_worker else None, worker_rows,
-                      chunk_events, counters) for sub in subs]
+        outs = [
+            _task(
+                spec, sub, timelines, flush_at_end, carried if by_worker else None, worker_rows, chunk_events, counters
+            )
+            for sub in subs
+        ]
     else:
         outs = [K.process(sub, spec, timelines, flush_at_end) for sub in subs]
     aggs = pa.concat_tables([o.aggregates for o in outs]) if outs else spec.aggregates_schema().empty_table()
     late = pa.concat_tables([o.late for o in outs]) if outs else spec.late_schema().empty_table()
     st = pa.concat_tables([o.state for o in outs]) if outs else spec.state_schema().empty_table()
     new_state = LocalState(
-        [{"worker": r.get(wcol) if wcol else 0, "batch": r["batch"], "watermark_ms": r["watermark_ms"],
-          "clock_ms": r["clock_ms"]} for r in worker_rows], st)
+        [
+            {
+                "worker": r.get(wcol) if wcol else 0,
+                "batch": r["batch"],
+                "watermark_ms": r["watermark_ms"],
+                "clock_ms": r["clock_ms"],
+            }
+            for r in worker_rows
+        ],
+        st,
+    )
     new_state.counters = counters
     return _ms_rows(aggs), _ms_rows(late), rejected, new_state
 
@@ -112,8 +144,7 @@ def normalise_rows(pipeline, rows, state_workers=(), decimals=None):
     for r in rows:
         arr = r.get(src.arrival_time)
         evt = r.get(w.event_time) if w.event_time else arr
-        batch = (r.get(src.batch_column) if src.batch_column else
-                 (None if arr is None else arr // src.batch_interval_ms))
+        batch = r.get(src.batch_column) if src.batch_column else (None if arr is None else arr // src.batch_interval_ms)
         wv = r.get(wcol) if wcol else 0
         reason = None
         if arr is None:
@@ -133,8 +164,17 @@ def normalise_rows(pipeline, rows, state_workers=(), decimals=None):
     return types, valid, rejected
 
 
-SUMMARY_SCHEMA = pa.schema([("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()),
-                            ("cand", pa.int64()), ("maxarr", pa.int64()), ("minarr", pa.int64()), ("n", pa.int64())])
+SUMMARY_SCHEMA = pa.schema(
+    [
+        ("reason", pa.string()),
+        ("__w", pa.int64()),
+        ("__batch", pa.int64()),
+        ("cand", pa.int64()),
+        ("maxarr", pa.int64()),
+        ("minarr", pa.int64()),
+        ("n", pa.int64()),
+    ]
+)
 
 
 def summary_table(valid, pick) -> pa.Table:
@@ -144,8 +184,10 @@ def summary_table(valid, pick) -> pa.Table:
         key = (wv, batch)
         c, a, lo, n = summary.get(key, (evt, arr, arr, 0))
         summary[key] = (pick(c, evt), max(a, arr), min(lo, arr), n + 1)
-    srows = [{"reason": None, "__w": wv, "__batch": b, "cand": c, "maxarr": a, "minarr": lo, "n": n}
-             for (wv, b), (c, a, lo, n) in summary.items()]
+    srows = [
+        {"reason": None, "__w": wv, "__batch": b, "cand": c, "maxarr": a, "minarr": lo, "n": n}
+        for (wv, b), (c, a, lo, n) in summary.items()
+    ]
     return pa.Table.from_pylist(srows, schema=SUMMARY_SCHEMA)
 
 
@@ -156,29 +198,37 @@ def events_table(valid, types) -> pa.Table:
     ev_cols["__batch"] = [v[3] for v in valid]
     ev_cols["__arr"] = [v[1] for v in valid]
     ev_cols["__evt"] = [v[2] for v in valid]
-    schema = pa.schema([pa.field(c, t) for c, t in types.items()] + [
-        pa.field("__kind", pa.int8()), pa.field("__batch", pa.int64()), pa.field("__arr", pa.int64()),
-        pa.field("__evt", pa.int64())])
+    schema = pa.schema(
+        [pa.field(c, t) for c, t in types.items()]
+        + [
+            pa.field("__kind", pa.int8()),
+            pa.field("__batch", pa.int64()),
+            pa.field("__arr", pa.int64()),
+            pa.field("__evt", pa.int64()),
+        ]
+    )
     return pa.table(ev_cols, schema=schema)
 
 
 def key_partitions(table: pa.Table, keycols, partitions: int) -> list[pa.Table]:
     """``table`` split by key into ``partitions`` tables (empty ones left out), each in a
     shuffled row order, as Spark hands a partition over."""
-    part = [zlib.crc32(repr(tuple(table[c][i].as_py() for c in keycols)).encode()) % partitions
-            for i in range(table.num_rows)]
+    part = [
+        zlib.crc32(repr(tuple(table[c][i].as_py() for c in keycols)).encode()) % partitions
+        for i in range(table.num_rows)
+    ]
     out = []
     for p in range(partitions):
         sub = table.filter(pa.array([x == p for x in part], pa.bool_()))
-        sub = sub.take(pa.array(random.Random(p + sub.num_rows).sample(range(sub.num_rows), sub.num_rows),
-                                pa.int64()))
+        sub = sub.take(pa.array(random.Random(p + sub.num_rows).sample(range(sub.num_rows), sub.num_rows), pa.int64()))
         if sub.num_rows:
             out.append(sub)
     return out
 
 
-def _task(spec, table, timelines, flush_at_end, carried, worker_rows, chunk_events=None,
-          counters=None) -> K.KernelOutput:
+def _task(
+    spec, table, timelines, flush_at_end, carried, worker_rows, chunk_events=None, counters=None
+) -> K.KernelOutput:
     """The engine's kernel task (holding whole workers with ``carried``); its worker rows go
     to ``worker_rows``, its counters are added to ``counters`` ({name: {worker label: n}})."""
     schemas = E.output_schemas(spec)
@@ -208,10 +258,14 @@ def _sliced(spec, table: pa.Table, count: int) -> list[pa.Table]:
     out = []
     for i in range(count):
         marked = kb.append_column(chunks.KB_SLICE, pa.array([i] * kb.num_rows, pa.int32())).append_column(
-            chunks.KB_SLICES, pa.array([count] * kb.num_rows, pa.int32()))
+            chunks.KB_SLICES, pa.array([count] * kb.num_rows, pa.int32())
+        )
         part = KS.slice_table(table, marked, spec, K.WindowSlice.of(spec.window, i, count))
-        out.append(part.take(pa.array(random.Random(i + part.num_rows).sample(range(part.num_rows), part.num_rows),
-                                      pa.int64())))
+        out.append(
+            part.take(
+                pa.array(random.Random(i + part.num_rows).sample(range(part.num_rows), part.num_rows), pa.int64())
+            )
+        )
     return out
 
 
@@ -248,4 +302,3 @@ def _ms_rows(t: pa.Table) -> list[dict]:
                 r[c] = to_ms(r[c])
         out.append(r)
     return out
-

@@ -19,9 +19,15 @@ from windowing import metrics as M
 from windowing import whatif as W
 from windowing.lateness import LatenessOptions, strategy_timelines
 
-SUMMARY_SCHEMA = pa.schema([("reason", pa.string()), ("__w", pa.int64()), ("__batch", pa.int64()),
-                            (W.SKEWED, pa.bool_()),
-                            *[(c, pa.int64()) for c in ("cand_min", "cand_max", "maxarr", "minarr", "n")]])
+SUMMARY_SCHEMA = pa.schema(
+    [
+        ("reason", pa.string()),
+        ("__w", pa.int64()),
+        ("__batch", pa.int64()),
+        (W.SKEWED, pa.bool_()),
+        *[(c, pa.int64()) for c in ("cand_min", "cand_max", "maxarr", "minarr", "n")],
+    ]
+)
 
 
 @dataclass
@@ -47,8 +53,16 @@ class LocalLatenessState:
     rows: pa.Table  # key and window rows of every variant (``variant`` column)
 
 
-def local_lateness(pipeline, rows, options: LatenessOptions, state: LocalLatenessState | None = None,
-                   flush_at_end=False, partitions=3, sweep=True, skew_subset=True) -> LocalLateness:
+def local_lateness(
+    pipeline,
+    rows,
+    options: LatenessOptions,
+    state: LocalLatenessState | None = None,
+    flush_at_end=False,
+    partitions=3,
+    sweep=True,
+    skew_subset=True,
+) -> LocalLateness:
     """The lateness analysis of ``rows`` (continuing ``state``), as the Spark runner does it
     (``sweep``: the lean variants in delay sweeps where the pipeline allows, as it does;
     ``skew_subset``: the skew-free variant replayed for the keys where it can differ only)."""
@@ -68,20 +82,29 @@ def local_lateness(pipeline, rows, options: LatenessOptions, state: LocalLatenes
         g[4] += 1
     names = ("cand_min", "cand_max", "maxarr", "minarr", "n")
     summary = pa.Table.from_pylist(
-        [{"reason": None, "__w": wv, "__batch": b, W.SKEWED: sk, **dict(zip(names, stats))}
-         for (wv, b, sk), stats in groups.items()], schema=SUMMARY_SCHEMA)
+        [
+            {"reason": None, "__w": wv, "__batch": b, W.SKEWED: sk, **dict(zip(names, stats))}
+            for (wv, b, sk), stats in groups.items()
+        ],
+        schema=SUMMARY_SCHEMA,
+    )
     timelines, new_workers = strategy_timelines(pipeline, variants, summary, workers_in)
-    wi = W.WhatIf(pipeline, variants, types, timelines, flush_at_end, threshold, sweep=sweep,
-                  skew_subset=skew_subset)
+    wi = W.WhatIf(pipeline, variants, types, timelines, flush_at_end, threshold, sweep=sweep, skew_subset=skew_subset)
     table = events_table(valid, types)
     table = table.append_column(W.SKEWED, pa.array(skewed, pa.bool_()))
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(pipeline, state.rows)], promote_options="default")
-    results = [W.analyse(sub, wi) for sub in key_partitions(
-        table, [c for c in (pipeline.source.worker, pipeline.window.key) if c], partitions)]
+    results = [
+        W.analyse(sub, wi)
+        for sub in key_partitions(table, [c for c in (pipeline.source.worker, pipeline.window.key) if c], partitions)
+    ]
     schemas = W.output_schemas(wi)
-    tables = {name: pa.concat_tables([getattr(r, name).cast(schemas[name]) for r in results])
-              if results else schemas[name].empty_table() for name in schemas}
+    tables = {
+        name: pa.concat_tables([getattr(r, name).cast(schemas[name]) for r in results])
+        if results
+        else schemas[name].empty_table()
+        for name in schemas
+    }
     counters: dict = {}
     for label, name, value in zip(*(tables["counters"][c].to_pylist() for c in ("variant", "name", "value"))):
         counters.setdefault(label, {})
@@ -94,20 +117,34 @@ def local_lateness(pipeline, rows, options: LatenessOptions, state: LocalLatenes
     slack: dict = {}
     sl = tables["slack"]
     for s, m in {(a, b) for a, b in zip(sl["strategy"].to_pylist(), sl["lateness"].to_pylist())}:
-        sel = [i for i, (a, b) in enumerate(zip(sl["strategy"].to_pylist(), sl["lateness"].to_pylist()))
-               if (a, b) == (s, m)]
+        sel = [
+            i
+            for i, (a, b) in enumerate(zip(sl["strategy"].to_pylist(), sl["lateness"].to_pylist()))
+            if (a, b) == (s, m)
+        ]
         sub = sl.take(pa.array(sel, pa.int64()))
         v, e, p = (sub[c].to_numpy() for c in ("slack_ms", "events", "pairs"))
         order = np.argsort(v, kind="stable")
         uniq, inv = np.unique(v[order], return_inverse=True)  # merge the partitions' histograms
-        slack[(s, m)] = (uniq, np.bincount(inv, weights=e[order]).astype(np.int64),
-                         np.bincount(inv, weights=p[order]).astype(np.int64))
+        slack[(s, m)] = (
+            uniq,
+            np.bincount(inv, weights=e[order]).astype(np.int64),
+            np.bincount(inv, weights=p[order]).astype(np.int64),
+        )
     wcol = pipeline.source.worker
-    workers_out = {label: [{"worker": r.get(wcol) if wcol else 0, "batch": r["batch"],
-                            "watermark_ms": r["watermark_ms"], "clock_ms": r["clock_ms"]} for r in rows_]
-                   for label, rows_ in new_workers.items()}
-    return LocalLateness(variants, counters, latency, slack, tables,
-                         LocalLatenessState(workers_out, tables["state"]))
+    workers_out = {
+        label: [
+            {
+                "worker": r.get(wcol) if wcol else 0,
+                "batch": r["batch"],
+                "watermark_ms": r["watermark_ms"],
+                "clock_ms": r["clock_ms"],
+            }
+            for r in rows_
+        ]
+        for label, rows_ in new_workers.items()
+    }
+    return LocalLateness(variants, counters, latency, slack, tables, LocalLatenessState(workers_out, tables["state"]))
 
 
 def _state_rows(pipeline, st: pa.Table) -> pa.Table:
@@ -133,5 +170,9 @@ def model_figures(ref, pipeline) -> dict:
             closes[row["emit_reason"]] += 1
             if row["emit_reason"] in W.LATENCY_REASONS:
                 latencies.append(row["emit_time"] - row["window_end"])
-    return {"late_events": len({r["name"] for r in ref.late_events}), "late_pairs": len(ref.late_events),
-            "closes": closes, "latencies": sorted(latencies)}
+    return {
+        "late_events": len({r["name"] for r in ref.late_events}),
+        "late_pairs": len(ref.late_events),
+        "closes": closes,
+        "latencies": sorted(latencies),
+    }

@@ -67,10 +67,16 @@ def snapshot(spark, out: Path) -> dict:
     snap = {}
     for name in OUTPUTS:
         df = spark.read.parquet(str(run_dir(out) / name))
-        cols = [F.unix_micros(F.col(f"`{f.name}`")).alias(f.name) if isinstance(f.dataType, T.TimestampType)
-                else F.col(f"`{f.name}`") for f in df.schema.fields]
-        snap[name] = (df.schema.simpleString(),
-                      sorted((tuple(canon(v) for v in r) for r in df.select(*cols).collect()), key=repr))
+        cols = [
+            F.unix_micros(F.col(f"`{f.name}`")).alias(f.name)
+            if isinstance(f.dataType, T.TimestampType)
+            else F.col(f"`{f.name}`")
+            for f in df.schema.fields
+        ]
+        snap[name] = (
+            df.schema.simpleString(),
+            sorted((tuple(canon(v) for v in r) for r in df.select(*cols).collect()), key=repr),
+        )
     snap["metrics"] = metrics(out)
     return snap
 

@@ -33,7 +33,12 @@ from windowing.config import Clock, Lateness, Pipeline, Trigger, WatermarkStrate
 MIN_TIMESTAMP = float("-inf")
 #: Emission reasons (§6, §7, §8).
 WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT, AGGREGATE = (
-    "WATERMARK", "IDLE", "MAX_DURATION", "END_OF_INPUT", "AGGREGATE")
+    "WATERMARK",
+    "IDLE",
+    "MAX_DURATION",
+    "END_OF_INPUT",
+    "AGGREGATE",
+)
 
 
 def _value_order(v: Any) -> tuple:
@@ -154,7 +159,7 @@ def _fold_sum(acc, v):
 
 def _round_half_up(x: Fraction, scale: int) -> Decimal:
     """``x`` rounded to ``scale`` decimals, halves away from zero."""
-    units = abs(x) * 10 ** scale
+    units = abs(x) * 10**scale
     whole = units.numerator // units.denominator
     if units - whole >= Fraction(1, 2):
         whole += 1
@@ -334,8 +339,17 @@ class _Replay:
         #: per worker: the greatest arrival time processed so far, committed or not (§8 atAggregate)
         self.seen_ms: dict[Hashable, int] = {}
         self.m = dict.fromkeys(
-            ["input_rows", "rejected_rows", "late_events", "windows_created", "windows_emitted",
-             "idle_keys_removed", "unique_keys"], 0)
+            [
+                "input_rows",
+                "rejected_rows",
+                "late_events",
+                "windows_created",
+                "windows_emitted",
+                "idle_keys_removed",
+                "unique_keys",
+            ],
+            0,
+        )
 
     def effective(self, wm):
         """``wm - delayWindowClose``; minus infinity stays minus infinity (§3)."""
@@ -457,8 +471,16 @@ class _Replay:
             self.aggregates.append(self.out_row(ev.worker, ev.key, bounds, acc, AGGREGATE, ev.batch, eff, n, now))
 
     def write_late(self, ev: _Event, start: int, end: int, eff) -> None:
-        self.late.append({**ev.row, "batch": ev.batch, "window_start": start, "window_end": end,
-                          "watermark": eff, "lateness_ms": eff - ev.event_ms})
+        self.late.append(
+            {
+                **ev.row,
+                "batch": ev.batch,
+                "window_start": start,
+                "window_end": end,
+                "watermark": eff,
+                "lateness_ms": eff - ev.event_ms,
+            }
+        )
 
     # ---- §3 commit, §6 closing
 
@@ -519,8 +541,12 @@ class _Replay:
         and runs the idle step alone. A worker that never committed has no clock to tick from.
         """
         step, idle_ms = self.p.heartbeat_ms, self.w.idle_timeout_ms
-        if idle_ms is None or self.w.idle_clock is not Clock.PROCESSING_TIME or step == 0 \
-                or ws.clock_ms == MIN_TIMESTAMP:
+        if (
+            idle_ms is None
+            or self.w.idle_clock is not Clock.PROCESSING_TIME
+            or step == 0
+            or ws.clock_ms == MIN_TIMESTAMP
+        ):
             return
         tick = (ws.clock_ms // step + 1) * step
         while tick < next_arrival_ms:
@@ -561,13 +587,17 @@ class _Replay:
         row["window_start"], row["window_end"] = bounds
         for a in self.p.aggregates:
             row[a.name] = _final(a, acc[a.name], self.decimals.get(a.column))
-        row.update(emit_reason=reason, emit_batch=batch, emit_time=_ms(now), emit_watermark=_ms(eff),
-                   emission=emission)
+        row.update(emit_reason=reason, emit_batch=batch, emit_time=_ms(now), emit_watermark=_ms(eff), emission=emission)
         return row
 
 
-def reference_replay(pipeline: Pipeline, rows: list[dict], state: ModelState | None = None,
-                     flush_at_end: bool | None = False, decimals=None) -> RefResult:
+def reference_replay(
+    pipeline: Pipeline,
+    rows: list[dict],
+    state: ModelState | None = None,
+    flush_at_end: bool | None = False,
+    decimals=None,
+) -> RefResult:
     """Replay ``rows`` through ``pipeline`` event by event (docs/semantics.md).
 
     ``state`` is a previous result's ``state`` (never mutated); ``flush_at_end=None``

@@ -52,8 +52,11 @@ def _key() -> str | None:
     """What the archive is valid for: the java binary and pyspark's jars (names, sizes, times)."""
     import pyspark
 
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
-        "JAVA_HOME") else shutil.which("java")
+    java = (
+        shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin"))
+        if os.environ.get("JAVA_HOME")
+        else shutil.which("java")
+    )
     if java is None:
         return None
     java = os.path.realpath(java)
@@ -82,18 +85,30 @@ def make(archive: Path, timeout: float = 600) -> bool:
     """Write ``archive`` (a dump run in a process of its own; renamed into place when whole,
     so a JVM started meanwhile finds no file and runs as without one)."""
     partial = archive.with_name(f".{archive.stem}-{os.getpid()}.jsa")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+    }
     try:
         archive.parent.mkdir(parents=True, exist_ok=True)
         # capture_output: the run returns when the driver's JVM, which shares the pipes, is gone
-        proc = subprocess.run([sys.executable, "-m", "tests.spark_classes", str(partial)], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.spark_classes", str(partial)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if proc.returncode != 0 or not partial.is_file():
             return False
         os.replace(partial, archive)
-        others = sorted((p for p in archive.parent.glob("spark-classes-*.jsa") if p != archive),
-                        key=lambda p: p.stat().st_mtime, reverse=True)
+        others = sorted(
+            (p for p in archive.parent.glob("spark-classes-*.jsa") if p != archive),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
         for stale in others[KEEP_OTHERS:]:  # other clones' or pyspark installs' (~230 MB each)
             stale.unlink(missing_ok=True)  # a JVM that maps it keeps its pages
         return True
@@ -133,16 +148,37 @@ def _dump(archive: str) -> int:
 
     os.environ["SPARK_SUBMIT_OPTS"] = f"-XX:ArchiveClassesAtExit={archive} {QUIET}"
     with tempfile.TemporaryDirectory() as tmp:
-        [day] = generate_history(Path(tmp) / "in", datetime(2024, 1, 1, tzinfo=timezone.utc), days=1,
-                                 events_per_day=300, keys=20)
+        [day] = generate_history(
+            Path(tmp) / "in", datetime(2024, 1, 1, tzinfo=timezone.utc), days=1, events_per_day=300, keys=20
+        )
         config = Path(tmp) / "clicks-hourly.yaml"
-        config.write_text((ROOT / "examples" / "pipelines" / "clicks-hourly.yaml").read_text()
-                          + "\noutput:\n  catalog: {database: replay, table: clicks_hourly}\n")
-        return main(["replay", "--config", str(config), "--input", str(day), "--output", str(Path(tmp) / "out"),
-                     "--partition", "2024-01-01", "--metastore-dir", str(Path(tmp) / "metastore"),
-                     "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
-                     "--conf", "spark.ui.enabled=false",
-                     "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"])
+        config.write_text(
+            (ROOT / "examples" / "pipelines" / "clicks-hourly.yaml").read_text()
+            + "\noutput:\n  catalog: {database: replay, table: clicks_hourly}\n"
+        )
+        return main(
+            [
+                "replay",
+                "--config",
+                str(config),
+                "--input",
+                str(day),
+                "--output",
+                str(Path(tmp) / "out"),
+                "--partition",
+                "2024-01-01",
+                "--metastore-dir",
+                str(Path(tmp) / "metastore"),
+                "--master",
+                "local[2]",
+                "--conf",
+                "spark.sql.shuffle.partitions=2",
+                "--conf",
+                "spark.ui.enabled=false",
+                "--conf",
+                "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            ]
+        )
 
 
 if __name__ == "__main__":

@@ -68,8 +68,10 @@ def _rows(spark, folder: Path) -> list[tuple]:
     from pyspark.sql import types as T
 
     df = spark.read.parquet(str(folder))
-    cols = [F.unix_micros(F.col(f.name)).alias(f.name) if isinstance(f.dataType, T.TimestampType)
-            else F.col(f.name) for f in df.schema.fields]
+    cols = [
+        F.unix_micros(F.col(f.name)).alias(f.name) if isinstance(f.dataType, T.TimestampType) else F.col(f.name)
+        for f in df.schema.fields
+    ]
 
     def canon(v):
         if isinstance(v, float):
@@ -78,8 +80,7 @@ def _rows(spark, folder: Path) -> list[tuple]:
             return tuple(canon(x) for x in v)
         return v
 
-    return sorted((tuple((k, canon(v)) for k, v in r.asDict().items()) for r in df.select(*cols).collect()),
-                  key=repr)
+    return sorted((tuple((k, canon(v)) for k, v in r.asDict().items()) for r in df.select(*cols).collect()), key=repr)
 
 
 def _files(folder: Path) -> set[str]:
@@ -96,8 +97,9 @@ def history(tmp_path_factory):
     from windowing.sample import generate_history
 
     base = tmp_path_factory.mktemp("cli")
-    day1, day2 = generate_history(base / "history", START, days=2, events_per_day=1_500, keys=20, seed=3,
-                                  partitions=2, files_per_day=3)
+    day1, day2 = generate_history(
+        base / "history", START, days=2, events_per_day=1_500, keys=20, seed=3, partitions=2, files_per_day=3
+    )
     rows1 = sum(pq.ParquetFile(f).metadata.num_rows for f in day1.glob("*.parquet"))
     return {"base": base, "day1": day1, "day2": day2, "rows1": rows1}
 
@@ -113,8 +115,9 @@ def day1_run(spark, history):
 @pytest.fixture(scope="module")
 def flush_run(spark, history):
     out = history["base"] / "runs" / "day1-flush"
-    rc, stdout, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day1"], "--output", out,
-                              "--flush-at-end")
+    rc, stdout, stderr = _cli(
+        spark, "replay", "--config", CLICKS, "--input", history["day1"], "--output", out, "--flush-at-end"
+    )
     assert rc == 0, stderr
     return out
 
@@ -135,14 +138,30 @@ def test_replay_writes_every_output_and_a_summary(spark, history, day1_run):
     assert len(_rows(spark, out / "rejected")) == metrics["rejected_rows"] == 0
     assert sum(dict(r)["state_kind"] == "window" for r in _rows(spark, out / "state")) == metrics["open_windows"] > 0
     columns = [k for k, _ in aggregates[0]]
-    assert columns == ["partition", "user_id", "window_start", "window_end", "count", "sum_amount", "min_amount",
-                       "max_amount", "unique_events", "emit_reason", "emit_batch", "emit_time", "emit_watermark",
-                       "emission"]
+    assert columns == [
+        "partition",
+        "user_id",
+        "window_start",
+        "window_end",
+        "count",
+        "sum_amount",
+        "min_amount",
+        "max_amount",
+        "unique_events",
+        "emit_reason",
+        "emit_batch",
+        "emit_time",
+        "emit_watermark",
+        "emission",
+    ]
     # Lateness percentiles: Spark's exact percentile of the written late events.
     from pyspark.sql import functions as F
 
-    p = spark.read.parquet(str(out / "late_events")).agg(
-        F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"), F.max("lateness_ms").alias("mx")).first()
+    p = (
+        spark.read.parquet(str(out / "late_events"))
+        .agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"), F.max("lateness_ms").alias("mx"))
+        .first()
+    )
     assert metrics["lateness_ms_percentiles"] == {"p50": p["p"][0], "p90": p["p"][1], "p99": p["p"][2], "max": p["mx"]}
     # ... which is also what the Spark job for very many late events gives.
     from windowing import engine
@@ -162,11 +181,22 @@ def test_replay_writes_every_output_and_a_summary(spark, history, day1_run):
 def test_second_day_continues_from_the_state(spark, history, day1_run):
     out1, _ = day1_run
     runs = history["base"] / "runs"
-    rc, stdout, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day2"], "--output",
-                              runs / "day2", "--state-in", out1 / "state")
+    rc, stdout, stderr = _cli(
+        spark,
+        "replay",
+        "--config",
+        CLICKS,
+        "--input",
+        history["day2"],
+        "--output",
+        runs / "day2",
+        "--state-in",
+        out1 / "state",
+    )
     assert rc == 0, stderr
-    rc, _, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day1"], history["day2"],
-                         "--output", runs / "both-days")
+    rc, _, stderr = _cli(
+        spark, "replay", "--config", CLICKS, "--input", history["day1"], history["day2"], "--output", runs / "both-days"
+    )
     assert rc == 0, stderr
     day2, both, one = run_dir(runs / "day2"), run_dir(runs / "both-days"), run_dir(out1)
     day2_aggs = _rows(spark, day2 / "aggregates")
@@ -178,8 +208,9 @@ def test_second_day_continues_from_the_state(spark, history, day1_run):
         assert pieces == _rows(spark, both / name), name
     assert _rows(spark, day2 / "state") == _rows(spark, both / "state")
     # --state-in also takes the previous output itself.
-    rc, _, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day2"], "--output",
-                         runs / "day2-b", "--state-in", out1)
+    rc, _, stderr = _cli(
+        spark, "replay", "--config", CLICKS, "--input", history["day2"], "--output", runs / "day2-b", "--state-in", out1
+    )
     assert rc == 0, stderr
     for name in OUTPUTS:
         assert _rows(spark, run_dir(runs / "day2-b") / name) == _rows(spark, day2 / name), name
@@ -188,8 +219,18 @@ def test_second_day_continues_from_the_state(spark, history, day1_run):
 def test_state_of_another_pipeline_is_refused(spark, history, day1_run):
     out1, _ = day1_run
     target = history["base"] / "runs" / "wrong-state"
-    rc, _, stderr = _cli(spark, "replay", "--config", SESSIONS, "--input", history["day2"], "--output", target,
-                         "--state-in", out1 / "state")
+    rc, _, stderr = _cli(
+        spark,
+        "replay",
+        "--config",
+        SESSIONS,
+        "--input",
+        history["day2"],
+        "--output",
+        target,
+        "--state-in",
+        out1 / "state",
+    )
     assert rc != 0
     assert "different pipeline configuration" in stderr
     assert not target.exists()
@@ -244,8 +285,11 @@ def test_an_output_that_is_not_rewindows_is_refused_and_left_alone(spark, histor
     """Issue 8, data loss 1: --output once deleted whatever folder it named, the events included."""
     events = tmp_path / "events"
     shutil.copytree(history["day1"], events)
-    target = {"the input itself": events, "inside the input": events / "out",
-              "a folder of other files": tmp_path / "thesis"}[what]
+    target = {
+        "the input itself": events,
+        "inside the input": events / "out",
+        "a folder of other files": tmp_path / "thesis",
+    }[what]
     if what == "a folder of other files":
         (target / "src").mkdir(parents=True)
         (target / "thesis.tex").write_text("\\section{Results}")
@@ -285,8 +329,17 @@ def test_in_process_run_leaves_the_session_settings_alone(spark, tmp_path):
         spark.conf.set("spark.sql.shuffle.partitions", "5")
         mine = _session_conf(spark)
         with redirect_stderr(io.StringIO()):
-            rc = main(["replay", "--config", str(CLICKS), "--input", str(tmp_path / "missing"),
-                       "--output", str(tmp_path / "out")])
+            rc = main(
+                [
+                    "replay",
+                    "--config",
+                    str(CLICKS),
+                    "--input",
+                    str(tmp_path / "missing"),
+                    "--output",
+                    str(tmp_path / "out"),
+                ]
+            )
         assert rc != 0  # stops at the missing input, after the session was obtained
         assert _session_conf(spark) == mine
     finally:
@@ -302,10 +355,29 @@ def test_console_script_end_to_end(spark, history, day1_run):
     target = history["base"] / "runs" / "subprocess"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     proc = subprocess.run(
-        [str(script), "replay", "--config", str(CLICKS), "--input", str(history["day1"]), "--output", str(target),
-         "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=1", "--conf", "spark.driver.memory=1g",
-         "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}"],
-        capture_output=True, text=True, timeout=300, env=env, cwd=history["base"],
+        [
+            str(script),
+            "replay",
+            "--config",
+            str(CLICKS),
+            "--input",
+            str(history["day1"]),
+            "--output",
+            str(target),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.sql.shuffle.partitions=1",
+            "--conf",
+            "spark.driver.memory=1g",
+            "--conf",
+            f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=history["base"],
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in proc.stdout
@@ -327,11 +399,22 @@ def test_a_malformed_conf_is_a_usage_error_before_anything_runs(tmp_path, capsys
     pipeline is even read (here it does not exist)."""
     where = ["--output", tmp_path / "o"] if command == "replay" else [tmp_path / "o"]
     with pytest.raises(SystemExit) as exit_:
-        main([command, *map(str, where), "--config", str(tmp_path / "missing.yaml"),
-              "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.sql.shuffle.partitions"])
+        main(
+            [
+                command,
+                *map(str, where),
+                "--config",
+                str(tmp_path / "missing.yaml"),
+                "--conf",
+                "spark.sql.shuffle.partitions=4",
+                "--conf",
+                "spark.sql.shuffle.partitions",
+            ]
+        )
     assert exit_.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"usage: rewindow {command} ")
-    assert err.splitlines()[-1] == (f"rewindow {command}: error: argument --conf: expected KEY=VALUE, "
-                                    "got 'spark.sql.shuffle.partitions'")
+    assert err.splitlines()[-1] == (
+        f"rewindow {command}: error: argument --conf: expected KEY=VALUE, got 'spark.sql.shuffle.partitions'"
+    )
     assert not (tmp_path / "o").exists()

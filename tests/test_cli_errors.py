@@ -100,11 +100,17 @@ def bare_python(tmp_path_factory) -> str:
 # --------------------------------------------------------------------------- 1. late_events
 
 
-@pytest.mark.parametrize("name", [
-    "watermark", "window_start", "window_end", "lateness_ms",
-    "batch",      # not the batch column (clicks-hourly batches by interval): a number of the user's own
-    "Watermark",  # differs in case only: the Parquet write of late_events would fail on it, after the work
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "watermark",
+        "window_start",
+        "window_end",
+        "lateness_ms",
+        "batch",  # not the batch column (clicks-hourly batches by interval): a number of the user's own
+        "Watermark",  # differs in case only: the Parquet write of late_events would fail on it, after the work
+    ],
+)
 def test_an_input_column_late_events_adds_is_refused_before_any_job(spark, name):
     from windowing.engine import replay
 
@@ -133,7 +139,8 @@ def test_the_cli_names_the_clashing_column_and_writes_nothing(spark, tmp_path):
     assert _error_lines(stderr) == [
         "rewindow: error: input column 'watermark': late_events adds a column 'watermark' (it adds batch, "
         "window_start, window_end, watermark, lateness_ms; names compare ignoring case) and would overwrite it; "
-        "rename the input column before replaying"]
+        "rename the input column before replaying"
+    ]
     assert not (tmp_path / "out").exists()
 
 
@@ -179,8 +186,9 @@ def test_an_unreachable_master_fails_in_seconds_in_one_line(tmp_path):
     events.mkdir()
     pq.write_table(_events(), events / "part-0.parquet")
     out = tmp_path / "out"
-    rc, stdout, stderr, seconds = _rewindow("replay", "--config", CLICKS, "--input", events, "--output", out,
-                                            "--master", master, timeout=120)
+    rc, stdout, stderr, seconds = _rewindow(
+        "replay", "--config", CLICKS, "--input", events, "--output", out, "--master", master, timeout=120
+    )
     assert rc == 2 and stdout == ""
     assert seconds < 30  # Python start-up and imports; Spark alone used to retry for ~65 s
     (line,) = _error_lines(stderr)
@@ -232,8 +240,9 @@ def _other_minor_python() -> str | None:
     for m in (minor + 1, minor - 1):
         for c in [f"python3.{m}", *sorted(glob.glob(os.path.join(root, "versions", f"3.{m}.*", "bin", "python3")))]:
             try:
-                v = subprocess.run([c, "-c", "import sys; print(sys.version_info[1])"], capture_output=True,
-                                   text=True, timeout=30)
+                v = subprocess.run(
+                    [c, "-c", "import sys; print(sys.version_info[1])"], capture_output=True, text=True, timeout=30
+                )
             except (OSError, subprocess.TimeoutExpired):
                 continue
             if v.returncode == 0 and v.stdout.strip() == str(m):
@@ -280,31 +289,39 @@ def test_workers_without_rewindows_python_are_named_with_what_to_set(tmp_path, b
     other = _other_minor_python()
     missing = str(tmp_path / "no-such-python")
     pythons = [("missing", missing)] + ([("other", other)] if other else [])
-    code = _WORKERS.format(config=str(CLICKS), events=str(events), out=str(out), bare=bare_python, pythons=pythons,
-                           jvm=QUICK_JVM_OPTS)
+    code = _WORKERS.format(
+        config=str(CLICKS), events=str(events), out=str(out), bare=bare_python, pythons=pythons, jvm=QUICK_JVM_OPTS
+    )
     # PYSPARK_PYTHON is a good interpreter: only rewindow applying --conf spark.pyspark.python makes it bare.
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    advice = (f"Set PYSPARK_PYTHON (or spark.pyspark.python with spark-submit or `rewindow --conf`) to a Python "
-              f"{sys.version_info[0]}.{sys.version_info[1]} with rewindow and its dependencies (numpy, pyarrow, "
-              f"pyyaml) installed, such as this driver's {sys.executable!r}, before the Spark session starts")
+    advice = (
+        f"Set PYSPARK_PYTHON (or spark.pyspark.python with spark-submit or `rewindow --conf`) to a Python "
+        f"{sys.version_info[0]}.{sys.version_info[1]} with rewindow and its dependencies (numpy, pyarrow, "
+        f"pyyaml) installed, such as this driver's {sys.executable!r}, before the Spark session starts"
+    )
     head = "Spark's Python workers cannot run rewindow: interpreter "
     # The command line: exit 2, one line, nothing written.
     assert got["rc"] == 2
     assert _error_lines(proc.stderr) == [
         f"rewindow: error: {head}{bare_python!r} cannot import numpy (ModuleNotFoundError: No module named "
         f"'numpy'); pyarrow (ModuleNotFoundError: No module named 'pyarrow'); windowing.kernel "
-        f"(ModuleNotFoundError: No module named 'windowing'). {advice}"]
+        f"(ModuleNotFoundError: No module named 'windowing'). {advice}"
+    ]
     assert not out.exists()
     # Failed checks do not log their tasks' worker tracebacks: the error says it all.
     assert "Traceback" not in proc.stderr and "ERROR" not in proc.stderr, proc.stderr[-3000:]
     # The Python API.
-    assert got["missing"] == (f"WorkerEnvironmentError: {head}{missing!r} cannot be started (error=2, No such file "
-                              f"or directory). {advice}"), got["missing"]
+    assert got["missing"] == (
+        f"WorkerEnvironmentError: {head}{missing!r} cannot be started (error=2, No such file or directory). {advice}"
+    ), got["missing"]
     if other:
         assert got["other"].startswith(f"WorkerEnvironmentError: {head}{other!r} is Python 3."), got["other"]
-        assert got["other"].endswith(f" while the driver runs Python {sys.version_info[0]}.{sys.version_info[1]} "
-                                     f"(PySpark needs the same minor version). {advice}"), got["other"]
+        assert got["other"].endswith(
+            f" while the driver runs Python {sys.version_info[0]}.{sys.version_info[1]} "
+            f"(PySpark needs the same minor version). {advice}"
+        ), got["other"]

@@ -21,10 +21,24 @@ FILE_IO = re.compile(
     r"|\.exists\(\)|\.is_dir\(\)|\.is_file\(\)|\bpq\.(read|write)|ParquetFile\("
 )
 #: Calls that look like file I/O but are not Python's: Hadoop's FileSystem (``fs.open``)
-#: and ``Lake`` (over Hadoop), and Dagster's code references to local source files.
-NOT_PYTHON_IO = ("hadoop.fs.Path", "jvm.", "fs.open(", "lake.read_text(", "LocalFileCodeReference(")
-LOCAL_BY_DESIGN = {"windowing/config.py", "windowing/sample.py", "orchestration/demo.py",
-                   "orchestration/definitions.py", "windowing/metastore.py", "windowing/chunks.py"}
+#: and ``Lake`` (over Hadoop), and Dagster's code references to local source files (the
+#: call, or its ``file_path`` argument on a line of its own).
+NOT_PYTHON_IO = (
+    "hadoop.fs.Path",
+    "jvm.",
+    "fs.open(",
+    "lake.read_text(",
+    "LocalFileCodeReference(",
+    "file_path=str(Path(",
+)
+LOCAL_BY_DESIGN = {
+    "windowing/config.py",
+    "windowing/sample.py",
+    "orchestration/demo.py",
+    "orchestration/definitions.py",
+    "windowing/metastore.py",
+    "windowing/chunks.py",
+}
 
 
 def test_engine_and_assets_do_no_python_file_io_on_data_paths():

@@ -38,11 +38,34 @@ CHECK_JOBS = 2
 def test_a_small_partition_runs_a_bounded_number_of_spark_jobs(tmp_path, checks):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "replay_bench.py"), "--backfill", "--grain", "hour", "--days", "1",
-         "--partitions", "2", *([] if checks else ["--no-checks"]), "--master", "local[2]", "--workdir", str(tmp_path),
-         "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.driver.memory=1g",
-         "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            str(ROOT / "bench" / "replay_bench.py"),
+            "--backfill",
+            "--grain",
+            "hour",
+            "--days",
+            "1",
+            "--partitions",
+            "2",
+            *([] if checks else ["--no-checks"]),
+            "--master",
+            "local[2]",
+            "--workdir",
+            str(tmp_path),
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            "--conf",
+            "spark.driver.memory=1g",
+            "--conf",
+            f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = re.search(r"^jobs by partition: (.*)$", proc.stdout, re.MULTILINE)
     assert counts is not None, proc.stdout

@@ -87,9 +87,7 @@ def seg_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     return cummax
 
 
-def seg_searchsorted(
-    table: np.ndarray, table_seg: np.ndarray, query: np.ndarray, query_seg: np.ndarray
-) -> np.ndarray:
+def seg_searchsorted(table: np.ndarray, table_seg: np.ndarray, query: np.ndarray, query_seg: np.ndarray) -> np.ndarray:
     """For each query, the first index i of ``table`` in the query's segment with
     ``table[i] >= query`` (``side='left'``); ``len(table)`` or the next segment's first
     index when there is none — callers compare against the segment's end.
@@ -101,7 +99,7 @@ def seg_searchsorted(
     keyed = _seg_keys(np.concatenate([table, query]), np.concatenate([table_seg, query_seg]))
     if keyed is not None:
         enc = keyed[0]
-        return np.searchsorted(enc[: len(table)], enc[len(table):], side="left")
+        return np.searchsorted(enc[: len(table)], enc[len(table) :], side="left")
     uniq, rank = dense_rank(np.concatenate([table, query]))
     width = np.int64(len(uniq))
     enc_t = table_seg.astype(np.int64) * width + rank[: len(table)]

@@ -27,33 +27,60 @@ EXIT_FAILED = 1
 def add_arguments(sub: Any, spark_args: Callable[[argparse.ArgumentParser], None]) -> None:
     b = sub.add_parser("backfill", help="replay a range of arrival-time partitions in order, carrying the state")
     b.add_argument("--config", required=True, help="pipeline YAML")
-    b.add_argument("--input", help="the landing zone: a folder or URI of date=YYYY-MM-DD folders "
-                                   "(default: the pipeline's source.path)")
+    b.add_argument(
+        "--input",
+        help="the landing zone: a folder or URI of date=YYYY-MM-DD folders (default: the pipeline's source.path)",
+    )
     b.add_argument("--output", required=True, help="output root: partition K goes to OUTPUT/<pipeline>/<K>/")
-    b.add_argument("--from", dest="first", help="first partition: YYYY-MM-DD, or YYYY-MM-DDTHH with --grain hour "
-                                                "(default: the oldest day the landing zone holds)")
-    b.add_argument("--to", dest="last", help="last partition, included (default: --from if given, else the newest "
-                                             "day the landing zone holds)")
-    b.add_argument("--grain", choices=("day", "hour"), default=None,
-                   help="partition size (default: the stored history's, else day)")
-    b.add_argument("--history-start", help="the first partition of the history, which starts from no state "
-                                           "(default: the stored history's, else --from)")
-    b.add_argument("--partition-column", default="date",
-                   help="the landing zone's day folders (date=YYYY-MM-DD); "
-                        "'' for a flat folder filtered by arrival time")
+    b.add_argument(
+        "--from",
+        dest="first",
+        help="first partition: YYYY-MM-DD, or YYYY-MM-DDTHH with --grain hour "
+        "(default: the oldest day the landing zone holds)",
+    )
+    b.add_argument(
+        "--to",
+        dest="last",
+        help="last partition, included (default: --from if given, else the newest day the landing zone holds)",
+    )
+    b.add_argument(
+        "--grain",
+        choices=("day", "hour"),
+        default=None,
+        help="partition size (default: the stored history's, else day)",
+    )
+    b.add_argument(
+        "--history-start",
+        help="the first partition of the history, which starts from no state "
+        "(default: the stored history's, else --from)",
+    )
+    b.add_argument(
+        "--partition-column",
+        default="date",
+        help="the landing zone's day folders (date=YYYY-MM-DD); '' for a flat folder filtered by arrival time",
+    )
     how = b.add_mutually_exclusive_group()
-    how.add_argument("--resume", action="store_true",
-                     help="skip the partitions of the range already committed and current (after a killed run)")
-    how.add_argument("--rerun-from", metavar="DATE",
-                     help="replay from this partition to --to (later partitions become current again)")
+    how.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the partitions of the range already committed and current (after a killed run)",
+    )
+    how.add_argument(
+        "--rerun-from",
+        metavar="DATE",
+        help="replay from this partition to --to (later partitions become current again)",
+    )
     b.add_argument("--flush-at-end", action="store_true", help="emit the windows still open after --to")
     b.add_argument("--no-checks", action="store_true", help="skip the data-quality checks (not recommended)")
     catalog_args(b)
     spark_args(b)
     s = sub.add_parser("status", help="list a history's partitions: committed, out of date, failed or missing")
     s.add_argument("--output", required=True, help="output root (as given to backfill)")
-    s.add_argument("--config", help="pipeline YAML (default: every pipeline under --output, checked against the "
-                                    "configuration of its newest partition)")
+    s.add_argument(
+        "--config",
+        help="pipeline YAML (default: every pipeline under --output, checked against the "
+        "configuration of its newest partition)",
+    )
     s.add_argument("--from", dest="first", help="first partition to list (default: the start of the history)")
     s.add_argument("--to", dest="last", help="last partition to list (default: the newest committed or failed)")
     catalog_args(s)
@@ -62,13 +89,19 @@ def add_arguments(sub: Any, spark_args: Callable[[argparse.ArgumentParser], None
 
 def catalog_args(p: argparse.ArgumentParser) -> None:
     """The catalog settings: override the YAML's ``output.catalog`` and place the embedded metastore."""
-    p.add_argument("--catalog-database", help="publish to this catalog database (default: the YAML's "
-                                              "output.catalog.database)")
-    p.add_argument("--catalog-table", help="table prefix: <prefix>_aggregates, _late_events, _rejected (default: "
-                                           "the YAML's output.catalog.table)")
-    p.add_argument("--metastore-dir", help="folder of the embedded Derby metastore (default: "
-                                           "REWINDOW_METASTORE_DIR, else OUTPUT/_metastore); unused when --conf "
-                                           "names a metastore (spark.hadoop.hive.metastore.uris, ...)")
+    p.add_argument(
+        "--catalog-database", help="publish to this catalog database (default: the YAML's output.catalog.database)"
+    )
+    p.add_argument(
+        "--catalog-table",
+        help="table prefix: <prefix>_aggregates, _late_events, _rejected (default: the YAML's output.catalog.table)",
+    )
+    p.add_argument(
+        "--metastore-dir",
+        help="folder of the embedded Derby metastore (default: "
+        "REWINDOW_METASTORE_DIR, else OUTPUT/_metastore); unused when --conf "
+        "names a metastore (spark.hadoop.hive.metastore.uris, ...)",
+    )
 
 
 def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> Any:
@@ -78,8 +111,11 @@ def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> 
     from windowing.catalog import with_overrides  # noqa: PLC0415 - keeps the CLI fast
     from windowing.metastore import default_metastore_dir, session_conf  # noqa: PLC0415
 
-    spec = with_overrides(pipeline.catalog if pipeline is not None else None,
-                          getattr(args, "catalog_database", None), getattr(args, "catalog_table", None))
+    spec = with_overrides(
+        pipeline.catalog if pipeline is not None else None,
+        getattr(args, "catalog_database", None),
+        getattr(args, "catalog_table", None),
+    )
     if spec is None or getattr(args, "remote", None):  # Spark Connect: the server's catalog as it is
         return spec
     folder = args.metastore_dir or os.environ.get("REWINDOW_METASTORE_DIR") or default_metastore_dir(output_root)
@@ -114,18 +150,26 @@ def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Na
             raise ConfigError(f"--grain {grain}: the history under {output_root} has {stored[0]} partitions")
         probe = Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc))
         partition_column = args.partition_column.strip() or None
-        landed = landed_days(spark, landing_zone, pipeline.source.arrival_time, source=pipeline.source,
-                             partition_column=partition_column)
+        landed = landed_days(
+            spark, landing_zone, pipeline.source.arrival_time, source=pipeline.source, partition_column=partition_column
+        )
         if not args.first and not args.rerun_from:
             if not landed:
-                raise ConfigError(f"--from: the landing zone {landing_zone} holds no events; which partition to "
-                                  "start at (YYYY-MM-DD)?")
+                raise ConfigError(
+                    f"--from: the landing zone {landing_zone} holds no events; which partition to "
+                    "start at (YYYY-MM-DD)?"
+                )
             args.first, args.last = landed[0].isoformat(), args.last or landed[-1].isoformat()
             print(f"rewindow: replaying the landed days {args.first}..{args.last}", file=sys.stderr)
         first = probe.span(args.first or args.rerun_from, args.first or args.rerun_from)[0]
         last = probe.span(args.last or args.first or args.rerun_from, args.last or args.first or args.rerun_from)[-1]
-        start = (probe.span(args.history_start, args.history_start)[0] if args.history_start
-                 else stored[1] if stored else first)
+        start = (
+            probe.span(args.history_start, args.history_start)[0]
+            if args.history_start
+            else stored[1]
+            if stored
+            else first
+        )
         if stored and start != stored[1]:
             raise ConfigError(f"--history-start {start}: the history under {output_root} starts at {stored[1]}")
         partitions = Partitions(grain, probe.start_of(start))
@@ -133,24 +177,35 @@ def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Na
         if not keys:
             raise ConfigError(f"--to {last} is before --from {first}")
         _warn_if_not_landed(keys, partitions, landed, landing_zone)
-        chain = Chain(spark, pipeline, landing_zone, output_root, partitions, partition_column=partition_column,
-                      publisher=_publisher(spark, catalog, pipeline, output_root))
+        chain = Chain(
+            spark,
+            pipeline,
+            landing_zone,
+            output_root,
+            partitions,
+            partition_column=partition_column,
+            publisher=_publisher(spark, catalog, pipeline, output_root),
+        )
         if args.rerun_from:
             rerun = probe.span(args.rerun_from, args.rerun_from)[0]
             if rerun not in keys:
                 raise ConfigError(f"--rerun-from {rerun} is outside --from {first} --to {last}")
-            keys = keys[keys.index(rerun):]
+            keys = keys[keys.index(rerun) :]
         elif args.resume:
             at = chain.resume_point(keys)
             if at is None:
-                print(f"rewindow: every partition of {keys[0]}..{keys[-1]} is committed and current: nothing to do",
-                      file=sys.stderr)
+                print(
+                    f"rewindow: every partition of {keys[0]}..{keys[-1]} is committed and current: nothing to do",
+                    file=sys.stderr,
+                )
                 print(summary_table(pipeline.name, keys, chain.commits(keys)))
                 return 0
             if at != keys[0]:
-                print(f"rewindow: resuming at {at} ({keys.index(at)} partition(s) of the range already done)",
-                      file=sys.stderr)
-            keys = keys[keys.index(at):]
+                print(
+                    f"rewindow: resuming at {at} ({keys.index(at)} partition(s) of the range already done)",
+                    file=sys.stderr,
+                )
+            keys = keys[keys.index(at) :]
         return _run(chain, keys, args, summary_table)
     except ChainError as exc:
         print(f"rewindow: backfill: {exc}", file=sys.stderr)
@@ -170,8 +225,11 @@ def _warn_if_not_landed(keys: list[str], partitions: Any, landed: list[Any], lan
     rarely what the user meant, so say what the landing zone holds."""
     days = {partitions.window(k)[0].date() for k in keys}
     if landed and not days & set(landed):
-        print(f"rewindow: warning: the landing zone {landing_zone} holds no events for {keys[0]}..{keys[-1]} "
-              f"(it holds {landed[0]}..{landed[-1]}): these partitions will be empty", file=sys.stderr)
+        print(
+            f"rewindow: warning: the landing zone {landing_zone} holds no events for {keys[0]}..{keys[-1]} "
+            f"(it holds {landed[0]}..{landed[-1]}): these partitions will be empty",
+            file=sys.stderr,
+        )
     elif not landed:
         print(f"rewindow: warning: the landing zone {landing_zone} holds no events", file=sys.stderr)
 
@@ -192,10 +250,19 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
     began = time.monotonic()
     rows = 0
     failed = None
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    console.print(f"rewindow: backfilling {len(keys)} partition(s) {keys[0]}..{keys[-1]} of pipeline {name!r} "
-                  f"from {chain.landing_zone} into {chain.pipeline_dir}")
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    console.print(
+        f"rewindow: backfilling {len(keys)} partition(s) {keys[0]}..{keys[-1]} of pipeline {name!r} "
+        f"from {chain.landing_zone} into {chain.pipeline_dir}"
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(keys[0], total=len(keys), rate="")
         for part in chain.replay(keys, flush_at_end=args.flush_at_end, checks=not args.no_checks):
@@ -203,28 +270,40 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
             rows += m.input_rows
             rate = rows / (time.monotonic() - began)
             done = keys.index(part.key) + 1
-            progress.update(task, completed=done, rate=f"{rate:,.0f} events/s",
-                            description=keys[done] if done < len(keys) else part.key)
+            progress.update(
+                task,
+                completed=done,
+                rate=f"{rate:,.0f} events/s",
+                description=keys[done] if done < len(keys) else part.key,
+            )
             verdict = "committed" if part.committed else f"FAILED {', '.join(part.lineage.failed_checks)}"
             progress.console.print(
                 f"  {part.key}: {m.input_rows:,} events, {m.windows_emitted:,} windows emitted, "
                 f"{m.late_events:,} late, {m.rejected_rows:,} rejected in {part.seconds:.1f}s: "
-                f"{verdict}")
+                f"{verdict}"
+            )
             if not part.committed:
                 failed = part
-    print(f"pipeline {name!r}: outputs in {chain.pipeline_dir}/<partition>/runs/<run>/"
-          "{aggregates,late_events,rejected,state} (the current run: see _commits/)")
+    print(
+        f"pipeline {name!r}: outputs in {chain.pipeline_dir}/<partition>/runs/<run>/"
+        "{aggregates,late_events,rejected,state} (the current run: see _commits/)"
+    )
     print(summary_table(name, keys, chain.commits(keys)))
     elapsed = time.monotonic() - began
     if failed is not None:
-        after = keys[keys.index(failed.key) + 1:]
-        print(f"rewindow: backfill: partition {failed.key} failed its data-quality checks "
-              f"({', '.join(failed.lineage.failed_checks)}); not committed (the staged run is kept at "
-              f"{failed.run_path}){f'; {after[0]}..{after[-1]} not replayed' if after else ''}. "
-              f"Fix its input, then: rewindow backfill ... --rerun-from {failed.key}", file=sys.stderr)
+        after = keys[keys.index(failed.key) + 1 :]
+        print(
+            f"rewindow: backfill: partition {failed.key} failed its data-quality checks "
+            f"({', '.join(failed.lineage.failed_checks)}); not committed (the staged run is kept at "
+            f"{failed.run_path}){f'; {after[0]}..{after[-1]} not replayed' if after else ''}. "
+            f"Fix its input, then: rewindow backfill ... --rerun-from {failed.key}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
-    print(f"backfilled {len(keys)} partition(s), {rows:,} events in {elapsed:.1f}s "
-          f"({rows / elapsed if elapsed else 0:,.0f} events/s)")
+    print(
+        f"backfilled {len(keys)} partition(s), {rows:,} events in {elapsed:.1f}s "
+        f"({rows / elapsed if elapsed else 0:,.0f} events/s)"
+    )
     return 0
 
 
@@ -262,14 +341,18 @@ def main_status(args: argparse.Namespace, spark_session: Callable[[argparse.Name
         rows = chain.status(keys)
         shown += 1
         publisher = _publisher(spark, catalog, pipeline, output_root) if pipeline is not None else None
-        print(f"pipeline {name!r} ({grain} partitions from {start}) in {chain.pipeline_dir}"
-              + (f"; tables {catalog.database}.{catalog.table}_*" if publisher is not None else ""))
+        print(
+            f"pipeline {name!r} ({grain} partitions from {start}) in {chain.pipeline_dir}"
+            + (f"; tables {catalog.database}.{catalog.table}_*" if publisher is not None else "")
+        )
         print(f"  {'partition':<18}{'status':<13}{'events':>10}{'emitted':>10}  detail")
         for s in rows:
             m = s.metrics
             tables = f"; {_published(publisher, s.key)}" if publisher is not None else ""
-            print(f"  {s.key:<18}{s.status:<13}{m.input_rows if m is not None else '':>10}"
-                  f"{m.windows_emitted if m is not None else '':>10}  {s.detail}{tables}")
+            print(
+                f"  {s.key:<18}{s.status:<13}{m.input_rows if m is not None else '':>10}"
+                f"{m.windows_emitted if m is not None else '':>10}  {s.detail}{tables}"
+            )
         counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
         print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))
     if not shown and pipeline is None:

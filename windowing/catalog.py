@@ -75,8 +75,10 @@ class CatalogSpec:
     def __post_init__(self) -> None:
         for name, value in (("database", self.database), ("table", self.table)):
             if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
-                raise ValueError(f"output.catalog.{name}: {value!r} must be a name of letters, digits and _ "
-                                 "(not starting with a digit)")
+                raise ValueError(
+                    f"output.catalog.{name}: {value!r} must be a name of letters, digits and _ "
+                    "(not starting with a digit)"
+                )
 
     def table_name(self, output: str) -> str:
         """``<table>_<output>``, lower case (how a Hive metastore stores it)."""
@@ -108,13 +110,19 @@ def parse_output(doc: Any) -> CatalogSpec | None:
         raise ValueError(f"output.catalog.{unknown[0]}: unknown field (use database and table)")
     for name in ("database", "table"):
         if name not in cat:
-            raise ValueError(f"output.catalog.{name}: required (the catalog database and the table prefix: "
-                             f"tables <table>_{', <table>_'.join(PUBLISHED)})")
+            raise ValueError(
+                f"output.catalog.{name}: required (the catalog database and the table prefix: "
+                f"tables <table>_{', <table>_'.join(PUBLISHED)})"
+            )
     return CatalogSpec(database=cat["database"], table=cat["table"])
 
 
-def with_overrides(spec: CatalogSpec | None, database: str | None = None, table: str | None = None,
-                   where: str = "--catalog-database/--catalog-table") -> CatalogSpec | None:
+def with_overrides(
+    spec: CatalogSpec | None,
+    database: str | None = None,
+    table: str | None = None,
+    where: str = "--catalog-database/--catalog-table",
+) -> CatalogSpec | None:
     """``spec`` with a database or table prefix given on the command line (or a resource)."""
     if not database and not table:
         return spec
@@ -197,11 +205,12 @@ class Publisher:
             raise CatalogError(
                 f"{where}: the Spark session's catalog is in-memory (spark.sql.catalogImplementation=in-memory): "
                 "tables would vanish with this process. Start the session with Hive support "
-                "(rewindow does so when it starts Spark itself; see docs/deployment.md)")
+                "(rewindow does so when it starts Spark itself; see docs/deployment.md)"
+            )
         try:
             self._sql(f"CREATE DATABASE IF NOT EXISTS `{self.spec.database.lower()}`")
             existing = self._tables()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise CatalogError(f"{where}: cannot use database {self.spec.database!r}: {_error_line(exc)}") from exc
         for output in PUBLISHED:
             if self.spec.table_name(output) in existing:
@@ -210,25 +219,30 @@ class Publisher:
 
     def _check_table(self, output: str) -> None:
         name = self.spec.qualified(output)
-        info = {r["col_name"].strip(): (r["data_type"] or "").strip()
-                for r in self._sql(f"DESCRIBE TABLE EXTENDED {name}").collect()}
+        info = {
+            r["col_name"].strip(): (r["data_type"] or "").strip()
+            for r in self._sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+        }
         kind = info.get("Type", "")
         if kind.upper() != "EXTERNAL":
             raise CatalogError(
                 f"output.catalog: table {name} exists and is {kind or 'not external'}: rewindow publishes to external "
                 "tables whose partitions point at its committed runs, and never writes into a managed table. "
-                "Drop it, or choose another output.catalog.table")
+                "Drop it, or choose another output.catalog.table"
+            )
         parts = self._partition_columns(output)
         if parts != [PARTITION_COLUMN]:
-            raise CatalogError(f"output.catalog: table {name} exists and is partitioned by {parts or 'nothing'}, "
-                               f"not by {PARTITION_COLUMN}: it is not rewindow's; choose another output.catalog.table")
+            raise CatalogError(
+                f"output.catalog: table {name} exists and is partitioned by {parts or 'nothing'}, "
+                f"not by {PARTITION_COLUMN}: it is not rewindow's; choose another output.catalog.table"
+            )
 
     def _partition_columns(self, output: str) -> list[str]:
         rows = self._sql(f"DESCRIBE TABLE {self.spec.qualified(output)}").collect()
         names = [r["col_name"].strip() for r in rows]
         if "# Partition Information" not in names:
             return []
-        after = names[names.index("# Partition Information") + 1:]
+        after = names[names.index("# Partition Information") + 1 :]
         return [n for n in after if n and not n.startswith("#")]
 
     def _probe_swap(self, where: str) -> None:
@@ -239,27 +253,35 @@ class Publisher:
         root = join(self.pipeline_dir, TABLES_DIR, f"_probe-{tag}")
         lake = Lake(self.spark)
         try:
-            self._sql(f"CREATE TABLE {name} (v INT, {PARTITION_COLUMN} STRING) USING parquet "
-                      f"PARTITIONED BY ({PARTITION_COLUMN}) LOCATION {_quote(root)}")
-        except Exception as exc:  # noqa: BLE001
-            raise CatalogError(f"{where}: the catalog cannot create an external table at {root} "
-                               f"(it may manage its own storage): {_error_line(exc)}. rewindow publishes by "
-                               "pointing table partitions at its committed runs and does not copy data; "
-                               "see docs/deployment.md") from exc
+            self._sql(
+                f"CREATE TABLE {name} (v INT, {PARTITION_COLUMN} STRING) USING parquet "
+                f"PARTITIONED BY ({PARTITION_COLUMN}) LOCATION {_quote(root)}"
+            )
+        except Exception as exc:
+            raise CatalogError(
+                f"{where}: the catalog cannot create an external table at {root} "
+                f"(it may manage its own storage): {_error_line(exc)}. rewindow publishes by "
+                "pointing table partitions at its committed runs and does not copy data; "
+                "see docs/deployment.md"
+            ) from exc
         try:
             spec = f"PARTITION ({PARTITION_COLUMN}='probe')"
             self._sql(f"ALTER TABLE {name} ADD {spec} LOCATION {_quote(join(root, 'a'))}")
             self._sql(f"ALTER TABLE {name} {spec} SET LOCATION {_quote(join(root, 'b'))}")
             got = self._location(name, "probe")
             if got is None or not got.rstrip("/").endswith("/b"):
-                raise CatalogError(f"{where}: the catalog did not move a partition to another folder "
-                                   f"(it reads back {got}): it cannot publish by location swap")
+                raise CatalogError(
+                    f"{where}: the catalog did not move a partition to another folder "
+                    f"(it reads back {got}): it cannot publish by location swap"
+                )
         except CatalogError:
             raise
-        except Exception as exc:  # noqa: BLE001
-            raise CatalogError(f"{where}: the catalog cannot point a table partition at another folder "
-                               f"(ALTER TABLE ... PARTITION ... SET LOCATION): {_error_line(exc)}. rewindow "
-                               "publishes by location swap and does not copy data; see docs/deployment.md") from exc
+        except Exception as exc:
+            raise CatalogError(
+                f"{where}: the catalog cannot point a table partition at another folder "
+                f"(ALTER TABLE ... PARTITION ... SET LOCATION): {_error_line(exc)}. rewindow "
+                "publishes by location swap and does not copy data; see docs/deployment.md"
+            ) from exc
         finally:
             try:
                 self._sql(f"DROP TABLE IF EXISTS {name}")
@@ -269,9 +291,10 @@ class Publisher:
 
     def _location(self, name: str, partition: str) -> str | None:
         try:
-            rows = self._sql(f"DESCRIBE TABLE EXTENDED {name} "
-                             f"PARTITION ({PARTITION_COLUMN}={_quote(partition)})").collect()
-        except Exception as exc:  # noqa: BLE001
+            rows = self._sql(
+                f"DESCRIBE TABLE EXTENDED {name} PARTITION ({PARTITION_COLUMN}={_quote(partition)})"
+            ).collect()
+        except Exception as exc:
             if "PARTITIONS_NOT_FOUND" in str(exc) or "NoSuchPartition" in str(exc) or "not found" in str(exc):
                 return None
             raise
@@ -312,24 +335,35 @@ class Publisher:
             name = self.spec.qualified(output)
             schema = self.spark.read.parquet(location).schema
             if PARTITION_COLUMN in schema.fieldNames():
-                raise CatalogError(f"output.catalog: the {output} output has a column {PARTITION_COLUMN!r}, "
-                                   "the tables' partition column: rename that column")
+                raise CatalogError(
+                    f"output.catalog: the {output} output has a column {PARTITION_COLUMN!r}, "
+                    "the tables' partition column: rename that column"
+                )
             try:
                 if self.spec.table_name(output) not in existing:
                     self._create(output, schema)
                 else:
                     self._check_columns(output, schema)
                 self._point(name, partition, location)
-                self._sql(f"ALTER TABLE {name} SET TBLPROPERTIES ("
-                          + ", ".join(f"{_quote(PROPERTY_PREFIX + k)}={_quote(v)}" for k, v in (
-                              ("pipeline", self.pipeline.name), ("fingerprint", commit.fingerprint),
-                              ("run", commit.run_id), ("partition", partition)))
-                          + ")")
+                self._sql(
+                    f"ALTER TABLE {name} SET TBLPROPERTIES ("
+                    + ", ".join(
+                        f"{_quote(PROPERTY_PREFIX + k)}={_quote(v)}"
+                        for k, v in (
+                            ("pipeline", self.pipeline.name),
+                            ("fingerprint", commit.fingerprint),
+                            ("run", commit.run_id),
+                            ("partition", partition),
+                        )
+                    )
+                    + ")"
+                )
             except CatalogError:
                 raise
-            except Exception as exc:  # noqa: BLE001
-                raise CatalogError(f"output.catalog: cannot publish partition {partition} to {name}: "
-                                   f"{_error_line(exc)}") from exc
+            except Exception as exc:
+                raise CatalogError(
+                    f"output.catalog: cannot publish partition {partition} to {name}: {_error_line(exc)}"
+                ) from exc
             done.append(Published(self.spec.table_name(output), partition, location, commit.run_id))
         return done
 
@@ -340,12 +374,15 @@ class Publisher:
             f"CREATE TABLE IF NOT EXISTS {self.spec.qualified(output)} ({_ddl(schema)}, {PARTITION_COLUMN} STRING) "
             f"USING parquet PARTITIONED BY ({PARTITION_COLUMN}) LOCATION {_quote(root)} "
             f"COMMENT {_quote(f'rewindow pipeline {self.pipeline.name}: the {output} of each committed partition')} "
-            "TBLPROPERTIES (" + ", ".join(f"{_quote(PROPERTY_PREFIX + k)}={_quote(v)}" for k, v in props.items())
-            + ")")
+            "TBLPROPERTIES (" + ", ".join(f"{_quote(PROPERTY_PREFIX + k)}={_quote(v)}" for k, v in props.items()) + ")"
+        )
 
     def _check_columns(self, output: str, schema: StructType) -> None:
-        table = [f for f in self._sql(f"SELECT * FROM {self.spec.qualified(output)} LIMIT 0").schema.fields
-                 if f.name != PARTITION_COLUMN]
+        table = [
+            f
+            for f in self._sql(f"SELECT * FROM {self.spec.qualified(output)} LIMIT 0").schema.fields
+            if f.name != PARTITION_COLUMN
+        ]
         have = [(f.name.lower(), f.dataType.simpleString()) for f in table]
         want = [(f.name.lower(), f.dataType.simpleString()) for f in schema.fields]
         if have != want:
@@ -353,14 +390,15 @@ class Publisher:
                 f"output.catalog: table {self.spec.qualified(output)} has columns "
                 f"{', '.join(f'{n} {t}' for n, t in have)} but this run's {output} has "
                 f"{', '.join(f'{n} {t}' for n, t in want)} (the pipeline's outputs changed): drop the table, or "
-                "publish to another output.catalog.table")
+                "publish to another output.catalog.table"
+            )
 
     def _point(self, name: str, partition: str, location: str) -> None:
         """One metastore operation: add the partition at ``location``, or move it there."""
         spec = f"PARTITION ({PARTITION_COLUMN}={_quote(partition)})"
         try:
             self._sql(f"ALTER TABLE {name} ADD {spec} LOCATION {_quote(location)}")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             text = str(exc)
             if "PARTITIONS_ALREADY_EXIST" not in text and "AlreadyExists" not in text and "already exists" not in text:
                 raise
@@ -390,7 +428,7 @@ def read_published(spark: SparkSession, name: str) -> PublishedOutputs:
         try:
             df = spark.table(qualified)
             df.schema  # noqa: B018 - resolve now: a missing table fails here, named
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise CatalogError(f"{database}.{prefix}_{output}: cannot read the table: {_error_line(exc)}") from exc
         frames[output] = df.drop(PARTITION_COLUMN)
     return PublishedOutputs(**frames)

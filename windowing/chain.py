@@ -106,8 +106,11 @@ class Partitions:
 
     def _floor(self, t: datetime) -> datetime:
         t = _utc(t)
-        return t.replace(minute=0, second=0, microsecond=0) if self.grain == "hour" else \
-            t.replace(hour=0, minute=0, second=0, microsecond=0)
+        return (
+            t.replace(minute=0, second=0, microsecond=0)
+            if self.grain == "hour"
+            else t.replace(hour=0, minute=0, second=0, microsecond=0)
+        )
 
     def key_of(self, t: datetime) -> str:
         """The key of the partition holding arrival time ``t``."""
@@ -120,8 +123,10 @@ class Partitions:
         try:
             t = datetime.strptime(key, fmt).replace(tzinfo=timezone.utc)
         except ValueError:
-            raise ValueError(f"partition {key!r} is not a{'n' if self.grain == 'hour' else ''} {self.grain} "
-                             f"key ({'YYYY-MM-DD-HH:00' if self.grain == 'hour' else 'YYYY-MM-DD'})") from None
+            raise ValueError(
+                f"partition {key!r} is not a{'n' if self.grain == 'hour' else ''} {self.grain} "
+                f"key ({'YYYY-MM-DD-HH:00' if self.grain == 'hour' else 'YYYY-MM-DD'})"
+            ) from None
         if t != self._floor(t):
             raise ValueError(f"partition {key!r} is not the start of an hour")
         return t
@@ -175,9 +180,11 @@ def check_roots(output_root: str, landing_zone: str) -> None:
     """The output root must not be the landing zone, inside it, or hold it (:class:`ChainError`)."""
     out, zone = str(output_root), str(landing_zone)
     if inside(out, zone) or inside(zone, out):
-        raise ChainError(f"output root {out} overlaps the landing zone {zone}: outputs would be read as events "
-                         "(or written over them); choose an output root outside the landing zone "
-                         "(REWINDOW_OUTPUT_ROOT, --output)")
+        raise ChainError(
+            f"output root {out} overlaps the landing zone {zone}: outputs would be read as events "
+            "(or written over them); choose an output root outside the landing zone "
+            "(REWINDOW_OUTPUT_ROOT, --output)"
+        )
 
 
 # --------------------------------------------------------------------------- results
@@ -274,8 +281,10 @@ class Chain:
             if name in current:
                 found[key] = value
             else:
-                damaged[key] = (f"{broken[name].message(join(self.pipeline_dir, name))}; "
-                                f"or rerun it: rewindow backfill ... --rerun-from {key}")
+                damaged[key] = (
+                    f"{broken[name].message(join(self.pipeline_dir, name))}; "
+                    f"or rerun it: rewindow backfill ... --rerun-from {key}"
+                )
         return dict(sorted(found.items(), key=lambda kv: self.partitions.start_of(kv[0]))), damaged
 
     def committed_keys(self) -> list[str]:
@@ -292,8 +301,9 @@ class Chain:
         longer follow from the state before them, oldest first."""
         commits = self.committed()
         keys = self._up_to(last, commits)
-        return store.out_of_date_partitions(commits, self.pipeline.fingerprint(),
-                                            [(k, self.partitions.previous(k)) for k in keys])
+        return store.out_of_date_partitions(
+            commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in keys]
+        )
 
     def _up_to(self, last: str | None, known: Iterable[str]) -> list[str]:
         """Every partition from the start of the history to the newest of ``last`` and ``known``."""
@@ -308,9 +318,10 @@ class Chain:
             return {}
         try:
             records = join(glob_escape(self.pipeline_dir), "*", FAILURES, "*")
-            rows = (self.spark.read.schema(FAILURE_SCHEMA).json(records)
-                    .withColumn("__file", F.input_file_name()).collect())
-        except Exception as exc:  # noqa: BLE001
+            rows = (
+                self.spark.read.schema(FAILURE_SCHEMA).json(records).withColumn("__file", F.input_file_name()).collect()
+            )
+        except Exception as exc:
             if _missing_path(exc):
                 return {}
             raise
@@ -343,8 +354,12 @@ class Chain:
         if not keys:
             return []
         history = self._up_to(None, keys)
-        stale = {s.partition: s.reason for s in store.out_of_date_partitions(
-            commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in history])}
+        stale = {
+            s.partition: s.reason
+            for s in store.out_of_date_partitions(
+                commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in history]
+            )
+        }
         out = []
         for key in keys:
             commit = commits.get(key)
@@ -352,19 +367,30 @@ class Chain:
             if key in damaged:
                 out.append(PartitionStatus(key, DAMAGED, damaged[key]))
             elif fail is not None and (commit is None or fail["run_id"] > commit.run_id):
-                out.append(PartitionStatus(key, FAILED, f"checks failed: {fail['failed_checks']}",
-                                           fail["run_path"]))
+                out.append(PartitionStatus(key, FAILED, f"checks failed: {fail['failed_checks']}", fail["run_path"]))
             elif commit is None:
                 out.append(PartitionStatus(key, MISSING, "nothing committed"))
             elif not run_is_whole(self.spark, commit):  # a record whose run is gone is not trusted
-                out.append(PartitionStatus(key, DAMAGED, f"{orphaned_message(commit)}; or rerun it: "
-                                                         f"rewindow backfill ... --rerun-from {key}", commit.run_path))
+                out.append(
+                    PartitionStatus(
+                        key,
+                        DAMAGED,
+                        f"{orphaned_message(commit)}; or rerun it: rewindow backfill ... --rerun-from {key}",
+                        commit.run_path,
+                    )
+                )
             elif key in stale:
-                out.append(PartitionStatus(key, OUT_OF_DATE, stale[key], commit.run_path,
-                                           ReplayMetrics.from_dict(commit.metrics)))
+                out.append(
+                    PartitionStatus(
+                        key, OUT_OF_DATE, stale[key], commit.run_path, ReplayMetrics.from_dict(commit.metrics)
+                    )
+                )
             else:
-                out.append(PartitionStatus(key, COMMITTED, f"run {commit.run_id}", commit.run_path,
-                                           ReplayMetrics.from_dict(commit.metrics)))
+                out.append(
+                    PartitionStatus(
+                        key, COMMITTED, f"run {commit.run_id}", commit.run_path, ReplayMetrics.from_dict(commit.metrics)
+                    )
+                )
         return out
 
     def resume_point(self, keys: Sequence[str]) -> str | None:
@@ -390,8 +416,11 @@ class Chain:
         earlier = self.partitions.keys(None, prev)
         current, broken = self._store()
         if prev in broken:
-            raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: partition {prev}: "
-                             f"{broken[prev]}", first_key, {"damaged": prev})
+            raise ChainError(
+                f"Cannot replay partition {first_key} of pipeline {name}: partition {prev}: {broken[prev]}",
+                first_key,
+                {"damaged": prev},
+            )
         commits = {k: current[k] for k in (*earlier, first_key) if k in current}
         missing = store.first_missing(commits, earlier)
         if missing is not None:
@@ -400,42 +429,60 @@ class Chain:
                 f"{missing} is missing (nothing committed in {self.folder(missing)}; "
                 "a replay that fails a blocking data-quality check is not committed). Partitions are replayed in "
                 f"order, each from the state of the one before: materialize {missing}..{first_key} "
-                "(one backfill runs them in order).", first_key, {"missing": missing})
-        stale = store.out_of_date_partitions(commits, self.pipeline.fingerprint(),
-                                             [(k, self.partitions.previous(k)) for k in earlier])
+                "(one backfill runs them in order).",
+                first_key,
+                {"missing": missing},
+            )
+        stale = store.out_of_date_partitions(
+            commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in earlier]
+        )
         if stale:
             raise ChainError(
                 f"Cannot replay partition {first_key} of pipeline {name}: partition {stale[0].partition} "
                 f"{stale[0].reason}. Rerun {stale[0].partition}..{first_key} (one backfill runs them in order).",
-                first_key, {"out_of_date": [vars(s) for s in stale]})
+                first_key,
+                {"out_of_date": [vars(s) for s in stale]},
+            )
         commit = commits[prev]
         lineage = store.Lineage.of(commit)
         if lineage is None:
-            raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: partition {prev} has no "
-                             f"lineage in its commit record (written outside this chain): rerun {prev}", first_key)
+            raise ChainError(
+                f"Cannot replay partition {first_key} of pipeline {name}: partition {prev} has no "
+                f"lineage in its commit record (written outside this chain): rerun {prev}",
+                first_key,
+            )
         if lineage.failed_checks:
             raise ChainError(
                 f"Cannot replay partition {first_key} of pipeline {name}: partition {prev} failed its "
                 f"data-quality checks ({', '.join(lineage.failed_checks)}; see the check results of "
-                f"{commit.run_path}). Fix the input and rerun {prev} first.", first_key)
+                f"{commit.run_path}). Fix the input and rerun {prev} first.",
+                first_key,
+            )
         if lineage.flushed_at_end:
             raise ChainError(
                 f"Cannot replay partition {first_key} of pipeline {name}: partition {prev} was replayed "
                 "with flush_at_end, so the windows open at its end were emitted and are not in its state. "
-                f"Rerun {prev} without flush_at_end first.", first_key)
+                f"Rerun {prev} without flush_at_end first.",
+                first_key,
+            )
         if not run_is_whole(self.spark, commit):
-            raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: partition {prev}: "
-                             f"{orphaned_message(commit)}; or rerun it: rewindow backfill ... --rerun-from {prev}",
-                             first_key, {"damaged": prev})
+            raise ChainError(
+                f"Cannot replay partition {first_key} of pipeline {name}: partition {prev}: "
+                f"{orphaned_message(commit)}; or rerun it: rewindow backfill ... --rerun-from {prev}",
+                first_key,
+                {"damaged": prev},
+            )
         try:
             state = read_state(self.spark, commit.output)
         except StateError as exc:
             raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: {exc}", first_key) from exc
-        return PartitionResult(prev, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage,
-                               state)
+        return PartitionResult(
+            prev, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage, state
+        )
 
-    def replay(self, keys: Sequence[str], *, flush_at_end: bool = False, checks: bool = True,
-               run_id: str | None = None) -> Iterator[PartitionResult]:
+    def replay(
+        self, keys: Sequence[str], *, flush_at_end: bool = False, checks: bool = True, run_id: str | None = None
+    ) -> Iterator[PartitionResult]:
         """Replay ``keys`` (consecutive partitions) oldest to newest, each from the state the
         one before left, yielding a :class:`PartitionResult` once each is stored.
 
@@ -450,8 +497,11 @@ class Chain:
         expected = self.partitions.keys(keys[0], keys[-1])
         if keys != expected:
             gap = next(k for k in expected if k not in keys)
-            raise ChainError(f"partitions {keys[0]}..{keys[-1]} of pipeline {self.pipeline.name} are not "
-                             f"consecutive ({gap} is missing): each partition starts from the one before", gap)
+            raise ChainError(
+                f"partitions {keys[0]}..{keys[-1]} of pipeline {self.pipeline.name} are not "
+                f"consecutive ({gap} is missing): each partition starts from the one before",
+                gap,
+            )
         self.check_roots()
         if self.publisher is not None:  # a catalog that cannot take a location swap fails before any work
             try:
@@ -479,20 +529,34 @@ class Chain:
                 self.log.error(
                     f"{self.pipeline.name} {key}: data-quality checks failed "
                     f"({', '.join(carried.lineage.failed_checks)}); not replaying the partitions after it. "
-                    f"Details: the check results of {carried.run_path}")
+                    f"Details: the check results of {carried.run_path}"
+                )
                 return
 
     def read_events(self, key: str) -> tuple[Any, list[str] | None]:
         """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`)."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(
-            self.spark, self.landing_zone, start, end, self.pipeline.source.arrival_time,
-            source=self.pipeline.source, pipeline=self.pipeline, partition_column=self.partition_column,
+            self.spark,
+            self.landing_zone,
+            start,
+            end,
+            self.pipeline.source.arrival_time,
+            source=self.pipeline.source,
+            pipeline=self.pipeline,
+            partition_column=self.partition_column,
             unplaced=self.partitions.previous(key) is None,
         )
 
-    def replay_one(self, key: str, start: PartitionResult | None, *, flush: bool = False, checks: bool = True,
-                   run_id: str | None = None) -> PartitionResult:
+    def replay_one(
+        self,
+        key: str,
+        start: PartitionResult | None,
+        *,
+        flush: bool = False,
+        checks: bool = True,
+        run_id: str | None = None,
+    ) -> PartitionResult:
         """Replay one partition from ``start`` (the previous partition's result, or None), check
         its staged outputs, and commit outputs, lineage and check results together, only if
         no blocking check failed (write-audit-publish). A failing partition's staged run is
@@ -504,8 +568,7 @@ class Chain:
             events, files = self.read_events(key)
             if files is not None and not files:
                 self.log.warning(f"{key}: no landing files for this partition; replayed as a partition without events")
-            result = replay(self.spark, self.pipeline, events, state=start.state if start else None,
-                            flush_at_end=flush)
+            result = replay(self.spark, self.pipeline, events, state=start.state if start else None, flush_at_end=flush)
             metrics = result.metrics
             try:
                 staged = stage_outputs(result, folder, pipeline=self.pipeline, inputs=[self.landing_zone])
@@ -513,8 +576,9 @@ class Chain:
                 result.unpersist()
         except (StateMismatchError, StateError) as exc:
             source = f" (the carried state is partition {start.key}'s, run {start.run_path})" if start else ""
-            raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}{source}: {exc}",
-                             key) from exc
+            raise ChainError(
+                f"Cannot replay partition {key} of pipeline {self.pipeline.name}{source}: {exc}", key
+            ) from exc
         except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
             raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
         seconds = time.monotonic() - began
@@ -522,8 +586,11 @@ class Chain:
         results: tuple[Any, ...] = ()
         failed: tuple[str, ...] = ()
         if checks:
-            results = tuple(run_checks(self.spark, self.pipeline, outputs, input_df=events,
-                                       prev_state=start.state if start else None))
+            results = tuple(
+                run_checks(
+                    self.spark, self.pipeline, outputs, input_df=events, prev_state=start.state if start else None
+                )
+            )
             failed = tuple(r.name for r in blocking_failures(results))
         state = outputs.state
         lineage = store.Lineage(
@@ -540,8 +607,7 @@ class Chain:
         )
         if failed:  # write-audit-publish: a partition that fails its checks is not published
             self._record_failure(key, staged, lineage)
-            return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds,
-                                   committed=False)
+            return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds, committed=False)
         if self.publisher is None:
             staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
         else:
@@ -556,16 +622,24 @@ class Chain:
             commit = staged.commit(extra, keep=pointed)
             published = self.publisher.publish(key, commit)
         except CatalogError as exc:
-            raise ChainError(f"Partition {key} of pipeline {self.pipeline.name} is committed ({staged.path}) but "
-                             f"not published: {exc}. Rerun it once the catalog is fixed.", key) from exc
-        self.log.info(f"{self.pipeline.name} {key}: published run {staged.run_id} to "
-                      f"{', '.join(p.table for p in published)}")
+            raise ChainError(
+                f"Partition {key} of pipeline {self.pipeline.name} is committed ({staged.path}) but "
+                f"not published: {exc}. Rerun it once the catalog is fixed.",
+                key,
+            ) from exc
+        self.log.info(
+            f"{self.pipeline.name} {key}: published run {staged.run_id} to {', '.join(p.table for p in published)}"
+        )
 
     def _record_failure(self, key: str, staged: Any, lineage: store.Lineage) -> None:
         """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not
         committed because blocking checks failed (what :meth:`status` reports as failed)."""
-        record = {"run_id": staged.run_id, "run_path": staged.path, "failed_checks": ", ".join(lineage.failed_checks),
-                  "recorded_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+        record = {
+            "run_id": staged.run_id,
+            "run_path": staged.path,
+            "failed_checks": ", ".join(lineage.failed_checks),
+            "recorded_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        }
         target = join(self.folder(key), FAILURES, staged.run_id)
         self.spark.createDataFrame([record], FAILURE_SCHEMA).coalesce(1).write.mode("overwrite").json(target)
 
@@ -595,8 +669,9 @@ def stored_history(spark: Any, output_root: str, pipeline_name: str) -> tuple[st
         return None
     grains = {g for g, _ in keys.values()}
     if len(grains) > 1:
-        raise ChainError(f"{join(str(output_root), pipeline_name)} holds both day and hour partitions: "
-                         "one history has one grain")
+        raise ChainError(
+            f"{join(str(output_root), pipeline_name)} holds both day and hour partitions: one history has one grain"
+        )
     grain = grains.pop()
     firsts = sorted(k for k, (_, c) in keys.items() if (lin := store.Lineage.of(c)) and lin.previous_partition is None)
     return grain, (firsts[0] if firsts else min(keys))
@@ -615,5 +690,6 @@ def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict[str, An
         lines.append(
             f"  {key:<18}{m.input_rows:>10,}{m.windows_emitted:>10,}"
             f"{m.late_events:>8,}{m.rejected_rows:>10,}{m.open_windows:>8,}"
-            f"  {m.watermark_reached}")
+            f"  {m.watermark_reached}"
+        )
     return "\n".join(lines)

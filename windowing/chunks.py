@@ -51,11 +51,17 @@ KB_SLICE, KB_SLICES = "__kb_slice", "__kb_slices"
 PACKED = "__packed"
 
 
+#: How packs are written (the reader needs no option).
+_PACK_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+
+
 class PackRows:
     """Spark's grouped Arrow function that packs a group's rows (a worker's or a hot key's
     block of batches): one row of the ``header`` columns' values and ``__blob``, the other
-    columns (``fields``, renamed ``names``) sorted by ``order`` as an Arrow IPC stream. The
-    bytes depend only on the rows, not the order they came in."""
+    columns (``fields``, renamed ``names``) sorted by ``order`` as an Arrow IPC stream with
+    zstd-compressed buffers (a pack is copied to every task of its worker: a timeline block
+    shrinks ~4.5x, its numbers being close to each other). The bytes depend only on the
+    rows, not the order they came in."""
 
     def __init__(self, header: list[str], fields: list[str], names: list[str], order: str) -> None:
         self.header, self.fields, self.names, self.order = header, fields, names, order
@@ -64,7 +70,7 @@ class PackRows:
         body = table.select(self.fields).rename_columns(self.names)
         body = body.sort_by([(self.names[self.fields.index(self.order)], "ascending")]).combine_chunks()
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, body.schema) as writer:
+        with pa.ipc.new_stream(sink, body.schema, options=_PACK_IPC) as writer:
             writer.write_table(body)
         head = table.select(self.header).slice(0, 1)
         return head.append_column("__blob", pa.array([sink.getvalue().to_pybytes()], pa.binary()))
@@ -93,8 +99,14 @@ class TaskInput:
     :func:`windowing.kernel.commit_summary` gives them for the whole task).
     """
 
-    def __init__(self, batches: Iterable[pa.RecordBatch], names: Mapping[str, str], spec: K.Spec, limit: int,
-                 summarise: bool = False) -> None:
+    def __init__(
+        self,
+        batches: Iterable[pa.RecordBatch],
+        names: Mapping[str, str],
+        spec: K.Spec,
+        limit: int,
+        summarise: bool = False,
+    ) -> None:
         self.spec, self.names, self.limit, self.summarise = spec, names, limit, summarise
         self.table: pa.Table | None = None
         self.rows = 0
@@ -161,8 +173,9 @@ class TaskInput:
             minimum = spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME
             self.commits = pieces.merged_commits(summaries, minimum)
 
-    def _without_timelines(self, batches: Iterable[pa.RecordBatch],
-                           key_batches: list[pa.Table]) -> Iterator[pa.RecordBatch]:
+    def _without_timelines(
+        self, batches: Iterable[pa.RecordBatch], key_batches: list[pa.Table]
+    ) -> Iterator[pa.RecordBatch]:
         """The non-empty batches, the packed rows (:data:`PACKED`, the engine's only way
         of sending timeline rows) taken out and unpacked: their timeline rows to
         :attr:`timeline_rows`, their key-batch rows to ``key_batches``. The task's slice
@@ -201,12 +214,16 @@ class TaskInput:
                 key_batches.append(rows.append_column("__kind", pa.array(kind)))
                 continue
             timeline = rows.drop_columns([K.KB_MAXEV]).append_column(
-                TL_OWNER, pa.array(np.full(rows.num_rows, bool(pack["owner"]))))
+                TL_OWNER, pa.array(np.full(rows.num_rows, bool(pack["owner"])))
+            )
             self.timeline_rows.append(timeline)
             if pack["slice"] is not None:  # a sliced worker's timeline rows are its key's batches too
                 kb = rows.drop_columns([TL_MIN]).rename_columns(
-                    [{TL_BATCH: K.KB_BATCH, TL_CAND: K.KB_CAND, TL_MAX: K.KB_MAXARR}.get(c, c) for c in
-                     rows.drop_columns([TL_MIN]).column_names])
+                    [
+                        {TL_BATCH: K.KB_BATCH, TL_CAND: K.KB_CAND, TL_MAX: K.KB_MAXARR}.get(c, c)
+                        for c in rows.drop_columns([TL_MIN]).column_names
+                    ]
+                )
                 key_batches.append(kb.append_column("__kind", pa.array(kind)))
 
     def _with_key_batches(self, table: pa.Table | None, lo: int | None, hi: int | None) -> pa.Table:
@@ -308,8 +325,9 @@ class TaskInput:
             self.folder = None
 
 
-def replay_in_pieces(source: TaskInput, spec: K.Spec, timelines: Mapping[Any, K.Timeline],
-                     flush_at_end: bool) -> Iterator[tuple[K.KernelOutput, bool, set[Any]]]:
+def replay_in_pieces(
+    source: TaskInput, spec: K.Spec, timelines: Mapping[Any, K.Timeline], flush_at_end: bool
+) -> Iterator[tuple[K.KernelOutput, bool, set[Any]]]:
     """Replay a spilled task's pieces in order; yields each piece's output, whether it is
     the last, and the (worker, key) pairs it saw events of. A piece's ``state`` is carried
     into the next one (only the last piece's is the task's). Its counters are the piece's
@@ -330,8 +348,9 @@ def replay_in_pieces(source: TaskInput, spec: K.Spec, timelines: Mapping[Any, K.
         yield out, last, seen
 
 
-def merged_counters(outputs: list[dict[str, dict[str, int]]], seen: Iterable[tuple[Any, ...]],
-                    spec: K.Spec) -> dict[str, dict[str, int]]:
+def merged_counters(
+    outputs: list[dict[str, dict[str, int]]], seen: Iterable[tuple[Any, ...]], spec: K.Spec
+) -> dict[str, dict[str, int]]:
     """The task's counters per worker label, from its pieces' (in order) and the keys they saw."""
     per_label: dict[str, int] = {}
     for key in seen:

@@ -26,37 +26,63 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--output", required=True, help="output folder or URI (a new run, committed atomically)")
     r.add_argument("--state-in", help="the previous replay's output (or its OUT_DIR/state)")
     r.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
-    r.add_argument("--partition", help="with output.catalog: the table partition (partition_key) this run is "
-                                      "published as, e.g. 2024-01-01")
+    r.add_argument(
+        "--partition",
+        help="with output.catalog: the table partition (partition_key) this run is published as, e.g. 2024-01-01",
+    )
     catalog_args(r)
     _spark_args(r)
     v = sub.add_parser("verify", help="run the data-quality checks on a replay's output folder")
     v.add_argument("output_dir", metavar="OUTPUT_DIR", help="a `rewindow replay --output` folder or URI")
     v.add_argument("--config", required=True, help="the pipeline YAML the replay ran")
-    v.add_argument("--input", nargs="+",
-                   help="the events it replayed: enables the input and conservation checks, and replay_reproduces "
-                        "(a fresh replay compared row for row)")
+    v.add_argument(
+        "--input",
+        nargs="+",
+        help="the events it replayed: enables the input and conservation checks, and replay_reproduces "
+        "(a fresh replay compared row for row)",
+    )
     v.add_argument("--state-in", help="the state it started from (the previous partition's OUT_DIR/state)")
-    v.add_argument("--flush-at-end", action="store_true", default=None,
-                   help="the replay ran with --flush-at-end (default: the pipeline's replay.flushAtEnd)")
+    v.add_argument(
+        "--flush-at-end",
+        action="store_true",
+        default=None,
+        help="the replay ran with --flush-at-end (default: the pipeline's replay.flushAtEnd)",
+    )
     v.add_argument("--max-skew", default="7d", help="largest accepted |event time - arrival time| (default 7d)")
-    v.add_argument("--check", action="append", metavar="NAME",
-                   help="run only this check (repeatable); one that cannot run is an error")
+    v.add_argument(
+        "--check",
+        action="append",
+        metavar="NAME",
+        help="run only this check (repeatable); one that cannot run is an error",
+    )
     v.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     _spark_args(v)
     c = sub.add_parser("reconcile", help="compare a replay's aggregates with what the live pipeline emitted")
     c.add_argument("--config", required=True, help="the pipeline YAML (its reconcile: block maps the live columns)")
-    c.add_argument("--replay", required=True, help="a `rewindow replay --output` folder or URI, or the catalog "
-                                                   "table a history was published to (database.table)")
-    c.add_argument("--live", help="the live aggregates: folder, file, URI or catalog table database.table "
-                                  "(default: the YAML's reconcile.live)")
-    c.add_argument("--metastore-dir", help="the embedded metastore of the tables --replay/--live name "
-                                           "(default REWINDOW_METASTORE_DIR)")
+    c.add_argument(
+        "--replay",
+        required=True,
+        help="a `rewindow replay --output` folder or URI, or the catalog "
+        "table a history was published to (database.table)",
+    )
+    c.add_argument(
+        "--live",
+        help="the live aggregates: folder, file, URI or catalog table database.table "
+        "(default: the YAML's reconcile.live)",
+    )
+    c.add_argument(
+        "--metastore-dir",
+        help="the embedded metastore of the tables --replay/--live name (default REWINDOW_METASTORE_DIR)",
+    )
     c.add_argument("--live-format", help="Spark format of --live (default: the YAML's, else parquet)")
     c.add_argument("--output", required=True, help="report folder or URI (mismatches, summary; committed atomically)")
     c.add_argument("--min-match", help="exit 1 under this match rate, e.g. 99.5%% (default: the YAML's, else 100%%)")
-    c.add_argument("--partition-edge", action="append", metavar="TIME",
-                   help="a partition boundary, ISO date or time (repeatable, increasing): per-partition figures")
+    c.add_argument(
+        "--partition-edge",
+        action="append",
+        metavar="TIME",
+        help="a partition boundary, ISO date or time (repeatable, increasing): per-partition figures",
+    )
     _spark_args(c)
     _lateness_args(sub)
     add_arguments(sub, _spark_args)
@@ -97,14 +123,22 @@ def _lateness_args(sub: Any) -> None:
     p.add_argument("--input", nargs="+", help="events: folders, files or URIs (default: the pipeline's source)")
     p.add_argument("--output", required=True, help="report folder or URI (tables, figures, report.html; committed)")
     p.add_argument("--state-in", help="the previous partition's `rewindow lateness` output (same options)")
-    p.add_argument("--delays", default=DEFAULT_DELAYS,
-                   help=f"delayWindowClose values to replay (default {DEFAULT_DELAYS})")
-    p.add_argument("--target-late", default=DEFAULT_TARGET_LATE,
-                   help=f"late share to stay at or under, e.g. 0.1%% (default {_escape(DEFAULT_TARGET_LATE)})")
-    p.add_argument("--lateness-modes", default=None,
-                   help="configured (default), both, or WINDOW_CLOSED,BEFORE_WATERMARK")
-    p.add_argument("--future-skew", default=DEFAULT_FUTURE_SKEW,
-                   help=f"list events this far ahead of their arrival, or off (default {DEFAULT_FUTURE_SKEW})")
+    p.add_argument(
+        "--delays", default=DEFAULT_DELAYS, help=f"delayWindowClose values to replay (default {DEFAULT_DELAYS})"
+    )
+    p.add_argument(
+        "--target-late",
+        default=DEFAULT_TARGET_LATE,
+        help=f"late share to stay at or under, e.g. 0.1%% (default {_escape(DEFAULT_TARGET_LATE)})",
+    )
+    p.add_argument(
+        "--lateness-modes", default=None, help="configured (default), both, or WINDOW_CLOSED,BEFORE_WATERMARK"
+    )
+    p.add_argument(
+        "--future-skew",
+        default=DEFAULT_FUTURE_SKEW,
+        help=f"list events this far ahead of their arrival, or off (default {DEFAULT_FUTURE_SKEW})",
+    )
     p.add_argument("--worst", type=int, default=DEFAULT_WORST, help="windows listed as the worst (default 20)")
     p.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
     _spark_args(p)
@@ -119,8 +153,14 @@ def _spark_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--master", default=None, help="Spark master: local[*] (default), spark://, yarn, k8s://")
     where.add_argument("--remote", default=None, help="Spark Connect server: sc://HOST:PORT")
-    p.add_argument("--conf", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
-                   help="extra Spark setting (repeatable)")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="extra Spark setting (repeatable)",
+    )
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -160,8 +200,10 @@ def _replay(args: argparse.Namespace) -> int:
     parent = absolute(args.output).rstrip("/").rsplit("/", 1)[0]
     catalog = catalog_setup(args, pipeline, parent)
     if catalog is not None and not args.partition:
-        raise ConfigError("--partition: required when the pipeline publishes to a catalog (output.catalog): "
-                          "the table partition this run is published as (e.g. 2024-01-01)")
+        raise ConfigError(
+            "--partition: required when the pipeline publishes to a catalog (output.catalog): "
+            "the table partition this run is published as (e.g. 2024-01-01)"
+        )
     _progress(1, 3, f"starting Spark ({args.remote or args.master or 'local[*]'})")
     spark = _spark(args)
     publisher = None
@@ -189,8 +231,10 @@ def _replay(args: argparse.Namespace) -> int:
         result.unpersist()
     if publisher is not None:
         published = publisher.publish(args.partition, commit)
-        print(f"published run {commit.run_id} as partition {args.partition} of "
-              f"{', '.join(f'{catalog.database}.{p.table}' for p in published)}")
+        print(
+            f"published run {commit.run_id} as partition {args.partition} of "
+            f"{', '.join(f'{catalog.database}.{p.table}' for p in published)}"
+        )
     m = result.metrics
     print(
         f"replayed {m.input_rows:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
@@ -199,8 +243,10 @@ def _replay(args: argparse.Namespace) -> int:
         f"({m.late_event_windows:,} late (event, window) pairs), "
         f"{m.rejected_rows:,} rejected, {m.open_windows:,} still open; watermark {m.watermark_reached}"
     )
-    print(f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json, metrics.prom), "
-          f"committed as run {commit.seq} of {args.output}")
+    print(
+        f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json, metrics.prom), "
+        f"committed as run {commit.seq} of {args.output}"
+    )
     return 0
 
 
@@ -211,9 +257,11 @@ def _blocked(spark: Any, pipeline: Any, staged: Any, events: Any, state: Any) ->
 
     failed = blocking_failures(run_checks(spark, pipeline, staged.read(), input_df=events, prev_state=state))
     if failed:
-        print(f"rewindow: replay: blocking data-quality checks failed ({', '.join(r.name for r in failed)}): "
-              f"the run is not committed nor published (kept at {staged.path}); rewindow verify shows why",
-              file=sys.stderr)
+        print(
+            f"rewindow: replay: blocking data-quality checks failed ({', '.join(r.name for r in failed)}): "
+            f"the run is not committed nor published (kept at {staged.path}); rewindow verify shows why",
+            file=sys.stderr,
+        )
     return bool(failed)
 
 
@@ -242,8 +290,17 @@ def _verify(args: argparse.Namespace) -> int:
     prev = read_state(spark, args.state_in) if args.state_in else None
     events = read_events(spark, args.input, pipeline=pipeline, state=prev) if args.input else None
     only = set(args.check) if args.check else None
-    results = run_checks(spark, pipeline, outputs, input_df=events, prev_state=prev, max_skew_ms=max_skew_ms,
-                         only=only, recompute=events is not None, flush_at_end=args.flush_at_end)
+    results = run_checks(
+        spark,
+        pipeline,
+        outputs,
+        input_df=events,
+        prev_state=prev,
+        max_skew_ms=max_skew_ms,
+        only=only,
+        recompute=events is not None,
+        flush_at_end=args.flush_at_end,
+    )
     if only is None:
         results = [_state_manifest_check(spark, outputs), *results]
     failed = [r for r in results if not r.passed and r.blocking]
@@ -251,8 +308,9 @@ def _verify(args: argparse.Namespace) -> int:
     # A check asked for by name gives a verdict or an error, never a silent skip.
     cannot = [r for r in results if r.skipped] if only is not None else []
     if args.json:
-        print(json.dumps([{"name": r.name, "status": r.status, **r.metadata()} for r in results],
-                         indent=2, default=str))
+        print(
+            json.dumps([{"name": r.name, "status": r.status, **r.metadata()} for r in results], indent=2, default=str)
+        )
     else:
         print(format_table(results))
         ran = [r for r in results if not r.skipped]
@@ -264,8 +322,7 @@ def _verify(args: argparse.Namespace) -> int:
     if warned:
         print(f"rewindow: verify: {len(warned)} warning(s): {', '.join(r.name for r in warned)}", file=sys.stderr)
     if failed:
-        print(f"rewindow: verify: {len(failed)} check(s) failed: {', '.join(r.name for r in failed)}",
-              file=sys.stderr)
+        print(f"rewindow: verify: {len(failed)} check(s) failed: {', '.join(r.name for r in failed)}", file=sys.stderr)
     if cannot:
         for r in cannot:
             print(f"rewindow: error: check {r.name} cannot run: {r.skip_reason}", file=sys.stderr)

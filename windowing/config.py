@@ -63,8 +63,19 @@ class Trigger(str, Enum):
     AT_AGGREGATE = "atAggregate"
 
 
-AGGREGATE_TYPES = ("count", "sum", "min", "max", "avg", "distinct", "first", "last", "stddev_pop", "stddev_samp",
-                   "percentile")
+AGGREGATE_TYPES = (
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "distinct",
+    "first",
+    "last",
+    "stddev_pop",
+    "stddev_samp",
+    "percentile",
+)
 #: Aggregates that need a numeric column.
 NUMERIC_AGGREGATES = ("sum", "avg", "stddev_pop", "stddev_samp", "percentile")
 #: The percentage of a ``percentile`` without one: the median.
@@ -242,8 +253,11 @@ class Pipeline:
         """
         semantic: dict[str, Any] = {
             # maxFutureSkew off (None) leaves the fingerprint what it was before the option existed.
-            "source": {k: v for k, v in asdict(self.source).items() if k not in Source.LOCATION_FIELDS
-                       and not (k == "max_future_skew_ms" and v is None)},
+            "source": {
+                k: v
+                for k, v in asdict(self.source).items()
+                if k not in Source.LOCATION_FIELDS and not (k == "max_future_skew_ms" and v is None)
+            },
             "window": asdict(self.window),
             "aggregates": [asdict(a) for a in self.aggregates],
         }
@@ -357,8 +371,10 @@ def parse_pipeline(doc: Any) -> Pipeline:
     m = _mapping(doc, "<root>")
     name, ignored = _parse_root(m)
     if m.get("source") is None:  # a VoltSP file whose `source: ...` placeholder was dropped
-        raise ConfigError("source: required: rewindow's source fields (arrivalTime, and path or --input); "
-                          "a VoltSP source block may stay beside them, unread")
+        raise ConfigError(
+            "source: required: rewindow's source fields (arrivalTime, and path or --input); "
+            "a VoltSP source block may stay beside them, unread"
+        )
     source = _parse_source(_mapping(m["source"], "source"), ignored)
     emitter = _mapping(m.get("emitter"), "emitter")
     wtype = _window_type(emitter)
@@ -394,8 +410,23 @@ def parse_pipeline(doc: Any) -> Pipeline:
 
 def _parse_root(m: Mapping[str, Any]) -> tuple[str, list[str]]:
     """The root's fields checked, its ``version`` and ``name``: ``(name, ignored live-only fields)``."""
-    _only(m, "<root>", {"version", "name", "source", "emitter", "replay", "triggers", "quality", "columns",
-                        "reconcile", "output", *_LIVE_ONLY_ROOT_FIELDS})
+    _only(
+        m,
+        "<root>",
+        {
+            "version",
+            "name",
+            "source",
+            "emitter",
+            "replay",
+            "triggers",
+            "quality",
+            "columns",
+            "reconcile",
+            "output",
+            *_LIVE_ONLY_ROOT_FIELDS,
+        },
+    )
     ignored = [k for k in m if k in _LIVE_ONLY_ROOT_FIELDS]  # the live pipeline's sink, processors
     version = m.get("version", 1)
     if version != 1:
@@ -433,13 +464,10 @@ def _window_type(emitter: Mapping[str, Any]) -> WindowType:
     other = [k for k in emitter if k not in {t.value for t in WindowType} and k != "triggers"]
     if other:
         raise ConfigError(
-            f"emitter.{other[0]}: unknown window type; use one of "
-            + ", ".join(t.value for t in WindowType)
+            f"emitter.{other[0]}: unknown window type; use one of " + ", ".join(t.value for t in WindowType)
         )
     if len(window_keys) != 1:
-        raise ConfigError(
-            "emitter: exactly one window is required, one of " + ", ".join(t.value for t in WindowType)
-        )
+        raise ConfigError("emitter: exactly one window is required, one of " + ", ".join(t.value for t in WindowType))
     return WindowType(window_keys[0])
 
 
@@ -452,12 +480,16 @@ def _check_future_skew(m: Mapping[str, Any], source: Source, window: Window, wfi
         )
 
 
-def _parse_trigger_lists(m: Mapping[str, Any], emitter: Mapping[str, Any], wfield: str,
-                         wdoc: Mapping[str, Any], ignored: list[str]) -> tuple[Trigger, ...]:
+def _parse_trigger_lists(
+    m: Mapping[str, Any], emitter: Mapping[str, Any], wfield: str, wdoc: Mapping[str, Any], ignored: list[str]
+) -> tuple[Trigger, ...]:
     """The triggers, from the one place they are given (default ``atWindowEnd``)."""
     # VoltSP writes triggers beside the window (under emitter) or inside the window block.
-    given = [(f, d["triggers"]) for f, d in (("triggers", m), ("emitter.triggers", emitter),
-                                              (f"{wfield}.triggers", wdoc)) if "triggers" in d]
+    given = [
+        (f, d["triggers"])
+        for f, d in (("triggers", m), ("emitter.triggers", emitter), (f"{wfield}.triggers", wdoc))
+        if "triggers" in d
+    ]
     if len(given) > 1:
         raise ConfigError(
             f"{given[0][0]} and {given[1][0]}: triggers are given in both places; give them once "
@@ -474,8 +506,9 @@ def _parse_replay(m: Mapping[str, Any]) -> tuple[bool, int]:
     flush = replay_doc.get("flushAtEnd", False)
     if not isinstance(flush, bool):
         raise ConfigError(f"replay.flushAtEnd: {flush!r} must be true or false")
-    heartbeat = (_duration(replay_doc["heartbeat"], "replay.heartbeat") if "heartbeat" in replay_doc
-                 else DEFAULT_HEARTBEAT_MS)
+    heartbeat = (
+        _duration(replay_doc["heartbeat"], "replay.heartbeat") if "heartbeat" in replay_doc else DEFAULT_HEARTBEAT_MS
+    )
     return flush, heartbeat
 
 
@@ -497,15 +530,27 @@ def parse_share(v: Any, f: str) -> float:
         else:
             share = float(text)
     except ValueError:
-        raise ConfigError(f"{f}: {v!r} is not a share; use a number from 0 to 1 (0.001) or a percentage (0.1%)") \
-            from None
+        raise ConfigError(
+            f"{f}: {v!r} is not a share; use a number from 0 to 1 (0.001) or a percentage (0.1%)"
+        ) from None
     if not 0 <= share <= 1 or share != share:
         raise ConfigError(f"{f}: {v!r} is not between 0 and 1 (0% and 100%)")
     return share
 
 
-_SOURCE_FIELDS = {"path", "table", "format", "schema", "partitionColumn", "options", "arrivalTime", "arrivalOrder",
-                  "batch", "worker", "maxFutureSkew"}
+_SOURCE_FIELDS = {
+    "path",
+    "table",
+    "format",
+    "schema",
+    "partitionColumn",
+    "options",
+    "arrivalTime",
+    "arrivalOrder",
+    "batch",
+    "worker",
+    "maxFutureSkew",
+}
 
 
 def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
@@ -566,8 +611,9 @@ def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
         batch_interval_ms=batch_interval,
         worker=_column(s.get("worker"), "source.worker"),
         path=path,
-        max_future_skew_ms=(_duration(s["maxFutureSkew"], "source.maxFutureSkew")
-                            if s.get("maxFutureSkew") is not None else None),
+        max_future_skew_ms=(
+            _duration(s["maxFutureSkew"], "source.maxFutureSkew") if s.get("maxFutureSkew") is not None else None
+        ),
     )
 
 
@@ -579,8 +625,14 @@ def _live_source_blocks(s: Mapping[str, Any]) -> list[str]:
     is a rewindow field, holds a plain value, or is a near miss of a rewindow field
     (``bach: {interval: 1s}``) is not one: ``_only`` refuses the last two as unknown.
     """
-    live = [k for k, v in s.items() if isinstance(k, str) and k not in _SOURCE_FIELDS
-            and (v is None or isinstance(v, Mapping)) and not _close_matches(k, _SOURCE_FIELDS)]
+    live = [
+        k
+        for k, v in s.items()
+        if isinstance(k, str)
+        and k not in _SOURCE_FIELDS
+        and (v is None or isinstance(v, Mapping))
+        and not _close_matches(k, _SOURCE_FIELDS)
+    ]
     if len(live) > 1:
         raise ConfigError(
             f"source.{live[1]}: unknown field; a VoltSP source is one plugin block and source.{live[0]} is taken "
@@ -604,8 +656,9 @@ _TIME_FIELDS = {
 }
 
 
-def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _ColumnMap,
-                  ignored: list[str]) -> tuple[Window, tuple[Aggregate, ...], _Labels]:
+def _parse_window(
+    wtype: WindowType, w: Mapping[str, Any], f: str, columns: _ColumnMap, ignored: list[str]
+) -> tuple[Window, tuple[Aggregate, ...], _Labels]:
     """(Window, aggregates, labels): ``labels`` names the YAML field of each output column
     the configuration decides (``"key"``, ``("aggregate", i)``), for clash messages."""
     common = {"keyExtractor", "timeConfig", "aggregateDefinition", "triggers", *_LIVE_ONLY_WINDOW_FIELDS}
@@ -617,18 +670,18 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _Col
     span, slide, offset, max_dur = _window_extent(wtype, w, f)
     idle = _idle_timeout(wtype, w, tc, f)
     key, _ = columns.resolve(w.get("keyExtractor"), f"{f}.keyExtractor", "keyExtractor")
-    event_time, _ = columns.resolve(tc.get("eventTimeExtractor"), f"{f}.timeConfig.eventTimeExtractor",
-                                    "eventTimeExtractor")
-    strategy = _enum(WatermarkStrategy, tc.get("watermarkStrategy", "MIN_EVENT_TIME"),
-                     f"{f}.timeConfig.watermarkStrategy")
+    event_time, _ = columns.resolve(
+        tc.get("eventTimeExtractor"), f"{f}.timeConfig.eventTimeExtractor", "eventTimeExtractor"
+    )
+    strategy = _enum(
+        WatermarkStrategy, tc.get("watermarkStrategy", "MIN_EVENT_TIME"), f"{f}.timeConfig.watermarkStrategy"
+    )
     delay = _duration(tc["delayWindowClose"], f"{f}.timeConfig.delayWindowClose") if "delayWindowClose" in tc else 0
     lateness = _enum(Lateness, tc.get("lateness", "WINDOW_CLOSED"), f"{f}.timeConfig.lateness")
     default_clock = "EVENT_TIME" if event_time else "PROCESSING_TIME"
     clock = _enum(Clock, tc.get("idleTimeoutClock", default_clock), f"{f}.timeConfig.idleTimeoutClock")
     if clock is Clock.EVENT_TIME and not event_time:
-        raise ConfigError(
-            f"{f}.timeConfig.idleTimeoutClock: EVENT_TIME needs timeConfig.eventTimeExtractor"
-        )
+        raise ConfigError(f"{f}.timeConfig.idleTimeoutClock: EVENT_TIME needs timeConfig.eventTimeExtractor")
 
     window = Window(
         type=wtype,
@@ -645,13 +698,15 @@ def _parse_window(wtype: WindowType, w: Mapping[str, Any], f: str, columns: _Col
         lateness=lateness,
     )
     aggregates, agg_fields = _parse_aggregates(w.get("aggregateDefinition"), f"{f}.aggregateDefinition", columns)
-    labels: dict[str | tuple[str, int], str] = {"worker": "source.worker", "key": f"{f}.keyExtractor",
-              **{("aggregate", i): fi for i, fi in enumerate(agg_fields)}}
+    labels: dict[str | tuple[str, int], str] = {
+        "worker": "source.worker",
+        "key": f"{f}.keyExtractor",
+        **{("aggregate", i): fi for i, fi in enumerate(agg_fields)},
+    }
     return window, aggregates, labels
 
 
-def _window_extent(wtype: WindowType, w: Mapping[str, Any],
-                   f: str) -> tuple[int | None, int | None, int, int | None]:
+def _window_extent(wtype: WindowType, w: Mapping[str, Any], f: str) -> tuple[int | None, int | None, int, int | None]:
     """``(span, slide, offset, maximum duration)`` in ms (None where the type has none)."""
     span: int | None = None
     slide: int | None = None
@@ -667,9 +722,7 @@ def _window_extent(wtype: WindowType, w: Mapping[str, Any],
         slide = _positive_duration(w["windowSlide"], f"{f}.windowSlide")
         assert span is not None  # sliding windows have a span (above)
         if slide > span:
-            raise ConfigError(
-                f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}"
-            )
+            raise ConfigError(f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}")
     if wtype in (WindowType.TUMBLING, WindowType.SLIDING) and "windowOffset" in w:
         assert span is not None  # tumbling and sliding windows have a span (above)
         offset = _window_offset(w["windowOffset"], span, slide or span, w["windowSpan"], f"{f}.windowOffset")
@@ -721,8 +774,7 @@ def _parse_aggregates(doc: Any, f: str, columns: _ColumnMap) -> tuple[tuple[Aggr
                 "give the column once"
             )
         where = f"{fi}.type" if written is not None else f"{fi}.column"
-        column, prop = columns.resolve(written if written is not None else item.get("column"), where,
-                                       f"aggregate[{i}]")
+        column, prop = columns.resolve(written if written is not None else item.get("column"), where, f"aggregate[{i}]")
         if typ != "count" and column is None:
             raise ConfigError(
                 f"{fi}.column: aggregate {typ!r} needs a column (column: amount, or type: {typ} (amount))"
@@ -810,8 +862,16 @@ RESERVED_OUTPUT_COLUMNS = frozenset(WINDOW_COLUMNS + EMIT_COLUMNS)
 #: Columns of the ``state`` output around the worker and key columns; the aggregates'
 #: partial values follow (``kernel.Spec.state_schema``).
 STATE_HEAD_COLUMNS = ("state_kind", "fingerprint")
-STATE_COLUMNS = ("batch", "watermark_ms", "clock_ms", "max_event_ms", "window_start_ms", "window_end_ms",
-                 "emissions", "events")
+STATE_COLUMNS = (
+    "batch",
+    "watermark_ms",
+    "clock_ms",
+    "max_event_ms",
+    "window_start_ms",
+    "window_end_ms",
+    "emissions",
+    "events",
+)
 
 #: Fields of a VoltSP pipeline with no meaning in a replay: accepted, listed in
 #: ``Pipeline.ignored_fields``. Late events and errors are outputs of their own here
@@ -849,7 +909,7 @@ def bean_property(member: str) -> str:
     (a record accessor ``timestamp``, ``getter``, ``get``) is its own name.
     """
     for prefix in ("get", "is"):
-        rest = member[len(prefix):]
+        rest = member[len(prefix) :]
         if member.startswith(prefix) and rest[:1].isupper():
             return rest if rest[1:2].isupper() else rest[0].lower() + rest[1:]
     return member
@@ -923,8 +983,7 @@ class _ColumnMap:
         for prop, (key, _) in self.by_property.items():
             if prop not in self.used:
                 raise ConfigError(
-                    f"columns.{key}: no extractor or column of the window names {prop!r}; "
-                    "fix its spelling or remove it"
+                    f"columns.{key}: no extractor or column of the window names {prop!r}; fix its spelling or remove it"
                 )
 
 
@@ -941,8 +1000,10 @@ def column_uses(pipeline: Pipeline) -> list[ColumnBinding]:
         ("worker", "source.worker", src.worker),
         ("keyExtractor", f"{wf}.keyExtractor", w.key),
         ("eventTimeExtractor", f"{wf}.timeConfig.eventTimeExtractor", w.event_time),
-        *[(f"aggregate[{i}]", f"{wf}.aggregateDefinition[{i}].column", a.column)
-          for i, a in enumerate(pipeline.aggregates)],
+        *[
+            (f"aggregate[{i}]", f"{wf}.aggregateDefinition[{i}].column", a.column)
+            for i, a in enumerate(pipeline.aggregates)
+        ],
     ]
     out = []
     for role, field_, column in named:
@@ -973,7 +1034,8 @@ def check_input_columns(pipeline: Pipeline, column_names: Iterable[object]) -> N
 def _missing_column_message(use: ColumnBinding, have: list[str]) -> str:
     listed = sorted(have)
     shown = ", ".join(listed[:_LISTED_COLUMNS]) + (
-        f", ... ({len(listed) - _LISTED_COLUMNS} more)" if len(listed) > _LISTED_COLUMNS else "")
+        f", ... ({len(listed) - _LISTED_COLUMNS} more)" if len(listed) > _LISTED_COLUMNS else ""
+    )
     msg = f"{use.field}: column {use.column!r} is not in the input (its columns: {shown or 'none'})"
     if use.via == "bean":
         msg += f"; {use.written!r} reads column {use.column!r} by the bean convention"
@@ -991,6 +1053,7 @@ def _missing_column_message(use: ColumnBinding, have: list[str]) -> str:
 def _nearest(name: str, candidates: list[str]) -> str | None:
     """The candidate ``name`` most likely means: equal ignoring case and separators
     (``userId`` / ``user_id``), else a close spelling."""
+
     def bare(s: str) -> str:
         return re.sub(r"[^0-9a-z]", "", s.lower())
 
@@ -1034,8 +1097,9 @@ class _OutputColumn:
     is_aggregate: bool = False
 
 
-def _output_owners(source: Source, window: Window, aggregates: Sequence[Aggregate],
-                   labels: _Labels | None = None) -> dict[str, list[_OutputColumn]]:
+def _output_owners(
+    source: Source, window: Window, aggregates: Sequence[Aggregate], labels: _Labels | None = None
+) -> dict[str, list[_OutputColumn]]:
     """Every column the ``aggregates`` and ``state`` outputs may have, in order."""
     labels = labels or {}
     wf = f"emitter.{window.type.value}"
@@ -1052,8 +1116,10 @@ def _output_owners(source: Source, window: Window, aggregates: Sequence[Aggregat
     for i, a in enumerate(aggregates):
         field_ = labels.get(("aggregate", i), f"{wf}.aggregateDefinition[{i}].name")
         aggs.append(_OutputColumn(a.name, field_, f"the aggregate {a.name!r}", is_aggregate=True))
-        partials += [_OutputColumn(c, field_, f"the state column {c!r} of aggregate {a.name!r}", is_aggregate=True)
-                     for c in _partial_columns(a, window.type)]
+        partials += [
+            _OutputColumn(c, field_, f"the state column {c!r} of aggregate {a.name!r}", is_aggregate=True)
+            for c in _partial_columns(a, window.type)
+        ]
     return {
         "aggregates": ids + added(WINDOW_COLUMNS) + aggs + added(EMIT_COLUMNS),
         "state": added(STATE_HEAD_COLUMNS) + ids + added(STATE_COLUMNS) + partials,
@@ -1109,8 +1175,11 @@ def _only(m: Mapping[str, Any], f: str, allowed: Collection[str]) -> None:
         if k not in allowed:
             where = k if f == "<root>" else f"{f}.{k}"
             near = _close_matches(str(k), allowed)
-            raise ConfigError(f"{where}: unknown field" + (f" (did you mean {near[0]}?)" if near else "")
-                              + f"; expected one of {', '.join(sorted(allowed))}")
+            raise ConfigError(
+                f"{where}: unknown field"
+                + (f" (did you mean {near[0]}?)" if near else "")
+                + f"; expected one of {', '.join(sorted(allowed))}"
+            )
 
 
 @overload
@@ -1185,8 +1254,19 @@ DEFAULT_MIN_MATCH = 1.0
 
 #: Columns of the ``mismatches`` output besides the worker and key columns and the
 #: ``live_<aggregate>`` / ``replay_<aggregate>`` pairs; the worker and key may not take these names.
-MISMATCH_COLUMNS = ("partition_key", "category", "window_start", "window_end", "emission", "differing",
-                    "replay_emit_reason", "replay_emit_time", "live_emit_time", "explanations", "detail")
+MISMATCH_COLUMNS = (
+    "partition_key",
+    "category",
+    "window_start",
+    "window_end",
+    "emission",
+    "differing",
+    "replay_emit_reason",
+    "replay_emit_time",
+    "live_emit_time",
+    "explanations",
+    "detail",
+)
 
 
 @dataclass(frozen=True)
@@ -1224,8 +1304,14 @@ class LiveColumns:
     def uses(self) -> list[tuple[str, str]]:
         """(YAML field, live column) of every mapped column, in mapping order."""
         f = f"{_RECONCILE_FIELD}.columns"
-        named = [("worker", self.worker), ("key", self.key), ("windowStart", self.window_start),
-                 ("windowEnd", self.window_end), ("emission", self.emission), ("emitTime", self.emit_time)]
+        named = [
+            ("worker", self.worker),
+            ("key", self.key),
+            ("windowStart", self.window_start),
+            ("windowEnd", self.window_end),
+            ("emission", self.emission),
+            ("emitTime", self.emit_time),
+        ]
         out = [(f"{f}.{name}", col) for name, col in named if col]
         return out + [(f"{f}.aggregates.{name}", col) for name, col in self.aggregates]
 
@@ -1331,7 +1417,9 @@ def _parse_live(doc: Any) -> LiveSource:
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
         raise ConfigError(f"{f}.options: {options!r} must be a mapping of reader options")
     return LiveSource(
-        path=path.strip() if path else None, table=table.strip() if table else None, format=fmt.lower(),
+        path=path.strip() if path else None,
+        table=table.strip() if table else None,
+        format=fmt.lower(),
         schema=schema,
         options=tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items())),
     )
@@ -1373,7 +1461,8 @@ def _parse_columns(c: Mapping[str, Any], pipeline: Pipeline) -> LiveColumns:
                 near = _nearest(str(name), names)
                 raise ConfigError(
                     f"{f}.aggregates.{name}: the pipeline has no aggregate {name!r} "
-                    f"(its aggregates: {', '.join(names)})" + (f"; did you mean {near!r}?" if near else ""))
+                    f"(its aggregates: {', '.join(names)})" + (f"; did you mean {near!r}?" if near else "")
+                )
             if not isinstance(col, str) or not col.strip():
                 raise ConfigError(f"{f}.aggregates.{name}: {col!r} must be a column name")
             pairs.append((name, col.strip()))
@@ -1416,8 +1505,12 @@ def _refuse_clashes(pipeline: Pipeline, columns: LiveColumns) -> None:
     taken = {c.lower() for c in MISMATCH_COLUMNS}
     for name, _ in columns.aggregates:
         taken |= {f"live_{name}".lower(), f"replay_{name}".lower()}
-    for fld, col in (("source.worker", pipeline.source.worker), (f"emitter.{pipeline.window.type.value}.keyExtractor",
-                                                                  pipeline.window.key)):
+    for fld, col in (
+        ("source.worker", pipeline.source.worker),
+        (f"emitter.{pipeline.window.type.value}.keyExtractor", pipeline.window.key),
+    ):
         if col and col.lower() in taken:
-            raise ConfigError(f"{fld}: column {col!r} would clash with the column {col!r} rewindow reconcile adds "
-                              "to its mismatches output; rename it in the input")
+            raise ConfigError(
+                f"{fld}: column {col!r} would clash with the column {col!r} rewindow reconcile adds "
+                "to its mismatches output; rename it in the input"
+            )

@@ -28,8 +28,13 @@ OUTPUTS: Final = ("aggregates", "late_events", "rejected", "state")
 #: Emission reasons as the kernel codes them (``OPEN``: not emitted yet).
 OPEN, WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT, AGGREGATE = 0, 1, 2, 3, 4, 5
 #: ``emit_reason`` of an output row, by code.
-REASON_NAMES: Final = {WATERMARK: "WATERMARK", IDLE: "IDLE", MAX_DURATION: "MAX_DURATION",
-                       END_OF_INPUT: "END_OF_INPUT", AGGREGATE: "AGGREGATE"}
+REASON_NAMES: Final = {
+    WATERMARK: "WATERMARK",
+    IDLE: "IDLE",
+    MAX_DURATION: "MAX_DURATION",
+    END_OF_INPUT: "END_OF_INPUT",
+    AGGREGATE: "AGGREGATE",
+}
 #: ``emit_reason`` of an ``atAggregate`` snapshot row.
 AGGREGATE_REASON: Final = "AGGREGATE"
 #: Why a window closes (``emit_reason`` of its row), in the order they are reported.
@@ -98,8 +103,9 @@ def aggregate_output_type(agg: Aggregate, input_types: Mapping[str, pa.DataType]
     return vt  # min, max, first, last
 
 
-def aggregate_state_fields(pipeline: Pipeline, agg: Aggregate,
-                           input_types: Mapping[str, pa.DataType]) -> list[pa.Field]:
+def aggregate_state_fields(
+    pipeline: Pipeline, agg: Aggregate, input_types: Mapping[str, pa.DataType]
+) -> list[pa.Field]:
     """State columns of one aggregate's partial value (see ``Spec.partial_fields``)."""
     name = f"partial_{agg.name}"
     if agg.type in ("sum", "avg"):
@@ -113,8 +119,12 @@ def aggregate_state_fields(pipeline: Pipeline, agg: Aggregate,
         assert agg.column is not None
         return [pa.field(name, pa.list_(input_types[agg.column]))]
     if agg.type in ("stddev_pop", "stddev_samp"):
-        return [pa.field(name, pa.string()), pa.field(name + "_squares", pa.string()),
-                pa.field(name + "_n", pa.int64()), pa.field(name + "_nonfinite", pa.int64())]
+        return [
+            pa.field(name, pa.string()),
+            pa.field(name + "_squares", pa.string()),
+            pa.field(name + "_n", pa.int64()),
+            pa.field(name + "_nonfinite", pa.int64()),
+        ]
     if agg.type == "percentile":
         return [pa.field(name, pa.list_(pa.float64()))]
     fields = [pa.field(name, aggregate_output_type(agg, input_types))]
@@ -135,8 +145,13 @@ def aggregates_schema(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]
         key_fields(pipeline, input_types)
         + [pa.field("window_start", ts), pa.field("window_end", ts)]
         + [pa.field(a.name, aggregate_output_type(a, input_types)) for a in pipeline.aggregates]
-        + [pa.field("emit_reason", pa.string()), pa.field("emit_batch", pa.int64()),
-           pa.field("emit_time", ts), pa.field("emit_watermark", ts), pa.field("emission", pa.int64())]
+        + [
+            pa.field("emit_reason", pa.string()),
+            pa.field("emit_batch", pa.int64()),
+            pa.field("emit_time", ts),
+            pa.field("emit_watermark", ts),
+            pa.field("emission", pa.int64()),
+        ]
     )
 
 
@@ -150,8 +165,13 @@ def late_schema(input_types: Mapping[str, pa.DataType]) -> pa.Schema:
     ts = pa.timestamp("us", tz="UTC")
     return pa.schema(
         [pa.field(c, input_types[c]) for c in late_input_columns(input_types)]
-        + [pa.field("batch", pa.int64()), pa.field("window_start", ts), pa.field("window_end", ts),
-           pa.field("watermark", ts), pa.field("lateness_ms", pa.int64())]
+        + [
+            pa.field("batch", pa.int64()),
+            pa.field("window_start", ts),
+            pa.field("window_end", ts),
+            pa.field("watermark", ts),
+            pa.field("lateness_ms", pa.int64()),
+        ]
     )
 
 
@@ -159,9 +179,19 @@ def state_schema(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> 
     """The Arrow schema of ``state``."""
     fields = [pa.field("state_kind", pa.string()), pa.field("fingerprint", pa.string())]
     fields += key_fields(pipeline, input_types)
-    fields += [pa.field(n, pa.int64()) for n in (
-        "batch", "watermark_ms", "clock_ms", "max_event_ms", "window_start_ms", "window_end_ms",
-        "emissions", "events")]
+    fields += [
+        pa.field(n, pa.int64())
+        for n in (
+            "batch",
+            "watermark_ms",
+            "clock_ms",
+            "max_event_ms",
+            "window_start_ms",
+            "window_end_ms",
+            "emissions",
+            "events",
+        )
+    ]
     for a in pipeline.aggregates:
         fields += aggregate_state_fields(pipeline, a, input_types)
     return pa.schema(fields)

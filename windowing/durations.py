@@ -26,9 +26,7 @@ _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": DAY_MS}
 #: More digits than this is out of range whatever the unit (and int() refuses very long strings).
 _MAX_DIGITS = 20
 _SHORT = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
-_ISO = re.compile(
-    r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d{1,3})?)S)?)?$"
-)
+_ISO = re.compile(r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d{1,3})?)S)?)?$")
 
 
 def parse_duration_ms(value: object, field: str) -> int:
@@ -42,9 +40,7 @@ def parse_duration_ms(value: object, field: str) -> int:
     Raises ValueError naming ``field`` and the bad value.
     """
     if isinstance(value, bool) or not isinstance(value, str):
-        raise ValueError(
-            f"{field}: {value!r} is not a duration; write it like 500ms, 5s, 5m, 1h, 1d or PT5M"
-        )
+        raise ValueError(f"{field}: {value!r} is not a duration; write it like 500ms, 5s, 5m, 1h, 1d or PT5M")
     m = _SHORT.match(value)
     if m:
         return _in_range(_int(m.group(1)) * _UNIT_MS[m.group(2)], value, field)
@@ -55,9 +51,7 @@ def parse_duration_ms(value: object, field: str) -> int:
         whole, _, frac = s.partition(".")
         ms = _int(whole) * 1000 + int((frac + "000")[:3])
         return _in_range(((d * 24 + h) * 60 + mi) * 60_000 + ms, value, field)
-    raise ValueError(
-        f"{field}: {value!r} is not a duration; write it like 500ms, 5s, 5m, 1h, 1d or PT5M"
-    )
+    raise ValueError(f"{field}: {value!r} is not a duration; write it like 500ms, 5s, 5m, 1h, 1d or PT5M")
 
 
 def format_duration_ms(ms: int) -> str:

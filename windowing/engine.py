@@ -83,8 +83,13 @@ class ReplayResult:
             self._persisted = None
 
 
-def replay(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, state: DataFrame | None = None,
-           flush_at_end: bool | None = None) -> ReplayResult:
+def replay(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    events_df: DataFrame,
+    state: DataFrame | None = None,
+    flush_at_end: bool | None = None,
+) -> ReplayResult:
     """Replay ``events_df`` through ``pipeline``'s window, continuing from ``state``.
 
     Args:
@@ -124,10 +129,17 @@ def replay(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, state:
         raise
     aggregates, late, state_out = _datasets(spark, kernel, side)
     rejected = _rejected(norm, input_cols, commits.rejected_counts)
-    metrics = _metrics(side.counts, _lateness(side.counts.get("late", 0), late, F, side.lateness_ms),
-                       commits.rejected_counts, side.worker_rows, pipeline, side.by_worker)
-    return ReplayResult(aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs),
-                        _persisted=kernel.out)
+    metrics = _metrics(
+        side.counts,
+        _lateness(side.counts.get("late", 0), late, F, side.lateness_ms),
+        commits.rejected_counts,
+        side.worker_rows,
+        pipeline,
+        side.by_worker,
+    )
+    return ReplayResult(
+        aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs), _persisted=kernel.out
+    )
 
 
 def _checked_input(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame) -> DataFrame:
@@ -158,8 +170,9 @@ class _WorkerCommits:
     worker_rows: list[dict[str, Any]]
 
 
-def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, worker_state: list[dict[str, Any]],
-                    inputs: Sequence[str]) -> _WorkerCommits:
+def _worker_commits(
+    spark: SparkSession, pipeline: Pipeline, norm: DataFrame, worker_state: list[dict[str, Any]], inputs: Sequence[str]
+) -> _WorkerCommits:
     """Phase 2: the workers' commits. Rows per worker (and rejected rows per reason) first;
     from them the kernel stage's plan (:func:`windowing.placement.plan_tasks`): tasks
     holding whole workers build their timelines from their own events, tasks of a worker
@@ -176,18 +189,22 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
     mode = _commits_mode(spark)
     if mode != "driver":
         sliceable = slices.sliceable(pipeline.window) and _slices_on(spark)
-        plan = placement.plan_tasks(worker_events, pipeline.window.key is not None,
-                                    _int_conf(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK),
-                                    _task_slots(spark), force_whole=mode == "tasks",
-                                    sliceable=sliceable)
+        plan = placement.plan_tasks(
+            worker_events,
+            pipeline.window.key is not None,
+            _int_conf(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK),
+            _task_slots(spark),
+            force_whole=mode == "tasks",
+            sliceable=sliceable,
+        )
         if plan.spread and sliceable:
             with _naming_bad_files(inputs):
                 plan = placement.with_hot_keys(plan, _hot_keys(pipeline, norm, plan))
         timelines, worker_rows = K.worker_timelines(
-            pipeline, {}, {w: s for w, s in carried.items() if w not in worker_events})
+            pipeline, {}, {w: s for w, s in carried.items() if w not in worker_events}
+        )
         return _WorkerCommits(rejected_counts, carried, plan, timelines, worker_rows)
-    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME \
-        else F.max("__evt")
+    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else F.max("__evt")
     with _naming_bad_files(inputs):
         summary = _summary(norm, cand, wexpr)
     timelines, worker_rows = summary_timelines(pipeline, summary, worker_state)
@@ -199,31 +216,54 @@ def _worker_commits(spark: SparkSession, pipeline: Pipeline, norm: DataFrame, wo
 _HOT_KEY_TYPES = ("string", "integer", "long", "short", "byte", "boolean", "date")
 
 
+#: Hot keys are found in a sample of the spread workers' rows holding about this many rows
+#: of a key at the threshold (a key over it is a hot key to ±1 %, 3 standard deviations).
+HOT_KEY_SAMPLE = 100_000
+
+
 def _hot_keys(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> dict[tuple[Any, Any], int]:
     """The spread workers' hot keys (:func:`windowing.placement.hot_key_threshold`) and
     their events: one Spark aggregation over the spread workers' rows, a row per hot key
-    back (at most events / threshold)."""
+    back (at most events / threshold).
+
+    Over a threshold of more than :data:`HOT_KEY_SAMPLE` events the rows are sampled
+    (Bernoulli, a fixed seed) and the events estimated: the plan only places the work,
+    whatever it says the rows are the same (a hot key's slices replay what the key would
+    whole), and counting every (worker, key) of a billion rows is a pass over them."""
     key = cast(str, pipeline.window.key)
     if norm.schema[key].dataType.typeName() not in _HOT_KEY_TYPES:
         return {}
     wcol = pipeline.source.worker
     accepted = norm.where(F.col(REJECT_REASON).isNull())
     accepted, _, n = _placement_columns(accepted, pipeline, placement.TaskPlan(plan.tasks, {}, plan.spread))
+    threshold = placement.hot_key_threshold(plan)
+    fraction = min(1.0, HOT_KEY_SAMPLE / max(threshold, 1))
+    accepted = accepted.where(n.isNotNull())
+    if fraction < 1.0:
+        accepted = accepted.sample(fraction=fraction, seed=0)
     group = [*([_col(wcol).alias("__w")] if wcol else []), _col(key).alias("__k")]
-    counted = (accepted.where(n.isNotNull()).groupBy(*group).agg(F.count(F.lit(1)).alias("n"))
-               .where(F.col("n") > placement.hot_key_threshold(plan)).toArrow())
-    return {(K.hashable(r["__w"]) if wcol else 0, r["__k"]): int(r["n"]) for r in counted.to_pylist()}
+    counted = (
+        accepted.groupBy(*group).agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > threshold * fraction).toArrow()
+    )
+    return {
+        (K.hashable(r["__w"]) if wcol else 0, r["__k"]): int(round(int(r["n"]) / fraction)) for r in counted.to_pylist()
+    }
 
 
 def _hot_table(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> DataFrame:
     """The plan's hot keys as a small table: worker ``__hw``, key ``__hk``, first task
     ``__hfirst`` and slices ``__hn``."""
     wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
-    fields = [*([StructField("__hw", df.schema[wcol].dataType)] if wcol else []),
-              StructField("__hk", df.schema[key].dataType), StructField("__hfirst", IntegerType()),
-              StructField("__hn", IntegerType())]
-    rows = [(*([float(w) if isinstance(w, float) else w] if wcol else []), k, first, n)
-            for (w, k), (first, n) in plan.hot.items()]
+    fields = [
+        *([StructField("__hw", df.schema[wcol].dataType)] if wcol else []),
+        StructField("__hk", df.schema[key].dataType),
+        StructField("__hfirst", IntegerType()),
+        StructField("__hn", IntegerType()),
+    ]
+    rows = [
+        (*([float(w) if isinstance(w, float) else w] if wcol else []), k, first, n)
+        for (w, k), (first, n) in plan.hot.items()
+    ]
     return df.sparkSession.createDataFrame(rows, StructType(fields))
 
 
@@ -255,7 +295,7 @@ def _int_conf(spark: SparkSession, key: str, default: int) -> int:
     except ValueError:
         value = 0
     if value <= 0:
-        raise ConfigError(f"{key}: {raw!r} is not a positive number of events")
+        raise ConfigError(f"{key}: {raw!r} is not a positive number")
     return value
 
 
@@ -269,9 +309,16 @@ class _Kernel:
     nparts: int
 
 
-def _launch_kernel(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, norm: DataFrame,
-                   input_cols: list[str], key_state: DataFrame | None,
-                   commits: _WorkerCommits, flush: bool) -> _Kernel:
+def _launch_kernel(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    events_df: DataFrame,
+    norm: DataFrame,
+    input_cols: list[str],
+    key_state: DataFrame | None,
+    commits: _WorkerCommits,
+    flush: bool,
+) -> _Kernel:
     """Phase 3: the kernel, per partition of (worker, key), as a held DataFrame (lazy)."""
     arrow_types = _arrow_types(spark, events_df)
     spec = K.Spec(pipeline=pipeline, input_types={c: arrow_types[c] for c in input_cols})
@@ -284,10 +331,16 @@ def _launch_kernel(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame
     timeline_rows = _split_timeline_rows(pipeline, norm, commits.plan) if commits.plan else None
     kernel_in, names, nparts = kernel_input(spark, pipeline, events, key_state, commits.plan, timeline_rows)
     schemas = output_schemas(spec)
-    fn = KernelTask(spec, commits.timelines, flush, names, schemas,
-                    lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
-                    carried=commits.carried if commits.plan else None,
-                    chunk_events=_int_conf(spark, placement.EVENTS_PER_CHUNK_CONF, placement.EVENTS_PER_CHUNK))
+    fn = KernelTask(
+        spec,
+        commits.timelines,
+        flush,
+        names,
+        schemas,
+        lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
+        carried=commits.carried if commits.plan else None,
+        chunk_events=_int_conf(spark, placement.EVENTS_PER_CHUNK_CONF, placement.EVENTS_PER_CHUNK),
+    )
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
     # shared folder between driver and executors. Each output comes back as a few rows
     # carrying an Arrow IPC blob each (SIDE_OUTPUT names which): cheap to hold, and turned
@@ -308,15 +361,19 @@ class _SideOutputs:
     lateness_ms: np.ndarray | None
 
 
-def _collect_side_outputs(kernel: _Kernel, spark: SparkSession, pipeline: Pipeline, inputs: Sequence[str],
-                          worker_rows: list[dict[str, Any]]) -> _SideOutputs:
+def _collect_side_outputs(
+    kernel: _Kernel, spark: SparkSession, pipeline: Pipeline, inputs: Sequence[str], worker_rows: list[dict[str, Any]]
+) -> _SideOutputs:
     """Run the kernel: one job brings back the counters, the worker state rows of tasks
     holding whole workers (added to ``worker_rows``), and the lateness values of the tasks
     that had at most their share of :data:`DRIVER_PERCENTILES_MAX` late events."""
     wcol = pipeline.source.worker
     with _naming_bad_files(inputs), _session_conf(spark, _kernel_job_conf(spark)):
-        rows = (kernel.out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED, "workers"))
-                .select(SIDE_OUTPUT, SIDE_DATA).collect())
+        rows = (
+            kernel.out.where(F.col(SIDE_OUTPUT).isin("counters", LATENESS_COLLECTED, "workers"))
+            .select(SIDE_OUTPUT, SIDE_DATA)
+            .collect()
+        )
     counters: list[pa.Table] = []
     values: list[np.ndarray] = []
     for row in rows:
@@ -332,8 +389,10 @@ def _collect_side_outputs(kernel: _Kernel, spark: SparkSession, pipeline: Pipeli
     lateness_ms = None
     if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
         if sum(len(v) for v in values) < counts["late"]:  # a task had more than its share: fetch the rest
-            values += [decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy() for r in
-                       kernel.out.where(F.col(SIDE_OUTPUT) == LATENESS_HELD).select(SIDE_DATA).collect()]
+            values += [
+                decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy()
+                for r in kernel.out.where(F.col(SIDE_OUTPUT) == LATENESS_HELD).select(SIDE_DATA).collect()
+            ]
         lateness_ms = np.concatenate(values)
     return _SideOutputs(counts, by_worker, worker_rows, lateness_ms)
 
@@ -346,7 +405,8 @@ def _datasets(spark: SparkSession, kernel: _Kernel, side: _SideOutputs) -> tuple
     # are small, and the rows are the same however they are grouped into files.
     schemas = kernel.schemas
     aggregates, late, state_out = (
-        kernel.out.where(F.col(SIDE_OUTPUT) == name).select(SIDE_DATA)
+        kernel.out.where(F.col(SIDE_OUTPUT) == name)
+        .select(SIDE_DATA)
         .coalesce(_write_tasks(side.counts.get(f"rows_{name}", 0), kernel.nparts, _task_slots(spark)))
         .mapInArrow(_DecodeTask(schemas[name]), _spark_schema(schemas[name]))
         for name in ("aggregates", "late_events", "state")
@@ -365,9 +425,14 @@ def _rejected(norm: DataFrame, input_cols: list[str], rejected_counts: dict[str,
     return rejected
 
 
-def kernel_input(spark: SparkSession, pipeline: Pipeline, events: DataFrame, state_rows: DataFrame | None = None,
-                 plan: placement.TaskPlan | None = None,
-                 timeline_rows: DataFrame | None = None) -> tuple[DataFrame, dict[str, str], int]:
+def kernel_input(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    events: DataFrame,
+    state_rows: DataFrame | None = None,
+    plan: placement.TaskPlan | None = None,
+    timeline_rows: DataFrame | None = None,
+) -> tuple[DataFrame, dict[str, str], int]:
     """The kernel's input: ``events`` and the carried ``state_rows`` (or None), each row in
     the task ``plan`` gives its worker and key (with ``timeline_rows``, the spread and
     sliced workers' timelines, see :func:`_split_timeline_rows`); without a plan, hash-partitioned by
@@ -422,11 +487,13 @@ def _placement_columns(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPl
                 looked = F.when(_col(wcol).isNull(), F.lit(entries[None][i])).otherwise(looked)
             cols.append(looked)
         return df, cols[0], cols[1]
-    schema = StructType([StructField("__pw", dtype), StructField("__pfirst", IntegerType()),
-                         StructField("__pn", IntegerType())])
+    schema = StructType(
+        [StructField("__pw", dtype), StructField("__pfirst", IntegerType()), StructField("__pn", IntegerType())]
+    )
     # Plain values again (``kernel.hashable``'s one NaN is a float subclass Spark refuses).
     table = df.sparkSession.createDataFrame(
-        [(float(w) if isinstance(w, float) else w, v[0], v[1]) for w, v in entries.items()], schema)
+        [(float(w) if isinstance(w, float) else w, v[0], v[1]) for w, v in entries.items()], schema
+    )
     joined = df.join(F.broadcast(table), _col(wcol).eqNullSafe(F.col("__pw")), "left").drop("__pw")
     return joined, F.col("__pfirst"), F.col("__pn")
 
@@ -458,8 +525,9 @@ def _with_task(df: DataFrame, pipeline: Pipeline, plan: placement.TaskPlan) -> D
     if plan.hot:  # a hot key's rows go to its slices (by window), the others by key hash
         df = _with_hot(df.withColumn("__ptask", task), pipeline, plan)
         hot = F.col("__hfirst").isNotNull()
-        df = df.withColumn("__slice", F.explode(F.when(hot, _slice_offsets(pipeline, F.col("__hn")))
-                                                .otherwise(F.array(F.lit(0)))))
+        df = df.withColumn(
+            "__slice", F.explode(F.when(hot, _slice_offsets(pipeline, F.col("__hn"))).otherwise(F.array(F.lit(0))))
+        )
         task = F.when(hot, F.col("__hfirst") + F.col("__slice")).otherwise(F.col("__ptask")).cast("int")
         return df.withColumn(_TASK, task).drop("__pfirst", "__pn", "__ptask", "__hfirst", "__hn", "__slice")
     return df.withColumn(_TASK, task).drop("__pfirst", "__pn")
@@ -485,9 +553,11 @@ def _slice_offsets(pipeline: Pipeline, n: Column) -> Column:
     by_earliest = F.pmod(F.expr(_floor_div_expr(f"least({earliest}, {latest}) - {off}", block)), n)
     by_window = F.pmod(F.expr(_floor_div_expr(f"`{K.STATE_PREFIX}window_start_ms` - {off}", block)), n)
     kind = F.col("__kind")
-    return (F.when(kind.isNull() | (kind == K.EVENT), F.array_distinct(F.array(by_latest, by_earliest)))
-            .when(kind == K.STATE_KEY, F.sequence(F.lit(0), n - 1))
-            .otherwise(F.array(by_window)))
+    return (
+        F.when(kind.isNull() | (kind == K.EVENT), F.array_distinct(F.array(by_latest, by_earliest)))
+        .when(kind == K.STATE_KEY, F.sequence(F.lit(0), n - 1))
+        .otherwise(F.array(by_window))
+    )
 
 
 def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan) -> DataFrame | None:
@@ -511,29 +581,44 @@ def _split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.Ta
     split_only = placement.TaskPlan(plan.tasks, {}, plan.split)
     accepted, first, n = _placement_columns(accepted, pipeline, split_only)
     accepted = accepted.withColumn("__pfirst", first).withColumn("__pn", n).where(F.col("__pn").isNotNull())
-    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME \
-        else F.max("__evt")
-    group = [*([_col(wcol).alias(_PACK_WORKER)] if wcol else []), F.col("__batch").alias(chunks.TL_BATCH),
-             F.col("__pfirst"), F.col("__pn")]
-    summary = accepted.groupBy(*group).agg(cand.alias(chunks.TL_CAND), F.max("__arr").alias(chunks.TL_MAX),
-                                           F.min("__arr").alias(chunks.TL_MIN), F.max("__evt").alias(K.KB_MAXEV))
+    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else F.max("__evt")
+    group = [
+        *([_col(wcol).alias(_PACK_WORKER)] if wcol else []),
+        F.col("__batch").alias(chunks.TL_BATCH),
+        F.col("__pfirst"),
+        F.col("__pn"),
+    ]
+    summary = accepted.groupBy(*group).agg(
+        cand.alias(chunks.TL_CAND),
+        F.max("__arr").alias(chunks.TL_MAX),
+        F.min("__arr").alias(chunks.TL_MIN),
+        F.max("__evt").alias(K.KB_MAXEV),
+    )
     packs = _packed(summary, ["__pfirst", "__pn"], chunks.TL_BATCH, pipeline)
     copies = packs.select("*", F.explode(F.sequence(F.lit(0), F.col("__pn") - 1)).alias("__bucket"))
     sliced = bool(plan.sliced)
     packed = copies.select(
         (F.col("__pfirst") + F.col("__bucket")).alias(_TASK),
-        _pack_header(chunks.TIMELINE_KIND, F.col("__bucket") == 0,
-                     F.col("__bucket") if sliced else None, F.col("__pn") if sliced else None),
+        _pack_header(
+            chunks.TIMELINE_KIND,
+            F.col("__bucket") == 0,
+            F.col("__bucket") if sliced else None,
+            F.col("__pn") if sliced else None,
+        ),
     )
     if plan.hot:
         # The hot keys' slices get their worker's timeline (never as its owner) and their key's batches.
         slices_of = [(plan.split[w][0], first, n) for (w, _), (first, n) in plan.hot.items()]
         hot = norm.sparkSession.createDataFrame(slices_of, "__pfirst int, __hfirst int, __hn int")
         hot_copies = packs.join(F.broadcast(hot), "__pfirst").select(
-            "*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
-        packed = packed.unionByName(hot_copies.select(
-            (F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
-            _pack_header(chunks.TIMELINE_KIND, F.lit(False), None, None)))
+            "*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket")
+        )
+        packed = packed.unionByName(
+            hot_copies.select(
+                (F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
+                _pack_header(chunks.TIMELINE_KIND, F.lit(False), None, None),
+            )
+        )
         packed = packed.unionByName(_hot_key_batch_packs(pipeline, norm, plan, cand))
     return packed
 
@@ -564,26 +649,39 @@ def _packed(rows: DataFrame, header: list[str], batch: str, pipeline: Pipeline) 
 
 def _pack_header(kind: int, owner: Column, slice_index: Column | None, slices: Column | None) -> Column:
     """A pack as the task reads it (:data:`windowing.chunks.PACKED`)."""
+
     def int_or_null(c: Column | None) -> Column:
         return (c if c is not None else F.lit(None)).cast("int")
 
-    return F.struct(F.lit(kind).cast("byte").alias("kind"), owner.alias("owner"),
-                    int_or_null(slice_index).alias("slice"), int_or_null(slices).alias("slices"),
-                    F.col("__blob").alias("rows")).alias(chunks.PACKED)
+    return F.struct(
+        F.lit(kind).cast("byte").alias("kind"),
+        owner.alias("owner"),
+        int_or_null(slice_index).alias("slice"),
+        int_or_null(slices).alias("slices"),
+        F.col("__blob").alias("rows"),
+    ).alias(chunks.PACKED)
 
 
 def _hot_key_batch_packs(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan, cand: Column) -> DataFrame:
     """The hot keys' key-batch rows (:mod:`windowing.kernel.slices`), packed, a copy per slice."""
     wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
     accepted = _with_hot(norm.where(F.col(REJECT_REASON).isNull()), pipeline, plan, how="inner")
-    group = [*([_col(wcol).alias(_PACK_WORKER)] if wcol else []), _col(key).alias(_PACK_KEY),
-             F.col("__batch").alias(K.KB_BATCH), F.col("__hfirst"), F.col("__hn")]
-    summary = accepted.groupBy(*group).agg(cand.alias(K.KB_CAND), F.max("__evt").alias(K.KB_MAXEV),
-                                           F.max("__arr").alias(K.KB_MAXARR))
+    group = [
+        *([_col(wcol).alias(_PACK_WORKER)] if wcol else []),
+        _col(key).alias(_PACK_KEY),
+        F.col("__batch").alias(K.KB_BATCH),
+        F.col("__hfirst"),
+        F.col("__hn"),
+    ]
+    summary = accepted.groupBy(*group).agg(
+        cand.alias(K.KB_CAND), F.max("__evt").alias(K.KB_MAXEV), F.max("__arr").alias(K.KB_MAXARR)
+    )
     packs = _packed(summary, ["__hfirst", "__hn"], K.KB_BATCH, pipeline)
     copies = packs.select("*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
-    return copies.select((F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
-                         _pack_header(K.KEY_BATCH, F.lit(False), F.col("__bucket"), F.col("__hn")))
+    return copies.select(
+        (F.col("__hfirst") + F.col("__bucket")).alias(_TASK),
+        _pack_header(K.KEY_BATCH, F.lit(False), F.col("__bucket"), F.col("__hn")),
+    )
 
 
 # --------------------------------------------------------------------------- phase 1
@@ -664,9 +762,7 @@ def _check_columns(pipeline: Pipeline, df: DataFrame) -> None:
             continue
         t = types[a.column]
         if a.type in ("sum", "avg") and t not in _NUMERIC and not t.startswith(_DECIMAL):
-            raise ConfigError(
-                f"aggregateDefinition[{i}].column: {a.type} needs a numeric column; {a.column!r} is {t}"
-            )
+            raise ConfigError(f"aggregateDefinition[{i}].column: {a.type} needs a numeric column; {a.column!r} is {t}")
         if t.startswith(("array", "map", "struct", "binary")):
             raise ConfigError(f"aggregateDefinition[{i}].column: {a.column!r} of type {t} cannot be aggregated")
 
@@ -691,13 +787,17 @@ def _normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
     else:
         # The configuration sets the interval whenever it sets no batch column.
         out = _floor_div(F, out, "__batch", "__arr", cast(int, src.batch_interval_ms))
-    reason = F.when(_col(src.arrival_time).isNull(), F.lit("arrival time is null")).when(
-        arr_any.isNull(), F.lit("arrival time unparseable")
-    ).when(F.col("__arr").isNull(), F.lit(ARRIVAL_OUT_OF_RANGE))
+    reason = (
+        F.when(_col(src.arrival_time).isNull(), F.lit("arrival time is null"))
+        .when(arr_any.isNull(), F.lit("arrival time unparseable"))
+        .when(F.col("__arr").isNull(), F.lit(ARRIVAL_OUT_OF_RANGE))
+    )
     if w.event_time:
-        reason = reason.when(_col(w.event_time).isNull(), F.lit("event time is null")).when(
-            epoch_ms_unchecked(w.event_time, types[w.event_time]).isNull(), F.lit("event time unparseable")
-        ).when(F.col("__evt").isNull(), F.lit(EVENT_OUT_OF_RANGE))
+        reason = (
+            reason.when(_col(w.event_time).isNull(), F.lit("event time is null"))
+            .when(epoch_ms_unchecked(w.event_time, types[w.event_time]).isNull(), F.lit("event time unparseable"))
+            .when(F.col("__evt").isNull(), F.lit(EVENT_OUT_OF_RANGE))
+        )
     if src.batch_column:
         reason = reason.when(_col(src.batch_column).isNull(), F.lit("batch is null"))
     if src.max_future_skew_ms is not None:
@@ -708,8 +808,9 @@ def _normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
     return out
 
 
-def _reject_committed(spark: SparkSession, pipeline: Pipeline, norm: DataFrame,
-                      worker_state: list[dict[str, Any]]) -> DataFrame:
+def _reject_committed(
+    spark: SparkSession, pipeline: Pipeline, norm: DataFrame, worker_state: list[dict[str, Any]]
+) -> DataFrame:
     """Rows of a batch their worker already committed in an earlier partition."""
     wcol = pipeline.source.worker
     last = {(K.hashable(r["worker"])): r["batch"] for r in worker_state if r["batch"] is not None}
@@ -731,8 +832,9 @@ def _reject_committed(spark: SparkSession, pipeline: Pipeline, norm: DataFrame,
 # --------------------------------------------------------------------------- state
 
 
-def _split_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | None,
-                 events_df: DataFrame) -> tuple[list[dict[str, Any]], DataFrame | None]:
+def _split_state(
+    spark: SparkSession, pipeline: Pipeline, state: DataFrame | None, events_df: DataFrame
+) -> tuple[list[dict[str, Any]], DataFrame | None]:
     """Worker rows (collected: one per worker) and key/window rows (for the kernel).
 
     The state is checked first (:func:`_state_problems`): another pipeline's state is a
@@ -758,8 +860,12 @@ def _split_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | Non
         raise StateMismatchError(_mismatch_message(pipeline, found))
     types = dict(events_df.dtypes)
     worker_state = [
-        {"worker": (r[wcol] if wcol else 0), "batch": r["batch"], "watermark_ms": r["watermark_ms"],
-         "clock_ms": r["clock_ms"]}
+        {
+            "worker": (r[wcol] if wcol else 0),
+            "batch": r["batch"],
+            "watermark_ms": r["watermark_ms"],
+            "clock_ms": r["clock_ms"],
+        }
         for r in worker_rows
     ]
     kind = (
@@ -798,12 +904,16 @@ def _state_summary(state: DataFrame, wcol: str | None) -> tuple[list[str], list[
 def _mismatch_message(pipeline: Pipeline, found: list[str]) -> str:
     """Why state with fingerprints ``found`` is refused, and what to do about it."""
     fp = pipeline.fingerprint()
-    message = (f"the carried state was written by a different pipeline configuration "
-               f"(state fingerprint {found}, this pipeline {fp}); replay from the first partition")
+    message = (
+        f"the carried state was written by a different pipeline configuration "
+        f"(state fingerprint {found}, this pipeline {fp}); replay from the first partition"
+    )
     if pipeline.idle_heartbeat_ms and found == [replace(pipeline, heartbeat_ms=0).fingerprint()]:
-        message += (f", or set replay.heartbeat: 0s to continue it as it was written (without heartbeat "
-                    f"ticks: before replay.heartbeat existed, or with it off; this pipeline's is "
-                    f"{pipeline.heartbeat_ms} ms)")
+        message += (
+            f", or set replay.heartbeat: 0s to continue it as it was written (without heartbeat "
+            f"ticks: before replay.heartbeat existed, or with it off; this pipeline's is "
+            f"{pipeline.heartbeat_ms} ms)"
+        )
     return message
 
 
@@ -831,7 +941,8 @@ def _state_problems(spark: SparkSession, pipeline: Pipeline, state: DataFrame, e
     schema = pdr.DataFrameSchema(
         # pandera takes a Spark DataType at runtime; its annotation lists no pyspark types.
         {c: pdr.Column(t, nullable=True, required=True) for c, t in expected.items()},  # type: ignore[arg-type]
-        name=f"{pipeline.name}.state", strict=False,
+        name=f"{pipeline.name}.state",
+        strict=False,
     )
     report: Mapping[str, Any] | None
     try:
@@ -841,10 +952,12 @@ def _state_problems(spark: SparkSession, pipeline: Pipeline, state: DataFrame, e
     except (SchemaError, SchemaErrors):  # pandera versions that raise after all
         report = None
     if report is None:  # no report: the same comparison, directly
-        report = {"SCHEMA": {
-            "COLUMN_NOT_IN_DATAFRAME": [{"column": c} for c in expected if c not in found],
-            "WRONG_DATATYPE": [{"column": c} for c, t in found.items() if c in expected and t != expected[c]],
-        }}
+        report = {
+            "SCHEMA": {
+                "COLUMN_NOT_IN_DATAFRAME": [{"column": c} for c in expected if c not in found],
+                "WRONG_DATATYPE": [{"column": c} for c, t in found.items() if c in expected and t != expected[c]],
+            }
+        }
     input_types = dict(events_df.dtypes)
     roles = {c: r for r, c in (("worker", pipeline.source.worker), ("key", pipeline.window.key)) if c}
     owner = {f.name: a for a in pipeline.aggregates for f in spec.partial_fields(a)}
@@ -853,18 +966,27 @@ def _state_problems(spark: SparkSession, pipeline: Pipeline, state: DataFrame, e
         for e in errors:
             c = e.get("column")
             if reason == "COLUMN_NOT_IN_DATAFRAME":
-                what = (f"the {roles[c]} column" if c in roles else
-                        f"the partial value of aggregate {owner[c].name!r}" if c in owner else "")
+                what = (
+                    f"the {roles[c]} column"
+                    if c in roles
+                    else f"the partial value of aggregate {owner[c].name!r}"
+                    if c in owner
+                    else ""
+                )
                 out.append(f"column {c!r} is missing" + (f" ({what})" if what else ""))
             elif reason == "WRONG_DATATYPE" and c in expected and c in found:
                 has, want = found[c].simpleString(), expected[c].simpleString()
                 if c in roles:
-                    out.append(f"column {c!r} (the {roles[c]} column) is {has} in the state but {input_types[c]} "
-                               "in the input: its type changed since the state was written")
+                    out.append(
+                        f"column {c!r} (the {roles[c]} column) is {has} in the state but {input_types[c]} "
+                        "in the input: its type changed since the state was written"
+                    )
                 elif c in owner and owner[c].column:
                     a = owner[c]
-                    out.append(f"column {c!r} is {has} in the state, but {a.type} over {a.column!r} "
-                               f"({input_types[cast(str, a.column)]} in the input) keeps {want}")
+                    out.append(
+                        f"column {c!r} is {has} in the state, but {a.type} over {a.column!r} "
+                        f"({input_types[cast(str, a.column)]} in the input) keeps {want}"
+                    )
                 else:
                     out.append(f"column {c!r} is {has}; the pipeline's state has {want}")
             else:
@@ -911,14 +1033,21 @@ def _summary(norm: DataFrame, cand: Column, wexpr: Column) -> pa.Table:
     detection compares against its clock or global watermark, and heartbeat ticks fall
     between one batch's clock and the next one's smallest arrival.
     """
-    per_batch = norm.where(F.col(REJECT_REASON).isNull()).groupBy(wexpr.alias("__w"), F.col("__batch")).agg(
-        cand.alias("cand"), F.max("__arr").alias("maxarr"), F.min("__arr").alias("minarr"),
+    per_batch = (
+        norm.where(F.col(REJECT_REASON).isNull())
+        .groupBy(wexpr.alias("__w"), F.col("__batch"))
+        .agg(
+            cand.alias("cand"),
+            F.max("__arr").alias("maxarr"),
+            F.min("__arr").alias("minarr"),
+        )
     )
     return per_batch.toArrow()  # Arrow: one row per batch, fast to collect
 
 
-def summary_timelines(pipeline: Pipeline, summary: pa.Table,
-                      worker_state: list[dict[str, Any]]) -> tuple[dict[Any, K.Timeline], list[dict[str, Any]]]:
+def summary_timelines(
+    pipeline: Pipeline, summary: pa.Table, worker_state: list[dict[str, Any]]
+) -> tuple[dict[Any, K.Timeline], list[dict[str, Any]]]:
     """Each worker's timeline and state row from a :func:`_summary` table (rows with a
     reject reason, if it has that column, are left out) and the carried worker rows."""
     if REJECT_REASON in summary.column_names:
@@ -982,11 +1111,16 @@ def _write_tasks(rows: int, most: int, slots: int | None) -> int:
 
 
 def _task_slots(spark: SparkSession) -> int | None:
-    """How many tasks the session runs at once (None over Spark Connect: not known)."""
+    """How many tasks the session runs at once (:func:`windowing.placement.task_slots`)."""
+    settings = {k: spark.conf.get(k, None) for k in placement.SLOT_SETTINGS}
     try:
-        return int(spark.sparkContext.defaultParallelism)
+        parallelism: int | None = int(spark.sparkContext.defaultParallelism)
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-        return None
+        parallelism = None
+    try:
+        return placement.task_slots(settings, parallelism)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
@@ -1036,10 +1170,17 @@ class KernelTask:
     A partition of more than ``chunk_events`` rows is replayed a bounded piece at a time
     (:mod:`windowing.chunks`): same rows, memory bounded by the setting."""
 
-    def __init__(self, spec: K.Spec, timelines: Mapping[Any, K.Timeline], flush: bool, names: Mapping[str, str] | None,
-                 schemas: Mapping[str, pa.Schema], lateness_share: int = 0,
-                 carried: Mapping[Any, dict[str, Any]] | None = None,
-                 chunk_events: int | None = None) -> None:
+    def __init__(
+        self,
+        spec: K.Spec,
+        timelines: Mapping[Any, K.Timeline],
+        flush: bool,
+        names: Mapping[str, str] | None,
+        schemas: Mapping[str, pa.Schema],
+        lateness_share: int = 0,
+        carried: Mapping[Any, dict[str, Any]] | None = None,
+        chunk_events: int | None = None,
+    ) -> None:
         self.spec, self.timelines, self.flush = spec, timelines, flush
         #: The carried worker rows, when each task holds whole workers and builds their
         #: timelines itself (None: ``timelines`` has every worker's).
@@ -1051,8 +1192,7 @@ class KernelTask:
         self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        source = chunks.TaskInput(batches, self.names, self.spec, self.chunk_events,
-                                  summarise=self.carried is not None)
+        source = chunks.TaskInput(batches, self.names, self.spec, self.chunk_events, summarise=self.carried is not None)
         try:
             if source.table is not None:
                 yield from self._in_one_go(source)
@@ -1069,16 +1209,18 @@ class KernelTask:
         finally:
             source.close()
 
-    def _task_timelines(self, source: chunks.TaskInput,
-                        own: Mapping[Any, tuple[np.ndarray, ...]]) -> tuple[dict[Any, K.Timeline], bytes | None]:
+    def _task_timelines(
+        self, source: chunks.TaskInput, own: Mapping[Any, tuple[np.ndarray, ...]]
+    ) -> tuple[dict[Any, K.Timeline], bytes | None]:
         """The timelines of the task's workers, with the given ones: whole workers' from
         their commits in the task's own events (``own``), spread workers' from the timeline
         rows; and the state rows of the workers this task writes, as a blob (None: none)."""
         assert self.carried is not None
         spread, owned = source.timeline_commits(self.spec)
         commits = {**{w: c for w, c in own.items() if w not in spread}, **spread}
-        timelines, rows = K.worker_timelines(self.spec.pipeline, commits,
-                                             {w: s for w, s in self.carried.items() if w in commits})
+        timelines, rows = K.worker_timelines(
+            self.spec.pipeline, commits, {w: s for w, s in self.carried.items() if w in commits}
+        )
         wcol = self.spec.worker_col
         rows = [r for r in rows if (w := K.hashable(r[wcol] if wcol else 0)) not in spread or w in owned]
         blob = _blob(pa.Table.from_pylist(rows, schema=self.schemas["state"])) if rows else None
@@ -1119,11 +1261,14 @@ class KernelTask:
         side.add("counters", _blob(_counters_table(chunks.merged_counters(counters, seen, self.spec), side.rows)))
         yield side.batch(self.schema)
 
-    def _add_outputs(self, side: _SideBlobs, out: K.KernelOutput, with_state: bool,
-                     window_slice: K.WindowSlice | None = None) -> None:
+    def _add_outputs(
+        self, side: _SideBlobs, out: K.KernelOutput, with_state: bool, window_slice: K.WindowSlice | None = None
+    ) -> None:
         if out.late.num_rows:  # the late events' lateness alone, for percentiles in the driver
-            side.add(LATENESS_COLLECTED if out.late.num_rows <= self.lateness_share else LATENESS_HELD,
-                     _blob(out.late.select(["lateness_ms"])))
+            side.add(
+                LATENESS_COLLECTED if out.late.num_rows <= self.lateness_share else LATENESS_HELD,
+                _blob(out.late.select(["lateness_ms"])),
+            )
         outputs = [("aggregates", out.aggregates), ("late_events", out.late)]
         if with_state:
             state = out.state if window_slice is None else slices.shed_shared(out.state, window_slice)
@@ -1148,20 +1293,27 @@ class _SideBlobs:
         self.blobs.append(blob)
 
     def batch(self, schema: pa.Schema) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays([pa.array(self.names, pa.string()), pa.array(self.blobs, pa.binary())],
-                                          schema=schema)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.names, pa.string()), pa.array(self.blobs, pa.binary())], schema=schema
+        )
 
 
 def _counters_table(by_worker: Mapping[str, Mapping[str, int]], rows: Mapping[str, int]) -> pa.Table:
     """A task's counters as rows (worker, name, value): the kernel's per worker label
     (windowing.metrics.COUNTERS, zeros left out) and the task's output row counts
     (``rows_<output>``, worker null)."""
-    out: list[tuple[str | None, str, int]] = [(worker, name, v) for worker, counters in by_worker.items()
-                                              for name, v in counters.items() if v]
+    out: list[tuple[str | None, str, int]] = [
+        (worker, name, v) for worker, counters in by_worker.items() for name, v in counters.items() if v
+    ]
     out += [(None, f"rows_{name}", rows.get(name, 0)) for name in ("aggregates", "late_events", "state")]
     worker, name, value = zip(*out)
-    return pa.table({"worker": pa.array(worker, pa.string()), "name": pa.array(name, pa.string()),
-                     "value": pa.array(value, pa.int64())})
+    return pa.table(
+        {
+            "worker": pa.array(worker, pa.string()),
+            "name": pa.array(name, pa.string()),
+            "value": pa.array(value, pa.int64()),
+        }
+    )
 
 
 def _sum_counters(tables: list[pa.Table]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
@@ -1212,8 +1364,9 @@ def _lateness(n: int, late: DataFrame, F: ModuleType, values: np.ndarray | None 
     if not n:
         return {"p": None, "mx": None}
     if n > DRIVER_PERCENTILES_MAX:
-        return late.agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
-                        F.max("lateness_ms").alias("mx")).collect()[0]
+        return late.agg(
+            F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"), F.max("lateness_ms").alias("mx")
+        ).collect()[0]
     if values is None:
         values = late.select("lateness_ms").toArrow()["lateness_ms"].to_numpy()
     return {"p": np.percentile(values, [50, 90, 99]).tolist(), "mx": int(values.max())}
@@ -1270,9 +1423,14 @@ def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None
                 spark.conf.set(k, old)
 
 
-def _metrics(counters: dict[str, int], lateness: Mapping[str, Any] | Row, rejected_counts: Mapping[str, int],
-             worker_rows: list[dict[str, Any]], pipeline: Pipeline,
-             by_worker: dict[str, dict[str, int]] | None = None) -> replay_metrics.ReplayMetrics:
+def _metrics(
+    counters: dict[str, int],
+    lateness: Mapping[str, Any] | Row,
+    rejected_counts: Mapping[str, int],
+    worker_rows: list[dict[str, Any]],
+    pipeline: Pipeline,
+    by_worker: dict[str, dict[str, int]] | None = None,
+) -> replay_metrics.ReplayMetrics:
     """The replay's metrics (docs/semantics.md, "Metrics"): the figures of
     :func:`windowing.metrics.figures` over all workers, rejected rows, the watermark
     reached and lateness percentiles, and the ``voltsp`` block: VoltSP's window metrics
@@ -1285,8 +1443,9 @@ def _metrics(counters: dict[str, int], lateness: Mapping[str, Any] | Row, reject
         rejected_counts,
         # Exact in integers (ms / 1000 as a float is off by microseconds near year 9999).
         (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=int(max(wm)))).isoformat() if wm else None,
-        replay_metrics.LatenessPercentiles(_num(lateness["p"], 0), _num(lateness["p"], 1), _num(lateness["p"], 2),
-                                           lateness["mx"]),
+        replay_metrics.LatenessPercentiles(
+            _num(lateness["p"], 0), _num(lateness["p"], 1), _num(lateness["p"], 2), lateness["mx"]
+        ),
         {w: replay_metrics.figures(c, at_window_end) for w, c in (by_worker or {}).items()},
     )
 

@@ -116,8 +116,9 @@ def _first_line(exc: BaseException) -> str:
 
 def _root_cause(exc: BaseException) -> str:
     """The innermost ``Caused by:`` of a JVM error (its first line otherwise)."""
-    causes = [ln.strip()[len("Caused by:"):].strip() for ln in str(exc).splitlines()
-              if ln.strip().startswith("Caused by:")]
+    causes = [
+        ln.strip()[len("Caused by:") :].strip() for ln in str(exc).splitlines() if ln.strip().startswith("Caused by:")
+    ]
     return causes[-1][:300] if causes else _first_line(exc)
 
 
@@ -153,9 +154,13 @@ def _missing_path(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------- events
 
 
-def read_events(spark: SparkSession, paths: Any = None,  # one path or URI, or an iterable of them
-                schema: StructType | str | None = None, pipeline: Pipeline | None = None,
-                state: DataFrame | None = None) -> DataFrame:
+def read_events(
+    spark: SparkSession,
+    paths: Any = None,  # one path or URI, or an iterable of them
+    schema: StructType | str | None = None,
+    pipeline: Pipeline | None = None,
+    state: DataFrame | None = None,
+) -> DataFrame:
     """Read events: the given paths, else the pipeline's ``source.path`` or ``source.table``.
 
     Args:
@@ -189,7 +194,7 @@ def read_events(spark: SparkSession, paths: Any = None,  # one path or URI, or a
     for p in paths:
         try:
             found = lake.exists(p)
-        except Exception as exc:  # noqa: BLE001 - e.g. no FileSystem for the scheme (a missing jar)
+        except Exception as exc:  # e.g. no FileSystem for the scheme (a missing jar)
             raise InputError(f"{p}: cannot reach it: {_root_cause(exc)}") from exc
         if not found:
             raise InputError(f"{p}: input does not exist")
@@ -220,7 +225,7 @@ def _reader(spark: SparkSession, src: Source | None, recursive: bool) -> DataFra
     reader = spark.read.format(src.format if src else "parquet")
     if src is not None and src.schema:
         reader = reader.schema(src.schema)
-    for k, v in (src.options if src else ()):
+    for k, v in src.options if src else ():
         reader = reader.option(k, v)
     if recursive:
         # Folder names like date=... must not become columns, or one day read alone would
@@ -234,7 +239,7 @@ def _read_table(spark: SparkSession, table: str) -> DataFrame:
         df = spark.read.table(table)
         df.schema  # noqa: B018
         return df
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise InputError(f"source.table {table!r}: cannot read the table: {_first_line(exc)}") from exc
 
 
@@ -247,8 +252,13 @@ def _read_error(exc: BaseException, fmt: str, paths: Sequence[str]) -> InputErro
     return InputError(f"{', '.join(paths)}: cannot read {fmt} input: {_first_line(exc)}")
 
 
-def _empty_events(spark: SparkSession, paths: Sequence[str], schema: StructType | str | None,
-                  pipeline: Pipeline | None, state: DataFrame | None) -> DataFrame:
+def _empty_events(
+    spark: SparkSession,
+    paths: Sequence[str],
+    schema: StructType | str | None,
+    pipeline: Pipeline | None,
+    state: DataFrame | None,
+) -> DataFrame:
     if schema is None and pipeline is None:
         raise InputError(
             f"{', '.join(paths)}: no data files (an empty partition); "
@@ -267,14 +277,20 @@ def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = Inp
     for f in files:
         try:
             footers[f] = lake.parquet_columns(f)
-        except Exception as exc:  # noqa: BLE001 - Hadoop/Spark raise many types for bad files
-            raise error(f"{display(f)}: not a readable Parquet file (corrupted, truncated or another format?): "
-                        f"{_root_cause(exc)}") from exc
+        except Exception as exc:  # Hadoop/Spark raise many types for bad files
+            raise error(
+                f"{display(f)}: not a readable Parquet file (corrupted, truncated or another format?): "
+                f"{_root_cause(exc)}"
+            ) from exc
     return footers
 
 
-def check_columns(footers: dict[str, dict[str, str]], pipeline: Pipeline | None, error: type[ValueError] = InputError,
-                  only: Collection[str] | None = None) -> None:
+def check_columns(
+    footers: dict[str, dict[str, str]],
+    pipeline: Pipeline | None,
+    error: type[ValueError] = InputError,
+    only: Collection[str] | None = None,
+) -> None:
     """Raise ``error`` naming the first file that lacks a column the pipeline reads, or holds
     it with another type than the first file that has it (only columns in ``only``, if given)."""
     wanted = [c for c in (pipeline.input_columns if pipeline is not None else ()) if only is None or c in only]
@@ -282,15 +298,19 @@ def check_columns(footers: dict[str, dict[str, str]], pipeline: Pipeline | None,
     for f, cols in footers.items():
         for c in wanted:
             if c not in cols:
-                raise error(f"{display(f)}: column {c!r} is missing from this file "
-                            f"(it has {', '.join(sorted(cols))})")
+                raise error(f"{display(f)}: column {c!r} is missing from this file (it has {', '.join(sorted(cols))})")
             if c in seen and seen[c][0] != cols[c]:
                 raise error(f"{display(f)}: column {c!r} is {cols[c]} here but {seen[c][0]} in {display(seen[c][1])}")
             seen.setdefault(c, (cols[c], f))
 
 
-def check_parquet_files(lake: Lake, files: Iterable[str], pipeline: Pipeline | None = None,
-                        error: type[ValueError] = InputError, only: Collection[str] | None = None) -> None:
+def check_parquet_files(
+    lake: Lake,
+    files: Iterable[str],
+    pipeline: Pipeline | None = None,
+    error: type[ValueError] = InputError,
+    only: Collection[str] | None = None,
+) -> None:
     """:func:`read_footers` then :func:`check_columns`."""
     check_columns(read_footers(lake, files, error), pipeline, error, only)
 
@@ -321,7 +341,7 @@ def _local_parquet_columns(paths: list[str]) -> set[str] | None:
         uri = qualify(p)
         if not uri.startswith("file:/") or uri.startswith("file://"):
             return None
-        local.append(uri[len("file:"):])
+        local.append(uri[len("file:") :])
     names: set[str] = set()
     try:
         for path in local:
@@ -370,8 +390,11 @@ def empty_events_schema(pipeline: Pipeline, state: DataFrame | None = None) -> S
         partial = state_types.get(f"partial_{a.name}")
         if a.type in ("sum", "avg"):
             if isinstance(partial, T.DecimalType):  # the sum of decimal(p, s) is decimal(min(38, p + 10), s)
-                kept = [state_types.get(f"partial_{b.name}") for b in pipeline.aggregates
-                        if b.column == a.column and b.type in ("min", "max", "first", "last", "distinct")]
+                kept = [
+                    state_types.get(f"partial_{b.name}")
+                    for b in pipeline.aggregates
+                    if b.column == a.column and b.type in ("min", "max", "first", "last", "distinct")
+                ]
                 kept = [t.elementType if isinstance(t, T.ArrayType) else t for t in kept]
                 exact = next((t for t in kept if isinstance(t, T.DecimalType)), None)
                 p = partial.precision - 10 if partial.precision < 38 else 38
@@ -439,9 +462,13 @@ def read_records(spark: SparkSession, out: str) -> tuple[list[Commit], list[Dama
     """``(the trusted commit records of out, oldest first; the damaged ones)``: every record
     is checked (:func:`windowing.records.record_problem`), none is followed unchecked."""
     try:
-        rows = (spark.read.schema(COMMIT_SCHEMA).json(join(glob_escape(out), COMMITS, "*"))
-                .withColumn("__file", F.input_file_name()).collect())
-    except Exception as exc:  # noqa: BLE001
+        rows = (
+            spark.read.schema(COMMIT_SCHEMA)
+            .json(join(glob_escape(out), COMMITS, "*"))
+            .withColumn("__file", F.input_file_name())
+            .collect()
+        )
+    except Exception as exc:
         if _missing_path(exc):
             return [], []
         raise OutputError(f"{join(out, COMMITS)}: commit records are unreadable: {_first_line(exc)}") from exc
@@ -479,10 +506,17 @@ def _blocking(commits: Sequence[Commit], damaged: Sequence[DamagedRecord]) -> Da
 
 def _commit_of(r: Row, output: str) -> Commit:
     """A :class:`Commit` from a commit record row (JSON fields parsed; checked by the caller)."""
-    return Commit(seq=r["seq"], run_id=r["run_id"], run=r["run"], committed_at=r["committed_at"],
-                  pipeline=r["pipeline"], fingerprint=r["fingerprint"],
-                  metrics=json.loads(r["metrics"] or "null") or {}, extra=json.loads(r["extra"] or "null") or {},
-                  output=output)
+    return Commit(
+        seq=r["seq"],
+        run_id=r["run_id"],
+        run=r["run"],
+        committed_at=r["committed_at"],
+        pipeline=r["pipeline"],
+        fingerprint=r["fingerprint"],
+        metrics=json.loads(r["metrics"] or "null") or {},
+        extra=json.loads(r["extra"] or "null") or {},
+        output=output,
+    )
 
 
 def current_commits_under(spark: SparkSession, root: PathArg) -> dict[str, Commit]:
@@ -497,9 +531,13 @@ def commits_under(spark: SparkSession, root: PathArg) -> tuple[dict[str, Commit]
     output directly under ``root``, in one read. An output is in one of the two at most."""
     root = str(root)
     try:
-        rows = (spark.read.schema(COMMIT_SCHEMA).json(join(glob_escape(root), "*", COMMITS, "*"))
-                .withColumn("__file", F.input_file_name()).collect())
-    except Exception as exc:  # noqa: BLE001
+        rows = (
+            spark.read.schema(COMMIT_SCHEMA)
+            .json(join(glob_escape(root), "*", COMMITS, "*"))
+            .withColumn("__file", F.input_file_name())
+            .collect()
+        )
+    except Exception as exc:
         if _missing_path(exc):
             return {}, {}
         raise OutputError(f"{root}: commit records are unreadable: {_first_line(exc)}") from exc
@@ -622,9 +660,12 @@ class Staged:
         seq = max([c.seq for c in previous] + [d.seq or 0 for d in damaged] + [0]) + 1
         committed_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         record = {
-            "seq": seq, "run_id": self.run_id, "run": self.run,
+            "seq": seq,
+            "run_id": self.run_id,
+            "run": self.run,
             "committed_at": committed_at,
-            "pipeline": self.pipeline, "fingerprint": self.fingerprint,
+            "pipeline": self.pipeline,
+            "fingerprint": self.fingerprint,
             "metrics": json.dumps(self.metrics, sort_keys=True),
             "extra": json.dumps(self._extra(extra), sort_keys=True, default=str),
         }
@@ -632,15 +673,22 @@ class Staged:
         lake = Lake(self.spark)
         try:
             if lake.connect:  # no JVM here: Spark's JSON writer
-                (self.spark.createDataFrame([record], COMMIT_SCHEMA).coalesce(1)
-                 .write.mode("error").json(target))
+                (self.spark.createDataFrame([record], COMMIT_SCHEMA).coalesce(1).write.mode("error").json(target))
             else:  # the line Spark's JSON writer writes for this row, from the driver (no job)
                 lake.put_text_dataset(target, record_json_line(record), "json")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise OutputError(f"{target}: cannot write the commit record: {_root_cause(exc)}") from exc
-        commit = Commit(seq=seq, run_id=self.run_id, run=self.run, committed_at=committed_at,
-                        pipeline=self.pipeline, fingerprint=self.fingerprint, metrics=self.metrics,
-                        extra=self._extra(extra), output=self.output)
+        commit = Commit(
+            seq=seq,
+            run_id=self.run_id,
+            run=self.run,
+            committed_at=committed_at,
+            pipeline=self.pipeline,
+            fingerprint=self.fingerprint,
+            metrics=self.metrics,
+            extra=self._extra(extra),
+            output=self.output,
+        )
         # The records as they now are: those read above and this one (pruning reads no more).
         prune(self.spark, self.output, keep, records=([*previous, commit], damaged))
         return commit
@@ -655,8 +703,16 @@ class Staged:
 _COMMIT_FIELDS = tuple(f.strip().split(" ", 1)[0] for f in COMMIT_SCHEMA.split(","))
 #: How Spark's JSON writer (Jackson) escapes a character in a string: the two-character
 #: escapes, other control characters as ``\u00XX`` (upper-case hex); nothing else.
-_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r",
-                 **{chr(i): f"\\u{i:04X}" for i in range(0x20) if chr(i) not in "\b\t\n\f\r"}}
+_JSON_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+    **{chr(i): f"\\u{i:04X}" for i in range(0x20) if chr(i) not in "\b\t\n\f\r"},
+}
 _JSON_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
 
 
@@ -677,8 +733,12 @@ def record_json_line(record: Mapping[str, Any]) -> str:
     return "{" + ",".join(parts) + "}\n"
 
 
-def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipeline: Pipeline | None = None,
-                  inputs: Iterable[PathArg] = ()) -> Staged:
+def stage_outputs(
+    result: ReplayResult | SimpleNamespace,
+    out_dir: PathArg,
+    pipeline: Pipeline | None = None,
+    inputs: Iterable[PathArg] = (),
+) -> Staged:
     """Write a replay's outputs into a new run folder of ``out_dir`` (not yet current).
 
     Spark's own writer writes ``aggregates/ late_events/ rejected/ state/``,
@@ -694,30 +754,39 @@ def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
     # with read_outputs carry it as stored: a dict).
     m = result.metrics
     metrics = m.to_dict() if isinstance(m, ReplayMetrics) else dict(m)
-    staged = Staged(spark, out, _new_run_id(), metrics,
-                    pipeline.name if pipeline is not None else str(metrics.get("pipeline")),
-                    pipeline.fingerprint() if pipeline is not None else "")
+    staged = Staged(
+        spark,
+        out,
+        _new_run_id(),
+        metrics,
+        pipeline.name if pipeline is not None else str(metrics.get("pipeline")),
+        pipeline.fingerprint() if pipeline is not None else "",
+    )
     files = list(getattr(result, "input_files", ()) or ())
     frames = {name: getattr(result, name) for name in OUTPUTS}
     write_datasets(staged, frames, files=files)
     # The two small text datasets, from the driver (no Spark job): the bytes Spark's text
     # writer wrote for them, one line of JSON and the Prometheus text (one file each).
-    texts = {METRICS: json.dumps(metrics, indent=None, sort_keys=True) + "\n",
-             PROMETHEUS: render_prometheus(metrics).removesuffix("\n") + "\n"}
+    texts = {
+        METRICS: json.dumps(metrics, indent=None, sort_keys=True) + "\n",
+        PROMETHEUS: render_prometheus(metrics).removesuffix("\n") + "\n",
+    }
     lake = Lake(spark)
     for name, text in texts.items():
         target = join(staged.path, name)
         try:
             lake.put_text_dataset(target, text)
-        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+        except Exception as exc:  # Spark/Hadoop raise many types
             raise OutputError(f"{target}: cannot write: {_root_cause(exc)}") from exc
     staged.schemas = {name: nullable(frames[name].schema) for name in OUTPUTS}
     try:
-        written, staged.state_hash = manifest.write_state_manifest(spark, join(staged.path, "state"),
-                                                                   staged.schemas["state"])
-    except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
-        raise OutputError(f"{join(staged.path, 'state', manifest.MANIFEST)}: cannot write the state manifest: "
-                          f"{_root_cause(exc)}") from exc
+        written, staged.state_hash = manifest.write_state_manifest(
+            spark, join(staged.path, "state"), staged.schemas["state"]
+        )
+    except Exception as exc:  # Spark/Hadoop raise many types
+        raise OutputError(
+            f"{join(staged.path, 'state', manifest.MANIFEST)}: cannot write the state manifest: {_root_cause(exc)}"
+        ) from exc
     staged.state_manifest = written.to_dict()
     return staged
 
@@ -725,6 +794,7 @@ def stage_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
 def nullable(schema: StructType) -> StructType:
     """``schema`` with every field, array element and map value nullable: the schema Spark
     reads back from the Parquet files it wrote a DataFrame of ``schema`` to."""
+
     def of(t: T.DataType) -> T.DataType:
         if isinstance(t, T.StructType):
             return T.StructType([T.StructField(f.name, of(f.dataType), True, f.metadata) for f in t.fields])
@@ -737,8 +807,13 @@ def nullable(schema: StructType) -> StructType:
     return cast("StructType", of(schema))
 
 
-def write_datasets(staged: Staged, frames: Mapping[str, DataFrame], text: Collection[str] = (),
-                   files: Collection[str] = (), workers: int | None = None) -> None:
+def write_datasets(
+    staged: Staged,
+    frames: Mapping[str, DataFrame],
+    text: Collection[str] = (),
+    files: Collection[str] = (),
+    workers: int | None = None,
+) -> None:
     """Write each DataFrame of ``frames`` into the staged run as the dataset of its name:
     Parquet, or Spark text for the names in ``text`` (one-row JSON or text files).
 
@@ -748,12 +823,13 @@ def write_datasets(staged: Staged, frames: Mapping[str, DataFrame], text: Collec
     input file of ``files`` that Spark failed to read while computing one (a damaged data
     page surfaces here, at the first action).
     """
+
     def write(name: str) -> None:
         target = join(staged.path, name)
         try:
             writer = frames[name].write.mode("error")
             writer.text(target) if name in text else writer.parquet(target)
-        except Exception as exc:  # noqa: BLE001 - Spark/Hadoop raise many types
+        except Exception as exc:  # Spark/Hadoop raise many types
             err = input_error_from(exc, files) if files else None
             if err is not None:
                 raise err from exc
@@ -766,9 +842,13 @@ def write_datasets(staged: Staged, frames: Mapping[str, DataFrame], text: Collec
         raise errors[0]
 
 
-def write_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipeline: Pipeline | None = None,
-                  inputs: Iterable[PathArg] = (),
-                  extra: dict[str, Any] | None = None) -> ReplayMetrics | dict[str, Any]:
+def write_outputs(
+    result: ReplayResult | SimpleNamespace,
+    out_dir: PathArg,
+    pipeline: Pipeline | None = None,
+    inputs: Iterable[PathArg] = (),
+    extra: dict[str, Any] | None = None,
+) -> ReplayMetrics | dict[str, Any]:
     """Write a replay's outputs under ``out_dir`` and make them current (stage, then commit).
 
     Returns the metrics (``result.metrics``: a :class:`~windowing.metrics.ReplayMetrics`,
@@ -781,8 +861,12 @@ def write_outputs(result: ReplayResult | SimpleNamespace, out_dir: PathArg, pipe
     return result.metrics
 
 
-def prune(spark: SparkSession, out: str, keep: Collection[str] = (),
-          records: tuple[list[Commit], list[DamagedRecord]] | None = None) -> list[str]:
+def prune(
+    spark: SparkSession,
+    out: str,
+    keep: Collection[str] = (),
+    records: tuple[list[Commit], list[DamagedRecord]] | None = None,
+) -> list[str]:
     """Delete runs beyond the last :data:`KEEP_RUNS` committed, abandoned run folders,
     damaged records older than the current one, and commit folders a killed commit left
     without a record (``_commits/<seq>-<run id>/_temporary/``) once abandoned; never the
@@ -862,7 +946,7 @@ def _read_metrics(spark: SparkSession, lake: Lake, path: str) -> dict[str, Any] 
         return None
     try:
         metrics = json.loads(_text_lines(spark, lake, path))
-    except Exception as exc:  # noqa: BLE001 - json or Spark errors
+    except Exception as exc:  # json or Spark errors
         raise InputError(f"{path}: not readable metrics JSON: {_first_line(exc)}") from exc
     if not isinstance(metrics, dict):
         raise InputError(f"{path}: not readable metrics JSON: expected an object")
@@ -882,7 +966,7 @@ def _text_lines(spark: SparkSession, lake: Lake, path: str) -> str:
             continue
         # Lines end at \n, \r or \r\n (Hadoop's line reader); the last one may not end.
         end = 2 if text.endswith("\r\n") else 1 if text.endswith(("\n", "\r")) else 0
-        lines += re.split(r"\r\n|\r|\n", text[:len(text) - end])
+        lines += re.split(r"\r\n|\r|\n", text[: len(text) - end])
     return "\n".join(lines)
 
 
@@ -895,10 +979,12 @@ def run_is_whole(spark: SparkSession, commit: Commit) -> bool:
 def orphaned_message(commit: Commit) -> str:
     """The error for a commit record whose run folder (or part of it) is gone."""
     record = join(commit.output, COMMITS, f"{commit.seq:010d}-{commit.run_id}")
-    return (f"{display(record)}: the current commit record names run {commit.run}, but "
-            f"{display(commit.run_path)} is gone or incomplete (an output or its _SUCCESS is missing): "
-            "the output is damaged. Replay into it again (a new record supersedes this one), "
-            "or delete this record to make the run before it current")
+    return (
+        f"{display(record)}: the current commit record names run {commit.run}, but "
+        f"{display(commit.run_path)} is gone or incomplete (an output or its _SUCCESS is missing): "
+        "the output is damaged. Replay into it again (a new record supersedes this one), "
+        "or delete this record to make the run before it current"
+    )
 
 
 def read_outputs(spark: SparkSession, out_dir: PathArg) -> SimpleNamespace:
@@ -932,18 +1018,23 @@ def _check_state_parts(lake: Lake, files: Iterable[str]) -> None:
     for f in files:
         try:
             cols = lake.parquet_columns(f)
-        except Exception as exc:  # noqa: BLE001 - pyarrow/Hadoop raise many types for bad files
-            raise StateError(f"{display(f)}: not a readable Parquet file (corrupted or truncated?): "
-                             f"{_root_cause(exc)}") from exc
+        except Exception as exc:  # pyarrow/Hadoop raise many types for bad files
+            raise StateError(
+                f"{display(f)}: not a readable Parquet file (corrupted or truncated?): {_root_cause(exc)}"
+            ) from exc
         if first is None:
             first = (f, cols)
             continue
         ref_file, ref = first
-        for lacking, other, gone in ((f, ref_file, [c for c in ref if c not in cols]),
-                                     (ref_file, f, [c for c in cols if c not in ref])):
+        for lacking, other, gone in (
+            (f, ref_file, [c for c in ref if c not in cols]),
+            (ref_file, f, [c for c in cols if c not in ref]),
+        ):
             if gone:
-                raise StateError(f"{display(lacking)}: state column {gone[0]!r} is missing from this part "
-                                 f"({display(other)} has it): damaged state")
+                raise StateError(
+                    f"{display(lacking)}: state column {gone[0]!r} is missing from this part "
+                    f"({display(other)} has it): damaged state"
+                )
         for c, t in cols.items():
             if ref[c] != t:
                 raise StateError(f"{display(f)}: state column {c!r} is {t} here but {ref[c]} in {display(ref_file)}")
@@ -964,9 +1055,11 @@ def check_manifest(spark: SparkSession, folder: str, commit: Commit | None, stat
         raise StateError(f"{state_dir}: damaged state: {exc}") from exc
     if problem is not None:
         run = f"run {commit.run_id} of {display(commit.output)}" if commit is not None else display(folder)
-        raise StateError(f"{state_dir}: damaged state of {run}: {problem}. It would lose the windows it held open: "
-                         "rerun the partition that wrote it (rewindow backfill ... --rerun-from DAY, or the replay "
-                         "with the same input)")
+        raise StateError(
+            f"{state_dir}: damaged state of {run}: {problem}. It would lose the windows it held open: "
+            "rerun the partition that wrote it (rewindow backfill ... --rerun-from DAY, or the replay "
+            "with the same input)"
+        )
 
 
 def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
@@ -995,9 +1088,7 @@ def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
         )
     folder = join(commit.run_path, "state") if commit is not None else path
     if not lake.exists(folder):
-        raise StateError(
-            f"{state_dir}: no state here (the folder does not exist); replay the previous partition first"
-        )
+        raise StateError(f"{state_dir}: no state here (the folder does not exist); replay the previous partition first")
     if not lake.exists(join(folder, "_SUCCESS")):
         raise StateError(f"{state_dir}: no complete state here (missing _SUCCESS: from an interrupted run?)")
     files = [e.path for e in lake.files(folder)]
@@ -1006,7 +1097,7 @@ def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
     try:
         df = spark.read.parquet(glob_escape(folder))
         df.schema  # noqa: B018
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         bad = file_named_in(exc, files)
         raise StateError(f"{display(bad) if bad else state_dir}: state is unreadable: {_first_line(exc)}") from exc
     missing = [c for c in STATE_REQUIRED_COLUMNS if c not in df.columns]

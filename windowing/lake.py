@@ -43,7 +43,7 @@ def qualify(path: str | os.PathLike[str]) -> str:
     elif s.startswith("file://") and not s.startswith("file:///"):
         pass  # file://host/... is left alone
     elif s.startswith("file:///"):
-        s = "file:" + s[len("file://"):]
+        s = "file:" + s[len("file://") :]
     return s.rstrip("/") if len(s.rstrip("/")) > len(s.split(":", 1)[0]) + 2 else s
 
 
@@ -82,8 +82,8 @@ def glob_escape(path: str) -> str:
 def display(path: str) -> str:
     """How a path is shown in messages: local paths without ``file:``."""
     if path.startswith("file:///"):
-        return path[len("file://"):]
-    return path[len("file:"):] if path.startswith("file:/") and not path.startswith("file://") else path
+        return path[len("file://") :]
+    return path[len("file:") :] if path.startswith("file:/") and not path.startswith("file://") else path
 
 
 def hidden(name: str) -> bool:
@@ -128,7 +128,7 @@ class Lake:
         try:
             self.spark.read.format("binaryFile").load(path).select("path").limit(1).collect()
             return True
-        except Exception as exc:  # noqa: BLE001 - Spark reports a missing path as an AnalysisException
+        except Exception as exc:  # Spark reports a missing path as an AnalysisException
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
                 return False
             raise
@@ -164,14 +164,19 @@ class Lake:
             out, it = [], fs.listFiles(p, True)
             while it.hasNext():
                 s = it.next()
-                rel = str(s.getPath().toString())[len(str(fs.makeQualified(p).toString())):]
+                rel = str(s.getPath().toString())[len(str(fs.makeQualified(p).toString())) :]
                 if not any(hidden(part) for part in rel.split("/") if part):
                     out.append(Entry(str(s.getPath().toString()), False, int(s.getLen())))
             return sorted(out, key=lambda e: e.path)
         try:
-            rows = (self.spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-                    .load(path).select("path", "length").collect())
-        except Exception as exc:  # noqa: BLE001
+            rows = (
+                self.spark.read.format("binaryFile")
+                .option("recursiveFileLookup", "true")
+                .load(path)
+                .select("path", "length")
+                .collect()
+            )
+        except Exception as exc:
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
                 return []
             raise
@@ -211,8 +216,7 @@ class Lake:
         holding the text as its one part file.
         """
         if self.connect:
-            (self.spark.createDataFrame([(text,)], "value string").coalesce(1)
-             .write.mode("error").text(path))
+            (self.spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("error").text(path))
             return
         fs, p = self._fs(path)
         out = fs.create(p, False)
@@ -235,8 +239,12 @@ class Lake:
         the file is then named ``.txt`` whatever ``extension`` says).
         """
         if self.connect:
-            (self.spark.createDataFrame([(text.removesuffix("\n"),)], "value string").coalesce(1)
-             .write.mode("error").text(folder))
+            (
+                self.spark.createDataFrame([(text.removesuffix("\n"),)], "value string")
+                .coalesce(1)
+                .write.mode("error")
+                .text(folder)
+            )
             return
         jvm = self.spark._jvm
         fs, target = self._fs(folder)
@@ -299,7 +307,8 @@ class Lake:
                 if t.isPrimitive():
                     logical = t.getLogicalTypeAnnotation()
                     out[t.getName()] = str(t.asPrimitiveType().getPrimitiveTypeName()) + (
-                        f" ({logical})" if logical is not None else "")
+                        f" ({logical})" if logical is not None else ""
+                    )
                 else:
                     out[t.getName()] = str(t).replace("\n", " ")
             return out

@@ -51,13 +51,17 @@ def day_of(start: datetime, end: datetime) -> datetime:
     return day
 
 
-def read_landing(spark: SparkSession, landing_zone: str, source: Source | None = None,
-                 partition_column: str | None = DEFAULT_PARTITION_COLUMN) -> DataFrame:
+def read_landing(
+    spark: SparkSession,
+    landing_zone: str,
+    source: Source | None = None,
+    partition_column: str | None = DEFAULT_PARTITION_COLUMN,
+) -> DataFrame:
     """The whole landing zone as one DataFrame (lazy: filters decide what is read)."""
     reader = spark.read.format(source.format if source else "parquet")
     if source is not None and source.schema:
         reader = reader.schema(source.schema)
-    for k, v in (source.options if source else ()):
+    for k, v in source.options if source else ():
         reader = reader.option(k, v)
     if partition_column is None:
         reader = reader.option("recursiveFileLookup", "true")
@@ -66,7 +70,7 @@ def read_landing(spark: SparkSession, landing_zone: str, source: Source | None =
     try:
         df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
         df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
-    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
+    except Exception as exc:  # Spark's AnalysisException and friends
         text = str(exc)
         if "PATH_NOT_FOUND" in text or "UNABLE_TO_INFER_SCHEMA" in text or "does not exist" in text:
             raise LandingZoneError(
@@ -84,8 +88,14 @@ def read_landing(spark: SparkSession, landing_zone: str, source: Source | None =
     return df
 
 
-def landed_days(spark: SparkSession, landing_zone: str, arrival_column: str, *, source: Source | None = None,
-                partition_column: str | None = DEFAULT_PARTITION_COLUMN) -> list[date]:
+def landed_days(
+    spark: SparkSession,
+    landing_zone: str,
+    arrival_column: str,
+    *,
+    source: Source | None = None,
+    partition_column: str | None = DEFAULT_PARTITION_COLUMN,
+) -> list[date]:
     """The UTC days the landing zone holds events for, oldest first.
 
     With a partition column: its values (Spark answers from the folder names, reading no
@@ -100,15 +110,24 @@ def landed_days(spark: SparkSession, landing_zone: str, arrival_column: str, *, 
     row = df.select(F.min(arrival).alias("lo"), F.max(arrival).alias("hi")).collect()[0]
     if row["lo"] is None:
         return []
-    lo, hi = (row[c].replace(tzinfo=row[c].tzinfo or timezone.utc).astimezone(timezone.utc).date()
-              for c in ("lo", "hi"))
+    lo, hi = (
+        row[c].replace(tzinfo=row[c].tzinfo or timezone.utc).astimezone(timezone.utc).date() for c in ("lo", "hi")
+    )
     return [lo + timedelta(days=i) for i in range((hi - lo).days + 1)]
 
 
-def read_partition_events(spark: SparkSession, landing_zone: str, start: datetime, end: datetime, arrival_column: str,
-                          *, source: Source | None = None, pipeline: Pipeline | None = None,
-                          partition_column: str | None = DEFAULT_PARTITION_COLUMN,
-                          unplaced: bool = False) -> tuple[DataFrame, list[Any] | None]:
+def read_partition_events(
+    spark: SparkSession,
+    landing_zone: str,
+    start: datetime,
+    end: datetime,
+    arrival_column: str,
+    *,
+    source: Source | None = None,
+    pipeline: Pipeline | None = None,
+    partition_column: str | None = DEFAULT_PARTITION_COLUMN,
+    unplaced: bool = False,
+) -> tuple[DataFrame, list[Any] | None]:
     """The events of the arrival window ``[start, end)`` as a Spark DataFrame.
 
     (``files`` holds :class:`Entry` items; typed ``list[Any]`` because
@@ -146,8 +165,9 @@ def read_partition_events(spark: SparkSession, landing_zone: str, start: datetim
     return events.where((placed >= F.lit(start)) & (placed < F.lit(end))), files
 
 
-def check_day_types(spark: SparkSession, folder: str, files: list[str], landing: DataFrame,
-                    pipeline: Pipeline | None) -> None:
+def check_day_types(
+    spark: SparkSession, folder: str, files: list[str], landing: DataFrame, pipeline: Pipeline | None
+) -> None:
     """Refuse a day whose files hold a column the pipeline reads with another type than the
     landing zone's schema (which Spark takes from one file, of another day): read as it is,
     Spark would fail deep in the replay with ``SchemaColumnConvertNotSupportedException``.

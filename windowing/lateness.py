@@ -87,8 +87,17 @@ Histogram = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 #: Parquet datasets of a lateness run (``OUT/runs/<run id>/``), its figures (JSON text)
 #: and its report (one HTML file).
-TABLES = ("curves", "slack_histogram", "cost", "late_by_key", "late_by_hour", "latency_exact", "future_skew",
-          "skew_late", "state")
+TABLES = (
+    "curves",
+    "slack_histogram",
+    "cost",
+    "late_by_key",
+    "late_by_hour",
+    "latency_exact",
+    "future_skew",
+    "skew_late",
+    "state",
+)
 #: Side outputs of the tasks collected with the first job (small: a few rows per task).
 SMALL = ("counters", "slack", "lateness_bins", "latency_coarse", "by_hour", "cost_top")
 #: Side outputs decoded into Spark rows (their row counts travel with the counters, under _ROWS).
@@ -167,8 +176,9 @@ def parse_modes(text: str | None) -> tuple[Lateness, ...] | None:
         try:
             out.append(Lateness(item.upper()))
         except ValueError:
-            raise ConfigError(f"--lateness-modes: {item!r} is not one of configured, both, "
-                              f"{', '.join(m.value for m in Lateness)}") from None
+            raise ConfigError(
+                f"--lateness-modes: {item!r} is not one of configured, both, {', '.join(m.value for m in Lateness)}"
+            ) from None
     return tuple(dict.fromkeys(out)) or None
 
 
@@ -189,9 +199,14 @@ class LatenessResult:
 # --------------------------------------------------------------------------- the job
 
 
-def lateness(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, state: DataFrame | None = None,
-             options: LatenessOptions = LatenessOptions(),
-             state_figures: Mapping[str, Any] | None = None) -> LatenessResult:
+def lateness(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    events_df: DataFrame,
+    state: DataFrame | None = None,
+    options: LatenessOptions = LatenessOptions(),
+    state_figures: Mapping[str, Any] | None = None,
+) -> LatenessResult:
     """Replay ``events_df`` under every variant of ``options`` and sum up (module docstring).
 
     ``state``: the ``state`` DataFrame of the previous partition's lateness output (None:
@@ -218,12 +233,20 @@ def lateness(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, stat
     norm = norm.withColumn(W.SKEWED, skewed)
 
     wexpr = _col(pipeline.source.worker) if pipeline.source.worker else F.lit(0)
-    stats = [F.min("__evt").alias("cand_min"), F.max("__evt").alias("cand_max"), F.max("__arr").alias("maxarr"),
-             F.min("__arr").alias("minarr"), F.count(F.lit(1)).alias("n")]
+    stats = [
+        F.min("__evt").alias("cand_min"),
+        F.max("__evt").alias("cand_max"),
+        F.max("__arr").alias("maxarr"),
+        F.min("__arr").alias("minarr"),
+        F.count(F.lit(1)).alias("n"),
+    ]
     # Skewed and other events apart (for the skew-free timelines): one more grouping column
     # costs less than conditional aggregates (5.8 -> 4.6 s at 10 M events).
-    summary = norm.groupBy(F.col(E.REJECT_REASON), wexpr.alias("__w"), F.col("__batch"), F.col(W.SKEWED)) \
-        .agg(*stats).toArrow()
+    summary = (
+        norm.groupBy(F.col(E.REJECT_REASON), wexpr.alias("__w"), F.col("__batch"), F.col(W.SKEWED))
+        .agg(*stats)
+        .toArrow()
+    )
     rejected = _rejected_counts(summary)
     timelines, new_workers = strategy_timelines(pipeline, variants, summary, worker_rows)
     wi = W.WhatIf(pipeline, variants, input_types, timelines, flush, threshold, options.worst)
@@ -241,17 +264,35 @@ def lateness(spark: SparkSession, pipeline: Pipeline, events_df: DataFrame, stat
         rows = counters.pop(_ROWS, {})
         slots = E._task_slots(spark)
         # One decoding task per 1 M rows of an output (as a replay writes its outputs).
-        frames = {name: held.where(F.col(E.SIDE_OUTPUT) == name).select(E.SIDE_DATA)
-                  .coalesce(E._write_tasks(rows.get(name, 0), nparts, slots))
-                  .mapInArrow(E._DecodeTask(schemas[name]), E._spark_schema(schemas[name]))
-                  for name in ("cost", "by_key", "skew_late", "skewed", "state")}
-        latency = latency_figures(spark, held.where(F.col(E.SIDE_OUTPUT) == "latency")
-                                  .select(F.col(E.SIDE_DATA).alias("data")), small["latency_coarse"])
+        frames = {
+            name: held.where(F.col(E.SIDE_OUTPUT) == name)
+            .select(E.SIDE_DATA)
+            .coalesce(E._write_tasks(rows.get(name, 0), nparts, slots))
+            .mapInArrow(E._DecodeTask(schemas[name]), E._spark_schema(schemas[name]))
+            for name in ("cost", "by_key", "skew_late", "skewed", "state")
+        }
+        latency = latency_figures(
+            spark,
+            held.where(F.col(E.SIDE_OUTPUT) == "latency").select(F.col(E.SIDE_DATA).alias("data")),
+            small["latency_coarse"],
+        )
         figures, tables = summarise(
-            spark, pipeline, options, variants, counters, small["slack"], latency, frames["cost"],
-            small["cost_top"], frames["by_key"], small["by_hour"], _sum_bins(small["lateness_bins"]), rejected,
+            spark,
+            pipeline,
+            options,
+            variants,
+            counters,
+            small["slack"],
+            latency,
+            frames["cost"],
+            small["cost_top"],
+            frames["by_key"],
+            small["by_hour"],
+            _sum_bins(small["lateness_bins"]),
+            rejected,
             {"future_skew": frames["skewed"], "skew_late": frames["skew_late"]},
-            _skew_figures(pipeline, wi, counters, rejected))
+            _skew_figures(pipeline, wi, counters, rejected),
+        )
         tables["state"] = _state_frame(spark, pipeline, wi, frames["state"], new_workers, schemas["state"])
     except BaseException:
         held.unpersist()
@@ -274,9 +315,15 @@ class _Task:
             return
         result = W.analyse(table, self.wi)
         sizes = [(_ROWS, name, getattr(result, name).num_rows) for name in _LARGE]
-        result.counters = pa.concat_tables([result.counters, pa.table(
-            [pa.array(c, t) for c, t in zip(zip(*sizes), (pa.string(), pa.string(), pa.int64()))],
-            schema=self.schemas["counters"])])
+        result.counters = pa.concat_tables(
+            [
+                result.counters,
+                pa.table(
+                    [pa.array(c, t) for c, t in zip(zip(*sizes), (pa.string(), pa.string(), pa.int64()))],
+                    schema=self.schemas["counters"],
+                ),
+            ]
+        )
         names: list[str] = []
         blobs: list[bytes] = []
         for name in (*SMALL, "latency", *_LARGE):
@@ -284,8 +331,9 @@ class _Task:
             for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
                 names.append(name)
                 blobs.append(E._blob(t.slice(start, E.BLOB_ROWS), compression="lz4"))
-        yield pa.RecordBatch.from_arrays([pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
-                                         schema=self.schema)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(names, pa.string()), pa.array(blobs, pa.binary())], schema=self.schema
+        )
 
 
 def _collect_small(spark: SparkSession, held: DataFrame, schemas: Mapping[str, pa.Schema]) -> dict[str, pa.Table]:
@@ -320,8 +368,9 @@ def batch_summaries(summary: pa.Table) -> dict[bool, pa.Table]:
     every = ok
     if pc.any(skewed).as_py():  # a batch with skewed and other events: its two rows as one
         both = ok.group_by(["__w", "__batch"], use_threads=False).aggregate(list(SUMMARY_STATS))
-        every = pa.table({c: both[f"{c}_{how}"] if how else both[c]
-                          for c, how in (("__w", ""), ("__batch", ""), *SUMMARY_STATS)})
+        every = pa.table(
+            {c: both[f"{c}_{how}"] if how else both[c] for c, how in (("__w", ""), ("__batch", ""), *SUMMARY_STATS)}
+        )
     return {False: every, True: ok.filter(pc.invert(skewed))}
 
 
@@ -329,14 +378,25 @@ def timeline_summary(rows: pa.Table, strategy: WatermarkStrategy) -> pa.Table:
     """The (worker, batch) summary :func:`windowing.engine.summary_timelines` reads, for
     one strategy, from one of :func:`batch_summaries`."""
     cand = "cand_min" if strategy is WatermarkStrategy.MIN_EVENT_TIME else "cand_max"
-    return pa.table({
-        E.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()), "__w": rows["__w"], "__batch": rows["__batch"],
-        "cand": rows[cand], "maxarr": rows["maxarr"], "minarr": rows["minarr"], "n": rows["n"]})
+    return pa.table(
+        {
+            E.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()),
+            "__w": rows["__w"],
+            "__batch": rows["__batch"],
+            "cand": rows[cand],
+            "maxarr": rows["maxarr"],
+            "minarr": rows["minarr"],
+            "n": rows["n"],
+        }
+    )
 
 
-def strategy_timelines(pipeline: Pipeline, variants: Sequence[W.Variant], summary: pa.Table,
-                       worker_rows: Mapping[str, list[dict[str, Any]]]
-                       ) -> tuple[dict[tuple[str, bool], dict[Any, K.Timeline]], dict[str, list[dict[str, Any]]]]:
+def strategy_timelines(
+    pipeline: Pipeline,
+    variants: Sequence[W.Variant],
+    summary: pa.Table,
+    worker_rows: Mapping[str, list[dict[str, Any]]],
+) -> tuple[dict[tuple[str, bool], dict[Any, K.Timeline]], dict[str, list[dict[str, Any]]]]:
     """Each worker's timeline per (strategy, skew_free), at delay 0, and each variant's new
     worker state rows."""
     out: dict[tuple[str, bool], dict[Any, K.Timeline]] = {}
@@ -347,8 +407,9 @@ def strategy_timelines(pipeline: Pipeline, variants: Sequence[W.Variant], summar
         if key in out:
             continue
         p = W.Variant(v.strategy, v.lateness, 0, full=True, skew_free=v.skew_free).pipeline(pipeline)
-        timelines, rows = E.summary_timelines(p, timeline_summary(batches[v.skew_free], v.strategy),
-                                              worker_rows.get(v.label, []))
+        timelines, rows = E.summary_timelines(
+            p, timeline_summary(batches[v.skew_free], v.strategy), worker_rows.get(v.label, [])
+        )
         out[key] = timelines
         rows_by[key] = rows
     new_workers = {v.label: rows_by[(v.strategy.value, v.skew_free)] for v in variants}
@@ -358,8 +419,9 @@ def strategy_timelines(pipeline: Pipeline, variants: Sequence[W.Variant], summar
 # --------------------------------------------------------------------------- state
 
 
-def _check_state(pipeline: Pipeline, variants: Sequence[W.Variant], state: DataFrame | None,
-                 state_figures: Mapping[str, Any] | None) -> None:
+def _check_state(
+    pipeline: Pipeline, variants: Sequence[W.Variant], state: DataFrame | None, state_figures: Mapping[str, Any] | None
+) -> None:
     if state is None:
         return
     if state_figures is None:
@@ -368,13 +430,15 @@ def _check_state(pipeline: Pipeline, variants: Sequence[W.Variant], state: DataF
         raise LatenessStateError(
             f"--state-in: written for another configuration of pipeline {state_figures.get('pipeline')!r} "
             f"(fingerprint {state_figures.get('fingerprint')}, this one {pipeline.fingerprint()}); "
-            "start from the first partition")
+            "start from the first partition"
+        )
     have, want = list(state_figures.get("variants", [])), [v.label for v in variants]
     if have != want:
         raise LatenessStateError(
             "--state-in: the previous partition was analysed with other --delays, --lateness-modes or "
             f"--future-skew (variants {have}, now {want}); use the same ones along a chain of partitions, "
-            "or start from the first partition")
+            "or start from the first partition"
+        )
 
 
 def _worker_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | None) -> dict[str, list[dict[str, Any]]]:
@@ -385,8 +449,13 @@ def _worker_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | No
     out: dict[str, list[dict[str, Any]]] = {}
     for r in state.where(F.col("state_kind") == "worker").collect():
         out.setdefault(r["variant"], []).append(
-            {"worker": (r[wcol] if wcol else 0), "batch": r["batch"], "watermark_ms": r["watermark_ms"],
-             "clock_ms": r["clock_ms"]})
+            {
+                "worker": (r[wcol] if wcol else 0),
+                "batch": r["batch"],
+                "watermark_ms": r["watermark_ms"],
+                "clock_ms": r["clock_ms"],
+            }
+        )
     return out
 
 
@@ -395,24 +464,43 @@ def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state: DataFrame, events_df: D
     wcol, kcol = pipeline.source.worker, pipeline.window.key
     types = dict(events_df.dtypes)
     keep = [c for c in (wcol, kcol) if c]
-    kind = (F.when(F.col("state_kind") == "key", F.lit(K.STATE_KEY))
-            .when(F.col("state_kind") == "window", F.lit(K.STATE_WINDOW))
-            .otherwise(F.lit(K.STATE_EMITTED)).cast("byte"))
+    kind = (
+        F.when(F.col("state_kind") == "key", F.lit(K.STATE_KEY))
+        .when(F.col("state_kind") == "window", F.lit(K.STATE_WINDOW))
+        .otherwise(F.lit(K.STATE_EMITTED))
+        .cast("byte")
+    )
     cols = [_col(c).cast(types[c]).alias(c) for c in keep]
-    cols += [_col(c).alias(K.STATE_PREFIX + c) for c in state.columns
-             if c not in keep and c not in ("fingerprint", "variant")]
-    return state.where(F.col("state_kind") != "worker").select(*cols, kind.alias("__kind"),
-                                                             F.col("variant").alias(W.VARIANT))
+    cols += [
+        _col(c).alias(K.STATE_PREFIX + c)
+        for c in state.columns
+        if c not in keep and c not in ("fingerprint", "variant")
+    ]
+    return state.where(F.col("state_kind") != "worker").select(
+        *cols, kind.alias("__kind"), F.col("variant").alias(W.VARIANT)
+    )
 
 
 # --------------------------------------------------------------------------- figures
 
 
-def summarise(spark: SparkSession, pipeline: Pipeline, options: LatenessOptions, variants: Sequence[W.Variant],
-              counters: Counters, slack: pa.Table, latency: tuple[dict[str, dict[str, Any]], dict[str, DataFrame]],
-              cost_df: DataFrame, cost_top: pa.Table, by_key_df: DataFrame, by_hour: pa.Table,
-              bins: list[dict[str, int]], rejected: Mapping[str, int], skew_tables: Mapping[str, DataFrame],
-              skew_figures: dict[str, Any]) -> tuple[dict[str, Any], dict[str, DataFrame]]:
+def summarise(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    options: LatenessOptions,
+    variants: Sequence[W.Variant],
+    counters: Counters,
+    slack: pa.Table,
+    latency: tuple[dict[str, dict[str, Any]], dict[str, DataFrame]],
+    cost_df: DataFrame,
+    cost_top: pa.Table,
+    by_key_df: DataFrame,
+    by_hour: pa.Table,
+    bins: list[dict[str, int]],
+    rejected: Mapping[str, int],
+    skew_tables: Mapping[str, DataFrame],
+    skew_figures: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, DataFrame]]:
     """The figures and the output tables, from what the tasks found (summed): each
     variant's counters, the slack histograms, the latency figures (:func:`latency_figures`),
     the cost rows and the tasks' worst of them, events and late events per key and per
@@ -424,8 +512,11 @@ def summarise(spark: SparkSession, pipeline: Pipeline, options: LatenessOptions,
     allowed = int(np.floor(options.target_late * accepted + 1e-9))
     by_label, latency_tables = latency
     slack, curves, exact, points = _curves(pipeline, options, variants, counters, slack, by_label, accepted)
-    recommendations = [_recommend(s, m, exact[(s, m)], curves, accepted, allowed, options)
-                       for m in options.modes(pipeline) for s in WatermarkStrategy]
+    recommendations = [
+        _recommend(s, m, exact[(s, m)], curves, accepted, allowed, options)
+        for m in options.modes(pipeline)
+        for s in WatermarkStrategy
+    ]
     fc = counters.get(full.label, {})
 
     # Where lateness fell: per key (a table), per worker and hour (small: in the driver).
@@ -434,16 +525,21 @@ def summarise(spark: SparkSession, pipeline: Pipeline, options: LatenessOptions,
     by_key = by_key_df.withColumn("late_share", _share_col("late_events", "events"))
     by_hour, hours, workers = _by_hour_and_worker(pipeline, by_hour, raw)
     worst = W.worst_windows(cost_top, options.worst).to_pylist()
-    worst.sort(key=lambda r: (-r["missed_events"], -r["max_lateness_ms"], r["window_start"],
-                              *[repr(r[c]) for c in kcols]))
+    worst.sort(
+        key=lambda r: (-r["missed_events"], -r["max_lateness_ms"], r["window_start"], *[repr(r[c]) for c in kcols])
+    )
     figures = {
         "kind": KIND,
         "pipeline": pipeline.name,
         "fingerprint": pipeline.fingerprint(),
         "variants": [v.label for v in variants],
-        "options": {"delays_ms": list(options.delays_ms), "target_late": options.target_late,
-                    "lateness_modes": [m.value for m in options.modes(pipeline)],
-                    "future_skew_ms": options.future_skew_ms, "worst": options.worst},
+        "options": {
+            "delays_ms": list(options.delays_ms),
+            "target_late": options.target_late,
+            "lateness_modes": [m.value for m in options.modes(pipeline)],
+            "future_skew_ms": options.future_skew_ms,
+            "worst": options.worst,
+        },
         "configured": {"strategy": full.strategy.value, "lateness": full.lateness.value, "delay_ms": full.delay_ms},
         "input_rows": accepted + sum(rejected.values()),
         "rejected_rows": sum(rejected.values()),
@@ -453,7 +549,8 @@ def summarise(spark: SparkSession, pipeline: Pipeline, options: LatenessOptions,
         "allowed_late_events": allowed,
         "delays_ms": sorted(set(options.delays_ms) | {0}),
         "configured_replay": {
-            "late_events": fc.get(M.LATE_EVENTS, 0), "late_event_windows": fc.get(M.LATE_PAIRS, 0),
+            "late_events": fc.get(M.LATE_EVENTS, 0),
+            "late_event_windows": fc.get(M.LATE_PAIRS, 0),
             "late_share": _share(fc.get(M.LATE_EVENTS, 0), accepted),
             "closed_by_reason": {r: fc.get(M.CLOSED_PREFIX + r, 0) for r in CLOSE_REASONS},
             "latency": by_label.get(full.label, {}),
@@ -461,97 +558,130 @@ def summarise(spark: SparkSession, pipeline: Pipeline, options: LatenessOptions,
         "curves": curves,
         "late_curve_points": points,
         "recommendations": recommendations,
-        "cost": {"windows": fc.get(W.COST_WINDOWS, 0), "missed_events": fc.get(W.COST_MISSED, 0),
-                 "worst_windows": [{k: _jsonable(v) for k, v in r.items()} for r in worst[:options.worst]]},
+        "cost": {
+            "windows": fc.get(W.COST_WINDOWS, 0),
+            "missed_events": fc.get(W.COST_MISSED, 0),
+            "worst_windows": [{k: _jsonable(v) for k, v in r.items()} for r in worst[: options.worst]],
+        },
         "lateness_histogram": bins,
-        "late_by_hour": [{"hour": h.isoformat(), "events": int(e), "late_events": int(n)} for h, e, n in
-                         zip(hours["hour"].to_pylist(), hours["events_sum"].to_pylist(),
-                             hours["late_events_sum"].to_pylist())],
+        "late_by_hour": [
+            {"hour": h.isoformat(), "events": int(e), "late_events": int(n)}
+            for h, e, n in zip(
+                hours["hour"].to_pylist(), hours["events_sum"].to_pylist(), hours["late_events_sum"].to_pylist()
+            )
+        ],
         "late_by_worker": [{k: _jsonable(v) for k, v in w.items()} for w in workers[:50]],
         "future_skew": skew_figures,
         "counters": counters,
     }
-    hour_table = by_hour.append_column("late_share", pa.array(
-        [_share(n, e) for n, e in zip(by_hour["late_events"].to_pylist(), by_hour["events"].to_pylist())],
-        pa.float64()))
+    hour_table = by_hour.append_column(
+        "late_share",
+        pa.array(
+            [_share(n, e) for n, e in zip(by_hour["late_events"].to_pylist(), by_hour["events"].to_pylist())],
+            pa.float64(),
+        ),
+    )
     tables = {
         "curves": spark.createDataFrame(curves, _CURVE_DDL),
-        "slack_histogram": _frame(spark, slack.select(["strategy", "lateness", "slack_ms", "events", "pairs"]),
-                                  _SLACK_DDL),
+        "slack_histogram": _frame(
+            spark, slack.select(["strategy", "lateness", "slack_ms", "events", "pairs"]), _SLACK_DDL
+        ),
         "cost": cost_df,
         "late_by_key": by_key,
-        "late_by_hour": spark.createDataFrame(hour_table.to_pylist() if not hour_table.num_rows else hour_table,
-                                              E._spark_schema(hour_table.schema)),
+        "late_by_hour": spark.createDataFrame(
+            hour_table.to_pylist() if not hour_table.num_rows else hour_table, E._spark_schema(hour_table.schema)
+        ),
         **latency_tables,
         **skew_tables,
     }
     return figures, tables
 
 
-def _curves(pipeline: Pipeline, options: LatenessOptions, variants: Sequence[W.Variant], counters: Counters,
-            slack: pa.Table, latency: Mapping[str, Mapping[str, Any]], accepted: int
-            ) -> tuple[pa.Table, list[dict[str, Any]], dict[tuple[WatermarkStrategy, Lateness], Histogram],
-                       dict[str, list[list[float]]]]:
+def _curves(
+    pipeline: Pipeline,
+    options: LatenessOptions,
+    variants: Sequence[W.Variant],
+    counters: Counters,
+    slack: pa.Table,
+    latency: Mapping[str, Mapping[str, Any]],
+    accepted: int,
+) -> tuple[
+    pa.Table, list[dict[str, Any]], dict[tuple[WatermarkStrategy, Lateness], Histogram], dict[str, list[list[float]]]
+]:
     """The tasks' slack histograms summed, and from them each (strategy, mode)'s curve rows
     at the listed delays (checked against the replays' own counts), exact histograms and
     plot points."""
-    slack = (slack.group_by(["strategy", "lateness", "slack_ms"], use_threads=False)
-             .aggregate([("events", "sum"), ("pairs", "sum")])
-             .rename_columns(["strategy", "lateness", "slack_ms", "events", "pairs"])
-             .sort_by([("strategy", "ascending"), ("lateness", "ascending"), ("slack_ms", "ascending")]))
+    slack = (
+        slack.group_by(["strategy", "lateness", "slack_ms"], use_threads=False)
+        .aggregate([("events", "sum"), ("pairs", "sum")])
+        .rename_columns(["strategy", "lateness", "slack_ms", "events", "pairs"])
+        .sort_by([("strategy", "ascending"), ("lateness", "ascending"), ("slack_ms", "ascending")])
+    )
     curves: list[dict[str, Any]] = []
     exact: dict[tuple[WatermarkStrategy, Lateness], Histogram] = {}
     points: dict[str, list[list[float]]] = {}
     for mode in options.modes(pipeline):
         for strategy in WatermarkStrategy:
-            h = slack.filter(pc.and_(pc.equal(slack["strategy"], strategy.value),
-                                     pc.equal(slack["lateness"], mode.value)))
+            h = slack.filter(
+                pc.and_(pc.equal(slack["strategy"], strategy.value), pc.equal(slack["lateness"], mode.value))
+            )
             hv, he, hp = (h[c].to_numpy() for c in ("slack_ms", "events", "pairs"))
             exact[(strategy, mode)] = (hv, he, hp)
             points[f"{strategy.value}/{mode.value}"] = _plot_points(hv, he, hp, options.delays_ms, accepted)
             for delay in sorted(set(options.delays_ms) | {0}):
                 v = _variant_for(variants, strategy, mode, delay)
                 c = counters.get(v.label, {})
-                (late_ev, late_pairs), = W.late_counts(hv, he, hp, [delay])
+                ((late_ev, late_pairs),) = W.late_counts(hv, he, hp, [delay])
                 if (late_ev, late_pairs) != (c.get(M.LATE_EVENTS, 0), c.get(M.LATE_PAIRS, 0)):
                     raise AssertionError(
                         f"lateness: the slack curve and the replay at {v.label} disagree: "
-                        f"{late_ev}/{late_pairs} against {c.get(M.LATE_EVENTS, 0)}/{c.get(M.LATE_PAIRS, 0)}")
-                curves.append(_curve_row(strategy, mode, delay, c, latency.get(v.label, {}), accepted,
-                                         configured=v.full))
+                        f"{late_ev}/{late_pairs} against {c.get(M.LATE_EVENTS, 0)}/{c.get(M.LATE_PAIRS, 0)}"
+                    )
+                curves.append(
+                    _curve_row(strategy, mode, delay, c, latency.get(v.label, {}), accepted, configured=v.full)
+                )
     return slack, curves, exact, points
 
 
-def _by_hour_and_worker(pipeline: Pipeline, by_hour: pa.Table, raw: list[str]
-                        ) -> tuple[pa.Table, pa.Table, list[dict[str, Any]]]:
+def _by_hour_and_worker(
+    pipeline: Pipeline, by_hour: pa.Table, raw: list[str]
+) -> tuple[pa.Table, pa.Table, list[dict[str, Any]]]:
     """The tasks' (worker, hour) rows summed, their sums per hour, and per worker (most late
     events first, with the late share)."""
     wcol = pipeline.source.worker
-    by_hour = by_hour.group_by(([wcol] if wcol else []) + ["hour"], use_threads=False).aggregate(
-        [(c, "sum") for c in raw]).rename_columns(([wcol] if wcol else []) + ["hour"] + raw)
+    by_hour = (
+        by_hour.group_by(([wcol] if wcol else []) + ["hour"], use_threads=False)
+        .aggregate([(c, "sum") for c in raw])
+        .rename_columns(([wcol] if wcol else []) + ["hour"] + raw)
+    )
     hours = by_hour.group_by(["hour"], use_threads=False).aggregate([(c, "sum") for c in raw[:2]]).sort_by("hour")
-    workers = (by_hour.group_by([wcol], use_threads=False).aggregate([(c, "sum") for c in raw]).rename_columns(
-        [wcol] + raw) if wcol else by_hour.group_by([], use_threads=False).aggregate([(c, "sum") for c in raw])
-        .rename_columns(raw)).to_pylist()
+    workers = (
+        by_hour.group_by([wcol], use_threads=False).aggregate([(c, "sum") for c in raw]).rename_columns([wcol] + raw)
+        if wcol
+        else by_hour.group_by([], use_threads=False).aggregate([(c, "sum") for c in raw]).rename_columns(raw)
+    ).to_pylist()
     for w in workers:
         w["late_share"] = _share(w["late_events"], w["events"])
     workers.sort(key=lambda w: (-w["late_events"], repr(w.get(wcol))))
     return by_hour, hours, workers
 
 
-_CURVE_DDL = ("strategy string, lateness string, delay_ms long, configured boolean, late_events long, "
-              "late_share double, late_event_windows long, windows_closed long, closed_watermark long, "
-              "closed_idle long, closed_max_duration long, closed_end_of_input long, open_windows long, "
-              "latency_windows long, latency_p50_ms double, latency_p90_ms double, latency_p99_ms double, "
-              "latency_max_ms long")
+_CURVE_DDL = (
+    "strategy string, lateness string, delay_ms long, configured boolean, late_events long, "
+    "late_share double, late_event_windows long, windows_closed long, closed_watermark long, "
+    "closed_idle long, closed_max_duration long, closed_end_of_input long, open_windows long, "
+    "latency_windows long, latency_p50_ms double, latency_p90_ms double, latency_p99_ms double, "
+    "latency_max_ms long"
+)
 _SLACK_DDL = "strategy string, lateness string, slack_ms long, events long, pairs long"
 
 
 QUANTILES = (0.5, 0.9, 0.99)
 
 
-def latency_figures(spark: SparkSession, exact: DataFrame, coarse: pa.Table | None = None
-                    ) -> tuple[dict[str, dict[str, Any]], dict[str, DataFrame]]:
+def latency_figures(
+    spark: SparkSession, exact: DataFrame, coarse: pa.Table | None = None
+) -> tuple[dict[str, dict[str, Any]], dict[str, DataFrame]]:
     """Exact emission-latency percentiles (linear interpolation, as ``numpy.percentile``),
     greatest latency and window count per variant, in two passes over the tasks' outputs.
 
@@ -585,8 +715,11 @@ def latency_figures(spark: SparkSession, exact: DataFrame, coarse: pa.Table | No
             for r in {int(np.floor(pos)), int(np.ceil(pos))}:
                 wanted.setdefault(label, {})[r] = rows[int(np.searchsorted(cum, r + 1))][0]
     need = {label: sorted(set(ranks.values())) for label, ranks in wanted.items()}
-    picked = (exact.mapInArrow(_PickTask(need), E._spark_schema(_LATENCY_SCHEMA)).toArrow()
-              if need else _LATENCY_SCHEMA.empty_table())
+    picked = (
+        exact.mapInArrow(_PickTask(need), E._spark_schema(_LATENCY_SCHEMA)).toArrow()
+        if need
+        else _LATENCY_SCHEMA.empty_table()
+    )
     values: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
     buckets = W.latency_bucket(picked["latency_ms"].to_numpy()) if picked.num_rows else np.zeros(0, np.int64)
     labels = picked["variant"].to_pylist()
@@ -610,14 +743,20 @@ def latency_figures(spark: SparkSession, exact: DataFrame, coarse: pa.Table | No
             lo, hi = int(np.floor(pos)), int(np.ceil(pos))
             a, b = at(label, lo), at(label, hi)
             ps.append(a + (b - a) * (pos - lo))
-        out[label] = {"p50_ms": ps[0], "p90_ms": ps[1], "p99_ms": ps[2], "max_ms": max(mx for _, _, mx in rows),
-                      "windows": int(total)}
+        out[label] = {
+            "p50_ms": ps[0],
+            "p90_ms": ps[1],
+            "p99_ms": ps[2],
+            "max_ms": max(mx for _, _, mx in rows),
+            "windows": int(total),
+        }
     return out, {"latency_exact": exact.select(F.col("data").cast("binary").alias("data"))}
 
 
 _LATENCY_SCHEMA = pa.schema([("variant", pa.string()), ("latency_ms", pa.int64()), ("windows", pa.int64())])
-_COARSE_SCHEMA = pa.schema([("variant", pa.string()), ("bucket", pa.int64()), ("windows", pa.int64()),
-                            ("max_ms", pa.int64())])
+_COARSE_SCHEMA = pa.schema(
+    [("variant", pa.string()), ("bucket", pa.int64()), ("windows", pa.int64()), ("max_ms", pa.int64())]
+)
 
 
 class _BucketTask:
@@ -638,9 +777,14 @@ class _BucketTask:
                     mx = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
                     np.maximum.at(mx, inv.reshape(-1), v)
                     yield pa.RecordBatch.from_arrays(
-                        [pa.array([label] * len(uniq), pa.string()), pa.array(uniq),
-                         pa.array(np.bincount(inv.reshape(-1), weights=n).astype(np.int64)), pa.array(mx)],
-                        schema=_COARSE_SCHEMA)
+                        [
+                            pa.array([label] * len(uniq), pa.string()),
+                            pa.array(uniq),
+                            pa.array(np.bincount(inv.reshape(-1), weights=n).astype(np.int64)),
+                            pa.array(mx),
+                        ],
+                        schema=_COARSE_SCHEMA,
+                    )
 
 
 class _PickTask:
@@ -675,16 +819,32 @@ def _label_codes(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[s
     return _label_codes(pc.dictionary_encode(column))  # plain strings (outputs of earlier versions)
 
 
-def _curve_row(strategy: WatermarkStrategy, mode: Lateness, delay: int, c: Mapping[str, int], lat: Mapping[str, Any],
-               accepted: int, configured: bool) -> dict[str, Any]:
+def _curve_row(
+    strategy: WatermarkStrategy,
+    mode: Lateness,
+    delay: int,
+    c: Mapping[str, int],
+    lat: Mapping[str, Any],
+    accepted: int,
+    configured: bool,
+) -> dict[str, Any]:
     closed = {r: c.get(M.CLOSED_PREFIX + r, 0) for r in CLOSE_REASONS}
     return {
-        "strategy": strategy.value, "lateness": mode.value, "delay_ms": int(delay), "configured": bool(configured),
-        "late_events": c.get(M.LATE_EVENTS, 0), "late_share": _share(c.get(M.LATE_EVENTS, 0), accepted),
-        "late_event_windows": c.get(M.LATE_PAIRS, 0), "windows_closed": sum(closed.values()),
-        **{f"closed_{r.lower()}": n for r, n in closed.items()}, "open_windows": c.get(M.OPEN_WINDOWS, 0),
-        "latency_windows": lat.get("windows", 0), "latency_p50_ms": lat.get("p50_ms"),
-        "latency_p90_ms": lat.get("p90_ms"), "latency_p99_ms": lat.get("p99_ms"), "latency_max_ms": lat.get("max_ms"),
+        "strategy": strategy.value,
+        "lateness": mode.value,
+        "delay_ms": int(delay),
+        "configured": bool(configured),
+        "late_events": c.get(M.LATE_EVENTS, 0),
+        "late_share": _share(c.get(M.LATE_EVENTS, 0), accepted),
+        "late_event_windows": c.get(M.LATE_PAIRS, 0),
+        "windows_closed": sum(closed.values()),
+        **{f"closed_{r.lower()}": n for r, n in closed.items()},
+        "open_windows": c.get(M.OPEN_WINDOWS, 0),
+        "latency_windows": lat.get("windows", 0),
+        "latency_p50_ms": lat.get("p50_ms"),
+        "latency_p90_ms": lat.get("p90_ms"),
+        "latency_p99_ms": lat.get("p99_ms"),
+        "latency_max_ms": lat.get("max_ms"),
     }
 
 
@@ -692,8 +852,9 @@ def _curve_row(strategy: WatermarkStrategy, mode: Lateness, delay: int, c: Mappi
 PLOT_POINTS = 240
 
 
-def _plot_points(hv: np.ndarray, he: np.ndarray, hp: np.ndarray, delays_ms: Sequence[int],
-                 accepted: int) -> list[list[float]]:
+def _plot_points(
+    hv: np.ndarray, he: np.ndarray, hp: np.ndarray, delays_ms: Sequence[int], accepted: int
+) -> list[list[float]]:
     """``[delay_ms, late share]`` of the exact curve: at every step when there are few,
     else on a logarithmic grid of delays (and the listed ones), each value exact."""
     breakpoints = W.step_curve(hv, he, hp)[0]
@@ -701,33 +862,49 @@ def _plot_points(hv: np.ndarray, he: np.ndarray, hp: np.ndarray, delays_ms: Sequ
     if len(breakpoints) <= PLOT_POINTS:
         grid = np.asarray(breakpoints, np.int64)
     else:
-        grid = np.unique(np.concatenate([[0], np.unique(np.round(np.logspace(0, np.log10(max(top, 1)), PLOT_POINTS))),
-                                         np.asarray(delays_ms, np.float64)]).astype(np.int64))
+        grid = np.unique(
+            np.concatenate(
+                [
+                    [0],
+                    np.unique(np.round(np.logspace(0, np.log10(max(top, 1)), PLOT_POINTS))),
+                    np.asarray(delays_ms, np.float64),
+                ]
+            ).astype(np.int64)
+        )
     counts = W.late_counts(hv, he, hp, grid)
     return [[int(d), _share(c[0], accepted)] for d, c in zip(grid, counts)]
 
 
-def _variant_for(variants: Sequence[W.Variant], strategy: WatermarkStrategy, mode: Lateness,
-                 delay: int) -> W.Variant:
+def _variant_for(variants: Sequence[W.Variant], strategy: WatermarkStrategy, mode: Lateness, delay: int) -> W.Variant:
     for v in variants:
         if (v.strategy, v.lateness, v.delay_ms) == (strategy, mode, delay) and not v.skew_free:
             return v
     raise KeyError((strategy, mode, delay))
 
 
-def _recommend(strategy: WatermarkStrategy, mode: Lateness, hist: Histogram, curves: Sequence[Mapping[str, Any]],
-               accepted: int, allowed: int, options: LatenessOptions) -> dict[str, Any]:
+def _recommend(
+    strategy: WatermarkStrategy,
+    mode: Lateness,
+    hist: Histogram,
+    curves: Sequence[Mapping[str, Any]],
+    accepted: int,
+    allowed: int,
+    options: LatenessOptions,
+) -> dict[str, Any]:
     """The smallest delay keeping late events at most ``target_late`` of the accepted events
     (exact, from the slack), and the smallest listed delay that does (with its latency)."""
     hv, he, hp = hist
     d_min = W.smallest_delay(hv, he, allowed)
-    (late_ev, _), = W.late_counts(hv, he, hp, [d_min])
+    ((late_ev, _),) = W.late_counts(hv, he, hp, [d_min])
     rows = [r for r in curves if r["strategy"] == strategy.value and r["lateness"] == mode.value]
     ok = [r for r in sorted(rows, key=lambda r: r["delay_ms"]) if r["late_events"] <= allowed]
     listed = ok[0] if ok else None
     return {
-        "strategy": strategy.value, "lateness": mode.value, "target_late": options.target_late,
-        "smallest_delay_ms": d_min, "late_events_at_smallest": late_ev,
+        "strategy": strategy.value,
+        "lateness": mode.value,
+        "target_late": options.target_late,
+        "smallest_delay_ms": d_min,
+        "late_events_at_smallest": late_ev,
         "late_share_at_smallest": _share(late_ev, accepted),
         "listed_delay_ms": listed["delay_ms"] if listed else None,
         "listed_late_share": listed["late_share"] if listed else None,
@@ -736,29 +913,40 @@ def _recommend(strategy: WatermarkStrategy, mode: Lateness, hist: Histogram, cur
     }
 
 
-def _skew_figures(pipeline: Pipeline, wi: W.WhatIf, counters: Counters,
-                  rejected: Mapping[str, int]) -> dict[str, Any]:
+def _skew_figures(pipeline: Pipeline, wi: W.WhatIf, counters: Counters, rejected: Mapping[str, int]) -> dict[str, Any]:
     """Future skew in numbers: the events listed, the late events and pairs they caused
     (late in the configured replay, not in the skew-free one; :func:`windowing.whatif._skew`),
     and the configured replay's figures without them (late events, IDLE closes)."""
-    base = {"threshold_ms": wi.skew_threshold_ms, "rejected_by_max_future_skew": rejected.get(FUTURE_SKEW, 0),
-            "max_future_skew_ms": pipeline.source.max_future_skew_ms}
+    base = {
+        "threshold_ms": wi.skew_threshold_ms,
+        "rejected_by_max_future_skew": rejected.get(FUTURE_SKEW, 0),
+        "max_future_skew_ms": pipeline.source.max_future_skew_ms,
+    }
     fc = counters.get(wi.full.label, {})
     free = next((v for v in wi.variants if v.skew_free), None)
     if wi.skew_threshold_ms is None or free is None:
         return {**base, "skewed_events": 0, "late_events_caused": 0, "late_event_windows_caused": 0}
     sc = counters.get(free.label, {})
-    return {**base, "skewed_events": fc.get(W.SKEWED_EVENTS, 0),
-            "late_events_caused": fc.get(W.SKEW_CAUSED_EVENTS, 0),
-            "late_event_windows_caused": fc.get(W.SKEW_CAUSED_PAIRS, 0),
-            "late_event_windows_attributed": fc.get(W.SKEW_ATTRIBUTED_PAIRS, 0),
-            "late_events_without_skewed": sc.get(M.LATE_EVENTS, 0),
-            "idle_closes": fc.get(M.CLOSED_PREFIX + "IDLE", 0),
-            "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + "IDLE", 0)}
+    return {
+        **base,
+        "skewed_events": fc.get(W.SKEWED_EVENTS, 0),
+        "late_events_caused": fc.get(W.SKEW_CAUSED_EVENTS, 0),
+        "late_event_windows_caused": fc.get(W.SKEW_CAUSED_PAIRS, 0),
+        "late_event_windows_attributed": fc.get(W.SKEW_ATTRIBUTED_PAIRS, 0),
+        "late_events_without_skewed": sc.get(M.LATE_EVENTS, 0),
+        "idle_closes": fc.get(M.CLOSED_PREFIX + "IDLE", 0),
+        "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + "IDLE", 0),
+    }
 
 
-def _state_frame(spark: SparkSession, pipeline: Pipeline, wi: W.WhatIf, state_rows: DataFrame,
-                 new_workers: Mapping[str, list[dict[str, Any]]], schema: pa.Schema) -> DataFrame:
+def _state_frame(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    wi: W.WhatIf,
+    state_rows: DataFrame,
+    new_workers: Mapping[str, list[dict[str, Any]]],
+    schema: pa.Schema,
+) -> DataFrame:
     """The carried state of every variant: the tasks' key and window rows, the worker rows."""
     rows = []
     for label, workers in new_workers.items():
@@ -816,8 +1004,9 @@ def _share_col(num: str, den: str) -> Column:
 # --------------------------------------------------------------------------- outputs
 
 
-def write_lateness(result: LatenessResult, out_dir: str | Path, pipeline: Pipeline,
-                   inputs: Sequence[str] = ()) -> Commit:
+def write_lateness(
+    result: LatenessResult, out_dir: str | Path, pipeline: Pipeline, inputs: Sequence[str] = ()
+) -> Commit:
     """Write the tables (Parquet), ``figures.json`` and ``report.html`` into a new run
     folder of ``out_dir`` and commit it (as :mod:`windowing.io` commits a replay: a crash
     leaves the previous run current). Returns the :class:`windowing.io.Commit`."""
@@ -826,8 +1015,9 @@ def write_lateness(result: LatenessResult, out_dir: str | Path, pipeline: Pipeli
     check_output_target(spark, out, inputs)
     staged = Staged(spark, out, _new_run_id(), result.figures, pipeline.name, pipeline.fingerprint())
     frames = dict(result.tables)
-    frames[FIGURES] = spark.createDataFrame([(json.dumps(result.figures, sort_keys=True, default=str),)],
-                                            "value string").coalesce(1)
+    frames[FIGURES] = spark.createDataFrame(
+        [(json.dumps(result.figures, sort_keys=True, default=str),)], "value string"
+    ).coalesce(1)
 
     write_datasets(staged, frames, text=(FIGURES,), workers=6)
     if "state" in frames:  # the next partition's --state-in: whole or refused (windowing.manifest)
@@ -862,45 +1052,63 @@ def format_figures(figures: Mapping[str, Any]) -> str:
     """The recommendation and a short curve table, for a terminal."""
     cfg = figures["configured"]
     cr = figures["configured_replay"]
-    out = [f"lateness of pipeline {figures['pipeline']!r}: {figures['accepted_events']:,} events, configured "
-           f"{cfg['strategy']} {cfg['lateness']} delay {format_duration_ms(cfg['delay_ms'])}: "
-           f"{cr['late_events']:,} late ({100 * cr['late_share']:.4f} %), "
-           f"{figures['cost']['windows']:,} windows missed events"]
+    out = [
+        f"lateness of pipeline {figures['pipeline']!r}: {figures['accepted_events']:,} events, configured "
+        f"{cfg['strategy']} {cfg['lateness']} delay {format_duration_ms(cfg['delay_ms'])}: "
+        f"{cr['late_events']:,} late ({100 * cr['late_share']:.4f} %), "
+        f"{figures['cost']['windows']:,} windows missed events"
+    ]
     for r in figures["recommendations"]:
-        listed = (f"; of --delays, {format_duration_ms(r['listed_delay_ms'])} "
-                  f"(late {100 * r['listed_late_share']:.4f} %, "
-                  f"latency p50 {_ms_text(r['listed_latency_p50_ms'])}, p99 {_ms_text(r['listed_latency_p99_ms'])})"
-                  if r["listed_delay_ms"] is not None else "; no listed delay is enough")
-        out.append(f"recommendation {r['strategy']} {r['lateness']}: delay >= {human_duration(r['smallest_delay_ms'])} "
-                   f"keeps late events <= {100 * r['target_late']:.4f} % ({100 * r['late_share_at_smallest']:.4f} %)"
-                   + listed)
-    out.append(f"{'strategy':<15} {'lateness':<16} {'delay':>7} {'late':>10} {'late %':>9} {'p50 latency':>12} "
-               f"{'p99 latency':>12} {'IDLE':>8}")
+        listed = (
+            f"; of --delays, {format_duration_ms(r['listed_delay_ms'])} "
+            f"(late {100 * r['listed_late_share']:.4f} %, "
+            f"latency p50 {_ms_text(r['listed_latency_p50_ms'])}, p99 {_ms_text(r['listed_latency_p99_ms'])})"
+            if r["listed_delay_ms"] is not None
+            else "; no listed delay is enough"
+        )
+        out.append(
+            f"recommendation {r['strategy']} {r['lateness']}: delay >= {human_duration(r['smallest_delay_ms'])} "
+            f"keeps late events <= {100 * r['target_late']:.4f} % ({100 * r['late_share_at_smallest']:.4f} %)" + listed
+        )
+    out.append(
+        f"{'strategy':<15} {'lateness':<16} {'delay':>7} {'late':>10} {'late %':>9} {'p50 latency':>12} "
+        f"{'p99 latency':>12} {'IDLE':>8}"
+    )
     for r in figures["curves"]:
-        out.append(f"{r['strategy']:<15} {r['lateness']:<16} {format_duration_ms(r['delay_ms']):>7} "
-                   f"{r['late_events']:>10,} {100 * r['late_share']:>8.4f}% {_ms_text(r['latency_p50_ms']):>12} "
-                   f"{_ms_text(r['latency_p99_ms']):>12} {r['closed_idle']:>8,}" + ("  (configured)" if r["configured"]
-                                                                                     else ""))
+        out.append(
+            f"{r['strategy']:<15} {r['lateness']:<16} {format_duration_ms(r['delay_ms']):>7} "
+            f"{r['late_events']:>10,} {100 * r['late_share']:>8.4f}% {_ms_text(r['latency_p50_ms']):>12} "
+            f"{_ms_text(r['latency_p99_ms']):>12} {r['closed_idle']:>8,}"
+            + ("  (configured)" if r["configured"] else "")
+        )
     fs = figures["future_skew"]
     if fs.get("threshold_ms") is not None:
-        out.append(f"future skew > {format_duration_ms(fs['threshold_ms'])}: {fs['skewed_events']:,} events, "
-                   f"causing {fs['late_events_caused']:,} late events ({fs['late_event_windows_caused']:,} pairs)")
+        out.append(
+            f"future skew > {format_duration_ms(fs['threshold_ms'])}: {fs['skewed_events']:,} events, "
+            f"causing {fs['late_events_caused']:,} late events ({fs['late_event_windows_caused']:,} pairs)"
+        )
     return "\n".join(out)
 
 
 def curve_markdown(figures: Mapping[str, Any]) -> str:
     """The curves at the listed delays and the recommendations, as a markdown table."""
-    lines = ["| strategy | lateness | delay | late events | late share | latency p50 | latency p99 | IDLE closes |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| strategy | lateness | delay | late events | late share | latency p50 | latency p99 | IDLE closes |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in figures["curves"]:
-        lines.append(f"| {r['strategy']} | {r['lateness']} | {format_duration_ms(r['delay_ms'])}"
-                     f"{' (configured)' if r['configured'] else ''} | {r['late_events']:,} | "
-                     f"{100 * r['late_share']:.4f} % | {_ms_text(r['latency_p50_ms'])} | "
-                     f"{_ms_text(r['latency_p99_ms'])} | {r['closed_idle']:,} |")
+        lines.append(
+            f"| {r['strategy']} | {r['lateness']} | {format_duration_ms(r['delay_ms'])}"
+            f"{' (configured)' if r['configured'] else ''} | {r['late_events']:,} | "
+            f"{100 * r['late_share']:.4f} % | {_ms_text(r['latency_p50_ms'])} | "
+            f"{_ms_text(r['latency_p99_ms'])} | {r['closed_idle']:,} |"
+        )
     lines.append("")
     for r in figures["recommendations"]:
-        lines.append(f"- **{r['strategy']} {r['lateness']}**: late events <= {100 * r['target_late']:.4g} % needs "
-                     f"delay >= **{human_duration(r['smallest_delay_ms'])}**")
+        lines.append(
+            f"- **{r['strategy']} {r['lateness']}**: late events <= {100 * r['target_late']:.4g} % needs "
+            f"delay >= **{human_duration(r['smallest_delay_ms'])}**"
+        )
     return "\n".join(lines)
 
 
@@ -913,12 +1121,19 @@ def _ms_text(v: float | None) -> str:
 def main_lateness(args: argparse.Namespace) -> int:
     """``rewindow lateness``: analyse, write, print the recommendation; exit code 0."""
     pipeline = load_pipeline(args.config)
-    future = None if str(args.future_skew).strip().lower() in ("off", "none") else _duration(args.future_skew,
-                                                                                          "--future-skew")
-    options = LatenessOptions(delays_ms=parse_delays(args.delays), target_late=parse_share(args.target_late,
-                                                                                           "--target-late"),
-                              lateness_modes=parse_modes(args.lateness_modes), future_skew_ms=future,
-                              worst=args.worst, flush_at_end=args.flush_at_end)
+    future = (
+        None
+        if str(args.future_skew).strip().lower() in ("off", "none")
+        else _duration(args.future_skew, "--future-skew")
+    )
+    options = LatenessOptions(
+        delays_ms=parse_delays(args.delays),
+        target_late=parse_share(args.target_late, "--target-late"),
+        lateness_modes=parse_modes(args.lateness_modes),
+        future_skew_ms=future,
+        worst=args.worst,
+        flush_at_end=args.flush_at_end,
+    )
     inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
     check_input_schema(pipeline, inputs)
     print(f"rewindow: [1/3] starting Spark ({args.remote or args.master or 'local[*]'})", file=sys.stderr, flush=True)
@@ -929,8 +1144,11 @@ def main_lateness(args: argparse.Namespace) -> int:
         prev = read_lateness(spark, args.state_in)
         state, state_figures = prev.tables["state"], prev.figures
     events = read_events(spark, args.input, pipeline=pipeline)
-    print(f"rewindow: [2/3] replaying {len(options.variants(pipeline))} variants of pipeline {pipeline.name!r}",
-          file=sys.stderr, flush=True)
+    print(
+        f"rewindow: [2/3] replaying {len(options.variants(pipeline))} variants of pipeline {pipeline.name!r}",
+        file=sys.stderr,
+        flush=True,
+    )
     result = lateness(spark, pipeline, events, state=state, options=options, state_figures=state_figures)
     try:
         print(f"rewindow: [3/3] writing {args.output}", file=sys.stderr, flush=True)
@@ -938,8 +1156,10 @@ def main_lateness(args: argparse.Namespace) -> int:
     finally:
         result.unpersist()
     print(format_figures(result.figures))
-    print(f"tables and report in {commit.run_path}/ ({', '.join(TABLES)}, {FIGURES}, {REPORT}), "
-          f"committed as run {commit.seq} of {args.output}")
+    print(
+        f"tables and report in {commit.run_path}/ ({', '.join(TABLES)}, {FIGURES}, {REPORT}), "
+        f"committed as run {commit.seq} of {args.output}"
+    )
     return 0
 
 
@@ -966,13 +1186,19 @@ def combine_lateness(spark: SparkSession, pipeline: Pipeline, outputs: Sequence[
     parts = [read_lateness(spark, o) for o in outputs]
     first = parts[0].figures
     for o, part in zip(outputs, parts):
-        if (part.figures.get("fingerprint"), part.figures.get("variants")) != (pipeline.fingerprint(),
-                                                                               first.get("variants")):
+        if (part.figures.get("fingerprint"), part.figures.get("variants")) != (
+            pipeline.fingerprint(),
+            first.get("variants"),
+        ):
             raise LatenessStateError(f"{o}: analysed under another configuration or other variants than {outputs[0]}")
     opts = first["options"]
-    options = LatenessOptions(delays_ms=tuple(opts["delays_ms"]), target_late=opts["target_late"],
-                              lateness_modes=tuple(Lateness(m) for m in opts["lateness_modes"]),
-                              future_skew_ms=opts["future_skew_ms"], worst=opts["worst"])
+    options = LatenessOptions(
+        delays_ms=tuple(opts["delays_ms"]),
+        target_late=opts["target_late"],
+        lateness_modes=tuple(Lateness(m) for m in opts["lateness_modes"]),
+        future_skew_ms=opts["future_skew_ms"],
+        worst=opts["worst"],
+    )
     variants = options.variants(pipeline)
     counters: dict[str, dict[str, int]] = {}
     for part in parts:
@@ -988,10 +1214,23 @@ def combine_lateness(spark: SparkSession, pipeline: Pipeline, outputs: Sequence[
     def union(name: str) -> DataFrame:
         return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), [p.tables[name] for p in parts])
 
-    slack = (union("slack_histogram").groupBy("strategy", "lateness", "slack_ms")
-             .agg(F.sum("events").alias("events"), F.sum("pairs").alias("pairs")).toArrow())
-    slack = slack.cast(pa.schema([("strategy", pa.string()), ("lateness", pa.string()), ("slack_ms", pa.int64()),
-                                  ("events", pa.int64()), ("pairs", pa.int64())]))
+    slack = (
+        union("slack_histogram")
+        .groupBy("strategy", "lateness", "slack_ms")
+        .agg(F.sum("events").alias("events"), F.sum("pairs").alias("pairs"))
+        .toArrow()
+    )
+    slack = slack.cast(
+        pa.schema(
+            [
+                ("strategy", pa.string()),
+                ("lateness", pa.string()),
+                ("slack_ms", pa.int64()),
+                ("events", pa.int64()),
+                ("pairs", pa.int64()),
+            ]
+        )
+    )
     bins: dict[int, dict[str, int]] = {}
     rejected: dict[str, int] = {}
     for part in parts:
@@ -1010,15 +1249,28 @@ def combine_lateness(spark: SparkSession, pipeline: Pipeline, outputs: Sequence[
     kcols = W._key_columns(pipeline)
     wcol = pipeline.source.worker
     cost = union("cost")
-    top = cost.orderBy(F.desc("missed_events"), F.desc("max_lateness_ms"), "window_start").limit(
-        options.worst).toArrow()
+    top = (
+        cost.orderBy(F.desc("missed_events"), F.desc("max_lateness_ms"), "window_start").limit(options.worst).toArrow()
+    )
     figures, tables = summarise(
-        spark, pipeline, options, variants, counters, slack, latency_figures(spark, union("latency_exact")), cost,
-        top, (union("late_by_key").groupBy(*[_col(c) for c in kcols]) if kcols else union("late_by_key").groupBy())
-        .agg(*[F.sum(c).alias(c) for c in raw]),
+        spark,
+        pipeline,
+        options,
+        variants,
+        counters,
+        slack,
+        latency_figures(spark, union("latency_exact")),
+        cost,
+        top,
+        (union("late_by_key").groupBy(*[_col(c) for c in kcols]) if kcols else union("late_by_key").groupBy()).agg(
+            *[F.sum(c).alias(c) for c in raw]
+        ),
         union("late_by_hour").select(*[_col(c) for c in ([wcol] if wcol else [])], "hour", *raw).toArrow(),
-        sorted(bins.values(), key=lambda b: (b["upper_ms"] < 0, b["upper_ms"])), rejected,
-        {"future_skew": union("future_skew"), "skew_late": union("skew_late")}, skew)
+        sorted(bins.values(), key=lambda b: (b["upper_ms"] < 0, b["upper_ms"])),
+        rejected,
+        {"future_skew": union("future_skew"), "skew_late": union("skew_late")},
+        skew,
+    )
     figures["partitions"] = [str(o) for o in outputs]
     figures["seconds"] = round(sum(p.figures.get("seconds", 0) for p in parts), 3)
     return LatenessResult(tables, figures)

@@ -27,8 +27,10 @@ def render_report(figures: Mapping[str, Any]) -> str:
     cfg, cr = f["configured"], f["configured_replay"]
     title = f"Lateness of {f['pipeline']}"
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{_e(title)}</title>", f"<style>{_CSS}</style></head><body>",
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(title)}</title>",
+        f"<style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
         f"<p class=sub>{f['accepted_events']:,} events replayed ({f['rejected_rows']:,} rejected) under "
         f"{len(f['variants'])} configurations in {f.get('seconds', 0):.1f} s. Configured: "
@@ -37,24 +39,38 @@ def render_report(figures: Mapping[str, Any]) -> str:
         f"(<b>{_pct(cr['late_share'])}</b>), {f['cost']['windows']:,} windows missed events.</p>",
         _recommendations(f),
         '<div class="grid">',
-        _figure("Late events against the delay", _late_share_plot(f),
-                "Share of events late under each delayWindowClose, exact at every delay (from each event's slack); "
-                "dots: the replays at the listed delays; the dashed line is the target."),
-        _figure("Emission latency against the delay", _latency_plot(f),
-                "Arrival time of the commit that closes a window minus the window's end "
-                "(WATERMARK, IDLE, MAX_DURATION closes): p50 (solid) and p99 (dotted)."),
-        _figure("How late the late events were", _histogram_plot(f),
-                "Configured replay: late events by lateness (the watermark they were checked against minus their "
-                "event time; an event by its latest missed window)."),
-        _figure("Late events by hour of arrival", _hours_plot(f),
-                "Configured replay: late events per hour of arrival (bars) and their share of the hour's "
-                "events (line)."),
+        _figure(
+            "Late events against the delay",
+            _late_share_plot(f),
+            "Share of events late under each delayWindowClose, exact at every delay (from each event's slack); "
+            "dots: the replays at the listed delays; the dashed line is the target.",
+        ),
+        _figure(
+            "Emission latency against the delay",
+            _latency_plot(f),
+            "Arrival time of the commit that closes a window minus the window's end "
+            "(WATERMARK, IDLE, MAX_DURATION closes): p50 (solid) and p99 (dotted).",
+        ),
+        _figure(
+            "How late the late events were",
+            _histogram_plot(f),
+            "Configured replay: late events by lateness (the watermark they were checked against minus their "
+            "event time; an event by its latest missed window).",
+        ),
+        _figure(
+            "Late events by hour of arrival",
+            _hours_plot(f),
+            "Configured replay: late events per hour of arrival (bars) and their share of the hour's events (line).",
+        ),
         "</div>",
-        "<h2>Curves at the listed delays</h2>", _curve_table(f),
-        "<h2>Windows that missed the most events</h2>", _worst_table(f),
-        "<h2>Late share per worker</h2>", _rows_table(f.get("late_by_worker", []),
-                                                      exclude=("late_event_windows",)),
-        "<h2>Future skew</h2>", _skew(f),
+        "<h2>Curves at the listed delays</h2>",
+        _curve_table(f),
+        "<h2>Windows that missed the most events</h2>",
+        _worst_table(f),
+        "<h2>Late share per worker</h2>",
+        _rows_table(f.get("late_by_worker", []), exclude=("late_event_windows",)),
+        "<h2>Future skew</h2>",
+        _skew(f),
         f"<p class=sub>How each figure is computed: docs/lateness.md. Variants: {_e(', '.join(f['variants']))}.</p>",
         "</body></html>",
     ]
@@ -109,14 +125,18 @@ def _recommendations(f: Mapping[str, Any]) -> str:
     cards = []
     colours = {(s, m): c for s, m, c in _series(f)}
     for r in f["recommendations"]:
-        listed = (f"of the listed delays: <b>{_d(r['listed_delay_ms'])}</b> (late {_pct(r['listed_late_share'])}, "
-                  f"latency p50 {_ms(r['listed_latency_p50_ms'])}, p99 {_ms(r['listed_latency_p99_ms'])})"
-                  if r["listed_delay_ms"] is not None else "none of the listed delays is enough")
+        listed = (
+            f"of the listed delays: <b>{_d(r['listed_delay_ms'])}</b> (late {_pct(r['listed_late_share'])}, "
+            f"latency p50 {_ms(r['listed_latency_p50_ms'])}, p99 {_ms(r['listed_latency_p99_ms'])})"
+            if r["listed_delay_ms"] is not None
+            else "none of the listed delays is enough"
+        )
         cards.append(
             f'<div class="card" style="--c:{colours.get((r["strategy"], r["lateness"]), "#888")}">'
             f"{_e(r['strategy'])} · {_e(r['lateness'])}<br>late events ≤ {_pct(r['target_late'])} needs "
             f"delay ≥ <b>{_e(human_duration(r['smallest_delay_ms']))}</b> ({_pct(r['late_share_at_smallest'])})"
-            f"<br>{listed}</div>")
+            f"<br>{listed}</div>"
+        )
     return f"<h2>Recommendation</h2><div class=rec>{''.join(cards)}</div>"
 
 
@@ -144,8 +164,11 @@ def _y(v: float, top: float, log: bool = False, bottom: float = 0.0) -> float:
 
 
 def _svg(body: list[str]) -> str:
-    return (f'<svg viewBox="0 0 {_W} {_H}" width="100%" role="img" xmlns="http://www.w3.org/2000/svg">'
-            + "".join(body) + "</svg>")
+    return (
+        f'<svg viewBox="0 0 {_W} {_H}" width="100%" role="img" xmlns="http://www.w3.org/2000/svg">'
+        + "".join(body)
+        + "</svg>"
+    )
 
 
 def _delay_axis(max_ms: float) -> list[str]:
@@ -154,8 +177,10 @@ def _delay_axis(max_ms: float) -> list[str]:
         if ms > max(max_ms, 1000) * 1.01:
             break
         x = _xdelay(ms, max_ms)
-        out.append(f'<line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{_H - _BOTTOM}" stroke="#eee"/>'
-                   f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">{_d(ms)}</text>')
+        out.append(
+            f'<line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{_H - _BOTTOM}" stroke="#eee"/>'
+            f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">{_d(ms)}</text>'
+        )
     out.append(f'<text x="{(_LEFT + _W - _RIGHT) / 2}" y="{_H - 6}" text-anchor="middle">delayWindowClose</text>')
     return out
 
@@ -165,8 +190,10 @@ def _value_axis(top: float, fmt: Callable[[float], str], ticks: int = 4) -> list
     for i in range(ticks + 1):
         v = top * i / ticks
         y = _y(v, top)
-        out.append(f'<line x1="{_LEFT}" y1="{y:.1f}" x2="{_W - _RIGHT}" y2="{y:.1f}" stroke="#f0f0f0"/>'
-                   f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt(v))}</text>')
+        out.append(
+            f'<line x1="{_LEFT}" y1="{y:.1f}" x2="{_W - _RIGHT}" y2="{y:.1f}" stroke="#f0f0f0"/>'
+            f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt(v))}</text>'
+        )
     return out
 
 
@@ -174,8 +201,10 @@ def _legend(items: Sequence[tuple[str, str]], x: float, y: float) -> list[str]:
     out = []
     for i, (label, colour) in enumerate(items):
         yy = y + 14 * i
-        out.append(f'<rect x="{x}" y="{yy - 8}" width="10" height="3" fill="{colour}"/>'
-                   f'<text x="{x + 14}" y="{yy}" class="legend">{_e(label)}</text>')
+        out.append(
+            f'<rect x="{x}" y="{yy - 8}" width="10" height="3" fill="{colour}"/>'
+            f'<text x="{x + 14}" y="{yy}" class="legend">{_e(label)}</text>'
+        )
     return out
 
 
@@ -210,13 +239,17 @@ def _late_share_plot(f: Mapping[str, Any]) -> str:
             body.append(f'<path d="{"".join(path)}" fill="none" stroke="{colour}" stroke-width="2"/>')
         for r in f["curves"]:
             if (r["strategy"], r["lateness"]) == (s, m):
-                body.append(f'<circle cx="{_xdelay(r["delay_ms"], max_ms):.1f}" cy="{_y(r["late_share"], top):.1f}" '
-                            f'r="3.5" fill="{colour}"><title>{_e(s)} {_d(r["delay_ms"])}: '
-                            f'{_pct(r["late_share"])}</title></circle>')
+                body.append(
+                    f'<circle cx="{_xdelay(r["delay_ms"], max_ms):.1f}" cy="{_y(r["late_share"], top):.1f}" '
+                    f'r="3.5" fill="{colour}"><title>{_e(s)} {_d(r["delay_ms"])}: '
+                    f"{_pct(r['late_share'])}</title></circle>"
+                )
     ty = _y(f["target_late"], top)
-    body.append(f'<line x1="{_LEFT}" y1="{ty:.1f}" x2="{_W - _RIGHT}" y2="{ty:.1f}" stroke="#555" '
-                f'stroke-dasharray="5,4"/><text x="{_W - _RIGHT - 4}" y="{ty - 4:.1f}" text-anchor="end">target '
-                f'{_pct(f["target_late"])}</text>')
+    body.append(
+        f'<line x1="{_LEFT}" y1="{ty:.1f}" x2="{_W - _RIGHT}" y2="{ty:.1f}" stroke="#555" '
+        f'stroke-dasharray="5,4"/><text x="{_W - _RIGHT - 4}" y="{ty - 4:.1f}" text-anchor="end">target '
+        f"{_pct(f['target_late'])}</text>"
+    )
     body += _legend([(f"{s} {m}", c) for s, m, c in series], _LEFT + 10, _H - _BOTTOM - 14 * len(series) - 6)
     return _svg(body)
 
@@ -235,9 +268,11 @@ def _latency_plot(f: Mapping[str, Any]) -> str:
             pts = " ".join(f"{_xdelay(r['delay_ms'], max_ms):.1f},{_y(r[key], top):.1f}" for r in mine)
             body.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
             for r in mine:
-                body.append(f'<circle cx="{_xdelay(r["delay_ms"], max_ms):.1f}" cy="{_y(r[key], top):.1f}" r="3" '
-                            f'fill="{colour}"><title>{_e(s)} {_d(r["delay_ms"])} {key[8:11]}: '
-                            f'{_ms(r[key])}</title></circle>')
+                body.append(
+                    f'<circle cx="{_xdelay(r["delay_ms"], max_ms):.1f}" cy="{_y(r[key], top):.1f}" r="3" '
+                    f'fill="{colour}"><title>{_e(s)} {_d(r["delay_ms"])} {key[8:11]}: '
+                    f"{_ms(r[key])}</title></circle>"
+                )
     body += _legend([(f"{s} {m}", c) for s, m, c in series], _LEFT + 10, _TOP + 12)
     return _svg(body)
 
@@ -248,8 +283,10 @@ def _bars(labels: list[str], values: list[float], top: float, colour: str, fmt: 
     out = []
     for i, (label, v) in enumerate(zip(labels, values)):
         x, y = _LEFT + i * width, _y(v, top)
-        out.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(width - 2, 1):.1f}" '
-                   f'height="{_H - _BOTTOM - y:.1f}" fill="{colour}"><title>{_e(label)}: {_e(fmt(v))}</title></rect>')
+        out.append(
+            f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(width - 2, 1):.1f}" '
+            f'height="{_H - _BOTTOM - y:.1f}" fill="{colour}"><title>{_e(label)}: {_e(fmt(v))}</title></rect>'
+        )
     step = max(1, math.ceil(n / 8))
     for i in range(0, n, step):
         x = _LEFT + (i + 0.5) * width
@@ -285,8 +322,9 @@ def _hours_plot(f: Mapping[str, Any]) -> str:
     width = (_W - _LEFT - _RIGHT) / max(len(hours), 1)
     pts = " ".join(f"{_LEFT + (i + 0.5) * width:.1f},{_y(s, stop):.1f}" for i, s in enumerate(shares))
     body.append(f'<polyline points="{pts}" fill="none" stroke="#ff7f0e" stroke-width="2"/>')
-    body.append(f'<text x="{_W - _RIGHT}" y="{_TOP + 10}" text-anchor="end" fill="#ff7f0e">late share '
-                f'(top {_pct(stop)})</text>')
+    body.append(
+        f'<text x="{_W - _RIGHT}" y="{_TOP + 10}" text-anchor="end" fill="#ff7f0e">late share (top {_pct(stop)})</text>'
+    )
     return _svg(body)
 
 
@@ -294,15 +332,40 @@ def _hours_plot(f: Mapping[str, Any]) -> str:
 
 
 def _curve_table(f: Mapping[str, Any]) -> str:
-    head = ("strategy", "lateness", "delay", "late events", "late share", "late pairs", "closed", "IDLE",
-            "open at end", "latency p50", "p90", "p99", "max")
+    head = (
+        "strategy",
+        "lateness",
+        "delay",
+        "late events",
+        "late share",
+        "late pairs",
+        "closed",
+        "IDLE",
+        "open at end",
+        "latency p50",
+        "p90",
+        "p99",
+        "max",
+    )
     rows = []
     for r in f["curves"]:
-        rows.append([r["strategy"], r["lateness"], _d(r["delay_ms"]) + (" (configured)" if r["configured"] else ""),
-                     f"{r['late_events']:,}", _pct(r["late_share"]), f"{r['late_event_windows']:,}",
-                     f"{r['windows_closed']:,}", f"{r['closed_idle']:,}", f"{r['open_windows']:,}",
-                     _ms(r["latency_p50_ms"]), _ms(r["latency_p90_ms"]), _ms(r["latency_p99_ms"]),
-                     _ms(r["latency_max_ms"])])
+        rows.append(
+            [
+                r["strategy"],
+                r["lateness"],
+                _d(r["delay_ms"]) + (" (configured)" if r["configured"] else ""),
+                f"{r['late_events']:,}",
+                _pct(r["late_share"]),
+                f"{r['late_event_windows']:,}",
+                f"{r['windows_closed']:,}",
+                f"{r['closed_idle']:,}",
+                f"{r['open_windows']:,}",
+                _ms(r["latency_p50_ms"]),
+                _ms(r["latency_p90_ms"]),
+                _ms(r["latency_p99_ms"]),
+                _ms(r["latency_max_ms"]),
+            ]
+        )
     return _table(head, rows, left=2)
 
 
@@ -312,18 +375,37 @@ def _worst_table(f: Mapping[str, Any]) -> str:
     worst = f["cost"]["worst_windows"]
     if not worst:
         return "<p class=sub>No window missed an event.</p>"
-    fixed = {"window_start", "window_end", "missed_events", "max_lateness_ms", "first_missed_arrival",
-             "last_missed_arrival", "emissions", "last_emit_reason", "last_emit_time"}
-    aggs = [k[len("emitted_"):] for k in worst[0] if k.startswith("emitted_")]
+    fixed = {
+        "window_start",
+        "window_end",
+        "missed_events",
+        "max_lateness_ms",
+        "first_missed_arrival",
+        "last_missed_arrival",
+        "emissions",
+        "last_emit_reason",
+        "last_emit_time",
+    }
+    aggs = [k[len("emitted_") :] for k in worst[0] if k.startswith("emitted_")]
     keys = [k for k in worst[0] if k not in fixed and not k.startswith(("emitted_", "perfect_"))]
-    head = keys + ["window", "missed", "max lateness", "emissions", "last emitted by"] + \
-        [f"{a}: emitted → perfect" for a in aggs]
+    head = (
+        keys
+        + ["window", "missed", "max lateness", "emissions", "last emitted by"]
+        + [f"{a}: emitted → perfect" for a in aggs]
+    )
     rows = []
     for r in worst:
-        rows.append([_cell(r[k]) for k in keys] + [
-            f"{_short(r['window_start'])} – {_short(r['window_end'])}", f"{r['missed_events']:,}",
-            _ms(r["max_lateness_ms"]), f"{r['emissions']:,}", r["last_emit_reason"] or "-"] +
-            [f"{_cell(r.get('emitted_' + a)) or '-'} → {_cell(r.get('perfect_' + a)) or '-'}" for a in aggs])
+        rows.append(
+            [_cell(r[k]) for k in keys]
+            + [
+                f"{_short(r['window_start'])} – {_short(r['window_end'])}",
+                f"{r['missed_events']:,}",
+                _ms(r["max_lateness_ms"]),
+                f"{r['emissions']:,}",
+                r["last_emit_reason"] or "-",
+            ]
+            + [f"{_cell(r.get('emitted_' + a)) or '-'} → {_cell(r.get('perfect_' + a)) or '-'}" for a in aggs]
+        )
     return _table(head, rows, left=len(keys) + 1)
 
 
@@ -350,8 +432,10 @@ def _cell(v: object) -> str:
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> str:
     th = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(head))
-    trs = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_e(c)}</td>' for i, c in enumerate(r))
-                  + "</tr>" for r in rows)
+    trs = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_e(c)}</td>' for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
     return f"<table><tr>{th}</tr>{trs}</table>"
 
 
@@ -359,15 +443,19 @@ def _skew(f: Mapping[str, Any]) -> str:
     s = f["future_skew"]
     if s.get("threshold_ms") is None:
         return "<p class=sub>Not listed (--future-skew off, or no event-time column).</p>"
-    text = (f"<p>{s['skewed_events']:,} events were more than <b>{_d(s['threshold_ms'])}</b> ahead of their arrival. "
-            f"They moved watermarks forward and caused <b>{s['late_events_caused']:,}</b> late events "
-            f"({s['late_event_windows_caused']:,} late (event, window) pairs; "
-            f"{s.get('late_event_windows_attributed', 0):,} of them attributed to the skewed event that set the "
-            f"watermark). Without them the configured pipeline would have had "
-            f"{s.get('late_events_without_skewed', 0):,} late events and "
-            f"{s.get('idle_closes_without_skewed', 0):,} IDLE closes (now {s.get('idle_closes', 0):,}). "
-            f"<code>source.maxFutureSkew: {_d(s['threshold_ms'])}</code> would reject them (reason FUTURE_SKEW).</p>")
+    text = (
+        f"<p>{s['skewed_events']:,} events were more than <b>{_d(s['threshold_ms'])}</b> ahead of their arrival. "
+        f"They moved watermarks forward and caused <b>{s['late_events_caused']:,}</b> late events "
+        f"({s['late_event_windows_caused']:,} late (event, window) pairs; "
+        f"{s.get('late_event_windows_attributed', 0):,} of them attributed to the skewed event that set the "
+        f"watermark). Without them the configured pipeline would have had "
+        f"{s.get('late_events_without_skewed', 0):,} late events and "
+        f"{s.get('idle_closes_without_skewed', 0):,} IDLE closes (now {s.get('idle_closes', 0):,}). "
+        f"<code>source.maxFutureSkew: {_d(s['threshold_ms'])}</code> would reject them (reason FUTURE_SKEW).</p>"
+    )
     if s.get("max_future_skew_ms") is not None:
-        text += (f"<p class=sub>The pipeline already rejects events more than {_d(s['max_future_skew_ms'])} ahead: "
-                 f"{s['rejected_by_max_future_skew']:,} rows.</p>")
+        text += (
+            f"<p class=sub>The pipeline already rejects events more than {_d(s['max_future_skew_ms'])} ahead: "
+            f"{s['rejected_by_max_future_skew']:,} rows.</p>"
+        )
     return text

@@ -53,8 +53,11 @@ class StateManifest:
     window_rows_hash: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"parts": [{"file": f, "rows": n} for f, n in self.parts], "total_rows": self.total_rows,
-                "window_rows_hash": self.window_rows_hash}
+        return {
+            "parts": [{"file": f, "rows": n} for f, n in self.parts],
+            "total_rows": self.total_rows,
+            "window_rows_hash": self.window_rows_hash,
+        }
 
     @classmethod
     def from_dict(cls, doc: Any, where: str) -> StateManifest:
@@ -115,7 +118,7 @@ def part_rows(lake: Lake, folder: str) -> dict[str, int]:
     for e in lake.files(folder):
         try:
             rows[_part_name(e.path)] = lake.parquet_rows(e.path)
-        except Exception as exc:  # noqa: BLE001 - Hadoop/Parquet raise many types for a bad file
+        except Exception as exc:  # Hadoop/Parquet raise many types for a bad file
             raise ValueError(f"{display(e.path)}: not a readable Parquet file (corrupted or truncated?)") from exc
     return rows
 
@@ -125,8 +128,9 @@ def write_manifest(spark: SparkSession, folder: str) -> StateManifest:
     return write_state_manifest(spark, folder)[0]
 
 
-def write_state_manifest(spark: SparkSession, folder: str,
-                         schema: StructType | None = None) -> tuple[StateManifest, str]:
+def write_state_manifest(
+    spark: SparkSession, folder: str, schema: StructType | None = None
+) -> tuple[StateManifest, str]:
     """:func:`write_manifest`, and :func:`content_hash` of the whole state as written (the
     partition's lineage records it), both from one read of the state: ``schema`` is the
     state's as Spark reads it back, when known (else inferred, a job of its own)."""
@@ -168,8 +172,10 @@ def manifest_problem(lake: Lake, folder: str, manifest: StateManifest) -> str | 
     listed = dict(manifest.parts)
     for name, rows in manifest.parts:
         if name not in found:
-            return (f"state part {name} ({rows} rows) is missing: the manifest lists {len(listed)} part(s), "
-                    f"{manifest.total_rows} rows")
+            return (
+                f"state part {name} ({rows} rows) is missing: the manifest lists {len(listed)} part(s), "
+                f"{manifest.total_rows} rows"
+            )
     for name in sorted(found):
         if name not in listed:
             return f"state part {name} is not in its manifest (a file added after the run wrote its state)"
@@ -181,8 +187,9 @@ def manifest_problem(lake: Lake, folder: str, manifest: StateManifest) -> str | 
     return None
 
 
-def verify_problem(spark: SparkSession, run_path: str, record_extra: Mapping[str, Any] | None,
-                   state: DataFrame) -> str | None:
+def verify_problem(
+    spark: SparkSession, run_path: str, record_extra: Mapping[str, Any] | None, state: DataFrame
+) -> str | None:
     """For ``rewindow verify``: what is wrong with a run's state against its manifest (parts,
     row counts, then the window rows' content hash, recomputed from ``state``); None when
     it matches. Raises ``LookupError`` when the run has no manifest (written before them)."""
@@ -198,6 +205,8 @@ def verify_problem(spark: SparkSession, run_path: str, record_extra: Mapping[str
         return problem
     found = window_rows_hash(state)
     if found != stored.window_rows_hash:
-        return (f"the window rows' content hash is {found}, its manifest says {stored.window_rows_hash}: "
-                "the state's rows were changed after the run wrote them")
+        return (
+            f"the window rows' content hash is {found}, its manifest says {stored.window_rows_hash}: "
+            "the state's rows were changed after the run wrote them"
+        )
     return None

@@ -21,8 +21,13 @@ from windowing.lake import absolute, join
 #: The embedded metastore's folder under a local output root, when none is given.
 METASTORE_DIR = "_metastore"
 #: Session settings that say the session already has a metastore of its own (no embedded Derby then).
-METASTORE_SETTINGS = ("spark.hadoop.hive.metastore.uris", "spark.hadoop.javax.jdo.option.ConnectionURL",
-                      "spark.hadoop.hive.metastore.client.factory.class", "spark.hive.metastore.uris")
+METASTORE_SETTINGS = (
+    "spark.hadoop.hive.metastore.uris",
+    "spark.hadoop.javax.jdo.option.ConnectionURL",
+    "spark.hadoop.hive.metastore.client.factory.class",
+    "spark.hive.metastore.uris",
+)
+
 
 def default_metastore_dir(output_root: str) -> str:
     """``<output root>/_metastore`` for a local output root; a remote one needs a folder given."""
@@ -31,7 +36,8 @@ def default_metastore_dir(output_root: str) -> str:
         raise CatalogError(
             f"output.catalog: the output root {root} is not local, so the embedded Derby metastore needs a local "
             "folder: give --metastore-dir (REWINDOW_METASTORE_DIR), or point the session at a metastore "
-            "(--conf spark.hadoop.hive.metastore.uris=thrift://..., see docs/deployment.md)")
+            "(--conf spark.hadoop.hive.metastore.uris=thrift://..., see docs/deployment.md)"
+        )
     return join(root.removeprefix("file:"), METASTORE_DIR)
 
 
@@ -48,11 +54,13 @@ def session_conf(metastore_dir: str, conf: Mapping[str, str] | None = None) -> d
     folder = os.path.abspath(metastore_dir)
     java = f"-Dderby.system.home={folder} -Dderby.stream.error.file={os.path.join(folder, 'derby.log')}"
     extra = conf.get("spark.driver.extraJavaOptions", "")
-    out.update({
-        "spark.hadoop.javax.jdo.option.ConnectionURL": derby_url(folder),
-        "spark.sql.warehouse.dir": conf.get("spark.sql.warehouse.dir", os.path.join(folder, "warehouse")),
-        "spark.driver.extraJavaOptions": f"{extra} {java}".strip(),
-    })
+    out.update(
+        {
+            "spark.hadoop.javax.jdo.option.ConnectionURL": derby_url(folder),
+            "spark.sql.warehouse.dir": conf.get("spark.sql.warehouse.dir", os.path.join(folder, "warehouse")),
+            "spark.driver.extraJavaOptions": f"{extra} {java}".strip(),
+        }
+    )
     os.makedirs(folder, exist_ok=True)
     return out
 
@@ -65,9 +73,11 @@ def session_conf_for_tables(metastore_dir: str | None, conf: Mapping[str, str]) 
         return session_conf("", conf)
     folder = metastore_dir or os.environ.get("REWINDOW_METASTORE_DIR")
     if not folder:
-        raise CatalogError("--replay/--live name a catalog table: give the embedded metastore's folder "
-                           "(--metastore-dir or REWINDOW_METASTORE_DIR: the backfill's OUTPUT/_metastore), or "
-                           "--conf spark.hadoop.hive.metastore.uris=thrift://...")
+        raise CatalogError(
+            "--replay/--live name a catalog table: give the embedded metastore's folder "
+            "(--metastore-dir or REWINDOW_METASTORE_DIR: the backfill's OUTPUT/_metastore), or "
+            "--conf spark.hadoop.hive.metastore.uris=thrift://..."
+        )
     return session_conf(folder, conf)
 
 
@@ -76,8 +86,9 @@ def derby_url(metastore_dir: str) -> str:
     return f"jdbc:derby:;databaseName={os.path.join(os.path.abspath(metastore_dir), 'metastore_db')};create=true"
 
 
-def thrift_server_command(metastore_dir: str, port: int, host: str = "127.0.0.1",
-                          spark_home: str | None = None) -> list[str]:
+def thrift_server_command(
+    metastore_dir: str, port: int, host: str = "127.0.0.1", spark_home: str | None = None
+) -> list[str]:
     """The command line of Spark's Thrift JDBC/ODBC server (``HiveThriftServer2``, shipped in
     the pyspark package) over the embedded metastore of ``metastore_dir``: what
     ``beeline -u jdbc:hive2://HOST:PORT`` then queries. Embedded Derby admits one process at
@@ -86,16 +97,24 @@ def thrift_server_command(metastore_dir: str, port: int, host: str = "127.0.0.1"
     folder = os.path.abspath(metastore_dir)
     return [
         os.path.join(home, "bin", "spark-submit"),
-        "--class", "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
-        "--master", "local[1]",
-        "--driver-java-options", f"-Dderby.system.home={folder} "
-                                 f"-Dderby.stream.error.file={os.path.join(folder, 'derby.log')}",
-        "--conf", f"spark.sql.warehouse.dir={os.path.join(folder, 'warehouse')}",
-        "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.session.timeZone=UTC",
-        "--hiveconf", f"javax.jdo.option.ConnectionURL={derby_url(folder)}",
-        "--hiveconf", f"hive.server2.thrift.port={port}",
-        "--hiveconf", f"hive.server2.thrift.bind.host={host}",
+        "--class",
+        "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
+        "--master",
+        "local[1]",
+        "--driver-java-options",
+        f"-Dderby.system.home={folder} -Dderby.stream.error.file={os.path.join(folder, 'derby.log')}",
+        "--conf",
+        f"spark.sql.warehouse.dir={os.path.join(folder, 'warehouse')}",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.session.timeZone=UTC",
+        "--hiveconf",
+        f"javax.jdo.option.ConnectionURL={derby_url(folder)}",
+        "--hiveconf",
+        f"hive.server2.thrift.port={port}",
+        "--hiveconf",
+        f"hive.server2.thrift.bind.host={host}",
         "spark-internal",
     ]
 
@@ -108,12 +127,16 @@ def spark_sql_command(metastore_dir: str, query: str, spark_home: str | None = N
     folder = os.path.abspath(metastore_dir)
     return [
         os.path.join(home, "bin", "spark-sql"),
-        "--driver-java-options", f"-Dderby.system.home={folder} "
-                                 f"-Dderby.stream.error.file={os.path.join(folder, 'derby.log')}",
-        "--conf", f"spark.hadoop.javax.jdo.option.ConnectionURL={derby_url(folder)}",
-        "--conf", f"spark.sql.warehouse.dir={os.path.join(folder, 'warehouse')}",
-        "--conf", "spark.ui.enabled=false",
-        "-e", query,
+        "--driver-java-options",
+        f"-Dderby.system.home={folder} -Dderby.stream.error.file={os.path.join(folder, 'derby.log')}",
+        "--conf",
+        f"spark.hadoop.javax.jdo.option.ConnectionURL={derby_url(folder)}",
+        "--conf",
+        f"spark.sql.warehouse.dir={os.path.join(folder, 'warehouse')}",
+        "--conf",
+        "spark.ui.enabled=false",
+        "-e",
+        query,
     ]
 
 

@@ -55,8 +55,18 @@ KEYS_HELD = "keys_held"
 OPEN_WINDOWS = "open_windows"
 
 #: Every counter a kernel task reports per worker.
-COUNTERS = (EVENTS, LATE_PAIRS, LATE_EVENTS, WINDOWS_CREATED, *[CLOSED_PREFIX + r for r in CLOSE_REASONS],
-            SNAPSHOTS, IDLE_KEYS_REMOVED, KEYS_SEEN, KEYS_HELD, OPEN_WINDOWS)
+COUNTERS = (
+    EVENTS,
+    LATE_PAIRS,
+    LATE_EVENTS,
+    WINDOWS_CREATED,
+    *[CLOSED_PREFIX + r for r in CLOSE_REASONS],
+    SNAPSHOTS,
+    IDLE_KEYS_REMOVED,
+    KEYS_SEEN,
+    KEYS_HELD,
+    OPEN_WINDOWS,
+)
 
 
 def worker_label(value: Any) -> str:
@@ -87,6 +97,7 @@ def figures(counters: Mapping[str, int], at_window_end: bool) -> dict[str, Any]:
     window is also a row of ``aggregates`` (without it, windows still close, and count
     as closed, but are not written).
     """
+
     def c(name: str) -> int:
         return int(counters.get(name, 0))
 
@@ -128,37 +139,49 @@ class VoltspMetric:
 
 VOLTSP_METRICS: tuple[VoltspMetric, ...] = (
     VoltspMetric(
-        "voltsp_aggregations_unique_keys_total", "gauge",
+        "voltsp_aggregations_unique_keys_total",
+        "gauge",
         "Current number of unique aggregate keys held by a local window.",
         "keys holding at least one open window at the end of the replay (keys_held)",
-        lambda f: f["keys_held"]),
+        lambda f: f["keys_held"],
+    ),
     VoltspMetric(
-        "voltsp_aggregations_created_total", "counter",
+        "voltsp_aggregations_created_total",
+        "counter",
         "Number of aggregate windows created.",
         "windows opened by an accepted event (windows_created)",
-        lambda f: f["windows_created"]),
+        lambda f: f["windows_created"],
+    ),
     VoltspMetric(
-        "voltsp_aggregations_emitted_total", "counter",
+        "voltsp_aggregations_emitted_total",
+        "counter",
         "Number of aggregate snapshots emitted by a local window.",
         "rows of aggregates: closed windows emitted at window end plus atAggregate snapshots "
         "(windows_emitted + snapshots_emitted)",
-        lambda f: f["windows_emitted"] + f["snapshots_emitted"]),
+        lambda f: f["windows_emitted"] + f["snapshots_emitted"],
+    ),
     VoltspMetric(
-        "voltsp_emitted_total", "counter",
+        "voltsp_emitted_total",
+        "counter",
         "Number of events emitted by a local window. This can be errors, original events, late events, etc.",
         "rows the window emits: rows of aggregates plus rows of late_events "
         "(windows_emitted + snapshots_emitted + late_event_windows)",
-        lambda f: f["windows_emitted"] + f["snapshots_emitted"] + f["late_event_windows"]),
+        lambda f: f["windows_emitted"] + f["snapshots_emitted"] + f["late_event_windows"],
+    ),
     VoltspMetric(
-        "voltsp_idle_keys_total", "counter",
+        "voltsp_idle_keys_total",
+        "counter",
         "Number of idle aggregate keys removed by a local window.",
         "idle flushes: a key with open windows found idle, its windows emitted and removed (idle_keys_removed)",
-        lambda f: f["idle_keys_removed"]),
+        lambda f: f["idle_keys_removed"],
+    ),
     VoltspMetric(
-        "voltsp_late_event_total", "counter",
+        "voltsp_late_event_total",
+        "counter",
         "Number of late events observed by a local window.",
         "late events, each once however many windows it missed (late_events)",
-        lambda f: f["late_events"]),
+        lambda f: f["late_events"],
+    ),
 )
 
 
@@ -208,8 +231,7 @@ def render_prometheus(metrics: ReplayMetrics | Mapping[str, Any]) -> str:
         lines.append(f"# TYPE {m.name} {m.type}")
         lines.append(f'{m.name}{{pipeline="{pipeline}"}} {int(entry["total"])}')
         for w in sorted(entry.get("by_worker", {}), key=_worker_order):
-            lines.append(f'{m.name}{{pipeline="{pipeline}",worker="{_label_value(w)}"}} '
-                         f'{int(entry["by_worker"][w])}')
+            lines.append(f'{m.name}{{pipeline="{pipeline}",worker="{_label_value(w)}"}} {int(entry["by_worker"][w])}')
     return "\n".join(lines) + "\n"
 
 
@@ -253,9 +275,20 @@ class VoltspValue:
 
 #: The figures of :func:`figures` a :class:`ReplayMetrics` holds as they are (all but
 #: ``accepted_events``, which it reports as ``input_rows - rejected_rows``).
-_FIGURES = ("late_events", "late_event_windows", "windows_created", "windows_closed", "closed_by_reason",
-            "windows_emitted", "emitted_by_reason", "snapshots_emitted", "idle_keys_removed", "unique_keys",
-            "keys_held", "open_windows")
+_FIGURES = (
+    "late_events",
+    "late_event_windows",
+    "windows_created",
+    "windows_closed",
+    "closed_by_reason",
+    "windows_emitted",
+    "emitted_by_reason",
+    "snapshots_emitted",
+    "idle_keys_removed",
+    "unique_keys",
+    "keys_held",
+    "open_windows",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -298,9 +331,15 @@ class ReplayMetrics:
     voltsp: dict[str, VoltspValue] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, pipeline: str, total: Mapping[str, Any], rejected_by_reason: Mapping[str, int],
-           watermark_reached: str | None, lateness: LatenessPercentiles,
-           by_worker: Mapping[str, Mapping[str, Any]]) -> ReplayMetrics:
+    def of(
+        cls,
+        pipeline: str,
+        total: Mapping[str, Any],
+        rejected_by_reason: Mapping[str, int],
+        watermark_reached: str | None,
+        lateness: LatenessPercentiles,
+        by_worker: Mapping[str, Mapping[str, Any]],
+    ) -> ReplayMetrics:
         """The metrics of a replay from the :func:`figures` of all its workers (``total``)
         and of each worker (``by_worker``, by worker label), its rejected rows per reason,
         the watermark reached and the lateness percentiles."""

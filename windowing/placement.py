@@ -4,9 +4,16 @@ The driver knows each worker's accepted events (one small aggregation). From the
 
 * the stage gets ``T = max(task slots, ceil(events / eventsPerTask))`` tasks' worth of
   work, ``P = ceil(events / T)`` events each: ten times the history, ten times the tasks;
-* a worker of at most ``1.5 P`` events stays **whole** in one task, which builds the
-  worker's timeline from its own events; whole workers share tasks, packed largest first
-  into the emptiest of ``ceil(whole events / P)`` tasks;
+* a worker of at most ``1.5 max(P, events / S)`` events (``S`` task slots) stays
+  **whole** in one task, which builds the worker's timeline from its own events; whole
+  workers share tasks, packed largest first into the emptiest of ``ceil(whole events /
+  P)`` tasks. The ``events / S`` term: a worker is spread only when keeping it whole would
+  make its task the stage's long pole. Spreading costs a pass over the worker's rows for
+  its timeline (~0.7 µs an event, a third of a replay's time), which buys nothing when
+  there are at least as many workers as slots and none is much larger than a slot's share:
+  100 M events over 8 workers on 2 slots took 311 s spread over 104 tasks and 203 s
+  whole in 8 (docs/architecture.md, "Scale"). On a cluster of many slots the same
+  history is spread;
 * a larger worker is **spread** over ``ceil(n / P)`` tasks of its own by key hash; its
   timeline, one row per (worker, batch), is summed up by Spark and sent to each of them
   with the rows (never to the driver);
@@ -41,8 +48,13 @@ EVENTS_PER_TASK = 1_000_000
 #: (its Python worker peaks at ~1.4 KB an event of it: 2.8 GB at the default, measured).
 EVENTS_PER_CHUNK_CONF = "spark.rewindow.eventsPerChunk"
 EVENTS_PER_CHUNK = 2_000_000
-#: A worker stays whole up to this many times a task's share of events.
+#: A worker stays whole up to this many times a task's share of events (or a slot's).
 WHOLE_SLACK = 1.5
+#: ``spark.rewindow.taskSlots``: the tasks the kernel stage runs at once, as the plan
+#: assumes them. Default: the session's ``defaultParallelism``; with dynamic allocation,
+#: ``maxExecutors`` times ``spark.executor.cores`` (unbounded: no slot term at all), as the
+#: executors the plan is made for may not have started yet.
+TASK_SLOTS_CONF = "spark.rewindow.taskSlots"
 #: ``spark.rewindow.slices``: ``auto`` (default) slices a large unkeyed worker's windows
 #: over several tasks; ``off`` keeps it whole (one task, in bounded pieces), to compare.
 SLICES_CONF = "spark.rewindow.slices"
@@ -71,8 +83,14 @@ class TaskPlan:
         return {**self.spread, **self.sliced}
 
 
-def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: int, slots: int | None,
-               force_whole: bool = False, sliceable: bool = False) -> TaskPlan:
+def plan_tasks(
+    worker_events: Mapping[Any, int],
+    keyed: bool,
+    events_per_task: int,
+    slots: int | None,
+    force_whole: bool = False,
+    sliceable: bool = False,
+) -> TaskPlan:
     """The task plan for workers with ``worker_events`` accepted events each (see the
     module's docstring); ``force_whole``: every worker whole (``spark.rewindow.commits=tasks``);
     ``sliceable``: an unkeyed pipeline's large workers may be sliced by window."""
@@ -82,7 +100,8 @@ def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: i
     target_tasks = max(slots or 1, -(-total // max(1, events_per_task)))
     share = max(1, -(-total // target_tasks))
     ordered = sorted(worker_events, key=lambda w: (-worker_events[w], repr(w)))
-    large = [] if force_whole else [w for w in ordered if worker_events[w] > WHOLE_SLACK * share]
+    whole_up_to = WHOLE_SLACK * max(share, total / slots if slots else 0)
+    large = [] if force_whole else [w for w in ordered if worker_events[w] > whole_up_to]
     spread_workers = large if keyed else []
     sliced_workers = large if not keyed and sliceable else []
     whole_workers = [w for w in ordered if w not in set(spread_workers) | set(sliced_workers)]
@@ -105,6 +124,46 @@ def plan_tasks(worker_events: Mapping[Any, int], keyed: bool, events_per_task: i
         (spread if keyed else sliced)[w] = (next_task, n)
         next_task += n
     return TaskPlan(max(1, next_task), whole, spread, sliced, share=share)
+
+
+#: The settings :func:`task_slots` reads.
+SLOT_SETTINGS = (
+    TASK_SLOTS_CONF,
+    "spark.dynamicAllocation.enabled",
+    "spark.dynamicAllocation.maxExecutors",
+    "spark.executor.cores",
+)
+
+
+def task_slots(settings: Mapping[str, str | None], parallelism: int | None) -> int | None:
+    """The task slots the plan assumes (None: not known): :data:`TASK_SLOTS_CONF` if set;
+    else under dynamic allocation its most executors times their cores (None when
+    unbounded: the executors may not have started when the plan is made); else the
+    session's ``parallelism`` (None over Spark Connect).
+
+    Raises:
+        ValueError: a setting is not a positive whole number.
+    """
+
+    def positive(key: str, default: int) -> int:
+        raw = settings.get(key)
+        if raw is None or not str(raw).strip():
+            return default
+        try:
+            value = int(str(raw).strip().replace("_", ""))
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ValueError(f"{key}: {raw!r} is not a positive number")
+        return value
+
+    slots = positive(TASK_SLOTS_CONF, 0)
+    if slots:
+        return slots
+    if str(settings.get("spark.dynamicAllocation.enabled") or "").strip().lower() == "true":
+        most = positive("spark.dynamicAllocation.maxExecutors", 1 << 31)
+        return most * positive("spark.executor.cores", 1) if most < 1 << 20 else None
+    return parallelism
 
 
 def hot_key_threshold(plan: TaskPlan) -> int:

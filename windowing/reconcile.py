@@ -134,8 +134,16 @@ NULL_IN_LIVE = "NULL_IN_LIVE"
 #: The live side has this (worker, key, window, emission) more than once with different
 #: values: which copy is right cannot be told, so no other explanation is given.
 CONFLICTING_DUPLICATE = "CONFLICTING_DUPLICATE"
-EXPLANATIONS = (EMIT_REASON, LATE_IN_REPLAY, LATE_IN_LIVE, PARTITION_EDGE, FLOAT_ROUNDING, DUPLICATE_IN_LIVE,
-                NULL_IN_LIVE, CONFLICTING_DUPLICATE)
+EXPLANATIONS = (
+    EMIT_REASON,
+    LATE_IN_REPLAY,
+    LATE_IN_LIVE,
+    PARTITION_EDGE,
+    FLOAT_ROUNDING,
+    DUPLICATE_IN_LIVE,
+    NULL_IN_LIVE,
+    CONFLICTING_DUPLICATE,
+)
 
 #: Largest relative difference a float aggregate can owe to summation order alone in
 #: this explanation (double sums of up to millions of values drift by far less).
@@ -145,9 +153,22 @@ ROUNDING_RELATIVE = 1e-6
 OUTPUTS = ("mismatches", "summary")
 FIGURES = "figures.json"
 
-SUMMARY_COLUMNS = ("scope", "partition_key", "partition_start", "partition_end", "replay_rows", "live_rows",
-                   "compared", "match", "value_mismatch", "missing_in_replay", "extra_in_replay", "explained",
-                   "unexplained", "match_rate")
+SUMMARY_COLUMNS = (
+    "scope",
+    "partition_key",
+    "partition_start",
+    "partition_end",
+    "replay_rows",
+    "live_rows",
+    "compared",
+    "match",
+    "value_mismatch",
+    "missing_in_replay",
+    "extra_in_replay",
+    "explained",
+    "unexplained",
+    "match_rate",
+)
 _SUMMARY_SCHEMA = (
     "scope string, partition_key string, partition_start timestamp, partition_end timestamp, replay_rows long, "
     "live_rows long, compared long, match long, value_mismatch long, missing_in_replay long, "
@@ -185,7 +206,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
             df = spark.read.table(live.table)
             df.schema  # noqa: B018 - resolve now: a missing table fails here, named
             return df
-        except Exception as exc:  # noqa: BLE001 - Spark raises its own types
+        except Exception as exc:  # Spark raises its own types
             raise InputError(f"{_FIELD}.live.table {live.table!r}: cannot read the table: {_first_line(exc)}") from exc
     where = path or live.path
     if not where:
@@ -193,7 +214,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
     where = str(where)
     try:
         found = Lake(spark).exists(where)
-    except Exception as exc:  # noqa: BLE001 - no FileSystem for the scheme (a missing jar), ...
+    except Exception as exc:  # no FileSystem for the scheme (a missing jar), ...
         raise InputError(f"{where}: cannot reach the live aggregates: {_first_line(exc)}") from exc
     if not found:
         raise InputError(f"{where}: the live aggregates do not exist")
@@ -205,11 +226,12 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
     try:
         df = reader.load(where)
         df.schema  # noqa: B018
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if _missing_path(exc):
             raise InputError(f"{where}: the live aggregates do not exist") from exc
-        raise InputError(f"{where}: cannot read the live aggregates ({fmt or live.format}): {_first_line(exc)}") \
-            from exc
+        raise InputError(
+            f"{where}: cannot read the live aggregates ({fmt or live.format}): {_first_line(exc)}"
+        ) from exc
     return df
 
 
@@ -235,8 +257,9 @@ def _comparable(live: str, replay: str) -> bool:
     return live == replay or (live in _NUMERIC and replay in _NUMERIC)
 
 
-def check_live_columns(spec: ReconcileSpec, live_df: DataFrame, pipeline: Pipeline,
-                       replay_df: DataFrame | None = None) -> None:
+def check_live_columns(
+    spec: ReconcileSpec, live_df: DataFrame, pipeline: Pipeline, replay_df: DataFrame | None = None
+) -> None:
     """Refuse live aggregates that lack a mapped column or hold one with an unusable type.
 
     Window bounds and emit time must be timestamps or integers (epoch ms), the emission
@@ -257,8 +280,9 @@ def check_live_columns(spec: ReconcileSpec, live_df: DataFrame, pipeline: Pipeli
         if col not in types:
             listed = ", ".join(sorted(have)[:40]) + (", ..." if len(have) > 40 else "")
             msg = f"{fld}: column {col!r} is not in the live aggregates (its columns: {listed or 'none'})"
-            if fld in spec.columns.defaulted or (fld.startswith(f"{cf}.aggregates.")
-                                                 and f"{cf}.aggregates" in spec.columns.defaulted):
+            if fld in spec.columns.defaulted or (
+                fld.startswith(f"{cf}.aggregates.") and f"{cf}.aggregates" in spec.columns.defaulted
+            ):
                 msg += f"; {col!r} is the default (the replay's name): map the live column under {fld}"
             near = _nearest(col, have)
             if near:
@@ -270,14 +294,14 @@ def check_live_columns(spec: ReconcileSpec, live_df: DataFrame, pipeline: Pipeli
         def refuse(wanted: str, fld: str = fld, col: str = col, shown: str = shown) -> NoReturn:
             raise ConfigError(f"{fld}: live column {col!r} is {shown}; it must be {wanted}")
 
-        role = fld[len(cf) + 1:]
+        role = fld[len(cf) + 1 :]
         replay_col: str | None
         if role in ("windowStart", "windowEnd", "emitTime") and family not in ("timestamp", "integral"):
             refuse("a timestamp or epoch milliseconds (an integer column)")
         if role == "emission" and family != "integral":
             refuse("an integer (1 for a window's first emission, 2 for the next, ...)")
         if role.startswith("aggregates."):
-            name = role[len("aggregates."):]
+            name = role[len("aggregates.") :]
             if agg_types[name] in ("count", "distinct") and family != "integral":
                 refuse(f"an integer (aggregate {name!r} is a {agg_types[name]})")
             if agg_types[name] in ("sum", "avg") and family not in _NUMERIC:
@@ -378,10 +402,16 @@ def _iso(ms: int) -> str:
 _REPLAY, _LIVE, _LATE = 0, 1, 2
 
 
-def reconcile(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, replay_aggregates_df: DataFrame,
-              live_df: DataFrame, late_events_df: DataFrame | None = None,
-              partition_edges: Sequence[Any] | None = None, partition_keys: Sequence[str] | None = None
-              ) -> ReconcileResult:
+def reconcile(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    spec: ReconcileSpec,
+    replay_aggregates_df: DataFrame,
+    live_df: DataFrame,
+    late_events_df: DataFrame | None = None,
+    partition_edges: Sequence[Any] | None = None,
+    partition_keys: Sequence[str] | None = None,
+) -> ReconcileResult:
     """Compare a replay's ``aggregates`` with the live pipeline's (module docstring).
 
     Args:
@@ -424,12 +454,25 @@ def reconcile(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, repl
     replay_types = {f.name: f.dataType for f in replay_aggregates_df.schema.fields}
     compared = _compared_aggregates(pipeline, spec, live_types, replay_types)
     ids = _Ids(pipeline, spec.columns, replay_types)
-    ident = _paired(spark, pipeline, spec, compared, ids, (replay_aggregates_df, replay_types),
-                    (live_df, live_types), late_events_df)
-    count_agg = next((a for a in compared if a.agg.type == "count" and a.agg.column is None),
-                     next((a for a in compared if a.agg.type == "count"), None))
-    differing = F.array_compact(F.array(*[F.when(~equal, F.lit(a.agg.name))
-                                          for a, equal in zip(compared, _equal_values(compared, spec.tolerance))]))
+    ident = _paired(
+        spark,
+        pipeline,
+        spec,
+        compared,
+        ids,
+        (replay_aggregates_df, replay_types),
+        (live_df, live_types),
+        late_events_df,
+    )
+    count_agg = next(
+        (a for a in compared if a.agg.type == "count" and a.agg.column is None),
+        next((a for a in compared if a.agg.type == "count"), None),
+    )
+    differing = F.array_compact(
+        F.array(
+            *[F.when(~equal, F.lit(a.agg.name)) for a, equal in zip(compared, _equal_values(compared, spec.tolerance))]
+        )
+    )
     ident = ident.withColumn("__category", _category(differing))
     held = _held(ident, ids, compared, count_agg, differing, _partition_column(edges))
     counts = _count(held)
@@ -437,45 +480,54 @@ def reconcile(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, repl
     figures_by_window = _window_figures(held, count_agg, ids)
     mism = _mismatch_rows(held, figures_by_window, ids)
     explanations, details = _explanations(pipeline, compared, count_agg, edges)
-    mism = (mism.withColumn("__explanations", F.array_compact(F.array(*explanations)))
-            .withColumn("__detail", F.concat_ws("; ", *details)))
+    mism = mism.withColumn("__explanations", F.array_compact(F.array(*explanations))).withColumn(
+        "__detail", F.concat_ws("; ", *details)
+    )
     explained = _count_explained(mism)
     figures, summary_rows = _figures(pipeline, spec, counts, explained, edges, keys)
     out_cols = _mismatch_columns(pipeline, compared, keys, ids)
     mismatches = mism.where(F.col("__part") >= 0).select(*[c.alias(n) for n, c in out_cols])
     summary = spark.createDataFrame(summary_rows, _SUMMARY_SCHEMA)
-    return ReconcileResult(mismatches=mismatches, summary=summary, figures=figures, pipeline=pipeline.name,
-                           _persisted=held)
+    return ReconcileResult(
+        mismatches=mismatches, summary=summary, figures=figures, pipeline=pipeline.name, _persisted=held
+    )
 
 
-def _partitions_of(partition_edges: Sequence[Any] | None, partition_keys: Sequence[str] | None
-                   ) -> tuple[list[int] | None, list[str]]:
+def _partitions_of(
+    partition_edges: Sequence[Any] | None, partition_keys: Sequence[str] | None
+) -> tuple[list[int] | None, list[str]]:
     """The partitions' edges in epoch ms (None: not given) and their keys (by default
     their starts, ISO-8601 UTC). Raises ValueError for bad edges or a key per partition
     missing."""
     edges = _edges_ms(partition_edges) if partition_edges is not None else None
     if partition_keys is not None and (edges is None or len(partition_keys) != len(edges) - 1):
         raise ValueError("partition_keys: give one key per partition (len(partition_edges) - 1)")
-    keys = list(partition_keys) if partition_keys is not None else (
-        [_iso(e) for e in edges[:-1]] if edges else [])
+    keys = list(partition_keys) if partition_keys is not None else ([_iso(e) for e in edges[:-1]] if edges else [])
     return edges, keys
 
 
-def _compared_aggregates(pipeline: Pipeline, spec: ReconcileSpec, live_types: dict[str, Any],
-                         replay_types: dict[str, Any]) -> list[_Compared]:
+def _compared_aggregates(
+    pipeline: Pipeline, spec: ReconcileSpec, live_types: dict[str, Any], replay_types: dict[str, Any]
+) -> list[_Compared]:
     """The aggregates compared (``spec.columns.aggregates``), floating point when either
     side's column is."""
     by_name = {a.name: a for a in pipeline.aggregates}
     return [
-        _Compared(by_name[name], col, i,
-                  "floating" in (_family(live_types[col]), _family(replay_types[name])))
+        _Compared(by_name[name], col, i, "floating" in (_family(live_types[col]), _family(replay_types[name])))
         for i, (name, col) in enumerate(spec.columns.aggregates)
     ]
 
 
-def _paired(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, compared: list[_Compared], ids: _Ids,
-            replay: tuple[DataFrame, dict[str, Any]], live: tuple[DataFrame, dict[str, Any]],
-            late_events_df: DataFrame | None) -> DataFrame:
+def _paired(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    spec: ReconcileSpec,
+    compared: list[_Compared],
+    ids: _Ids,
+    replay: tuple[DataFrame, dict[str, Any]],
+    live: tuple[DataFrame, dict[str, Any]],
+    late_events_df: DataFrame | None,
+) -> DataFrame:
     """One row per identity (window, emission), both sides' values side by side: the
     union of the replay's rows (``replay``: the DataFrame and its column types), the live
     rows (``live``, likewise) and the replay's late-event counts per window,
@@ -484,7 +536,8 @@ def _paired(spark: SparkSession, pipeline: Pipeline, spec: ReconcileSpec, compar
     (replay_df, replay_types), (live_df, live_types) = replay, live
     cols = spec.columns
     rows = _replay_rows(pipeline, replay_df, replay_types, compared, ids).unionByName(
-        _live_rows(pipeline, cols, live_df, live_types, replay_types, compared, ids), allowMissingColumns=True)
+        _live_rows(pipeline, cols, live_df, live_types, replay_types, compared, ids), allowMissingColumns=True
+    )
     late = _late_rows(pipeline, late_events_df, ids)
     if late is not None:
         rows = rows.unionByName(late, allowMissingColumns=True)
@@ -511,8 +564,11 @@ def _category(differing: Column) -> Column:
     """An identity's category: on both sides (matching unless an aggregate differs, the
     names in ``differing``), in the replay only, or live only."""
     r_here, l_here = F.col("__r_n") > 0, F.col("__l_n") > 0
-    return (F.when(r_here & l_here, F.when(F.size(differing) == 0, F.lit(MATCH)).otherwise(F.lit(VALUE_MISMATCH)))
-            .when(r_here, F.lit(EXTRA_IN_REPLAY)).when(l_here, F.lit(MISSING_IN_REPLAY)))
+    return (
+        F.when(r_here & l_here, F.when(F.size(differing) == 0, F.lit(MATCH)).otherwise(F.lit(VALUE_MISMATCH)))
+        .when(r_here, F.lit(EXTRA_IN_REPLAY))
+        .when(l_here, F.lit(MISSING_IN_REPLAY))
+    )
 
 
 def _partition_column(edges: list[int] | None) -> Column:
@@ -530,19 +586,37 @@ def _partition_column(edges: list[int] | None) -> Column:
     return F.when((part == -1) & (F.col("__r_n") > 0), clamped).otherwise(part)
 
 
-def _held(ident: DataFrame, ids: _Ids, compared: list[_Compared], count_agg: _Compared | None, differing: Column,
-          part: Column) -> DataFrame:
+def _held(
+    ident: DataFrame, ids: _Ids, compared: list[_Compared], count_agg: _Compared | None, differing: Column, part: Column
+) -> DataFrame:
     """Every identity, narrow, persisted: the figures and the mismatches read it. Values
     only where they are needed later: for mismatches and duplicates, and the count every
     window's totals add up."""
     keep = (F.col("__category") != F.lit(MATCH)) | (F.col("__l_n") > 1)
     return ident.select(
-        *ids.window, "__em", "__r_n", "__l_n", "__category", part.alias("__part"),
-        "__r_reason", "__r_emit_ms", "__l_emit_ms", "__late_n", "__late_first_ms", "__late_last_ms",
+        *ids.window,
+        "__em",
+        "__r_n",
+        "__l_n",
+        "__category",
+        part.alias("__part"),
+        "__r_reason",
+        "__r_emit_ms",
+        "__l_emit_ms",
+        "__late_n",
+        "__late_first_ms",
+        "__late_last_ms",
         ((F.col("__l_n") > 1) & (F.col("__l_hash_lo") != F.col("__l_hash_hi"))).alias("__l_conflict"),
         F.when(keep, differing).alias("__differing"),
-        *[(F.col(c) if count_agg is not None and c in (count_agg.replay, count_agg.live) else F.when(keep, F.col(c)))
-          .alias(c) for a in compared for c in (a.replay, a.live)],
+        *[
+            (
+                F.col(c)
+                if count_agg is not None and c in (count_agg.replay, count_agg.live)
+                else F.when(keep, F.col(c))
+            ).alias(c)
+            for a in compared
+            for c in (a.replay, a.live)
+        ],
     ).persist(StorageLevel.MEMORY_AND_DISK)
 
 
@@ -572,8 +646,10 @@ class _Ids:
     def __init__(self, pipeline: Pipeline, cols: LiveColumns, replay_types: Mapping[str, Any]) -> None:
         self.worker = pipeline.source.worker if cols.worker is not None else None
         self.key = pipeline.window.key
-        self.types: dict[str, Any] = {"__w": replay_types.get(self.worker) if self.worker is not None else None,
-                                      "__k": replay_types.get(self.key) if self.key is not None else None}
+        self.types: dict[str, Any] = {
+            "__w": replay_types.get(self.worker) if self.worker is not None else None,
+            "__k": replay_types.get(self.key) if self.key is not None else None,
+        }
         named = [c for c, name in (("__w", self.worker), ("__k", self.key)) if name]
         self.window = [n for c in named for n in (c, f"{c}_null")] + ["__ws", "__we"]
 
@@ -603,8 +679,10 @@ def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df: DataFrame
     wanted += [c for c in (pipeline.window.key, pipeline.source.worker) if c]
     missing = [c for c in wanted if c not in df.columns]
     if missing:
-        raise InputError(f"the replay's aggregates lack column {missing[0]!r} (its columns: {', '.join(df.columns)}); "
-                         f"is it the aggregates output of pipeline {pipeline.name!r}?")
+        raise InputError(
+            f"the replay's aggregates lack column {missing[0]!r} (its columns: {', '.join(df.columns)}); "
+            f"is it the aggregates output of pipeline {pipeline.name!r}?"
+        )
 
 
 def _ms(col: Column, dtype: Any) -> Column:
@@ -632,31 +710,43 @@ def _reason_name(code: Column) -> Column:
     return F.element_at(F.array(*[F.lit(r) for r in (*_CLOSE_REASONS, "OTHER")]), code + 1)
 
 
-def _replay_rows(pipeline: Pipeline, df: DataFrame, replay_types: Mapping[str, Any], compared: list[_Compared],
-                 ids: _Ids) -> DataFrame:
+def _replay_rows(
+    pipeline: Pipeline, df: DataFrame, replay_types: Mapping[str, Any], compared: list[_Compared], ids: _Ids
+) -> DataFrame:
     """The replay's windows (snapshots left out): side 0, window columns, ``__em``,
     ``__emit_ms``, ``__reason`` (a code), the values; ``__worker_order`` when the live
     side has no worker (the replay's emissions are then renumbered over the workers)."""
     kept = df.where(F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit(_SNAPSHOT_REASON)))
-    emit_ms = (_ms(F.col("emit_time"), replay_types["emit_time"]) if "emit_time" in replay_types
-               else F.lit(None).cast("long"))
+    emit_ms = (
+        _ms(F.col("emit_time"), replay_types["emit_time"]) if "emit_time" in replay_types else F.lit(None).cast("long")
+    )
     select = [F.lit(_REPLAY).alias("__side")]
     if ids.worker:
         select += ids.encode("__w", _col(ids.worker))
     if ids.key:
         select += ids.encode("__k", _col(ids.key))
-    select += [_ms(F.col("window_start"), replay_types["window_start"]).alias("__ws"),
-               _ms(F.col("window_end"), replay_types["window_end"]).alias("__we"),
-               F.col("emission").cast("long").alias("__em"), emit_ms.alias("__emit_ms"),
-               _reason_code(F.col("emit_reason")).alias("__reason")]
+    select += [
+        _ms(F.col("window_start"), replay_types["window_start"]).alias("__ws"),
+        _ms(F.col("window_end"), replay_types["window_end"]).alias("__we"),
+        F.col("emission").cast("long").alias("__em"),
+        emit_ms.alias("__emit_ms"),
+        _reason_code(F.col("emit_reason")).alias("__reason"),
+    ]
     select += [_col(a.agg.name).cast(_value_type(a, replay_types)).alias(a.value) for a in compared]
     if pipeline.source.worker is not None and not ids.worker:
         select.append(_col(pipeline.source.worker).cast("string").alias("__worker_order"))
     return kept.select(*select)
 
 
-def _live_rows(pipeline: Pipeline, cols: LiveColumns, df: DataFrame, live_types: Mapping[str, Any],
-               replay_types: Mapping[str, Any], compared: list[_Compared], ids: _Ids) -> DataFrame:
+def _live_rows(
+    pipeline: Pipeline,
+    cols: LiveColumns,
+    df: DataFrame,
+    live_types: Mapping[str, Any],
+    replay_types: Mapping[str, Any],
+    compared: list[_Compared],
+    ids: _Ids,
+) -> DataFrame:
     """The live windows: side 1, times in epoch ms, the worker, key and values in the
     replay's types (``try_cast``: a value the replay's type cannot hold is null, so it
     mismatches rather than fails), ``__em`` the mapped emission or null."""
@@ -665,11 +755,14 @@ def _live_rows(pipeline: Pipeline, cols: LiveColumns, df: DataFrame, live_types:
         select += ids.encode("__w", _col(cast(str, cols.worker)).try_cast(ids.types["__w"]))  # mapped: ids.worker
     if ids.key:
         select += ids.encode("__k", _col(cast(str, cols.key)).try_cast(ids.types["__k"]))  # mapped: ids.key
-    select += [_ms(_col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
-               _ms(_col(cols.window_end), live_types[cols.window_end]).alias("__we"),
-               (_col(cols.emission).cast("long") if cols.emission else F.lit(None).cast("long")).alias("__em"),
-               (_ms(_col(cols.emit_time), live_types[cols.emit_time]) if cols.emit_time
-                else F.lit(None).cast("long")).alias("__emit_ms")]
+    select += [
+        _ms(_col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
+        _ms(_col(cols.window_end), live_types[cols.window_end]).alias("__we"),
+        (_col(cols.emission).cast("long") if cols.emission else F.lit(None).cast("long")).alias("__em"),
+        (_ms(_col(cols.emit_time), live_types[cols.emit_time]) if cols.emit_time else F.lit(None).cast("long")).alias(
+            "__emit_ms"
+        ),
+    ]
     select += [_col(a.live_column).try_cast(_value_type(a, replay_types)).alias(a.value) for a in compared]
     return df.select(*select)
 
@@ -687,16 +780,26 @@ def _late_rows(pipeline: Pipeline, late: DataFrame | None, ids: _Ids) -> DataFra
         keyed += ids.encode("__w", _col(ids.worker))
     if ids.key:
         keyed += ids.encode("__k", _col(ids.key))
-    keyed += [_ms(F.col("window_start"), types["window_start"]).alias("__ws"),
-              _ms(F.col("window_end"), types["window_end"]).alias("__we"), arrival_ms.alias("__arrival_ms")]
-    return (late.select(*keyed).groupBy(*ids.window)
-            .agg(F.count(F.lit(1)).alias("__late_n"), F.min("__arrival_ms").alias("__late_first_ms"),
-                 F.max("__arrival_ms").alias("__late_last_ms"))
-            .withColumn("__side", F.lit(_LATE)))
+    keyed += [
+        _ms(F.col("window_start"), types["window_start"]).alias("__ws"),
+        _ms(F.col("window_end"), types["window_end"]).alias("__we"),
+        arrival_ms.alias("__arrival_ms"),
+    ]
+    return (
+        late.select(*keyed)
+        .groupBy(*ids.window)
+        .agg(
+            F.count(F.lit(1)).alias("__late_n"),
+            F.min("__arrival_ms").alias("__late_first_ms"),
+            F.max("__arrival_ms").alias("__late_last_ms"),
+        )
+        .withColumn("__side", F.lit(_LATE))
+    )
 
 
-def _number_emissions(rows: DataFrame, cols: LiveColumns, pipeline: Pipeline, compared: list[_Compared],
-                      ids: _Ids) -> DataFrame:
+def _number_emissions(
+    rows: DataFrame, cols: LiveColumns, pipeline: Pipeline, compared: list[_Compared], ids: _Ids
+) -> DataFrame:
     """Emission numbers where a side has none to match by (the one step that sorts).
 
     Without a live emission column, the live rows of a window are numbered 1, 2, ... in
@@ -713,7 +816,7 @@ def _number_emissions(rows: DataFrame, cols: LiveColumns, pipeline: Pipeline, co
     number_replay = by_values or (pipeline.source.worker is not None and not ids.worker)
     if not (number_live or number_replay):
         return rows
-    order = ([] if by_values else [F.col("__emit_ms").asc_nulls_first()])
+    order = [] if by_values else [F.col("__emit_ms").asc_nulls_first()]
     order += [F.col(a.value).asc_nulls_first() for a in compared]
     if number_replay:
         order.append(em.asc_nulls_first())
@@ -745,21 +848,29 @@ def _identities(rows: DataFrame, compared: list[_Compared], ids: _Ids) -> DataFr
     """
     side = F.col("__side")
     is_replay, is_live = side == F.lit(_REPLAY), side == F.lit(_LIVE)
-    aggs = [F.count(F.when(is_replay, 1)).alias("__r_n"), F.count(F.when(is_live, 1)).alias("__l_n"),
-            F.max(F.when(is_replay, F.col("__reason"))).alias("__r_reason"),
-            F.max(F.when(is_replay, F.col("__emit_ms"))).alias("__r_emit_ms"),
-            F.min(F.when(is_live, F.col("__emit_ms"))).alias("__l_emit_ms")]
+    aggs = [
+        F.count(F.when(is_replay, 1)).alias("__r_n"),
+        F.count(F.when(is_live, 1)).alias("__l_n"),
+        F.max(F.when(is_replay, F.col("__reason"))).alias("__r_reason"),
+        F.max(F.when(is_replay, F.col("__emit_ms"))).alias("__r_emit_ms"),
+        F.min(F.when(is_live, F.col("__emit_ms"))).alias("__l_emit_ms"),
+    ]
     if compared:  # copies of one live identity conflict when their values' hashes differ
         live_hash = F.when(is_live, F.xxhash64(*[F.col(a.value) for a in compared]))
         aggs += [F.min(live_hash).alias("__l_hash_lo"), F.max(live_hash).alias("__l_hash_hi")]
     else:
         aggs += [F.lit(0).cast("long").alias("__l_hash_lo"), F.lit(0).cast("long").alias("__l_hash_hi")]
     for a in compared:
-        aggs += [F.max(F.when(is_replay, F.col(a.value))).alias(a.replay),
-                 F.max(F.when(is_live, F.col(a.value))).alias(a.live)]
+        aggs += [
+            F.max(F.when(is_replay, F.col(a.value))).alias(a.replay),
+            F.max(F.when(is_live, F.col(a.value))).alias(a.live),
+        ]
     if "__late_n" in rows.columns:
-        aggs += [F.max("__late_n").alias("__late_n"), F.min("__late_first_ms").alias("__late_first_ms"),
-                 F.max("__late_last_ms").alias("__late_last_ms")]
+        aggs += [
+            F.max("__late_n").alias("__late_n"),
+            F.min("__late_first_ms").alias("__late_first_ms"),
+            F.max("__late_last_ms").alias("__late_last_ms"),
+        ]
     else:
         aggs += [F.lit(None).cast("long").alias(c) for c in ("__late_n", "__late_first_ms", "__late_last_ms")]
     return rows.groupBy(*ids.window, "__em").agg(*aggs)
@@ -771,11 +882,17 @@ def _window_figures(held: DataFrame, count_agg: _Compared | None, ids: _Ids) -> 
     emissions (``__r_total``, ``__l_total``) and the replay's late events of the window
     (``__late_n``, first and last arrival)."""
     # Live emissions, not rows: copies of one emission are not an extra (idle) emission.
-    aggs = [F.sum("__r_n").alias("__n_replay"), F.count(F.when(F.col("__l_n") > 0, 1)).alias("__n_live"),
-            *[F.count(F.when(F.col("__r_reason") == F.lit(i), 1)).alias(f"__n_{r.lower()}")
-              for i, r in enumerate(_CLOSE_REASONS)],
-            F.max("__late_n").alias("__late_n"), F.min("__late_first_ms").alias("__late_first_ms"),
-            F.max("__late_last_ms").alias("__late_last_ms")]
+    aggs = [
+        F.sum("__r_n").alias("__n_replay"),
+        F.count(F.when(F.col("__l_n") > 0, 1)).alias("__n_live"),
+        *[
+            F.count(F.when(F.col("__r_reason") == F.lit(i), 1)).alias(f"__n_{r.lower()}")
+            for i, r in enumerate(_CLOSE_REASONS)
+        ],
+        F.max("__late_n").alias("__late_n"),
+        F.min("__late_first_ms").alias("__late_first_ms"),
+        F.max("__late_last_ms").alias("__late_last_ms"),
+    ]
     if count_agg is not None:
         aggs += [F.sum(count_agg.replay).alias("__r_total"), F.sum(count_agg.live).alias("__l_total")]
     return held.groupBy(*ids.window).agg(*aggs)
@@ -798,8 +915,9 @@ def _seconds(ms_col: Column) -> Column:
     return F.format_string("%.3f s", ms_col / F.lit(1000.0))
 
 
-def _explanations(pipeline: Pipeline, compared: list[_Compared], count_agg: _Compared | None, edges: list[int] | None
-                  ) -> tuple[list[Column], list[Column]]:
+def _explanations(
+    pipeline: Pipeline, compared: list[_Compared], count_agg: _Compared | None, edges: list[int] | None
+) -> tuple[list[Column], list[Column]]:
     """(explanation codes, detail texts) of a mismatch row: Spark expressions, null where
     one does not apply.
 
@@ -838,22 +956,37 @@ def _null_in_live(compared: list[_Compared]) -> tuple[Column, Column]:
     """:data:`NULL_IN_LIVE`: a value mismatch where live aggregates are null and the
     replay's are not (named)."""
     cat, _, own = _row_columns()
-    nulls = [F.when(F.array_contains("__differing", F.lit(a.agg.name)) & F.col(a.live).isNull()
-                    & F.col(a.replay).isNotNull(), F.lit(a.agg.name)) for a in compared]
+    nulls = [
+        F.when(
+            F.array_contains("__differing", F.lit(a.agg.name)) & F.col(a.live).isNull() & F.col(a.replay).isNotNull(),
+            F.lit(a.agg.name),
+        )
+        for a in compared
+    ]
     named = F.array_compact(F.array(*nulls)) if nulls else F.array().cast("array<string>")
     here = own & (cat == F.lit(VALUE_MISMATCH)) & (F.size(named) > 0)
-    return F.when(here, F.lit(NULL_IN_LIVE)), F.when(here, F.concat(
-        F.lit("the live side has no value (null) for "), F.array_join(named, ", "),
-        F.lit(": its sink lost or never wrote them; nothing about the window's events follows from that")))
+    return F.when(here, F.lit(NULL_IN_LIVE)), F.when(
+        here,
+        F.concat(
+            F.lit("the live side has no value (null) for "),
+            F.array_join(named, ", "),
+            F.lit(": its sink lost or never wrote them; nothing about the window's events follows from that"),
+        ),
+    )
 
 
 def _conflicting_duplicate() -> tuple[Column, Column]:
     """:data:`CONFLICTING_DUPLICATE`: the live side has this emission several times with
     different values (on the compared row and on each further copy)."""
     here = F.coalesce(F.col("__l_conflict"), F.lit(False))
-    return F.when(here, F.lit(CONFLICTING_DUPLICATE)), F.when(here, F.concat(
-        F.lit("the live side has this window emission "), F.col("__l_n").cast("string"),
-        F.lit(" times with different values: which copy is right cannot be told from the live side")))
+    return F.when(here, F.lit(CONFLICTING_DUPLICATE)), F.when(
+        here,
+        F.concat(
+            F.lit("the live side has this window emission "),
+            F.col("__l_n").cast("string"),
+            F.lit(" times with different values: which copy is right cannot be told from the live side"),
+        ),
+    )
 
 
 def _row_columns() -> tuple[Column, Column, Column]:
@@ -866,18 +999,38 @@ def _what_differs(compared: list[_Compared]) -> list[Column]:
     """Detail texts of what differs: the values of a value mismatch, the emission only
     one side has."""
     cat, _, own = _row_columns()
-    diffs = [F.when(F.array_contains("__differing", F.lit(a.agg.name)), F.concat(
-        F.lit(f"{a.agg.name}: live "), F.coalesce(F.col(a.live).cast("string"), F.lit("null")),
-        F.lit(" against replay "), F.coalesce(F.col(a.replay).cast("string"), F.lit("null")))) for a in compared]
+    diffs = [
+        F.when(
+            F.array_contains("__differing", F.lit(a.agg.name)),
+            F.concat(
+                F.lit(f"{a.agg.name}: live "),
+                F.coalesce(F.col(a.live).cast("string"), F.lit("null")),
+                F.lit(" against replay "),
+                F.coalesce(F.col(a.replay).cast("string"), F.lit("null")),
+            ),
+        )
+        for a in compared
+    ]
     return [
         F.when(cat == F.lit(VALUE_MISMATCH), F.concat_ws("; ", *diffs)),
-        F.when(own & (cat == F.lit(MISSING_IN_REPLAY)),
-               F.concat(F.lit("the live side has emission "), F.col("__em").cast("string"),
-                        F.lit(" of this window; the replay has not"))),
-        F.when(cat == F.lit(EXTRA_IN_REPLAY),
-               F.concat(F.lit("the replay has emission "), F.col("__em").cast("string"),
-                        F.lit(" of this window ("), _reason_name(F.col("__r_reason")),
-                        F.lit("); the live side has not"))),
+        F.when(
+            own & (cat == F.lit(MISSING_IN_REPLAY)),
+            F.concat(
+                F.lit("the live side has emission "),
+                F.col("__em").cast("string"),
+                F.lit(" of this window; the replay has not"),
+            ),
+        ),
+        F.when(
+            cat == F.lit(EXTRA_IN_REPLAY),
+            F.concat(
+                F.lit("the replay has emission "),
+                F.col("__em").cast("string"),
+                F.lit(" of this window ("),
+                _reason_name(F.col("__r_reason")),
+                F.lit("); the live side has not"),
+            ),
+        ),
     ]
 
 
@@ -887,21 +1040,52 @@ def _emitted_differently(count_agg: _Compared | None) -> tuple[Column, Column]:
     _, _, own = _row_columns()
     n_r, n_l = F.col("__n_replay"), F.col("__n_live")
     emit = own & (n_r > 0) & (n_l > 0) & (n_r != n_l)
-    reasons = F.concat_ws(", ", *[F.when(F.col(f"__n_{r.lower()}") > 0, F.concat(
-        F.col(f"__n_{r.lower()}").cast("string"), F.lit(f" {r}"))) for r in _CLOSE_REASONS])
-    how = (F.when((n_r > n_l) & (F.col("__n_idle") > 0),
-                  F.lit("the replay flushed it idle where the live side did not (IDLE against WATERMARK)"))
-           .when(n_r < n_l, F.lit("the live side flushed it idle where the replay did not (IDLE against "
-                                  "WATERMARK): the idle clock or heartbeat differs"))
-           .otherwise(F.lit("the sides closed it by different reasons")))
+    reasons = F.concat_ws(
+        ", ",
+        *[
+            F.when(F.col(f"__n_{r.lower()}") > 0, F.concat(F.col(f"__n_{r.lower()}").cast("string"), F.lit(f" {r}")))
+            for r in _CLOSE_REASONS
+        ],
+    )
+    how = (
+        F.when(
+            (n_r > n_l) & (F.col("__n_idle") > 0),
+            F.lit("the replay flushed it idle where the live side did not (IDLE against WATERMARK)"),
+        )
+        .when(
+            n_r < n_l,
+            F.lit(
+                "the live side flushed it idle where the replay did not (IDLE against "
+                "WATERMARK): the idle clock or heartbeat differs"
+            ),
+        )
+        .otherwise(F.lit("the sides closed it by different reasons"))
+    )
     same_total = F.lit("")
     if count_agg is not None:
-        same_total = F.coalesce(F.when(F.col("__r_total") == F.col("__l_total"), F.concat(
-            F.lit(f"; over all emissions both count {count_agg.agg.name} = "), F.col("__r_total").cast("string"))),
-            F.lit(""))
-    return F.when(emit, F.lit(EMIT_REASON)), F.when(emit, F.concat(
-        F.lit("the replay emitted this window "), n_r.cast("string"), F.lit(" time(s) ("), reasons,
-        F.lit("), the live side "), n_l.cast("string"), F.lit(": "), how, same_total))
+        same_total = F.coalesce(
+            F.when(
+                F.col("__r_total") == F.col("__l_total"),
+                F.concat(
+                    F.lit(f"; over all emissions both count {count_agg.agg.name} = "), F.col("__r_total").cast("string")
+                ),
+            ),
+            F.lit(""),
+        )
+    return F.when(emit, F.lit(EMIT_REASON)), F.when(
+        emit,
+        F.concat(
+            F.lit("the replay emitted this window "),
+            n_r.cast("string"),
+            F.lit(" time(s) ("),
+            reasons,
+            F.lit("), the live side "),
+            n_l.cast("string"),
+            F.lit(": "),
+            how,
+            same_total,
+        ),
+    )
 
 
 def _late_on_one_side(pipeline: Pipeline, count_agg: _Compared) -> list[tuple[Column, Column]]:
@@ -909,33 +1093,66 @@ def _late_on_one_side(pipeline: Pipeline, count_agg: _Compared) -> list[tuple[Co
     :data:`LATE_IN_LIVE` (the replay counted more, closing by WATERMARK: events late in
     the live run), as (code, text) pairs; both read the count aggregate."""
     cat, _, own = _row_columns()
-    batches = (f"the recorded batches ({format_duration_ms(pipeline.source.batch_interval_ms)})"
-               if pipeline.source.batch_interval_ms
-               else f"the recorded batches (column {pipeline.source.batch_column!r})")
+    batches = (
+        f"the recorded batches ({format_duration_ms(pipeline.source.batch_interval_ms)})"
+        if pipeline.source.batch_interval_ms
+        else f"the recorded batches (column {pipeline.source.batch_column!r})"
+    )
     r_count = F.coalesce(F.col(count_agg.replay).cast("long"), F.lit(0))
     l_count = F.coalesce(F.col(count_agg.live).cast("long"), F.lit(0))
     more = l_count - r_count
     late_n = F.coalesce(F.col("__late_n"), F.lit(0))
-    late_here = own & (((cat == F.lit(VALUE_MISMATCH)) & (more > 0) & (late_n > 0))
-                       | ((cat == F.lit(MISSING_IN_REPLAY)) & (F.col("__n_replay") == 0) & (more > 0)
-                          & (late_n >= more)))
+    late_here = own & (
+        ((cat == F.lit(VALUE_MISMATCH)) & (more > 0) & (late_n > 0))
+        | ((cat == F.lit(MISSING_IN_REPLAY)) & (F.col("__n_replay") == 0) & (more > 0) & (late_n >= more))
+    )
     close = F.col("__r_emit_ms")
-    gaps = F.when(close.isNotNull() & F.col("__late_first_ms").isNotNull(), F.concat(
-        F.lit(", arriving "), _seconds(F.col("__late_first_ms") - close), F.lit(" to "),
-        _seconds(F.col("__late_last_ms") - close), F.lit(" after the replay's commit that emitted it")))
-    in_replay = (F.when(late_here, F.lit(LATE_IN_REPLAY)), F.when(late_here, F.concat(
-        F.lit("the live side counted "), more.cast("string"), F.lit(" more event(s); the replay marks "),
-        late_n.cast("string"), F.lit(" event(s) of this window late"), F.coalesce(gaps, F.lit("")),
-        F.lit(f": {batches} may not be the live commit batches; live batches longer than that gap commit "
-              "the watermark later, so these events were not late there"))))
+    gaps = F.when(
+        close.isNotNull() & F.col("__late_first_ms").isNotNull(),
+        F.concat(
+            F.lit(", arriving "),
+            _seconds(F.col("__late_first_ms") - close),
+            F.lit(" to "),
+            _seconds(F.col("__late_last_ms") - close),
+            F.lit(" after the replay's commit that emitted it"),
+        ),
+    )
+    in_replay = (
+        F.when(late_here, F.lit(LATE_IN_REPLAY)),
+        F.when(
+            late_here,
+            F.concat(
+                F.lit("the live side counted "),
+                more.cast("string"),
+                F.lit(" more event(s); the replay marks "),
+                late_n.cast("string"),
+                F.lit(" event(s) of this window late"),
+                F.coalesce(gaps, F.lit("")),
+                F.lit(
+                    f": {batches} may not be the live commit batches; live batches longer than that gap commit "
+                    "the watermark later, so these events were not late there"
+                ),
+            ),
+        ),
+    )
     watermark = F.col("__r_reason") == F.lit(_CLOSE_REASONS.index("WATERMARK"))
     late_live = (cat == F.lit(VALUE_MISMATCH)) & (more < 0) & watermark
-    in_live = (F.when(late_live, F.lit(LATE_IN_LIVE)), F.when(late_live, F.concat(
-        F.lit("the replay counted "), (-more).cast("string"),
-        F.lit(" more event(s) and closed the window by WATERMARK at its commit of "),
-        F.timestamp_millis(F.col("__r_emit_ms")).cast("string"),
-        F.lit(f": with live commit batches shorter than {batches}, the live watermark passes the window's end "
-              "sooner and events arriving just before that commit are late there"))))
+    in_live = (
+        F.when(late_live, F.lit(LATE_IN_LIVE)),
+        F.when(
+            late_live,
+            F.concat(
+                F.lit("the replay counted "),
+                (-more).cast("string"),
+                F.lit(" more event(s) and closed the window by WATERMARK at its commit of "),
+                F.timestamp_millis(F.col("__r_emit_ms")).cast("string"),
+                F.lit(
+                    f": with live commit batches shorter than {batches}, the live watermark passes the window's end "
+                    "sooner and events arriving just before that commit are late there"
+                ),
+            ),
+        ),
+    )
     return [in_replay, in_live]
 
 
@@ -946,9 +1163,14 @@ def _on_partition_edge(edges: Sequence[int]) -> tuple[Column, Column]:
     hi = F.greatest(F.col("__we"), F.col("__r_emit_ms"), F.col("__l_emit_ms"))
     on_edge = F.filter(F.array(*[F.lit(e) for e in edges]), lambda e: (e > F.col("__ws")) & (e <= hi))
     edge_here = own & (F.size(on_edge) > 0)
-    return F.when(edge_here, F.lit(PARTITION_EDGE)), F.when(edge_here, F.concat(
-        F.lit("the window falls on the partition edge "), F.timestamp_millis(F.get(on_edge, 0)).cast("string"),
-        F.lit(": its events and its emission lie in different partitions")))
+    return F.when(edge_here, F.lit(PARTITION_EDGE)), F.when(
+        edge_here,
+        F.concat(
+            F.lit("the window falls on the partition edge "),
+            F.timestamp_millis(F.get(on_edge, 0)).cast("string"),
+            F.lit(": its events and its emission lie in different partitions"),
+        ),
+    )
 
 
 def _float_rounding(compared: list[_Compared]) -> tuple[Column, Column]:
@@ -964,23 +1186,34 @@ def _float_rounding(compared: list[_Compared]) -> tuple[Column, Column]:
             only_rounding = only_rounding & (~differs | F.coalesce(within, F.lit(False)))
         else:
             only_rounding = only_rounding & ~differs
-    return F.when(only_rounding, F.lit(FLOAT_ROUNDING)), F.when(only_rounding, F.lit(
-        f"only floating-point rounding (each difference at most {ROUNDING_RELATIVE:g} relative): "
-        "a different summation order, not different events"))
+    return F.when(only_rounding, F.lit(FLOAT_ROUNDING)), F.when(
+        only_rounding,
+        F.lit(
+            f"only floating-point rounding (each difference at most {ROUNDING_RELATIVE:g} relative): "
+            "a different summation order, not different events"
+        ),
+    )
 
 
 def _duplicate_in_live() -> tuple[Column, Column]:
     """:data:`DUPLICATE_IN_LIVE`: a further copy of a window emission the live side has
     several times."""
     _, copy, _ = _row_columns()
-    return F.when(copy, F.lit(DUPLICATE_IN_LIVE)), F.when(copy, F.concat(
-        F.lit("the live side has this window emission "), F.col("__l_n").cast("string"),
-        F.lit(" times; this is copy "), (F.col("__copy") + 1).cast("string"),
-        F.lit(" (one is compared, with the copies' greatest values)")))
+    return F.when(copy, F.lit(DUPLICATE_IN_LIVE)), F.when(
+        copy,
+        F.concat(
+            F.lit("the live side has this window emission "),
+            F.col("__l_n").cast("string"),
+            F.lit(" times; this is copy "),
+            (F.col("__copy") + 1).cast("string"),
+            F.lit(" (one is compared, with the copies' greatest values)"),
+        ),
+    )
 
 
-def _mismatch_columns(pipeline: Pipeline, compared: list[_Compared], keys: Sequence[str], ids: _Ids
-                      ) -> list[tuple[str, Column]]:
+def _mismatch_columns(
+    pipeline: Pipeline, compared: list[_Compared], keys: Sequence[str], ids: _Ids
+) -> list[tuple[str, Column]]:
     """(name, expression) of every ``mismatches`` column, in order."""
     part_key = F.lit(None).cast("string")
     for i, k in enumerate(keys):
@@ -991,13 +1224,20 @@ def _mismatch_columns(pipeline: Pipeline, compared: list[_Compared], keys: Seque
     if ids.key:
         cols.append((ids.key, ids.decode("__k")))
     live_only = F.col("__copy") > 0  # a further live copy has no replay values
-    cols += [("window_start", F.timestamp_millis(F.col("__ws"))), ("window_end", F.timestamp_millis(F.col("__we"))),
-             ("emission", F.col("__em")),
-             ("differing", F.when(F.col("__category") == F.lit(VALUE_MISMATCH), F.col("__differing"))
-              .otherwise(F.array().cast("array<string>"))),
-             ("replay_emit_reason", F.when(~live_only, _reason_name(F.col("__r_reason")))),
-             ("replay_emit_time", F.when(~live_only, F.timestamp_millis(F.col("__r_emit_ms")))),
-             ("live_emit_time", F.timestamp_millis(F.col("__l_emit_ms")))]
+    cols += [
+        ("window_start", F.timestamp_millis(F.col("__ws"))),
+        ("window_end", F.timestamp_millis(F.col("__we"))),
+        ("emission", F.col("__em")),
+        (
+            "differing",
+            F.when(F.col("__category") == F.lit(VALUE_MISMATCH), F.col("__differing")).otherwise(
+                F.array().cast("array<string>")
+            ),
+        ),
+        ("replay_emit_reason", F.when(~live_only, _reason_name(F.col("__r_reason")))),
+        ("replay_emit_time", F.when(~live_only, F.timestamp_millis(F.col("__r_emit_ms")))),
+        ("live_emit_time", F.timestamp_millis(F.col("__l_emit_ms"))),
+    ]
     for a in compared:
         cols += [(f"live_{a.agg.name}", F.col(a.live)), (f"replay_{a.agg.name}", F.when(~live_only, F.col(a.replay)))]
     cols += [("explanations", F.col("__explanations")), ("detail", F.col("__detail"))]
@@ -1014,16 +1254,21 @@ def _count(held: DataFrame) -> dict[int, dict[str, int]]:
     ``MISSING_IN_REPLAY``). One Spark job."""
     cat = F.col("__category")
     extra_copies = F.sum(F.when(cat.isNotNull(), F.greatest(F.col("__l_n") - 1, F.lit(0))).otherwise(0))
-    aggs = [F.sum("__r_n").cast("long").alias("replay_rows"), F.sum("__l_n").cast("long").alias("live_rows"),
-            *[_n(cat == F.lit(c)).alias(c.lower()) for c in CATEGORIES if c != MISSING_IN_REPLAY],
-            (_n(cat == F.lit(MISSING_IN_REPLAY)) + extra_copies).cast("long").alias("missing_in_replay")]
+    aggs = [
+        F.sum("__r_n").cast("long").alias("replay_rows"),
+        F.sum("__l_n").cast("long").alias("live_rows"),
+        *[_n(cat == F.lit(c)).alias(c.lower()) for c in CATEGORIES if c != MISSING_IN_REPLAY],
+        (_n(cat == F.lit(MISSING_IN_REPLAY)) + extra_copies).cast("long").alias("missing_in_replay"),
+    ]
     return {r["__part"]: r.asDict() for r in held.groupBy("__part").agg(*aggs).collect()}
 
 
 def _count_explained(mism: DataFrame) -> dict[int, dict[str, int]]:
     """Mismatch rows with an explanation, and per explanation, per partition index."""
-    aggs = [_n(F.size("__explanations") > 0).alias("explained"),
-            *[_n(F.array_contains("__explanations", F.lit(e))).alias(f"x_{e}") for e in EXPLANATIONS]]
+    aggs = [
+        _n(F.size("__explanations") > 0).alias("explained"),
+        *[_n(F.array_contains("__explanations", F.lit(e))).alias(f"x_{e}") for e in EXPLANATIONS],
+    ]
     return {r["__part"]: r.asDict() for r in mism.groupBy("__part").agg(*aggs).collect()}
 
 
@@ -1031,9 +1276,14 @@ def _rate(match: float, compared: float) -> float:
     return match / compared if compared else 1.0
 
 
-def _figures(pipeline: Pipeline, spec: ReconcileSpec, counts: Mapping[int, Mapping[str, int]],
-             explained: Mapping[int, Mapping[str, int]], edges: list[int] | None, keys: Sequence[str]
-             ) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
+def _figures(
+    pipeline: Pipeline,
+    spec: ReconcileSpec,
+    counts: Mapping[int, Mapping[str, int]],
+    explained: Mapping[int, Mapping[str, int]],
+    edges: list[int] | None,
+    keys: Sequence[str],
+) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
     """(figures dict, summary rows) from :func:`_count` and :func:`_count_explained`."""
     names = ("replay_rows", "live_rows", "match", "value_mismatch", "missing_in_replay", "extra_in_replay")
     xnames = ("explained", *[f"x_{e}" for e in EXPLANATIONS])
@@ -1052,8 +1302,9 @@ def _figures(pipeline: Pipeline, spec: ReconcileSpec, counts: Mapping[int, Mappi
     bounds = edges or []  # no edges: no partitions
     parts: list[dict[str, Any]] = []
     for i in range(len(bounds) - 1 if bounds else 0):
-        parts.append({"partition_key": keys[i], "start": _iso(bounds[i]), "end": _iso(bounds[i + 1]),
-                      **block(merged(i))})
+        parts.append(
+            {"partition_key": keys[i], "start": _iso(bounds[i]), "end": _iso(bounds[i + 1]), **block(merged(i))}
+        )
     inside = [merged(i) for i in set(counts) | set(explained) if i >= 0]
     total_raw = {k: sum(d[k] for d in inside) for k in (*names, *xnames)}
     total = block(total_raw)
@@ -1067,11 +1318,25 @@ def _figures(pipeline: Pipeline, spec: ReconcileSpec, counts: Mapping[int, Mappi
         "partitions": parts,
     }
 
-    def row(scope: str, key: str | None, start: datetime | None, end: datetime | None, d: Mapping[str, Any]
-            ) -> tuple[Any, ...]:
-        return (scope, key, start, end, d["replay_rows"], d["live_rows"], d["compared"], d["match"],
-                d["value_mismatch"], d["missing_in_replay"], d["extra_in_replay"], d["explained"],
-                d["unexplained"], d["match_rate"])
+    def row(
+        scope: str, key: str | None, start: datetime | None, end: datetime | None, d: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
+        return (
+            scope,
+            key,
+            start,
+            end,
+            d["replay_rows"],
+            d["live_rows"],
+            d["compared"],
+            d["match"],
+            d["value_mismatch"],
+            d["missing_in_replay"],
+            d["extra_in_replay"],
+            d["explained"],
+            d["unexplained"],
+            d["match_rate"],
+        )
 
     def ts(ms: int) -> datetime:
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
@@ -1084,8 +1349,9 @@ def _figures(pipeline: Pipeline, spec: ReconcileSpec, counts: Mapping[int, Mappi
 # --------------------------------------------------------------------------- outputs
 
 
-def write_reconcile(result: ReconcileResult, out_dir: str | Path, pipeline: Pipeline | None = None,
-                    inputs: Sequence[Any] = ()) -> Commit:
+def write_reconcile(
+    result: ReconcileResult, out_dir: str | Path, pipeline: Pipeline | None = None, inputs: Sequence[Any] = ()
+) -> Commit:
     """Write ``mismatches/``, ``summary/`` (Parquet) and ``figures.json/`` into a new run
     folder of ``out_dir`` and make it current with a commit record written last, as
     :mod:`windowing.io` does for a replay (a crash leaves the previous run current; the
@@ -1098,11 +1364,19 @@ def write_reconcile(result: ReconcileResult, out_dir: str | Path, pipeline: Pipe
     out = str(out_dir)
     spark = result.summary.sparkSession
     check_output_target(spark, out, inputs)
-    staged = Staged(spark, out, _new_run_id(), result.figures, pipeline.name if pipeline else result.pipeline,
-                    pipeline.fingerprint() if pipeline else "")
-    frames = {"mismatches": result.mismatches, "summary": result.summary.coalesce(1),
-              FIGURES: spark.createDataFrame([(json.dumps(result.figures, sort_keys=True),)], "value string")
-              .coalesce(1)}
+    staged = Staged(
+        spark,
+        out,
+        _new_run_id(),
+        result.figures,
+        pipeline.name if pipeline else result.pipeline,
+        pipeline.fingerprint() if pipeline else "",
+    )
+    frames = {
+        "mismatches": result.mismatches,
+        "summary": result.summary.coalesce(1),
+        FIGURES: spark.createDataFrame([(json.dumps(result.figures, sort_keys=True),)], "value string").coalesce(1),
+    }
 
     write_datasets(staged, frames, text=(FIGURES,))
     return staged.commit({"kind": "reconcile"})
@@ -1120,10 +1394,13 @@ def read_reconcile(spark: SparkSession, out_dir: str | Path) -> SimpleNamespace:
 
 def format_summary(figures: Mapping[str, Any]) -> str:
     """A few lines for a terminal: the total, then one line per partition."""
+
     def line(d: Mapping[str, Any]) -> str:
-        return (f"{d['compared']:,} compared, {d['match']:,} match ({100 * d['match_rate']:.2f} %), "
-                f"{d['value_mismatch']:,} value mismatch, {d['missing_in_replay']:,} missing in replay, "
-                f"{d['extra_in_replay']:,} extra in replay")
+        return (
+            f"{d['compared']:,} compared, {d['match']:,} match ({100 * d['match_rate']:.2f} %), "
+            f"{d['value_mismatch']:,} value mismatch, {d['missing_in_replay']:,} missing in replay, "
+            f"{d['extra_in_replay']:,} extra in replay"
+        )
 
     verdict = "passed" if figures["passed"] else "FAILED"
     out = [f"reconcile {figures['pipeline']!r}: {line(figures)}; minimum {100 * figures['min_match']:.2f} %: {verdict}"]
@@ -1185,17 +1462,23 @@ def main_reconcile(args: Any, spark: SparkSession | None = None) -> int:
     check_output_target(spark, args.output, inputs)
     outputs = read_published(spark, args.replay) if replay_table else read_outputs(spark, args.replay)
     live = read_live(spark, spec, path=getattr(args, "live", None), fmt=getattr(args, "live_format", None))
-    result = reconcile(spark, pipeline, spec, outputs.aggregates, live, outputs.late_events,
-                       partition_edges=edges or None)
+    result = reconcile(
+        spark, pipeline, spec, outputs.aggregates, live, outputs.late_events, partition_edges=edges or None
+    )
     try:
         commit = write_reconcile(result, args.output, pipeline=pipeline, inputs=inputs)
     finally:
         result.unpersist()
     print(format_summary(result.figures))
-    print(f"mismatches and summary in {commit.run_path}/ (mismatches, summary, {FIGURES}), "
-          f"committed as run {commit.seq} of {args.output}")
+    print(
+        f"mismatches and summary in {commit.run_path}/ (mismatches, summary, {FIGURES}), "
+        f"committed as run {commit.seq} of {args.output}"
+    )
     if not result.passed:
-        print(f"rewindow: reconcile: match rate {100 * result.figures['match_rate']:.4f} % is under the minimum "
-              f"{100 * spec.min_match:.4f} %", file=sys.stderr)
+        print(
+            f"rewindow: reconcile: match rate {100 * result.figures['match_rate']:.4f} % is under the minimum "
+            f"{100 * spec.min_match:.4f} %",
+            file=sys.stderr,
+        )
         return 1
     return 0

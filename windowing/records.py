@@ -41,10 +41,12 @@ class DamagedRecord:
 
     def message(self, output: str) -> str:
         """What a user reads: the file, what is wrong, and the two ways out."""
-        return (f"{display(self.file)}: the newest commit record of {display(output)} is damaged ({self.reason}), "
-                "so its current run is unknown. Replay into this output again (a new record supersedes it), "
-                f"or delete the record's folder {display(self.folder_path(output))} to make the run before it "
-                "current again")
+        return (
+            f"{display(self.file)}: the newest commit record of {display(output)} is damaged ({self.reason}), "
+            "so its current run is unknown. Replay into this output again (a new record supersedes it), "
+            f"or delete the record's folder {display(self.folder_path(output))} to make the run before it "
+            "current again"
+        )
 
     def folder_path(self, output: str) -> str:
         return f"{output.rstrip('/')}/_commits/{self.folder}"

@@ -125,7 +125,6 @@ def generate_history(
     return folders
 
 
-
 # --------------------------------------------------------------------------- a live output for the demo
 
 #: The known differences :func:`write_sample_live` makes, in the order they are spread
@@ -167,8 +166,9 @@ class KnownDifference:
     live_values: tuple[tuple[str, Any], ...] = ()
 
 
-def write_sample_live(spark: Any, pipeline: Pipeline, events_df: Any, out: str,
-                      differences: bool = True) -> list[KnownDifference]:
+def write_sample_live(
+    spark: Any, pipeline: Pipeline, events_df: Any, out: str, differences: bool = True
+) -> list[KnownDifference]:
     """Write (Parquet, replacing ``out``) a stand-in for what the live pipeline emitted from
     ``events_df``: ``pipeline``'s replay of them from no state, windows only, columns named
     as ``pipeline.reconcile.columns`` maps them; with ``differences``, one window of each
@@ -209,9 +209,15 @@ def write_sample_live(spark: Any, pipeline: Pipeline, events_df: Any, out: str,
         made = _pick_differences(pipeline, spec, windows, result.late_events) if differences else []
         live = _with_differences(pipeline, windows, made)
         cols = spec.columns
-        named = [(pipeline.source.worker, cols.worker), (pipeline.window.key, cols.key),
-                 ("window_start", cols.window_start), ("window_end", cols.window_end), ("emission", cols.emission),
-                 ("emit_time", cols.emit_time), *cols.aggregates]
+        named = [
+            (pipeline.source.worker, cols.worker),
+            (pipeline.window.key, cols.key),
+            ("window_start", cols.window_start),
+            ("window_end", cols.window_end),
+            ("emission", cols.emission),
+            ("emit_time", cols.emit_time),
+            *cols.aggregates,
+        ]
         columns = [col(src).alias(dst) for src, dst in named if src and dst]
         live.select(*columns).write.mode("overwrite").parquet(str(out))
     finally:
@@ -219,49 +225,75 @@ def write_sample_live(spark: Any, pipeline: Pipeline, events_df: Any, out: str,
     return made
 
 
-def _sample_aggregates(pipeline: Pipeline, spec: ReconcileSpec, windows: Any
-                       ) -> tuple[Aggregate | None, Aggregate | None]:
+def _sample_aggregates(
+    pipeline: Pipeline, spec: ReconcileSpec, windows: Any
+) -> tuple[Aggregate | None, Aggregate | None]:
     """(count, float sum) aggregates the differences change: compared ones only, or None."""
     compared = dict(spec.columns.aggregates)
     types = {f.name: f.dataType for f in windows.schema.fields}
-    count = next((a for a in pipeline.aggregates if a.type == "count" and a.column is None and a.name in compared),
-                 None)
-    total = next((a for a in pipeline.aggregates if a.type == "sum" and a.name in compared
-                  and isinstance(types.get(a.name), T.DoubleType)), None)
+    count = next(
+        (a for a in pipeline.aggregates if a.type == "count" and a.column is None and a.name in compared), None
+    )
+    total = next(
+        (
+            a
+            for a in pipeline.aggregates
+            if a.type == "sum" and a.name in compared and isinstance(types.get(a.name), T.DoubleType)
+        ),
+        None,
+    )
     return count, total
 
 
-def _pick_differences(pipeline: Pipeline, spec: ReconcileSpec, windows: Any, late_events: Any
-                      ) -> list[KnownDifference]:
+def _pick_differences(pipeline: Pipeline, spec: ReconcileSpec, windows: Any, late_events: Any) -> list[KnownDifference]:
     """Choose the window of each kind (see :func:`write_sample_live`): one Spark job ranks
     a few candidate windows per day (:func:`_candidates`), then each kind takes the first
     that fits, each kind starting on its own day."""
     count, total = _sample_aggregates(pipeline, spec, windows)
     worker, key = pipeline.source.worker, pipeline.window.key
     by_day: dict[Any, list[Any]] = {}
-    for r in sorted(_candidates(pipeline, windows, late_events, count, total),
-                    key=lambda r: (r["__day"], r["__late"], r["__rank"])):
+    for r in sorted(
+        _candidates(pipeline, windows, late_events, count, total), key=lambda r: (r["__day"], r["__late"], r["__rank"])
+    ):
         by_day.setdefault(r["__day"], []).append(r)
     days = sorted(by_day)
     made, used = [], set()
     for i, kind in enumerate(LIVE_DIFFERENCE_KINDS):
-        for d in (days[i % len(days):] + days[:i % len(days)]) if days else []:
-            r = next((r for r in by_day[d] if _fits(kind, r, spec, count, total)
-                      and (d, r["__late"], r["__rank"]) not in used), None)
+        for d in (days[i % len(days) :] + days[: i % len(days)]) if days else []:
+            r = next(
+                (
+                    r
+                    for r in by_day[d]
+                    if _fits(kind, r, spec, count, total) and (d, r["__late"], r["__rank"]) not in used
+                ),
+                None,
+            )
             if r is None:
                 continue
             used.add((d, r["__late"], r["__rank"]))
             category, explanation, live_values = _difference(kind, r, count, total)
-            made.append(KnownDifference(
-                kind, category, tuple(name for name, _ in live_values), explanation,
-                r["__id_" + worker] if worker else None, r["__id_" + key] if key else None,
-                r["__ws"], r["__we"], r["__em"], r["__emit"], live_values))
+            made.append(
+                KnownDifference(
+                    kind,
+                    category,
+                    tuple(name for name, _ in live_values),
+                    explanation,
+                    r["__id_" + worker] if worker else None,
+                    r["__id_" + key] if key else None,
+                    r["__ws"],
+                    r["__we"],
+                    r["__em"],
+                    r["__emit"],
+                    live_values,
+                )
+            )
             break
     return made
 
 
-def _candidates(pipeline: Pipeline, windows: Any, late_events: Any, count: Aggregate | None,
-                total: Aggregate | None) -> list[Any]:
+def _candidates(
+    pipeline: Pipeline, windows: Any, late_events: Any, count: Aggregate | None, total: Aggregate | None
+) -> list[Any]:
     """Up to :data:`_CANDIDATES_PER_DAY` windows per day, late or not (``__late``: the
     replay has late events of the window, all arriving that day), ranked by a hash of
     their identity: windows emitted once, within one day, with non-null ids. One Spark job;
@@ -271,29 +303,51 @@ def _candidates(pipeline: Pipeline, windows: Any, late_events: Any, count: Aggre
     ids = [c for c in (worker, key) if c] + ["window_start", "window_end"]
     arrival = pipeline.source.arrival_time
     late = late_events.groupBy(*ids).agg(
-        F.count(F.lit(1)).alias("__late_n"), F.min(F.to_date(col(arrival))).alias("__late_first_day"),
+        F.count(F.lit(1)).alias("__late_n"),
+        F.min(F.to_date(col(arrival))).alias("__late_first_day"),
         F.max(F.to_date(col(arrival))).alias("__late_last_day"),
-        (F.sum(col(total.column)) if total and total.column else F.lit(None).cast("double")).alias("__late_sum"))
+        (F.sum(col(total.column)) if total and total.column else F.lit(None).cast("double")).alias("__late_sum"),
+    )
     day = F.to_date(F.col("emit_time"))
-    once = ((F.count(F.lit(1)).over(Window.partitionBy(*[col(c) for c in ids])) == 1)
-            & (F.to_date(F.col("window_start")) == F.to_date(F.greatest(F.col("window_end"), F.col("emit_time")))))
+    once = (F.count(F.lit(1)).over(Window.partitionBy(*[col(c) for c in ids])) == 1) & (
+        F.to_date(F.col("window_start")) == F.to_date(F.greatest(F.col("window_end"), F.col("emit_time")))
+    )
     for c in (worker, key):
         if c:
             once = once & col(c).isNotNull()  # joined with the late events by plain equality
     with_late = (F.col("__late_n") > 0) & (F.col("__late_first_day") == day) & (F.col("__late_last_day") == day)
-    candidates = (windows.withColumn("__once", once).where("__once").join(late, ids, "left")
-                  .where(F.col("__late_n").isNull() | with_late)
-                  .withColumn("__day", day).withColumn("__late", F.col("__late_n").isNotNull()))
-    rank = F.row_number().over(Window.partitionBy("__day", "__late").orderBy(
-        F.xxhash64(*[col(c) for c in ids], F.col("emission")), *[col(c) for c in ids]))
+    candidates = (
+        windows.withColumn("__once", once)
+        .where("__once")
+        .join(late, ids, "left")
+        .where(F.col("__late_n").isNull() | with_late)
+        .withColumn("__day", day)
+        .withColumn("__late", F.col("__late_n").isNotNull())
+    )
+    rank = F.row_number().over(
+        Window.partitionBy("__day", "__late").orderBy(
+            F.xxhash64(*[col(c) for c in ids], F.col("emission")), *[col(c) for c in ids]
+        )
+    )
     rows: list[Any] = (
-        candidates.withColumn("__rank", rank).where(F.col("__rank") <= _CANDIDATES_PER_DAY)
-        .select("__day", "__late", "__rank", *[col(c).alias(f"__id_{c}") for c in (worker, key) if c],
-                F.unix_millis("window_start").alias("__ws"), F.unix_millis("window_end").alias("__we"),
-                F.col("emission").alias("__em"), F.unix_millis("emit_time").alias("__emit"),
-                (col(count.name) if count else F.lit(None)).alias("__count"),
-                (col(total.name) if total else F.lit(None)).alias("__sum"), "__late_n", "__late_sum")
-        .collect())
+        candidates.withColumn("__rank", rank)
+        .where(F.col("__rank") <= _CANDIDATES_PER_DAY)
+        .select(
+            "__day",
+            "__late",
+            "__rank",
+            *[col(c).alias(f"__id_{c}") for c in (worker, key) if c],
+            F.unix_millis("window_start").alias("__ws"),
+            F.unix_millis("window_end").alias("__we"),
+            F.col("emission").alias("__em"),
+            F.unix_millis("emit_time").alias("__emit"),
+            (col(count.name) if count else F.lit(None)).alias("__count"),
+            (col(total.name) if total else F.lit(None)).alias("__sum"),
+            "__late_n",
+            "__late_sum",
+        )
+        .collect()
+    )
     return rows
 
 
@@ -315,8 +369,9 @@ def _fits(kind: str, r: Any, spec: ReconcileSpec, count: Aggregate | None, total
     return kind == "dropped" or spec.columns.emission is not None
 
 
-def _difference(kind: str, r: Any, count: Aggregate | None, total: Aggregate | None
-                ) -> tuple[str, str | None, tuple[tuple[str, Any], ...]]:
+def _difference(
+    kind: str, r: Any, count: Aggregate | None, total: Aggregate | None
+) -> tuple[str, str | None, tuple[tuple[str, Any], ...]]:
     """(category, explanation, live values) of a difference of ``kind`` in candidate ``r``."""
     if kind in ("count", "late_counted"):
         assert count is not None  # these kinds fit only with a count aggregate (_fits)
@@ -336,9 +391,13 @@ def _difference(kind: str, r: Any, count: Aggregate | None, total: Aggregate | N
 
 def _with_differences(pipeline: Pipeline, windows: Any, made: list[KnownDifference]) -> Any:
     """``windows`` with each of ``made`` applied: Spark expressions on the picked rows."""
+
     def this(d: KnownDifference) -> Any:
-        cond = ((F.unix_millis("window_start") == F.lit(d.window_start_ms))
-                & (F.unix_millis("window_end") == F.lit(d.window_end_ms)) & (F.col("emission") == F.lit(d.emission)))
+        cond = (
+            (F.unix_millis("window_start") == F.lit(d.window_start_ms))
+            & (F.unix_millis("window_end") == F.lit(d.window_end_ms))
+            & (F.col("emission") == F.lit(d.emission))
+        )
         for c, v in ((pipeline.source.worker, d.worker), (pipeline.window.key, d.key)):
             if c:
                 cond = cond & (col(c) == F.lit(v))

@@ -121,8 +121,12 @@ def _what(scheme: str) -> str:
     return "Connect server" if scheme == "sc" else "master"
 
 
-def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "rewindow",
-                  remote: str | None = None) -> SparkSession:
+def spark_session(
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "rewindow",
+    remote: str | None = None,
+) -> SparkSession:
     """Build (or reuse) the SparkSession.
 
     ``remote`` (``sc://host:port``) connects to a Spark Connect server instead (Databricks
@@ -147,7 +151,7 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         for k, v in {**{k: str(v) for k, v in (conf or {}).items()}, **REQUIRED_CONF}.items():
             try:
                 spark.conf.set(k, v)
-            except Exception:  # noqa: BLE001 - static settings belong to the server's own start-up
+            except Exception:  # static settings belong to the server's own start-up
                 if k in REQUIRED_CONF and spark.conf.get(k, None) != v:
                     raise
         return spark
@@ -232,13 +236,14 @@ def check_workers(spark: SparkSession) -> None:
 
     exec_ = _configured_worker_python(spark)
     # Pickled by value (module "__main__"): the worker needs no rewindow to unpickle it.
-    probe = types.FunctionType(_worker_report.__code__, {"__builtins__": builtins}, "rewindow_worker_probe",
-                               _worker_report.__defaults__)
+    probe = types.FunctionType(
+        _worker_report.__code__, {"__builtins__": builtins}, "rewindow_worker_probe", _worker_report.__defaults__
+    )
     probe.__module__ = "__main__"
     try:
         with _quiet_task_failures(spark):
             row = spark.range(1, numPartitions=1).select(F.udf(probe, "string", useArrow=False)("id")).first()
-    except Exception as exc:  # noqa: BLE001 - turned into one clear line where recognised
+    except Exception as exc:  # turned into one clear line where recognised
         problem = _worker_failure(str(exc))
         if problem is None:
             raise

@@ -96,9 +96,19 @@ def _windows(sorted_events: K.SortedEvents, pipeline: Pipeline) -> _Windows:
     firsts = np.searchsorted(pe[by_event], np.arange(sorted_events.n))
     # None: an event in no window (not for these window types); see _slack.
     event_first = None if len(pe) and (np.diff(np.append(firsts, len(pe))) == 0).any() else firsts
-    return _Windows(key=pg[first], start=ws[first], end=we[first], first_pair=first,
-                    end_pair=np.append(first[1:], len(pe)).astype(np.int64), pair_window=np.cumsum(new) - 1,
-                    pair_event=pe, pair_start=ws, pair_end=we, by_event=by_event, event_first=event_first)
+    return _Windows(
+        key=pg[first],
+        start=ws[first],
+        end=we[first],
+        first_pair=first,
+        end_pair=np.append(first[1:], len(pe)).astype(np.int64),
+        pair_window=np.cumsum(new) - 1,
+        pair_event=pe,
+        pair_start=ws,
+        pair_end=we,
+        by_event=by_event,
+        event_first=event_first,
+    )
 
 
 @dataclass(frozen=True)
@@ -113,8 +123,12 @@ class _Strategy:
     closing: "_Closing"
 
 
-def sweep(table: pa.Table, groups: Sequence[Sequence[Lean]], variant_col: str,
-          timelines: Mapping[WatermarkStrategy, Mapping[Any, K.Timeline]]) -> dict[str, K.KernelOutput]:
+def sweep(
+    table: pa.Table,
+    groups: Sequence[Sequence[Lean]],
+    variant_col: str,
+    timelines: Mapping[WatermarkStrategy, Mapping[Any, K.Timeline]],
+) -> dict[str, K.KernelOutput]:
     """Replay the lean variants of the complete keys in ``table``: ``groups`` of variants
     that differ only in their delay (one watermark strategy and lateness mode each).
 
@@ -128,8 +142,11 @@ def sweep(table: pa.Table, groups: Sequence[Sequence[Lean]], variant_col: str,
     first = groups[0][0].spec
     raw = _at_delay(first, 0)
     table = K.with_event_columns(table, raw)
-    variant_of = (np.asarray(table[variant_col].to_pylist(), dtype=object) if variant_col in table.column_names
-                  else np.full(table.num_rows, None, dtype=object))
+    variant_of = (
+        np.asarray(table[variant_col].to_pylist(), dtype=object)
+        if variant_col in table.column_names
+        else np.full(table.num_rows, None, dtype=object)
+    )
     # Keys and events are those of every variant; windows and pairs those of every
     # strategy, lateness mode and delay: computed once.
     keys = K.KeyIds(table, raw)
@@ -140,22 +157,40 @@ def sweep(table: pa.Table, groups: Sequence[Sequence[Lean]], variant_col: str,
     for group in groups:
         strategy = group[0].spec.pipeline.window.watermark_strategy
         if strategy not in strategies:
-            strategies[strategy] = _strategy(table, keys, sorted_events, wins, _at_delay(group[0].spec, 0), variant_of,
-                                             {v.label for g in groups for v in g
-                                              if g[0].spec.pipeline.window.watermark_strategy is strategy},
-                                             timelines[strategy])
+            strategies[strategy] = _strategy(
+                table,
+                keys,
+                sorted_events,
+                wins,
+                _at_delay(group[0].spec, 0),
+                variant_of,
+                {v.label for g in groups for v in g if g[0].spec.pipeline.window.watermark_strategy is strategy},
+                timelines[strategy],
+            )
         slack = _slack(sorted_events, strategies[strategy], wins, group[0].spec.pipeline.window.lateness)
         for v in group:
             rows = np.flatnonzero((keys.kind == K.STATE_WINDOW) & (variant_of == v.label))
-            carried = _Carried(key=keys.gid[rows], start=_scol(table, "window_start_ms", rows),
-                               end=_scol(table, "window_end_ms", rows), emissions=_scol(table, "emissions", rows),
-                               events=_scol(table, "events", rows))
+            carried = _Carried(
+                key=keys.gid[rows],
+                start=_scol(table, "window_start_ms", rows),
+                end=_scol(table, "window_end_ms", rows),
+                emissions=_scol(table, "emissions", rows),
+                events=_scol(table, "events", rows),
+            )
             out[v.label] = _replay_at(v, sorted_events, strategies[strategy], wins, slack, carried)
     return out
 
 
-def _strategy(table: pa.Table, keys: K.KeyIds, sorted_events: K.SortedEvents, wins: _Windows, raw: K.Spec,
-              variant_of: np.ndarray, labels: set[str], timelines: Mapping[Any, K.Timeline]) -> _Strategy:
+def _strategy(
+    table: pa.Table,
+    keys: K.KeyIds,
+    sorted_events: K.SortedEvents,
+    wins: _Windows,
+    raw: K.Spec,
+    variant_of: np.ndarray,
+    labels: set[str],
+    timelines: Mapping[Any, K.Timeline],
+) -> _Strategy:
     """The key batches under ``raw``'s strategy, starting from the key watermarks its
     variants carried (the same in each of them: they do not depend on D or the mode)."""
     keys = copy.copy(keys)
@@ -165,9 +200,13 @@ def _strategy(table: pa.Table, keys: K.KeyIds, sorted_events: K.SortedEvents, wi
     if len(rows):
         keys.wm0[keys.gid[rows]] = _state_column(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
     key_batches = K.KeyBatches(sorted_events, keys, raw)
-    return _Strategy(keys, key_batches, K.IdleClocks(key_batches, keys, raw, timelines),
-                     key_batches.eff_before[key_batches.of_event[wins.pair_event]],
-                     _Closing(key_batches.wm_after, key_batches.g, keys.n))
+    return _Strategy(
+        keys,
+        key_batches,
+        K.IdleClocks(key_batches, keys, raw, timelines),
+        key_batches.eff_before[key_batches.of_event[wins.pair_event]],
+        _Closing(key_batches.wm_after, key_batches.g, keys.n),
+    )
 
 
 class _Closing:
@@ -180,8 +219,11 @@ class _Closing:
         real = wm_after != MIN_TIMESTAMP
         self.lo, self.hi = (int(wm_after[real].min()), int(wm_after[real].max())) if real.any() else (0, 0)
         self.width = self.hi - self.lo + 3  # minus infinity, the values, and "above them all"
-        self.enc = (g.astype(np.int64) * self.width + np.where(real, wm_after - (self.lo - 1), 0)
-                    if self.width * (n_keys + 1) < 2**62 else None)
+        self.enc = (
+            g.astype(np.int64) * self.width + np.where(real, wm_after - (self.lo - 1), 0)
+            if self.width * (n_keys + 1) < 2**62
+            else None
+        )
 
     def search(self, end: np.ndarray, key: np.ndarray, delay: int) -> np.ndarray:
         """Like ``seg_searchsorted(sat_sub(wm_after, delay), g, end, key)``."""
@@ -189,8 +231,9 @@ class _Closing:
             return seg_searchsorted(sat_sub(self.wm, delay), self.g, end, key)
         # wm - D >= end, with wm real, is wm >= end + D; clipped to [lo, hi + 1] (hi + 1: none).
         q = np.where(end > self.hi + 1 - delay, self.hi + 1, np.maximum(end, self.lo - delay) + delay)
-        found: np.ndarray = np.searchsorted(self.enc, key.astype(np.int64) * self.width + (q - (self.lo - 1)),
-                                            side="left")
+        found: np.ndarray = np.searchsorted(
+            self.enc, key.astype(np.int64) * self.width + (q - (self.lo - 1)), side="left"
+        )
         return found
 
 
@@ -237,12 +280,14 @@ def _slack(sorted_events: K.SortedEvents, st: _Strategy, wins: _Windows, latenes
         event_slack = np.full(sorted_events.n, MIN_TIMESTAMP, np.int64)
         np.maximum.at(event_slack, wins.pair_event, slack)
     firsts = wins.first_pair
-    return _Slack(pair=slack, window_min=np.minimum.reduceat(slack, firsts) if len(firsts) else slack[:0],
-                  event=event_slack)
+    return _Slack(
+        pair=slack, window_min=np.minimum.reduceat(slack, firsts) if len(firsts) else slack[:0], event=event_slack
+    )
 
 
-def _replay_at(v: Lean, sorted_events: K.SortedEvents, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
-               ) -> K.KernelOutput:
+def _replay_at(
+    v: Lean, sorted_events: K.SortedEvents, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
+) -> K.KernelOutput:
     """One delay: the windows that exist, where each closes, the late pairs, the outputs.
 
     Per window, not per pair: a window exists under D when its least slack is below D
@@ -254,8 +299,14 @@ def _replay_at(v: Lean, sorted_events: K.SortedEvents, st: _Strategy, wins: _Win
     # The carried windows: those with pairs in this replay join theirs, the others stay apart.
     at = seg_searchsorted(wins.start, wins.key, carried.start, carried.key)
     safe_at = np.minimum(at, max(len(wins.key) - 1, 0))
-    matched = (at < len(wins.key)) & (wins.key[safe_at] == carried.key) & (wins.start[safe_at] == carried.start) \
-        & (wins.end[safe_at] == carried.end) if len(wins.key) else np.zeros(len(carried.key), bool)
+    matched = (
+        (at < len(wins.key))
+        & (wins.key[safe_at] == carried.key)
+        & (wins.start[safe_at] == carried.start)
+        & (wins.end[safe_at] == carried.end)
+        if len(wins.key)
+        else np.zeros(len(carried.key), bool)
+    )
     created = exists.copy()
     created[safe_at[matched]] = False
     exists[safe_at[matched]] = True
@@ -279,21 +330,29 @@ def _replay_at(v: Lean, sorted_events: K.SortedEvents, st: _Strategy, wins: _Win
     emit_time = idle.kb_clock[safe[closed]] if key_batches.n else np.zeros(0, np.int64)
     is_open = ~closed
     # Accepted events of the open windows: their pairs with slack < D, plus what they carried.
-    open_live = live[is_open[:len(live)]]
+    open_live = live[is_open[: len(live)]]
     kept = np.concatenate([[0], np.cumsum(sl.pair < delay)])
     accepted = kept[wins.end_pair[open_live]] - kept[wins.first_pair[open_live]] + before[open_live]
-    events = np.concatenate([accepted, carried.events[apart][is_open[len(live):]]])
-    state = pa.concat_tables([key_state_rows(keyset, key_batches, spec),
-                              _window_state(spec, keyset, key[is_open], start[is_open], end[is_open], prior[is_open],
-                                            events)])
-    aggregates = pa.table({"window_end": K._ts(end[closed]),
-                           "emit_reason": pa.array(["WATERMARK"] * int(closed.sum()), pa.string()),
-                           "emit_time": K._ts(emit_time)})
+    events = np.concatenate([accepted, carried.events[apart][is_open[len(live) :]]])
+    state = pa.concat_tables(
+        [
+            key_state_rows(keyset, key_batches, spec),
+            _window_state(spec, keyset, key[is_open], start[is_open], end[is_open], prior[is_open], events),
+        ]
+    )
+    aggregates = pa.table(
+        {
+            "window_end": K._ts(end[closed]),
+            "emit_reason": pa.array(["WATERMARK"] * int(closed.sum()), pa.string()),
+            "emit_time": K._ts(emit_time),
+        }
+    )
     late_pairs = int(np.count_nonzero(sl.pair >= delay))
     if v.keep_late:
         rows = np.flatnonzero(sl.pair >= delay)
-        missed = LatePairs(wins.pair_event[rows], wins.pair_start[rows], wins.pair_end[rows],
-                       sat_sub(st.pair_watermark[rows], delay))
+        missed = LatePairs(
+            wins.pair_event[rows], wins.pair_start[rows], wins.pair_end[rows], sat_sub(st.pair_watermark[rows], delay)
+        )
         late_table = missed.table(sorted_events, spec)
     else:
         late_table = spec.late_schema().empty_table()
@@ -320,13 +379,24 @@ def _distinct(ids: np.ndarray, n: int) -> int:
     return int(np.count_nonzero(seen))
 
 
-def _window_state(spec: K.Spec, keyset: K.KeyIds, key: np.ndarray, start: np.ndarray, end: np.ndarray,
-                  emissions: np.ndarray, events: np.ndarray) -> pa.Table:
+def _window_state(
+    spec: K.Spec,
+    keyset: K.KeyIds,
+    key: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    emissions: np.ndarray,
+    events: np.ndarray,
+) -> pa.Table:
     """State rows of the windows left open, as the kernel writes them for a lean variant
     (its one aggregate is a plain count: its partial is the window's event count)."""
     (count,) = spec.pipeline.aggregates
     cols = state_base(spec, keyset, key, "window")
-    cols.update(window_start_ms=pa.array(start, pa.int64()), window_end_ms=pa.array(end, pa.int64()),
-                emissions=pa.array(emissions, pa.int64()), events=pa.array(events, pa.int64()))
+    cols.update(
+        window_start_ms=pa.array(start, pa.int64()),
+        window_end_ms=pa.array(end, pa.int64()),
+        emissions=pa.array(emissions, pa.int64()),
+        events=pa.array(events, pa.int64()),
+    )
     cols[f"partial_{count.name}"] = pa.array(events, pa.int64())
     return fill_state(cols, len(key), spec)

@@ -61,8 +61,23 @@ NEVER_LATE_DELAY_MS = MAX_EPOCH_MS - MIN_EPOCH_MS + 1
 LATENCY_REASONS = ("WATERMARK", "IDLE", "MAX_DURATION")
 HOUR_MS = 3_600_000
 #: Upper bounds (ms, inclusive) of the lateness histogram's bins; the last bin is open.
-LATENESS_BINS_MS = (0, 10, 100, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 1_800_000, 3_600_000,
-                    10_800_000, 21_600_000, 86_400_000)
+LATENESS_BINS_MS = (
+    0,
+    10,
+    100,
+    1_000,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    300_000,
+    600_000,
+    1_800_000,
+    3_600_000,
+    10_800_000,
+    21_600_000,
+    86_400_000,
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +108,9 @@ class Variant:
         if self.full:
             return replace(base, window=w, triggers=(Trigger.AT_WINDOW_END,))
         src = base.source if w.type is WindowType.SESSION else replace(base.source, arrival_order=())
-        return replace(base, source=src, window=w, aggregates=(_lean_aggregate(base),),
-                       triggers=(Trigger.AT_WINDOW_END,))
+        return replace(
+            base, source=src, window=w, aggregates=(_lean_aggregate(base),), triggers=(Trigger.AT_WINDOW_END,)
+        )
 
     def input_columns(self, base: Pipeline, input_columns: Sequence[str]) -> list[str]:
         """The input columns this variant's kernel reads (plus :data:`ROW_ID`)."""
@@ -114,8 +130,11 @@ def _lean_aggregate(base: Pipeline) -> Aggregate:
 
 
 def _identity_columns(p: Pipeline) -> set[str]:
-    return {c for c in (p.source.arrival_time, p.source.batch_column, p.source.worker, p.window.key,
-                        p.window.event_time) if c}
+    return {
+        c
+        for c in (p.source.arrival_time, p.source.batch_column, p.source.worker, p.window.key, p.window.event_time)
+        if c
+    }
 
 
 def perfect_pipeline(base: Pipeline) -> Pipeline:
@@ -128,8 +147,9 @@ def perfect_pipeline(base: Pipeline) -> Pipeline:
 # --------------------------------------------------------------------------- slack
 
 
-def pair_slack(window: Window, lateness: Lateness, watermark_ms: np.ndarray, event_ms: np.ndarray,
-               window_end_ms: np.ndarray) -> np.ndarray:
+def pair_slack(
+    window: Window, lateness: Lateness, watermark_ms: np.ndarray, event_ms: np.ndarray, window_end_ms: np.ndarray
+) -> np.ndarray:
     """Slack of late (event, window) pairs of a D = 0 replay: the pair is late under delay D
     exactly when ``D <= slack`` (module docstring). ``watermark_ms`` is the late row's
     ``watermark`` (at D = 0 the raw watermark)."""
@@ -142,8 +162,9 @@ def pair_slack(window: Window, lateness: Lateness, watermark_ms: np.ndarray, eve
     return wm - np.asarray(window_end_ms, dtype=np.int64)
 
 
-def late_counts(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray,
-                delays_ms: Iterable[int]) -> list[tuple[int, int]]:
+def late_counts(
+    slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray, delays_ms: Iterable[int]
+) -> list[tuple[int, int]]:
     """(late events, late (event, window) pairs) under each delay of ``delays_ms``, from a
     slack histogram (``events[i]`` events and ``pairs[i]`` pairs have slack ``slack_ms[i]``)."""
     slack_ms = np.asarray(slack_ms, dtype=np.int64)
@@ -155,8 +176,9 @@ def late_counts(slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray,
     return list(zip(ev_tail[at].tolist(), pr_tail[at].tolist()))
 
 
-def step_curve(slack_ms: np.ndarray, events: np.ndarray,
-               pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_curve(
+    slack_ms: np.ndarray, events: np.ndarray, pairs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The whole late-count curve as a step function: ``(delay_ms, late_events, late_pairs)``
     at every delay where it changes (0, then each distinct slack + 1); between two rows it
     keeps the earlier row's values, after the last it is 0."""
@@ -183,8 +205,9 @@ def smallest_delay(slack_ms: np.ndarray, events: np.ndarray, allowed_late: int) 
     return int(s[order][i]) + 1
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray,
-                         qs: Sequence[float] = (50, 90, 99)) -> list[float | None]:
+def weighted_percentiles(
+    values: np.ndarray, weights: np.ndarray, qs: Sequence[float] = (50, 90, 99)
+) -> list[float | None]:
     """Percentiles (linear interpolation, as ``numpy.percentile`` and Spark's ``percentile``)
     of the multiset holding ``weights[i]`` copies of ``values[i]``."""
     values = np.asarray(values, dtype=np.int64)
@@ -237,8 +260,10 @@ class WhatIf:
 
     def spec(self, v: Variant) -> K.Spec:
         types = {**self.input_types, ROW_ID: pa.int64()}
-        return K.Spec(pipeline=v.pipeline(self.pipeline),
-                      input_types={c: types[c] for c in v.input_columns(self.pipeline, list(self.input_types))})
+        return K.Spec(
+            pipeline=v.pipeline(self.pipeline),
+            input_types={c: types[c] for c in v.input_columns(self.pipeline, list(self.input_types))},
+        )
 
     def variant_timelines(self, v: Variant) -> dict[Any, K.Timeline]:
         base = self.timelines[(v.strategy.value, v.skew_free)]
@@ -271,13 +296,25 @@ def output_schemas(wi: WhatIf) -> dict[str, pa.Schema]:
     key_fields = [pa.field(c, wi.input_types[c]) for c in (p.source.worker, p.window.key) if c]
     worker_fields = [pa.field(p.source.worker, wi.input_types[p.source.worker])] if p.source.worker else []
     full_spec = wi.spec(wi.full)
-    aggs = [pa.field(f"{side}_{a.name}", full_spec.output_type(a)) for side in ("emitted", "perfect")
-            for a in p.aggregates]
+    aggs = [
+        pa.field(f"{side}_{a.name}", full_spec.output_type(a)) for side in ("emitted", "perfect") for a in p.aggregates
+    ]
     i64, ts, s = pa.int64(), K.TS, pa.string()
-    cost = pa.schema(key_fields + [
-        ("window_start", ts), ("window_end", ts), ("missed_events", i64), ("max_lateness_ms", i64),
-        ("first_missed_arrival", ts), ("last_missed_arrival", ts), ("emissions", i64),
-        ("last_emit_reason", s), ("last_emit_time", ts)] + aggs)
+    cost = pa.schema(
+        key_fields
+        + [
+            ("window_start", ts),
+            ("window_end", ts),
+            ("missed_events", i64),
+            ("max_lateness_ms", i64),
+            ("first_missed_arrival", ts),
+            ("last_missed_arrival", ts),
+            ("emissions", i64),
+            ("last_emit_reason", s),
+            ("last_emit_time", ts),
+        ]
+        + aggs
+    )
     return {
         "counters": pa.schema([("variant", s), ("name", s), ("value", i64)]),
         # One row per distinct latency, about one per window: the label is a dictionary code.
@@ -286,16 +323,39 @@ def output_schemas(wi: WhatIf) -> dict[str, pa.Schema]:
         "cost": cost,
         "cost_top": cost,
         "by_key": pa.schema(key_fields + [("events", i64), ("late_events", i64), ("late_event_windows", i64)]),
-        "by_hour": pa.schema(worker_fields + [("hour", ts), ("events", i64), ("late_events", i64),
-                                              ("late_event_windows", i64)]),
+        "by_hour": pa.schema(
+            worker_fields + [("hour", ts), ("events", i64), ("late_events", i64), ("late_event_windows", i64)]
+        ),
         "lateness_bins": pa.schema([("upper_ms", i64), ("pairs", i64), ("events", i64)]),
-        "skew_late": pa.schema(key_fields + [
-            ("arrival_ms", i64), ("event_ms", i64), ("batch", i64), ("window_start", ts), ("window_end", ts),
-            ("watermark", ts), ("raw_watermark_ms", i64), ("lateness_ms", i64), ("first_of_event", pa.bool_()),
-            ("cause_batch", i64), ("cause_arrival_ms", i64), ("cause_event_ms", i64), ("cause_skew_ms", i64)]),
-        "skewed": pa.schema([pa.field(c, t) for c, t in wi.input_types.items()] + [
-            ("arrival_ms", i64), ("event_ms", i64), ("skew_ms", i64), ("batch", i64), ("late_caused", i64),
-            ("late_event_windows_caused", i64)]),
+        "skew_late": pa.schema(
+            key_fields
+            + [
+                ("arrival_ms", i64),
+                ("event_ms", i64),
+                ("batch", i64),
+                ("window_start", ts),
+                ("window_end", ts),
+                ("watermark", ts),
+                ("raw_watermark_ms", i64),
+                ("lateness_ms", i64),
+                ("first_of_event", pa.bool_()),
+                ("cause_batch", i64),
+                ("cause_arrival_ms", i64),
+                ("cause_event_ms", i64),
+                ("cause_skew_ms", i64),
+            ]
+        ),
+        "skewed": pa.schema(
+            [pa.field(c, t) for c, t in wi.input_types.items()]
+            + [
+                ("arrival_ms", i64),
+                ("event_ms", i64),
+                ("skew_ms", i64),
+                ("batch", i64),
+                ("late_caused", i64),
+                ("late_event_windows_caused", i64),
+            ]
+        ),
         "latency_coarse": pa.schema([("variant", s), ("bucket", i64), ("windows", i64), ("max_ms", i64)]),
         "state": state_schema(wi),
     }
@@ -323,16 +383,21 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     table = K.with_arrival_ranks(table, full_spec)
     is_event = (table["__kind"].to_numpy() == K.EVENT) if table.num_rows else np.zeros(0, bool)
     variant_of = _variant_codes(table, wi)  # -1: an event; else the row's variant's index in wi.variants
-    skewed = (pc.fill_null(table[SKEWED], False).to_numpy(zero_copy_only=False).astype(bool)
-              if SKEWED in table.column_names else np.zeros(table.num_rows, bool))
+    skewed = (
+        pc.fill_null(table[SKEWED], False).to_numpy(zero_copy_only=False).astype(bool)
+        if SKEWED in table.column_names
+        else np.zeros(table.num_rows, bool)
+    )
     outs = _swept_outputs(table, wi, is_event, variant_of)
     _replay_others(table, wi, outs, is_event, skewed, variant_of)
     outs = {v: outs[v] for v in wi.variants}  # the variants' order, whichever way each ran
     owners = _key_row_owners(wi)
-    state_parts = [_tag(out.state if owners[v.label] == v.label else _without_key_rows(out.state), v)
-                   for v, out in outs.items()]
-    outs = {v: replace(out, state=out.state.slice(0, 0)) if not (v.full or v.skew_free) else out
-            for v, out in outs.items()}
+    state_parts = [
+        _tag(out.state if owners[v.label] == v.label else _without_key_rows(out.state), v) for v, out in outs.items()
+    ]
+    outs = {
+        v: replace(out, state=out.state.slice(0, 0)) if not (v.full or v.skew_free) else out for v, out in outs.items()
+    }
     schemas = output_schemas(wi)
     full = outs[wi.full]
     events = table.filter(pa.array(is_event)) if not is_event.all() else table
@@ -341,12 +406,18 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     cost = _cost(table, full, wi, variant_of, is_event, schemas["cost"])
     skew_late, listing = _skew(events, skewed, outs, wi, schemas)
     return Analysis(
-        counters=_counters(outs, schemas["counters"], {
-            SKEWED_EVENTS: int(skewed.sum()) if wi.skew_threshold_ms is not None else 0,
-            COST_WINDOWS: cost.num_rows, COST_MISSED: int(pc.sum(cost["missed_events"]).as_py() or 0),
-            SKEW_CAUSED_PAIRS: skew_late.num_rows,
-            SKEW_CAUSED_EVENTS: int(pc.sum(skew_late["first_of_event"].cast(pa.int64())).as_py() or 0),
-            SKEW_ATTRIBUTED_PAIRS: skew_late.num_rows - skew_late["cause_batch"].null_count}),
+        counters=_counters(
+            outs,
+            schemas["counters"],
+            {
+                SKEWED_EVENTS: int(skewed.sum()) if wi.skew_threshold_ms is not None else 0,
+                COST_WINDOWS: cost.num_rows,
+                COST_MISSED: int(pc.sum(cost["missed_events"]).as_py() or 0),
+                SKEW_CAUSED_PAIRS: skew_late.num_rows,
+                SKEW_CAUSED_EVENTS: int(pc.sum(skew_late["first_of_event"].cast(pa.int64())).as_py() or 0),
+                SKEW_ATTRIBUTED_PAIRS: skew_late.num_rows - skew_late["cause_batch"].null_count,
+            },
+        ),
         latency=latency,
         slack=_slack(outs, wi, schemas["slack"]),
         cost=cost,
@@ -361,8 +432,9 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     )
 
 
-def _swept_outputs(table: pa.Table, wi: WhatIf, is_event: np.ndarray,
-                   variant_of: np.ndarray) -> dict[Variant, K.KernelOutput]:
+def _swept_outputs(
+    table: pa.Table, wi: WhatIf, is_event: np.ndarray, variant_of: np.ndarray
+) -> dict[Variant, K.KernelOutput]:
     """The outputs of the lean variants one delay sweep replays (:func:`_swept`), per variant."""
     outs: dict[Variant, K.KernelOutput] = {}
     kind = table["__kind"].to_numpy()
@@ -373,14 +445,24 @@ def _swept_outputs(table: pa.Table, wi: WhatIf, is_event: np.ndarray,
         keep = is_event | np.isin(variant_of, [wi.variants.index(v) for g in groups for v in g])
         sub = table.filter(pa.array(keep)) if not keep.all() else table
         timelines = {g[0].strategy: wi.variant_timelines(replace(g[0], delay_ms=0)) for g in groups}
-        swept = sweep(sub, [[Lean(v.delay_ms, wi.spec(v), v.label, keep_late=not v.delay_ms) for v in g]
-                            for g in groups], VARIANT, timelines)
+        swept = sweep(
+            sub,
+            [[Lean(v.delay_ms, wi.spec(v), v.label, keep_late=not v.delay_ms) for v in g] for g in groups],
+            VARIANT,
+            timelines,
+        )
         outs.update((v, swept[v.label]) for g in groups for v in g)
     return outs
 
 
-def _replay_others(table: pa.Table, wi: WhatIf, outs: dict[Variant, K.KernelOutput], is_event: np.ndarray,
-                   skewed: np.ndarray, variant_of: np.ndarray) -> None:
+def _replay_others(
+    table: pa.Table,
+    wi: WhatIf,
+    outs: dict[Variant, K.KernelOutput],
+    is_event: np.ndarray,
+    skewed: np.ndarray,
+    variant_of: np.ndarray,
+) -> None:
     """Replay every variant ``outs`` lacks (kernel passes), adding its output to ``outs``."""
     # The skew-free variant of the keys without skewed events (where provably the same):
     # the configured replay, done in two parts (the keys it takes, the others).
@@ -427,8 +509,15 @@ def _swept(wi: WhatIf) -> list[list[Variant]]:
 SKEW_SUBSET_MAX_SHARE = 0.8
 
 
-def _skew_dirty_rows(table: pa.Table, wi: WhatIf, v: Variant, changes: Mapping[Any, np.ndarray | None],
-                     is_event: np.ndarray, skewed: np.ndarray, variant_of: np.ndarray) -> np.ndarray | None:
+def _skew_dirty_rows(
+    table: pa.Table,
+    wi: WhatIf,
+    v: Variant,
+    changes: Mapping[Any, np.ndarray | None],
+    is_event: np.ndarray,
+    skewed: np.ndarray,
+    variant_of: np.ndarray,
+) -> np.ndarray | None:
     """The rows of the keys whose skew-free replay ``v`` can differ from their configured
     one (the *dirty* keys, by key value under every worker); None where a key's skew-free
     replay is not provably its configured one (then every key is replayed). ``changes``:
@@ -477,8 +566,9 @@ def _of_worker(table: pa.Table, p: Pipeline, worker: Any) -> np.ndarray:
     return np.asarray(of_worker.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _free_emit_times(aggregates: pa.Table, wi: WhatIf, v: Variant, changes: Mapping[Any, np.ndarray | None]
-                     ) -> pa.Table:
+def _free_emit_times(
+    aggregates: pa.Table, wi: WhatIf, v: Variant, changes: Mapping[Any, np.ndarray | None]
+) -> pa.Table:
     """The configured replay's ``aggregates`` of clean keys (:func:`_skew_dirty_rows`) with
     the emit times the skew-free replay ``v`` gives them: a WATERMARK close is emitted at
     the same commit, whose worker clock is read from the skew-free timeline instead (the
@@ -509,21 +599,22 @@ def _free_emit_times(aggregates: pa.Table, wi: WhatIf, v: Variant, changes: Mapp
     return aggregates.set_column(i, aggregates.field(i), pa.array(micros, pa.int64(), mask=mask).cast(column.type))
 
 
-def _replay_in_parts(table: pa.Table, wi: WhatIf, v: Variant, parts: Sequence[np.ndarray],
-                     rows: np.ndarray) -> list[K.KernelOutput | None]:
+def _replay_in_parts(
+    table: pa.Table, wi: WhatIf, v: Variant, parts: Sequence[np.ndarray], rows: np.ndarray
+) -> list[K.KernelOutput | None]:
     """``v``'s replay of ``rows`` (a mask), in ``parts`` (masks of whole keys): one
     output per part (None: the part holds no row)."""
     spec, timelines = wi.spec(v), wi.variant_timelines(v)
     outs: list[K.KernelOutput | None] = []
     for part in parts:
         keep = part & rows
-        outs.append(K.process(table.filter(pa.array(keep)), spec, timelines, wi.flush_at_end) if keep.any()
-                    else None)
+        outs.append(K.process(table.filter(pa.array(keep)), spec, timelines, wi.flush_at_end) if keep.any() else None)
     return outs
 
 
-def _concat_outputs(parts: Sequence[K.KernelOutput], cut: Sequence[str] | None = None,
-                    late_schema: pa.Schema | None = None) -> K.KernelOutput:
+def _concat_outputs(
+    parts: Sequence[K.KernelOutput], cut: Sequence[str] | None = None, late_schema: pa.Schema | None = None
+) -> K.KernelOutput:
     """The outputs of disjoint sets of keys as one replay's (row order aside)."""
     counters: dict[str, int] = {}
     by_worker: dict[str, dict[str, int]] = {}
@@ -533,12 +624,18 @@ def _concat_outputs(parts: Sequence[K.KernelOutput], cut: Sequence[str] | None =
             by_worker[w] = _add_counters(by_worker.get(w, {}), c)
     aggs = [o.aggregates.select(list(cut)) if cut else o.aggregates for o in parts]
     late = [o.late.cast(late_schema) if late_schema else o.late for o in parts]
-    return K.KernelOutput(pa.concat_tables(aggs), pa.concat_tables(late), pa.concat_tables([o.state for o in parts]),
-                          counters, by_worker)
+    return K.KernelOutput(
+        pa.concat_tables(aggs), pa.concat_tables(late), pa.concat_tables([o.state for o in parts]), counters, by_worker
+    )
 
 
-def _skew_free_from(clean: K.KernelOutput | None, dirty: K.KernelOutput | None, wi: WhatIf,
-                    v: Variant, changes: Mapping[Any, np.ndarray | None]) -> K.KernelOutput:
+def _skew_free_from(
+    clean: K.KernelOutput | None,
+    dirty: K.KernelOutput | None,
+    wi: WhatIf,
+    v: Variant,
+    changes: Mapping[Any, np.ndarray | None],
+) -> K.KernelOutput:
     """The skew-free replay ``v``: the configured replay of the clean keys as the lean
     replay writes it (see :func:`_skew_dirty_rows`), and its own replay of the dirty ones.
     Its aggregates are cut to what the sums read (``window_end``, ``emit_reason``,
@@ -546,14 +643,23 @@ def _skew_free_from(clean: K.KernelOutput | None, dirty: K.KernelOutput | None, 
     spec = wi.spec(v)
     parts = []
     if clean is not None:
-        parts.append(K.KernelOutput(_free_emit_times(clean.aggregates, wi, v, changes),
-                                    clean.late.select(spec.late_schema().names), _as_lean_state(clean.state, spec),
-                                    clean.counters, clean.counters_by_worker))
+        parts.append(
+            K.KernelOutput(
+                _free_emit_times(clean.aggregates, wi, v, changes),
+                clean.late.select(spec.late_schema().names),
+                _as_lean_state(clean.state, spec),
+                clean.counters,
+                clean.counters_by_worker,
+            )
+        )
     if dirty is not None:
         parts.append(dirty)
     if not parts:  # no event and no carried state in this task
-        return K.KernelOutput(spec.aggregates_schema().empty_table().select(["window_end", "emit_reason", "emit_time"]),
-                              spec.late_schema().empty_table(), spec.state_schema().empty_table())
+        return K.KernelOutput(
+            spec.aggregates_schema().empty_table().select(["window_end", "emit_reason", "emit_time"]),
+            spec.late_schema().empty_table(),
+            spec.state_schema().empty_table(),
+        )
     return _concat_outputs(parts, cut=["window_end", "emit_reason", "emit_time"], late_schema=spec.late_schema())
 
 
@@ -561,8 +667,10 @@ def _clock_changes_by_worker(wi: WhatIf, v: Variant) -> dict[Any, np.ndarray | N
     """:func:`_clock_changes` of every worker between the configured and the skew-free
     timelines of ``v``'s strategy."""
     configured, free = wi.timelines[(v.strategy.value, False)], wi.timelines[(v.strategy.value, True)]
-    return {worker: _clock_changes(configured.get(worker), free.get(worker))
-            for worker in dict.fromkeys([*configured, *free])}
+    return {
+        worker: _clock_changes(configured.get(worker), free.get(worker))
+        for worker in dict.fromkeys([*configured, *free])
+    }
 
 
 def _clock_changes(configured: K.Timeline | None, free: K.Timeline | None) -> np.ndarray | None:
@@ -572,8 +680,12 @@ def _clock_changes(configured: K.Timeline | None, free: K.Timeline | None) -> np
     read by ``atAggregate`` snapshots only, which neither replay emits (``atWindowEnd``)."""
     if configured is None or free is None:
         return None if (configured is not None or free is not None) else np.zeros(0, np.int64)
-    if (configured.last_batch, configured.last_clock, configured.batch0, configured.clock0) != \
-            (free.last_batch, free.last_clock, free.batch0, free.clock0):
+    if (configured.last_batch, configured.last_clock, configured.batch0, configured.clock0) != (
+        free.last_batch,
+        free.last_clock,
+        free.batch0,
+        free.clock0,
+    ):
         return None
     cb, fb = np.asarray(configured.batches), np.asarray(free.batches)
     if not len(fb):
@@ -586,8 +698,16 @@ def _clock_changes(configured: K.Timeline | None, free: K.Timeline | None) -> np
 
 
 #: State columns a lean replay shares with the configured one (the rest are partials).
-_SHARED_STATE = ("batch", "watermark_ms", "clock_ms", "max_event_ms", "window_start_ms", "window_end_ms",
-                 "emissions", "events")
+_SHARED_STATE = (
+    "batch",
+    "watermark_ms",
+    "clock_ms",
+    "max_event_ms",
+    "window_start_ms",
+    "window_end_ms",
+    "emissions",
+    "events",
+)
 
 
 def _state_changes(table: pa.Table, wi: WhatIf, v: Variant, variant_of: np.ndarray) -> np.ndarray:
@@ -606,8 +726,10 @@ def _state_changes(table: pa.Table, wi: WhatIf, v: Variant, variant_of: np.ndarr
         t = table.take(pa.array(r))
         kind = t["__kind"].combine_chunks()
         cols: list[Any] = [t[c] for c in kcols] + [kind]
-        cols += [t[K.STATE_PREFIX + c] if K.STATE_PREFIX + c in t.column_names else pa.nulls(len(r), pa.int64())
-                 for c in _SHARED_STATE]
+        cols += [
+            t[K.STATE_PREFIX + c] if K.STATE_PREFIX + c in t.column_names else pa.nulls(len(r), pa.int64())
+            for c in _SHARED_STATE
+        ]
         if i == 0:  # the count partial a lean replay would carry: a window's events
             events = cols[-1]
             cols.append(pc.if_else(pc.equal(kind, K.STATE_WINDOW), events, pa.scalar(None, pa.int64())))
@@ -631,8 +753,11 @@ def _as_lean_state(state: pa.Table, spec: K.Spec) -> pa.Table:
         if f.name == "fingerprint":
             cols.append(pa.array([spec.pipeline.fingerprint()] * n, f.type))
         elif f.name == f"partial_{count.name}":
-            cols.append(pc.if_else(pc.equal(state["state_kind"], "window"), state["events"],
-                                   pa.scalar(None, pa.int64())).cast(f.type))
+            cols.append(
+                pc.if_else(pc.equal(state["state_kind"], "window"), state["events"], pa.scalar(None, pa.int64())).cast(
+                    f.type
+                )
+            )
         elif f.name in state.column_names:
             cols.append(state[f.name].cast(f.type))
         else:
@@ -648,9 +773,13 @@ def _slim(out: K.KernelOutput, keep_late: bool) -> K.KernelOutput:
     """What the sums need of a lean variant's replay (its emit times and window ends, its
     late pairs at delay 0 for the slack, its counters), so that a task holds little more
     than one replay's outputs at a time."""
-    return K.KernelOutput(out.aggregates.select(["window_end", "emit_reason", "emit_time"]),
-                          out.late if keep_late else out.late.slice(0, 0), out.state, out.counters,
-                          out.counters_by_worker)
+    return K.KernelOutput(
+        out.aggregates.select(["window_end", "emit_reason", "emit_time"]),
+        out.late if keep_late else out.late.slice(0, 0),
+        out.state,
+        out.counters,
+        out.counters_by_worker,
+    )
 
 
 def _with_row_ids(table: pa.Table) -> pa.Table:
@@ -702,8 +831,9 @@ def _shared_key_rows(table: pa.Table, wi: WhatIf) -> pa.Table:
     parts = [table.filter(pa.array(~is_key))]
     for owner, labels in members.items():
         mine = keys.filter(pa.array(label_of == owner))
-        parts += [mine.set_column(at, VARIANT, pa.array([label] * mine.num_rows, pa.string()).cast(vtype))
-                  for label in labels]
+        parts += [
+            mine.set_column(at, VARIANT, pa.array([label] * mine.num_rows, pa.string()).cast(vtype)) for label in labels
+        ]
     return pa.concat_tables(parts)
 
 
@@ -731,19 +861,24 @@ def _ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
 #: events and pairs the skewed events caused, and the pairs attributed to one of them.
 SKEWED_EVENTS, COST_WINDOWS, COST_MISSED = "skewed_events", "cost_windows", "cost_missed_events"
 SKEW_CAUSED_EVENTS, SKEW_CAUSED_PAIRS, SKEW_ATTRIBUTED_PAIRS = (
-    "skew_caused_events", "skew_caused_pairs", "skew_attributed_pairs")
+    "skew_caused_events",
+    "skew_caused_pairs",
+    "skew_attributed_pairs",
+)
 
 
 def _counters(outs: Mapping[Variant, K.KernelOutput], schema: pa.Schema, extra: Mapping[str, int]) -> pa.Table:
-    rows = [(v.label, name, int(value)) for v, out in outs.items()
-            for name, value in sorted(out.counters.items()) if value]
+    rows = [
+        (v.label, name, int(value)) for v, out in outs.items() for name, value in sorted(out.counters.items()) if value
+    ]
     full = next(v for v in outs if v.full).label
     rows += [(full, name, int(value)) for name, value in extra.items() if value]
     if not rows:
         return schema.empty_table()
     label, name, value = zip(*rows)
-    return pa.table([pa.array(label, pa.string()), pa.array(name, pa.string()), pa.array(value, pa.int64())],
-                    schema=schema)
+    return pa.table(
+        [pa.array(label, pa.string()), pa.array(name, pa.string()), pa.array(value, pa.int64())], schema=schema
+    )
 
 
 def _latency(outs: Mapping[Variant, K.KernelOutput], schemas: Mapping[str, pa.Schema]) -> tuple[pa.Table, pa.Table]:
@@ -761,16 +896,24 @@ def _latency(outs: Mapping[Variant, K.KernelOutput], schemas: Mapping[str, pa.Sc
         values, counts = np.unique(_ms(aggs["emit_time"]) - _ms(aggs["window_end"]), return_counts=True)
         counts = counts.astype(np.int64)
         label = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(values), np.int32)), pa.array([v.label]))
-        parts.append(pa.table([label, pa.array(values, pa.int64()), pa.array(counts, pa.int64())],
-                              schema=schemas["latency"]))
+        parts.append(
+            pa.table([label, pa.array(values, pa.int64()), pa.array(counts, pa.int64())], schema=schemas["latency"])
+        )
         buckets, first, inv = np.unique(latency_bucket(values), return_index=True, return_inverse=True)
         last = np.append(first[1:], len(values)) - 1  # values are sorted: a bucket's greatest is its last
-        coarse.append(pa.table([pa.array([v.label] * len(buckets), pa.string()), pa.array(buckets, pa.int64()),
-                                pa.array(np.bincount(inv.reshape(-1), weights=counts).astype(np.int64)),
-                                pa.array(values[last], pa.int64())], schema=schemas["latency_coarse"]))
+        coarse.append(
+            pa.table(
+                [
+                    pa.array([v.label] * len(buckets), pa.string()),
+                    pa.array(buckets, pa.int64()),
+                    pa.array(np.bincount(inv.reshape(-1), weights=counts).astype(np.int64)),
+                    pa.array(values[last], pa.int64()),
+                ],
+                schema=schemas["latency_coarse"],
+            )
+        )
     exact = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if parts else schemas["latency"].empty_table()
-    return (exact,
-            pa.concat_tables(coarse) if coarse else schemas["latency_coarse"].empty_table())
+    return (exact, pa.concat_tables(coarse) if coarse else schemas["latency_coarse"].empty_table())
 
 
 #: Buckets of the latency histogram per doubling of the latency: a bucket is at most
@@ -798,8 +941,7 @@ def _slack(outs: Mapping[Variant, K.KernelOutput], wi: WhatIf, schema: pa.Schema
         if not late.num_rows:
             continue
         wm = _ms(late["watermark"])
-        s = pair_slack(wi.pipeline.window, v.lateness, wm, wm - late["lateness_ms"].to_numpy(),
-                       _ms(late["window_end"]))
+        s = pair_slack(wi.pipeline.window, v.lateness, wm, wm - late["lateness_ms"].to_numpy(), _ms(late["window_end"]))
         rows = late[ROW_ID].to_numpy()
         # An event's slack: the greatest of its pairs' (late as soon as one pair is).
         ev_rows, inv = np.unique(rows, return_inverse=True)
@@ -809,9 +951,18 @@ def _slack(outs: Mapping[Variant, K.KernelOutput], wi: WhatIf, schema: pa.Schema
         pairs = np.bincount(np.searchsorted(values, s), minlength=len(values))
         events = np.bincount(np.searchsorted(values, ev_slack), minlength=len(values))
         n = len(values)
-        parts.append(pa.table([pa.array([v.strategy.value] * n, pa.string()), pa.array([v.lateness.value] * n,
-                               pa.string()), pa.array(values, pa.int64()), pa.array(events.astype(np.int64)),
-                               pa.array(pairs.astype(np.int64))], schema=schema))
+        parts.append(
+            pa.table(
+                [
+                    pa.array([v.strategy.value] * n, pa.string()),
+                    pa.array([v.lateness.value] * n, pa.string()),
+                    pa.array(values, pa.int64()),
+                    pa.array(events.astype(np.int64)),
+                    pa.array(pairs.astype(np.int64)),
+                ],
+                schema=schema,
+            )
+        )
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
@@ -890,8 +1041,9 @@ def _column_codes(col: list[Any]) -> tuple[np.ndarray, int]:
 # --------------------------------------------------------------------------- cost
 
 
-def _cost(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndarray, is_event: np.ndarray,
-          schema: pa.Schema) -> pa.Table:
+def _cost(
+    table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndarray, is_event: np.ndarray, schema: pa.Schema
+) -> pa.Table:
     """One row per (worker, key, window) that missed events in the configured replay.
 
     ``emitted_<aggregate>``: the window's last emission in this replay (null if it was not
@@ -907,8 +1059,9 @@ def _cost(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndar
     kcols = _key_columns(p)
     win = ["window_start", "window_end"]
     aggs = full.aggregates.filter(pc.is_in(full.aggregates["emit_reason"], pa.array(CLOSE_REASONS)))
-    ids = _group_ids([_keys_of(late, kcols) + [_ms(late[c]) for c in win],
-                      _keys_of(aggs, kcols) + [_ms(aggs[c]) for c in win]])
+    ids = _group_ids(
+        [_keys_of(late, kcols) + [_ms(late[c]) for c in win], _keys_of(aggs, kcols) + [_ms(aggs[c]) for c in win]]
+    )
     late_id, agg_id = ids
     uniq, first, inv = np.unique(late_id, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
@@ -925,8 +1078,12 @@ def _cost(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndar
     head = late.take(pa.array(first))
     cols: dict[str, Any] = {c: head[c] for c in kcols}
     cols["window_start"], cols["window_end"] = head["window_start"], head["window_end"]
-    cols.update(missed_events=pa.array(missed), max_lateness_ms=pa.array(max_late),
-                first_missed_arrival=K._ts(first_arr), last_missed_arrival=K._ts(last_arr))
+    cols.update(
+        missed_events=pa.array(missed),
+        max_lateness_ms=pa.array(max_late),
+        first_missed_arrival=K._ts(first_arr),
+        last_missed_arrival=K._ts(last_arr),
+    )
     # The last emission of each window in this replay.
     pos = np.searchsorted(uniq, agg_id)
     hit = (pos < n) & (uniq[np.minimum(pos, n - 1)] == agg_id) if n else np.zeros(len(agg_id), bool)
@@ -962,8 +1119,15 @@ def _take_or_null(col: pa.Array | pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(idx >= 0), taken, pa.scalar(None, col.type))
 
 
-def _perfect(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.ndarray, is_event: np.ndarray,
-             head: pa.Table, kcols: Sequence[str]) -> pa.Table | None:
+def _perfect(
+    table: pa.Table,
+    full: K.KernelOutput,
+    wi: WhatIf,
+    variant_of: np.ndarray,
+    is_event: np.ndarray,
+    head: pa.Table,
+    kcols: Sequence[str],
+) -> pa.Table | None:
     """The perfect value of each missed window (rows aligned with ``head``), or None for
     session windows (a late session event would have merged sessions whose values are
     not defined by one window)."""
@@ -979,10 +1143,18 @@ def _perfect(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.n
     pe, ws, _ = K._assign(table["__evt"].to_numpy()[events], p.window)
     keyed = table.select(kcols or ["__kind"])  # the key columns only (all the pairs)
     ev_t, st_t = keyed.take(pa.array(events[pe])), table.take(pa.array(carried))
-    ids = _group_ids([_keys_of(head, kcols) + [_ms(head["window_start"])],
-                      _keys_of(ev_t, kcols) + [ws],
-                      _keys_of(st_t, kcols) + [pc.fill_null(st_t[K.STATE_PREFIX + "window_start_ms"], 0).to_numpy()
-                                               if len(carried) else np.zeros(0, np.int64)]])
+    ids = _group_ids(
+        [
+            _keys_of(head, kcols) + [_ms(head["window_start"])],
+            _keys_of(ev_t, kcols) + [ws],
+            _keys_of(st_t, kcols)
+            + [
+                pc.fill_null(st_t[K.STATE_PREFIX + "window_start_ms"], 0).to_numpy()
+                if len(carried)
+                else np.zeros(0, np.int64)
+            ],
+        ]
+    )
     missed = np.zeros(int(max((x.max(initial=-1) for x in ids), default=-1)) + 1, bool)
     missed[ids[0]] = True  # the ids are dense: marks, not sorts
     take = np.zeros(table.num_rows, bool)
@@ -994,12 +1166,19 @@ def _perfect(table: pa.Table, full: K.KernelOutput, wi: WhatIf, variant_of: np.n
     timelines = wi.variant_timelines(replace(wi.full, delay_ms=0))
     out = K.process(sub, spec, timelines, True)
     aggs = out.aggregates
-    ids = _group_ids([_keys_of(head, kcols) + [_ms(head["window_start"]), _ms(head["window_end"])],
-                      _keys_of(aggs, kcols) + [_ms(aggs["window_start"]), _ms(aggs["window_end"])]])
+    ids = _group_ids(
+        [
+            _keys_of(head, kcols) + [_ms(head["window_start"]), _ms(head["window_end"])],
+            _keys_of(aggs, kcols) + [_ms(aggs["window_start"]), _ms(aggs["window_end"])],
+        ]
+    )
     order = np.argsort(ids[1], kind="stable")
     pos = np.searchsorted(ids[1][order], ids[0])
-    ok = (pos < len(order)) & (ids[1][order][np.minimum(pos, max(len(order) - 1, 0))] == ids[0]) if len(order) \
+    ok = (
+        (pos < len(order)) & (ids[1][order][np.minimum(pos, max(len(order) - 1, 0))] == ids[0])
+        if len(order)
         else np.zeros(len(ids[0]), bool)
+    )
     idx = np.where(ok, order[np.minimum(pos, max(len(order) - 1, 0))] if len(order) else 0, -1)
     return pa.table({a.name: _take_or_null(aggs[a.name], idx) for a in p.aggregates})
 
@@ -1028,8 +1207,11 @@ def _by_key(events: pa.Table, full: K.KernelOutput, wi: WhatIf, schema: pa.Schem
     late_pairs = np.bincount(inv[at], weights=pairs, minlength=len(first)).astype(np.int64)
     head = events.take(pa.array(first))
     cols = {c: head[c] for c in kcols}
-    cols.update(events=pa.array(np.bincount(inv, minlength=len(first)).astype(np.int64)),
-                late_events=pa.array(late_ev), late_event_windows=pa.array(late_pairs))
+    cols.update(
+        events=pa.array(np.bincount(inv, minlength=len(first)).astype(np.int64)),
+        late_events=pa.array(late_ev),
+        late_event_windows=pa.array(late_pairs),
+    )
     return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
 
 
@@ -1062,10 +1244,12 @@ def _by_hour(events: pa.Table, full: K.KernelOutput, wi: WhatIf, schema: pa.Sche
     cols: dict[str, Any] = {}
     if p.source.worker:
         cols[p.source.worker] = events[p.source.worker].take(pa.array(first))
-    cols.update(hour=K._ts(hour[first] * HOUR_MS),
-                events=pa.array(np.bincount(inv, minlength=len(first)).astype(np.int64)),
-                late_events=pa.array(np.bincount(inv[at], minlength=len(first)).astype(np.int64)),
-                late_event_windows=pa.array(np.bincount(inv[at], weights=pairs, minlength=len(first)).astype(np.int64)))
+    cols.update(
+        hour=K._ts(hour[first] * HOUR_MS),
+        events=pa.array(np.bincount(inv, minlength=len(first)).astype(np.int64)),
+        late_events=pa.array(np.bincount(inv[at], minlength=len(first)).astype(np.int64)),
+        late_event_windows=pa.array(np.bincount(inv[at], weights=pairs, minlength=len(first)).astype(np.int64)),
+    )
     return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
 
 
@@ -1097,8 +1281,13 @@ def _lateness_bins(full: K.KernelOutput, schema: pa.Schema) -> pa.Table:
 # --------------------------------------------------------------------------- future skew
 
 
-def _skew(events: pa.Table, skewed: np.ndarray, outs: Mapping[Variant, K.KernelOutput], wi: WhatIf,
-          schemas: Mapping[str, pa.Schema]) -> tuple[pa.Table, pa.Table]:
+def _skew(
+    events: pa.Table,
+    skewed: np.ndarray,
+    outs: Mapping[Variant, K.KernelOutput],
+    wi: WhatIf,
+    schemas: Mapping[str, pa.Schema],
+) -> tuple[pa.Table, pa.Table]:
     """(late pairs the skewed events caused, the skewed events) of the task's keys.
 
     Caused: late in the configured replay, not in the skew-free one (skewed events
@@ -1117,8 +1306,12 @@ def _skew(events: pa.Table, skewed: np.ndarray, outs: Mapping[Variant, K.KernelO
     late = outs[wi.full].late
     if free is not None and late.num_rows:
         other = outs[free].late
-        ids = _group_ids([[late[ROW_ID].to_numpy(), _ms(late["window_start"])],
-                          [other[ROW_ID].to_numpy(), _ms(other["window_start"])]])
+        ids = _group_ids(
+            [
+                [late[ROW_ID].to_numpy(), _ms(late["window_start"])],
+                [other[ROW_ID].to_numpy(), _ms(other["window_start"])],
+            ]
+        )
         keep = ~np.isin(ids[0], ids[1]) & ~np.isin(late[ROW_ID].to_numpy(), events[ROW_ID].to_numpy()[sk])
         late = late.filter(pa.array(keep))
     else:
@@ -1129,10 +1322,14 @@ def _skew(events: pa.Table, skewed: np.ndarray, outs: Mapping[Variant, K.KernelO
     order_keys = [arr[sk], batch[sk]]
     if len(sk) > 1:
         rest = events.take(pa.array(sk))
-        order_keys = ([k for c in sorted(wi.input_types, reverse=True) for k in value_order_keys(rest[c])]
-                      + [order_codes(rest[c]) for c in reversed(p.source.arrival_order)] + order_keys)
-    ids = _group_ids([_keys_of(events.take(pa.array(at)), kcols) + [raw_wm],
-                      _keys_of(events.take(pa.array(sk)), kcols) + [evt[sk]]])
+        order_keys = (
+            [k for c in sorted(wi.input_types, reverse=True) for k in value_order_keys(rest[c])]
+            + [order_codes(rest[c]) for c in reversed(p.source.arrival_order)]
+            + order_keys
+        )
+    ids = _group_ids(
+        [_keys_of(events.take(pa.array(at)), kcols) + [raw_wm], _keys_of(events.take(pa.array(sk)), kcols) + [evt[sk]]]
+    )
     order = np.lexsort([*order_keys, ids[1]]) if len(sk) else np.zeros(0, np.int64)
     first_ids, first_at = np.unique(ids[1][order], return_index=True)
     cause = np.full(len(at), -1, np.int64)  # position in ``sk`` of each late pair's cause
@@ -1144,22 +1341,35 @@ def _skew(events: pa.Table, skewed: np.ndarray, outs: Mapping[Variant, K.KernelO
     first = _first_of_each(late[ROW_ID].to_numpy())
     has = cause >= 0
     cols: dict[str, Any] = {c: late[c] for c in kcols}
-    cols.update(arrival_ms=pa.array(arr[at]), event_ms=pa.array(evt[at]), batch=late["batch"],
-                window_start=late["window_start"], window_end=late["window_end"], watermark=late["watermark"],
-                raw_watermark_ms=pa.array(raw_wm), lateness_ms=late["lateness_ms"], first_of_event=pa.array(first))
+    cols.update(
+        arrival_ms=pa.array(arr[at]),
+        event_ms=pa.array(evt[at]),
+        batch=late["batch"],
+        window_start=late["window_start"],
+        window_end=late["window_end"],
+        watermark=late["watermark"],
+        raw_watermark_ms=pa.array(raw_wm),
+        lateness_ms=late["lateness_ms"],
+        first_of_event=pa.array(first),
+    )
     for name, values in (("cause_batch", batch), ("cause_arrival_ms", arr), ("cause_event_ms", evt)):
-        cols[name] = pa.array(values[sk][np.maximum(cause, 0)] if len(sk) else np.zeros(len(at), np.int64),
-                              mask=~has)
-    cols["cause_skew_ms"] = pa.array((evt - arr)[sk][np.maximum(cause, 0)] if len(sk) else np.zeros(len(at), np.int64),
-                                     mask=~has)
+        cols[name] = pa.array(values[sk][np.maximum(cause, 0)] if len(sk) else np.zeros(len(at), np.int64), mask=~has)
+    cols["cause_skew_ms"] = pa.array(
+        (evt - arr)[sk][np.maximum(cause, 0)] if len(sk) else np.zeros(len(at), np.int64), mask=~has
+    )
     skew_late = pa.table({f.name: cols[f.name] for f in schemas["skew_late"]}, schema=schemas["skew_late"])
     caused_events = np.bincount(cause[has & first], minlength=len(sk)).astype(np.int64)
     caused_pairs = np.bincount(cause[has], minlength=len(sk)).astype(np.int64)
     t = events.take(pa.array(sk))
     listing = {c: t[c] for c in wi.input_types}
-    listing.update(arrival_ms=pa.array(arr[sk]), event_ms=pa.array(evt[sk]), skew_ms=pa.array(evt[sk] - arr[sk]),
-                   batch=pa.array(batch[sk]), late_caused=pa.array(caused_events),
-                   late_event_windows_caused=pa.array(caused_pairs))
+    listing.update(
+        arrival_ms=pa.array(arr[sk]),
+        event_ms=pa.array(evt[sk]),
+        skew_ms=pa.array(evt[sk] - arr[sk]),
+        batch=pa.array(batch[sk]),
+        late_caused=pa.array(caused_events),
+        late_event_windows_caused=pa.array(caused_pairs),
+    )
     return skew_late, pa.table({f.name: listing[f.name] for f in schemas["skewed"]}, schema=schemas["skewed"])
 
 
@@ -1168,6 +1378,7 @@ def worst_windows(cost: pa.Table, n: int) -> pa.Table:
     earliest window): each task's top ``n`` hold the whole history's top ``n``."""
     if cost.num_rows <= n:
         return cost
-    order = np.lexsort([_ms(cost["window_start"]), -cost["max_lateness_ms"].to_numpy(),
-                        -cost["missed_events"].to_numpy()])
+    order = np.lexsort(
+        [_ms(cost["window_start"]), -cost["max_lateness_ms"].to_numpy(), -cost["missed_events"].to_numpy()]
+    )
     return cost.take(pa.array(order[:n]))

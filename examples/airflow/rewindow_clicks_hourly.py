@@ -26,7 +26,8 @@ dag = replay_dag(
     landing_zone=os.environ.get("REWINDOW_LANDING_ZONE", str(REPO / "data" / "landing")),
     output_root=os.environ.get("REWINDOW_OUTPUT_ROOT", str(REPO / "data" / "output")),
     start_date=datetime.fromisoformat(os.environ.get("REWINDOW_HISTORY_START", "2024-01-01")).replace(
-        tzinfo=timezone.utc),
+        tzinfo=timezone.utc
+    ),
     grain={"daily": "day", "hourly": "hour"}[os.environ.get("REWINDOW_PARTITION_GRAIN", "daily")],
     spark_master=os.environ.get("REWINDOW_SPARK_MASTER"),
     spark_conf=parse_conf(os.environ.get("REWINDOW_SPARK_CONF", "")),

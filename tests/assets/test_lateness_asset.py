@@ -24,8 +24,10 @@ def test_lateness_asset_over_a_range_matches_the_replays(spark, history, pipelin
     assert replayed.success, failure_message(replayed)
     job = r.defs.resolve_job_def(LATENESS_JOB)
     result = job.execute_in_process(
-        instance=r.instance, raise_on_error=False,
-        tags={"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[1]})
+        instance=r.instance,
+        raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[1]},
+    )
     assert result.success, failure_message(result)
     assert r.instance.get_materialized_partitions(LATENESS) == set(DAYS[:2])
     checks = result.get_asset_check_evaluations()
@@ -33,8 +35,9 @@ def test_lateness_asset_over_a_range_matches_the_replays(spark, history, pipelin
     mats = {m.partition: m.materialization.metadata for m in result.get_asset_materialization_events()}
     for day in DAYS[:2]:
         meta = mats[day]
-        assert isinstance(meta["late_share"], dg.FloatMetadataValue) and isinstance(meta["latency_p99_ms"],
-                                                                                    dg.FloatMetadataValue)
+        assert isinstance(meta["late_share"], dg.FloatMetadataValue) and isinstance(
+            meta["latency_p99_ms"], dg.FloatMetadataValue
+        )
         assert isinstance(meta["smallest_delay_ms_min_event_time"], dg.IntMetadataValue)
         assert "| MIN_EVENT_TIME | WINDOW_CLOSED | 5s (configured) |" in meta["curve"].value
         assert Lake(spark).get_text(meta["report"].path).startswith("<!DOCTYPE html>")

@@ -29,9 +29,11 @@ REPLAYED = DAYS[:2]
 
 def reconcile_block(live, blocking: bool) -> str:
     """The pipeline's reconcile: block: the live sink names the count ``clicks``."""
-    return (f"reconcile:\n  live: {{path: '{live}'}}\n  columns:\n    emission: emission\n    emitTime: emit_time\n"
-            f"    aggregates: {{count: clicks, sum_amount: sum_amount, unique_events: unique_events}}\n"
-            f"  blocking: {'true' if blocking else 'false'}\n")
+    return (
+        f"reconcile:\n  live: {{path: '{live}'}}\n  columns:\n    emission: emission\n    emitTime: emit_time\n"
+        f"    aggregates: {{count: clicks, sum_amount: sum_amount, unique_events: unique_events}}\n"
+        f"  blocking: {'true' if blocking else 'false'}\n"
+    )
 
 
 def pipelines_with(root, live, blocking: bool):
@@ -80,9 +82,11 @@ def replayed(spark, history, tmp_path_factory):
 def checks_only(defs: dg.Definitions, instance, days, assets=()):
     """Execute matches_live on its own (with ``assets`` downstream of it) over ``days``."""
     job = defs.resolve_implicit_global_asset_job_def().get_subset(
-        asset_selection=set(assets), asset_check_selection={CHECK})
+        asset_selection=set(assets), asset_check_selection={CHECK}
+    )
     return job.execute_in_process(
-        instance=instance, raise_on_error=False,
+        instance=instance,
+        raise_on_error=False,
         tags={"dagster/asset_partition_range_start": days[0], "dagster/asset_partition_range_end": days[-1]},
         run_config={"ops": {"clicks_hourly_replay": {"config": {}}}},
     )
@@ -90,8 +94,13 @@ def checks_only(defs: dg.Definitions, instance, days, assets=()):
 
 def with_downstream(defs: dg.Definitions) -> dg.Definitions:
     """``defs`` and a report downstream of the aggregates."""
-    @dg.asset(key=DOWNSTREAM, deps=[AGG], partitions_def=defs.resolve_assets_def(AGG).partitions_def,
-              backfill_policy=dg.BackfillPolicy.single_run())  # as the replay's: one run for a range
+
+    @dg.asset(
+        key=DOWNSTREAM,
+        deps=[AGG],
+        partitions_def=defs.resolve_assets_def(AGG).partitions_def,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )  # as the replay's: one run for a range
     def clicks_report() -> dg.MaterializeResult:
         return dg.MaterializeResult()
 
@@ -108,15 +117,21 @@ def test_a_live_output_equal_to_the_replay_matches_in_every_partition(replayed):
         assert e.passed, e.description
         assert e.description.startswith(f"partition {day}: 100.00 % of {emitted} window emissions"), e.description
         assert (meta["match_rate"], meta["compared"], meta["match"], meta["replay_rows"], meta["live_rows"]) == (
-            1.0, emitted, emitted, emitted, emitted)
+            1.0,
+            emitted,
+            emitted,
+            emitted,
+            emitted,
+        )
         assert meta["value_mismatch"] + meta["missing_in_replay"] + meta["extra_in_replay"] == 0
         assert meta["mismatches"].startswith("No mismatches")
         # Each partition compares its own windows; the other days' live rows are out of its scope.
         assert meta["live_rows_outside_partition"] == live_rows - emitted
         assert f"--partition-edge {day}T00:00:00Z" in meta["reproduce"] and meta["live"] == str(live)
         # The evaluation targets the partition's own materialization.
-        mat = r.instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=AGG, asset_partitions=[day]),
-                                                limit=1).records[0]
+        mat = r.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=AGG, asset_partitions=[day]), limit=1
+        ).records[0]
         assert e.target_materialization_data.storage_id == mat.storage_id
 
 

@@ -79,8 +79,19 @@ def test_the_cli_backfill_equals_the_dagster_backfill(spark, history, pipelines_
     from tests.orchestration.test_backfill_cli import _cli
 
     cli_root = tmp_path / "cli"
-    rc, out, err = _cli("backfill", "--config", pipelines_dir / "clicks-hourly.yaml", "--input", history,
-                        "--output", cli_root, "--from", DAYS[0], "--to", DAYS[-1])
+    rc, out, err = _cli(
+        "backfill",
+        "--config",
+        pipelines_dir / "clicks-hourly.yaml",
+        "--input",
+        history,
+        "--output",
+        cli_root,
+        "--from",
+        DAYS[0],
+        "--to",
+        DAYS[-1],
+    )
     assert rc == 0, err
     cli = Replayer(history, pipelines_dir, cli_root)  # only to find its folders
     for day in DAYS:
@@ -90,12 +101,16 @@ def test_the_cli_backfill_equals_the_dagster_backfill(spark, history, pipelines_
             assert a.schema == b.schema, (day, output)
             assert rows(a) == rows(b), (day, output)
         ours, theirs = lineage(cli.folder(day)), lineage(backfill.folder(day))
-        assert (ours.state_hash, ours.start_state_hash, ours.previous_partition, ours.fingerprint) == \
-            (theirs.state_hash, theirs.start_state_hash, theirs.previous_partition, theirs.fingerprint)
+        assert (ours.state_hash, ours.start_state_hash, ours.previous_partition, ours.fingerprint) == (
+            theirs.state_hash,
+            theirs.start_state_hash,
+            theirs.previous_partition,
+            theirs.fingerprint,
+        )
     # the demo's table, one line per partition; the progress on stderr
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["partition", "events"])
-    assert [line.split()[0] for line in lines[header + 1:header + 4]] == DAYS
+    assert [line.split()[0] for line in lines[header + 1 : header + 4]] == DAYS
     assert "3/3" in err and "events/s" in err
     rc, out, _ = _cli("status", "--output", backfill.output_root)  # the store Dagster wrote
     assert rc == 0 and out.count(" committed ") == 3, out
@@ -132,15 +147,21 @@ def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfi
             folder = replayer.current(day) / "aggregates"
             assert meta["dagster/row_count"].value == spark.read.parquet(str(folder)).count() > 0
             columns = {c.name: c for c in meta["dagster/column_schema"].value.columns}
-            assert columns["sum_amount"].type == "double" and "not the Dagster partition" in columns[
-                "partition"].description
+            assert (
+                columns["sum_amount"].type == "double"
+                and "not the Dagster partition" in columns["partition"].description
+            )
             assert meta["dagster/uri"].value == f"file:{folder}"
             assert meta["path"].value == str(replayer.current(day) / "aggregates")
             preview = meta["preview"].value
             columns = [c.name for c in preview.schema.columns][:4]
             assert columns == ["partition", "user_id", "window_start", "window_end"]
-            assert dict(zip((c.name for c in preview.schema.columns), (c.type for c in preview.schema.columns)))[
-                "sum_amount"] == "double"
+            assert (
+                dict(zip((c.name for c in preview.schema.columns), (c.type for c in preview.schema.columns)))[
+                    "sum_amount"
+                ]
+                == "double"
+            )
             assert 0 < len(preview.records) <= 5 and isinstance(preview.records[0].data["count"], int)
             # Numbers Dagster plots over partitions, one series each: the reasons this pipeline
             # (tumbling, with an idle timeout) closes windows by; the exceptions in the JSON only.
@@ -221,7 +242,8 @@ def test_changed_history_flags_later_partitions_until_they_are_rerun(spark, hist
         assert check.description.startswith(f"partition {check.partition} is out of date"), check.description
         # (this instance never materialized them: the outputs were copied, so no target)
         mats = r.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=STATE, asset_partitions=[check.partition]), limit=1).records
+            dg.AssetRecordsFilter(asset_key=STATE, asset_partitions=[check.partition]), limit=1
+        ).records
         target = check.target_materialization_data
         assert (target.storage_id if target else None) == (mats[0].storage_id if mats else None)
 
@@ -289,8 +311,11 @@ def test_backfill_ran_blocking_quality_checks_that_passed(backfill):
         assert {r["name"] for r in results} >= {"conservation", "aggregates_schema", "late_rule", "state_unique"}
         assert all(r["passed"] for r in results), [r for r in results if not r["passed"]]
     # The replay's checks (the lateness analysis and its check run in their own job).
-    checks = [k for k in backfill.defs.resolve_asset_graph().asset_check_keys
-              if k.asset_key.path[0] == "clicks_hourly" and k.asset_key.path[-1] != "lateness"]
+    checks = [
+        k
+        for k in backfill.defs.resolve_asset_graph().asset_check_keys
+        if k.asset_key.path[0] == "clicks_hourly" and k.asset_key.path[-1] != "lateness"
+    ]
     names = {k.name for k in checks}
     assert {"window_state_valid", "windowed_aggregates_valid", "late_events_valid", "rejected_events_valid"} <= names
     # What the UI's check history lists: per check, one execution per partition of the run,
@@ -303,14 +328,18 @@ def test_backfill_ran_blocking_quality_checks_that_passed(backfill):
         for e in executions:
             target = e.event.asset_check_evaluation.target_materialization_data
             [mat] = backfill.instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=key.asset_key, asset_partitions=[e.partition]), limit=1).records
+                dg.AssetRecordsFilter(asset_key=key.asset_key, asset_partitions=[e.partition]), limit=1
+            ).records
             assert target is not None and target.storage_id == mat.storage_id, (key, e.partition)
 
 
 def _check_evaluations(result) -> dict:
     """The run's asset check evaluations, by check name."""
-    return {e.event_specific_data.check_name: e.event_specific_data for e in result.all_events
-            if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    return {
+        e.event_specific_data.check_name: e.event_specific_data
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
 
 
 def _committed(folder) -> bool:
@@ -345,8 +374,7 @@ def test_failing_quality_check_blocks_the_next_partition(spark, history, pipelin
     assert "state of partition 2024-01-02 is missing" in failure_message(third)
 
 
-def test_a_failing_partition_in_a_range_leaves_the_ones_before_it_materialized(spark, history, pipelines_dir,
-                                                                               tmp_path):
+def test_a_failing_partition_in_a_range_leaves_the_ones_before_it_materialized(spark, history, pipelines_dir, tmp_path):
     """A backfill of days 1-3 where day 2 fails: day 1 is committed and shown materialized
     under its own partition key, day 2 is staged only, day 3 never ran."""
     landing = _landing_with_odd_row(history, tmp_path, "2024-01-02", event_time=lambda t: t - timedelta(days=30))
@@ -368,15 +396,17 @@ def test_rejected_rows_warn_within_the_pipelines_limit_and_block_above_it(spark,
 
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
-    (pipelines / "clicks-hourly.yaml").write_text(PIPELINE_YAML + f"quality:\n  maxRejectedShare: {limit!r}\n"
-                                                  .replace("'", ""))
+    (pipelines / "clicks-hourly.yaml").write_text(
+        PIPELINE_YAML + f"quality:\n  maxRejectedShare: {limit!r}\n".replace("'", "")
+    )
     landing = _landing_with_odd_row(history, tmp_path, "2024-01-01", event_time=lambda t: None)
     r = Replayer(landing, pipelines, tmp_path / "out")
     result = r.run("2024-01-01", checks=True)
     check = _check_evaluations(result)["rejected_events_valid"]
     assert not check.passed
     assert check.metadata["failures_by_partition" if blocks else "warnings_by_partition"].value == {
-        "2024-01-01": {"input_times_parseable": 1}}
+        "2024-01-01": {"input_times_parseable": 1}
+    }
     assert result.success is (not blocks)
     assert _committed(r.folder("2024-01-01")) is (not blocks)
     if not blocks:
@@ -399,12 +429,14 @@ def test_checks_executed_on_their_own_verify_the_committed_outputs(spark, histor
     def verify(replayer: Replayer):
         checks_only = replayer.job.get_subset(asset_selection=set(), asset_check_selection=_checks_of(replayer))
         result = checks_only.execute_in_process(
-            instance=replayer.instance, raise_on_error=False,
+            instance=replayer.instance,
+            raise_on_error=False,
             tags={"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[1]},
             run_config={"ops": {"clicks_hourly_replay": {"config": {}}}},
         )
-        evaluations = [e.event_specific_data for e in result.all_events
-                       if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        evaluations = [
+            e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+        ]
         return result, {(e.check_name, e.partition): e for e in evaluations}
 
     result, evaluations = verify(r)
@@ -420,20 +452,23 @@ def test_checks_executed_on_their_own_verify_the_committed_outputs(spark, histor
     # Each evaluation targets its own partition's materialization.
     for (name, day), e in ((k, e) for k, e in evaluations.items() if k[1] is not None):
         mats = r.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=e.asset_key, asset_partitions=[day]), limit=1).records
+            dg.AssetRecordsFilter(asset_key=e.asset_key, asset_partitions=[day]), limit=1
+        ).records
         assert e.target_materialization_data.storage_id == mats[0].storage_id, (name, day)
 
     # The Checks tab's Execute button launches a run without a partition: one summary
     # evaluation per check (the one Dagster planned), then one per committed partition.
     unpartitioned = r.job.get_subset(asset_selection=set(), asset_check_selection=_checks_of(r)).execute_in_process(
-        instance=r.instance, raise_on_error=False, run_config={"ops": {"clicks_hourly_replay": {"config": {}}}})
+        instance=r.instance, raise_on_error=False, run_config={"ops": {"clicks_hourly_replay": {"config": {}}}}
+    )
     assert unpartitioned.success, failure_message(unpartitioned)
     got = [(e.check_name, e.partition, e.passed) for e in unpartitioned.get_asset_check_evaluations()]
     assert sorted(got, key=repr) == sorted([(n, p, True) for n in names for p in (None, *DAYS[:2])], key=repr)
     summary = next(e for e in unpartitioned.get_asset_check_evaluations() if e.partition is None)
     assert summary.description == f"2 partition(s) checked ({DAYS[0]}..{DAYS[1]}): all passed"
     history_rows = r.instance.event_log_storage.get_asset_check_execution_history(
-        dg.AssetCheckKey(STATE, CHECK_NAME), limit=10)
+        dg.AssetCheckKey(STATE, CHECK_NAME), limit=10
+    )
     assert {e.status.value for e in history_rows if e.run_id == unpartitioned.run_id} == {"SUCCEEDED"}
 
     changed = r.with_landing(_landing_with_odd_row(history, tmp_path, "2024-01-02"))
@@ -449,8 +484,12 @@ def test_materializing_one_output_replays_and_records_all_four(spark, history, p
     together: selecting one records every one of them materialized, as on disk."""
     r = Replayer(history, pipelines_dir, tmp_path / "out")
     one = r.job.get_subset(asset_selection={AGG}, asset_check_selection=set())
-    result = one.execute_in_process(instance=r.instance, partition_key=DAYS[0], raise_on_error=False,
-                                    run_config={"ops": {"clicks_hourly_replay": {"config": {}}}})
+    result = one.execute_in_process(
+        instance=r.instance,
+        partition_key=DAYS[0],
+        raise_on_error=False,
+        run_config={"ops": {"clicks_hourly_replay": {"config": {}}}},
+    )
     assert result.success, failure_message(result)
     for name in ("window_state", "windowed_aggregates", "late_events", "rejected_events"):
         key = dg.AssetKey(["clicks_hourly", name])

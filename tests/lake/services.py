@@ -242,8 +242,9 @@ def run_python(
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        raise RuntimeError(f"snippet timed out after {timeout}s\n--- stdout:\n{out[-4000:]}\n"
-                           f"--- stderr:\n{err[-8000:]}") from None
+        raise RuntimeError(
+            f"snippet timed out after {timeout}s\n--- stdout:\n{out[-4000:]}\n--- stderr:\n{err[-8000:]}"
+        ) from None
     # The driver JVM of a classic session is a child of the snippet: make sure it went.
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -420,9 +421,13 @@ class SparkStandalone:
         the ``CoarseGrainedExecutorBackend`` processes the workers of this cluster started
         (children of their JVMs, read from ``/proc``). For tests that kill one."""
         workers = {w.pid for w in self.workers}
-        return {_arg(args, "--executor-id"): pid for pid, (parent, args) in process_table().items()
-                if parent in workers and "org.apache.spark.executor.CoarseGrainedExecutorBackend" in args
-                and _arg(args, "--app-id") == app_id}
+        return {
+            _arg(args, "--executor-id"): pid
+            for pid, (parent, args) in process_table().items()
+            if parent in workers
+            and "org.apache.spark.executor.CoarseGrainedExecutorBackend" in args
+            and _arg(args, "--app-id") == app_id
+        }
 
     def _env(self) -> dict[str, str]:
         scratch = self.tmp_dir / "local"
@@ -469,9 +474,19 @@ class SparkStandalone:
         try:
             self.master = ManagedProcess(
                 "master",
-                [spark_class, "org.apache.spark.deploy.master.Master",
-                 "--host", HOST, "--port", str(self.port), "--webui-port", str(self.webui_port)],
-                env, self.tmp_dir / "master.log", self.tmp_dir,
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(self.port),
+                    "--webui-port",
+                    str(self.webui_port),
+                ],
+                env,
+                self.tmp_dir / "master.log",
+                self.tmp_dir,
             )
             # Workers that find no master back off for several seconds: start them once
             # the master answers (its web UI binds after its RPC endpoint).
@@ -482,11 +497,24 @@ class SparkStandalone:
                 self.workers.append(
                     ManagedProcess(
                         f"worker-{i}",
-                        [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url,
-                         "--cores", str(self.cores), "--memory", self.memory,
-                         "--work-dir", str(work_dir), "--host", HOST,
-                         "--webui-port", str(free_port())],
-                        env, self.tmp_dir / f"worker-{i}.log", self.tmp_dir,
+                        [
+                            spark_class,
+                            "org.apache.spark.deploy.worker.Worker",
+                            self.master_url,
+                            "--cores",
+                            str(self.cores),
+                            "--memory",
+                            self.memory,
+                            "--work-dir",
+                            str(work_dir),
+                            "--host",
+                            HOST,
+                            "--webui-port",
+                            str(free_port()),
+                        ],
+                        env,
+                        self.tmp_dir / f"worker-{i}.log",
+                        self.tmp_dir,
                     )
                 )
             self._wait(f"{self.n_workers} ALIVE workers", lambda: self.alive_workers() >= self.n_workers, deadline)
@@ -671,10 +699,14 @@ class SparkConnectServer:
         deadline = t0 + self.startup_timeout
         cmd = [
             os.path.join(spark_home(), "bin", "spark-submit"),
-            "--class", CONNECT_SERVER_CLASS,
-            "--name", "rewindow-connect-test",
-            "--master", self.master,
-            "--driver-memory", self.driver_memory,
+            "--class",
+            CONNECT_SERVER_CLASS,
+            "--name",
+            "rewindow-connect-test",
+            "--master",
+            self.master,
+            "--driver-memory",
+            self.driver_memory,
         ]
         for k, v in self.conf.items():
             cmd += ["--conf", f"{k}={v}"]
@@ -734,8 +766,7 @@ class SparkConnectServer:
     # -- clients
     def client_prelude(self) -> str:
         return (
-            "from pyspark.sql import SparkSession\n"
-            f"spark = SparkSession.builder.remote({self.url!r}).getOrCreate()\n"
+            f"from pyspark.sql import SparkSession\nspark = SparkSession.builder.remote({self.url!r}).getOrCreate()\n"
         )
 
     def run_client(self, code: str, *, timeout: float = 300.0) -> subprocess.CompletedProcess:

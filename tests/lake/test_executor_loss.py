@@ -41,10 +41,11 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
 DAY = "2024-02-01"
-#: One day of 200,000 events over 4 workers: with 20,000 events a kernel task, a dozen
-#: tasks on the cluster's two slots, so the stage lasts seconds and has tasks to lose.
+#: One day of 120,000 events over 4 workers: with 10,000 events a kernel task, a dozen
+#: tasks on the cluster's two slots (planned as if for 16, so that the workers are spread),
+#: so the stage lasts seconds and has tasks to lose.
 EVENTS = 120_000
-REPLAY_CONF = {"spark.rewindow.eventsPerTask": "10000"}
+REPLAY_CONF = {"spark.rewindow.eventsPerTask": "10000", "spark.rewindow.taskSlots": "16"}
 REWINDOW = str(Path(sys.executable).parent / "rewindow")
 TIMEOUT_S = 300
 #: The kernel's output as the driver persists it (windowing/engine.py: _launch_kernel).
@@ -56,8 +57,16 @@ def history(tmp_path_factory) -> Path:
     from windowing.sample import generate_history
 
     base = tmp_path_factory.mktemp("executor-loss-landing")
-    generate_history(base, datetime.fromisoformat(DAY).replace(tzinfo=timezone.utc), days=1,
-                     events_per_day=EVENTS, keys=2_000, seed=26, partitions=4, files_per_day=2)
+    generate_history(
+        base,
+        datetime.fromisoformat(DAY).replace(tzinfo=timezone.utc),
+        days=1,
+        events_per_day=EVENTS,
+        keys=2_000,
+        seed=26,
+        partitions=4,
+        files_per_day=2,
+    )
     return base / f"date={DAY}"
 
 
@@ -88,16 +97,22 @@ def _kill_mid_kernel(proc: subprocess.Popen, cluster, ui_port: int, victim: str)
             for stage in _rest(ui_port, f"/applications/{app}/stages?status=active") if held else []:
                 if not held & set(stage["rddIds"]):
                     continue
-                tasks = _rest(ui_port, f"/applications/{app}/stages/{stage['stageId']}/{stage['attemptId']}"
-                                       "/taskList?length=10000")
+                tasks = _rest(
+                    ui_port, f"/applications/{app}/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=10000"
+                )
                 executors = cluster.executors(app)
                 for executor in sorted({t["executorId"] for t in tasks if t["status"] == "RUNNING"}):
                     pids = _victims(victim, executors[executor]) if executor in executors else []
                     for pid in pids:
                         os.kill(pid, signal.SIGKILL)
                     if pids:
-                        return {"app": app, "executor": executor, "pids": pids, "stage": stage["stageId"],
-                                "executors": sorted(executors)}
+                        return {
+                            "app": app,
+                            "executor": executor,
+                            "pids": pids,
+                            "stage": stage["stageId"],
+                            "executors": sorted(executors),
+                        }
         except (OSError, ValueError, LookupError):
             pass  # the UI is not up yet, the app is between jobs, or a process just ended
         time.sleep(0.1)
@@ -127,18 +142,35 @@ def undisturbed(spark, history, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("victim", ["executor", "python-workers"])
-def test_a_kill_9_mid_kernel_stage_gives_identical_rows(spark, spark_standalone, history, undisturbed, tmp_path,
-                                                         victim):
+def test_a_kill_9_mid_kernel_stage_gives_identical_rows(
+    spark, spark_standalone, history, undisturbed, tmp_path, victim
+):
     ui_port, log_dir = free_port(), tmp_path / "eventlog"
     log_dir.mkdir()
-    conf = spark_standalone.driver_conf({
-        **REPLAY_CONF,
-        "spark.ui.enabled": "true", "spark.ui.port": str(ui_port), "spark.port.maxRetries": "0",
-        "spark.eventLog.enabled": "true", "spark.eventLog.dir": log_dir.as_uri(),
-        "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
-    })
-    cmd = [REWINDOW, "replay", "--config", str(CLICKS), "--input", str(history), "--output", str(tmp_path / "out"),
-           "--master", spark_standalone.master_url]
+    conf = spark_standalone.driver_conf(
+        {
+            **REPLAY_CONF,
+            "spark.ui.enabled": "true",
+            "spark.ui.port": str(ui_port),
+            "spark.port.maxRetries": "0",
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": log_dir.as_uri(),
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        }
+    )
+    cmd = [
+        REWINDOW,
+        "replay",
+        "--config",
+        str(CLICKS),
+        "--input",
+        str(history),
+        "--output",
+        str(tmp_path / "out"),
+        "--master",
+        spark_standalone.master_url,
+    ]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     began = time.monotonic()
@@ -163,8 +195,12 @@ def test_a_kill_9_mid_kernel_stage_gives_identical_rows(spark, spark_standalone,
     # The kill landed mid kernel stage: a task computing the kernel's output failed on
     # that executor, and Spark ran it again.
     events = _events(log_dir, killed["app"])
-    kernel_stages = {e["Stage Info"]["Stage ID"] for e in events if e["Event"] == "SparkListenerStageSubmitted"
-                     and any(KERNEL in rdd["Name"] for rdd in e["Stage Info"]["RDD Info"])}
+    kernel_stages = {
+        e["Stage Info"]["Stage ID"]
+        for e in events
+        if e["Event"] == "SparkListenerStageSubmitted"
+        and any(KERNEL in rdd["Name"] for rdd in e["Stage Info"]["RDD Info"])
+    }
     failed = [e for e in events if e["Event"] == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] != "Success"]
     lost = [e for e in failed if _lost_by(e["Task End Reason"], victim)]
     assert lost and {e["Task Info"]["Executor ID"] for e in lost} == {killed["executor"]}, failed
@@ -178,8 +214,12 @@ def test_a_kill_9_mid_kernel_stage_gives_identical_rows(spark, spark_standalone,
         assert removed == [killed["executor"]]
         relaunched = set(added) - set(killed["executors"])
         assert relaunched, f"no executor replaced {killed['executor']}: {added}"
-        assert any(e["Event"] == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] == "Success"
-                   and e["Task Info"]["Executor ID"] in relaunched for e in events)
+        assert any(
+            e["Event"] == "SparkListenerTaskEnd"
+            and e["Task End Reason"]["Reason"] == "Success"
+            and e["Task Info"]["Executor ID"] in relaunched
+            for e in events
+        )
     else:
         # ... with its Python worker; the executor stayed, and nothing else failed.
         assert failed == lost

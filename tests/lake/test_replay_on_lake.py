@@ -41,8 +41,9 @@ def landing(lake_dir):
     """Three days of events in the lake (written locally, read through viewfs)."""
     from windowing.sample import generate_history
 
-    generate_history(lake_dir.local("landing"), START, days=3, events_per_day=1_200, keys=20, seed=21,
-                     partitions=2, files_per_day=2)
+    generate_history(
+        lake_dir.local("landing"), START, days=3, events_per_day=1_200, keys=20, seed=21, partitions=2, files_per_day=2
+    )
     return lake_dir.local("landing")
 
 
@@ -55,8 +56,7 @@ def reference(spark, landing, tmp_path_factory, monkeypatch_module):
     base = tmp_path_factory.mktemp("reference")
     prev = None
     for day in DAYS:
-        args = ["replay", "--config", str(CLICKS), "--input", str(landing / f"date={day}"), "--output",
-                str(base / day)]
+        args = ["replay", "--config", str(CLICKS), "--input", str(landing / f"date={day}"), "--output", str(base / day)]
         assert cli.main(args + (["--state-in", str(prev)] if prev else [])) == 0
         prev = base / day
     return {day: snapshot(spark, base / day) for day in DAYS}
@@ -87,19 +87,40 @@ def test_viewfs_replay_in_process_equals_local_folders(spark, lake_dir, landing,
     url = f"viewfs://{mount}/data"
     prev = None
     for day in DAYS:
-        args = ["replay", "--config", str(CLICKS), "--input", f"{url}/landing/date={day}",
-                "--output", f"{url}/inproc/{day}"]
+        args = [
+            "replay",
+            "--config",
+            str(CLICKS),
+            "--input",
+            f"{url}/landing/date={day}",
+            "--output",
+            f"{url}/inproc/{day}",
+        ]
         assert cli.main(args + (["--state-in", prev] if prev else [])) == 0
         prev = f"{url}/inproc/{day}"
     _assert_same(spark, reference, lambda day: lake_dir.local("inproc", day))
     # verify reads through the commit record on viewfs too.
-    assert cli.main(["verify", f"{url}/inproc/{DAYS[1]}", "--config", str(CLICKS), "--input",
-                     f"{url}/landing/date={DAYS[1]}", "--state-in", f"{url}/inproc/{DAYS[0]}"]) == 0
+    assert (
+        cli.main(
+            [
+                "verify",
+                f"{url}/inproc/{DAYS[1]}",
+                "--config",
+                str(CLICKS),
+                "--input",
+                f"{url}/landing/date={DAYS[1]}",
+                "--state-in",
+                f"{url}/inproc/{DAYS[0]}",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("moment", ["write", "commit"])
-def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(spark, lake_dir, landing, reference,
-                                                                                  tmp_path, monkeypatch, moment):
+def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(
+    spark, lake_dir, landing, reference, tmp_path, monkeypatch, moment
+):
     """``rewindow replay`` into a viewfs:// output holding a committed run (day 2's),
     SIGKILLed with its JVM as its run folder (``write``) or its commit record
     (``commit``) appears: the previous output stays byte for byte, the current run is
@@ -148,9 +169,22 @@ def test_standalone_cluster_cli_backfill_equals_local_folders(spark, spark_stand
     conf = spark_standalone.driver_conf(lake_dir.conf)
     before = _apps(spark_standalone)
     began = time.monotonic()
-    cmd = [REWINDOW, "backfill", "--config", str(CLICKS), "--input", lake_dir.url("landing"),
-           "--output", lake_dir.url("cluster-cli"), "--from", DAYS[0], "--to", DAYS[-1],
-           "--master", spark_standalone.master_url]
+    cmd = [
+        REWINDOW,
+        "backfill",
+        "--config",
+        str(CLICKS),
+        "--input",
+        lake_dir.url("landing"),
+        "--output",
+        lake_dir.url("cluster-cli"),
+        "--from",
+        DAYS[0],
+        "--to",
+        DAYS[-1],
+        "--master",
+        spark_standalone.master_url,
+    ]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=base_env())
@@ -166,27 +200,49 @@ def _apps(standalone) -> set[str]:
     return {p.name for i in range(2) for p in standalone.worker_dir(i).iterdir()}
 
 
-def test_standalone_cluster_dagster_backfill_equals_local_folders(spark, spark_standalone, lake_dir, landing,
-                                                                  reference, tmp_path):
+def test_standalone_cluster_dagster_backfill_equals_local_folders(
+    spark, spark_standalone, lake_dir, landing, reference, tmp_path
+):
     """A three-partition Dagster backfill (one run) on the cluster, landing zone and output
     root on viewfs: each partition's committed output equals the local day-by-day replay."""
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
     (pipelines / CLICKS.name).write_text(CLICKS.read_text())
     conf = spark_standalone.driver_conf(lake_dir.conf)
-    env = base_env({
-        "REWINDOW_SPARK_MASTER": spark_standalone.master_url,
-        "REWINDOW_SPARK_CONF": ",".join(f"{k}={v}" for k, v in conf.items()),
-        "DAGSTER_HOME": str(tmp_path / "home"),
-    })
+    env = base_env(
+        {
+            "REWINDOW_SPARK_MASTER": spark_standalone.master_url,
+            "REWINDOW_SPARK_CONF": ",".join(f"{k}={v}" for k, v in conf.items()),
+            "DAGSTER_HOME": str(tmp_path / "home"),
+        }
+    )
     for var in ("REWINDOW_LANDING_ZONE", "REWINDOW_OUTPUT_ROOT", "REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_END"):
         env.pop(var, None)
     began = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestration.demo", "--no-generate", "--days", "3", "--start", DAYS[0],
-         "--landing-zone", lake_dir.url("landing"), "--output-root", lake_dir.url("dagster"),
-         "--pipelines-dir", str(pipelines), "--dagster-home", str(tmp_path / "home")],
-        capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "orchestration.demo",
+            "--no-generate",
+            "--days",
+            "3",
+            "--start",
+            DAYS[0],
+            "--landing-zone",
+            lake_dir.url("landing"),
+            "--output-root",
+            lake_dir.url("dagster"),
+            "--pipelines-dir",
+            str(pipelines),
+            "--dagster-home",
+            str(tmp_path / "home"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=env,
+        cwd=ROOT,
     )
     TIMINGS["standalone Dagster backfill, 3 partitions"] = time.monotonic() - began
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -223,7 +279,8 @@ def test_spark_connect_python_api_replay_equals_local_folders(spark, spark_conne
     serverless and shared clusters require: no JVM in the client, every path on viewfs."""
     began = time.monotonic()
     proc = spark_connect.run_client(
-        CONNECT_CLIENT.format(config=str(CLICKS), days=list(DAYS), url=lake_dir.uri), timeout=TIMEOUT_S)
+        CONNECT_CLIENT.format(config=str(CLICKS), days=list(DAYS), url=lake_dir.uri), timeout=TIMEOUT_S
+    )
     TIMINGS["Spark Connect Python API, 3 partitions"] = time.monotonic() - began
     assert '"done": true' in proc.stdout
     _assert_same(spark, reference, lambda day: lake_dir.local("connect", day))

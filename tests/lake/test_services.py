@@ -62,7 +62,9 @@ SCHEMA = "id long, x long, ran_on string, python string"
 
 
 def _summary_code(out_url: str, partitions: int) -> str:
-    return UDF_SNIPPET + f"""
+    return (
+        UDF_SNIPPET
+        + f"""
 df = spark.range(0, 100, 1, {partitions}).mapInArrow(double, SCHEMA)
 df.write.mode("overwrite").parquet({out_url!r})
 back = spark.read.parquet({out_url!r})
@@ -75,6 +77,7 @@ print(json.dumps({{
     "tz": spark.conf.get("spark.sql.session.timeZone"),
 }}))
 """
+    )
 
 
 # --------------------------------------------------------------------------- standalone
@@ -92,12 +95,15 @@ def test_standalone_cluster_runs_python_udfs_on_both_workers(spark_standalone, l
     runtime_dir = lake_dir.local("standalone-runtime-mount")
     runtime_dir.mkdir()
     runtime_conf = hadoop_viewfs_conf("lake2", runtime_dir)
-    code = _summary_code(out_url, partitions=4) + f"""
+    code = (
+        _summary_code(out_url, partitions=4)
+        + f"""
 for k, v in {runtime_conf!r}.items():
     spark.conf.set(k, v)
 spark.range(10).write.parquet("viewfs://lake2/data/ten")
 print(json.dumps({{"runtime_mount": spark.read.parquet("viewfs://lake2/data/ten").count()}}))
 """
+    )
     t0 = time.monotonic()
     proc = spark_standalone.run_driver(code, conf=lake_dir.conf, app_name="lake-standalone-udf")
     elapsed = time.monotonic() - t0
@@ -174,7 +180,9 @@ def test_connect_client_subprocess(spark_connect, lake_dir):
     out_url = lake_dir.url("connect-sub", "doubled")
     runtime_dir = lake_dir.local("connect-runtime-mount")
     runtime_dir.mkdir()
-    code = _summary_code(out_url, partitions=2) + f"""
+    code = (
+        _summary_code(out_url, partitions=2)
+        + f"""
 from pyspark.sql import SparkSession, functions as F, is_remote
 for k, v in {hadoop_viewfs_conf("lake3", runtime_dir)!r}.items():
     spark.conf.set(k, v)
@@ -185,6 +193,7 @@ print(json.dumps({{
     "active_is_connect": type(SparkSession.getActiveSession()).__module__,
 }}))
 """
+    )
     proc = spark_connect.run_client(code)
     lines = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     result, extra = lines[0], lines[1]

@@ -37,8 +37,9 @@ def task_states(dag_id: str, logical_date: datetime) -> tuple[str | None, dict[s
         if not runs:
             return None, {}
         run = runs[0]
-        return str(run.state), {ti.task_id: (str(ti.state) if ti.state else None)
-                                for ti in run.get_task_instances(session=session)}
+        return str(run.state), {
+            ti.task_id: (str(ti.state) if ti.state else None) for ti in run.get_task_instances(session=session)
+        }
 
 
 def main(argv: list[str]) -> int:
@@ -63,8 +64,16 @@ def main(argv: list[str]) -> int:
             print(json.dumps({"interval": day, "state": state, "tasks": tasks}), flush=True)
             os._exit(0)  # the test runner's loop would wait forever for the held run
         run = dag.test(logical_date=logical)
-        print(json.dumps({"interval": day, "state": str(run.state),
-                          "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "interval": day,
+                    "state": str(run.state),
+                    "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()},
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

@@ -55,7 +55,7 @@ def _env(python: Path, home: Path, landing: Path, output_root: Path) -> dict[str
         # and its quick JIT tier and serial GC.
         "REWINDOW_SPARK_MASTER": "local[2]",
         "REWINDOW_SPARK_CONF": "spark.sql.shuffle.partitions=2,spark.default.parallelism=2,"
-                               "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     env.pop("REWINDOW_PARTITION_GRAIN", None)
     return env
@@ -67,8 +67,9 @@ def migrated_db(airflow_python, tmp_path_factory) -> Path:
     each test starts from a copy of it in an AIRFLOW_HOME of its own."""
     home = tmp_path_factory.mktemp("airflow-migrated")
     env = _env(airflow_python, home, home, home)
-    subprocess.run([str(airflow_python.parent / "airflow"), "db", "migrate"], env=env, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [str(airflow_python.parent / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+    )
     assert (home / "airflow.db").is_file()
     return home / "airflow.db"
 
@@ -79,8 +80,14 @@ def _airflow(python: Path, db: Path, home: Path, landing: Path, output_root: Pat
     env = _env(python, home, landing, output_root)
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(db, home / "airflow.db")
-    proc = subprocess.run([str(python), str(DRIVER), str(DAG_FILE), *intervals], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(
+        [str(python), str(DRIVER), str(DAG_FILE), *intervals],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and len(runs) == len(intervals), proc.stderr[-3000:]
     return runs
@@ -92,13 +99,25 @@ def _chain(spark, landing: Path, root: Path) -> Chain:
     return Chain(spark, load_pipeline(PIPELINE), str(landing), str(root), Partitions("day", START))
 
 
-def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(spark, history, airflow_python,
-                                                                             migrated_db, tmp_path):
+def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(
+    spark, history, airflow_python, migrated_db, tmp_path
+):
     runs = _airflow(airflow_python, migrated_db, tmp_path / "airflow", history, tmp_path / "airflow-out", *DAYS)
     assert [(r["interval"], r["state"]) for r in runs] == [(d, "success") for d in DAYS]
     assert all(r["tasks"] == {"replay": "success", "data_quality": "success"} for r in runs)
-    rc, _, err = _cli("backfill", "--config", PIPELINE, "--input", history, "--output", tmp_path / "cli",
-                      "--from", DAYS[0], "--to", DAYS[-1])
+    rc, _, err = _cli(
+        "backfill",
+        "--config",
+        PIPELINE,
+        "--input",
+        history,
+        "--output",
+        tmp_path / "cli",
+        "--from",
+        DAYS[0],
+        "--to",
+        DAYS[-1],
+    )
     assert rc == 0, err
     ours, theirs = _chain(spark, history, tmp_path / "cli"), _chain(spark, history, tmp_path / "airflow-out")
     a, b = ours.commits(DAYS), theirs.commits(DAYS)
@@ -121,8 +140,9 @@ def test_a_failing_data_quality_task_stops_the_next_interval(spark, history, air
 
     landing = _landing_with_odd_row(history, tmp_path, DAYS[1], event_time=lambda t: t - timedelta(days=30))
     out = tmp_path / "out"
-    runs = _airflow(airflow_python, migrated_db, tmp_path / "airflow", landing, out, DAYS[0], DAYS[1],
-                    f"{DAYS[2]}:blocked")
+    runs = _airflow(
+        airflow_python, migrated_db, tmp_path / "airflow", landing, out, DAYS[0], DAYS[1], f"{DAYS[2]}:blocked"
+    )
     assert runs[0]["state"] == "success"
     assert runs[1]["state"] == "failed"
     assert runs[1]["tasks"] == {"replay": "success", "data_quality": "failed"}

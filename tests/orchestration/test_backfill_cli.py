@@ -28,8 +28,9 @@ def test_a_failing_partition_exits_1_naming_it_and_status_lists_it(spark, histor
     landing = _landing_with_odd_row(history, tmp_path, "2024-01-02", event_time=lambda t: t - timedelta(days=30))
     root = tmp_path / "out"
     config = pipelines_dir / "clicks-hourly.yaml"
-    rc, out, err = _cli("backfill", "--config", config, "--input", landing, "--output", root,
-                        "--from", DAYS[0], "--to", DAYS[-1])
+    rc, out, err = _cli(
+        "backfill", "--config", config, "--input", landing, "--output", root, "--from", DAYS[0], "--to", DAYS[-1]
+    )
     assert rc == 1
     assert "partition 2024-01-02 failed its data-quality checks (input_event_time_skew" in err
     assert "2024-01-03..2024-01-03 not replayed" in err and "--rerun-from 2024-01-02" in err
@@ -44,30 +45,44 @@ def test_a_failing_partition_exits_1_naming_it_and_status_lists_it(spark, histor
     # (--resume after a killed backfill: tests/windowing/test_chain.py)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--from", "2024-01-03", "--to", "2024-01-01"], "is before --from"),
-    (["--from", "2024-01-01T05"], "use --grain hour"),
-    (["--from", "2024-01-01", "--to", "2024-01-02", "--rerun-from", "2024-01-05"], "outside --from"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--from", "2024-01-03", "--to", "2024-01-01"], "is before --from"),
+        (["--from", "2024-01-01T05"], "use --grain hour"),
+        (["--from", "2024-01-01", "--to", "2024-01-02", "--rerun-from", "2024-01-05"], "outside --from"),
+    ],
+)
 def test_usage_errors_name_the_option(spark, history, pipelines_dir, tmp_path, argv, message):
-    rc, _, err = _cli("backfill", "--config", pipelines_dir / "clicks-hourly.yaml", "--input", history,
-                      "--output", tmp_path / "out", *argv)
+    rc, _, err = _cli(
+        "backfill",
+        "--config",
+        pipelines_dir / "clicks-hourly.yaml",
+        "--input",
+        history,
+        "--output",
+        tmp_path / "out",
+        *argv,
+    )
     assert rc == 2 and message in err, err
     assert not (tmp_path / "out").exists()
 
 
-def test_without_from_it_replays_the_landed_days_and_says_when_a_range_holds_none(spark, history, pipelines_dir,
-                                                                                 tmp_path):
+def test_without_from_it_replays_the_landed_days_and_says_when_a_range_holds_none(
+    spark, history, pipelines_dir, tmp_path
+):
     config = pipelines_dir / "clicks-hourly.yaml"
     rc, out, err = _cli("backfill", "--config", config, "--input", history, "--output", tmp_path / "all")
     assert rc == 0, err
     assert f"replaying the landed days {DAYS[0]}..{DAYS[-1]}" in err
     assert [line.split()[0] for line in out.splitlines() if line.strip().startswith("2024-")] == list(DAYS)
-    rc, out, err = _cli("backfill", "--config", config, "--input", history, "--output", tmp_path / "none",
-                        "--from", "2023-06-01")
+    rc, out, err = _cli(
+        "backfill", "--config", config, "--input", history, "--output", tmp_path / "none", "--from", "2023-06-01"
+    )
     assert rc == 0, err
-    assert (f"holds no events for 2023-06-01..2023-06-01 (it holds {DAYS[0]}..{DAYS[-1]}): "
-            "these partitions will be empty") in err
+    assert (
+        f"holds no events for 2023-06-01..2023-06-01 (it holds {DAYS[0]}..{DAYS[-1]}): these partitions will be empty"
+    ) in err
 
 
 # --------------------------------------------------------------------------- trust nothing on disk (issue 26)
@@ -79,8 +94,9 @@ def _status_lines(root, config) -> tuple[dict[str, str], str]:
     return {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("2024-")}, out
 
 
-def test_damaged_records_and_states_of_a_history_are_named_and_resume_reruns_them(spark, history, pipelines_dir,
-                                                                                 tmp_path):
+def test_damaged_records_and_states_of_a_history_are_named_and_resume_reruns_them(
+    spark, history, pipelines_dir, tmp_path
+):
     """Findings 3, 4 and 5 on a backfill: a truncated record (status, --resume and
     --rerun-from ended in a TypeError), a run folder deleted under its record (status said
     "committed", --resume "nothing to do"), a state part deleted (--rerun-from lost events)."""
@@ -90,8 +106,19 @@ def test_damaged_records_and_states_of_a_history_are_named_and_resume_reruns_the
 
     config = pipelines_dir / "clicks-hourly.yaml"
     root = tmp_path / "out"
-    backfill = ("backfill", "--config", config, "--input", history, "--output", root, "--from", DAYS[0],
-                "--to", DAYS[1])
+    backfill = (
+        "backfill",
+        "--config",
+        config,
+        "--input",
+        history,
+        "--output",
+        root,
+        "--from",
+        DAYS[0],
+        "--to",
+        DAYS[1],
+    )
     rc, _, err = _cli(*backfill)
     assert rc == 0, err
     first, second = (root / "clicks-hourly" / d for d in DAYS[:2])
@@ -133,8 +160,9 @@ def test_damaged_records_and_states_of_a_history_are_named_and_resume_reruns_the
 def test_a_pipeline_name_that_leaves_the_output_root_is_refused_before_spark(history, pipelines_dir, tmp_path):
     """Finding 2: ``name: ../../escaped`` wrote ``escaped/<day>/`` beside the output root."""
     config = tmp_path / "escaping.yaml"
-    config.write_text((pipelines_dir / "clicks-hourly.yaml").read_text().replace("name: clicks-hourly",
-                                                                                  'name: "../../escaped"'))
+    config.write_text(
+        (pipelines_dir / "clicks-hourly.yaml").read_text().replace("name: clicks-hourly", 'name: "../../escaped"')
+    )
     root = tmp_path / "root" / "out"
     rc, _, err = _cli("backfill", "--config", config, "--input", history, "--output", root, "--from", DAYS[0])
     assert rc == 2 and "name: '../../escaped' is not allowed" in err and "Traceback" not in err, err
@@ -155,11 +183,24 @@ def test_a_column_whose_type_changed_between_days_is_named_with_both_types(spark
             t = pq.read_table(f)
             amount = t["amount"].cast(pa.int64(), safe=False).cast(dtype, safe=False)
             pq.write_table(t.set_column(t.column_names.index("amount"), "amount", amount), f)
-    rc, _, err = _cli("backfill", "--config", pipelines_dir / "clicks-hourly.yaml", "--input", landing,
-                      "--output", tmp_path / "out", "--from", DAYS[0], "--to", DAYS[1])
+    rc, _, err = _cli(
+        "backfill",
+        "--config",
+        pipelines_dir / "clicks-hourly.yaml",
+        "--input",
+        landing,
+        "--output",
+        tmp_path / "out",
+        "--from",
+        DAYS[0],
+        "--to",
+        DAYS[1],
+    )
     assert rc == 1 and "Traceback" not in err and "SchemaColumnConvert" not in err, err
-    assert (f"Cannot replay partition {DAYS[1]} of pipeline clicks-hourly: {landing}/date={DAYS[1]}: column 'amount' "
-            "is bigint in this day's files but int in the landing zone's schema") in err, err
+    assert (
+        f"Cannot replay partition {DAYS[1]} of pipeline clicks-hourly: {landing}/date={DAYS[1]}: column 'amount' "
+        "is bigint in this day's files but int in the landing zone's schema"
+    ) in err, err
     assert "the state carried from the days before holds int too" in err
 
 
@@ -190,5 +231,6 @@ def test_two_concurrent_backfills_of_one_range_lose_nothing(spark, history, pipe
     for day in DAYS[:2]:
         got, want = read_outputs(spark, both.folder(day)), read_outputs(spark, alone.folder(day))
         for name in ("aggregates", "late_events", "rejected", "state"):
-            assert sorted(map(tuple, getattr(got, name).collect()), key=repr) == \
-                sorted(map(tuple, getattr(want, name).collect()), key=repr), (day, name)
+            assert sorted(map(tuple, getattr(got, name).collect()), key=repr) == sorted(
+                map(tuple, getattr(want, name).collect()), key=repr
+            ), (day, name)

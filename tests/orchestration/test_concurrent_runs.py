@@ -34,20 +34,35 @@ def test_two_concurrent_dagster_runs_of_one_range_lose_nothing(spark, history, p
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert not instance.get_runs()
     (tmp_path / "run.yaml").write_text(json.dumps(RUN_CONFIG))  # JSON is YAML
-    env = base_env({
-        "DAGSTER_HOME": str(home),
-        "REWINDOW_LANDING_ZONE": str(history),
-        "REWINDOW_PIPELINES_DIR": str(pipelines_dir),
-        "REWINDOW_OUTPUT_ROOT": str(root),
-        "REWINDOW_PARTITION_GRAIN": "daily",
-        "REWINDOW_HISTORY_START": DAYS[0],
-        "REWINDOW_HISTORY_END": "2024-01-10",
-        "REWINDOW_SPARK_MASTER": "local[1]",
-        "REWINDOW_SPARK_CONF": "spark.sql.shuffle.partitions=2,spark.ui.enabled=false,"
-                               "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    })
-    cmd = [DAGSTER, "job", "execute", "-m", "orchestration.definitions", "-a", "defs", "-j", "replay_history",
-           "--tags", json.dumps(RANGE), "-c", str(tmp_path / "run.yaml")]
+    env = base_env(
+        {
+            "DAGSTER_HOME": str(home),
+            "REWINDOW_LANDING_ZONE": str(history),
+            "REWINDOW_PIPELINES_DIR": str(pipelines_dir),
+            "REWINDOW_OUTPUT_ROOT": str(root),
+            "REWINDOW_PARTITION_GRAIN": "daily",
+            "REWINDOW_HISTORY_START": DAYS[0],
+            "REWINDOW_HISTORY_END": "2024-01-10",
+            "REWINDOW_SPARK_MASTER": "local[1]",
+            "REWINDOW_SPARK_CONF": "spark.sql.shuffle.partitions=2,spark.ui.enabled=false,"
+            "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        }
+    )
+    cmd = [
+        DAGSTER,
+        "job",
+        "execute",
+        "-m",
+        "orchestration.definitions",
+        "-a",
+        "defs",
+        "-j",
+        "replay_history",
+        "--tags",
+        json.dumps(RANGE),
+        "-c",
+        str(tmp_path / "run.yaml"),
+    ]
     logs = [tmp_path / f"run{i}.log" for i in range(2)]
     procs = []
     for log in logs:
@@ -72,8 +87,8 @@ def test_two_concurrent_dagster_runs_of_one_range_lose_nothing(spark, history, p
     for name in OUTPUT_ASSETS:
         for day in DAYS[:2]:
             records = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=dg.AssetKey(["clicks_hourly", name]), asset_partitions=[day]),
-                limit=10).records
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(["clicks_hourly", name]), asset_partitions=[day]), limit=10
+            ).records
             assert sorted(r.run_id for r in records) == sorted(r.run_id for r in runs), (name, day)
 
     # Each run committed each partition; the current outputs equal one run alone.

@@ -25,7 +25,11 @@ def test_workspace_validates_with_the_dagster_cli(pipelines_dir):
     env = {**os.environ, "REWINDOW_PIPELINES_DIR": str(pipelines_dir), "REWINDOW_PARTITION_GRAIN": "hourly"}
     done = subprocess.run(
         [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Validation successful" in done.stdout + done.stderr
@@ -41,8 +45,12 @@ def test_definitions_module_builds_from_the_environment(monkeypatch, pipelines_d
     for day in ("2025-05-01", "2025-05-02"):
         (landing / f"date={day}").mkdir(parents=True)
     monkeypatch.setenv("REWINDOW_LANDING_ZONE", str(landing))
-    for var in ("REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_START", "REWINDOW_HISTORY_END",
-                "REWINDOW_LANDING_PARTITION_COLUMN"):
+    for var in (
+        "REWINDOW_PARTITION_GRAIN",
+        "REWINDOW_HISTORY_START",
+        "REWINDOW_HISTORY_END",
+        "REWINDOW_LANDING_PARTITION_COLUMN",
+    ):
         monkeypatch.delenv(var, raising=False)
     d = defs()
     keys = d.resolve_all_asset_keys()
@@ -100,9 +108,11 @@ def test_catalog_fields_automation_and_freshness_are_defined(pipelines_dir, tmp_
     from orchestration.sensors import RERUN_SENSOR_NAME
 
     defs = build_definitions(
-        storage=StorageResource(landing_zone=str(tmp_path), pipelines_dir=str(pipelines_dir),
-                                output_root=str(tmp_path / "out")),
-        partitions=PartitionSettings(grain="daily", start="2024-01-01", end="2024-01-10"))
+        storage=StorageResource(
+            landing_zone=str(tmp_path), pipelines_dir=str(pipelines_dir), output_root=str(tmp_path / "out")
+        ),
+        partitions=PartitionSettings(grain="daily", start="2024-01-01", end="2024-01-10"),
+    )
     graph = defs.resolve_asset_graph()
     for name in ("window_state", "windowed_aggregates", "late_events", "rejected_events"):
         node = graph.get(dg.AssetKey(["clicks_hourly", name]))
@@ -119,12 +129,15 @@ def test_catalog_fields_automation_and_freshness_are_defined(pipelines_dir, tmp_
         assert not any(role in description for role in (":func:", ":class:", ":meth:")), (key, description)
 
 
-@pytest.mark.parametrize("now, grain, due", [
-    ("2026-11-27T00:30:00", "daily", "2026-11-25"),  # before 01:00 UTC: the day before yesterday
-    ("2026-11-27T01:00:00", "daily", "2026-11-26"),  # from 01:00 UTC (an hour's grace): yesterday
-    ("2026-11-27T00:14:00", "hourly", "2026-11-26"),  # 23:00-00:00 is due at 00:15
-    ("2026-11-27T01:15:00", "hourly", "2026-11-27"),  # 00:00-01:00 is due at 01:15
-])
+@pytest.mark.parametrize(
+    "now, grain, due",
+    [
+        ("2026-11-27T00:30:00", "daily", "2026-11-25"),  # before 01:00 UTC: the day before yesterday
+        ("2026-11-27T01:00:00", "daily", "2026-11-26"),  # from 01:00 UTC (an hour's grace): yesterday
+        ("2026-11-27T00:14:00", "hourly", "2026-11-26"),  # 23:00-00:00 is due at 00:15
+        ("2026-11-27T01:15:00", "hourly", "2026-11-27"),  # 00:00-01:00 is due at 01:15
+    ],
+)
 def test_the_freshness_check_knows_which_day_is_due(now, grain, due):
     from datetime import date, datetime, timezone
 

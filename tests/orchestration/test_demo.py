@@ -13,11 +13,20 @@ def test_demo_generates_replays_and_summarises(spark, pipelines_dir, tmp_path, c
         monkeypatch.delenv(var, raising=False)
     code = demo.main(
         [
-            "--days", "2", "--events-per-day", "200", "--keys", "10",
-            "--landing-zone", str(tmp_path / "events"),
-            "--pipelines-dir", str(pipelines_dir),
-            "--output-root", str(tmp_path / "out"),
-            "--dagster-home", str(tmp_path / "home"),
+            "--days",
+            "2",
+            "--events-per-day",
+            "200",
+            "--keys",
+            "10",
+            "--landing-zone",
+            str(tmp_path / "events"),
+            "--pipelines-dir",
+            str(pipelines_dir),
+            "--output-root",
+            str(tmp_path / "out"),
+            "--dagster-home",
+            str(tmp_path / "home"),
         ]
     )
     out = capsys.readouterr().out

@@ -42,8 +42,12 @@ def only_these_folders(monkeypatch, landing, pipelines_dir) -> None:
     """The environment ``defs()`` reads: these folders, no configured grain, start or end."""
     monkeypatch.setenv("REWINDOW_LANDING_ZONE", str(landing))
     monkeypatch.setenv("REWINDOW_PIPELINES_DIR", str(pipelines_dir))
-    for var in ("REWINDOW_PARTITION_GRAIN", "REWINDOW_HISTORY_START", "REWINDOW_HISTORY_END",
-                "REWINDOW_LANDING_PARTITION_COLUMN"):
+    for var in (
+        "REWINDOW_PARTITION_GRAIN",
+        "REWINDOW_HISTORY_START",
+        "REWINDOW_HISTORY_END",
+        "REWINDOW_LANDING_PARTITION_COLUMN",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -82,7 +86,10 @@ def test_hourly_partitions_cover_every_hour_of_the_newest_landed_day(tmp_path, p
 def test_a_gap_in_the_landed_days_is_still_a_partition(tmp_path, pipelines_dir):
     landing = land(tmp_path / "landing", "2024-01-01", "2024-01-04")
     assert partition_keys(built_quietly(landing, pipelines_dir)) == [
-        "2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"
+        "2024-01-01",
+        "2024-01-02",
+        "2024-01-03",
+        "2024-01-04",
     ]
 
 
@@ -120,9 +127,7 @@ def test_the_end_comes_from_the_environment_when_the_definitions_load(tmp_path, 
     assert keys[0] == DAYS[0] and len(keys) > 300
 
 
-def test_without_a_configured_start_the_partitions_start_at_the_oldest_landed_day(
-    tmp_path, pipelines_dir, monkeypatch
-):
+def test_without_a_configured_start_the_partitions_start_at_the_oldest_landed_day(tmp_path, pipelines_dir, monkeypatch):
     from orchestration.definitions import defs
 
     days = ["2026-03-02", "2026-03-03", "2026-03-04"]
@@ -337,16 +342,21 @@ def test_the_sensors_range_request_runs_and_replays_every_landed_day(spark, hist
     """End to end on the real engine: the request the sensor makes for a history never
     replayed is run as the daemon would (its tags, its job) and materializes every landed
     day; the next tick has nothing to do."""
-    storage = StorageResource(landing_zone=str(history), pipelines_dir=str(pipelines_dir),
-                              output_root=str(tmp_path / "out"))
+    storage = StorageResource(
+        landing_zone=str(history), pipelines_dir=str(pipelines_dir), output_root=str(tmp_path / "out")
+    )
     defs = build_definitions(storage=storage, partitions=PartitionSettings().with_landed_end(str(history), "date"))
     assert partition_keys(defs) == DAYS
     with dg.DagsterInstance.ephemeral() as instance:
         result, cursor = evaluate(defs, instance)
         (request,) = result.run_requests
         run = defs.resolve_job_def(REPLAY_JOB).execute_in_process(
-            instance=instance, partition_key=request.partition_key, tags=request.tags,
-            run_config={"ops": {"clicks_hourly_replay": {"config": {"checks": True}}}}, raise_on_error=False)
+            instance=instance,
+            partition_key=request.partition_key,
+            tags=request.tags,
+            run_config={"ops": {"clicks_hourly_replay": {"config": {"checks": True}}}},
+            raise_on_error=False,
+        )
         assert run.success
         for key in defs.resolve_job_def(REPLAY_JOB).asset_layer.selected_asset_keys:  # analyses: their own job
             assert instance.get_materialized_partitions(key) == set(DAYS), key

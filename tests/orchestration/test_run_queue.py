@@ -75,8 +75,14 @@ def test_other_lines_of_the_queue_daemon_pass(demo_instance, caplog):
         logger.info(message)
     logger.error("Caught an error for run waiting while removing it from the queue.")
     logger.error("Caught an error for run waiting while removing it from the queue.")
-    assert _said(caplog) == ["Launched 1 runs.", "Launched 1 runs.", QUEUE_FULL, "Launched 1 runs.", QUEUE_FULL,
-                             *["Caught an error for run waiting while removing it from the queue."] * 2]
+    assert _said(caplog) == [
+        "Launched 1 runs.",
+        "Launched 1 runs.",
+        QUEUE_FULL,
+        "Launched 1 runs.",
+        QUEUE_FULL,
+        *["Caught an error for run waiting while removing it from the queue."] * 2,
+    ]
 
 
 def test_the_demo_writes_its_settings_and_replaces_only_its_own_earlier_ones(tmp_path):

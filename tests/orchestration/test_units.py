@@ -20,8 +20,17 @@ CHAIN = [(D1, None), (D2, D1), (D3, D2), (D4, D3)]
 
 
 def _commit(key, extra):
-    return Commit(seq=1, run_id="r", run="runs/r", committed_at="", pipeline="p", fingerprint="fp", metrics={},
-                  extra=extra, output=f"/out/p/{key}")
+    return Commit(
+        seq=1,
+        run_id="r",
+        run="runs/r",
+        committed_at="",
+        pipeline="p",
+        fingerprint="fp",
+        metrics={},
+        extra=extra,
+        output=f"/out/p/{key}",
+    )
 
 
 def _lineage(commits, key, prev, start, end, fingerprint="fp", flushed=False):
@@ -121,8 +130,10 @@ def test_day_of_refuses_a_window_across_days():
         day_of(datetime(2024, 1, 1, 23, tzinfo=utc), datetime(2024, 1, 2, 1, tzinfo=utc))
 
 
-@pytest.mark.parametrize("landing, output", [("/lake/events", "/lake/events/out"), ("/lake/events", "/lake"),
-                                             ("/lake/events", "/lake/events")])
+@pytest.mark.parametrize(
+    "landing, output",
+    [("/lake/events", "/lake/events/out"), ("/lake/events", "/lake"), ("/lake/events", "/lake/events")],
+)
 def test_an_output_root_overlapping_the_landing_zone_is_refused(landing, output):
     from windowing.chain import ChainError, check_roots
 

@@ -77,8 +77,11 @@ PLOTTED = {
     "replay_seconds": "FloatMetadataEntry",
 }
 #: Counts that are zero on most partitions, so not plotted: text, or only in the ``*_by_reason`` JSON.
-NOT_PLOTTED = {"rejected_rows": "TextMetadataEntry", "emitted_by_reason": "JsonMetadataEntry",
-               "closed_by_reason": "JsonMetadataEntry"}
+NOT_PLOTTED = {
+    "rejected_rows": "TextMetadataEntry",
+    "emitted_by_reason": "JsonMetadataEntry",
+    "closed_by_reason": "JsonMetadataEntry",
+}
 #: Dagster's standard keys, not ours to leave out: ``dagster/row_count`` of ``rejected_events``
 #: is zero on every demo day (the demo's history has no rejected row).
 STANDARD_PREFIX = "dagster/"
@@ -145,11 +148,13 @@ def demo(tmp_path_factory) -> Demo:
     env = demo_env(root)
     began = time.monotonic()
     try:
-        done = subprocess.run(demo_command(env), cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=DEMO_TIMEOUT)
+        done = subprocess.run(
+            demo_command(env), cwd=REPO, env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT
+        )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the demo did not finish in {DEMO_TIMEOUT}s:\n{(exc.stdout or '')[-4000:]}\n"
-                    f"{(exc.stderr or '')[-4000:]}")
+        pytest.fail(
+            f"the demo did not finish in {DEMO_TIMEOUT}s:\n{(exc.stdout or '')[-4000:]}\n{(exc.stderr or '')[-4000:]}"
+        )
     seconds = time.monotonic() - began
     if done.returncode != 0:
         pytest.fail(f"the demo failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}")
@@ -168,8 +173,7 @@ class UI:
 
     def query(self, query: str, **variables):
         body = json.dumps({"query": query, "variables": variables}).encode()
-        request = urllib.request.Request(f"{self.url}/graphql", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=120) as response:
             doc = json.loads(response.read())
         assert not doc.get("errors"), f"GraphQL errors: {doc['errors']}"
@@ -212,12 +216,23 @@ def ui(demo) -> UI:
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
         proc = subprocess.Popen(
             [WEBSERVER, "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO, env=demo.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            env=demo.env,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: the finalizer stops it and its children
         )
     with open(log_dir / "daemon.log", "wb") as out:
-        daemon = subprocess.Popen([DAEMON, "run", "-w", "workspace.yaml"], cwd=REPO, env=demo.env, stdout=out,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        daemon = subprocess.Popen(
+            [DAEMON, "run", "-w", "workspace.yaml"],
+            cwd=REPO,
+            env=demo.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     server = UI(f"http://127.0.0.1:{port}", proc, stderr)
     server.daemon_log = log_dir / "daemon.log"
     try:
@@ -344,10 +359,12 @@ def _expected_checks() -> dict[tuple, set[str]]:
     out = {}
     for prefix in PREFIXES:
         for name in OUTPUTS:
-            out[(prefix, name)] = ({f"{name}_valid"} | ({CHAIN_CHECK} if name == "window_state" else set())
-                                   | ({LIVE_CHECK} if name == "windowed_aggregates" and prefix in LIVE_CHECKED
-                                      else set())
-                                   | ({PUBLISHED_CHECK} if name == "windowed_aggregates" else set()))
+            out[(prefix, name)] = (
+                {f"{name}_valid"}
+                | ({CHAIN_CHECK} if name == "window_state" else set())
+                | ({LIVE_CHECK} if name == "windowed_aggregates" and prefix in LIVE_CHECKED else set())
+                | ({PUBLISHED_CHECK} if name == "windowed_aggregates" else set())
+            )
     return out
 
 
@@ -410,8 +427,11 @@ def test_the_partition_plots_have_every_metric_for_every_demo_partition(ui, demo
         event = latest[day]
         assert event["runId"] == demo.run_id, day
         entries = {e["label"]: e for e in event["metadataEntries"]}
-        wrong_type = {label: entries[label]["__typename"] if label in entries else "missing"
-                      for label, kind in PLOTTED.items() if entries.get(label, {}).get("__typename") != kind}
+        wrong_type = {
+            label: entries[label]["__typename"] if label in entries else "missing"
+            for label, kind in PLOTTED.items()
+            if entries.get(label, {}).get("__typename") != kind
+        }
         assert not wrong_type, f"{prefix} {day}: {wrong_type}"
         values = {label: _plotted(entries[label]) for label in PLOTTED}
         assert all(v is not None for v in values.values()), f"{prefix} {day}: {values}"
@@ -454,8 +474,9 @@ def test_no_partition_plot_is_a_flat_zero_or_has_gaps(ui, demo):
 def test_the_partition_plots_tab_picks_the_demo_partitions(ui, prefix):
     """Which partitions the Plots -> Partitions tab plots: the newest 120 keys of the asset
     (the 120 before today in Dagster 1.13, whatever the end: the demo's days are recent)."""
-    node = ui.query(PLOT_KEYS_QUERY, assetKey=_key(prefix, "windowed_aggregates"),
-                    limit=PLOTS_PARTITION_LIMIT)["assetNodeOrError"]
+    node = ui.query(PLOT_KEYS_QUERY, assetKey=_key(prefix, "windowed_aggregates"), limit=PLOTS_PARTITION_LIMIT)[
+        "assetNodeOrError"
+    ]
     keys = node["partitionKeyConnection"]["results"]
     assert list(reversed(keys)) == DAYS, f"the plots tab asks for {keys[:3]}...{keys[-3:]} ({len(keys)} keys)"
 
@@ -469,11 +490,11 @@ def test_checks_tab_shows_every_check_passed_for_the_latest_materialization(ui, 
             latest = checks[name]["executionForLatestMaterialization"]
             passes = name != LIVE_CHECK
             assert latest is not None, f"{key} {name}: no execution shown"
-            assert (latest["runId"], latest["status"]) == (demo.run_id, "SUCCEEDED" if passes else "FAILED"), \
+            assert (latest["runId"], latest["status"]) == (demo.run_id, "SUCCEEDED" if passes else "FAILED"), (
                 f"{key} {name}: {latest}"
+            )
             assert latest["evaluation"]["success"] is passes, f"{key} {name}: {latest}"
-            assert checks[name]["blocking"] is (name not in (CHAIN_CHECK, LIVE_CHECK, PUBLISHED_CHECK)), \
-                f"{key} {name}"
+            assert checks[name]["blocking"] is (name not in (CHAIN_CHECK, LIVE_CHECK, PUBLISHED_CHECK)), f"{key} {name}"
             # The Checks tab's Execute button: a check runs on its own, against the committed outputs.
             assert checks[name]["canExecuteIndividually"] == "CAN_EXECUTE", f"{key} {name}"
 
@@ -492,11 +513,17 @@ def test_check_history_has_a_passed_evaluation_per_partition_of_the_demo_run(ui,
     warning), naming its partition."""
     for check, execs in _demo_executions(ui, demo.run_id).items():
         if check[-1] == LIVE_CHECK:
-            done = sorted(e["partition"] for e in execs if e["status"] == "FAILED"
-                          and not e["evaluation"]["success"] and e["evaluation"]["severity"] == "WARN")
+            done = sorted(
+                e["partition"]
+                for e in execs
+                if e["status"] == "FAILED" and not e["evaluation"]["success"] and e["evaluation"]["severity"] == "WARN"
+            )
         else:
-            done = sorted(e["partition"] for e in execs
-                          if e["status"] == "SUCCEEDED" and e["evaluation"] and e["evaluation"]["success"])
+            done = sorted(
+                e["partition"]
+                for e in execs
+                if e["status"] == "SUCCEEDED" and e["evaluation"] and e["evaluation"]["success"]
+            )
         assert done == DAYS, f"{check}: {execs}"
         assert all(e["evaluation"]["partition"] == e["partition"] for e in execs), check
 
@@ -509,8 +536,9 @@ def test_the_live_check_shows_the_demos_known_differences(ui, demo):
 
     assert LIVE_CHECKED, "no example pipeline has a live output"
     for prefix in sorted(LIVE_CHECKED):
-        execs = ui.query(CHECK_METADATA_QUERY, assetKey=_key(prefix, "windowed_aggregates"),
-                         checkName=LIVE_CHECK)["assetCheckExecutions"]
+        execs = ui.query(CHECK_METADATA_QUERY, assetKey=_key(prefix, "windowed_aggregates"), checkName=LIVE_CHECK)[
+            "assetCheckExecutions"
+        ]
         mismatches = explained = 0
         for e in (e for e in execs if e["runId"] == demo.run_id):
             meta = {m["label"]: m for m in e["evaluation"]["metadataEntries"]}
@@ -523,14 +551,19 @@ def test_the_live_check_shows_the_demos_known_differences(ui, demo):
             mismatches += counts["compared"] - counts["match"]
             explained += counts["explained"]
         assert (mismatches, explained) == (len(LIVE_DIFFERENCE_KINDS), 3)
-    assert (f"live check (matches_live): FAILED in {', '.join(DAYS)} (3 partition(s))" in demo.stdout
-            and f"{len(LIVE_DIFFERENCE_KINDS)} mismatch(es), 3 explained; the demo's live output has "
-                f"{len(LIVE_DIFFERENCE_KINDS)} known differences" in demo.stdout), demo.stdout[-3000:]
+    assert (
+        f"live check (matches_live): FAILED in {', '.join(DAYS)} (3 partition(s))" in demo.stdout
+        and f"{len(LIVE_DIFFERENCE_KINDS)} mismatch(es), 3 explained; the demo's live output has "
+        f"{len(LIVE_DIFFERENCE_KINDS)} known differences"
+        in demo.stdout
+    ), demo.stdout[-3000:]
 
 
 def test_check_history_has_no_skipped_execution_for_the_demo_run(ui, demo):
-    skipped = {check: [e["partition"] for e in execs if e["status"] == "SKIPPED"]
-               for check, execs in _demo_executions(ui, demo.run_id).items()}
+    skipped = {
+        check: [e["partition"] for e in execs if e["status"] == "SKIPPED"]
+        for check, execs in _demo_executions(ui, demo.run_id).items()
+    }
     assert not {c: p for c, p in skipped.items() if p}
 
 
@@ -585,13 +618,14 @@ def test_every_demo_partition_carries_dagsters_standard_metadata(ui):
             columns = entries["dagster/column_schema"]["schema"]["columns"]
             assert columns and all(c["name"] and c["type"] for c in columns), (key, day)
             uri = entries["dagster/uri"]["url"]
-            assert uri.startswith("file:/") and Path(uri[len("file:"):]).exists(), (key, day, uri)
+            assert uri.startswith("file:/") and Path(uri[len("file:") :]).exists(), (key, day, uri)
             if key != ("historical_events",):
                 assert f"/{day}/runs/" in uri, (key, day, uri)  # the partition's committed run
     # The aggregates have rows, and say which column is the worker, not the Dagster partition.
     for prefix in PREFIXES:
-        node = ui.query(STANDARD_METADATA_QUERY, assetKey=_key(prefix, "windowed_aggregates"),
-                        partitions=DAYS)["assetNodeOrError"]
+        node = ui.query(STANDARD_METADATA_QUERY, assetKey=_key(prefix, "windowed_aggregates"), partitions=DAYS)[
+            "assetNodeOrError"
+        ]
         for event in node["latestMaterializationByPartition"]:
             entries = {e["label"]: e for e in event["metadataEntries"]}
             assert entries["dagster/row_count"]["intValue"] > 0
@@ -666,11 +700,16 @@ def _launch_checks(ui: UI, checks: list[tuple[tuple, str]], partition: str | Non
         jobs = [j for j in (jobs if jobs is not None else names) if j in names]
     assert jobs and where, f"no job runs {checks}"
     params = {
-        "mode": "default", "runConfigData": "{}",
+        "mode": "default",
+        "runConfigData": "{}",
         "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}] if partition else []},
-        "selector": {"jobName": jobs[0], "repositoryLocationName": where["location"]["name"],
-                     "repositoryName": where["name"], "assetSelection": [],
-                     "assetCheckSelection": [{"assetKey": _key(*key), "name": name} for key, name in checks]},
+        "selector": {
+            "jobName": jobs[0],
+            "repositoryLocationName": where["location"]["name"],
+            "repositoryName": where["name"],
+            "assetSelection": [],
+            "assetCheckSelection": [{"assetKey": _key(*key), "name": name} for key, name in checks],
+        },
     }
     launched = ui.query(LAUNCH_MUTATION, executionParams=params)["launchRun"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
@@ -684,8 +723,10 @@ def _wait_for_run(ui: UI, run_id: str) -> dict:
         if run["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
             return run
         time.sleep(2)
-    pytest.fail(f"run {run_id} not finished after {RUN_TIMEOUT}s ({run['status']}); daemon log:\n"
-                f"{_tail(ui.daemon_log) if ui.daemon_log else ''}")
+    pytest.fail(
+        f"run {run_id} not finished after {RUN_TIMEOUT}s ({run['status']}); daemon log:\n"
+        f"{_tail(ui.daemon_log) if ui.daemon_log else ''}"
+    )
 
 
 def _run_executions(ui: UI, key: tuple, check: str, run_id: str) -> list[dict]:
@@ -694,8 +735,7 @@ def _run_executions(ui: UI, key: tuple, check: str, run_id: str) -> list[dict]:
 
 
 def _latest_check_status(ui: UI, key: tuple) -> dict[str, dict]:
-    return {c["name"]: c["executionForLatestMaterialization"]
-            for c in _assets(ui)[key]["assetChecksOrError"]["checks"]}
+    return {c["name"]: c["executionForLatestMaterialization"] for c in _assets(ui)[key]["assetChecksOrError"]["checks"]}
 
 
 STATE = (PREFIXES[0], "window_state")
@@ -742,15 +782,17 @@ def test_checks_executed_on_their_own_for_one_partition_pass_and_replay_nothing(
     _materializations_unchanged(ui, demo)  # nothing replayed, nothing written
 
 
-def test_checks_executed_on_their_own_for_every_partition_pass_and_paint_nothing_red(ui, demo,
-                                                                                     checks_for_every_partition):
+def test_checks_executed_on_their_own_for_every_partition_pass_and_paint_nothing_red(
+    ui, demo, checks_for_every_partition
+):
     run_id, run = checks_for_every_partition
     assert run["status"] == "SUCCESS", (run, _tail(ui.daemon_log) if ui.daemon_log else "")
     for key, check in ON_THEIR_OWN:
         execs = _run_executions(ui, key, check, run_id)
         # One summary evaluation for the run (Dagster plans one without a partition), then one per partition.
         assert sorted((e["partition"] or "", e["status"]) for e in execs) == sorted(
-            [("", "SUCCEEDED")] + [(d, "SUCCEEDED") for d in DAYS]), (check, execs)
+            [("", "SUCCEEDED")] + [(d, "SUCCEEDED") for d in DAYS]
+        ), (check, execs)
         summary = next(e for e in execs if e["partition"] is None)["evaluation"]
         assert summary["description"] == f"3 partition(s) checked ({DAYS[0]}..{DAYS[-1]}): all passed", summary
         for e in execs:
@@ -780,8 +822,9 @@ QUEUE_FULL = "1 runs are currently in progress. Maximum is 1, won't launch more.
 QUEUE_QUIET_SECONDS = 15
 
 
-def test_the_daemon_says_once_while_a_run_goes_that_the_queue_is_full(ui, checks_for_one_partition,
-                                                                      checks_for_every_partition):
+def test_the_daemon_says_once_while_a_run_goes_that_the_queue_is_full(
+    ui, checks_for_one_partition, checks_for_every_partition
+):
     """The demo instance allows one run at a time. While each of the two queued runs goes
     (20-40 s), the queue daemon says once that the queue is full, where Dagster's own
     coordinator says it every 5 s; it launched both runs, and says so."""
@@ -789,13 +832,19 @@ def test_the_daemon_says_once_while_a_run_goes_that_the_queue_is_full(ui, checks
         assert run["status"] == "SUCCESS", run
     assert ui.daemon_log is not None
     text = re.sub(r"\x1b\[[0-9;]*m", "", ui.daemon_log.read_text(errors="replace"))
-    said = [(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S %z"), m.group(2))
-            for line in text.splitlines() if (m := QUEUE_DAEMON_LINE.search(line))]
+    said = [
+        (datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S %z"), m.group(2))
+        for line in text.splitlines()
+        if (m := QUEUE_DAEMON_LINE.search(line))
+    ]
     messages = [message for _, message in said]
     assert messages.count("Launched 1 runs.") >= 2, messages
     assert QUEUE_FULL in messages, messages  # said
-    repeats = [(a[0].isoformat(), b[0].isoformat()) for a, b in zip(said, said[1:])
-               if a[1] == b[1] == QUEUE_FULL and (b[0] - a[0]).total_seconds() < QUEUE_QUIET_SECONDS]
+    repeats = [
+        (a[0].isoformat(), b[0].isoformat())
+        for a, b in zip(said, said[1:])
+        if a[1] == b[1] == QUEUE_FULL and (b[0] - a[0]).total_seconds() < QUEUE_QUIET_SECONDS
+    ]
     assert not repeats, messages  # but not again, every 5 s, while the run goes
 
 
@@ -809,8 +858,10 @@ def test_the_execute_button_of_the_checks_tab_runs_the_check_and_shows_it_passed
 
     binary = shutil.which("chromium") or shutil.which("chromium-headless-shell")
     assert binary, "Chromium is needed (apt-get install -y chromium; .ci/run installs it)"
-    before = {e["runId"] for e in ui.query(RUN_EXECUTIONS_QUERY, assetKey=_key(*STATE),
-                                           checkName=CHAIN_CHECK)["assetCheckExecutions"]}
+    before = {
+        e["runId"]
+        for e in ui.query(RUN_EXECUTIONS_QUERY, assetKey=_key(*STATE), checkName=CHAIN_CHECK)["assetCheckExecutions"]
+    }
     profile = Path(tempfile.mkdtemp(prefix="rewindow-chromium-"))
     browser = Chromium(binary, profile)
     try:
@@ -820,32 +871,44 @@ def test_the_execute_button_of_the_checks_tab_runs_the_check_and_shows_it_passed
         page.settle(1)
         page.dismiss_dialogs()
         page.click_text(CHAIN_CHECK, "span, div", last=True)
-        page.wait_for("[...document.querySelectorAll('button')].some(b => b.innerText.trim() === 'Execute' "
-                      "&& !b.disabled)", "an enabled Execute button")
+        page.wait_for(
+            "[...document.querySelectorAll('button')].some(b => b.innerText.trim() === 'Execute' && !b.disabled)",
+            "an enabled Execute button",
+        )
         page.click_text("Execute")
         deadline = time.monotonic() + 60
         new: set[str] = set()
         while not new and time.monotonic() < deadline:
             time.sleep(1)
-            new = {e["runId"] for e in ui.query(RUN_EXECUTIONS_QUERY, assetKey=_key(*STATE),
-                                                checkName=CHAIN_CHECK)["assetCheckExecutions"]} - before
+            new = {
+                e["runId"]
+                for e in ui.query(RUN_EXECUTIONS_QUERY, assetKey=_key(*STATE), checkName=CHAIN_CHECK)[
+                    "assetCheckExecutions"
+                ]
+            } - before
         assert len(new) == 1, "pressing Execute launched no run of the check"
         run_id = new.pop()
         assert _wait_for_run(ui, run_id)["status"] == "SUCCESS"
         page.goto(f"{ui.url}/assets/{'/'.join(STATE)}?view=checks")
         page.wait_for(text_present(CHAIN_CHECK), "the asset's checks again")
         page.click_text(CHAIN_CHECK, "span, div", last=True)
-        page.wait_for(f"!!document.querySelector('a[href*=\"/runs/{run_id}\"]')",
-                      "the latest execution linking to the run", timeout=60)
-        page.wait_for(text_present("Passed") + " && " + text_present(f"partition {DAYS[-1]} follows"),
-                      "the evaluation shown passed")
+        page.wait_for(
+            f"!!document.querySelector('a[href*=\"/runs/{run_id}\"]')",
+            "the latest execution linking to the run",
+            timeout=60,
+        )
+        page.wait_for(
+            text_present("Passed") + " && " + text_present(f"partition {DAYS[-1]} follows"),
+            "the evaluation shown passed",
+        )
         assert not page.js(text_present("Execution failed"))
     finally:
         browser.close()
         shutil.rmtree(profile, ignore_errors=True)
     execs = _run_executions(ui, STATE, CHAIN_CHECK, run_id)
     assert sorted(e["partition"] or "" for e in execs) == ["", *DAYS] and all(
-        e["status"] == "SUCCEEDED" for e in execs), execs
+        e["status"] == "SUCCEEDED" for e in execs
+    ), execs
 
 
 # --------------------------------------------------------------------------- a failing rerun keeps the output
@@ -917,15 +980,25 @@ class Reruns:
             if not got:
                 break
             out.append(got)
-        pytest.fail(f"the rerun of {line!r} did not report (exit {self.proc.poll()}):\n{''.join(out)[-3000:]}\n"
-                    f"{_tail(self.log)}")
+        pytest.fail(
+            f"the rerun of {line!r} did not report (exit {self.proc.poll()}):\n{''.join(out)[-3000:]}\n"
+            f"{_tail(self.log)}"
+        )
 
 
 @pytest.fixture(scope="module")
 def reruns(demo):
     with open(demo.root / "reruns.log", "wb") as err:
-        proc = subprocess.Popen([PYTHON, "-c", RERUNS], cwd=REPO, env=demo.env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            [PYTHON, "-c", RERUNS],
+            cwd=REPO,
+            env=demo.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
     try:
         yield Reruns(proc, demo.root / "reruns.log")
     finally:
@@ -975,8 +1048,9 @@ def test_a_failing_rerun_leaves_the_previous_output_current(ui, demo, failed_rer
         assert Path(path).is_dir(), path  # the committed output it points at is still there
 
         # The blocking check that caught the bad row shows FAILED for the rerun.
-        execs = ui.query(CHECK_EXECUTIONS_QUERY, assetKey=_key(prefix, "rejected_events"),
-                         checkName="rejected_events_valid")["assetCheckExecutions"]
+        execs = ui.query(
+            CHECK_EXECUTIONS_QUERY, assetKey=_key(prefix, "rejected_events"), checkName="rejected_events_valid"
+        )["assetCheckExecutions"]
         failed = [e for e in execs if e["runId"] == rerun_id and e["evaluation"]]
         assert failed and failed[0]["status"] == "FAILED" and not failed[0]["evaluation"]["success"], execs
         assert day in failed[0]["evaluation"]["description"]
@@ -988,8 +1062,12 @@ def test_a_failing_rerun_leaves_the_previous_output_current(ui, demo, failed_rer
     for prefix in PREFIXES:
         for name in OUTPUTS:
             node = assets[(prefix, name)]
-            assert node["partitionStats"] == {"numMaterialized": 2, "numMaterializing": 0, "numPartitions": 3,
-                                              "numFailed": 1}, (prefix, name)
+            assert node["partitionStats"] == {
+                "numMaterialized": 2,
+                "numMaterializing": 0,
+                "numPartitions": 3,
+                "numFailed": 1,
+            }, (prefix, name)
             assert node["assetPartitionStatuses"]["ranges"] == [
                 {"status": "MATERIALIZED", "startKey": DAYS[0], "endKey": DAYS[1]},
                 {"status": "FAILED", "startKey": day, "endKey": day},
@@ -998,6 +1076,7 @@ def test_a_failing_rerun_leaves_the_previous_output_current(ui, demo, failed_rer
 
 
 # --------------------------------------------------------------------------- out of date, where people look
+
 
 @pytest.fixture(scope="module")
 def changed_input_rerun(ui, demo, failed_rerun, reruns):

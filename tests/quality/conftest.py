@@ -84,8 +84,9 @@ def history(tmp_path_factory) -> list[Path]:
     """Two days of 600 events over 25 users (late, future and retried events included)."""
     from windowing.sample import generate_history
 
-    return generate_history(tmp_path_factory.mktemp("quality-history"), START, days=2, events_per_day=600,
-                            keys=25, seed=5, files_per_day=3)
+    return generate_history(
+        tmp_path_factory.mktemp("quality-history"), START, days=2, events_per_day=600, keys=25, seed=5, files_per_day=3
+    )
 
 
 @pytest.fixture(scope="session")
@@ -155,7 +156,8 @@ def rows(df) -> list[tuple]:
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "cli_runs: checks the background `rewindow replay` processes (run last, see processes.py)")
+        "markers", "cli_runs: checks the background `rewindow replay` processes (run last, see processes.py)"
+    )
 
 
 def pytest_collection_modifyitems(config, items):

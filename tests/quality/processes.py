@@ -27,16 +27,28 @@ from typing import Sequence
 
 REWINDOW = str(Path(sys.executable).parent / "rewindow")
 # Small and short-lived: the C1 JIT only and the serial GC halve a run's CPU time.
-SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
-              "--conf", "spark.driver.memory=1g", "--conf", "spark.sql.adaptive.enabled=false",
-              "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"]
+SPARK_ARGS = [
+    "--master",
+    "local[2]",
+    "--conf",
+    "spark.sql.shuffle.partitions=2",
+    "--conf",
+    "spark.driver.memory=1g",
+    "--conf",
+    "spark.sql.adaptive.enabled=false",
+    "--conf",
+    "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+]
 TIMEOUT_S = 600
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` (hidden ones too) -> sha256 of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def run_folders(out: Path) -> set[str]:
@@ -47,16 +59,30 @@ def commit_folders(out: Path) -> set[str]:
     return {p.name for p in (out / "_commits").iterdir()} if (out / "_commits").is_dir() else set()
 
 
-def start_replay(config: Path, events: Path | str, out: Path | str, log: Path,
-                 extra_args: Sequence[str] = ()) -> subprocess.Popen:
+def start_replay(
+    config: Path, events: Path | str, out: Path | str, log: Path, extra_args: Sequence[str] = ()
+) -> subprocess.Popen:
     """``rewindow replay`` in its own process group (so a kill takes its JVM down too);
     ``extra_args`` go after :data:`SPARK_ARGS` (more ``--conf``)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     with open(log, "wb") as fh:
         return subprocess.Popen(
-            [REWINDOW, "replay", "--config", str(config), "--input", str(events), "--output", str(out), *SPARK_ARGS,
-             *extra_args],
-            stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                REWINDOW,
+                "replay",
+                "--config",
+                str(config),
+                "--input",
+                str(events),
+                "--output",
+                str(out),
+                *SPARK_ARGS,
+                *extra_args,
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
 
 
@@ -126,8 +152,9 @@ class CliRuns:
             out = shutil.copytree(previous_output, base / f"killed-{moment}" / "out")
             log = base / f"killed-{moment}" / "run.log"
             proc = start_replay(config, events, out, log)
-            runs.killed[moment] = Killed(moment, out, tree_digest(out), proc, log,
-                                         runs._pool.submit(kill_when, proc, out, moment))
+            runs.killed[moment] = Killed(
+                moment, out, tree_digest(out), proc, log, runs._pool.submit(kill_when, proc, out, moment)
+            )
         return runs
 
     def stop(self) -> None:

@@ -102,15 +102,28 @@ def test_null_and_unparseable_times_are_rejected_with_their_reason(spark):
     [window] = result.aggregates.collect()
     assert (window["count"], window["sum_v"]) == (2, 3.0)
     assert result.metrics["rejected_by_reason"] == {
-        "arrival time is null": 1, "arrival time unparseable": 1, "event time is null": 1, "event time unparseable": 1}
-    checks = {r.name: r for r in V.run_checks(
-        spark, p, result, input_df=events,
-        only={"input_schema", "input_times_parseable", "rejected_reason", "conservation", "metrics_consistent"})}
+        "arrival time is null": 1,
+        "arrival time unparseable": 1,
+        "event time is null": 1,
+        "event time unparseable": 1,
+    }
+    checks = {
+        r.name: r
+        for r in V.run_checks(
+            spark,
+            p,
+            result,
+            input_df=events,
+            only={"input_schema", "input_times_parseable", "rejected_reason", "conservation", "metrics_consistent"},
+        )
+    }
     result.unpersist()
     assert checks["input_times_parseable"].failure_count == 4  # the checks flag the rows ...
     assert checks["input_times_parseable"].blocking  # 4 of 6 rejected: far above quality.maxRejectedShare
-    assert "4 of 6 rows rejected (66.6667%), above quality.maxRejectedShare (0.1000%)" in \
-        checks["input_times_parseable"].description
+    assert (
+        "4 of 6 rows rejected (66.6667%), above quality.maxRejectedShare (0.1000%)"
+        in checks["input_times_parseable"].description
+    )
     assert checks["input_schema"].passed  # types are fine: null times are the rejected rows' business
     for ok in ("rejected_reason", "conservation", "metrics_consistent"):  # ... which were all accounted for
         assert checks[ok].passed, checks[ok]
@@ -120,16 +133,20 @@ def test_null_and_unparseable_times_are_rejected_with_their_reason(spark):
 
 
 def test_a_sum_over_a_string_column_is_a_config_error_naming_it(spark):
-    events = frame(spark, [(at(1), at(1), 1, "a", "1.5", "x")],
-                   "arr timestamp, evt timestamp, seq long, k string, v string, id string")
+    events = frame(
+        spark,
+        [(at(1), at(1), 1, "a", "1.5", "x")],
+        "arr timestamp, evt timestamp, seq long, k string, v string, id string",
+    )
     message = r"aggregateDefinition\[1\]\.column: sum needs a numeric column; 'v' is string"
     with pytest.raises(ConfigError, match=message):
         replay(spark, small(), events)
 
 
 def test_an_event_time_of_type_double_is_a_config_error(spark):
-    events = frame(spark, [(at(1), 1.7e12, 1, "a", 1.0, "x")],
-                   "arr timestamp, evt double, seq long, k string, v double, id string")
+    events = frame(
+        spark, [(at(1), 1.7e12, 1, "a", 1.0, "x")], "arr timestamp, evt double, seq long, k string, v double, id string"
+    )
     with pytest.raises(ConfigError, match=r"timeConfig\.eventTimeExtractor: column 'evt' has type double"):
         replay(spark, small(), events)
     [schema_check] = V.input_checks(small(), events, only={"input_schema"})
@@ -143,10 +160,18 @@ MISSING = {  # configured column the data lacks: YAML path -> (value, column nam
     "worker": ("source/worker", "partition", "partition", "source.worker"),
     "batch": ("source/batch", {"column": "batch_id"}, "batch_id", "source.batch.column"),
     "key": ("emitter/tumbling-time-window/keyExtractor", "user", "user", "emitter.tumbling-time-window.keyExtractor"),
-    "eventTime": ("emitter/tumbling-time-window/timeConfig/eventTimeExtractor", "event_ts", "event_ts",
-                  "emitter.tumbling-time-window.timeConfig.eventTimeExtractor"),
-    "aggregate": ("emitter/tumbling-time-window/aggregateDefinition", ["count", {"type": "max", "column": "amount"}],
-                  "amount", "emitter.tumbling-time-window.aggregateDefinition[1].column"),
+    "eventTime": (
+        "emitter/tumbling-time-window/timeConfig/eventTimeExtractor",
+        "event_ts",
+        "event_ts",
+        "emitter.tumbling-time-window.timeConfig.eventTimeExtractor",
+    ),
+    "aggregate": (
+        "emitter/tumbling-time-window/aggregateDefinition",
+        ["count", {"type": "max", "column": "amount"}],
+        "amount",
+        "emitter.tumbling-time-window.aggregateDefinition[1].column",
+    ),
 }
 
 
@@ -173,8 +198,9 @@ def test_a_missing_column_through_the_cli_writes_nothing(spark, replayed, tmp_pa
     r = replayed("clicks")
     (tmp_path / "p.yaml").write_text(r.config.read_text().replace("keyExtractor: user_id", "keyExtractor: user"))
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
-    code = cli.main(["replay", "--config", str(tmp_path / "p.yaml"), "--input", str(r.day1),
-                     "--output", str(tmp_path / "out")])
+    code = cli.main(
+        ["replay", "--config", str(tmp_path / "p.yaml"), "--input", str(r.day1), "--output", str(tmp_path / "out")]
+    )
     assert code == 2
     assert "keyExtractor: column 'user' is not in the input" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
@@ -190,8 +216,19 @@ def test_an_empty_partition_folder_replays_as_zero_events_carrying_the_state(spa
     r = replayed("clicks")
     (tmp_path / "empty").mkdir()
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
-    code = cli.main(["replay", "--config", str(r.config), "--input", str(tmp_path / "empty"),
-                     "--output", str(tmp_path / "out"), "--state-in", str(r.out1 / "state")])
+    code = cli.main(
+        [
+            "replay",
+            "--config",
+            str(r.config),
+            "--input",
+            str(tmp_path / "empty"),
+            "--output",
+            str(tmp_path / "out"),
+            "--state-in",
+            str(r.out1 / "state"),
+        ]
+    )
     assert code == 0
     out = V.load_outputs(spark, tmp_path / "out")
     assert out.metrics["input_rows"] == 0
@@ -199,8 +236,14 @@ def test_an_empty_partition_folder_replays_as_zero_events_carrying_the_state(spa
     prev = r.state1(spark)
     assert rows(out.state) == rows(prev)  # every watermark, open window and counter carried as it was
     events = read_events(spark, [str(tmp_path / "empty")], pipeline=r.pipeline, state=prev)
-    results = V.run_checks(spark, r.pipeline, out, input_df=events, prev_state=prev,
-                           only={"conservation", "state_fingerprint", "state_unique", "metrics_consistent"})
+    results = V.run_checks(
+        spark,
+        r.pipeline,
+        out,
+        input_df=events,
+        prev_state=prev,
+        only={"conservation", "state_fingerprint", "state_unique", "metrics_consistent"},
+    )
     assert not V.failures(results), V.format_table(results)
 
 
@@ -342,8 +385,19 @@ def test_the_cli_refuses_a_missing_state(spark, replayed, tmp_path, monkeypatch,
 
     r = replayed("clicks")
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
-    code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day2), "--output", str(tmp_path / "o"),
-                     "--state-in", str(tmp_path / "day1" / "state")])
+    code = cli.main(
+        [
+            "replay",
+            "--config",
+            str(r.config),
+            "--input",
+            str(r.day2),
+            "--output",
+            str(tmp_path / "o"),
+            "--state-in",
+            str(tmp_path / "day1" / "state"),
+        ]
+    )
     assert code == 2
     assert "no state here" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
@@ -353,24 +407,33 @@ def test_the_cli_refuses_a_missing_state(spark, replayed, tmp_path, monkeypatch,
 
 
 def test_a_key_column_of_nested_type_is_a_config_error(spark):
-    events = frame(spark, [(at(1), at(1), 1, (1,), 1.0, "x")],
-                   "arr timestamp, evt timestamp, seq long, k struct<x:int>, v double, id string")
+    events = frame(
+        spark,
+        [(at(1), at(1), 1, (1,), 1.0, "x")],
+        "arr timestamp, evt timestamp, seq long, k struct<x:int>, v double, id string",
+    )
     with pytest.raises(ConfigError, match="keyExtractor"):
         replay(spark, small(), events, flush_at_end=True).aggregates.collect()
 
 
 def test_column_names_with_dots_are_taken_literally(spark):
     p = small(**{"source/arrivalTime": "arr.t", "emitter/tumbling-time-window/keyExtractor": "user.id"})
-    events = frame(spark, [(at(1), at(1), 1, "a", 1.0, "x")],
-                   "`arr.t` timestamp, evt timestamp, seq long, `user.id` string, v double, id string")
+    events = frame(
+        spark,
+        [(at(1), at(1), 1, "a", 1.0, "x")],
+        "`arr.t` timestamp, evt timestamp, seq long, `user.id` string, v double, id string",
+    )
     [window] = replay(spark, p, events, flush_at_end=True).aggregates.collect()
     assert window["count"] == 1
 
 
 def test_input_columns_named_like_engine_internals_are_not_overwritten(spark):
     p = small(**{"emitter/tumbling-time-window/aggregateDefinition": ["count", {"type": "sum", "column": "__batch"}]})
-    events = frame(spark, [(at(1), at(1), 1, "a", 7, "x"), (at(2), at(2), 2, "a", 9, "y")],
-                   "arr timestamp, evt timestamp, seq long, k string, __batch long, id string")
+    events = frame(
+        spark,
+        [(at(1), at(1), 1, "a", 7, "x"), (at(2), at(2), 2, "a", 9, "y")],
+        "arr timestamp, evt timestamp, seq long, k string, __batch long, id string",
+    )
     try:
         [window] = replay(spark, p, events, flush_at_end=True).aggregates.collect()
     except ConfigError:

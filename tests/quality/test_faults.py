@@ -34,7 +34,8 @@ def assert_same_output(spark, a: Path, b: Path) -> None:
 @pytest.mark.cli_runs
 @pytest.mark.parametrize("moment", ["write", "commit"])
 def test_a_killed_replay_leaves_the_previous_output_current_and_a_rerun_completes_it(
-        spark, replayed, cli_runs, monkeypatch, moment):
+    spark, replayed, cli_runs, monkeypatch, moment
+):
     from windowing import cli
 
     r, k = replayed("clicks"), cli_runs.killed[moment]
@@ -169,8 +170,7 @@ def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, t
     assert len(err.strip().splitlines()) == 1
 
 
-def test_a_full_disk_is_one_line_naming_the_dataset_and_commits_nothing(spark, replayed, tmpfs, monkeypatch,
-                                                                       capsys):
+def test_a_full_disk_is_one_line_naming_the_dataset_and_commits_nothing(spark, replayed, tmpfs, monkeypatch, capsys):
     """Issue 8 item 8: a full disk gave a raw shutil.Error or a 600-line Java trace."""
     from windowing import cli
 
@@ -194,11 +194,14 @@ def test_the_write_probe_of_a_relative_output_leaves_nothing_behind(tmp_path):
     import os
     import sys
 
-    code = ("from windowing.spark import spark_session; from windowing.io import check_output_target; "
-            f"s = spark_session(conf={{'spark.driver.extraJavaOptions': {QUICK_JVM_OPTS!r}}}); "
-            "[check_output_target(s, o) for o in ('out3', 'new/out3')]")
+    code = (
+        "from windowing.spark import spark_session; from windowing.io import check_output_target; "
+        f"s = spark_session(conf={{'spark.driver.extraJavaOptions': {QUICK_JVM_OPTS!r}}}); "
+        "[check_output_target(s, o) for o in ('out3', 'new/out3')]"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == []

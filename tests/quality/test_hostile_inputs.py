@@ -88,8 +88,9 @@ BAD_TIMES = {  # row -> the edit, and the reason its row gets
 }
 
 
-def test_integer_times_out_of_range_are_rejected_and_verify_runs(spark, history, configs, tmp_path,
-                                                                 monkeypatch, capsys):
+def test_integer_times_out_of_range_are_rejected_and_verify_runs(
+    spark, history, configs, tmp_path, monkeypatch, capsys
+):
     from windowing import load_pipeline
 
     pipeline = load_pipeline(configs["clicks"])
@@ -100,11 +101,12 @@ def test_integer_times_out_of_range_are_rejected_and_verify_runs(spark, history,
         offsets = table["offset"].to_pylist()
         parts = table["partition"].to_pylist()
         want = {(offsets[row], parts[row]): reason for row, (_, reason) in BAD_TIMES.items()}
-        got = {(r["offset"], r["partition"]): r["reason"]
-               for r in result.rejected.select("offset", "partition", "reason").collect()}
+        got = {
+            (r["offset"], r["partition"]): r["reason"]
+            for r in result.rejected.select("offset", "partition", "reason").collect()
+        }
         assert got == want
-        assert result.metrics["rejected_by_reason"] == {
-            "arrival time out of range": 5, "event time out of range": 4}
+        assert result.metrics["rejected_by_reason"] == {"arrival time out of range": 5, "event time out of range": 4}
         assert result.metrics["input_rows"] == table.num_rows
         lateness = [r[0] for r in result.late_events.select("lateness_ms").collect()]
         assert all(0 <= v < 86_400_000 for v in lateness), max(lateness)
@@ -142,15 +144,18 @@ def test_times_at_the_edges_of_the_range_are_replayed(spark, history, configs, t
         span = 3_600_000
         assert ends.where(f"s = {MAX_EPOCH_MS + 1 - span}").count() == 1  # the last hour of 9999
         first = MIN_EPOCH_MS  # an hour boundary
-        found = ends.where(f"s = {first}").count() + result.late_events.where(
-            f"unix_millis(window_start) = {first}").count()
+        found = (
+            ends.where(f"s = {first}").count()
+            + result.late_events.where(f"unix_millis(window_start) = {first}").count()
+        )
         assert found == 1
         # One worker's batch held only the 9999 event (MIN_EVENT_TIME): its watermark, exactly.
         assert result.metrics["watermark_reached"] == "9999-12-31T23:59:59.999000+00:00"
         checks = V.run_checks(spark, pipeline, result, input_df=events)
         # Every check runs; only the skew check flags the two edge events (by design).
-        assert {c.name: c.failure_count for c in V.failures(checks)} == {"input_event_time_skew": 2}, \
-            V.format_table(checks)
+        assert {c.name: c.failure_count for c in V.failures(checks)} == {"input_event_time_skew": 2}, V.format_table(
+            checks
+        )
     finally:
         result.unpersist()
 
@@ -195,8 +200,7 @@ def _length_of(name: str):
 @pytest.mark.parametrize("keep_spark_schema", [False, True], ids=["plain", "spark-schema-kept"])
 @pytest.mark.parametrize("column", ["watermark_ms", "partial_sum_amount", "user_id"])
 def test_a_state_part_lacking_a_column_is_named(spark, replayed, tmp_path, column, keep_spark_schema):
-    folder = _state_copy(replayed, tmp_path, "state", _drop(column), parts="first",
-                         keep_spark_schema=keep_spark_schema)
+    folder = _state_copy(replayed, tmp_path, "state", _drop(column), parts="first", keep_spark_schema=keep_spark_schema)
     bad = sorted(folder.glob("part-*.parquet"))[0]
     with pytest.raises(StateError) as err:
         read_state(spark, folder)
@@ -235,8 +239,11 @@ def test_a_state_lacking_a_column_is_refused_naming_it(spark, replayed, tmp_path
 def test_a_key_column_whose_type_changed_is_refused_naming_both_types(spark, replayed, tmp_path):
     r = replayed("clicks")
     folder = _state_copy(replayed, tmp_path, "state", _key_as_int)
-    with pytest.raises(StateError, match=r"column 'user_id' \(the key column\) is bigint in the state but string "
-                                         r"in the input: its type changed"):
+    with pytest.raises(
+        StateError,
+        match=r"column 'user_id' \(the key column\) is bigint in the state but string "
+        r"in the input: its type changed",
+    ):
         replay(spark, r.pipeline, r.events(spark, 2), state=read_state(spark, folder))
     # The other way round: the events' key column changed type since day 1's state.
     events = r.events(spark, 2).withColumn("user_id", _length_of("user_id"))
@@ -246,11 +253,21 @@ def test_a_key_column_whose_type_changed_is_refused_naming_both_types(spark, rep
 
 def test_a_partial_whose_type_changed_is_refused(spark, replayed, tmp_path):
     r = replayed("clicks")
-    folder = _state_copy(replayed, tmp_path, "state",
-                         lambda t: t.set_column(t.column_names.index("partial_min_amount"), "partial_min_amount",
-                                                pc.cast(t["partial_min_amount"], pa.float32())))
-    with pytest.raises(StateError, match=r"column 'partial_min_amount' is float in the state, but min over 'amount' "
-                                         r"\(double in the input\) keeps double"):
+    folder = _state_copy(
+        replayed,
+        tmp_path,
+        "state",
+        lambda t: t.set_column(
+            t.column_names.index("partial_min_amount"),
+            "partial_min_amount",
+            pc.cast(t["partial_min_amount"], pa.float32()),
+        ),
+    )
+    with pytest.raises(
+        StateError,
+        match=r"column 'partial_min_amount' is float in the state, but min over 'amount' "
+        r"\(double in the input\) keeps double",
+    ):
         replay(spark, r.pipeline, r.events(spark, 2), state=read_state(spark, folder))
 
 
@@ -259,12 +276,26 @@ def test_the_cli_names_the_damaged_state_and_writes_nothing(spark, replayed, tmp
 
     r = replayed("clicks")
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
-    for name, edit, parts in (("one-part", _drop("watermark_ms"), "first"), ("all-parts", _drop("watermark_ms"), "all"),
-                              ("key-type", _key_as_int, "all")):
+    for name, edit, parts in (
+        ("one-part", _drop("watermark_ms"), "first"),
+        ("all-parts", _drop("watermark_ms"), "all"),
+        ("key-type", _key_as_int, "all"),
+    ):
         folder = _state_copy(replayed, tmp_path, name, edit, parts=parts)
         out = tmp_path / f"out-{name}"
-        code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day2), "--output", str(out),
-                         "--state-in", str(folder)])
+        code = cli.main(
+            [
+                "replay",
+                "--config",
+                str(r.config),
+                "--input",
+                str(r.day2),
+                "--output",
+                str(out),
+                "--state-in",
+                str(folder),
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 2, err
         [line] = [ln for ln in err.splitlines() if ln.startswith("rewindow: error: ")]
@@ -287,9 +318,11 @@ def test_the_state_of_the_pipeline_itself_passes(spark, replayed):
     assert found == [[]]
     broken = prev.drop("watermark_ms").withColumn("user_id", _length_of("user_id"))
     assert jobs_run_by(spark, lambda: found.append(_state_problems(spark, r.pipeline, broken, events))) == []
-    assert found[1] == ["column 'watermark_ms' is missing",
-                        "column 'user_id' (the key column) is bigint in the state but string in the input: "
-                        "its type changed since the state was written"]
+    assert found[1] == [
+        "column 'watermark_ms' is missing",
+        "column 'user_id' (the key column) is bigint in the state but string in the input: "
+        "its type changed since the state was written",
+    ]
     result = replay(spark, r.pipeline, events, state=prev)
     try:
         [cons] = V.run_checks(spark, r.pipeline, result, input_df=events, prev_state=prev, only={"conservation"})
@@ -301,16 +334,21 @@ def test_the_state_of_the_pipeline_itself_passes(spark, replayed):
 # --------------------------------------------------------------------------- item 12a: exact watermark
 
 
-@pytest.mark.parametrize("ms", [MAX_EPOCH_MS, MAX_EPOCH_MS - 1, MIN_EPOCH_MS, 1_704_067_200_001, -1, 0,
-                                253_402_300_799_001, 4_102_444_800_123])
+@pytest.mark.parametrize(
+    "ms",
+    [MAX_EPOCH_MS, MAX_EPOCH_MS - 1, MIN_EPOCH_MS, 1_704_067_200_001, -1, 0, 253_402_300_799_001, 4_102_444_800_123],
+)
 def test_watermark_reached_is_exact_to_the_millisecond(ms):
     from windowing import parse_pipeline
     from windowing.engine import _metrics
 
-    pipeline = parse_pipeline({
-        "name": "n", "source": {"arrivalTime": "t"},
-        "emitter": {"tumbling-time-window": {"windowSpan": "1s", "aggregateDefinition": ["count"]}},
-    })
+    pipeline = parse_pipeline(
+        {
+            "name": "n",
+            "source": {"arrivalTime": "t"},
+            "emitter": {"tumbling-time-window": {"windowSpan": "1s", "aggregateDefinition": ["count"]}},
+        }
+    )
     metrics = _metrics({}, {"p": None, "mx": None}, {}, [{"watermark_ms": ms}, {"watermark_ms": None}], pipeline)
     reached = datetime.fromisoformat(metrics["watermark_reached"])
     assert reached == datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)

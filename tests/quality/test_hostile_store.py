@@ -46,7 +46,8 @@ def _cli(spark, monkeypatch, capsys, *argv) -> tuple[int, str, str]:
 
 
 def test_a_record_pointing_outside_runs_is_damaged_and_prune_deletes_nothing_outside(
-        spark, replayed, tmp_path, monkeypatch, capsys):
+    spark, replayed, tmp_path, monkeypatch, capsys
+):
     """Finding 1: ``"run": "../../victim"`` made the prune step delete a folder outside the output."""
     r = replayed("clicks")
     out = copy_tree(r.out1, tmp_path / "root" / "out")
@@ -77,7 +78,8 @@ def test_a_record_pointing_outside_runs_is_damaged_and_prune_deletes_nothing_out
 
 @pytest.mark.parametrize("damage", ["truncated", "empty object", "not json"])
 def test_a_damaged_newest_record_is_named_with_the_way_out_and_a_replay_supersedes_it(
-        spark, replayed, tmp_path, monkeypatch, capsys, damage):
+    spark, replayed, tmp_path, monkeypatch, capsys, damage
+):
     """Finding 4: a truncated record crashed status (TypeError) and stopped replay/verify naming no file."""
     r = replayed("clicks")
     out = copy_tree(r.out1, tmp_path / "out")
@@ -92,8 +94,7 @@ def test_a_damaged_newest_record_is_named_with_the_way_out_and_a_replay_supersed
     assert f"{record}: the newest commit record of {out} is damaged (truncated or unparseable" in err, err
     assert f"delete the record's folder {record.parent}" in err, err
     # The way out it names: a replay into the output commits after the damaged record.
-    code, _, err = _cli(spark, monkeypatch, capsys, "replay", "--config", r.config, "--input", r.day1,
-                        "--output", out)
+    code, _, err = _cli(spark, monkeypatch, capsys, "replay", "--config", r.config, "--input", r.day1, "--output", out)
     assert code == 0, err
     assert current(out)["seq"] == 3
     assert rows(read_outputs(spark, out).aggregates) == rows(day1.aggregates)
@@ -154,7 +155,8 @@ def test_every_state_carries_a_manifest_of_its_parts(spark, replayed):
 
 @pytest.mark.parametrize("how", ["deleted", "extra part", "manifest deleted too"])
 def test_a_state_missing_a_part_is_refused_by_every_reader_naming_run_and_part(
-        spark, replayed, tmp_path, monkeypatch, capsys, how):
+    spark, replayed, tmp_path, monkeypatch, capsys, how
+):
     """Finding 3: a deleted part lost its open windows silently (2,086 emitted instead of 2,126)."""
     r = replayed("clicks")
     out = copy_tree(r.out1, tmp_path / "out")
@@ -173,8 +175,20 @@ def test_a_state_missing_a_part_is_refused_by_every_reader_naming_run_and_part(
     assert f"damaged state of {run}: {expected}" in str(err.value), err.value
     # --state-in: refused before any work, one line, nothing written.
     target = tmp_path / "next"
-    code, _, err_text = _cli(spark, monkeypatch, capsys, "replay", "--config", r.config, "--input", r.day2,
-                             "--output", target, "--state-in", out)
+    code, _, err_text = _cli(
+        spark,
+        monkeypatch,
+        capsys,
+        "replay",
+        "--config",
+        r.config,
+        "--input",
+        r.day2,
+        "--output",
+        target,
+        "--state-in",
+        out,
+    )
     assert code == 2 and expected in err_text and "Traceback" not in err_text, err_text
     assert not (target / "_commits").exists()
     # verify flags it without --input.
@@ -207,8 +221,9 @@ def test_verify_recomputes_the_window_rows_hash(spark, replayed, tmp_path, monke
     t = t.set_column(t.column_names.index("events"), "events", pc.add(events, pc.cast(1, events.type)))
     pq.write_table(t, part)
     part.with_name(f".{part.name}.crc").unlink(missing_ok=True)
-    code, table, err = _cli(spark, monkeypatch, capsys, "verify", out, "--config", r.config,
-                            "--check", "metrics_consistent")
+    code, table, err = _cli(
+        spark, monkeypatch, capsys, "verify", out, "--config", r.config, "--check", "metrics_consistent"
+    )
     assert "state_manifest" not in table  # only when all checks run
     code, table, err = _cli(spark, monkeypatch, capsys, "verify", out, "--config", r.config)
     assert code == 1 and "state_manifest" in err
@@ -236,8 +251,7 @@ def test_folders_with_glob_characters_are_read_as_named(spark, replayed, tmp_pat
     r = replayed("clicks")
     events = copy_tree(r.day1, tmp_path / f"in-{name}")
     out = tmp_path / name
-    code, _, err = _cli(spark, monkeypatch, capsys, "replay", "--config", r.config, "--input", events,
-                        "--output", out)
+    code, _, err = _cli(spark, monkeypatch, capsys, "replay", "--config", r.config, "--input", events, "--output", out)
     assert code == 0, err
     code, table, err = _cli(spark, monkeypatch, capsys, "verify", out, "--config", r.config)
     assert code == 0, table + err

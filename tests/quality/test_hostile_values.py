@@ -41,9 +41,14 @@ def test_a_non_parquet_file_among_the_days_files_is_named(spark, replayed, tmp_p
 
 def test_nan_and_infinite_amounts(spark):
     p = small()
-    data = [(at(1), at(1), 1, "a", float("nan"), "x1"), (at(2), at(2), 2, "a", 1.0, "x2"),
-            (at(3), at(3), 3, "b", float("inf"), "x3"), (at(4), at(4), 4, "b", float("-inf"), "x4"),
-            (at(5), at(5), 5, "c", float("inf"), "x5"), (at(6), at(6), 6, "c", 2.5, "x6")]
+    data = [
+        (at(1), at(1), 1, "a", float("nan"), "x1"),
+        (at(2), at(2), 2, "a", 1.0, "x2"),
+        (at(3), at(3), 3, "b", float("inf"), "x3"),
+        (at(4), at(4), 4, "b", float("-inf"), "x4"),
+        (at(5), at(5), 5, "c", float("inf"), "x5"),
+        (at(6), at(6), 6, "c", 2.5, "x6"),
+    ]
     events = frame(spark, data)
     result = replay(spark, p, events, flush_at_end=True)
     try:
@@ -57,8 +62,12 @@ def test_nan_and_infinite_amounts(spark):
 def test_null_keys_and_null_workers_are_keys_of_their_own(spark):
     p = small(**{"source/worker": "w"})
     schema = "arr timestamp, evt timestamp, seq long, k string, v double, id string, w string"
-    data = [(at(1), at(1), 1, None, 1.0, "x1", None), (at(2), at(2), 2, None, 2.0, "x2", None),
-            (at(3), at(3), 3, "a", 4.0, "x3", None), (at(4), at(4), 4, None, 8.0, "x4", "w1")]
+    data = [
+        (at(1), at(1), 1, None, 1.0, "x1", None),
+        (at(2), at(2), 2, None, 2.0, "x2", None),
+        (at(3), at(3), 3, "a", 4.0, "x3", None),
+        (at(4), at(4), 4, None, 8.0, "x4", "w1"),
+    ]
     events = frame(spark, data, schema)
     result = replay(spark, p, events, flush_at_end=True)
     try:
@@ -79,8 +88,13 @@ def test_unicode_nul_and_one_megabyte_keys_are_kept_byte_for_byte(spark):
     result = replay(spark, p, events, flush_at_end=True)
     try:
         got = {r["k"]: (r["count"], r["sum_v"]) for r in result.aggregates.collect()}
-        assert got == {"Zürich 東京 🚀": (1, 1.0), "a\x00b": (2, 12.0), "a\x00c": (1, 3.0), "a": (1, 4.0),
-                       big: (1, 5.0)}
+        assert got == {
+            "Zürich 東京 🚀": (1, 1.0),
+            "a\x00b": (2, 12.0),
+            "a\x00c": (1, 3.0),
+            "a": (1, 4.0),
+            big: (1, 5.0),
+        }
         _conserved(spark, p, result, events)
     finally:
         result.unpersist()

@@ -33,29 +33,55 @@ def test_a_pass_sums_what_separate_queries_count(spark):
     groupings done in one groupBy: float keys apart as the engine tells them (-0.0, 0.0),
     null keys grouped, a grouping of no rows with no group; all in one Spark job."""
     nan = float("nan")
-    a = spark.createDataFrame([(1.0, "x", 1), (-0.0, "x", 2), (0.0, "x", 3), (0.0, "x", 4), (nan, None, 5),
-                               (nan, None, None), (None, "y", 6), (None, "y", 7)], "f double, s string, n long")
+    a = spark.createDataFrame(
+        [
+            (1.0, "x", 1),
+            (-0.0, "x", 2),
+            (0.0, "x", 3),
+            (0.0, "x", 4),
+            (nan, None, 5),
+            (nan, None, None),
+            (None, "y", 6),
+            (None, "y", 7),
+        ],
+        "f double, s string, n long",
+    )
     b = spark.createDataFrame([("x", 1), ("x", 1), (None, None), (None, 2), ("z", 3)], "s string, n long")
     empty = spark.createDataFrame([], "s string, n long")
     p = _Pass()
     rows_a = p.add(a, {"rows": F.lit(1), "big": F.when(F.col("n") > 2, 1), "n": F.col("n"), "half": F.col("n") / 2})
     nulls_a = p.add(a, {"nulls": F.when(F.col("s").isNull(), 1)})
     rows_empty = p.add(empty, {"rows": F.lit(1), "n": F.col("n")})
-    dup_a, sums_a = p.group(a, [V.as_key(F.col("f"), T.DoubleType()).alias("f"), F.col("s")],
-                            aggs=lambda c: {"copies": F.count(F.lit(1)), "n": F.sum(c("n"))},
-                            having=lambda g: g("copies") > 1, values=lambda g: {"groups": F.lit(1), "n": g("n")})
+    dup_a, sums_a = p.group(
+        a,
+        [V.as_key(F.col("f"), T.DoubleType()).alias("f"), F.col("s")],
+        aggs=lambda c: {"copies": F.count(F.lit(1)), "n": F.sum(c("n"))},
+        having=lambda g: g("copies") > 1,
+        values=lambda g: {"groups": F.lit(1), "n": g("n")},
+    )
     groups_b, sums_b = p.group(
-        b, [F.col("s")], aggs=lambda c: {"copies": F.count(F.lit(1)), "n": F.sum(c("n"))},
-        values=lambda g: {"groups": F.lit(1), "copies": g("copies"), "per": g("n") / g("copies")})
-    none, sums_none = p.group(empty, [], aggs=lambda c: {"n": F.sum(c("n"))}, having=lambda g: g("n") != 0,
-                              values=lambda g: {"groups": F.lit(1)})
+        b,
+        [F.col("s")],
+        aggs=lambda c: {"copies": F.count(F.lit(1)), "n": F.sum(c("n"))},
+        values=lambda g: {"groups": F.lit(1), "copies": g("copies"), "per": g("n") / g("copies")},
+    )
+    none, sums_none = p.group(
+        empty,
+        [],
+        aggs=lambda c: {"n": F.sum(c("n"))},
+        having=lambda g: g("n") != 0,
+        values=lambda g: {"groups": F.lit(1)},
+    )
     assert len(jobs_run_by(spark, p.run)) == 1  # the suite runs without adaptive execution
 
     assert (rows_a["rows"], rows_a["big"], rows_a["n"], rows_a["half"], nulls_a["nulls"]) == (8, 5, 28, 14.0, 2)
     assert isinstance(rows_a["half"], float) and isinstance(rows_a["n"], int)
     assert (rows_empty["rows"], rows_empty["n"]) == (0, 0)
-    assert sorted(map(tuple, dup_a.collect()), key=repr) == [("0.0", "x", 2, 7), ("NaN", None, 2, 5),
-                                                                 (None, "y", 2, 13)]
+    assert sorted(map(tuple, dup_a.collect()), key=repr) == [
+        ("0.0", "x", 2, 7),
+        ("NaN", None, 2, 5),
+        (None, "y", 2, 13),
+    ]
     assert (sums_a["groups"], sums_a["n"]) == (dup_a.count(), 25)
     assert (sums_b["groups"], sums_b["copies"], sums_b["per"]) == (groups_b.count(), 5, 1.0 + 1.0 + 3.0)
     assert sums_none["groups"] == none.count() == 0
@@ -93,26 +119,43 @@ def _schema_cases():
         "emission null": ("aggregates_schema", aggs(emission="NULL")),
         "emission 0 and a null count": ("aggregates_schema", aggs(emission="0", count="NULL")),
         "null window bounds": ("aggregates_schema", aggs(window_start="NULL", window_end="NULL")),
-        "emission an int": ("aggregates_schema", lambda o, ev: _with(
-            o, aggregates=_add(o.aggregates.withColumn("emission", F.col("emission").cast("int")), emission="0"))),
-        "emission a string": ("aggregates_schema", lambda o, ev: _with(
-            o, aggregates=o.aggregates.withColumn("emission", F.col("emission").cast("string")))),
+        "emission an int": (
+            "aggregates_schema",
+            lambda o, ev: _with(
+                o, aggregates=_add(o.aggregates.withColumn("emission", F.col("emission").cast("int")), emission="0")
+            ),
+        ),
+        "emission a string": (
+            "aggregates_schema",
+            lambda o, ev: _with(o, aggregates=o.aggregates.withColumn("emission", F.col("emission").cast("string"))),
+        ),
         "no emission column": ("aggregates_schema", lambda o, ev: _with(o, aggregates=o.aggregates.drop("emission"))),
         "clean late events": ("late_events_schema", lambda o, ev: o),
         "negative lateness": ("late_events_schema", late(lateness_ms="-1")),
         "null lateness and watermark": ("late_events_schema", late(lateness_ms="NULL", watermark="NULL")),
         "null state kind and fingerprint": ("state_schema", state(state_kind="NULL", fingerprint="NULL")),
         "null fingerprint": ("state_schema", state(fingerprint="NULL")),
-        "clean rejected": ("rejected_schema", lambda o, ev: _with(o, rejected=o.rejected.unionByName(
-            ev.limit(2).withColumn("reason", F.lit("UNPARSEABLE_TIME"))))),
-        "null reason": ("rejected_schema", lambda o, ev: _with(o, rejected=o.rejected.unionByName(
-            ev.limit(2).withColumn("reason", F.lit(None).cast("string"))))),
+        "clean rejected": (
+            "rejected_schema",
+            lambda o, ev: _with(
+                o, rejected=o.rejected.unionByName(ev.limit(2).withColumn("reason", F.lit("UNPARSEABLE_TIME")))
+            ),
+        ),
+        "null reason": (
+            "rejected_schema",
+            lambda o, ev: _with(
+                o, rejected=o.rejected.unionByName(ev.limit(2).withColumn("reason", F.lit(None).cast("string")))
+            ),
+        ),
     }
 
 
-SCHEMAS = {"aggregates_schema": ("aggregates", V.aggregates_schema),
-           "late_events_schema": ("late_events", V.late_schema),
-           "state_schema": ("state", V.state_schema), "rejected_schema": ("rejected", V.rejected_schema)}
+SCHEMAS = {
+    "aggregates_schema": ("aggregates", V.aggregates_schema),
+    "late_events_schema": ("late_events", V.late_schema),
+    "state_schema": ("state", V.state_schema),
+    "rejected_schema": ("rejected", V.rejected_schema),
+}
 
 
 @pytest.mark.parametrize("case", list(_schema_cases()))
@@ -125,7 +168,8 @@ def test_a_schema_check_reports_what_pandera_reports_validating_everything(spark
     o = corrupt(r.outputs(spark), r.events(spark))
     [res] = V.run_checks(spark, r.pipeline, o, only={check})
     dataset, schema_of = SCHEMAS[check]
-    whole = _validate(check, res.description, schema_of(r.pipeline, V.input_types_of(o)), getattr(o, dataset),
-                      DEFAULT_SAMPLE_SIZE)
+    whole = _validate(
+        check, res.description, schema_of(r.pipeline, V.input_types_of(o)), getattr(o, dataset), DEFAULT_SAMPLE_SIZE
+    )
     assert res == whole
     assert res.passed == case.startswith("clean"), res

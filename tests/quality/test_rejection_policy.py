@@ -11,8 +11,9 @@ from windowing.validation import CheckResult, apply_rejection_policy, blocking_f
 DOC = {
     "name": "policy",
     "source": {"arrivalTime": "arr"},
-    "emitter": {"tumbling-time-window": {"windowSpan": "1h", "keyExtractor": "k",
-                                         "aggregateDefinition": [{"type": "count"}]}},
+    "emitter": {
+        "tumbling-time-window": {"windowSpan": "1h", "keyExtractor": "k", "aggregateDefinition": [{"type": "count"}]}
+    },
 }
 
 
@@ -28,12 +29,15 @@ def _results(failing: int):
     ]
 
 
-@pytest.mark.parametrize("share, rows, rejected, blocking, says", [
-    (None, 10_000, 10, False, "10 of 10,000 rows rejected (0.1000%), within quality.maxRejectedShare (0.1000%)"),
-    (None, 10_000, 11, True, "11 of 10,000 rows rejected (0.1100%), above quality.maxRejectedShare (0.1000%)"),
-    ("5%", 100, 5, False, "within"),
-    (0, 100, 1, True, "above"),
-])
+@pytest.mark.parametrize(
+    "share, rows, rejected, blocking, says",
+    [
+        (None, 10_000, 10, False, "10 of 10,000 rows rejected (0.1000%), within quality.maxRejectedShare (0.1000%)"),
+        (None, 10_000, 11, True, "11 of 10,000 rows rejected (0.1100%), above quality.maxRejectedShare (0.1000%)"),
+        ("5%", 100, 5, False, "within"),
+        (0, 100, 1, True, "above"),
+    ],
+)
 def test_the_share_decides_whether_the_input_check_blocks(share, rows, rejected, blocking, says):
     out = apply_rejection_policy(_pipeline(share), _results(rejected), rows, rejected)
     times, skew, schema = out
@@ -43,7 +47,8 @@ def test_the_share_decides_whether_the_input_check_blocks(share, rows, rejected,
     assert skew.blocking and skew.status == "FAIL"  # other failures keep blocking
     assert schema.passed
     assert [r.name for r in blocking_failures(out)] == (["input_times_parseable"] if blocking else []) + [
-        "input_event_time_skew"]
+        "input_event_time_skew"
+    ]
 
 
 def test_a_passing_check_and_unknown_counts_are_left_alone():

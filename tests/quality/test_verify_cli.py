@@ -29,8 +29,21 @@ def test_verify_fails_on_an_output_that_lost_rows(verify, replayed, tmp_path):
     table = pq.read_table(part)
     pq.write_table(table.slice(0, table.num_rows // 2), part)  # a damaged file: half its windows are gone
     (part.parent / f".{part.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old bytes
-    code, out, err = verify(out_dir, "--config", r.config, "--input", r.day2, "--state-in", r.out1 / "state",
-                            "--check", "conservation", "--check", "metrics_consistent", "--check", "state_unique")
+    code, out, err = verify(
+        out_dir,
+        "--config",
+        r.config,
+        "--input",
+        r.day2,
+        "--state-in",
+        r.out1 / "state",
+        "--check",
+        "conservation",
+        "--check",
+        "metrics_consistent",
+        "--check",
+        "state_unique",
+    )
     assert code == 1
     lines = {ln.split()[0]: ln.split()[1] for ln in out.splitlines() if ln and ln.split()[0] in V.CHECK_NAMES}
     assert lines == {"conservation": "FAIL", "metrics_consistent": "FAIL", "state_unique": "PASS"}
@@ -41,8 +54,9 @@ def test_verify_json_and_skips_without_input(verify, replayed):
     """Without --input the input, conservation and recompute checks cannot run: skipped
     in a full run, an error (exit 2, saying why) when asked for by name."""
     r = replayed("sessions")
-    code, out, err = verify(r.out2, "--config", r.config, "--json", "--check", "conservation",
-                            "--check", "state_fingerprint")
+    code, out, err = verify(
+        r.out2, "--config", r.config, "--json", "--check", "conservation", "--check", "state_fingerprint"
+    )
     assert code == 2, out + err
     doc = {d["name"]: d for d in json.loads(out)}
     assert doc["conservation"]["status"] == "SKIP" and doc["state_fingerprint"]["status"] == "PASS"

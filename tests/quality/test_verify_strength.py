@@ -57,8 +57,17 @@ FLOATS = {
     "triggers": ["atWindowEnd", "atAggregate"],
     "replay": {"flushAtEnd": True},
 }
-SCHEMA = pa.schema([("arr", pa.timestamp("us")), ("evt", pa.timestamp("us")), ("seq", pa.int64()),
-                    ("w", pa.float64()), ("k", pa.float64()), ("v", pa.float64()), ("id", pa.string())])
+SCHEMA = pa.schema(
+    [
+        ("arr", pa.timestamp("us")),
+        ("evt", pa.timestamp("us")),
+        ("seq", pa.int64()),
+        ("w", pa.float64()),
+        ("k", pa.float64()),
+        ("v", pa.float64()),
+        ("id", pa.string()),
+    ]
+)
 INF, NAN = math.inf, math.nan
 
 
@@ -72,8 +81,10 @@ def write_case(base: Path, events: list[tuple]) -> tuple[Path, Path]:
     base.mkdir(parents=True, exist_ok=True)
     config = base / "floats.yaml"
     config.write_text(yaml.safe_dump(FLOATS))
-    rows = [dict(arr=T0 + dt.timedelta(seconds=s), evt=T0 + dt.timedelta(seconds=s), seq=i, w=w, k=k, v=v,
-                 id=f"e{i}") for i, (s, w, k, v) in enumerate(events)]
+    rows = [
+        dict(arr=T0 + dt.timedelta(seconds=s), evt=T0 + dt.timedelta(seconds=s), seq=i, w=w, k=k, v=v, id=f"e{i}")
+        for i, (s, w, k, v) in enumerate(events)
+    ]
     (base / "in").mkdir()
     pq.write_table(pa.Table.from_pylist(rows, SCHEMA), base / "in" / "part-00000.parquet")
     return config, base / "in"
@@ -111,17 +122,27 @@ def test_nan_and_infinite_amounts_follow_sparks_order_and_pass(spark, verify, mo
     infinite exactly when the sum is; these are correct output and pass."""
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
     cases = {
-        1.0: [NAN], 2.0: [1.0, NAN], 3.0: [NAN, 1.0], 4.0: [INF, -INF], 5.0: [1.0, INF], 6.0: [-INF, 1.0],
-        7.0: [NAN, -INF], 8.0: [1e308, 1e308], 9.0: [-1e308, -1e308], 10.0: [1e308, 1e308, -INF],
-        11.0: [None, NAN], 12.0: [-0.0, 0.0],
+        1.0: [NAN],
+        2.0: [1.0, NAN],
+        3.0: [NAN, 1.0],
+        4.0: [INF, -INF],
+        5.0: [1.0, INF],
+        6.0: [-INF, 1.0],
+        7.0: [NAN, -INF],
+        8.0: [1e308, 1e308],
+        9.0: [-1e308, -1e308],
+        10.0: [1e308, 1e308, -INF],
+        11.0: [None, NAN],
+        12.0: [-0.0, 0.0],
     }
     events = [(j, 0.0, k, v) for k, vals in cases.items() for j, v in enumerate(vals)]
     events += [(12, 0.0, k, 0.5) for k in cases]
     config, inp, out = replay_case(tmp_path, events)
-    got = {r["k"]: r for r in pq.read_table(run_dir(out) / "aggregates").to_pylist()
-           if r["emit_reason"] == "WATERMARK"}
+    got = {r["k"]: r for r in pq.read_table(run_dir(out) / "aggregates").to_pylist() if r["emit_reason"] == "WATERMARK"}
+
     def same(a, b):
         return (a is None and b is None) or (a is not None and b is not None and (a == b or (a != a and b != b)))
+
     for k, vals in cases.items():  # the engine's min and max are Spark's
         df = spark.createDataFrame([(v,) for v in vals], "v double")
         want = df.selectExpr("min(v) lo", "max(v) hi").first()
@@ -132,14 +153,17 @@ def test_nan_and_infinite_amounts_follow_sparks_order_and_pass(spark, verify, mo
     assert statuses(text)["aggregates_min_avg_max"] == "PASS"
 
 
-@pytest.mark.parametrize(("what", "row"), [
-    ("an avg NaN without a NaN or infinite amount", {"min_v": 1.0, "avg_v": NAN, "max_v": 2.0, "count": 2}),
-    ("an avg +inf below a small max", {"min_v": 1.0, "avg_v": INF, "max_v": 2.0, "count": 2}),
-    ("an avg -inf above a small min", {"min_v": -2.0, "avg_v": -INF, "max_v": 2.0, "count": 2}),
-    ("an avg above a NaN-free max", {"min_v": 1.0, "avg_v": 3.0, "max_v": 2.0, "count": 2}),
-    ("a NaN min below a number max", {"min_v": NAN, "avg_v": NAN, "max_v": 2.0, "count": 2}),
-    ("a max below the min", {"min_v": 0.0, "avg_v": 0.0, "max_v": -1.0, "count": 2}),
-])
+@pytest.mark.parametrize(
+    ("what", "row"),
+    [
+        ("an avg NaN without a NaN or infinite amount", {"min_v": 1.0, "avg_v": NAN, "max_v": 2.0, "count": 2}),
+        ("an avg +inf below a small max", {"min_v": 1.0, "avg_v": INF, "max_v": 2.0, "count": 2}),
+        ("an avg -inf above a small min", {"min_v": -2.0, "avg_v": -INF, "max_v": 2.0, "count": 2}),
+        ("an avg above a NaN-free max", {"min_v": 1.0, "avg_v": 3.0, "max_v": 2.0, "count": 2}),
+        ("a NaN min below a number max", {"min_v": NAN, "avg_v": NAN, "max_v": 2.0, "count": 2}),
+        ("a max below the min", {"min_v": 0.0, "avg_v": 0.0, "max_v": -1.0, "count": 2}),
+    ],
+)
 def test_min_avg_max_still_fails_on_impossible_values(spark, what, row):
     from windowing import parse_pipeline
 
@@ -160,12 +184,17 @@ def test_nan_keys_and_workers_of_any_bit_pattern_are_one(spark, verify, monkeypa
     three events and is emitted once, and the checks pass."""
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
     nans = [NAN, NEG_NAN, PAYLOAD_NAN, NAN]
-    events = [(s, 0.0, nan, v) if column == "k" else (s, nan, 0.0, v)
-              for s, nan, v in zip((1, 2, 3, 12), nans, (1.0, 2.0, 4.0, 3.0))]
+    events = [
+        (s, 0.0, nan, v) if column == "k" else (s, nan, 0.0, v)
+        for s, nan, v in zip((1, 2, 3, 12), nans, (1.0, 2.0, 4.0, 3.0))
+    ]
     config, inp, out = replay_case(tmp_path, events)
     aggs = pq.read_table(run_dir(out) / "aggregates").to_pylist()
-    emitted = sorted((r["window_start"].second, r["count"], r["sum_v"], r["emit_reason"])
-                     for r in aggs if r["emit_reason"] != "AGGREGATE")
+    emitted = sorted(
+        (r["window_start"].second, r["count"], r["sum_v"], r["emit_reason"])
+        for r in aggs
+        if r["emit_reason"] != "AGGREGATE"
+    )
     assert emitted == [(0, 3, 7.0, "WATERMARK"), (10, 1, 3.0, "END_OF_INPUT")]
     assert all(math.isnan(r[column]) for r in aggs)
     code, text, err = verify(out, "--config", config, "--input", inp)
@@ -226,8 +255,9 @@ def test_verify_with_input_recomputes_and_catches_changed_values(verify, replaye
 def test_verify_with_input_passes_on_the_untouched_copy(verify, replayed, tmp_path):
     r = replayed("sessions")
     out = copy_tree(r.out2, tmp_path / "out")
-    code, text, err = verify(out, "--config", r.config, "--input", r.day2, "--state-in", r.out1,
-                             "--check", "replay_reproduces", "--json")
+    code, text, err = verify(
+        out, "--config", r.config, "--input", r.day2, "--state-in", r.out1, "--check", "replay_reproduces", "--json"
+    )
     assert code == 0, text + err
     [doc] = json.loads(text)
     assert doc["name"] == "replay_reproduces" and doc["status"] == "PASS"
@@ -248,12 +278,12 @@ def test_recompute_flushes_as_the_replay_did(spark, verify, monkeypatch, tmp_pat
     doc["replay"]["flushAtEnd"] = False
     config.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"
-    assert cli.main(["replay", "--config", str(config), "--input", str(inp), "--output", str(out),
-                     "--flush-at-end"]) == 0
+    assert (
+        cli.main(["replay", "--config", str(config), "--input", str(inp), "--output", str(out), "--flush-at-end"]) == 0
+    )
     code, text, err = verify(out, "--config", config, "--input", inp, "--check", "replay_reproduces")
     assert code == 1 and "was it replayed with --flush-at-end?" in text, text + err
-    code, text, err = verify(out, "--config", config, "--input", inp, "--check", "replay_reproduces",
-                             "--flush-at-end")
+    code, text, err = verify(out, "--config", config, "--input", inp, "--check", "replay_reproduces", "--flush-at-end")
     assert code == 0, text + err
 
 

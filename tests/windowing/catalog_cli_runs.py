@@ -26,8 +26,10 @@ def run(commands: list[list[str]]) -> None:
                 code = main(argv)
             except SystemExit as exc:  # argparse's usage errors
                 code = exc.code if isinstance(exc.code, int) else 2
-        print(json.dumps({"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}),
-              flush=True)
+        print(
+            json.dumps({"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,11 @@ def main(landing: str, pipelines: str, output_root: str, first: str, last: str) 
             meta = {k: v.value for k, v in mat.metadata.items() if k.startswith("dagster/")}
             meta["dagster/column_schema"] = [c.name for c in meta["dagster/column_schema"].columns]
             metadata[mat.partition] = meta
-    checks = {ev.partition: {"passed": ev.passed, "description": ev.description}
-              for ev in result.get_asset_check_evaluations() if ev.check_name == "published_matches_commit"}
+    checks = {
+        ev.partition: {"passed": ev.passed, "description": ev.description}
+        for ev in result.get_asset_check_evaluations()
+        if ev.check_name == "published_matches_commit"
+    }
     print(json.dumps({"metadata": metadata, "checks": checks}, default=str))
 
 

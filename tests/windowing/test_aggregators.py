@@ -15,13 +15,16 @@ def test_every_aggregate_type_has_an_aggregator():
     assert set(AGGREGATORS) == set(AGGREGATE_TYPES)
 
 
-@pytest.mark.parametrize(("values", "percentage", "expected"), [
-    ([1.0, 2.0, 3.0, 4.0], 0.5, 2.5),  # between ranks 1 and 2
-    ([1.0, 2.0, 3.0, 4.0], 1.0, 4.0),  # the maximum
-    ([1.0, 2.0, 3.0, 4.0], 0.0, 1.0),  # the minimum
-    ([0.1, 0.1], 0.3, 0.1),  # equal neighbours: 0.7 * 0.1 + 0.3 * 0.1 would round to 0.09999999999999999
-    ([5.0], 0.9, 5.0),  # one value
-])
+@pytest.mark.parametrize(
+    ("values", "percentage", "expected"),
+    [
+        ([1.0, 2.0, 3.0, 4.0], 0.5, 2.5),  # between ranks 1 and 2
+        ([1.0, 2.0, 3.0, 4.0], 1.0, 4.0),  # the maximum
+        ([1.0, 2.0, 3.0, 4.0], 0.0, 1.0),  # the minimum
+        ([0.1, 0.1], 0.3, 0.1),  # equal neighbours: 0.7 * 0.1 + 0.3 * 0.1 would round to 0.09999999999999999
+        ([5.0], 0.9, 5.0),  # one value
+    ],
+)
 def test_percentile_interpolates_like_spark(values, percentage, expected):
     assert _percentile_of_sorted(values, percentage) == expected
 

@@ -56,8 +56,12 @@ def test_seg_searchsorted_finds_the_first_greater_or_equal_in_the_segment(table,
 
 
 @cases(300)
-@given(st.lists(st.integers(-2**40, 2**40), max_size=30), st.integers(-300, 300), st.integers(1, 500),
-       st.lists(st.integers(-600, 900), max_size=30))
+@given(
+    st.lists(st.integers(-(2**40), 2**40), max_size=30),
+    st.integers(-300, 300),
+    st.integers(1, 500),
+    st.lists(st.integers(-600, 900), max_size=30),
+)
 def test_searchsorted_left_is_numpys_on_dense_and_sparse_values(far, base, span, queries):
     """The counting table (dense batch ids) and the binary search (sparse) agree with numpy,
     duplicates, queries below, between and above the values included."""
@@ -73,4 +77,11 @@ def test_value_order_keys_orders_floats_totally_and_nulls_first():
     arr = pa.array([1.0, -0.0, 0.0, None, float("nan"), -2.0, float("-inf")])
     order = np.lexsort(value_order_keys(arr))
     assert [repr(v) for v in arr.take(pa.array(order)).to_pylist()] == [
-        "None", "-inf", "-2.0", "-0.0", "0.0", "1.0", "nan"]
+        "None",
+        "-inf",
+        "-2.0",
+        "-0.0",
+        "0.0",
+        "1.0",
+        "nan",
+    ]

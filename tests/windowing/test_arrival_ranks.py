@@ -35,8 +35,7 @@ def test_a_ranked_subset_replays_as_the_same_rows_unranked(pipeline, rows, data)
     table = K.with_event_columns(events_table(valid, types), spec)
     ranked = K.with_arrival_ranks(table, spec)
     assert sorted(ranked[K.ARRIVAL_RANK].to_pylist()) == list(range(table.num_rows))
-    keep = pa.array(data.draw(st.lists(st.booleans(), min_size=table.num_rows, max_size=table.num_rows)),
-                    pa.bool_())
+    keep = pa.array(data.draw(st.lists(st.booleans(), min_size=table.num_rows, max_size=table.num_rows)), pa.bool_())
     order = np.array(data.draw(st.permutations(range(pc.sum(keep.cast(pa.int64())).as_py() or 0))), np.int64)
     subset = ranked.filter(keep).take(pa.array(order, pa.int64()))  # any row order, as a task gets it
     got = K.process(subset, spec, timelines, False)
@@ -45,4 +44,3 @@ def test_a_ranked_subset_replays_as_the_same_rows_unranked(pipeline, rows, data)
     assert _rows(got.late) == _rows(want.late)
     assert _rows(got.state) == _rows(want.state)
     assert got.counters == want.counters
-

@@ -27,11 +27,13 @@ D = 24 * H
 
 
 def _window(kind: str, **fields):
-    return parse_pipeline({
-        "name": "assign",
-        "source": {"arrivalTime": "arrival"},
-        "emitter": {kind: {**fields, "aggregateDefinition": ["count"]}},
-    }).window
+    return parse_pipeline(
+        {
+            "name": "assign",
+            "source": {"arrivalTime": "arrival"},
+            "emitter": {kind: {**fields, "aggregateDefinition": ["count"]}},
+        }
+    ).window
 
 
 WINDOWS = {
@@ -66,36 +68,52 @@ T0_DAY = 1_699_920_000_000  # 2023-11-14T00:00:00Z
 
 CASES = [
     # window,             t,            expected windows [start, end) in ms
-    ("tumbling 10s",       0,           [(0, 10 * S)]),  # epoch aligned: t = 0 opens [0, 10s)
-    ("tumbling 10s",       9_999,       [(0, 10 * S)]),  # last ms before the end is inside
-    ("tumbling 10s",       10_000,      [(10 * S, 20 * S)]),  # end exclusive: t == end is the next window
-    ("tumbling 10s",       10_001,      [(10 * S, 20 * S)]),  # start inclusive, just past the boundary
-    ("tumbling 10s",       -1,          [(-10 * S, 0)]),  # negative time floors down, not toward zero
-    ("tumbling 10s",       -9_999,      [(-10 * S, 0)]),  # still the window before the epoch
-    ("tumbling 10s",       -10_000,     [(-10 * S, 0)]),  # negative boundary: start inclusive
-    ("tumbling 10s",       -10_001,     [(-20 * S, -10 * S)]),  # one ms earlier: the window before
-    ("tumbling 1h",        T0,          [(T0_HOUR, T0_HOUR + H)]),  # epoch-aligned UTC hours
-    ("tumbling 1d",        T0,          [(T0_DAY, T0_DAY + D)]),  # days start at UTC midnight
-    ("tumbling 1h +15m",   15 * M,      [(15 * M, 75 * M)]),  # offset: windows start at :15
-    ("tumbling 1h +15m",   15 * M - 1,  [(-45 * M, 15 * M)]),  # just before the offset boundary
-    ("tumbling 1h +15m",   0,           [(-45 * M, 15 * M)]),  # epoch itself is inside [-45m, 15m)
-    ("tumbling 1h +15m",   T0,          [(T0_HOUR + 15 * M, T0_HOUR + 75 * M)]),  # 22:15:23 -> [22:15, 23:15)
-    ("sliding 1h/15m",     0,           [(-45 * M, 15 * M), (-30 * M, 30 * M), (-15 * M, 45 * M), (0, H)]),  # S/L = 4 windows
-    ("sliding 1h/15m",     15 * M - 1,  [(-45 * M, 15 * M), (-30 * M, 30 * M), (-15 * M, 45 * M), (0, H)]),  # last ms of [-45m, 15m)
-    ("sliding 1h/15m",     15 * M,      [(-30 * M, 30 * M), (-15 * M, 45 * M), (0, H), (15 * M, 75 * M)]),  # end exclusive, new start inclusive
-    ("sliding 1h/15m",     T0,          [(T0_HOUR + (k - 2) * 15 * M, T0_HOUR + (k - 2) * 15 * M + H) for k in range(4)]),  # 22:15:23 -> starts 21:30 .. 22:15
-    ("sliding 10s/5s",     -1,          [(-10 * S, 0), (-5 * S, 5 * S)]),  # negative time: floored to the slide
-    ("sliding 10s/5s",     4_999,       [(-5 * S, 5 * S), (0, 10 * S)]),  # overlap: two windows
-    ("sliding 10s/5s",     5_000,       [(0, 10 * S), (5 * S, 15 * S)]),  # [-5s, 5s) ends exactly here: excluded
-    ("sliding 10s/3s",     0,           [(-9 * S, S), (-6 * S, 4 * S), (-3 * S, 7 * S), (0, 10 * S)]),  # ceil(10/3) = 4 windows
-    ("sliding 10s/3s",     1_000,       [(-6 * S, 4 * S), (-3 * S, 7 * S), (0, 10 * S)]),  # [-9s, 1s) ended: only 3
-    ("sliding 10s/3s",     2_999,       [(-6 * S, 4 * S), (-3 * S, 7 * S), (0, 10 * S)]),  # still 3
-    ("sliding 10s/3s",     3_000,       [(-6 * S, 4 * S), (-3 * S, 7 * S), (0, 10 * S), (3 * S, 13 * S)]),  # [3s, 13s) opens: 4 again
-    ("sliding 10s/5s +2s", 2_000,       [(-3 * S, 7 * S), (2 * S, 12 * S)]),  # offset: starts at 5k + 2 s
-    ("sliding 10s/5s +2s", 1_999,       [(-8 * S, 2 * S), (-3 * S, 7 * S)]),  # just before an offset start
-    ("sliding 10s/10s",    9_999,       [(0, 10 * S)]),  # slide == span: one window, like tumbling
-    ("sliding 10s/10s",    10_000,      [(10 * S, 20 * S)]),  # slide == span: end exclusive
-    ("sliding 10s/10s",    -1,          [(-10 * S, 0)]),  # slide == span: negative floors
+    ("tumbling 10s", 0, [(0, 10 * S)]),  # epoch aligned: t = 0 opens [0, 10s)
+    ("tumbling 10s", 9_999, [(0, 10 * S)]),  # last ms before the end is inside
+    ("tumbling 10s", 10_000, [(10 * S, 20 * S)]),  # end exclusive: t == end is the next window
+    ("tumbling 10s", 10_001, [(10 * S, 20 * S)]),  # start inclusive, just past the boundary
+    ("tumbling 10s", -1, [(-10 * S, 0)]),  # negative time floors down, not toward zero
+    ("tumbling 10s", -9_999, [(-10 * S, 0)]),  # still the window before the epoch
+    ("tumbling 10s", -10_000, [(-10 * S, 0)]),  # negative boundary: start inclusive
+    ("tumbling 10s", -10_001, [(-20 * S, -10 * S)]),  # one ms earlier: the window before
+    ("tumbling 1h", T0, [(T0_HOUR, T0_HOUR + H)]),  # epoch-aligned UTC hours
+    ("tumbling 1d", T0, [(T0_DAY, T0_DAY + D)]),  # days start at UTC midnight
+    ("tumbling 1h +15m", 15 * M, [(15 * M, 75 * M)]),  # offset: windows start at :15
+    ("tumbling 1h +15m", 15 * M - 1, [(-45 * M, 15 * M)]),  # just before the offset boundary
+    ("tumbling 1h +15m", 0, [(-45 * M, 15 * M)]),  # epoch itself is inside [-45m, 15m)
+    ("tumbling 1h +15m", T0, [(T0_HOUR + 15 * M, T0_HOUR + 75 * M)]),  # 22:15:23 -> [22:15, 23:15)
+    ("sliding 1h/15m", 0, [(-45 * M, 15 * M), (-30 * M, 30 * M), (-15 * M, 45 * M), (0, H)]),  # S/L = 4 windows
+    (
+        "sliding 1h/15m",
+        15 * M - 1,
+        [(-45 * M, 15 * M), (-30 * M, 30 * M), (-15 * M, 45 * M), (0, H)],
+    ),  # last ms of [-45m, 15m)
+    (
+        "sliding 1h/15m",
+        15 * M,
+        [(-30 * M, 30 * M), (-15 * M, 45 * M), (0, H), (15 * M, 75 * M)],
+    ),  # end exclusive, new start inclusive
+    (
+        "sliding 1h/15m",
+        T0,
+        [(T0_HOUR + (k - 2) * 15 * M, T0_HOUR + (k - 2) * 15 * M + H) for k in range(4)],
+    ),  # 22:15:23 -> starts 21:30 .. 22:15
+    ("sliding 10s/5s", -1, [(-10 * S, 0), (-5 * S, 5 * S)]),  # negative time: floored to the slide
+    ("sliding 10s/5s", 4_999, [(-5 * S, 5 * S), (0, 10 * S)]),  # overlap: two windows
+    ("sliding 10s/5s", 5_000, [(0, 10 * S), (5 * S, 15 * S)]),  # [-5s, 5s) ends exactly here: excluded
+    ("sliding 10s/3s", 0, [(-9 * S, S), (-6 * S, 4 * S), (-3 * S, 7 * S), (0, 10 * S)]),  # ceil(10/3) = 4 windows
+    ("sliding 10s/3s", 1_000, [(-6 * S, 4 * S), (-3 * S, 7 * S), (0, 10 * S)]),  # [-9s, 1s) ended: only 3
+    ("sliding 10s/3s", 2_999, [(-6 * S, 4 * S), (-3 * S, 7 * S), (0, 10 * S)]),  # still 3
+    (
+        "sliding 10s/3s",
+        3_000,
+        [(-6 * S, 4 * S), (-3 * S, 7 * S), (0, 10 * S), (3 * S, 13 * S)],
+    ),  # [3s, 13s) opens: 4 again
+    ("sliding 10s/5s +2s", 2_000, [(-3 * S, 7 * S), (2 * S, 12 * S)]),  # offset: starts at 5k + 2 s
+    ("sliding 10s/5s +2s", 1_999, [(-8 * S, 2 * S), (-3 * S, 7 * S)]),  # just before an offset start
+    ("sliding 10s/10s", 9_999, [(0, 10 * S)]),  # slide == span: one window, like tumbling
+    ("sliding 10s/10s", 10_000, [(10 * S, 20 * S)]),  # slide == span: end exclusive
+    ("sliding 10s/10s", -1, [(-10 * S, 0)]),  # slide == span: negative floors
 ]
 
 
@@ -153,14 +171,15 @@ def _brute_force(t: int, span: int, slide: int, offset: int) -> list[tuple[int, 
     ],
 )
 def test_sliding_matches_brute_force(span, slide, offset):
-    w = _window("sliding-time-window", windowSpan=f"{span}ms", windowSlide=f"{slide}ms",
-                windowOffset=f"{offset}ms")
+    w = _window("sliding-time-window", windowSpan=f"{span}ms", windowSlide=f"{slide}ms", windowOffset=f"{offset}ms")
     rng = np.random.default_rng(span + slide + offset)
-    times = np.concatenate([
-        rng.integers(-3 * span, 3 * span, size=150),  # around the epoch, negatives included
-        rng.integers(T0 - 3 * span, T0 + 3 * span, size=50),  # realistic epoch times
-        np.arange(-2 * slide, 2 * slide + 1, max(1, slide // 4)) + offset,  # on and around starts
-    ]).astype(np.int64)
+    times = np.concatenate(
+        [
+            rng.integers(-3 * span, 3 * span, size=150),  # around the epoch, negatives included
+            rng.integers(T0 - 3 * span, T0 + 3 * span, size=50),  # realistic epoch times
+            np.arange(-2 * slide, 2 * slide + 1, max(1, slide // 4)) + offset,  # on and around starts
+        ]
+    ).astype(np.int64)
     got = _windows_of(w, times.tolist())
     counts = set()
     for t, windows in zip(times.tolist(), got):
@@ -200,38 +219,92 @@ def test_slide_equal_to_span_is_tumbling():
 
 LATENESS_CASES = [
     # lateness,          span/slide,  delay,  batch 1 (s),  probe (ms),  late for [(start, end, watermark)],    accepted into
-    ("WINDOW_CLOSED",    "10s",       "0s",   [10],         9_999,       [(0, 10 * S, 10 * S)],                 []),  # window end == effective watermark: closed, late
-    ("WINDOW_CLOSED",    "10s",       "0s",   [10],         10_000,      [],                                    [(10 * S, 20 * S)]),  # event exactly at the watermark: its window is open
-    ("WINDOW_CLOSED",    "10s",       "0s",   [9.999],      0,           [],                                    [(0, 10 * S)]),  # wm one ms short of the end: still open
-    ("WINDOW_CLOSED",    "10s",       "2s",   [12],         9_999,       [(0, 10 * S, 10 * S)],                 []),  # effective wm = 12 s - 2 s = end: closed
-    ("WINDOW_CLOSED",    "10s",       "2s",   [11.999],     9_999,       [],                                    [(0, 10 * S)]),  # effective wm 9.999 s < end: open
-    ("WINDOW_CLOSED",    "10s",       "0s",   [40, 12],     9_999,       [(0, 10 * S, 12 * S)],                 []),  # MIN_EVENT_TIME: the batch's smallest time is the wm
-    ("WINDOW_CLOSED",    "10s/5s",    "0s",   [10],         7_000,       [(0, 10 * S, 10 * S)],                 [(5 * S, 15 * S)]),  # sliding: late for one window, accepted by the other
-    ("BEFORE_WATERMARK", "10s",       "0s",   [5],          5_000,       [],                                    [(0, 10 * S)]),  # t == watermark is not late
-    ("BEFORE_WATERMARK", "10s",       "0s",   [5],          4_999,       [(0, 10 * S, 5 * S)],                  []),  # t < watermark: late, though the window is open
-    ("BEFORE_WATERMARK", "10s",       "2s",   [7],          5_000,       [],                                    [(0, 10 * S)]),  # t == effective wm (7 s - 2 s): not late
-    ("BEFORE_WATERMARK", "10s",       "2s",   [7],          4_999,       [(0, 10 * S, 5 * S)],                  []),  # t < effective wm: late
-    ("BEFORE_WATERMARK", "10s/5s",    "0s",   [5],          4_999,       [(-5 * S, 5 * S, 5 * S), (0, 10 * S, 5 * S)], []),  # late for all its windows
+    (
+        "WINDOW_CLOSED",
+        "10s",
+        "0s",
+        [10],
+        9_999,
+        [(0, 10 * S, 10 * S)],
+        [],
+    ),  # window end == effective watermark: closed, late
+    (
+        "WINDOW_CLOSED",
+        "10s",
+        "0s",
+        [10],
+        10_000,
+        [],
+        [(10 * S, 20 * S)],
+    ),  # event exactly at the watermark: its window is open
+    ("WINDOW_CLOSED", "10s", "0s", [9.999], 0, [], [(0, 10 * S)]),  # wm one ms short of the end: still open
+    ("WINDOW_CLOSED", "10s", "2s", [12], 9_999, [(0, 10 * S, 10 * S)], []),  # effective wm = 12 s - 2 s = end: closed
+    ("WINDOW_CLOSED", "10s", "2s", [11.999], 9_999, [], [(0, 10 * S)]),  # effective wm 9.999 s < end: open
+    (
+        "WINDOW_CLOSED",
+        "10s",
+        "0s",
+        [40, 12],
+        9_999,
+        [(0, 10 * S, 12 * S)],
+        [],
+    ),  # MIN_EVENT_TIME: the batch's smallest time is the wm
+    (
+        "WINDOW_CLOSED",
+        "10s/5s",
+        "0s",
+        [10],
+        7_000,
+        [(0, 10 * S, 10 * S)],
+        [(5 * S, 15 * S)],
+    ),  # sliding: late for one window, accepted by the other
+    ("BEFORE_WATERMARK", "10s", "0s", [5], 5_000, [], [(0, 10 * S)]),  # t == watermark is not late
+    (
+        "BEFORE_WATERMARK",
+        "10s",
+        "0s",
+        [5],
+        4_999,
+        [(0, 10 * S, 5 * S)],
+        [],
+    ),  # t < watermark: late, though the window is open
+    ("BEFORE_WATERMARK", "10s", "2s", [7], 5_000, [], [(0, 10 * S)]),  # t == effective wm (7 s - 2 s): not late
+    ("BEFORE_WATERMARK", "10s", "2s", [7], 4_999, [(0, 10 * S, 5 * S)], []),  # t < effective wm: late
+    (
+        "BEFORE_WATERMARK",
+        "10s/5s",
+        "0s",
+        [5],
+        4_999,
+        [(-5 * S, 5 * S, 5 * S), (0, 10 * S, 5 * S)],
+        [],
+    ),  # late for all its windows
 ]
 
 
 def _lateness_pipeline(lateness: str, shape: str, delay: str):
     span, _, slide = shape.partition("/")
     window = {"windowSpan": span, **({"windowSlide": slide} if slide else {})}
-    return parse_pipeline({
-        "name": "lateness",
-        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
-        "emitter": {("sliding-time-window" if slide else "tumbling-time-window"): {
-            **window,
-            "timeConfig": {"eventTimeExtractor": "event_time", "lateness": lateness, "delayWindowClose": delay},
-            "aggregateDefinition": [{"type": "count"}, {"type": "last", "column": "name"}],
-        }},
-    })
+    return parse_pipeline(
+        {
+            "name": "lateness",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+            "emitter": {
+                ("sliding-time-window" if slide else "tumbling-time-window"): {
+                    **window,
+                    "timeConfig": {"eventTimeExtractor": "event_time", "lateness": lateness, "delayWindowClose": delay},
+                    "aggregateDefinition": [{"type": "count"}, {"type": "last", "column": "name"}],
+                }
+            },
+        }
+    )
 
 
 def _lateness_rows(batch1_s, probe_ms):
-    rows = [{"name": f"b1-{i}", "event_time": round(t * S), "batch": 1, "arrival": 100 * S + i, "offset": i}
-            for i, t in enumerate(batch1_s)]
+    rows = [
+        {"name": f"b1-{i}", "event_time": round(t * S), "batch": 1, "arrival": 100 * S + i, "offset": i}
+        for i, t in enumerate(batch1_s)
+    ]
     rows.append({"name": "probe", "event_time": probe_ms, "batch": 2, "arrival": 200 * S, "offset": 99})
     return rows
 
@@ -255,8 +328,9 @@ def _run_kernel(pipeline, rows):
 def test_lateness_boundary(executor, lateness, shape, delay, batch1_s, probe_ms, late, accepted):
     pipeline = _lateness_pipeline(lateness, shape, delay)
     aggs, late_rows = executor(pipeline, _lateness_rows(batch1_s, probe_ms))
-    assert sorted((r["name"], r["window_start"], r["window_end"], r["watermark"], r["lateness_ms"])
-                  for r in late_rows) == sorted(("probe", s, e, wm, wm - probe_ms) for s, e, wm in late)
+    assert sorted(
+        (r["name"], r["window_start"], r["window_end"], r["watermark"], r["lateness_ms"]) for r in late_rows
+    ) == sorted(("probe", s, e, wm, wm - probe_ms) for s, e, wm in late)
     # The probe arrives after every batch-1 event, so it is `last` in each window it entered.
     assert sorted((r["window_start"], r["window_end"]) for r in aggs if r["last_name"] == "probe") == accepted
     # Nothing is dropped: every batch-1 event is in an emitted window, the probe in one or late.

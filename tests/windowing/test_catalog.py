@@ -48,11 +48,23 @@ DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
 MIDDLE = DAYS[1]
 OUTPUTS = ("aggregates", "late_events", "rejected")
 NEW_KEY = "user-rerun"  # a key only the changed input of the middle day has
-SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
-              "--conf", "spark.driver.memory=1g", "--conf", "spark.sql.adaptive.enabled=false",
-              "--conf", "spark.ui.enabled=false",
-              "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"]
-CATALOG_YAML = PIPELINE_YAML + """\
+SPARK_ARGS = [
+    "--master",
+    "local[2]",
+    "--conf",
+    "spark.sql.shuffle.partitions=2",
+    "--conf",
+    "spark.driver.memory=1g",
+    "--conf",
+    "spark.sql.adaptive.enabled=false",
+    "--conf",
+    "spark.ui.enabled=false",
+    "--conf",
+    "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+]
+CATALOG_YAML = (
+    PIPELINE_YAML
+    + """\
 output:
   catalog: {database: replay, table: clicks_hourly}
 quality: {maxRejectedShare: 1%}   # the changed middle day has two rows without an event time
@@ -61,6 +73,7 @@ reconcile:   # the live side is this pipeline's own output here
             emitTime: emit_time, aggregates: {count: count, sum_amount: sum_amount, unique_events: unique_events,
                                               last_event_id: last_event_id}}
 """
+)
 
 
 # --------------------------------------------------------------------------- configuration (no Spark)
@@ -78,20 +91,28 @@ def test_the_output_block_names_the_catalog_tables():
     spec = parse_pipeline(_doc({"catalog": {"database": "replay", "table": "clicks_hourly"}})).catalog
     assert spec == CatalogSpec("replay", "clicks_hourly")
     assert [spec.table_name(o) for o in OUTPUTS] == [
-        "clicks_hourly_aggregates", "clicks_hourly_late_events", "clicks_hourly_rejected"]
+        "clicks_hourly_aggregates",
+        "clicks_hourly_late_events",
+        "clicks_hourly_rejected",
+    ]
     assert parse_pipeline(_doc(None)).catalog is None
     # the catalog is where outputs go, not what they mean: the fingerprint stays
-    assert parse_pipeline(_doc(None)).fingerprint() == parse_pipeline(_doc({"catalog": {
-        "database": "replay", "table": "x"}})).fingerprint()
+    assert (
+        parse_pipeline(_doc(None)).fingerprint()
+        == parse_pipeline(_doc({"catalog": {"database": "replay", "table": "x"}})).fingerprint()
+    )
 
 
-@pytest.mark.parametrize("output, message", [
-    ({"catalog": {"database": "replay"}}, "output.catalog.table: required"),
-    ({"catalog": {"database": "re play", "table": "t"}}, "output.catalog.database: 're play'"),
-    ({"catalog": {"database": "d", "table": "t", "path": "x"}}, "output.catalog.path: unknown field"),
-    ({"table": "t"}, "output.table: unknown field"),
-    ({"catalog": "replay.t"}, "output.catalog: expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ({"catalog": {"database": "replay"}}, "output.catalog.table: required"),
+        ({"catalog": {"database": "re play", "table": "t"}}, "output.catalog.database: 're play'"),
+        ({"catalog": {"database": "d", "table": "t", "path": "x"}}, "output.catalog.path: unknown field"),
+        ({"table": "t"}, "output.table: unknown field"),
+        ({"catalog": "replay.t"}, "output.catalog: expected a mapping"),
+    ],
+)
 def test_a_bad_output_block_is_refused_naming_the_field(output, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
         parse_pipeline(_doc(output))
@@ -111,7 +132,8 @@ def test_overrides_and_the_embedded_metastore_settings(tmp_path):
     assert conf["spark.sql.warehouse.dir"] == str(tmp_path / "ms" / "warehouse")
     # a session pointed at a metastore keeps it: no embedded Derby
     assert session_conf(str(tmp_path / "ms"), {"spark.hadoop.hive.metastore.uris": "thrift://m:9083"}) == {
-        "spark.sql.catalogImplementation": "hive"}
+        "spark.sql.catalogImplementation": "hive"
+    }
     assert run_id_of("file:/o/p/2024-01-01/runs/20240101T000000Z-ab/aggregates") == "20240101T000000Z-ab"
     assert published_table([None, None]) == "not published"
 
@@ -121,8 +143,14 @@ def test_overrides_and_the_embedded_metastore_settings(tmp_path):
 
 def _rewindow(*argv, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     env = base_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])})
-    proc = subprocess.run([sys.executable, "-m", "windowing.cli", *map(str, argv), *SPARK_ARGS],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-m", "windowing.cli", *map(str, argv), *SPARK_ARGS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        cwd=cwd,
+    )
     if check:
         assert proc.returncode == 0, f"rewindow {argv[0]} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return proc
@@ -133,23 +161,47 @@ def _rewindow_runs(*commands, cwd: Path) -> list[SimpleNamespace]:
     (tests/windowing/catalog_cli_runs.py): each one's ``returncode``, ``stdout`` and ``stderr``."""
     env = base_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])})
     argvs = [[*map(str, argv), *SPARK_ARGS] for argv in commands]
-    proc = subprocess.run([sys.executable, "-m", "tests.windowing.catalog_cli_runs", json.dumps(argvs)],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.windowing.catalog_cli_runs", json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        cwd=cwd,
+    )
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and len(results) == len(commands), proc.stderr[-3000:]
     return [SimpleNamespace(**r) for r in results]
 
 
 def _backfill(config, landing, out, first, last, *more, check=True):
-    return _rewindow("backfill", "--config", config, "--input", landing, "--output", out,
-                     "--from", first, "--to", last, *more, check=check, cwd=out.parent)
+    return _rewindow(
+        "backfill",
+        "--config",
+        config,
+        "--input",
+        landing,
+        "--output",
+        out,
+        "--from",
+        first,
+        "--to",
+        last,
+        *more,
+        check=check,
+        cwd=out.parent,
+    )
 
 
 #: Hive's metastore handler retries a failed connection 10 times, 2 s apart (twice over): a
 #: locked embedded Derby stays locked meanwhile, so a publisher that cannot have it waits a
 #: minute to say so. One attempt says the same, sooner.
-ONE_METASTORE_ATTEMPT = ("--conf", "spark.hadoop.hive.hmshandler.retry.attempts=1",
-                         "--conf", "spark.hadoop.hive.metastore.connect.retries=0")
+ONE_METASTORE_ATTEMPT = (
+    "--conf",
+    "spark.hadoop.hive.hmshandler.retry.attempts=1",
+    "--conf",
+    "spark.hadoop.hive.metastore.connect.retries=0",
+)
 
 
 def _rows(run: Path, output: str) -> list[dict]:
@@ -182,8 +234,7 @@ def published(tmp_path_factory):
     began = time.monotonic()
     base = tmp_path_factory.mktemp("catalog")
     landing, out = base / "landing", base / "out"
-    generate_history(landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=1000, keys=20,
-                     seed=11)
+    generate_history(landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=1000, keys=20, seed=11)
     config = base / "clicks-hourly.yaml"
     config.write_text(CATALOG_YAML)
     folders = {d: out / "clicks-hourly" / d for d in DAYS}
@@ -205,8 +256,11 @@ def published(tmp_path_factory):
     pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), blocked / f"date={MIDDLE}" / "zz-odd.parquet")
     rerun = ["backfill", "--config", config, "--output", out, "--from", MIDDLE, "--to", MIDDLE]
     status, changed, facts["blocked"] = _rewindow_runs(
-        ["status", "--config", config, "--output", out], [*rerun, "--input", landing], [*rerun, "--input", blocked],
-        cwd=base)
+        ["status", "--config", config, "--output", out],
+        [*rerun, "--input", landing],
+        [*rerun, "--input", blocked],
+        cwd=base,
+    )
     assert status.returncode == 0 and changed.returncode == 0, (status.stderr[-3000:], changed.stderr[-3000:])
     facts["status_after_backfill"] = status.stdout
     facts["rerun"] = current(folders[MIDDLE])  # the blocked rerun committed nothing (asserted below)
@@ -215,41 +269,111 @@ def published(tmp_path_factory):
     env = base_env({"PYTHONPATH": str(Path(__file__).parents[2])})
     with open(base / "killed.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "windowing.cli", "backfill", "--config", str(config), "--input", str(landing),
-             "--output", str(out), "--from", MIDDLE, "--to", MIDDLE, *SPARK_ARGS],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=base)
+            [
+                sys.executable,
+                "-m",
+                "windowing.cli",
+                "backfill",
+                "--config",
+                str(config),
+                "--input",
+                str(landing),
+                "--output",
+                str(out),
+                "--from",
+                MIDDLE,
+                "--to",
+                MIDDLE,
+                *SPARK_ARGS,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            cwd=base,
+        )
     facts["killed"] = kill_when(proc, folders[MIDDLE], "write")
     facts["commits_after"] = {d: commits(folders[d]) for d in DAYS}
 
     # 5. the Dagster assets publish the same history (as it landed first) to another database of the metastore
     dagster_landing, pipelines = base / "dagster_landing", base / "pipelines"
-    generate_history(dagster_landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=1000,
-                     keys=20, seed=11)
+    generate_history(
+        dagster_landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=1000, keys=20, seed=11
+    )
     pipelines.mkdir()
     (pipelines / "clicks-hourly.yaml").write_text(CATALOG_YAML.replace("database: replay", "database: dagster_replay"))
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.windowing.catalog_dagster_run", str(dagster_landing), str(pipelines),
-         str(base / "dagster_out"), DAYS[0], DAYS[-1]],
-        capture_output=True, text=True, timeout=900, cwd=base,
-        env=base_env({"PYTHONPATH": str(Path(__file__).parents[2]), "REWINDOW_METASTORE_DIR": str(out / "_metastore"),
-                      "REWINDOW_SPARK_MASTER": "local[2]", "REWINDOW_SPARK_CONF": ",".join(SPARK_ARGS[3::2])}))
+        [
+            sys.executable,
+            "-m",
+            "tests.windowing.catalog_dagster_run",
+            str(dagster_landing),
+            str(pipelines),
+            str(base / "dagster_out"),
+            DAYS[0],
+            DAYS[-1],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=base,
+        env=base_env(
+            {
+                "PYTHONPATH": str(Path(__file__).parents[2]),
+                "REWINDOW_METASTORE_DIR": str(out / "_metastore"),
+                "REWINDOW_SPARK_MASTER": "local[2]",
+                "REWINDOW_SPARK_CONF": ",".join(SPARK_ARGS[3::2]),
+            }
+        ),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     facts["dagster"] = json.loads(proc.stdout.strip().splitlines()[-1])
     facts["dagster_folders"] = {d: base / "dagster_out" / "clicks-hourly" / d for d in DAYS}
 
     # 6. one partition replayed alone (`rewindow replay --partition`), published to another database
     facts["single"] = base / "single" / DAYS[0]
-    facts["replay"] = _rewindow("replay", "--config", config, "--input", dagster_landing / f"date={DAYS[0]}",
-                                "--output", facts["single"], "--partition", DAYS[0], "--catalog-database", "single",
-                                "--metastore-dir", out / "_metastore", cwd=base)
+    facts["replay"] = _rewindow(
+        "replay",
+        "--config",
+        config,
+        "--input",
+        dagster_landing / f"date={DAYS[0]}",
+        "--output",
+        facts["single"],
+        "--partition",
+        DAYS[0],
+        "--catalog-database",
+        "single",
+        "--metastore-dir",
+        out / "_metastore",
+        cwd=base,
+    )
 
     # 7. reconcile, both sides named as tables: the CLI-published history (the middle day rerun with another
     # input) against the Dagster-published one (as first landed)
-    facts["reconcile"] = _rewindow("reconcile", "--config", config, "--replay", "replay.clicks_hourly",
-                                   "--live", "dagster_replay.clicks_hourly_aggregates", "--output", base / "recon",
-                                   "--metastore-dir", out / "_metastore", "--partition-edge", DAYS[0],
-                                   "--partition-edge", DAYS[1], "--partition-edge", DAYS[2],
-                                   "--partition-edge", "2024-01-04", cwd=base, check=False)
+    facts["reconcile"] = _rewindow(
+        "reconcile",
+        "--config",
+        config,
+        "--replay",
+        "replay.clicks_hourly",
+        "--live",
+        "dagster_replay.clicks_hourly_aggregates",
+        "--output",
+        base / "recon",
+        "--metastore-dir",
+        out / "_metastore",
+        "--partition-edge",
+        DAYS[0],
+        "--partition-edge",
+        DAYS[1],
+        "--partition-edge",
+        DAYS[2],
+        "--partition-edge",
+        "2024-01-04",
+        cwd=base,
+        check=False,
+    )
     facts["publish_seconds"] = time.monotonic() - began
 
     # 5. the Thrift JDBC server, once, on the same metastore
@@ -275,9 +399,21 @@ def beeline(url: str, *statements: str) -> list[list[dict]]:
     each. With several statements, each selects a first column ``q`` (beeline's CSV puts no
     line between result sets, so a ``q,...`` header starts the next one)."""
     proc = subprocess.run(
-        [os.path.join(spark_home(), "bin", "beeline"), "-u", url, "--silent=true", "--showHeader=true",
-         "--outputformat=csv2", "-e", "; ".join(statements)],
-        capture_output=True, text=True, env=base_env(), timeout=300)
+        [
+            os.path.join(spark_home(), "bin", "beeline"),
+            "-u",
+            url,
+            "--silent=true",
+            "--showHeader=true",
+            "--outputformat=csv2",
+            "-e",
+            "; ".join(statements),
+        ],
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # (beeline may print its prompt before the first header)
     lines = [re.sub(r"^\d+: jdbc:hive2://\S+> ?", "", ln) for ln in proc.stdout.splitlines()]
@@ -305,10 +441,15 @@ def test_the_published_tables_answer_with_each_partitions_current_run(published)
     assert published["commits_after"][MIDDLE][-1]["run_id"] == rerun["run_id"]
     current_runs = {d: published["backfill"][d] for d in DAYS} | {MIDDLE: rerun}
 
-    statements = [f"SELECT '{o}' AS q, partition_key, count(*) AS n FROM replay.clicks_hourly_{o} "
-                  "GROUP BY partition_key ORDER BY partition_key" for o in OUTPUTS]
-    statements.append("SELECT 'middle' AS q, user_id, `count`, emit_batch, emission "
-                      f"FROM replay.clicks_hourly_aggregates WHERE partition_key = '{MIDDLE}'")
+    statements = [
+        f"SELECT '{o}' AS q, partition_key, count(*) AS n FROM replay.clicks_hourly_{o} "
+        "GROUP BY partition_key ORDER BY partition_key"
+        for o in OUTPUTS
+    ]
+    statements.append(
+        "SELECT 'middle' AS q, user_id, `count`, emit_batch, emission "
+        f"FROM replay.clicks_hourly_aggregates WHERE partition_key = '{MIDDLE}'"
+    )
     answers = beeline(published["url"], *statements)
     figures = {}
     for output, rows in zip(OUTPUTS, answers[:3]):
@@ -318,9 +459,11 @@ def test_the_published_tables_answer_with_each_partitions_current_run(published)
         assert got == want, output
         assert got, output
         figures[output] = got
+
     # the middle day: exactly the new run's rows, none of the old run's
     def key(r):
         return (r["user_id"], int(r["count"]), int(r["emit_batch"]), int(r["emission"]))
+
     got = sorted(key(r) for r in answers[3])
     new = sorted(key(r) for r in _rows(folders[MIDDLE] / rerun["run"], "aggregates"))
     old = sorted(key(r) for r in _rows(folders[MIDDLE] / old_middle["run"], "aggregates"))
@@ -336,15 +479,20 @@ def test_table_properties_and_status_name_the_published_run(published):
     assert values["rewindow.partition"] == MIDDLE
     assert values["rewindow.fingerprint"] == published["rerun"]["fingerprint"]
     # the partition location is the committed run folder: external, nothing copied
-    (desc,) = beeline(published["url"], f"DESCRIBE TABLE EXTENDED replay.clicks_hourly_late_events "
-                                        f"PARTITION (partition_key='{DAYS[0]}')")
+    (desc,) = beeline(
+        published["url"],
+        f"DESCRIBE TABLE EXTENDED replay.clicks_hourly_late_events PARTITION (partition_key='{DAYS[0]}')",
+    )
     location = next(r["data_type"] for r in desc if r["col_name"] == "Location")
     assert run_id_of(location) == published["backfill"][DAYS[0]]["run_id"]
-    assert Path(location.removeprefix("file:")) == published["folders"][DAYS[0]] / published["backfill"][
-        DAYS[0]]["run"] / "late_events"
+    assert (
+        Path(location.removeprefix("file:"))
+        == published["folders"][DAYS[0]] / published["backfill"][DAYS[0]]["run"] / "late_events"
+    )
     # `rewindow status` (run before the reruns) showed the run each table pointed at
-    lines = {ln.split()[0]: ln for ln in published["status_after_backfill"].splitlines()
-             if ln.strip().startswith("2024-")}
+    lines = {
+        ln.split()[0]: ln for ln in published["status_after_backfill"].splitlines() if ln.strip().startswith("2024-")
+    }
     for d in DAYS:
         assert f"published run {published['backfill'][d]['run_id']}" in lines[d]
     # the embedded metastore lives in OUTPUT/_metastore, never in the working directory
@@ -357,8 +505,15 @@ def test_a_publisher_that_cannot_reach_the_metastore_fails_before_any_work(publi
     the same time, and says so before replaying anything."""
     folders = published["folders"]
     before = {d: sorted(p.name for p in (folders[d] / "runs").iterdir()) for d in DAYS}
-    proc = _backfill(published["config"], published["landing"], published["out"], DAYS[0], DAYS[0],
-                     *ONE_METASTORE_ATTEMPT, check=False)
+    proc = _backfill(
+        published["config"],
+        published["landing"],
+        published["out"],
+        DAYS[0],
+        DAYS[0],
+        *ONE_METASTORE_ATTEMPT,
+        check=False,
+    )
     assert proc.returncode == 1
     assert "output.catalog (replay.clicks_hourly_*)" in proc.stderr and "cannot use database" in proc.stderr
     assert {d: sorted(p.name for p in (folders[d] / "runs").iterdir()) for d in DAYS} == before
@@ -369,15 +524,20 @@ def test_the_dagster_assets_record_the_tables_and_check_them(published):
     meta, checks = published["dagster"]["metadata"], published["dagster"]["checks"]
     assert sorted(meta) == DAYS and sorted(checks) == DAYS
     assert all(c["passed"] for c in checks.values()), checks
-    (counts,) = beeline(published["url"], "SELECT partition_key, count(*) AS n FROM "
-                                          "dagster_replay.clicks_hourly_aggregates GROUP BY partition_key")
+    (counts,) = beeline(
+        published["url"],
+        "SELECT partition_key, count(*) AS n FROM dagster_replay.clicks_hourly_aggregates GROUP BY partition_key",
+    )
     for d in DAYS:
         run = folders[d] / current(folders[d])["run"]
         m = meta[d]
         assert m["dagster/table_name"] == "dagster_replay.clicks_hourly_aggregates"
         assert Path(m["dagster/uri"].removeprefix("file:")) == run / "aggregates"
-        assert m["dagster/row_count"] == len(_rows(run, "aggregates")) == int(
-            next(r["n"] for r in counts if r["partition_key"] == d))
+        assert (
+            m["dagster/row_count"]
+            == len(_rows(run, "aggregates"))
+            == int(next(r["n"] for r in counts if r["partition_key"] == d))
+        )
         assert m["dagster/column_schema"] == pq.read_schema(next((run / "aggregates").glob("*.parquet"))).names
 
 
@@ -397,8 +557,10 @@ def test_reconcile_reads_published_tables_on_both_sides(published):
 def test_a_single_replay_publishes_as_the_partition_it_is_given(published):
     assert "published run" in published["replay"].stdout
     run = published["single"] / current(published["single"])["run"]
-    (rows,) = beeline(published["url"], "SELECT partition_key, count(*) AS n FROM single.clicks_hourly_aggregates "
-                                        "GROUP BY partition_key")
+    (rows,) = beeline(
+        published["url"],
+        "SELECT partition_key, count(*) AS n FROM single.clicks_hourly_aggregates GROUP BY partition_key",
+    )
     assert rows == [{"partition_key": DAYS[0], "n": str(len(_rows(run, "aggregates")))}]
 
 
@@ -413,9 +575,21 @@ def test_pruning_keeps_the_runs_a_table_points_at(spark, tmp_path):
         (out / "runs" / run_id / "aggregates").mkdir(parents=True)
         record = out / "_commits" / f"{seq:010d}-{run_id}"
         record.mkdir(parents=True)
-        (record / "part-00000.json").write_text(json.dumps({
-            "seq": seq, "run_id": run_id, "run": f"runs/{run_id}", "committed_at": "2024-01-01T00:00:00Z",
-            "pipeline": "p", "fingerprint": "f", "metrics": "{}", "extra": "{}"}) + "\n")
+        (record / "part-00000.json").write_text(
+            json.dumps(
+                {
+                    "seq": seq,
+                    "run_id": run_id,
+                    "run": f"runs/{run_id}",
+                    "committed_at": "2024-01-01T00:00:00Z",
+                    "pipeline": "p",
+                    "fingerprint": "f",
+                    "metrics": "{}",
+                    "extra": "{}",
+                }
+            )
+            + "\n"
+        )
     deleted = wio.prune(spark, str(out), keep={ids[0]})
     assert sorted(Path(p.removeprefix("file:")).name for p in deleted) == sorted([f"0000000002-{ids[1]}", ids[1]])
     assert {p.name for p in (out / "runs").iterdir()} == {ids[0], *ids[2:]}
@@ -432,9 +606,18 @@ def test_a_catalog_that_cannot_hold_the_tables_is_refused_before_any_work(spark,
     pipeline = parse_pipeline(yaml.safe_load(CATALOG_YAML))
     out = tmp_path / "out"
     pub = Publisher(spark, pipeline.catalog, pipeline, str(out / pipeline.name))
-    chain = Chain(spark, pipeline, str(tmp_path / "landing"), str(out), Partitions(
-        "day", datetime(2024, 1, 1, tzinfo=timezone.utc)), publisher=pub)
-    with pytest.raises(ChainError, match=r"output.catalog \(replay.clicks_hourly_\*\): the Spark session's "
-                                         r"catalog is in-memory"):
+    chain = Chain(
+        spark,
+        pipeline,
+        str(tmp_path / "landing"),
+        str(out),
+        Partitions("day", datetime(2024, 1, 1, tzinfo=timezone.utc)),
+        publisher=pub,
+    )
+    with pytest.raises(
+        ChainError,
+        match=r"output.catalog \(replay.clicks_hourly_\*\): the Spark session's "
+        r"catalog is in-memory",
+    ):
         list(chain.replay(DAYS))
     assert not out.exists()

@@ -37,18 +37,20 @@ def test_partition_keys_are_dagsters_and_chain_backwards_to_the_start():
     assert hours.span("2024-01-01", "2024-01-01")[0] == "2024-01-01-00:00"
     assert len(hours.span("2024-01-01", "2024-01-02")) == 48
     assert hours.previous("2024-01-01-05:00") == "2024-01-01-04:00"
-    assert hours.span("2024-01-01T05", "2024-01-01T07") == ["2024-01-01-05:00", "2024-01-01-06:00",
-                                                              "2024-01-01-07:00"]
+    assert hours.span("2024-01-01T05", "2024-01-01T07") == ["2024-01-01-05:00", "2024-01-01-06:00", "2024-01-01-07:00"]
     assert hours.key_of(START + timedelta(hours=3, minutes=59)) == "2024-01-01-03:00"
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: Partitions("week", START), "not one of day, hour"),
-    (lambda: Partitions("day", START + timedelta(hours=1)), "not the start of a day"),
-    (lambda: Partitions("day", START).previous("2023-12-31"), "before the start of the history"),
-    (lambda: Partitions("day", START).start_of("2024-01-01-05:00"), "not a day key"),
-    (lambda: Partitions("day", START).span("2024-01-01T05", "2024-01-02"), "use --grain hour"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: Partitions("week", START), "not one of day, hour"),
+        (lambda: Partitions("day", START + timedelta(hours=1)), "not the start of a day"),
+        (lambda: Partitions("day", START).previous("2023-12-31"), "before the start of the history"),
+        (lambda: Partitions("day", START).start_of("2024-01-01-05:00"), "not a day key"),
+        (lambda: Partitions("day", START).span("2024-01-01T05", "2024-01-02"), "use --grain hour"),
+    ],
+)
 def test_partitions_refuse_what_is_not_theirs(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -104,7 +106,8 @@ def test_a_range_in_one_go_equals_partition_after_partition(spark, history, whol
     one = replay(spark, load_pipeline(CLICKS), read_events(spark, [str(history / f"date={d}") for d in DAYS]))
     try:
         assert sorted((tuple(r) for r in one.aggregates.collect()), key=repr) == sorted(
-            (r for d in DAYS for r in expected[d, "aggregates"]), key=repr)
+            (r for d in DAYS for r in expected[d, "aggregates"]), key=repr
+        )
         assert state_content_hash(one.state) == whole.commits([DAYS[-1]])[DAYS[-1]].extra["lineage"]["state_hash"]
     finally:
         one.unpersist()
@@ -121,8 +124,7 @@ def test_a_partition_needs_the_state_of_the_one_before(spark, history, tmp_path)
     assert not (tmp_path / "clicks-hourly").exists()  # refused before any work
 
 
-def test_a_rerun_of_a_middle_partition_marks_later_ones_until_a_backfill_from_there(spark, history, whole,
-                                                                                     tmp_path):
+def test_a_rerun_of_a_middle_partition_marks_later_ones_until_a_backfill_from_there(spark, history, whole, tmp_path):
     """Day 2 gains an event (history fixed upstream): rerunning day 2 changes its state, so
     day 3 is out of date and refuses to be continued; replaying 2..3 makes the history
     equal to a fresh full run over the fixed landing zone."""
@@ -171,12 +173,32 @@ def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history,
     """``rewindow backfill`` killed (SIGKILL) while day 2 is being written: ``--resume``
     keeps day 1 as it is and replays 2..3; the history equals the one-go replay."""
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "windowing.cli", "backfill", "--config", str(CLICKS), "--input", str(history),
-            "--output", str(out), "--from", DAYS[0], "--to", DAYS[-1], "--no-checks",
-            "--conf", "spark.sql.shuffle.partitions=2", "--master", "local[1]",
-            "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
-                            start_new_session=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "windowing.cli",
+        "backfill",
+        "--config",
+        str(CLICKS),
+        "--input",
+        str(history),
+        "--output",
+        str(out),
+        "--from",
+        DAYS[0],
+        "--to",
+        DAYS[-1],
+        "--no-checks",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--master",
+        "local[1]",
+        "--conf",
+        f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True
+    )
     day2_runs = out / "clicks-hourly" / "2024-01-02" / "runs"
     deadline = time.monotonic() + 180
     try:
@@ -196,8 +218,26 @@ def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history,
     assert chain.resume_point(DAYS) == "2024-01-02"
     from windowing.cli import main
 
-    assert main(["backfill", "--config", str(CLICKS), "--input", str(history), "--output", str(out),
-                 "--from", DAYS[0], "--to", DAYS[-1], "--resume", "--no-checks"]) == 0
+    assert (
+        main(
+            [
+                "backfill",
+                "--config",
+                str(CLICKS),
+                "--input",
+                str(history),
+                "--output",
+                str(out),
+                "--from",
+                DAYS[0],
+                "--to",
+                DAYS[-1],
+                "--resume",
+                "--no-checks",
+            ]
+        )
+        == 0
+    )
     after = chain.commits(DAYS)
     assert after["2024-01-01"].run_id == before["2024-01-01"].run_id  # not replayed again
     assert _outputs(spark, chain) == _outputs(spark, whole)

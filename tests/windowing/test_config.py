@@ -39,7 +39,11 @@ def test_clicks_hourly_values():
     p = load_pipeline(ROOT / "examples/pipelines/clicks-hourly.yaml")
     w = p.window
     assert (w.type, w.span_ms, w.slide_ms, w.offset_ms) == (WindowType.TUMBLING, H, None, 0)
-    assert (w.watermark_strategy, w.delay_ms, w.lateness) == (WatermarkStrategy.MIN_EVENT_TIME, 5 * S, Lateness.WINDOW_CLOSED)
+    assert (w.watermark_strategy, w.delay_ms, w.lateness) == (
+        WatermarkStrategy.MIN_EVENT_TIME,
+        5 * S,
+        Lateness.WINDOW_CLOSED,
+    )
     assert (w.idle_timeout_ms, w.idle_clock) == (30 * M, Clock.EVENT_TIME)
     assert p.source.arrival_order == ("offset",)
     assert (p.source.batch_column, p.source.batch_interval_ms) == (None, S)
@@ -98,68 +102,133 @@ DELETE = object()
 
 
 def _sliding(**fields):
-    return (("emitter",), {"sliding-time-window": {
-        "windowSpan": "1h", "windowSlide": "15m", **fields,
-        "aggregateDefinition": [{"type": "count"}]}})
+    return (
+        ("emitter",),
+        {
+            "sliding-time-window": {
+                "windowSpan": "1h",
+                "windowSlide": "15m",
+                **fields,
+                "aggregateDefinition": [{"type": "count"}],
+            }
+        },
+    )
 
 
 def _session(**fields):
-    return (("emitter",), {"session-window": {
-        **fields, "timeConfig": {"eventTimeExtractor": "event_time"}, "aggregateDefinition": [{"type": "count"}]}})
+    return (
+        ("emitter",),
+        {
+            "session-window": {
+                **fields,
+                "timeConfig": {"eventTimeExtractor": "event_time"},
+                "aggregateDefinition": [{"type": "count"}],
+            }
+        },
+    )
 
 
 F = "emitter.tumbling-time-window"
 MISTAKES = [
     # edits,                                                              substrings the message must hold
-    ([(("emitter",), {"hopping-time-window": {"windowSpan": "1h"}})],     ["emitter.hopping-time-window", "unknown window type"]),  # unknown window type
-    ([(TW + ("windowSpan",), "0s")],                                      [f"{F}.windowSpan", "'0s'"]),  # zero span
-    ([(TW + ("windowSpan",), "-5s")],                                     [f"{F}.windowSpan", "'-5s'"]),  # negative span
-    ([(TW + ("windowSpan",), DELETE)],                                    [f"{F}.windowSpan", "required"]),  # missing span
-    ([_sliding(windowSlide="0m")],                                        ["emitter.sliding-time-window.windowSlide", "'0m'"]),  # slide not positive
-    ([_sliding(windowSlide="2h")],                                        ["emitter.sliding-time-window.windowSlide", "'2h'", "'1h'"]),  # slide larger than span
-    ([_session()],                                                        ["emitter.session-window", "idleTimeout", "required"]),  # session without its gap
-    ([_session(idleTimeout="0s")],                                        ["emitter.session-window.idleTimeout", "'0s'"]),  # zero session gap
-    ([(TW + ("windowSpan",), "5x")],                                      [f"{F}.windowSpan", "'5x'"]),  # malformed: unknown unit
-    ([(TW + ("windowSpan",), "PT")],                                      [f"{F}.windowSpan", "'PT'"]),  # malformed: ISO without a component
-    ([(TW + ("windowSpan",), "P")],                                       [f"{F}.windowSpan", "'P'"]),  # malformed: bare P
-    ([(TW + ("windowSpan",), "1.5h")],                                    [f"{F}.windowSpan", "'1.5h'"]),  # malformed: fractional short form
-    ([(TW + ("windowSpan",), 5)],                                         [f"{F}.windowSpan", "5"]),  # bare number: unit unknown
-    ([(TW + ("timeConfig", "delayWindowClose"), "-5s")],                  [f"{F}.timeConfig.delayWindowClose", "'-5s'"]),  # negative delay
-    ([(TW + ("timeConfig", "idleTimeout"), "soon")],                      [f"{F}.timeConfig.idleTimeout", "'soon'"]),  # malformed idle timeout
-    ([(("source", "batch"), {"interval": "0ms"})],                        ["source.batch.interval", "'0ms'"]),  # batch interval not positive
-    ([(TW + ("aggregateDefinition",), [{"type": "median", "column": "amount"}])],
-     [f"{F}.aggregateDefinition[0].type", "'median'"]),  # unknown aggregate type
-    ([(TW + ("aggregateDefinition", 1), {"type": "sum"})],                [f"{F}.aggregateDefinition[1].column", "'sum'"]),  # aggregate without its column
-    ([(TW + ("aggregateDefinition", 1), {"type": "count"})],              [f"{F}.aggregateDefinition[1].name", "'count'"]),  # duplicate output name (default names)
-    ([(TW + ("aggregateDefinition", 1), {"type": "sum", "column": "amount", "name": "count"})],
-     [f"{F}.aggregateDefinition[1].name", "'count'"]),  # duplicate output name (explicit name)
-    ([(TW + ("aggregateDefinition", 1), {"type": "max", "column": "amount", "name": "window_end"})],
-     [f"{F}.aggregateDefinition[1].name", "'window_end'"]),  # name taken by an output column
-    ([(TW + ("aggregateDefinition",), [])],                               [f"{F}.aggregateDefinition", "[]"]),  # no aggregates
-    ([(TW + ("timeConfig", "watermarkStrategy"), "LATEST_EVENT_TIME")],   [f"{F}.timeConfig.watermarkStrategy", "'LATEST_EVENT_TIME'"]),  # unknown strategy
-    ([(TW + ("timeConfig", "lateness"), "ALLOWED_LATENESS")],             [f"{F}.timeConfig.lateness", "'ALLOWED_LATENESS'"]),  # unknown lateness
-    ([(TW + ("timeConfig", "idleTimeoutClock"), "WALL_CLOCK")],           [f"{F}.timeConfig.idleTimeoutClock", "'WALL_CLOCK'"]),  # unknown clock
-    ([(TW + ("timeConfig", "eventTimeExtractor"), DELETE), (TW + ("timeConfig", "idleTimeoutClock"), "EVENT_TIME")],
-     [f"{F}.timeConfig.idleTimeoutClock", "EVENT_TIME", "eventTimeExtractor"]),  # event-time clock without event time
-    ([(TW + ("windowSpn",), "1h")],                                       [f"{F}.windowSpn", "unknown field"]),  # typo in the window
-    ([(TW + ("timeConfig", "watermarkStrategey"), "MIN_EVENT_TIME")],     [f"{F}.timeConfig.watermarkStrategey", "unknown field"]),  # typo in timeConfig
-    ([(("source", "arivalTime"), "x")],                                   ["source.arivalTime", "unknown field"]),  # typo in source
-    ([(("replay",), {"flushAtEnd": True, "flushAtEnd2": True})],          ["replay.flushAtEnd2", "unknown field"]),  # typo in replay
-    ([(("sorce",), {})],                                                  ["sorce", "unknown field"]),  # typo at the root
-    ([(TW + ("windowSlide",), "15m")],                                    [f"{F}.windowSlide", "unknown field"]),  # slide on a tumbling window
-    ([(TW + ("aggregateDefinition", 0), {"type": "count", "colum": "x"})], [f"{F}.aggregateDefinition[0].colum", "unknown field"]),  # typo in an aggregate
-    ([(("source", "arrivalTime"), DELETE)],                               ["source.arrivalTime", "None"]),  # required column missing
-    ([(("replay",), {"flushAtEnd": "yes"})],                              ["replay.flushAtEnd", "'yes'"]),  # not a boolean
-    ([(("version",), 2)],                                                 ["version", "2"]),  # unsupported version
-    ([(("emitter", "triggers"), ["atEnd"])],                              ["emitter.triggers[0]", "'atEnd'"]),  # unknown trigger
-    ([(("quality",), {"maxRejectedShare": "lots"})],                      ["quality.maxRejectedShare", "'lots'"]),  # not a share
-    ([(("quality",), {"maxRejectedShare": 5})],                           ["quality.maxRejectedShare", "5", "between 0 and 1"]),  # a count, not a share
-    ([(("quality",), {"maxRejectedShare": "150%"})],                      ["quality.maxRejectedShare", "'150%'"]),  # over 100 %
-    ([(("quality",), {"maxRejectShare": "1%"})],                          ["quality.maxRejectShare", "unknown field"]),  # typo in quality
+    (
+        [(("emitter",), {"hopping-time-window": {"windowSpan": "1h"}})],
+        ["emitter.hopping-time-window", "unknown window type"],
+    ),  # unknown window type
+    ([(TW + ("windowSpan",), "0s")], [f"{F}.windowSpan", "'0s'"]),  # zero span
+    ([(TW + ("windowSpan",), "-5s")], [f"{F}.windowSpan", "'-5s'"]),  # negative span
+    ([(TW + ("windowSpan",), DELETE)], [f"{F}.windowSpan", "required"]),  # missing span
+    ([_sliding(windowSlide="0m")], ["emitter.sliding-time-window.windowSlide", "'0m'"]),  # slide not positive
+    (
+        [_sliding(windowSlide="2h")],
+        ["emitter.sliding-time-window.windowSlide", "'2h'", "'1h'"],
+    ),  # slide larger than span
+    ([_session()], ["emitter.session-window", "idleTimeout", "required"]),  # session without its gap
+    ([_session(idleTimeout="0s")], ["emitter.session-window.idleTimeout", "'0s'"]),  # zero session gap
+    ([(TW + ("windowSpan",), "5x")], [f"{F}.windowSpan", "'5x'"]),  # malformed: unknown unit
+    ([(TW + ("windowSpan",), "PT")], [f"{F}.windowSpan", "'PT'"]),  # malformed: ISO without a component
+    ([(TW + ("windowSpan",), "P")], [f"{F}.windowSpan", "'P'"]),  # malformed: bare P
+    ([(TW + ("windowSpan",), "1.5h")], [f"{F}.windowSpan", "'1.5h'"]),  # malformed: fractional short form
+    ([(TW + ("windowSpan",), 5)], [f"{F}.windowSpan", "5"]),  # bare number: unit unknown
+    (
+        [(TW + ("timeConfig", "delayWindowClose"), "-5s")],
+        [f"{F}.timeConfig.delayWindowClose", "'-5s'"],
+    ),  # negative delay
+    (
+        [(TW + ("timeConfig", "idleTimeout"), "soon")],
+        [f"{F}.timeConfig.idleTimeout", "'soon'"],
+    ),  # malformed idle timeout
+    ([(("source", "batch"), {"interval": "0ms"})], ["source.batch.interval", "'0ms'"]),  # batch interval not positive
+    (
+        [(TW + ("aggregateDefinition",), [{"type": "median", "column": "amount"}])],
+        [f"{F}.aggregateDefinition[0].type", "'median'"],
+    ),  # unknown aggregate type
+    (
+        [(TW + ("aggregateDefinition", 1), {"type": "sum"})],
+        [f"{F}.aggregateDefinition[1].column", "'sum'"],
+    ),  # aggregate without its column
+    (
+        [(TW + ("aggregateDefinition", 1), {"type": "count"})],
+        [f"{F}.aggregateDefinition[1].name", "'count'"],
+    ),  # duplicate output name (default names)
+    (
+        [(TW + ("aggregateDefinition", 1), {"type": "sum", "column": "amount", "name": "count"})],
+        [f"{F}.aggregateDefinition[1].name", "'count'"],
+    ),  # duplicate output name (explicit name)
+    (
+        [(TW + ("aggregateDefinition", 1), {"type": "max", "column": "amount", "name": "window_end"})],
+        [f"{F}.aggregateDefinition[1].name", "'window_end'"],
+    ),  # name taken by an output column
+    ([(TW + ("aggregateDefinition",), [])], [f"{F}.aggregateDefinition", "[]"]),  # no aggregates
+    (
+        [(TW + ("timeConfig", "watermarkStrategy"), "LATEST_EVENT_TIME")],
+        [f"{F}.timeConfig.watermarkStrategy", "'LATEST_EVENT_TIME'"],
+    ),  # unknown strategy
+    (
+        [(TW + ("timeConfig", "lateness"), "ALLOWED_LATENESS")],
+        [f"{F}.timeConfig.lateness", "'ALLOWED_LATENESS'"],
+    ),  # unknown lateness
+    (
+        [(TW + ("timeConfig", "idleTimeoutClock"), "WALL_CLOCK")],
+        [f"{F}.timeConfig.idleTimeoutClock", "'WALL_CLOCK'"],
+    ),  # unknown clock
+    (
+        [(TW + ("timeConfig", "eventTimeExtractor"), DELETE), (TW + ("timeConfig", "idleTimeoutClock"), "EVENT_TIME")],
+        [f"{F}.timeConfig.idleTimeoutClock", "EVENT_TIME", "eventTimeExtractor"],
+    ),  # event-time clock without event time
+    ([(TW + ("windowSpn",), "1h")], [f"{F}.windowSpn", "unknown field"]),  # typo in the window
+    (
+        [(TW + ("timeConfig", "watermarkStrategey"), "MIN_EVENT_TIME")],
+        [f"{F}.timeConfig.watermarkStrategey", "unknown field"],
+    ),  # typo in timeConfig
+    ([(("source", "arivalTime"), "x")], ["source.arivalTime", "unknown field"]),  # typo in source
+    (
+        [(("replay",), {"flushAtEnd": True, "flushAtEnd2": True})],
+        ["replay.flushAtEnd2", "unknown field"],
+    ),  # typo in replay
+    ([(("sorce",), {})], ["sorce", "unknown field"]),  # typo at the root
+    ([(TW + ("windowSlide",), "15m")], [f"{F}.windowSlide", "unknown field"]),  # slide on a tumbling window
+    (
+        [(TW + ("aggregateDefinition", 0), {"type": "count", "colum": "x"})],
+        [f"{F}.aggregateDefinition[0].colum", "unknown field"],
+    ),  # typo in an aggregate
+    ([(("source", "arrivalTime"), DELETE)], ["source.arrivalTime", "None"]),  # required column missing
+    ([(("replay",), {"flushAtEnd": "yes"})], ["replay.flushAtEnd", "'yes'"]),  # not a boolean
+    ([(("version",), 2)], ["version", "2"]),  # unsupported version
+    ([(("emitter", "triggers"), ["atEnd"])], ["emitter.triggers[0]", "'atEnd'"]),  # unknown trigger
+    ([(("quality",), {"maxRejectedShare": "lots"})], ["quality.maxRejectedShare", "'lots'"]),  # not a share
+    (
+        [(("quality",), {"maxRejectedShare": 5})],
+        ["quality.maxRejectedShare", "5", "between 0 and 1"],
+    ),  # a count, not a share
+    ([(("quality",), {"maxRejectedShare": "150%"})], ["quality.maxRejectedShare", "'150%'"]),  # over 100 %
+    ([(("quality",), {"maxRejectShare": "1%"})], ["quality.maxRejectShare", "unknown field"]),  # typo in quality
 ]
 
 
-@pytest.mark.parametrize(("edits", "needles"), MISTAKES, ids=[n[0] + ("" if len(n) < 2 else " " + n[1]) for _, n in MISTAKES])
+@pytest.mark.parametrize(
+    ("edits", "needles"), MISTAKES, ids=[n[0] + ("" if len(n) < 2 else " " + n[1]) for _, n in MISTAKES]
+)
 def test_mistakes_name_field_and_value(edits, needles):
     with pytest.raises(ConfigError) as info:
         parse_pipeline(_doc(*edits))
@@ -168,8 +237,9 @@ def test_mistakes_name_field_and_value(edits, needles):
         assert needle in msg, f"{needle!r} not in {msg!r}"
 
 
-@pytest.mark.parametrize("given, share", [(None, 0.001), ("0.1%", 0.001), ("2.5 %", 0.025), (0, 0.0), (0.05, 0.05),
-                                           (1, 1.0)])
+@pytest.mark.parametrize(
+    "given, share", [(None, 0.001), ("0.1%", 0.001), ("2.5 %", 0.025), (0, 0.0), (0.05, 0.05), (1, 1.0)]
+)
 def test_quality_max_rejected_share(given, share):
     """quality.maxRejectedShare: a number from 0 to 1 or a percentage (default 0.1 %); it
     decides only when checks block, so the state's fingerprint ignores it."""
@@ -191,7 +261,11 @@ def test_load_pipeline_prefixes_the_file(tmp_path):
     bad.write_text(yaml.safe_dump(_doc((TW + ("aggregateDefinition",), [{"type": "median", "column": "amount"}]))))
     with pytest.raises(ConfigError) as info:
         load_pipeline(bad)
-    assert str(bad) in str(info.value) and "aggregateDefinition[0].type" in str(info.value) and "'median'" in str(info.value)
+    assert (
+        str(bad) in str(info.value)
+        and "aggregateDefinition[0].type" in str(info.value)
+        and "'median'" in str(info.value)
+    )
 
 
 def test_load_pipeline_missing_file_and_bad_yaml(tmp_path):
@@ -261,13 +335,15 @@ def test_delay_may_be_zero():
 
 # --------------------------------------------------------------------------- columns checked at replay
 
-SCHEMA = T.StructType([
-    T.StructField("arrival_time", T.TimestampType()),
-    T.StructField("event_time", T.TimestampType()),
-    T.StructField("offset", T.LongType()),
-    T.StructField("user_id", T.StringType()),
-    T.StructField("amount", T.DoubleType()),
-])
+SCHEMA = T.StructType(
+    [
+        T.StructField("arrival_time", T.TimestampType()),
+        T.StructField("event_time", T.TimestampType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("user_id", T.StringType()),
+        T.StructField("amount", T.DoubleType()),
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -301,8 +377,14 @@ def _replay_without_jobs(spark, pipeline, df):
     ("edits", "needles"),
     [
         ([(TW + ("keyExtractor",), "customer")], ["keyExtractor", "'customer'"]),  # key column missing
-        ([(TW + ("aggregateDefinition", 1), {"type": "sum", "column": "price"})], ["aggregateDefinition[1].column", "'price'"]),  # aggregate column missing
-        ([(("source", "arrivalOrder"), ["offset", "kafka_offset"])], ["source.arrivalOrder[1]", "'kafka_offset'"]),  # tie-breaker missing
+        (
+            [(TW + ("aggregateDefinition", 1), {"type": "sum", "column": "price"})],
+            ["aggregateDefinition[1].column", "'price'"],
+        ),  # aggregate column missing
+        (
+            [(("source", "arrivalOrder"), ["offset", "kafka_offset"])],
+            ["source.arrivalOrder[1]", "'kafka_offset'"],
+        ),  # tie-breaker missing
         ([(TW + ("timeConfig", "eventTimeExtractor"), "ts")], ["eventTimeExtractor", "'ts'"]),  # event time missing
         ([(("source", "worker"), "partition")], ["source.worker", "'partition'"]),  # worker missing
     ],
@@ -362,14 +444,31 @@ def test_pipeline_yaml_fixture_is_valid(tmp_path):
     ("text", "key", "line", "first_line", "field"),
     [
         # YAML itself keeps the last of two equal keys: `windowSpan: 2d` would silently win.
-        (PIPELINE_YAML.replace("    windowSpan: 1h\n", "    windowSpan: 1h\n    windowSpan: 2d\n"),
-         "windowSpan", 8, 7, "emitter.tumbling-time-window.windowSpan"),  # in the window block
+        (
+            PIPELINE_YAML.replace("    windowSpan: 1h\n", "    windowSpan: 1h\n    windowSpan: 2d\n"),
+            "windowSpan",
+            8,
+            7,
+            "emitter.tumbling-time-window.windowSpan",
+        ),  # in the window block
         (PIPELINE_YAML + "name: u\n", "name", 12, 2, "name"),  # at the root, far apart
-        (PIPELINE_YAML.replace("      eventTimeExtractor: event_time\n",
-                               "      eventTimeExtractor: event_time\n      eventTimeExtractor: ts\n"),
-         "eventTimeExtractor", 10, 9, "emitter.tumbling-time-window.timeConfig.eventTimeExtractor"),  # nested deeper
-        (PIPELINE_YAML.replace("      - type: count\n", "      - {type: count, type: sum}\n"),
-         "type", 11, 11, "emitter.tumbling-time-window.aggregateDefinition[0].type"),  # flow mapping inside a list
+        (
+            PIPELINE_YAML.replace(
+                "      eventTimeExtractor: event_time\n",
+                "      eventTimeExtractor: event_time\n      eventTimeExtractor: ts\n",
+            ),
+            "eventTimeExtractor",
+            10,
+            9,
+            "emitter.tumbling-time-window.timeConfig.eventTimeExtractor",
+        ),  # nested deeper
+        (
+            PIPELINE_YAML.replace("      - type: count\n", "      - {type: count, type: sum}\n"),
+            "type",
+            11,
+            11,
+            "emitter.tumbling-time-window.aggregateDefinition[0].type",
+        ),  # flow mapping inside a list
     ],
     ids=["window", "root", "timeConfig", "aggregate"],
 )
@@ -395,7 +494,11 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
     [
         (PIPELINE_YAML.replace("name: t", "name: caf\xe9").encode("latin-1"), 20, 2),  # Latin-1 é
         (PIPELINE_YAML.encode() + b"# \xff\xfe\n", len(PIPELINE_YAML) + 2, 12),  # stray bytes in a trailing comment
-        ("\ufeff".encode() + PIPELINE_YAML.replace("name: t", "name: caf\xe9").encode("latin-1"), 23, 2),  # BOM, then Latin-1
+        (
+            "\ufeff".encode() + PIPELINE_YAML.replace("name: t", "name: caf\xe9").encode("latin-1"),
+            23,
+            2,
+        ),  # BOM, then Latin-1
     ],
     ids=["latin-1", "comment", "bom"],
 )
@@ -417,10 +520,14 @@ def test_utf8_with_bom_loads(tmp_path):
     ("data", "needles"),
     [
         (PIPELINE_YAML.replace("name: t", "name: caf\xe9").encode("latin-1"), ["UTF-8", "byte offset 20"]),  # not UTF-8
-        (PIPELINE_YAML.replace("    windowSpan: 1h\n", "    windowSpan: 1h\n    windowSpan: 2d\n").encode(),
-         ["line 8", "'windowSpan'"]),  # duplicate key
-        (PIPELINE_YAML.replace("windowSpan: 1h", "windowSpan: 999999999999999d").encode(),
-         ["emitter.tumbling-time-window.windowSpan", "'999999999999999d'"]),  # out-of-range duration
+        (
+            PIPELINE_YAML.replace("    windowSpan: 1h\n", "    windowSpan: 1h\n    windowSpan: 2d\n").encode(),
+            ["line 8", "'windowSpan'"],
+        ),  # duplicate key
+        (
+            PIPELINE_YAML.replace("windowSpan: 1h", "windowSpan: 999999999999999d").encode(),
+            ["emitter.tumbling-time-window.windowSpan", "'999999999999999d'"],
+        ),  # out-of-range duration
     ],
     ids=["non-utf8", "duplicate-key", "out-of-range"],
 )
@@ -449,18 +556,51 @@ DAYS_100_YEARS = 36_525  # 100 Julian years: durations.MAX_DURATION_MS
     [
         ([(TW + ("windowSpan",), "999999999999999d")], f"{F}.windowSpan", "999999999999999d"),  # the reported crash
         ([(TW + ("windowSpan",), "P999999999999999D")], f"{F}.windowSpan", "P999999999999999D"),  # ISO-8601 form
-        ([(TW + ("windowSpan",), f"P{DAYS_100_YEARS}DT0.001S")], f"{F}.windowSpan", f"P{DAYS_100_YEARS}DT0.001S"),  # 1 ms past the bound
-        ([(TW + ("windowSpan",), f"{DAYS_100_YEARS * 24 + 1}h")], f"{F}.windowSpan", f"{DAYS_100_YEARS * 24 + 1}h"),  # 1 h past it
+        (
+            [(TW + ("windowSpan",), f"P{DAYS_100_YEARS}DT0.001S")],
+            f"{F}.windowSpan",
+            f"P{DAYS_100_YEARS}DT0.001S",
+        ),  # 1 ms past the bound
+        (
+            [(TW + ("windowSpan",), f"{DAYS_100_YEARS * 24 + 1}h")],
+            f"{F}.windowSpan",
+            f"{DAYS_100_YEARS * 24 + 1}h",
+        ),  # 1 h past it
         ([(TW + ("windowSpan",), "9" * 5000 + "ms")], f"{F}.windowSpan", "9" * 20),  # more digits than int() takes
-        ([(TW + ("timeConfig", "delayWindowClose"), "9999999999999s")], f"{F}.timeConfig.delayWindowClose", "9999999999999s"),  # every duration field
+        (
+            [(TW + ("timeConfig", "delayWindowClose"), "9999999999999s")],
+            f"{F}.timeConfig.delayWindowClose",
+            "9999999999999s",
+        ),  # every duration field
         ([(TW + ("timeConfig", "idleTimeout"), "P99999999DT1H")], f"{F}.timeConfig.idleTimeout", "P99999999DT1H"),
         ([(("source", "batch"), {"interval": "99999999999999m"})], "source.batch.interval", "99999999999999m"),
         ([_sliding(windowSlide="999999999999999d")], "emitter.sliding-time-window.windowSlide", "999999999999999d"),
         ([_session(idleTimeout="999999999999999d")], "emitter.session-window.idleTimeout", "999999999999999d"),
-        ([_session(idleTimeout="5m", maximumDuration="999999999999999d")], "emitter.session-window.maximumDuration", "999999999999999d"),
-        ([(TW + ("windowOffset",), "999999999999999d")], f"{F}.windowOffset", "999999999999999d"),  # range before offset < span
+        (
+            [_session(idleTimeout="5m", maximumDuration="999999999999999d")],
+            "emitter.session-window.maximumDuration",
+            "999999999999999d",
+        ),
+        (
+            [(TW + ("windowOffset",), "999999999999999d")],
+            f"{F}.windowOffset",
+            "999999999999999d",
+        ),  # range before offset < span
     ],
-    ids=["span", "span-iso", "bound+1ms", "bound+1h", "5000-digits", "delay", "idle", "batch", "slide", "gap", "max-duration", "offset"],
+    ids=[
+        "span",
+        "span-iso",
+        "bound+1ms",
+        "bound+1h",
+        "5000-digits",
+        "delay",
+        "idle",
+        "batch",
+        "slide",
+        "gap",
+        "max-duration",
+        "offset",
+    ],
 )
 def test_out_of_range_durations_are_refused(edits, field, value):
     with pytest.raises(ConfigError) as info:
@@ -478,8 +618,12 @@ def test_duration_bound_is_inclusive_and_fits_int64_and_datetime():
     assert MAX_DURATION_MS == DAYS_100_YEARS * 24 * H == 3_155_760_000_000
     for text in (f"{DAYS_100_YEARS}d", f"P{DAYS_100_YEARS}D", f"{MAX_DURATION_MS}ms"):
         assert parse_duration_ms(text, "f") == MAX_DURATION_MS  # the bound itself is accepted
-    p = parse_pipeline(_doc((TW + ("windowSpan",), f"{DAYS_100_YEARS}d"),
-                            (TW + ("timeConfig", "delayWindowClose"), f"{DAYS_100_YEARS}d")))
+    p = parse_pipeline(
+        _doc(
+            (TW + ("windowSpan",), f"{DAYS_100_YEARS}d"),
+            (TW + ("timeConfig", "delayWindowClose"), f"{DAYS_100_YEARS}d"),
+        )
+    )
     assert p.window.span_ms == p.window.delay_ms == MAX_DURATION_MS
     # Why it is safe: a few durations added to any datetime-representable time stay far inside
     # int64 milliseconds (and Spark's int64 microseconds), and a datetime in the middle of the
@@ -495,14 +639,32 @@ def test_duration_bound_is_inclusive_and_fits_int64_and_datetime():
 SW = "emitter.sliding-time-window"
 OFFSET_MISTAKES = [
     # edits,                                                  substrings the message must hold
-    ([(TW + ("windowOffset",), "-3s")],                       [f"{F}.windowOffset", "'-3s'", "negative", "0 <= windowOffset < windowSpan", "'1h'", "3597s"]),  # negative: suggest the equivalent
-    ([(TW + ("windowOffset",), "- PT1M")],                    [f"{F}.windowOffset", "'- PT1M'", "negative", "'1h'", "59m"]),  # negative ISO-8601
-    ([(TW + ("windowOffset",), "-soon")],                     [f"{F}.windowOffset", "'-soon'", "negative"]),  # negative and malformed
-    ([(TW + ("windowOffset",), "1h")],                        [f"{F}.windowOffset", "'1h'", "0 <= windowOffset < windowSpan", "same windows as 0ms"]),  # equal to the span
-    ([(TW + ("windowOffset",), "90m")],                       [f"{F}.windowOffset", "'90m'", "'1h'", "same windows as 30m"]),  # larger than the span
-    ([_sliding(windowOffset="61m")],                          [f"{SW}.windowOffset", "'61m'", "'1h'", "same windows as 1m"]),  # sliding: equivalent modulo the slide (15m)
-    ([_sliding(windowOffset="-1m")],                          [f"{SW}.windowOffset", "'-1m'", "negative", "14m"]),  # sliding negative: modulo the slide
-    ([(TW + ("windowOffset",), "soon")],                      [f"{F}.windowOffset", "'soon'", "not a duration"]),  # malformed
+    (
+        [(TW + ("windowOffset",), "-3s")],
+        [f"{F}.windowOffset", "'-3s'", "negative", "0 <= windowOffset < windowSpan", "'1h'", "3597s"],
+    ),  # negative: suggest the equivalent
+    (
+        [(TW + ("windowOffset",), "- PT1M")],
+        [f"{F}.windowOffset", "'- PT1M'", "negative", "'1h'", "59m"],
+    ),  # negative ISO-8601
+    ([(TW + ("windowOffset",), "-soon")], [f"{F}.windowOffset", "'-soon'", "negative"]),  # negative and malformed
+    (
+        [(TW + ("windowOffset",), "1h")],
+        [f"{F}.windowOffset", "'1h'", "0 <= windowOffset < windowSpan", "same windows as 0ms"],
+    ),  # equal to the span
+    (
+        [(TW + ("windowOffset",), "90m")],
+        [f"{F}.windowOffset", "'90m'", "'1h'", "same windows as 30m"],
+    ),  # larger than the span
+    (
+        [_sliding(windowOffset="61m")],
+        [f"{SW}.windowOffset", "'61m'", "'1h'", "same windows as 1m"],
+    ),  # sliding: equivalent modulo the slide (15m)
+    (
+        [_sliding(windowOffset="-1m")],
+        [f"{SW}.windowOffset", "'-1m'", "negative", "14m"],
+    ),  # sliding negative: modulo the slide
+    ([(TW + ("windowOffset",), "soon")], [f"{F}.windowOffset", "'soon'", "not a duration"]),  # malformed
 ]
 
 
@@ -572,21 +734,32 @@ def _with_aggregates(*items):
 
 
 def test_stddev_and_percentile_aggregates():
-    p = parse_pipeline(_with_aggregates("stddev_pop (amount)", {"type": "stddev_samp", "column": "amount"},
-                                        {"type": "percentile", "column": "amount", "percentage": 0.95, "name": "p95"},
-                                        "percentile (amount)"))
+    p = parse_pipeline(
+        _with_aggregates(
+            "stddev_pop (amount)",
+            {"type": "stddev_samp", "column": "amount"},
+            {"type": "percentile", "column": "amount", "percentage": 0.95, "name": "p95"},
+            "percentile (amount)",
+        )
+    )
     assert [(a.type, a.name) for a in p.aggregates] == [
-        ("stddev_pop", "stddev_pop_amount"), ("stddev_samp", "stddev_samp_amount"), ("percentile", "p95"),
-        ("percentile", "percentile_amount")]
+        ("stddev_pop", "stddev_pop_amount"),
+        ("stddev_samp", "stddev_samp_amount"),
+        ("percentile", "p95"),
+        ("percentile", "percentile_amount"),
+    ]
     assert p.aggregates[2].percentage == 0.95
     assert not hasattr(p.aggregates[3], "percentage")  # without one: the median, a plain Aggregate
 
 
-@pytest.mark.parametrize(("item", "needle"), [
-    ({"type": "percentile", "column": "amount", "percentage": 1.5}, "percentage: 1.5 must be a number from 0 to 1"),
-    ({"type": "percentile", "column": "amount", "percentage": "p95"}, "must be a number from 0 to 1"),
-    ({"type": "sum", "column": "amount", "percentage": 0.5}, "only a percentile takes a percentage"),
-])
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ({"type": "percentile", "column": "amount", "percentage": 1.5}, "percentage: 1.5 must be a number from 0 to 1"),
+        ({"type": "percentile", "column": "amount", "percentage": "p95"}, "must be a number from 0 to 1"),
+        ({"type": "sum", "column": "amount", "percentage": 0.5}, "only a percentile takes a percentage"),
+    ],
+)
 def test_percentage_mistakes(item, needle):
     with pytest.raises(ConfigError, match=needle):
         parse_pipeline(_with_aggregates(item))

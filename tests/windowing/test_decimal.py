@@ -25,10 +25,16 @@ from windowing import kernel as K
 from windowing.config import parse_pipeline
 
 S = 1000
-AMOUNT_AGGREGATES = [{"type": "count"}, {"type": "sum", "column": "amount"}, {"type": "avg", "column": "amount"},
-                     {"type": "min", "column": "amount"}, {"type": "max", "column": "amount"},
-                     {"type": "first", "column": "amount"}, {"type": "last", "column": "amount"},
-                     {"type": "distinct", "column": "amount"}]
+AMOUNT_AGGREGATES = [
+    {"type": "count"},
+    {"type": "sum", "column": "amount"},
+    {"type": "avg", "column": "amount"},
+    {"type": "min", "column": "amount"},
+    {"type": "max", "column": "amount"},
+    {"type": "first", "column": "amount"},
+    {"type": "last", "column": "amount"},
+    {"type": "distinct", "column": "amount"},
+]
 #: Spark's optimiser computes avg of decimal(p <= 11) through doubles (rule DecimalAggregates),
 #: which can miss an exact HALF_UP tie in the last digit; without it Spark's avg is exact.
 SPARK_EXACT = ("spark.sql.optimizer.excludedRules", "org.apache.spark.sql.catalyst.optimizer.DecimalAggregates")
@@ -38,22 +44,44 @@ def pipeline(window="tumbling", triggers=("atWindowEnd",), aggregates=AMOUNT_AGG
     """Processing-time tumbling windows of 10 s (nothing is late), or sessions with a 5 s gap
     on event time, per user, over batches of the batch column."""
     if window == "tumbling":
-        emitter = {"tumbling-time-window": {"windowSpan": "10s", "keyExtractor": "user", "timeConfig": {},
-                                            "aggregateDefinition": aggregates}}
+        emitter = {
+            "tumbling-time-window": {
+                "windowSpan": "10s",
+                "keyExtractor": "user",
+                "timeConfig": {},
+                "aggregateDefinition": aggregates,
+            }
+        }
     else:
-        emitter = {"session-window": {"keyExtractor": "user", "aggregateDefinition": aggregates,
-                                      "timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s",
-                                                     "delayWindowClose": "10s"}}}
-    return parse_pipeline({"name": "money", "emitter": {**emitter, "triggers": list(triggers)},
-                           "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"],
-                                      "batch": {"column": "batch"}}})
+        emitter = {
+            "session-window": {
+                "keyExtractor": "user",
+                "aggregateDefinition": aggregates,
+                "timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s", "delayWindowClose": "10s"},
+            }
+        }
+    return parse_pipeline(
+        {
+            "name": "money",
+            "emitter": {**emitter, "triggers": list(triggers)},
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+        }
+    )
 
 
 def rows(amounts, user="a", step_ms=1000, event_time=None):
     """One event per batch, ``step_ms`` apart, in one tumbling window while under 10 s."""
-    return [{"arrival": i * step_ms, "batch": i + 1, "offset": i, "user": user, "amount": v,
-             "event_time": i * step_ms if event_time is None else event_time[i]}
-            for i, v in enumerate(amounts)]
+    return [
+        {
+            "arrival": i * step_ms,
+            "batch": i + 1,
+            "offset": i,
+            "user": user,
+            "amount": v,
+            "event_time": i * step_ms if event_time is None else event_time[i],
+        }
+        for i, v in enumerate(amounts)
+    ]
 
 
 def one_window(amounts, p, s, **kw):
@@ -64,22 +92,25 @@ def one_window(amounts, p, s, **kw):
 
 def top(p, s):
     """The largest decimal(p, s)."""
-    return dec(10 ** p - 1, s)
+    return dec(10**p - 1, s)
 
 
 # --------------------------------------------------------------------------- types
 
 
-@pytest.mark.parametrize("p, s, sum_type, avg_type", [
-    (12, 2, (22, 2), (16, 6)),  # money
-    (1, 0, (11, 0), (5, 4)),
-    (5, 5, (15, 5), (9, 9)),
-    (20, 18, (30, 18), (24, 22)),
-    (30, 5, (38, 5), (34, 9)),  # the sum's precision stops at 38
-    (38, 0, (38, 0), (38, 4)),
-    (36, 36, (38, 36), (38, 38)),  # so does the average's scale
-    (38, 38, (38, 38), (38, 38)),
-])
+@pytest.mark.parametrize(
+    "p, s, sum_type, avg_type",
+    [
+        (12, 2, (22, 2), (16, 6)),  # money
+        (1, 0, (11, 0), (5, 4)),
+        (5, 5, (15, 5), (9, 9)),
+        (20, 18, (30, 18), (24, 22)),
+        (30, 5, (38, 5), (34, 9)),  # the sum's precision stops at 38
+        (38, 0, (38, 0), (38, 4)),
+        (36, 36, (38, 36), (38, 38)),  # so does the average's scale
+        (38, 38, (38, 38), (38, 38)),
+    ],
+)
 def test_output_types_are_sparks(p, s, sum_type, avg_type):
     """The types Spark 4 gives F.sum / F.avg of decimal(p, s) (checked against Spark below)."""
     spec = K.Spec(pipeline=pipeline(), input_types={"user": pa.string(), "amount": pa.decimal128(p, s)})
@@ -102,7 +133,12 @@ def test_sum_and_avg_are_exact():
     assert (r["count"], r["sum_amount"], r["avg_amount"]) == (6, D("-0.70"), D("-0.140000"))
     assert str(r["sum_amount"]) == "-0.70" and str(r["avg_amount"]) == "-0.140000"  # the type's scale
     assert (r["min_amount"], r["max_amount"], r["first_amount"], r["last_amount"], r["distinct_amount"]) == (
-        D("-1.50"), D("0.30"), D("0.10"), D("0.20"), 4)
+        D("-1.50"),
+        D("0.30"),
+        D("0.10"),
+        D("0.20"),
+        4,
+    )
     r = one_window([D("0.10"), D("0.20"), D("0.30")], 12, 2)
     assert str(r["sum_amount"]) == "0.60" and str(r["avg_amount"]) == "0.200000"
     assert one_window([None, None], 12, 2)["sum_amount"] is None  # no value: null, like SQL
@@ -113,19 +149,27 @@ def test_sum_and_avg_are_exact():
 TIE = [D("66804832.55")] * 159 + [D("66804832.54")]
 
 
-@pytest.mark.parametrize("amounts, p, s, avg", [
-    ([D("0.01"), D("0.02"), D("0.02")], 12, 2, "0.016667"),  # 0.01666.. rounds up
-    ([D("-0.01"), D("-0.02"), D("-0.02")], 12, 2, "-0.016667"),  # HALF_UP: away from zero
-    ([D("0.01"), D("0.00"), D("0.00"), D("0.00"), D("0.00"), D("0.00"), D("0.00"), D("0.00")], 2, 2,
-     "0.001250"),  # exact: no rounding, padded to the scale
-    ([D("0.02"), D("0.00"), D("0.00")], 2, 2, "0.006667"),
-    (TIE, 10, 2, "66804832.549938"),  # an exact tie rounds up (Spark's double shortcut gives ...937)
-    ([D(5).scaleb(-36)] + [D(0).scaleb(-36)] * 10, 38, 36, "4.5E-37"),  # 45.45e-38 -> 45e-38, scale 38
-])
+@pytest.mark.parametrize(
+    "amounts, p, s, avg",
+    [
+        ([D("0.01"), D("0.02"), D("0.02")], 12, 2, "0.016667"),  # 0.01666.. rounds up
+        ([D("-0.01"), D("-0.02"), D("-0.02")], 12, 2, "-0.016667"),  # HALF_UP: away from zero
+        (
+            [D("0.01"), D("0.00"), D("0.00"), D("0.00"), D("0.00"), D("0.00"), D("0.00"), D("0.00")],
+            2,
+            2,
+            "0.001250",
+        ),  # exact: no rounding, padded to the scale
+        ([D("0.02"), D("0.00"), D("0.00")], 2, 2, "0.006667"),
+        (TIE, 10, 2, "66804832.549938"),  # an exact tie rounds up (Spark's double shortcut gives ...937)
+        ([D(5).scaleb(-36)] + [D(0).scaleb(-36)] * 10, 38, 36, "4.5E-37"),  # 45.45e-38 -> 45e-38, scale 38
+    ],
+)
 def test_avg_rounds_half_up(amounts, p, s, avg):
     step = 1 if len(amounts) > 10 else 1000  # all in one 10 s window
-    aggs, _, _, _ = local_replay(pipeline(), rows(amounts, step_ms=step), flush_at_end=True,
-                                 decimals={"amount": (p, s)})
+    aggs, _, _, _ = local_replay(
+        pipeline(), rows(amounts, step_ms=step), flush_at_end=True, decimals={"amount": (p, s)}
+    )
     assert [str(r["avg_amount"]) for r in aggs] == [avg]
 
 
@@ -153,15 +197,20 @@ def test_partial_sums_past_38_digits_are_carried_exactly():
     one_go, _, _, _ = local_replay(p, history, flush_at_end=True, decimals=dec)
     first, _, _, state = local_replay(p, history[:2], decimals=dec)
     window = [r for r in state.rows.to_pylist() if r["state_kind"] == "window"]
-    assert [(r["partial_sum_amount"], r["partial_sum_amount_overflow"], r["partial_sum_amount_n"])
-            for r in window] == [(D(10 ** 38 - 2), 1, 2)]  # 2 * big = 10^38 - 2 + 1 * 10^38
+    assert [(r["partial_sum_amount"], r["partial_sum_amount_overflow"], r["partial_sum_amount_n"]) for r in window] == [
+        (D(10**38 - 2), 1, 2)
+    ]  # 2 * big = 10^38 - 2 + 1 * 10^38
     rest, _, _, _ = local_replay(p, history[2:], state, flush_at_end=True, decimals=dec)
     assert canon(first + rest) == canon(one_go)
     one_go.sort(key=lambda r: (r["emit_reason"] != "AGGREGATE", r["count"]))
     assert [(r["emit_reason"], r["sum_amount"], r["avg_amount"]) for r in one_go] == [
         ("AGGREGATE", big, None),  # the average of big needs 38 integer digits: null
-        ("AGGREGATE", None, None), ("AGGREGATE", big, None), ("AGGREGATE", D(0), D("0.0000")),
-        ("AGGREGATE", D(1), D("0.2000")), ("END_OF_INPUT", D(1), D("0.2000"))]
+        ("AGGREGATE", None, None),
+        ("AGGREGATE", big, None),
+        ("AGGREGATE", D(0), D("0.0000")),
+        ("AGGREGATE", D(1), D("0.2000")),
+        ("END_OF_INPUT", D(1), D("0.2000")),
+    ]
     ref = reference_replay(p, history, flush_at_end=True, decimals=dec)
     assert canon(ref.aggregates) == canon(one_go)
 
@@ -174,10 +223,15 @@ def test_session_merges_and_snapshots_sum_exactly():
     history = rows(amounts, event_time=[0, 8 * S, 4 * S, 20 * S])  # 4 s bridges 0 s and 8 s
     dec = {"amount": (12, 2)}
     aggs, _, _, _ = local_replay(p, history, flush_at_end=True, decimals=dec)
-    windows = sorted((r["window_start"], r["window_end"], r["emit_reason"], str(r["sum_amount"]),
-                      str(r["avg_amount"])) for r in aggs if r["emit_reason"] != "AGGREGATE")
-    assert windows == [(0, 8 * S, "END_OF_INPUT", "0.60", "0.200000"), (20 * S, 20 * S, "END_OF_INPUT", "10.00",
-                                                                         "10.000000")]
+    windows = sorted(
+        (r["window_start"], r["window_end"], r["emit_reason"], str(r["sum_amount"]), str(r["avg_amount"]))
+        for r in aggs
+        if r["emit_reason"] != "AGGREGATE"
+    )
+    assert windows == [
+        (0, 8 * S, "END_OF_INPUT", "0.60", "0.200000"),
+        (20 * S, 20 * S, "END_OF_INPUT", "10.00", "10.000000"),
+    ]
     snaps = [str(r["sum_amount"]) for r in aggs if r["emit_reason"] == "AGGREGATE"]
     assert snaps == ["0.10", "0.20", "0.60", "10.00"]
     assert canon(reference_replay(p, history, flush_at_end=True, decimals=dec).aggregates) == canon(aggs)
@@ -224,12 +278,11 @@ def money_rows(p, s, n=150, seed=0):
         if rng.random() < 0.1:
             v = None
         elif user == "c":
-            v = dec(rng.randint(-10 ** min(p - 1, 8), 10 ** min(p - 1, 8)), s)
+            v = dec(rng.randint(-(10 ** min(p - 1, 8)), 10 ** min(p - 1, 8)), s)
         else:
             v = rng.choice(values).copy_abs()
             v = v if user == "a" else v.copy_negate()
-        out.append({"arrival": i * 700, "batch": i // 3, "offset": i, "user": user, "amount": v,
-                    "event_time": i * 700})
+        out.append({"arrival": i * 700, "batch": i // 3, "offset": i, "user": user, "amount": v, "event_time": i * 700})
     return out
 
 
@@ -258,23 +311,35 @@ def test_engine_sums_and_averages_like_spark(spark_exact, p, s):
     res = replay(spark, pl, to_df(spark, history, decimals=dec), flush_at_end=True)
     got = rows_of(res.aggregates)
     df = to_df(spark, history, decimals=dec).withColumn("window_start", F.col("arrival") - F.col("arrival") % 10000)
-    exp = df.groupBy("user", "window_start").agg(F.try_sum("amount").alias("sum_amount"),
-                                                 F.try_avg("amount").alias("avg_amount"))
+    exp = df.groupBy("user", "window_start").agg(
+        F.try_sum("amount").alias("sum_amount"), F.try_avg("amount").alias("avg_amount")
+    )
     types = {f.name: f.dataType for f in res.aggregates.schema.fields}
     assert types["sum_amount"] == exp.schema["sum_amount"].dataType
     assert types["avg_amount"] == exp.schema["avg_amount"].dataType
     expected = {(r["user"], r["window_start"]): (r["sum_amount"], r["avg_amount"]) for r in exp.collect()}
-    windows = {(r["user"], r["window_start"]): (r["sum_amount"], r["avg_amount"])
-               for r in got if r["emit_reason"] != "AGGREGATE"}
+    windows = {
+        (r["user"], r["window_start"]): (r["sum_amount"], r["avg_amount"])
+        for r in got
+        if r["emit_reason"] != "AGGREGATE"
+    }
     assert _strs(windows) == _strs(expected)
     w = Window.partitionBy("user", "window_start").orderBy("arrival").rowsBetween(Window.unboundedPreceding, 0)
-    running = df.select("user", "window_start", F.count(F.lit(1)).over(w).alias("count"),
-                        F.try_sum("amount").over(w).alias("sum_amount"),
-                        F.try_avg("amount").over(w).alias("avg_amount")).collect()
-    snaps = {(r["user"], r["window_start"], r["count"]): (r["sum_amount"], r["avg_amount"])
-             for r in got if r["emit_reason"] == "AGGREGATE"}
-    assert _strs(snaps) == _strs({(r["user"], r["window_start"], r["count"]): (r["sum_amount"], r["avg_amount"])
-                                  for r in running})
+    running = df.select(
+        "user",
+        "window_start",
+        F.count(F.lit(1)).over(w).alias("count"),
+        F.try_sum("amount").over(w).alias("sum_amount"),
+        F.try_avg("amount").over(w).alias("avg_amount"),
+    ).collect()
+    snaps = {
+        (r["user"], r["window_start"], r["count"]): (r["sum_amount"], r["avg_amount"])
+        for r in got
+        if r["emit_reason"] == "AGGREGATE"
+    }
+    assert _strs(snaps) == _strs(
+        {(r["user"], r["window_start"], r["count"]): (r["sum_amount"], r["avg_amount"]) for r in running}
+    )
     assert any(v[0] is None for v in windows.values()) == (p >= 28)  # sums of decimal(38, s) overflow
     res.unpersist()
 
@@ -303,8 +368,10 @@ def test_engine_pieces_equal_one_go(spark, tmp_path, window):
     big = top(38, 0)
     neg = big.copy_negate()
     history = money_rows(38, 0, n=60, seed=7)
-    overflow = [{"arrival": 60 * 700 + i, "batch": 20 + i, "offset": 100 + i, "user": "z", "amount": v,
-                 "event_time": 60 * 700} for i, v in enumerate([big, big, neg, neg, D(1)])]
+    overflow = [
+        {"arrival": 60 * 700 + i, "batch": 20 + i, "offset": 100 + i, "user": "z", "amount": v, "event_time": 60 * 700}
+        for i, v in enumerate([big, big, neg, neg, D(1)])
+    ]
     history = sorted(history + overflow, key=lambda r: r["batch"])
     dec = {"amount": (38, 0)}
     pl = pipeline(window, triggers=("atWindowEnd", "atAggregate"))
@@ -319,8 +386,7 @@ def test_engine_pieces_equal_one_go(spark, tmp_path, window):
             state = spark.read.parquet(str(tmp_path / f"state{i}"))
             if hi == 22:
                 z = [r for r in state.collect() if r["user"] == "z" and r["state_kind"] == "window"]
-                assert [(r["partial_sum_amount"], r["partial_sum_amount_overflow"]) for r in z] == [
-                    (D(10 ** 38 - 2), 1)]
+                assert [(r["partial_sum_amount"], r["partial_sum_amount_overflow"]) for r in z] == [(D(10**38 - 2), 1)]
     assert canon(pieces) == canon(one_go)
     ref = reference_replay(pl, history, flush_at_end=True, decimals=dec)
     assert canon(one_go) == canon(ref.aggregates)

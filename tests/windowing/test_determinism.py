@@ -41,33 +41,39 @@ OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 #: Per day, rows added to the generated history (see _awkward_rows).
 NULL_EVENT_TIME, NULL_ARRIVAL, DUPLICATES, TIES = 5, 3, 6, 6
 
-SLIDING = parse_pipeline({
-    "version": 1,
-    "name": "clicks-sliding",
-    "source": {"arrivalTime": "arrival_time", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
-               "worker": "partition"},
-    "emitter": {
-        "sliding-time-window": {
-            "windowSpan": "1h",
-            "windowSlide": "15m",
-            "keyExtractor": "user_id",
-            "timeConfig": {
-                "eventTimeExtractor": "event_time",
-                "watermarkStrategy": "MAX_EVENT_TIME",  # closes windows early: many late (event, window) pairs
-                "delayWindowClose": "1m",
-                "idleTimeout": "45m",
-                "idleTimeoutClock": "PROCESSING_TIME",
-            },
-            "aggregateDefinition": [
-                {"type": "count"},
-                {"type": "sum", "column": "amount"},
-                {"type": "avg", "column": "amount"},
-                {"type": "first", "column": "event_id"},
-                {"type": "last", "column": "event_id"},
-            ],
-        }
-    },
-})
+SLIDING = parse_pipeline(
+    {
+        "version": 1,
+        "name": "clicks-sliding",
+        "source": {
+            "arrivalTime": "arrival_time",
+            "arrivalOrder": ["offset"],
+            "batch": {"interval": "1s"},
+            "worker": "partition",
+        },
+        "emitter": {
+            "sliding-time-window": {
+                "windowSpan": "1h",
+                "windowSlide": "15m",
+                "keyExtractor": "user_id",
+                "timeConfig": {
+                    "eventTimeExtractor": "event_time",
+                    "watermarkStrategy": "MAX_EVENT_TIME",  # closes windows early: many late (event, window) pairs
+                    "delayWindowClose": "1m",
+                    "idleTimeout": "45m",
+                    "idleTimeoutClock": "PROCESSING_TIME",
+                },
+                "aggregateDefinition": [
+                    {"type": "count"},
+                    {"type": "sum", "column": "amount"},
+                    {"type": "avg", "column": "amount"},
+                    {"type": "first", "column": "event_id"},
+                    {"type": "last", "column": "event_id"},
+                ],
+            }
+        },
+    }
+)
 
 PIPELINES = {
     "clicks-hourly": load_pipeline(ROOT / "examples/pipelines/clicks-hourly.yaml"),  # tumbling + idle
@@ -113,8 +119,9 @@ def _write_files(table: pa.Table, folder: Path, files: int, rng: np.random.Gener
 def history(tmp_path_factory):
     """Paths: the generated history (one folder per day) and its rewrites in 1 and 7 files."""
     base = tmp_path_factory.mktemp("determinism")
-    days = generate_history(base / "history", START, days=2, events_per_day=EVENTS_PER_DAY, keys=60,
-                            seed=11, partitions=4, files_per_day=4)
+    days = generate_history(
+        base / "history", START, days=2, events_per_day=EVENTS_PER_DAY, keys=60, seed=11, partitions=4, files_per_day=4
+    )
     rng = np.random.default_rng(5)
     for folder in days:
         pq.write_table(_awkward_rows(_read_folder(folder), rng), folder / "part-awkward.parquet")
@@ -150,10 +157,14 @@ def _rows(df) -> list[tuple]:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    cols = [F.unix_micros(F.col(f.name)).alias(f.name) if isinstance(f.dataType, T.TimestampType)
-            else F.col(f.name) for f in df.schema.fields]
-    return sorted((tuple((k, _canon(v)) for k, v in r.asDict(recursive=True).items())
-                   for r in df.select(*cols).collect()), key=repr)
+    cols = [
+        F.unix_micros(F.col(f.name)).alias(f.name) if isinstance(f.dataType, T.TimestampType) else F.col(f.name)
+        for f in df.schema.fields
+    ]
+    return sorted(
+        (tuple((k, _canon(v)) for k, v in r.asDict(recursive=True).items()) for r in df.select(*cols).collect()),
+        key=repr,
+    )
 
 
 def _collect(result) -> dict:
@@ -198,17 +209,29 @@ VARIANTS = {
     "1 file, 1 partition": ("1 file", {"spark.sql.shuffle.partitions": "1"}),
     "7 files, 3 partitions": ("7 files", {"spark.sql.shuffle.partitions": "3"}),
     "generated files, 8 partitions, adaptive": (
-        "history", {"spark.sql.shuffle.partitions": "8", "spark.sql.adaptive.enabled": "true"}),
+        "history",
+        {"spark.sql.shuffle.partitions": "8", "spark.sql.adaptive.enabled": "true"},
+    ),
     # The baseline's 4 workers on 2 slots: kernel tasks hold whole workers and build their
     # timelines; here the driver builds them from one Spark aggregation per (worker, batch).
     "commits summed by the driver": ("history", {"spark.rewindow.commits": "driver"}),
     # Scale-out (windowing.placement, windowing.chunks): 300 events a task spreads each
     # worker's keys over many tasks, its timeline sent to them as rows; 200 events a chunk
     # makes every task spill its rows and replay them in pieces of whole batches.
-    "keys spread over many tasks": ("7 files", {"spark.rewindow.eventsPerTask": "300"}),
+    # (As if on a cluster of 1,000 slots: on the suite's 2, workers this size stay whole.)
+    "keys spread over many tasks": (
+        "7 files",
+        {"spark.rewindow.eventsPerTask": "300", "spark.rewindow.taskSlots": "1000"},
+    ),
     "tasks in bounded pieces": ("history", {"spark.rewindow.eventsPerChunk": "200"}),
-    "spread and in pieces": ("1 file", {"spark.rewindow.eventsPerTask": "300",
-                                        "spark.rewindow.eventsPerChunk": "100"}),
+    "spread and in pieces": (
+        "1 file",
+        {
+            "spark.rewindow.eventsPerTask": "300",
+            "spark.rewindow.taskSlots": "1000",
+            "spark.rewindow.eventsPerChunk": "100",
+        },
+    ),
 }
 
 
@@ -257,8 +280,14 @@ def test_baseline_exercises_every_output(run, history, name):
 def test_row_order_files_and_partitions_do_not_matter(spark, run, name, variant):
     """(a) rows shuffled into 1 or 7 files, (b) 1, 3 or 8 shuffle partitions, and the
     workers' commits summed up in the kernel tasks or in the driver."""
-    settings = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", "spark.rewindow.commits",
-                "spark.rewindow.eventsPerTask", "spark.rewindow.eventsPerChunk")
+    settings = (
+        "spark.sql.shuffle.partitions",
+        "spark.sql.adaptive.enabled",
+        "spark.rewindow.commits",
+        "spark.rewindow.eventsPerTask",
+        "spark.rewindow.eventsPerChunk",
+        "spark.rewindow.taskSlots",
+    )
     before = [spark.conf.get(k, None) for k in settings]
     _assert_outputs_equal(name, run(name, variant), run(name, "baseline"))
     assert [spark.conf.get(k, None) for k in settings] == before  # restored for the tests that follow
@@ -313,12 +342,17 @@ def test_state_distinct_partials_do_not_depend_on_row_order(spark):
     (an open window with a distinct partial) must be the same, bit for bit."""
     from pyspark.sql import types as T
 
-    schema = T.StructType([
-        T.StructField("arrival_time", T.TimestampType()), T.StructField("event_time", T.TimestampType()),
-        T.StructField("offset", T.LongType()), T.StructField("partition", T.IntegerType()),
-        T.StructField("user_id", T.StringType()), T.StructField("amount", T.DoubleType()),
-        T.StructField("event_id", T.StringType()),
-    ])
+    schema = T.StructType(
+        [
+            T.StructField("arrival_time", T.TimestampType()),
+            T.StructField("event_time", T.TimestampType()),
+            T.StructField("offset", T.LongType()),
+            T.StructField("partition", T.IntegerType()),
+            T.StructField("user_id", T.StringType()),
+            T.StructField("amount", T.DoubleType()),
+            T.StructField("event_id", T.StringType()),
+        ]
+    )
     t0 = datetime(2024, 1, 1, 12, tzinfo=timezone.utc)
     rows = [(t0 + timedelta(seconds=i), t0 + timedelta(seconds=i), i, 0, "u", 1.0 + i, f"e{i}") for i in range(5)]
     pipeline = PIPELINES["clicks-hourly"]  # distinct over event_id; the 12:00 window stays open

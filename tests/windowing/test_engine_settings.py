@@ -22,6 +22,7 @@ from windowing.engine import (
     _kernel_job_conf,
     _session_conf,
     _slices_on,
+    _task_slots,
     _with_task,
     _write_tasks,
 )
@@ -31,27 +32,39 @@ from windowing.sample import generate_history
 ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 
-PIPELINE = parse_pipeline({
-    "name": "settings",
-    "source": {"arrivalTime": "arrival_time", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
-               "worker": "partition"},
-    "emitter": {"tumbling-time-window": {
-        "windowSpan": "10m", "keyExtractor": "user_id",
-        "timeConfig": {"eventTimeExtractor": "event_time"},
-        "aggregateDefinition": [{"type": "count"}],
-    }},
-})
+PIPELINE = parse_pipeline(
+    {
+        "name": "settings",
+        "source": {
+            "arrivalTime": "arrival_time",
+            "arrivalOrder": ["offset"],
+            "batch": {"interval": "1s"},
+            "worker": "partition",
+        },
+        "emitter": {
+            "tumbling-time-window": {
+                "windowSpan": "10m",
+                "keyExtractor": "user_id",
+                "timeConfig": {"eventTimeExtractor": "event_time"},
+                "aggregateDefinition": [{"type": "count"}],
+            }
+        },
+    }
+)
 
 
-@pytest.mark.parametrize("rows, most, slots, expected", [
-    (0, 8, 2, 1),                        # an empty output is still one (empty) file
-    (ROWS_PER_FILE // 2, 8, 2, 1),
-    (int(2.8 * ROWS_PER_FILE), 40, 2, 4),  # 3 files' worth on 2 slots: two even waves of 2
-    (int(2.8 * ROWS_PER_FILE), 40, 200, 3),  # a big cluster runs the 3 at once
-    (int(2.8 * ROWS_PER_FILE), 40, None, 3),  # Spark Connect: slots unknown
-    (int(9.5 * ROWS_PER_FILE), 8, 2, 8),  # never more than the kernel's tasks
-    (int(5.5 * ROWS_PER_FILE), 40, 4, 8),
-])
+@pytest.mark.parametrize(
+    "rows, most, slots, expected",
+    [
+        (0, 8, 2, 1),  # an empty output is still one (empty) file
+        (ROWS_PER_FILE // 2, 8, 2, 1),
+        (int(2.8 * ROWS_PER_FILE), 40, 2, 4),  # 3 files' worth on 2 slots: two even waves of 2
+        (int(2.8 * ROWS_PER_FILE), 40, 200, 3),  # a big cluster runs the 3 at once
+        (int(2.8 * ROWS_PER_FILE), 40, None, 3),  # Spark Connect: slots unknown
+        (int(9.5 * ROWS_PER_FILE), 8, 2, 8),  # never more than the kernel's tasks
+        (int(5.5 * ROWS_PER_FILE), 40, 4, 8),
+    ],
+)
 def test_write_tasks(rows, most, slots, expected):
     assert _write_tasks(rows, most, slots) == expected
 
@@ -59,8 +72,9 @@ def test_write_tasks(rows, most, slots, expected):
 @pytest.fixture(scope="module")
 def events(spark, tmp_path_factory):
     folder = tmp_path_factory.mktemp("settings-events")
-    generate_history(folder, datetime(2024, 1, 1, tzinfo=timezone.utc), 1, 2_000, 50, seed=3, partitions=2,
-                     files_per_day=2)
+    generate_history(
+        folder, datetime(2024, 1, 1, tzinfo=timezone.utc), 1, 2_000, 50, seed=3, partitions=2, files_per_day=2
+    )
     return read_events(spark, str(folder))
 
 
@@ -101,10 +115,15 @@ def test_lateness_percentiles_are_exact_whichever_way_the_values_come_back(spark
     def percentiles():
         result = replay(spark, PIPELINE, events)
         try:
-            exact = result.late_events.agg(F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"),
-                                           F.max("lateness_ms").alias("mx")).first()
-            return result.metrics, {"p50": exact["p"][0], "p90": exact["p"][1], "p99": exact["p"][2],
-                                    "max": exact["mx"]}
+            exact = result.late_events.agg(
+                F.percentile("lateness_ms", [0.5, 0.9, 0.99]).alias("p"), F.max("lateness_ms").alias("mx")
+            ).first()
+            return result.metrics, {
+                "p50": exact["p"][0],
+                "p90": exact["p"][1],
+                "p99": exact["p"][2],
+                "max": exact["mx"],
+            }
         finally:
             result.unpersist()
 
@@ -130,8 +149,12 @@ def test_the_salted_hash_is_sparks(spark):
     assert {r["v"]: r["h"] for r in got} == dict(zip(values, placement.spark_hash_ints(np.array(values)).tolist()))
     n = 37
     salts = placement.salts(n)
-    landed = spark.createDataFrame([(s,) for s in salts], "s int").repartition(n, "s") \
-        .select("s", F.spark_partition_id().alias("p")).collect()
+    landed = (
+        spark.createDataFrame([(s,) for s in salts], "s int")
+        .repartition(n, "s")
+        .select("s", F.spark_partition_id().alias("p"))
+        .collect()
+    )
     assert {r["s"]: r["p"] for r in landed} == {s: p for p, s in enumerate(salts)}
 
 
@@ -146,8 +169,10 @@ def test_each_worker_lands_in_the_task_it_was_given(spark, many, monkeypatch):
 
     if many:
         monkeypatch.setattr("windowing.engine.MAX_WORKER_MAP", 2)
-    df = spark.createDataFrame([(f"w{i % 6}" if i % 7 else None, f"k{i % 50}", i) for i in range(600)],
-                               "partition string, user_id string, n int")
+    df = spark.createDataFrame(
+        [(f"w{i % 6}" if i % 7 else None, f"k{i % 50}", i) for i in range(600)],
+        "partition string, user_id string, n int",
+    )
     plan = placement.TaskPlan(6, {**{f"w{i}": i % 3 for i in range(5)}, None: 1}, {"w5": (3, 3)})
     placed, _, nparts = kernel_input(spark, PIPELINE, df, plan=plan)
     assert nparts == 6
@@ -174,10 +199,13 @@ def test_a_hot_key_is_found_and_its_windows_land_in_its_slices(spark):
     from windowing.engine import _hot_keys, _normalise, kernel_input
 
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    rows = [("w", "hot" if i % 4 else f"k{i % 13}", start + timedelta(seconds=i), start + timedelta(seconds=i), i)
-            for i in range(3600)]
-    df = spark.createDataFrame(rows, "partition string, user_id string, arrival_time timestamp, "
-                                     "event_time timestamp, offset int")
+    rows = [
+        ("w", "hot" if i % 4 else f"k{i % 13}", start + timedelta(seconds=i), start + timedelta(seconds=i), i)
+        for i in range(3600)
+    ]
+    df = spark.createDataFrame(
+        rows, "partition string, user_id string, arrival_time timestamp, event_time timestamp, offset int"
+    )
     plan = placement.plan_tasks({"w": 3600}, True, 1000, 2)
     assert plan.spread == {"w": (0, 4)} and plan.share == 900
     hot = _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan)
@@ -193,20 +221,57 @@ def test_a_hot_key_is_found_and_its_windows_land_in_its_slices(spark):
     assert others <= {0, 1, 2, 3} and len(got) == 3600
 
 
+def test_hot_keys_of_a_large_threshold_are_found_in_a_sample(spark, monkeypatch):
+    """Over a threshold of more than ``HOT_KEY_SAMPLE`` events the rows are sampled: the hot
+    key is still found, its events estimated to a few %, and a key just under the threshold
+    is not (with the sample's size set low so that a small history has a large threshold)."""
+    from datetime import timedelta
+
+    from windowing import engine
+    from windowing.engine import _hot_keys, _normalise
+
+    monkeypatch.setattr(engine, "HOT_KEY_SAMPLE", 1_000)
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    # 40,000 events of one worker: "hot" 24,000, "warm" 12,000, 4,000 spread over 40 keys.
+    keys = ["hot"] * 6 + ["warm"] * 3 + ["cold"]
+    rows = [
+        (
+            "w",
+            keys[i % 10] if keys[i % 10] != "cold" else f"k{i % 40}",
+            start + timedelta(seconds=i),
+            start + timedelta(seconds=i),
+            i,
+        )
+        for i in range(40_000)
+    ]
+    df = spark.createDataFrame(
+        rows, "partition string, user_id string, arrival_time timestamp, event_time timestamp, offset int"
+    )
+    plan = placement.plan_tasks({"w": 40_000}, True, 10_000, 2)
+    assert placement.hot_key_threshold(plan) > 12_000  # "warm" is under it, so the sample decides
+    hot = _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan)
+    assert list(hot) == [("w", "hot")]
+    assert abs(hot[("w", "hot")] - 24_000) < 0.1 * 24_000
+    assert _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan) == hot  # a fixed seed: the same plan again
+
+
 def test_task_plans_from_the_data():
     plan = placement.plan_tasks
     # The bench's shape: 8 workers of 1.25 M events, 1 M a task: each worker whole in a task.
-    assert plan({i: 1_250_000 for i in range(8)}, True, 1_000_000, 2) == \
-        placement.TaskPlan(8, {i: i for i in range(8)}, {})
+    assert plan({i: 1_250_000 for i in range(8)}, True, 1_000_000, 2) == placement.TaskPlan(
+        8, {i: i for i in range(8)}, {}
+    )
     # One keyed worker of 10 M: spread over 10 tasks by key; unkeyed, its one key is sliced
     # by window over 10 tasks (tumbling and sliding windows), else it stays whole.
     assert plan({"a": 10_000_000}, True, 1_000_000, 2) == placement.TaskPlan(10, {}, {"a": (0, 10)})
-    assert plan({"a": 10_000_000}, False, 1_000_000, 2, sliceable=True) == \
-        placement.TaskPlan(10, {}, {}, {"a": (0, 10)})
+    assert plan({"a": 10_000_000}, False, 1_000_000, 2, sliceable=True) == placement.TaskPlan(
+        10, {}, {}, {"a": (0, 10)}
+    )
     assert plan({"a": 10_000_000}, False, 1_000_000, 2) == placement.TaskPlan(1, {"a": 0}, {})
     # Beside small workers, which are packed whole into tasks before it.
-    assert plan({"a": 10_000_000, "b": 5, "c": 7}, False, 1_000_000, 2, sliceable=True) == \
-        placement.TaskPlan(12, {"b": 0, "c": 0}, {}, {"a": (1, 11)})
+    assert plan({"a": 10_000_000, "b": 5, "c": 7}, False, 1_000_000, 2, sliceable=True) == placement.TaskPlan(
+        12, {"b": 0, "c": 0}, {}, {"a": (1, 11)}
+    )
     # A small keyed worker still fills the slots.
     assert plan({"a": 1000}, True, 1_000_000, 2) == placement.TaskPlan(2, {}, {"a": (0, 2)})
     # 1,000 small workers: packed whole into as many tasks as their events need, evenly.
@@ -214,10 +279,39 @@ def test_task_plans_from_the_data():
     assert many.tasks == 4 and not many.spread and len(many.whole) == 1000
     loads = [sum(4000 - w % 3 for w, t in many.whole.items() if t == task) for task in range(4)]
     assert max(loads) - min(loads) <= 4000
-    # Ten times the history, ten times the tasks.
-    assert plan({i: 12_500_000 for i in range(8)}, True, 1_000_000, 2).tasks == 104
+    # The 100 M bench's shape: on 2 slots its 8 workers stay whole (each under 1.5 slots'
+    # share: spreading would cost a pass for the timelines and buy no parallelism); on 64
+    # slots each is spread over 13 tasks.
+    assert plan({i: 12_500_000 for i in range(8)}, True, 1_000_000, 2) == placement.TaskPlan(
+        8, {i: i for i in range(8)}, {}
+    )
+    assert plan({i: 12_500_000 for i in range(8)}, True, 1_000_000, 64).tasks == 104
+    # Ten times the history on a cluster, ten times the tasks.
+    assert plan({i: 125_000_000 for i in range(8)}, True, 1_000_000, 200).tasks == 1000
+    # On 2 slots, a worker twice the others' size stays whole; one of 30 M in 37 M (over 1.5
+    # slots' share: whole, its task would be the stage) is spread, the others stay whole.
+    assert plan({0: 2_000_000, **{i: 1_000_000 for i in range(1, 8)}}, True, 100_000, 2).spread == {}
+    skewed = plan({0: 30_000_000, **{i: 1_000_000 for i in range(1, 8)}}, True, 100_000, 2)
+    assert set(skewed.spread) == {0} and set(skewed.whole) == set(range(1, 8))
     # spark.rewindow.commits=tasks: every worker whole.
     assert plan({"a": 10_000_000}, True, 1_000_000, 2, force_whole=True) == placement.TaskPlan(1, {"a": 0}, {})
+
+
+def test_the_task_slots_the_plan_assumes():
+    slots = placement.task_slots
+    assert slots({}, 2) == 2  # the session's parallelism
+    assert slots({}, None) is None  # Spark Connect: not known
+    assert slots({"spark.rewindow.taskSlots": "1_000"}, 2) == 1000
+    dynamic = {
+        "spark.dynamicAllocation.enabled": "true",
+        "spark.dynamicAllocation.maxExecutors": "50",
+        "spark.executor.cores": "4",
+    }
+    assert slots(dynamic, 2) == 200  # the executors it may get, not the 2 cores it started with
+    assert slots({**dynamic, "spark.dynamicAllocation.maxExecutors": None}, 2) is None  # unbounded
+    assert slots({**dynamic, "spark.rewindow.taskSlots": "16"}, 2) == 16
+    with pytest.raises(ValueError, match="spark.rewindow.taskSlots: 'many'"):
+        slots({"spark.rewindow.taskSlots": "many"}, 2)
 
 
 def test_the_scale_settings_are_checked(spark):
@@ -235,8 +329,12 @@ def test_the_scale_settings_are_checked(spark):
     with _session_conf(spark, {placement.SLICES_CONF: "OFF"}):
         assert not _slices_on(spark)
     assert _slices_on(spark)  # auto by default
-
-
+    with _session_conf(spark, {placement.TASK_SLOTS_CONF: "0"}):
+        with pytest.raises(ConfigError, match="spark.rewindow.taskSlots: '0'"):
+            _task_slots(spark)
+    with _session_conf(spark, {placement.TASK_SLOTS_CONF: "12"}):
+        assert _task_slots(spark) == 12
+    assert _task_slots(spark) == spark.sparkContext.defaultParallelism
 
 
 @pytest.mark.parametrize("hot", [False, True], ids=["spread worker", "spread worker with a hot key"])
@@ -253,10 +351,19 @@ def test_the_packed_timeline_rows_do_not_depend_on_the_input_order(spark, hot):
     from windowing.engine import _hot_keys, _normalise, _split_timeline_rows
 
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    rows = [("w", "hot" if hot and i % 4 else f"k{i % 13}", start + timedelta(seconds=i // 3),
-             start + timedelta(seconds=i // 3), i) for i in range(3600)]
-    df = spark.createDataFrame(rows, "partition string, user_id string, arrival_time timestamp, "
-                                     "event_time timestamp, offset int")
+    rows = [
+        (
+            "w",
+            "hot" if hot and i % 4 else f"k{i % 13}",
+            start + timedelta(seconds=i // 3),
+            start + timedelta(seconds=i // 3),
+            i,
+        )
+        for i in range(3600)
+    ]
+    df = spark.createDataFrame(
+        rows, "partition string, user_id string, arrival_time timestamp, event_time timestamp, offset int"
+    )
     plan = placement.plan_tasks({"w": 3600}, True, 1000, 2)
     if hot:
         plan = placement.with_hot_keys(plan, _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan))
@@ -266,7 +373,10 @@ def test_the_packed_timeline_rows_do_not_depend_on_the_input_order(spark, hot):
         timeline = _split_timeline_rows(PIPELINE, _normalise(PIPELINE, order), plan)
         packed.append(sorted(timeline.collect(), key=repr))
     assert {r["__task"] for r in packed[0]} == set(range(plan.tasks))  # each task gets its worker's timeline
-    batches = {chunks.unpacked(r["__packed"]["rows"]).num_rows for r in packed[0]
-               if r["__packed"]["kind"] == chunks.TIMELINE_KIND}
+    batches = {
+        chunks.unpacked(r["__packed"]["rows"]).num_rows
+        for r in packed[0]
+        if r["__packed"]["kind"] == chunks.TIMELINE_KIND
+    }
     assert batches == {1200}  # 3,600 events, 3 a batch: the worker's 1,200 batches in one pack
     assert packed[0] == packed[1] == packed[2]

@@ -18,6 +18,10 @@ from windowing.engine import _session_conf
 from windowing.io import read_state
 
 SPARK_CASES = cases(30)
+#: The kernel stage planned as if for a cluster of this many slots: on the suite's 2, the
+#: generated histories' workers would stay whole (a worker is spread only when it is larger
+#: than a slot's share: windowing.placement).
+SLOTS = "1000"
 _tmp = itertools.count()
 
 
@@ -35,8 +39,9 @@ def _input(pipeline, rows):
 def test_engine_matches_model(spark, pipeline, rows, flush, seed):
     rows, columns = _input(pipeline, rows)
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
-    aggs, late, rejected, _, metrics = run_engine(spark, pipeline, rows, flush_at_end=flush, seed=seed,
-                                                  partitions=seed + 1, columns=columns if not rows else None)
+    aggs, late, rejected, _, metrics = run_engine(
+        spark, pipeline, rows, flush_at_end=flush, seed=seed, partitions=seed + 1, columns=columns if not rows else None
+    )
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
     assert canon(rejected) == canon(ref.rejected)
@@ -47,19 +52,30 @@ def test_engine_matches_model(spark, pipeline, rows, flush, seed):
 
 
 @cases(15)
-@given(pipelines(), histories(), st.booleans(), st.sampled_from([1, 4, 25]), st.sampled_from([1, 3, 10**6]),
-       st.sampled_from(["auto", "tasks"]))
+@given(
+    pipelines(),
+    histories(),
+    st.booleans(),
+    st.sampled_from([1, 4, 25]),
+    st.sampled_from([1, 3, 10**6]),
+    st.sampled_from(["auto", "tasks"]),
+)
 def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task, per_chunk, commits):
     """The kernel stage sized from the data (``spark.rewindow.eventsPerTask``: a worker's
     keys spread over many tasks, its timeline sent to them as rows) and each task replayed
     in bounded pieces (``spark.rewindow.eventsPerChunk``): the model's rows and counts."""
     rows, columns = _input(pipeline, rows)
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
-    conf = {"spark.rewindow.eventsPerTask": str(per_task), "spark.rewindow.eventsPerChunk": str(per_chunk),
-            "spark.rewindow.commits": commits}
+    conf = {
+        "spark.rewindow.eventsPerTask": str(per_task),
+        "spark.rewindow.eventsPerChunk": str(per_chunk),
+        "spark.rewindow.commits": commits,
+        "spark.rewindow.taskSlots": SLOTS,
+    }
     with _session_conf(spark, conf):
-        aggs, late, rejected, _, metrics = run_engine(spark, pipeline, rows, flush_at_end=flush,
-                                                      columns=columns if not rows else None)
+        aggs, late, rejected, _, metrics = run_engine(
+            spark, pipeline, rows, flush_at_end=flush, columns=columns if not rows else None
+        )
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
     assert canon(rejected) == canon(ref.rejected)
@@ -68,10 +84,14 @@ def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task,
 
 
 @cases(14)
-@given(pipelines(windows=("tumbling-time-window", "sliding-time-window")), histories(), st.booleans(),
-       st.sampled_from([2, 10**6]), st.booleans())
-def test_hot_keys_sliced_over_tasks_match_them_whole_and_the_model(spark, pipeline, rows, flush, per_chunk,
-                                                                   unkeyed):
+@given(
+    pipelines(windows=("tumbling-time-window", "sliding-time-window")),
+    histories(),
+    st.booleans(),
+    st.sampled_from([2, 10**6]),
+    st.booleans(),
+)
+def test_hot_keys_sliced_over_tasks_match_them_whole_and_the_model(spark, pipeline, rows, flush, per_chunk, unkeyed):
     """2 events a task: an unkeyed pipeline's workers (one key each), or a keyed pipeline's
     hot keys (over 1.5 tasks' share), are replayed in slices of their windows over several
     tasks (windowing.kernel.slices), or whole with ``spark.rewindow.slices=off``: the
@@ -82,13 +102,23 @@ def test_hot_keys_sliced_over_tasks_match_them_whole_and_the_model(spark, pipeli
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
     out = {}
     for mode in ("auto", "off"):
-        conf = {"spark.rewindow.eventsPerTask": "2", "spark.rewindow.eventsPerChunk": str(per_chunk),
-                "spark.rewindow.slices": mode}
+        conf = {
+            "spark.rewindow.eventsPerTask": "2",
+            "spark.rewindow.eventsPerChunk": str(per_chunk),
+            "spark.rewindow.slices": mode,
+            "spark.rewindow.taskSlots": SLOTS,
+        }
         with _session_conf(spark, conf):
-            aggs, late, rejected, state, metrics = run_engine(spark, pipeline, rows, flush_at_end=flush,
-                                                              columns=columns if not rows else None)
-            out[mode] = (canon(aggs), canon(late), canon(rejected), canon([r.asDict() for r in state.collect()]),
-                         metrics.to_dict())
+            aggs, late, rejected, state, metrics = run_engine(
+                spark, pipeline, rows, flush_at_end=flush, columns=columns if not rows else None
+            )
+            out[mode] = (
+                canon(aggs),
+                canon(late),
+                canon(rejected),
+                canon([r.asDict() for r in state.collect()]),
+                metrics.to_dict(),
+            )
     assert out["auto"][1] == canon(ref.late_events)
     assert out["auto"][0] == canon(ref.aggregates)
     assert out["auto"] == out["off"]
@@ -100,8 +130,9 @@ def test_pieces_through_parquet_state_match_model(spark, tmp_path_factory, pipel
     rows, columns = _input(pipeline, rows)
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
     pieces = split_points(pipeline, rows, cuts)
-    aggs, late = _through_parquet_state(spark, tmp_path_factory.mktemp(f"pieces{next(_tmp)}"), pipeline, pieces,
-                                        flush, columns)
+    aggs, late = _through_parquet_state(
+        spark, tmp_path_factory.mktemp(f"pieces{next(_tmp)}"), pipeline, pieces, flush, columns
+    )
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
 
@@ -125,9 +156,14 @@ def _through_parquet_state(spark, base, pipeline, pieces, flush, columns=None):
     and late rows of all of them (``columns`` names the columns of an empty piece)."""
     state, aggs, late = None, [], []
     for i, piece in enumerate(pieces):
-        a, lt, _, state_df, _ = run_engine(spark, pipeline, piece, state=state,
-                                           flush_at_end=flush and i == len(pieces) - 1,
-                                           columns=columns if not piece else None)
+        a, lt, _, state_df, _ = run_engine(
+            spark,
+            pipeline,
+            piece,
+            state=state,
+            flush_at_end=flush and i == len(pieces) - 1,
+            columns=columns if not piece else None,
+        )
         state_df.write.parquet(str(base / f"state{i}"))
         state = read_state(spark, base / f"state{i}")
         aggs += a
@@ -137,33 +173,67 @@ def _through_parquet_state(spark, base, pipeline, pieces, flush, columns=None):
 
 #: stddev and percentile (issue 14): a session and a sliding window over float and integer
 #: columns, with a snapshot trigger, replayed in three pieces through Parquet state.
-STATS_AGGREGATES = [{"type": "stddev_pop", "column": "amount"}, {"type": "stddev_samp", "column": "qty"},
-                    {"type": "percentile", "column": "amount", "percentage": 0.9},
-                    {"type": "percentile", "column": "qty"}]
+STATS_AGGREGATES = [
+    {"type": "stddev_pop", "column": "amount"},
+    {"type": "stddev_samp", "column": "qty"},
+    {"type": "percentile", "column": "amount", "percentage": 0.9},
+    {"type": "percentile", "column": "qty"},
+]
 
 
 def _stats_pipeline(wtype: str):
-    window = {"session-window": {"timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "3s"}},
-              "sliding-time-window": {"windowSpan": "6s", "windowSlide": "2s",
-                                      "timeConfig": {"eventTimeExtractor": "event_time"}}}[wtype]
-    return parse_pipeline({
-        "name": "stats", "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
-        "emitter": {wtype: {**window, "keyExtractor": "user", "aggregateDefinition": STATS_AGGREGATES},
-                    "triggers": ["atWindowEnd", "atAggregate"]},
-    })
+    window = {
+        "session-window": {"timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "3s"}},
+        "sliding-time-window": {
+            "windowSpan": "6s",
+            "windowSlide": "2s",
+            "timeConfig": {"eventTimeExtractor": "event_time"},
+        },
+    }[wtype]
+    return parse_pipeline(
+        {
+            "name": "stats",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+            "emitter": {
+                wtype: {**window, "keyExtractor": "user", "aggregateDefinition": STATS_AGGREGATES},
+                "triggers": ["atWindowEnd", "atAggregate"],
+            },
+        }
+    )
 
 
 def test_stddev_and_percentile_in_pieces_match_model(spark, tmp_path_factory):
-    events = [(1, "a", 0.1, 3), (2, "a", 0.2, None), (3, "b", 1e16, 5), (2, "a", None, 7), (9, "a", -1.5, 1),
-              (10, "b", 0.3, 2), (20, "a", 2.25, 4)]
-    rows = [{"arrival": b * 1000, "batch": b, "offset": b, "event_time": t * 1000, "worker": 0, "user": u,
-             "amount": a, "qty": q, "tag": "x", "name": "n"} for b, (t, u, a, q) in enumerate(events, start=1)]
+    events = [
+        (1, "a", 0.1, 3),
+        (2, "a", 0.2, None),
+        (3, "b", 1e16, 5),
+        (2, "a", None, 7),
+        (9, "a", -1.5, 1),
+        (10, "b", 0.3, 2),
+        (20, "a", 2.25, 4),
+    ]
+    rows = [
+        {
+            "arrival": b * 1000,
+            "batch": b,
+            "offset": b,
+            "event_time": t * 1000,
+            "worker": 0,
+            "user": u,
+            "amount": a,
+            "qty": q,
+            "tag": "x",
+            "name": "n",
+        }
+        for b, (t, u, a, q) in enumerate(events, start=1)
+    ]
     for wtype in ("session-window", "sliding-time-window"):
         pipeline = _stats_pipeline(wtype)
         ref = reference_replay(pipeline, rows, flush_at_end=True)
         pieces = [rows[:3], rows[3:5], rows[5:]]
-        aggs, late = _through_parquet_state(spark, tmp_path_factory.mktemp(f"stats{next(_tmp)}"), pipeline, pieces,
-                                            True)
+        aggs, late = _through_parquet_state(
+            spark, tmp_path_factory.mktemp(f"stats{next(_tmp)}"), pipeline, pieces, True
+        )
         assert canon(late) == canon(ref.late_events)
         assert canon(aggs) == canon(ref.aggregates)
         assert any(r["stddev_samp_qty"] is not None for r in aggs)

@@ -23,18 +23,23 @@ def _case(case):
     rows = []
     for i, (name, t, batch) in enumerate(events):
         arrival = arrivals[i] * S if arrivals else batch * 100 * S + i
-        rows.append({"name": name, "event_time": t * S, "batch": batch, "arrival": arrival,
-                     "offset": i, "amount": float(2 ** i)})
-    pipeline = parse_pipeline({
-        "name": "golden",
-        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
-        "emitter": {"tumbling-time-window": {
-            "windowSpan": "10s",
-            "timeConfig": case["timeConfig"],
-            "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"}],
-        }},
-        **({"replay": case["replay"]} if "replay" in case else {}),
-    })
+        rows.append(
+            {"name": name, "event_time": t * S, "batch": batch, "arrival": arrival, "offset": i, "amount": float(2**i)}
+        )
+    pipeline = parse_pipeline(
+        {
+            "name": "golden",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "timeConfig": case["timeConfig"],
+                    "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"}],
+                }
+            },
+            **({"replay": case["replay"]} if "replay" in case else {}),
+        }
+    )
     bit = {r["name"]: r["amount"] for r in rows}
     emitted = sorted(
         (ws * S, we * S, sum(bit[e] for e in names), batch, reason, *(s * S for s in emit_time))
@@ -48,8 +53,17 @@ def _observed(aggs, late, emitted):
     """The rows as the expectation has them (with ``emit_time`` where it gives it)."""
     with_time = any(len(e) == 6 for e in emitted)
     return (
-        sorted((r["window_start"], r["window_end"], r["sum_amount"], r["emit_batch"], r["emit_reason"],
-                *([r["emit_time"]] if with_time else [])) for r in aggs),
+        sorted(
+            (
+                r["window_start"],
+                r["window_end"],
+                r["sum_amount"],
+                r["emit_batch"],
+                r["emit_reason"],
+                *([r["emit_time"]] if with_time else []),
+            )
+            for r in aggs
+        ),
         sorted((r["name"], r["window_start"], r["watermark"]) for r in late),
     )
 
@@ -75,7 +89,8 @@ def test_kernel(case):
 @pytest.mark.parametrize("case", CASES, ids=ids)
 def test_spark_engine(spark, case, seed):
     pipeline, rows, flush, emitted, late = _case(case)
-    aggs, late_rows, rejected, _, _ = run_engine(spark, pipeline, rows, flush_at_end=flush, seed=seed,
-                                                 partitions=seed and seed + 1)
+    aggs, late_rows, rejected, _, _ = run_engine(
+        spark, pipeline, rows, flush_at_end=flush, seed=seed, partitions=seed and seed + 1
+    )
     assert _observed(aggs, late_rows, emitted) == (emitted, late)
     assert rejected == []

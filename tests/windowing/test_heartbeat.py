@@ -30,8 +30,9 @@ def mmss(text: str) -> int:
     return int(minutes) * M + round(float(seconds) * S)
 
 
-def pipeline(heartbeat=None, clock=None, event_time=False, batch=None, triggers=None, key=False, worker=False,
-             idle="5m"):
+def pipeline(
+    heartbeat=None, clock=None, event_time=False, batch=None, triggers=None, key=False, worker=False, idle="5m"
+):
     """Tumbling 1 h windows, ``count``, idle timeout ``idle``; batches of 1 s unless told."""
     tc: dict = {"idleTimeout": idle}
     if event_time:
@@ -78,8 +79,10 @@ EXECUTORS = {"model": replay_model, "kernel": replay_kernel}
 
 def emitted(rows):
     """(count, reason, emit_batch, emit_time, emit_watermark, emission) of each row, sorted."""
-    return sorted((r["count"], r["emit_reason"], r["emit_batch"], r["emit_time"], r["emit_watermark"], r["emission"])
-                  for r in rows)
+    return sorted(
+        (r["count"], r["emit_reason"], r["emit_batch"], r["emit_time"], r["emit_watermark"], r["emission"])
+        for r in rows
+    )
 
 
 def run_all(p, rows, flush=True, cuts=()):
@@ -122,30 +125,38 @@ def test_fifteen_minutes_of_silence_flush_at_the_heartbeat_tick(cuts):
     ]
 
 
-@pytest.mark.parametrize("heartbeat, flushed_at", [
-    (None, "06:00"),   # the default, 60 s: the first tick at or after 05:30
-    ("60s", "06:00"),
-    ("5m", "10:00"),   # ticks 05:00 (too early), 10:00
-    ("7m", "07:00"),   # 07:00 is the first multiple of 7 min after 05:30
-    ("PT90S", "06:00"),  # 04:30 too early, 06:00
-    ("15m", "15:00"),  # the only tick in the silence, half a minute before the next batch
-    ("16m", None),     # no tick between 00:30 and 15:30
-    ("0s", None),      # off: the clock moves only at commits, as before the heartbeat
-])
+@pytest.mark.parametrize(
+    "heartbeat, flushed_at",
+    [
+        (None, "06:00"),  # the default, 60 s: the first tick at or after 05:30
+        ("60s", "06:00"),
+        ("5m", "10:00"),  # ticks 05:00 (too early), 10:00
+        ("7m", "07:00"),  # 07:00 is the first multiple of 7 min after 05:30
+        ("PT90S", "06:00"),  # 04:30 too early, 06:00
+        ("15m", "15:00"),  # the only tick in the silence, half a minute before the next batch
+        ("16m", None),  # no tick between 00:30 and 15:30
+        ("0s", None),  # off: the clock moves only at commits, as before the heartbeat
+    ],
+)
 def test_heartbeat_interval(heartbeat, flushed_at):
     got = run_all(pipeline(heartbeat), SILENCE, cuts=(1,))
     if flushed_at is None:
         assert got == [(2, "END_OF_INPUT", 930, mmss("15:30"), mmss("15:30"), 1)]
     else:
-        assert got == [(1, "END_OF_INPUT", 930, mmss("15:30"), mmss("15:30"), 2),
-                       (1, "IDLE", 30, mmss(flushed_at), mmss("00:30"), 1)]
+        assert got == [
+            (1, "END_OF_INPUT", 930, mmss("15:30"), mmss("15:30"), 2),
+            (1, "IDLE", 30, mmss(flushed_at), mmss("00:30"), 1),
+        ]
 
 
-@pytest.mark.parametrize("second, windows", [
-    ("06:00", 1),      # the tick at 06:00 is not strictly before the next batch's arrival: no tick
-    ("06:00.001", 2),  # now it is
-    ("05:59", 1),      # no tick between 00:30 and 05:59 finds the key idle
-])
+@pytest.mark.parametrize(
+    "second, windows",
+    [
+        ("06:00", 1),  # the tick at 06:00 is not strictly before the next batch's arrival: no tick
+        ("06:00.001", 2),  # now it is
+        ("05:59", 1),  # no tick between 00:30 and 05:59 finds the key idle
+    ],
+)
 def test_a_tick_must_come_strictly_before_the_next_batch(second, windows):
     got = run_all(pipeline(), [row("00:30", 0), row(second, 1)])
     assert len(got) == windows
@@ -169,11 +180,12 @@ def test_ticks_run_from_the_worker_clock_and_flush_each_key_when_due():
       20:00 a (batch 1200): [0, 1h) of a opens again, flushed at end
     """
     p = pipeline(key=True)
-    rows = [row("00:30", 0, user="a"), row("04:00", 1, user="b"), row("08:30", 2, user="b"),
-            row("20:00", 3, user="a")]
+    rows = [row("00:30", 0, user="a"), row("04:00", 1, user="b"), row("08:30", 2, user="b"), row("20:00", 3, user="a")]
     got = run_all(p, rows, cuts=(2,))
-    by_user = sorted((r["user"], r["emit_reason"], r["emit_batch"], r["emit_time"], r["count"])
-                     for r in replay_model(p, [rows], True))
+    by_user = sorted(
+        (r["user"], r["emit_reason"], r["emit_batch"], r["emit_time"], r["count"])
+        for r in replay_model(p, [rows], True)
+    )
     assert by_user == [
         ("a", "END_OF_INPUT", 1200, mmss("20:00"), 1),
         ("a", "IDLE", 240, mmss("06:00"), 1),
@@ -186,10 +198,11 @@ def test_ticks_are_per_worker():
     """Worker 1's arrivals do not move worker 0's clock, nor its ticks (contract section 5.2:
     the worker's clock, its next batch)."""
     p = pipeline(worker=True)
-    rows = [row("00:30", 0, worker=0), row("02:00", 1, worker=1), row("09:00", 2, worker=1),
-            row("15:30", 3, worker=0)]
-    got = sorted((r["worker"], r["emit_reason"], r["emit_batch"], r["emit_time"], r["count"])
-                 for r in replay_model(p, [rows], True))
+    rows = [row("00:30", 0, worker=0), row("02:00", 1, worker=1), row("09:00", 2, worker=1), row("15:30", 3, worker=0)]
+    got = sorted(
+        (r["worker"], r["emit_reason"], r["emit_batch"], r["emit_time"], r["count"])
+        for r in replay_model(p, [rows], True)
+    )
     assert got == [
         (0, "END_OF_INPUT", 930, mmss("15:30"), 1),
         (0, "IDLE", 30, mmss("06:00"), 1),
@@ -223,12 +236,23 @@ def test_event_time_clock_ignores_the_heartbeat():
 def test_session_windows_flush_at_the_tick():
     """Session gap 5 min, PROCESSING_TIME clock (no event-time column): the session {e0}
     is flushed at the 06:00 tick, before the 15:30 event opens a new one."""
-    p = parse_pipeline({"name": "hb", "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"]},
-                        "emitter": {"session-window": {"timeConfig": {"idleTimeout": "5m", "delayWindowClose": "1h"},
-                                                       "aggregateDefinition": [{"type": "count"}]}}})
+    p = parse_pipeline(
+        {
+            "name": "hb",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"]},
+            "emitter": {
+                "session-window": {
+                    "timeConfig": {"idleTimeout": "5m", "delayWindowClose": "1h"},
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
     got = run_all(p, SILENCE + [row("15:40", 2)], cuts=(1,))
-    assert got == [(1, "IDLE", 30, mmss("06:00"), mmss("00:30") - 60 * M, 1),
-                   (2, "END_OF_INPUT", 940, mmss("15:40"), mmss("15:40") - 60 * M, 1)]
+    assert got == [
+        (1, "IDLE", 30, mmss("06:00"), mmss("00:30") - 60 * M, 1),
+        (2, "END_OF_INPUT", 940, mmss("15:40"), mmss("15:40") - 60 * M, 1),
+    ]
 
 
 # --------------------------------------------------------------------------- emit_time
@@ -237,19 +261,35 @@ def test_session_windows_flush_at_the_tick():
 def test_emit_time_of_watermark_and_end_of_input_rows_is_the_worker_clock():
     """Batch 2 holds a (08:00) and b (09:00): the commit's clock is 09:00, so a's window
     closed by that commit carries emit time 09:00, not a's own arrival."""
-    p = parse_pipeline({
-        "name": "t", "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
-        "emitter": {"tumbling-time-window": {"windowSpan": "10s", "keyExtractor": "user",
-                                             "timeConfig": {"eventTimeExtractor": "event_time"},
-                                             "aggregateDefinition": [{"type": "count"}]}}})
-    rows = [{"arrival": mmss("00:05"), "event_time": 1 * S, "batch": 1, "offset": 0, "user": "a"},
-            {"arrival": mmss("08:00"), "event_time": 12 * S, "batch": 2, "offset": 1, "user": "a"},
-            {"arrival": mmss("09:00"), "event_time": 30 * S, "batch": 2, "offset": 2, "user": "b"}]
+    p = parse_pipeline(
+        {
+            "name": "t",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "keyExtractor": "user",
+                    "timeConfig": {"eventTimeExtractor": "event_time"},
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
+    rows = [
+        {"arrival": mmss("00:05"), "event_time": 1 * S, "batch": 1, "offset": 0, "user": "a"},
+        {"arrival": mmss("08:00"), "event_time": 12 * S, "batch": 2, "offset": 1, "user": "a"},
+        {"arrival": mmss("09:00"), "event_time": 30 * S, "batch": 2, "offset": 2, "user": "b"},
+    ]
     for run in EXECUTORS.values():
-        got = sorted((r["user"], r["window_start"], r["emit_reason"], r["emit_batch"], r["emit_time"])
-                     for r in run(p, [rows], True))
-        assert got == [("a", 0, "WATERMARK", 2, mmss("09:00")), ("a", 10 * S, "END_OF_INPUT", 2, mmss("09:00")),
-                       ("b", 30 * S, "END_OF_INPUT", 2, mmss("09:00"))]
+        got = sorted(
+            (r["user"], r["window_start"], r["emit_reason"], r["emit_batch"], r["emit_time"])
+            for r in run(p, [rows], True)
+        )
+        assert got == [
+            ("a", 0, "WATERMARK", 2, mmss("09:00")),
+            ("a", 10 * S, "END_OF_INPUT", 2, mmss("09:00")),
+            ("b", 30 * S, "END_OF_INPUT", 2, mmss("09:00")),
+        ]
 
 
 def test_at_aggregate_snapshot_emit_time_is_the_worker_clock_with_the_event():
@@ -258,13 +298,13 @@ def test_at_aggregate_snapshot_emit_time_is_the_worker_clock_with_the_event():
     event's included. Batch 2 is stamped earlier (04:00) than batch 1 (05:00): the clock
     does not go back, so its first snapshot says 05:00; its next event (06:00) moves it."""
     p = pipeline(batch={"column": "batch"}, triggers=["atAggregate"], key=True)
-    rows = [row("05:00", 0, batch=1, user="a"), row("04:00", 1, batch=2, user="b"),
-            row("06:00", 2, batch=2, user="a")]
+    rows = [row("05:00", 0, batch=1, user="a"), row("04:00", 1, batch=2, user="b"), row("06:00", 2, batch=2, user="a")]
     for name, run in EXECUTORS.items():
         got = sorted((r["emit_batch"], r["user"], r["count"], r["emit_time"]) for r in run(p, [rows], False))
         assert got == [(1, "a", 1, mmss("05:00")), (2, "a", 2, mmss("06:00")), (2, "b", 1, mmss("05:00"))], name
-        cut = sorted((r["emit_batch"], r["user"], r["count"], r["emit_time"])
-                     for r in run(p, [rows[:1], rows[1:]], False))
+        cut = sorted(
+            (r["emit_batch"], r["user"], r["count"], r["emit_time"]) for r in run(p, [rows[:1], rows[1:]], False)
+        )
         assert cut == got, name
 
 
@@ -272,17 +312,25 @@ def test_at_aggregate_snapshot_emit_time_is_the_worker_clock_with_the_event():
 
 
 def _doc(heartbeat=None, time=None):
-    doc = {"name": "p", "source": {"arrivalTime": "arrival"},
-           "emitter": {"tumbling-time-window": {"windowSpan": "1h",
-                                                "timeConfig": {"idleTimeout": "5m"} if time is None else time,
-                                                "aggregateDefinition": [{"type": "count"}]}}}
+    doc = {
+        "name": "p",
+        "source": {"arrivalTime": "arrival"},
+        "emitter": {
+            "tumbling-time-window": {
+                "windowSpan": "1h",
+                "timeConfig": {"idleTimeout": "5m"} if time is None else time,
+                "aggregateDefinition": [{"type": "count"}],
+            }
+        },
+    }
     if heartbeat is not None:
         doc["replay"] = {"heartbeat": heartbeat}
     return doc
 
 
-@pytest.mark.parametrize("text, ms", [(None, 60_000), ("60s", 60_000), ("0s", 0), ("500ms", 500), ("PT2M", 120_000),
-                                      ("1h", 3_600_000)])
+@pytest.mark.parametrize(
+    "text, ms", [(None, 60_000), ("60s", 60_000), ("0s", 0), ("500ms", 500), ("PT2M", 120_000), ("1h", 3_600_000)]
+)
 def test_replay_heartbeat_parses(text, ms):
     assert parse_pipeline(_doc(text)).heartbeat_ms == ms
 

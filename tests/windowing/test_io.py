@@ -17,21 +17,38 @@ from windowing.sample import generate_history
 
 START = datetime(2024, 6, 1, tzinfo=timezone.utc)
 #: The generated files' columns, in their order (csv is positional).
-DDL = ("arrival_time timestamp, event_time timestamp, offset long, partition int, user_id string, amount double, "
-       "event_id string")
+DDL = (
+    "arrival_time timestamp, event_time timestamp, offset long, partition int, user_id string, amount double, "
+    "event_id string"
+)
 
 
 def _pipeline(**source):
-    return parse_pipeline({
-        "version": 1, "name": "src",
-        "source": {"arrivalTime": "arrival_time", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
-                   "worker": "partition", **source},
-        "emitter": {"tumbling-time-window": {
-            "windowSpan": "1h", "keyExtractor": "user_id",
-            "timeConfig": {"eventTimeExtractor": "event_time", "delayWindowClose": "5s"},
-            "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"},
-                                    {"type": "distinct", "column": "event_id"}]}},
-    })
+    return parse_pipeline(
+        {
+            "version": 1,
+            "name": "src",
+            "source": {
+                "arrivalTime": "arrival_time",
+                "arrivalOrder": ["offset"],
+                "batch": {"interval": "1s"},
+                "worker": "partition",
+                **source,
+            },
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "1h",
+                    "keyExtractor": "user_id",
+                    "timeConfig": {"eventTimeExtractor": "event_time", "delayWindowClose": "5s"},
+                    "aggregateDefinition": [
+                        {"type": "count"},
+                        {"type": "sum", "column": "amount"},
+                        {"type": "distinct", "column": "event_id"},
+                    ],
+                }
+            },
+        }
+    )
 
 
 def _rows(df):
@@ -64,8 +81,12 @@ def test_other_formats_replay_to_the_same_output(spark, history, expected, tmp_p
     writer = events.write.option("header", "true") if fmt == "csv" else events.write
     writer.format(fmt).save(str(target))
     options = {"header": True} if fmt == "csv" else {}
-    pipeline = _pipeline(path=str(target), format=fmt, **({"schema": DDL} if fmt != "orc" else {}),
-                         **({"options": options} if options else {}))
+    pipeline = _pipeline(
+        path=str(target),
+        format=fmt,
+        **({"schema": DDL} if fmt != "orc" else {}),
+        **({"options": options} if options else {}),
+    )
     result = replay(spark, pipeline, read_events(spark, pipeline=pipeline))  # the source from the YAML
     try:
         for name, rows in expected.items():
@@ -90,12 +111,15 @@ def test_a_catalog_table_replays_to_the_same_output(spark, history, expected):
         result.unpersist()
 
 
-@pytest.mark.parametrize("source, message", [
-    ({"table": "no_such_table_here"}, r"source.table 'no_such_table_here': cannot read the table"),
-    ({"path": "{base}", "format": "nosuchformat"}, r"source.format 'nosuchformat': Spark has no such data source"),
-    ({"path": "{base}/nowhere"}, r"{base}/nowhere: input does not exist"),
-    ({"path": "s3a://bucket/events"}, r"s3a://bucket/events: cannot reach it: .*s3a"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ({"table": "no_such_table_here"}, r"source.table 'no_such_table_here': cannot read the table"),
+        ({"path": "{base}", "format": "nosuchformat"}, r"source.format 'nosuchformat': Spark has no such data source"),
+        ({"path": "{base}/nowhere"}, r"{base}/nowhere: input does not exist"),
+        ({"path": "s3a://bucket/events"}, r"s3a://bucket/events: cannot reach it: .*s3a"),
+    ],
+)
 def test_bad_locations_fail_before_any_work_naming_them(spark, history, source, message):
     base, _ = history
     source = {k: v.format(base=base) for k, v in source.items()}
@@ -106,8 +130,9 @@ def test_bad_locations_fail_before_any_work_naming_them(spark, history, source, 
 def test_a_partition_reads_only_its_day_through_the_partition_column(spark, history):
     base, days = history
     day = START + timedelta(days=1)
-    events, files = read_partition_events(spark, str(base / "landing"), day, day + timedelta(days=1),
-                                          "arrival_time", pipeline=_pipeline())
+    events, files = read_partition_events(
+        spark, str(base / "landing"), day, day + timedelta(days=1), "arrival_time", pipeline=_pipeline()
+    )
     assert [f.path.rsplit("/", 2)[-2] for f in files] == ["date=2024-06-02"] * len(files) and files
     assert "date" not in events.columns
     # Spark prunes the other day's files: the scan's files are the day's own.
@@ -129,13 +154,15 @@ def test_without_a_partition_column_rows_are_chosen_by_arrival_time(spark, histo
     hours = [START + timedelta(hours=h) for h in range(48)]
     counts = []
     for i, h in enumerate(hours):
-        events, files = read_partition_events(spark, str(flat), h, h + timedelta(hours=1), "arrival_time",
-                                              partition_column=None, unplaced=i == 0)
+        events, files = read_partition_events(
+            spark, str(flat), h, h + timedelta(hours=1), "arrival_time", partition_column=None, unplaced=i == 0
+        )
         assert files is None
         counts.append(events.count())
     assert sum(counts) == all_events.count() + 3  # every row in exactly one partition
-    first, _ = read_partition_events(spark, str(flat), hours[0], hours[1], "arrival_time",
-                                     partition_column=None, unplaced=True)
+    first, _ = read_partition_events(
+        spark, str(flat), hours[0], hours[1], "arrival_time", partition_column=None, unplaced=True
+    )
     assert first.where(F.col("arrival_time").isNull()).count() == 3
 
 

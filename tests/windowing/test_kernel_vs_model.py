@@ -58,23 +58,43 @@ def _statistics(pipeline, rows, ref):
 #: then id35@62 s bridges [59,60] and [65,65]. The merged session's first arrival is id15
 #: (its session started later but arrived earlier); with a null bridging value its last
 #: non-null arrival is id5. A 10 s delay keeps 59 s from being late after the 65 s commit.
-BRIDGE_PIPELINE = parse_pipeline({
-    "name": "gen",
-    "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
-    "emitter": {"session-window": {"timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s",
-                                                  "delayWindowClose": "10s"},
-                                   "aggregateDefinition": [{"type": "count"}, {"type": "first", "column": "name"},
-                                                           {"type": "last", "column": "name"},
-                                                           {"type": "sum", "column": "amount"}]},
-                "triggers": ["atWindowEnd"]},
-})
+BRIDGE_PIPELINE = parse_pipeline(
+    {
+        "name": "gen",
+        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+        "emitter": {
+            "session-window": {
+                "timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s", "delayWindowClose": "10s"},
+                "aggregateDefinition": [
+                    {"type": "count"},
+                    {"type": "first", "column": "name"},
+                    {"type": "last", "column": "name"},
+                    {"type": "sum", "column": "amount"},
+                ],
+            },
+            "triggers": ["atWindowEnd"],
+        },
+    }
+)
 
 
 def bridge_rows(bridge_value="id35"):
     names = ["id15", "id26", "id5", bridge_value]
-    return [{"arrival": b * 1000, "batch": b, "offset": b, "event_time": t * 1000, "worker": 0, "user": "a",
-             "amount": 0.1 * b, "qty": b, "tag": "x", "name": n}
-            for b, (n, t) in enumerate(zip(names, [65, 59, 60, 62]), start=1)]
+    return [
+        {
+            "arrival": b * 1000,
+            "batch": b,
+            "offset": b,
+            "event_time": t * 1000,
+            "worker": 0,
+            "user": "a",
+            "amount": 0.1 * b,
+            "qty": b,
+            "tag": "x",
+            "name": n,
+        }
+        for b, (n, t) in enumerate(zip(names, [65, 59, 60, 62]), start=1)
+    ]
 
 
 @CASES
@@ -94,8 +114,9 @@ def test_session_first_last_by_arrival_after_a_bridging_merge(bridge_value, firs
     pieces): first and last are by arrival order, as the contract (section 7) says."""
     rows = bridge_rows(bridge_value)
     ref = reference_replay(BRIDGE_PIPELINE, rows, flush_at_end=True)
-    assert [(r["window_start"], r["window_end"], r["count"], r["first_name"], r["last_name"])
-            for r in ref.aggregates] == [(59000, 65000, 4, first, last)]
+    assert [
+        (r["window_start"], r["window_end"], r["count"], r["first_name"], r["last_name"]) for r in ref.aggregates
+    ] == [(59000, 65000, 4, first, last)]
     state, aggs = None, []
     for lo, hi in zip([0, *cuts], [*cuts, len(rows)]):
         a, _, _, state = local_replay(BRIDGE_PIPELINE, rows[lo:hi], state, flush_at_end=hi == len(rows))
@@ -104,20 +125,36 @@ def test_session_first_last_by_arrival_after_a_bridging_merge(bridge_value, firs
 
 
 def _row(arrival, event_time, user):
-    return {"arrival": arrival, "batch": arrival // 1000 + 1, "offset": arrival // 1000, "event_time": event_time,
-            "worker": 0, "user": user, "amount": 0.1, "qty": 1, "tag": "x"}
+    return {
+        "arrival": arrival,
+        "batch": arrival // 1000 + 1,
+        "offset": arrival // 1000,
+        "event_time": event_time,
+        "worker": 0,
+        "user": user,
+        "amount": 0.1,
+        "qty": 1,
+        "tag": "x",
+    }
 
 
 #: Found by CI: a piece with no open windows left but emitted-window counters carried in its state.
 IDLE_ONLY_STATE = example(
-    pipeline=parse_pipeline({
-        "name": "gen",
-        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}},
-        "emitter": {"tumbling-time-window": {"windowSpan": "1s", "keyExtractor": "user",
-                                             "timeConfig": {"idleTimeout": "1s"},
-                                             "aggregateDefinition": [{"type": "count"}]},
-                    "triggers": ["atWindowEnd"]},
-    }),
+    pipeline=parse_pipeline(
+        {
+            "name": "gen",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "1s",
+                    "keyExtractor": "user",
+                    "timeConfig": {"idleTimeout": "1s"},
+                    "aggregateDefinition": [{"type": "count"}],
+                },
+                "triggers": ["atWindowEnd"],
+            },
+        }
+    ),
     case=(None, [_row(0, -5000, "b"), _row(1000, -4000, "a"), _row(2000, -3000, "a")]),
     cuts=[0.75],
     flush=False,
@@ -180,8 +217,15 @@ def _pieces_match_one_go(pipeline, rows, cuts, flush, amount=None, chunk_events=
     pieces = split_points(pipeline, rows, cuts)
     state, aggs, late = None, [], []
     for i, piece in enumerate(pieces):
-        a, lt, _, state = local_replay(pipeline, piece, state, flush_at_end=flush and i == len(pieces) - 1,
-                                       decimals=decimals, chunk_events=chunk_events, slices=slices)
+        a, lt, _, state = local_replay(
+            pipeline,
+            piece,
+            state,
+            flush_at_end=flush and i == len(pieces) - 1,
+            decimals=decimals,
+            chunk_events=chunk_events,
+            slices=slices,
+        )
         aggs += a
         late += lt
     assert canon(late) == canon(ref.late_events)
@@ -195,8 +239,15 @@ def test_session_state_keeps_where_first_and_last_arrived():
     combined them then."""
     rows = bridge_rows(None)
     _, _, _, state = local_replay(BRIDGE_PIPELINE, rows[:3])
-    cols = ["window_start_ms", "partial_first_name", "partial_first_name_batch", "partial_first_name_seq",
-            "partial_last_name", "partial_last_name_batch", "partial_last_name_seq"]
+    cols = [
+        "window_start_ms",
+        "partial_first_name",
+        "partial_first_name_batch",
+        "partial_first_name_seq",
+        "partial_last_name",
+        "partial_last_name_batch",
+        "partial_last_name_seq",
+    ]
     windows = sorted(tuple(r[c] for c in cols) for r in state.rows.to_pylist() if r["state_kind"] == "window")
     assert windows == [(59000, "id26", 2, 0, "id5", 3, 0), (65000, "id15", 1, 0, "id15", 1, 0)]
     aggs, *_ = local_replay(BRIDGE_PIPELINE, rows[3:], state, flush_at_end=True)
@@ -223,19 +274,26 @@ def _matches_model_and_one_task(pipeline, rows, flush, amount, by_worker, **vari
     of the same tasks replayed in one go."""
     decimals = _decimals(amount)
     ref = reference_replay(pipeline, rows, flush_at_end=flush, decimals=decimals)
-    aggs, late, _, replayed = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals,
-                                           by_worker=by_worker, **variant)
+    aggs, late, _, replayed = local_replay(
+        pipeline, rows, flush_at_end=flush, decimals=decimals, by_worker=by_worker, **variant
+    )
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
-    *_, whole = local_replay(pipeline, rows, flush_at_end=flush, decimals=decimals, by_worker=by_worker,
-                             chunk_events=10**9)
+    *_, whole = local_replay(
+        pipeline, rows, flush_at_end=flush, decimals=decimals, by_worker=by_worker, chunk_events=10**9
+    )
     assert replayed.counters == whole.counters
     assert canon(replayed.rows.to_pylist()) == canon(whole.rows.to_pylist())
 
 
 @cases(80)
-@given(pipelines(), typed_histories(nulls=False), st.lists(st.floats(0, 1), min_size=1, max_size=2), st.booleans(),
-       st.sampled_from([1, 2, 5]))
+@given(
+    pipelines(),
+    typed_histories(nulls=False),
+    st.lists(st.floats(0, 1), min_size=1, max_size=2),
+    st.booleans(),
+    st.sampled_from([1, 2, 5]),
+)
 def test_bounded_pieces_inside_partitions_carried_across_partitions(pipeline, case, cuts, flush, chunk):
     """Partitions replayed one after another from the state each leaves, each of their
     tasks in bounded pieces: still the model's rows (the state a task's last piece leaves is
@@ -248,28 +306,55 @@ def test_bounded_pieces_inside_partitions_carried_across_partitions(pipeline, ca
 #: reopened by a late-arriving event of batch 24, then flushed at the next tick (26 s):
 #: its second emission. Cut after batch 24, the reopened session is carried open with
 #: ``emissions`` 1, and its flush in the next replay must be emission 2 (it was 1).
-REOPENED_SESSION = parse_pipeline({
-    "name": "gen",
-    "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}},
-    "emitter": {"session-window": {"timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "1s",
-                                                  "idleTimeoutClock": "PROCESSING_TIME",
-                                                  "watermarkStrategy": "MIN_EVENT_TIME"},
-                                   "aggregateDefinition": [{"type": "count"}]},
-                "triggers": ["atWindowEnd"]},
-    "replay": {"heartbeat": "2s"},
-})
+REOPENED_SESSION = parse_pipeline(
+    {
+        "name": "gen",
+        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}},
+        "emitter": {
+            "session-window": {
+                "timeConfig": {
+                    "eventTimeExtractor": "event_time",
+                    "idleTimeout": "1s",
+                    "idleTimeoutClock": "PROCESSING_TIME",
+                    "watermarkStrategy": "MIN_EVENT_TIME",
+                },
+                "aggregateDefinition": [{"type": "count"}],
+            },
+            "triggers": ["atWindowEnd"],
+        },
+        "replay": {"heartbeat": "2s"},
+    }
+)
 
 
 @pytest.mark.parametrize("chunk", [None, 1], ids=["partitions cut at every batch", "one task in pieces"])
 def test_a_reopened_session_carried_open_keeps_its_emission_count(chunk):
-    times = [(11000, 6000), (21300, 26300), (21300, 20300), (22300, 23300), (24300, 26300), (34300, 29300),
-             (44300, 39300), (54300, 49300), (64300, 68300), (64300, 64300), (64300, 66300), (74300, 78300),
-             (74300, 74300), (74300, 76300), (84300, 79300)]
-    rows = [{"arrival": a, "event_time": t, "offset": i, "worker": 0, "user": "a", "amount": 0.1, "qty": 1,
-             "tag": "x"} for i, (a, t) in enumerate(times)]
+    times = [
+        (11000, 6000),
+        (21300, 26300),
+        (21300, 20300),
+        (22300, 23300),
+        (24300, 26300),
+        (34300, 29300),
+        (44300, 39300),
+        (54300, 49300),
+        (64300, 68300),
+        (64300, 64300),
+        (64300, 66300),
+        (74300, 78300),
+        (74300, 74300),
+        (74300, 76300),
+        (84300, 79300),
+    ]
+    rows = [
+        {"arrival": a, "event_time": t, "offset": i, "worker": 0, "user": "a", "amount": 0.1, "qty": 1, "tag": "x"}
+        for i, (a, t) in enumerate(times)
+    ]
     ref = reference_replay(REOPENED_SESSION, rows)
-    assert sorted((r["window_start"], r["emission"]) for r in ref.aggregates if r["window_start"] == 26300) == \
-        [(26300, 1), (26300, 2)]
+    assert sorted((r["window_start"], r["emission"]) for r in ref.aggregates if r["window_start"] == 26300) == [
+        (26300, 1),
+        (26300, 2),
+    ]
     if chunk:
         aggs, *_ = local_replay(REOPENED_SESSION, rows, by_worker=True, chunk_events=chunk)
     else:
@@ -293,8 +378,13 @@ def test_keys_replayed_in_slices_of_their_windows_match_one_task(pipeline, case,
 
 
 @cases(60)
-@given(pipelines(), typed_histories(nulls=False), st.lists(st.floats(0, 1), min_size=1, max_size=2), st.booleans(),
-       st.sampled_from([2, 3]))
+@given(
+    pipelines(),
+    typed_histories(nulls=False),
+    st.lists(st.floats(0, 1), min_size=1, max_size=2),
+    st.booleans(),
+    st.sampled_from([2, 3]),
+)
 def test_slices_carried_across_partitions_match_model(pipeline, case, cuts, flush, slices):
     """Partitions replayed one after another, every key in slices: the state each slice
     leaves (its windows, the home slice's key row) is the next partition's."""

@@ -33,24 +33,53 @@ def _history(seed=5, n=400):
     for i in range(n):
         arrival += rng.choice([0, 200, 700, 1500, 4000])
         lag = rng.choice([0, 300, 1000, 2500] * 6 + [40_000, 90_000, -2_000, -65_000])
-        rows.append({"arrival": arrival, "event_time": arrival - lag, "offset": i, "worker": rng.randint(0, 1),
-                     "user": rng.choice("abc"), "amount": float(rng.randint(1, 9)), "tag": rng.choice("xyz"),
-                     "name": f"e{i}"})
+        rows.append(
+            {
+                "arrival": arrival,
+                "event_time": arrival - lag,
+                "offset": i,
+                "worker": rng.randint(0, 1),
+                "user": rng.choice("abc"),
+                "amount": float(rng.randint(1, 9)),
+                "tag": rng.choice("xyz"),
+                "name": f"e{i}",
+            }
+        )
     return rows
 
 
-PIPELINE = parse_pipeline({
-    "name": "lateness-test",
-    "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}, "worker": "worker"},
-    "emitter": {"sliding-time-window": {
-        "windowSpan": "10s", "windowSlide": "5s", "keyExtractor": "user",
-        "timeConfig": {"eventTimeExtractor": "event_time", "watermarkStrategy": "MAX_EVENT_TIME",
-                       "delayWindowClose": "2s", "idleTimeout": "20s"},
-        "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"},
-                                {"type": "distinct", "column": "tag"}]}},
-})
-OPTIONS = LatenessOptions(delays_ms=(0, 1_000, 2_000, 5_000, 30_000), target_late=0.02,
-                          lateness_modes=tuple(Lateness), future_skew_ms=30_000)
+PIPELINE = parse_pipeline(
+    {
+        "name": "lateness-test",
+        "source": {
+            "arrivalTime": "arrival",
+            "arrivalOrder": ["offset"],
+            "batch": {"interval": "1s"},
+            "worker": "worker",
+        },
+        "emitter": {
+            "sliding-time-window": {
+                "windowSpan": "10s",
+                "windowSlide": "5s",
+                "keyExtractor": "user",
+                "timeConfig": {
+                    "eventTimeExtractor": "event_time",
+                    "watermarkStrategy": "MAX_EVENT_TIME",
+                    "delayWindowClose": "2s",
+                    "idleTimeout": "20s",
+                },
+                "aggregateDefinition": [
+                    {"type": "count"},
+                    {"type": "sum", "column": "amount"},
+                    {"type": "distinct", "column": "tag"},
+                ],
+            }
+        },
+    }
+)
+OPTIONS = LatenessOptions(
+    delays_ms=(0, 1_000, 2_000, 5_000, 30_000), target_late=0.02, lateness_modes=tuple(Lateness), future_skew_ms=30_000
+)
 
 
 def test_spark_analysis_equals_the_local_one_and_the_model(spark):
@@ -60,12 +89,26 @@ def test_spark_analysis_equals_the_local_one_and_the_model(spark):
         local = local_lateness(PIPELINE, rows, OPTIONS)
         f = result.figures
         for c in f["curves"]:
-            v = next(x for x in local.variants if (x.strategy.value, x.lateness.value, x.delay_ms)
-                     == (c["strategy"], c["lateness"], c["delay_ms"]) and not x.skew_free)
+            v = next(
+                x
+                for x in local.variants
+                if (x.strategy.value, x.lateness.value, x.delay_ms) == (c["strategy"], c["lateness"], c["delay_ms"])
+                and not x.skew_free
+            )
             lc = local.counters.get(v.label, {})
-            assert (c["late_events"], c["late_event_windows"], c["closed_watermark"], c["closed_idle"],
-                    c["open_windows"]) == (lc.get("late_events", 0), lc.get("late", 0), lc.get("closed_WATERMARK", 0),
-                                           lc.get("closed_IDLE", 0), lc.get("open_windows", 0)), v.label
+            assert (
+                c["late_events"],
+                c["late_event_windows"],
+                c["closed_watermark"],
+                c["closed_idle"],
+                c["open_windows"],
+            ) == (
+                lc.get("late_events", 0),
+                lc.get("late", 0),
+                lc.get("closed_WATERMARK", 0),
+                lc.get("closed_IDLE", 0),
+                lc.get("open_windows", 0),
+            ), v.label
             values, weights = local.latency.get(v.label, ([], []))
             p = W.weighted_percentiles(values, weights)
             assert [c["latency_p50_ms"], c["latency_p90_ms"], c["latency_p99_ms"]] == pytest.approx(p, rel=1e-12)
@@ -122,14 +165,18 @@ def test_cli_chain_of_partitions_equals_one_run(spark, tmp_path):
     data = tmp_path / "events"
     days = generate_history(data, datetime(2024, 3, 1, tzinfo=timezone.utc), 2, 600, 40, seed=3)
     config = tmp_path.parent / "clicks.yaml"
-    config.write_text((__import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "pipelines"
-                       / "clicks-hourly.yaml").read_text())
+    config.write_text(
+        (
+            __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "clicks-hourly.yaml"
+        ).read_text()
+    )
     common = ["--config", config, "--delays", "0s,5s,10m", "--target-late", "1%", "--master", "local[2]"]
     rc, out, err = _cli(spark, "lateness", *common, "--input", days[0], "--output", tmp_path / "d1")
     assert rc == 0, err
     assert "recommendation MIN_EVENT_TIME WINDOW_CLOSED: delay >=" in out
-    rc, _, err = _cli(spark, "lateness", *common, "--input", days[1], "--output", tmp_path / "d2",
-                      "--state-in", tmp_path / "d1")
+    rc, _, err = _cli(
+        spark, "lateness", *common, "--input", days[1], "--output", tmp_path / "d2", "--state-in", tmp_path / "d1"
+    )
     assert rc == 0, err
     rc, _, err = _cli(spark, "lateness", *common, "--input", data, "--output", tmp_path / "all")
     assert rc == 0, err
@@ -142,15 +189,33 @@ def test_cli_chain_of_partitions_equals_one_run(spark, tmp_path):
     assert figs[0]["accepted_events"] + figs[1]["accepted_events"] == figs[2]["accepted_events"]
     report = Lake(spark).get_text(read_lateness(spark, tmp_path / "d2").report)
     assert report.startswith("<!DOCTYPE html>") and report.count("<svg") == 4 and "clicks-hourly" in report
-    rc, _, err = _cli(spark, "lateness", "--config", config, "--delays", "0s,1s", "--input", days[1],
-                      "--output", tmp_path / "d2b", "--state-in", tmp_path / "d1", "--master", "local[2]")
+    rc, _, err = _cli(
+        spark,
+        "lateness",
+        "--config",
+        config,
+        "--delays",
+        "0s,1s",
+        "--input",
+        days[1],
+        "--output",
+        tmp_path / "d2b",
+        "--state-in",
+        tmp_path / "d1",
+        "--master",
+        "local[2]",
+    )
     assert rc == 2 and "--delays" in err
     # A state part of day 1's output lost (issue 26): refused naming it, not fewer open windows.
-    part = sorted((Path(read_lateness(spark, tmp_path / "d1").commit.run_path.removeprefix("file:")) / "state")
-                  .glob("part-*.parquet"))[0]
+    part = sorted(
+        (Path(read_lateness(spark, tmp_path / "d1").commit.run_path.removeprefix("file:")) / "state").glob(
+            "part-*.parquet"
+        )
+    )[0]
     part.unlink()
-    rc, _, err = _cli(spark, "lateness", *common, "--input", days[1], "--output", tmp_path / "d2c",
-                      "--state-in", tmp_path / "d1")
+    rc, _, err = _cli(
+        spark, "lateness", *common, "--input", days[1], "--output", tmp_path / "d2c", "--state-in", tmp_path / "d1"
+    )
     assert rc == 2 and f"state part {part.name} (" in err and "is missing" in err, err
 
 
@@ -161,12 +226,25 @@ def test_engine_rejects_future_skew_and_conserves_events(spark):
     from windowing.validation import run_checks
 
     rows = _history(seed=9, n=200)
-    pipeline = parse_pipeline({
-        "name": "skew", "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
-                                   "maxFutureSkew": "1m"},
-        "emitter": {"tumbling-time-window": {"windowSpan": "10s", "keyExtractor": "user",
-                                             "timeConfig": {"eventTimeExtractor": "event_time"},
-                                             "aggregateDefinition": [{"type": "count"}]}}})
+    pipeline = parse_pipeline(
+        {
+            "name": "skew",
+            "source": {
+                "arrivalTime": "arrival",
+                "arrivalOrder": ["offset"],
+                "batch": {"interval": "1s"},
+                "maxFutureSkew": "1m",
+            },
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "keyExtractor": "user",
+                    "timeConfig": {"eventTimeExtractor": "event_time"},
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
     aggs, late, rejected, _, _ = run_engine(spark, pipeline, rows)
     ref = reference_replay(pipeline, rows)
     assert sorted(r["name"] for r in rejected) == sorted(r["name"] for r in ref.rejected)
@@ -176,8 +254,10 @@ def test_engine_rejects_future_skew_and_conserves_events(spark):
     df = to_df(spark, rows)
     result = replay(spark, pipeline, df)
     try:
-        checks = {r.name: r for r in run_checks(spark, pipeline, result, input_df=df,
-                                                only={"conservation", "rejected_reason"})}
+        checks = {
+            r.name: r
+            for r in run_checks(spark, pipeline, result, input_df=df, only={"conservation", "rejected_reason"})
+        }
         assert checks["conservation"].passed and checks["rejected_reason"].passed
     finally:
         result.unpersist()

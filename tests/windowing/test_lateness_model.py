@@ -82,8 +82,11 @@ def _check(pipeline, pieces, result, flush=False):
 
 
 def _variant(result, strategy, lateness, d):
-    return next(v for v in result.variants
-                if (v.strategy, v.lateness, v.delay_ms) == (strategy, lateness, d) and not v.skew_free)
+    return next(
+        v
+        for v in result.variants
+        if (v.strategy, v.lateness, v.delay_ms) == (strategy, lateness, d) and not v.skew_free
+    )
 
 
 OPTIONS = LatenessOptions(delays_ms=LISTED, lateness_modes=tuple(Lateness), future_skew_ms=None)
@@ -126,7 +129,7 @@ def test_curves_in_pieces_equal_replays_in_pieces(pipeline, rows, cuts):
     state = None
     for i, piece in enumerate(pieces):
         result = local_lateness(pipeline, piece, OPTIONS, state=state)
-        _check(pipeline, pieces[:i + 1], result)
+        _check(pipeline, pieces[: i + 1], result)
         state = result.state
 
 
@@ -144,14 +147,23 @@ def test_key_rows_are_carried_once_per_group_and_old_states_still_continue(pipel
     keys = state.rows.filter(pa.array([k == "key" for k in state.rows["state_kind"].to_pylist()], pa.bool_()))
     owners = {v.label: v.label for v in OPTIONS.variants(pipeline)}
     for v in OPTIONS.variants(pipeline):  # every variant's group has its owner's key rows, no one else's
-        owners[v.label] = next(o.label for o in OPTIONS.variants(pipeline)
-                               if (o.strategy, o.lateness, o.skew_free) == (v.strategy, v.lateness, v.skew_free))
+        owners[v.label] = next(
+            o.label
+            for o in OPTIONS.variants(pipeline)
+            if (o.strategy, o.lateness, o.skew_free) == (v.strategy, v.lateness, v.skew_free)
+        )
     assert set(keys["variant"].to_pylist()) <= set(owners.values())
     labels = keys["variant"].to_pylist()
-    old_rows = pa.concat_tables([state.rows] + [
-        keys.filter(pa.array([x == owner for x in labels], pa.bool_())).set_column(
-            keys.column_names.index("variant"), "variant", pa.array([label] * labels.count(owner), pa.string()))
-        for label, owner in owners.items() if label != owner])
+    old_rows = pa.concat_tables(
+        [state.rows]
+        + [
+            keys.filter(pa.array([x == owner for x in labels], pa.bool_())).set_column(
+                keys.column_names.index("variant"), "variant", pa.array([label] * labels.count(owner), pa.string())
+            )
+            for label, owner in owners.items()
+            if label != owner
+        ]
+    )
     shared = local_lateness(pipeline, second, OPTIONS, state=state)
     old = local_lateness(pipeline, second, OPTIONS, state=replace(state, rows=old_rows))
     assert old.counters == shared.counters and old.latency == shared.latency
@@ -167,35 +179,47 @@ INPUT_B = [("e1", 2, 1), ("e2", 5, 1), ("e4", 12, 2), ("e6", 9, 2), ("e3", 8, 3)
 
 
 def _example(events, **time_config):
-    rows = [{"name": n, "event_time": t * S, "batch": b, "arrival": b * 100 * S + i, "offset": i}
-            for i, (n, t, b) in enumerate(events)]
-    pipeline = parse_pipeline({
-        "name": "example",
-        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
-        "emitter": {"tumbling-time-window": {"windowSpan": "10s",
-                                             "timeConfig": {"eventTimeExtractor": "event_time", **time_config},
-                                             "aggregateDefinition": [{"type": "count"}]}},
-    })
+    rows = [
+        {"name": n, "event_time": t * S, "batch": b, "arrival": b * 100 * S + i, "offset": i}
+        for i, (n, t, b) in enumerate(events)
+    ]
+    pipeline = parse_pipeline(
+        {
+            "name": "example",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "timeConfig": {"eventTimeExtractor": "event_time", **time_config},
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
     return pipeline, rows
 
 
 WHOLE_SECONDS = (0, 1_000, 2_000, 3_000, 4_000, 5_000)
 
 
-@pytest.mark.parametrize("events, strategy, late_until_ms, case", [
-    # B, MAX (case 3): after b2 the watermark is 12 s (e4); e3 (8 s) misses [0, 10) while
-    # 10 <= 12 - D: late up to D = 2 s, kept from 2.001 s, so of whole seconds D >= 3 s
-    # (case 5: delay 3 s keeps it), the seed's "needs delay >= 3s".
-    (INPUT_B, WatermarkStrategy.MAX_EVENT_TIME, 2_000, "case 3 and 5"),
-    # B, MIN (case 4): the watermark after b2 is 9 s (e6): e3 is never late.
-    (INPUT_B, WatermarkStrategy.MIN_EVENT_TIME, None, "case 4"),
-    # A, MIN (cases 1 and 2): e4 alone in b2 takes the watermark to 12 s: as case 3; delay 5 s keeps it.
-    (INPUT_A, WatermarkStrategy.MIN_EVENT_TIME, 2_000, "cases 1 and 2"),
-])
+@pytest.mark.parametrize(
+    "events, strategy, late_until_ms, case",
+    [
+        # B, MAX (case 3): after b2 the watermark is 12 s (e4); e3 (8 s) misses [0, 10) while
+        # 10 <= 12 - D: late up to D = 2 s, kept from 2.001 s, so of whole seconds D >= 3 s
+        # (case 5: delay 3 s keeps it), the seed's "needs delay >= 3s".
+        (INPUT_B, WatermarkStrategy.MAX_EVENT_TIME, 2_000, "case 3 and 5"),
+        # B, MIN (case 4): the watermark after b2 is 9 s (e6): e3 is never late.
+        (INPUT_B, WatermarkStrategy.MIN_EVENT_TIME, None, "case 4"),
+        # A, MIN (cases 1 and 2): e4 alone in b2 takes the watermark to 12 s: as case 3; delay 5 s keeps it.
+        (INPUT_A, WatermarkStrategy.MIN_EVENT_TIME, 2_000, "cases 1 and 2"),
+    ],
+)
 def test_worked_examples(events, strategy, late_until_ms, case):
     pipeline, rows = _example(events, watermarkStrategy=strategy.value)
-    result = local_lateness(pipeline, rows, LatenessOptions(delays_ms=WHOLE_SECONDS, target_late=0.0,
-                                                            future_skew_ms=None))
+    result = local_lateness(
+        pipeline, rows, LatenessOptions(delays_ms=WHOLE_SECONDS, target_late=0.0, future_skew_ms=None)
+    )
     curve = result.late_counts(strategy, Lateness.WINDOW_CLOSED, [0, 2_000, 2_001, 3_000, 5_000])
     expect = [int(late_until_ms is not None and d <= late_until_ms) for d in (0, 2_000, 2_001, 3_000, 5_000)]
     assert [c[0] for c in curve] == expect, case
@@ -206,36 +230,53 @@ def test_worked_examples(events, strategy, late_until_ms, case):
     assert listed == (0 if late_until_ms is None else 3_000)
     for d in WHOLE_SECONDS:  # the replays at the listed delays say the same
         v = _variant(result, strategy, Lateness.WINDOW_CLOSED, d)
-        assert result.counters.get(v.label, {}).get("late_events", 0) == int(late_until_ms is not None
-                                                                             and d <= late_until_ms)
+        assert result.counters.get(v.label, {}).get("late_events", 0) == int(
+            late_until_ms is not None and d <= late_until_ms
+        )
 
 
 def test_before_watermark_example():
     """BEFORE_WATERMARK, MAX (contract section 9): batch 1 = 2, 4, 9 s; batch 2 = 5, 8, 15 s:
     5 s and 8 s are late against 9 s; 8 s stays late while 8 < 9 - D (D < 1 s), 5 s while D < 4 s."""
-    rows = [{"name": f"e{t}", "event_time": t * S, "batch": b, "arrival": b * 100 * S + i, "offset": i}
-            for i, (t, b) in enumerate([(2, 1), (4, 1), (9, 1), (5, 2), (8, 2), (15, 2)])]
-    pipeline = parse_pipeline({
-        "name": "progression",
-        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
-        "emitter": {"tumbling-time-window": {"windowSpan": "10s", "timeConfig": {
-            "eventTimeExtractor": "event_time", "watermarkStrategy": "MAX_EVENT_TIME", "lateness": "BEFORE_WATERMARK"},
-            "aggregateDefinition": [{"type": "count"}]}},
-    })
+    rows = [
+        {"name": f"e{t}", "event_time": t * S, "batch": b, "arrival": b * 100 * S + i, "offset": i}
+        for i, (t, b) in enumerate([(2, 1), (4, 1), (9, 1), (5, 2), (8, 2), (15, 2)])
+    ]
+    pipeline = parse_pipeline(
+        {
+            "name": "progression",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"column": "batch"}},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "timeConfig": {
+                        "eventTimeExtractor": "event_time",
+                        "watermarkStrategy": "MAX_EVENT_TIME",
+                        "lateness": "BEFORE_WATERMARK",
+                    },
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
     result = local_lateness(pipeline, rows, LatenessOptions(delays_ms=(0,), future_skew_ms=None))
-    counts = result.late_counts(WatermarkStrategy.MAX_EVENT_TIME, Lateness.BEFORE_WATERMARK,
-                                [0, 999, 1_000, 3_999, 4_000])
+    counts = result.late_counts(
+        WatermarkStrategy.MAX_EVENT_TIME, Lateness.BEFORE_WATERMARK, [0, 999, 1_000, 3_999, 4_000]
+    )
     assert [c[0] for c in counts] == [2, 2, 1, 1, 0]
 
 
-@pytest.mark.parametrize("values, events, allowed, expect", [
-    ([], [], 0, 0),                      # nothing late at D = 0
-    ([0], [1], 0, 1),                    # late at D = 0 only: 1 ms is enough
-    ([0], [1], 1, 0),                    # one late event allowed
-    ([5, 2, 9], [1, 3, 1], 1, 6),        # one allowed: from 6 ms only the event of slack 9 is late
-    ([5, 2, 9], [1, 3, 1], 2, 3),        # two allowed: from 3 ms the three of slack 2 are not late
-    ([5, 2, 9], [1, 3, 1], 5, 0),        # all five allowed
-])
+@pytest.mark.parametrize(
+    "values, events, allowed, expect",
+    [
+        ([], [], 0, 0),  # nothing late at D = 0
+        ([0], [1], 0, 1),  # late at D = 0 only: 1 ms is enough
+        ([0], [1], 1, 0),  # one late event allowed
+        ([5, 2, 9], [1, 3, 1], 1, 6),  # one allowed: from 6 ms only the event of slack 9 is late
+        ([5, 2, 9], [1, 3, 1], 2, 3),  # two allowed: from 3 ms the three of slack 2 are not late
+        ([5, 2, 9], [1, 3, 1], 5, 0),  # all five allowed
+    ],
+)
 def test_smallest_delay(values, events, allowed, expect):
     assert W.smallest_delay(np.array(values, np.int64), np.array(events, np.int64), allowed) == expect
 
@@ -243,8 +284,9 @@ def test_smallest_delay(values, events, allowed, expect):
 def test_weighted_percentiles_interpolate_as_numpy():
     values, weights = np.array([3, 1, 10, 7]), np.array([2, 1, 3, 1])
     flat = np.repeat(values, weights)
-    assert W.weighted_percentiles(values, weights) == pytest.approx(np.percentile(flat, [50, 90, 99]).tolist(),
-                                                                    abs=0, rel=1e-15)
+    assert W.weighted_percentiles(values, weights) == pytest.approx(
+        np.percentile(flat, [50, 90, 99]).tolist(), abs=0, rel=1e-15
+    )
 
 
 # --------------------------------------------------------------------------- what lateness cost
@@ -259,7 +301,8 @@ def _ms(v):
 def _window_key(pipeline, r):
     return tuple(r.get(c) for c in (pipeline.source.worker, pipeline.window.key) if c) + (
         _ms(r["window_start"]) if not isinstance(r["window_start"], int) else r["window_start"],
-        _ms(r["window_end"]) if not isinstance(r["window_end"], int) else r["window_end"])
+        _ms(r["window_end"]) if not isinstance(r["window_end"], int) else r["window_end"],
+    )
 
 
 @cases(30)
@@ -292,8 +335,13 @@ def test_cost_rows_against_the_model(pipeline, rows):
             assert row[f"perfect_{a.name}"] == (best[k][a.name] if ems else None), a.name
             if ems and a.type == "count" and a.column is None:
                 assert row[f"perfect_{a.name}"] == sum(e[a.name] for e in ems) + row["missed_events"]
-        event("a window emitted more than once" if len(ems) > 1 else "a window emitted once" if ems
-              else "a window never emitted in this replay")
+        event(
+            "a window emitted more than once"
+            if len(ems) > 1
+            else "a window emitted once"
+            if ems
+            else "a window never emitted in this replay"
+        )
 
 
 # --------------------------------------------------------------------------- future skew
@@ -314,14 +362,20 @@ def test_max_future_skew_kernel_matches_model(pipeline, rows):
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
     skew = pipeline.source.max_future_skew_ms
-    expect = [r for r in rows if r["arrival"] is not None and r["event_time"] is not None
-              and r["event_time"] - r["arrival"] > skew]
+    expect = [
+        r
+        for r in rows
+        if r["arrival"] is not None and r["event_time"] is not None and r["event_time"] - r["arrival"] > skew
+    ]
     assert len([r for r in rejected if r["reason"] == "FUTURE_SKEW"]) == len(expect)
     if expect:
         event("FUTURE_SKEW rows")
     # Conservation (tumbling windows and sessions: one window per accepted event).
-    if (pipeline.window.type.value != "sliding-time-window" and Trigger.AT_WINDOW_END in pipeline.triggers
-            and any(a.type == "count" and a.column is None for a in pipeline.aggregates)):
+    if (
+        pipeline.window.type.value != "sliding-time-window"
+        and Trigger.AT_WINDOW_END in pipeline.triggers
+        and any(a.type == "count" and a.column is None for a in pipeline.aggregates)
+    ):
         counted = sum(r["count"] for r in ref.aggregates if r["emit_reason"] != "AGGREGATE")
         assert len(rows) == len(ref.rejected) + counted + len(ref.late_events)
 
@@ -332,19 +386,28 @@ def _skew_case():
     late for their 10 s windows. ``e_after_*`` are caused by it; ``late_anyway`` is 60 s late
     against the 12 s watermark the on-time events set, skew or not."""
     S_ = S
-    rows = [{"name": "e1", "arrival": 5 * S_, "event_time": 5 * S_},
-            {"name": "e2", "arrival": 8 * S_, "event_time": 8 * S_},
-            {"name": "skewed", "arrival": 10 * S_, "event_time": 310 * S_},
-            {"name": "e_after_1", "arrival": 12 * S_, "event_time": 12 * S_},
-            {"name": "late_anyway", "arrival": 13 * S_, "event_time": 1 * S_},
-            {"name": "e_after_2", "arrival": 14 * S_, "event_time": 13 * S_},
-            {"name": "e_after_3", "arrival": 21 * S_, "event_time": 20 * S_}]
-    pipeline = parse_pipeline({
-        "name": "skew",
-        "source": {"arrivalTime": "arrival", "batch": {"interval": "1s"}},
-        "emitter": {"tumbling-time-window": {"windowSpan": "10s", "timeConfig": {"eventTimeExtractor": "event_time"},
-                                             "aggregateDefinition": [{"type": "count"}]}},
-    })
+    rows = [
+        {"name": "e1", "arrival": 5 * S_, "event_time": 5 * S_},
+        {"name": "e2", "arrival": 8 * S_, "event_time": 8 * S_},
+        {"name": "skewed", "arrival": 10 * S_, "event_time": 310 * S_},
+        {"name": "e_after_1", "arrival": 12 * S_, "event_time": 12 * S_},
+        {"name": "late_anyway", "arrival": 13 * S_, "event_time": 1 * S_},
+        {"name": "e_after_2", "arrival": 14 * S_, "event_time": 13 * S_},
+        {"name": "e_after_3", "arrival": 21 * S_, "event_time": 20 * S_},
+    ]
+    pipeline = parse_pipeline(
+        {
+            "name": "skew",
+            "source": {"arrivalTime": "arrival", "batch": {"interval": "1s"}},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "timeConfig": {"eventTimeExtractor": "event_time"},
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
     return pipeline, rows
 
 
@@ -353,8 +416,15 @@ def test_future_skew_listing_is_what_max_future_skew_removes():
     result = local_lateness(pipeline, rows, LatenessOptions(delays_ms=(0,), future_skew_ms=60_000))
     caused = result.tables["skew_late"].to_pylist()
     # The replay with maxFutureSkew at the threshold: the skewed event rejected, nothing else late but one.
-    fixed = reference_replay(parse_pipeline({**_doc_of(pipeline), "source": {
-        "arrivalTime": "arrival", "batch": {"interval": "1s"}, "maxFutureSkew": "60s"}}), rows)
+    fixed = reference_replay(
+        parse_pipeline(
+            {
+                **_doc_of(pipeline),
+                "source": {"arrivalTime": "arrival", "batch": {"interval": "1s"}, "maxFutureSkew": "60s"},
+            }
+        ),
+        rows,
+    )
     live = reference_replay(pipeline, rows)
     assert [r["name"] for r in fixed.rejected] == ["skewed"] and fixed.rejected[0]["reason"] == "FUTURE_SKEW"
     assert {r["name"] for r in fixed.late_events} == {"late_anyway"}
@@ -368,9 +438,16 @@ def test_future_skew_listing_is_what_max_future_skew_removes():
 
 
 def _doc_of(pipeline):
-    return {"name": pipeline.name, "emitter": {"tumbling-time-window": {
-        "windowSpan": "10s", "timeConfig": {"eventTimeExtractor": "event_time"},
-        "aggregateDefinition": [{"type": "count"}]}}}
+    return {
+        "name": pipeline.name,
+        "emitter": {
+            "tumbling-time-window": {
+                "windowSpan": "10s",
+                "timeConfig": {"eventTimeExtractor": "event_time"},
+                "aggregateDefinition": [{"type": "count"}],
+            }
+        },
+    }
 
 
 # --------------------------------------------------------------------------- options, configuration, report
@@ -383,17 +460,36 @@ def test_options_and_configuration_errors_name_the_field(tmp_path, capsys):
 
     assert parse_delays("2m, 0s,5s,5s") == (0, 5_000, 120_000)
     assert parse_modes("both") == tuple(Lateness) and parse_modes("configured") is None
-    for bad, field in (("--delays", "--delays"), ("--target-late", "--target-late"),
-                       ("--lateness-modes", "--lateness-modes"), ("--future-skew", "--future-skew")):
+    for bad, field in (
+        ("--delays", "--delays"),
+        ("--target-late", "--target-late"),
+        ("--lateness-modes", "--lateness-modes"),
+        ("--future-skew", "--future-skew"),
+    ):
         config = tmp_path / "p.yaml"
         config.write_text(_PIPELINE_YAML)
-        rc = main(["lateness", "--config", str(config), "--input", str(tmp_path), "--output", str(tmp_path / "o"),
-                   bad, "soon"])
+        rc = main(
+            [
+                "lateness",
+                "--config",
+                str(config),
+                "--input",
+                str(tmp_path),
+                "--output",
+                str(tmp_path / "o"),
+                bad,
+                "soon",
+            ]
+        )
         assert rc == 2 and field in capsys.readouterr().err, bad
     with pytest.raises(ConfigError, match="source.maxFutureSkew.*eventTimeExtractor"):
-        parse_pipeline({"name": "p", "source": {"arrivalTime": "arrival", "maxFutureSkew": "1m"},
-                        "emitter": {"tumbling-time-window": {"windowSpan": "10s",
-                                                             "aggregateDefinition": [{"type": "count"}]}}})
+        parse_pipeline(
+            {
+                "name": "p",
+                "source": {"arrivalTime": "arrival", "maxFutureSkew": "1m"},
+                "emitter": {"tumbling-time-window": {"windowSpan": "10s", "aggregateDefinition": [{"type": "count"}]}},
+            }
+        )
     with pytest.raises(ConfigError, match="source.maxFutureSkew"):
         _skew_pipeline("later")
 
@@ -410,11 +506,19 @@ emitter:
 
 
 def _skew_pipeline(skew=None):
-    return parse_pipeline({"name": "p", "source": {"arrivalTime": "arrival",
-                                                   **({"maxFutureSkew": skew} if skew else {})},
-                           "emitter": {"tumbling-time-window": {
-                               "windowSpan": "10s", "timeConfig": {"eventTimeExtractor": "event_time"},
-                               "aggregateDefinition": [{"type": "count"}]}}})
+    return parse_pipeline(
+        {
+            "name": "p",
+            "source": {"arrivalTime": "arrival", **({"maxFutureSkew": skew} if skew else {})},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "timeConfig": {"eventTimeExtractor": "event_time"},
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
 
 
 def test_max_future_skew_in_the_fingerprint_only_when_set():
@@ -425,11 +529,18 @@ def test_max_future_skew_in_the_fingerprint_only_when_set():
     from dataclasses import asdict
 
     plain = _skew_pipeline()
-    source = {k: v for k, v in asdict(plain.source).items() if k not in plain.source.LOCATION_FIELDS
-              and k != "max_future_skew_ms"}
-    before = hashlib.sha256(json.dumps({"source": source, "window": asdict(plain.window),
-                                        "aggregates": [asdict(a) for a in plain.aggregates]},
-                                       sort_keys=True, default=str).encode()).hexdigest()[:16]
+    source = {
+        k: v
+        for k, v in asdict(plain.source).items()
+        if k not in plain.source.LOCATION_FIELDS and k != "max_future_skew_ms"
+    }
+    before = hashlib.sha256(
+        json.dumps(
+            {"source": source, "window": asdict(plain.window), "aggregates": [asdict(a) for a in plain.aggregates]},
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()[:16]
     assert plain.fingerprint() == before
     assert len({plain.fingerprint(), _skew_pipeline("1m").fingerprint(), _skew_pipeline("2m").fingerprint()}) == 3
 
@@ -442,10 +553,22 @@ def test_no_events_gives_an_empty_analysis_and_a_report():
     assert result.counters == {} and result.tables["cost"].num_rows == 0
     assert result.late_counts(WatermarkStrategy.MIN_EVENT_TIME, Lateness.WINDOW_CLOSED, [0]) == [(0, 0)]
     figures = {
-        "pipeline": "p", "configured": {"strategy": "MIN_EVENT_TIME", "lateness": "WINDOW_CLOSED", "delay_ms": 0},
-        "configured_replay": {"late_events": 0, "late_share": 0.0}, "accepted_events": 0, "rejected_rows": 0,
-        "variants": [], "cost": {"windows": 0, "worst_windows": []}, "recommendations": [], "curves": [],
-        "late_curve_points": {}, "delays_ms": [0], "target_late": 0.001, "lateness_histogram": [],
-        "late_by_hour": [], "late_by_worker": [], "future_skew": {"threshold_ms": None}}
+        "pipeline": "p",
+        "configured": {"strategy": "MIN_EVENT_TIME", "lateness": "WINDOW_CLOSED", "delay_ms": 0},
+        "configured_replay": {"late_events": 0, "late_share": 0.0},
+        "accepted_events": 0,
+        "rejected_rows": 0,
+        "variants": [],
+        "cost": {"windows": 0, "worst_windows": []},
+        "recommendations": [],
+        "curves": [],
+        "late_curve_points": {},
+        "delays_ms": [0],
+        "target_late": 0.001,
+        "lateness_histogram": [],
+        "late_by_hour": [],
+        "late_by_worker": [],
+        "future_skew": {"threshold_ms": None},
+    }
     page = render_report(figures)
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4

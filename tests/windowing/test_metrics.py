@@ -39,20 +39,26 @@ WORKERS = (0, 1, 2)
 def _pipeline(window: str = "sliding-time-window", triggers=("atWindowEnd",), **fields):
     window_fields = {"windowSpan": "10s", "windowSlide": "2s"} if window == "sliding-time-window" else {}
     window_fields.update(fields)
-    return parse_pipeline({
-        "name": "metrics-test",
-        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
-                   "worker": "worker"},
-        "emitter": {
-            window: {
-                **window_fields,
-                "keyExtractor": "user",
-                "timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s"},
-                "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"}],
+    return parse_pipeline(
+        {
+            "name": "metrics-test",
+            "source": {
+                "arrivalTime": "arrival",
+                "arrivalOrder": ["offset"],
+                "batch": {"interval": "1s"},
+                "worker": "worker",
             },
-            "triggers": list(triggers),
-        },
-    })
+            "emitter": {
+                window: {
+                    **window_fields,
+                    "keyExtractor": "user",
+                    "timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s"},
+                    "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"}],
+                },
+                "triggers": list(triggers),
+            },
+        }
+    )
 
 
 def _history(seed: int = 7) -> list[dict]:
@@ -65,8 +71,17 @@ def _history(seed: int = 7) -> list[dict]:
             arrival += rng.randint(300, 600)
             user = rng.choice([u for u in users if u != "u3" or arrival < 20 * S])
             behind = rng.choices([rng.randint(0, 400), 30 * S, 7 * S], weights=[18, 1, 1])[0]
-            rows.append({"arrival": arrival, "event_time": max(0, arrival - behind), "offset": offset, "worker": w,
-                         "user": user, "amount": float(rng.randint(1, 9)), "name": f"w{w}-{offset}"})
+            rows.append(
+                {
+                    "arrival": arrival,
+                    "event_time": max(0, arrival - behind),
+                    "offset": offset,
+                    "worker": w,
+                    "user": user,
+                    "amount": float(rng.randint(1, 9)),
+                    "name": f"w{w}-{offset}",
+                }
+            )
     return rows
 
 
@@ -76,8 +91,13 @@ def _replay(spark, pipeline, rows):
 
 
 def _keys_held(ref, worker=None) -> int:
-    return sum(1 for w, ws in ref.state.workers.items() if worker is None or w == worker
-               for ks in ws.keys.values() if ks.windows)
+    return sum(
+        1
+        for w, ws in ref.state.workers.items()
+        if worker is None or w == worker
+        for ks in ws.keys.values()
+        if ks.windows
+    )
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +146,10 @@ def test_one_late_event_on_a_sliding_window_is_one_event_and_five_pairs(spark):
     five of its windows. It is one late event and five late (event, window) pairs."""
     pipeline = _pipeline()
     row = {"worker": 0, "user": "a", "amount": 1.0}
-    rows = [{**row, "arrival": 40 * S, "event_time": 40 * S, "offset": 0, "name": "on-time"},
-            {**row, "arrival": 41 * S, "event_time": 11 * S, "offset": 1, "name": "late"}]
+    rows = [
+        {**row, "arrival": 40 * S, "event_time": 40 * S, "offset": 0, "name": "on-time"},
+        {**row, "arrival": 41 * S, "event_time": 11 * S, "offset": 1, "name": "late"},
+    ]
     result, _, late = _replay(spark, pipeline, rows)
     windows = len(window_bounds(pipeline.window, 11 * S))
     assert windows == 5
@@ -177,7 +199,9 @@ def test_metadata_and_checks_use_late_events_as_events(spark, sliding, tmp_path)
     events = to_df(spark, rows)
     checked = V.run_checks(spark, pipeline, result, input_df=events, only={"metrics_consistent", "conservation"})
     assert [(r.name, r.passed, r.skipped) for r in checked] == [
-        ("conservation", True, False), ("metrics_consistent", True, False)]
+        ("conservation", True, False),
+        ("metrics_consistent", True, False),
+    ]
     old = replace_metrics(result, late_events=m["late_event_windows"])
     [res] = V.run_checks(spark, pipeline, old, input_df=events, only={"metrics_consistent"})
     assert not res.passed and {w["metric"] for w in res.sample} >= {"late_events"}
@@ -187,8 +211,13 @@ def replace_metrics(result, **changes):
     """``result`` with some top-level metrics changed (the datasets as they are)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(aggregates=result.aggregates, late_events=result.late_events, rejected=result.rejected,
-                           state=result.state, metrics={**result.metrics, **changes})
+    return SimpleNamespace(
+        aggregates=result.aggregates,
+        late_events=result.late_events,
+        rejected=result.rejected,
+        state=result.state,
+        metrics={**result.metrics, **changes},
+    )
 
 
 # --------------------------------------------------------------------------- keys
@@ -252,11 +281,19 @@ def test_voltsp_metrics_per_worker_and_in_total(spark, sliding, window):
 
 
 def test_one_worker_without_a_worker_column_is_worker_0(spark):
-    pipeline = parse_pipeline({
-        "name": "t", "source": {"arrivalTime": "arrival", "batch": {"interval": "1s"}},
-        "emitter": {"tumbling-time-window": {"windowSpan": "10s", "keyExtractor": "user",
-                                             "aggregateDefinition": [{"type": "count"}]}},
-    })
+    pipeline = parse_pipeline(
+        {
+            "name": "t",
+            "source": {"arrivalTime": "arrival", "batch": {"interval": "1s"}},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "keyExtractor": "user",
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
     rows = [{"arrival": t * S, "user": u} for t, u in ((1, "a"), (2, "b"), (12, "a"))]
     result = replay(spark, pipeline, to_df(spark, rows))
     ref = reference_replay(pipeline, rows)
@@ -279,21 +316,35 @@ def test_cli_writes_metrics_prom_beside_metrics_json(spark, tmp_path):
     to_df(spark, rows).write.parquet(str(tmp_path / "events"))
     config = tmp_path / "pipeline.yaml"
     doc = {
-        "version": 1, "name": "metrics-test",
-        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"},
-                   "worker": "worker"},
-        "emitter": {"sliding-time-window": {
-            "windowSpan": "10s", "windowSlide": "2s", "keyExtractor": "user",
-            "timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s"},
-            "aggregateDefinition": [{"type": "count"}]}},
+        "version": 1,
+        "name": "metrics-test",
+        "source": {
+            "arrivalTime": "arrival",
+            "arrivalOrder": ["offset"],
+            "batch": {"interval": "1s"},
+            "worker": "worker",
+        },
+        "emitter": {
+            "sliding-time-window": {
+                "windowSpan": "10s",
+                "windowSlide": "2s",
+                "keyExtractor": "user",
+                "timeConfig": {"eventTimeExtractor": "event_time", "idleTimeout": "5s"},
+                "aggregateDefinition": [{"type": "count"}],
+            }
+        },
     }
     config.write_text(yaml.safe_dump(doc))
-    rc, stdout, stderr = _cli(spark, "replay", "--config", config, "--input", tmp_path / "events",
-                              "--output", tmp_path / "out")
+    rc, stdout, stderr = _cli(
+        spark, "replay", "--config", config, "--input", tmp_path / "events", "--output", tmp_path / "out"
+    )
     assert rc == 0, stderr
     m = metrics_of(tmp_path / "out")
-    assert (f"{m['windows_closed']:,} windows closed" in stdout and f"{m['late_events']:,} late events" in stdout
-            and f"{m['late_event_windows']:,} late (event, window) pairs" in stdout), stdout
+    assert (
+        f"{m['windows_closed']:,} windows closed" in stdout
+        and f"{m['late_events']:,} late events" in stdout
+        and f"{m['late_event_windows']:,} late (event, window) pairs" in stdout
+    ), stdout
 
     [part] = [p for p in (run_dir(tmp_path / "out") / "metrics.prom").glob("part-*") if p.is_file()]
     text = part.read_text()
@@ -348,9 +399,17 @@ def test_figures_tell_closed_from_emitted():
     assert (with_end["windows_emitted"], with_end["emitted_by_reason"]) == (6, {"WATERMARK": 4, "IDLE": 2})
 
 
-@pytest.mark.parametrize(("value", "label"), [
-    (3, "3"), ("p-1", "p-1"), (None, "null"), (True, "true"), (-0.0, "-0.0"), (0.5, "0.5"),
-])
+@pytest.mark.parametrize(
+    ("value", "label"),
+    [
+        (3, "3"),
+        ("p-1", "p-1"),
+        (None, "null"),
+        (True, "true"),
+        (-0.0, "-0.0"),
+        (0.5, "0.5"),
+    ],
+)
 def test_worker_labels(value, label):
     assert M.worker_label(value) == label
 
@@ -365,10 +424,12 @@ def test_task_counters_add_up_per_worker_and_in_total():
         w, n, v = zip(*rows)
         return pa.table({"worker": pa.array(w, pa.string()), "name": pa.array(n), "value": pa.array(v, pa.int64())})
 
-    counts, by_worker = _sum_counters([
-        task([("0", "late", 2), ("1", "late", 1), (None, "rows_aggregates", 5)]),
-        task([("0", "late", 3), ("0", "keys_held", 1), (None, "rows_aggregates", 4)]),
-    ])
+    counts, by_worker = _sum_counters(
+        [
+            task([("0", "late", 2), ("1", "late", 1), (None, "rows_aggregates", 5)]),
+            task([("0", "late", 3), ("0", "keys_held", 1), (None, "rows_aggregates", 4)]),
+        ]
+    )
     assert counts == {"late": 6, "keys_held": 1, "rows_aggregates": 9}
     assert by_worker == {"0": {"late": 5, "keys_held": 1}, "1": {"late": 1}}
 
@@ -384,8 +445,9 @@ def test_replay_metrics_round_trip_through_their_json(sliding):
     m = sliding[2].metrics
     assert isinstance(m, M.ReplayMetrics)
     assert isinstance(m.lateness_ms_percentiles, M.LatenessPercentiles) and m.lateness_ms_percentiles.p99 > 0
-    assert m.voltsp["voltsp_late_event_total"] == M.VoltspValue(m.late_events, m.voltsp["voltsp_late_event_total"]
-                                                               .by_worker)
+    assert m.voltsp["voltsp_late_event_total"] == M.VoltspValue(
+        m.late_events, m.voltsp["voltsp_late_event_total"].by_worker
+    )
     assert m.accepted_events == m.input_rows - m.rejected_rows == len(sliding[1])
     assert M.ReplayMetrics.from_dict(m.to_dict()) == m
     stored = json.dumps(m.to_dict(), sort_keys=True)
@@ -404,21 +466,53 @@ def test_replay_metrics_are_the_dict_of_earlier_versions():
 
     from windowing.engine import _metrics
 
-    counters = {M.EVENTS: 10, M.LATE_PAIRS: 5, M.LATE_EVENTS: 2, M.WINDOWS_CREATED: 7, M.CLOSED_PREFIX + "WATERMARK": 3,
-                M.CLOSED_PREFIX + "IDLE": 1, M.IDLE_KEYS_REMOVED: 1, M.KEYS_SEEN: 4, M.KEYS_HELD: 2,
-                M.OPEN_WINDOWS: 3}
+    counters = {
+        M.EVENTS: 10,
+        M.LATE_PAIRS: 5,
+        M.LATE_EVENTS: 2,
+        M.WINDOWS_CREATED: 7,
+        M.CLOSED_PREFIX + "WATERMARK": 3,
+        M.CLOSED_PREFIX + "IDLE": 1,
+        M.IDLE_KEYS_REMOVED: 1,
+        M.KEYS_SEEN: 4,
+        M.KEYS_HELD: 2,
+        M.OPEN_WINDOWS: 3,
+    }
     pipeline = SimpleNamespace(name="p", triggers=(Trigger.AT_WINDOW_END,))
-    m = _metrics(counters, {"p": [1.0, 2.5, 3.0], "mx": 4}, {"NULL_KEY": 2, "BAD_TIME": 1},
-                 [{"watermark_ms": 1_000}, {"watermark_ms": None}], pipeline, by_worker={"0": counters})
-    voltsp = {"voltsp_aggregations_unique_keys_total": 2, "voltsp_aggregations_created_total": 7,
-              "voltsp_aggregations_emitted_total": 4, "voltsp_emitted_total": 9, "voltsp_idle_keys_total": 1,
-              "voltsp_late_event_total": 2}
+    m = _metrics(
+        counters,
+        {"p": [1.0, 2.5, 3.0], "mx": 4},
+        {"NULL_KEY": 2, "BAD_TIME": 1},
+        [{"watermark_ms": 1_000}, {"watermark_ms": None}],
+        pipeline,
+        by_worker={"0": counters},
+    )
+    voltsp = {
+        "voltsp_aggregations_unique_keys_total": 2,
+        "voltsp_aggregations_created_total": 7,
+        "voltsp_aggregations_emitted_total": 4,
+        "voltsp_emitted_total": 9,
+        "voltsp_idle_keys_total": 1,
+        "voltsp_late_event_total": 2,
+    }
     expected = {
-        "pipeline": "p", "input_rows": 13, "rejected_rows": 3, "rejected_by_reason": {"BAD_TIME": 1, "NULL_KEY": 2},
-        "late_events": 2, "late_event_windows": 5, "windows_created": 7, "windows_closed": 4,
-        "closed_by_reason": {"WATERMARK": 3, "IDLE": 1}, "windows_emitted": 4,
-        "emitted_by_reason": {"WATERMARK": 3, "IDLE": 1}, "snapshots_emitted": 0, "idle_keys_removed": 1,
-        "unique_keys": 4, "keys_held": 2, "open_windows": 3, "watermark_reached": "1970-01-01T00:00:01+00:00",
+        "pipeline": "p",
+        "input_rows": 13,
+        "rejected_rows": 3,
+        "rejected_by_reason": {"BAD_TIME": 1, "NULL_KEY": 2},
+        "late_events": 2,
+        "late_event_windows": 5,
+        "windows_created": 7,
+        "windows_closed": 4,
+        "closed_by_reason": {"WATERMARK": 3, "IDLE": 1},
+        "windows_emitted": 4,
+        "emitted_by_reason": {"WATERMARK": 3, "IDLE": 1},
+        "snapshots_emitted": 0,
+        "idle_keys_removed": 1,
+        "unique_keys": 4,
+        "keys_held": 2,
+        "open_windows": 3,
+        "watermark_reached": "1970-01-01T00:00:01+00:00",
         "lateness_ms_percentiles": {"p50": 1.0, "p90": 2.5, "p99": 3.0, "max": 4},
         "voltsp": {name: {"total": n, "by_worker": {"0": n}} for name, n in voltsp.items()},
     }
@@ -428,9 +522,18 @@ def test_replay_metrics_are_the_dict_of_earlier_versions():
 
 def test_replay_metrics_from_a_record_of_an_older_version():
     """A commit written before some figures existed: each missing key takes its default."""
-    old = {"pipeline": "clicks", "input_rows": 5, "rejected_rows": 1, "rejected_by_reason": {"NULL_KEY": 1},
-           "late_events": 2, "windows_emitted": 3, "emitted_by_reason": {"WATERMARK": 3}, "open_windows": 1,
-           "watermark_reached": "2024-01-01T00:00:00+00:00", "retired_figure": 9}
+    old = {
+        "pipeline": "clicks",
+        "input_rows": 5,
+        "rejected_rows": 1,
+        "rejected_by_reason": {"NULL_KEY": 1},
+        "late_events": 2,
+        "windows_emitted": 3,
+        "emitted_by_reason": {"WATERMARK": 3},
+        "open_windows": 1,
+        "watermark_reached": "2024-01-01T00:00:00+00:00",
+        "retired_figure": 9,
+    }
     m = M.ReplayMetrics.from_dict(old)
     assert (m.pipeline, m.input_rows, m.accepted_events, m.late_events, m.windows_emitted) == ("clicks", 5, 4, 2, 3)
     assert (m.windows_created, m.late_event_windows, m.unique_keys, m.keys_held, m.closed_by_reason) == (0, 0, 0, 0, {})

@@ -27,13 +27,19 @@ INTS = [0, 1_999, -1_999, -1, MAX_EPOCH_MS, MIN_EPOCH_MS]  # the range's edges (
 
 
 def _pipeline(arrival: str, event: str, batch: dict) -> object:
-    return parse_pipeline({
-        "name": "n",
-        "source": {"arrivalTime": arrival, "batch": batch},
-        "emitter": {"tumbling-time-window": {
-            "windowSpan": "1s", "timeConfig": {"eventTimeExtractor": event},
-            "aggregateDefinition": [{"type": "count"}]}},
-    })
+    return parse_pipeline(
+        {
+            "name": "n",
+            "source": {"arrivalTime": arrival, "batch": batch},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "1s",
+                    "timeConfig": {"eventTimeExtractor": event},
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
 
 
 CASES = {
@@ -83,16 +89,25 @@ def test_the_range_is_year_1_to_year_9999_in_whole_milliseconds():
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: Integer epoch ms: (value, accepted?).
-EDGES = [(INT64_MIN, False), (INT64_MIN + 1, False), (-(10**16), False), (MIN_EPOCH_MS - 1, False),
-         (MIN_EPOCH_MS, True), (0, True), (MAX_EPOCH_MS, True), (MAX_EPOCH_MS + 1, False), (10**16, False),
-         (INT64_MAX, False)]
+EDGES = [
+    (INT64_MIN, False),
+    (INT64_MIN + 1, False),
+    (-(10**16), False),
+    (MIN_EPOCH_MS - 1, False),
+    (MIN_EPOCH_MS, True),
+    (0, True),
+    (MAX_EPOCH_MS, True),
+    (MAX_EPOCH_MS + 1, False),
+    (10**16, False),
+    (INT64_MAX, False),
+]
 
 
 @pytest.mark.parametrize("batch", [{"interval": "7ms"}, {"interval": "1d"}, {"column": "b"}])
 def test_integer_times_outside_the_range_are_rejected_without_overflow(spark, batch):
     """int64 min used to overflow the batch computation (ARITHMETIC_OVERFLOW); 2^63-1 and
     1e16 used to pass, and fail after the whole replay, naming no column."""
-    rows = [(v, 1_000, i, i) for i, (v, _) in enumerate(EDGES)]   # bad arrival times
+    rows = [(v, 1_000, i, i) for i, (v, _) in enumerate(EDGES)]  # bad arrival times
     rows += [(1_000, v, 100 + i, 100 + i) for i, (v, _) in enumerate(EDGES)]  # bad event times
     df = spark.createDataFrame(rows, "n long, n2 long, b long, id long")
     pipeline = _pipeline("n", "n2", batch)
@@ -126,8 +141,12 @@ def test_timestamps_and_dates_beyond_the_range_are_rejected(spark):
         as t(id, ts, d)""")
     assert [r[0] for r in df.orderBy("id").select(F.year("ts")).collect()] == [9999, 10000, 1, 0, 9999]
     assert [r[0] for r in df.orderBy("id").select(F.year("d")).collect()] == [9999, 10000, 1, 0, 2024]
-    for arrival, event, which in (("ts", "ok_ts", "arrival"), ("ok_ts", "ts", "event"),
-                                  ("d", "ok_d", "arrival"), ("ok_d", "d", "event")):
+    for arrival, event, which in (
+        ("ts", "ok_ts", "arrival"),
+        ("ok_ts", "ts", "event"),
+        ("d", "ok_d", "arrival"),
+        ("ok_d", "d", "event"),
+    ):
         norm = _normalise(_pipeline(arrival, event, {"interval": "1s"}), df)
         got = {r["id"]: r["reason"] for r in norm.select("id", "reason").collect()}
         bad = f"{which} time out of range"

@@ -60,13 +60,26 @@ def _clicks_doc() -> dict:
 PIPELINE = parse_pipeline(_clicks_doc())
 
 #: The live sink's names for the replay's columns (renamed through the mapping).
-RENAMED = {"worker": "worker_id", "key": "user", "windowStart": "ws", "windowEnd": "we", "emission": "emission_no",
-           "emitTime": "emitted_at"}
-RENAMED_AGGREGATES = {"count": "n", "sum_amount": "total", "min_amount": "lo", "max_amount": "hi",
-                      "unique_events": "uniq"}
+RENAMED = {
+    "worker": "worker_id",
+    "key": "user",
+    "windowStart": "ws",
+    "windowEnd": "we",
+    "emission": "emission_no",
+    "emitTime": "emitted_at",
+}
+RENAMED_AGGREGATES = {
+    "count": "n",
+    "sum_amount": "total",
+    "min_amount": "lo",
+    "max_amount": "hi",
+    "unique_events": "uniq",
+}
 #: The live frame: window start and emit time as epoch ms, window end as a timestamp.
-LIVE_SCHEMA = ("worker_id int, user string, ws long, we_ms long, n long, total double, lo double, hi double, "
-               "uniq long, emission_no long, emitted_ms long")
+LIVE_SCHEMA = (
+    "worker_id int, user string, ws long, we_ms long, n long, total double, lo double, hi double, "
+    "uniq long, emission_no long, emitted_ms long"
+)
 
 
 def _mapping(emission: bool = True, emit_time: bool = True) -> dict:
@@ -86,13 +99,28 @@ def replayed(spark, tmp_path_factory):
     write_outputs(result, str(root / "replay"), pipeline=PIPELINE)
     result.unpersist()
     out = read_outputs(spark, str(root / "replay"))
-    rows = [r.asDict() for r in out.aggregates.select(
-        "partition", "user_id", F.unix_millis("window_start").alias("ws"), F.unix_millis("window_end").alias("we"),
-        "count", "sum_amount", "min_amount", "max_amount", "unique_events", "emission",
-        F.unix_millis("emit_time").alias("emit_ms"), "emit_reason").collect()]
+    rows = [
+        r.asDict()
+        for r in out.aggregates.select(
+            "partition",
+            "user_id",
+            F.unix_millis("window_start").alias("ws"),
+            F.unix_millis("window_end").alias("we"),
+            "count",
+            "sum_amount",
+            "min_amount",
+            "max_amount",
+            "unique_events",
+            "emission",
+            F.unix_millis("emit_time").alias("emit_ms"),
+            "emit_reason",
+        ).collect()
+    ]
     rows.sort(key=lambda r: (r["partition"], r["user_id"], r["ws"], r["emission"]))
-    late = Counter((r["partition"], r["user_id"], r["ws"]) for r in out.late_events.select(
-        "partition", "user_id", F.unix_millis("window_start").alias("ws")).collect())
+    late = Counter(
+        (r["partition"], r["user_id"], r["ws"])
+        for r in out.late_events.select("partition", "user_id", F.unix_millis("window_start").alias("ws")).collect()
+    )
     return {"root": root, "out": out, "rows": rows, "late": late}
 
 
@@ -109,10 +137,29 @@ def _live(spark, rows, emission: bool = True, emit_time: bool = True):
     from pyspark.sql import functions as F
 
     df = spark.createDataFrame(
-        [(r["partition"], r["user_id"], r["ws"], r["we"], r["count"], r["sum_amount"], r["min_amount"],
-          r["max_amount"], r["unique_events"], r["emission"], r["emit_ms"]) for r in rows], LIVE_SCHEMA)
-    df = (df.withColumn("we", F.timestamp_millis("we_ms")).withColumn("emitted_at", F.timestamp_millis("emitted_ms"))
-          .drop("we_ms", "emitted_ms"))
+        [
+            (
+                r["partition"],
+                r["user_id"],
+                r["ws"],
+                r["we"],
+                r["count"],
+                r["sum_amount"],
+                r["min_amount"],
+                r["max_amount"],
+                r["unique_events"],
+                r["emission"],
+                r["emit_ms"],
+            )
+            for r in rows
+        ],
+        LIVE_SCHEMA,
+    )
+    df = (
+        df.withColumn("we", F.timestamp_millis("we_ms"))
+        .withColumn("emitted_at", F.timestamp_millis("emitted_ms"))
+        .drop("we_ms", "emitted_ms")
+    )
     if not emission:
         df = df.drop("emission_no")
     if not emit_time:
@@ -124,8 +171,9 @@ def _report(result) -> dict[tuple, tuple]:
     """(key, window start ms, emission) -> (category, differing, explanations) of every mismatch row."""
     from pyspark.sql import functions as F
 
-    rows = result.mismatches.select("user_id", F.unix_millis("window_start").alias("ws"), "emission", "category",
-                                    "differing", "explanations").collect()
+    rows = result.mismatches.select(
+        "user_id", F.unix_millis("window_start").alias("ws"), "emission", "category", "differing", "explanations"
+    ).collect()
     report = {}
     for r in rows:
         ident = (r["user_id"], r["ws"], r["emission"])
@@ -137,15 +185,20 @@ def _report(result) -> dict[tuple, tuple]:
 def _details(result) -> dict[tuple, str]:
     from pyspark.sql import functions as F
 
-    return {(r["user_id"], r["ws"], r["emission"]): r["detail"] for r in result.mismatches.select(
-        "user_id", F.unix_millis("window_start").alias("ws"), "emission", "detail").collect()}
+    return {
+        (r["user_id"], r["ws"], r["emission"]): r["detail"]
+        for r in result.mismatches.select(
+            "user_id", F.unix_millis("window_start").alias("ws"), "emission", "detail"
+        ).collect()
+    }
 
 
 def _pick(rows, n, used, where=lambda r: True):
     """``n`` rows (in the fixture's order) not used yet, of windows emitted once."""
     once = _emissions(rows)
-    out = [r for r in rows if _identity(r) not in used and once[(r["partition"], r["user_id"], r["ws"])] == 1
-           and where(r)][:n]
+    out = [
+        r for r in rows if _identity(r) not in used and once[(r["partition"], r["user_id"], r["ws"])] == 1 and where(r)
+    ][:n]
     assert len(out) == n, "the generated history has too few such windows"
     used.update(_identity(r) for r in out)
     return out
@@ -181,17 +234,31 @@ def _perturb(replayed) -> tuple[list[dict], dict[tuple, tuple]]:
     base = max(r["we"] for r in rows)
     for i in range(2):  # windows the replay never had
         ws = base + i * 3_600_000
-        live.append({"partition": 0, "user_id": "user-ghost", "ws": ws, "we": ws + 3_600_000, "count": 4,
-                     "sum_amount": 12.5, "min_amount": 1.0, "max_amount": 5.0, "unique_events": 4, "emission": 1,
-                     "emit_ms": ws + 3_605_000, "emit_reason": "WATERMARK"})
+        live.append(
+            {
+                "partition": 0,
+                "user_id": "user-ghost",
+                "ws": ws,
+                "we": ws + 3_600_000,
+                "count": 4,
+                "sum_amount": 12.5,
+                "min_amount": 1.0,
+                "max_amount": 5.0,
+                "unique_events": 4,
+                "emission": 1,
+                "emit_ms": ws + 3_605_000,
+                "emit_reason": "WATERMARK",
+            }
+        )
         expected[("user-ghost", ws, 1)] = (MISSING_IN_REPLAY, (), ())
     return live, expected
 
 
 def test_self_match_is_complete(spark, replayed):
     spec = parse_reconcile(_mapping(), PIPELINE)
-    result = reconcile(spark, PIPELINE, spec, replayed["out"].aggregates, _live(spark, replayed["rows"]),
-                       replayed["out"].late_events)
+    result = reconcile(
+        spark, PIPELINE, spec, replayed["out"].aggregates, _live(spark, replayed["rows"]), replayed["out"].late_events
+    )
     try:
         f = result.figures
         assert f["match"] == f["compared"] == f["replay_rows"] == f["live_rows"] == len(replayed["rows"])
@@ -203,29 +270,42 @@ def test_self_match_is_complete(spark, replayed):
         result.unpersist()
 
 
-@pytest.mark.parametrize("emission, emit_time", [
-    (True, True),    # matched by the emission column
-    (False, True),   # no emission column: numbered in emit order
-    (False, False),  # neither: both sides numbered by their values
-])
+@pytest.mark.parametrize(
+    "emission, emit_time",
+    [
+        (True, True),  # matched by the emission column
+        (False, True),  # no emission column: numbered in emit order
+        (False, False),  # neither: both sides numbered by their values
+    ],
+)
 def test_finds_exactly_the_perturbations(spark, replayed, emission, emit_time):
     live_rows, expected = _perturb(replayed)
     spec = parse_reconcile(_mapping(emission, emit_time), PIPELINE)
-    result = reconcile(spark, PIPELINE, spec, replayed["out"].aggregates,
-                       _live(spark, live_rows, emission, emit_time), replayed["out"].late_events)
+    result = reconcile(
+        spark,
+        PIPELINE,
+        spec,
+        replayed["out"].aggregates,
+        _live(spark, live_rows, emission, emit_time),
+        replayed["out"].late_events,
+    )
     try:
         assert _report(result) == expected
         f = result.figures
         kinds = Counter(category for category, _, _ in expected.values())
         assert (f["value_mismatch"], f["missing_in_replay"], f["extra_in_replay"]) == (
-            kinds[VALUE_MISMATCH], kinds[MISSING_IN_REPLAY], kinds[EXTRA_IN_REPLAY])
+            kinds[VALUE_MISMATCH],
+            kinds[MISSING_IN_REPLAY],
+            kinds[EXTRA_IN_REPLAY],
+        )
         assert f["compared"] == len(replayed["rows"]) + kinds[MISSING_IN_REPLAY]
         assert f["match"] == f["compared"] - len(expected)
         assert f["match_rate"] == f["match"] / f["compared"] and not f["passed"]
         assert f["explained_by"][FLOAT_ROUNDING] == 2 and f["explained"] == 2
         total = result.summary.where("scope = 'total'").collect()
         assert [(r["compared"], r["match"], r["unexplained"]) for r in total] == [
-            (f["compared"], f["match"], len(expected) - 2)]
+            (f["compared"], f["match"], len(expected) - 2)
+        ]
     finally:
         result.unpersist()
 
@@ -242,7 +322,10 @@ def test_mismatch_rows_carry_both_values(spark, replayed):
         assert (row["category"], row["differing"]) == (VALUE_MISMATCH, ["count"])
         assert (row["live_count"], row["replay_count"]) == (replay_count + 3, replay_count)
         assert (row["partition"], row["user_id"], row["emission"]) == (
-            target["partition"], target["user_id"], target["emission"])
+            target["partition"],
+            target["user_id"],
+            target["emission"],
+        )
         assert row["replay_emit_reason"] == target["emit_reason"]
         assert f"count: live {replay_count + 3} against replay {replay_count}" in row["detail"]
     finally:
@@ -253,14 +336,21 @@ def test_emit_reason_explains_an_idle_flush_the_live_side_did_not_do(spark, repl
     """Live emitted once (WATERMARK) what the replay flushed IDLE and emitted again."""
     rows = [dict(r) for r in replayed["rows"]]
     emissions = _emissions(rows)
-    first = next(r for r in rows if emissions[(r["partition"], r["user_id"], r["ws"])] == 2
-                 and r["emission"] == 1 and r["emit_reason"] == "IDLE")
+    first = next(
+        r
+        for r in rows
+        if emissions[(r["partition"], r["user_id"], r["ws"])] == 2 and r["emission"] == 1 and r["emit_reason"] == "IDLE"
+    )
     second = next(r for r in rows if _identity(r) == (first["user_id"], first["ws"], 2))
-    merged = {**second, "emission": 1, "count": first["count"] + second["count"],
-              "sum_amount": first["sum_amount"] + second["sum_amount"],
-              "min_amount": min(first["min_amount"], second["min_amount"]),
-              "max_amount": max(first["max_amount"], second["max_amount"]),
-              "unique_events": first["unique_events"] + second["unique_events"]}
+    merged = {
+        **second,
+        "emission": 1,
+        "count": first["count"] + second["count"],
+        "sum_amount": first["sum_amount"] + second["sum_amount"],
+        "min_amount": min(first["min_amount"], second["min_amount"]),
+        "max_amount": max(first["max_amount"], second["max_amount"]),
+        "unique_events": first["unique_events"] + second["unique_events"],
+    }
     live = [r for r in rows if r is not first and r is not second] + [merged]
     spec = parse_reconcile(_mapping(), PIPELINE)
     result = reconcile(spark, PIPELINE, spec, replayed["out"].aggregates, _live(spark, live))
@@ -284,15 +374,19 @@ def test_late_events_explain_a_count_difference(spark, replayed):
     once = [r for r in rows if emissions[(r["partition"], r["user_id"], r["ws"])] == 1]
     with_late = next(r for r in once if late[(r["partition"], r["user_id"], r["ws"])] > 0)
     without = next(r for r in once if late[(r["partition"], r["user_id"], r["ws"])] == 0)
-    fewer = next(r for r in once if r["emit_reason"] == "WATERMARK" and r["count"] > 1 and r is not with_late
-                 and r is not without)
+    fewer = next(
+        r
+        for r in once
+        if r["emit_reason"] == "WATERMARK" and r["count"] > 1 and r is not with_late and r is not without
+    )
     n_late = late[(with_late["partition"], with_late["user_id"], with_late["ws"])]
     with_late["count"] += n_late
     without["count"] += 1
     fewer["count"] -= 1
     spec = parse_reconcile(_mapping(), PIPELINE)
-    result = reconcile(spark, PIPELINE, spec, replayed["out"].aggregates, _live(spark, rows),
-                       replayed["out"].late_events)
+    result = reconcile(
+        spark, PIPELINE, spec, replayed["out"].aggregates, _live(spark, rows), replayed["out"].late_events
+    )
     try:
         report = _report(result)
         assert report == {
@@ -317,23 +411,42 @@ def test_partition_edges(spark, replayed):
     used: set = set()
     across = _pick(rows, 1, used, lambda r: r["ws"] < day2 <= r["emit_ms"])[0]
     inside = _pick(rows, 1, used, lambda r: r["we"] < day2 and r["emit_ms"] < day2)[0]
-    also_day2 = _pick(rows, 1, used, lambda r: r["ws"] >= day2 and r["we"] < day3
-                      and replayed["late"][(r["partition"], r["user_id"], r["ws"])] == 0)[0]
+    also_day2 = _pick(
+        rows,
+        1,
+        used,
+        lambda r: r["ws"] >= day2 and r["we"] < day3 and replayed["late"][(r["partition"], r["user_id"], r["ws"])] == 0,
+    )[0]
     also_day2["count"] += 1
-    outside = {**inside, "ws": START_MS - DAY_MS, "we": START_MS - DAY_MS + 3_600_000,
-               "emit_ms": START_MS - DAY_MS + 3_700_000}
+    outside = {
+        **inside,
+        "ws": START_MS - DAY_MS,
+        "we": START_MS - DAY_MS + 3_600_000,
+        "emit_ms": START_MS - DAY_MS + 3_700_000,
+    }
     live = [r for r in rows if r is not across and r is not inside] + [outside]
     spec = parse_reconcile(_mapping(), PIPELINE)
-    result = reconcile(spark, PIPELINE, spec, replayed["out"].aggregates, _live(spark, live),
-                       replayed["out"].late_events, partition_edges=EDGES)
+    result = reconcile(
+        spark,
+        PIPELINE,
+        spec,
+        replayed["out"].aggregates,
+        _live(spark, live),
+        replayed["out"].late_events,
+        partition_edges=EDGES,
+    )
     try:
         assert _report(result) == {
             _identity(across): (EXTRA_IN_REPLAY, (), (PARTITION_EDGE,)),
             _identity(inside): (EXTRA_IN_REPLAY, (), ()),
             _identity(also_day2): (VALUE_MISMATCH, ("count",), ()),
         }
-        keys = {(r["user_id"], r["ws"], r["emission"]): r["partition_key"] for r in result.mismatches.select(
-            "user_id", F.unix_millis("window_start").alias("ws"), "emission", "partition_key").collect()}
+        keys = {
+            (r["user_id"], r["ws"], r["emission"]): r["partition_key"]
+            for r in result.mismatches.select(
+                "user_id", F.unix_millis("window_start").alias("ws"), "emission", "partition_key"
+            ).collect()
+        }
         assert keys[_identity(across)] == "2024-02-06T00:00:00Z"
         assert keys[_identity(inside)] == "2024-02-05T00:00:00Z"
         f = result.figures
@@ -343,11 +456,17 @@ def test_partition_edges(spark, replayed):
         day1_rows = sum(1 for r in rows if r["emit_ms"] < day2)
         assert by_day["2024-02-05T00:00:00Z"]["compared"] == day1_rows
         assert by_day["2024-02-06T00:00:00Z"]["compared"] == len(rows) - day1_rows
-        assert (by_day["2024-02-05T00:00:00Z"]["extra_in_replay"], by_day["2024-02-06T00:00:00Z"]["extra_in_replay"],
-                by_day["2024-02-06T00:00:00Z"]["value_mismatch"]) == (1, 1, 1)
+        assert (
+            by_day["2024-02-05T00:00:00Z"]["extra_in_replay"],
+            by_day["2024-02-06T00:00:00Z"]["extra_in_replay"],
+            by_day["2024-02-06T00:00:00Z"]["value_mismatch"],
+        ) == (1, 1, 1)
         summary = sorted(result.summary.collect(), key=lambda r: (r["scope"] == "total", r["partition_start"]))
         assert [(r["scope"], r["compared"]) for r in summary] == [
-            ("partition", day1_rows), ("partition", len(rows) - day1_rows), ("total", len(rows))]
+            ("partition", day1_rows),
+            ("partition", len(rows) - day1_rows),
+            ("total", len(rows)),
+        ]
     finally:
         result.unpersist()
 
@@ -372,15 +491,28 @@ def test_null_keys_match_null_keys(spark):
         (1, None, 0, 3_600_000, 5, "IDLE", 1, 3_000_000),
     ]
     schema = "w int, k string, ws long, we long, count long, emit_reason string, emission long, et long"
-    pipeline = parse_pipeline({
-        "name": "nulls", "source": {"arrivalTime": "t", "worker": "w"},
-        "emitter": {"tumbling-time-window": {"windowSpan": "1h", "keyExtractor": "k",
-                                             "aggregateDefinition": [{"type": "count"}]}}})
+    pipeline = parse_pipeline(
+        {
+            "name": "nulls",
+            "source": {"arrivalTime": "t", "worker": "w"},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "1h",
+                    "keyExtractor": "k",
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
     from pyspark.sql import functions as F
 
     def frame(rows):
-        return (spark.createDataFrame(rows, schema).withColumn("window_start", F.timestamp_millis("ws"))
-                .withColumn("window_end", F.timestamp_millis("we")).withColumn("emit_time", F.timestamp_millis("et")))
+        return (
+            spark.createDataFrame(rows, schema)
+            .withColumn("window_start", F.timestamp_millis("ws"))
+            .withColumn("window_end", F.timestamp_millis("we"))
+            .withColumn("emit_time", F.timestamp_millis("et"))
+        )
 
     live = frame([replay_rows[0], replay_rows[1], (1, None, 0, 3_600_000, 6, "IDLE", 1, 3_000_000)])
     spec = parse_reconcile({"columns": {"worker": "w", "emission": "emission", "emitTime": "emit_time"}}, pipeline)
@@ -388,7 +520,8 @@ def test_null_keys_match_null_keys(spark):
     try:
         rows = result.mismatches.collect()
         assert [(r["w"], r["k"], r["category"], r["live_count"], r["replay_count"]) for r in rows] == [
-            (1, None, VALUE_MISMATCH, 6, 5)]
+            (1, None, VALUE_MISMATCH, 6, 5)
+        ]
         assert result.figures["match"] == 2
     finally:
         result.unpersist()
@@ -401,20 +534,31 @@ def _live_frame(spark, schema: str):
     return spark.createDataFrame([], schema)
 
 
-@pytest.mark.parametrize("schema, message", [
-    # window start missing (renamed to something close): named, with the nearest column
-    ("user string, window_strat timestamp, window_end timestamp, count long",
-     "reconcile.columns.windowStart: column 'window_start' is not in the live aggregates"),
-    # a window end of floating-point seconds is not a time
-    ("user string, window_start timestamp, window_end double, count long",
-     "reconcile.columns.windowEnd: live column 'window_end' is double; it must be a timestamp or epoch"),
-    # a count held as text
-    ("user string, window_start timestamp, window_end timestamp, count string",
-     "reconcile.columns.aggregates.count: live column 'count' is string; it must be an integer"),
-    # a key of another kind than the replay's string key
-    ("user bigint, window_start timestamp, window_end timestamp, count long",
-     "reconcile.columns.key: live column 'user' is bigint; it must be comparable with the replay's 'user_id'"),
-])
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        # window start missing (renamed to something close): named, with the nearest column
+        (
+            "user string, window_strat timestamp, window_end timestamp, count long",
+            "reconcile.columns.windowStart: column 'window_start' is not in the live aggregates",
+        ),
+        # a window end of floating-point seconds is not a time
+        (
+            "user string, window_start timestamp, window_end double, count long",
+            "reconcile.columns.windowEnd: live column 'window_end' is double; it must be a timestamp or epoch",
+        ),
+        # a count held as text
+        (
+            "user string, window_start timestamp, window_end timestamp, count string",
+            "reconcile.columns.aggregates.count: live column 'count' is string; it must be an integer",
+        ),
+        # a key of another kind than the replay's string key
+        (
+            "user bigint, window_start timestamp, window_end timestamp, count long",
+            "reconcile.columns.key: live column 'user' is bigint; it must be comparable with the replay's 'user_id'",
+        ),
+    ],
+)
 def test_live_columns_are_checked_up_front(spark, replayed, schema, message):
     spec = parse_reconcile({"columns": {"key": "user", "aggregates": ["count"]}}, PIPELINE)
     with pytest.raises(ConfigError) as err:
@@ -427,8 +571,11 @@ def test_live_columns_are_checked_up_front(spark, replayed, schema, message):
 def test_missing_mapped_aggregate_column_is_named(spark, replayed):
     spec = parse_reconcile(_mapping(), PIPELINE)
     live = _live(spark, replayed["rows"][:3]).withColumnRenamed("total", "totals")
-    with pytest.raises(ConfigError, match=r"reconcile.columns.aggregates.sum_amount: column 'total' is not in the "
-                                          r"live aggregates .*did you mean 'totals'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"reconcile.columns.aggregates.sum_amount: column 'total' is not in the "
+        r"live aggregates .*did you mean 'totals'\?",
+    ):
         reconcile(spark, PIPELINE, spec, replayed["out"].aggregates, live)
 
 
@@ -468,8 +615,9 @@ def test_write_read_and_main_reconcile(spark, replayed, tmp_path, capsys):
 def test_main_reconcile_needs_a_live_side(spark, replayed, tmp_path):
     config = tmp_path / "clicks.yaml"
     config.write_text(yaml.safe_dump(_clicks_doc()))
-    args = argparse.Namespace(config=str(config), replay=str(replayed["root"] / "replay"), live=None,
-                              output=str(tmp_path / "rec"))
+    args = argparse.Namespace(
+        config=str(config), replay=str(replayed["root"] / "replay"), live=None, output=str(tmp_path / "rec")
+    )
     with pytest.raises(ConfigError, match="--live: no live aggregates given"):
         main_reconcile(args, spark=spark)
     args.live = str(tmp_path / "nowhere")
@@ -486,40 +634,57 @@ def test_defaults():
     assert (spec.columns.window_start, spec.columns.window_end) == ("window_start", "window_end")
     assert spec.columns.aggregates == tuple((a.name, a.name) for a in PIPELINE.aggregates)
     assert (spec.min_match, spec.blocking, spec.live) == (1.0, False, None)
-    assert parse_reconcile({"minMatch": "99.5%", "tolerance": {"absolute": "1e-6", "relative": 0}},
-                           PIPELINE).min_match == pytest.approx(0.995)
+    assert parse_reconcile(
+        {"minMatch": "99.5%", "tolerance": {"absolute": "1e-6", "relative": 0}}, PIPELINE
+    ).min_match == pytest.approx(0.995)
 
 
 def test_a_full_block():
-    spec = parse_reconcile({
-        "live": {"table": "lake.live_clicks", "format": "delta"},
-        **_mapping(),
-        "tolerance": {"absolute": 0.01, "relative": 1e-6},
-        "minMatch": 0.999,
-        "blocking": True,
-    }, PIPELINE)
+    spec = parse_reconcile(
+        {
+            "live": {"table": "lake.live_clicks", "format": "delta"},
+            **_mapping(),
+            "tolerance": {"absolute": 0.01, "relative": 1e-6},
+            "minMatch": 0.999,
+            "blocking": True,
+        },
+        PIPELINE,
+    )
     assert spec.live.table == "lake.live_clicks" and spec.live.format == "delta"
     assert spec.columns.worker == "worker_id" and spec.columns.emit_time == "emitted_at"
     assert dict(spec.columns.aggregates)["sum_amount"] == "total"
-    assert (spec.tolerance.absolute, spec.tolerance.relative, spec.min_match, spec.blocking) == (0.01, 1e-6, 0.999,
-                                                                                                  True)
+    assert (spec.tolerance.absolute, spec.tolerance.relative, spec.min_match, spec.blocking) == (
+        0.01,
+        1e-6,
+        0.999,
+        True,
+    )
 
 
-@pytest.mark.parametrize("block, message", [
-    ({"colums": {}}, "reconcile.colums: unknown field (did you mean columns?)"),
-    ({"columns": {"aggregates": {"sum_amout": "total"}}},
-     "reconcile.columns.aggregates.sum_amout: the pipeline has no aggregate 'sum_amout'"),
-    ({"columns": {"windowStart": "t", "windowEnd": "t"}},
-     "reconcile.columns.windowEnd: live column 't' is already mapped by reconcile.columns.windowStart"),
-    ({"columns": {"emission": 3}}, "reconcile.columns.emission: 3 must be a column name"),
-    ({"tolerance": {"relative": -1}}, "reconcile.tolerance.relative: -1 must be a finite number >= 0"),
-    ({"tolerance": {"absolute": "tiny"}}, "reconcile.tolerance.absolute: 'tiny' is not a number"),
-    ({"minMatch": "150%"}, "reconcile.minMatch: '150%' is not between 0 and 1"),
-    ({"blocking": "yes"}, "reconcile.blocking: 'yes' must be true or false"),
-    ({"live": {"path": "a", "table": "b"}}, "reconcile.live: give exactly one of reconcile.live.path or "
-                                            "reconcile.live.table"),
-    ({"live": {"path": "a", "format": "csv"}}, "reconcile.live.schema: format csv needs an explicit schema"),
-])
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ({"colums": {}}, "reconcile.colums: unknown field (did you mean columns?)"),
+        (
+            {"columns": {"aggregates": {"sum_amout": "total"}}},
+            "reconcile.columns.aggregates.sum_amout: the pipeline has no aggregate 'sum_amout'",
+        ),
+        (
+            {"columns": {"windowStart": "t", "windowEnd": "t"}},
+            "reconcile.columns.windowEnd: live column 't' is already mapped by reconcile.columns.windowStart",
+        ),
+        ({"columns": {"emission": 3}}, "reconcile.columns.emission: 3 must be a column name"),
+        ({"tolerance": {"relative": -1}}, "reconcile.tolerance.relative: -1 must be a finite number >= 0"),
+        ({"tolerance": {"absolute": "tiny"}}, "reconcile.tolerance.absolute: 'tiny' is not a number"),
+        ({"minMatch": "150%"}, "reconcile.minMatch: '150%' is not between 0 and 1"),
+        ({"blocking": "yes"}, "reconcile.blocking: 'yes' must be true or false"),
+        (
+            {"live": {"path": "a", "table": "b"}},
+            "reconcile.live: give exactly one of reconcile.live.path or reconcile.live.table",
+        ),
+        ({"live": {"path": "a", "format": "csv"}}, "reconcile.live.schema: format csv needs an explicit schema"),
+    ],
+)
 def test_bad_blocks_name_the_field(block, message):
     with pytest.raises(ConfigError) as err:
         parse_reconcile(block, PIPELINE)
@@ -527,9 +692,13 @@ def test_bad_blocks_name_the_field(block, message):
 
 
 def test_key_and_worker_need_the_pipeline_to_have_them():
-    keyless = parse_pipeline({"name": "all", "source": {"arrivalTime": "t"},
-                              "emitter": {"tumbling-time-window": {"windowSpan": "1h",
-                                                                   "aggregateDefinition": [{"type": "count"}]}}})
+    keyless = parse_pipeline(
+        {
+            "name": "all",
+            "source": {"arrivalTime": "t"},
+            "emitter": {"tumbling-time-window": {"windowSpan": "1h", "aggregateDefinition": [{"type": "count"}]}},
+        }
+    )
     with pytest.raises(ConfigError, match="reconcile.columns.key: the pipeline has no keyExtractor"):
         parse_reconcile({"columns": {"key": "user"}}, keyless)
     with pytest.raises(ConfigError, match="reconcile.columns.worker: the pipeline has no source.worker"):
@@ -566,8 +735,16 @@ def test_self_match_at_the_bench_quick_size(spark, tmp_path):
     from replay_bench import PIPELINE as BENCH  # noqa: E402
 
     bench = parse_pipeline(BENCH)
-    generate_history(tmp_path / "events", datetime(2024, 1, 1, tzinfo=timezone.utc), 2, 500_000, 20_000, seed=11,
-                     partitions=8, files_per_day=8)
+    generate_history(
+        tmp_path / "events",
+        datetime(2024, 1, 1, tzinfo=timezone.utc),
+        2,
+        500_000,
+        20_000,
+        seed=11,
+        partitions=8,
+        files_per_day=8,
+    )
     started = time.monotonic()
     result = replay(spark, bench, read_events(spark, str(tmp_path / "events")))
     write_outputs(result, str(tmp_path / "replay"), pipeline=bench)
@@ -577,8 +754,15 @@ def test_self_match_at_the_bench_quick_size(spark, tmp_path):
     started = time.monotonic()
     out = read_outputs(spark, str(tmp_path / "replay"))
     spec = parse_reconcile({"columns": {"worker": "partition", "emission": "emission", "emitTime": "emit_time"}}, bench)
-    rec = reconcile(spark, bench, spec, out.aggregates, out.aggregates, out.late_events,
-                    partition_edges=[datetime(2024, 1, d, tzinfo=timezone.utc) for d in (1, 2, 3)])
+    rec = reconcile(
+        spark,
+        bench,
+        spec,
+        out.aggregates,
+        out.aggregates,
+        out.late_events,
+        partition_edges=[datetime(2024, 1, d, tzinfo=timezone.utc) for d in (1, 2, 3)],
+    )
     write_reconcile(rec, str(tmp_path / "reconcile"), pipeline=bench)
     rec.unpersist()
     reconcile_s = time.monotonic() - started
@@ -609,16 +793,38 @@ def test_the_cli_runs_reconcile_and_load_pipeline_keeps_the_block(spark, replaye
 
     live = tmp_path / "live"
     read_outputs(spark, str(replayed["root"] / "replay")).aggregates.write.parquet(str(live))
-    code = cli.main(["reconcile", "--config", str(config), "--replay", str(replayed["root"] / "replay"),
-                     "--live", str(live), "--output", str(tmp_path / "rec")])
+    code = cli.main(
+        [
+            "reconcile",
+            "--config",
+            str(config),
+            "--replay",
+            str(replayed["root"] / "replay"),
+            "--live",
+            str(live),
+            "--output",
+            str(tmp_path / "rec"),
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     assert read_reconcile(spark, str(tmp_path / "rec")).figures["match_rate"] == 1.0
 
     doc["reconcile"] = {"tolerance": {"relative": "lots"}}
     config.write_text(yaml.safe_dump(doc))
-    code = cli.main(["reconcile", "--config", str(config), "--replay", str(replayed["root"] / "replay"),
-                     "--live", str(live), "--output", str(tmp_path / "rec2")])
+    code = cli.main(
+        [
+            "reconcile",
+            "--config",
+            str(config),
+            "--replay",
+            str(replayed["root"] / "replay"),
+            "--live",
+            str(live),
+            "--output",
+            str(tmp_path / "rec2"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "reconcile.tolerance.relative" in err, err
     assert not (tmp_path / "rec2").exists()
@@ -641,27 +847,49 @@ def test_null_live_aggregates_conflicting_copies_and_a_summary_that_agrees_with_
     other_copy = {**conflict, "count": conflict["count"] + 1}
     no_start = {**_pick(rows, 1, used)[0], "ws": None}
     spec = parse_reconcile(_mapping(), PIPELINE)
-    result = reconcile(spark, PIPELINE, spec, replayed["out"].aggregates, _live(spark, rows + [other_copy, no_start]),
-                       replayed["out"].late_events, partition_edges=EDGES)
+    result = reconcile(
+        spark,
+        PIPELINE,
+        spec,
+        replayed["out"].aggregates,
+        _live(spark, rows + [other_copy, no_start]),
+        replayed["out"].late_events,
+        partition_edges=EDGES,
+    )
     try:
-        table = [r.asDict() for r in result.mismatches.select(
-            "user_id", F.unix_millis("window_start").alias("ws"), "emission", "category", "differing",
-            "explanations", "detail").collect()]
+        table = [
+            r.asDict()
+            for r in result.mismatches.select(
+                "user_id",
+                F.unix_millis("window_start").alias("ws"),
+                "emission",
+                "category",
+                "differing",
+                "explanations",
+                "detail",
+            ).collect()
+        ]
         by_id: dict = {}
         for r in table:
             by_id.setdefault((r["user_id"], r["ws"], r["emission"]), []).append(
-                (r["category"], tuple(r["differing"]), tuple(r["explanations"])))
+                (r["category"], tuple(r["differing"]), tuple(r["explanations"]))
+            )
         assert by_id[_identity(nulled)] == [(VALUE_MISMATCH, ("count",), (NULL_IN_LIVE,))]
-        assert sorted(by_id[_identity(conflict)]) == [(MISSING_IN_REPLAY, (), (CONFLICTING_DUPLICATE,)),
-                                                      (VALUE_MISMATCH, ("count",), (CONFLICTING_DUPLICATE,))]
+        assert sorted(by_id[_identity(conflict)]) == [
+            (MISSING_IN_REPLAY, (), (CONFLICTING_DUPLICATE,)),
+            (VALUE_MISMATCH, ("count",), (CONFLICTING_DUPLICATE,)),
+        ]
         assert by_id[(no_start["user_id"], None, no_start["emission"])] == [(MISSING_IN_REPLAY, (), ())]
         assert len(table) == 4
         details = " ".join(r["detail"] for r in table)
         assert "flushed it idle" not in details and "late" not in details, details
         # The summary counts the table's rows, category by category, in total and per partition.
         f = result.figures
-        for name, category in (("value_mismatch", VALUE_MISMATCH), ("missing_in_replay", MISSING_IN_REPLAY),
-                               ("extra_in_replay", EXTRA_IN_REPLAY)):
+        for name, category in (
+            ("value_mismatch", VALUE_MISMATCH),
+            ("missing_in_replay", MISSING_IN_REPLAY),
+            ("extra_in_replay", EXTRA_IN_REPLAY),
+        ):
             assert f[name] == sum(1 for r in table if r["category"] == category), name
         assert f["explained"] == sum(1 for r in table if r["explanations"])
         assert f["explained_by"][NULL_IN_LIVE] == 1 and f["explained_by"][CONFLICTING_DUPLICATE] == 2

@@ -48,8 +48,11 @@ def taken(monkeypatch):
 
     def recorded(table, *args):
         dirty = real(table, *args)
-        seen.append(None if dirty is None else sorted(n for n in table["name"].filter(pa.array(dirty)).to_pylist()
-                                                      if n is not None))
+        seen.append(
+            None
+            if dirty is None
+            else sorted(n for n in table["name"].filter(pa.array(dirty)).to_pylist() if n is not None)
+        )
         return dirty
 
     monkeypatch.setattr(W, "_skew_dirty_rows", recorded)
@@ -70,8 +73,12 @@ def _report(taken) -> None:
 
 
 @cases(60)
-@given(pipelines(windows=("tumbling-time-window", "sliding-time-window"), event_time=True),
-       histories(max_events=40), st.integers(1, 4), st.booleans())
+@given(
+    pipelines(windows=("tumbling-time-window", "sliding-time-window"), event_time=True),
+    histories(max_events=40),
+    st.integers(1, 4),
+    st.booleans(),
+)
 def test_the_skew_free_subset_gives_what_a_whole_replay_gives(taken, pipeline, rows, spread, flush):
     pipeline = _without_idle_timeout(pipeline)
     rows = _named(_more_keys(rows, spread))
@@ -83,8 +90,12 @@ def test_the_skew_free_subset_gives_what_a_whole_replay_gives(taken, pipeline, r
 
 
 @cases(30)
-@given(pipelines(windows=("tumbling-time-window", "sliding-time-window"), event_time=True),
-       histories(max_events=40), st.integers(1, 4), st.lists(st.floats(0.1, 0.9), min_size=1, max_size=3))
+@given(
+    pipelines(windows=("tumbling-time-window", "sliding-time-window"), event_time=True),
+    histories(max_events=40),
+    st.integers(1, 4),
+    st.lists(st.floats(0.1, 0.9), min_size=1, max_size=3),
+)
 def test_the_skew_free_subset_in_pieces_carries_what_a_whole_replay_carries(taken, pipeline, rows, spread, cuts):
     """A key skewed in one piece carries another state under the skew-free variant: it is
     replayed in the next pieces too (and each way reads the other's state)."""
@@ -121,13 +132,26 @@ def test_a_key_without_skewed_events_takes_its_emit_time_from_the_skew_free_work
     variant only. Key ``c`` has no skewed event, yet its window's emit time differs: it is
     not replayed again, its emit time is read from the skew-free clock; key ``d`` commits
     after the clocks meet again."""
-    p = parse_pipeline({"name": "c", "source": {"arrivalTime": "arrival", "batch": {"column": "batch"}},
-                        "emitter": {"tumbling-time-window": {
-                            "windowSpan": "10s", "keyExtractor": "user",
-                            "timeConfig": {"eventTimeExtractor": "event_time"},
-                            "aggregateDefinition": [{"type": "count"}]}}})
-    rows = _named([{"user": u, "batch": b, "arrival": a * 1000, "event_time": t * 1000}
-                   for u, b, a, t in [("s", 1, 10, 20), ("c", 2, 5, 5), ("c", 3, 8, 10), ("d", 4, 12, 11)]])
+    p = parse_pipeline(
+        {
+            "name": "c",
+            "source": {"arrivalTime": "arrival", "batch": {"column": "batch"}},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "10s",
+                    "keyExtractor": "user",
+                    "timeConfig": {"eventTimeExtractor": "event_time"},
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
+    rows = _named(
+        [
+            {"user": u, "batch": b, "arrival": a * 1000, "event_time": t * 1000}
+            for u, b, a, t in [("s", 1, 10, 20), ("c", 2, 5, 5), ("c", 3, 8, 10), ("d", 4, 12, 11)]
+        ]
+    )
     subset = local_lateness(p, rows, OPTIONS, partitions=1)
     assert taken == [["e0"]]  # key s replayed under both variants; c (its emit time moved) and d taken as they are
     whole = local_lateness(p, rows, OPTIONS, partitions=1, skew_subset=False)

@@ -16,20 +16,26 @@ from windowing.validation import registry as R
 
 
 def _pipeline(window: str = "tumbling-time-window"):
-    return parse_pipeline({
-        "name": "registry-test",
-        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}},
-        "emitter": {
-            window: {
-                **({"idleTimeout": "2s"} if window == "session-window" else {"windowSpan": "2s"}),
-                "keyExtractor": "user",
-                "timeConfig": {"eventTimeExtractor": "event_time"},
-                "aggregateDefinition": [{"type": "count"}, {"type": "sum", "column": "amount"},
-                                        {"type": "min", "column": "amount"}, {"type": "max", "column": "amount"}],
+    return parse_pipeline(
+        {
+            "name": "registry-test",
+            "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "batch": {"interval": "1s"}},
+            "emitter": {
+                window: {
+                    **({"idleTimeout": "2s"} if window == "session-window" else {"windowSpan": "2s"}),
+                    "keyExtractor": "user",
+                    "timeConfig": {"eventTimeExtractor": "event_time"},
+                    "aggregateDefinition": [
+                        {"type": "count"},
+                        {"type": "sum", "column": "amount"},
+                        {"type": "min", "column": "amount"},
+                        {"type": "max", "column": "amount"},
+                    ],
+                },
+                "triggers": ["atWindowEnd"],
             },
-            "triggers": ["atWindowEnd"],
-        },
-    })
+        }
+    )
 
 
 def _rows() -> list[dict]:
@@ -37,8 +43,7 @@ def _rows() -> list[dict]:
     for i in range(40):
         arrival = 1_000 + i * 250
         event = arrival - (5_000 if i % 13 == 12 else 100)  # now and then a late one
-        rows.append({"arrival": arrival, "event_time": event, "offset": i, "user": f"u{i % 3}",
-                     "amount": float(i % 7)})
+        rows.append({"arrival": arrival, "event_time": event, "offset": i, "user": f"u{i % 3}", "amount": float(i % 7)})
     return rows
 
 
@@ -64,7 +69,8 @@ def test_every_output_has_checks_and_every_check_but_the_recompute_an_output():
     by_output = {o: R.checks_of(o) for o in contract.OUTPUTS}
     assert all(by_output.values())
     assert sorted(n for names in by_output.values() for n in names) == sorted(
-        n for n in V.CHECK_NAMES if n != V.RECOMPUTE_CHECK)
+        n for n in V.CHECK_NAMES if n != V.RECOMPUTE_CHECK
+    )
 
 
 @pytest.mark.parametrize("output", contract.OUTPUTS)
@@ -92,8 +98,13 @@ def test_contract_schemas_are_the_kernels(window):
     from windowing.kernel import Spec
 
     pipeline = _pipeline(window)
-    types = {"arrival": pa.int64(), "event_time": pa.int64(), "offset": pa.int64(), "user": pa.string(),
-             "amount": pa.decimal128(12, 2)}
+    types = {
+        "arrival": pa.int64(),
+        "event_time": pa.int64(),
+        "offset": pa.int64(),
+        "user": pa.string(),
+        "amount": pa.decimal128(12, 2),
+    }
     spec = Spec(pipeline=pipeline, input_types=types)
     assert spec.aggregates_schema() == contract.aggregates_schema(pipeline, types)
     assert spec.late_schema() == contract.late_schema(types)

@@ -27,7 +27,7 @@ SEEDS = Path("/work/shared/seeds")
 # docs' `...` placeholder lines, which load_seed drops, and nothing else is changed.
 
 #: 000 (Time and Watermarks), the first YAML: a whole pipeline.
-SEED_PIPELINE = '''\
+SEED_PIPELINE = """\
 version: 1
 name: "WindowedPipeline"
 source:
@@ -50,10 +50,10 @@ emitter:
           ...
       sink:
           ...
-'''
+"""
 
 #: 000, "The Processing Time": the `...` stands for the rest of the window.
-SEED_PROCESSING_TIME = '''\
+SEED_PROCESSING_TIME = """\
 version: 1
 name: "WindowedPipeline"
 source:
@@ -63,10 +63,10 @@ emitter:
     windowSpan: 1h
     keyExtractor: "org.acme.Event::userId"
     ...
-'''
+"""
 
 #: 000, "The Event Time".
-SEED_EVENT_TIME = '''\
+SEED_EVENT_TIME = """\
 version: 1
 name: "WindowedPipeline"
 source:
@@ -76,18 +76,18 @@ emitter:
     timeConfig:
       eventTimeExtractor: "org.acme.Event::timestamp"
     ...
-'''
+"""
 
 #: 000, "Sourcing time for Idle timeout": a timeConfig alone.
-SEED_TIME_CONFIG = '''\
+SEED_TIME_CONFIG = """\
 timeConfig:
   eventTimeExtractor: "com.example.Event::timestamp"
   idleTimeout: 5m
   idleTimeoutClock: EVENT_TIME
-'''
+"""
 
 #: 001 (Session-window): the emitter.
-SEED_SESSION = '''\
+SEED_SESSION = """\
 emitter:
   session-window:
     idleTimeout: "5m"
@@ -107,7 +107,7 @@ emitter:
   triggers:
     - trigger: org.voltdb.stream.plugin.window.api.WindowTrigger#atWindowEnd
       ...
-'''
+"""
 
 #: What a replay adds: where the events' arrival time is (rewindow's source fields).
 REPLAY_SOURCE = "  arrivalTime: arrival_time\n  arrivalOrder: [offset]\n"
@@ -144,8 +144,10 @@ def test_seed_pipeline_loads_as_written(tmp_path):
     assert (w.span_ms, w.key, w.event_time, w.idle_timeout_ms) == (3_600_000, "userId", "timestamp", 300_000)
     assert p.aggregates == (Aggregate("count", None, "count"),)
     assert [t.value for t in p.triggers] == ["atWindowEnd"]  # the trigger inside the window block
-    assert p.ignored_fields == ("emitter.tumbling-time-window.triggers[0].processors",
-                                "emitter.tumbling-time-window.triggers[0].sink")
+    assert p.ignored_fields == (
+        "emitter.tumbling-time-window.triggers[0].processors",
+        "emitter.tumbling-time-window.triggers[0].sink",
+    )
 
 
 def test_seed_session_block_loads_as_written(tmp_path):
@@ -162,10 +164,14 @@ def test_seed_session_block_loads_as_written(tmp_path):
     assert p.ignored_fields == ()  # the seed's exceptionHandler is a comment
 
 
-@pytest.mark.parametrize(("block", "rest", "key", "event_time"), [
-    (SEED_PROCESSING_TIME, COUNT_ONLY, "userId", None),
-    (SEED_EVENT_TIME, "windowSpan: 1h\n" + COUNT_ONLY, None, "timestamp"),
-], ids=["processing-time", "event-time"])
+@pytest.mark.parametrize(
+    ("block", "rest", "key", "event_time"),
+    [
+        (SEED_PROCESSING_TIME, COUNT_ONLY, "userId", None),
+        (SEED_EVENT_TIME, "windowSpan: 1h\n" + COUNT_ONLY, None, "timestamp"),
+    ],
+    ids=["processing-time", "event-time"],
+)
 def test_seed_fragments_load_once_their_window_is_complete(tmp_path, block, rest, key, event_time):
     """These blocks elide the rest of the window (`...`), aggregates included, which
     VoltSP requires too; completed where the `...` stood, they load as written."""
@@ -177,13 +183,23 @@ def test_seed_time_config_loads_as_written(tmp_path):
     block = "emitter:\n  tumbling-time-window:\n    windowSpan: 10s\n" + textwrap.indent(SEED_TIME_CONFIG, "    ")
     p = load_seed(tmp_path, block, COUNT_ONLY)
     assert (p.window.event_time, p.window.idle_timeout_ms, p.window.idle_clock.value) == (
-        "timestamp", 300_000, "EVENT_TIME")
+        "timestamp",
+        300_000,
+        "EVENT_TIME",
+    )
 
 
-@pytest.mark.parametrize(("seed", "block"), [
-    ("000", SEED_PIPELINE), ("000", SEED_PROCESSING_TIME), ("000", SEED_EVENT_TIME), ("000", SEED_TIME_CONFIG),
-    ("001", SEED_SESSION),
-], ids=["pipeline", "processing-time", "event-time", "time-config", "session"])
+@pytest.mark.parametrize(
+    ("seed", "block"),
+    [
+        ("000", SEED_PIPELINE),
+        ("000", SEED_PROCESSING_TIME),
+        ("000", SEED_EVENT_TIME),
+        ("000", SEED_TIME_CONFIG),
+        ("001", SEED_SESSION),
+    ],
+    ids=["pipeline", "processing-time", "event-time", "time-config", "session"],
+)
 def test_blocks_are_the_seeds_verbatim(seed, block):
     files = sorted(SEEDS.glob(f"{seed}_*.txt"))
     if not files:
@@ -225,25 +241,28 @@ def test_shorthand_for_every_aggregate_type(typ):
     assert named.aggregates == (Aggregate(typ, "amount", "x"),)
 
 
-@pytest.mark.parametrize(("item", "aggregate"), [
-    ("count", Aggregate("count", None, "count")),  # the seeds' only output name
-    ("count (id)", Aggregate("count", "id", "count_id")),  # non-null ids, <type>_<column>
-    ("distinct (id)", Aggregate("distinct", "id", "distinct_id")),
-    ("sum (com.example.Event::getAmount)", Aggregate("sum", "amount", "sum_amount")),  # an extractor inside
-    ({"type": "sum", "column": "amount"}, Aggregate("sum", "amount", "sum_amount")),  # the contract's long form
-])
+@pytest.mark.parametrize(
+    ("item", "aggregate"),
+    [
+        ("count", Aggregate("count", None, "count")),  # the seeds' only output name
+        ("count (id)", Aggregate("count", "id", "count_id")),  # non-null ids, <type>_<column>
+        ("distinct (id)", Aggregate("distinct", "id", "distinct_id")),
+        ("sum (com.example.Event::getAmount)", Aggregate("sum", "amount", "sum_amount")),  # an extractor inside
+        ({"type": "sum", "column": "amount"}, Aggregate("sum", "amount", "sum_amount")),  # the contract's long form
+    ],
+)
 def test_shorthand_output_names(item, aggregate):
     assert parse_pipeline(doc([item])).aggregates == (aggregate,)
 
 
 SHORTHAND_MISTAKES = [
     # item,                                            substrings the message must hold
-    ({"type": "sum ()"},                               [f"{W}.aggregateDefinition[0].type", "'sum ()'", "empty parentheses"]),
-    ({"type": "sum (amount)", "column": "amount"},     [f"{W}.aggregateDefinition[0]", "'sum (amount)'", "column once"]),
-    ({"type": "median (amount)"},                      [f"{W}.aggregateDefinition[0].type", "'median (amount)'", "sum (amount)"]),
-    ({"type": "sum amount"},                           [f"{W}.aggregateDefinition[0].type", "'sum amount'"]),
-    ({"type": "sum"},                                  [f"{W}.aggregateDefinition[0].column", "'sum'", "sum (amount)"]),
-    ({"type": "sum (a) (b)"},                          [f"{W}.aggregateDefinition[0].type", "'sum (a) (b)'"]),
+    ({"type": "sum ()"}, [f"{W}.aggregateDefinition[0].type", "'sum ()'", "empty parentheses"]),
+    ({"type": "sum (amount)", "column": "amount"}, [f"{W}.aggregateDefinition[0]", "'sum (amount)'", "column once"]),
+    ({"type": "median (amount)"}, [f"{W}.aggregateDefinition[0].type", "'median (amount)'", "sum (amount)"]),
+    ({"type": "sum amount"}, [f"{W}.aggregateDefinition[0].type", "'sum amount'"]),
+    ({"type": "sum"}, [f"{W}.aggregateDefinition[0].column", "'sum'", "sum (amount)"]),
+    ({"type": "sum (a) (b)"}, [f"{W}.aggregateDefinition[0].type", "'sum (a) (b)'"]),
 ]
 
 
@@ -257,17 +276,21 @@ def test_shorthand_mistakes_name_the_field(item, needles):
 
 # --------------------------------------------------------------------------- 2. extractors -> columns
 
-@pytest.mark.parametrize(("extractor", "column"), [
-    ("com.example.Event::getUserId", "userId"),  # getter
-    ("Event::timestamp", "timestamp"),  # record accessor: its own name
-    ("Event::isActive", "active"),  # boolean getter
-    ("org.acme.Event::getURL", "URL"),  # two capitals stay (Introspector.decapitalize)
-    ("Event::getX", "x"),  # one letter
-    ("Event::getter", "getter"),  # not get + capital
-    ("Event::get", "get"),
-    ("Event::island", "island"),  # not is + capital
-    ("com.example.Event :: getId", "id"),  # spaces around ::
-])
+
+@pytest.mark.parametrize(
+    ("extractor", "column"),
+    [
+        ("com.example.Event::getUserId", "userId"),  # getter
+        ("Event::timestamp", "timestamp"),  # record accessor: its own name
+        ("Event::isActive", "active"),  # boolean getter
+        ("org.acme.Event::getURL", "URL"),  # two capitals stay (Introspector.decapitalize)
+        ("Event::getX", "x"),  # one letter
+        ("Event::getter", "getter"),  # not get + capital
+        ("Event::get", "get"),
+        ("Event::island", "island"),  # not is + capital
+        ("com.example.Event :: getId", "id"),  # spaces around ::
+    ],
+)
 def test_bean_convention(extractor, column):
     p = parse_pipeline(doc(keyExtractor=extractor))
     assert p.window.key == column
@@ -275,11 +298,13 @@ def test_bean_convention(extractor, column):
 
 
 def test_extractors_in_every_column_field():
-    p = parse_pipeline(doc(
-        [{"type": "max", "column": "com.example.Event::getAmount"}, "last (Event::isActive)"],
-        keyExtractor="com.example.Event::getUserId",
-        timeConfig={"eventTimeExtractor": "com.example.Event::getTimestamp"},
-    ))
+    p = parse_pipeline(
+        doc(
+            [{"type": "max", "column": "com.example.Event::getAmount"}, "last (Event::isActive)"],
+            keyExtractor="com.example.Event::getUserId",
+            timeConfig={"eventTimeExtractor": "com.example.Event::getTimestamp"},
+        )
+    )
     assert (p.window.key, p.window.event_time) == ("userId", "timestamp")
     assert [(a.column, a.name) for a in p.aggregates] == [("amount", "max_amount"), ("active", "last_active")]
     assert [(b.field, b.column, b.via) for b in p.column_bindings] == [
@@ -293,16 +318,26 @@ def test_extractors_in_every_column_field():
 def test_columns_map_overrides_the_bean_convention_and_keeps_output_names():
     """Keys are extractors or properties (the same thing); the output's names come from
     the YAML, so the block replays into the same columns whatever the dataset calls them."""
-    mapped = parse_pipeline(with_top(doc(
-        [{"type": "sum (amount)"}, {"type": "max", "column": "com.example.Event::getAmount"}],
-        keyExtractor="com.example.Event::getUserId",
-        timeConfig={"eventTimeExtractor": "Event::timestamp"},
-    ), columns={"com.example.Event::getUserId": "user_id", "amount": "amount_cents", "timestamp": "event_time"}))
-    plain = parse_pipeline(doc(
-        [{"type": "sum", "column": "amount_cents", "name": "sum_amount"},
-         {"type": "max", "column": "amount_cents", "name": "max_amount"}],
-        keyExtractor="user_id", timeConfig={"eventTimeExtractor": "event_time"},
-    ))
+    mapped = parse_pipeline(
+        with_top(
+            doc(
+                [{"type": "sum (amount)"}, {"type": "max", "column": "com.example.Event::getAmount"}],
+                keyExtractor="com.example.Event::getUserId",
+                timeConfig={"eventTimeExtractor": "Event::timestamp"},
+            ),
+            columns={"com.example.Event::getUserId": "user_id", "amount": "amount_cents", "timestamp": "event_time"},
+        )
+    )
+    plain = parse_pipeline(
+        doc(
+            [
+                {"type": "sum", "column": "amount_cents", "name": "sum_amount"},
+                {"type": "max", "column": "amount_cents", "name": "max_amount"},
+            ],
+            keyExtractor="user_id",
+            timeConfig={"eventTimeExtractor": "event_time"},
+        )
+    )
     assert mapped == plain and mapped.fingerprint() == plain.fingerprint()
     assert {b.via for b in mapped.column_bindings} == {"columns"}
 
@@ -322,10 +357,13 @@ def test_columns_map_for_java_code_that_is_no_extractor():
 
 COLUMNS_MISTAKES = [
     # columns map,                                                  substrings the message must hold
-    ({"userID": "user_id"},                                         ["columns.userID", "'userID'", "spelling"]),  # unused: a typo
-    ({"userId": "a", "com.example.Event::getUserId": "b"},          ["columns.com.example.Event::getUserId", "columns.userId", "'userId'"]),  # twice
-    ({"userId": 5},                                                 ["columns.userId", "5", "column name"]),  # not a name
-    ({"userId": "user_id", "": "x"},                                ["columns", "''"]),  # empty key
+    ({"userID": "user_id"}, ["columns.userID", "'userID'", "spelling"]),  # unused: a typo
+    (
+        {"userId": "a", "com.example.Event::getUserId": "b"},
+        ["columns.com.example.Event::getUserId", "columns.userId", "'userId'"],
+    ),  # twice
+    ({"userId": 5}, ["columns.userId", "5", "column name"]),  # not a name
+    ({"userId": "user_id", "": "x"}, ["columns", "''"]),  # empty key
 ]
 
 
@@ -356,12 +394,18 @@ def test_missing_column_names_field_extractor_column_and_the_input_columns(tmp_p
 
 def test_missing_column_through_the_columns_map_and_plain():
     p = parse_pipeline(with_top(doc(keyExtractor="Event::getUserId"), columns={"userId": "uid"}))
-    with pytest.raises(ConfigError, match=r"^emitter.tumbling-time-window.keyExtractor: column 'uid' is not in the "
-                                          r"input \(its columns: arrival_time, user_id\); columns: maps "
-                                          r"'Event::getUserId' to 'uid'$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^emitter.tumbling-time-window.keyExtractor: column 'uid' is not in the "
+        r"input \(its columns: arrival_time, user_id\); columns: maps "
+        r"'Event::getUserId' to 'uid'$",
+    ):
         check_input_columns(p, ["arrival_time", "user_id"])
-    with pytest.raises(ConfigError, match=r"^source.arrivalTime: column 'arrival_time' is not in the input "
-                                          r"\(its columns: arrivalTime\); did you mean 'arrivalTime'\?$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^source.arrivalTime: column 'arrival_time' is not in the input "
+        r"\(its columns: arrivalTime\); did you mean 'arrivalTime'\?$",
+    ):
         check_input_columns(parse_pipeline(doc()), ["arrivalTime"])
 
 
@@ -375,23 +419,32 @@ def _no_spark(args):
     raise AssertionError("Spark started before the configuration and input columns were checked")
 
 
-def test_cli_refuses_a_missing_column_before_spark_starts_and_notes_ignored_fields_once(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_cli_refuses_a_missing_column_before_spark_starts_and_notes_ignored_fields_once(tmp_path, monkeypatch, capsys):
     from windowing import cli
 
     (tmp_path / "p.yaml").write_text(seed_yaml(SEED_PIPELINE))
-    events = _write_events(tmp_path / "events", {
-        "arrival_time": pa.array([1_000], pa.int64()), "offset": pa.array([0], pa.int64()),
-        "user_id": pa.array(["a"]), "timestamp": pa.array([1_000], pa.int64()),
-    })
+    events = _write_events(
+        tmp_path / "events",
+        {
+            "arrival_time": pa.array([1_000], pa.int64()),
+            "offset": pa.array([0], pa.int64()),
+            "user_id": pa.array(["a"]),
+            "timestamp": pa.array([1_000], pa.int64()),
+        },
+    )
     monkeypatch.setattr(cli, "_spark", _no_spark)
-    code = cli.main(["replay", "--config", str(tmp_path / "p.yaml"), "--input", str(events),
-                     "--output", str(tmp_path / "out")])
+    code = cli.main(
+        ["replay", "--config", str(tmp_path / "p.yaml"), "--input", str(events), "--output", str(tmp_path / "out")]
+    )
     err = capsys.readouterr().err
     assert code == 2
-    assert "rewindow: error: " in err and "emitter.tumbling-time-window.keyExtractor: column 'userId' is not in " \
-        "the input (its columns: arrival_time, offset, timestamp, user_id); 'org.acme.Event::userId' reads " \
-        "column 'userId' by the bean convention; did you mean 'user_id'?" in err
+    assert (
+        "rewindow: error: " in err
+        and "emitter.tumbling-time-window.keyExtractor: column 'userId' is not in "
+        "the input (its columns: arrival_time, offset, timestamp, user_id); 'org.acme.Event::userId' reads "
+        "column 'userId' by the bean convention; did you mean 'user_id'?"
+        in err
+    )
     assert err.count("ignored in a replay") == 1
     assert "emitter.tumbling-time-window.triggers[0].processors, emitter.tumbling-time-window.triggers[0].sink" in err
     assert not (tmp_path / "out").exists()
@@ -420,8 +473,9 @@ def test_the_early_check_reads_every_file_and_skips_hidden_ones(tmp_path):
 
     p = load_seed(tmp_path, SEED_SESSION)
     base = {"arrival_time": pa.array([1], pa.int64()), "offset": pa.array([1], pa.int64())}
-    _write_events(tmp_path / "ev" / "date=2024-01-01", {**base, "userId": pa.array(["a"]),
-                                                         "timestamp": pa.array([1], pa.int64())})
+    _write_events(
+        tmp_path / "ev" / "date=2024-01-01", {**base, "userId": pa.array(["a"]), "timestamp": pa.array([1], pa.int64())}
+    )
     pq.write_table(pa.table({"amount": pa.array([1.0]), "id": pa.array(["x"])}), tmp_path / "ev" / "part-1.parquet")
     check_input_schema(p, [str(tmp_path / "ev")])  # the union has every column
     (tmp_path / "ev" / "part-1.parquet").rename(tmp_path / "ev" / "_part-1.parquet")
@@ -434,9 +488,10 @@ def test_the_spark_side_check_gives_the_same_message(spark, tmp_path):
     from windowing import replay
 
     p = load_seed(tmp_path, SEED_SESSION)
-    events = spark.createDataFrame([(1, 0, "a", 1, 1.0, "x")],
-                                   "arrival_time long, offset long, user_id string, timestamp long, amount double, "
-                                   "id string")
+    events = spark.createDataFrame(
+        [(1, 0, "a", 1, 1.0, "x")],
+        "arrival_time long, offset long, user_id string, timestamp long, amount double, id string",
+    )
     with pytest.raises(ConfigError) as spark_side:
         replay(spark, p, events)
     with pytest.raises(ConfigError) as early:
@@ -446,17 +501,24 @@ def test_the_spark_side_check_gives_the_same_message(spark, tmp_path):
 
 # --------------------------------------------------------------------------- 4. live-only fields
 
+
 def test_live_only_fields_are_listed_never_dropped(tmp_path):
     text = seed_yaml(SEED_SESSION).replace("    # exceptionHandler:", "    exceptionHandler:")
     text = text.replace("source:\n", "source:\n  kafka:\n    bootstrapServers: broker:9092\n    topicNames: events\n")
-    text += ("    - trigger: org.voltdb.stream.api.pipeline.emitter.ExceptionTrigger#onError\n"
-             "      sink: {stdout: {}}\n"
-             "processors: [{javascript: {script: x}}]\nsink:\n  kafka: {topicName: out}\n")
+    text += (
+        "    - trigger: org.voltdb.stream.api.pipeline.emitter.ExceptionTrigger#onError\n"
+        "      sink: {stdout: {}}\n"
+        "processors: [{javascript: {script: x}}]\nsink:\n  kafka: {topicName: out}\n"
+    )
     f = tmp_path / "p.yaml"
     f.write_text(text)
     p = load_pipeline(f)
     assert p.ignored_fields == (
-        "processors", "sink", "source.kafka", "emitter.session-window.exceptionHandler", "emitter.triggers[1]",
+        "processors",
+        "sink",
+        "source.kafka",
+        "emitter.session-window.exceptionHandler",
+        "emitter.triggers[1]",
     )
     assert [t.value for t in p.triggers] == ["atWindowEnd"]
     assert ignored_fields_note(p) == (
@@ -486,15 +548,30 @@ def test_dagster_runs_log_the_ignored_fields():
 
 LIVE_MISTAKES = [
     # edit of the document,                                                         substrings the message must hold
-    (lambda d: d["emitter"]["tumbling-time-window"].update(exceptionHandlr="X"),     [f"{W}.exceptionHandlr", "unknown field", "did you mean exceptionHandler"]),
-    (lambda d: d["source"].update(bach={"interval": "1s"}),                          ["source.bach", "unknown field", "did you mean batch"]),  # a typo, not a VoltSP source
-    (lambda d: d["source"].update(arivalTime="x"),                                   ["source.arivalTime", "unknown field"]),
-    (lambda d: d["source"].update(kafka={"topicNames": "t"}, stdin={}),              ["source.stdin", "source.kafka", "one plugin block"]),
-    (lambda d: d.update(source={"kafka": {"topicNames": "t"}}),                      ["source.arrivalTime", "source.kafka", "live pipeline"]),
-    (lambda d: d.update(source=None),                                                ["source: required", "arrivalTime"]),  # the seed's `source: ...`
-    (lambda d: d["emitter"].update(triggers=[{"trigger": "atWindowEnd", "sinks": {}}]), ["emitter.triggers[0].sinks", "unknown field"]),
-    (lambda d: d.update(sinks={}),                                                   ["sinks", "unknown field", "did you mean sink"]),
-    (lambda d: d["emitter"].update(triggers=["ExceptionTrigger#onError"]),           ["emitter.triggers", "no window trigger"]),
+    (
+        lambda d: d["emitter"]["tumbling-time-window"].update(exceptionHandlr="X"),
+        [f"{W}.exceptionHandlr", "unknown field", "did you mean exceptionHandler"],
+    ),
+    (
+        lambda d: d["source"].update(bach={"interval": "1s"}),
+        ["source.bach", "unknown field", "did you mean batch"],
+    ),  # a typo, not a VoltSP source
+    (lambda d: d["source"].update(arivalTime="x"), ["source.arivalTime", "unknown field"]),
+    (
+        lambda d: d["source"].update(kafka={"topicNames": "t"}, stdin={}),
+        ["source.stdin", "source.kafka", "one plugin block"],
+    ),
+    (
+        lambda d: d.update(source={"kafka": {"topicNames": "t"}}),
+        ["source.arrivalTime", "source.kafka", "live pipeline"],
+    ),
+    (lambda d: d.update(source=None), ["source: required", "arrivalTime"]),  # the seed's `source: ...`
+    (
+        lambda d: d["emitter"].update(triggers=[{"trigger": "atWindowEnd", "sinks": {}}]),
+        ["emitter.triggers[0].sinks", "unknown field"],
+    ),
+    (lambda d: d.update(sinks={}), ["sinks", "unknown field", "did you mean sink"]),
+    (lambda d: d["emitter"].update(triggers=["ExceptionTrigger#onError"]), ["emitter.triggers", "no window trigger"]),
 ]
 
 
@@ -508,11 +585,14 @@ def test_unknown_fields_stay_errors(edit, needles):
         assert needle in str(info.value), f"{needle!r} not in {info.value}"
 
 
-@pytest.mark.parametrize(("places", "named"), [
-    (("emitter", "window"), "emitter.triggers and emitter.tumbling-time-window.triggers"),
-    (("root", "emitter"), "triggers and emitter.triggers"),
-    (("root", "window"), "triggers and emitter.tumbling-time-window.triggers"),
-])
+@pytest.mark.parametrize(
+    ("places", "named"),
+    [
+        (("emitter", "window"), "emitter.triggers and emitter.tumbling-time-window.triggers"),
+        (("root", "emitter"), "triggers and emitter.triggers"),
+        (("root", "window"), "triggers and emitter.tumbling-time-window.triggers"),
+    ],
+)
 def test_triggers_in_two_places_are_refused(places, named):
     d = doc()
     where = {"root": d, "emitter": d["emitter"], "window": d["emitter"]["tumbling-time-window"]}
@@ -526,23 +606,49 @@ def test_triggers_in_two_places_are_refused(places, named):
 
 CLASHES = [
     # window fields / top-level edits,                     both sides the message names
-    (dict(keyExtractor="window_start"),                     [f"{W}.keyExtractor", "the column 'window_start' rewindow adds", "aggregates output"]),
-    (dict(keyExtractor="emit_time"),                        [f"{W}.keyExtractor", "'emit_time' rewindow adds"]),
-    (dict(keyExtractor="emission"),                         [f"{W}.keyExtractor", "'emission' rewindow adds"]),
-    (dict(keyExtractor="count"),                            [f"{W}.aggregateDefinition[0].name", f"the key column 'count' ({W}.keyExtractor)", "the aggregate 'count'"]),
-    (dict(keyExtractor="Count"),                            [f"{W}.aggregateDefinition[0].name", "'Count'", "ignoring case"]),
-    (dict(keyExtractor="com.example.Event::getCount"),      [f"{W}.aggregateDefinition[0].name", "the key column 'count'"]),  # via the bean convention
-    (dict(keyExtractor="batch"),                            [f"{W}.keyExtractor", "'batch' rewindow adds", "state output"]),
-    (dict(source_worker="emit_reason"),                     ["source.worker", "'emit_reason' rewindow adds"]),
-    (dict(source_worker="user_id", keyExtractor="user_id"), ["source.worker", f"{W}.keyExtractor", "different columns"]),
-    (dict(aggregateDefinition=["count", {"type": "max", "column": "amount", "name": "user_id"}], keyExtractor="user_id"),
-     [f"{W}.aggregateDefinition[1].name", f"the key column 'user_id' ({W}.keyExtractor)"]),
-    (dict(aggregateDefinition=["sum (amount)", "sum (amount)"]),
-     [f"{W}.aggregateDefinition[1].name: the aggregate 'sum_amount' ({W}.aggregateDefinition[0].name) and the aggregate 'sum_amount' would", "another name"]),
-    (dict(aggregateDefinition=["count (a)", {"type": "max", "column": "b", "name": "count_a"}]),
-     [f"{W}.aggregateDefinition[1].name", f"({W}.aggregateDefinition[0].name)", "'count_a'"]),
-    (dict(aggregateDefinition=[{"type": "sum", "column": "a", "name": "x"}, {"type": "count", "name": "x_n"}]),
-     [f"{W}.aggregateDefinition[1].name", f"({W}.aggregateDefinition[0].name)", "'partial_x_n'", "state output"]),
+    (
+        dict(keyExtractor="window_start"),
+        [f"{W}.keyExtractor", "the column 'window_start' rewindow adds", "aggregates output"],
+    ),
+    (dict(keyExtractor="emit_time"), [f"{W}.keyExtractor", "'emit_time' rewindow adds"]),
+    (dict(keyExtractor="emission"), [f"{W}.keyExtractor", "'emission' rewindow adds"]),
+    (
+        dict(keyExtractor="count"),
+        [f"{W}.aggregateDefinition[0].name", f"the key column 'count' ({W}.keyExtractor)", "the aggregate 'count'"],
+    ),
+    (dict(keyExtractor="Count"), [f"{W}.aggregateDefinition[0].name", "'Count'", "ignoring case"]),
+    (
+        dict(keyExtractor="com.example.Event::getCount"),
+        [f"{W}.aggregateDefinition[0].name", "the key column 'count'"],
+    ),  # via the bean convention
+    (dict(keyExtractor="batch"), [f"{W}.keyExtractor", "'batch' rewindow adds", "state output"]),
+    (dict(source_worker="emit_reason"), ["source.worker", "'emit_reason' rewindow adds"]),
+    (
+        dict(source_worker="user_id", keyExtractor="user_id"),
+        ["source.worker", f"{W}.keyExtractor", "different columns"],
+    ),
+    (
+        dict(
+            aggregateDefinition=["count", {"type": "max", "column": "amount", "name": "user_id"}],
+            keyExtractor="user_id",
+        ),
+        [f"{W}.aggregateDefinition[1].name", f"the key column 'user_id' ({W}.keyExtractor)"],
+    ),
+    (
+        dict(aggregateDefinition=["sum (amount)", "sum (amount)"]),
+        [
+            f"{W}.aggregateDefinition[1].name: the aggregate 'sum_amount' ({W}.aggregateDefinition[0].name) and the aggregate 'sum_amount' would",
+            "another name",
+        ],
+    ),
+    (
+        dict(aggregateDefinition=["count (a)", {"type": "max", "column": "b", "name": "count_a"}]),
+        [f"{W}.aggregateDefinition[1].name", f"({W}.aggregateDefinition[0].name)", "'count_a'"],
+    ),
+    (
+        dict(aggregateDefinition=[{"type": "sum", "column": "a", "name": "x"}, {"type": "count", "name": "x_n"}]),
+        [f"{W}.aggregateDefinition[1].name", f"({W}.aggregateDefinition[0].name)", "'partial_x_n'", "state output"],
+    ),
 ]
 
 
@@ -564,7 +670,8 @@ def test_output_columns_match_the_kernel_schemas():
     from windowing.config import output_columns
     from windowing.kernel import Spec
 
-    p = parse_pipeline(yaml.safe_load('''
+    p = parse_pipeline(
+        yaml.safe_load("""
         version: 1
         name: all
         source: {arrivalTime: arrival_time, worker: part}
@@ -574,9 +681,18 @@ def test_output_columns_match_the_kernel_schemas():
             timeConfig: {eventTimeExtractor: t, idleTimeout: 5m}
             aggregateDefinition: [count, count (tag), sum (qty), avg (amount), min (tag), max (tag), distinct (tag),
                                   first (tag), last (tag), sum (price)]
-    '''))
-    types = {"arrival_time": pa.int64(), "part": pa.int32(), "user_id": pa.string(), "t": pa.int64(),
-             "tag": pa.string(), "qty": pa.int64(), "amount": pa.float64(), "price": pa.decimal128(12, 2)}
+    """)
+    )
+    types = {
+        "arrival_time": pa.int64(),
+        "part": pa.int32(),
+        "user_id": pa.string(),
+        "t": pa.int64(),
+        "tag": pa.string(),
+        "qty": pa.int64(),
+        "amount": pa.float64(),
+        "price": pa.decimal128(12, 2),
+    }
     spec = Spec(p, types)
     ours = output_columns(p)
     assert ours["aggregates"] == tuple(spec.aggregates_schema().names)
@@ -595,14 +711,16 @@ def _session_history(seed: int = 11, n: int = 300) -> list[dict]:
     rows, t = [], 1_700_000_000_000
     for offset in range(n):
         t += rng.choice([200, 1_000, 5_000, 30_000, 400_000])
-        rows.append({
-            "arrival_time": t,
-            "offset": offset,
-            "userId": rng.choice(["ann", "bob", "cyd"]),
-            "timestamp": t - rng.choice([0, 0, 500, 3_000, 200_000]),
-            "amount": rng.choice([None, 1.5, 2.25, 10.0, -4.0]),
-            "id": rng.choice(["e1", "e2", "e3", "e4", None]),
-        })
+        rows.append(
+            {
+                "arrival_time": t,
+                "offset": offset,
+                "userId": rng.choice(["ann", "bob", "cyd"]),
+                "timestamp": t - rng.choice([0, 0, 500, 3_000, 200_000]),
+                "amount": rng.choice([None, 1.5, 2.25, 10.0, -4.0]),
+                "id": rng.choice(["e1", "e2", "e3", "e4", None]),
+            }
+        )
     return rows
 
 
@@ -615,17 +733,21 @@ def test_seed_session_block_replays_end_to_end(spark, tmp_path, monkeypatch, cap
     rows = _session_history()
     config = tmp_path / "p.yaml"
     config.write_text(seed_yaml(SEED_SESSION))
-    events = _write_events(tmp_path / "events", {
-        "arrival_time": pa.array([r["arrival_time"] for r in rows], pa.int64()),
-        "offset": pa.array([r["offset"] for r in rows], pa.int64()),
-        "userId": pa.array([r["userId"] for r in rows]),
-        "timestamp": pa.array([r["timestamp"] for r in rows], pa.int64()),
-        "amount": pa.array([r["amount"] for r in rows], pa.float64()),
-        "id": pa.array([r["id"] for r in rows]),
-    })
+    events = _write_events(
+        tmp_path / "events",
+        {
+            "arrival_time": pa.array([r["arrival_time"] for r in rows], pa.int64()),
+            "offset": pa.array([r["offset"] for r in rows], pa.int64()),
+            "userId": pa.array([r["userId"] for r in rows]),
+            "timestamp": pa.array([r["timestamp"] for r in rows], pa.int64()),
+            "amount": pa.array([r["amount"] for r in rows], pa.float64()),
+            "id": pa.array([r["id"] for r in rows]),
+        },
+    )
     monkeypatch.setattr(cli, "_spark", lambda args: spark)
-    code = cli.main(["replay", "--config", str(config), "--input", str(events), "--output", str(tmp_path / "out"),
-                     "--flush-at-end"])
+    code = cli.main(
+        ["replay", "--config", str(config), "--input", str(events), "--output", str(tmp_path / "out"), "--flush-at-end"]
+    )
     assert code == 0, capsys.readouterr().err
     from tests.outputs import run_dir
 
@@ -635,17 +757,29 @@ def test_seed_session_block_replays_end_to_end(spark, tmp_path, monkeypatch, cap
             r[c] = None if r[c] is None else int(r[c].timestamp() * 1000)
     ref = reference_replay(load_pipeline(config), rows, flush_at_end=True)
     assert written and canon(written) == canon(ref.aggregates)
-    assert set(written[0]) == {"userId", "window_start", "window_end", "count", "sum_amount", "min_amount",
-                               "max_amount", "distinct_id", "emit_reason", "emit_batch", "emit_time",
-                               "emit_watermark", "emission"}
+    assert set(written[0]) == {
+        "userId",
+        "window_start",
+        "window_end",
+        "count",
+        "sum_amount",
+        "min_amount",
+        "max_amount",
+        "distinct_id",
+        "emit_reason",
+        "emit_batch",
+        "emit_time",
+        "emit_watermark",
+        "emission",
+    }
     assert {r["emit_reason"] for r in written} >= {"WATERMARK", "MAX_DURATION"}
 
 
 def test_the_documented_example_loads():
     """docs/configuration.md's VoltSP example is a file that loads, with what it says."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
-    section = text[text.index("## Copying a VoltSP window block"):]
-    example = section[section.index("```yaml\n") + len("```yaml\n"):section.index("\n```", section.index("```yaml"))]
+    section = text[text.index("## Copying a VoltSP window block") :]
+    example = section[section.index("```yaml\n") + len("```yaml\n") : section.index("\n```", section.index("```yaml"))]
     p = parse_pipeline(yaml.safe_load(example))
     assert (p.window.key, p.window.event_time, p.source.path) == ("user_id", "timestamp", "data/events")
     assert [a.name for a in p.aggregates] == ["count", "sum_amount", "distinct_id"]

@@ -94,18 +94,59 @@ from windowing.kernel.spec import (
 # ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); ``hashable`` (worker values as keys);
 # and two private helpers the lateness what-ifs and the tests share (``_assign``, ``_ts``).
 __all__ = [
-    "AGGREGATE", "END_OF_INPUT", "EVENT", "IDLE", "LATE_ADDED_COLUMNS", "MAX_DURATION", "MAX_TIMESTAMP",
-    "MIN_TIMESTAMP", "OPEN", "REASON_NAMES", "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS",
-    "WATERMARK", "KernelOutput", "Spec", "Timeline", "assign_windows", "commit_summary", "process",
-    "seg_searchsorted", "task_derived", "with_arrival_ranks", "with_event_columns", "worker_timelines",
-    "ARRIVAL_RANK", "KEY_ID", "KEY_BATCH", "KB_BATCH", "KB_CAND", "KB_MAXEV", "KB_MAXARR", "KB_COLUMNS", "WindowSlice",
-    "SortedEvents", "IdleClocks", "KeyBatches", "KeyIds", "_assign", "hashable", "_ts",
+    "AGGREGATE",
+    "END_OF_INPUT",
+    "EVENT",
+    "IDLE",
+    "LATE_ADDED_COLUMNS",
+    "MAX_DURATION",
+    "MAX_TIMESTAMP",
+    "MIN_TIMESTAMP",
+    "OPEN",
+    "REASON_NAMES",
+    "STATE_EMITTED",
+    "STATE_KEY",
+    "STATE_PREFIX",
+    "STATE_WINDOW",
+    "TS",
+    "WATERMARK",
+    "KernelOutput",
+    "Spec",
+    "Timeline",
+    "assign_windows",
+    "commit_summary",
+    "process",
+    "seg_searchsorted",
+    "task_derived",
+    "with_arrival_ranks",
+    "with_event_columns",
+    "worker_timelines",
+    "ARRIVAL_RANK",
+    "KEY_ID",
+    "KEY_BATCH",
+    "KB_BATCH",
+    "KB_CAND",
+    "KB_MAXEV",
+    "KB_MAXARR",
+    "KB_COLUMNS",
+    "WindowSlice",
+    "SortedEvents",
+    "IdleClocks",
+    "KeyBatches",
+    "KeyIds",
+    "_assign",
+    "hashable",
+    "_ts",
 ]
 
 
-
-def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flush_at_end: bool,
-            window_slice: WindowSlice | None = None) -> KernelOutput:
+def process(
+    table: pa.Table,
+    spec: Spec,
+    timelines: Mapping[Any, Timeline],
+    flush_at_end: bool,
+    window_slice: WindowSlice | None = None,
+) -> KernelOutput:
     """Replay the events of complete keys in ``table`` (events and state rows, any order).
 
     With ``window_slice``, replay only that slice of the keys' windows (:mod:`.slices`):
@@ -126,14 +167,16 @@ def process(table: pa.Table, spec: Spec, timelines: Mapping[Any, Timeline], flus
     if snaps is not None:
         out_aggs.append(snaps.emitted_table(keyset, spec))
     aggs = pa.concat_tables(out_aggs) if out_aggs else spec.aggregates_schema().empty_table()
-    state = pa.concat_tables([key_state_rows(keyset, key_batches, spec), groups.state_table(keyset, spec),
-                              groups.emitted_counter_table(keyset, spec)])
+    state = pa.concat_tables(
+        [
+            key_state_rows(keyset, key_batches, spec),
+            groups.state_table(keyset, spec),
+            groups.emitted_counter_table(keyset, spec),
+        ]
+    )
     by_worker = _counters(keyset, sorted_events, key_batches, groups, snaps, late, spec, window_slice)
     totals: dict[str, int] = {}
     for figures in slices.resolved(by_worker).values():
         for name, v in figures.items():
             totals[name] = totals.get(name, 0) + v
     return KernelOutput(aggs, late.table(sorted_events, spec), state, totals, by_worker)
-
-
-

@@ -95,8 +95,9 @@ def _domains(keyset: KeyIds, aggregators: list[Aggregator]) -> Domains:
     return out
 
 
-def _event_inputs(sorted_events: SortedEvents, aggregators: list[Aggregator],
-                  domains: Domains) -> dict[InputKey, EventInput]:
+def _event_inputs(
+    sorted_events: SortedEvents, aggregators: list[Aggregator], domains: Domains
+) -> dict[InputKey, EventInput]:
     """Per aggregate input (:attr:`Aggregator.input_key`): its :class:`EventInput`.
 
     Codes are computed on the table's column as it came and then permuted into event
@@ -115,15 +116,32 @@ def _state_partials(aggregators: list[Aggregator], keyset: KeyIds, rows: np.ndar
     return [agg.from_state(keyset.table, rows, domains) for agg in aggregators]
 
 
-def _reduce(aggregators: list[Aggregator], inputs: dict[InputKey, EventInput], group: np.ndarray, n_groups: int,
-            events: np.ndarray, carried: list[Any] | None, carried_group: np.ndarray, domains: Domains) -> list[Any]:
+def _reduce(
+    aggregators: list[Aggregator],
+    inputs: dict[InputKey, EventInput],
+    group: np.ndarray,
+    n_groups: int,
+    events: np.ndarray,
+    carried: list[Any] | None,
+    carried_group: np.ndarray,
+    domains: Domains,
+) -> list[Any]:
     """Aggregate ``events`` (in arrival order) into ``group``s, per aggregate.
 
     ``carried`` are the partials of groups ``carried_group``; they come first in every fold.
     """
-    return [agg.reduce(inputs.get(agg.input_key), group, n_groups, events,
-                       carried[i] if carried is not None else None, carried_group, domains)
-            for i, agg in enumerate(aggregators)]
+    return [
+        agg.reduce(
+            inputs.get(agg.input_key),
+            group,
+            n_groups,
+            events,
+            carried[i] if carried is not None else None,
+            carried_group,
+            domains,
+        )
+        for i, agg in enumerate(aggregators)
+    ]
 
 
 def _carried_arrival(t: pa.Table, a: Aggregate, rows: np.ndarray, take: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -140,8 +158,11 @@ def _carried_arrival(t: pa.Table, a: Aggregate, rows: np.ndarray, take: pa.Array
 
 def _decode(codes: np.ndarray, domain: pa.Array) -> pa.Array:
     mask = codes < 0
-    return domain.take(pa.array(np.where(mask, 0, codes), pa.int64(), mask=mask)) if len(domain) else \
-        pa.nulls(len(codes), domain.type)
+    return (
+        domain.take(pa.array(np.where(mask, 0, codes), pa.int64(), mask=mask))
+        if len(domain)
+        else pa.nulls(len(codes), domain.type)
+    )
 
 
 def _list_members(column: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -150,8 +171,13 @@ def _list_members(column: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     return lengths, np.repeat(np.arange(len(column)), lengths), pc.list_flatten(column)
 
 
-def _with_carried_members(inp: EventInput, group: np.ndarray, events: np.ndarray, carried_group: np.ndarray,
-                          carried_members: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+def _with_carried_members(
+    inp: EventInput,
+    group: np.ndarray,
+    events: np.ndarray,
+    carried_group: np.ndarray,
+    carried_members: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(group, value) of every non-null event value, after the carried members (their
     carried partial's index and value) of groups ``carried_group``."""
     valid = inp.valid[events]
@@ -162,8 +188,9 @@ def _with_carried_members(inp: EventInput, group: np.ndarray, events: np.ndarray
     return member_group, member_value
 
 
-def _selected_members(n_groups: int, member_group: np.ndarray, member_value: np.ndarray,
-                      sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _selected_members(
+    n_groups: int, member_group: np.ndarray, member_value: np.ndarray, sel: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The members of groups ``sel``, as (row in ``sel``, value)."""
     row_of = np.full(n_groups, -1, dtype=np.int64)
     row_of[sel] = np.arange(len(sel))
@@ -310,8 +337,16 @@ class Aggregator:
     def from_state(self, table: pa.Table, rows: np.ndarray, domains: Domains) -> Any:
         raise NotImplementedError
 
-    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: Any, carried_group: np.ndarray, domains: Domains) -> Any:
+    def reduce(
+        self,
+        inp: EventInput | None,
+        group: np.ndarray,
+        n_groups: int,
+        events: np.ndarray,
+        carried: Any,
+        carried_group: np.ndarray,
+        domains: Domains,
+    ) -> Any:
         """Aggregate ``events`` (in arrival order) into ``group``s, after the ``carried``
         partials of groups ``carried_group``."""
         raise NotImplementedError
@@ -369,16 +404,25 @@ class CountAggregator(Aggregator):
         column = self.state_column(table, pa.array(rows))
         return CountPartial(pc.fill_null(column, 0).to_numpy().astype(np.int64))
 
-    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: CountPartial | None, carried_group: np.ndarray, domains: Domains) -> CountPartial:
+    def reduce(
+        self,
+        inp: EventInput | None,
+        group: np.ndarray,
+        n_groups: int,
+        events: np.ndarray,
+        carried: CountPartial | None,
+        carried_group: np.ndarray,
+        domains: Domains,
+    ) -> CountPartial:
         counted = group if inp is None else group[inp.valid[events]]
         count = np.bincount(counted, minlength=n_groups).astype(np.int64)
         if carried is not None:
             np.add.at(count, carried_group, carried.count)
         return CountPartial(count)
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CountPartial | None,
-                domains: Domains) -> CountPartial:
+    def running(
+        self, inp: EventInput | None, prefixes: Prefixes, carried: CountPartial | None, domains: Domains
+    ) -> CountPartial:
         if inp is None:
             count = prefixes.rank + 1
         else:
@@ -442,15 +486,23 @@ class SumAggregator(Aggregator):
             if overflow in table.column_names:
                 high = pc.fill_null(table[overflow].take(take), 0).to_numpy().astype(np.int64)
                 if high.any():
-                    total = total + high.astype(object) * 10 ** sum_type.precision
+                    total = total + high.astype(object) * 10**sum_type.precision
         else:
             dtype = np.int64 if pa.types.is_integer(column.type) else np.float64
             total = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(dtype)
         count = pc.fill_null(table[STATE_PREFIX + self.name + "_n"].take(take), 0).to_numpy().astype(np.int64)
         return SumPartial(total, count)
 
-    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: SumPartial | None, carried_group: np.ndarray, domains: Domains) -> SumPartial:
+    def reduce(
+        self,
+        inp: EventInput | None,
+        group: np.ndarray,
+        n_groups: int,
+        events: np.ndarray,
+        carried: SumPartial | None,
+        carried_group: np.ndarray,
+        domains: Domains,
+    ) -> SumPartial:
         assert inp is not None
         values, valid = inp.values[events], inp.valid[events]
         total = np.zeros(n_groups, dtype=values.dtype)
@@ -462,8 +514,9 @@ class SumAggregator(Aggregator):
         count += np.bincount(group[valid], minlength=n_groups)
         return SumPartial(total, count)
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: SumPartial | None,
-                domains: Domains) -> SumPartial:
+    def running(
+        self, inp: EventInput | None, prefixes: Prefixes, carried: SumPartial | None, domains: Domains
+    ) -> SumPartial:
         assert inp is not None
         values, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
         group, n = prefixes.group, len(prefixes.group)
@@ -492,8 +545,11 @@ class SumAggregator(Aggregator):
         count = pa.array(partial.count[sel], pa.int64())
         if _is_decimal(sum_type):
             low, high = _split_overflow(partial.total[sel], sum_type)
-            return {self.name: _decimal_array(low, np.zeros(len(sel), bool), sum_type), self.name + "_n": count,
-                    self.name + "_overflow": pa.array(high, pa.int64())}
+            return {
+                self.name: _decimal_array(low, np.zeros(len(sel), bool), sum_type),
+                self.name + "_n": count,
+                self.name + "_overflow": pa.array(high, pa.int64()),
+            }
         return {self.name: pa.array(partial.total[sel], sum_type), self.name + "_n": count}
 
     def empty(self) -> Accumulator:
@@ -511,8 +567,10 @@ class SumAggregator(Aggregator):
         return [[n, total] for n, total in zip(partial.count.tolist(), partial.total.tolist())]
 
     def collect(self, accs: list[Accumulator]) -> SumPartial:
-        return SumPartial(np.array([a[1] for a in accs], dtype=_sum_dtype(self.spec.value_type(self.agg))),
-                          np.array([a[0] for a in accs], dtype=np.int64))
+        return SumPartial(
+            np.array([a[1] for a in accs], dtype=_sum_dtype(self.spec.value_type(self.agg))),
+            np.array([a[0] for a in accs], dtype=np.int64),
+        )
 
 
 class AvgAggregator(SumAggregator):
@@ -534,8 +592,16 @@ class _CodeAggregator(Aggregator):
         column = self.state_column(table, pa.array(rows))
         return CodePartial(codes_in(column, self.domain(domains).values))
 
-    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: CodePartial | None, carried_group: np.ndarray, domains: Domains) -> CodePartial:
+    def reduce(
+        self,
+        inp: EventInput | None,
+        group: np.ndarray,
+        n_groups: int,
+        events: np.ndarray,
+        carried: CodePartial | None,
+        carried_group: np.ndarray,
+        domains: Domains,
+    ) -> CodePartial:
         assert inp is not None
         valid = inp.valid[events]
         code = np.full(n_groups, -1, dtype=np.int64)
@@ -570,8 +636,9 @@ class _ExtremumAggregator(_CodeAggregator):
     sorted_domain = True
     is_max: ClassVar[bool] = True
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
-                domains: Domains) -> CodePartial:
+    def running(
+        self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None, domains: Domains
+    ) -> CodePartial:
         # A running maximum of (group, value) encoded in one int64; min runs on reversed codes.
         assert inp is not None
         code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
@@ -670,8 +737,9 @@ class FirstAggregator(_ArrivalAggregator):
         unset = code[groups] < 0
         code[groups[unset]] = value[first[unset]]
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
-                domains: Domains) -> CodePartial:
+    def running(
+        self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None, domains: Domains
+    ) -> CodePartial:
         code, valid, index = self.pairs(inp, prefixes)
         n = len(index)
         first_at = np.full(prefixes.n_groups, n, dtype=np.int64)
@@ -699,8 +767,9 @@ class LastAggregator(_ArrivalAggregator):
         groups, from_end = np.unique(group[::-1], return_index=True)
         code[groups] = value[len(value) - 1 - from_end]
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None,
-                domains: Domains) -> CodePartial:
+    def running(
+        self, inp: EventInput | None, prefixes: Prefixes, carried: CodePartial | None, domains: Domains
+    ) -> CodePartial:
         code, valid, index = self.pairs(inp, prefixes)
         n = len(index)
         last_at = np.where(valid, index, -1)
@@ -732,8 +801,16 @@ class DistinctAggregator(Aggregator):
     def _width(self, domains: Domains) -> np.int64:
         return np.int64(len(self.domain(domains).values) + 1)
 
-    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: DistinctPartial | None, carried_group: np.ndarray, domains: Domains) -> DistinctPartial:
+    def reduce(
+        self,
+        inp: EventInput | None,
+        group: np.ndarray,
+        n_groups: int,
+        events: np.ndarray,
+        carried: DistinctPartial | None,
+        carried_group: np.ndarray,
+        domains: Domains,
+    ) -> DistinctPartial:
         assert inp is not None
         carried_members = (carried.member_group, carried.member_code) if carried is not None else None
         member_group, member_code = _with_carried_members(inp, group, events, carried_group, carried_members)
@@ -741,11 +818,13 @@ class DistinctAggregator(Aggregator):
         width = self._width(domains)
         pairs = pc.unique(pa.array(member_group.astype(np.int64) * width + member_code, pa.int64())).to_numpy()
         unique_group, unique_code = pairs // width, pairs % width
-        return DistinctPartial(np.bincount(unique_group, minlength=n_groups).astype(np.int64), unique_group,
-                               unique_code)
+        return DistinctPartial(
+            np.bincount(unique_group, minlength=n_groups).astype(np.int64), unique_group, unique_code
+        )
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: DistinctPartial | None,
-                domains: Domains) -> DistinctPartial:
+    def running(
+        self, inp: EventInput | None, prefixes: Prefixes, carried: DistinctPartial | None, domains: Domains
+    ) -> DistinctPartial:
         assert inp is not None
         code, valid = inp.values[prefixes.event], inp.valid[prefixes.event]
         group, n = prefixes.group, len(prefixes.group)
@@ -762,8 +841,7 @@ class DistinctAggregator(Aggregator):
         new &= ~seen_carried
         count = _seg_cumsum_int(new.astype(np.int64), group)
         if carried is not None:
-            count = count + prefixes.carried(np.bincount(carried.member_group,
-                                                         minlength=len(prefixes.carried_group)))
+            count = count + prefixes.carried(np.bincount(carried.member_group, minlength=len(prefixes.carried_group)))
         return DistinctPartial(count, np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def final(self, partial: DistinctPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
@@ -801,8 +879,11 @@ class DistinctAggregator(Aggregator):
     def collect(self, accs: list[Accumulator]) -> DistinctPartial:
         rows = [r for r, a in enumerate(accs) for _ in a[0]]
         codes = [c for a in accs for c in sorted(a[0])]
-        return DistinctPartial(np.array([len(a[0]) for a in accs], dtype=np.int64), np.array(rows, dtype=np.int64),
-                               np.array(codes, dtype=np.int64))
+        return DistinctPartial(
+            np.array([len(a[0]) for a in accs], dtype=np.int64),
+            np.array(rows, dtype=np.int64),
+            np.array(codes, dtype=np.int64),
+        )
 
 
 AGGREGATORS: dict[str, type[Aggregator]] = {
@@ -839,7 +920,7 @@ def _fractions(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     t = column.type
     n = len(column)
     if _is_decimal(t):
-        scale = 10 ** t.scale
+        scale = 10**t.scale
         values: list[Fraction | int] = [Fraction(m, scale) for m in _decimal_ints(column).tolist()]
         return np.array(values + [0], dtype=object)[:n], np.zeros(n, dtype=bool)
     if pa.types.is_integer(t):
@@ -879,7 +960,7 @@ class StddevAggregator(Aggregator):
 
         def fractions(suffix: str) -> np.ndarray:
             texts = self.state_column(table, take, suffix).to_pylist()
-            return np.array([Fraction(t or 0) for t in texts] + [0], dtype=object)[:len(rows)]
+            return np.array([Fraction(t or 0) for t in texts] + [0], dtype=object)[: len(rows)]
 
         def ints(suffix: str) -> np.ndarray:
             column = pc.fill_null(self.state_column(table, take, suffix), 0)
@@ -888,15 +969,25 @@ class StddevAggregator(Aggregator):
 
         return MomentsPartial(ints("_n"), fractions(""), fractions("_squares"), ints("_nonfinite"))
 
-    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: MomentsPartial | None, carried_group: np.ndarray, domains: Domains) -> MomentsPartial:
+    def reduce(
+        self,
+        inp: EventInput | None,
+        group: np.ndarray,
+        n_groups: int,
+        events: np.ndarray,
+        carried: MomentsPartial | None,
+        carried_group: np.ndarray,
+        domains: Domains,
+    ) -> MomentsPartial:
         assert inp is not None and inp.nonfinite is not None
         valid = inp.valid[events]
         counted, values = group[valid], inp.values[events][valid]
-        out = MomentsPartial(np.bincount(counted, minlength=n_groups).astype(np.int64),
-                             np.zeros(n_groups, dtype=object), np.zeros(n_groups, dtype=object),
-                             np.bincount(counted, weights=inp.nonfinite[events][valid],
-                                         minlength=n_groups).astype(np.int64))
+        out = MomentsPartial(
+            np.bincount(counted, minlength=n_groups).astype(np.int64),
+            np.zeros(n_groups, dtype=object),
+            np.zeros(n_groups, dtype=object),
+            np.bincount(counted, weights=inp.nonfinite[events][valid], minlength=n_groups).astype(np.int64),
+        )
         if carried is not None:
             out.total[carried_group] = carried.total
             out.squares[carried_group] = carried.squares
@@ -906,15 +997,19 @@ class StddevAggregator(Aggregator):
         np.add.at(out.squares, counted, values * values)
         return out
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: MomentsPartial | None,
-                domains: Domains) -> MomentsPartial:
+    def running(
+        self, inp: EventInput | None, prefixes: Prefixes, carried: MomentsPartial | None, domains: Domains
+    ) -> MomentsPartial:
         assert inp is not None and inp.nonfinite is not None
         valid = inp.valid[prefixes.event]
         values = np.where(valid, inp.values[prefixes.event], 0)
         group = prefixes.group
-        out = MomentsPartial(_seg_cumsum_int(valid.astype(np.int64), group), _seg_cumsum(values, group),
-                             _seg_cumsum(values * values, group),
-                             _seg_cumsum_int((valid & inp.nonfinite[prefixes.event]).astype(np.int64), group))
+        out = MomentsPartial(
+            _seg_cumsum_int(valid.astype(np.int64), group),
+            _seg_cumsum(values, group),
+            _seg_cumsum(values * values, group),
+            _seg_cumsum_int((valid & inp.nonfinite[prefixes.event]).astype(np.int64), group),
+        )
         if carried is not None:
             out.count = out.count + prefixes.carried(carried.count)
             out.nonfinite = out.nonfinite + prefixes.carried(carried.nonfinite)
@@ -924,8 +1019,12 @@ class StddevAggregator(Aggregator):
 
     def final(self, partial: MomentsPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         out: list[float | None] = []
-        for n, bad, total, squares in zip(partial.count[sel].tolist(), partial.nonfinite[sel].tolist(),
-                                          partial.total[sel].tolist(), partial.squares[sel].tolist()):
+        for n, bad, total, squares in zip(
+            partial.count[sel].tolist(),
+            partial.nonfinite[sel].tolist(),
+            partial.total[sel].tolist(),
+            partial.squares[sel].tolist(),
+        ):
             divisor = n - 1 if self.sample else n
             if divisor <= 0:
                 out.append(None)
@@ -937,10 +1036,12 @@ class StddevAggregator(Aggregator):
         return pa.array(out, pa.float64())
 
     def state_columns(self, partial: MomentsPartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
-        return {self.name: pa.array([str(v) for v in partial.total[sel].tolist()], pa.string()),
-                self.name + "_squares": pa.array([str(v) for v in partial.squares[sel].tolist()], pa.string()),
-                self.name + "_n": pa.array(partial.count[sel], pa.int64()),
-                self.name + "_nonfinite": pa.array(partial.nonfinite[sel], pa.int64())}
+        return {
+            self.name: pa.array([str(v) for v in partial.total[sel].tolist()], pa.string()),
+            self.name + "_squares": pa.array([str(v) for v in partial.squares[sel].tolist()], pa.string()),
+            self.name + "_n": pa.array(partial.count[sel], pa.int64()),
+            self.name + "_nonfinite": pa.array(partial.nonfinite[sel], pa.int64()),
+        }
 
     def session_inputs(self, inp: EventInput | None, n_events: int) -> tuple[list[Any], list[Any]]:
         assert inp is not None and inp.nonfinite is not None
@@ -963,15 +1064,23 @@ class StddevAggregator(Aggregator):
             acc[i] += other[i]
 
     def carried(self, partial: MomentsPartial, positions: np.ndarray | None) -> list[Accumulator]:
-        return [list(r) for r in zip(partial.count.tolist(), partial.total.tolist(), partial.squares.tolist(),
-                                     partial.nonfinite.tolist())]
+        return [
+            list(r)
+            for r in zip(
+                partial.count.tolist(), partial.total.tolist(), partial.squares.tolist(), partial.nonfinite.tolist()
+            )
+        ]
 
     def collect(self, accs: list[Accumulator]) -> MomentsPartial:
         def objects(i: int) -> np.ndarray:
-            return np.array([a[i] for a in accs] + [0], dtype=object)[:len(accs)]
+            return np.array([a[i] for a in accs] + [0], dtype=object)[: len(accs)]
 
-        return MomentsPartial(np.array([a[0] for a in accs], dtype=np.int64), objects(1), objects(2),
-                              np.array([a[3] for a in accs], dtype=np.int64))
+        return MomentsPartial(
+            np.array([a[0] for a in accs], dtype=np.int64),
+            objects(1),
+            objects(2),
+            np.array([a[3] for a in accs], dtype=np.int64),
+        )
 
 
 def _seg_cumsum(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
@@ -1023,7 +1132,7 @@ class PercentileAggregator(Aggregator):
     def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
         if _is_decimal(column.type):  # correctly rounded, like a Python float(Decimal)
-            scale = 10 ** column.type.scale
+            scale = 10**column.type.scale
             doubles = np.array([m / scale for m in _decimal_ints(column).tolist()], dtype=np.float64)
         else:
             doubles = pc.fill_null(column.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
@@ -1033,13 +1142,20 @@ class PercentileAggregator(Aggregator):
         lengths, member_group, members = _list_members(self.state_column(table, pa.array(rows)))
         return ValuesPartial(lengths, member_group, members.to_numpy(zero_copy_only=False).astype(np.float64))
 
-    def reduce(self, inp: EventInput | None, group: np.ndarray, n_groups: int, events: np.ndarray,
-               carried: ValuesPartial | None, carried_group: np.ndarray, domains: Domains) -> ValuesPartial:
+    def reduce(
+        self,
+        inp: EventInput | None,
+        group: np.ndarray,
+        n_groups: int,
+        events: np.ndarray,
+        carried: ValuesPartial | None,
+        carried_group: np.ndarray,
+        domains: Domains,
+    ) -> ValuesPartial:
         assert inp is not None
         carried_members = (carried.member_group, carried.member_value) if carried is not None else None
         member_group, member_value = _with_carried_members(inp, group, events, carried_group, carried_members)
-        return ValuesPartial(np.bincount(member_group, minlength=n_groups).astype(np.int64), member_group,
-                             member_value)
+        return ValuesPartial(np.bincount(member_group, minlength=n_groups).astype(np.int64), member_group, member_value)
 
     def _sorted_lists(self, partial: ValuesPartial, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, values): the selected groups' values, each group's sorted."""
@@ -1051,16 +1167,19 @@ class PercentileAggregator(Aggregator):
     def final(self, partial: ValuesPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         offsets, values = self._sorted_lists(partial, sel)
         listed = values.tolist()
-        out = [_percentile_of_sorted(listed[a:b], self.percentage) if b > a else None
-               for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        out = [
+            _percentile_of_sorted(listed[a:b], self.percentage) if b > a else None
+            for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())
+        ]
         return pa.array(out, pa.float64())
 
     def state_columns(self, partial: ValuesPartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         offsets, values = self._sorted_lists(partial, sel)
         return {self.name: pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.float64()))}
 
-    def running(self, inp: EventInput | None, prefixes: Prefixes, carried: ValuesPartial | None,
-                domains: Domains) -> ValuesPartial:
+    def running(
+        self, inp: EventInput | None, prefixes: Prefixes, carried: ValuesPartial | None, domains: Domains
+    ) -> ValuesPartial:
         # Every prefix's values, listed in full: quadratic in a window's events, for snapshots only.
         assert inp is not None
         valid, values = inp.valid[prefixes.event], inp.values[prefixes.event]
@@ -1081,8 +1200,11 @@ class PercentileAggregator(Aggregator):
             member_group += [i] * len(so_far)
             member_value += so_far
             counts.append(len(so_far))
-        return ValuesPartial(np.array(counts, dtype=np.int64), np.array(member_group, dtype=np.int64),
-                             np.array(member_value, dtype=np.float64))
+        return ValuesPartial(
+            np.array(counts, dtype=np.int64),
+            np.array(member_group, dtype=np.int64),
+            np.array(member_value, dtype=np.float64),
+        )
 
     def empty(self) -> Accumulator:
         return [[]]
@@ -1105,9 +1227,13 @@ class PercentileAggregator(Aggregator):
     def collect(self, accs: list[Accumulator]) -> ValuesPartial:
         rows = [r for r, a in enumerate(accs) for _ in a[0]]
         values = [v for a in accs for v in a[0]]
-        return ValuesPartial(np.array([len(a[0]) for a in accs], dtype=np.int64), np.array(rows, dtype=np.int64),
-                             np.array(values, dtype=np.float64))
+        return ValuesPartial(
+            np.array([len(a[0]) for a in accs], dtype=np.int64),
+            np.array(rows, dtype=np.int64),
+            np.array(values, dtype=np.float64),
+        )
 
 
-AGGREGATORS.update({"stddev_pop": StddevAggregator, "stddev_samp": StddevAggregator,
-                    "percentile": PercentileAggregator})
+AGGREGATORS.update(
+    {"stddev_pop": StddevAggregator, "stddev_samp": StddevAggregator, "percentile": PercentileAggregator}
+)

@@ -38,8 +38,9 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 
-def worker_timelines(pipeline: Pipeline, commits: Mapping[Any, tuple[np.ndarray, ...]],
-                     carried: Mapping[Any, dict[str, Any]]) -> tuple[dict[Any, Timeline], list[dict[str, Any]]]:
+def worker_timelines(
+    pipeline: Pipeline, commits: Mapping[Any, tuple[np.ndarray, ...]], carried: Mapping[Any, dict[str, Any]]
+) -> tuple[dict[Any, Timeline], list[dict[str, Any]]]:
     """Each worker's timeline, and its state row, from its commits in this replay.
 
     ``commits[worker]`` holds the worker's batches in order with, per batch, the watermark
@@ -63,17 +64,25 @@ def worker_timelines(pipeline: Pipeline, commits: Mapping[Any, tuple[np.ndarray,
         gwm = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if wm0 is None else wm0], cand]))[1:]
         clock = np.maximum.accumulate(np.concatenate([[MIN_TIMESTAMP if clock0 is None else clock0], arr]))[1:]
         last_batch = int(batches[-1]) if len(batches) else s0.get("batch")
-        timelines[wv] = Timeline(batches, sat_sub(gwm, w.delay_ms) if keep_geff else empty, clock, last_batch,
-                                 min_arr if keep_min_arrival else empty, batch0=s0.get("batch"),
-                                 clock0=MIN_TIMESTAMP if clock0 is None else clock0)
-        rows.append({
-            "state_kind": "worker",
-            "fingerprint": pipeline.fingerprint(),
-            **({pipeline.source.worker: wv} if pipeline.source.worker else {}),
-            "batch": last_batch,
-            "watermark_ms": int(gwm[-1]) if len(gwm) and gwm[-1] != MIN_TIMESTAMP else wm0,
-            "clock_ms": int(clock[-1]) if len(clock) and clock[-1] != MIN_TIMESTAMP else clock0,
-        })
+        timelines[wv] = Timeline(
+            batches,
+            sat_sub(gwm, w.delay_ms) if keep_geff else empty,
+            clock,
+            last_batch,
+            min_arr if keep_min_arrival else empty,
+            batch0=s0.get("batch"),
+            clock0=MIN_TIMESTAMP if clock0 is None else clock0,
+        )
+        rows.append(
+            {
+                "state_kind": "worker",
+                "fingerprint": pipeline.fingerprint(),
+                **({pipeline.source.worker: wv} if pipeline.source.worker else {}),
+                "batch": last_batch,
+                "watermark_ms": int(gwm[-1]) if len(gwm) and gwm[-1] != MIN_TIMESTAMP else wm0,
+                "clock_ms": int(clock[-1]) if len(clock) and clock[-1] != MIN_TIMESTAMP else clock0,
+            }
+        )
     return timelines, rows
 
 
@@ -93,15 +102,19 @@ def commit_summary(table: pa.Table, spec: "Spec") -> dict[Any, tuple[np.ndarray,
     codes, batch, evt, arr = codes[order], batch[order], evt[order], arr[order]
     starts = np.flatnonzero(np.concatenate([[True], (codes[1:] != codes[:-1]) | (batch[1:] != batch[:-1])]))
     pick = np.minimum if spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum
-    per_batch = (batch[starts], pick.reduceat(evt, starts), np.maximum.reduceat(arr, starts),
-                 np.minimum.reduceat(arr, starts))
+    per_batch = (
+        batch[starts],
+        pick.reduceat(evt, starts),
+        np.maximum.reduceat(arr, starts),
+        np.minimum.reduceat(arr, starts),
+    )
     bcodes = codes[starts]
     worker_starts = np.flatnonzero(np.concatenate([[True], bcodes[1:] != bcodes[:-1]]))
-    values = (table[wcol].take(pa.array(rows[order][starts[worker_starts]])).to_pylist() if wcol
-              else [0] * len(worker_starts))
+    values = (
+        table[wcol].take(pa.array(rows[order][starts[worker_starts]])).to_pylist() if wcol else [0] * len(worker_starts)
+    )
     ends = np.append(worker_starts[1:], len(starts))
     return {hashable(v): tuple(c[a:b] for c in per_batch) for v, a, b in zip(values, worker_starts, ends)}
-
 
 
 class IdleClocks:
@@ -132,8 +145,9 @@ class IdleClocks:
         self.last_clock = np.full(keyset.n, MIN_TIMESTAMP, dtype=np.int64)
         # Workers as integer ids: an object array's == would find no NaN worker (NaN != NaN).
         worker_ids: dict[Hashable, int] = {}
-        worker_of_key = np.array([worker_ids.setdefault(hashable(v), len(worker_ids))
-                                  for v in keyset.worker_values], dtype=np.int64)
+        worker_of_key = np.array(
+            [worker_ids.setdefault(hashable(v), len(worker_ids)) for v in keyset.worker_values], dtype=np.int64
+        )
         for worker, worker_id in worker_ids.items():
             tl = timelines.get(worker)
             if tl is None:
@@ -155,8 +169,9 @@ class IdleClocks:
             self._before_first_batch(tl, key_batches, keyset, np.flatnonzero(of_worker), spec)
         self.gen = self._generations(key_batches)
 
-    def _after_batches(self, tl: Timeline, key_batches: KeyBatches, batches: np.ndarray, commit: np.ndarray,
-                       spec: Spec) -> None:
+    def _after_batches(
+        self, tl: Timeline, key_batches: KeyBatches, batches: np.ndarray, commit: np.ndarray, spec: Spec
+    ) -> None:
         """Idle flushes after each of the key batches ``batches`` (of one worker, committed at
         ``commit``): from the first commit c (at or after the batch's own) whose clock
         reaches activity + timeout, if c comes before the key's next batch; a heartbeat tick
@@ -178,8 +193,9 @@ class IdleClocks:
         self.kb_batch[batches] = np.where(at_tick, tl.batches[np.maximum(at - 1, 0)], tl.batches[at])
         self.kb_time[batches] = np.where(at_tick, tick, tl.clock[at])
 
-    def _before_first_batch(self, tl: Timeline, key_batches: KeyBatches, keyset: KeyIds, keys: np.ndarray,
-                            spec: Spec) -> None:
+    def _before_first_batch(
+        self, tl: Timeline, key_batches: KeyBatches, keyset: KeyIds, keys: np.ndarray, spec: Spec
+    ) -> None:
         """Idle flushes of the worker's ``keys`` with carried state before their first batch
         of this replay (a tick may come before this replay's first commit: commit 0 is
         after the carried clock)."""
@@ -196,13 +212,17 @@ class IdleClocks:
         next_commit[has] = searchsorted_left(tl.batches, key_batches.batch[first[has]])
         due = sat_add(activity, cast(int, w.idle_timeout_ms))  # not None: only run with a timeout
         reaching = np.searchsorted(series, due, side="left")
-        at_tick, tick = _heartbeat_flush(tl, spec.pipeline.idle_heartbeat_ms, due, reaching,
-                                         np.zeros(len(keys), np.int64), next_commit)
+        at_tick, tick = _heartbeat_flush(
+            tl, spec.pipeline.idle_heartbeat_ms, due, reaching, np.zeros(len(keys), np.int64), next_commit
+        )
         at_commit = ~at_tick & (reaching < next_commit)
         at = np.minimum(reaching, n_commits - 1)
         self.pre_fire[keys] = at_tick | at_commit
-        before = tl.batches[np.maximum(at - 1, 0)] if tl.batch0 is None else \
-            np.where(at > 0, tl.batches[np.maximum(at - 1, 0)], tl.batch0)
+        before = (
+            tl.batches[np.maximum(at - 1, 0)]
+            if tl.batch0 is None
+            else np.where(at > 0, tl.batches[np.maximum(at - 1, 0)], tl.batch0)
+        )
         self.pre_batch[keys] = np.where(at_tick, before, tl.batches[at])
         self.pre_time[keys] = np.where(at_tick, tick, tl.clock[at])
 
@@ -218,8 +238,14 @@ class IdleClocks:
         return generation
 
 
-def _heartbeat_flush(tl: Timeline, heartbeat_ms: int, due: np.ndarray, reaching: np.ndarray, earliest: np.ndarray,
-                     next_commit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _heartbeat_flush(
+    tl: Timeline,
+    heartbeat_ms: int,
+    due: np.ndarray,
+    reaching: np.ndarray,
+    earliest: np.ndarray,
+    next_commit: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Which idle flushes a heartbeat tick makes, and the tick (contract section 5.2).
 
     A key falls due at ``due`` (activity + idleTimeout); ``reaching`` (c below) is the

@@ -44,7 +44,7 @@ def _decimal_ints(arr: pa.Array | pa.ChunkedArray, scale: int | None = None) -> 
     n = len(arr)
     if n == 0:
         return np.zeros(0, dtype=object)
-    raw = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=2 * (arr.offset + n))[2 * arr.offset:]
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=2 * (arr.offset + n))[2 * arr.offset :]
     lo, hi = raw[0::2], raw[1::2]
     if arr.null_count:
         valid = arr.is_valid().to_numpy(zero_copy_only=False)
@@ -71,12 +71,12 @@ def _decimal_array(x: np.ndarray, null: np.ndarray, t: pa.DataType) -> pa.Array:
     """A decimal128 array of type ``t`` from unscaled Python ints; null where ``null`` or
     where the value does not fit ``t``'s precision (an overflow)."""
     n = len(x)
-    limit = 10 ** t.precision
+    limit = 10**t.precision
     null = np.asarray(null, dtype=bool)
     if n:
         null = null | ~((x < limit) & (x > -limit)).astype(bool)
     v = np.where(null, 0, x)
-    if n == 0 or ((v < 2 ** 63) & (v >= -2 ** 63)).all():
+    if n == 0 or ((v < 2**63) & (v >= -(2**63))).all():
         lo = v.astype(np.int64)
         hi = lo >> 63
     else:
@@ -103,7 +103,7 @@ def _decimal_avg(sums: np.ndarray, n: np.ndarray, sum_type: pa.DataType, t: pa.D
     is the same: a half-way point of at most 38 decimals survives the truncation.)
     """
     shift = 10 ** (t.scale - sum_type.scale)
-    limit = 10 ** sum_type.precision
+    limit = 10**sum_type.precision
     out = np.zeros(len(sums), dtype=object)
     null = np.asarray(n, dtype=np.int64) <= 0
     for i, (x, k) in enumerate(zip(sums.tolist(), np.asarray(n).tolist())):
@@ -118,10 +118,7 @@ def _split_overflow(x: np.ndarray, t: pa.DataType) -> tuple[np.ndarray, np.ndarr
     """Exact unscaled partial sums ``x`` as ``(low, high)`` with ``x = low + high *
     10^precision``, ``low`` fitting ``t`` and both of the sign of ``x`` (``high`` is 0 unless
     the sum outgrew ``t``; it stays far within int64: every event adds less than one)."""
-    limit = 10 ** t.precision
+    limit = 10**t.precision
     high = [(abs(v) // limit) * (1 if v >= 0 else -1) for v in x.tolist()]
     low = np.array([v - h * limit for v, h in zip(x.tolist(), high)], dtype=object)
     return low, np.array(high, dtype=np.int64)
-
-
-

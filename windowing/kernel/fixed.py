@@ -79,8 +79,9 @@ class _CarriedWindows:
             values: NDArray[np.int64] = pc.fill_null(state_column(table, name, rows), 0).to_numpy().astype(np.int64)
             return values
 
-        return _CarriedWindows(rows, keyset.gid[rows], ints("window_start_ms"), ints("window_end_ms"),
-                               ints("emissions"), ints("events"))
+        return _CarriedWindows(
+            rows, keyset.gid[rows], ints("window_start_ms"), ints("window_end_ms"), ints("emissions"), ints("events")
+        )
 
     @property
     def n(self) -> int:
@@ -136,12 +137,23 @@ class _Closing:
 
     @staticmethod
     def all_open(n: int) -> _Closing:
-        return _Closing(np.full(n, OPEN, dtype=np.int8), np.zeros(n, dtype=np.int64),
-                        np.full(n, MIN_TIMESTAMP, dtype=np.int64), np.full(n, MIN_TIMESTAMP, dtype=np.int64))
+        return _Closing(
+            np.full(n, OPEN, dtype=np.int8),
+            np.zeros(n, dtype=np.int64),
+            np.full(n, MIN_TIMESTAMP, dtype=np.int64),
+            np.full(n, MIN_TIMESTAMP, dtype=np.int64),
+        )
 
 
-def _windows(sorted_events: SortedEvents, key_batches: KeyBatches, keyset: KeyIds, idle: IdleClocks, spec: Spec,
-             flush_at_end: bool, window_slice: WindowSlice | None = None) -> tuple[_Groups, LatePairs, _Groups | None]:
+def _windows(
+    sorted_events: SortedEvents,
+    key_batches: KeyBatches,
+    keyset: KeyIds,
+    idle: IdleClocks,
+    spec: Spec,
+    flush_at_end: bool,
+    window_slice: WindowSlice | None = None,
+) -> tuple[_Groups, LatePairs, _Groups | None]:
     """Tumbling and sliding windows of every key at once (no per-event loop).
 
     Events arrive sorted by (key, arrival order). Returns one row per (key, generation,
@@ -171,31 +183,58 @@ def _windows(sorted_events: SortedEvents, key_batches: KeyBatches, keyset: KeyId
     late_out = LatePairs(pairs.event[late], pairs.start[late], pairs.end[late], watermark_before[late])
     accepted = WindowAssignment(pairs.event[~late], pairs.start[~late], pairs.end[~late])
     carried = _CarriedWindows.read(keyset)
-    wg = _group_windows(carried, accepted, sorted_events.g[accepted.event],
-                        idle.gen[key_batches.of_event[accepted.event]])
+    wg = _group_windows(
+        carried, accepted, sorted_events.g[accepted.event], idle.gen[key_batches.of_event[accepted.event]]
+    )
     carried_partials = _state_partials(spec.aggregators, keyset, carried.rows, domains) if carried.n else None
-    partials = _reduce(spec.aggregators, inputs, wg.event_group, wg.n, wg.event_index, carried_partials,
-                       wg.carried_group, domains)
+    partials = _reduce(
+        spec.aggregators, inputs, wg.event_group, wg.n, wg.event_index, carried_partials, wg.carried_group, domains
+    )
     closing = _close_windows(wg, key_batches, idle, keyset, spec, flush_at_end)
 
     groups = _Groups(spec, domains)
     groups.created = np.bincount(wg.key[wg.carried_index < 0], minlength=keyset.n)
-    carried_emissions = np.where(wg.carried_index >= 0, carried.emissions[np.maximum(wg.carried_index, 0)], 0) \
-        if carried.n else np.zeros(wg.n, dtype=np.int64)
+    carried_emissions = (
+        np.where(wg.carried_index >= 0, carried.emissions[np.maximum(wg.carried_index, 0)], 0)
+        if carried.n
+        else np.zeros(wg.n, dtype=np.int64)
+    )
     emission, reopen = _emissions(keyset, wg, closing.reason, carried_emissions, key_batches.eff_final)
     groups.idle_flushes = _count_idle_flushes(closing.reason, wg.key, wg.generation, keyset.n)
-    groups.set(wg.key, wg.start, wg.end, closing.reason, closing.emit_batch, closing.emit_watermark, emission,
-               wg.events, partials, reopen, emit_time=closing.emit_time)
+    groups.set(
+        wg.key,
+        wg.start,
+        wg.end,
+        closing.reason,
+        closing.emit_batch,
+        closing.emit_watermark,
+        emission,
+        wg.events,
+        partials,
+        reopen,
+        emit_time=closing.emit_time,
+    )
 
     snaps = None
     if spec.snapshots:
-        snaps = _snapshots(spec, domains, inputs, wg, emission, carried_partials, carried, sorted_events, key_batches,
-                           snapshot_time=_snapshot_times(sorted_events, key_batches, idle))
+        snaps = _snapshots(
+            spec,
+            domains,
+            inputs,
+            wg,
+            emission,
+            carried_partials,
+            carried,
+            sorted_events,
+            key_batches,
+            snapshot_time=_snapshot_times(sorted_events, key_batches, idle),
+        )
     return groups, late_out, snaps
 
 
-def _group_windows(carried: _CarriedWindows, accepted: WindowAssignment, pair_key: np.ndarray,
-                   pair_generation: np.ndarray) -> _WindowGroups:
+def _group_windows(
+    carried: _CarriedWindows, accepted: WindowAssignment, pair_key: np.ndarray, pair_generation: np.ndarray
+) -> _WindowGroups:
     """Group carried windows (generation 0) and accepted pairs (of keys ``pair_key`` and
     generations ``pair_generation``) by (key, generation, start, end) with one ``lexsort``."""
     n_carried = carried.n
@@ -207,8 +246,15 @@ def _group_windows(carried: _CarriedWindows, accepted: WindowAssignment, pair_ke
     order = np.lexsort((event, end, start, generation, key))
     key, generation, start, end, event = (x[order] for x in (key, generation, start, end, event))
     if len(order):
-        new_group = np.concatenate(([True], (key[1:] != key[:-1]) | (generation[1:] != generation[:-1])
-                                    | (start[1:] != start[:-1]) | (end[1:] != end[:-1])))
+        new_group = np.concatenate(
+            (
+                [True],
+                (key[1:] != key[:-1])
+                | (generation[1:] != generation[:-1])
+                | (start[1:] != start[:-1])
+                | (end[1:] != end[:-1]),
+            )
+        )
     else:
         new_group = np.zeros(0, dtype=bool)
     member_group = np.cumsum(new_group) - 1
@@ -223,12 +269,23 @@ def _group_windows(carried: _CarriedWindows, accepted: WindowAssignment, pair_ke
     events = np.bincount(member_group[is_event], minlength=n_groups).astype(np.int64)
     if n_carried:
         np.add.at(events, member_group[is_carried], carried.events[order[is_carried]])
-    return _WindowGroups(member_group, event, is_event, key[firsts], generation[firsts], start[firsts], end[firsts],
-                         carried_index, carried_group, events)
+    return _WindowGroups(
+        member_group,
+        event,
+        is_event,
+        key[firsts],
+        generation[firsts],
+        start[firsts],
+        end[firsts],
+        carried_index,
+        carried_group,
+        events,
+    )
 
 
-def _close_windows(wg: _WindowGroups, key_batches: KeyBatches, idle: IdleClocks, keyset: KeyIds, spec: Spec,
-                   flush_at_end: bool) -> _Closing:
+def _close_windows(
+    wg: _WindowGroups, key_batches: KeyBatches, idle: IdleClocks, keyset: KeyIds, spec: Spec, flush_at_end: bool
+) -> _Closing:
     """Each group's closing: WATERMARK at the first of its key's batches whose effective
     watermark reaches its end, unless its generation ended with an idle flush first (IDLE);
     then END_OF_INPUT for what is still open if ``flush_at_end``."""
@@ -256,8 +313,9 @@ def _close_windows(wg: _WindowGroups, key_batches: KeyBatches, idle: IdleClocks,
     return closing
 
 
-def _generation_ends(key_batches: KeyBatches, idle: IdleClocks, keys: np.ndarray,
-                     generations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _generation_ends(
+    key_batches: KeyBatches, idle: IdleClocks, keys: np.ndarray, generations: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """For each (key, generation): the key batch after which it was flushed idle (-1:
     before the key's first batch) and whether it was flushed at all."""
     fired = np.flatnonzero(idle.kb_fire)
@@ -275,8 +333,16 @@ def _generation_ends(key_batches: KeyBatches, idle: IdleClocks, keys: np.ndarray
     return end_kb, found | before_first
 
 
-def _set_idle_emit(closing: _Closing, mask: np.ndarray, end_kb: np.ndarray, keys: np.ndarray, idle: IdleClocks,
-                   key_batches: KeyBatches, keyset: KeyIds, spec: Spec) -> None:
+def _set_idle_emit(
+    closing: _Closing,
+    mask: np.ndarray,
+    end_kb: np.ndarray,
+    keys: np.ndarray,
+    idle: IdleClocks,
+    key_batches: KeyBatches,
+    keyset: KeyIds,
+    spec: Spec,
+) -> None:
     """Fill the emit fields of the groups in ``mask``, closed by the idle flush that ended
     their generation: after key batch ``end_kb`` (its flush batch, its effective watermark,
     the flush time), or, for ``end_kb == -1``, before the key's first batch of this replay
@@ -314,8 +380,9 @@ def _count_idle_flushes(reason: np.ndarray, keys: np.ndarray, generations: np.nd
     return np.bincount(flushes[:, 0], minlength=n_keys)
 
 
-def _emissions(keyset: KeyIds, wg: _WindowGroups, reason: np.ndarray, carried_emissions: np.ndarray,
-               final_eff: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+def _emissions(
+    keyset: KeyIds, wg: _WindowGroups, reason: np.ndarray, carried_emissions: np.ndarray, final_eff: np.ndarray
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Emission number of every group and the counters of re-openable emitted windows.
 
     A (key, window) emitted before, in this replay or an earlier one, gets the next number:
@@ -365,9 +432,18 @@ def _emissions(keyset: KeyIds, wg: _WindowGroups, reason: np.ndarray, carried_em
     return emission, (key[last][keep], start[last][keep], end[last][keep], total[keep])
 
 
-def _snapshots(spec: Spec, domains: Domains, inputs: dict[InputKey, EventInput], wg: _WindowGroups,
-               emission: np.ndarray, carried_partials: list[Any] | None, carried: _CarriedWindows,
-               sorted_events: SortedEvents, key_batches: KeyBatches, snapshot_time: np.ndarray) -> _Groups:
+def _snapshots(
+    spec: Spec,
+    domains: Domains,
+    inputs: dict[InputKey, EventInput],
+    wg: _WindowGroups,
+    emission: np.ndarray,
+    carried_partials: list[Any] | None,
+    carried: _CarriedWindows,
+    sorted_events: SortedEvents,
+    key_batches: KeyBatches,
+    snapshot_time: np.ndarray,
+) -> _Groups:
     """atAggregate: one row per accepted (event, window) with the window's running aggregate
     (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`).
 
@@ -378,13 +454,26 @@ def _snapshots(spec: Spec, domains: Domains, inputs: dict[InputKey, EventInput],
     carried_index_of_group = np.full(wg.n, -1, dtype=np.int64)
     carried_index_of_group[wg.carried_group] = np.arange(len(wg.carried_group))
     prefixes = Prefixes(group, event, seg_rank(group), carried_index_of_group[group], wg.carried_group, wg.n)
-    partials = [agg.running(inputs.get(agg.input_key), prefixes,
-                            carried_partials[i] if carried_partials is not None else None, domains)
-                for i, agg in enumerate(spec.aggregators)]
+    partials = [
+        agg.running(
+            inputs.get(agg.input_key), prefixes, carried_partials[i] if carried_partials is not None else None, domains
+        )
+        for i, agg in enumerate(spec.aggregators)
+    ]
     events = prefixes.rank + 1 + (prefixes.carried(carried.events) if carried.n else 0)
     n = len(group)
     snaps = _Groups(spec, domains)
-    snaps.set(wg.key[group], wg.start[group], wg.end[group], np.full(n, AGGREGATE, np.int8), sorted_events.batch[event],
-              key_batches.eff_before[key_batches.of_event[event]], emission[group], events, partials,
-              (np.zeros(0, np.int64),) * 4, emit_time=snapshot_time[event])
+    snaps.set(
+        wg.key[group],
+        wg.start[group],
+        wg.end[group],
+        np.full(n, AGGREGATE, np.int8),
+        sorted_events.batch[event],
+        key_batches.eff_before[key_batches.of_event[event]],
+        emission[group],
+        events,
+        partials,
+        (np.zeros(0, np.int64),) * 4,
+        emit_time=snapshot_time[event],
+    )
     return snaps

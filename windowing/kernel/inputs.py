@@ -56,8 +56,11 @@ def _ms_derivable(t: pa.DataType) -> bool:
     """Time types whose epoch milliseconds a task computes exactly like the engine's Spark
     expression (zoned timestamps, integers, dates; not strings or local timestamps, which
     need Spark's parser and session time zone)."""
-    return (pa.types.is_timestamp(t) and t.tz is not None) or pa.types.is_date32(t) or (
-        pa.types.is_integer(t) and t != pa.uint64())
+    return (
+        (pa.types.is_timestamp(t) and t.tz is not None)
+        or pa.types.is_date32(t)
+        or (pa.types.is_integer(t) and t != pa.uint64())
+    )
 
 
 def task_derived(spec: Spec) -> frozenset[str]:
@@ -73,8 +76,11 @@ def task_derived(spec: Spec) -> frozenset[str]:
             out.add("__evt")
     if w.event_time is not None and _ms_derivable(types[w.event_time]):
         out.add("__evt")
-    if src.batch_column is not None and pa.types.is_integer(types[src.batch_column]) \
-            and types[src.batch_column] != pa.uint64():
+    if (
+        src.batch_column is not None
+        and pa.types.is_integer(types[src.batch_column])
+        and types[src.batch_column] != pa.uint64()
+    ):
         out.add("__batch")
     return frozenset(out)
 
@@ -122,7 +128,6 @@ def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
             batch = np.floor_divide(table["__arr"].to_numpy(), cast(int, src.batch_interval_ms))
         table = table.append_column("__batch", pa.array(batch))
     return table
-
 
 
 def one_nan(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -245,7 +250,7 @@ def _packed_digits(keys: list[np.ndarray]) -> list[np.ndarray]:
         return keys
     lows = [int(k.min()) for k in keys]
     spans = [int(k.max()) - low + 1 for k, low in zip(keys, lows)]
-    if math.prod(spans) >= 2 ** 62:
+    if math.prod(spans) >= 2**62:
         return keys
     packed = np.zeros(len(keys[0]), np.int64)
     for k, low, span in zip(reversed(keys), reversed(lows), reversed(spans)):
@@ -259,14 +264,13 @@ def _by_key_and_rank(gid: np.ndarray, rank: np.ndarray) -> np.ndarray:
     if not len(rank):
         return np.zeros(0, dtype=np.int64)
     span = int(rank.max()) + 1
-    if (int(gid.max()) + 1) * span < 2 ** 62:
+    if (int(gid.max()) + 1) * span < 2**62:
         packed: NDArray[np.int64] = gid.astype(np.int64) * span + rank
         return np.argsort(packed)
     return np.lexsort((rank, gid))
 
 
-def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows: np.ndarray,
-                spec: Spec) -> np.ndarray:
+def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows: np.ndarray, spec: Spec) -> np.ndarray:
     """Order events equal in (key, batch, arrival, arrivalOrder) by their other columns.
 
     The contract's arrival order ends with "the row's remaining columns": runs of tied
@@ -351,8 +355,9 @@ class KeyBatches:
         self.maxarr_final[has] = self.maxarr_after[self.key_last[has]]
         self.eff_final = sat_sub(self.wm_final, w.delay_ms)
 
-    def _from_rows(self, kb_rows: np.ndarray, sorted_events: SortedEvents, keyset: KeyIds,
-                   reduce: np.ufunc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _from_rows(
+        self, kb_rows: np.ndarray, sorted_events: SortedEvents, keyset: KeyIds, reduce: np.ufunc
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (key, batch) entries from key-batch rows (a sliced replay: the key's events
         are not all here, its batches are), rows of one (key, batch) reduced into one.
         ``start`` is then each entry's first event here (or where it would be)."""
@@ -361,21 +366,27 @@ class KeyBatches:
         cols = [_int64(table[c].take(pa.array(kb_rows))) for c in KB_COLUMNS]
         order = np.lexsort((cols[0], g))
         g, (batch, cand, maxev, maxarr) = g[order], [c[order] for c in cols]
-        firsts = np.flatnonzero(np.concatenate(([True], (g[1:] != g[:-1]) | (batch[1:] != batch[:-1])))) \
-            if len(g) else np.zeros(0, np.int64)
+        firsts = (
+            np.flatnonzero(np.concatenate(([True], (g[1:] != g[:-1]) | (batch[1:] != batch[:-1]))))
+            if len(g)
+            else np.zeros(0, np.int64)
+        )
         self.g, self.batch, self.n = g[firsts], batch[firsts], len(firsts)
-        width = np.int64(int(max(batch.max(), sorted_events.batch.max(initial=0)))
-                         - int(min(batch.min(), sorted_events.batch.min(initial=0))) + 1)
+        width = np.int64(
+            int(max(batch.max(), sorted_events.batch.max(initial=0)))
+            - int(min(batch.min(), sorted_events.batch.min(initial=0)))
+            + 1
+        )
         low = min(int(batch.min()), int(sorted_events.batch.min(initial=0)))
         code = self.g * width + (self.batch - low)
         event_code = sorted_events.g * width + (sorted_events.batch - low)
         self.of_event = np.searchsorted(code, event_code)
-        if sorted_events.n and (np.any(self.of_event >= self.n)
-                                or np.any(code[np.minimum(self.of_event, self.n - 1)] != event_code)):
+        if sorted_events.n and (
+            np.any(self.of_event >= self.n) or np.any(code[np.minimum(self.of_event, self.n - 1)] != event_code)
+        ):
             raise ValueError("key-batch rows do not cover every batch of the events (a sliced replay needs them all)")
         self.start = np.searchsorted(event_code, code)
-        return (reduce.reduceat(cand, firsts), np.maximum.reduceat(maxev, firsts),
-                np.maximum.reduceat(maxarr, firsts))
+        return (reduce.reduceat(cand, firsts), np.maximum.reduceat(maxev, firsts), np.maximum.reduceat(maxarr, firsts))
 
     def _running(self, per_batch: np.ndarray, initial: np.ndarray) -> np.ndarray:
         v = per_batch.astype(np.int64, copy=True)
@@ -383,7 +394,6 @@ class KeyBatches:
             f = self.first_of_key
             v[f] = np.maximum(v[f], initial[self.g[f]])
         return seg_cummax(v, self.g)
-
 
 
 class _OneNaN(float):
@@ -420,5 +430,3 @@ def state_column(table: pa.Table, name: str, rows: np.ndarray) -> pa.Array:
 
 
 # =========================================================================== groups
-
-

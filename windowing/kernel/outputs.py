@@ -43,9 +43,21 @@ class _Groups:
         self.created = np.zeros(0, dtype=np.int64)
         self.idle_flushes = np.zeros(0, dtype=np.int64)
 
-    def set(self, key: np.ndarray, start: np.ndarray, end: np.ndarray, reason: np.ndarray, emit_batch: np.ndarray,
-            emit_watermark: np.ndarray, emission: np.ndarray, events: np.ndarray, partials: list[Any],
-            reopenable: tuple[np.ndarray, ...] | None = None, *, emit_time: np.ndarray) -> None:
+    def set(
+        self,
+        key: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        reason: np.ndarray,
+        emit_batch: np.ndarray,
+        emit_watermark: np.ndarray,
+        emission: np.ndarray,
+        events: np.ndarray,
+        partials: list[Any],
+        reopenable: tuple[np.ndarray, ...] | None = None,
+        *,
+        emit_time: np.ndarray,
+    ) -> None:
         """Set the rows, all arrays of one length (one entry per row).
 
         ``key``: the key id; ``start``/``end``: the window ``[start, end)`` in epoch ms; ``reason``:
@@ -65,8 +77,10 @@ class _Groups:
         self.reopenable = reopenable  # (g, ws, we, emissions) of emitted windows that may reopen
 
     def _agg_columns(self, sel: np.ndarray) -> dict[str, pa.Array]:
-        return {agg.agg.name: agg.final(partial, sel, self.domains)
-                for agg, partial in zip(self.spec.aggregators, self.partials)}
+        return {
+            agg.agg.name: agg.final(partial, sel, self.domains)
+            for agg, partial in zip(self.spec.aggregators, self.partials)
+        }
 
     def emitted_table(self, keyset: KeyIds, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason != OPEN)
@@ -163,10 +177,16 @@ class LatePairs:
         return pa.table(cols, schema=spec.late_schema())
 
 
-
-def _counters(keyset: KeyIds, sorted_events: SortedEvents, key_batches: KeyBatches, groups: _Groups,
-              snaps: _Groups | None, late: LatePairs, spec: Spec,
-              window_slice: WindowSlice | None = None) -> dict[str, dict[str, int]]:
+def _counters(
+    keyset: KeyIds,
+    sorted_events: SortedEvents,
+    key_batches: KeyBatches,
+    groups: _Groups,
+    snaps: _Groups | None,
+    late: LatePairs,
+    spec: Spec,
+    window_slice: WindowSlice | None = None,
+) -> dict[str, dict[str, int]]:
     """This task's counters (:data:`windowing.metrics.COUNTERS`) per worker label.
 
     Every key is in exactly one task, so the driver sums them per worker and in total.
@@ -203,8 +223,10 @@ def _counters(keyset: KeyIds, sorted_events: SortedEvents, key_batches: KeyBatch
         metrics.LATE_PAIRS: of_keys(sorted_events.g[late.event]),
         metrics.LATE_EVENTS: of_keys(late_events),
         metrics.WINDOWS_CREATED: summed(groups.created),
-        **{metrics.CLOSED_PREFIX + REASON_NAMES[r]: of_keys(groups.key[groups.reason == r])
-           for r in (WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT)},
+        **{
+            metrics.CLOSED_PREFIX + REASON_NAMES[r]: of_keys(groups.key[groups.reason == r])
+            for r in (WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT)
+        },
         metrics.SNAPSHOTS: of_keys(snaps.key) if snaps is not None else np.zeros(nw, np.int64),
         metrics.IDLE_KEYS_REMOVED: summed(groups.idle_flushes),
         metrics.KEYS_SEEN: of_keys(np.flatnonzero(key_batches.key_first >= 0)),
@@ -218,8 +240,15 @@ def _counters(keyset: KeyIds, sorted_events: SortedEvents, key_batches: KeyBatch
     return out
 
 
-def _slice_facts(out: dict[str, dict[str, int]], labels: list[str], worker_of: np.ndarray, keyset: KeyIds,
-                 groups: _Groups, spec: Spec, window_slice: WindowSlice) -> None:
+def _slice_facts(
+    out: dict[str, dict[str, int]],
+    labels: list[str],
+    worker_of: np.ndarray,
+    keyset: KeyIds,
+    groups: _Groups,
+    spec: Spec,
+    window_slice: WindowSlice,
+) -> None:
     """A slice's counters about whole keys, as facts (:mod:`.slices`): the keys it holds a
     window of, and the idle flushes (by emit batch and time) that closed one of its
     windows; ``unique_keys`` only in the home slice."""
@@ -238,9 +267,7 @@ def _slice_facts(out: dict[str, dict[str, int]], labels: list[str], worker_of: n
     for g in np.unique(groups.key[groups.reason == OPEN]).tolist():
         add(metrics.KEYS_HELD, g)
     idle = np.flatnonzero(groups.reason == IDLE)
-    for g, batch, time in {(int(a), int(b), int(c)) for a, b, c in zip(
-            groups.key[idle], groups.emit_batch[idle], groups.emit_time[idle])}:
+    for g, batch, time in {
+        (int(a), int(b), int(c)) for a, b, c in zip(groups.key[idle], groups.emit_batch[idle], groups.emit_time[idle])
+    }:
         add(metrics.IDLE_KEYS_REMOVED, g, batch, time)
-
-
-

@@ -54,8 +54,13 @@ def sliced_timeline(tl: Timeline, lo: int | None, hi: int | None) -> Timeline:
     clock0 = int(tl.clock[i0 - 1]) if i0 > 0 else tl.clock0
     last_batch = int(tl.batches[i1 - 1]) if i1 > i0 else batch0
     return Timeline(
-        tl.batches[i0:i1], tl.geff[i0:i1] if len(tl.geff) else tl.geff, tl.clock[i0:i1], last_batch,
-        tl.min_arrival[i0:i1] if len(tl.min_arrival) else tl.min_arrival, batch0=batch0, clock0=clock0,
+        tl.batches[i0:i1],
+        tl.geff[i0:i1] if len(tl.geff) else tl.geff,
+        tl.clock[i0:i1],
+        last_batch,
+        tl.min_arrival[i0:i1] if len(tl.min_arrival) else tl.min_arrival,
+        batch0=batch0,
+        clock0=clock0,
     )
 
 
@@ -73,8 +78,9 @@ def state_input_rows(state: pa.Table, spec: Spec) -> pa.Table:
     return pa.table(cols)
 
 
-def merged_commits(parts: Iterable[Mapping[Any, tuple[np.ndarray, ...]]],
-                   minimum: bool) -> dict[Any, tuple[np.ndarray, ...]]:
+def merged_commits(
+    parts: Iterable[Mapping[Any, tuple[np.ndarray, ...]]], minimum: bool
+) -> dict[Any, tuple[np.ndarray, ...]]:
     """Per-worker commit summaries (:func:`windowing.kernel.commit_summary`) of several
     slices of the same events, as one: per batch the candidate's min (``minimum``) or max,
     the greatest and the smallest arrival."""
@@ -89,8 +95,12 @@ def merged_commits(parts: Iterable[Mapping[Any, tuple[np.ndarray, ...]]],
         order = np.argsort(batch, kind="stable")
         batch, cand, maxarr, minarr = batch[order], cand[order], maxarr[order], minarr[order]
         starts = np.flatnonzero(np.concatenate([[True], batch[1:] != batch[:-1]]))
-        out[w] = (batch[starts], pick.reduceat(cand, starts), np.maximum.reduceat(maxarr, starts),
-                  np.minimum.reduceat(minarr, starts))
+        out[w] = (
+            batch[starts],
+            pick.reduceat(cand, starts),
+            np.maximum.reduceat(maxarr, starts),
+            np.minimum.reduceat(minarr, starts),
+        )
     return out
 
 

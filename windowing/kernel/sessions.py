@@ -80,8 +80,14 @@ def _by_start(session: _Session) -> int:
     return session.start
 
 
-def _sessions(sorted_events: SortedEvents, key_batches: KeyBatches, keyset: KeyIds, idle: IdleClocks, spec: Spec,
-              flush_at_end: bool) -> tuple[_Groups, LatePairs, _Groups | None]:
+def _sessions(
+    sorted_events: SortedEvents,
+    key_batches: KeyBatches,
+    keyset: KeyIds,
+    idle: IdleClocks,
+    spec: Spec,
+    flush_at_end: bool,
+) -> tuple[_Groups, LatePairs, _Groups | None]:
     """Session windows: a tight sequential merge per key (docs/semantics.md section 7).
 
     Events arrive sorted by (key, arrival order); returns one row per session window that
@@ -134,8 +140,15 @@ class _SessionLoop:
     per-key counters. ``counters[(key, start, end)]`` counts the emissions of a window,
     the carried ones included."""
 
-    def __init__(self, spec: Spec, sorted_events: SortedEvents, key_batches: KeyBatches, idle: IdleClocks,
-                 keyset: KeyIds, inputs: dict[InputKey, EventInput]):
+    def __init__(
+        self,
+        spec: Spec,
+        sorted_events: SortedEvents,
+        key_batches: KeyBatches,
+        idle: IdleClocks,
+        keyset: KeyIds,
+        inputs: dict[InputKey, EventInput],
+    ):
         w = spec.window
         self.spec, self.key_batches, self.idle, self.keyset = spec, key_batches, idle, keyset
         self.gap_ms, self.max_duration_ms = w.gap_ms, w.maximum_duration_ms
@@ -161,20 +174,21 @@ class _SessionLoop:
     def emit(self, key: int, s: _Session, reason: int, batch: int, watermark: int, time: int) -> None:
         window = (key, s.start, s.end)
         self.counters[window] = self.counters.get(window, 0) + 1
-        self.out.append(_SessionRow(key, s.start, s.end, reason, batch, watermark, self.counters[window], s.events,
-                                    s.accs, time))
+        self.out.append(
+            _SessionRow(key, s.start, s.end, reason, batch, watermark, self.counters[window], s.events, s.accs, time)
+        )
 
     def run_key(self, key: int, open_: list[_Session], flush_at_end: bool) -> None:
         """Replay one key: its carried sessions ``open_``, then its batches in order."""
         idle, key_batches = self.idle, self.key_batches
         if open_ and idle.pre_fire[key]:
-            carried_wm = int(sat_sub(self.keyset.wm0[key:key + 1], self.spec.window.delay_ms)[0])
+            carried_wm = int(sat_sub(self.keyset.wm0[key : key + 1], self.spec.window.delay_ms)[0])
             for s in sorted(open_, key=_by_start):
                 self.emit(key, s, IDLE, int(idle.pre_batch[key]), carried_wm, int(idle.pre_time[key]))
             open_ = []
             self.idle_flushes[key] += 1
         first = int(key_batches.key_first[key])
-        for j in (range(first, int(key_batches.key_last[key]) + 1) if first >= 0 else ()):
+        for j in range(first, int(key_batches.key_last[key]) + 1) if first >= 0 else ():
             eff = self.eff_before[j]
             for i in range(self.batch_start[j], self.batch_start[j + 1]):
                 open_ = self.add_event(key, i, eff, open_)
@@ -185,8 +199,9 @@ class _SessionLoop:
                 self.emit(key, s, END_OF_INPUT, int(idle.last_batch[key]), final_eff, int(idle.last_clock[key]))
             else:
                 emission = self.counters.get((key, s.start, s.end), 0) + 1
-                self.out.append(_SessionRow(key, s.start, s.end, OPEN, 0, MIN_TIMESTAMP, emission, s.events, s.accs,
-                                            MIN_TIMESTAMP))
+                self.out.append(
+                    _SessionRow(key, s.start, s.end, OPEN, 0, MIN_TIMESTAMP, emission, s.events, s.accs, MIN_TIMESTAMP)
+                )
 
     def add_event(self, key: int, i: int, eff: int, open_: list[_Session]) -> list[_Session]:
         """Event ``i`` against the key's open sessions (``eff``: the effective watermark
@@ -201,8 +216,9 @@ class _SessionLoop:
             return open_
         lo, hi, merged, rest = t, t, [], []
         for s in sorted(open_, key=_by_start):
-            if s.start - gap < t < s.end + gap and not (max_duration and max(hi, s.end) - min(lo, s.start)
-                                                        >= max_duration):
+            if s.start - gap < t < s.end + gap and not (
+                max_duration and max(hi, s.end) - min(lo, s.start) >= max_duration
+            ):
                 merged.append(s)
                 lo, hi = min(lo, s.start), max(hi, s.end)
             else:
@@ -219,10 +235,20 @@ class _SessionLoop:
                 agg.apply(acc, values[i], i)
         session = _Session(lo, hi, events + 1, accs)
         if self.spec.snapshots:
-            self.snaps.append(_SessionRow(key, lo, hi, AGGREGATE, self.event_batch[i], eff,
-                                          self.counters.get((key, lo, hi), 0) + 1, events + 1,
-                                          [agg.copy(acc) for agg, acc in zip(self.aggregators, accs)],
-                                          self.snapshot_time[i]))
+            self.snaps.append(
+                _SessionRow(
+                    key,
+                    lo,
+                    hi,
+                    AGGREGATE,
+                    self.event_batch[i],
+                    eff,
+                    self.counters.get((key, lo, hi), 0) + 1,
+                    events + 1,
+                    [agg.copy(acc) for agg, acc in zip(self.aggregators, accs)],
+                    self.snapshot_time[i],
+                )
+            )
         return rest + [session]
 
     def close_after_batch(self, key: int, j: int, open_: list[_Session]) -> list[_Session]:
@@ -250,8 +276,11 @@ class _SessionLoop:
         open now, and end + gap past the key's final effective watermark."""
         open_windows = {(r.key, r.start, r.end) for r in self.out if r.reason == OPEN}
         eff_final = self.key_batches.eff_final
-        keep = [(key, start, end, n) for (key, start, end), n in sorted(self.counters.items())
-                if (key, start, end) not in open_windows and end + self.gap_ms > int(eff_final[key])]
+        keep = [
+            (key, start, end, n)
+            for (key, start, end), n in sorted(self.counters.items())
+            if (key, start, end) not in open_windows and end + self.gap_ms > int(eff_final[key])
+        ]
         return tuple(np.array([r[i] for r in keep], dtype=np.int64) for i in range(4))
 
 
@@ -264,16 +293,20 @@ def _carried_counters(keyset: KeyIds) -> dict[tuple[int, int, int], int]:
     counters: dict[tuple[int, int, int], int] = {}
     if len(rows):
         t = keyset.table
-        for key, start, end, n in zip(keyset.gid[rows].tolist(), state_column(t, "window_start_ms", rows).to_pylist(),
-                                      state_column(t, "window_end_ms", rows).to_pylist(),
-                                      state_column(t, "emissions", rows).to_pylist()):
+        for key, start, end, n in zip(
+            keyset.gid[rows].tolist(),
+            state_column(t, "window_start_ms", rows).to_pylist(),
+            state_column(t, "window_end_ms", rows).to_pylist(),
+            state_column(t, "emissions", rows).to_pylist(),
+        ):
             if n:
                 counters[(key, start, end)] = max(n, counters.get((key, start, end), 0))
     return counters
 
 
-def _carried_sessions(aggregators: list[Aggregator], keyset: KeyIds,
-                      domains: Domains) -> tuple[dict[int, list[_Session]], np.ndarray, np.ndarray]:
+def _carried_sessions(
+    aggregators: list[Aggregator], keyset: KeyIds, domains: Domains
+) -> tuple[dict[int, list[_Session]], np.ndarray, np.ndarray]:
     """The carried sessions per key, and the (batch, seq) of carried arrival positions
     ``-K .. -1`` in order (see :func:`_carried_positions`)."""
     rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
@@ -293,8 +326,9 @@ def _carried_sessions(aggregators: list[Aggregator], keyset: KeyIds,
     return carried, at_batch, at_seq
 
 
-def _carried_positions(aggregators: list[Aggregator],
-                       partials: list[Any]) -> tuple[list[np.ndarray | None], np.ndarray, np.ndarray]:
+def _carried_positions(
+    aggregators: list[Aggregator], partials: list[Any]
+) -> tuple[list[np.ndarray | None], np.ndarray, np.ndarray]:
     """Arrival positions (see :func:`_sessions`) of carried ``first`` / ``last`` values.
 
     Returns, per aggregate, the positions of its carried values (None for aggregates
@@ -311,7 +345,7 @@ def _carried_positions(aggregators: list[Aggregator],
     pos[order] = np.arange(len(batch), dtype=np.int64) - len(batch)
     n = len(batch) // len(keeping)
     for j, i in enumerate(keeping):
-        out[i] = pos[j * n:(j + 1) * n]
+        out[i] = pos[j * n : (j + 1) * n]
     return out, batch[order], seq[order]
 
 
@@ -322,6 +356,16 @@ def _rows_to_groups(spec: Spec, domains: Domains, rows: list[_SessionRow]) -> _G
     def column(name: str) -> np.ndarray:
         return np.array([getattr(r, name) for r in rows], dtype=np.int64)
 
-    groups.set(column("key"), column("start"), column("end"), column("reason").astype(np.int8), column("batch"),
-               column("watermark"), column("emission"), column("events"), partials, emit_time=column("time"))
+    groups.set(
+        column("key"),
+        column("start"),
+        column("end"),
+        column("reason").astype(np.int8),
+        column("batch"),
+        column("watermark"),
+        column("emission"),
+        column("events"),
+        partials,
+        emit_time=column("time"),
+    )
     return groups

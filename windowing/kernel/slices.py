@@ -166,10 +166,15 @@ def key_batch_rows(table: pa.Table, spec: Spec) -> pa.Table:
     events = table.filter(pc.equal(table["__kind"], EVENT))
     keys = [c for c in (spec.worker_col, spec.key_col) if c]
     cand = "min" if spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else "max"
-    events = events.select([*keys, "__batch"]).append_column("__c", events["__evt"]).append_column(
-        "__m", events["__evt"]).append_column("__a", events["__arr"])
+    events = (
+        events.select([*keys, "__batch"])
+        .append_column("__c", events["__evt"])
+        .append_column("__m", events["__evt"])
+        .append_column("__a", events["__arr"])
+    )
     grouped = events.group_by([*keys, "__batch"], use_threads=False).aggregate(
-        [("__c", cand), ("__m", "max"), ("__a", "max")])
+        [("__c", cand), ("__m", "max"), ("__a", "max")]
+    )
     cols = {c: grouped[c] for c in keys}
     cols["__kind"] = pa.array(np.full(grouped.num_rows, KEY_BATCH, np.int8))
     cols[KB_BATCH] = grouped["__batch"]

@@ -41,8 +41,22 @@ from windowing.kernel.inputs import (  # re-exported (__all__), like the names a
 )
 
 __all__ = [
-    "AGGREGATE", "END_OF_INPUT", "EVENT", "IDLE", "LATE_ADDED_COLUMNS", "MAX_DURATION", "OPEN", "REASON_NAMES",
-    "STATE_EMITTED", "STATE_KEY", "STATE_PREFIX", "STATE_WINDOW", "TS", "WATERMARK", "KernelOutput", "Spec",
+    "AGGREGATE",
+    "END_OF_INPUT",
+    "EVENT",
+    "IDLE",
+    "LATE_ADDED_COLUMNS",
+    "MAX_DURATION",
+    "OPEN",
+    "REASON_NAMES",
+    "STATE_EMITTED",
+    "STATE_KEY",
+    "STATE_PREFIX",
+    "STATE_WINDOW",
+    "TS",
+    "WATERMARK",
+    "KernelOutput",
+    "Spec",
     "Timeline",
 ]
 
@@ -161,7 +175,3 @@ class KernelOutput:
     counters: dict[str, int] = field(default_factory=dict)
     #: The same per worker label (windowing.metrics.worker_label).
     counters_by_worker: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
-
-

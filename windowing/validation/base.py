@@ -74,7 +74,6 @@ def blocking_failures(results: Iterable[CheckResult]) -> list[CheckResult]:
     return [r for r in results if not r.passed and r.blocking]
 
 
-
 def _skip(name: str, description: str, why: str) -> CheckResult:
     return CheckResult(name, True, 0, [], f"{description} (skipped: {why})", skipped=True, skip_reason=why)
 
@@ -214,9 +213,14 @@ class _Pass:
             self._frames.append((df, mine))
         mine.update(values)
 
-    def group(self, df: DataFrame, keys: list[Column], aggs: Callable[[Resolve], dict[str, Column]],
-              values: Callable[[Resolve], dict[Hashable, Column]],
-              having: Callable[[Resolve], Column] | None = None) -> tuple[DataFrame, _Sums]:
+    def group(
+        self,
+        df: DataFrame,
+        keys: list[Column],
+        aggs: Callable[[Resolve], dict[str, Column]],
+        values: Callable[[Resolve], dict[Hashable, Column]],
+        having: Callable[[Resolve], Column] | None = None,
+    ) -> tuple[DataFrame, _Sums]:
         """Sums of ``values`` over the groups of ``df.groupBy(*keys).agg(*aggs).where(having)``.
 
         ``aggs`` (by name) take the columns of ``df`` from the resolver they are given;
@@ -252,12 +256,19 @@ class _Pass:
                 mine[f"__r{t}"] = F.struct(*[_col(n).alias(n) for n in read])
             types.update({f.name: f.dataType for f in g.df.select(*[v.alias(n) for n, v in mine.items()]).schema})
             own.append(mine)
-        union = reduce(lambda a, b: a.union(b), [
-            g.df.select(F.lit(t).alias("__t"),
-                        *[(own[t][n] if n in own[t] else F.lit(None).cast(typ)).alias(n) for n, typ in types.items()])
-            for t, g in enumerate(self._groupings)])
+        union = reduce(
+            lambda a, b: a.union(b),
+            [
+                g.df.select(
+                    F.lit(t).alias("__t"),
+                    *[(own[t][n] if n in own[t] else F.lit(None).cast(typ)).alias(n) for n, typ in types.items()],
+                )
+                for t, g in enumerate(self._groupings)
+            ],
+        )
         aggs, outputs = [], []
         for t, g in enumerate(self._groupings):
+
             def field(n: str, t: int = t) -> Column:
                 return F.col(f"__r{t}").getField(n)
 
@@ -269,6 +280,7 @@ class _Pass:
         grouped = union.groupBy(*keys).agg(*aggs) if aggs else union.groupBy(*keys).count()
         values: dict[str, Column] = {}
         for t, g in enumerate(self._groupings):
+
             def of(n: str, t: int = t) -> Column:
                 return F.col(outputs[t][n])
 
@@ -293,8 +305,10 @@ class _Pass:
         for df, mine in self._frames:
             for f in df.select(*[v.alias(c) for c, v in mine.items()]).schema.fields:
                 every[f.name] = "double" if isinstance(f.dataType, (T.FloatType, T.DoubleType)) else "long"
-        branches = [df.select(*[(mine[c] if c in mine else F.lit(None)).cast(t).alias(c) for c, t in every.items()])
-                    for df, mine in self._frames]
+        branches = [
+            df.select(*[(mine[c] if c in mine else F.lit(None)).cast(t).alias(c) for c, t in every.items()])
+            for df, mine in self._frames
+        ]
         union = reduce(lambda a, b: a.union(b), branches)
         observation = Observation()
         union.observe(observation, *[F.sum(c).alias(c) for c in every]).write.format("noop").mode("overwrite").save()
@@ -320,8 +334,9 @@ def _then(*finishes: Finish) -> Finish:
     return lambda: [r for f in finishes for r in f()]
 
 
-def _rules(p: _Pass, df: DataFrame, rules: Sequence[_Rule], sample_size: int,
-           only: Collection[str] | None = None) -> Finish:
+def _rules(
+    p: _Pass, df: DataFrame, rules: Sequence[_Rule], sample_size: int, only: Collection[str] | None = None
+) -> Finish:
     """All rules of one DataFrame, counted on ``p``; samples only for failing rules."""
     rules = [r for r in rules if _wanted(only, r.name)]
     active = [r for r in rules if r.ok is not None]
@@ -356,8 +371,10 @@ def _has_float(dtype: DataType) -> bool:
 
 
 #: ``to_json`` options that keep every timestamp digit (the default drops microseconds).
-_JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
-               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
+_JSON_EXACT = {
+    "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+}
 
 
 def as_key(c: Column, dtype: DataType) -> Column:
@@ -378,13 +395,16 @@ def as_key(c: Column, dtype: DataType) -> Column:
     return c
 
 
-def _duplicates(p: _Pass, name: str, description: str, df: DataFrame, cols: list[str],
-                sample_size: int) -> Finish:
+def _duplicates(p: _Pass, name: str, description: str, df: DataFrame, cols: list[str], sample_size: int) -> Finish:
     """Groups of ``cols`` (keys as the engine tells them apart) found more than once, counted on ``p``."""
     types = {f.name: f.dataType for f in df.schema.fields}
-    dup, sums = p.group(df, [as_key(_col(c), types[c]).alias(c) for c in cols],
-                        aggs=lambda c: {"copies": F.count(F.lit(1))},
-                        having=lambda g: g("copies") > 1, values=lambda g: {"groups": F.lit(1)})
+    dup, sums = p.group(
+        df,
+        [as_key(_col(c), types[c]).alias(c) for c in cols],
+        aggs=lambda c: {"copies": F.count(F.lit(1))},
+        having=lambda g: g("copies") > 1,
+        values=lambda g: {"groups": F.lit(1)},
+    )
 
     def finish() -> list[CheckResult]:
         n = int(sums["groups"])

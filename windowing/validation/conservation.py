@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
 
-def _memberships(pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataType], sign: int,
-                 source: str) -> DataFrame:
+def _memberships(
+    pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataType], sign: int, source: str
+) -> DataFrame:
     """One row per (event, window) pair of the rows of ``df`` that can be processed."""
     w, src = pipeline.window, pipeline.source
     types = {f.name: f.dataType for f in df.schema.fields}
@@ -50,8 +51,13 @@ def _memberships(pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataTyp
     tcol = F.col("__t")
     if w.type is WindowType.SESSION:
         ws = we = F.lit(None).cast("long")
-        return base.select(*key_types, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"),
-                           F.lit(sign).cast("long").alias("n"))
+        return base.select(
+            *key_types,
+            ws.alias("ws"),
+            we.alias("we"),
+            F.lit(source).alias("source"),
+            F.lit(sign).cast("long").alias("n"),
+        )
     S, off = w.span_ms, w.offset_ms
     L = w.span_ms if w.type is WindowType.TUMBLING else w.slide_ms
     assert S is not None and L is not None  # tumbling and sliding windows have both
@@ -59,8 +65,13 @@ def _memberships(pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataTyp
     k = -(-S // L)  # windows an event can belong to, at most
     starts = F.sequence(last - F.lit((k - 1) * L), last, F.lit(L))
     ex = base.select(*key_types, tcol, F.explode(starts).alias("ws")).where(F.col("ws") + F.lit(S) > tcol)
-    return ex.select(*key_types, "ws", (F.col("ws") + F.lit(S)).alias("we"), F.lit(source).alias("source"),
-                     F.lit(sign).cast("long").alias("n"))
+    return ex.select(
+        *key_types,
+        "ws",
+        (F.col("ws") + F.lit(S)).alias("we"),
+        F.lit(source).alias("source"),
+        F.lit(sign).cast("long").alias("n"),
+    )
 
 
 @dataclass(frozen=True)
@@ -84,15 +95,18 @@ class _Plan:
         if self.session:
             ws = we = F.lit(None).cast("long")
         kcols = [_col(c).cast(t).alias(c) for c, t in self.key_types.items()]
-        return df.select(*kcols, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"),
-                         n.cast("long").alias("n"))
+        return df.select(
+            *kcols, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"), n.cast("long").alias("n")
+        )
 
 
 def _description(session: bool, by_counts: bool) -> str:
     per = "(worker, key)" if session else "(worker, key, window)"
     if by_counts:
-        return ("input memberships - rejected + open events(previous state) == emitted counts + open events(state) "
-                "+ late rows, per " + per)
+        return (
+            "input memberships - rejected + open events(previous state) == emitted counts + open events(state) "
+            "+ late rows, per " + per
+        )
     return "input memberships - rejected == AGGREGATE snapshots + late rows, per " + per
 
 
@@ -100,9 +114,11 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
     """The signed rows of every side of the balance: input and rejected memberships, late
     rows, and (by counts) emitted counts and open events, (by snapshots) the snapshots."""
     pipeline = plan.pipeline
-    parts = [_memberships(pipeline, input_df, plan.key_types, 1, "input"),
-             _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
-             plan.rows(outputs.late_events, _ms("window_start"), _ms("window_end"), F.lit(-1), "late")]
+    parts = [
+        _memberships(pipeline, input_df, plan.key_types, 1, "input"),
+        _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
+        plan.rows(outputs.late_events, _ms("window_start"), _ms("window_end"), F.lit(-1), "late"),
+    ]
     reason = _col("emit_reason")
     aggs = outputs.aggregates
     if plan.by_counts:
@@ -113,8 +129,7 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
         parts.append(plan.rows(st, _col("window_start_ms"), _col("window_end_ms"), -_col("events"), "open"))
         if prev_state is not None:
             pst = prev_state.where(_col("state_kind") == "window")
-            parts.append(plan.rows(pst, _col("window_start_ms"), _col("window_end_ms"), _col("events"),
-                                   "prev_open"))
+            parts.append(plan.rows(pst, _col("window_start_ms"), _col("window_end_ms"), _col("events"), "prev_open"))
     if plan.by_snapshots:
         snaps = aggs.where(_holds(reason == AGGREGATE_REASON))
         parts.append(plan.rows(snaps, _ms("window_start"), _ms("window_end"), F.lit(-1), "snapshots"))
@@ -135,9 +150,15 @@ def _unbalanced(p: _Pass, plan: _Plan, parts: list[DataFrame]) -> tuple[DataFram
         def side(*names: str) -> Column:
             return F.sum(F.when(src.isin(*names), c("n")).otherwise(0))
 
-        out = {"input": side("input"), "rejected": -side("rejected"), "prev_open": side("prev_open"),
-               "emitted": -side("emitted"), "open": -side("open"), "late": -side("late"),
-               "snapshots": -side("snapshots")}
+        out = {
+            "input": side("input"),
+            "rejected": -side("rejected"),
+            "prev_open": side("prev_open"),
+            "emitted": -side("emitted"),
+            "open": -side("open"),
+            "late": -side("late"),
+            "snapshots": -side("snapshots"),
+        }
         if plan.by_counts:
             out["balance"] = side("input", "rejected", "prev_open", "emitted", "open", "late")
         if plan.by_snapshots:
@@ -146,8 +167,13 @@ def _unbalanced(p: _Pass, plan: _Plan, parts: list[DataFrame]) -> tuple[DataFram
 
     group = [as_key(_col(c), t).alias(c) for c, t in plan.key_types.items()]
     group += [] if plan.session else [_col("ws"), _col("we")]
-    return p.group(allrows, group, sides, having=lambda g: _any([g(n) != 0 for n in balances]),
-                   values=lambda g: {"groups": F.lit(1)})
+    return p.group(
+        allrows,
+        group,
+        sides,
+        having=lambda g: _any([g(n) != 0 for n in balances]),
+        values=lambda g: {"groups": F.lit(1)},
+    )
 
 
 def _sample(bad: DataFrame, sample_size: int) -> list[dict[str, Any]]:
@@ -163,8 +189,13 @@ def _sample(bad: DataFrame, sample_size: int) -> list[dict[str, Any]]:
     return sample
 
 
-def conservation_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | None,
-                       prev_state: DataFrame | None = None, sample_size: int = DEFAULT_SAMPLE_SIZE) -> CheckResult:
+def conservation_check(
+    pipeline: Pipeline,
+    outputs: Any,
+    input_df: DataFrame | None,
+    prev_state: DataFrame | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+) -> CheckResult:
     """Every valid input event is accounted for exactly once (see the package docstring).
 
     Balances are per (worker, key, window) for tumbling/sliding windows and per
@@ -173,8 +204,14 @@ def conservation_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | N
     return _run(lambda p: _conservation_check(p, pipeline, outputs, input_df, prev_state, sample_size))[0]
 
 
-def _conservation_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None,
-                        prev_state: DataFrame | None, sample_size: int) -> Finish:
+def _conservation_check(
+    p: _Pass,
+    pipeline: Pipeline,
+    outputs: Any,
+    input_df: DataFrame | None,
+    prev_state: DataFrame | None,
+    sample_size: int,
+) -> Finish:
     """:func:`conservation_check`, planned on ``p``."""
     name = "conservation"
     session = pipeline.window.type is WindowType.SESSION

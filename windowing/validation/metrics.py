@@ -43,21 +43,31 @@ def _metrics_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFra
         carried = " and no commit record carries them" if path else ""
         return lambda: [_skip(name, desc, f"no metrics: {where}{carried}")]
     reason = _col("emit_reason")
-    a = p.add(outputs.aggregates, {
-        "emitted": F.when(_holds(reason == AGGREGATE_REASON), 0).otherwise(1),
-        "snapshots": F.when(_holds(reason == AGGREGATE_REASON), 1).otherwise(0),
-        **{r: F.when(_holds(reason == r), 1).otherwise(0) for r in CLOSE_REASONS}})
+    a = p.add(
+        outputs.aggregates,
+        {
+            "emitted": F.when(_holds(reason == AGGREGATE_REASON), 0).otherwise(1),
+            "snapshots": F.when(_holds(reason == AGGREGATE_REASON), 1).otherwise(0),
+            **{r: F.when(_holds(reason == r), 1).otherwise(0) for r in CLOSE_REASONS},
+        },
+    )
     late = outputs.late_events
     window_cols = ("window_start", "window_end")
     exact = canonical_rows(late)
 
     def windows(c: Resolve) -> dict[str, Column]:  # count / countDistinct(window_start, window_end), in one groupBy
         ws, we = (c(x) for x in window_cols)
-        return {"rows": F.count(F.lit(1)), "windows": F.size(F.collect_set(F.when(ws.isNotNull() & we.isNotNull(),
-                                                                                   F.struct(ws, we))))}
+        return {
+            "rows": F.count(F.lit(1)),
+            "windows": F.size(F.collect_set(F.when(ws.isNotNull() & we.isNotNull(), F.struct(ws, we)))),
+        }
 
-    _, late_sums = p.group(exact, [_col(c) for c in exact.columns if c not in window_cols], windows,
-                           values=lambda g: {"events": g("rows") / g("windows")})
+    _, late_sums = p.group(
+        exact,
+        [_col(c) for c in exact.columns if c not in window_cols],
+        windows,
+        values=lambda g: {"events": g("rows") / g("windows")},
+    )
     late_rows = p.add(late, {"rows": F.lit(1)})
     rejected_rows = p.add(outputs.rejected, {"rows": F.lit(1)})
     state = p.add(outputs.state, {"open": F.when(_col("state_kind") == "window", 1)})
@@ -66,8 +76,12 @@ def _metrics_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFra
     if keys:
         open_windows = outputs.state.where(_col("state_kind") == "window")
         types = {f.name: f.dataType for f in open_windows.schema.fields}
-        _, held_sums = p.group(open_windows, [as_key(_col(c), types[c]).alias(c) for c in keys],
-                               aggs=lambda c: {"rows": F.count(F.lit(1))}, values=lambda g: {"keys": F.lit(1)})
+        _, held_sums = p.group(
+            open_windows,
+            [as_key(_col(c), types[c]).alias(c) for c in keys],
+            aggs=lambda c: {"rows": F.count(F.lit(1))},
+            values=lambda g: {"keys": F.lit(1)},
+        )
     input_rows = p.add(input_df, {"rows": F.lit(1)}) if input_df is not None else None
 
     def finish() -> list[CheckResult]:
@@ -107,6 +121,12 @@ def _compare(name: str, desc: str, m: dict[str, Any], found: dict[str, Any]) -> 
             figure = None
         workers = sum((entry.get("by_worker") or {}).values())
         if entry.get("total") is None or entry.get("total") != figure or workers != entry.get("total"):
-            wrong.append({"metric": f"voltsp.{metric.name}", "metrics.json": entry.get("total"),
-                          "figures": figure, "sum of workers": workers})
+            wrong.append(
+                {
+                    "metric": f"voltsp.{metric.name}",
+                    "metrics.json": entry.get("total"),
+                    "figures": figure,
+                    "sum of workers": workers,
+                }
+            )
     return CheckResult(name, not wrong, len(wrong), wrong, desc)

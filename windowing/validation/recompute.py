@@ -42,8 +42,9 @@ def _schema_text(df: DataFrame) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in df.schema.fields}
 
 
-def compare_frames(dataset: str, found: DataFrame, expected: DataFrame,
-                   sample_size: int = DEFAULT_SAMPLE_SIZE) -> tuple[int, list[dict[str, Any]]]:
+def compare_frames(
+    dataset: str, found: DataFrame, expected: DataFrame, sample_size: int = DEFAULT_SAMPLE_SIZE
+) -> tuple[int, list[dict[str, Any]]]:
     """Rows of ``found`` and ``expected`` that differ, as a multiset (floats bit for bit).
 
     Returns (differing rows: those only in ``found`` plus those only in ``expected``,
@@ -59,18 +60,26 @@ def compare_frames(dataset: str, found: DataFrame, expected: DataFrame,
     sample = []
     for side, frame, n in (("output", only_out, n_out), ("replay", only_replay, n_replay)):
         if n:
-            sample += [{"dataset": dataset, "only_in": side, "row": _jsonable(r.asDict(recursive=True))}
-                       for r in frame.limit(sample_size).collect()]
+            sample += [
+                {"dataset": dataset, "only_in": side, "row": _jsonable(r.asDict(recursive=True))}
+                for r in frame.limit(sample_size).collect()
+            ]
     # interleave so that a changed row shows both versions first
     outs = [x for x in sample if x["only_in"] == "output"]
     reps = [x for x in sample if x["only_in"] == "replay"]
-    mixed = [x for pair in zip(outs, reps) for x in pair] + outs[len(reps):] + reps[len(outs):]
+    mixed = [x for pair in zip(outs, reps) for x in pair] + outs[len(reps) :] + reps[len(outs) :]
     return n_out + n_replay, mixed
 
 
-def replay_check(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None,
-                 prev_state: DataFrame | None = None, flush_at_end: bool | None = None,
-                 sample_size: int = DEFAULT_SAMPLE_SIZE) -> CheckResult:
+def replay_check(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    outputs: Any,
+    input_df: DataFrame | None,
+    prev_state: DataFrame | None = None,
+    flush_at_end: bool | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+) -> CheckResult:
     """The outputs are what a fresh replay of their input writes, row for row.
 
     Replays ``input_df`` from ``prev_state`` (the engine is deterministic: docs/semantics.md)
@@ -82,11 +91,16 @@ def replay_check(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df
     """
     name = RECOMPUTE_CHECK
     flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
-    desc = (f"a fresh replay of the input (from the given state; flush at end: {str(flush).lower()}) "
-            "writes these outputs row for row, floats bit for bit, and these metrics")
+    desc = (
+        f"a fresh replay of the input (from the given state; flush at end: {str(flush).lower()}) "
+        "writes these outputs row for row, floats bit for bit, and these metrics"
+    )
     if input_df is None:
-        return _skip(name, desc, "no input given: nothing to recompute from (pass the input, and the state "
-                                 "the replay started from)")
+        return _skip(
+            name,
+            desc,
+            "no input given: nothing to recompute from (pass the input, and the state the replay started from)",
+        )
     try:
         fresh = replay(spark, pipeline, input_df, state=prev_state, flush_at_end=flush)
     except (ConfigError, StateMismatchError) as exc:
@@ -101,12 +115,16 @@ def replay_check(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df
                 sample += rows
         mine = getattr(outputs, "metrics", None)
         if mine:
+
             def norm(m: Any) -> dict[str, Any]:
                 return cast("dict[str, Any]", json.loads(json.dumps(dict(m), sort_keys=True, default=str)))
 
             a, b = norm(mine), norm(fresh.metrics)
-            wrong = [{"dataset": "metrics", "metric": k, "output": a.get(k), "replay": b.get(k)}
-                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+            wrong = [
+                {"dataset": "metrics", "metric": k, "output": a.get(k), "replay": b.get(k)}
+                for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)
+            ]
             if wrong:
                 per["metrics"] = len(wrong)
                 total += len(wrong)
@@ -122,4 +140,4 @@ def replay_check(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df
     for x in sample:
         firsts.setdefault(x["dataset"], x)
     ordered = list(firsts.values()) + [x for x in sample if x not in firsts.values()]
-    return CheckResult(name, total == 0, total, ordered[:max(sample_size, len(firsts))], desc)
+    return CheckResult(name, total == 0, total, ordered[: max(sample_size, len(firsts))], desc)

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 REJECTING_CHECKS = ("input_times_parseable",)
 
 
-def apply_rejection_policy(pipeline: Pipeline, results: list[CheckResult], input_rows: int | None,
-                           rejected_rows: int | None) -> list[CheckResult]:
+def apply_rejection_policy(
+    pipeline: Pipeline, results: list[CheckResult], input_rows: int | None, rejected_rows: int | None
+) -> list[CheckResult]:
     """``results`` with the checks of :data:`REJECTING_CHECKS` made warnings when the
     replay's rejected rows are at most ``pipeline.quality.max_rejected_share`` of its
     input, and left blocking (saying why) above it."""
@@ -52,13 +53,18 @@ def apply_rejection_policy(pipeline: Pipeline, results: list[CheckResult], input
         if r.name in REJECTING_CHECKS and not r.passed and input_rows is not None and rejected_rows is not None:
             share = rejected_rows / input_rows if input_rows else 0.0
             within = share <= limit
-            r = replace(r, blocking=not within, description=(
-                f"{r.description}; {rejected_rows:,} of {input_rows:,} rows rejected ({share:.4%}), "
-                + ("within" if within else "above")
-                + f" quality.maxRejectedShare ({limit:.4%}): " + ("a warning" if within else "blocking")))
+            r = replace(
+                r,
+                blocking=not within,
+                description=(
+                    f"{r.description}; {rejected_rows:,} of {input_rows:,} rows rejected ({share:.4%}), "
+                    + ("within" if within else "above")
+                    + f" quality.maxRejectedShare ({limit:.4%}): "
+                    + ("a warning" if within else "blocking")
+                ),
+            )
         out.append(r)
     return out
-
 
 
 def input_types_of(outputs: Any, input_df: DataFrame | None = None) -> dict[str, DataType] | None:
@@ -88,10 +94,18 @@ def _row_counts(p: _Pass, o: Any, input_df: DataFrame) -> Callable[[], tuple[int
     return lambda: (int(rows["rows"]), int(rejected["rows"]))
 
 
-def run_checks(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None = None,
-               prev_state: DataFrame | None = None, max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
-               sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None,
-               recompute: bool = False, flush_at_end: bool | None = None) -> list[CheckResult]:
+def run_checks(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    outputs: Any,
+    input_df: DataFrame | None = None,
+    prev_state: DataFrame | None = None,
+    max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    only: Collection[str] | None = None,
+    recompute: bool = False,
+    flush_at_end: bool | None = None,
+) -> list[CheckResult]:
     """Every check, on one replay's outputs (and its input and starting state, if given).
 
     Args:
@@ -154,8 +168,13 @@ def run_checks(spark: SparkSession, pipeline: Pipeline, outputs: Any, input_df: 
         if recompute or (only is not None and RECOMPUTE_CHECK in only):
             results.append(replay_check(spark, pipeline, o, input_df, prev_state, flush_at_end, sample_size))
         else:
-            results.append(_skip(RECOMPUTE_CHECK, "a fresh replay of the input writes these outputs row for row",
-                                 "not asked for (run_checks(recompute=True); rewindow verify --input does)"))
+            results.append(
+                _skip(
+                    RECOMPUTE_CHECK,
+                    "a fresh replay of the input writes these outputs row for row",
+                    "not asked for (run_checks(recompute=True); rewindow verify --input does)",
+                )
+            )
     return results
 
 
@@ -179,9 +198,18 @@ def _of(output: str | None, *names: str) -> tuple[Check, ...]:
 #: the metrics with ``aggregates``; the recompute belongs to no output.
 CHECKS: tuple[Check, ...] = (
     *_of("rejected", "input_schema", "input_times_parseable", "input_event_time_skew"),
-    *_of("aggregates", "aggregates_schema", "aggregates_window_bounds", "aggregates_window_span",
-         "aggregates_count_positive", "aggregates_min_avg_max", "aggregates_distinct_le_count",
-         "aggregates_emit_watermark", "aggregates_emit_reason", "aggregates_unique_emission"),
+    *_of(
+        "aggregates",
+        "aggregates_schema",
+        "aggregates_window_bounds",
+        "aggregates_window_span",
+        "aggregates_count_positive",
+        "aggregates_min_avg_max",
+        "aggregates_distinct_le_count",
+        "aggregates_emit_watermark",
+        "aggregates_emit_reason",
+        "aggregates_unique_emission",
+    ),
     *_of("late_events", "late_events_schema", "late_rule", "late_lateness_ms", "late_window_membership"),
     *_of("state", "state_schema", "state_kind", "state_fingerprint", "state_window_bounds", "state_unique"),
     *_of("rejected", "rejected_schema", "rejected_reason"),

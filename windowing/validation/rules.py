@@ -76,8 +76,13 @@ def allowed_reasons(pipeline: Pipeline) -> list[str]:
     return out
 
 
-def input_checks(pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
-                 sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
+def input_checks(
+    pipeline: Pipeline,
+    events_df: DataFrame,
+    max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    only: Collection[str] | None = None,
+) -> list[CheckResult]:
     """Checks of a pipeline's input events.
 
     * ``input_schema`` (pandera): configured columns present with usable types, arrival
@@ -89,93 +94,159 @@ def input_checks(pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int = DE
     return _run(lambda p: _input_checks(p, pipeline, events_df, max_skew_ms, sample_size, only))
 
 
-def _input_checks(p: _Pass, pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int, sample_size: int,
-                  only: Collection[str] | None) -> Finish:
+def _input_checks(
+    p: _Pass, pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int, sample_size: int, only: Collection[str] | None
+) -> Finish:
     """:func:`input_checks`, planned on ``p``."""
     types = {f.name: f.dataType for f in events_df.schema.fields}
     out: list[Finish] = []
     if _wanted(only, "input_schema"):
-        out.append(_pandera(p, "input_schema", "configured columns present, with usable types",
-                            input_schema(pipeline, types), events_df, sample_size))
+        out.append(
+            _pandera(
+                p,
+                "input_schema",
+                "configured columns present, with usable types",
+                input_schema(pipeline, types),
+                events_df,
+                sample_size,
+            )
+        )
     src, w = pipeline.source, pipeline.window
     names = [src.arrival_time] + ([w.event_time] if w.event_time else [])
     if any(c not in types for c in names):
         missing = ", ".join(c for c in names if c not in types)
-        skipped = [_skip(n, "arrival/event times present, parseable and close", f"missing {missing}")
-                   for n in ("input_times_parseable", "input_event_time_skew") if _wanted(only, n)]
+        skipped = [
+            _skip(n, "arrival/event times present, parseable and close", f"missing {missing}")
+            for n in ("input_times_parseable", "input_event_time_skew")
+            if _wanted(only, n)
+        ]
         return _then(*out, lambda: skipped)
     arr = epoch_ms(src.arrival_time, types[src.arrival_time])
     evt = epoch_ms(w.event_time, types[w.event_time]) if w.event_time else arr
     rules = [
-        _Rule("input_times_parseable",
-              "arrival and event times present and parseable (failing rows are rejected by the replay)",
-              arr.isNotNull() & evt.isNotNull()),
-        _Rule("input_event_time_skew",
-              f"|event time - arrival time| <= {max_skew_ms} ms (max_skew)",
-              F.abs(evt - arr) <= F.lit(int(max_skew_ms)) if w.event_time else None,
-              applies=arr.isNotNull() & evt.isNotNull(),
-              why_skipped="processing time: event time is the arrival time"),
+        _Rule(
+            "input_times_parseable",
+            "arrival and event times present and parseable (failing rows are rejected by the replay)",
+            arr.isNotNull() & evt.isNotNull(),
+        ),
+        _Rule(
+            "input_event_time_skew",
+            f"|event time - arrival time| <= {max_skew_ms} ms (max_skew)",
+            F.abs(evt - arr) <= F.lit(int(max_skew_ms)) if w.event_time else None,
+            applies=arr.isNotNull() & evt.isNotNull(),
+            why_skipped="processing time: event time is the arrival time",
+        ),
     ]
     return _then(*out, _rules(p, events_df, rules, sample_size, only))
 
 
-def aggregates_checks(pipeline: Pipeline, aggregates: DataFrame, input_types: dict[str, DataType] | None = None,
-                      sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
+def aggregates_checks(
+    pipeline: Pipeline,
+    aggregates: DataFrame,
+    input_types: dict[str, DataType] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    only: Collection[str] | None = None,
+) -> list[CheckResult]:
     """Checks of the ``aggregates`` output (emitted windows and ``AGGREGATE`` snapshots)."""
     return _run(lambda p: _aggregates_checks(p, pipeline, aggregates, input_types, sample_size, only))
 
 
-def _aggregates_checks(p: _Pass, pipeline: Pipeline, aggregates: DataFrame, input_types: dict[str, DataType] | None,
-                       sample_size: int, only: Collection[str] | None) -> Finish:
+def _aggregates_checks(
+    p: _Pass,
+    pipeline: Pipeline,
+    aggregates: DataFrame,
+    input_types: dict[str, DataType] | None,
+    sample_size: int,
+    only: Collection[str] | None,
+) -> Finish:
     """:func:`aggregates_checks`, planned on ``p``."""
     w = pipeline.window
     session = w.type is WindowType.SESSION
-    schema = _schema_check(p, "aggregates_schema",
-                           "columns and types of the kernel's aggregates schema; "
-                           "bounds, reason, batch, emit time, emission non-null; emission >= 1",
-                           "columns and types of aggregates", aggregates_schema, pipeline, aggregates, input_types,
-                           sample_size, only)
+    schema = _schema_check(
+        p,
+        "aggregates_schema",
+        "columns and types of the kernel's aggregates schema; "
+        "bounds, reason, batch, emit time, emission non-null; emission >= 1",
+        "columns and types of aggregates",
+        aggregates_schema,
+        pipeline,
+        aggregates,
+        input_types,
+        sample_size,
+        only,
+    )
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("emit_watermark")
     reason = _col("emit_reason")
     rules = [
-        _Rule("aggregates_window_bounds",
-              "window_end >= window_start (sessions)" if session else "window_end > window_start",
-              (we >= ws) if session else (we > ws)),
+        _Rule(
+            "aggregates_window_bounds",
+            "window_end >= window_start (sessions)" if session else "window_end > window_start",
+            (we >= ws) if session else (we > ws),
+        ),
     ]
     if w.type is WindowType.SESSION:
-        rules.append(_Rule("aggregates_window_span", "session span window_end - window_start < maximumDuration",
-                           (we - ws) < F.lit(w.maximum_duration_ms) if w.maximum_duration_ms else None,
-                           why_skipped="sessions without maximumDuration have no span bound"))
+        rules.append(
+            _Rule(
+                "aggregates_window_span",
+                "session span window_end - window_start < maximumDuration",
+                (we - ws) < F.lit(w.maximum_duration_ms) if w.maximum_duration_ms else None,
+                why_skipped="sessions without maximumDuration have no span bound",
+            )
+        )
     else:
         step = w.span_ms if w.type is WindowType.TUMBLING else w.slide_ms
-        rules.append(_Rule("aggregates_window_span",
-                           f"window_end - window_start == {w.span_ms} ms and window_start aligned to "
-                           f"{step} ms (+ offset {w.offset_ms} ms)",
-                           ((we - ws) == F.lit(w.span_ms)) & (F.pmod(ws - F.lit(w.offset_ms), F.lit(step)) == 0)))
+        rules.append(
+            _Rule(
+                "aggregates_window_span",
+                f"window_end - window_start == {w.span_ms} ms and window_start aligned to "
+                f"{step} ms (+ offset {w.offset_ms} ms)",
+                ((we - ws) == F.lit(w.span_ms)) & (F.pmod(ws - F.lit(w.offset_ms), F.lit(step)) == 0),
+            )
+        )
     counts = _aggregate_names(pipeline, "count", None)
-    rules.append(_Rule("aggregates_count_positive", "count >= 1 (every window holds an event)",
-                       _all([_col(a.name) >= 1 for a in counts]), why_skipped="no plain count aggregate"))
+    rules.append(
+        _Rule(
+            "aggregates_count_positive",
+            "count >= 1 (every window holds an event)",
+            _all([_col(a.name) >= 1 for a in counts]),
+            why_skipped="no plain count aggregate",
+        )
+    )
     rules.append(_min_avg_max_rule(pipeline))
     rules.append(_distinct_rule(pipeline))
     gap = w.idle_timeout_ms if session else 0
     wm_ok = F.when(reason == "WATERMARK", wm >= we + F.lit(gap))
     if session and w.maximum_duration_ms:
         wm_ok = wm_ok.when(reason == "MAX_DURATION", wm >= ws + F.lit(w.maximum_duration_ms))
-    rules.append(_Rule("aggregates_emit_watermark",
-                       "WATERMARK emissions: emit_watermark >= window_end" + (" + gap" if session else "")
-                       + ("; MAX_DURATION: emit_watermark >= window_start + maximumDuration"
-                          if session and w.maximum_duration_ms else ""),
-                       wm_ok.otherwise(F.lit(True))))
+    rules.append(
+        _Rule(
+            "aggregates_emit_watermark",
+            "WATERMARK emissions: emit_watermark >= window_end"
+            + (" + gap" if session else "")
+            + (
+                "; MAX_DURATION: emit_watermark >= window_start + maximumDuration"
+                if session and w.maximum_duration_ms
+                else ""
+            ),
+            wm_ok.otherwise(F.lit(True)),
+        )
+    )
     allowed = allowed_reasons(pipeline)
     rules.append(_Rule("aggregates_emit_reason", f"emit_reason in {allowed}", reason.isin(allowed)))
     out = [schema, _rules(p, aggregates, rules, sample_size, only)]
     key = _group_columns(pipeline) + ["window_start", "window_end", "emission"]
     if _wanted(only, "aggregates_unique_emission"):
-        out.append(_duplicates(p, "aggregates_unique_emission",
-                               f"({', '.join(key)}) unique among emitted (non-AGGREGATE) rows",
-                               aggregates.where(~_holds(reason == AGGREGATE_REASON)), key, sample_size))
+        out.append(
+            _duplicates(
+                p,
+                "aggregates_unique_emission",
+                f"({', '.join(key)}) unique among emitted (non-AGGREGATE) rows",
+                aggregates.where(~_holds(reason == AGGREGATE_REASON)),
+                key,
+                sample_size,
+            )
+        )
     return _then(*out)
-
 
 
 def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
@@ -223,8 +294,11 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
         mins, maxs, avgs = (_aggregate_names(pipeline, t, col) for t in ("min", "max", "avg"))
         for lo in mins:
             for hi in maxs:
-                conds.append(F.when(_col(lo.name).isNull() | _col(hi.name).isNull(), True)
-                             .otherwise(_col(lo.name) <= _col(hi.name)))
+                conds.append(
+                    F.when(_col(lo.name).isNull() | _col(hi.name).isNull(), True).otherwise(
+                        _col(lo.name) <= _col(hi.name)
+                    )
+                )
         for av in avgs:
             if not (mins or maxs):
                 continue
@@ -234,18 +308,27 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
             def tol(b: Column) -> Column:
                 return F.lit(1e-9) * F.greatest(F.abs(b), F.lit(1.0))
 
-            within = every([finite(lo) & (lo <= a + tol(lo)) for lo in los]
-                           + [finite(hi) & (a - tol(hi) <= hi) for hi in his])
+            within = every(
+                [finite(lo) & (lo <= a + tol(lo)) for lo in los] + [finite(hi) & (a - tol(hi) <= hi) for hi in his]
+            )
             nan_ok = every([nan(hi) | (reaches_up(hi) & every([reaches_down(lo) for lo in los])) for hi in his])
             up_ok = every([reaches_up(hi) for hi in his] + [~nan(lo) & (lo != F.lit(-inf)) for lo in los])
             down_ok = every([reaches_down(lo) for lo in los] + [~nan(hi) & (hi != F.lit(inf)) for hi in his])
             null = _any([_col(x.name).isNull() for x in (av, *mins, *maxs)])
-            conds.append(F.when(null, True).when(nan(a), nan_ok).when(a == F.lit(inf), up_ok)
-                         .when(a == F.lit(-inf), down_ok).otherwise(within))
-    return _Rule("aggregates_min_avg_max",
-                 "min <= avg <= max over the same column (Spark's order: NaN above +inf, -0.0 == 0.0; "
-                 "a NaN or infinite avg only with the amounts or overflow that explain it)", _all(conds),
-                 why_skipped="no two of min/avg/max over one column")
+            conds.append(
+                F.when(null, True)
+                .when(nan(a), nan_ok)
+                .when(a == F.lit(inf), up_ok)
+                .when(a == F.lit(-inf), down_ok)
+                .otherwise(within)
+            )
+    return _Rule(
+        "aggregates_min_avg_max",
+        "min <= avg <= max over the same column (Spark's order: NaN above +inf, -0.0 == 0.0; "
+        "a NaN or infinite avg only with the amounts or overflow that explain it)",
+        _all(conds),
+        why_skipped="no two of min/avg/max over one column",
+    )
 
 
 def _distinct_rule(pipeline: Pipeline) -> _Rule:
@@ -255,8 +338,12 @@ def _distinct_rule(pipeline: Pipeline) -> _Rule:
         same = _aggregate_names(pipeline, "count", d.column)
         for cnt in same or ([plain] if plain else []):
             conds.append(F.when(_col(cnt.name).isNull(), True).otherwise(_col(d.name) <= _col(cnt.name)))
-    return _Rule("aggregates_distinct_le_count", "distinct <= count", _all(conds),
-                 why_skipped="no distinct aggregate with a count to compare")
+    return _Rule(
+        "aggregates_distinct_le_count",
+        "distinct <= count",
+        _all(conds),
+        why_skipped="no distinct aggregate with a count to compare",
+    )
 
 
 def _event_ms_in(pipeline: Pipeline, df: DataFrame) -> Column | None:
@@ -266,66 +353,124 @@ def _event_ms_in(pipeline: Pipeline, df: DataFrame) -> Column | None:
     return epoch_ms(col, types[col]) if col in types else None
 
 
-def late_checks(pipeline: Pipeline, late: DataFrame, input_types: dict[str, DataType] | None = None,
-                sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
+def late_checks(
+    pipeline: Pipeline,
+    late: DataFrame,
+    input_types: dict[str, DataType] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    only: Collection[str] | None = None,
+) -> list[CheckResult]:
     """Checks of ``late_events``: the lateness rule of the pipeline's mode, ``lateness_ms``,
     and that each row names a window its event belongs to."""
     return _run(lambda p: _late_checks(p, pipeline, late, input_types, sample_size, only))
 
 
-def _late_checks(p: _Pass, pipeline: Pipeline, late: DataFrame, input_types: dict[str, DataType] | None,
-                 sample_size: int, only: Collection[str] | None) -> Finish:
+def _late_checks(
+    p: _Pass,
+    pipeline: Pipeline,
+    late: DataFrame,
+    input_types: dict[str, DataType] | None,
+    sample_size: int,
+    only: Collection[str] | None,
+) -> Finish:
     """:func:`late_checks`, planned on ``p``."""
     w = pipeline.window
     session = w.type is WindowType.SESSION
-    schema = _schema_check(p, "late_events_schema", "columns and types of the kernel's late_events schema",
-                           "columns and types of late_events", late_schema, pipeline, late, input_types,
-                           sample_size, only)
+    schema = _schema_check(
+        p,
+        "late_events_schema",
+        "columns and types of the kernel's late_events schema",
+        "columns and types of late_events",
+        late_schema,
+        pipeline,
+        late,
+        input_types,
+        sample_size,
+        only,
+    )
     t = _event_ms_in(pipeline, late)
     ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("watermark")
     no_t = "the event time column is not in late_events"
     if w.lateness is Lateness.WINDOW_CLOSED:
         if session:
-            rule = _Rule("late_rule", "WINDOW_CLOSED sessions: event time + gap <= watermark",
-                         (t + F.lit(w.idle_timeout_ms) <= wm) if t is not None else None, why_skipped=no_t)
+            rule = _Rule(
+                "late_rule",
+                "WINDOW_CLOSED sessions: event time + gap <= watermark",
+                (t + F.lit(w.idle_timeout_ms) <= wm) if t is not None else None,
+                why_skipped=no_t,
+            )
         else:
             rule = _Rule("late_rule", "WINDOW_CLOSED: window_end <= watermark", we <= wm)
     else:
-        rule = _Rule("late_rule", "BEFORE_WATERMARK: event time < watermark",
-                     (t < wm) if t is not None else None, why_skipped=no_t)
+        rule = _Rule(
+            "late_rule",
+            "BEFORE_WATERMARK: event time < watermark",
+            (t < wm) if t is not None else None,
+            why_skipped=no_t,
+        )
     if session:
         member = (ws == t) & (we == t) if t is not None else None
         member_desc = "session late rows: window_start == window_end == event time"
     else:
         step = w.span_ms if w.type is WindowType.TUMBLING else w.slide_ms
-        member = None if t is None else (
-            (ws <= t) & (t < we) & ((we - ws) == F.lit(w.span_ms))
-            & (F.pmod(ws - F.lit(w.offset_ms), F.lit(step)) == 0))
+        member = (
+            None
+            if t is None
+            else (
+                (ws <= t)
+                & (t < we)
+                & ((we - ws) == F.lit(w.span_ms))
+                & (F.pmod(ws - F.lit(w.offset_ms), F.lit(step)) == 0)
+            )
+        )
         member_desc = "the event belongs to the (aligned) window it is late for"
     rules = [
         rule,
-        _Rule("late_lateness_ms", "lateness_ms == watermark - event time",
-              (_col("lateness_ms") == wm - t) if t is not None else None, why_skipped=no_t),
+        _Rule(
+            "late_lateness_ms",
+            "lateness_ms == watermark - event time",
+            (_col("lateness_ms") == wm - t) if t is not None else None,
+            why_skipped=no_t,
+        ),
         _Rule("late_window_membership", member_desc, member, why_skipped=no_t),
     ]
     return _then(schema, _rules(p, late, rules, sample_size, only))
 
 
-def state_checks(pipeline: Pipeline, state: DataFrame, input_types: dict[str, DataType] | None = None,
-                 sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
+def state_checks(
+    pipeline: Pipeline,
+    state: DataFrame,
+    input_types: dict[str, DataType] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    only: Collection[str] | None = None,
+) -> list[CheckResult]:
     """Checks of ``state``: kinds, one (this pipeline's) fingerprint, window bounds, and
     no duplicate worker, key or window rows."""
     return _run(lambda p: _state_checks(p, pipeline, state, input_types, sample_size, only))
 
 
-def _state_checks(p: _Pass, pipeline: Pipeline, state: DataFrame, input_types: dict[str, DataType] | None,
-                  sample_size: int, only: Collection[str] | None) -> Finish:
+def _state_checks(
+    p: _Pass,
+    pipeline: Pipeline,
+    state: DataFrame,
+    input_types: dict[str, DataType] | None,
+    sample_size: int,
+    only: Collection[str] | None,
+) -> Finish:
     """:func:`state_checks`, planned on ``p``."""
     session = pipeline.window.type is WindowType.SESSION
-    schema = _schema_check(p, "state_schema",
-                           "columns and types of the kernel's state schema; state_kind and fingerprint non-null",
-                           "columns and types of state", state_schema, pipeline, state, input_types, sample_size,
-                           only)
+    schema = _schema_check(
+        p,
+        "state_schema",
+        "columns and types of the kernel's state schema; state_kind and fingerprint non-null",
+        "columns and types of state",
+        state_schema,
+        pipeline,
+        state,
+        input_types,
+        sample_size,
+        only,
+    )
     kind = _col("state_kind")
     ws, we = _col("window_start_ms"), _col("window_end_ms")
     fp = pipeline.fingerprint()
@@ -333,11 +478,13 @@ def _state_checks(p: _Pass, pipeline: Pipeline, state: DataFrame, input_types: d
     rules = [
         _Rule("state_kind", f"state_kind in {list(STATE_KINDS)}", kind.isin(list(STATE_KINDS))),
         _Rule("state_fingerprint", f"one fingerprint, this pipeline's ({fp})", _col("fingerprint") == F.lit(fp)),
-        _Rule("state_window_bounds",
-              "window/emitted rows: window_end_ms " + (">=" if session else ">") + " window_start_ms; "
-              "open windows hold events >= 1; emitted counters >= 1",
-              bounds & F.when(kind == "window", _col("events") >= 1).otherwise(_col("emissions") >= 1),
-              applies=kind.isin("window", "emitted")),
+        _Rule(
+            "state_window_bounds",
+            "window/emitted rows: window_end_ms " + (">=" if session else ">") + " window_start_ms; "
+            "open windows hold events >= 1; emitted counters >= 1",
+            bounds & F.when(kind == "window", _col("events") >= 1).otherwise(_col("emissions") >= 1),
+            applies=kind.isin("window", "emitted"),
+        ),
     ]
     out = [schema, _rules(p, state, rules, sample_size, only)]
     if not _wanted(only, "state_unique"):
@@ -346,22 +493,58 @@ def _state_checks(p: _Pass, pipeline: Pipeline, state: DataFrame, input_types: d
     cls = F.when(kind.isin("window", "emitted"), F.lit("window")).otherwise(kind)
     key = _group_columns(pipeline)
     keyed = state.select(cls.alias("state_class"), *[_col(c) for c in key], "window_start_ms", "window_end_ms")
-    out.append(_duplicates(p, "state_unique", "no duplicate worker, key or (worker, key, window) rows",
-                           keyed, ["state_class", *key, "window_start_ms", "window_end_ms"], sample_size))
+    out.append(
+        _duplicates(
+            p,
+            "state_unique",
+            "no duplicate worker, key or (worker, key, window) rows",
+            keyed,
+            ["state_class", *key, "window_start_ms", "window_end_ms"],
+            sample_size,
+        )
+    )
     return _then(*out)
 
 
-def rejected_checks(pipeline: Pipeline, rejected: DataFrame, input_types: dict[str, DataType] | None = None,
-                    sample_size: int = DEFAULT_SAMPLE_SIZE, only: Collection[str] | None = None) -> list[CheckResult]:
+def rejected_checks(
+    pipeline: Pipeline,
+    rejected: DataFrame,
+    input_types: dict[str, DataType] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    only: Collection[str] | None = None,
+) -> list[CheckResult]:
     """Checks of ``rejected``: the schema and known reasons."""
     return _run(lambda p: _rejected_checks(p, pipeline, rejected, input_types, sample_size, only))
 
 
-def _rejected_checks(p: _Pass, pipeline: Pipeline, rejected: DataFrame, input_types: dict[str, DataType] | None,
-                     sample_size: int, only: Collection[str] | None) -> Finish:
+def _rejected_checks(
+    p: _Pass,
+    pipeline: Pipeline,
+    rejected: DataFrame,
+    input_types: dict[str, DataType] | None,
+    sample_size: int,
+    only: Collection[str] | None,
+) -> Finish:
     """:func:`rejected_checks`, planned on ``p``."""
-    schema = _schema_check(p, "rejected_schema", "the input columns and a non-null reason",
-                           "the input columns and a reason", rejected_schema, pipeline, rejected, input_types,
-                           sample_size, only)
-    return _then(schema, _rules(p, rejected, [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}",
-                                                    _col("reason").isin(list(REJECT_REASONS)))], sample_size, only))
+    schema = _schema_check(
+        p,
+        "rejected_schema",
+        "the input columns and a non-null reason",
+        "the input columns and a reason",
+        rejected_schema,
+        pipeline,
+        rejected,
+        input_types,
+        sample_size,
+        only,
+    )
+    return _then(
+        schema,
+        _rules(
+            p,
+            rejected,
+            [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}", _col("reason").isin(list(REJECT_REASONS)))],
+            sample_size,
+            only,
+        ),
+    )

@@ -24,8 +24,13 @@ def _screened(check: Any, column: str, dtype: DataType) -> Column | None:
     """The rows failing a pandera column check, as pandera's pyspark backend finds them
     (``df.filter(~cond).limit(1).count() == 0`` passes), for the checks screened in the pass:
     ``Check.ge`` on a numeric column of the type the schema declares; None for any other."""
-    if (getattr(check, "name", None) != "greater_than_or_equal_to" or set(check.statistics) != {"min_value"}
-            or check.groupby is not None or check.raise_warning or not isinstance(dtype, T.NumericType)):
+    if (
+        getattr(check, "name", None) != "greater_than_or_equal_to"
+        or set(check.statistics) != {"min_value"}
+        or check.groupby is not None
+        or check.raise_warning
+        or not isinstance(dtype, T.NumericType)
+    ):
         return None
     return F.when(~(F.col(column) >= check.statistics["min_value"]), 1)
 
@@ -58,8 +63,7 @@ def _screen(p: _Pass, schema: DataFrameSchema, df: DataFrame) -> tuple[dict[str,
     return screened, (p.add(df, counters) if counters else None)
 
 
-def _pandera(p: _Pass, name: str, description: str, schema: DataFrameSchema, df: DataFrame,
-             sample_size: int) -> Finish:
+def _pandera(p: _Pass, name: str, description: str, schema: DataFrameSchema, df: DataFrame, sample_size: int) -> Finish:
     """Validate ``df`` with a pandera pyspark schema, planned on ``p``; any recorded error fails the check.
 
     pandera's pyspark backend spends a Spark job on each non-nullable column and on each data
@@ -79,8 +83,7 @@ def _pandera(p: _Pass, name: str, description: str, schema: DataFrameSchema, df:
     return finish
 
 
-def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFrame,
-              sample_size: int) -> CheckResult:
+def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFrame, sample_size: int) -> CheckResult:
     """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
     from pandera.config import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
         ValidationDepth,
@@ -98,8 +101,9 @@ def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFram
     except (SchemaError, SchemaErrors) as exc:  # pandera versions that raise after all
         return CheckResult(name, False, 1, [{"error": str(exc)[:2000]}], description)
     if report is None:  # validation did not run: never a pass
-        return CheckResult(name, False, 1, [{"error": "pandera recorded no report (validation disabled?)"}],
-                           description)
+        return CheckResult(
+            name, False, 1, [{"error": "pandera recorded no report (validation disabled?)"}], description
+        )
     errors = [
         {"scope": scope, "reason": reason, **{k: _jsonable(v) for k, v in e.items()}}
         for scope, by_reason in dict(cast(Any, report)).items()
@@ -109,10 +113,18 @@ def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFram
     return CheckResult(name, not errors, len(errors), errors[:sample_size], description)
 
 
-def _schema_check(p: _Pass, name: str, description: str, skip_description: str,
-                  schema_of: Callable[[Pipeline, dict[str, DataType]], DataFrameSchema], pipeline: Pipeline,
-                  df: DataFrame, input_types: dict[str, DataType] | None, sample_size: int,
-                  only: Collection[str] | None) -> Finish:
+def _schema_check(
+    p: _Pass,
+    name: str,
+    description: str,
+    skip_description: str,
+    schema_of: Callable[[Pipeline, dict[str, DataType]], DataFrameSchema],
+    pipeline: Pipeline,
+    df: DataFrame,
+    input_types: dict[str, DataType] | None,
+    sample_size: int,
+    only: Collection[str] | None,
+) -> Finish:
     """An output's pandera schema check, planned on ``p``; skipped when the input column types are unknown."""
     if not _wanted(only, name):
         return lambda: []
@@ -183,8 +195,9 @@ def _spark_fields(arrow_schema: pa.Schema) -> list[StructField]:
     return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False).fields
 
 
-def _output_schema(name: str, arrow_schema: pa.Schema, not_null: set[str],
-                   extra_checks: dict[str, list[Any]] | None = None) -> DataFrameSchema:
+def _output_schema(
+    name: str, arrow_schema: pa.Schema, not_null: set[str], extra_checks: dict[str, list[Any]] | None = None
+) -> DataFrameSchema:
     cols = {}
     for f in _spark_fields(arrow_schema):
         cols[f.name] = _column(f.dataType, nullable=f.name not in not_null, checks=(extra_checks or {}).get(f.name))
@@ -205,9 +218,12 @@ def late_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFra
     """pandera schema of ``late_events`` (``windowing.contract.late_schema``)."""
     import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
 
-    return _output_schema(f"{pipeline.name}.late_events", contract.late_schema(_arrow_types(input_types)),
-                          {"batch", "window_start", "window_end", "watermark", "lateness_ms"},
-                          {"lateness_ms": [pa.Check.ge(0)]})
+    return _output_schema(
+        f"{pipeline.name}.late_events",
+        contract.late_schema(_arrow_types(input_types)),
+        {"batch", "window_start", "window_end", "watermark", "lateness_ms"},
+        {"lateness_ms": [pa.Check.ge(0)]},
+    )
 
 
 def state_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
