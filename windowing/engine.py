@@ -287,16 +287,10 @@ def _slices_on(spark: SparkSession) -> bool:
 
 def _int_conf(spark: SparkSession, key: str, default: int) -> int:
     """A positive integer session setting (``key``), or ``default``."""
-    raw = spark.conf.get(key, None)
-    if raw is None or not str(raw).strip():
-        return default
     try:
-        value = int(str(raw).strip().replace("_", ""))
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigError(f"{key}: {raw!r} is not a positive number")
-    return value
+        return placement.positive_setting(key, spark.conf.get(key, None), default)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass

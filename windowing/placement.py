@@ -135,6 +135,24 @@ SLOT_SETTINGS = (
 )
 
 
+def positive_setting(key: str, raw: str | None, default: int) -> int:
+    """A positive whole-number setting ``key`` from its ``raw`` value (``1_000`` allowed),
+    or ``default`` when it is unset or blank.
+
+    Raises:
+        ValueError: it is set to anything but a positive whole number.
+    """
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = int(str(raw).strip().replace("_", ""))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{key}: {raw!r} is not a positive number")
+    return value
+
+
 def task_slots(settings: Mapping[str, str | None], parallelism: int | None) -> int | None:
     """The task slots the plan assumes (None: not known): :data:`TASK_SLOTS_CONF` if set;
     else under dynamic allocation its most executors times their cores (None when
@@ -146,23 +164,14 @@ def task_slots(settings: Mapping[str, str | None], parallelism: int | None) -> i
     """
 
     def positive(key: str, default: int) -> int:
-        raw = settings.get(key)
-        if raw is None or not str(raw).strip():
-            return default
-        try:
-            value = int(str(raw).strip().replace("_", ""))
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise ValueError(f"{key}: {raw!r} is not a positive number")
-        return value
+        return positive_setting(key, settings.get(key), default)
 
     slots = positive(TASK_SLOTS_CONF, 0)
     if slots:
         return slots
     if str(settings.get("spark.dynamicAllocation.enabled") or "").strip().lower() == "true":
-        most = positive("spark.dynamicAllocation.maxExecutors", 1 << 31)
-        return most * positive("spark.executor.cores", 1) if most < 1 << 20 else None
+        most = positive("spark.dynamicAllocation.maxExecutors", 0)  # 0: unbounded (Spark's default)
+        return most * positive("spark.executor.cores", 1) if 0 < most < 1 << 20 else None
     return parallelism
 
 

@@ -87,12 +87,36 @@ def _victims(victim: str, executor_pid: int) -> list[int]:
 
 def _kill_mid_kernel(proc: subprocess.Popen, cluster, ui_port: int, victim: str) -> dict:
     """Once the kernel stage is under way, SIGKILL the ``victim`` of an executor running
-    one of its tasks; return what was killed (app, executor id, pids, stage)."""
+    one of its tasks; return what was killed (app, executor id, pids, stage).
+
+    A Python worker is forked per task and then kept for the next one, so the workers
+    killed may all have been idle (the task still reading its shuffle blocks in the JVM):
+    nothing fails. The kill is then repeated on the same executor until a task of the
+    stage has failed there (at most once a task, well under ``spark.task.maxFailures``)."""
     deadline = time.monotonic() + TIMEOUT_S
-    app = None
+    app, killed = None, None
     while proc.poll() is None and time.monotonic() < deadline:
         try:
             app = app or _rest(ui_port, "/applications")[0]["id"]
+            if killed is not None:
+                stage_tasks = _rest(
+                    ui_port,
+                    f"/applications/{app}/stages/{killed['stage']}/{killed['attempt']}/taskList?length=10000",
+                )
+                if any(t["status"] == "FAILED" and t["executorId"] == killed["executor"] for t in stage_tasks):
+                    return killed
+                if time.monotonic() < killed["retry_at"]:
+                    time.sleep(0.1)
+                    continue
+                if not any(t["status"] == "RUNNING" and t["executorId"] == killed["executor"] for t in stage_tasks):
+                    killed = None  # nothing of that stage runs there any more: choose again
+                    continue
+                pids = _victims(victim, cluster.executors(app).get(killed["executor"], -1))
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                killed["pids"] = sorted({*killed["pids"], *pids})
+                killed["retry_at"] = time.monotonic() + 1.0
+                continue
             held = {r["id"] for r in _rest(ui_port, f"/applications/{app}/storage/rdd") if KERNEL in r["name"]}
             for stage in _rest(ui_port, f"/applications/{app}/stages?status=active") if held else []:
                 if not held & set(stage["rddIds"]):
@@ -105,17 +129,27 @@ def _kill_mid_kernel(proc: subprocess.Popen, cluster, ui_port: int, victim: str)
                     pids = _victims(victim, executors[executor]) if executor in executors else []
                     for pid in pids:
                         os.kill(pid, signal.SIGKILL)
-                    if pids:
-                        return {
-                            "app": app,
-                            "executor": executor,
-                            "pids": pids,
-                            "stage": stage["stageId"],
-                            "executors": sorted(executors),
-                        }
+                    if not pids:
+                        continue
+                    killed = {
+                        "app": app,
+                        "executor": executor,
+                        "pids": pids,
+                        "stage": stage["stageId"],
+                        "attempt": stage["attemptId"],
+                        "executors": sorted(executors),
+                        "retry_at": time.monotonic() + 1.0,
+                    }
+                    if victim == "executor":
+                        return killed  # a lost executor fails every task it runs
+                    break
+                if killed is not None:
+                    break
         except (OSError, ValueError, LookupError):
             pass  # the UI is not up yet, the app is between jobs, or a process just ended
         time.sleep(0.1)
+    if killed is not None:
+        return killed  # the replay ended meanwhile: the event log tells what the kills did
     raise AssertionError(f"the kernel stage was never seen running (replay exited with {proc.poll()}): nothing killed")
 
 
