@@ -44,15 +44,39 @@ def spark():
 FAST_TIER_CASES = "0.25"
 
 
+_MAKING_ARCHIVE = pytest.StashKey["threading.Thread"]()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "spark: uses a Spark session (set automatically from the fixtures)")
     if " ".join(str(config.getoption("markexpr", "") or "").split()) == "not spark":
         os.environ.setdefault("REWINDOW_CASES_SCALE", FAST_TIER_CASES)
+    elif not hasattr(config, "workerinput"):
+        # Spark drivers map their classes from one archive (tests/spark_classes.py), made once
+        # per pyspark and JVM while the first tests run; pytest-xdist's processes, started
+        # after this, inherit SPARK_SUBMIT_OPTS.
+        from tests.spark_classes import ENV, archive_opts, archive_path, make_in_background, submit_opts
+
+        archive = archive_path()
+        if archive is not None and not archive.is_file():
+            config.stash[_MAKING_ARCHIVE] = make_in_background(archive)
+        os.environ["SPARK_SUBMIT_OPTS"] = submit_opts(archive)
+        os.environ[ENV] = archive_opts(archive)
+
+
+def pytest_unconfigure(config):
+    making = config.stash.get(_MAKING_ARCHIVE, None)
+    if making is not None:
+        making.join(timeout=600)
 
 
 def pytest_report_header(config):
     scale = os.environ.get("REWINDOW_CASES_SCALE")
-    return [f"rewindow: generated cases x{scale} (REWINDOW_CASES_SCALE)"] if scale else []
+    lines = [f"rewindow: generated cases x{scale} (REWINDOW_CASES_SCALE)"] if scale else []
+    if "SharedArchiveFile" in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        making = " (being made)" if config.stash.get(_MAKING_ARCHIVE, None) else ""
+        lines.append(f"rewindow: SPARK_SUBMIT_OPTS={os.environ['SPARK_SUBMIT_OPTS']}{making}")
+    return lines
 
 
 #: Fixtures that start Spark: the session, or Spark in processes of their own
@@ -69,27 +93,58 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.spark)
 
 
+#: Folders whose modules go to one pytest-xdist process together: their session fixtures are
+#: made once. tests/lake: the services (a standalone cluster, a Spark Connect server);
+#: tests/quality: the replayed outputs, and the background ``rewindow replay`` processes of the
+#: fault tests (``cli_runs``, started by the first quality test a process runs: split over
+#: two processes, each started its own four Spark applications).
+GROUPED = ("tests/lake", "tests/quality")
+
+
 def xdist_unit(nodeid: str) -> str:
     """The unit of work of one pytest-xdist process: a test module, run whole, so its
-    fixtures (a demo run, a webserver, an Airflow database) are made once; the lake tests
-    as one, as their services (a standalone cluster, a Spark Connect server) are session
-    fixtures."""
+    fixtures (a demo run, a webserver, an Airflow database) are made once; the modules of a
+    :data:`GROUPED` folder as one."""
     module = nodeid.split("::", 1)[0]
-    return "tests/lake" if module.startswith("tests/lake/") else module
+    return next((group for group in GROUPED if module.startswith(group + "/")), module)
 
 
-#: The units that take minutes (CI's --durations), longest first. They start first, so the
-#: processes end together instead of one running a long module after the other is done.
+#: The units that take more than half a minute, longest first (CPU seconds of each alone,
+#: ``-n 0``, 2026-11-27: quality 470, lake 470, catalog 320, webserver 320, replay assets 260,
+#: engine vs model 190, backfill CLI 145, Airflow 135, determinism 130, chain 115,
+#: reconcile 110, concurrent runs 90, CLI 65, then 25 to 50). They start first, longest
+#: first, so the processes end together instead of one running a long unit after the other
+#: is done (the rest follows in collection order: seconds each).
 LONG_UNITS = (
+    "tests/quality",
     "tests/lake",
     "tests/windowing/test_catalog.py",
-    "tests/assets/test_replay_assets.py",
-    "tests/orchestration/test_airflow.py",
     "tests/orchestration/test_webserver_ui.py",
-    "tests/orchestration/test_concurrent_runs.py",
-    "tests/windowing/test_chain.py",
-    "tests/quality/test_checks.py",
+    "tests/assets/test_replay_assets.py",
     "tests/windowing/test_engine_vs_model.py",
+    "tests/orchestration/test_backfill_cli.py",
+    "tests/orchestration/test_airflow.py",
+    "tests/windowing/test_determinism.py",
+    "tests/windowing/test_chain.py",
+    "tests/windowing/test_reconcile.py",
+    "tests/orchestration/test_concurrent_runs.py",
+    "tests/test_cli.py",
+    "tests/assets/test_matches_live.py",
+    "tests/orchestration/test_partition_end.py",
+    "tests/windowing/test_kernel_vs_model.py",
+    "tests/windowing/test_golden.py",
+    "tests/windowing/test_lateness.py",
+    "tests/orchestration/test_demo.py",
+    "tests/assets/test_lateness_asset.py",
+    "tests/windowing/test_decimal.py",
+    "tests/windowing/test_metrics.py",
+    "tests/windowing/test_io.py",
+    "tests/windowing/test_engine_settings.py",
+    "tests/windowing/test_validation.py",
+    "tests/test_partition_jobs.py",
+    "tests/test_cli_errors.py",
+    "tests/windowing/test_voltsp_yaml.py",
+    "tests/windowing/test_heartbeat.py",
 )
 
 

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.lake.services import QUICK_JVM_OPTS
 from tests.outputs import commits, run_dir
 from tests.outputs import metrics as metrics_of
 from windowing.cli import main
@@ -369,6 +370,8 @@ def test_console_script_end_to_end(spark, history, day1_run):
             "spark.sql.shuffle.partitions=1",
             "--conf",
             "spark.driver.memory=1g",
+            "--conf",
+            f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
         ],
         capture_output=True,
         text=True,

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.lake.services import QUICK_JVM_OPTS
 from windowing.cli import _key_value, main
 from windowing.config import ConfigError, load_pipeline
 from windowing.spark import SparkUnreachableError, check_reachable, session_settings
@@ -257,7 +258,8 @@ from windowing.cli import main
 
 # The command line, its workers pointed at a bare venv with --conf spark.pyspark.python.
 rc = main(["replay", "--config", {config!r}, "--input", {events!r}, "--output", {out!r}, "--master", "local[1]",
-           "--conf", "spark.pyspark.python=" + {bare!r}, "--conf", "spark.sql.shuffle.partitions=1"])
+           "--conf", "spark.pyspark.python=" + {bare!r}, "--conf", "spark.sql.shuffle.partitions=1",
+           "--conf", "spark.driver.extraJavaOptions=" + {jvm!r}])
 # The Python API on that session, as a notebook's own session whose workers start another
 # interpreter (what PYSPARK_PYTHON=python gives a session started afterwards).
 spark = SparkSession.getActiveSession()
@@ -287,7 +289,9 @@ def test_workers_without_rewindows_python_are_named_with_what_to_set(tmp_path, b
     other = _other_minor_python()
     missing = str(tmp_path / "no-such-python")
     pythons = [("missing", missing)] + ([("other", other)] if other else [])
-    code = _WORKERS.format(config=str(CLICKS), events=str(events), out=str(out), bare=bare_python, pythons=pythons)
+    code = _WORKERS.format(
+        config=str(CLICKS), events=str(events), out=str(out), bare=bare_python, pythons=pythons, jvm=QUICK_JVM_OPTS
+    )
     # PYSPARK_PYTHON is a good interpreter: only rewindow applying --conf spark.pyspark.python makes it bare.
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     proc = subprocess.run(

@@ -5,6 +5,7 @@ line and exit 2, never a traceback (issue 26: ``rewindow lateness --help`` crash
 from __future__ import annotations
 
 import io
+import re
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
@@ -22,6 +23,14 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as exc:  # argparse exits for --help and usage errors
             code = exc.code if isinstance(exc.code, int) else 1
     return code, out.getvalue(), err.getvalue()
+
+
+def test_the_subcommands_are_every_one_the_cli_has():
+    code, out, _ = _run(["--help"])
+    assert code == 0
+    listed = re.search(r"\{([a-z,-]+)\}", out)
+    assert listed is not None, out
+    assert tuple(listed.group(1).split(",")) == SUBCOMMANDS  # a new one is added here, and so tested
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.lake.services import QUICK_JVM_OPTS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Spark jobs a partition of the quick start's pipeline may run: replay, writes and commit
@@ -55,6 +57,8 @@ def test_a_small_partition_runs_a_bounded_number_of_spark_jobs(tmp_path, checks)
             "spark.sql.shuffle.partitions=2",
             "--conf",
             "spark.driver.memory=1g",
+            "--conf",
+            f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
         ],
         cwd=ROOT,
         env=env,

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.lake.services import (
+    QUICK_JVM_OPTS,
     SparkConnectServer,
     SparkStandalone,
     hadoop_viewfs_conf,
@@ -215,7 +216,8 @@ def test_public_remote_builder_switches_the_whole_process(spark_connect):
     code = f"""
 import json, os
 from pyspark.sql import SparkSession, functions as F, is_remote
-classic = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+classic = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+           .config("spark.driver.extraJavaOptions", {QUICK_JVM_OPTS!r}).getOrCreate())
 remote = SparkSession.builder.remote({spark_connect.url!r}).create()
 active = SparkSession.getActiveSession()
 try:

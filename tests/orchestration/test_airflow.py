@@ -2,15 +2,16 @@
 
 Airflow lives in its own environment, ``.venv-airflow`` (``scripts/airflow-env``; CI makes
 it). These tests start it as a subprocess on a fresh metadata database (``airflow db
-migrate`` in a temporary AIRFLOW_HOME), run the DAG interval by interval with ``dag.test()``
-(tests/orchestration/airflow_driver.py) and compare what it committed with
-``rewindow backfill`` run here.
+migrate`` once, a copy of it in a temporary AIRFLOW_HOME per test), run the DAG interval by
+interval with ``dag.test()`` (tests/orchestration/airflow_driver.py) and compare what it
+committed with ``rewindow backfill`` run here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from datetime import timedelta
 from pathlib import Path
@@ -39,8 +40,7 @@ def airflow_python() -> Path:
     return python
 
 
-def _airflow(python: Path, home: Path, landing: Path, output_root: Path, *intervals: str) -> list[dict]:
-    """Run the example DAG over ``intervals`` in Airflow; one dict per run (state, task states)."""
+def _env(python: Path, home: Path, landing: Path, output_root: Path) -> dict[str, str]:
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
@@ -51,15 +51,35 @@ def _airflow(python: Path, home: Path, landing: Path, output_root: Path, *interv
         "REWINDOW_HISTORY_START": DAYS[0],
         "PYSPARK_PYTHON": str(python),
         "PYTHONPATH": str(ROOT),
-        # Small jobs: few shuffle partitions, as the suite's own session (tests/conftest.py).
+        # Small jobs: few shuffle partitions, as the suite's own session (tests/conftest.py),
+        # and its quick JIT tier and serial GC.
         "REWINDOW_SPARK_MASTER": "local[2]",
-        "REWINDOW_SPARK_CONF": "spark.sql.shuffle.partitions=2,spark.default.parallelism=2",
+        "REWINDOW_SPARK_CONF": "spark.sql.shuffle.partitions=2,spark.default.parallelism=2,"
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     env.pop("REWINDOW_PARTITION_GRAIN", None)
-    if not (home / "airflow.db").exists():
-        subprocess.run(
-            [str(python.parent / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
-        )
+    return env
+
+
+@pytest.fixture(scope="module")
+def migrated_db(airflow_python, tmp_path_factory) -> Path:
+    """A fresh Airflow metadata database (``airflow db migrate``, tens of seconds), made once:
+    each test starts from a copy of it in an AIRFLOW_HOME of its own."""
+    home = tmp_path_factory.mktemp("airflow-migrated")
+    env = _env(airflow_python, home, home, home)
+    subprocess.run(
+        [str(airflow_python.parent / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+    )
+    assert (home / "airflow.db").is_file()
+    return home / "airflow.db"
+
+
+def _airflow(python: Path, db: Path, home: Path, landing: Path, output_root: Path, *intervals: str) -> list[dict]:
+    """Run the example DAG over ``intervals`` in Airflow, on a copy of the migrated database
+    ``db`` in ``home``; one dict per run (state, task states)."""
+    env = _env(python, home, landing, output_root)
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(db, home / "airflow.db")
     proc = subprocess.run(
         [str(python), str(DRIVER), str(DAG_FILE), *intervals],
         env=env,
@@ -79,8 +99,10 @@ def _chain(spark, landing: Path, root: Path) -> Chain:
     return Chain(spark, load_pipeline(PIPELINE), str(landing), str(root), Partitions("day", START))
 
 
-def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(spark, history, airflow_python, tmp_path):
-    runs = _airflow(airflow_python, tmp_path / "airflow", history, tmp_path / "airflow-out", *DAYS)
+def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(
+    spark, history, airflow_python, migrated_db, tmp_path
+):
+    runs = _airflow(airflow_python, migrated_db, tmp_path / "airflow", history, tmp_path / "airflow-out", *DAYS)
     assert [(r["interval"], r["state"]) for r in runs] == [(d, "success") for d in DAYS]
     assert all(r["tasks"] == {"replay": "success", "data_quality": "success"} for r in runs)
     rc, _, err = _cli(
@@ -110,7 +132,7 @@ def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(spar
     assert len(rows(spark.read.parquet(f"{b[DAYS[-1]].run_path}/aggregates"))) > 100  # not vacuous
 
 
-def test_a_failing_data_quality_task_stops_the_next_interval(spark, history, airflow_python, tmp_path):
+def test_a_failing_data_quality_task_stops_the_next_interval(spark, history, airflow_python, migrated_db, tmp_path):
     """Day 2 holds an event stamped 30 days before its arrival: its blocking input check fails,
     the partition is not committed, the data-quality task fails the run, and Airflow does not
     start the next interval (its replay waits for the previous data-quality task)."""
@@ -118,7 +140,9 @@ def test_a_failing_data_quality_task_stops_the_next_interval(spark, history, air
 
     landing = _landing_with_odd_row(history, tmp_path, DAYS[1], event_time=lambda t: t - timedelta(days=30))
     out = tmp_path / "out"
-    runs = _airflow(airflow_python, tmp_path / "airflow", landing, out, DAYS[0], DAYS[1], f"{DAYS[2]}:blocked")
+    runs = _airflow(
+        airflow_python, migrated_db, tmp_path / "airflow", landing, out, DAYS[0], DAYS[1], f"{DAYS[2]}:blocked"
+    )
     assert runs[0]["state"] == "success"
     assert runs[1]["state"] == "failed"
     assert runs[1]["tasks"] == {"replay": "success", "data_quality": "failed"}

@@ -913,23 +913,107 @@ def test_the_execute_button_of_the_checks_tab_runs_the_check_and_shows_it_passed
 
 # --------------------------------------------------------------------------- a failing rerun keeps the output
 
-RERUN = textwrap.dedent(
+#: One process for the reruns of this module (a Python start-up, Dagster's imports and a Spark
+#: session with Hive support, once): it reads a partition key a line from stdin and reruns that
+#: partition alone on the demo's instance, as the "Materialize" button would, with definitions
+#: built afresh for each; a line ``DAY automation`` then prints what the automation sensor
+#: rerun_out_of_date_partitions would request, were it on. Stdin closed: it exits.
+RERUNS = textwrap.dedent(
     """
+    import json
     import sys
     import dagster as dg
     from orchestration.definitions import build_definitions
     from orchestration.schedules import REPLAY_JOB
 
-    job = build_definitions().resolve_job_def(REPLAY_JOB)
-    result = job.execute_in_process(instance=dg.DagsterInstance.get(), partition_key=sys.argv[1],
-                                    raise_on_error=False)
-    print(f"rerun {result.run_id} success={result.success}")
+    instance = dg.DagsterInstance.get()
+    for line in sys.stdin:
+        day, _, then = line.strip().partition(" ")
+        defs = build_definitions()
+        result = defs.resolve_job_def(REPLAY_JOB).execute_in_process(instance=instance, partition_key=day,
+                                                                     raise_on_error=False)
+        print(f"rerun {result.run_id} success={result.success}", flush=True)
+        if then == "automation":
+            evaluated = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+            states = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[-1] == "window_state"]
+            print("requested " + json.dumps({"/".join(k.path): sorted(evaluated.get_requested_partitions(k))
+                                             for k in states}), flush=True)
+        print("done", flush=True)
     """
 )
 
 
+class Reruns:
+    """The running :data:`RERUNS` process (its own process group, stopped by the fixture);
+    a thread hands over the lines it prints."""
+
+    def __init__(self, proc: subprocess.Popen, log: Path):
+        import queue
+        import threading
+
+        self.proc, self.log = proc, log
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # the process closed its output
+
+    def rerun(self, line: str) -> str:
+        """Send ``line``; what the process printed for it, up to its ``done``."""
+        import queue
+
+        assert self.proc.stdin
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        out: list[str] = []
+        deadline = time.monotonic() + DEMO_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                got = self.lines.get(timeout=5)
+            except queue.Empty:
+                continue
+            if got.strip() == "done":
+                return "".join(out)
+            if not got:
+                break
+            out.append(got)
+        pytest.fail(
+            f"the rerun of {line!r} did not report (exit {self.proc.poll()}):\n{''.join(out)[-3000:]}\n"
+            f"{_tail(self.log)}"
+        )
+
+
 @pytest.fixture(scope="module")
-def failed_rerun(ui, demo):
+def reruns(demo):
+    with open(demo.root / "reruns.log", "wb") as err:
+        proc = subprocess.Popen(
+            [PYTHON, "-c", RERUNS],
+            cwd=REPO,
+            env=demo.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+    try:
+        yield Reruns(proc, demo.root / "reruns.log")
+    finally:
+        if proc.stdin:
+            proc.stdin.close()  # it ends its loop and exits
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        _stop(proc)
+        assert proc.poll() is not None
+
+
+@pytest.fixture(scope="module")
+def failed_rerun(ui, demo, reruns):
     """The last demo day gets an event stamped 30 days before its arrival (the input skew
     check fails, blocking), then the day is rerun alone on the same instance, as the
     "Materialize" button would. Runs after the tests above (it changes what the UI shows)."""
@@ -946,11 +1030,9 @@ def failed_rerun(ui, demo):
     odd["event_time"] = odd["event_time"] - timedelta(days=30)
     pq.write_table(pa.Table.from_pylist([odd], schema=table.schema), folder / "zz-odd.parquet")
     before = {p: _latest_by_partition(ui, (p, "windowed_aggregates"), [day])[day] for p in PREFIXES}
-    done = subprocess.run(
-        [PYTHON, "-c", RERUN, day], cwd=REPO, env=demo.env, capture_output=True, text=True, timeout=DEMO_TIMEOUT
-    )
-    m = re.search(r"rerun (\S+) success=(\w+)", done.stdout)
-    assert m, f"the rerun did not report:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    out = reruns.rerun(day)
+    m = re.search(r"rerun (\S+) success=(\w+)", out)
+    assert m, f"the rerun did not report:\n{out[-3000:]}\n{_tail(reruns.log)}"
     assert m.group(2) == "False", "the rerun with a bad row should fail its blocking check"
     return day, m.group(1), before
 
@@ -995,30 +1077,9 @@ def test_a_failing_rerun_leaves_the_previous_output_current(ui, demo, failed_rer
 
 # --------------------------------------------------------------------------- out of date, where people look
 
-STALE_RERUN = textwrap.dedent(
-    """
-    import json
-    import sys
-    import dagster as dg
-    from orchestration.definitions import build_definitions
-    from orchestration.schedules import REPLAY_JOB
-
-    defs = build_definitions()
-    instance = dg.DagsterInstance.get()
-    result = defs.resolve_job_def(REPLAY_JOB).execute_in_process(instance=instance, partition_key=sys.argv[1],
-                                                                 raise_on_error=False)
-    print(f"rerun {result.run_id} success={result.success}")
-    # What the automation sensor rerun_out_of_date_partitions would request, were it on.
-    evaluated = dg.evaluate_automation_conditions(defs=defs, instance=instance)
-    states = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[-1] == "window_state"]
-    print("requested " + json.dumps({"/".join(k.path): sorted(evaluated.get_requested_partitions(k))
-                                     for k in states}))
-    """
-)
-
 
 @pytest.fixture(scope="module")
-def changed_input_rerun(ui, demo, failed_rerun):
+def changed_input_rerun(ui, demo, failed_rerun, reruns):
     """One landed file of the middle demo day is withdrawn (a corrected export), and the day is
     rerun alone: its state changes, so the last day, computed from the old state, is out of
     date. Runs after the failing rerun (its day stays the demo's committed output)."""
@@ -1026,13 +1087,11 @@ def changed_input_rerun(ui, demo, failed_rerun):
     folder = demo.root / "landing" / f"date={day}"
     withdrawn = sorted(folder.glob("*.parquet"))[0]
     withdrawn.rename(demo.root / f"withdrawn-{withdrawn.name}")
-    done = subprocess.run(
-        [PYTHON, "-c", STALE_RERUN, day], cwd=REPO, env=demo.env, capture_output=True, text=True, timeout=DEMO_TIMEOUT
-    )
-    m = re.search(r"rerun (\S+) success=(\w+)", done.stdout)
-    asked = re.search(r"^requested (.*)$", done.stdout, re.MULTILINE)
-    assert m and asked, f"the rerun did not report:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    assert m.group(2) == "True", f"the rerun failed:\n{done.stderr[-6000:]}"
+    out = reruns.rerun(f"{day} automation")
+    m = re.search(r"rerun (\S+) success=(\w+)", out)
+    asked = re.search(r"^requested (.*)$", out, re.MULTILINE)
+    assert m and asked, f"the rerun did not report:\n{out[-3000:]}\n{_tail(reruns.log)}"
+    assert m.group(2) == "True", f"the rerun failed:\n{_tail(reruns.log)}"
     return m.group(1), json.loads(asked.group(1))
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.lake.services import QUICK_JVM_OPTS
 from tests.outputs import commits, current, metrics, run_dir
 from tests.quality.conftest import rows
 from tests.quality.processes import TIMEOUT_S, run_folders, tree_digest
@@ -195,7 +196,8 @@ def test_the_write_probe_of_a_relative_output_leaves_nothing_behind(tmp_path):
 
     code = (
         "from windowing.spark import spark_session; from windowing.io import check_output_target; "
-        "s = spark_session(); [check_output_target(s, o) for o in ('out3', 'new/out3')]"
+        f"s = spark_session(conf={{'spark.driver.extraJavaOptions': {QUICK_JVM_OPTS!r}}}); "
+        "[check_output_target(s, o) for o in ('out3', 'new/out3')]"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(

@@ -7,8 +7,9 @@ the pyspark package on the same metastore, is queried with the package's ``beeli
 Embedded Derby admits one process at a time, and the pyspark package cannot start a
 shared metastore (the standalone ``HiveMetaStore`` lacks the LMAX disruptor jar, and
 Derby's network server jar is not shipped). So the history is published first, in
-subprocesses one after the other: the backfill, a rerun of the middle day with a changed
-input, a rerun blocked by a failing check and a rerun killed mid-write, a Dagster backfill
+subprocesses one after the other: the backfill; ``rewindow status``, a rerun of the middle
+day with a changed input and a rerun blocked by a failing check (three commands in one
+process: tests/windowing/catalog_cli_runs.py); a rerun killed mid-write, a Dagster backfill
 and a single ``rewindow replay --partition`` (each into a database of its own), and a
 ``rewindow reconcile`` whose both sides are tables; then the Thrift server starts once on
 that metastore and the queries check the result of all of them.
@@ -23,11 +24,13 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -153,7 +156,25 @@ def _rewindow(*argv, cwd: Path, check: bool = True) -> subprocess.CompletedProce
     return proc
 
 
-def _backfill(config, landing, out, first, last, check=True):
+def _rewindow_runs(*commands, cwd: Path) -> list[SimpleNamespace]:
+    """``rewindow`` ``commands`` (argument lists) one after the other in one process
+    (tests/windowing/catalog_cli_runs.py): each one's ``returncode``, ``stdout`` and ``stderr``."""
+    env = base_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])})
+    argvs = [[*map(str, argv), *SPARK_ARGS] for argv in commands]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.windowing.catalog_cli_runs", json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        cwd=cwd,
+    )
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(results) == len(commands), proc.stderr[-3000:]
+    return [SimpleNamespace(**r) for r in results]
+
+
+def _backfill(config, landing, out, first, last, *more, check=True):
     return _rewindow(
         "backfill",
         "--config",
@@ -166,9 +187,21 @@ def _backfill(config, landing, out, first, last, check=True):
         first,
         "--to",
         last,
+        *more,
         check=check,
         cwd=out.parent,
     )
+
+
+#: Hive's metastore handler retries a failed connection 10 times, 2 s apart (twice over): a
+#: locked embedded Derby stays locked meanwhile, so a publisher that cannot have it waits a
+#: minute to say so. One attempt says the same, sooner.
+ONE_METASTORE_ATTEMPT = (
+    "--conf",
+    "spark.hadoop.hive.hmshandler.retry.attempts=1",
+    "--conf",
+    "spark.hadoop.hive.metastore.connect.retries=0",
+)
 
 
 def _rows(run: Path, output: str) -> list[dict]:
@@ -210,21 +243,27 @@ def published(tmp_path_factory):
     # 1. the backfill: every partition committed, then published
     _backfill(config, landing, out, DAYS[0], DAYS[-1])
     facts["backfill"] = {d: current(folders[d]) for d in DAYS}
-    facts["status_after_backfill"] = _rewindow("status", "--config", config, "--output", out, cwd=base).stdout
 
-    # 2. the middle day rerun with a changed input: a new run, published in its place
+    # 2. `rewindow status`; the middle day rerun with a changed input: a new run, published in its place;
+    # 3. a rerun blocked by a failing check (an event 30 days before its arrival): not committed.
+    # Three commands in one process (tests/windowing/catalog_cli_runs.py): one Spark start-up, by `status`.
     _change_middle_day(landing)
-    _backfill(config, landing, out, MIDDLE, MIDDLE)
-    facts["rerun"] = current(folders[MIDDLE])
-
-    # 3. a rerun blocked by a failing check (an event 30 days before its arrival): not committed
-    folder = landing / f"date={MIDDLE}"
-    t = pq.read_table(folder / "changed.parquet")
+    blocked = base / "landing-blocked"  # the changed middle day, and the odd event
+    shutil.copytree(landing / f"date={MIDDLE}", blocked / f"date={MIDDLE}")
+    t = pq.read_table(blocked / f"date={MIDDLE}" / "changed.parquet")
     odd = {**t.slice(0, 1).to_pylist()[0], "offset": 2 * 10**9}
     odd["event_time"] = odd["event_time"] - timedelta(days=30)
-    pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), folder / "zz-odd.parquet")
-    facts["blocked"] = _backfill(config, landing, out, MIDDLE, MIDDLE, check=False)
-    (folder / "zz-odd.parquet").unlink()
+    pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), blocked / f"date={MIDDLE}" / "zz-odd.parquet")
+    rerun = ["backfill", "--config", config, "--output", out, "--from", MIDDLE, "--to", MIDDLE]
+    status, changed, facts["blocked"] = _rewindow_runs(
+        ["status", "--config", config, "--output", out],
+        [*rerun, "--input", landing],
+        [*rerun, "--input", blocked],
+        cwd=base,
+    )
+    assert status.returncode == 0 and changed.returncode == 0, (status.stderr[-3000:], changed.stderr[-3000:])
+    facts["status_after_backfill"] = status.stdout
+    facts["rerun"] = current(folders[MIDDLE])  # the blocked rerun committed nothing (asserted below)
 
     # 4. a rerun killed while it writes its run: not committed
     env = base_env({"PYTHONPATH": str(Path(__file__).parents[2])})
@@ -466,7 +505,15 @@ def test_a_publisher_that_cannot_reach_the_metastore_fails_before_any_work(publi
     the same time, and says so before replaying anything."""
     folders = published["folders"]
     before = {d: sorted(p.name for p in (folders[d] / "runs").iterdir()) for d in DAYS}
-    proc = _backfill(published["config"], published["landing"], published["out"], DAYS[0], DAYS[0], check=False)
+    proc = _backfill(
+        published["config"],
+        published["landing"],
+        published["out"],
+        DAYS[0],
+        DAYS[0],
+        *ONE_METASTORE_ATTEMPT,
+        check=False,
+    )
     assert proc.returncode == 1
     assert "output.catalog (replay.clicks_hourly_*)" in proc.stderr and "cannot use database" in proc.stderr
     assert {d: sorted(p.name for p in (folders[d] / "runs").iterdir()) for d in DAYS} == before

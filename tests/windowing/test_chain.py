@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.histories import landing_with_odd_row
+from tests.lake.services import QUICK_JVM_OPTS
 from windowing.chain import COMMITTED, FAILED, MISSING, OUT_OF_DATE, Chain, ChainError, Partitions
 from windowing.config import load_pipeline
 from windowing.store import state_content_hash
@@ -192,6 +193,8 @@ def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history,
         "spark.sql.shuffle.partitions=2",
         "--master",
         "local[1]",
+        "--conf",
+        f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
     ]
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True
