@@ -7,12 +7,13 @@ the pyspark package on the same metastore, is queried with the package's ``beeli
 Embedded Derby admits one process at a time, and the pyspark package cannot start a
 shared metastore (the standalone ``HiveMetaStore`` lacks the LMAX disruptor jar, and
 Derby's network server jar is not shipped). So the history is published first, in
-subprocesses one after the other: the backfill; ``rewindow status``, a rerun of the middle
-day with a changed input and a rerun blocked by a failing check (three commands in one
-process: tests/windowing/catalog_cli_runs.py); a rerun killed mid-write, a Dagster backfill
-and a single ``rewindow replay --partition`` (each into a database of its own), and a
-``rewindow reconcile`` whose both sides are tables; then the Thrift server starts once on
-that metastore and the queries check the result of all of them.
+three processes one after the other: a Dagster backfill (into a database of its own); six
+``rewindow`` commands in one process (tests/windowing/catalog_cli_runs.py: one Spark
+start-up): the backfill, ``rewindow status``, a rerun of the middle day with a changed
+input, a rerun blocked by a failing check, a single ``rewindow replay --partition`` (into
+a database of its own) and a ``rewindow reconcile`` whose both sides are tables; and a
+rerun killed mid-write. Then the Thrift server starts once on that metastore and the
+queries check the result of all of them.
 Two processes publishing at once cannot share embedded Derby: the test shows instead that
 a publisher started while the server holds the metastore fails before any work.
 """
@@ -240,66 +241,21 @@ def published(tmp_path_factory):
     folders = {d: out / "clicks-hourly" / d for d in DAYS}
     facts: dict = {"out": out, "folders": folders, "base": base}
 
-    # 1. the backfill: every partition committed, then published
-    _backfill(config, landing, out, DAYS[0], DAYS[-1])
-    facts["backfill"] = {d: current(folders[d]) for d in DAYS}
-
-    # 2. `rewindow status`; the middle day rerun with a changed input: a new run, published in its place;
-    # 3. a rerun blocked by a failing check (an event 30 days before its arrival): not committed.
-    # Three commands in one process (tests/windowing/catalog_cli_runs.py): one Spark start-up, by `status`.
-    _change_middle_day(landing)
+    # The inputs of every step, prepared first: the Dagster backfill's own copy of the history (as it
+    # landed first), the middle day changed (a new run), and changed again with an odd event (blocked).
+    dagster_landing, pipelines = base / "dagster_landing", base / "pipelines"
+    shutil.copytree(landing, dagster_landing)
+    changed = base / "landing-changed"  # the history with its middle day changed
+    shutil.copytree(landing, changed)
+    _change_middle_day(changed)
     blocked = base / "landing-blocked"  # the changed middle day, and the odd event
-    shutil.copytree(landing / f"date={MIDDLE}", blocked / f"date={MIDDLE}")
+    shutil.copytree(changed / f"date={MIDDLE}", blocked / f"date={MIDDLE}")
     t = pq.read_table(blocked / f"date={MIDDLE}" / "changed.parquet")
     odd = {**t.slice(0, 1).to_pylist()[0], "offset": 2 * 10**9}
     odd["event_time"] = odd["event_time"] - timedelta(days=30)
     pq.write_table(pa.Table.from_pylist([odd], schema=t.schema), blocked / f"date={MIDDLE}" / "zz-odd.parquet")
-    rerun = ["backfill", "--config", config, "--output", out, "--from", MIDDLE, "--to", MIDDLE]
-    status, changed, facts["blocked"] = _rewindow_runs(
-        ["status", "--config", config, "--output", out],
-        [*rerun, "--input", landing],
-        [*rerun, "--input", blocked],
-        cwd=base,
-    )
-    assert status.returncode == 0 and changed.returncode == 0, (status.stderr[-3000:], changed.stderr[-3000:])
-    facts["status_after_backfill"] = status.stdout
-    facts["rerun"] = current(folders[MIDDLE])  # the blocked rerun committed nothing (asserted below)
 
-    # 4. a rerun killed while it writes its run: not committed
-    env = base_env({"PYTHONPATH": str(Path(__file__).parents[2])})
-    with open(base / "killed.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "windowing.cli",
-                "backfill",
-                "--config",
-                str(config),
-                "--input",
-                str(landing),
-                "--output",
-                str(out),
-                "--from",
-                MIDDLE,
-                "--to",
-                MIDDLE,
-                *SPARK_ARGS,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            cwd=base,
-        )
-    facts["killed"] = kill_when(proc, folders[MIDDLE], "write")
-    facts["commits_after"] = {d: commits(folders[d]) for d in DAYS}
-
-    # 5. the Dagster assets publish the same history (as it landed first) to another database of the metastore
-    dagster_landing, pipelines = base / "dagster_landing", base / "pipelines"
-    generate_history(
-        dagster_landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=1000, keys=20, seed=11
-    )
+    # 1. the Dagster assets publish the history to a database of its own
     pipelines.mkdir()
     (pipelines / "clicks-hourly.yaml").write_text(CATALOG_YAML.replace("database: replay", "database: dagster_replay"))
     proc = subprocess.run(
@@ -330,53 +286,91 @@ def published(tmp_path_factory):
     facts["dagster"] = json.loads(proc.stdout.strip().splitlines()[-1])
     facts["dagster_folders"] = {d: base / "dagster_out" / "clicks-hourly" / d for d in DAYS}
 
-    # 6. one partition replayed alone (`rewindow replay --partition`), published to another database
+    # 2. six commands in one process (tests/windowing/catalog_cli_runs.py), one Spark start-up:
+    # the backfill, every partition committed, then published; `rewindow status`; the middle day
+    # rerun with a changed input: a new run, published in its place; a rerun blocked by a failing
+    # check (an event 30 days before its arrival): not committed; one partition replayed alone
+    # (`rewindow replay --partition`) into another database; and `rewindow reconcile`, both sides
+    # named as tables: the CLI-published history (its middle day rerun with another input)
+    # against the Dagster-published one (as first landed).
     facts["single"] = base / "single" / DAYS[0]
-    facts["replay"] = _rewindow(
-        "replay",
-        "--config",
-        config,
-        "--input",
-        dagster_landing / f"date={DAYS[0]}",
-        "--output",
-        facts["single"],
-        "--partition",
-        DAYS[0],
-        "--catalog-database",
-        "single",
-        "--metastore-dir",
-        out / "_metastore",
+    rerun = ["backfill", "--config", config, "--output", out, "--from", MIDDLE, "--to", MIDDLE]
+    runs = _rewindow_runs(
+        ["backfill", "--config", config, "--input", landing, "--output", out, "--from", DAYS[0], "--to", DAYS[-1]],
+        ["status", "--config", config, "--output", out],
+        [*rerun, "--input", changed],
+        [*rerun, "--input", blocked],
+        [
+            "replay",
+            "--config",
+            config,
+            "--input",
+            dagster_landing / f"date={DAYS[0]}",
+            "--output",
+            facts["single"],
+            "--partition",
+            DAYS[0],
+            "--catalog-database",
+            "single",
+            "--metastore-dir",
+            out / "_metastore",
+        ],
+        [
+            "reconcile",
+            "--config",
+            config,
+            "--replay",
+            "replay.clicks_hourly",
+            "--live",
+            "dagster_replay.clicks_hourly_aggregates",
+            "--output",
+            base / "recon",
+            "--metastore-dir",
+            out / "_metastore",
+            *[a for d in [*DAYS, "2024-01-04"] for a in ("--partition-edge", d)],
+        ],
         cwd=base,
     )
+    backfill, status, changed_run, facts["blocked"], facts["replay"], facts["reconcile"] = runs
+    for run in (backfill, status, changed_run, facts["replay"]):
+        assert run.returncode == 0, (run.argv[0], run.stderr[-3000:])
+    facts["status_after_backfill"] = status.stdout
+    facts["backfill"] = {d: commits(folders[d])[0] for d in DAYS}  # each partition's first commit
+    assert len(commits(folders[MIDDLE])) == 2 and all(len(commits(folders[d])) == 1 for d in DAYS if d != MIDDLE)
+    facts["rerun"] = current(folders[MIDDLE])  # the blocked rerun committed nothing (asserted below)
 
-    # 7. reconcile, both sides named as tables: the CLI-published history (the middle day rerun with another
-    # input) against the Dagster-published one (as first landed)
-    facts["reconcile"] = _rewindow(
-        "reconcile",
-        "--config",
-        config,
-        "--replay",
-        "replay.clicks_hourly",
-        "--live",
-        "dagster_replay.clicks_hourly_aggregates",
-        "--output",
-        base / "recon",
-        "--metastore-dir",
-        out / "_metastore",
-        "--partition-edge",
-        DAYS[0],
-        "--partition-edge",
-        DAYS[1],
-        "--partition-edge",
-        DAYS[2],
-        "--partition-edge",
-        "2024-01-04",
-        cwd=base,
-        check=False,
-    )
+    # 3. a rerun killed while it writes its run: not committed
+    env = base_env({"PYTHONPATH": str(Path(__file__).parents[2])})
+    with open(base / "killed.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "windowing.cli",
+                "backfill",
+                "--config",
+                str(config),
+                "--input",
+                str(changed),
+                "--output",
+                str(out),
+                "--from",
+                MIDDLE,
+                "--to",
+                MIDDLE,
+                *SPARK_ARGS,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            cwd=base,
+        )
+    facts["killed"] = kill_when(proc, folders[MIDDLE], "write")
+    facts["commits_after"] = {d: commits(folders[d]) for d in DAYS}
     facts["publish_seconds"] = time.monotonic() - began
 
-    # 5. the Thrift JDBC server, once, on the same metastore
+    # 4. the Thrift JDBC server, once, on the same metastore
     port = free_port()
     cmd = thrift_server_command(str(out / "_metastore"), port, spark_home=spark_home())
     server = ManagedProcess("thrift", cmd, base_env(), base / "thrift.log", base)
