@@ -32,7 +32,7 @@ NOT_PYTHON_IO = (
     "file_path=str(Path(",
 )
 LOCAL_BY_DESIGN = {
-    "windowing/config.py",
+    "windowing/config/__init__.py",
     "windowing/sample.py",
     "orchestration/demo.py",
     "orchestration/definitions.py",
