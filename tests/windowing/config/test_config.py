@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 from windowing import ConfigError, load_pipeline, parse_pipeline, replay
 from windowing.config import Clock, Lateness, WatermarkStrategy, WindowType
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples" / "pipelines").glob("*.yaml"))
 
 S, M, H = 1_000, 60_000, 3_600_000
