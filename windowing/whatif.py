@@ -39,7 +39,16 @@ from windowing import kernel as K
 from windowing.arrays import group_codes, order_codes, sat_sub, value_order_keys
 from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, Window, WindowType
-from windowing.contract import CLOSE_REASONS, REASON_NAMES, WATERMARK
+from windowing.contract import (
+    CLOSE_REASONS,
+    IDLE_REASON,
+    KEY_KIND,
+    MAX_DURATION_REASON,
+    REASON_NAMES,
+    WATERMARK,
+    WATERMARK_REASON,
+    WINDOW_KIND,
+)
 from windowing.durations import format_duration_ms
 from windowing.sweep import Lean, sweep, sweepable
 
@@ -58,7 +67,7 @@ LEAN_AGGREGATE = Aggregate(type="count", column=None, name="whatif_events")
 NEVER_LATE_DELAY_MS = MAX_EPOCH_MS - MIN_EPOCH_MS + 1
 #: Reasons whose emit time measures emission latency (END_OF_INPUT is the end of a bounded
 #: replay, not of the window's wait).
-LATENCY_REASONS = ("WATERMARK", "IDLE", "MAX_DURATION")
+LATENCY_REASONS = (WATERMARK_REASON, IDLE_REASON, MAX_DURATION_REASON)
 HOUR_MS = 3_600_000
 #: Upper bounds (ms, inclusive) of the lateness histogram's bins; the last bin is open.
 LATENESS_BINS_MS = (
@@ -754,9 +763,9 @@ def _as_lean_state(state: pa.Table, spec: K.Spec) -> pa.Table:
             cols.append(pa.array([spec.pipeline.fingerprint()] * n, f.type))
         elif f.name == f"partial_{count.name}":
             cols.append(
-                pc.if_else(pc.equal(state["state_kind"], "window"), state["events"], pa.scalar(None, pa.int64())).cast(
-                    f.type
-                )
+                pc.if_else(
+                    pc.equal(state["state_kind"], WINDOW_KIND), state["events"], pa.scalar(None, pa.int64())
+                ).cast(f.type)
             )
         elif f.name in state.column_names:
             cols.append(state[f.name].cast(f.type))
@@ -810,7 +819,7 @@ def _key_row_owners(wi: WhatIf) -> dict[str, str]:
 
 
 def _without_key_rows(state: pa.Table) -> pa.Table:
-    return state.filter(pc.not_equal(state["state_kind"], "key"))
+    return state.filter(pc.not_equal(state["state_kind"], KEY_KIND))
 
 
 def _shared_key_rows(table: pa.Table, wi: WhatIf) -> pa.Table:
@@ -1140,7 +1149,7 @@ def _perfect(
     kind = table["__kind"].to_numpy()
     carried = np.flatnonzero((kind == K.STATE_WINDOW) & (variant_of == wi.variants.index(wi.full)))
     events = np.flatnonzero(is_event)
-    pe, ws, _ = K._assign(table["__evt"].to_numpy()[events], p.window)
+    pe, ws, _ = K.assign_windows(table["__evt"].to_numpy()[events], p.window)
     keyed = table.select(kcols or ["__kind"])  # the key columns only (all the pairs)
     ev_t, st_t = keyed.take(pa.array(events[pe])), table.take(pa.array(carried))
     ids = _group_ids(

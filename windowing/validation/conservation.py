@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Pipeline, Trigger, WindowType
-from windowing.contract import AGGREGATE_REASON
+from windowing.contract import AGGREGATE_REASON, WINDOW_KIND
 from windowing.validation.base import (
     DEFAULT_SAMPLE_SIZE,
     CheckResult,
@@ -125,10 +125,10 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
         assert plan.plain is not None
         emitted = aggs.where(~_holds(reason == AGGREGATE_REASON))
         parts.append(plan.rows(emitted, _ms("window_start"), _ms("window_end"), -_col(plan.plain.name), "emitted"))
-        st = outputs.state.where(_col("state_kind") == "window")
+        st = outputs.state.where(_col("state_kind") == WINDOW_KIND)
         parts.append(plan.rows(st, _col("window_start_ms"), _col("window_end_ms"), -_col("events"), "open"))
         if prev_state is not None:
-            pst = prev_state.where(_col("state_kind") == "window")
+            pst = prev_state.where(_col("state_kind") == WINDOW_KIND)
             parts.append(plan.rows(pst, _col("window_start_ms"), _col("window_end_ms"), _col("events"), "prev_open"))
     if plan.by_snapshots:
         snaps = aggs.where(_holds(reason == AGGREGATE_REASON))
