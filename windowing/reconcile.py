@@ -666,7 +666,7 @@ def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df: DataFrame
         )
 
 
-def _ms(col: Column, dtype: Any) -> Column:
+def _as_ms(col: Column, dtype: Any) -> Column:
     """Epoch milliseconds of a timestamp or integer (epoch ms) column."""
     if _family(dtype) == "timestamp":
         return F.unix_millis(col.cast("timestamp"))
@@ -699,7 +699,9 @@ def _replay_rows(
     side has no worker (the replay's emissions are then renumbered over the workers)."""
     kept = df.where(F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit(AGGREGATE_REASON)))
     emit_ms = (
-        _ms(F.col("emit_time"), replay_types["emit_time"]) if "emit_time" in replay_types else F.lit(None).cast("long")
+        _as_ms(F.col("emit_time"), replay_types["emit_time"])
+        if "emit_time" in replay_types
+        else F.lit(None).cast("long")
     )
     select = [F.lit(_REPLAY).alias("__side")]
     if ids.worker:
@@ -707,8 +709,8 @@ def _replay_rows(
     if ids.key:
         select += ids.encode("__k", _col(ids.key))
     select += [
-        _ms(F.col("window_start"), replay_types["window_start"]).alias("__ws"),
-        _ms(F.col("window_end"), replay_types["window_end"]).alias("__we"),
+        _as_ms(F.col("window_start"), replay_types["window_start"]).alias("__ws"),
+        _as_ms(F.col("window_end"), replay_types["window_end"]).alias("__we"),
         F.col("emission").cast("long").alias("__em"),
         emit_ms.alias("__emit_ms"),
         _reason_code(F.col("emit_reason")).alias("__reason"),
@@ -737,12 +739,12 @@ def _live_rows(
     if ids.key:
         select += ids.encode("__k", _col(cast(str, cols.key)).try_cast(ids.types["__k"]))  # mapped: ids.key
     select += [
-        _ms(_col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
-        _ms(_col(cols.window_end), live_types[cols.window_end]).alias("__we"),
+        _as_ms(_col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
+        _as_ms(_col(cols.window_end), live_types[cols.window_end]).alias("__we"),
         (_col(cols.emission).cast("long") if cols.emission else F.lit(None).cast("long")).alias("__em"),
-        (_ms(_col(cols.emit_time), live_types[cols.emit_time]) if cols.emit_time else F.lit(None).cast("long")).alias(
-            "__emit_ms"
-        ),
+        (
+            _as_ms(_col(cols.emit_time), live_types[cols.emit_time]) if cols.emit_time else F.lit(None).cast("long")
+        ).alias("__emit_ms"),
     ]
     select += [_col(a.live_column).try_cast(_value_type(a, replay_types)).alias(a.value) for a in compared]
     return df.select(*select)
@@ -762,8 +764,8 @@ def _late_rows(pipeline: Pipeline, late: DataFrame | None, ids: _Ids) -> DataFra
     if ids.key:
         keyed += ids.encode("__k", _col(ids.key))
     keyed += [
-        _ms(F.col("window_start"), types["window_start"]).alias("__ws"),
-        _ms(F.col("window_end"), types["window_end"]).alias("__we"),
+        _as_ms(F.col("window_start"), types["window_start"]).alias("__ws"),
+        _as_ms(F.col("window_end"), types["window_end"]).alias("__we"),
         arrival_ms.alias("__arrival_ms"),
     ]
     return (

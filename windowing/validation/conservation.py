@@ -19,9 +19,9 @@ from windowing.validation.base import (
     Finish,
     Resolve,
     _any,
+    _col_ms,
     _holds,
     _jsonable,
-    _ms,
     _Pass,
     _run,
     _skip,
@@ -117,14 +117,16 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
     parts = [
         _memberships(pipeline, input_df, plan.key_types, 1, "input"),
         _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
-        plan.rows(outputs.late_events, _ms("window_start"), _ms("window_end"), F.lit(-1), "late"),
+        plan.rows(outputs.late_events, _col_ms("window_start"), _col_ms("window_end"), F.lit(-1), "late"),
     ]
     reason = _col("emit_reason")
     aggs = outputs.aggregates
     if plan.by_counts:
         assert plan.plain is not None
         emitted = aggs.where(~_holds(reason == AGGREGATE_REASON))
-        parts.append(plan.rows(emitted, _ms("window_start"), _ms("window_end"), -_col(plan.plain.name), "emitted"))
+        parts.append(
+            plan.rows(emitted, _col_ms("window_start"), _col_ms("window_end"), -_col(plan.plain.name), "emitted")
+        )
         st = outputs.state.where(_col("state_kind") == WINDOW_KIND)
         parts.append(plan.rows(st, _col("window_start_ms"), _col("window_end_ms"), -_col("events"), "open"))
         if prev_state is not None:
@@ -132,7 +134,7 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
             parts.append(plan.rows(pst, _col("window_start_ms"), _col("window_end_ms"), _col("events"), "prev_open"))
     if plan.by_snapshots:
         snaps = aggs.where(_holds(reason == AGGREGATE_REASON))
-        parts.append(plan.rows(snaps, _ms("window_start"), _ms("window_end"), F.lit(-1), "snapshots"))
+        parts.append(plan.rows(snaps, _col_ms("window_start"), _col_ms("window_end"), F.lit(-1), "snapshots"))
     return parts
 
 

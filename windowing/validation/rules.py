@@ -31,9 +31,9 @@ from windowing.validation.base import (
     Finish,
     _all,
     _any,
+    _col_ms,
     _duplicates,
     _holds,
-    _ms,
     _Pass,
     _Rule,
     _rules,
@@ -186,7 +186,7 @@ def _aggregates_checks(
         sample_size,
         only,
     )
-    ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("emit_watermark")
+    ws, we, wm = _col_ms("window_start"), _col_ms("window_end"), _col_ms("emit_watermark")
     reason = _col("emit_reason")
     rules = [
         _Rule(
@@ -400,7 +400,7 @@ def _late_checks(
         only,
     )
     t = _event_ms_in(pipeline, late)
-    ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("watermark")
+    ws, we, wm = _col_ms("window_start"), _col_ms("window_end"), _col_ms("watermark")
     no_t = "the event time column is not in late_events"
     if w.lateness is Lateness.WINDOW_CLOSED:
         if session:
