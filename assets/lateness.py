@@ -30,6 +30,7 @@ from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
 from assets.resources import SparkResource, StorageResource
 from windowing import landing, store
 from windowing.config import Pipeline
+from windowing.contract import IDLE_REASON, MAX_DURATION_REASON, WATERMARK_REASON
 from windowing.lake import join
 from windowing.metrics import ReplayMetrics
 
@@ -163,7 +164,7 @@ class _Done:
 
 
 def _options(config: LatenessConfig) -> "LatenessOptions":
-    from windowing.config import parse_share
+    from windowing.config.fields import parse_share
     from windowing.durations import parse_duration_ms
     from windowing.lateness import LatenessOptions, parse_delays, parse_modes
 
@@ -277,7 +278,7 @@ def metadata(figures: Mapping[str, Any], run_path: str, seconds: float) -> dict[
 
 
 #: Figures of the configured replay the check compares with the replay partition's metrics.
-COMPARED = ("late_events", "late_event_windows", "WATERMARK", "IDLE", "MAX_DURATION")
+COMPARED = ("late_events", "late_event_windows", WATERMARK_REASON, IDLE_REASON, MAX_DURATION_REASON)
 
 
 def compare_with_replay(

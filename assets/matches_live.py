@@ -29,7 +29,8 @@ from windowing.store import partition_folder
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from windowing.config import LiveSource, Pipeline
+    from windowing.config import Pipeline
+    from windowing.config.reconcile import LiveSource
     from windowing.reconcile import ReconcileResult
 
 LIVE_CHECK = "matches_live"

@@ -42,7 +42,7 @@ from assets.resources import SparkResource, StorageResource
 from windowing import store
 from windowing.chain import Chain, ChainError, PartitionResult, Partitions
 from windowing.config import Pipeline, Trigger, ignored_fields_note
-from windowing.contract import CLOSE_REASONS
+from windowing.contract import CLOSE_REASONS, IDLE_REASON, WATERMARK_REASON, WINDOW_COLUMNS
 from windowing.lake import join, qualify
 from windowing.metrics import ReplayMetrics
 from windowing.validation.registry import quality_checks
@@ -403,7 +403,7 @@ def plotted_reasons(pipeline: Pipeline) -> tuple[str, ...]:
     are exceptions, zero on most partitions: a plot of them is a flat zero line, and one
     emitted only when non-zero leaves gaps the UI draws as missing data. They are in the
     ``*_by_reason`` JSON of each partition (docs/orchestration.md, "What is plotted")."""
-    return ("WATERMARK", "IDLE") if pipeline.window.idle_timeout_ms is not None else ("WATERMARK",)
+    return (WATERMARK_REASON, IDLE_REASON) if pipeline.window.idle_timeout_ms is not None else (WATERMARK_REASON,)
 
 
 def snapshots_possible(pipeline: Pipeline) -> bool:
@@ -476,10 +476,10 @@ def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, 
     meta["dagster/uri"] = dg.MetadataValue.url(qualify(location))
     if name == "window_state":
         meta["windows_created"] = dg.MetadataValue.int(m.windows_created)
-        if "IDLE" in reasons:  # idle flushes need an idle timeout
+        if IDLE_REASON in reasons:  # idle flushes need an idle timeout
             meta["idle_keys_removed"] = dg.MetadataValue.int(m.idle_keys_removed)
     else:
-        order = [c for c in ("window_start", "window_end") if c in df.columns]
+        order = [c for c in WINDOW_COLUMNS if c in df.columns]
         meta["preview"] = table_preview(df.orderBy(*order) if order else df, descriptions=descriptions)
     meta.update(table_name_metadata(pipeline, OUTPUTS[name]))
     return meta

@@ -124,10 +124,10 @@ def default_start(landing_zone: str, partition_column: str | None, days: int) ->
     second run replays the same history), else ``days`` days before today (UTC), so the
     history ends yesterday. Recent days matter for the UI: Dagster 1.13's Plots ->
     Partitions tab only looks at the 120 partitions before today."""
-    from orchestration.partitions import landed_days
+    from orchestration.partitions import landed_day_folders
 
     try:
-        landed = landed_days(landing_zone, partition_column) if partition_column else []
+        landed = landed_day_folders(landing_zone, partition_column) if partition_column else []
     except Exception:  # noqa: BLE001 - no landing zone yet
         landed = []
     first = landed[0] if landed else datetime.now(timezone.utc).date() - timedelta(days=days)

@@ -23,7 +23,7 @@ import dagster as dg
 
 from assets.events import EVENTS_KEY
 from assets.resources import StorageResource
-from orchestration.partitions import describe, landed_days
+from orchestration.partitions import describe, landed_day_folders
 from orchestration.sensors import GRACE, landing_location, midnight
 
 FRESHNESS_CHECK = "newest_partition_on_time"
@@ -63,7 +63,7 @@ def build_freshness_check(grain: str) -> dg.AssetChecksDefinition:
                 description=f"landing zone {zone} has no partition column: no day folders to check",
             )
         try:
-            days = landed_days(zone, column)
+            days = landed_day_folders(zone, column)
         except Exception as exc:  # noqa: BLE001 - unknown scheme, credentials, missing folder, ...
             return dg.AssetCheckResult(
                 passed=False,

@@ -108,7 +108,7 @@ class PartitionSettings:
             days = []
         else:
             try:
-                days = landed_days(landing_zone, partition_column)
+                days = landed_day_folders(landing_zone, partition_column)
                 why = f"it holds no {partition_column}=YYYY-MM-DD folder"
             except Exception as exc:  # noqa: BLE001 - unknown scheme, credentials, missing folder, ...
                 why = f"cannot list it ({describe(exc)})"
@@ -144,7 +144,7 @@ class PartitionSettings:
         return dg.DailyPartitionsDefinition(start_date=self.start, end_date=self.end, timezone="UTC")
 
 
-def landed_days(landing_zone: str, partition_column: str) -> list[date]:
+def landed_day_folders(landing_zone: str, partition_column: str) -> list[date]:
     """The days of the landing zone's top-level ``<partition column>=YYYY-MM-DD`` folders, sorted.
 
     Lists folder names only, with ``pyarrow.fs`` (no Spark, nothing read); raises when the

@@ -29,7 +29,7 @@ from datetime import date, datetime, time, timedelta, timezone
 import dagster as dg
 
 from assets.resources import StorageResource, resolved
-from orchestration.partitions import PartitionSettings, describe, landed_days
+from orchestration.partitions import PartitionSettings, describe, landed_day_folders
 from windowing.lake import absolute
 
 SENSOR_NAME = "landing_zone_sensor"
@@ -78,7 +78,7 @@ def build_landing_zone_sensor(
                 "no day folders to watch"
             )
         try:
-            days = landed_days(zone, column)
+            days = landed_day_folders(zone, column)
         except Exception as exc:  # noqa: BLE001 - unknown scheme, credentials, missing folder, ...
             return dg.SkipReason(f"cannot list landing zone {zone}: {describe(exc)}")
         if not days:

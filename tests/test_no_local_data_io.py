@@ -3,7 +3,7 @@
 Events, outputs, state and commit records go through Spark's readers and writers and
 ``windowing.lake.Lake`` (Hadoop's API). Python's ``os``/``pathlib``/``shutil``/``fcntl``
 file operations are allowed only where the path is local by design: the pipeline YAML
-(``config.py``), the pipelines folder and the Dagster home (``orchestration/``), the
+(``config/loading.py``), the pipelines folder and the Dagster home (``orchestration/``), the
 sample-history generator (``sample.py``, which writes local test and demo data), the
 embedded Derby metastore's folder (``metastore.py``), and a kernel task's spill folder
 (``chunks.py``: the executor's own local folder, ``SPARK_LOCAL_DIRS``, as Spark's shuffle).
@@ -32,7 +32,7 @@ NOT_PYTHON_IO = (
     "file_path=str(Path(",
 )
 LOCAL_BY_DESIGN = {
-    "windowing/config.py",
+    "windowing/config/loading.py",
     "windowing/sample.py",
     "orchestration/demo.py",
     "orchestration/definitions.py",

@@ -1,10 +1,11 @@
-"""The shared vocabulary of a replay's outputs, in one place (issue 14, item 4).
+"""The shared vocabulary of a replay's outputs, in one place (issue 14, item 4; issue 30).
 
 What several modules used to spell out as their own strings: the output names, why a
-window is emitted, why a row is rejected, the kinds of state row, and the columns the
-engine adds, and the outputs' Arrow schemas. Plain values and pyarrow schemas only (no
-Spark, no NumPy), so any layer may import it (but :mod:`windowing.config`, whose
-enums and pipeline it uses).
+window is emitted, why a row is rejected, the kinds of state row, the columns the
+outputs carry and the engine adds. Plain values only: this module imports nothing of
+rewindow's (and no third-party package), so any layer may import it, the configuration
+included. The outputs' Arrow schemas, which depend on a pipeline, are
+:mod:`windowing.config.arrow_schemas`.
 
 The kernel (``windowing/kernel``) codes emission reasons as the integers below and
 names its carried columns with ``STATE_PREFIX``.
@@ -12,11 +13,7 @@ names its carried columns with ``STATE_PREFIX``.
 
 from __future__ import annotations
 
-from typing import Final, Mapping
-
-import pyarrow as pa
-
-from windowing.config import Aggregate, Pipeline, WindowType
+from typing import Final
 
 # --------------------------------------------------------------------------- outputs
 
@@ -27,171 +24,111 @@ OUTPUTS: Final = ("aggregates", "late_events", "rejected", "state")
 
 #: Emission reasons as the kernel codes them (``OPEN``: not emitted yet).
 OPEN, WATERMARK, IDLE, MAX_DURATION, END_OF_INPUT, AGGREGATE = 0, 1, 2, 3, 4, 5
-#: ``emit_reason`` of an output row, by code.
-REASON_NAMES: Final = {
-    WATERMARK: "WATERMARK",
-    IDLE: "IDLE",
-    MAX_DURATION: "MAX_DURATION",
-    END_OF_INPUT: "END_OF_INPUT",
-    AGGREGATE: "AGGREGATE",
-}
+#: ``emit_reason`` of an output row: the watermark passed the window's end.
+WATERMARK_REASON: Final = "WATERMARK"
+#: ``emit_reason``: the key went idle (``idleTimeout``).
+IDLE_REASON: Final = "IDLE"
+#: ``emit_reason``: a session reached its ``maximumDuration``.
+MAX_DURATION_REASON: Final = "MAX_DURATION"
+#: ``emit_reason``: the replay ended (``replay.flushAtEnd``).
+END_OF_INPUT_REASON: Final = "END_OF_INPUT"
 #: ``emit_reason`` of an ``atAggregate`` snapshot row.
 AGGREGATE_REASON: Final = "AGGREGATE"
+#: ``emit_reason`` of an output row, by code.
+REASON_NAMES: Final = {
+    WATERMARK: WATERMARK_REASON,
+    IDLE: IDLE_REASON,
+    MAX_DURATION: MAX_DURATION_REASON,
+    END_OF_INPUT: END_OF_INPUT_REASON,
+    AGGREGATE: AGGREGATE_REASON,
+}
 #: Why a window closes (``emit_reason`` of its row), in the order they are reported.
-CLOSE_REASONS: Final = ("WATERMARK", "IDLE", "MAX_DURATION", "END_OF_INPUT")
+CLOSE_REASONS: Final = (WATERMARK_REASON, IDLE_REASON, MAX_DURATION_REASON, END_OF_INPUT_REASON)
 
 # --------------------------------------------------------------------------- reject reasons
+# The ``reason`` of a rejected row (docs/semantics.md section 1).
 
-#: Every reason the engine gives for a rejected row (docs/semantics.md section 1).
+ARRIVAL_NULL: Final = "arrival time is null"
+ARRIVAL_UNPARSEABLE: Final = "arrival time unparseable"
+EVENT_TIME_NULL: Final = "event time is null"
+EVENT_TIME_UNPARSEABLE: Final = "event time unparseable"
+#: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
+ARRIVAL_OUT_OF_RANGE: Final = "arrival time out of range"
+EVENT_OUT_OF_RANGE: Final = "event time out of range"
+BATCH_NULL: Final = "batch is null"
+#: A batch the carried state has already committed (a partition replayed twice).
+BATCH_COMMITTED: Final = "batch already committed"
+#: An event time more than ``source.maxFutureSkew`` ahead of the arrival time: rejected
+#: before it moves any watermark.
+FUTURE_SKEW: Final = "FUTURE_SKEW"
+#: Every reason the engine gives for a rejected row.
 REJECT_REASONS: Final = (
-    "arrival time is null",
-    "arrival time unparseable",
-    "event time is null",
-    "event time unparseable",
-    "arrival time out of range",
-    "event time out of range",
-    "batch is null",
-    "batch already committed",
-    "FUTURE_SKEW",
+    ARRIVAL_NULL,
+    ARRIVAL_UNPARSEABLE,
+    EVENT_TIME_NULL,
+    EVENT_TIME_UNPARSEABLE,
+    ARRIVAL_OUT_OF_RANGE,
+    EVENT_OUT_OF_RANGE,
+    BATCH_NULL,
+    BATCH_COMMITTED,
+    FUTURE_SKEW,
 )
 
 # --------------------------------------------------------------------------- state
 
-#: ``state_kind`` of a state row.
-STATE_KINDS: Final = ("worker", "key", "window", "emitted")
+#: ``state_kind`` of a state row: a worker's clocks, a key's watermark, an open window,
+#: an emitted window that may re-open.
+WORKER_KIND: Final = "worker"
+KEY_KIND: Final = "key"
+WINDOW_KIND: Final = "window"
+EMITTED_KIND: Final = "emitted"
+STATE_KINDS: Final = (WORKER_KIND, KEY_KIND, WINDOW_KIND, EMITTED_KIND)
+
+# --------------------------------------------------------------------------- output columns
+
+#: Columns rewindow adds to the ``aggregates`` output, before and after the aggregates
+#: (the worker and key columns come first).
+WINDOW_COLUMNS: Final = ("window_start", "window_end")
+EMIT_COLUMNS: Final = ("emit_reason", "emit_batch", "emit_time", "emit_watermark", "emission")
+#: Columns of the ``state`` output around the worker and key columns; the aggregates'
+#: partial values follow.
+STATE_HEAD_COLUMNS: Final = ("state_kind", "fingerprint")
+STATE_COLUMNS: Final = (
+    "batch",
+    "watermark_ms",
+    "clock_ms",
+    "max_event_ms",
+    "window_start_ms",
+    "window_end_ms",
+    "emissions",
+    "events",
+)
 #: Columns every state dataset has, whatever the pipeline.
 STATE_REQUIRED_COLUMNS: Final = ("state_kind", "fingerprint", "window_start_ms", "window_end_ms", "events")
+#: Columns late_events adds to the input columns.
+LATE_ADDED_COLUMNS: Final = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
+#: Columns of reconcile's ``mismatches`` output besides the worker and key columns and the
+#: ``live_<aggregate>`` / ``replay_<aggregate>`` pairs; the worker and key may not take these names.
+MISMATCH_COLUMNS: Final = (
+    "partition_key",
+    "category",
+    "window_start",
+    "window_end",
+    "emission",
+    "differing",
+    "replay_emit_reason",
+    "replay_emit_time",
+    "live_emit_time",
+    "explanations",
+    "detail",
+)
 
 # --------------------------------------------------------------------------- internal columns
 
 #: Prefix of the kernel's carried partial-aggregate columns.
 STATE_PREFIX: Final = "__s_"
-#: Columns late_events adds to the input columns.
-LATE_ADDED_COLUMNS: Final = ("batch", "window_start", "window_end", "watermark", "lateness_ms")
 
-# --------------------------------------------------------------------------- output schemas
-# The Arrow schemas of the outputs, as functions of the pipeline and the input columns'
-# Arrow types: the kernel writes them (windowing.kernel.Spec) and windowing.validation
-# checks them, from this one definition.
+# --------------------------------------------------------------------------- types
 
 #: The most digits a decimal holds (Spark's, and Arrow's decimal128).
 MAX_DECIMAL_DIGITS: Final = 38
-
-
-def _sum_type(vt: pa.DataType) -> pa.DataType:
-    """The type of a sum (and of a partial sum or avg's partial) of values of type ``vt``."""
-    if pa.types.is_decimal(vt):
-        return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 10), vt.scale)
-    return pa.int64() if pa.types.is_integer(vt) else pa.float64()
-
-
-def aggregate_output_type(agg: Aggregate, input_types: Mapping[str, pa.DataType]) -> pa.DataType:
-    """The output column's type of one aggregate (Spark's types: a decimal(p, s) sum is
-    decimal(min(38, p + 10), s), an avg decimal(min(38, p + 4), min(38, s + 4)))."""
-    if agg.type in ("count", "distinct"):
-        return pa.int64()
-    if agg.type in ("stddev_pop", "stddev_samp", "percentile"):
-        return pa.float64()
-    assert agg.column is not None
-    vt = input_types[agg.column]
-    if agg.type == "sum":
-        return _sum_type(vt)
-    if agg.type == "avg":
-        if pa.types.is_decimal(vt):
-            return pa.decimal128(min(MAX_DECIMAL_DIGITS, vt.precision + 4), min(MAX_DECIMAL_DIGITS, vt.scale + 4))
-        return pa.float64()
-    return vt  # min, max, first, last
-
-
-def aggregate_state_fields(
-    pipeline: Pipeline, agg: Aggregate, input_types: Mapping[str, pa.DataType]
-) -> list[pa.Field]:
-    """State columns of one aggregate's partial value (see ``Spec.partial_fields``)."""
-    name = f"partial_{agg.name}"
-    if agg.type in ("sum", "avg"):
-        assert agg.column is not None
-        sum_type = _sum_type(input_types[agg.column])
-        out = [pa.field(name, sum_type), pa.field(name + "_n", pa.int64())]
-        if pa.types.is_decimal(sum_type):
-            out.append(pa.field(name + "_overflow", pa.int64()))
-        return out
-    if agg.type == "distinct":
-        assert agg.column is not None
-        return [pa.field(name, pa.list_(input_types[agg.column]))]
-    if agg.type in ("stddev_pop", "stddev_samp"):
-        return [
-            pa.field(name, pa.string()),
-            pa.field(name + "_squares", pa.string()),
-            pa.field(name + "_n", pa.int64()),
-            pa.field(name + "_nonfinite", pa.int64()),
-        ]
-    if agg.type == "percentile":
-        return [pa.field(name, pa.list_(pa.float64()))]
-    fields = [pa.field(name, aggregate_output_type(agg, input_types))]
-    if agg.type in ("first", "last") and pipeline.window.type is WindowType.SESSION:
-        fields += [pa.field(name + "_batch", pa.int64()), pa.field(name + "_seq", pa.int64())]
-    return fields
-
-
-def key_fields(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> list[pa.Field]:
-    """The worker and key columns, as the input has them."""
-    return [pa.field(c, input_types[c]) for c in (pipeline.source.worker, pipeline.window.key) if c]
-
-
-def aggregates_schema(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> pa.Schema:
-    """The Arrow schema of ``aggregates``."""
-    ts = pa.timestamp("us", tz="UTC")
-    return pa.schema(
-        key_fields(pipeline, input_types)
-        + [pa.field("window_start", ts), pa.field("window_end", ts)]
-        + [pa.field(a.name, aggregate_output_type(a, input_types)) for a in pipeline.aggregates]
-        + [
-            pa.field("emit_reason", pa.string()),
-            pa.field("emit_batch", pa.int64()),
-            pa.field("emit_time", ts),
-            pa.field("emit_watermark", ts),
-            pa.field("emission", pa.int64()),
-        ]
-    )
-
-
-def late_input_columns(input_types: Mapping[str, pa.DataType]) -> list[str]:
-    """Input columns carried into late_events (a same-named added column wins)."""
-    return [c for c in input_types if c not in LATE_ADDED_COLUMNS]
-
-
-def late_schema(input_types: Mapping[str, pa.DataType]) -> pa.Schema:
-    """The Arrow schema of ``late_events``."""
-    ts = pa.timestamp("us", tz="UTC")
-    return pa.schema(
-        [pa.field(c, input_types[c]) for c in late_input_columns(input_types)]
-        + [
-            pa.field("batch", pa.int64()),
-            pa.field("window_start", ts),
-            pa.field("window_end", ts),
-            pa.field("watermark", ts),
-            pa.field("lateness_ms", pa.int64()),
-        ]
-    )
-
-
-def state_schema(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> pa.Schema:
-    """The Arrow schema of ``state``."""
-    fields = [pa.field("state_kind", pa.string()), pa.field("fingerprint", pa.string())]
-    fields += key_fields(pipeline, input_types)
-    fields += [
-        pa.field(n, pa.int64())
-        for n in (
-            "batch",
-            "watermark_ms",
-            "clock_ms",
-            "max_event_ms",
-            "window_start_ms",
-            "window_end_ms",
-            "emissions",
-            "events",
-        )
-    ]
-    for a in pipeline.aggregates:
-        fields += aggregate_state_fields(pipeline, a, input_types)
-    return pa.schema(fields)

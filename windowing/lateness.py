@@ -45,10 +45,10 @@ from windowing import kernel as K
 from windowing import metrics as M
 from windowing import whatif as W
 from windowing.columns import col as _col
-from windowing.config import ConfigError, Lateness, Pipeline, WatermarkStrategy, load_pipeline, parse_share
-from windowing.contract import CLOSE_REASONS
+from windowing.config import ConfigError, Lateness, Pipeline, WatermarkStrategy, load_pipeline
+from windowing.config.fields import parse_share
+from windowing.contract import CLOSE_REASONS, FUTURE_SKEW, IDLE_REASON, KEY_KIND, WINDOW_KIND, WORKER_KIND
 from windowing.durations import format_duration_ms, human_duration, parse_duration_ms
-from windowing.engine import FUTURE_SKEW
 from windowing.io import (
     InputError,
     Staged,
@@ -63,10 +63,7 @@ from windowing.io import (
 from windowing.lake import Lake, glob_escape, join
 
 # The command's defaults live apart so that `rewindow --help` need not import this module.
-from windowing.lateness_defaults import DEFAULT_DELAYS as DEFAULT_DELAYS
-from windowing.lateness_defaults import DEFAULT_FUTURE_SKEW as DEFAULT_FUTURE_SKEW
-from windowing.lateness_defaults import DEFAULT_TARGET_LATE as DEFAULT_TARGET_LATE
-from windowing.lateness_defaults import DEFAULT_WORST as DEFAULT_WORST
+from windowing.lateness_defaults import DEFAULT_WORST
 from windowing.lateness_report import render_report
 from windowing.manifest import write_manifest
 from windowing.spark import check_workers, spark_session
@@ -447,7 +444,7 @@ def _worker_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | No
         return {}
     wcol = pipeline.source.worker
     out: dict[str, list[dict[str, Any]]] = {}
-    for r in state.where(F.col("state_kind") == "worker").collect():
+    for r in state.where(F.col("state_kind") == WORKER_KIND).collect():
         out.setdefault(r["variant"], []).append(
             {
                 "worker": (r[wcol] if wcol else 0),
@@ -465,8 +462,8 @@ def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state: DataFrame, events_df: D
     types = dict(events_df.dtypes)
     keep = [c for c in (wcol, kcol) if c]
     kind = (
-        F.when(F.col("state_kind") == "key", F.lit(K.STATE_KEY))
-        .when(F.col("state_kind") == "window", F.lit(K.STATE_WINDOW))
+        F.when(F.col("state_kind") == KEY_KIND, F.lit(K.STATE_KEY))
+        .when(F.col("state_kind") == WINDOW_KIND, F.lit(K.STATE_WINDOW))
         .otherwise(F.lit(K.STATE_EMITTED))
         .cast("byte")
     )
@@ -476,7 +473,7 @@ def _state_rows(pipeline: Pipeline, wi: W.WhatIf, state: DataFrame, events_df: D
         for c in state.columns
         if c not in keep and c not in ("fingerprint", "variant")
     ]
-    return state.where(F.col("state_kind") != "worker").select(
+    return state.where(F.col("state_kind") != WORKER_KIND).select(
         *cols, kind.alias("__kind"), F.col("variant").alias(W.VARIANT)
     )
 
@@ -934,8 +931,8 @@ def _skew_figures(pipeline: Pipeline, wi: W.WhatIf, counters: Counters, rejected
         "late_event_windows_caused": fc.get(W.SKEW_CAUSED_PAIRS, 0),
         "late_event_windows_attributed": fc.get(W.SKEW_ATTRIBUTED_PAIRS, 0),
         "late_events_without_skewed": sc.get(M.LATE_EVENTS, 0),
-        "idle_closes": fc.get(M.CLOSED_PREFIX + "IDLE", 0),
-        "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + "IDLE", 0),
+        "idle_closes": fc.get(M.CLOSED_PREFIX + IDLE_REASON, 0),
+        "idle_closes_without_skewed": sc.get(M.CLOSED_PREFIX + IDLE_REASON, 0),
     }
 
 

@@ -2,7 +2,7 @@
 
 The command line builds its parser, these defaults included, on every ``rewindow`` run,
 ``--help`` too; :mod:`windowing.lateness` imports Spark and the engine, this module
-nothing. :mod:`windowing.lateness` imports them from here (they stay importable from there).
+nothing. :mod:`windowing.lateness` and the command line import them from here.
 """
 
 from __future__ import annotations

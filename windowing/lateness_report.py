@@ -102,7 +102,7 @@ def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.4g} %"
 
 
-def _ms(v: float | None) -> str:
+def _ms_label(v: float | None) -> str:
     if v is None:
         return "-"
     v = float(v)
@@ -127,7 +127,7 @@ def _recommendations(f: Mapping[str, Any]) -> str:
     for r in f["recommendations"]:
         listed = (
             f"of the listed delays: <b>{_d(r['listed_delay_ms'])}</b> (late {_pct(r['listed_late_share'])}, "
-            f"latency p50 {_ms(r['listed_latency_p50_ms'])}, p99 {_ms(r['listed_latency_p99_ms'])})"
+            f"latency p50 {_ms_label(r['listed_latency_p50_ms'])}, p99 {_ms_label(r['listed_latency_p99_ms'])})"
             if r["listed_delay_ms"] is not None
             else "none of the listed delays is enough"
         )
@@ -261,7 +261,7 @@ def _latency_plot(f: Mapping[str, Any]) -> str:
         return _svg(['<text x="20" y="40">no window closed in this history</text>'])
     max_ms = max(list(f["delays_ms"]) + [1000])
     top = _nice(max(r["latency_p99_ms"] for r in rows))
-    body = _value_axis(top, _ms) + _delay_axis(max_ms)
+    body = _value_axis(top, _ms_label) + _delay_axis(max_ms)
     for s, m, colour in series:
         mine = sorted((r for r in rows if (r["strategy"], r["lateness"]) == (s, m)), key=lambda r: r["delay_ms"])
         for key, dash in (("latency_p50_ms", ""), ("latency_p99_ms", ' stroke-dasharray="2,3"')):
@@ -271,7 +271,7 @@ def _latency_plot(f: Mapping[str, Any]) -> str:
                 body.append(
                     f'<circle cx="{_xdelay(r["delay_ms"], max_ms):.1f}" cy="{_y(r[key], top):.1f}" r="3" '
                     f'fill="{colour}"><title>{_e(s)} {_d(r["delay_ms"])} {key[8:11]}: '
-                    f"{_ms(r[key])}</title></circle>"
+                    f"{_ms_label(r[key])}</title></circle>"
                 )
     body += _legend([(f"{s} {m}", c) for s, m, c in series], _LEFT + 10, _TOP + 12)
     return _svg(body)
@@ -360,10 +360,10 @@ def _curve_table(f: Mapping[str, Any]) -> str:
                 f"{r['windows_closed']:,}",
                 f"{r['closed_idle']:,}",
                 f"{r['open_windows']:,}",
-                _ms(r["latency_p50_ms"]),
-                _ms(r["latency_p90_ms"]),
-                _ms(r["latency_p99_ms"]),
-                _ms(r["latency_max_ms"]),
+                _ms_label(r["latency_p50_ms"]),
+                _ms_label(r["latency_p90_ms"]),
+                _ms_label(r["latency_p99_ms"]),
+                _ms_label(r["latency_max_ms"]),
             ]
         )
     return _table(head, rows, left=2)
@@ -400,7 +400,7 @@ def _worst_table(f: Mapping[str, Any]) -> str:
             + [
                 f"{_short(r['window_start'])} – {_short(r['window_end'])}",
                 f"{r['missed_events']:,}",
-                _ms(r["max_lateness_ms"]),
+                _ms_label(r["max_lateness_ms"]),
                 f"{r['emissions']:,}",
                 r["last_emit_reason"] or "-",
             ]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
+from windowing.contract import WINDOW_KIND
 from windowing.lake import Lake, display, glob_escape, join
 
 if TYPE_CHECKING:
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 MANIFEST = "_manifest.json"
 #: Its key in a commit record's ``extra``.
 RECORD_KEY = "state_manifest"
-#: The state rows whose content the manifest hashes: the open windows.
-WINDOW_KIND = "window"
 
 
 @dataclass(frozen=True)

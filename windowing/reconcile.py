@@ -61,26 +61,10 @@ from pyspark.sql import types as T
 from windowing.catalog import read_published
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
-
-# The reconcile: block is parsed with the rest of the pipeline YAML (windowing.config);
-# LiveSource, ReconcileSpec, parse_reconcile, ... are importable from here too, as before.
-from windowing.config import DEFAULT_ABSOLUTE_TOLERANCE as DEFAULT_ABSOLUTE_TOLERANCE
-from windowing.config import DEFAULT_MIN_MATCH as DEFAULT_MIN_MATCH
-from windowing.config import DEFAULT_RELATIVE_TOLERANCE as DEFAULT_RELATIVE_TOLERANCE
-from windowing.config import MISMATCH_COLUMNS as MISMATCH_COLUMNS
-from windowing.config import (
-    Aggregate,
-    ConfigError,
-    Pipeline,
-    _nearest,
-    load_pipeline,
-    parse_share,
-)
-from windowing.config import LiveColumns as LiveColumns
-from windowing.config import LiveSource as LiveSource
-from windowing.config import ReconcileSpec as ReconcileSpec
-from windowing.config import Tolerance as Tolerance
-from windowing.config import parse_reconcile as parse_reconcile
+from windowing.config import Aggregate, ConfigError, Pipeline, load_pipeline
+from windowing.config.fields import nearest_name, parse_share
+from windowing.config.reconcile import LiveColumns, LiveSource, ReconcileSpec, Tolerance
+from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS, WATERMARK_REASON
 from windowing.durations import format_duration_ms
 from windowing.io import (
     InputError,
@@ -174,9 +158,6 @@ _SUMMARY_SCHEMA = (
     "live_rows long, compared long, match long, value_mismatch long, missing_in_replay long, "
     "extra_in_replay long, explained long, unexplained long, match_rate double"
 )
-_SNAPSHOT_REASON = "AGGREGATE"
-#: Reasons a window is emitted for (contract section 10), counted per window for EMIT_REASON.
-_CLOSE_REASONS = ("WATERMARK", "IDLE", "MAX_DURATION", "END_OF_INPUT")
 _FIELD = "reconcile"
 
 
@@ -284,7 +265,7 @@ def check_live_columns(
                 fld.startswith(f"{cf}.aggregates.") and f"{cf}.aggregates" in spec.columns.defaulted
             ):
                 msg += f"; {col!r} is the default (the replay's name): map the live column under {fld}"
-            near = _nearest(col, have)
+            near = nearest_name(col, have)
             if near:
                 msg += f"; did you mean {near!r}?"
             raise ConfigError(msg)
@@ -685,7 +666,7 @@ def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df: DataFrame
         )
 
 
-def _ms(col: Column, dtype: Any) -> Column:
+def _as_ms(col: Column, dtype: Any) -> Column:
     """Epoch milliseconds of a timestamp or integer (epoch ms) column."""
     if _family(dtype) == "timestamp":
         return F.unix_millis(col.cast("timestamp"))
@@ -699,15 +680,15 @@ def _value_type(a: _Compared, replay_types: Mapping[str, Any]) -> Any:
 
 
 def _reason_code(reason: Column) -> Column:
-    """An emit reason as its index in :data:`_CLOSE_REASONS` (a number aggregates cheaply)."""
-    code = F.lit(len(_CLOSE_REASONS))
-    for i, r in reversed(list(enumerate(_CLOSE_REASONS))):
+    """An emit reason as its index in :data:`CLOSE_REASONS` (a number aggregates cheaply)."""
+    code = F.lit(len(CLOSE_REASONS))
+    for i, r in reversed(list(enumerate(CLOSE_REASONS))):
         code = F.when(reason == F.lit(r), F.lit(i)).otherwise(code)
     return F.when(reason.isNotNull(), code)
 
 
 def _reason_name(code: Column) -> Column:
-    return F.element_at(F.array(*[F.lit(r) for r in (*_CLOSE_REASONS, "OTHER")]), code + 1)
+    return F.element_at(F.array(*[F.lit(r) for r in (*CLOSE_REASONS, "OTHER")]), code + 1)
 
 
 def _replay_rows(
@@ -716,9 +697,11 @@ def _replay_rows(
     """The replay's windows (snapshots left out): side 0, window columns, ``__em``,
     ``__emit_ms``, ``__reason`` (a code), the values; ``__worker_order`` when the live
     side has no worker (the replay's emissions are then renumbered over the workers)."""
-    kept = df.where(F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit(_SNAPSHOT_REASON)))
+    kept = df.where(F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit(AGGREGATE_REASON)))
     emit_ms = (
-        _ms(F.col("emit_time"), replay_types["emit_time"]) if "emit_time" in replay_types else F.lit(None).cast("long")
+        _as_ms(F.col("emit_time"), replay_types["emit_time"])
+        if "emit_time" in replay_types
+        else F.lit(None).cast("long")
     )
     select = [F.lit(_REPLAY).alias("__side")]
     if ids.worker:
@@ -726,8 +709,8 @@ def _replay_rows(
     if ids.key:
         select += ids.encode("__k", _col(ids.key))
     select += [
-        _ms(F.col("window_start"), replay_types["window_start"]).alias("__ws"),
-        _ms(F.col("window_end"), replay_types["window_end"]).alias("__we"),
+        _as_ms(F.col("window_start"), replay_types["window_start"]).alias("__ws"),
+        _as_ms(F.col("window_end"), replay_types["window_end"]).alias("__we"),
         F.col("emission").cast("long").alias("__em"),
         emit_ms.alias("__emit_ms"),
         _reason_code(F.col("emit_reason")).alias("__reason"),
@@ -756,12 +739,12 @@ def _live_rows(
     if ids.key:
         select += ids.encode("__k", _col(cast(str, cols.key)).try_cast(ids.types["__k"]))  # mapped: ids.key
     select += [
-        _ms(_col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
-        _ms(_col(cols.window_end), live_types[cols.window_end]).alias("__we"),
+        _as_ms(_col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
+        _as_ms(_col(cols.window_end), live_types[cols.window_end]).alias("__we"),
         (_col(cols.emission).cast("long") if cols.emission else F.lit(None).cast("long")).alias("__em"),
-        (_ms(_col(cols.emit_time), live_types[cols.emit_time]) if cols.emit_time else F.lit(None).cast("long")).alias(
-            "__emit_ms"
-        ),
+        (
+            _as_ms(_col(cols.emit_time), live_types[cols.emit_time]) if cols.emit_time else F.lit(None).cast("long")
+        ).alias("__emit_ms"),
     ]
     select += [_col(a.live_column).try_cast(_value_type(a, replay_types)).alias(a.value) for a in compared]
     return df.select(*select)
@@ -781,8 +764,8 @@ def _late_rows(pipeline: Pipeline, late: DataFrame | None, ids: _Ids) -> DataFra
     if ids.key:
         keyed += ids.encode("__k", _col(ids.key))
     keyed += [
-        _ms(F.col("window_start"), types["window_start"]).alias("__ws"),
-        _ms(F.col("window_end"), types["window_end"]).alias("__we"),
+        _as_ms(F.col("window_start"), types["window_start"]).alias("__ws"),
+        _as_ms(F.col("window_end"), types["window_end"]).alias("__we"),
         arrival_ms.alias("__arrival_ms"),
     ]
     return (
@@ -887,7 +870,7 @@ def _window_figures(held: DataFrame, count_agg: _Compared | None, ids: _Ids) -> 
         F.count(F.when(F.col("__l_n") > 0, 1)).alias("__n_live"),
         *[
             F.count(F.when(F.col("__r_reason") == F.lit(i), 1)).alias(f"__n_{r.lower()}")
-            for i, r in enumerate(_CLOSE_REASONS)
+            for i, r in enumerate(CLOSE_REASONS)
         ],
         F.max("__late_n").alias("__late_n"),
         F.min("__late_first_ms").alias("__late_first_ms"),
@@ -1044,7 +1027,7 @@ def _emitted_differently(count_agg: _Compared | None) -> tuple[Column, Column]:
         ", ",
         *[
             F.when(F.col(f"__n_{r.lower()}") > 0, F.concat(F.col(f"__n_{r.lower()}").cast("string"), F.lit(f" {r}")))
-            for r in _CLOSE_REASONS
+            for r in CLOSE_REASONS
         ],
     )
     how = (
@@ -1135,7 +1118,7 @@ def _late_on_one_side(pipeline: Pipeline, count_agg: _Compared) -> list[tuple[Co
             ),
         ),
     )
-    watermark = F.col("__r_reason") == F.lit(_CLOSE_REASONS.index("WATERMARK"))
+    watermark = F.col("__r_reason") == F.lit(CLOSE_REASONS.index(WATERMARK_REASON))
     late_live = (cat == F.lit(VALUE_MISMATCH)) & (more < 0) & watermark
     in_live = (
         F.when(late_live, F.lit(LATE_IN_LIVE)),

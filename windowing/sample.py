@@ -36,6 +36,7 @@ from pyspark.sql import types as T
 
 from windowing.columns import col
 from windowing.config import ConfigError
+from windowing.contract import AGGREGATE_REASON
 from windowing.durations import DAY_MS
 from windowing.engine import replay
 from windowing.reconcile import (
@@ -49,7 +50,7 @@ from windowing.reconcile import (
 
 if TYPE_CHECKING:
     from windowing.config import Aggregate, Pipeline
-    from windowing.reconcile import ReconcileSpec
+    from windowing.config.reconcile import ReconcileSpec
 
 
 def generate_history(
@@ -205,7 +206,9 @@ def write_sample_live(
         raise ConfigError(f"pipeline {pipeline.name!r} has no reconcile: block to name the live columns by")
     result = replay(spark, pipeline, events_df)
     try:
-        windows = result.aggregates.where(F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit("AGGREGATE")))
+        windows = result.aggregates.where(
+            F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit(AGGREGATE_REASON))
+        )
         made = _pick_differences(pipeline, spec, windows, result.late_events) if differences else []
         live = _with_differences(pipeline, windows, made)
         cols = spec.columns

@@ -43,6 +43,7 @@ from windowing import kernel as K
 from windowing import metrics
 from windowing.arrays import MIN_TIMESTAMP, sat_sub, seg_searchsorted
 from windowing.config import Lateness, Pipeline, WatermarkStrategy, WindowType
+from windowing.contract import CLOSE_REASONS, WATERMARK_REASON, WINDOW_KIND
 from windowing.kernel.inputs import state_column as _state_column
 from windowing.kernel.outputs import LatePairs, fill_state, key_state_rows, state_base
 
@@ -343,7 +344,7 @@ def _replay_at(
     aggregates = pa.table(
         {
             "window_end": K._ts(end[closed]),
-            "emit_reason": pa.array(["WATERMARK"] * int(closed.sum()), pa.string()),
+            "emit_reason": pa.array([WATERMARK_REASON] * int(closed.sum()), pa.string()),
             "emit_time": K._ts(emit_time),
         }
     )
@@ -361,8 +362,8 @@ def _replay_at(
         metrics.LATE_PAIRS: late_pairs,
         metrics.LATE_EVENTS: int(np.count_nonzero(sl.event >= delay)),
         metrics.WINDOWS_CREATED: int(created.sum()),
-        metrics.CLOSED_PREFIX + "WATERMARK": int(closed.sum()),
-        **{metrics.CLOSED_PREFIX + r: 0 for r in ("IDLE", "MAX_DURATION", "END_OF_INPUT")},
+        metrics.CLOSED_PREFIX + WATERMARK_REASON: int(closed.sum()),
+        **{metrics.CLOSED_PREFIX + r: 0 for r in CLOSE_REASONS if r != WATERMARK_REASON},
         metrics.SNAPSHOTS: 0,
         metrics.IDLE_KEYS_REMOVED: 0,
         metrics.KEYS_SEEN: int((key_batches.key_first >= 0).sum()),
@@ -391,7 +392,7 @@ def _window_state(
     """State rows of the windows left open, as the kernel writes them for a lean variant
     (its one aggregate is a plain count: its partial is the window's event count)."""
     (count,) = spec.pipeline.aggregates
-    cols = state_base(spec, keyset, key, "window")
+    cols = state_base(spec, keyset, key, WINDOW_KIND)
     cols.update(
         window_start_ms=pa.array(start, pa.int64()),
         window_end_ms=pa.array(end, pa.int64()),

@@ -39,7 +39,16 @@ from windowing import kernel as K
 from windowing.arrays import group_codes, order_codes, sat_sub, value_order_keys
 from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, Window, WindowType
-from windowing.contract import CLOSE_REASONS, REASON_NAMES, WATERMARK
+from windowing.contract import (
+    CLOSE_REASONS,
+    IDLE_REASON,
+    KEY_KIND,
+    MAX_DURATION_REASON,
+    REASON_NAMES,
+    WATERMARK,
+    WATERMARK_REASON,
+    WINDOW_KIND,
+)
 from windowing.durations import format_duration_ms
 from windowing.sweep import Lean, sweep, sweepable
 
@@ -58,7 +67,7 @@ LEAN_AGGREGATE = Aggregate(type="count", column=None, name="whatif_events")
 NEVER_LATE_DELAY_MS = MAX_EPOCH_MS - MIN_EPOCH_MS + 1
 #: Reasons whose emit time measures emission latency (END_OF_INPUT is the end of a bounded
 #: replay, not of the window's wait).
-LATENCY_REASONS = ("WATERMARK", "IDLE", "MAX_DURATION")
+LATENCY_REASONS = (WATERMARK_REASON, IDLE_REASON, MAX_DURATION_REASON)
 HOUR_MS = 3_600_000
 #: Upper bounds (ms, inclusive) of the lateness histogram's bins; the last bin is open.
 LATENESS_BINS_MS = (
@@ -357,11 +366,11 @@ def output_schemas(wi: WhatIf) -> dict[str, pa.Schema]:
             ]
         ),
         "latency_coarse": pa.schema([("variant", s), ("bucket", i64), ("windows", i64), ("max_ms", i64)]),
-        "state": state_schema(wi),
+        "state": variants_state_schema(wi),
     }
 
 
-def state_schema(wi: WhatIf) -> pa.Schema:
+def variants_state_schema(wi: WhatIf) -> pa.Schema:
     """Every variant's kernel state columns (the union, by name) plus ``variant``."""
     fields: dict[str, pa.Field] = {}
     for v in wi.variants:
@@ -754,9 +763,9 @@ def _as_lean_state(state: pa.Table, spec: K.Spec) -> pa.Table:
             cols.append(pa.array([spec.pipeline.fingerprint()] * n, f.type))
         elif f.name == f"partial_{count.name}":
             cols.append(
-                pc.if_else(pc.equal(state["state_kind"], "window"), state["events"], pa.scalar(None, pa.int64())).cast(
-                    f.type
-                )
+                pc.if_else(
+                    pc.equal(state["state_kind"], WINDOW_KIND), state["events"], pa.scalar(None, pa.int64())
+                ).cast(f.type)
             )
         elif f.name in state.column_names:
             cols.append(state[f.name].cast(f.type))
@@ -810,7 +819,7 @@ def _key_row_owners(wi: WhatIf) -> dict[str, str]:
 
 
 def _without_key_rows(state: pa.Table) -> pa.Table:
-    return state.filter(pc.not_equal(state["state_kind"], "key"))
+    return state.filter(pc.not_equal(state["state_kind"], KEY_KIND))
 
 
 def _shared_key_rows(table: pa.Table, wi: WhatIf) -> pa.Table:
@@ -849,7 +858,7 @@ def _concat_state(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(out) if out else schema.empty_table()
 
 
-def _ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def _ts_ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Epoch ms of a UTC timestamp column (the kernel's outputs: microseconds)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     ms: np.ndarray = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() // 1000
@@ -893,7 +902,7 @@ def _latency(outs: Mapping[Variant, K.KernelOutput], schemas: Mapping[str, pa.Sc
         aggs = aggs.filter(pc.is_in(aggs["emit_reason"], pa.array(LATENCY_REASONS)))
         if not aggs.num_rows:
             continue
-        values, counts = np.unique(_ms(aggs["emit_time"]) - _ms(aggs["window_end"]), return_counts=True)
+        values, counts = np.unique(_ts_ms(aggs["emit_time"]) - _ts_ms(aggs["window_end"]), return_counts=True)
         counts = counts.astype(np.int64)
         label = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(values), np.int32)), pa.array([v.label]))
         parts.append(
@@ -940,8 +949,10 @@ def _slack(outs: Mapping[Variant, K.KernelOutput], wi: WhatIf, schema: pa.Schema
         late = out.late
         if not late.num_rows:
             continue
-        wm = _ms(late["watermark"])
-        s = pair_slack(wi.pipeline.window, v.lateness, wm, wm - late["lateness_ms"].to_numpy(), _ms(late["window_end"]))
+        wm = _ts_ms(late["watermark"])
+        s = pair_slack(
+            wi.pipeline.window, v.lateness, wm, wm - late["lateness_ms"].to_numpy(), _ts_ms(late["window_end"])
+        )
         rows = late[ROW_ID].to_numpy()
         # An event's slack: the greatest of its pairs' (late as soon as one pair is).
         ev_rows, inv = np.unique(rows, return_inverse=True)
@@ -1060,7 +1071,7 @@ def _cost(
     win = ["window_start", "window_end"]
     aggs = full.aggregates.filter(pc.is_in(full.aggregates["emit_reason"], pa.array(CLOSE_REASONS)))
     ids = _group_ids(
-        [_keys_of(late, kcols) + [_ms(late[c]) for c in win], _keys_of(aggs, kcols) + [_ms(aggs[c]) for c in win]]
+        [_keys_of(late, kcols) + [_ts_ms(late[c]) for c in win], _keys_of(aggs, kcols) + [_ts_ms(aggs[c]) for c in win]]
     )
     late_id, agg_id = ids
     uniq, first, inv = np.unique(late_id, return_index=True, return_inverse=True)
@@ -1140,12 +1151,12 @@ def _perfect(
     kind = table["__kind"].to_numpy()
     carried = np.flatnonzero((kind == K.STATE_WINDOW) & (variant_of == wi.variants.index(wi.full)))
     events = np.flatnonzero(is_event)
-    pe, ws, _ = K._assign(table["__evt"].to_numpy()[events], p.window)
+    pe, ws, _ = K.assign_windows(table["__evt"].to_numpy()[events], p.window)
     keyed = table.select(kcols or ["__kind"])  # the key columns only (all the pairs)
     ev_t, st_t = keyed.take(pa.array(events[pe])), table.take(pa.array(carried))
     ids = _group_ids(
         [
-            _keys_of(head, kcols) + [_ms(head["window_start"])],
+            _keys_of(head, kcols) + [_ts_ms(head["window_start"])],
             _keys_of(ev_t, kcols) + [ws],
             _keys_of(st_t, kcols)
             + [
@@ -1168,8 +1179,8 @@ def _perfect(
     aggs = out.aggregates
     ids = _group_ids(
         [
-            _keys_of(head, kcols) + [_ms(head["window_start"]), _ms(head["window_end"])],
-            _keys_of(aggs, kcols) + [_ms(aggs["window_start"]), _ms(aggs["window_end"])],
+            _keys_of(head, kcols) + [_ts_ms(head["window_start"]), _ts_ms(head["window_end"])],
+            _keys_of(aggs, kcols) + [_ts_ms(aggs["window_start"]), _ts_ms(aggs["window_end"])],
         ]
     )
     order = np.argsort(ids[1], kind="stable")
@@ -1308,8 +1319,8 @@ def _skew(
         other = outs[free].late
         ids = _group_ids(
             [
-                [late[ROW_ID].to_numpy(), _ms(late["window_start"])],
-                [other[ROW_ID].to_numpy(), _ms(other["window_start"])],
+                [late[ROW_ID].to_numpy(), _ts_ms(late["window_start"])],
+                [other[ROW_ID].to_numpy(), _ts_ms(other["window_start"])],
             ]
         )
         keep = ~np.isin(ids[0], ids[1]) & ~np.isin(late[ROW_ID].to_numpy(), events[ROW_ID].to_numpy()[sk])
@@ -1317,7 +1328,7 @@ def _skew(
     else:
         late = late.slice(0, 0)
     at = _position_of(events[ROW_ID].to_numpy(), late[ROW_ID].to_numpy())
-    raw_wm = _ms(late["watermark"]) + wi.full.delay_ms
+    raw_wm = _ts_ms(late["watermark"]) + wi.full.delay_ms
     # Candidate causes, in arrival order (ties by every input column: the kernel's order).
     order_keys = [arr[sk], batch[sk]]
     if len(sk) > 1:
@@ -1379,6 +1390,6 @@ def worst_windows(cost: pa.Table, n: int) -> pa.Table:
     if cost.num_rows <= n:
         return cost
     order = np.lexsort(
-        [_ms(cost["window_start"]), -cost["max_lateness_ms"].to_numpy(), -cost["missed_events"].to_numpy()]
+        [_ts_ms(cost["window_start"]), -cost["max_lateness_ms"].to_numpy(), -cost["missed_events"].to_numpy()]
     )
     return cost.take(pa.array(order[:n]))

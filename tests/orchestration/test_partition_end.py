@@ -16,7 +16,7 @@ import pytest
 
 from assets.resources import StorageResource
 from orchestration.definitions import build_definitions
-from orchestration.partitions import PartitionSettings, landed_days
+from orchestration.partitions import PartitionSettings, landed_day_folders
 from orchestration.schedules import REPLAY_JOB
 from orchestration.sensors import SENSOR_NAME
 
@@ -233,7 +233,7 @@ def test_landed_days_are_listed_without_spark(tmp_path):
     before = SparkContext._active_spark_context  # the suite's shared session may run already
     land(tmp_path, "2024-03-02", "2024-03-01")
     for location in (str(tmp_path), f"file:{tmp_path}", tmp_path.as_uri()):
-        assert [str(d) for d in landed_days(location, "date")] == ["2024-03-01", "2024-03-02"]
+        assert [str(d) for d in landed_day_folders(location, "date")] == ["2024-03-01", "2024-03-02"]
     assert SparkContext._active_spark_context is before
 
 

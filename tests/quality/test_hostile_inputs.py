@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.outputs import run_dir
-from windowing import replay
+from windowing import contract, replay
 from windowing import validation as V
 from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.io import StateError, read_events, read_state, write_outputs
@@ -68,7 +68,7 @@ def _verify(spark, monkeypatch, capsys, config, out, day):
 def _expected_failures() -> set[str]:
     """Checks that flag out-of-range rows: the input check (its rows are rejected) and,
     until validation knows the new reasons, the rejected-reason check."""
-    pending = set() if set(OUT_OF_RANGE) <= set(V.REJECT_REASONS) else {"rejected_reason"}
+    pending = set() if set(OUT_OF_RANGE) <= set(contract.REJECT_REASONS) else {"rejected_reason"}
     return {"input_times_parseable"} | pending
 
 

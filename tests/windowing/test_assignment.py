@@ -1,6 +1,6 @@
 """Window assignment and lateness, pinned at their boundaries.
 
-``windowing.kernel._assign(t, window)`` gives, for every event time, every window the
+``windowing.kernel.assign_windows(t, window)`` gives, for every event time, every window the
 event belongs to (docs/semantics.md section 4):
 
 * tumbling, span S, offset O: ``[floor((t - O) / S) * S + O, ... + S)``;
@@ -18,7 +18,7 @@ import pytest
 from tests.kernel_harness import local_replay
 from tests.reference_model import reference_replay
 from windowing.config import WindowType, parse_pipeline
-from windowing.kernel import _assign
+from windowing.kernel import assign_windows
 
 S = 1_000
 M = 60 * S
@@ -118,8 +118,8 @@ CASES = [
 
 
 def _windows_of(window, times) -> list[list[tuple[int, int]]]:
-    """Per event, its windows as (start, end) in the order _assign returns them."""
-    idx, ws, we = _assign(np.asarray(times, dtype=np.int64), window)
+    """Per event, its windows as (start, end) in the order assign_windows returns them."""
+    idx, ws, we = assign_windows(np.asarray(times, dtype=np.int64), window)
     out: list[list[tuple[int, int]]] = [[] for _ in times]
     for i, s, e in zip(idx.tolist(), ws.tolist(), we.tolist()):
         out[i].append((s, e))
@@ -138,14 +138,14 @@ def test_assign_many_events_at_once(name):
     times = [t for _, t, _ in rows][::-1]  # not sorted by time: the index must follow the input
     expected = [exp for _, _, exp in rows][::-1]
     assert _windows_of(WINDOWS[name], times) == expected
-    idx, ws, _ = _assign(np.asarray(times, dtype=np.int64), WINDOWS[name])
+    idx, ws, _ = assign_windows(np.asarray(times, dtype=np.int64), WINDOWS[name])
     assert idx.dtype == np.int64 and ws.dtype == np.int64
     assert list(zip(idx.tolist(), ws.tolist())) == sorted(zip(idx.tolist(), ws.tolist()))
 
 
 def test_assign_no_events():
     for w in WINDOWS.values():
-        idx, ws, we = _assign(np.zeros(0, dtype=np.int64), w)
+        idx, ws, we = assign_windows(np.zeros(0, dtype=np.int64), w)
         assert len(idx) == len(ws) == len(we) == 0
 
 
@@ -197,8 +197,8 @@ def test_slide_equal_to_span_is_tumbling():
     tumbling = _window("tumbling-time-window", windowSpan="10s", windowOffset="3s")
     assert sliding.type is WindowType.SLIDING and tumbling.type is WindowType.TUMBLING
     times = np.concatenate([np.arange(-25_003, 25_004, 997), [-7_001, -7_000, -6_999, 2_999, 3_000, 13_000]])
-    got_s = _assign(times.astype(np.int64), sliding)
-    got_t = _assign(times.astype(np.int64), tumbling)
+    got_s = assign_windows(times.astype(np.int64), sliding)
+    got_t = assign_windows(times.astype(np.int64), tumbling)
     for a, b in zip(got_s, got_t):
         np.testing.assert_array_equal(a, b)
 
@@ -335,5 +335,6 @@ def test_lateness_boundary(executor, lateness, shape, delay, batch1_s, probe_ms,
     assert sorted((r["window_start"], r["window_end"]) for r in aggs if r["last_name"] == "probe") == accepted
     # Nothing is dropped: every batch-1 event is in an emitted window, the probe in one or late.
     assert sum(r["count"] for r in aggs) == (
-        sum(len(_assign(np.array([round(t * S)], np.int64), pipeline.window)[0]) for t in batch1_s) + len(accepted)
+        sum(len(assign_windows(np.array([round(t * S)], np.int64), pipeline.window)[0]) for t in batch1_s)
+        + len(accepted)
     )

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from windowing.config import ConfigError, parse_pipeline
+from windowing.config.reconcile import parse_reconcile
 from windowing.durations import DAY_MS
 from windowing.engine import replay
 from windowing.io import InputError, OutputError, read_events, read_outputs, write_outputs
@@ -37,7 +38,6 @@ from windowing.reconcile import (
     VALUE_MISMATCH,
     load_reconcile,
     main_reconcile,
-    parse_reconcile,
     read_reconcile,
     reconcile,
     write_reconcile,

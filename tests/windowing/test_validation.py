@@ -10,7 +10,7 @@ import pytest
 from tests.engine_harness import to_df
 from windowing import contract
 from windowing import validation as V
-from windowing.config import parse_pipeline
+from windowing.config import arrow_schemas, parse_pipeline
 from windowing.engine import replay
 from windowing.validation import registry as R
 
@@ -106,9 +106,9 @@ def test_contract_schemas_are_the_kernels(window):
         "amount": pa.decimal128(12, 2),
     }
     spec = Spec(pipeline=pipeline, input_types=types)
-    assert spec.aggregates_schema() == contract.aggregates_schema(pipeline, types)
-    assert spec.late_schema() == contract.late_schema(types)
-    assert spec.state_schema() == contract.state_schema(pipeline, types)
+    assert spec.aggregates_schema() == arrow_schemas.aggregates_schema(pipeline, types)
+    assert spec.late_schema() == arrow_schemas.late_schema(types)
+    assert spec.state_schema() == arrow_schemas.state_schema(pipeline, types)
 
 
 # --------------------------------------------------------------------------- with Spark

@@ -45,12 +45,14 @@ import pyarrow as pa
 
 from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, seg_searchsorted
 from windowing.config import Trigger, WindowType
+from windowing.contract import LATE_ADDED_COLUMNS, STATE_PREFIX
 from windowing.kernel import slices
-from windowing.kernel.assignment import _assign, assign_windows
+from windowing.kernel.assignment import assign_windows
 from windowing.kernel.clocks import IdleClocks, commit_summary, worker_timelines
 from windowing.kernel.fixed import _windows
 from windowing.kernel.inputs import (
     ARRIVAL_RANK,
+    EVENT,
     KB_BATCH,
     KB_CAND,
     KB_COLUMNS,
@@ -58,6 +60,9 @@ from windowing.kernel.inputs import (
     KB_MAXEV,
     KEY_BATCH,
     KEY_ID,
+    STATE_EMITTED,
+    STATE_KEY,
+    STATE_WINDOW,
     KeyBatches,
     KeyIds,
     SortedEvents,
@@ -69,47 +74,23 @@ from windowing.kernel.inputs import (
 from windowing.kernel.outputs import _counters, _ts, key_state_rows
 from windowing.kernel.sessions import _sessions
 from windowing.kernel.slices import WindowSlice
-from windowing.kernel.spec import (
-    AGGREGATE,
-    END_OF_INPUT,
-    EVENT,
-    IDLE,
-    LATE_ADDED_COLUMNS,
-    MAX_DURATION,
-    OPEN,
-    REASON_NAMES,
-    STATE_EMITTED,
-    STATE_KEY,
-    STATE_PREFIX,
-    STATE_WINDOW,
-    TS,
-    WATERMARK,
-    KernelOutput,
-    Spec,
-    Timeline,
-)
+from windowing.kernel.spec import TS, KernelOutput, Spec, Timeline
 
 # The names other modules import from ``windowing.kernel``: the entry point and its types;
+# the row kinds and the state prefix of its input table, the columns late_events adds;
 # the phases' building blocks the delay sweep (``windowing.sweep``) runs itself (``KeyIds``,
 # ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); ``hashable`` (worker values as keys);
-# and two private helpers the lateness what-ifs and the tests share (``_assign``, ``_ts``).
+# and a private helper the lateness what-ifs and the tests share (``_ts``).
 __all__ = [
-    "AGGREGATE",
-    "END_OF_INPUT",
     "EVENT",
-    "IDLE",
     "LATE_ADDED_COLUMNS",
-    "MAX_DURATION",
     "MAX_TIMESTAMP",
     "MIN_TIMESTAMP",
-    "OPEN",
-    "REASON_NAMES",
     "STATE_EMITTED",
     "STATE_KEY",
     "STATE_PREFIX",
     "STATE_WINDOW",
     "TS",
-    "WATERMARK",
     "KernelOutput",
     "Spec",
     "Timeline",
@@ -134,7 +115,6 @@ __all__ = [
     "IdleClocks",
     "KeyBatches",
     "KeyIds",
-    "_assign",
     "hashable",
     "_ts",
 ]

@@ -27,8 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, codes_in, starts_of
-from windowing.config import DEFAULT_PERCENTAGE, Aggregate, WindowType
-from windowing.contract import STATE_PREFIX, _sum_type, aggregate_output_type, aggregate_state_fields
+from windowing.config import Aggregate, WindowType, arrow_schemas
+from windowing.config.model import DEFAULT_PERCENTAGE
+from windowing.contract import STATE_PREFIX
 from windowing.kernel.decimals import (
     _decimal_array,
     _decimal_avg,
@@ -316,12 +317,12 @@ class Aggregator:
         return (self.input_kind, self.agg.column)
 
     def output_type(self) -> pa.DataType:
-        """The output column's type (:func:`windowing.contract.aggregate_output_type`)."""
-        return aggregate_output_type(self.agg, self.spec.input_types)
+        """The output column's type (:func:`windowing.config.arrow_schemas.aggregate_output_type`)."""
+        return arrow_schemas.aggregate_output_type(self.agg, self.spec.input_types)
 
     def state_fields(self) -> list[pa.Field]:
-        """The partial's state columns (:func:`windowing.contract.aggregate_state_fields`)."""
-        return aggregate_state_fields(self.spec.pipeline, self.agg, self.spec.input_types)
+        """The partial's state columns (:func:`windowing.config.arrow_schemas.aggregate_state_fields`)."""
+        return arrow_schemas.aggregate_state_fields(self.spec.pipeline, self.agg, self.spec.input_types)
 
     def domain_values(self, state_column: pa.Array) -> pa.Array:
         """The values a carried partial adds to the column's domain."""
@@ -465,7 +466,7 @@ class SumAggregator(Aggregator):
 
     def sum_type(self) -> pa.DataType:
         """The type of the partial sum."""
-        return _sum_type(self.spec.value_type(self.agg))
+        return arrow_schemas.sum_type(self.spec.value_type(self.agg))
 
     def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]

@@ -50,7 +50,3 @@ def assign_windows(event_time_ms: np.ndarray, window: Window) -> WindowAssignmen
     event, start = np.concatenate(events), np.concatenate(starts)
     order = np.lexsort((start, event))
     return WindowAssignment(event[order], start[order], start[order] + span)
-
-
-#: The former name, kept for the modules and tests that import it.
-_assign = assign_windows

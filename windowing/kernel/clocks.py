@@ -31,8 +31,9 @@ from windowing.arrays import (
     searchsorted_left,
 )
 from windowing.config import Clock, Pipeline, WatermarkStrategy
-from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, _int64, hashable
-from windowing.kernel.spec import EVENT, Spec, Timeline
+from windowing.contract import WORKER_KIND
+from windowing.kernel.inputs import EVENT, KeyBatches, KeyIds, SortedEvents, _int64, hashable
+from windowing.kernel.spec import Spec, Timeline
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -75,7 +76,7 @@ def worker_timelines(
         )
         rows.append(
             {
-                "state_kind": "worker",
+                "state_kind": WORKER_KIND,
                 "fingerprint": pipeline.fingerprint(),
                 **({pipeline.source.worker: wv} if pipeline.source.worker else {}),
                 "batch": last_batch,

@@ -12,9 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-#: The most digits a decimal holds (Spark's, and Arrow's decimal128).
-MAX_DECIMAL_DIGITS = 38
-
 
 def _is_decimal(t: pa.DataType) -> bool:
     decimal: bool = pa.types.is_decimal(t)

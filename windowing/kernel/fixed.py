@@ -29,6 +29,7 @@ from windowing.arrays import (
     seg_searchsorted,
 )
 from windowing.config import Lateness
+from windowing.contract import AGGREGATE, END_OF_INPUT, IDLE, OPEN, WATERMARK
 from windowing.kernel.aggregates import (
     Domains,
     EventInput,
@@ -41,19 +42,10 @@ from windowing.kernel.aggregates import (
 )
 from windowing.kernel.assignment import WindowAssignment, assign_windows
 from windowing.kernel.clocks import IdleClocks, _snapshot_times
-from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, state_column
+from windowing.kernel.inputs import STATE_EMITTED, STATE_WINDOW, KeyBatches, KeyIds, SortedEvents, state_column
 from windowing.kernel.outputs import LatePairs, _Groups
 from windowing.kernel.slices import WindowSlice
-from windowing.kernel.spec import (
-    AGGREGATE,
-    END_OF_INPUT,
-    IDLE,
-    OPEN,
-    STATE_EMITTED,
-    STATE_WINDOW,
-    WATERMARK,
-    Spec,
-)
+from windowing.kernel.spec import Spec
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

@@ -39,9 +39,8 @@ if TYPE_CHECKING:
 
     from windowing.kernel.spec import Spec
 
-# Row kinds of the kernel's input table (column ``__kind``); windowing.kernel.spec exports
-# them too. Defined here, below spec, so that spec can import the aggregates, which read
-# the input table.
+# Row kinds of the kernel's input table (column ``__kind``). Defined here, below spec, so
+# that spec can import the aggregates, which read the input table.
 STATE_KEY, STATE_WINDOW, STATE_EMITTED, EVENT = 0, 1, 2, 3
 #: A key-batch row: one (worker, key, batch) of a key whose windows are replayed in slices
 #: (:mod:`windowing.kernel.slices`), with what every slice needs of the key's batches, its

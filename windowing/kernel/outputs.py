@@ -20,10 +20,21 @@ from windowing.arrays import (
     MIN_TIMESTAMP,
     group_codes,
 )
+from windowing.contract import (
+    EMITTED_KIND,
+    END_OF_INPUT,
+    IDLE,
+    KEY_KIND,
+    MAX_DURATION,
+    OPEN,
+    REASON_NAMES,
+    WATERMARK,
+    WINDOW_KIND,
+)
 from windowing.kernel import slices
 from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents
 from windowing.kernel.slices import WindowSlice
-from windowing.kernel.spec import END_OF_INPUT, IDLE, MAX_DURATION, OPEN, REASON_NAMES, TS, WATERMARK, Spec
+from windowing.kernel.spec import TS, Spec
 
 if TYPE_CHECKING:
     from windowing.kernel.aggregates import Domains
@@ -99,7 +110,7 @@ class _Groups:
     def state_table(self, keyset: KeyIds, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason == OPEN)
         m = len(sel)
-        cols = state_base(spec, keyset, self.key[sel], "window")
+        cols = state_base(spec, keyset, self.key[sel], WINDOW_KIND)
         cols["window_start_ms"] = pa.array(self.start[sel], pa.int64())
         cols["window_end_ms"] = pa.array(self.end[sel], pa.int64())
         cols["emissions"] = pa.array(self.emission[sel] - 1, pa.int64())
@@ -111,7 +122,7 @@ class _Groups:
     def emitted_counter_table(self, keyset: KeyIds, spec: Spec) -> pa.Table:
         assert self.reopenable is not None  # set by every replay's groups (not by snapshots)
         g, ws, we, em = self.reopenable
-        cols = state_base(spec, keyset, g, "emitted")
+        cols = state_base(spec, keyset, g, EMITTED_KIND)
         cols["window_start_ms"] = pa.array(ws, pa.int64())
         cols["window_end_ms"] = pa.array(we, pa.int64())
         cols["emissions"] = pa.array(em, pa.int64())
@@ -146,7 +157,7 @@ def fill_state(cols: dict[str, pa.Array], m: int, spec: Spec) -> pa.Table:
 
 def key_state_rows(keyset: KeyIds, key_batches: KeyBatches, spec: Spec) -> pa.Table:
     g = np.arange(keyset.n)
-    cols = state_base(spec, keyset, g, "key")
+    cols = state_base(spec, keyset, g, KEY_KIND)
     cols["watermark_ms"] = _i64(key_batches.wm_final)
     cols["max_event_ms"] = _i64(key_batches.maxev_final)
     cols["clock_ms"] = _i64(key_batches.maxarr_final)

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windowing import metrics
-from windowing.contract import STATE_PREFIX
+from windowing.contract import EMITTED_KIND, KEY_KIND, STATE_PREFIX, WINDOW_KIND
 from windowing.kernel.inputs import EVENT, KEY_BATCH, STATE_EMITTED, STATE_KEY, STATE_WINDOW, hashable
 from windowing.kernel.slices import FACT, WindowSlice
 from windowing.kernel.spec import Spec, Timeline
@@ -34,7 +34,7 @@ from windowing.kernel.spec import Spec, Timeline
 #: piece's value is the task's.
 GAUGES = (metrics.KEYS_HELD, metrics.OPEN_WINDOWS)
 
-_KINDS = {"key": STATE_KEY, "window": STATE_WINDOW, "emitted": STATE_EMITTED}
+_KINDS = {KEY_KIND: STATE_KEY, WINDOW_KIND: STATE_WINDOW, EMITTED_KIND: STATE_EMITTED}
 
 
 def sliced_timeline(tl: Timeline, lo: int | None, hi: int | None) -> Timeline:

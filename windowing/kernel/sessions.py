@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from windowing.arrays import MIN_TIMESTAMP, sat_sub
 from windowing.config import Lateness
+from windowing.contract import AGGREGATE, END_OF_INPUT, IDLE, MAX_DURATION, OPEN, WATERMARK
 from windowing.kernel.aggregates import (
     Accumulator,
     Aggregator,
@@ -35,19 +36,9 @@ from windowing.kernel.aggregates import (
     _state_partials,
 )
 from windowing.kernel.clocks import IdleClocks, _snapshot_times
-from windowing.kernel.inputs import KeyBatches, KeyIds, SortedEvents, state_column
+from windowing.kernel.inputs import STATE_EMITTED, STATE_WINDOW, KeyBatches, KeyIds, SortedEvents, state_column
 from windowing.kernel.outputs import LatePairs, _Groups
-from windowing.kernel.spec import (
-    AGGREGATE,
-    END_OF_INPUT,
-    IDLE,
-    MAX_DURATION,
-    OPEN,
-    STATE_EMITTED,
-    STATE_WINDOW,
-    WATERMARK,
-    Spec,
-)
+from windowing.kernel.spec import Spec
 
 
 @dataclass(slots=True)

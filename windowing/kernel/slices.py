@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from windowing import metrics
 from windowing.config import WatermarkStrategy, Window, WindowType
+from windowing.contract import KEY_KIND
 from windowing.kernel.inputs import (
     EVENT,
     KB_BATCH,
@@ -204,4 +205,4 @@ def shed_shared(state: pa.Table, sl: WindowSlice) -> pa.Table:
     """A slice's state rows without the key rows but in the home slice."""
     if sl.home:
         return state
-    return state.filter(pc.not_equal(state["state_kind"], "key"))
+    return state.filter(pc.not_equal(state["state_kind"], KEY_KIND))

@@ -1,6 +1,7 @@
-"""What the kernel is given and gives back, as plain values: row kinds, emit reasons,
-:class:`Spec` (the pipeline and input types), :class:`Timeline` (a worker's commits) and
-:class:`KernelOutput`.
+"""What the kernel is given and gives back, as plain values: :class:`Spec` (the pipeline
+and input types), :class:`Timeline` (a worker's commits) and :class:`KernelOutput`. The
+emit reasons and the state prefix are :mod:`windowing.contract`'s, the row kinds of the
+input table :mod:`windowing.kernel.inputs`'.
 
 Invariants: every state column is ``STATE_PREFIX + name`` in the input table; a
 :class:`Spec` answers every type question (output, state, late schemas) from the pipeline
@@ -16,52 +17,11 @@ from typing import Mapping, cast
 import numpy as np
 import pyarrow as pa
 
-from windowing import contract
-from windowing.arrays import (
-    MIN_TIMESTAMP,
-)
-from windowing.config import Aggregate, Pipeline, Trigger, Window
-from windowing.contract import (  # re-exported (__all__): the kernel's modules import them from here
-    AGGREGATE,
-    END_OF_INPUT,
-    IDLE,
-    LATE_ADDED_COLUMNS,
-    MAX_DURATION,
-    OPEN,
-    REASON_NAMES,
-    STATE_PREFIX,
-    WATERMARK,
-)
+from windowing.arrays import MIN_TIMESTAMP
+from windowing.config import Aggregate, Pipeline, Trigger, Window, arrow_schemas
 from windowing.kernel.aggregates import Aggregator, aggregator
-from windowing.kernel.inputs import (  # re-exported (__all__), like the names above
-    EVENT,
-    STATE_EMITTED,
-    STATE_KEY,
-    STATE_WINDOW,
-)
 
-__all__ = [
-    "AGGREGATE",
-    "END_OF_INPUT",
-    "EVENT",
-    "IDLE",
-    "LATE_ADDED_COLUMNS",
-    "MAX_DURATION",
-    "OPEN",
-    "REASON_NAMES",
-    "STATE_EMITTED",
-    "STATE_KEY",
-    "STATE_PREFIX",
-    "STATE_WINDOW",
-    "TS",
-    "WATERMARK",
-    "KernelOutput",
-    "Spec",
-    "Timeline",
-]
-
-# Emission reasons, the late-event columns and the state prefix: windowing.contract; the
-# row kinds of the kernel's input table: windowing.kernel.inputs.
+#: The outputs' timestamps: microseconds, UTC.
 TS = pa.timestamp("us", tz="UTC")
 
 
@@ -129,7 +89,7 @@ class Spec:
 
     def output_type(self, agg: Aggregate) -> pa.DataType:
         """The output column's type (:meth:`Aggregator.output_type`)."""
-        return contract.aggregate_output_type(agg, self.input_types)
+        return arrow_schemas.aggregate_output_type(agg, self.input_types)
 
     def partial_fields(self, agg: Aggregate) -> list[pa.Field]:
         """State columns of one aggregate's partial value (:meth:`Aggregator.state_fields`).
@@ -147,23 +107,23 @@ class Spec:
         decimal(P, s), so a running sum past P digits (which a later event may bring back)
         is carried exactly; the overflow is 0 otherwise.
         """
-        return contract.aggregate_state_fields(self.pipeline, agg, self.input_types)
+        return arrow_schemas.aggregate_state_fields(self.pipeline, agg, self.input_types)
 
     def key_fields(self) -> list[pa.Field]:
-        return contract.key_fields(self.pipeline, self.input_types)
+        return arrow_schemas.key_fields(self.pipeline, self.input_types)
 
     def aggregates_schema(self) -> pa.Schema:
-        return contract.aggregates_schema(self.pipeline, self.input_types)
+        return arrow_schemas.aggregates_schema(self.pipeline, self.input_types)
 
     def late_input_columns(self) -> list[str]:
         """Input columns carried into late_events (a same-named added column wins)."""
-        return contract.late_input_columns(self.input_types)
+        return arrow_schemas.late_input_columns(self.input_types)
 
     def late_schema(self) -> pa.Schema:
-        return contract.late_schema(self.input_types)
+        return arrow_schemas.late_schema(self.input_types)
 
     def state_schema(self) -> pa.Schema:
-        return contract.state_schema(self.pipeline, self.input_types)
+        return arrow_schemas.state_schema(self.pipeline, self.input_types)
 
 
 @dataclass

@@ -58,7 +58,6 @@ their public API.
 
 from __future__ import annotations
 
-from windowing.contract import REJECT_REASONS
 from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
@@ -103,7 +102,6 @@ __all__ = [
     "INPUT_CHECKS",
     "RECOMPUTE_CHECK",
     "REJECTING_CHECKS",
-    "REJECT_REASONS",
     "_jsonable",
     "aggregates_checks",
     "aggregates_schema",

@@ -101,7 +101,7 @@ def _jsonable(v: Any) -> Any:
 # =========================================================================== Spark helpers
 
 
-def _ms(name: str) -> Column:
+def _col_ms(name: str) -> Column:
     """A timestamp column as epoch milliseconds (floored, like the engine)."""
     return F.unix_millis(_col(name))
 

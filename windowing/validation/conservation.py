@@ -12,16 +12,16 @@ from pyspark.sql import functions as F
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Pipeline, Trigger, WindowType
-from windowing.contract import AGGREGATE_REASON
+from windowing.contract import AGGREGATE_REASON, WINDOW_KIND
 from windowing.validation.base import (
     DEFAULT_SAMPLE_SIZE,
     CheckResult,
     Finish,
     Resolve,
     _any,
+    _col_ms,
     _holds,
     _jsonable,
-    _ms,
     _Pass,
     _run,
     _skip,
@@ -117,22 +117,24 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
     parts = [
         _memberships(pipeline, input_df, plan.key_types, 1, "input"),
         _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
-        plan.rows(outputs.late_events, _ms("window_start"), _ms("window_end"), F.lit(-1), "late"),
+        plan.rows(outputs.late_events, _col_ms("window_start"), _col_ms("window_end"), F.lit(-1), "late"),
     ]
     reason = _col("emit_reason")
     aggs = outputs.aggregates
     if plan.by_counts:
         assert plan.plain is not None
         emitted = aggs.where(~_holds(reason == AGGREGATE_REASON))
-        parts.append(plan.rows(emitted, _ms("window_start"), _ms("window_end"), -_col(plan.plain.name), "emitted"))
-        st = outputs.state.where(_col("state_kind") == "window")
+        parts.append(
+            plan.rows(emitted, _col_ms("window_start"), _col_ms("window_end"), -_col(plan.plain.name), "emitted")
+        )
+        st = outputs.state.where(_col("state_kind") == WINDOW_KIND)
         parts.append(plan.rows(st, _col("window_start_ms"), _col("window_end_ms"), -_col("events"), "open"))
         if prev_state is not None:
-            pst = prev_state.where(_col("state_kind") == "window")
+            pst = prev_state.where(_col("state_kind") == WINDOW_KIND)
             parts.append(plan.rows(pst, _col("window_start_ms"), _col("window_end_ms"), _col("events"), "prev_open"))
     if plan.by_snapshots:
         snaps = aggs.where(_holds(reason == AGGREGATE_REASON))
-        parts.append(plan.rows(snaps, _ms("window_start"), _ms("window_end"), F.lit(-1), "snapshots"))
+        parts.append(plan.rows(snaps, _col_ms("window_start"), _col_ms("window_end"), F.lit(-1), "snapshots"))
     return parts
 
 

@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 
 from windowing.columns import col as _col
 from windowing.config import Pipeline, Trigger
-from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS
+from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS, WINDOW_COLUMNS, WINDOW_KIND
 from windowing.metrics import VOLTSP_METRICS
 from windowing.validation.base import CheckResult, Finish, Resolve, _holds, _Pass, _run, _skip, as_key
 from windowing.validation.recompute import canonical_rows
@@ -52,7 +52,7 @@ def _metrics_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFra
         },
     )
     late = outputs.late_events
-    window_cols = ("window_start", "window_end")
+    window_cols = WINDOW_COLUMNS
     exact = canonical_rows(late)
 
     def windows(c: Resolve) -> dict[str, Column]:  # count / countDistinct(window_start, window_end), in one groupBy
@@ -70,11 +70,11 @@ def _metrics_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFra
     )
     late_rows = p.add(late, {"rows": F.lit(1)})
     rejected_rows = p.add(outputs.rejected, {"rows": F.lit(1)})
-    state = p.add(outputs.state, {"open": F.when(_col("state_kind") == "window", 1)})
+    state = p.add(outputs.state, {"open": F.when(_col("state_kind") == WINDOW_KIND, 1)})
     keys = _group_columns(pipeline)
     held_sums = None
     if keys:
-        open_windows = outputs.state.where(_col("state_kind") == "window")
+        open_windows = outputs.state.where(_col("state_kind") == WINDOW_KIND)
         types = {f.name: f.dataType for f in open_windows.schema.fields}
         _, held_sums = p.group(
             open_windows,

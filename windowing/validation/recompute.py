@@ -10,6 +10,7 @@ from pyspark.sql import types as T
 
 from windowing.columns import col as _col
 from windowing.config import ConfigError, Pipeline
+from windowing.contract import END_OF_INPUT_REASON
 from windowing.engine import StateMismatchError, replay
 from windowing.validation.base import _JSON_EXACT, DEFAULT_SAMPLE_SIZE, CheckResult, _jsonable, _skip
 
@@ -133,7 +134,7 @@ def replay_check(
         fresh.unpersist()
     if total:
         desc += " (differing: " + ", ".join(f"{ds} {n}" for ds, n in per.items()) + ")"
-        if not flush and outputs.aggregates.where(_col("emit_reason") == "END_OF_INPUT").limit(1).count():
+        if not flush and outputs.aggregates.where(_col("emit_reason") == END_OF_INPUT_REASON).limit(1).count():
             desc += "; the output holds END_OF_INPUT emissions: was it replayed with --flush-at-end?"
     # one sample per differing dataset first, then the rest
     firsts: dict[str, dict[str, Any]] = {}

@@ -12,7 +12,18 @@ from pyspark.sql import functions as F
 from windowing.columns import col as _col
 from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WindowType
-from windowing.contract import AGGREGATE_REASON, REJECT_REASONS, STATE_KINDS
+from windowing.contract import (
+    AGGREGATE_REASON,
+    EMITTED_KIND,
+    END_OF_INPUT_REASON,
+    IDLE_REASON,
+    MAX_DURATION_REASON,
+    REJECT_REASONS,
+    STATE_KINDS,
+    WATERMARK_REASON,
+    WINDOW_COLUMNS,
+    WINDOW_KIND,
+)
 from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
@@ -20,9 +31,9 @@ from windowing.validation.base import (
     Finish,
     _all,
     _any,
+    _col_ms,
     _duplicates,
     _holds,
-    _ms,
     _Pass,
     _Rule,
     _rules,
@@ -66,11 +77,11 @@ def allowed_reasons(pipeline: Pipeline) -> list[str]:
     w = pipeline.window
     out = []
     if Trigger.AT_WINDOW_END in pipeline.triggers:
-        out += ["WATERMARK", "END_OF_INPUT"]
+        out += [WATERMARK_REASON, END_OF_INPUT_REASON]
         if w.idle_timeout_ms is not None:
-            out.append("IDLE")
+            out.append(IDLE_REASON)
         if w.type is WindowType.SESSION and w.maximum_duration_ms:
-            out.append("MAX_DURATION")
+            out.append(MAX_DURATION_REASON)
     if Trigger.AT_AGGREGATE in pipeline.triggers:
         out.append(AGGREGATE_REASON)
     return out
@@ -175,7 +186,7 @@ def _aggregates_checks(
         sample_size,
         only,
     )
-    ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("emit_watermark")
+    ws, we, wm = _col_ms("window_start"), _col_ms("window_end"), _col_ms("emit_watermark")
     reason = _col("emit_reason")
     rules = [
         _Rule(
@@ -215,9 +226,9 @@ def _aggregates_checks(
     rules.append(_min_avg_max_rule(pipeline))
     rules.append(_distinct_rule(pipeline))
     gap = w.idle_timeout_ms if session else 0
-    wm_ok = F.when(reason == "WATERMARK", wm >= we + F.lit(gap))
+    wm_ok = F.when(reason == WATERMARK_REASON, wm >= we + F.lit(gap))
     if session and w.maximum_duration_ms:
-        wm_ok = wm_ok.when(reason == "MAX_DURATION", wm >= ws + F.lit(w.maximum_duration_ms))
+        wm_ok = wm_ok.when(reason == MAX_DURATION_REASON, wm >= ws + F.lit(w.maximum_duration_ms))
     rules.append(
         _Rule(
             "aggregates_emit_watermark",
@@ -234,7 +245,7 @@ def _aggregates_checks(
     allowed = allowed_reasons(pipeline)
     rules.append(_Rule("aggregates_emit_reason", f"emit_reason in {allowed}", reason.isin(allowed)))
     out = [schema, _rules(p, aggregates, rules, sample_size, only)]
-    key = _group_columns(pipeline) + ["window_start", "window_end", "emission"]
+    key = _group_columns(pipeline) + [*WINDOW_COLUMNS, "emission"]
     if _wanted(only, "aggregates_unique_emission"):
         out.append(
             _duplicates(
@@ -389,7 +400,7 @@ def _late_checks(
         only,
     )
     t = _event_ms_in(pipeline, late)
-    ws, we, wm = _ms("window_start"), _ms("window_end"), _ms("watermark")
+    ws, we, wm = _col_ms("window_start"), _col_ms("window_end"), _col_ms("watermark")
     no_t = "the event time column is not in late_events"
     if w.lateness is Lateness.WINDOW_CLOSED:
         if session:
@@ -482,15 +493,15 @@ def _state_checks(
             "state_window_bounds",
             "window/emitted rows: window_end_ms " + (">=" if session else ">") + " window_start_ms; "
             "open windows hold events >= 1; emitted counters >= 1",
-            bounds & F.when(kind == "window", _col("events") >= 1).otherwise(_col("emissions") >= 1),
-            applies=kind.isin("window", "emitted"),
+            bounds & F.when(kind == WINDOW_KIND, _col("events") >= 1).otherwise(_col("emissions") >= 1),
+            applies=kind.isin(WINDOW_KIND, EMITTED_KIND),
         ),
     ]
     out = [schema, _rules(p, state, rules, sample_size, only)]
     if not _wanted(only, "state_unique"):
         return _then(*out)
     # A window is either open or a re-openable emitted counter, never both, never twice.
-    cls = F.when(kind.isin("window", "emitted"), F.lit("window")).otherwise(kind)
+    cls = F.when(kind.isin(WINDOW_KIND, EMITTED_KIND), F.lit(WINDOW_KIND)).otherwise(kind)
     key = _group_columns(pipeline)
     keyed = state.select(cls.alias("state_class"), *[_col(c) for c in key], "window_start_ms", "window_end_ms")
     out.append(

@@ -1,5 +1,5 @@
 """pandera schemas of a pipeline's input and of its outputs; the output types are
-:mod:`windowing.contract`'s (the replay writes the same)."""
+:mod:`windowing.config.arrow_schemas`' (the replay writes the same)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
-from windowing import contract
-from windowing.config import NUMERIC_AGGREGATES, Pipeline
+from windowing.config import Pipeline, arrow_schemas
+from windowing.config.model import NUMERIC_AGGREGATES
+from windowing.contract import LATE_ADDED_COLUMNS, STATE_HEAD_COLUMNS
 from windowing.validation.base import CheckResult, Finish, _jsonable, _Pass, _skip, _Sums, _wanted
 
 if TYPE_CHECKING:
@@ -205,32 +206,32 @@ def _output_schema(
 
 
 def aggregates_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
-    """pandera schema of ``aggregates`` (``windowing.contract.aggregates_schema``)."""
+    """pandera schema of ``aggregates`` (``windowing.config.arrow_schemas.aggregates_schema``)."""
     import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
 
     not_null = {"window_start", "window_end", "emit_reason", "emit_batch", "emit_time", "emission"}
     not_null |= {a.name for a in pipeline.aggregates if a.type in ("count", "distinct")}
-    arrow = contract.aggregates_schema(pipeline, _arrow_types(input_types))
+    arrow = arrow_schemas.aggregates_schema(pipeline, _arrow_types(input_types))
     return _output_schema(f"{pipeline.name}.aggregates", arrow, not_null, {"emission": [pa.Check.ge(1)]})
 
 
 def late_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
-    """pandera schema of ``late_events`` (``windowing.contract.late_schema``)."""
+    """pandera schema of ``late_events`` (``windowing.config.arrow_schemas.late_schema``)."""
     import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
 
     return _output_schema(
         f"{pipeline.name}.late_events",
-        contract.late_schema(_arrow_types(input_types)),
-        {"batch", "window_start", "window_end", "watermark", "lateness_ms"},
+        arrow_schemas.late_schema(_arrow_types(input_types)),
+        set(LATE_ADDED_COLUMNS),
         {"lateness_ms": [pa.Check.ge(0)]},
     )
 
 
 def state_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
-    """pandera schema of ``state`` (``windowing.contract.state_schema``); the kinds are the
+    """pandera schema of ``state`` (``windowing.config.arrow_schemas.state_schema``); the kinds are the
     ``state_kind`` rule's, which can show the offending rows."""
-    arrow = contract.state_schema(pipeline, _arrow_types(input_types))
-    return _output_schema(f"{pipeline.name}.state", arrow, {"state_kind", "fingerprint"})
+    arrow = arrow_schemas.state_schema(pipeline, _arrow_types(input_types))
+    return _output_schema(f"{pipeline.name}.state", arrow, set(STATE_HEAD_COLUMNS))
 
 
 def rejected_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:

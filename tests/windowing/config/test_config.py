@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 from windowing import ConfigError, load_pipeline, parse_pipeline, replay
 from windowing.config import Clock, Lateness, WatermarkStrategy, WindowType
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples" / "pipelines").glob("*.yaml"))
 
 S, M, H = 1_000, 60_000, 3_600_000
@@ -710,7 +710,7 @@ def test_a_refused_offset_names_one_with_the_same_windows(edits, given_ms, sugge
     import numpy as np
 
     from tests.reference_model import window_bounds
-    from windowing.kernel import _assign
+    from windowing.kernel import assign_windows
 
     with pytest.raises(ConfigError) as info:
         parse_pipeline(_doc(*edits))
@@ -725,7 +725,7 @@ def test_a_refused_offset_names_one_with_the_same_windows(edits, given_ms, sugge
     for t in times:
         assert window_bounds(as_given, t) == window_bounds(accepted, t), t
     t_arr = np.array(times, dtype=np.int64)
-    for a, b in zip(_assign(t_arr, as_given), _assign(t_arr, accepted)):
+    for a, b in zip(assign_windows(t_arr, as_given), assign_windows(t_arr, accepted)):
         assert a.tolist() == b.tolist()
 
 

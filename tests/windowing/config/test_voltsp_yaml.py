@@ -777,7 +777,7 @@ def test_seed_session_block_replays_end_to_end(spark, tmp_path, monkeypatch, cap
 
 def test_the_documented_example_loads():
     """docs/configuration.md's VoltSP example is a file that loads, with what it says."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
     section = text[text.index("## Copying a VoltSP window block") :]
     example = section[section.index("```yaml\n") + len("```yaml\n") : section.index("\n```", section.index("```yaml"))]
     p = parse_pipeline(yaml.safe_load(example))
