@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from windowing.cli import _key_value, main
+from windowing.cli import main
+from windowing.commands.common import key_value as _key_value
 from windowing.config import ConfigError, load_pipeline
 from windowing.spark import SparkUnreachableError, check_reachable, session_settings
 

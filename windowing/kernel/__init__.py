@@ -90,7 +90,7 @@ from windowing.kernel.spec import (
 )
 
 # The names other modules import from ``windowing.kernel``: the entry point and its types;
-# the phases' building blocks the delay sweep (``windowing.sweep``) runs itself (``KeyIds``,
+# the phases' building blocks the delay sweep (``windowing.lateness.sweep``) runs itself (``KeyIds``,
 # ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); ``hashable`` (worker values as keys);
 # and two private helpers the lateness what-ifs and the tests share (``_assign``, ``_ts``).
 __all__ = [
