@@ -1,4 +1,5 @@
-"""What lateness cost, and which delay and watermark strategy to run with (``rewindow lateness``).
+"""The lateness analysis on Spark (:func:`lateness`): what lateness cost, and which delay and
+watermark strategy to run with.
 
 One Spark job replays a history under every configuration asked for (each watermark
 strategy, each lateness mode asked for, each delay of ``--delays``) next to the configured
