@@ -116,7 +116,7 @@ class WhatIf:
     #: Windows that missed the most events, kept per task (the driver keeps the top of them).
     worst: int = 20
     #: Replay the lean variants of each strategy and mode in one delay sweep where the
-    #: window type allows it (:mod:`windowing.sweep`); False: one kernel pass per variant.
+    #: window type allows it (:mod:`windowing.lateness.sweep`); False: one kernel pass per variant.
     sweep: bool = True
     #: Replay the skew-free variant only for the keys where it can differ from the
     #: configured replay, where that is provably the same (:func:`_skew_dirty_rows`);
