@@ -1,7 +1,7 @@
 """One lateness asset per pipeline: what lateness cost, and which delay and watermark strategy to run with.
 
 ``<pipeline>/lateness`` is partitioned like the replay and downstream of it. Each partition
-is analysed by :func:`windowing.lateness.lateness` from the landed events of the partition,
+is analysed by :func:`windowing.lateness.job.lateness` from the landed events of the partition,
 continuing from the previous partition's lateness output (every variant's carried state),
 and written, tables, figures and ``report.html``, to the current run of::
 
@@ -9,7 +9,7 @@ and written, tables, figures and ``report.html``, to the current run of::
 
 A run over several partitions (a backfill of a range, run as one) also writes one report
 over the range, ``<output_root>/<pipeline name>/lateness/range-<first>-to-<last>/``
-(:func:`windowing.lateness.combine_lateness`). The asset's metadata per partition are the
+(:func:`windowing.lateness.ranges.combine_lateness`). The asset's metadata per partition are the
 figures the UI plots across partitions (late share, p99 emission latency, the smallest
 delay per strategy), a markdown table of the curve and the report's path; the check
 ``matches_replay`` compares the analysis' configured replay with the replay partition.
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from windowing.io import Commit
-    from windowing.lateness import LatenessOptions
+    from windowing.lateness.options import LatenessOptions
 
 LATENESS_ASSET = "lateness"
 CHECK = "matches_replay"
@@ -166,7 +166,7 @@ class _Done:
 def _options(config: LatenessConfig) -> "LatenessOptions":
     from windowing.config.fields import parse_share
     from windowing.durations import parse_duration_ms
-    from windowing.lateness import LatenessOptions, parse_delays, parse_modes
+    from windowing.lateness.options import LatenessOptions, parse_delays, parse_modes
 
     future = None if config.future_skew.strip().lower() in ("off", "none") else config.future_skew
     try:
@@ -200,7 +200,8 @@ def analyse_partitions(
     history); a missing one fails the run, naming what to materialize first.
     """
     from windowing.io import InputError
-    from windowing.lateness import lateness, read_lateness, write_lateness
+    from windowing.lateness.job import lateness
+    from windowing.lateness.outputs import read_lateness, write_lateness
 
     chain = pipeline_chain(spark, pipeline, storage, partitions_def)
     root = storage.output_path()
@@ -249,7 +250,8 @@ def analyse_partitions(
 def metadata(figures: Mapping[str, Any], run_path: str, seconds: float) -> dict[str, Any]:
     """A partition's materialization metadata: numbers the UI plots across partitions, the
     curve as a markdown table, the report's path."""
-    from windowing.lateness import REPORT, curve_markdown
+    from windowing.lateness.options import REPORT
+    from windowing.lateness.text import curve_markdown
 
     cr = figures["configured_replay"]
     lat = cr.get("latency") or {}
@@ -320,7 +322,10 @@ def _range_report(
     done: Sequence[_Done],
     context: dg.AssetExecutionContext,
 ) -> None:
-    from windowing.lateness import REPORT, combine_lateness, curve_markdown, write_lateness
+    from windowing.lateness.options import REPORT
+    from windowing.lateness.outputs import write_lateness
+    from windowing.lateness.ranges import combine_lateness
+    from windowing.lateness.text import curve_markdown
 
     began = time.monotonic()
     result = combine_lateness(spark, pipeline, [d.folder for d in done])

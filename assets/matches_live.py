@@ -2,7 +2,7 @@
 
 A pipeline whose ``reconcile:`` block names a live source (``reconcile.live``) gets the
 check on its ``windowed_aggregates``. For every partition a run commits (or, executed on
-its own, every partition asked for), :func:`windowing.reconcile.reconcile` compares the
+its own, every partition asked for), :func:`windowing.reconcile.compare.reconcile` compares the
 partition's committed aggregates (and its late events, for the explanations) with the
 live output, the partition's start and end as edges, so that live windows of other
 partitions are out of scope. The check passes when the match rate is at least
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from windowing.config import Pipeline
     from windowing.config.reconcile import LiveSource
-    from windowing.reconcile import ReconcileResult
+    from windowing.reconcile.compare import ReconcileResult
 
 LIVE_CHECK = "matches_live"
 #: Mismatches shown in the check's table (all of them: the ``reproduce`` command).
@@ -85,7 +85,8 @@ def live_check_results(
     """
     from windowing.config import ConfigError
     from windowing.io import InputError, read_run
-    from windowing.reconcile import check_live_columns, read_live, reconcile
+    from windowing.reconcile.compare import reconcile
+    from windowing.reconcile.live import check_live_columns, read_live
 
     spec = pipeline.reconcile
     severity = dg.AssetCheckSeverity.ERROR if spec.blocking else dg.AssetCheckSeverity.WARN
@@ -161,7 +162,7 @@ def _description(f: Mapping[str, Any]) -> str:
 
 def _metadata(f: Mapping[str, Any], table: str, reproduce: str, live: LiveSource) -> dict[str, Any]:
     """The figures of ``rewindow reconcile`` (numbers Dagster plots across partitions)."""
-    from windowing.reconcile import format_summary
+    from windowing.reconcile.text import format_summary
 
     counts = (
         "compared",

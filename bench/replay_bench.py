@@ -165,7 +165,9 @@ def rewindow_replay(spark, inp: str, out: str, unkeyed: bool = False) -> ReplayM
 
 def rewindow_lateness(spark, inp: str, out: str) -> dict:
     from windowing.io import read_events
-    from windowing.lateness import LatenessOptions, lateness, write_lateness
+    from windowing.lateness.job import lateness
+    from windowing.lateness.options import LatenessOptions
+    from windowing.lateness.outputs import write_lateness
 
     pipeline = parse_pipeline(PIPELINE)
     result = lateness(spark, pipeline, read_events(spark, inp), options=LatenessOptions())

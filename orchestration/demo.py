@@ -455,7 +455,8 @@ def _lateness(
     print each pipeline's recommendation and where its reports are."""
     from assets.lateness import lateness_dir, range_dir
     from orchestration.schedules import LATENESS_JOB
-    from windowing.lateness import format_figures, read_lateness
+    from windowing.lateness.outputs import read_lateness
+    from windowing.lateness.text import format_figures
     from windowing.spark import spark_session
 
     print(f"\nanalysing  lateness of partitions {first}..{last} in one Dagster run ...")

@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.lake.services import QUICK_JVM_OPTS
-from windowing.cli import _key_value, main
+from windowing.cli import main
+from windowing.commands.common import key_value as _key_value
 from windowing.config import ConfigError, load_pipeline
 from windowing.spark import SparkUnreachableError, check_reachable, session_settings
 

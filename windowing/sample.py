@@ -39,7 +39,7 @@ from windowing.config import ConfigError
 from windowing.contract import AGGREGATE_REASON
 from windowing.durations import DAY_MS
 from windowing.engine import replay
-from windowing.reconcile import (
+from windowing.reconcile.vocabulary import (
     DUPLICATE_IN_LIVE,
     EXTRA_IN_REPLAY,
     FLOAT_ROUNDING,
@@ -135,7 +135,7 @@ LIVE_DIFFERENCE_KINDS = ("count", "late_counted", "float", "rounding", "dropped"
 #: :data:`_LARGEST_SHIFTED_SUM`.
 FLOAT_SHIFT = 1.0
 #: ``rounding`` multiplies the float sum by ``1 + ROUNDING_SHIFT``: beyond the default
-#: tolerance (1e-9), within what windowing.reconcile.FLOAT_ROUNDING explains (1e-6).
+#: tolerance (1e-9), within what windowing.reconcile.vocabulary.FLOAT_ROUNDING explains (1e-6).
 ROUNDING_SHIFT = 1e-7
 _LARGEST_SHIFTED_SUM = 1e5
 #: Candidate windows looked at per day (of each of: with late events, without).
@@ -149,7 +149,7 @@ class KnownDifference:
     The window emission is the replay's ``(worker, key, window_start_ms, window_end_ms,
     emission)`` (worker and key None when the pipeline has none), emitted at
     ``emit_time_ms`` (epoch ms, UTC). ``category``, ``differing`` (the aggregates
-    changed) and ``explanation`` are what :func:`windowing.reconcile.reconcile` must
+    changed) and ``explanation`` are what :func:`windowing.reconcile.compare.reconcile` must
     report for it (``explanation`` None: unexplained); ``live_values`` are the changed
     aggregates' values on the live side, ``(name, value)``.
     """

@@ -130,8 +130,9 @@ def replayed(spark, history, configs, tmp_path_factory):
 def verify(spark, monkeypatch, capsys):
     """``rewindow verify ARGS`` in this process (on the suite's Spark): (exit code, stdout, stderr)."""
     from windowing import cli
+    from windowing.commands import common
 
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
 
     def run(*args):
         code = cli.main(["verify", *map(str, args)])

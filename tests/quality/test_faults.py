@@ -37,6 +37,7 @@ def test_a_killed_replay_leaves_the_previous_output_current_and_a_rerun_complete
     spark, replayed, cli_runs, monkeypatch, moment
 ):
     from windowing import cli
+    from windowing.commands import common
 
     r, k = replayed("clicks"), cli_runs.killed[moment]
     outcome = k.outcome.result(timeout=TIMEOUT_S)
@@ -59,7 +60,7 @@ def test_a_killed_replay_leaves_the_previous_output_current_and_a_rerun_complete
 
     # Rerun (the same command line, in this process's Spark): complete, as if never interrupted,
     # and the abandoned run folder is swept (its age limit set to zero for the test).
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     monkeypatch.setattr(io, "ABANDONED_AFTER_S", 0)
     assert cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(out)]) == 0
     assert_same_output(spark, out, r.out1)
@@ -159,10 +160,11 @@ def _without_progress(err: str) -> str:
 def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, tmpfs, monkeypatch, capsys):
     """Issue 8 item 8: a read-only output used to fail only after the whole replay."""
     from windowing import cli, engine
+    from windowing.commands import common
 
     r = replayed("clicks")
     target = tmpfs("1m", read_only=True) / "out"
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     monkeypatch.setattr(engine, "replay", lambda *a, **k: pytest.fail("the replay ran"))
     code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
     err = _without_progress(capsys.readouterr().err)
@@ -173,10 +175,11 @@ def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, t
 def test_a_full_disk_is_one_line_naming_the_dataset_and_commits_nothing(spark, replayed, tmpfs, monkeypatch, capsys):
     """Issue 8 item 8: a full disk gave a raw shutil.Error or a 600-line Java trace."""
     from windowing import cli
+    from windowing.commands import common
 
     r = replayed("clicks")
     target = tmpfs("24k") / "out"
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
     err = _without_progress(capsys.readouterr().err)
     assert code == 2, err

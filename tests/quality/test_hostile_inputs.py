@@ -59,8 +59,9 @@ def _day_with(history, tmp_path: Path, changes: dict[int, dict]) -> tuple[Path, 
 
 def _verify(spark, monkeypatch, capsys, config, out, day):
     from windowing import cli
+    from windowing.commands import common
 
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     code = cli.main(["verify", str(out), "--config", str(config), "--input", str(day), "--json"])
     return code, capsys.readouterr()
 
@@ -273,9 +274,10 @@ def test_a_partial_whose_type_changed_is_refused(spark, replayed, tmp_path):
 
 def test_the_cli_names_the_damaged_state_and_writes_nothing(spark, replayed, tmp_path, monkeypatch, capsys):
     from windowing import cli
+    from windowing.commands import common
 
     r = replayed("clicks")
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     for name, edit, parts in (
         ("one-part", _drop("watermark_ms"), "first"),
         ("all-parts", _drop("watermark_ms"), "all"),

@@ -35,8 +35,9 @@ def _rewrite(file: Path, text: str) -> None:
 
 def _cli(spark, monkeypatch, capsys, *argv) -> tuple[int, str, str]:
     from windowing import cli
+    from windowing.commands import common
 
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     code = cli.main([str(a) for a in argv])
     out = capsys.readouterr()
     return code, out.out, out.err

@@ -78,7 +78,7 @@ from windowing.kernel.spec import TS, KernelOutput, Spec, Timeline
 
 # The names other modules import from ``windowing.kernel``: the entry point and its types;
 # the row kinds and the state prefix of its input table, the columns late_events adds;
-# the phases' building blocks the delay sweep (``windowing.sweep``) runs itself (``KeyIds``,
+# the phases' building blocks the delay sweep (``windowing.lateness.sweep``) runs itself (``KeyIds``,
 # ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); ``hashable`` (worker values as keys);
 # and a private helper the lateness what-ifs and the tests share (``_ts``).
 __all__ = [

@@ -421,6 +421,7 @@ def _no_spark(args):
 
 def test_cli_refuses_a_missing_column_before_spark_starts_and_notes_ignored_fields_once(tmp_path, monkeypatch, capsys):
     from windowing import cli
+    from windowing.commands import common
 
     (tmp_path / "p.yaml").write_text(seed_yaml(SEED_PIPELINE))
     events = _write_events(
@@ -432,7 +433,7 @@ def test_cli_refuses_a_missing_column_before_spark_starts_and_notes_ignored_fiel
             "timestamp": pa.array([1_000], pa.int64()),
         },
     )
-    monkeypatch.setattr(cli, "_spark", _no_spark)
+    monkeypatch.setattr(common, "spark_for", _no_spark)
     code = cli.main(
         ["replay", "--config", str(tmp_path / "p.yaml"), "--input", str(events), "--output", str(tmp_path / "out")]
     )
@@ -729,6 +730,7 @@ def test_seed_session_block_replays_end_to_end(spark, tmp_path, monkeypatch, cap
     """The seed's session window, as written, through ``rewindow replay`` on Parquet whose
     columns are named by the bean convention; the output is the reference model's."""
     from windowing import cli
+    from windowing.commands import common
 
     rows = _session_history()
     config = tmp_path / "p.yaml"
@@ -744,7 +746,7 @@ def test_seed_session_block_replays_end_to_end(spark, tmp_path, monkeypatch, cap
             "id": pa.array([r["id"] for r in rows]),
         },
     )
-    monkeypatch.setattr(cli, "_spark", lambda args: spark)
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     code = cli.main(
         ["replay", "--config", str(config), "--input", str(events), "--output", str(tmp_path / "out"), "--flush-at-end"]
     )

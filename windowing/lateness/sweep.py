@@ -1,6 +1,6 @@
 """Every delay of a lean what-if variant from one pass: the delay sweep.
 
-The lateness analysis (:mod:`windowing.whatif`) replays a history under a grid of
+The lateness analysis (:mod:`windowing.lateness.whatif`) replays a history under a grid of
 ``delayWindowClose`` values D for each watermark strategy and lateness mode. For tumbling
 and sliding windows without an idle timeout, those replays differ only in D, and D enters
 the rules in two comparisons (contract sections 2, 4, 5):
@@ -21,7 +21,7 @@ window (the commit that closes it). That is what a replay with ``delayWindowClos
 does, window for window: :func:`sweep` gives, per D, the outputs
 :func:`windowing.kernel.process` gives for the lean variant (the closed windows' ends,
 reasons and emit times; the late pairs; the carried state; the counters), and
-``tests/windowing/test_sweep.py`` checks them equal on generated cases.
+``tests/windowing/lateness/test_sweep.py`` checks them equal on generated cases.
 
 Not covered (the caller replays those variants through the kernel): session windows
 (an accepted event merges sessions, so windows depend on D beyond a count), an idle

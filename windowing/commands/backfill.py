@@ -1,4 +1,4 @@
-"""``rewindow backfill`` and ``rewindow status``: the partition chain (:mod:`windowing.chain`)
+"""``rewindow backfill``: the partition chain (:mod:`windowing.chain`)
 from the shell, the same code the Dagster assets and the Airflow operator run.
 
 ``rewindow backfill --config P.yaml --input LANDING --output ROOT --from 2024-01-01 --to 2024-01-31``
@@ -12,20 +12,22 @@ chain refused to go on.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from windowing.commands import common
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
-from windowing.lake import Lake, absolute, join
+from windowing.lake import absolute
 
 EXIT_FAILED = 1
 
+NAME = "backfill"
 
-def add_arguments(sub: Any, spark_args: Callable[[argparse.ArgumentParser], None]) -> None:
-    b = sub.add_parser("backfill", help="replay a range of arrival-time partitions in order, carrying the state")
+
+def add_parser(subparsers: Any) -> None:
+    b = subparsers.add_parser(NAME, help="replay a range of arrival-time partitions in order, carrying the state")
     b.add_argument("--config", required=True, help="pipeline YAML")
     b.add_argument(
         "--input",
@@ -72,58 +74,11 @@ def add_arguments(sub: Any, spark_args: Callable[[argparse.ArgumentParser], None
     )
     b.add_argument("--flush-at-end", action="store_true", help="emit the windows still open after --to")
     b.add_argument("--no-checks", action="store_true", help="skip the data-quality checks (not recommended)")
-    catalog_args(b)
-    spark_args(b)
-    s = sub.add_parser("status", help="list a history's partitions: committed, out of date, failed or missing")
-    s.add_argument("--output", required=True, help="output root (as given to backfill)")
-    s.add_argument(
-        "--config",
-        help="pipeline YAML (default: every pipeline under --output, checked against the "
-        "configuration of its newest partition)",
-    )
-    s.add_argument("--from", dest="first", help="first partition to list (default: the start of the history)")
-    s.add_argument("--to", dest="last", help="last partition to list (default: the newest committed or failed)")
-    catalog_args(s)
-    spark_args(s)
+    common.catalog_args(b)
+    common.spark_args(b)
 
 
-def catalog_args(p: argparse.ArgumentParser) -> None:
-    """The catalog settings: override the YAML's ``output.catalog`` and place the embedded metastore."""
-    p.add_argument(
-        "--catalog-database", help="publish to this catalog database (default: the YAML's output.catalog.database)"
-    )
-    p.add_argument(
-        "--catalog-table",
-        help="table prefix: <prefix>_aggregates, _late_events, _rejected (default: the YAML's output.catalog.table)",
-    )
-    p.add_argument(
-        "--metastore-dir",
-        help="folder of the embedded Derby metastore (default: "
-        "REWINDOW_METASTORE_DIR, else OUTPUT/_metastore); unused when --conf "
-        "names a metastore (spark.hadoop.hive.metastore.uris, ...)",
-    )
-
-
-def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> Any:
-    """The pipeline's catalog (``output.catalog`` with the command line's overrides), or
-    None; when set, the session settings publishing needs are added to ``args.conf``
-    (Hive support, the embedded metastore: :func:`windowing.catalog.session_conf`)."""
-    from windowing.catalog import with_overrides  # noqa: PLC0415 - keeps the CLI fast
-    from windowing.metastore import default_metastore_dir, session_conf  # noqa: PLC0415
-
-    spec = with_overrides(
-        pipeline.catalog if pipeline is not None else None,
-        getattr(args, "catalog_database", None),
-        getattr(args, "catalog_table", None),
-    )
-    if spec is None or getattr(args, "remote", None):  # Spark Connect: the server's catalog as it is
-        return spec
-    folder = args.metastore_dir or os.environ.get("REWINDOW_METASTORE_DIR") or default_metastore_dir(output_root)
-    args.conf = [*args.conf, *session_conf(folder, dict(args.conf)).items()]
-    return spec
-
-
-def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Namespace], Any]) -> int:
+def run(args: argparse.Namespace) -> int:
     from windowing.chain import (  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
         Chain,
         ChainError,
@@ -141,8 +96,8 @@ def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Na
     if note:
         print(f"rewindow: note: {note}", file=sys.stderr)
     landing_zone, output_root = absolute(landing_zone), absolute(args.output)
-    catalog = catalog_setup(args, pipeline, output_root)
-    spark = spark_session(args)
+    catalog = common.catalog_setup(args, pipeline, output_root)
+    spark = common.spark_for(args)
     try:
         stored = stored_history(spark, output_root, pipeline.name)
         grain = args.grain or (stored[0] if stored else "day")
@@ -184,7 +139,7 @@ def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Na
             output_root,
             partitions,
             partition_column=partition_column,
-            publisher=_publisher(spark, catalog, pipeline, output_root),
+            publisher=common.publisher(spark, catalog, pipeline, output_root),
         )
         if args.rerun_from:
             rerun = probe.span(args.rerun_from, args.rerun_from)[0]
@@ -210,14 +165,6 @@ def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Na
     except ChainError as exc:
         print(f"rewindow: backfill: {exc}", file=sys.stderr)
         return EXIT_FAILED
-
-
-def _publisher(spark: Any, catalog: Any, pipeline: Any, output_root: str) -> Any:
-    if catalog is None:
-        return None
-    from windowing.catalog import Publisher  # noqa: PLC0415 - keeps the CLI fast
-
-    return Publisher(spark, catalog, pipeline, join(output_root, pipeline.name))
 
 
 def _warn_if_not_landed(keys: list[str], partitions: Any, landed: list[Any], landing_zone: str) -> None:
@@ -305,79 +252,3 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
         f"({rows / elapsed if elapsed else 0:,.0f} events/s)"
     )
     return 0
-
-
-def main_status(args: argparse.Namespace, spark_session: Callable[[argparse.Namespace], Any]) -> int:
-    from windowing.chain import (  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
-        Chain,
-        Partitions,
-        stored_history,
-    )
-
-    pipeline = load_pipeline(args.config) if args.config else None
-    output_root = absolute(args.output)
-    catalog = catalog_setup(args, pipeline, output_root)
-    spark = spark_session(args)
-    if pipeline is not None:
-        names = [pipeline.name]
-    else:
-        names = sorted(e.path.rstrip("/").rsplit("/", 1)[-1] for e in Lake(spark).children(output_root))
-    shown = 0
-    for name in names:
-        stored = stored_history(spark, output_root, name)
-        if stored is None:
-            if pipeline is not None:
-                print(f"pipeline {name!r}: nothing committed under {join(output_root, name)}")
-            continue
-        grain, start = stored
-        partitions = Partitions(grain, Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc)).start_of(start))
-        chain = Chain(spark, pipeline or _NewestConfig(spark, output_root, name), "", output_root, partitions)
-        keys = None
-        if args.first or args.last:
-            committed = chain.committed_keys()
-            first = partitions.span(args.first, args.first)[0] if args.first else start
-            last = partitions.span(args.last, args.last)[-1] if args.last else (committed[-1] if committed else first)
-            keys = partitions.keys(first, last)
-        rows = chain.status(keys)
-        shown += 1
-        publisher = _publisher(spark, catalog, pipeline, output_root) if pipeline is not None else None
-        print(
-            f"pipeline {name!r} ({grain} partitions from {start}) in {chain.pipeline_dir}"
-            + (f"; tables {catalog.database}.{catalog.table}_*" if publisher is not None else "")
-        )
-        print(f"  {'partition':<18}{'status':<13}{'events':>10}{'emitted':>10}  detail")
-        for s in rows:
-            m = s.metrics
-            tables = f"; {_published(publisher, s.key)}" if publisher is not None else ""
-            print(
-                f"  {s.key:<18}{s.status:<13}{m.input_rows if m is not None else '':>10}"
-                f"{m.windows_emitted if m is not None else '':>10}  {s.detail}{tables}"
-            )
-        counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
-        print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))
-    if not shown and pipeline is None:
-        print(f"no rewindow history under {output_root}")
-    return 0
-
-
-def _published(publisher: Any, key: str) -> str:
-    """What each catalog table's partition ``key`` points at, for ``rewindow status``."""
-    from windowing.catalog import published_table  # noqa: PLC0415 - keeps the CLI fast
-
-    return published_table(publisher.pointed(key).values())
-
-
-class _NewestConfig:
-    """A pipeline stand-in for ``rewindow status`` without ``--config``: its name, and the
-    configuration fingerprint of its newest committed partition taken as the current one."""
-
-    def __init__(self, spark: Any, output_root: str, name: str) -> None:
-        from windowing.io import current_commits_under  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
-
-        self.name = name
-        commits = current_commits_under(spark, join(output_root, name))
-        newest = max(commits.values(), key=lambda c: c.committed_at)
-        self._fingerprint = newest.fingerprint
-
-    def fingerprint(self) -> str:
-        return self._fingerprint

@@ -1,4 +1,4 @@
-"""The delay sweep (windowing.sweep) against one kernel replay per variant.
+"""The delay sweep (windowing.lateness.sweep) against one kernel replay per variant.
 
 The lateness analysis replays the lean variants of a tumbling or sliding pipeline without
 an idle timeout in one sweep per strategy and lateness mode. Every figure, table and
@@ -15,11 +15,11 @@ from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
 from tests.generators import cases, histories, pipelines, split_points
-from tests.lateness_harness import local_lateness
-from windowing import whatif as W
+from tests.windowing.lateness.harness import local_lateness
 from windowing.config import Lateness, parse_pipeline
-from windowing.lateness import LatenessOptions
-from windowing.sweep import sweepable
+from windowing.lateness.options import LatenessOptions
+from windowing.lateness.sweep import sweepable
+from windowing.lateness.variants import ROW_ID
 
 OPTIONS = LatenessOptions(delays_ms=(0, 1_000, 2_500, 6_000), lateness_modes=tuple(Lateness), future_skew_ms=4_000)
 
@@ -43,9 +43,9 @@ def _assert_same(swept, replayed):
         k: [a.tolist() for a in v] for k, v in replayed.slack.items()
     }
     for name, table in replayed.tables.items():
-        table = table.drop_columns([W.ROW_ID]) if W.ROW_ID in table.column_names else table
+        table = table.drop_columns([ROW_ID]) if ROW_ID in table.column_names else table
         other = swept.tables[name]
-        other = other.drop_columns([W.ROW_ID]) if W.ROW_ID in other.column_names else other
+        other = other.drop_columns([ROW_ID]) if ROW_ID in other.column_names else other
         assert _rows(other) == _rows(table), name
     assert swept.state.workers == replayed.state.workers
 

@@ -1,9 +1,9 @@
-"""Run the lateness analysis (windowing.whatif) without Spark, on model-style rows.
+"""Run the lateness analysis (windowing.lateness.whatif) without Spark, on model-style rows.
 
 The Spark runner's steps (normalise, the (worker, batch) summary with both watermark
 candidates, the shuffle by key) are redone in plain Python as tests/kernel_harness.py does
 for a replay, so many generated cases can check the curves against reference-model replays
-in seconds. The Spark path itself is checked on a few cases (tests/windowing/test_lateness.py).
+in seconds. The Spark path itself is checked on a few cases (tests/windowing/lateness/test_lateness.py).
 """
 
 from __future__ import annotations
@@ -16,15 +16,19 @@ import pyarrow as pa
 from tests.kernel_harness import events_table, key_partitions, normalise_rows
 from windowing import kernel as K
 from windowing import metrics as M
-from windowing import whatif as W
-from windowing.lateness import LatenessOptions, strategy_timelines
+from windowing.lateness.curves import late_counts
+from windowing.lateness.job import strategy_timelines
+from windowing.lateness.options import LatenessOptions
+from windowing.lateness.tables import LATENCY_REASONS
+from windowing.lateness.variants import SKEWED, VARIANT, WhatIf
+from windowing.lateness.whatif import analyse, output_schemas
 
 SUMMARY_SCHEMA = pa.schema(
     [
         ("reason", pa.string()),
         ("__w", pa.int64()),
         ("__batch", pa.int64()),
-        (W.SKEWED, pa.bool_()),
+        (SKEWED, pa.bool_()),
         *[(c, pa.int64()) for c in ("cand_min", "cand_max", "maxarr", "minarr", "n")],
     ]
 )
@@ -44,7 +48,7 @@ class LocalLateness:
     def late_counts(self, strategy, lateness, delays_ms):
         """(late events, late pairs) under each delay, from the slack (the exact curve)."""
         hv, he, hp = self.slack.get((strategy.value, lateness.value), (np.zeros(0, np.int64),) * 3)
-        return W.late_counts(hv, he, hp, delays_ms)
+        return late_counts(hv, he, hp, delays_ms)
 
 
 @dataclass
@@ -83,22 +87,22 @@ def local_lateness(
     names = ("cand_min", "cand_max", "maxarr", "minarr", "n")
     summary = pa.Table.from_pylist(
         [
-            {"reason": None, "__w": wv, "__batch": b, W.SKEWED: sk, **dict(zip(names, stats))}
+            {"reason": None, "__w": wv, "__batch": b, SKEWED: sk, **dict(zip(names, stats))}
             for (wv, b, sk), stats in groups.items()
         ],
         schema=SUMMARY_SCHEMA,
     )
     timelines, new_workers = strategy_timelines(pipeline, variants, summary, workers_in)
-    wi = W.WhatIf(pipeline, variants, types, timelines, flush_at_end, threshold, sweep=sweep, skew_subset=skew_subset)
+    wi = WhatIf(pipeline, variants, types, timelines, flush_at_end, threshold, sweep=sweep, skew_subset=skew_subset)
     table = events_table(valid, types)
-    table = table.append_column(W.SKEWED, pa.array(skewed, pa.bool_()))
+    table = table.append_column(SKEWED, pa.array(skewed, pa.bool_()))
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(pipeline, state.rows)], promote_options="default")
     results = [
-        W.analyse(sub, wi)
+        analyse(sub, wi)
         for sub in key_partitions(table, [c for c in (pipeline.source.worker, pipeline.window.key) if c], partitions)
     ]
-    schemas = W.output_schemas(wi)
+    schemas = output_schemas(wi)
     tables = {
         name: pa.concat_tables([getattr(r, name).cast(schemas[name]) for r in results])
         if results
@@ -156,7 +160,7 @@ def _state_rows(pipeline, st: pa.Table) -> pa.Table:
         if c not in keep and c not in ("fingerprint", "variant"):
             cols[K.STATE_PREFIX + c] = st[c]
     cols["__kind"] = pa.array([kind[k] for k in st["state_kind"].to_pylist()], pa.int8())
-    cols[W.VARIANT] = st["variant"]
+    cols[VARIANT] = st["variant"]
     return pa.table(cols)
 
 
@@ -168,7 +172,7 @@ def model_figures(ref, pipeline) -> dict:
     for row in ref.aggregates:
         if row["emit_reason"] in closes:
             closes[row["emit_reason"]] += 1
-            if row["emit_reason"] in W.LATENCY_REASONS:
+            if row["emit_reason"] in LATENCY_REASONS:
                 latencies.append(row["emit_time"] - row["window_end"])
     return {
         "late_events": len({r["name"] for r in ref.late_events}),

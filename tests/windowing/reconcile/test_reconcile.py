@@ -19,12 +19,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from windowing.commands import common
 from windowing.config import ConfigError, parse_pipeline
 from windowing.config.reconcile import parse_reconcile
 from windowing.durations import DAY_MS
 from windowing.engine import replay
 from windowing.io import InputError, OutputError, read_events, read_outputs, write_outputs
-from windowing.reconcile import (
+from windowing.reconcile import cli as reconcile_cli
+from windowing.reconcile.compare import reconcile
+from windowing.reconcile.live import load_reconcile
+from windowing.reconcile.outputs import read_reconcile, write_reconcile
+from windowing.reconcile.vocabulary import (
     CONFLICTING_DUPLICATE,
     DUPLICATE_IN_LIVE,
     EMIT_REASON,
@@ -36,15 +41,10 @@ from windowing.reconcile import (
     NULL_IN_LIVE,
     PARTITION_EDGE,
     VALUE_MISMATCH,
-    load_reconcile,
-    main_reconcile,
-    read_reconcile,
-    reconcile,
-    write_reconcile,
 )
 from windowing.sample import generate_history
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2024, 2, 5, tzinfo=timezone.utc)
 START_MS = int(START.timestamp() * 1000)
 EDGES = [START, START + timedelta(days=1), START + timedelta(days=2)]
@@ -582,7 +582,8 @@ def test_missing_mapped_aggregate_column_is_named(spark, replayed):
 # --------------------------------------------------------------------------- outputs and the command
 
 
-def test_write_read_and_main_reconcile(spark, replayed, tmp_path, capsys):
+def test_write_read_and_main_reconcile(spark, replayed, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     live_rows, expected = _perturb(replayed)
     live_dir = tmp_path / "live"
     _live(spark, live_rows).write.parquet(str(live_dir))
@@ -594,7 +595,7 @@ def test_write_read_and_main_reconcile(spark, replayed, tmp_path, capsys):
 
     def run(output, **extra):
         args = argparse.Namespace(config=str(config), replay=replay_dir, live=None, output=str(output), **extra)
-        return main_reconcile(args, spark=spark)
+        return reconcile_cli.run(args)
 
     assert run(tmp_path / "rec") == 1  # under the default minimum of 100 %
     printed = capsys.readouterr()
@@ -612,17 +613,18 @@ def test_write_read_and_main_reconcile(spark, replayed, tmp_path, capsys):
         run(replayed["root"] / "replay" / "reconcile")
 
 
-def test_main_reconcile_needs_a_live_side(spark, replayed, tmp_path):
+def test_main_reconcile_needs_a_live_side(spark, replayed, tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
     config = tmp_path / "clicks.yaml"
     config.write_text(yaml.safe_dump(_clicks_doc()))
     args = argparse.Namespace(
         config=str(config), replay=str(replayed["root"] / "replay"), live=None, output=str(tmp_path / "rec")
     )
     with pytest.raises(ConfigError, match="--live: no live aggregates given"):
-        main_reconcile(args, spark=spark)
+        reconcile_cli.run(args)
     args.live = str(tmp_path / "nowhere")
     with pytest.raises(InputError, match="nowhere: the live aggregates do not exist"):
-        main_reconcile(args, spark=spark)
+        reconcile_cli.run(args)
 
 
 # --------------------------------------------------------------------------- configuration (no Spark)
@@ -732,7 +734,7 @@ def test_self_match_at_the_bench_quick_size(spark, tmp_path):
     import sys
 
     sys.path.insert(0, str(ROOT / "bench"))
-    from replay_bench import PIPELINE as BENCH  # noqa: E402
+    from replay_bench import PIPELINE as BENCH
 
     bench = parse_pipeline(BENCH)
     generate_history(

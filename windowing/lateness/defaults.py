@@ -1,8 +1,8 @@
-"""The defaults of ``rewindow lateness`` (:mod:`windowing.lateness`), apart from it.
+"""The defaults of ``rewindow lateness``, apart from the analysis.
 
 The command line builds its parser, these defaults included, on every ``rewindow`` run,
-``--help`` too; :mod:`windowing.lateness` imports Spark and the engine, this module
-nothing. :mod:`windowing.lateness` and the command line import them from here.
+``--help`` too (:mod:`windowing.lateness.cli`); the analysis imports Spark and the engine,
+this module nothing. The analysis imports them from here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The lateness report: one self-contained HTML page (inline SVG, no script, no network).
 
-:func:`render_report` turns the figures of :func:`windowing.lateness.lateness` into a
+:func:`render_report` turns the figures of :func:`windowing.lateness.job.lateness` into a
 page with four plots (late share against the delay per strategy, emission latency against
 the delay, how late the late events were, late events by hour of arrival) and the tables
 behind them. Pure string building: no Spark, no plotting library.

@@ -1,4 +1,4 @@
-"""The skew-free variant replayed for the keys where it can differ only (whatif._skew_dirty_rows).
+"""The skew-free variant replayed for the keys where it can differ only (skew_subset.skew_dirty_rows).
 
 Where the pipeline has no idle timeout, the analysis replays the skew-free variant only for
 the keys with a skewed event or a carried state that differs from the configured variant's
@@ -22,11 +22,11 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tests.generators import cases, histories, pipelines, split_points
-from tests.lateness_harness import local_lateness
-from tests.windowing.test_sweep import _assert_same, _named
-from windowing import whatif as W
+from tests.windowing.lateness.harness import local_lateness
+from tests.windowing.lateness.test_sweep import _assert_same, _named
 from windowing.config import Lateness, parse_pipeline
-from windowing.lateness import LatenessOptions
+from windowing.lateness import skew_subset, whatif
+from windowing.lateness.options import LatenessOptions
 
 OPTIONS = LatenessOptions(delays_ms=(0, 2_000), lateness_modes=(Lateness.WINDOW_CLOSED,), future_skew_ms=3_000)
 
@@ -42,9 +42,9 @@ def taken(monkeypatch):
     """Take the shortcut however many keys are dirty (the tests' histories are small), and
     record which way each task went: None (a whole pass), else the names of the events
     of the keys replayed under both variants."""
-    monkeypatch.setattr(W, "SKEW_SUBSET_MAX_SHARE", 1.0)
+    monkeypatch.setattr(skew_subset, "SKEW_SUBSET_MAX_SHARE", 1.0)
     seen: list = []
-    real = W._skew_dirty_rows
+    real = skew_subset.skew_dirty_rows
 
     def recorded(table, *args):
         dirty = real(table, *args)
@@ -55,7 +55,7 @@ def taken(monkeypatch):
         )
         return dirty
 
-    monkeypatch.setattr(W, "_skew_dirty_rows", recorded)
+    monkeypatch.setattr(whatif, "skew_dirty_rows", recorded)  # where analyse calls it
     return seen
 
 

@@ -20,11 +20,12 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tests.generators import cases, histories, pipelines, split_points
-from tests.lateness_harness import local_lateness, model_figures
 from tests.reference_model import reference_replay
-from windowing import whatif as W
+from tests.windowing.lateness.harness import local_lateness, model_figures
 from windowing.config import Lateness, Trigger, WatermarkStrategy, parse_pipeline
-from windowing.lateness import LatenessOptions
+from windowing.lateness.curves import smallest_delay, weighted_percentiles
+from windowing.lateness.options import LatenessOptions
+from windowing.lateness.variants import perfect_pipeline
 
 S = 1000
 #: Delays the analysis replays; the curve is probed at these and between them.
@@ -224,7 +225,7 @@ def test_worked_examples(events, strategy, late_until_ms, case):
     expect = [int(late_until_ms is not None and d <= late_until_ms) for d in (0, 2_000, 2_001, 3_000, 5_000)]
     assert [c[0] for c in curve] == expect, case
     hv, he, _ = result.slack.get((strategy.value, "WINDOW_CLOSED"), (np.zeros(0, np.int64),) * 3)
-    smallest = W.smallest_delay(hv, he, 0)
+    smallest = smallest_delay(hv, he, 0)
     assert smallest == (0 if late_until_ms is None else late_until_ms + 1)
     listed = min(d for d in WHOLE_SECONDS if d >= smallest)
     assert listed == (0 if late_until_ms is None else 3_000)
@@ -278,13 +279,13 @@ def test_before_watermark_example():
     ],
 )
 def test_smallest_delay(values, events, allowed, expect):
-    assert W.smallest_delay(np.array(values, np.int64), np.array(events, np.int64), allowed) == expect
+    assert smallest_delay(np.array(values, np.int64), np.array(events, np.int64), allowed) == expect
 
 
 def test_weighted_percentiles_interpolate_as_numpy():
     values, weights = np.array([3, 1, 10, 7]), np.array([2, 1, 3, 1])
     flat = np.repeat(values, weights)
-    assert W.weighted_percentiles(values, weights) == pytest.approx(
+    assert weighted_percentiles(values, weights) == pytest.approx(
         np.percentile(flat, [50, 90, 99]).tolist(), abs=0, rel=1e-15
     )
 
@@ -314,7 +315,7 @@ def test_cost_rows_against_the_model(pipeline, rows):
     rows = _named(rows)
     configured = replace(pipeline, triggers=(Trigger.AT_WINDOW_END,))
     ref = reference_replay(configured, rows)
-    perfect = reference_replay(W.perfect_pipeline(pipeline), rows, flush_at_end=True)
+    perfect = reference_replay(perfect_pipeline(pipeline), rows, flush_at_end=True)
     result = local_lateness(pipeline, rows, LatenessOptions(delays_ms=(0,), future_skew_ms=None))
     cost = result.tables["cost"].to_pylist()
     late_by = {}
@@ -456,7 +457,7 @@ def _doc_of(pipeline):
 def test_options_and_configuration_errors_name_the_field(tmp_path, capsys):
     from windowing.cli import main
     from windowing.config import ConfigError
-    from windowing.lateness import parse_delays, parse_modes
+    from windowing.lateness.options import parse_delays, parse_modes
 
     assert parse_delays("2m, 0s,5s,5s") == (0, 5_000, 120_000)
     assert parse_modes("both") == tuple(Lateness) and parse_modes("configured") is None
@@ -546,7 +547,7 @@ def test_max_future_skew_in_the_fingerprint_only_when_set():
 
 
 def test_no_events_gives_an_empty_analysis_and_a_report():
-    from windowing.lateness_report import render_report
+    from windowing.lateness.report import render_report
 
     pipeline, _ = _example(INPUT_A)
     result = local_lateness(pipeline, [], LatenessOptions())

@@ -1,5 +1,5 @@
 """``rewindow lateness`` on Spark: the same figures as the analysis without Spark (which
-tests/windowing/test_lateness_model.py checks against the reference model), chains of
+tests/windowing/lateness/test_lateness_model.py checks against the reference model), chains of
 partitions, the report, and ``source.maxFutureSkew`` in the Spark engine.
 
 Few Spark jobs: one analysis of a rich history, one chain of two partitions against one
@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.engine_harness import run_engine, to_df
-from tests.lateness_harness import local_lateness, model_figures
 from tests.reference_model import reference_replay
-from windowing import whatif as W
+from tests.windowing.lateness.harness import local_lateness, model_figures
 from windowing.config import Lateness, parse_pipeline
 from windowing.lake import Lake
-from windowing.lateness import LatenessOptions, lateness, read_lateness
+from windowing.lateness.curves import smallest_delay, weighted_percentiles
+from windowing.lateness.job import lateness
+from windowing.lateness.options import LatenessOptions
+from windowing.lateness.outputs import read_lateness
 
 S = 1000
 
@@ -110,7 +112,7 @@ def test_spark_analysis_equals_the_local_one_and_the_model(spark):
                 lc.get("open_windows", 0),
             ), v.label
             values, weights = local.latency.get(v.label, ([], []))
-            p = W.weighted_percentiles(values, weights)
+            p = weighted_percentiles(values, weights)
             assert [c["latency_p50_ms"], c["latency_p90_ms"], c["latency_p99_ms"]] == pytest.approx(p, rel=1e-12)
             # ... and the model's replay of the pipeline under that configuration.
             model = model_figures(reference_replay(_as(PIPELINE, v), rows), PIPELINE)
@@ -137,7 +139,7 @@ def test_spark_analysis_equals_the_local_one_and_the_model(spark):
         assert sum(r["late_event_windows_caused"] for r in listing) == len(attributed)
         rec = {(r["strategy"], r["lateness"]): r for r in f["recommendations"]}
         for (s, m), (hv, he, _) in local.slack.items():
-            assert rec[(s, m)]["smallest_delay_ms"] == W.smallest_delay(hv, he, f["allowed_late_events"])
+            assert rec[(s, m)]["smallest_delay_ms"] == smallest_delay(hv, he, f["allowed_late_events"])
     finally:
         result.unpersist()
 
@@ -167,7 +169,7 @@ def test_cli_chain_of_partitions_equals_one_run(spark, tmp_path):
     config = tmp_path.parent / "clicks.yaml"
     config.write_text(
         (
-            __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "pipelines" / "clicks-hourly.yaml"
+            __import__("pathlib").Path(__file__).resolve().parents[3] / "examples" / "pipelines" / "clicks-hourly.yaml"
         ).read_text()
     )
     common = ["--config", config, "--delays", "0s,5s,10m", "--target-late", "1%", "--master", "local[2]"]
@@ -265,7 +267,7 @@ def test_engine_rejects_future_skew_and_conserves_events(spark):
 
 def test_a_partition_without_events(spark, tmp_path):
     """An empty day (a Dagster partition with no landed events): zero everywhere, a report."""
-    from windowing.lateness import write_lateness
+    from windowing.lateness.outputs import write_lateness
 
     columns = ["arrival", "event_time", "offset", "worker", "user", "amount", "tag"]
     result = lateness(spark, PIPELINE, to_df(spark, [], columns=columns), options=OPTIONS)

@@ -1,0 +1,103 @@
+"""What the commands share: the Spark options (``--master``, ``--remote``, ``--conf``)
+and the session made from them (:func:`spark_for`), the catalog options, progress lines.
+
+:func:`spark_for` is the one place a command gets its Spark session: a test injects its own
+session by replacing it, ``monkeypatch.setattr(windowing.commands.common, "spark_for",
+lambda args: spark)`` (the commands call it through this module, never a copy of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from windowing.lake import join
+from windowing.spark import spark_session
+
+
+def spark_args(p: argparse.ArgumentParser) -> None:
+    """A command's Spark options: ``--master`` or ``--remote``, and ``--conf KEY=VALUE``."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--master", default=None, help="Spark master: local[*] (default), spark://, yarn, k8s://")
+    where.add_argument("--remote", default=None, help="Spark Connect server: sc://HOST:PORT")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=key_value,
+        metavar="KEY=VALUE",
+        help="extra Spark setting (repeatable)",
+    )
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """``--conf KEY=VALUE`` (the value may hold ``=``), refused by argparse otherwise."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def spark_for(args: argparse.Namespace) -> Any:
+    """The Spark session of a command: ``--master`` or ``--remote`` with the ``--conf``
+    settings (the catalog's added by :func:`catalog_setup`). Tests replace this function
+    to run a command on their own session (module docstring)."""
+    return spark_session(args.master, dict(args.conf), remote=args.remote)
+
+
+def progress(step: int, of: int, what: str) -> None:
+    """One line per phase of a command, on stderr (stdout keeps the summary)."""
+    print(f"rewindow: [{step}/{of}] {what}", file=sys.stderr, flush=True)
+
+
+def escape(text: str) -> str:
+    """``text`` for an argparse help string, which is %-formatted (``0.1%`` would crash ``--help``)."""
+    return text.replace("%", "%%")
+
+
+def catalog_args(p: argparse.ArgumentParser) -> None:
+    """The catalog settings: override the YAML's ``output.catalog`` and place the embedded metastore."""
+    p.add_argument(
+        "--catalog-database", help="publish to this catalog database (default: the YAML's output.catalog.database)"
+    )
+    p.add_argument(
+        "--catalog-table",
+        help="table prefix: <prefix>_aggregates, _late_events, _rejected (default: the YAML's output.catalog.table)",
+    )
+    p.add_argument(
+        "--metastore-dir",
+        help="folder of the embedded Derby metastore (default: "
+        "REWINDOW_METASTORE_DIR, else OUTPUT/_metastore); unused when --conf "
+        "names a metastore (spark.hadoop.hive.metastore.uris, ...)",
+    )
+
+
+def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> Any:
+    """The pipeline's catalog (``output.catalog`` with the command line's overrides), or
+    None; when set, the session settings publishing needs are added to ``args.conf``
+    (Hive support, the embedded metastore: :func:`windowing.catalog.session_conf`)."""
+    from windowing.catalog import with_overrides  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.metastore import default_metastore_dir, session_conf  # noqa: PLC0415
+
+    spec = with_overrides(
+        pipeline.catalog if pipeline is not None else None,
+        getattr(args, "catalog_database", None),
+        getattr(args, "catalog_table", None),
+    )
+    if spec is None or getattr(args, "remote", None):  # Spark Connect: the server's catalog as it is
+        return spec
+    folder = args.metastore_dir or os.environ.get("REWINDOW_METASTORE_DIR") or default_metastore_dir(output_root)
+    args.conf = [*args.conf, *session_conf(folder, dict(args.conf)).items()]
+    return spec
+
+
+def publisher(spark: Any, catalog: Any, pipeline: Any, output_root: str) -> Any:
+    """The catalog publisher of a history (None without a catalog): each partition's run is
+    published as that table partition (:class:`windowing.catalog.Publisher`)."""
+    if catalog is None:
+        return None
+    from windowing.catalog import Publisher  # noqa: PLC0415 - keeps the CLI fast
+
+    return Publisher(spark, catalog, pipeline, join(output_root, pipeline.name))

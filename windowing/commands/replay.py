@@ -1,0 +1,116 @@
+"""``rewindow replay``: replay events (Parquet) through a pipeline (YAML) into a committed
+run of an output folder, published to the catalog when the pipeline has one (after the
+blocking data-quality checks pass on the staged run)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from windowing.commands import common
+from windowing.config import ConfigError, ignored_fields_note, load_pipeline
+from windowing.lake import absolute
+
+NAME = "replay"
+
+
+def add_parser(subparsers: Any) -> None:
+    r = subparsers.add_parser(NAME, help="replay events (Parquet) through a pipeline (YAML)")
+    r.add_argument("--config", required=True, help="pipeline YAML (contract section 10)")
+    r.add_argument("--input", nargs="+", help="events: folders, files or URIs (default: the pipeline's source)")
+    r.add_argument("--output", required=True, help="output folder or URI (a new run, committed atomically)")
+    r.add_argument("--state-in", help="the previous replay's output (or its OUT_DIR/state)")
+    r.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
+    r.add_argument(
+        "--partition",
+        help="with output.catalog: the table partition (partition_key) this run is published as, e.g. 2024-01-01",
+    )
+    common.catalog_args(r)
+    common.spark_args(r)
+
+
+def run(args: argparse.Namespace) -> int:
+    pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
+    from windowing.engine import replay  # noqa: PLC0415 - keeps the CLI fast: engine imports pyspark
+    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+        check_input_schema,
+        check_output_target,
+        read_events,
+        read_state,
+        stage_outputs,
+    )
+
+    note = ignored_fields_note(pipeline)
+    if note:
+        print(f"rewindow: note: {note}", file=sys.stderr)
+    # Local Parquet input lacking a configured column is refused before Spark starts, too.
+    check_input_schema(pipeline, args.input or ([pipeline.source.path] if pipeline.source.path else []))
+    # The tables' root folders sit beside the output (OUT/../_tables), the embedded metastore in OUT/../_metastore.
+    parent = absolute(args.output).rstrip("/").rsplit("/", 1)[0]
+    catalog = common.catalog_setup(args, pipeline, parent)
+    if catalog is not None and not args.partition:
+        raise ConfigError(
+            "--partition: required when the pipeline publishes to a catalog (output.catalog): "
+            "the table partition this run is published as (e.g. 2024-01-01)"
+        )
+    common.progress(1, 3, f"starting Spark ({args.remote or args.master or 'local[*]'})")
+    spark = common.spark_for(args)
+    publisher = None
+    if catalog is not None:
+        from windowing.catalog import Publisher  # noqa: PLC0415 - keeps the CLI fast
+
+        publisher = Publisher(spark, catalog, pipeline, parent)
+        publisher.check()  # a catalog that cannot take a location swap fails before any work
+    started = time.monotonic()
+    inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
+    check_output_target(spark, args.output, inputs)  # before any work: never write over the events
+    common.progress(2, 3, f"replaying {', '.join(map(str, inputs)) or 'no input'} through pipeline {pipeline.name!r}")
+    state = read_state(spark, args.state_in) if args.state_in else None
+    # pipeline/state: an empty partition (no files) replays as zero events.
+    events = read_events(spark, args.input, pipeline=pipeline, state=state)
+    # Both name an input file Spark fails to read (a damaged data page) in an InputError.
+    result = replay(spark, pipeline, events, state=state, flush_at_end=args.flush_at_end)
+    try:
+        common.progress(3, 3, f"writing outputs to {args.output}")
+        staged = stage_outputs(result, args.output, pipeline=pipeline, inputs=inputs)
+        if publisher is not None and _blocked(spark, pipeline, staged, events, state):
+            return 1
+        commit = staged.commit(keep=publisher.pointed_runs(args.partition) if publisher is not None else ())
+    finally:
+        result.unpersist()
+    if publisher is not None:
+        published = publisher.publish(args.partition, commit)
+        print(
+            f"published run {commit.run_id} as partition {args.partition} of "
+            f"{', '.join(f'{catalog.database}.{p.table}' for p in published)}"
+        )
+    m = result.metrics
+    print(
+        f"replayed {m.input_rows:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
+        f"{m.windows_closed:,} windows closed {m.closed_by_reason} ({m.windows_emitted:,} windows emitted, "
+        f"{m.snapshots_emitted:,} snapshots), {m.late_events:,} late events "
+        f"({m.late_event_windows:,} late (event, window) pairs), "
+        f"{m.rejected_rows:,} rejected, {m.open_windows:,} still open; watermark {m.watermark_reached}"
+    )
+    print(
+        f"outputs in {commit.run_path}/ (aggregates, late_events, rejected, state, metrics.json, metrics.prom), "
+        f"committed as run {commit.seq} of {args.output}"
+    )
+    return 0
+
+
+def _blocked(spark: Any, pipeline: Any, staged: Any, events: Any, state: Any) -> bool:
+    """Write-audit-publish for a published replay: the data-quality checks on the staged
+    run; True (and the run left uncommitted, unpublished) when a blocking one fails."""
+    from windowing.validation import blocking_failures, run_checks  # noqa: PLC0415 - keeps the CLI fast
+
+    failed = blocking_failures(run_checks(spark, pipeline, staged.read(), input_df=events, prev_state=state))
+    if failed:
+        print(
+            f"rewindow: replay: blocking data-quality checks failed ({', '.join(r.name for r in failed)}): "
+            f"the run is not committed nor published (kept at {staged.path}); rewindow verify shows why",
+            file=sys.stderr,
+        )
+    return bool(failed)

@@ -1,0 +1,104 @@
+"""``rewindow status``: a history's partitions (:mod:`windowing.chain`) listed as committed,
+out of date, failed, damaged or missing, with the catalog tables they are published to."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+from typing import Any
+
+from windowing.commands import common
+from windowing.config import load_pipeline
+from windowing.lake import Lake, absolute, join
+
+NAME = "status"
+
+
+def add_parser(subparsers: Any) -> None:
+    s = subparsers.add_parser(NAME, help="list a history's partitions: committed, out of date, failed or missing")
+    s.add_argument("--output", required=True, help="output root (as given to backfill)")
+    s.add_argument(
+        "--config",
+        help="pipeline YAML (default: every pipeline under --output, checked against the "
+        "configuration of its newest partition)",
+    )
+    s.add_argument("--from", dest="first", help="first partition to list (default: the start of the history)")
+    s.add_argument("--to", dest="last", help="last partition to list (default: the newest committed or failed)")
+    common.catalog_args(s)
+    common.spark_args(s)
+
+
+def run(args: argparse.Namespace) -> int:
+    from windowing.chain import (  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+        Chain,
+        Partitions,
+        stored_history,
+    )
+
+    pipeline = load_pipeline(args.config) if args.config else None
+    output_root = absolute(args.output)
+    catalog = common.catalog_setup(args, pipeline, output_root)
+    spark = common.spark_for(args)
+    if pipeline is not None:
+        names = [pipeline.name]
+    else:
+        names = sorted(e.path.rstrip("/").rsplit("/", 1)[-1] for e in Lake(spark).children(output_root))
+    shown = 0
+    for name in names:
+        stored = stored_history(spark, output_root, name)
+        if stored is None:
+            if pipeline is not None:
+                print(f"pipeline {name!r}: nothing committed under {join(output_root, name)}")
+            continue
+        grain, start = stored
+        partitions = Partitions(grain, Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc)).start_of(start))
+        chain = Chain(spark, pipeline or _NewestConfig(spark, output_root, name), "", output_root, partitions)
+        keys = None
+        if args.first or args.last:
+            committed = chain.committed_keys()
+            first = partitions.span(args.first, args.first)[0] if args.first else start
+            last = partitions.span(args.last, args.last)[-1] if args.last else (committed[-1] if committed else first)
+            keys = partitions.keys(first, last)
+        rows = chain.status(keys)
+        shown += 1
+        publisher = common.publisher(spark, catalog, pipeline, output_root) if pipeline is not None else None
+        print(
+            f"pipeline {name!r} ({grain} partitions from {start}) in {chain.pipeline_dir}"
+            + (f"; tables {catalog.database}.{catalog.table}_*" if publisher is not None else "")
+        )
+        print(f"  {'partition':<18}{'status':<13}{'events':>10}{'emitted':>10}  detail")
+        for s in rows:
+            m = s.metrics
+            tables = f"; {_published(publisher, s.key)}" if publisher is not None else ""
+            print(
+                f"  {s.key:<18}{s.status:<13}{m.input_rows if m is not None else '':>10}"
+                f"{m.windows_emitted if m is not None else '':>10}  {s.detail}{tables}"
+            )
+        counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
+        print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))
+    if not shown and pipeline is None:
+        print(f"no rewindow history under {output_root}")
+    return 0
+
+
+def _published(publisher: Any, key: str) -> str:
+    """What each catalog table's partition ``key`` points at, for ``rewindow status``."""
+    from windowing.catalog import published_table  # noqa: PLC0415 - keeps the CLI fast
+
+    return published_table(publisher.pointed(key).values())
+
+
+class _NewestConfig:
+    """A pipeline stand-in for ``rewindow status`` without ``--config``: its name, and the
+    configuration fingerprint of its newest committed partition taken as the current one."""
+
+    def __init__(self, spark: Any, output_root: str, name: str) -> None:
+        from windowing.io import current_commits_under  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+
+        self.name = name
+        commits = current_commits_under(spark, join(output_root, name))
+        newest = max(commits.values(), key=lambda c: c.committed_at)
+        self._fingerprint = newest.fingerprint
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
