@@ -20,7 +20,7 @@ settings.load_profile(os.environ.get("REWINDOW_HYPOTHESIS", "repeatable"))
 
 @pytest.fixture(scope="session")
 def spark():
-    from windowing.spark import spark_session
+    from windowing.runner.session import spark_session
 
     session = spark_session(
         "local[2]",
@@ -89,7 +89,7 @@ LONG_UNITS = (
     "tests/orchestration/test_concurrent_runs.py",
     "tests/windowing/test_chain.py",
     "tests/quality/test_checks.py",
-    "tests/windowing/test_engine_vs_model.py",
+    "tests/windowing/runner/test_engine_vs_model.py",
 )
 
 

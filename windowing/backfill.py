@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
-from windowing.lake import Lake, absolute, join
+from windowing.storage.lake import Lake, absolute, join
 
 EXIT_FAILED = 1
 
@@ -131,7 +131,7 @@ def main_backfill(args: argparse.Namespace, spark_session: Callable[[argparse.Na
         stored_history,
         summary_table,
     )
-    from windowing.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
+    from windowing.storage.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     landing_zone = args.input or pipeline.source.path
@@ -372,7 +372,7 @@ class _NewestConfig:
     configuration fingerprint of its newest committed partition taken as the current one."""
 
     def __init__(self, spark: Any, output_root: str, name: str) -> None:
-        from windowing.io import current_commits_under  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+        from windowing.storage.commits import current_commits_under  # noqa: PLC0415 - keeps the CLI fast: storage imports pyspark
 
         self.name = name
         commits = current_commits_under(spark, join(output_root, name))

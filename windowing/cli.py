@@ -12,9 +12,9 @@ from typing import Any
 from windowing.backfill import add_arguments, catalog_args, catalog_setup, main_backfill, main_status
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
 from windowing.durations import parse_duration_ms
-from windowing.lake import absolute
 from windowing.lateness_defaults import DEFAULT_DELAYS, DEFAULT_FUTURE_SKEW, DEFAULT_TARGET_LATE, DEFAULT_WORST
-from windowing.spark import WorkerEnvironmentError, spark_session
+from windowing.runner.session import WorkerEnvironmentError, spark_session
+from windowing.storage.lake import absolute
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,14 +182,9 @@ def _progress(step: int, of: int, what: str) -> None:
 
 def _replay(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
-    from windowing.engine import replay  # noqa: PLC0415 - keeps the CLI fast: engine imports pyspark
-    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
-        check_input_schema,
-        check_output_target,
-        read_events,
-        read_state,
-        stage_outputs,
-    )
+    from windowing.runner.replay import replay  # noqa: PLC0415 - keeps the CLI fast: the runner imports pyspark
+    from windowing.storage.inputs import check_input_schema, read_events  # noqa: PLC0415 - keeps the CLI fast: storage imports pyspark
+    from windowing.storage.outputs import check_output_target, read_state, stage_outputs  # noqa: PLC0415 - keeps the CLI fast: storage imports pyspark
 
     note = ignored_fields_note(pipeline)
     if note:
@@ -275,11 +270,8 @@ def _verify(args: argparse.Namespace) -> int:
         max_skew_ms = parse_duration_ms(args.max_skew, "--max-skew")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
-        read_events,
-        read_outputs,
-        read_state,
-    )
+    from windowing.storage.inputs import read_events  # noqa: PLC0415 - keeps the CLI fast: storage imports pyspark
+    from windowing.storage.outputs import read_outputs, read_state  # noqa: PLC0415 - keeps the CLI fast: storage imports pyspark
     from windowing.validation import (  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
         format_table,
         run_checks,
@@ -332,8 +324,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _state_manifest_check(spark: Any, outputs: Any) -> Any:
     """``state_manifest``: the state's parts, row counts and window-rows hash against the
-    manifest the run wrote (windowing.manifest), with or without ``--input``."""
-    from windowing.manifest import verify_problem  # noqa: PLC0415 - keeps the CLI fast: manifest imports pyspark
+    manifest the run wrote (windowing.storage.manifest), with or without ``--input``."""
+    from windowing.storage.manifest import verify_problem  # noqa: PLC0415 - keeps the CLI fast: manifest imports pyspark
     from windowing.validation import CheckResult  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
 
     description = "the state's part files, row counts and window rows match the manifest written with it"

@@ -40,27 +40,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
-from windowing import engine as E
 from windowing import kernel as K
 from windowing import metrics as M
 from windowing import whatif as W
-from windowing.columns import col as _col
 from windowing.config import ConfigError, Lateness, Pipeline, WatermarkStrategy, load_pipeline, parse_share
 from windowing.contract import CLOSE_REASONS
 from windowing.durations import format_duration_ms, human_duration, parse_duration_ms
-from windowing.engine import FUTURE_SKEW
-from windowing.io import (
-    InputError,
-    Staged,
-    _new_run_id,
-    check_input_schema,
-    check_manifest,
-    check_output_target,
-    current_commit,
-    read_events,
-    write_datasets,
-)
-from windowing.lake import Lake, glob_escape, join
 
 # The command's defaults live apart so that `rewindow --help` need not import this module.
 from windowing.lateness_defaults import DEFAULT_DELAYS as DEFAULT_DELAYS
@@ -68,8 +53,17 @@ from windowing.lateness_defaults import DEFAULT_FUTURE_SKEW as DEFAULT_FUTURE_SK
 from windowing.lateness_defaults import DEFAULT_TARGET_LATE as DEFAULT_TARGET_LATE
 from windowing.lateness_defaults import DEFAULT_WORST as DEFAULT_WORST
 from windowing.lateness_report import render_report
-from windowing.manifest import write_manifest
-from windowing.spark import check_workers, spark_session
+from windowing.runner import columns, normalise, placement, session, tasks
+from windowing.runner.columns import col as _col
+from windowing.runner.normalise import FUTURE_SKEW
+from windowing.runner.session import check_workers, spark_session
+from windowing.runner.timelines import summary_timelines
+from windowing.storage.commits import current_commit, new_run_id
+from windowing.storage.errors import InputError
+from windowing.storage.inputs import check_input_schema, read_events
+from windowing.storage.lake import Lake, glob_escape, join
+from windowing.storage.manifest import write_manifest
+from windowing.storage.outputs import Staged, check_manifest, check_output_target, write_datasets
 from windowing.validation import _jsonable
 
 if TYPE_CHECKING:
@@ -78,7 +72,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from windowing.io import Commit
+    from windowing.storage.commits import Commit
 
 #: Each variant's counters (name -> value), by variant label.
 Counters = dict[str, dict[str, int]]
@@ -217,17 +211,17 @@ def lateness(
     flush = pipeline.flush_at_end if options.flush_at_end is None else bool(options.flush_at_end)
     variants = options.variants(pipeline)
     _check_state(pipeline, variants, state, state_figures)
-    E._check_columns(pipeline, events_df)
-    E._check_late_columns(pipeline, events_df)
+    normalise.check_columns(pipeline, events_df)
+    normalise.check_late_columns(pipeline, events_df)
     input_cols = list(events_df.columns)
-    norm = E._normalise(pipeline, events_df)
+    norm = normalise.normalise(pipeline, events_df)
     check_workers(spark)
-    arrow_types = E._arrow_types(spark, events_df)
+    arrow_types = columns.arrow_types(spark, events_df)
     input_types = {c: arrow_types[c] for c in input_cols}
     full = variants[0]
     worker_rows = _worker_state(spark, pipeline, state)
     if worker_rows.get(full.label):
-        norm = E._reject_committed(spark, pipeline, norm, worker_rows[full.label])
+        norm = normalise.reject_committed(spark, pipeline, norm, worker_rows[full.label])
     threshold = options.future_skew_ms if any(v.skew_free for v in variants) else None
     skewed = (F.col("__evt") - F.col("__arr") > F.lit(threshold)) if threshold is not None else F.lit(False)
     norm = norm.withColumn(W.SKEWED, skewed)
@@ -243,7 +237,7 @@ def lateness(
     # Skewed and other events apart (for the skew-free timelines): one more grouping column
     # costs less than conditional aggregates (5.8 -> 4.6 s at 10 M events).
     summary = (
-        norm.groupBy(F.col(E.REJECT_REASON), wexpr.alias("__w"), F.col("__batch"), F.col(W.SKEWED))
+        norm.groupBy(F.col(normalise.REJECT_REASON), wexpr.alias("__w"), F.col("__batch"), F.col(W.SKEWED))
         .agg(*stats)
         .toArrow()
     )
@@ -252,28 +246,30 @@ def lateness(
     wi = W.WhatIf(pipeline, variants, input_types, timelines, flush, threshold, options.worst)
 
     full_spec = wi.spec(full)
-    events = norm.where(F.col(E.REJECT_REASON).isNull()).drop(E.REJECT_REASON, *K.task_derived(full_spec))
+    events = norm.where(F.col(normalise.REJECT_REASON).isNull()).drop(
+        normalise.REJECT_REASON, *K.task_derived(full_spec)
+    )
     state_rows = _state_rows(pipeline, wi, state, events_df) if state is not None else None
-    kernel_in, names, nparts = E.kernel_input(spark, pipeline, events, state_rows)
+    kernel_in, names, nparts = placement.kernel_input(spark, pipeline, events, state_rows)
     schemas = W.output_schemas(wi)
     task = _Task(wi, names, schemas)
-    held = E._hold(spark, kernel_in.mapInArrow(task, E._spark_schema(task.schema)))
+    held = tasks.hold(spark, kernel_in.mapInArrow(task, columns.spark_schema(task.schema)))
     try:
         small = _collect_small(spark, held, schemas)
         counters = _sum_counters(small["counters"])
         rows = counters.pop(_ROWS, {})
-        slots = E._task_slots(spark)
+        slots = placement.session_slots(spark)
         # One decoding task per 1 M rows of an output (as a replay writes its outputs).
         frames = {
-            name: held.where(F.col(E.SIDE_OUTPUT) == name)
-            .select(E.SIDE_DATA)
-            .coalesce(E._write_tasks(rows.get(name, 0), nparts, slots))
-            .mapInArrow(E._DecodeTask(schemas[name]), E._spark_schema(schemas[name]))
+            name: held.where(F.col(tasks.SIDE_OUTPUT) == name)
+            .select(tasks.SIDE_DATA)
+            .coalesce(tasks.write_tasks(rows.get(name, 0), nparts, slots))
+            .mapInArrow(tasks.DecodeTask(schemas[name]), columns.spark_schema(schemas[name]))
             for name in ("cost", "by_key", "skew_late", "skewed", "state")
         }
         latency = latency_figures(
             spark,
-            held.where(F.col(E.SIDE_OUTPUT) == "latency").select(F.col(E.SIDE_DATA).alias("data")),
+            held.where(F.col(tasks.SIDE_OUTPUT) == "latency").select(F.col(tasks.SIDE_DATA).alias("data")),
             small["latency_coarse"],
         )
         figures, tables = summarise(
@@ -307,10 +303,10 @@ class _Task:
 
     def __init__(self, wi: W.WhatIf, names: dict[str, str], schemas: dict[str, pa.Schema]):
         self.wi, self.names, self.schemas = wi, names, schemas
-        self.schema = pa.schema([pa.field(E.SIDE_OUTPUT, pa.string()), pa.field(E.SIDE_DATA, pa.binary())])
+        self.schema = pa.schema([pa.field(tasks.SIDE_OUTPUT, pa.string()), pa.field(tasks.SIDE_DATA, pa.binary())])
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = E.task_table(batches, self.names)
+        table = tasks.task_table(batches, self.names)
         if table is None:
             return
         result = W.analyse(table, self.wi)
@@ -328,9 +324,9 @@ class _Task:
         blobs: list[bytes] = []
         for name in (*SMALL, "latency", *_LARGE):
             t = getattr(result, name).cast(self.schemas[name])
-            for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
+            for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), tasks.BLOB_ROWS):
                 names.append(name)
-                blobs.append(E._blob(t.slice(start, E.BLOB_ROWS), compression="lz4"))
+                blobs.append(tasks.encode_blob(t.slice(start, tasks.BLOB_ROWS), compression="lz4"))
         yield pa.RecordBatch.from_arrays(
             [pa.array(names, pa.string()), pa.array(blobs, pa.binary())], schema=self.schema
         )
@@ -340,17 +336,21 @@ def _collect_small(spark: SparkSession, held: DataFrame, schemas: Mapping[str, p
     """The tasks' small side outputs (:data:`SMALL`), collected to the driver, one table each.
     This action runs the tasks (under the kernel job's settings); the large outputs are
     decoded from the cached blobs afterwards."""
-    with E._session_conf(spark, E._kernel_job_conf(spark)):
-        blobs = held.where(F.col(E.SIDE_OUTPUT).isin(*SMALL)).select(E.SIDE_OUTPUT, E.SIDE_DATA).collect()
+    with session.session_conf(spark, tasks.kernel_job_conf(spark)):
+        blobs = held.where(F.col(tasks.SIDE_OUTPUT).isin(*SMALL)).select(tasks.SIDE_OUTPUT, tasks.SIDE_DATA).collect()
     pieces: dict[str, list[pa.Table]] = {}
     for row in blobs:
-        pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E.decode_blob(row[E.SIDE_DATA]))
+        pieces.setdefault(row[tasks.SIDE_OUTPUT], []).append(tasks.decode_blob(row[tasks.SIDE_DATA]))
     return {name: _concat(pieces.get(name, []), schemas[name]) for name in SMALL}
 
 
 def _rejected_counts(summary: pa.Table) -> dict[str, int]:
-    rej = summary.filter(summary[E.REJECT_REASON].is_valid()).group_by(E.REJECT_REASON).aggregate([("n", "sum")])
-    return {r[E.REJECT_REASON]: int(r["n_sum"]) for r in rej.to_pylist()}
+    rej = (
+        summary.filter(summary[normalise.REJECT_REASON].is_valid())
+        .group_by(normalise.REJECT_REASON)
+        .aggregate([("n", "sum")])
+    )
+    return {r[normalise.REJECT_REASON]: int(r["n_sum"]) for r in rej.to_pylist()}
 
 
 #: The (worker, batch) summary's statistics and how two rows of one batch combine.
@@ -363,7 +363,7 @@ def batch_summaries(summary: pa.Table) -> dict[bool, pa.Table]:
     worker ``__w``, batch, :data:`windowing.whatif.SKEWED`) with both candidates
     (``cand_min``, ``cand_max``), the arrival bounds and the count (:data:`SUMMARY_STATS`);
     a batch of skewed events only is no commit of the skew-free replay."""
-    ok = summary.filter(pc.is_null(summary[E.REJECT_REASON]))
+    ok = summary.filter(pc.is_null(summary[normalise.REJECT_REASON]))
     skewed = pc.fill_null(ok[W.SKEWED], False)
     every = ok
     if pc.any(skewed).as_py():  # a batch with skewed and other events: its two rows as one
@@ -375,12 +375,12 @@ def batch_summaries(summary: pa.Table) -> dict[bool, pa.Table]:
 
 
 def timeline_summary(rows: pa.Table, strategy: WatermarkStrategy) -> pa.Table:
-    """The (worker, batch) summary :func:`windowing.engine.summary_timelines` reads, for
+    """The (worker, batch) summary :func:`windowing.runner.timelines.summary_timelines` reads, for
     one strategy, from one of :func:`batch_summaries`."""
     cand = "cand_min" if strategy is WatermarkStrategy.MIN_EVENT_TIME else "cand_max"
     return pa.table(
         {
-            E.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()),
+            normalise.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()),
             "__w": rows["__w"],
             "__batch": rows["__batch"],
             "cand": rows[cand],
@@ -407,7 +407,7 @@ def strategy_timelines(
         if key in out:
             continue
         p = W.Variant(v.strategy, v.lateness, 0, full=True, skew_free=v.skew_free).pipeline(pipeline)
-        timelines, rows = E.summary_timelines(
+        timelines, rows = summary_timelines(
             p, timeline_summary(batches[v.skew_free], v.strategy), worker_rows.get(v.label, [])
         )
         out[key] = timelines
@@ -442,7 +442,7 @@ def _check_state(
 
 
 def _worker_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | None) -> dict[str, list[dict[str, Any]]]:
-    """Worker rows of the carried state, per variant (as ``engine._split_state`` reads them)."""
+    """Worker rows of the carried state, per variant (as ``windowing.runner.normalise.split_state`` reads them)."""
     if state is None:
         return {}
     wcol = pipeline.source.worker
@@ -589,7 +589,7 @@ def summarise(
         "cost": cost_df,
         "late_by_key": by_key,
         "late_by_hour": spark.createDataFrame(
-            hour_table.to_pylist() if not hour_table.num_rows else hour_table, E._spark_schema(hour_table.schema)
+            hour_table.to_pylist() if not hour_table.num_rows else hour_table, columns.spark_schema(hour_table.schema)
         ),
         **latency_tables,
         **skew_tables,
@@ -694,7 +694,7 @@ def latency_figures(
     range of partitions can do the same).
     """
     if coarse is None:
-        coarse = exact.mapInArrow(_BucketTask(), E._spark_schema(_COARSE_SCHEMA)).toArrow()
+        coarse = exact.mapInArrow(_BucketTask(), columns.spark_schema(_COARSE_SCHEMA)).toArrow()
     merged: dict[tuple[str, int], list[int]] = {}
     for label, b, n, mx in zip(*(coarse[c].to_pylist() for c in ("variant", "bucket", "windows", "max_ms"))):
         acc = merged.setdefault((label, b), [0, mx])
@@ -716,7 +716,7 @@ def latency_figures(
                 wanted.setdefault(label, {})[r] = rows[int(np.searchsorted(cum, r + 1))][0]
     need = {label: sorted(set(ranks.values())) for label, ranks in wanted.items()}
     picked = (
-        exact.mapInArrow(_PickTask(need), E._spark_schema(_LATENCY_SCHEMA)).toArrow()
+        exact.mapInArrow(_PickTask(need), columns.spark_schema(_LATENCY_SCHEMA)).toArrow()
         if need
         else _LATENCY_SCHEMA.empty_table()
     )
@@ -765,7 +765,7 @@ class _BucketTask:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for data in batch.column(0):
-                t = E.decode_blob(data.as_buffer())
+                t = tasks.decode_blob(data.as_buffer())
                 codes, names = _label_codes(t["variant"])
                 for code, label in enumerate(names):
                     mine = codes == code
@@ -796,7 +796,7 @@ class _PickTask:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for data in batch.column(0):
-                t = E.decode_blob(data.as_buffer())
+                t = tasks.decode_blob(data.as_buffer())
                 if not t.num_rows:
                     continue
                 codes, names = _label_codes(t["variant"])
@@ -957,7 +957,7 @@ def _state_frame(
     if not rows:
         return state_rows
     workers = pa.Table.from_pylist(rows, schema=schema)
-    return state_rows.unionByName(spark.createDataFrame(workers.to_pylist(), E._spark_schema(schema)))
+    return state_rows.unionByName(spark.createDataFrame(workers.to_pylist(), columns.spark_schema(schema)))
 
 
 def _sum_counters(table: pa.Table) -> dict[str, dict[str, int]]:
@@ -1008,19 +1008,19 @@ def write_lateness(
     result: LatenessResult, out_dir: str | Path, pipeline: Pipeline, inputs: Sequence[str] = ()
 ) -> Commit:
     """Write the tables (Parquet), ``figures.json`` and ``report.html`` into a new run
-    folder of ``out_dir`` and commit it (as :mod:`windowing.io` commits a replay: a crash
-    leaves the previous run current). Returns the :class:`windowing.io.Commit`."""
+    folder of ``out_dir`` and commit it (as :mod:`windowing.storage.outputs` commits a replay: a crash
+    leaves the previous run current). Returns the :class:`windowing.storage.commits.Commit`."""
     out = str(out_dir)
     spark = result.tables["curves"].sparkSession
     check_output_target(spark, out, inputs)
-    staged = Staged(spark, out, _new_run_id(), result.figures, pipeline.name, pipeline.fingerprint())
+    staged = Staged(spark, out, new_run_id(), result.figures, pipeline.name, pipeline.fingerprint())
     frames = dict(result.tables)
     frames[FIGURES] = spark.createDataFrame(
         [(json.dumps(result.figures, sort_keys=True, default=str),)], "value string"
     ).coalesce(1)
 
     write_datasets(staged, frames, text=(FIGURES,), workers=6)
-    if "state" in frames:  # the next partition's --state-in: whole or refused (windowing.manifest)
+    if "state" in frames:  # the next partition's --state-in: whole or refused (windowing.storage.manifest)
         staged.state_manifest = write_manifest(spark, join(staged.path, "state")).to_dict()
     Lake(spark).put_text(join(staged.path, REPORT), render_report(result.figures))
     return staged.commit({"kind": KIND, "tables": sorted(result.tables)})

@@ -59,8 +59,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from windowing.catalog import read_published
-from windowing.columns import col as _col
-from windowing.columns import epoch_ms
 
 # The reconcile: block is parsed with the rest of the pipeline YAML (windowing.config);
 # LiveSource, ReconcileSpec, parse_reconcile, ... are importable from here too, as before.
@@ -82,26 +80,20 @@ from windowing.config import ReconcileSpec as ReconcileSpec
 from windowing.config import Tolerance as Tolerance
 from windowing.config import parse_reconcile as parse_reconcile
 from windowing.durations import format_duration_ms
-from windowing.io import (
-    InputError,
-    Staged,
-    _first_line,
-    _missing_path,
-    _new_run_id,
-    check_output_target,
-    current_commit,
-    read_outputs,
-    write_datasets,
-)
-from windowing.lake import Lake, glob_escape, join
 from windowing.metastore import names_table, session_conf_for_tables
-from windowing.spark import spark_session
+from windowing.runner.columns import col as _col
+from windowing.runner.columns import epoch_ms
+from windowing.runner.session import spark_session
+from windowing.storage.commits import current_commit, new_run_id
+from windowing.storage.errors import InputError, first_line, missing_path
+from windowing.storage.lake import Lake, glob_escape, join
+from windowing.storage.outputs import Staged, check_output_target, read_outputs, write_datasets
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
-    from windowing.io import Commit
+    from windowing.storage.commits import Commit
 
 # --------------------------------------------------------------------------- vocabulary
 
@@ -207,7 +199,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
             df.schema  # noqa: B018 - resolve now: a missing table fails here, named
             return df
         except Exception as exc:  # Spark raises its own types
-            raise InputError(f"{_FIELD}.live.table {live.table!r}: cannot read the table: {_first_line(exc)}") from exc
+            raise InputError(f"{_FIELD}.live.table {live.table!r}: cannot read the table: {first_line(exc)}") from exc
     where = path or live.path
     if not where:
         raise ConfigError(f"--live: no live aggregates given; pass --live or set {_FIELD}.live.path or .table")
@@ -215,7 +207,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
     try:
         found = Lake(spark).exists(where)
     except Exception as exc:  # no FileSystem for the scheme (a missing jar), ...
-        raise InputError(f"{where}: cannot reach the live aggregates: {_first_line(exc)}") from exc
+        raise InputError(f"{where}: cannot reach the live aggregates: {first_line(exc)}") from exc
     if not found:
         raise InputError(f"{where}: the live aggregates do not exist")
     reader = spark.read.format(fmt or live.format)
@@ -227,11 +219,9 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
         df = reader.load(where)
         df.schema  # noqa: B018
     except Exception as exc:
-        if _missing_path(exc):
+        if missing_path(exc):
             raise InputError(f"{where}: the live aggregates do not exist") from exc
-        raise InputError(
-            f"{where}: cannot read the live aggregates ({fmt or live.format}): {_first_line(exc)}"
-        ) from exc
+        raise InputError(f"{where}: cannot read the live aggregates ({fmt or live.format}): {first_line(exc)}") from exc
     return df
 
 
@@ -1354,11 +1344,11 @@ def write_reconcile(
 ) -> Commit:
     """Write ``mismatches/``, ``summary/`` (Parquet) and ``figures.json/`` into a new run
     folder of ``out_dir`` and make it current with a commit record written last, as
-    :mod:`windowing.io` does for a replay (a crash leaves the previous run current; the
-    last :data:`windowing.io.KEEP_RUNS` are kept). ``inputs`` (the replay output and the
+    :mod:`windowing.storage.outputs` does for a replay (a crash leaves the previous run current; the
+    last :data:`windowing.storage.commits.KEEP_RUNS` are kept). ``inputs`` (the replay output and the
     live path) may not be or hold the output.
 
-    Returns the :class:`windowing.io.Commit`. Raises :class:`windowing.io.OutputError`
+    Returns the :class:`windowing.storage.commits.Commit`. Raises :class:`windowing.storage.errors.OutputError`
     naming the path when the target is refused or a write fails.
     """
     out = str(out_dir)
@@ -1367,7 +1357,7 @@ def write_reconcile(
     staged = Staged(
         spark,
         out,
-        _new_run_id(),
+        new_run_id(),
         result.figures,
         pipeline.name if pipeline else result.pipeline,
         pipeline.fingerprint() if pipeline else "",

@@ -34,10 +34,8 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from windowing.columns import col
 from windowing.config import ConfigError
 from windowing.durations import DAY_MS
-from windowing.engine import replay
 from windowing.reconcile import (
     DUPLICATE_IN_LIVE,
     EXTRA_IN_REPLAY,
@@ -46,6 +44,8 @@ from windowing.reconcile import (
     MISSING_IN_REPLAY,
     VALUE_MISMATCH,
 )
+from windowing.runner.columns import col
+from windowing.runner.replay import replay
 
 if TYPE_CHECKING:
     from windowing.config import Aggregate, Pipeline

@@ -37,10 +37,10 @@ import pyarrow.compute as pc
 
 from windowing import kernel as K
 from windowing.arrays import group_codes, order_codes, sat_sub, value_order_keys
-from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, Window, WindowType
 from windowing.contract import CLOSE_REASONS, REASON_NAMES, WATERMARK
 from windowing.durations import format_duration_ms
+from windowing.runner.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
 from windowing.sweep import Lean, sweep, sweepable
 
 #: A column the analysis adds to the events: the row's position in the task's table. Its

@@ -19,8 +19,8 @@ from tests.lateness_harness import local_lateness, model_figures
 from tests.reference_model import reference_replay
 from windowing import whatif as W
 from windowing.config import Lateness, parse_pipeline
-from windowing.lake import Lake
 from windowing.lateness import LatenessOptions, lateness, read_lateness
+from windowing.storage.lake import Lake
 
 S = 1000
 
@@ -222,7 +222,7 @@ def test_cli_chain_of_partitions_equals_one_run(spark, tmp_path):
 def test_engine_rejects_future_skew_and_conserves_events(spark):
     """``source.maxFutureSkew`` in the Spark engine: the model's rows, reason FUTURE_SKEW,
     and the data-quality conservation check holds."""
-    from windowing.engine import replay
+    from windowing.runner.replay import replay
     from windowing.validation import run_checks
 
     rows = _history(seed=9, n=200)

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Collection
 
 from pyspark.sql import functions as F
 
-from windowing.columns import col as _col
-from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WindowType
 from windowing.contract import AGGREGATE_REASON, REJECT_REASONS, STATE_KINDS
+from windowing.runner.columns import col as _col
+from windowing.runner.columns import epoch_ms
 from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
