@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from windowing.catalog import PUBLISHED, Publisher, published_table
-from windowing.lake import join
+from windowing.storage.lake import join
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,8 +13,8 @@ import dagster as dg
 
 from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
-from windowing import landing
-from windowing.lake import qualify
+from windowing.storage import landing
+from windowing.storage.lake import qualify
 
 EVENTS_KEY = dg.AssetKey(["historical_events"])
 

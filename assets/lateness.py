@@ -28,17 +28,17 @@ from pydantic import Field
 
 from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
 from assets.resources import SparkResource, StorageResource
-from windowing import landing, store
 from windowing.config import Pipeline
 from windowing.contract import IDLE_REASON, MAX_DURATION_REASON, WATERMARK_REASON
-from windowing.lake import join
 from windowing.metrics import ReplayMetrics
+from windowing.storage import landing, store
+from windowing.storage.lake import join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from windowing.io import Commit
     from windowing.lateness.options import LatenessOptions
+    from windowing.storage.commits import Commit
 
 LATENESS_ASSET = "lateness"
 CHECK = "matches_replay"
@@ -111,7 +111,7 @@ def build_lateness_asset(
         context: dg.AssetExecutionContext, config: LatenessConfig, pyspark: SparkResource, storage: StorageResource
     ) -> Iterator[dg.Output[None] | dg.MaterializeResult[Any] | dg.AssetCheckEvaluation]:
         from windowing.config import ConfigError
-        from windowing.io import InputError, OutputError
+        from windowing.storage.errors import InputError, OutputError
 
         spark = pyspark.spark_session
         check_keys = [k for k in context.assets_def.check_keys if k in context.selected_asset_check_keys]
@@ -199,9 +199,9 @@ def analyse_partitions(
     from the stored output of the partition before it (none for the first partition of the
     history); a missing one fails the run, naming what to materialize first.
     """
-    from windowing.io import InputError
     from windowing.lateness.job import lateness
     from windowing.lateness.outputs import read_lateness, write_lateness
+    from windowing.storage.errors import InputError
 
     chain = pipeline_chain(spark, pipeline, storage, partitions_def)
     root = storage.output_path()

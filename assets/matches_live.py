@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import dagster as dg
 
-from windowing.store import partition_folder
+from windowing.storage.store import partition_folder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,13 +80,14 @@ def live_check_results(
     """``(partition key, result)`` of ``matches_live`` for each of ``partitions``, in order.
 
     The live side is read once. A live side that cannot be read or does not fit the
-    mapping (:class:`windowing.config.ConfigError`, :class:`windowing.io.InputError`,
+    mapping (:class:`windowing.config.ConfigError`, :class:`windowing.storage.errors.InputError`,
     named), and a partition with nothing committed, fail the check with that message.
     """
     from windowing.config import ConfigError
-    from windowing.io import InputError, read_run
     from windowing.reconcile.compare import reconcile
     from windowing.reconcile.live import check_live_columns, read_live
+    from windowing.storage.errors import InputError
+    from windowing.storage.outputs import read_run
 
     spec = pipeline.reconcile
     severity = dg.AssetCheckSeverity.ERROR if spec.blocking else dg.AssetCheckSeverity.WARN

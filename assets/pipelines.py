@@ -10,7 +10,7 @@ Each pipeline gets a ``@multi_asset`` producing four assets from one replay:
 | ``<pipeline>/rejected_events`` | rows that could not be processed | ``<out>/rejected/`` |
 
 with ``<out>`` the current run of ``<output_root>/<pipeline name>/<partition key>/``,
-committed by ``windowing.io`` (a rerun commits a new run that replaces it as a whole;
+committed by ``windowing.storage.outputs`` (a rerun commits a new run that replaces it as a whole;
 the output root may be any URI Spark writes).
 
 The state of partition N is the starting state of N+1. ``window_state`` declares that
@@ -39,12 +39,12 @@ from assets.events import EVENTS_KEY
 from assets.matches_live import LivePartition, live_check_results, live_check_spec
 from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
-from windowing import store
 from windowing.chain import Chain, ChainError, PartitionResult, Partitions
 from windowing.config import Pipeline, Trigger, ignored_fields_note
 from windowing.contract import CLOSE_REASONS, IDLE_REASON, WATERMARK_REASON, WINDOW_COLUMNS
-from windowing.lake import join, qualify
 from windowing.metrics import ReplayMetrics
+from windowing.storage import store
+from windowing.storage.lake import join, qualify
 from windowing.validation.registry import quality_checks
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 #: ``(partition key, result)`` of one check, per partition.
 PartitionResults = list[tuple[str, dg.AssetCheckResult]]
 
-OUTPUTS = {  # asset name -> dataset of a committed run (windowing.io)
+OUTPUTS = {  # asset name -> dataset of a committed run (windowing.storage.outputs)
     "window_state": "state",
     "windowed_aggregates": "aggregates",
     "late_events": "late_events",
@@ -374,7 +374,7 @@ def as_failure(exc: ChainError) -> dg.Failure:
 def _warn_about_ignored_settings(
     log: dg.DagsterLogManager, pipeline: Pipeline, pipeline_file: Path, storage: StorageResource
 ) -> None:
-    from windowing.lake import qualify
+    from windowing.storage.lake import qualify
 
     if pipeline.source.path and qualify(pipeline.source.path) != qualify(storage.landing_path()):
         log.warning(
@@ -528,7 +528,7 @@ def _verify_committed(
     it and targeting its materialization. A blocking check that fails (ERROR) fails the
     run after every evaluation is recorded, so assets downstream in the same run do not
     run; otherwise the run succeeds whenever the checks ran, whatever they found."""
-    from windowing.io import read_state
+    from windowing.storage.outputs import read_state
     from windowing.validation import run_checks
 
     chain = pipeline_chain(spark, pipeline, storage, partitions_def)

@@ -35,8 +35,8 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
-from windowing.lake import absolute
-from windowing.spark import parse_conf
+from windowing.runner.session import parse_conf
+from windowing.storage.lake import absolute
 
 if TYPE_CHECKING:
     from windowing.config import Pipeline
@@ -54,7 +54,7 @@ class SparkResource(PySparkResource):
     fields so that they can come from ``dg.EnvVar`` (values of the inherited
     ``spark_config`` dict are not resolved from the environment by Dagster).
 
-    The session is built with ``windowing.spark.spark_session()``, which always sets
+    The session is built with ``windowing.runner.session.spark_session()``, which always sets
     ``spark.sql.session.timeZone=UTC`` and ``PYSPARK_PYTHON``; with a ``local`` master
     ``spark.pyspark.python`` is also pinned to this interpreter. Settings are merged as
     ``spark_config``, then ``extra_conf``, then ``spark.master`` = ``master``.
@@ -92,7 +92,7 @@ class SparkResource(PySparkResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         from pyspark.sql import SparkSession
 
-        from windowing.spark import REQUIRED_CONF, spark_session
+        from windowing.runner.session import REQUIRED_CONF, spark_session
 
         active = SparkSession.getActiveSession()
         if active is not None:

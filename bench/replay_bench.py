@@ -154,8 +154,9 @@ def plain_spark(spark, inp: str, out: str, unkeyed: bool = False) -> None:
 
 
 def rewindow_replay(spark, inp: str, out: str, unkeyed: bool = False) -> ReplayMetrics:
-    from windowing.engine import replay
-    from windowing.io import read_events, write_outputs
+    from windowing.runner.replay import replay
+    from windowing.storage.inputs import read_events
+    from windowing.storage.outputs import write_outputs
 
     result = replay(spark, parse_pipeline(pipeline(unkeyed)), read_events(spark, inp))
     write_outputs(result, out)
@@ -164,10 +165,10 @@ def rewindow_replay(spark, inp: str, out: str, unkeyed: bool = False) -> ReplayM
 
 
 def rewindow_lateness(spark, inp: str, out: str) -> dict:
-    from windowing.io import read_events
     from windowing.lateness.job import lateness
     from windowing.lateness.options import LatenessOptions
     from windowing.lateness.outputs import write_lateness
+    from windowing.storage.inputs import read_events
 
     pipeline = parse_pipeline(PIPELINE)
     result = lateness(spark, pipeline, read_events(spark, inp), options=LatenessOptions())
@@ -249,7 +250,7 @@ def backfill(args: argparse.Namespace) -> None:
 
     from windowing.chain import Chain, Partitions
     from windowing.config import load_pipeline
-    from windowing.spark import spark_session
+    from windowing.runner.session import spark_session
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="rewindow-backfill-bench-"))
     landing, logs = work / "landing", work / "eventlog"
@@ -375,7 +376,7 @@ def main() -> None:
         flush=True,
     )
 
-    from windowing.spark import spark_session
+    from windowing.runner.session import spark_session
 
     partitions = max(8, args.events // 250_000)
     conf = {"spark.sql.shuffle.partitions": str(partitions), "spark.driver.memory": "12g"}

@@ -74,8 +74,8 @@ class _ChainOperator(BaseOperator):  # type: ignore[misc]
 
     def chain(self) -> Chain:
         from windowing.config import load_pipeline
-        from windowing.lake import absolute
-        from windowing.spark import spark_session
+        from windowing.runner.session import spark_session
+        from windowing.storage.lake import absolute
 
         pipeline = load_pipeline(self.pipeline_file)
         start = self.history_start

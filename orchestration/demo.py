@@ -152,7 +152,7 @@ def run_demo(args: argparse.Namespace, start: datetime | None) -> int:
     from orchestration.definitions import build_definitions, load_pipelines
     from orchestration.partitions import DEFAULT_GRAIN, PartitionSettings
     from orchestration.schedules import REPLAY_JOB
-    from windowing.lake import absolute
+    from windowing.storage.lake import absolute
 
     env = storage_from_env()
     storage = StorageResource(
@@ -237,10 +237,10 @@ def run_demo(args: argparse.Namespace, start: datetime | None) -> int:
     print(f"done       run {result.run_id} in {elapsed:.1f}s\n")
     keys = partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(first, last))
     from windowing.chain import summary_table
-    from windowing.io import current_commits_under
-    from windowing.lake import join
-    from windowing.spark import spark_session
-    from windowing.store import partition_folder
+    from windowing.runner.session import spark_session
+    from windowing.storage.commits import current_commits_under
+    from windowing.storage.lake import join
+    from windowing.storage.store import partition_folder
 
     spark = spark_session()  # the run's session, still running in this process
     for pipeline, _ in pipelines:
@@ -341,7 +341,7 @@ def copy_examples(pipelines_dir: Path, live_root: str, catalog: bool = False) ->
     publishing each to tables named after its asset prefix."""
     from assets.pipelines import asset_prefix
     from windowing.config import load_pipeline
-    from windowing.lake import join, qualify
+    from windowing.storage.lake import join, qualify
 
     pipelines_dir.mkdir(parents=True, exist_ok=True)
     moved = qualify(live_root) != qualify(EXAMPLE_LIVE_ROOT)
@@ -378,9 +378,9 @@ def write_live_outputs(
     runs in the process), built from ``spark_resource``'s settings."""
     import dagster as dg
 
-    from windowing.lake import inside
-    from windowing.landing import read_partition_events
     from windowing.sample import write_sample_live
+    from windowing.storage.lake import inside
+    from windowing.storage.landing import read_partition_events
 
     ours = [
         p
@@ -457,7 +457,7 @@ def _lateness(
     from orchestration.schedules import LATENESS_JOB
     from windowing.lateness.outputs import read_lateness
     from windowing.lateness.text import format_figures
-    from windowing.spark import spark_session
+    from windowing.runner.session import spark_session
 
     print(f"\nanalysing  lateness of partitions {first}..{last} in one Dagster run ...")
     began = time.monotonic()

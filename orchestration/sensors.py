@@ -30,7 +30,7 @@ import dagster as dg
 
 from assets.resources import StorageResource, resolved
 from orchestration.partitions import PartitionSettings, describe, landed_day_folders
-from windowing.lake import absolute
+from windowing.storage.lake import absolute
 
 SENSOR_NAME = "landing_zone_sensor"
 INTERVAL_S = 300

@@ -20,7 +20,7 @@ settings.load_profile(os.environ.get("REWINDOW_HYPOTHESIS", "repeatable"))
 
 @pytest.fixture(scope="session")
 def spark():
-    from windowing.spark import spark_session
+    from windowing.runner.session import spark_session
 
     session = spark_session(
         "local[2]",
@@ -121,29 +121,29 @@ LONG_UNITS = (
     "tests/windowing/test_catalog.py",
     "tests/orchestration/test_webserver_ui.py",
     "tests/assets/test_replay_assets.py",
-    "tests/windowing/test_engine_vs_model.py",
+    "tests/windowing/runner/test_engine_vs_model.py",
     "tests/orchestration/test_backfill_cli.py",
     "tests/orchestration/test_airflow.py",
-    "tests/windowing/test_determinism.py",
+    "tests/windowing/runner/test_determinism.py",
     "tests/windowing/test_chain.py",
-    "tests/windowing/test_reconcile.py",
+    "tests/windowing/reconcile/test_reconcile.py",
     "tests/orchestration/test_concurrent_runs.py",
     "tests/test_cli.py",
     "tests/assets/test_matches_live.py",
     "tests/orchestration/test_partition_end.py",
     "tests/windowing/test_kernel_vs_model.py",
     "tests/windowing/test_golden.py",
-    "tests/windowing/test_lateness.py",
+    "tests/windowing/lateness/test_lateness.py",
     "tests/orchestration/test_demo.py",
     "tests/assets/test_lateness_asset.py",
     "tests/windowing/test_decimal.py",
-    "tests/windowing/test_metrics.py",
-    "tests/windowing/test_io.py",
-    "tests/windowing/test_engine_settings.py",
+    "tests/windowing/runner/test_metrics.py",
+    "tests/windowing/storage/test_io.py",
+    "tests/windowing/runner/test_engine_settings.py",
     "tests/windowing/test_validation.py",
     "tests/test_partition_jobs.py",
     "tests/test_cli_errors.py",
-    "tests/windowing/test_voltsp_yaml.py",
+    "tests/windowing/config/test_voltsp_yaml.py",
     "tests/windowing/test_heartbeat.py",
 )
 

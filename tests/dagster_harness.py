@@ -116,7 +116,7 @@ class Replayer:
 def lineage(folder: Path):
     """The lineage the partition's current commit record carries."""
     from tests.outputs import current
-    from windowing.store import Lineage
+    from windowing.storage.store import Lineage
 
     doc = current(folder)["extra"]["lineage"]
     return Lineage(**{**doc, "failed_checks": tuple(doc["failed_checks"])})

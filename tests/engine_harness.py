@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import types as T
 
-from windowing.engine import replay
+from windowing.runner.replay import replay
 
 #: The columns generated test rows may carry, with explicit Spark types.
 COLUMN_TYPES = {

@@ -3,7 +3,7 @@
 The Spark runner's own steps (normalisation, the (worker, batch) summary) are redone
 here in plain Python for integer-millisecond columns, so hundreds of generated cases
 can check the kernel against the reference model in seconds. The Spark path itself is
-checked against the model on a smaller sample (tests/windowing/test_engine_vs_model.py).
+checked against the model on a smaller sample (tests/windowing/runner/test_engine_vs_model.py).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import zlib
 import pyarrow as pa
 
 from tests.engine_harness import to_ms
-from windowing import chunks
-from windowing import engine as E
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
 from windowing.kernel import slices as KS
+from windowing.runner import chunks, tasks
+from windowing.runner.timelines import summary_timelines
 
 ARROW_TYPES = {
     "arrival": pa.int64(),
@@ -61,13 +61,13 @@ def local_replay(
     those columns decimal128 instead of their usual type (values are ``Decimal``).
 
     ``by_worker``: partition by worker and let each task build its workers' timelines
-    (the engine's ``_KernelTask`` with ``carried``), as the Spark runner does when tasks
+    (the runner's ``tasks.KernelTask`` with ``carried``), as the Spark runner does when tasks
     hold whole workers; else partition by (worker, key) with the driver's timelines. None
     alternates between the two with the number of rows, so generated cases run both.
 
-    ``chunk_events``: run every partition through the engine's ``KernelTask`` with that
+    ``chunk_events``: run every partition through the runner's ``tasks.KernelTask`` with that
     bound, so a partition of more rows is spilled and replayed in pieces of whole batches
-    (windowing.chunks); the summed counters are then in the returned state's ``counters``.
+    (windowing.runner.chunks); the summed counters are then in the returned state's ``counters``.
 
     ``slices``: replay every key's windows in that many slices, each a task of its own that
     gets the key's key-batch rows (windowing.kernel.slices), as the Spark runner does with
@@ -87,11 +87,11 @@ def local_replay(
     if by_worker:
         with_events = {K.hashable(v[4]) for v in valid}
         carried = {K.hashable(s["worker"]): s for s in workers}
-        timelines, worker_rows = E.summary_timelines(
+        timelines, worker_rows = summary_timelines(
             pipeline, summary_table([], pick), [s for s in workers if K.hashable(s["worker"]) not in with_events]
         )
     else:
-        timelines, worker_rows = E.summary_timelines(pipeline, summary_table(valid, pick), workers)
+        timelines, worker_rows = summary_timelines(pipeline, summary_table(valid, pick), workers)
     table = events_table(valid, types)
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")
@@ -231,13 +231,13 @@ def _task(
 ) -> K.KernelOutput:
     """The engine's kernel task (holding whole workers with ``carried``); its worker rows go
     to ``worker_rows``, its counters are added to ``counters`` ({name: {worker label: n}})."""
-    schemas = E.output_schemas(spec)
-    task = E.KernelTask(spec, timelines, flush_at_end, {}, schemas, carried=carried, chunk_events=chunk_events)
+    schemas = tasks.output_schemas(spec)
+    task = tasks.KernelTask(spec, timelines, flush_at_end, {}, schemas, carried=carried, chunk_events=chunk_events)
     parts: dict[str, list[pa.Table]] = {}
     # Spark hands a task its rows in batches: small ones here, so a chunk bound can cut between them.
     for batch in task(table.to_batches(max_chunksize=2)):
         for name, blob in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-            parts.setdefault(name, []).append(E.decode_blob(blob))
+            parts.setdefault(name, []).append(tasks.decode_blob(blob))
     worker_rows += [r for t in parts.get("workers", []) for r in t.to_pylist()]
     for t in parts.get("counters", []):
         for r in t.to_pylist():

@@ -1,6 +1,6 @@
 """Reading a committed replay output in tests, with plain file I/O (local outputs only).
 
-The engine reads outputs through Spark (``windowing.io.read_outputs``); the tests read
+The engine reads outputs through Spark (``windowing.storage.outputs.read_outputs``); the tests read
 the commit records directly, so that they check what is on disk independently.
 """
 

@@ -23,7 +23,7 @@ from tests.lake.services import QUICK_JVM_OPTS
 from tests.outputs import commits, run_dir
 from tests.outputs import metrics as metrics_of
 from windowing.cli import main
-from windowing.spark import DEFAULT_CONF, LOCAL_DEFAULT_CONF, REQUIRED_CONF
+from windowing.runner.session import DEFAULT_CONF, LOCAL_DEFAULT_CONF, REQUIRED_CONF
 
 ROOT = Path(__file__).resolve().parents[1]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
@@ -164,12 +164,14 @@ def test_replay_writes_every_output_and_a_summary(spark, history, day1_run):
     )
     assert metrics["lateness_ms_percentiles"] == {"p50": p["p"][0], "p90": p["p"][1], "p99": p["p"][2], "max": p["mx"]}
     # ... which is also what the Spark job for very many late events gives.
-    from windowing import engine
+    from windowing.runner import replay as job
 
     late = str(out / "late_events")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine, "DRIVER_PERCENTILES_MAX", 0)
-        assert engine._lateness(metrics["late_event_windows"], spark.read.parquet(late), F).asDict() == p.asDict()
+        mp.setattr(job, "DRIVER_PERCENTILES_MAX", 0)
+        assert (
+            job.lateness_percentiles(metrics["late_event_windows"], spark.read.parquet(late), F).asDict() == p.asDict()
+        )
     # The summary on stdout.
     assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in stdout
     assert f"{metrics['windows_emitted']:,} windows emitted" in stdout
@@ -267,16 +269,16 @@ def test_rerun_into_the_same_output_commits_a_new_run_that_replaces_it(spark, hi
 
 
 def test_only_the_last_runs_are_kept(spark, history, day1_run, tmp_path):
-    from windowing import io as wio
+    from windowing.storage.commits import KEEP_RUNS
 
     out1, _ = day1_run
     target = tmp_path / "many"
     shutil.copytree(out1, target)
-    for _ in range(wio.KEEP_RUNS):
+    for _ in range(KEEP_RUNS):
         rc, _, stderr = _cli(spark, "replay", "--config", CLICKS, "--input", history["day1"], "--output", target)
         assert rc == 0, stderr
     recs = commits(target)
-    assert [r["seq"] for r in recs] == list(range(2, wio.KEEP_RUNS + 2))  # the first run was dropped
+    assert [r["seq"] for r in recs] == list(range(2, KEEP_RUNS + 2))  # the first run was dropped
     assert sorted(p.name for p in (target / "runs").iterdir()) == sorted(r["run_id"] for r in recs)
 
 

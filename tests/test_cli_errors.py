@@ -34,7 +34,7 @@ from tests.lake.services import QUICK_JVM_OPTS
 from windowing.cli import main
 from windowing.commands.common import key_value as _key_value
 from windowing.config import ConfigError, load_pipeline
-from windowing.spark import SparkUnreachableError, check_reachable, session_settings
+from windowing.runner.session import SparkUnreachableError, check_reachable, session_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
@@ -113,7 +113,7 @@ def bare_python(tmp_path_factory) -> str:
     ],
 )
 def test_an_input_column_late_events_adds_is_refused_before_any_job(spark, name):
-    from windowing.engine import replay
+    from windowing.runner.replay import replay
 
     pipeline = load_pipeline(CLICKS)
     events = spark.createDataFrame(_events(name))  # the Arrow table's schema
@@ -213,7 +213,7 @@ def test_spark_console_progress_bars_are_off_on_every_master(master):
 
 
 def test_the_worker_check_runs_one_job_once_per_session(spark, monkeypatch):
-    from windowing import spark as wspark
+    from windowing.runner import session as wspark
 
     monkeypatch.setattr(wspark, "_WORKERS_OK", set())
     sc = spark.sparkContext

@@ -1,7 +1,7 @@
 """No Python file I/O on data paths: data lives on any filesystem Spark reaches.
 
 Events, outputs, state and commit records go through Spark's readers and writers and
-``windowing.lake.Lake`` (Hadoop's API). Python's ``os``/``pathlib``/``shutil``/``fcntl``
+``windowing.storage.lake.Lake`` (Hadoop's API). Python's ``os``/``pathlib``/``shutil``/``fcntl``
 file operations are allowed only where the path is local by design: the pipeline YAML
 (``config/loading.py``), the pipelines folder and the Dagster home (``orchestration/``), the
 sample-history generator (``sample.py``, which writes local test and demo data), the
@@ -37,7 +37,7 @@ LOCAL_BY_DESIGN = {
     "orchestration/demo.py",
     "orchestration/definitions.py",
     "windowing/metastore.py",
-    "windowing/chunks.py",
+    "windowing/runner/chunks.py",
 }
 
 

@@ -7,7 +7,7 @@ __all__ = ["ConfigError", "Pipeline", "load_pipeline", "parse_pipeline", "replay
 
 def __getattr__(name: str) -> object:  # the Spark runner imports pyspark; keep `import windowing` light
     if name in ("replay", "ReplayResult"):
-        from windowing import engine  # noqa: PLC0415 - keeps `import windowing` light: the engine imports pyspark
+        from windowing.runner import replay  # noqa: PLC0415 - keeps `import windowing` light: the runner imports pyspark
 
-        return getattr(engine, name)
+        return getattr(replay, name)
     raise AttributeError(name)

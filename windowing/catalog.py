@@ -1,7 +1,7 @@
 """Publishing committed partitions to a catalog: tables anyone can query with SQL.
 
 rewindow commits a partition's outputs as a run folder made current by a commit record
-(:mod:`windowing.io`); only rewindow's own readers follow that record. With an
+(:mod:`windowing.storage.commits`); only rewindow's own readers follow that record. With an
 ``output: {catalog: {database: D, table: T}}`` block in the pipeline YAML, each
 partition's current run is also *published* as a partition of three external tables::
 
@@ -21,7 +21,7 @@ partition's current run is also *published* as a partition of three external tab
   PARTITION ... SET LOCATION`` after, so a reader sees the old run or the new one, never
   a mix. A rerun repoints the partition; a blocked, failed or killed run publishes
   nothing, so the published partition stays as it was.
-* Pruning old runs (:func:`windowing.io.prune`) never deletes a run a table points at
+* Pruning old runs (:func:`windowing.storage.commits.prune`) never deletes a run a table points at
   (:meth:`Publisher.pointed_runs`).
 * The state stays internal: it is not published.
 
@@ -42,13 +42,13 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from windowing.lake import Lake, join
+from windowing.storage.lake import Lake, join
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-    from windowing.io import Commit
+    from windowing.storage.commits import Commit
 
 #: The outputs published, by table suffix (the state stays internal).
 PUBLISHED = ("aggregates", "late_events", "rejected")

@@ -7,8 +7,8 @@ The rules, over a pipeline, a landing zone, an output root and :class:`Partition
 
 * **Order.** Partitions are replayed oldest to newest. The first partition of the history
   starts from no state (and takes the landing zone's unplaced rows: see
-  :mod:`windowing.landing`); every other one starts from the current state of the
-  partition before it, read from the store (:mod:`windowing.store`), never from memory,
+  :mod:`windowing.storage.landing`); every other one starts from the current state of the
+  partition before it, read from the store (:mod:`windowing.storage.store`), never from memory,
   so a range in one go equals partition after partition, bit for bit.
 * **Refusals before any work.** A partition is not replayed when the one before it is
   missing, out of date (a rerun changed an earlier state since), failed its blocking
@@ -19,7 +19,7 @@ The rules, over a pipeline, a landing zone, an output root and :class:`Partition
   staged run stays for inspection, a failure record (``_failures/``) says why, and the
   chain stops before the next partition.
 * **Reruns.** A rerun of a past partition that changes its state marks every later
-  committed partition out of date (:func:`windowing.store.out_of_date_partitions`);
+  committed partition out of date (:func:`windowing.storage.store.out_of_date_partitions`);
   replaying from there makes them equal to a fresh full run again. A rerun that
   reproduces the same state (replays are deterministic) changes nothing.
 * **Resume.** After a killed run, :meth:`Chain.resume_point` is the first partition of a
@@ -37,25 +37,16 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from pyspark.sql import functions as F
 
-from windowing import landing, store
 from windowing.catalog import CatalogError
 from windowing.config import ConfigError
-from windowing.engine import StateMismatchError, replay
-from windowing.io import (
-    FAILURES,
-    InputError,
-    OutputError,
-    StateError,
-    _missing_path,
-    commits_under,
-    current_commits_under,
-    orphaned_message,
-    read_state,
-    run_is_whole,
-    stage_outputs,
-)
-from windowing.lake import glob_escape, inside, join
 from windowing.metrics import ReplayMetrics
+from windowing.runner.normalise import StateMismatchError
+from windowing.runner.replay import replay
+from windowing.storage import landing, store
+from windowing.storage.commits import FAILURES, commits_under, current_commits_under, orphaned_message, run_is_whole
+from windowing.storage.errors import InputError, OutputError, StateError, missing_path
+from windowing.storage.lake import glob_escape, inside, join
+from windowing.storage.outputs import read_state, stage_outputs
 from windowing.validation import blocking_failures, run_checks
 
 GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
@@ -227,7 +218,7 @@ class Chain:
     """The partition chain of one pipeline (module docstring).
 
     ``landing_zone``: the events (any URI Spark reads; ``partition_column`` as in
-    :mod:`windowing.landing`, None for a flat layout). ``output_root``: partition ``K``
+    :mod:`windowing.storage.landing`, None for a flat layout). ``output_root``: partition ``K``
     is committed under ``<output_root>/<pipeline name>/<K without ':'>/``.
     """
 
@@ -322,7 +313,7 @@ class Chain:
                 self.spark.read.schema(FAILURE_SCHEMA).json(records).withColumn("__file", F.input_file_name()).collect()
             )
         except Exception as exc:
-            if _missing_path(exc):
+            if missing_path(exc):
                 return {}
             raise
         out: dict[str, dict[str, Any]] = {}
@@ -534,7 +525,7 @@ class Chain:
                 return
 
     def read_events(self, key: str) -> tuple[Any, list[str] | None]:
-        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`)."""
+        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.storage.landing`)."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(
             self.spark,

@@ -16,7 +16,7 @@ from windowing.commands import backfill, generate, replay, status, verify
 from windowing.config import ConfigError
 from windowing.lateness import cli as lateness
 from windowing.reconcile import cli as reconcile
-from windowing.spark import WorkerEnvironmentError
+from windowing.runner.session import WorkerEnvironmentError
 
 
 class Command(Protocol):

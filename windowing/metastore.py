@@ -16,7 +16,7 @@ import re
 from typing import Mapping
 
 from windowing.catalog import CatalogError
-from windowing.lake import absolute, join
+from windowing.storage.lake import absolute, join
 
 #: The embedded metastore's folder under a local output root, when none is given.
 METASTORE_DIR = "_metastore"

@@ -34,11 +34,9 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from windowing.columns import col
 from windowing.config import ConfigError
 from windowing.contract import AGGREGATE_REASON
 from windowing.durations import DAY_MS
-from windowing.engine import replay
 from windowing.reconcile.vocabulary import (
     DUPLICATE_IN_LIVE,
     EXTRA_IN_REPLAY,
@@ -47,6 +45,8 @@ from windowing.reconcile.vocabulary import (
     MISSING_IN_REPLAY,
     VALUE_MISMATCH,
 )
+from windowing.runner.columns import col
+from windowing.runner.replay import replay
 
 if TYPE_CHECKING:
     from windowing.config import Aggregate, Pipeline

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestration.airflow import replay_dag
-from windowing.spark import parse_conf
+from windowing.runner.session import parse_conf
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ import dagster as dg
 
 from orchestration.schedules import LATENESS_JOB, REPLAY_JOB
 from tests.dagster_harness import DAYS, Replayer, failure_message
-from windowing.lake import Lake
 from windowing.lateness.outputs import read_lateness
+from windowing.storage.lake import Lake
 
 LATENESS = dg.AssetKey(["clicks_hourly", "lateness"])
 

@@ -63,8 +63,8 @@ def replayed(spark, history, tmp_path_factory):
     """The first two days as one backfill, against a live output that is the pipeline's own
     replay of the three; then the live output gets its known differences (for the tests after)."""
     from windowing import load_pipeline
-    from windowing.io import read_events
     from windowing.sample import write_sample_live
+    from windowing.storage.inputs import read_events
 
     root = tmp_path_factory.mktemp("matches_live")
     live = root / "live"

@@ -14,7 +14,7 @@ from tests.histories import landing_with_odd_row as _landing_with_odd_row
 from tests.outputs import current
 from tests.outputs import metrics as metrics_of
 from windowing.metrics import render_prometheus
-from windowing.store import state_content_hash
+from windowing.storage.store import state_content_hash
 
 AGG = dg.AssetKey(["clicks_hourly", "windowed_aggregates"])
 STATE = dg.AssetKey(["clicks_hourly", "window_state"])
@@ -50,7 +50,7 @@ def _union(spark, replayer: Replayer, output: str):
 
 def test_one_by_one_equals_backfill_equals_single_replay(spark, history, pipelines_dir, one_by_one, backfill):
     from windowing import load_pipeline, replay
-    from windowing.io import read_events
+    from windowing.storage.inputs import read_events
 
     for day in DAYS:  # each partition folder: identical, output by output
         for output in ("aggregates", "late_events", "rejected", "state"):
@@ -282,7 +282,7 @@ def test_hourly_partitions_equal_one_replay_of_those_hours(spark, history, pipel
     from pyspark.sql import functions as F
 
     from windowing import load_pipeline, replay
-    from windowing.io import read_events
+    from windowing.storage.inputs import read_events
 
     r = Replayer(history, pipelines_dir, tmp_path, grain="hourly")
     hours = ["2024-01-01-00:00", "2024-01-01-01:00", "2024-01-01-02:00"]

@@ -48,7 +48,7 @@ EVENTS = 120_000
 REPLAY_CONF = {"spark.rewindow.eventsPerTask": "10000", "spark.rewindow.taskSlots": "16"}
 REWINDOW = str(Path(sys.executable).parent / "rewindow")
 TIMEOUT_S = 300
-#: The kernel's output as the driver persists it (windowing/engine.py: _launch_kernel).
+#: The kernel's output as the driver persists it (windowing/runner/replay.py: _launch_kernel).
 KERNEL = "KernelTask"
 
 
@@ -163,11 +163,11 @@ def undisturbed(spark, history, tmp_path_factory) -> dict:
     """The same replay, undisturbed: the suite's local session, the same settings."""
     from windowing import cli
     from windowing.commands import common
-    from windowing.engine import _session_conf
+    from windowing.runner.session import session_conf
 
     out = tmp_path_factory.mktemp("undisturbed") / "out"
     began = time.monotonic()
-    with pytest.MonkeyPatch.context() as mp, _session_conf(spark, REPLAY_CONF):
+    with pytest.MonkeyPatch.context() as mp, session_conf(spark, REPLAY_CONF):
         mp.setattr(common, "spark_for", lambda args: spark)
         assert cli.main(["replay", "--config", str(CLICKS), "--input", str(history), "--output", str(out)]) == 0
     lake_conftest.TIMINGS["the replay undisturbed, local"] = time.monotonic() - began

@@ -129,15 +129,16 @@ def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(
     the previous one whole (or, killed mid-commit, the new one whole), and a rerun
     commits day 1's rows and sweeps what the killed run left."""
     from tests.quality.processes import kill_when, start_replay, tree_digest
-    from windowing import cli, io
+    from windowing import cli
     from windowing.commands import common
-    from windowing.engine import _session_conf
+    from windowing.runner.session import session_conf
+    from windowing.storage import commits as commit_records
 
     mount = f"killed-{moment}"  # a mount of its own: Hadoop caches a viewfs mount table per name
     url, out = f"viewfs://{mount}/data", lake_dir.local(f"killed-{moment}")
     replay = ["replay", "--config", str(CLICKS), "--output", f"{url}/killed-{moment}"]
     monkeypatch.setattr(common, "spark_for", lambda args: spark)
-    with _session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
+    with session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
         assert cli.main([*replay, "--input", f"{url}/landing/date={DAYS[1]}"]) == 0
     previous, before, snap = current(out), tree_digest(out), snapshot(spark, out)
 
@@ -157,8 +158,8 @@ def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(
         assert snapshot(spark, out) == reference[DAYS[0]]
 
     # The rerun completes it (and sweeps the abandoned run folder: its age limit zero here).
-    monkeypatch.setattr(io, "ABANDONED_AFTER_S", 0)
-    with _session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
+    monkeypatch.setattr(commit_records, "ABANDONED_AFTER_S", 0)
+    with session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
         assert cli.main([*replay, "--input", f"{url}/landing/date={DAYS[0]}"]) == 0
     assert snapshot(spark, out) == reference[DAYS[0]]
     assert run_folders(out) == {c["run_id"] for c in commits(out)}
@@ -259,8 +260,9 @@ def test_standalone_cluster_dagster_backfill_equals_local_folders(
 CONNECT_CLIENT = """
 import json
 from windowing import load_pipeline, replay
-from windowing.io import read_events, read_state, write_outputs
-from windowing.lake import is_connect
+from windowing.storage.inputs import read_events
+from windowing.storage.outputs import read_state, write_outputs
+from windowing.storage.lake import is_connect
 
 assert is_connect(spark), type(spark)
 pipeline = load_pipeline({config!r})

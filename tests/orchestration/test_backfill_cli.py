@@ -213,7 +213,7 @@ def test_two_concurrent_backfills_of_one_range_lose_nothing(spark, history, pipe
     from tests.dagster_harness import START
     from windowing.chain import COMMITTED, Chain, Partitions
     from windowing.config import load_pipeline
-    from windowing.io import read_outputs
+    from windowing.storage.outputs import read_outputs
 
     pipeline = load_pipeline(pipelines_dir / "clicks-hourly.yaml")
 

@@ -10,10 +10,10 @@ import pytest
 from assets.pipelines import asset_prefix
 from assets.resources import SparkResource
 from orchestration.partitions import PartitionSettings
-from windowing.io import Commit
-from windowing.landing import day_of
-from windowing.spark import parse_conf
-from windowing.store import Lineage, first_missing, out_of_date_partitions
+from windowing.runner.session import parse_conf
+from windowing.storage.commits import Commit
+from windowing.storage.landing import day_of
+from windowing.storage.store import Lineage, first_missing, out_of_date_partitions
 
 D1, D2, D3, D4 = "2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"
 CHAIN = [(D1, None), (D2, D1), (D3, D2), (D4, D3)]

@@ -64,17 +64,17 @@ class Replayed:
     result2: object = None  # day 2's ReplayResult, still cached (checks on results in memory)
 
     def events(self, spark, day: int = 2):
-        from windowing.io import read_events
+        from windowing.storage.inputs import read_events
 
         return read_events(spark, [str(self.day1 if day == 1 else self.day2)])
 
     def state1(self, spark):
-        from windowing.io import read_state
+        from windowing.storage.outputs import read_state
 
         return read_state(spark, self.out1)
 
     def outputs(self, spark, day: int = 2):
-        from windowing.io import read_outputs
+        from windowing.storage.outputs import read_outputs
 
         return read_outputs(spark, self.out1 if day == 1 else self.out2)
 
@@ -104,7 +104,8 @@ def configs(tmp_path_factory) -> dict[str, Path]:
 def replayed(spark, history, configs, tmp_path_factory):
     """``replayed(name)``: the pipeline's two-day replay, computed on first use."""
     from windowing import load_pipeline, replay
-    from windowing.io import read_events, read_state, write_outputs
+    from windowing.storage.inputs import read_events
+    from windowing.storage.outputs import read_state, write_outputs
 
     cache: dict[str, Replayed] = {}
 

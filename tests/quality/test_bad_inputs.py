@@ -25,7 +25,9 @@ from tests.quality.conftest import rows
 from windowing import parse_pipeline, replay
 from windowing import validation as V
 from windowing.config import ConfigError
-from windowing.io import InputError, StateError, read_events, read_state
+from windowing.storage.errors import InputError, StateError
+from windowing.storage.inputs import read_events
+from windowing.storage.outputs import read_state
 
 SMALL = {
     "version": 1,
@@ -377,7 +379,7 @@ def test_missing_or_broken_state_is_refused_with_a_clear_message(spark, replayed
 
 
 def test_state_of_another_pipeline_is_refused(spark, replayed):
-    from windowing.engine import StateMismatchError
+    from windowing.runner.normalise import StateMismatchError
 
     clicks, sessions = replayed("clicks"), replayed("sessions")
     with pytest.raises(StateMismatchError, match="different pipeline configuration"):

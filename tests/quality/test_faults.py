@@ -19,13 +19,16 @@ from tests.lake.services import QUICK_JVM_OPTS
 from tests.outputs import commits, current, metrics, run_dir
 from tests.quality.conftest import rows
 from tests.quality.processes import TIMEOUT_S, run_folders, tree_digest
-from windowing import io
+from windowing.contract import OUTPUTS
+from windowing.storage.commits import new_run_id, prune
+from windowing.storage.errors import OutputError
+from windowing.storage.outputs import read_outputs, write_outputs
 
 
 def assert_same_output(spark, a: Path, b: Path) -> None:
     """Two outputs' current runs hold the same rows and metrics."""
     ra, rb = run_dir(a), run_dir(b)
-    for name in io.OUTPUTS:
+    for name in OUTPUTS:
         assert (ra / name / "_SUCCESS").exists(), f"{ra / name} incomplete"
         assert rows(spark.read.parquet(str(ra / name))) == rows(spark.read.parquet(str(rb / name))), name
     assert metrics(a) == metrics(b)
@@ -38,6 +41,7 @@ def test_a_killed_replay_leaves_the_previous_output_current_and_a_rerun_complete
 ):
     from windowing import cli
     from windowing.commands import common
+    from windowing.storage import commits as commit_records
 
     r, k = replayed("clicks"), cli_runs.killed[moment]
     outcome = k.outcome.result(timeout=TIMEOUT_S)
@@ -55,13 +59,13 @@ def test_a_killed_replay_leaves_the_previous_output_current_and_a_rerun_complete
         # Killed while the record was being written: Spark's committer moves the one record
         # file into place in a single rename, so the new run is either current and complete
         # or not current at all.
-        assert current(out) == previous or all((run_dir(out) / n / "_SUCCESS").exists() for n in io.OUTPUTS)
+        assert current(out) == previous or all((run_dir(out) / n / "_SUCCESS").exists() for n in OUTPUTS)
     assert_same_output(spark, out, r.out2 if current(out) == previous else r.out1)
 
     # Rerun (the same command line, in this process's Spark): complete, as if never interrupted,
     # and the abandoned run folder is swept (its age limit set to zero for the test).
     monkeypatch.setattr(common, "spark_for", lambda args: spark)
-    monkeypatch.setattr(io, "ABANDONED_AFTER_S", 0)
+    monkeypatch.setattr(commit_records, "ABANDONED_AFTER_S", 0)
     assert cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(out)]) == 0
     assert_same_output(spark, out, r.out1)
     assert run_folders(out) == {c["run_id"] for c in commits(out)}
@@ -72,7 +76,7 @@ def test_two_concurrent_runs_of_a_partition_the_last_commit_wins_as_a_whole(spar
     """Both runs complete and commit; the record that sorts last (sequence, then run id)
     names the current run, and that run's outputs are its own, whole."""
     from windowing import load_pipeline, replay
-    from windowing.io import read_events
+    from windowing.storage.inputs import read_events
 
     r = replayed("clicks")
     run_ids = []
@@ -88,7 +92,7 @@ def test_two_concurrent_runs_of_a_partition_the_last_commit_wins_as_a_whole(spar
     # The current output is exactly the winner's input replayed, dataset by dataset.
     expected = replay(spark, load_pipeline(r.config), read_events(spark, [str(events)]))
     try:
-        for name in io.OUTPUTS:
+        for name in OUTPUTS:
             got = rows(spark.read.parquet(str(out / winner["run"] / name)))
             assert got == rows(getattr(expected, name)), name
         assert metrics(out) == expected.metrics
@@ -100,18 +104,19 @@ def test_two_concurrent_runs_of_a_partition_the_last_commit_wins_as_a_whole(spar
 def test_a_failing_write_keeps_the_previous_output_current(spark, replayed, tmp_path):
     """A write that fails part-way (here: the state) commits nothing and names the path."""
     import shutil
+    from dataclasses import replace
 
     from pyspark.sql import functions as F
 
     r = replayed("clicks")
     out = shutil.copytree(r.out1, tmp_path / "out")
     before = current(out)
-    broken = io.read_outputs(spark, r.out1)
-    broken.state = spark.range(1).select(F.raise_error(F.lit("No space left on device")).alias("x"))
-    with pytest.raises(io.OutputError, match=r"state: cannot write: .*No space left on device"):
-        io.write_outputs(broken, str(out))
+    broken = read_outputs(spark, r.out1)
+    broken = replace(broken, state=spark.range(1).select(F.raise_error(F.lit("No space left on device")).alias("x")))
+    with pytest.raises(OutputError, match=r"state: cannot write: .*No space left on device"):
+        write_outputs(broken, str(out))
     assert current(out) == before
-    assert io.read_outputs(spark, str(out)).commit.run_id == before["run_id"]
+    assert read_outputs(spark, str(out)).commit.run_id == before["run_id"]
 
 
 def test_runs_that_never_committed_are_swept_once_abandoned(spark, replayed, tmp_path, monkeypatch):
@@ -120,9 +125,9 @@ def test_runs_that_never_committed_are_swept_once_abandoned(spark, replayed, tmp
     r = replayed("clicks")
     out = shutil.copytree(r.out1, tmp_path / "out")
     (out / "runs" / "20200101T000000000000Z-deadbeef" / "aggregates").mkdir(parents=True)  # a killed run's
-    recent = out / "runs" / f"{io._new_run_id()}" / "aggregates"  # a run still writing: too young
+    recent = out / "runs" / f"{new_run_id()}" / "aggregates"  # a run still writing: too young
     recent.mkdir(parents=True)
-    deleted = io.prune(spark, str(out))
+    deleted = prune(spark, str(out))
     assert [Path(p.removeprefix("file:")).name for p in deleted] == ["20200101T000000000000Z-deadbeef"]
     assert recent.exists() and run_folders(out) == {current(out)["run_id"], recent.parent.name}
 
@@ -159,13 +164,14 @@ def _without_progress(err: str) -> str:
 
 def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, tmpfs, monkeypatch, capsys):
     """Issue 8 item 8: a read-only output used to fail only after the whole replay."""
-    from windowing import cli, engine
+    from windowing import cli
     from windowing.commands import common
+    from windowing.runner import replay as job
 
     r = replayed("clicks")
     target = tmpfs("1m", read_only=True) / "out"
     monkeypatch.setattr(common, "spark_for", lambda args: spark)
-    monkeypatch.setattr(engine, "replay", lambda *a, **k: pytest.fail("the replay ran"))
+    monkeypatch.setattr(job, "replay", lambda *a, **k: pytest.fail("the replay ran"))
     code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
     err = _without_progress(capsys.readouterr().err)
     assert code == 2 and err.startswith(f"rewindow: error: {target}: cannot write here")
@@ -198,7 +204,8 @@ def test_the_write_probe_of_a_relative_output_leaves_nothing_behind(tmp_path):
     import sys
 
     code = (
-        "from windowing.spark import spark_session; from windowing.io import check_output_target; "
+        "from windowing.runner.session import spark_session; "
+        "from windowing.storage.outputs import check_output_target; "
         f"s = spark_session(conf={{'spark.driver.extraJavaOptions': {QUICK_JVM_OPTS!r}}}); "
         "[check_output_target(s, o) for o in ('out3', 'new/out3')]"
     )

@@ -24,8 +24,10 @@ import pytest
 from tests.outputs import run_dir
 from windowing import contract, replay
 from windowing import validation as V
-from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
-from windowing.io import StateError, read_events, read_state, write_outputs
+from windowing.runner.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
+from windowing.storage.errors import StateError
+from windowing.storage.inputs import read_events
+from windowing.storage.outputs import read_state, write_outputs
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 OUT_OF_RANGE = ("arrival time out of range", "event time out of range")
@@ -310,16 +312,16 @@ def test_the_state_of_the_pipeline_itself_passes(spark, replayed):
     """The check refuses nothing a replay wrote (day 2 from day 1, conservation holding),
     and reads no data (schema only: no Spark job)."""
     from tests.quality.test_bad_inputs import jobs_run_by
-    from windowing.engine import _state_problems
+    from windowing.runner.normalise import state_problems
 
     r = replayed("clicks")
     prev = r.state1(spark)
     events = r.events(spark, 2)
     found = []
-    assert jobs_run_by(spark, lambda: found.append(_state_problems(spark, r.pipeline, prev, events))) == []
+    assert jobs_run_by(spark, lambda: found.append(state_problems(spark, r.pipeline, prev, events))) == []
     assert found == [[]]
     broken = prev.drop("watermark_ms").withColumn("user_id", _length_of("user_id"))
-    assert jobs_run_by(spark, lambda: found.append(_state_problems(spark, r.pipeline, broken, events))) == []
+    assert jobs_run_by(spark, lambda: found.append(state_problems(spark, r.pipeline, broken, events))) == []
     assert found[1] == [
         "column 'watermark_ms' is missing",
         "column 'user_id' (the key column) is bigint in the state but string in the input: "
@@ -342,7 +344,7 @@ def test_the_state_of_the_pipeline_itself_passes(spark, replayed):
 )
 def test_watermark_reached_is_exact_to_the_millisecond(ms):
     from windowing import parse_pipeline
-    from windowing.engine import _metrics
+    from windowing.runner.replay import build_metrics
 
     pipeline = parse_pipeline(
         {
@@ -351,7 +353,7 @@ def test_watermark_reached_is_exact_to_the_millisecond(ms):
             "emitter": {"tumbling-time-window": {"windowSpan": "1s", "aggregateDefinition": ["count"]}},
         }
     )
-    metrics = _metrics({}, {"p": None, "mx": None}, {}, [{"watermark_ms": ms}, {"watermark_ms": None}], pipeline)
+    metrics = build_metrics({}, {"p": None, "mx": None}, {}, [{"watermark_ms": ms}, {"watermark_ms": None}], pipeline)
     reached = datetime.fromisoformat(metrics["watermark_reached"])
     assert reached == datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
     assert reached.microsecond % 1000 == 0

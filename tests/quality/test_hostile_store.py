@@ -16,8 +16,11 @@ import pytest
 
 from tests.outputs import commits, current, run_dir
 from tests.quality.conftest import copy_tree, rows
-from windowing import io
-from windowing.io import DamagedCommitError, StateError, read_outputs, read_state
+from windowing.storage import commits as commit_records
+from windowing.storage.commits import prune
+from windowing.storage.errors import StateError
+from windowing.storage.outputs import read_outputs, read_state, write_outputs
+from windowing.storage.records import DamagedCommitError
 
 
 def _record_file(out: Path) -> Path:
@@ -68,10 +71,10 @@ def test_a_record_pointing_outside_runs_is_damaged_and_prune_deletes_nothing_out
         read_state(spark, out)
 
     # Replays go on into the output (each supersedes the damaged record); pruning keeps one run.
-    monkeypatch.setattr(io, "KEEP_RUNS", 1)
+    monkeypatch.setattr(commit_records, "KEEP_RUNS", 1)
     day1 = read_outputs(spark, r.out1)
     for _ in range(3):
-        io.write_outputs(day1, str(out))
+        write_outputs(day1, str(out))
     assert (victim / "precious.txt").read_text() == "keep me" and (victim / "aggregates").is_dir()
     assert [c["seq"] for c in commits(out)] == [4]  # the damaged record, superseded, was swept too
     assert rows(read_outputs(spark, out).aggregates) == rows(day1.aggregates)
@@ -85,7 +88,7 @@ def test_a_damaged_newest_record_is_named_with_the_way_out_and_a_replay_supersed
     r = replayed("clicks")
     out = copy_tree(r.out1, tmp_path / "out")
     day1 = read_outputs(spark, r.out1)
-    io.write_outputs(day1, str(out))  # two records: the older one stays trusted
+    write_outputs(day1, str(out))  # two records: the older one stays trusted
     record = _record_file(out)
     text = record.read_text()
     _rewrite(record, {"truncated": text[: len(text) // 2], "empty object": "{}\n", "not json": "garbage\n"}[damage])
@@ -124,7 +127,7 @@ def test_prune_deletes_only_rewindows_run_folders_and_sweeps_interrupted_commits
     (not_ours / "notes.txt").write_text("mine")
     interrupted = out / "_commits" / "0000000009-20200101T000000000000Z-deadbeef" / "_temporary" / "0"
     interrupted.mkdir(parents=True)  # a commit killed while its record was written
-    deleted = io.prune(spark, str(out))
+    deleted = prune(spark, str(out))
     assert [Path(p.removeprefix("file:")).name for p in deleted] == ["0000000009-20200101T000000000000Z-deadbeef"]
     assert not interrupted.parent.parent.exists()
     assert (not_ours / "notes.txt").read_text() == "mine"

@@ -19,7 +19,8 @@ import pytest
 from tests.quality.test_bad_inputs import at, frame, small
 from windowing import replay
 from windowing import validation as V
-from windowing.io import InputError, read_events
+from windowing.storage.errors import InputError
+from windowing.storage.inputs import read_events
 
 
 def _conserved(spark, pipeline, result, events):

@@ -561,7 +561,7 @@ def test_a_single_replay_publishes_as_the_partition_it_is_given(published):
 def test_pruning_keeps_the_runs_a_table_points_at(spark, tmp_path):
     """Seven committed runs: the last five are kept, and so is the oldest, which a table
     still points at (say publishing failed since); only the second is deleted."""
-    from windowing import io as wio
+    from windowing.storage.commits import prune
 
     out = tmp_path / "out"
     ids = [f"20240101T00000{i}000000Z-0000000{i}" for i in range(7)]
@@ -584,7 +584,7 @@ def test_pruning_keeps_the_runs_a_table_points_at(spark, tmp_path):
             )
             + "\n"
         )
-    deleted = wio.prune(spark, str(out), keep={ids[0]})
+    deleted = prune(spark, str(out), keep={ids[0]})
     assert sorted(Path(p.removeprefix("file:")).name for p in deleted) == sorted([f"0000000002-{ids[1]}", ids[1]])
     assert {p.name for p in (out / "runs").iterdir()} == {ids[0], *ids[2:]}
 

@@ -16,7 +16,7 @@ from tests.histories import landing_with_odd_row
 from tests.lake.services import QUICK_JVM_OPTS
 from windowing.chain import COMMITTED, FAILED, MISSING, OUT_OF_DATE, Chain, ChainError, Partitions
 from windowing.config import load_pipeline
-from windowing.store import state_content_hash
+from windowing.storage.store import state_content_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
@@ -101,7 +101,7 @@ def test_a_range_in_one_go_equals_partition_after_partition(spark, history, whol
     assert _outputs(spark, _chain(spark, history, tmp_path)) == expected
     # and both equal one replay of the three days' events, without partitions
     from windowing import replay
-    from windowing.io import read_events
+    from windowing.storage.inputs import read_events
 
     one = replay(spark, load_pipeline(CLICKS), read_events(spark, [str(history / f"date={d}") for d in DAYS]))
     try:

@@ -247,7 +247,7 @@ def test_empty_partition_schema_keeps_the_decimal_type():
     type)."""
     from pyspark.sql import types as T
 
-    from windowing.io import empty_events_schema
+    from windowing.storage.inputs import empty_events_schema
 
     def amount_type(partial, kept=None):
         fields = [T.StructField("partial_sum_amount", partial), T.StructField("partial_avg_amount", partial)]
@@ -306,7 +306,7 @@ def test_engine_sums_and_averages_like_spark(spark_exact, p, s):
     history = money_rows(p, s, seed=p * 100 + s)
     dec = {"amount": (p, s)}
     pl = pipeline(triggers=("atWindowEnd", "atAggregate"))
-    from windowing.engine import replay
+    from windowing.runner.replay import replay
 
     res = replay(spark, pl, to_df(spark, history, decimals=dec), flush_at_end=True)
     got = rows_of(res.aggregates)

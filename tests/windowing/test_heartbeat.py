@@ -17,8 +17,8 @@ from tests.engine_harness import canon, run_engine
 from tests.kernel_harness import local_replay
 from tests.reference_model import reference_replay
 from windowing.config import ConfigError, parse_pipeline
-from windowing.engine import StateMismatchError, _mismatch_message
-from windowing.io import read_state
+from windowing.runner.normalise import StateMismatchError, mismatch_message
+from windowing.storage.outputs import read_state
 
 S = 1000
 M = 60 * S
@@ -384,8 +384,8 @@ def test_state_without_heartbeat_ticks_is_refused_with_what_to_do():
     pipeline whose heartbeat now flushes is refused; the message says both ways on."""
     p = pipeline()
     old = replace(p, heartbeat_ms=0).fingerprint()
-    message = _mismatch_message(p, [old])
+    message = mismatch_message(p, [old])
     assert "replay from the first partition" in message
     assert "set replay.heartbeat: 0s to continue it" in message and "60000 ms" in message
-    other = _mismatch_message(p, [pipeline(idle="6m").fingerprint()])  # another configuration: no such hint
+    other = mismatch_message(p, [pipeline(idle="6m").fingerprint()])  # another configuration: no such hint
     assert "replay from the first partition" in other and "heartbeat" not in other

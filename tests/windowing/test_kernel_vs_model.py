@@ -263,7 +263,7 @@ def test_session_state_keeps_where_first_and_last_arrived():
 def test_tasks_replayed_in_bounded_pieces_match_model(pipeline, case, chunk, by_worker, flush):
     """A kernel task of more rows than its bound (``spark.rewindow.eventsPerChunk``; here 1
     to 7 events) spills them and replays pieces of whole batches, carrying the state from
-    piece to piece (windowing.chunks): the same rows as the model, and the same counters as
+    piece to piece (windowing.runner.chunks): the same rows as the model, and the same counters as
     the task replayed in one go (keys seen once, keys held and open windows at the end)."""
     amount, rows = case
     _matches_model_and_one_task(pipeline, rows, flush, amount, by_worker, chunk_events=chunk)

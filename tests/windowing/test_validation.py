@@ -11,7 +11,7 @@ from tests.engine_harness import to_df
 from windowing import contract
 from windowing import validation as V
 from windowing.config import arrow_schemas, parse_pipeline
-from windowing.engine import replay
+from windowing.runner.replay import replay
 from windowing.validation import registry as R
 
 

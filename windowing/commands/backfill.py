@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from windowing.commands import common
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
-from windowing.lake import absolute
+from windowing.storage.lake import absolute
 
 EXIT_FAILED = 1
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         stored_history,
         summary_table,
     )
-    from windowing.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
+    from windowing.storage.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     landing_zone = args.input or pipeline.source.path

@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any
 
-from windowing.lake import join
-from windowing.spark import spark_session
+from windowing.runner.session import spark_session
+from windowing.storage.lake import join
 
 
 def spark_args(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from windowing.commands import common
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
-from windowing.lake import absolute
+from windowing.storage.lake import absolute
 
 NAME = "replay"
 
@@ -33,14 +33,9 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
-    from windowing.engine import replay  # noqa: PLC0415 - keeps the CLI fast: engine imports pyspark
-    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
-        check_input_schema,
-        check_output_target,
-        read_events,
-        read_state,
-        stage_outputs,
-    )
+    from windowing.runner.replay import replay  # noqa: PLC0415 - keeps the CLI fast: engine imports pyspark
+    from windowing.storage.inputs import check_input_schema, read_events  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+    from windowing.storage.outputs import check_output_target, read_state, stage_outputs  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
 
     note = ignored_fields_note(pipeline)
     if note:

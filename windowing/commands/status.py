@@ -9,7 +9,7 @@ from typing import Any
 
 from windowing.commands import common
 from windowing.config import load_pipeline
-from windowing.lake import Lake, absolute, join
+from windowing.storage.lake import Lake, absolute, join
 
 NAME = "status"
 
@@ -93,7 +93,7 @@ class _NewestConfig:
     configuration fingerprint of its newest committed partition taken as the current one."""
 
     def __init__(self, spark: Any, output_root: str, name: str) -> None:
-        from windowing.io import current_commits_under  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+        from windowing.storage.commits import current_commits_under  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
 
         self.name = name
         commits = current_commits_under(spark, join(output_root, name))

@@ -54,11 +54,8 @@ def run(args: argparse.Namespace) -> int:
         max_skew_ms = parse_duration_ms(args.max_skew, "--max-skew")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
-        read_events,
-        read_outputs,
-        read_state,
-    )
+    from windowing.storage.inputs import read_events  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+    from windowing.storage.outputs import read_outputs, read_state  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
     from windowing.validation import (  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
         format_table,
         run_checks,
@@ -112,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 def _state_manifest_check(spark: Any, outputs: Any) -> Any:
     """``state_manifest``: the state's parts, row counts and window-rows hash against the
     manifest the run wrote (windowing.manifest), with or without ``--input``."""
-    from windowing.manifest import verify_problem  # noqa: PLC0415 - keeps the CLI fast: manifest imports pyspark
+    from windowing.storage.manifest import verify_problem  # noqa: PLC0415 - keeps the CLI fast: manifest imports pyspark
     from windowing.validation import CheckResult  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
 
     description = "the state's part files, row counts and window rows match the manifest written with it"

@@ -3,7 +3,7 @@
 It takes one Arrow table holding the events of a set of complete keys (in any row
 order) together with those keys' carried state rows, and returns the emitted windows,
 the late (event, window) pairs, and the new state — following docs/semantics.md.
-Nothing here imports Spark; :mod:`windowing.engine` runs this on Spark partitions.
+Nothing here imports Spark; :mod:`windowing.runner` runs this on Spark partitions.
 
 How tumbling and sliding windows are computed without a per-event loop:
 

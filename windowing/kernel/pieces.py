@@ -2,7 +2,7 @@
 each piece from the state the one before left, and add up what they did.
 
 The contract's "a replay in pieces equals a replay in one go" is what bounds a task's
-memory (:mod:`windowing.chunks`): a piece holds every event of the task whose batch lies
+memory (:mod:`windowing.runner.chunks`): a piece holds every event of the task whose batch lies
 in ``[lo, hi)``, each worker's timeline is cut at the same batches
 (:func:`sliced_timeline`), and the state the piece leaves (:class:`KernelOutput.state`)
 becomes the next piece's carried state rows (:func:`state_input_rows`), exactly as the
@@ -67,7 +67,7 @@ def sliced_timeline(tl: Timeline, lo: int | None, hi: int | None) -> Timeline:
 def state_input_rows(state: pa.Table, spec: Spec) -> pa.Table:
     """The kernel's ``state`` output as carried state rows of its input: the worker and key
     columns as they are, every other column under :data:`STATE_PREFIX`, ``__kind`` from
-    ``state_kind`` (as the engine reads a carried state dataset, ``engine._split_state``)."""
+    ``state_kind`` (as the engine reads a carried state dataset, ``windowing.runner.normalise.split_state``)."""
     keep = [c for c in (spec.worker_col, spec.key_col) if c]
     cols: dict[str, Any] = {c: state[c] for c in keep}
     for c in state.column_names:

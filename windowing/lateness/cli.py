@@ -47,11 +47,6 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``rewindow lateness``: analyse, write, print the recommendation; exit code 0."""
-    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
-        check_input_schema,
-        check_output_target,
-        read_events,
-    )
     from windowing.lateness.job import lateness  # noqa: PLC0415 - keeps the CLI fast: the job imports pyspark
     from windowing.lateness.options import (  # noqa: PLC0415 - keeps the CLI fast: the variants import the kernel
         FIGURES,
@@ -66,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         write_lateness,
     )
     from windowing.lateness.text import format_figures  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.storage.inputs import check_input_schema, read_events  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+    from windowing.storage.outputs import check_output_target  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
 
     pipeline = load_pipeline(args.config)
     future = (

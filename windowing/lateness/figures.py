@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
-from windowing import engine as E
 from windowing import metrics as M
 from windowing.config import Lateness, Pipeline, WatermarkStrategy
 from windowing.contract import CLOSE_REASONS
@@ -22,6 +21,7 @@ from windowing.lateness.group_ids import key_columns
 from windowing.lateness.options import KIND, Counters, Histogram, LatenessOptions
 from windowing.lateness.tables import COST_MISSED, COST_WINDOWS, worst_windows
 from windowing.lateness.variants import Variant
+from windowing.runner import columns
 from windowing.validation import _jsonable
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def summarise(
         "cost": cost_df,
         "late_by_key": by_key,
         "late_by_hour": spark.createDataFrame(
-            hour_table.to_pylist() if not hour_table.num_rows else hour_table, E._spark_schema(hour_table.schema)
+            hour_table.to_pylist() if not hour_table.num_rows else hour_table, columns.spark_schema(hour_table.schema)
         ),
         **latency_tables,
         **skew_tables,

@@ -36,10 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
-from windowing import engine as E
 from windowing import kernel as K
 from windowing import metrics as M
-from windowing.columns import col as _col
 from windowing.config import Pipeline, WatermarkStrategy
 from windowing.contract import FUTURE_SKEW, IDLE_REASON, KEY_KIND, WINDOW_KIND, WORKER_KIND
 from windowing.lateness.figures import summarise
@@ -53,7 +51,10 @@ from windowing.lateness.tables import (
 )
 from windowing.lateness.variants import SKEWED, VARIANT, Variant, WhatIf
 from windowing.lateness.whatif import analyse, output_schemas
-from windowing.spark import check_workers
+from windowing.runner import columns, normalise, placement, session, tasks
+from windowing.runner.columns import col as _col
+from windowing.runner.session import check_workers
+from windowing.runner.timelines import summary_timelines
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -86,17 +87,17 @@ def lateness(
     flush = pipeline.flush_at_end if options.flush_at_end is None else bool(options.flush_at_end)
     variants = options.variants(pipeline)
     _check_state(pipeline, variants, state, state_figures)
-    E._check_columns(pipeline, events_df)
-    E._check_late_columns(pipeline, events_df)
+    normalise.check_columns(pipeline, events_df)
+    normalise.check_late_columns(pipeline, events_df)
     input_cols = list(events_df.columns)
-    norm = E._normalise(pipeline, events_df)
+    norm = normalise.normalise(pipeline, events_df)
     check_workers(spark)
-    arrow_types = E._arrow_types(spark, events_df)
+    arrow_types = columns.arrow_types(spark, events_df)
     input_types = {c: arrow_types[c] for c in input_cols}
     full = variants[0]
     worker_rows = _worker_state(spark, pipeline, state)
     if worker_rows.get(full.label):
-        norm = E._reject_committed(spark, pipeline, norm, worker_rows[full.label])
+        norm = normalise.reject_committed(spark, pipeline, norm, worker_rows[full.label])
     threshold = options.future_skew_ms if any(v.skew_free for v in variants) else None
     skewed = (F.col("__evt") - F.col("__arr") > F.lit(threshold)) if threshold is not None else F.lit(False)
     norm = norm.withColumn(SKEWED, skewed)
@@ -112,35 +113,39 @@ def lateness(
     # Skewed and other events apart (for the skew-free timelines): one more grouping column
     # costs less than conditional aggregates (5.8 -> 4.6 s at 10 M events).
     summary = (
-        norm.groupBy(F.col(E.REJECT_REASON), wexpr.alias("__w"), F.col("__batch"), F.col(SKEWED)).agg(*stats).toArrow()
+        norm.groupBy(F.col(normalise.REJECT_REASON), wexpr.alias("__w"), F.col("__batch"), F.col(SKEWED))
+        .agg(*stats)
+        .toArrow()
     )
     rejected = _rejected_counts(summary)
     timelines, new_workers = strategy_timelines(pipeline, variants, summary, worker_rows)
     wi = WhatIf(pipeline, variants, input_types, timelines, flush, threshold, options.worst)
 
     full_spec = wi.spec(full)
-    events = norm.where(F.col(E.REJECT_REASON).isNull()).drop(E.REJECT_REASON, *K.task_derived(full_spec))
+    events = norm.where(F.col(normalise.REJECT_REASON).isNull()).drop(
+        normalise.REJECT_REASON, *K.task_derived(full_spec)
+    )
     state_rows = _state_rows(pipeline, wi, state, events_df) if state is not None else None
-    kernel_in, names, nparts = E.kernel_input(spark, pipeline, events, state_rows)
+    kernel_in, names, nparts = placement.kernel_input(spark, pipeline, events, state_rows)
     schemas = output_schemas(wi)
     task = _Task(wi, names, schemas)
-    held = E._hold(spark, kernel_in.mapInArrow(task, E._spark_schema(task.schema)))
+    held = tasks.hold(spark, kernel_in.mapInArrow(task, columns.spark_schema(task.schema)))
     try:
         small = _collect_small(spark, held, schemas)
         counters = _sum_counters(small["counters"])
         rows = counters.pop(_ROWS, {})
-        slots = E._task_slots(spark)
+        slots = placement.session_slots(spark)
         # One decoding task per 1 M rows of an output (as a replay writes its outputs).
         frames = {
-            name: held.where(F.col(E.SIDE_OUTPUT) == name)
-            .select(E.SIDE_DATA)
-            .coalesce(E._write_tasks(rows.get(name, 0), nparts, slots))
-            .mapInArrow(E._DecodeTask(schemas[name]), E._spark_schema(schemas[name]))
+            name: held.where(F.col(tasks.SIDE_OUTPUT) == name)
+            .select(tasks.SIDE_DATA)
+            .coalesce(tasks.write_tasks(rows.get(name, 0), nparts, slots))
+            .mapInArrow(tasks.DecodeTask(schemas[name]), columns.spark_schema(schemas[name]))
             for name in ("cost", "by_key", "skew_late", "skewed", "state")
         }
         latency = latency_figures(
             spark,
-            held.where(F.col(E.SIDE_OUTPUT) == "latency").select(F.col(E.SIDE_DATA).alias("data")),
+            held.where(F.col(tasks.SIDE_OUTPUT) == "latency").select(F.col(tasks.SIDE_DATA).alias("data")),
             small["latency_coarse"],
         )
         figures, tables = summarise(
@@ -174,10 +179,10 @@ class _Task:
 
     def __init__(self, wi: WhatIf, names: dict[str, str], schemas: dict[str, pa.Schema]):
         self.wi, self.names, self.schemas = wi, names, schemas
-        self.schema = pa.schema([pa.field(E.SIDE_OUTPUT, pa.string()), pa.field(E.SIDE_DATA, pa.binary())])
+        self.schema = pa.schema([pa.field(tasks.SIDE_OUTPUT, pa.string()), pa.field(tasks.SIDE_DATA, pa.binary())])
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = E.task_table(batches, self.names)
+        table = tasks.task_table(batches, self.names)
         if table is None:
             return
         result = analyse(table, self.wi)
@@ -195,9 +200,9 @@ class _Task:
         blobs: list[bytes] = []
         for name in (*SMALL, "latency", *_LARGE):
             t = getattr(result, name).cast(self.schemas[name])
-            for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), E.BLOB_ROWS):
+            for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), tasks.BLOB_ROWS):
                 names.append(name)
-                blobs.append(E._blob(t.slice(start, E.BLOB_ROWS), compression="lz4"))
+                blobs.append(tasks.encode_blob(t.slice(start, tasks.BLOB_ROWS), compression="lz4"))
         yield pa.RecordBatch.from_arrays(
             [pa.array(names, pa.string()), pa.array(blobs, pa.binary())], schema=self.schema
         )
@@ -207,17 +212,21 @@ def _collect_small(spark: SparkSession, held: DataFrame, schemas: Mapping[str, p
     """The tasks' small side outputs (:data:`SMALL`), collected to the driver, one table each.
     This action runs the tasks (under the kernel job's settings); the large outputs are
     decoded from the cached blobs afterwards."""
-    with E._session_conf(spark, E._kernel_job_conf(spark)):
-        blobs = held.where(F.col(E.SIDE_OUTPUT).isin(*SMALL)).select(E.SIDE_OUTPUT, E.SIDE_DATA).collect()
+    with session.session_conf(spark, tasks.kernel_job_conf(spark)):
+        blobs = held.where(F.col(tasks.SIDE_OUTPUT).isin(*SMALL)).select(tasks.SIDE_OUTPUT, tasks.SIDE_DATA).collect()
     pieces: dict[str, list[pa.Table]] = {}
     for row in blobs:
-        pieces.setdefault(row[E.SIDE_OUTPUT], []).append(E.decode_blob(row[E.SIDE_DATA]))
+        pieces.setdefault(row[tasks.SIDE_OUTPUT], []).append(tasks.decode_blob(row[tasks.SIDE_DATA]))
     return {name: _concat(pieces.get(name, []), schemas[name]) for name in SMALL}
 
 
 def _rejected_counts(summary: pa.Table) -> dict[str, int]:
-    rej = summary.filter(summary[E.REJECT_REASON].is_valid()).group_by(E.REJECT_REASON).aggregate([("n", "sum")])
-    return {r[E.REJECT_REASON]: int(r["n_sum"]) for r in rej.to_pylist()}
+    rej = (
+        summary.filter(summary[normalise.REJECT_REASON].is_valid())
+        .group_by(normalise.REJECT_REASON)
+        .aggregate([("n", "sum")])
+    )
+    return {r[normalise.REJECT_REASON]: int(r["n_sum"]) for r in rej.to_pylist()}
 
 
 #: The (worker, batch) summary's statistics and how two rows of one batch combine.
@@ -230,7 +239,7 @@ def batch_summaries(summary: pa.Table) -> dict[bool, pa.Table]:
     worker ``__w``, batch, :data:`windowing.lateness.variants.SKEWED`) with both candidates
     (``cand_min``, ``cand_max``), the arrival bounds and the count (:data:`SUMMARY_STATS`);
     a batch of skewed events only is no commit of the skew-free replay."""
-    ok = summary.filter(pc.is_null(summary[E.REJECT_REASON]))
+    ok = summary.filter(pc.is_null(summary[normalise.REJECT_REASON]))
     skewed = pc.fill_null(ok[SKEWED], False)
     every = ok
     if pc.any(skewed).as_py():  # a batch with skewed and other events: its two rows as one
@@ -247,7 +256,7 @@ def timeline_summary(rows: pa.Table, strategy: WatermarkStrategy) -> pa.Table:
     cand = "cand_min" if strategy is WatermarkStrategy.MIN_EVENT_TIME else "cand_max"
     return pa.table(
         {
-            E.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()),
+            normalise.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()),
             "__w": rows["__w"],
             "__batch": rows["__batch"],
             "cand": rows[cand],
@@ -274,7 +283,7 @@ def strategy_timelines(
         if key in out:
             continue
         p = Variant(v.strategy, v.lateness, 0, full=True, skew_free=v.skew_free).pipeline(pipeline)
-        timelines, rows = E.summary_timelines(
+        timelines, rows = summary_timelines(
             p, timeline_summary(batches[v.skew_free], v.strategy), worker_rows.get(v.label, [])
         )
         out[key] = timelines
@@ -395,7 +404,7 @@ def _state_frame(
     if not rows:
         return state_rows
     workers = pa.Table.from_pylist(rows, schema=schema)
-    return state_rows.unionByName(spark.createDataFrame(workers.to_pylist(), E._spark_schema(schema)))
+    return state_rows.unionByName(spark.createDataFrame(workers.to_pylist(), columns.spark_schema(schema)))
 
 
 def _sum_counters(table: pa.Table) -> dict[str, dict[str, int]]:

@@ -10,26 +10,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from windowing.config import Pipeline
-from windowing.io import (
-    InputError,
-    Staged,
-    _new_run_id,
-    check_manifest,
-    check_output_target,
-    current_commit,
-    write_datasets,
-)
-from windowing.lake import Lake, glob_escape, join
 from windowing.lateness.options import FIGURES, KIND, REPORT, TABLES, LatenessResult
 from windowing.lateness.report import render_report
-from windowing.manifest import write_manifest
+from windowing.storage.commits import current_commit
+from windowing.storage.commits import new_run_id as _new_run_id
+from windowing.storage.errors import InputError
+from windowing.storage.lake import Lake, glob_escape, join
+from windowing.storage.manifest import write_manifest
+from windowing.storage.outputs import Staged, check_manifest, check_output_target, write_datasets
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from pyspark.sql import DataFrame, SparkSession
 
-    from windowing.io import Commit
+    from windowing.storage.commits import Commit
 
 
 def write_lateness(

@@ -12,13 +12,13 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from windowing import metrics as M
-from windowing.columns import col as _col
 from windowing.config import Lateness, Pipeline
 from windowing.lateness.figures import summarise
 from windowing.lateness.group_ids import key_columns
 from windowing.lateness.latency import latency_figures
 from windowing.lateness.options import LatenessOptions, LatenessResult, LatenessStateError
 from windowing.lateness.outputs import read_lateness
+from windowing.runner.columns import col as _col
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -72,14 +72,11 @@ def run(args: Any) -> int:
     ``OutputError``: all ``ValueError``), which the CLI turns into exit code 2.
     """
     from windowing.catalog import read_published  # noqa: PLC0415 - keeps the CLI fast: catalog imports pyspark
-    from windowing.io import (  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
-        check_output_target,
-        read_outputs,
-    )
     from windowing.reconcile.compare import reconcile  # noqa: PLC0415 - keeps the CLI fast: it imports pyspark
     from windowing.reconcile.live import load_reconcile, read_live  # noqa: PLC0415 - keeps the CLI fast
     from windowing.reconcile.outputs import write_reconcile  # noqa: PLC0415 - keeps the CLI fast
     from windowing.reconcile.text import format_summary  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.storage.outputs import check_output_target, read_outputs  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
 
     pipeline, spec = load_reconcile(args.config)
     min_match = getattr(args, "min_match", None)

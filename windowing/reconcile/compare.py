@@ -11,7 +11,6 @@ from pyspark.sql import functions as F
 
 from windowing.config import Pipeline
 from windowing.config.reconcile import ReconcileSpec
-from windowing.io import InputError
 from windowing.reconcile.explanations import explanation_columns
 from windowing.reconcile.figures import count_explained, count_identities, iso, summary_figures
 from windowing.reconcile.live import check_live_columns
@@ -28,6 +27,7 @@ from windowing.reconcile.matching import (
     window_figures,
 )
 from windowing.reconcile.vocabulary import SUMMARY_SCHEMA
+from windowing.storage.errors import InputError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

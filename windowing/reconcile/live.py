@@ -14,9 +14,11 @@ from pyspark.sql import types as T
 from windowing.config import ConfigError, Pipeline, load_pipeline
 from windowing.config.fields import nearest_name
 from windowing.config.reconcile import LiveSource, ReconcileSpec
-from windowing.io import InputError, _first_line, _missing_path
-from windowing.lake import Lake
 from windowing.reconcile.vocabulary import FIELD
+from windowing.storage.errors import InputError
+from windowing.storage.errors import first_line as _first_line
+from windowing.storage.errors import missing_path as _missing_path
+from windowing.storage.lake import Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -14,8 +14,6 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from windowing.columns import col as _col
-from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Pipeline
 from windowing.config.reconcile import LiveColumns, ReconcileSpec, Tolerance
 from windowing.contract import CLOSE_REASONS
@@ -27,6 +25,8 @@ from windowing.reconcile.vocabulary import (
     SNAPSHOT_REASON,
     VALUE_MISMATCH,
 )
+from windowing.runner.columns import col as _col
+from windowing.runner.columns import epoch_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

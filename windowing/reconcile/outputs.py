@@ -10,15 +10,18 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from windowing.config import Pipeline
-from windowing.io import InputError, Staged, _new_run_id, check_output_target, current_commit, write_datasets
-from windowing.lake import glob_escape, join
 from windowing.reconcile.compare import ReconcileResult
 from windowing.reconcile.vocabulary import FIGURES, OUTPUTS
+from windowing.storage.commits import current_commit
+from windowing.storage.commits import new_run_id as _new_run_id
+from windowing.storage.errors import InputError
+from windowing.storage.lake import glob_escape, join
+from windowing.storage.outputs import Staged, check_output_target, write_datasets
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from windowing.io import Commit
+    from windowing.storage.commits import Commit
 
 
 def write_reconcile(
@@ -26,11 +29,11 @@ def write_reconcile(
 ) -> Commit:
     """Write ``mismatches/``, ``summary/`` (Parquet) and ``figures.json/`` into a new run
     folder of ``out_dir`` and make it current with a commit record written last, as
-    :mod:`windowing.io` does for a replay (a crash leaves the previous run current; the
-    last :data:`windowing.io.KEEP_RUNS` are kept). ``inputs`` (the replay output and the
+    :mod:`windowing.storage.outputs` does for a replay (a crash leaves the previous run current; the
+    last :data:`windowing.storage.commits.KEEP_RUNS` are kept). ``inputs`` (the replay output and the
     live path) may not be or hold the output.
 
-    Returns the :class:`windowing.io.Commit`. Raises :class:`windowing.io.OutputError`
+    Returns the :class:`windowing.storage.commits.Commit`. Raises :class:`windowing.storage.errors.OutputError`
     naming the path when the target is refused or a write fails.
     """
     out = str(out_dir)

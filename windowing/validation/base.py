@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, Iterable,
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from windowing.columns import col as _col
+from windowing.runner.columns import col as _col
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

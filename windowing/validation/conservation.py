@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from windowing.columns import col as _col
-from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Pipeline, Trigger, WindowType
 from windowing.contract import AGGREGATE_REASON, WINDOW_KIND
+from windowing.runner.columns import col as _col
+from windowing.runner.columns import epoch_ms
 from windowing.validation.base import (
     DEFAULT_SAMPLE_SIZE,
     CheckResult,

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from windowing.columns import col as _col
 from windowing.config import Pipeline, Trigger
 from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS, WINDOW_COLUMNS, WINDOW_KIND
 from windowing.metrics import VOLTSP_METRICS
+from windowing.runner.columns import col as _col
 from windowing.validation.base import CheckResult, Finish, Resolve, _holds, _Pass, _run, _skip, as_key
 from windowing.validation.recompute import canonical_rows
 from windowing.validation.rules import _group_columns

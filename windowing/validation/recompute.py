@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any, cast
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from windowing.columns import col as _col
 from windowing.config import ConfigError, Pipeline
 from windowing.contract import END_OF_INPUT_REASON
-from windowing.engine import StateMismatchError, replay
+from windowing.runner.columns import col as _col
+from windowing.runner.normalise import StateMismatchError
+from windowing.runner.replay import replay
 from windowing.validation.base import _JSON_EXACT, DEFAULT_SAMPLE_SIZE, CheckResult, _jsonable, _skip
 
 if TYPE_CHECKING:

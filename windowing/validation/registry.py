@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 from pyspark.sql import functions as F
 
 from windowing.config import Pipeline
-from windowing.io import read_outputs
+from windowing.storage.outputs import read_outputs
 from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
@@ -111,7 +111,7 @@ def run_checks(
     Args:
         spark: the SparkSession.
         pipeline: the pipeline the replay ran.
-        outputs: an output folder, a :class:`~windowing.engine.ReplayResult`, or an object
+        outputs: an output folder, a :class:`~windowing.runner.replay.ReplayResult`, or an object
             with the four DataFrames (and ``metrics``).
         input_df: the events the replay read (enables the input and conservation checks).
         prev_state: the state the replay started from (the previous partition's); without

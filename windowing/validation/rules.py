@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Collection
 
 from pyspark.sql import functions as F
 
-from windowing.columns import col as _col
-from windowing.columns import epoch_ms
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WindowType
 from windowing.contract import (
     AGGREGATE_REASON,
@@ -24,6 +22,8 @@ from windowing.contract import (
     WINDOW_COLUMNS,
     WINDOW_KIND,
 )
+from windowing.runner.columns import col as _col
+from windowing.runner.columns import epoch_ms
 from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,

@@ -453,13 +453,13 @@ def test_cli_refuses_a_missing_column_before_spark_starts_and_notes_ignored_fiel
 
 @pytest.mark.parametrize("where", ["s3a://bucket/events", "hdfs://nn/events", "viewfs://cluster/events"])
 def test_the_early_check_leaves_uris_to_spark(tmp_path, where):
-    from windowing.io import check_input_schema
+    from windowing.storage.inputs import check_input_schema
 
     check_input_schema(load_seed(tmp_path, SEED_SESSION), [where])  # no error: Spark's reader decides
 
 
 def test_the_early_check_leaves_unreadable_files_to_spark(tmp_path):
-    from windowing.io import check_input_schema
+    from windowing.storage.inputs import check_input_schema
 
     p = load_seed(tmp_path, SEED_SESSION)
     (tmp_path / "junk").mkdir()
@@ -470,7 +470,7 @@ def test_the_early_check_leaves_unreadable_files_to_spark(tmp_path):
 
 
 def test_the_early_check_reads_every_file_and_skips_hidden_ones(tmp_path):
-    from windowing.io import check_input_schema
+    from windowing.storage.inputs import check_input_schema
 
     p = load_seed(tmp_path, SEED_SESSION)
     base = {"arrival_time": pa.array([1], pa.int64()), "offset": pa.array([1], pa.int64())}

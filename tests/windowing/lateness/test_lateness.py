@@ -18,11 +18,11 @@ from tests.engine_harness import run_engine, to_df
 from tests.reference_model import reference_replay
 from tests.windowing.lateness.harness import local_lateness, model_figures
 from windowing.config import Lateness, parse_pipeline
-from windowing.lake import Lake
 from windowing.lateness.curves import smallest_delay, weighted_percentiles
 from windowing.lateness.job import lateness
 from windowing.lateness.options import LatenessOptions
 from windowing.lateness.outputs import read_lateness
+from windowing.storage.lake import Lake
 
 S = 1000
 
@@ -224,7 +224,7 @@ def test_cli_chain_of_partitions_equals_one_run(spark, tmp_path):
 def test_engine_rejects_future_skew_and_conserves_events(spark):
     """``source.maxFutureSkew`` in the Spark engine: the model's rows, reason FUTURE_SKEW,
     and the data-quality conservation check holds."""
-    from windowing.engine import replay
+    from windowing.runner.replay import replay
     from windowing.validation import run_checks
 
     rows = _history(seed=9, n=200)

@@ -23,8 +23,6 @@ from windowing.commands import common
 from windowing.config import ConfigError, parse_pipeline
 from windowing.config.reconcile import parse_reconcile
 from windowing.durations import DAY_MS
-from windowing.engine import replay
-from windowing.io import InputError, OutputError, read_events, read_outputs, write_outputs
 from windowing.reconcile import cli as reconcile_cli
 from windowing.reconcile.compare import reconcile
 from windowing.reconcile.live import load_reconcile
@@ -42,7 +40,11 @@ from windowing.reconcile.vocabulary import (
     PARTITION_EDGE,
     VALUE_MISMATCH,
 )
+from windowing.runner.replay import replay
 from windowing.sample import generate_history
+from windowing.storage.errors import InputError, OutputError
+from windowing.storage.inputs import read_events
+from windowing.storage.outputs import read_outputs, write_outputs
 
 ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2024, 2, 5, tzinfo=timezone.utc)
@@ -781,7 +783,7 @@ def test_the_cli_runs_reconcile_and_load_pipeline_keeps_the_block(spark, replaye
     fingerprint); a bad block is a usage error naming the field, before Spark is asked."""
     from windowing import cli
     from windowing.config import load_pipeline
-    from windowing.io import read_outputs
+    from windowing.storage.outputs import read_outputs
 
     doc = _clicks_doc()
     plain = tmp_path / "plain.yaml"

@@ -14,13 +14,13 @@ from tests.generators import cases, histories, pipelines, silent_gap_histories, 
 from tests.outputs import late_events_in
 from tests.reference_model import reference_replay
 from windowing.config import parse_pipeline
-from windowing.engine import _session_conf
-from windowing.io import read_state
+from windowing.runner.session import session_conf
+from windowing.storage.outputs import read_state
 
 SPARK_CASES = cases(30)
 #: The kernel stage planned as if for a cluster of this many slots: on the suite's 2, the
 #: generated histories' workers would stay whole (a worker is spread only when it is larger
-#: than a slot's share: windowing.placement).
+#: than a slot's share: windowing.runner.placement).
 SLOTS = "1000"
 _tmp = itertools.count()
 
@@ -72,7 +72,7 @@ def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task,
         "spark.rewindow.commits": commits,
         "spark.rewindow.taskSlots": SLOTS,
     }
-    with _session_conf(spark, conf):
+    with session_conf(spark, conf):
         aggs, late, rejected, _, metrics = run_engine(
             spark, pipeline, rows, flush_at_end=flush, columns=columns if not rows else None
         )
@@ -108,7 +108,7 @@ def test_hot_keys_sliced_over_tasks_match_them_whole_and_the_model(spark, pipeli
             "spark.rewindow.slices": mode,
             "spark.rewindow.taskSlots": SLOTS,
         }
-        with _session_conf(spark, conf):
+        with session_conf(spark, conf):
             aggs, late, rejected, state, metrics = run_engine(
                 spark, pipeline, rows, flush_at_end=flush, columns=columns if not rows else None
             )

@@ -1,10 +1,10 @@
 """Commit records read as data, never as instructions (issue 26).
 
-A commit record (``OUT/_commits/<seq>-<run id>/part-*.json``, :mod:`windowing.io`) names
+A commit record (``OUT/_commits/<seq>-<run id>/part-*.json``, :mod:`windowing.storage.commits`) names
 the run folder that is current. Whatever is on disk may have been truncated, edited or
 written by someone else, so a record is trusted only when it is exactly what rewindow
 writes: its folder is ``<seq, ten digits>-<run id>``, its fields agree with that name, its
-run id is one :func:`windowing.io._new_run_id` makes, and its ``run`` is that run's folder
+run id is one :func:`windowing.storage.commits.new_run_id` makes, and its ``run`` is that run's folder
 directly under the output's own ``runs/``. Anything else is a :class:`DamagedRecord`,
 named with its file; nothing it says is followed (no folder it names is read or deleted).
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from windowing.lake import display
+from windowing.storage.lake import display
 
 #: A run id as rewindow makes it: the UTC start time to the microsecond, and 8 hex digits.
 RUN_ID = re.compile(r"(\d{8}T\d{12}Z)-[0-9a-f]{8}")

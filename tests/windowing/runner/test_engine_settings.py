@@ -12,22 +12,15 @@ from datetime import datetime, timezone
 
 import pytest
 
-from windowing import chunks, parse_pipeline, placement, replay
+from windowing import parse_pipeline, replay
 from windowing.config import ConfigError
-from windowing.engine import (
-    COMMITS_CONF,
-    ROWS_PER_FILE,
-    _commits_mode,
-    _int_conf,
-    _kernel_job_conf,
-    _session_conf,
-    _slices_on,
-    _task_slots,
-    _with_task,
-    _write_tasks,
-)
-from windowing.io import read_events
+from windowing.runner import chunks, placement
+from windowing.runner.placement import int_setting, session_slots, slices_on, with_task
+from windowing.runner.session import session_conf
+from windowing.runner.tasks import ROWS_PER_FILE, kernel_job_conf, write_tasks
+from windowing.runner.timelines import COMMITS_CONF, commits_mode
 from windowing.sample import generate_history
+from windowing.storage.inputs import read_events
 
 ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
@@ -66,7 +59,7 @@ PIPELINE = parse_pipeline(
     ],
 )
 def test_write_tasks(rows, most, slots, expected):
-    assert _write_tasks(rows, most, slots) == expected
+    assert write_tasks(rows, most, slots) == expected
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +81,7 @@ def _replay(spark, events):
 
 def test_a_replay_leaves_the_session_settings_as_it_found_them(spark, events):
     before = {k: spark.conf.get(k) for k in (ARROW_BYTES, CACHE_COMPRESSED)}
-    assert _kernel_job_conf(spark) == {ARROW_BYTES: "2147483647"}  # Spark's default cap: lifted for the kernel
+    assert kernel_job_conf(spark) == {ARROW_BYTES: "2147483647"}  # Spark's default cap: lifted for the kernel
     assert _replay(spark, events) > 0
     assert {k: spark.conf.get(k) for k in before} == before
 
@@ -96,7 +89,7 @@ def test_a_replay_leaves_the_session_settings_as_it_found_them(spark, events):
 def test_a_cap_the_user_set_is_kept(spark, events):
     spark.conf.set(ARROW_BYTES, "8m")
     try:
-        assert _kernel_job_conf(spark) == {}
+        assert kernel_job_conf(spark) == {}
         baseline = _replay(spark, events)
         assert spark.conf.get(ARROW_BYTES) == "8m"
     finally:
@@ -110,7 +103,7 @@ def test_lateness_percentiles_are_exact_whichever_way_the_values_come_back(spark
     more, and through a Spark job above the maximum: the percentiles are the same."""
     from pyspark.sql import functions as F
 
-    from windowing import engine
+    from windowing.runner import replay as job
 
     def percentiles():
         result = replay(spark, PIPELINE, events)
@@ -131,7 +124,7 @@ def test_lateness_percentiles_are_exact_whichever_way_the_values_come_back(spark
     late = metrics["late_events"]
     assert late > 10 and metrics["lateness_ms_percentiles"] == exact
     for most in (late, late // 2, 0):  # some tasks over their share; over the maximum; all through Spark
-        monkeypatch.setattr(engine, "DRIVER_PERCENTILES_MAX", most)
+        monkeypatch.setattr(job, "DRIVER_PERCENTILES_MAX", most)
         again, _ = percentiles()
         assert again["lateness_ms_percentiles"] == exact, most
 
@@ -165,10 +158,10 @@ def test_each_worker_lands_in_the_task_it_was_given(spark, many, monkeypatch):
     workers, by a broadcast join of many."""
     from pyspark.sql import functions as F
 
-    from windowing.engine import kernel_input
+    from windowing.runner.placement import kernel_input
 
     if many:
-        monkeypatch.setattr("windowing.engine.MAX_WORKER_MAP", 2)
+        monkeypatch.setattr(placement, "MAX_WORKER_MAP", 2)
     df = spark.createDataFrame(
         [(f"w{i % 6}" if i % 7 else None, f"k{i % 50}", i) for i in range(600)],
         "partition string, user_id string, n int",
@@ -185,7 +178,7 @@ def test_each_worker_lands_in_the_task_it_was_given(spark, many, monkeypatch):
             spread.setdefault(r["user_id"], set()).add(r["p"])
     assert all(len(p) == 1 for p in spread.values())  # a key in one task
     assert set().union(*spread.values()) == {3, 4, 5}  # the worker's keys over its three tasks
-    assert "__task" not in placed.columns and _with_task(df, PIPELINE, plan).count() == 600
+    assert "__task" not in placed.columns and with_task(df, PIPELINE, plan).count() == 600
 
 
 def test_a_hot_key_is_found_and_its_windows_land_in_its_slices(spark):
@@ -196,7 +189,8 @@ def test_a_hot_key_is_found_and_its_windows_land_in_its_slices(spark):
 
     from pyspark.sql import functions as F
 
-    from windowing.engine import _hot_keys, _normalise, kernel_input
+    from windowing.runner.normalise import normalise
+    from windowing.runner.placement import hot_keys, kernel_input
 
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
     rows = [
@@ -208,11 +202,11 @@ def test_a_hot_key_is_found_and_its_windows_land_in_its_slices(spark):
     )
     plan = placement.plan_tasks({"w": 3600}, True, 1000, 2)
     assert plan.spread == {"w": (0, 4)} and plan.share == 900
-    hot = _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan)
+    hot = hot_keys(PIPELINE, normalise(PIPELINE, df), plan)
     assert hot == {("w", "hot"): 2700}
     plan = placement.with_hot_keys(plan, hot)
     assert plan.hot == {("w", "hot"): (4, 3)} and plan.tasks == 7
-    placed, _, nparts = kernel_input(spark, PIPELINE, _normalise(PIPELINE, df).drop("reason"), plan=plan)
+    placed, _, nparts = kernel_input(spark, PIPELINE, normalise(PIPELINE, df).drop("reason"), plan=plan)
     assert nparts == 7
     got = placed.select("user_id", "offset", F.spark_partition_id().alias("p")).collect()
     hot_tasks = {r["offset"] // 600: r["p"] for r in got if r["user_id"] == "hot"}  # offset: seconds in
@@ -227,10 +221,10 @@ def test_hot_keys_of_a_large_threshold_are_found_in_a_sample(spark, monkeypatch)
     is not (with the sample's size set low so that a small history has a large threshold)."""
     from datetime import timedelta
 
-    from windowing import engine
-    from windowing.engine import _hot_keys, _normalise
+    from windowing.runner.normalise import normalise
+    from windowing.runner.placement import hot_keys
 
-    monkeypatch.setattr(engine, "HOT_KEY_SAMPLE", 1_000)
+    monkeypatch.setattr(placement, "HOT_KEY_SAMPLE", 1_000)
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
     # 40,000 events of one worker: "hot" 24,000, "warm" 12,000, 4,000 spread over 40 keys.
     keys = ["hot"] * 6 + ["warm"] * 3 + ["cold"]
@@ -249,10 +243,10 @@ def test_hot_keys_of_a_large_threshold_are_found_in_a_sample(spark, monkeypatch)
     )
     plan = placement.plan_tasks({"w": 40_000}, True, 10_000, 2)
     assert placement.hot_key_threshold(plan) > 12_000  # "warm" is under it, so the sample decides
-    hot = _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan)
+    hot = hot_keys(PIPELINE, normalise(PIPELINE, df), plan)
     assert list(hot) == [("w", "hot")]
     assert abs(hot[("w", "hot")] - 24_000) < 0.1 * 24_000
-    assert _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan) == hot  # a fixed seed: the same plan again
+    assert hot_keys(PIPELINE, normalise(PIPELINE, df), plan) == hot  # a fixed seed: the same plan again
 
 
 def test_task_plans_from_the_data():
@@ -315,26 +309,26 @@ def test_the_task_slots_the_plan_assumes():
 
 
 def test_the_scale_settings_are_checked(spark):
-    with _session_conf(spark, {COMMITS_CONF: "sometimes"}):
+    with session_conf(spark, {COMMITS_CONF: "sometimes"}):
         with pytest.raises(ConfigError, match="spark.rewindow.commits"):
-            _commits_mode(spark)
-    with _session_conf(spark, {placement.EVENTS_PER_TASK_CONF: "lots"}):
+            commits_mode(spark)
+    with session_conf(spark, {placement.EVENTS_PER_TASK_CONF: "lots"}):
         with pytest.raises(ConfigError, match="spark.rewindow.eventsPerTask: 'lots'"):
-            _int_conf(spark, placement.EVENTS_PER_TASK_CONF, 1)
-    with _session_conf(spark, {placement.EVENTS_PER_TASK_CONF: "2_000_000"}):
-        assert _int_conf(spark, placement.EVENTS_PER_TASK_CONF, 1) == 2_000_000
-    with _session_conf(spark, {placement.SLICES_CONF: "sometimes"}):
+            int_setting(spark, placement.EVENTS_PER_TASK_CONF, 1)
+    with session_conf(spark, {placement.EVENTS_PER_TASK_CONF: "2_000_000"}):
+        assert int_setting(spark, placement.EVENTS_PER_TASK_CONF, 1) == 2_000_000
+    with session_conf(spark, {placement.SLICES_CONF: "sometimes"}):
         with pytest.raises(ConfigError, match="spark.rewindow.slices: 'sometimes'"):
-            _slices_on(spark)
-    with _session_conf(spark, {placement.SLICES_CONF: "OFF"}):
-        assert not _slices_on(spark)
-    assert _slices_on(spark)  # auto by default
-    with _session_conf(spark, {placement.TASK_SLOTS_CONF: "0"}):
+            slices_on(spark)
+    with session_conf(spark, {placement.SLICES_CONF: "OFF"}):
+        assert not slices_on(spark)
+    assert slices_on(spark)  # auto by default
+    with session_conf(spark, {placement.TASK_SLOTS_CONF: "0"}):
         with pytest.raises(ConfigError, match="spark.rewindow.taskSlots: '0'"):
-            _task_slots(spark)
-    with _session_conf(spark, {placement.TASK_SLOTS_CONF: "12"}):
-        assert _task_slots(spark) == 12
-    assert _task_slots(spark) == spark.sparkContext.defaultParallelism
+            session_slots(spark)
+    with session_conf(spark, {placement.TASK_SLOTS_CONF: "12"}):
+        assert session_slots(spark) == 12
+    assert session_slots(spark) == spark.sparkContext.defaultParallelism
 
 
 @pytest.mark.parametrize("hot", [False, True], ids=["spread worker", "spread worker with a hot key"])
@@ -348,7 +342,9 @@ def test_the_packed_timeline_rows_do_not_depend_on_the_input_order(spark, hot):
 
     from pyspark.sql import functions as F
 
-    from windowing.engine import _hot_keys, _normalise, _split_timeline_rows
+    from windowing.runner.normalise import normalise
+    from windowing.runner.placement import hot_keys
+    from windowing.runner.timelines import split_timeline_rows
 
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
     rows = [
@@ -366,11 +362,11 @@ def test_the_packed_timeline_rows_do_not_depend_on_the_input_order(spark, hot):
     )
     plan = placement.plan_tasks({"w": 3600}, True, 1000, 2)
     if hot:
-        plan = placement.with_hot_keys(plan, _hot_keys(PIPELINE, _normalise(PIPELINE, df), plan))
+        plan = placement.with_hot_keys(plan, hot_keys(PIPELINE, normalise(PIPELINE, df), plan))
         assert plan.hot
     packed = []
     for order in (df.repartition(1), df.orderBy(F.rand(7)).repartition(5), df.orderBy(F.desc("offset"))):
-        timeline = _split_timeline_rows(PIPELINE, _normalise(PIPELINE, order), plan)
+        timeline = split_timeline_rows(PIPELINE, normalise(PIPELINE, order), plan)
         packed.append(sorted(timeline.collect(), key=repr))
     assert {r["__task"] for r in packed[0]} == set(range(plan.tasks))  # each task gets its worker's timeline
     batches = {

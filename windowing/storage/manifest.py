@@ -11,10 +11,10 @@ deleting the file cannot hide a change. It lists every part file with its row co
 (from the Parquet footer), the total, and :func:`content_hash` of the window rows
 (``state_kind = 'window'``: the open windows the next partition continues).
 
-Every reader of a state (:func:`windowing.io.read_state`: ``--state-in``, the next
+Every reader of a state (:func:`windowing.storage.outputs.read_state`: ``--state-in``, the next
 partition of a backfill, the Dagster assets, ``verify --state-in``) checks part names and
 row counts against the manifest before any work (footers only, no Spark job): a missing or
-extra part, or a count that differs, is a :class:`~windowing.io.StateError` naming the run
+extra part, or a count that differs, is a :class:`~windowing.storage.errors.StateError` naming the run
 and the part. ``rewindow verify`` checks it too, and recomputes the content hash.
 
 A state written before manifests existed (no manifest anywhere) is read as before.
@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
 from windowing.contract import WINDOW_KIND
-from windowing.lake import Lake, display, glob_escape, join
+from windowing.storage.lake import Lake, display, glob_escape, join
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

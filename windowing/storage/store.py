@@ -1,7 +1,7 @@
 """The partition store: where each pipeline partition's outputs live, and how they chain.
 
 Layout under the output root (a local folder or any URI Spark writes), one output per
-pipeline and partition, committed by :mod:`windowing.io`::
+pipeline and partition, committed by :mod:`windowing.storage.outputs`::
 
     <output_root>/<pipeline name>/<partition key>/
         runs/<run id>/aggregates/ late_events/ rejected/ state/ metrics.json/ metrics.prom/
@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from windowing.io import Commit, current_commits_under
-from windowing.lake import join
-from windowing.manifest import content_hash
+from windowing.storage.commits import Commit, current_commits_under
+from windowing.storage.lake import join
+from windowing.storage.manifest import content_hash
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -146,7 +146,7 @@ def first_missing(commits: Mapping[str, Commit], keys: Iterable[str]) -> str | N
 
 def state_content_hash(state_df: DataFrame) -> str:
     """An order-independent hash of a state DataFrame's content
-    (:func:`windowing.manifest.content_hash`: ``<rows>-<sum of row hashes>``)."""
+    (:func:`windowing.storage.manifest.content_hash`: ``<rows>-<sum of row hashes>``)."""
     return content_hash(state_df)
 
 

@@ -1,8 +1,9 @@
 """The Spark session rewindow runs on: `local[*]` by default, any master by configuration.
 
-Also the checks that make a misconfigured Spark fail at once, in one line, before any
-work: a master or Connect server nobody listens on (:func:`check_reachable`), and Python
-workers that cannot run rewindow (:func:`check_workers`).
+Also the runtime settings a job sets around itself (:func:`session_conf`), and the checks
+that make a misconfigured Spark fail at once, in one line, before any work: a master or
+Connect server nobody listens on (:func:`check_reachable`), and Python workers that cannot
+run rewindow (:func:`check_workers`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from windowing.lake import is_connect
+from windowing.storage.lake import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -176,6 +177,31 @@ def spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+# --------------------------------------------------------------------------- job settings
+
+#: Settings for the small aggregations the driver collects (a few rows: rejected rows per
+#: reason and worker, the carried state's worker rows and fingerprints): one Spark job with
+#: its stages, not one job per stage as adaptive execution runs them, and one reduce task.
+SMALL_JOB_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set runtime SQL settings for the jobs started inside the block, then put back the
+    previous values (Spark reads them when a job or a cache is planned)."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    try:
+        for k, v in conf.items():
+            spark.conf.set(k, v)
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
 
 
 # --------------------------------------------------------------------------- workers

@@ -34,17 +34,18 @@ from windowing.config import WatermarkStrategy
 from windowing.kernel import pieces
 
 #: ``__kind`` of a timeline row: one (worker, batch) commit of a worker spread over several
-#: tasks, summed up by Spark (``engine._split_timeline_rows``), in these columns;
-#: ``TL_OWNER`` marks the copy of the task that writes the worker's state row.
+#: tasks, summed up by Spark (:func:`windowing.runner.timelines.split_timeline_rows`), in
+#: these columns; ``TL_OWNER`` marks the copy of the task that writes the worker's state row.
 TIMELINE_KIND = 9
 TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER = "__tl_batch", "__tl_cand", "__tl_max", "__tl_min", "__tl_owner"
 TL_COLUMNS = (TL_BATCH, TL_CAND, TL_MAX, TL_MIN, TL_OWNER)
 #: On the key-batch rows of a key replayed in slices (:mod:`windowing.kernel.slices`):
 #: the task's slice and how many there are.
 KB_SLICE, KB_SLICES = "__kb_slice", "__kb_slices"
-#: The timeline and key-batch rows of a task, in packs (``engine._split_timeline_rows``):
-#: rows of their own, with one struct column (the events carry it null, not a dozen
-#: columns, each of which costs in the Arrow hand-over of every row): ``kind``
+#: The timeline and key-batch rows of a task, in packs
+#: (:func:`windowing.runner.timelines.split_timeline_rows`): rows of their own, with one
+#: struct column (the events carry it null, not a dozen columns, each of which costs in
+#: the Arrow hand-over of every row): ``kind``
 #: (:data:`TIMELINE_KIND` or ``kernel.KEY_BATCH``), ``owner`` (the task writes the worker's
 #: state row), ``slice`` and ``slices`` (the task's slice, or null) and ``rows`` (a block
 #: of rows as Arrow IPC bytes, :class:`PackRows`).
@@ -90,7 +91,7 @@ def spill_folder() -> str:
 
 
 class TaskInput:
-    """A task's rows (columns under their real names, see ``engine.kernel_input``).
+    """A task's rows (columns under their real names, see :func:`windowing.runner.placement.kernel_input`).
 
     ``table`` holds them when there are at most ``limit``; else ``table`` is None and the
     rows are in a local Arrow file, read back a piece at a time (:meth:`piece`), with

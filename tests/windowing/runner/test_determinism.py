@@ -30,11 +30,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from windowing import load_pipeline, parse_pipeline, replay
-from windowing.engine import _session_conf
-from windowing.io import read_events, read_state, write_outputs
+from windowing.runner.session import session_conf
 from windowing.sample import generate_history
+from windowing.storage.inputs import read_events
+from windowing.storage.outputs import read_state, write_outputs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2024, 3, 30, tzinfo=timezone.utc)
 EVENTS_PER_DAY = 4_000
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
@@ -215,7 +216,7 @@ VARIANTS = {
     # The baseline's 4 workers on 2 slots: kernel tasks hold whole workers and build their
     # timelines; here the driver builds them from one Spark aggregation per (worker, batch).
     "commits summed by the driver": ("history", {"spark.rewindow.commits": "driver"}),
-    # Scale-out (windowing.placement, windowing.chunks): 300 events a task spreads each
+    # Scale-out (windowing.runner.placement, windowing.runner.chunks): 300 events a task spreads each
     # worker's keys over many tasks, its timeline sent to them as rows; 200 events a chunk
     # makes every task spill its rows and replay them in pieces of whole batches.
     # (As if on 8 slots: on the suite's 2, 4 workers of this size stay whole; more slots than the
@@ -249,7 +250,7 @@ def run(spark, history):
             out = _replay(spark, pipeline, history["history"], flush=variant == "baseline flush")
         else:
             layout, conf = VARIANTS[variant]
-            with _session_conf(spark, conf):
+            with session_conf(spark, conf):
                 out = _replay(spark, pipeline, history[layout])
         cache[name, variant] = out
         return out

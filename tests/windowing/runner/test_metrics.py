@@ -30,7 +30,7 @@ from tests.outputs import metrics as metrics_of
 from tests.reference_model import reference_replay, window_bounds
 from windowing import metrics as M
 from windowing.config import Trigger, parse_pipeline
-from windowing.engine import replay
+from windowing.runner.replay import replay
 
 S = 1000
 WORKERS = (0, 1, 2)
@@ -180,11 +180,12 @@ def test_metadata_and_checks_use_late_events_as_events(spark, sliding, tmp_path)
     fails on the old meaning (late_events = pairs)."""
     from assets.pipelines import PartitionResult, _metadata
     from windowing import validation as V
-    from windowing.store import Lineage
+    from windowing.storage.store import Lineage
 
     pipeline, rows, result, _, _ = sliding
     m = result.metrics
-    from windowing.io import list_commits, write_outputs
+    from windowing.storage.commits import list_commits
+    from windowing.storage.outputs import write_outputs
 
     out = str(tmp_path / "out")
     write_outputs(result, out)
@@ -418,13 +419,13 @@ def test_task_counters_add_up_per_worker_and_in_total():
     """The driver's sum of the tasks' counters (a worker's keys spread over tasks)."""
     import pyarrow as pa
 
-    from windowing.engine import _sum_counters
+    from windowing.runner.replay import sum_counters
 
     def task(rows):
         w, n, v = zip(*rows)
         return pa.table({"worker": pa.array(w, pa.string()), "name": pa.array(n), "value": pa.array(v, pa.int64())})
 
-    counts, by_worker = _sum_counters(
+    counts, by_worker = sum_counters(
         [
             task([("0", "late", 2), ("1", "late", 1), (None, "rows_aggregates", 5)]),
             task([("0", "late", 3), ("0", "keys_held", 1), (None, "rows_aggregates", 4)]),
@@ -464,7 +465,7 @@ def test_replay_metrics_are_the_dict_of_earlier_versions():
     ReplayMetrics (docs/semantics.md section 10), so stored metrics stay byte for byte."""
     from types import SimpleNamespace
 
-    from windowing.engine import _metrics
+    from windowing.runner.replay import build_metrics
 
     counters = {
         M.EVENTS: 10,
@@ -479,7 +480,7 @@ def test_replay_metrics_are_the_dict_of_earlier_versions():
         M.OPEN_WINDOWS: 3,
     }
     pipeline = SimpleNamespace(name="p", triggers=(Trigger.AT_WINDOW_END,))
-    m = _metrics(
+    m = build_metrics(
         counters,
         {"p": [1.0, 2.5, 3.0], "mx": 4},
         {"NULL_KEY": 2, "BAD_TIME": 1},

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from windowing.io import COMMIT_SCHEMA, nullable, record_json_line
-from windowing.lake import Lake
+from windowing.storage.commits import COMMIT_SCHEMA, record_json_line
+from windowing.storage.lake import Lake
+from windowing.storage.outputs import nullable
 
 #: Strings that need escaping, and some that must not be (non-ASCII, "/", DEL, U+2028).
 AWKWARD = 'a "quoted" \\ back/slash\t\n\r\b\f\x01\x1f\x7f é \u2028 \U0001f600'

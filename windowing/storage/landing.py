@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from windowing.io import InputError, check_parquet_files
-from windowing.lake import Entry, Lake, glob_escape, join
+from windowing.storage.errors import InputError
+from windowing.storage.inputs import check_parquet_files
+from windowing.storage.lake import Entry, Lake, glob_escape, join
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -134,7 +135,7 @@ def read_partition_events(
     ``windowing.chain.Chain.read_events`` still declares ``list[str]``.)
 
     Returns ``(events, files)``: ``files`` are the data files the partition reads
-    (:class:`windowing.lake.Entry`, checked first: each footer readable, the pipeline's
+    (:class:`windowing.storage.lake.Entry`, checked first: each footer readable, the pipeline's
     columns present with one type) when the partition column tells them, else ``None``. See the module
     docstring for which
     rows belong to the window.

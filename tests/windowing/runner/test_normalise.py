@@ -12,8 +12,8 @@ import pytest
 
 from windowing import kernel as K
 from windowing import parse_pipeline
-from windowing.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
-from windowing.engine import _arrow_types, _normalise
+from windowing.runner.columns import MAX_EPOCH_MS, MIN_EPOCH_MS, arrow_types
+from windowing.runner.normalise import normalise
 
 UTC = timezone.utc
 TIMES = [
@@ -59,10 +59,10 @@ def test_tasks_derive_the_engines_time_columns(spark, case):
         rows.append((t, TIMES[-1 - i], n, INTS[-1 - i], date(1960, 1, 1) + timedelta(days=40_000 * i), i * 10**12, i))
     df = spark.createDataFrame(rows, "ts timestamp, ts2 timestamp, n long, n2 long, d date, b long, b32 int")
     pipeline = _pipeline(arrival, event, batch)
-    spec = K.Spec(pipeline=pipeline, input_types=_arrow_types(spark, df))
+    spec = K.Spec(pipeline=pipeline, input_types=arrow_types(spark, df))
     derived = K.task_derived(spec)
     assert derived == {"__arr", "__evt", "__batch"}
-    expected = _normalise(pipeline, df).select("__arr", "__evt", "__batch", "reason").toArrow()
+    expected = normalise(pipeline, df).select("__arr", "__evt", "__batch", "reason").toArrow()
     assert expected["reason"].null_count == len(rows)  # every row is replayed
     table = K.with_event_columns(df.toArrow(), spec)
     for c in ("__arr", "__evt", "__batch"):
@@ -73,7 +73,7 @@ def test_tasks_derive_the_engines_time_columns(spark, case):
 def test_strings_and_local_timestamps_stay_with_spark(spark):
     df = spark.createDataFrame([("2024-01-01 00:00:00", datetime(2024, 1, 1))], "s string, l timestamp_ntz")
     for arrival in ("s", "l"):
-        spec = K.Spec(pipeline=_pipeline(arrival, arrival, {"interval": "1s"}), input_types=_arrow_types(spark, df))
+        spec = K.Spec(pipeline=_pipeline(arrival, arrival, {"interval": "1s"}), input_types=arrow_types(spark, df))
         assert K.task_derived(spec) == frozenset()
 
 
@@ -111,7 +111,7 @@ def test_integer_times_outside_the_range_are_rejected_without_overflow(spark, ba
     rows += [(1_000, v, 100 + i, 100 + i) for i, (v, _) in enumerate(EDGES)]  # bad event times
     df = spark.createDataFrame(rows, "n long, n2 long, b long, id long")
     pipeline = _pipeline("n", "n2", batch)
-    out = {r["id"]: r for r in _normalise(pipeline, df).collect()}  # evaluates __batch too
+    out = {r["id"]: r for r in normalise(pipeline, df).collect()}  # evaluates __batch too
     for i, (v, ok) in enumerate(EDGES):
         arr, evt = out[i], out[100 + i]
         assert arr["reason"] == (None if ok else "arrival time out of range"), v
@@ -119,8 +119,8 @@ def test_integer_times_outside_the_range_are_rejected_without_overflow(spark, ba
         assert (arr["__arr"], evt["__evt"]) == ((v, v) if ok else (None, None)), v
         assert arr["__batch"] is not None or not ok
     # What the tasks compute for the accepted rows (the only ones they get) agrees.
-    spec = K.Spec(pipeline=pipeline, input_types=_arrow_types(spark, df))
-    accepted = _normalise(pipeline, df).where("reason is null")
+    spec = K.Spec(pipeline=pipeline, input_types=arrow_types(spark, df))
+    accepted = normalise(pipeline, df).where("reason is null")
     expected = accepted.select("__arr", "__evt", "__batch").toArrow()
     table = K.with_event_columns(accepted.select(*df.columns).toArrow(), spec)
     for c in ("__arr", "__evt", "__batch"):
@@ -147,7 +147,7 @@ def test_timestamps_and_dates_beyond_the_range_are_rejected(spark):
         ("d", "ok_d", "arrival"),
         ("ok_d", "d", "event"),
     ):
-        norm = _normalise(_pipeline(arrival, event, {"interval": "1s"}), df)
+        norm = normalise(_pipeline(arrival, event, {"interval": "1s"}), df)
         got = {r["id"]: r["reason"] for r in norm.select("id", "reason").collect()}
         bad = f"{which} time out of range"
         assert got == {1: None, 2: bad, 3: None, 4: bad, 5: None}, (arrival, event)

@@ -1,21 +1,24 @@
-"""Spark column expressions shared by the engine and the data-quality checks.
+"""Spark column expressions and types shared by the runner and the data-quality checks.
 
 Both read input columns by their literal names and turn input time columns into epoch
-milliseconds; one definition keeps the checks judging exactly what the engine computed.
+milliseconds; one definition keeps the checks judging exactly what the runner computed.
+Also the conversions between a DataFrame's Spark types and the kernel's Arrow types.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
 from windowing.durations import DAY_MS
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
-    from pyspark.sql.types import DataType
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
 
 #: The representable times, in epoch milliseconds: 0001-01-01T00:00:00.000Z to
 #: 9999-12-31T23:59:59.999Z (both included), the range Spark timestamps and Python
@@ -64,3 +67,21 @@ def epoch_ms(name: str, dtype: DataType) -> Column:
     the representable range (:data:`MIN_EPOCH_MS` .. :data:`MAX_EPOCH_MS`): the time the
     engine replays a row at, null exactly for the rows it rejects for their time."""
     return in_range(epoch_ms_unchecked(name, dtype))
+
+
+def floor_div_expr(x: str, divisor: int) -> str:
+    """floor(``x`` / divisor) as a Spark SQL expression, exact in 64-bit integers."""
+    return f"(({x}) - pmod(({x}), {divisor})) div {divisor}"
+
+
+def arrow_types(spark: SparkSession, df: DataFrame) -> dict[str, pa.DataType]:
+    """The Arrow type of each of ``df``'s columns, by name, as Spark hands them to Python
+    (timestamps in the session's time zone): the kernel's ``input_types``."""
+    tz = spark.conf.get("spark.sql.session.timeZone")
+    return {f.name: to_arrow_type(f.dataType, timezone=tz) for f in df.schema.fields}
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of an Arrow schema: what a ``mapInArrow`` returning ``schema``
+    declares, and the type of a DataFrame made from such rows."""
+    return from_arrow_schema(schema)

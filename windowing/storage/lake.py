@@ -27,6 +27,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+#: A folder or URI as callers give it (made a string before use).
+PathArg = str | os.PathLike[str]
+
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 

@@ -11,9 +11,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from windowing import parse_pipeline, replay
-from windowing.io import InputError, read_events
-from windowing.landing import LandingZoneError, landed_days, read_partition_events
 from windowing.sample import generate_history
+from windowing.storage.errors import InputError
+from windowing.storage.inputs import read_events
+from windowing.storage.landing import LandingZoneError, landed_days, read_partition_events
 
 START = datetime(2024, 6, 1, tzinfo=timezone.utc)
 #: The generated files' columns, in their order (csv is positional).

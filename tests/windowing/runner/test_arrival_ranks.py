@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from tests.generators import cases, histories, pipelines
 from tests.kernel_harness import events_table, normalise_rows, summary_table
-from windowing import engine as E
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
+from windowing.runner.timelines import summary_timelines
 
 
 def _rows(t: pa.Table) -> list[str]:
@@ -31,7 +31,7 @@ def test_a_ranked_subset_replays_as_the_same_rows_unranked(pipeline, rows, data)
     types, valid, _ = normalise_rows(pipeline, rows)
     spec = K.Spec(pipeline=pipeline, input_types=types)
     pick = min if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else max
-    timelines, _ = E.summary_timelines(pipeline, summary_table(valid, pick), [])
+    timelines, _ = summary_timelines(pipeline, summary_table(valid, pick), [])
     table = K.with_event_columns(events_table(valid, types), spec)
     ranked = K.with_arrival_ranks(table, spec)
     assert sorted(ranked[K.ARRIVAL_RANK].to_pylist()) == list(range(table.num_rows))

@@ -1,0 +1,285 @@
+"""Phase 3 of a replay: what each kernel task runs, and how its outputs come back.
+
+:class:`KernelTask` runs :func:`windowing.kernel.process` over a Spark partition (through
+``mapInArrow``; past ``eventsPerChunk`` rows in pieces, :mod:`windowing.runner.chunks`) and
+hands its outputs back as ``(SIDE_OUTPUT, SIDE_DATA)`` rows, each an Arrow IPC blob
+(:func:`encode_blob`); :class:`DecodeTask` turns an output's blobs back into its rows for
+Spark's writer. Also the settings of these jobs: the kernel's job without Spark's Arrow
+byte cap (:func:`kernel_job_conf`), its output held without column compression
+(:func:`hold`), and the write tasks per output (:func:`write_tasks`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, cast
+
+import numpy as np
+import pyarrow as pa
+
+from windowing import kernel as K
+from windowing.kernel import slices
+from windowing.runner import chunks, placement
+from windowing.runner.session import session_conf
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+#: The kernel task's extra columns: which side output a row carries, and its IPC blob.
+SIDE_OUTPUT, SIDE_DATA = "__side_output", "__side_data"
+#: Side outputs of a task's lateness values: collected with the counters (the task had at
+#: most its share of :data:`windowing.runner.replay.DRIVER_PERCENTILES_MAX` late events),
+#: or held for a second look.
+LATENESS_COLLECTED, LATENESS_HELD = "lateness", "lateness_held"
+#: Rows per Arrow IPC blob handed back by a kernel task (bounded, far below Spark's 2 GB).
+BLOB_ROWS = 262_144
+
+
+def task_table(batches: Iterable[pa.RecordBatch], names: Mapping[str, str]) -> pa.Table | None:
+    """A task's rows as one table, the columns under their real names again (see
+    :func:`windowing.runner.placement.kernel_input`); None for a task without rows."""
+    batches = list(batches)
+    if not batches or not sum(b.num_rows for b in batches):
+        return None
+    table = pa.Table.from_batches(batches)
+    return table.rename_columns([names.get(n, n) for n in table.column_names])
+
+
+class KernelTask:
+    """What each Spark task runs over its partition: the kernel, then its outputs as
+    ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
+    :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too).
+
+    A partition of more than ``chunk_events`` rows is replayed a bounded piece at a time
+    (:mod:`windowing.runner.chunks`): same rows, memory bounded by the setting."""
+
+    def __init__(
+        self,
+        spec: K.Spec,
+        timelines: Mapping[Any, K.Timeline],
+        flush: bool,
+        names: Mapping[str, str] | None,
+        schemas: Mapping[str, pa.Schema],
+        lateness_share: int = 0,
+        carried: Mapping[Any, dict[str, Any]] | None = None,
+        chunk_events: int | None = None,
+    ) -> None:
+        self.spec, self.timelines, self.flush = spec, timelines, flush
+        #: The carried worker rows, when each task holds whole workers and builds their
+        #: timelines itself (None: ``timelines`` has every worker's).
+        self.carried = carried
+        self.lateness_share = lateness_share
+        self.names = names or {}
+        self.schemas = schemas
+        self.chunk_events = chunk_events or placement.EVENTS_PER_CHUNK
+        self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        source = chunks.TaskInput(batches, self.names, self.spec, self.chunk_events, summarise=self.carried is not None)
+        try:
+            if source.table is not None:
+                yield from self._in_one_go(source)
+            elif source.spilled:
+                yield from self._in_pieces(source)
+            elif source.timeline_rows and self.carried is not None:
+                # Only a spread worker's timeline came (none of its keys hashed here): the
+                # worker's state row is still this task's to write, if it is the first.
+                _, workers = self._task_timelines(source, {})
+                if workers is not None:
+                    side = _SideBlobs()
+                    side.add("workers", workers)
+                    yield side.batch(self.schema)
+        finally:
+            source.close()
+
+    def _task_timelines(
+        self, source: chunks.TaskInput, own: Mapping[Any, tuple[np.ndarray, ...]]
+    ) -> tuple[dict[Any, K.Timeline], bytes | None]:
+        """The timelines of the task's workers, with the given ones: whole workers' from
+        their commits in the task's own events (``own``), spread workers' from the timeline
+        rows; and the state rows of the workers this task writes, as a blob (None: none)."""
+        assert self.carried is not None
+        spread, owned = source.timeline_commits(self.spec)
+        commits = {**{w: c for w, c in own.items() if w not in spread}, **spread}
+        timelines, rows = K.worker_timelines(
+            self.spec.pipeline, commits, {w: s for w, s in self.carried.items() if w in commits}
+        )
+        wcol = self.spec.worker_col
+        rows = [r for r in rows if (w := K.hashable(r[wcol] if wcol else 0)) not in spread or w in owned]
+        blob = encode_blob(pa.Table.from_pylist(rows, schema=self.schemas["state"])) if rows else None
+        return {**self.timelines, **timelines}, blob
+
+    def _in_one_go(self, source: chunks.TaskInput) -> Iterator[pa.RecordBatch]:
+        table = cast(pa.Table, source.table)
+        source.table = None
+        timelines: Mapping[Any, K.Timeline] = self.timelines
+        side = _SideBlobs()
+        if self.carried is not None:
+            table = K.with_event_columns(table, self.spec)
+            timelines, workers = self._task_timelines(source, K.commit_summary(table, self.spec))
+            if workers is not None:
+                side.add("workers", workers)
+        out = K.process(table, self.spec, timelines, self.flush, source.window_slice)
+        del table
+        self._add_outputs(side, out, with_state=True, window_slice=source.window_slice)
+        side.add("counters", encode_blob(_counters_table(out.counters_by_worker, side.rows)))
+        yield side.batch(self.schema)
+
+    def _in_pieces(self, source: chunks.TaskInput) -> Iterator[pa.RecordBatch]:
+        """The spilled task: each piece's outputs handed back as soon as it is replayed."""
+        timelines: Mapping[Any, K.Timeline] = self.timelines
+        side = _SideBlobs()
+        if self.carried is not None:
+            timelines, workers = self._task_timelines(source, source.commits)
+            if workers is not None:
+                side.add("workers", workers)
+        counters: list[dict[str, dict[str, int]]] = []
+        seen: set[Any] = set()
+        for out, last, keys in chunks.replay_in_pieces(source, self.spec, timelines, self.flush):
+            self._add_outputs(side, out, with_state=last, window_slice=source.window_slice)
+            counters.append(out.counters_by_worker)
+            seen |= keys
+            yield side.batch(self.schema)
+            side = _SideBlobs(side.rows)
+        side.add("counters", encode_blob(_counters_table(chunks.merged_counters(counters, seen, self.spec), side.rows)))
+        yield side.batch(self.schema)
+
+    def _add_outputs(
+        self, side: _SideBlobs, out: K.KernelOutput, with_state: bool, window_slice: K.WindowSlice | None = None
+    ) -> None:
+        if out.late.num_rows:  # the late events' lateness alone, for percentiles in the driver
+            side.add(
+                LATENESS_COLLECTED if out.late.num_rows <= self.lateness_share else LATENESS_HELD,
+                encode_blob(out.late.select(["lateness_ms"])),
+            )
+        outputs = [("aggregates", out.aggregates), ("late_events", out.late)]
+        if with_state:
+            state = out.state if window_slice is None else slices.shed_shared(out.state, window_slice)
+            outputs.append(("state", state))
+        for name, table in outputs:
+            result = table.cast(self.schemas[name])
+            side.rows[name] = side.rows.get(name, 0) + result.num_rows
+            for start in range(0, result.num_rows, BLOB_ROWS):
+                side.add(name, encode_blob(result.slice(start, BLOB_ROWS)))
+
+
+class _SideBlobs:
+    """A task's ``(SIDE_OUTPUT, SIDE_DATA)`` rows under way, and its output row counts."""
+
+    def __init__(self, rows: dict[str, int] | None = None) -> None:
+        self.names: list[str] = []
+        self.blobs: list[bytes] = []
+        self.rows: dict[str, int] = rows if rows is not None else {}
+
+    def add(self, name: str, blob: bytes) -> None:
+        self.names.append(name)
+        self.blobs.append(blob)
+
+    def batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.names, pa.string()), pa.array(self.blobs, pa.binary())], schema=schema
+        )
+
+
+def _counters_table(by_worker: Mapping[str, Mapping[str, int]], rows: Mapping[str, int]) -> pa.Table:
+    """A task's counters as rows (worker, name, value): the kernel's per worker label
+    (windowing.metrics.COUNTERS, zeros left out) and the task's output row counts
+    (``rows_<output>``, worker null)."""
+    out: list[tuple[str | None, str, int]] = [
+        (worker, name, v) for worker, counters in by_worker.items() for name, v in counters.items() if v
+    ]
+    out += [(None, f"rows_{name}", rows.get(name, 0)) for name in ("aggregates", "late_events", "state")]
+    worker, name, value = zip(*out)
+    return pa.table(
+        {
+            "worker": pa.array(worker, pa.string()),
+            "name": pa.array(name, pa.string()),
+            "value": pa.array(value, pa.int64()),
+        }
+    )
+
+
+# --------------------------------------------------------------------------- blobs
+
+
+def encode_blob(table: pa.Table, compression: str | None = None) -> bytes:
+    """``table`` as an Arrow IPC stream (``compression``: ``lz4`` or ``zstd`` buffers; the
+    reader needs no option)."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression) if compression else None
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return cast(bytes, sink.getvalue().to_pybytes())
+
+
+def decode_blob(data: object) -> pa.Table:
+    """The table of an Arrow IPC stream (:func:`encode_blob`): bytes or an Arrow buffer."""
+    return pa.ipc.open_stream(pa.py_buffer(data) if not isinstance(data, pa.Buffer) else data).read_all()
+
+
+class DecodeTask:
+    """Turns a kernel output's IPC blobs back into its rows (zero-copy Arrow reads)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for data in batch.column(0):
+                yield from decode_blob(data.as_buffer()).cast(self.schema).to_batches()
+
+
+def output_schemas(spec: K.Spec) -> dict[str, pa.Schema]:
+    """The Arrow schemas of the kernel's three outputs, by name."""
+    return {"aggregates": spec.aggregates_schema(), "late_events": spec.late_schema(), "state": spec.state_schema()}
+
+
+# --------------------------------------------------------------------------- job settings
+
+
+#: Rows of an output per written file (and write task), at most.
+ROWS_PER_FILE = 1_000_000
+
+
+def write_tasks(rows: int, most: int, slots: int | None) -> int:
+    """Write tasks for an output of ``rows`` rows: one per :data:`ROWS_PER_FILE` rows, at
+    most ``most``; more tasks than task ``slots`` are rounded up to whole waves (3 tasks on
+    2 slots take two full waves; 4 tasks, each three quarters the size, two shorter ones)."""
+    n = max(1, -(-rows // ROWS_PER_FILE))
+    if slots and n > slots:
+        n = -(-n // slots) * slots
+    return min(n, max(1, most))
+
+
+def hold(spark: SparkSession, df: DataFrame) -> DataFrame:
+    """``df`` persisted for the writes. Held rows are read back once or twice, so Spark's
+    in-memory column compression (encoding every value to save memory) is not worth its
+    CPU here: it is off while the cache is built (the setting applies at persist time)."""
+    with session_conf(spark, {"spark.sql.inMemoryColumnarStorage.compressed": "false"}):
+        return df.persist()
+
+
+#: Spark's default cap on the bytes of an Arrow batch handed to Python.
+_ARROW_BATCH_BYTES_DEFAULT = ("67108864b", "64m", "67108864")
+#: The value that turns the cap off: Spark then stops measuring the batch after every row.
+_ARROW_BATCH_BYTES_OFF = "2147483647"
+
+
+def kernel_job_conf(spark: SparkSession) -> dict[str, str]:
+    """Settings for the job that runs the kernel.
+
+    Spark 4 caps each Arrow batch it hands to Python at
+    ``spark.sql.execution.arrow.maxBytesPerBatch`` and, to do so, measures the batch after
+    every row it adds: at 10 M events that measuring was ~45 % of the JVM time of the
+    kernel stage (5 s of 26 s, bench/replay_bench.py at full size). Event rows are small,
+    and batches stay bounded by ``maxRecordsPerBatch`` (10,000 rows), so the kernel's
+    input goes without the byte cap. A cap the session set itself is kept. (The writes'
+    input, Arrow blobs of up to :data:`BLOB_ROWS` rows each, keeps it: it is what bounds
+    their batches.)
+    """
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    try:
+        current = spark.conf.get(key)
+    except Exception:  # noqa: BLE001 - a Spark without the setting (before 4.0): nothing to do
+        return {}
+    return {key: _ARROW_BATCH_BYTES_OFF} if str(current).strip().lower() in _ARROW_BATCH_BYTES_DEFAULT else {}

@@ -1,0 +1,290 @@
+"""Reading events, on any filesystem Spark reaches, and checking them before any work.
+
+Every data path is a string: a local folder or any URI Spark reads (``file:``,
+``s3a:``, ``gs:``, ``abfss:``, ``hdfs:``, ``viewfs:``). Data goes through Spark's
+readers only; the few other filesystem operations go through
+:class:`windowing.storage.lake.Lake` (Hadoop's API), never Python file I/O.
+
+**Input failures.** A path that does not exist, a missing catalog table and an unknown
+data source are :class:`~windowing.storage.errors.InputError` naming them, before any
+work. For Parquet, every file's footer is read (Hadoop's Parquet reader; no data pages):
+a file that is not Parquet, and a file lacking a configured column or holding it with
+another type than the other files, is named, with the column. An empty partition (no
+data files) is zero events with a schema derived from the pipeline (and the carried
+state's types).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence, cast
+
+import pyarrow.dataset as pads
+from pyspark.sql import types as T
+
+from windowing.config import check_input_columns
+from windowing.storage.errors import InputError, first_line, missing_path, root_cause
+from windowing.storage.lake import Lake, PathArg, display, glob_escape, qualify
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+    from pyspark.sql.types import StructType
+
+    from windowing.config import Pipeline, Source
+
+
+def read_events(
+    spark: SparkSession,
+    paths: Any = None,  # one path or URI, or an iterable of them
+    schema: StructType | str | None = None,
+    pipeline: Pipeline | None = None,
+    state: DataFrame | None = None,
+) -> DataFrame:
+    """Read events: the given paths, else the pipeline's ``source.path`` or ``source.table``.
+
+    Args:
+        spark: the SparkSession (classic or Spark Connect).
+        paths: one path/URI or a list of them; None reads the pipeline's source.
+        schema: the events' schema (a ``StructType`` or DDL string), used when the
+            dataset holds no data file at all (an empty partition).
+        pipeline: gives the source's format, schema and options; without ``schema``,
+            an empty partition gets a schema derived from the pipeline's columns (see
+            :func:`empty_events_schema`), with the types ``state`` records.
+        state: the carried state DataFrame (only read for its column types).
+
+    Raises:
+        InputError: a path, the table or the format does not exist, a file is not
+            readable (named), a file lacks a configured column or holds it with another
+            type (file and column named), or the dataset is empty and no schema can be had.
+    """
+    src = pipeline.source if pipeline is not None else None
+    fmt = src.format if src else "parquet"
+    if paths is None:
+        if src is not None and src.table:
+            return _read_table(spark, src.table)
+        if src is None or not src.path:
+            raise InputError("no input given: pass input paths, or set source.path or source.table in the pipeline")
+        paths = [src.path]
+    paths = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
+    paths = [str(p) for p in paths]
+    if not paths:
+        raise InputError("no input path given")
+    lake = Lake(spark)
+    for p in paths:
+        try:
+            found = lake.exists(p)
+        except Exception as exc:  # e.g. no FileSystem for the scheme (a missing jar)
+            raise InputError(f"{p}: cannot reach it: {root_cause(exc)}") from exc
+        if not found:
+            raise InputError(f"{p}: input does not exist")
+    footers = None
+    if fmt == "parquet":
+        # Every footer first: Spark infers the schema from one file and reads pages lazily,
+        # so a damaged or foreign file would otherwise fail later, or unnamed.
+        footers = read_footers(lake, [e.path for p in paths for e in lake.files(p)], InputError)
+        if not footers:
+            return _empty_events(spark, paths, schema, pipeline, state)
+    reader = _reader(spark, src, recursive=True)
+    try:
+        # Each path exists as written (checked above): escaped, Spark reads exactly it.
+        df = reader.load([glob_escape(p) for p in paths])
+        df.schema  # noqa: B018 - resolve now: a bad path or format fails here, naming it
+    except Exception as exc:  # Spark wraps everything in its own exception types
+        if "UNABLE_TO_INFER_SCHEMA" in str(exc):
+            return _empty_events(spark, paths, schema, pipeline, state)
+        raise _read_error(exc, fmt, paths) from exc
+    if footers:
+        # Columns missing from the whole input are the engine's to report (naming the YAML
+        # field); here, a column some files have and others lack, or hold as another type.
+        check_columns(footers, pipeline, InputError, only=set(df.columns))
+    return df
+
+
+def _reader(spark: SparkSession, src: Source | None, recursive: bool) -> DataFrameReader:
+    reader = spark.read.format(src.format if src else "parquet")
+    if src is not None and src.schema:
+        reader = reader.schema(src.schema)
+    for k, v in src.options if src else ():
+        reader = reader.option(k, v)
+    if recursive:
+        # Folder names like date=... must not become columns, or one day read alone would
+        # differ from the same day read with the others.
+        reader = reader.option("recursiveFileLookup", "true")
+    return reader
+
+
+def _read_table(spark: SparkSession, table: str) -> DataFrame:
+    try:
+        df = spark.read.table(table)
+        df.schema  # noqa: B018
+        return df
+    except Exception as exc:
+        raise InputError(f"source.table {table!r}: cannot read the table: {first_line(exc)}") from exc
+
+
+def _read_error(exc: BaseException, fmt: str, paths: Sequence[str]) -> InputError:
+    text = str(exc)
+    if "DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text:
+        return InputError(f"source.format {fmt!r}: Spark has no such data source (is its package on the classpath?)")
+    if missing_path(exc):
+        return InputError(f"{', '.join(paths)}: input does not exist ({first_line(exc)})")
+    return InputError(f"{', '.join(paths)}: cannot read {fmt} input: {first_line(exc)}")
+
+
+def _empty_events(
+    spark: SparkSession,
+    paths: Sequence[str],
+    schema: StructType | str | None,
+    pipeline: Pipeline | None,
+    state: DataFrame | None,
+) -> DataFrame:
+    if schema is None and pipeline is None:
+        raise InputError(
+            f"{', '.join(paths)}: no data files (an empty partition); "
+            "pass the events' schema or the pipeline to replay it as zero events"
+        )
+    if schema is None:
+        assert pipeline is not None  # refused above when both are None
+        schema = pipeline.source.schema or empty_events_schema(pipeline, state)
+    return _empty_frame(spark, schema)
+
+
+def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = InputError) -> dict[str, dict[str, str]]:
+    """Every file's top-level columns and types, from its Parquet footer (never data pages);
+    raises ``error`` naming the first file that is not readable Parquet."""
+    footers: dict[str, dict[str, str]] = {}
+    for f in files:
+        try:
+            footers[f] = lake.parquet_columns(f)
+        except Exception as exc:  # Hadoop/Spark raise many types for bad files
+            raise error(
+                f"{display(f)}: not a readable Parquet file (corrupted, truncated or another format?): "
+                f"{root_cause(exc)}"
+            ) from exc
+    return footers
+
+
+def check_columns(
+    footers: dict[str, dict[str, str]],
+    pipeline: Pipeline | None,
+    error: type[ValueError] = InputError,
+    only: Collection[str] | None = None,
+) -> None:
+    """Raise ``error`` naming the first file that lacks a column the pipeline reads, or holds
+    it with another type than the first file that has it (only columns in ``only``, if given)."""
+    wanted = [c for c in (pipeline.input_columns if pipeline is not None else ()) if only is None or c in only]
+    seen: dict[str, tuple[str, str]] = {}
+    for f, cols in footers.items():
+        for c in wanted:
+            if c not in cols:
+                raise error(f"{display(f)}: column {c!r} is missing from this file (it has {', '.join(sorted(cols))})")
+            if c in seen and seen[c][0] != cols[c]:
+                raise error(f"{display(f)}: column {c!r} is {cols[c]} here but {seen[c][0]} in {display(seen[c][1])}")
+            seen.setdefault(c, (cols[c], f))
+
+
+def check_parquet_files(
+    lake: Lake,
+    files: Iterable[str],
+    pipeline: Pipeline | None = None,
+    error: type[ValueError] = InputError,
+    only: Collection[str] | None = None,
+) -> None:
+    """:func:`read_footers` then :func:`check_columns`."""
+    check_columns(read_footers(lake, files, error), pipeline, error, only)
+
+
+def check_input_schema(pipeline: Pipeline, paths: Sequence[PathArg]) -> None:
+    """Refuse local Parquet input that lacks a column ``pipeline`` reads, before Spark starts.
+
+    A pre-flight look, the one place that reads data files without Spark: pyarrow reads
+    the footers of the Parquet files under the local ``paths`` (names starting with ``_``
+    or ``.`` skipped, as Spark does) and :func:`windowing.config.check_input_columns`
+    judges the union of their columns, raising its ``ConfigError``. Everything else is
+    left to the same check after Spark's schema read (:func:`windowing.runner.replay.replay`): another format,
+    a catalog table, a URI (``s3a:``, ``hdfs:``, ...) whose filesystem and credentials are
+    Spark's (``spark.hadoop.*``), a file pyarrow cannot read, no files at all.
+    """
+    if pipeline.source.format != "parquet" or not paths:
+        return
+    names = _local_parquet_columns([str(p) for p in paths])
+    if names is not None:
+        check_input_columns(pipeline, names)
+
+
+def _local_parquet_columns(paths: list[str]) -> set[str] | None:
+    """Top-level column names of the Parquet files under local ``paths``; None when any
+    path is not local or pyarrow cannot read it."""
+    local = []
+    for p in paths:
+        uri = qualify(p)
+        if not uri.startswith("file:/") or uri.startswith("file://"):
+            return None
+        local.append(uri[len("file:") :])
+    names: set[str] = set()
+    try:
+        for path in local:
+            for fragment in pads.dataset(path, format="parquet").get_fragments():
+                names.update(fragment.physical_schema.names)
+    except Exception:  # noqa: BLE001 - not readable here: Spark's reader names the problem
+        return None
+    return names or None
+
+
+def _empty_frame(spark: SparkSession, schema: StructType | str) -> DataFrame:
+    # A DDL column list ("a string, b long") parses to a StructType.
+    struct = cast("StructType", T._parse_datatype_string(schema)) if isinstance(schema, str) else schema
+    return spark.createDataFrame([], struct)
+
+
+def empty_events_schema(pipeline: Pipeline, state: DataFrame | None = None) -> StructType:
+    """A Spark schema with the columns ``pipeline`` reads, for a partition without events.
+
+    Times are timestamps, ``arrivalOrder`` and batch columns longs. Worker, key and
+    aggregated columns take the type the carried ``state`` records for them (its key
+    columns, and the partial-aggregate columns of min/max/first/last/distinct, which keep
+    the value's type; a decimal(P, s) partial sum gives that decimal type if one of these
+    keeps it, else decimal(P - 10, s), or decimal(38, s) when P is 38, which sums to the
+    same type); otherwise strings (doubles for sum/avg). With no events the types only
+    have to agree with the state the replay carries forward.
+    """
+    src, w = pipeline.source, pipeline.window
+    state_types = {f.name: f.dataType for f in state.schema.fields} if state is not None else {}
+    types: dict[str, T.DataType] = {}
+
+    def put(col: str | None, dtype: T.DataType) -> None:
+        if col and col not in types:
+            types[col] = dtype
+
+    put(src.arrival_time, T.TimestampType())
+    put(w.event_time, T.TimestampType())
+    for c in src.arrival_order:
+        put(c, T.LongType())
+    put(src.batch_column, T.LongType())
+    for id_column in (src.worker, w.key):
+        put(id_column, state_types.get(id_column, T.StringType()) if id_column else T.StringType())
+    for a in pipeline.aggregates:
+        if a.column is None:
+            continue
+        partial = state_types.get(f"partial_{a.name}")
+        if a.type in ("sum", "avg"):
+            if isinstance(partial, T.DecimalType):  # the sum of decimal(p, s) is decimal(min(38, p + 10), s)
+                kept = [
+                    state_types.get(f"partial_{b.name}")
+                    for b in pipeline.aggregates
+                    if b.column == a.column and b.type in ("min", "max", "first", "last", "distinct")
+                ]
+                kept = [t.elementType if isinstance(t, T.ArrayType) else t for t in kept]
+                exact = next((t for t in kept if isinstance(t, T.DecimalType)), None)
+                p = partial.precision - 10 if partial.precision < 38 else 38
+                put(a.column, exact or T.DecimalType(p, partial.scale))
+                continue
+            put(a.column, partial if isinstance(partial, (T.LongType, T.DoubleType)) else T.DoubleType())
+        elif a.type in ("stddev_pop", "stddev_samp", "percentile"):  # partials independent of the column's type
+            put(a.column, T.DoubleType())
+        elif a.type == "distinct" and isinstance(partial, T.ArrayType):
+            put(a.column, partial.elementType)
+        elif a.type in ("min", "max", "first", "last") and partial is not None:
+            put(a.column, partial)
+    for a in pipeline.aggregates:
+        put(a.column, T.StringType())
+    return T.StructType([T.StructField(c, t, True) for c, t in types.items()])
