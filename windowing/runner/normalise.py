@@ -20,6 +20,20 @@ from pyspark.sql import functions as F
 
 from windowing import kernel as K
 from windowing.config import ConfigError, Pipeline, check_input_columns
+from windowing.contract import (
+    ARRIVAL_NULL,
+    ARRIVAL_OUT_OF_RANGE,
+    ARRIVAL_UNPARSEABLE,
+    BATCH_COMMITTED,
+    BATCH_NULL,
+    EVENT_OUT_OF_RANGE,
+    EVENT_TIME_NULL,
+    EVENT_TIME_UNPARSEABLE,
+    FUTURE_SKEW,
+    KEY_KIND,
+    WINDOW_KIND,
+    WORKER_KIND,
+)
 from windowing.runner.columns import (
     arrow_types,
     col,
@@ -39,12 +53,6 @@ if TYPE_CHECKING:
 #: The column that says why a row is rejected (null for a row the kernel replays): the
 #: rejected output's ``reason``.
 REJECT_REASON = "reason"
-#: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
-ARRIVAL_OUT_OF_RANGE = "arrival time out of range"
-EVENT_OUT_OF_RANGE = "event time out of range"
-#: Reason of rows whose event time is more than ``source.maxFutureSkew`` ahead of their
-#: arrival time (docs/semantics.md section 1): rejected before they move any watermark.
-FUTURE_SKEW = "FUTURE_SKEW"
 
 
 class StateMismatchError(ValueError):
@@ -146,18 +154,18 @@ def normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
         # The configuration sets the interval whenever it sets no batch column.
         out = _floor_div(F, out, "__batch", "__arr", cast(int, src.batch_interval_ms))
     reason = (
-        F.when(col(src.arrival_time).isNull(), F.lit("arrival time is null"))
-        .when(arr_any.isNull(), F.lit("arrival time unparseable"))
+        F.when(col(src.arrival_time).isNull(), F.lit(ARRIVAL_NULL))
+        .when(arr_any.isNull(), F.lit(ARRIVAL_UNPARSEABLE))
         .when(F.col("__arr").isNull(), F.lit(ARRIVAL_OUT_OF_RANGE))
     )
     if w.event_time:
         reason = (
-            reason.when(col(w.event_time).isNull(), F.lit("event time is null"))
-            .when(epoch_ms_unchecked(w.event_time, types[w.event_time]).isNull(), F.lit("event time unparseable"))
+            reason.when(col(w.event_time).isNull(), F.lit(EVENT_TIME_NULL))
+            .when(epoch_ms_unchecked(w.event_time, types[w.event_time]).isNull(), F.lit(EVENT_TIME_UNPARSEABLE))
             .when(F.col("__evt").isNull(), F.lit(EVENT_OUT_OF_RANGE))
         )
     if src.batch_column:
-        reason = reason.when(col(src.batch_column).isNull(), F.lit("batch is null"))
+        reason = reason.when(col(src.batch_column).isNull(), F.lit(BATCH_NULL))
     if src.max_future_skew_ms is not None:
         reason = reason.when(F.col("__evt") - F.col("__arr") > F.lit(src.max_future_skew_ms), F.lit(FUTURE_SKEW))
     out = out.withColumn(REJECT_REASON if REJECT_REASON not in cols else "__reason_tmp", reason)
@@ -183,7 +191,7 @@ def reject_committed(
     assert cond is not None  # ``last`` has an entry
     return norm.withColumn(
         REJECT_REASON,
-        F.when(F.col(REJECT_REASON).isNull() & cond, F.lit("batch already committed")).otherwise(F.col(REJECT_REASON)),
+        F.when(F.col(REJECT_REASON).isNull() & cond, F.lit(BATCH_COMMITTED)).otherwise(F.col(REJECT_REASON)),
     )
 
 
@@ -227,13 +235,13 @@ def split_state(
         for r in worker_rows
     ]
     kind = (
-        F.when(F.col("state_kind") == "key", F.lit(K.STATE_KEY))
-        .when(F.col("state_kind") == "window", F.lit(K.STATE_WINDOW))
+        F.when(F.col("state_kind") == KEY_KIND, F.lit(K.STATE_KEY))
+        .when(F.col("state_kind") == WINDOW_KIND, F.lit(K.STATE_WINDOW))
         .otherwise(F.lit(K.STATE_EMITTED))
         .cast("byte")
     )
     keep = [c for c in (wcol, kcol) if c]
-    rows = state.where(F.col("state_kind") != "worker")
+    rows = state.where(F.col("state_kind") != WORKER_KIND)
     cols = [col(c).cast(types[c]).alias(c) for c in keep]
     cols += [col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
     return worker_state, rows.select(*cols, kind.alias("__kind"))
@@ -244,7 +252,7 @@ def _state_summary(state: DataFrame, wcol: str | None) -> tuple[list[str], list[
     one job: its distinct fingerprints (at most three; none without the column) and its
     worker rows (``state_kind = 'worker'``)."""
     worker_cols = [c for c in dict.fromkeys((wcol, "batch", "watermark_ms", "clock_ms")) if c]
-    rows = state.where(F.col("state_kind") == "worker").select(F.lit(0).alias("__part"), *map(col, worker_cols))
+    rows = state.where(F.col("state_kind") == WORKER_KIND).select(F.lit(0).alias("__part"), *map(col, worker_cols))
     if "fingerprint" in state.columns:
         fps = state.select(F.lit(1).alias("__part"), F.col("fingerprint").alias("__fp")).distinct()
         rows = rows.unionByName(fps, allowMissingColumns=True)
