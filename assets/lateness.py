@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from assets.pipelines import _evaluation, asset_prefix, pipeline_chain
+from assets.pipelines import asset_prefix, check_evaluation, pipeline_chain
 from assets.resources import SparkResource, StorageResource
 from windowing.config import Pipeline
 from windowing.contract import IDLE_REASON, MAX_DURATION_REASON, WATERMARK_REASON
@@ -143,7 +143,7 @@ def build_lateness_asset(
                     severity=dg.AssetCheckSeverity.WARN,
                     description=part.check_text,
                 )
-                yield _evaluation(context.instance, result, part.key, blocking=False)
+                yield check_evaluation(context.instance, result, part.key, blocking=False)
 
     return lateness_asset
 

@@ -500,7 +500,7 @@ def _published_checks(
     for key in partition_keys:
         commit = commits.get(key)
         result = published_check_result(pub, spec.asset_key, key, commit.run_id if commit is not None else None)
-        yield _evaluation(context.instance, result, key, blocking=False)
+        yield check_evaluation(context.instance, result, key, blocking=False)
 
 
 def _verify_committed(
@@ -614,7 +614,7 @@ def _evaluations(
             span = f"{keys[0]}..{keys[-1]}" if len(keys) > 1 else (keys[0] if keys else "none")
             yield _summary_evaluation(context.instance, check_key, per_partition, span)
         for key, result in sorted(per_partition, key=lambda kr: kr[1].passed, reverse=True):
-            yield _evaluation(context.instance, result, key, blocking=blocking[check_key])
+            yield check_evaluation(context.instance, result, key, blocking=blocking[check_key])
 
 
 def _planned_without_partition(context: dg.AssetExecutionContext, check_key: dg.AssetCheckKey) -> bool:
@@ -676,7 +676,7 @@ def _live_results(
         began = time.monotonic()
 
 
-def _evaluation(
+def check_evaluation(
     instance: dg.DagsterInstance, result: dg.AssetCheckResult, partition: str, blocking: bool
 ) -> dg.AssetCheckEvaluation:
     """``result`` as the evaluation of one partition, targeting that partition's latest

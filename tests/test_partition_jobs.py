@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (docs/architecture.md, "A partition's fixed cost").
 MAX_JOBS = 14
 #: Spark jobs the checks add to a partition: the counts of every check are taken in one pass
-#: (``windowing.validation.base._Pass``), a no-op write whose groupBy's shuffle stage adaptive
+#: (``windowing.validation.base.CountPass``), a no-op write whose groupBy's shuffle stage adaptive
 #: execution runs as a job of its own: 2. 72 before issue 29 cut them (pandera's job a column
 #: and a data check, a job or two a rule, three a grouping), so 85 a partition with the checks.
 CHECK_JOBS = 2

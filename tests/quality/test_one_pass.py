@@ -1,5 +1,5 @@
 """The checks' one pass (issue 29): every check of a partition takes its counts in one Spark
-action (``windowing.validation.base._Pass``), and reports exactly what the queries of its
+action (``windowing.validation.base.CountPass``), and reports exactly what the queries of its
 own (pandera's per-column jobs, a count per rule, a count per grouping) found before."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 
 from tests.quality.test_bad_inputs import jobs_run_by
 from windowing import validation as V
-from windowing.validation.base import DEFAULT_SAMPLE_SIZE, _Pass
+from windowing.validation.base import DEFAULT_SAMPLE_SIZE, CountPass
 from windowing.validation.schemas import _validate
 
 
@@ -48,7 +48,7 @@ def test_a_pass_sums_what_separate_queries_count(spark):
     )
     b = spark.createDataFrame([("x", 1), ("x", 1), (None, None), (None, 2), ("z", 3)], "s string, n long")
     empty = spark.createDataFrame([], "s string, n long")
-    p = _Pass()
+    p = CountPass()
     rows_a = p.add(a, {"rows": F.lit(1), "big": F.when(F.col("n") > 2, 1), "n": F.col("n"), "half": F.col("n") / 2})
     nulls_a = p.add(a, {"nulls": F.when(F.col("s").isNull(), 1)})
     rows_empty = p.add(empty, {"rows": F.lit(1), "n": F.col("n")})

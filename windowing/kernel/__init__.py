@@ -23,15 +23,15 @@ How tumbling and sliding windows are computed without a per-event loop:
   arrival order, so float sums are a left fold that a carried partial sum continues;
   decimal sums are exact: unscaled Python integers in object arrays (see ``_decimal_ints``).
 
-Session windows merge sequentially and run a tight per-key loop (``_sessions``).
+Session windows merge sequentially and run a tight per-key loop (``session_windows``).
 
 The phases, one module each:
 
 * :mod:`.inputs`: decode the table, order the events, key ids, per-(key, batch) watermarks;
 * :mod:`.clocks`: worker timelines and idle flushes (generations);
 * :mod:`.assignment`: :func:`assign_windows`, the windows of an event time;
-* :mod:`.fixed`: tumbling and sliding windows (:func:`_windows`);
-* :mod:`.sessions`: session windows (:func:`_sessions`);
+* :mod:`.fixed`: tumbling and sliding windows (:func:`fixed_windows`);
+* :mod:`.sessions`: session windows (:func:`session_windows`);
 * :mod:`.aggregates`: value domains, reductions, carried partials;
 * :mod:`.outputs`: the aggregates, late, state tables and the counters;
 * :mod:`.spec` and :mod:`.decimals`: the shared types and exact decimal arithmetic.
@@ -49,7 +49,7 @@ from windowing.contract import LATE_ADDED_COLUMNS, STATE_PREFIX
 from windowing.kernel import slices
 from windowing.kernel.assignment import assign_windows
 from windowing.kernel.clocks import IdleClocks, commit_summary, worker_timelines
-from windowing.kernel.fixed import _windows
+from windowing.kernel.fixed import fixed_windows
 from windowing.kernel.inputs import (
     ARRIVAL_RANK,
     EVENT,
@@ -71,8 +71,8 @@ from windowing.kernel.inputs import (
     with_arrival_ranks,
     with_event_columns,
 )
-from windowing.kernel.outputs import _counters, _ts, key_state_rows
-from windowing.kernel.sessions import _sessions
+from windowing.kernel.outputs import counters_table, key_state_rows, ts_array
+from windowing.kernel.sessions import session_windows
 from windowing.kernel.slices import WindowSlice
 from windowing.kernel.spec import TS, KernelOutput, Spec, Timeline
 
@@ -80,7 +80,7 @@ from windowing.kernel.spec import TS, KernelOutput, Spec, Timeline
 # the row kinds and the state prefix of its input table, the columns late_events adds;
 # the phases' building blocks the delay sweep (``windowing.lateness.sweep``) runs itself (``KeyIds``,
 # ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); ``hashable`` (worker values as keys);
-# and a private helper the lateness what-ifs and the tests share (``_ts``).
+# and a private helper the lateness what-ifs and the tests share (``ts_array``).
 __all__ = [
     "EVENT",
     "LATE_ADDED_COLUMNS",
@@ -116,7 +116,7 @@ __all__ = [
     "KeyBatches",
     "KeyIds",
     "hashable",
-    "_ts",
+    "ts_array",
 ]
 
 
@@ -139,9 +139,9 @@ def process(
     if spec.window.type is WindowType.SESSION:
         if window_slice is not None:
             raise ValueError("session windows merge in order: they are never replayed in slices")
-        groups, late, snaps = _sessions(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
+        groups, late, snaps = session_windows(sorted_events, key_batches, keyset, idle, spec, flush_at_end)
     else:
-        groups, late, snaps = _windows(sorted_events, key_batches, keyset, idle, spec, flush_at_end, window_slice)
+        groups, late, snaps = fixed_windows(sorted_events, key_batches, keyset, idle, spec, flush_at_end, window_slice)
     # Windows close (and count for `emission`) either way; atWindowEnd decides if that is output.
     out_aggs = [groups.emitted_table(keyset, spec)] if Trigger.AT_WINDOW_END in spec.pipeline.triggers else []
     if snaps is not None:
@@ -154,7 +154,7 @@ def process(
             groups.emitted_counter_table(keyset, spec),
         ]
     )
-    by_worker = _counters(keyset, sorted_events, key_batches, groups, snaps, late, spec, window_slice)
+    by_worker = counters_table(keyset, sorted_events, key_batches, groups, snaps, late, spec, window_slice)
     totals: dict[str, int] = {}
     for figures in slices.resolved(by_worker).values():
         for name, v in figures.items():

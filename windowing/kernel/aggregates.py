@@ -31,12 +31,12 @@ from windowing.config import Aggregate, WindowType, arrow_schemas
 from windowing.config.model import DEFAULT_PERCENTAGE
 from windowing.contract import STATE_PREFIX
 from windowing.kernel.decimals import (
-    _decimal_array,
-    _decimal_avg,
-    _decimal_ints,
-    _is_decimal,
-    _split_overflow,
-    _sum_dtype,
+    decimal_array,
+    decimal_avg,
+    decimal_ints,
+    is_decimal,
+    split_overflow,
+    sum_dtype,
 )
 from windowing.kernel.inputs import STATE_WINDOW, state_column
 
@@ -55,7 +55,7 @@ class _Domain(NamedTuple):
     codes: np.ndarray
 
 
-#: The value domains of a replay, by :attr:`Aggregator.domain_key` (see :func:`_domains`).
+#: The value domains of a replay, by :attr:`Aggregator.domain_key` (see :func:`value_domains`).
 Domains = dict[tuple[str, bool], _Domain]
 #: The key of an aggregate's :class:`EventInput` (:attr:`Aggregator.input_key`).
 InputKey = tuple[str | bool | None, ...]
@@ -63,7 +63,7 @@ InputKey = tuple[str | bool | None, ...]
 Accumulator = list[Any]
 
 
-def _domains(keyset: KeyIds, aggregators: list[Aggregator]) -> Domains:
+def value_domains(keyset: KeyIds, aggregators: list[Aggregator]) -> Domains:
     """Distinct values per column (events and carried partials), sorted where order matters.
 
     Aggregates over arbitrary types (strings, timestamps, ...) work on integer codes into
@@ -96,7 +96,7 @@ def _domains(keyset: KeyIds, aggregators: list[Aggregator]) -> Domains:
     return out
 
 
-def _event_inputs(
+def event_inputs(
     sorted_events: SortedEvents, aggregators: list[Aggregator], domains: Domains
 ) -> dict[InputKey, EventInput]:
     """Per aggregate input (:attr:`Aggregator.input_key`): its :class:`EventInput`.
@@ -112,12 +112,12 @@ def _event_inputs(
     return out
 
 
-def _state_partials(aggregators: list[Aggregator], keyset: KeyIds, rows: np.ndarray, domains: Domains) -> list[Any]:
+def state_partials(aggregators: list[Aggregator], keyset: KeyIds, rows: np.ndarray, domains: Domains) -> list[Any]:
     """Partial aggregates of carried windows (table rows ``rows``), one per aggregate."""
     return [agg.from_state(keyset.table, rows, domains) for agg in aggregators]
 
 
-def _reduce(
+def reduce_groups(
     aggregators: list[Aggregator],
     inputs: dict[InputKey, EventInput],
     group: np.ndarray,
@@ -470,10 +470,10 @@ class SumAggregator(Aggregator):
 
     def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
-        if _is_decimal(column.type):
-            values = _decimal_ints(column)[sorted_events.rows]
+        if is_decimal(column.type):
+            values = decimal_ints(column)[sorted_events.rows]
         else:
-            values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(_sum_dtype(column.type))
+            values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(sum_dtype(column.type))
             values = values[sorted_events.rows]
         return EventInput(values, valid)
 
@@ -481,8 +481,8 @@ class SumAggregator(Aggregator):
         take = pa.array(rows)
         column = self.state_column(table, take)
         sum_type = self.sum_type()
-        if _is_decimal(sum_type):
-            total = _decimal_ints(column, sum_type.scale)
+        if is_decimal(sum_type):
+            total = decimal_ints(column, sum_type.scale)
             overflow = STATE_PREFIX + self.name + "_overflow"
             if overflow in table.column_names:
                 high = pc.fill_null(table[overflow].take(take), 0).to_numpy().astype(np.int64)
@@ -537,17 +537,17 @@ class SumAggregator(Aggregator):
 
     def final(self, partial: SumPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         count, total = partial.count[sel], partial.total[sel]
-        if _is_decimal(self.sum_type()):
-            return _decimal_array(total, count == 0, self.output_type())
+        if is_decimal(self.sum_type()):
+            return decimal_array(total, count == 0, self.output_type())
         return pa.array(total, self.output_type(), mask=count == 0)
 
     def state_columns(self, partial: SumPartial, sel: np.ndarray, domains: Domains) -> dict[str, pa.Array]:
         sum_type = self.sum_type()
         count = pa.array(partial.count[sel], pa.int64())
-        if _is_decimal(sum_type):
-            low, high = _split_overflow(partial.total[sel], sum_type)
+        if is_decimal(sum_type):
+            low, high = split_overflow(partial.total[sel], sum_type)
             return {
-                self.name: _decimal_array(low, np.zeros(len(sel), bool), sum_type),
+                self.name: decimal_array(low, np.zeros(len(sel), bool), sum_type),
                 self.name + "_n": count,
                 self.name + "_overflow": pa.array(high, pa.int64()),
             }
@@ -569,7 +569,7 @@ class SumAggregator(Aggregator):
 
     def collect(self, accs: list[Accumulator]) -> SumPartial:
         return SumPartial(
-            np.array([a[1] for a in accs], dtype=_sum_dtype(self.spec.value_type(self.agg))),
+            np.array([a[1] for a in accs], dtype=sum_dtype(self.spec.value_type(self.agg))),
             np.array([a[0] for a in accs], dtype=np.int64),
         )
 
@@ -580,8 +580,8 @@ class AvgAggregator(SumAggregator):
 
     def final(self, partial: SumPartial, sel: np.ndarray, domains: Domains) -> pa.Array:
         count, total = partial.count[sel], partial.total[sel]
-        if _is_decimal(self.sum_type()):
-            return _decimal_avg(total, count, self.sum_type(), self.output_type())
+        if is_decimal(self.sum_type()):
+            return decimal_avg(total, count, self.sum_type(), self.output_type())
         with np.errstate(invalid="ignore", divide="ignore"):
             return pa.array(total.astype(np.float64) / np.where(count > 0, count, 1), pa.float64(), mask=count == 0)
 
@@ -686,7 +686,7 @@ class MaxAggregator(_ExtremumAggregator):
         acc[0] = max(acc[0], other[0])
 
 
-class _ArrivalAggregator(_CodeAggregator):
+class ArrivalAggregator(_CodeAggregator):
     """first / last: by arrival order. Of sessions, the partial keeps where its value
     arrived (:meth:`Spec.partial_fields`), since a merge can join a session that started
     later but arrived earlier; the accumulator is ``[code, position]``."""
@@ -731,7 +731,7 @@ class _ArrivalAggregator(_CodeAggregator):
         return partial
 
 
-class FirstAggregator(_ArrivalAggregator):
+class FirstAggregator(ArrivalAggregator):
     def fold(self, code: np.ndarray, group: np.ndarray, value: np.ndarray) -> None:
         # The carried first wins; else the first non-null event.
         groups, first = np.unique(group, return_index=True)
@@ -762,7 +762,7 @@ class FirstAggregator(_ArrivalAggregator):
             acc[0], acc[1] = other[0], other[1]
 
 
-class LastAggregator(_ArrivalAggregator):
+class LastAggregator(ArrivalAggregator):
     def fold(self, code: np.ndarray, group: np.ndarray, value: np.ndarray) -> None:
         # The last non-null event; else the carried last.
         groups, from_end = np.unique(group[::-1], return_index=True)
@@ -920,9 +920,9 @@ def _fractions(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     non-finite floats) and which are non-finite (NaN, +-inf)."""
     t = column.type
     n = len(column)
-    if _is_decimal(t):
+    if is_decimal(t):
         scale = 10**t.scale
-        values: list[Fraction | int] = [Fraction(m, scale) for m in _decimal_ints(column).tolist()]
+        values: list[Fraction | int] = [Fraction(m, scale) for m in decimal_ints(column).tolist()]
         return np.array(values + [0], dtype=object)[:n], np.zeros(n, dtype=bool)
     if pa.types.is_integer(t):
         ints = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64).tolist()
@@ -1132,9 +1132,9 @@ class PercentileAggregator(Aggregator):
 
     def event_input(self, column: pa.Array, sorted_events: SortedEvents, domains: Domains) -> EventInput:
         valid = ~column.is_null().to_numpy(zero_copy_only=False)[sorted_events.rows]
-        if _is_decimal(column.type):  # correctly rounded, like a Python float(Decimal)
+        if is_decimal(column.type):  # correctly rounded, like a Python float(Decimal)
             scale = 10**column.type.scale
-            doubles = np.array([m / scale for m in _decimal_ints(column).tolist()], dtype=np.float64)
+            doubles = np.array([m / scale for m in decimal_ints(column).tolist()], dtype=np.float64)
         else:
             doubles = pc.fill_null(column.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
         return EventInput(doubles.astype(np.float64)[sorted_events.rows], valid)

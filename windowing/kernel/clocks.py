@@ -32,7 +32,7 @@ from windowing.arrays import (
 )
 from windowing.config import Clock, Pipeline, WatermarkStrategy
 from windowing.contract import WORKER_KIND
-from windowing.kernel.inputs import EVENT, KeyBatches, KeyIds, SortedEvents, _int64, hashable
+from windowing.kernel.inputs import EVENT, KeyBatches, KeyIds, SortedEvents, as_int64, hashable
 from windowing.kernel.spec import Spec, Timeline
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def commit_summary(table: pa.Table, spec: "Spec") -> dict[Any, tuple[np.ndarray,
     if not len(rows):
         return {}
     take = pa.array(rows)
-    batch, evt, arr = (_int64(table[c].take(take)) for c in ("__batch", "__evt", "__arr"))
+    batch, evt, arr = (as_int64(table[c].take(take)) for c in ("__batch", "__evt", "__arr"))
     wcol = spec.worker_col
     codes = group_codes(table[wcol].take(take)) if wcol else np.zeros(len(rows), dtype=np.int64)
     order = np.lexsort((batch, codes))
@@ -273,7 +273,7 @@ def _heartbeat_flush(
     return ok, tick
 
 
-def _snapshot_times(sorted_events: SortedEvents, key_batches: KeyBatches, idle: IdleClocks) -> np.ndarray:
+def snapshot_times(sorted_events: SortedEvents, key_batches: KeyBatches, idle: IdleClocks) -> np.ndarray:
     """Emit time of each event's ``atAggregate`` snapshots: the worker's clock as the event
     is processed, before its batch commits: the greatest arrival time the worker has
     seen, this event's included (its batch's earlier events arrived no later than it)."""

@@ -3,7 +3,7 @@
 Decimal values travel as unscaled Python integers in object arrays (read straight from
 Arrow's 16-byte two's complement values), so sums are exact whatever their order or
 split into partitions. Invariants: a sum past the output precision is null (Spark's
-overflow), but the carried partial keeps it exactly (``_split_overflow``), since a later
+overflow), but the carried partial keeps it exactly (``split_overflow``), since a later
 event may bring it back; averages round HALF_UP like Spark.
 """
 
@@ -13,20 +13,20 @@ import numpy as np
 import pyarrow as pa
 
 
-def _is_decimal(t: pa.DataType) -> bool:
+def is_decimal(t: pa.DataType) -> bool:
     decimal: bool = pa.types.is_decimal(t)
     return decimal
 
 
-def _sum_dtype(t: pa.DataType) -> type[np.int64] | type[np.float64] | type[object]:
+def sum_dtype(t: pa.DataType) -> type[np.int64] | type[np.float64] | type[object]:
     """NumPy dtype of the sums of a column of type ``t``: exact int64 for integers, exact
     Python ints (unscaled) for decimals, float64 otherwise."""
     if pa.types.is_integer(t):
         return np.int64
-    return object if _is_decimal(t) else np.float64
+    return object if is_decimal(t) else np.float64
 
 
-def _decimal_ints(arr: pa.Array | pa.ChunkedArray, scale: int | None = None) -> np.ndarray:
+def decimal_ints(arr: pa.Array | pa.ChunkedArray, scale: int | None = None) -> np.ndarray:
     """The unscaled values of a decimal array as Python ints (object array; 0 for nulls),
     at ``scale`` if given (exactly: a value that does not fit is an error).
 
@@ -64,7 +64,7 @@ def _decimal_ints(arr: pa.Array | pa.ChunkedArray, scale: int | None = None) -> 
 _M64 = (1 << 64) - 1
 
 
-def _decimal_array(x: np.ndarray, null: np.ndarray, t: pa.DataType) -> pa.Array:
+def decimal_array(x: np.ndarray, null: np.ndarray, t: pa.DataType) -> pa.Array:
     """A decimal128 array of type ``t`` from unscaled Python ints; null where ``null`` or
     where the value does not fit ``t``'s precision (an overflow)."""
     n = len(x)
@@ -92,7 +92,7 @@ def _div_half_up(a: int, b: int) -> int:
     return q if a >= 0 else -q
 
 
-def _decimal_avg(sums: np.ndarray, n: np.ndarray, sum_type: pa.DataType, t: pa.DataType) -> pa.Array:
+def decimal_avg(sums: np.ndarray, n: np.ndarray, sum_type: pa.DataType, t: pa.DataType) -> pa.Array:
     """Spark's avg of decimals: the exact ``sum / n`` rounded HALF_UP to ``t``'s scale; null
     when there is no value, when the sum overflows ``sum_type``, or the average ``t``.
 
@@ -108,10 +108,10 @@ def _decimal_avg(sums: np.ndarray, n: np.ndarray, sum_type: pa.DataType, t: pa.D
             null[i] = True
         else:
             out[i] = _div_half_up(x * shift, k)
-    return _decimal_array(out, null, t)
+    return decimal_array(out, null, t)
 
 
-def _split_overflow(x: np.ndarray, t: pa.DataType) -> tuple[np.ndarray, np.ndarray]:
+def split_overflow(x: np.ndarray, t: pa.DataType) -> tuple[np.ndarray, np.ndarray]:
     """Exact unscaled partial sums ``x`` as ``(low, high)`` with ``x = low + high *
     10^precision``, ``low`` fitting ``t`` and both of the sign of ``x`` (``high`` is 0 unless
     the sum outgrew ``t``; it stays far within int64: every event adds less than one)."""

@@ -35,15 +35,15 @@ from windowing.kernel.aggregates import (
     EventInput,
     InputKey,
     Prefixes,
-    _domains,
-    _event_inputs,
-    _reduce,
-    _state_partials,
+    event_inputs,
+    reduce_groups,
+    state_partials,
+    value_domains,
 )
 from windowing.kernel.assignment import WindowAssignment, assign_windows
-from windowing.kernel.clocks import IdleClocks, _snapshot_times
+from windowing.kernel.clocks import IdleClocks, snapshot_times
 from windowing.kernel.inputs import STATE_EMITTED, STATE_WINDOW, KeyBatches, KeyIds, SortedEvents, state_column
-from windowing.kernel.outputs import LatePairs, _Groups
+from windowing.kernel.outputs import Groups, LatePairs
 from windowing.kernel.slices import WindowSlice
 from windowing.kernel.spec import Spec
 
@@ -137,7 +137,7 @@ class _Closing:
         )
 
 
-def _windows(
+def fixed_windows(
     sorted_events: SortedEvents,
     key_batches: KeyBatches,
     keyset: KeyIds,
@@ -145,11 +145,11 @@ def _windows(
     spec: Spec,
     flush_at_end: bool,
     window_slice: WindowSlice | None = None,
-) -> tuple[_Groups, LatePairs, _Groups | None]:
+) -> tuple[Groups, LatePairs, Groups | None]:
     """Tumbling and sliding windows of every key at once (no per-event loop).
 
     Events arrive sorted by (key, arrival order). Returns one row per (key, generation,
-    window) with its closing (:class:`_Groups`; still open: reason OPEN), the late (event,
+    window) with its closing (:class:`Groups`; still open: reason OPEN), the late (event,
     window) pairs, and, with ``atAggregate``, one snapshot row per accepted pair.
 
     Invariants: a pair is late against the effective watermark *before* its event's batch
@@ -161,8 +161,8 @@ def _windows(
     With ``window_slice``, only the pairs of windows in that slice are replayed
     (:mod:`.slices`: the key batches then come from key-batch rows).
     """
-    domains = _domains(keyset, spec.aggregators)
-    inputs = _event_inputs(sorted_events, spec.aggregators, domains)
+    domains = value_domains(keyset, spec.aggregators)
+    inputs = event_inputs(sorted_events, spec.aggregators, domains)
     pairs = assign_windows(sorted_events.t, spec.window)
     if window_slice is not None:
         owned = window_slice.owns(pairs.start)
@@ -178,13 +178,13 @@ def _windows(
     wg = _group_windows(
         carried, accepted, sorted_events.g[accepted.event], idle.gen[key_batches.of_event[accepted.event]]
     )
-    carried_partials = _state_partials(spec.aggregators, keyset, carried.rows, domains) if carried.n else None
-    partials = _reduce(
+    carried_partials = state_partials(spec.aggregators, keyset, carried.rows, domains) if carried.n else None
+    partials = reduce_groups(
         spec.aggregators, inputs, wg.event_group, wg.n, wg.event_index, carried_partials, wg.carried_group, domains
     )
     closing = _close_windows(wg, key_batches, idle, keyset, spec, flush_at_end)
 
-    groups = _Groups(spec, domains)
+    groups = Groups(spec, domains)
     groups.created = np.bincount(wg.key[wg.carried_index < 0], minlength=keyset.n)
     carried_emissions = (
         np.where(wg.carried_index >= 0, carried.emissions[np.maximum(wg.carried_index, 0)], 0)
@@ -219,7 +219,7 @@ def _windows(
             carried,
             sorted_events,
             key_batches,
-            snapshot_time=_snapshot_times(sorted_events, key_batches, idle),
+            snapshot_time=snapshot_times(sorted_events, key_batches, idle),
         )
     return groups, late_out, snaps
 
@@ -435,9 +435,9 @@ def _snapshots(
     sorted_events: SortedEvents,
     key_batches: KeyBatches,
     snapshot_time: np.ndarray,
-) -> _Groups:
+) -> Groups:
     """atAggregate: one row per accepted (event, window) with the window's running aggregate
-    (emitted at ``snapshot_time`` of its event, see :func:`_snapshot_times`).
+    (emitted at ``snapshot_time`` of its event, see :func:`snapshot_times`).
 
     Each snapshot is "the group so far": its carried partial and its events up to this
     one, in arrival order (:meth:`Aggregator.running`).
@@ -454,7 +454,7 @@ def _snapshots(
     ]
     events = prefixes.rank + 1 + (prefixes.carried(carried.events) if carried.n else 0)
     n = len(group)
-    snaps = _Groups(spec, domains)
+    snaps = Groups(spec, domains)
     snaps.set(
         wg.key[group],
         wg.start[group],

@@ -157,7 +157,7 @@ class KeyIds:
             if c and KEY_ID not in table.column_names:
                 codes.append(group_codes(table[c]))
         if KEY_ID in table.column_names:  # ids of a table these rows were taken from: made dense again
-            ids = _int64(table[KEY_ID])
+            ids = as_int64(table[KEY_ID])
             seen = np.zeros(int(ids.max(initial=-1)) + 1, dtype=np.int64)
             seen[ids] = 1
             self.gid = (np.cumsum(seen) - 1)[ids]
@@ -212,9 +212,9 @@ class SortedEvents:
         sub = table.select([*([ARRIVAL_RANK] if ranked else src.arrival_order), "__arr", "__batch", "__evt"])
         if len(rows) != table.num_rows:
             sub = sub.take(pa.array(rows))
-        arr, batch = _int64(sub["__arr"]), _int64(sub["__batch"])
+        arr, batch = as_int64(sub["__arr"]), as_int64(sub["__batch"])
         if ranked:
-            order = _by_key_and_rank(keyset.gid[rows], _int64(sub[ARRIVAL_RANK]))
+            order = _by_key_and_rank(keyset.gid[rows], as_int64(sub[ARRIVAL_RANK]))
         else:
             keys = [order_codes(sub[c]) for c in reversed(src.arrival_order)]
             keys += _packed_digits([arr, batch, keyset.gid[rows]])
@@ -225,7 +225,7 @@ class SortedEvents:
         self.g = keyset.gid[self.rows]
         self.batch = batch[order]
         self.arr = arr[order]
-        self.t = _int64(sub["__evt"])[order]
+        self.t = as_int64(sub["__evt"])[order]
         self.table = table
 
 
@@ -299,7 +299,7 @@ def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows
     return out
 
 
-def _int64(col: pa.ChunkedArray) -> NDArray[np.int64]:
+def as_int64(col: pa.ChunkedArray) -> NDArray[np.int64]:
     ints: NDArray[np.int64] = col.to_numpy().astype(np.int64, copy=False)
     return ints
 
@@ -362,7 +362,7 @@ class KeyBatches:
         ``start`` is then each entry's first event here (or where it would be)."""
         table = keyset.table
         g = keyset.gid[kb_rows]
-        cols = [_int64(table[c].take(pa.array(kb_rows))) for c in KB_COLUMNS]
+        cols = [as_int64(table[c].take(pa.array(kb_rows))) for c in KB_COLUMNS]
         order = np.lexsort((cols[0], g))
         g, (batch, cand, maxev, maxarr) = g[order], [c[order] for c in cols]
         firsts = (

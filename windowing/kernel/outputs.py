@@ -1,7 +1,7 @@
 """Outputs: the emitted windows, the late (event, window) pairs, the new state rows and
 the counters, as Arrow tables of the :class:`~windowing.kernel.spec.Spec`'s schemas.
 
-Invariant: one row per (key, generation, window) in :class:`_Groups`; the rows still
+Invariant: one row per (key, generation, window) in :class:`Groups`; the rows still
 open become ``window`` state rows, the emitted ones that may reopen ``emitted`` counter
 rows, and every key a ``key`` row with its watermark and clocks.
 """
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from windowing.kernel.aggregates import Domains
 
 
-class _Groups:
+class Groups:
     """Windows of one kind of output, one row per (key, generation, window).
 
     ``partials`` holds per aggregate its partial values (the partial dataclass of its
@@ -96,14 +96,14 @@ class _Groups:
     def emitted_table(self, keyset: KeyIds, spec: Spec) -> pa.Table:
         sel = np.flatnonzero(self.reason != OPEN)
         cols = keyset.take_key_columns(self.key[sel], spec)
-        cols["window_start"] = _ts(self.start[sel])
-        cols["window_end"] = _ts(self.end[sel])
+        cols["window_start"] = ts_array(self.start[sel])
+        cols["window_end"] = ts_array(self.end[sel])
         cols.update(self._agg_columns(sel))
         names = np.array([None, *[REASON_NAMES[i] for i in range(1, 6)]], dtype=object)
         cols["emit_reason"] = pa.array(names[self.reason[sel]], pa.string())
         cols["emit_batch"] = pa.array(self.emit_batch[sel], pa.int64())
-        cols["emit_time"] = _ts(self.emit_time[sel])
-        cols["emit_watermark"] = _ts(self.emit_watermark[sel])
+        cols["emit_time"] = ts_array(self.emit_time[sel])
+        cols["emit_watermark"] = ts_array(self.emit_watermark[sel])
         cols["emission"] = pa.array(self.emission[sel], pa.int64())
         return pa.table(cols, schema=spec.aggregates_schema())
 
@@ -129,7 +129,7 @@ class _Groups:
         return fill_state(cols, len(g), spec)
 
 
-def _ts(ms: np.ndarray) -> pa.Array:
+def ts_array(ms: np.ndarray) -> pa.Array:
     ms = np.asarray(ms, dtype=np.int64)
     mask = (ms == MIN_TIMESTAMP) | (ms == MAX_TIMESTAMP)
     return pa.array(np.where(mask, 0, ms) * 1000, type=pa.int64(), mask=mask).cast(TS)
@@ -181,19 +181,19 @@ class LatePairs:
         take = pa.array(sorted_events.rows[self.event]) if len(self.event) else pa.array([], pa.int64())
         cols = {c: sorted_events.table[c].take(take) for c in spec.late_input_columns()}
         cols["batch"] = pa.array(sorted_events.batch[self.event], pa.int64())
-        cols["window_start"] = _ts(self.start)
-        cols["window_end"] = _ts(self.end)
-        cols["watermark"] = _ts(self.watermark)
+        cols["window_start"] = ts_array(self.start)
+        cols["window_end"] = ts_array(self.end)
+        cols["watermark"] = ts_array(self.watermark)
         cols["lateness_ms"] = pa.array(self.watermark - sorted_events.t[self.event], pa.int64())
         return pa.table(cols, schema=spec.late_schema())
 
 
-def _counters(
+def counters_table(
     keyset: KeyIds,
     sorted_events: SortedEvents,
     key_batches: KeyBatches,
-    groups: _Groups,
-    snaps: _Groups | None,
+    groups: Groups,
+    snaps: Groups | None,
     late: LatePairs,
     spec: Spec,
     window_slice: WindowSlice | None = None,
@@ -256,7 +256,7 @@ def _slice_facts(
     labels: list[str],
     worker_of: np.ndarray,
     keyset: KeyIds,
-    groups: _Groups,
+    groups: Groups,
     spec: Spec,
     window_slice: WindowSlice,
 ) -> None:

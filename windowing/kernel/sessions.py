@@ -9,7 +9,7 @@ key's batches, sessions whose end + gap the effective watermark reaches close
 all the key's open sessions.
 
 Invariants: ``first`` and ``last`` are by arrival order, so their partials keep the
-arrival position of their value (see :func:`_sessions`); carried values rank before
+arrival position of their value (see :func:`session_windows`); carried values rank before
 every event of this replay.
 """
 
@@ -27,17 +27,17 @@ from windowing.contract import AGGREGATE, END_OF_INPUT, IDLE, MAX_DURATION, OPEN
 from windowing.kernel.aggregates import (
     Accumulator,
     Aggregator,
+    ArrivalAggregator,
     Domains,
     EventInput,
     InputKey,
-    _ArrivalAggregator,
-    _domains,
-    _event_inputs,
-    _state_partials,
+    event_inputs,
+    state_partials,
+    value_domains,
 )
-from windowing.kernel.clocks import IdleClocks, _snapshot_times
+from windowing.kernel.clocks import IdleClocks, snapshot_times
 from windowing.kernel.inputs import STATE_EMITTED, STATE_WINDOW, KeyBatches, KeyIds, SortedEvents, state_column
-from windowing.kernel.outputs import LatePairs, _Groups
+from windowing.kernel.outputs import Groups, LatePairs
 from windowing.kernel.spec import Spec
 
 
@@ -53,7 +53,7 @@ class _Session:
 
 
 class _SessionRow(NamedTuple):
-    """One session window as :func:`_sessions` emits it (or keeps it open)."""
+    """One session window as :func:`session_windows` emits it (or keeps it open)."""
 
     key: int
     start: int
@@ -71,18 +71,18 @@ def _by_start(session: _Session) -> int:
     return session.start
 
 
-def _sessions(
+def session_windows(
     sorted_events: SortedEvents,
     key_batches: KeyBatches,
     keyset: KeyIds,
     idle: IdleClocks,
     spec: Spec,
     flush_at_end: bool,
-) -> tuple[_Groups, LatePairs, _Groups | None]:
+) -> tuple[Groups, LatePairs, Groups | None]:
     """Session windows: a tight sequential merge per key (docs/semantics.md section 7).
 
     Events arrive sorted by (key, arrival order); returns one row per session window that
-    closed or stays open (:class:`_Groups`), the late events (one "pair" each, its window
+    closed or stays open (:class:`Groups`), the late events (one "pair" each, its window
     ``[t, t]``), and with ``atAggregate`` one snapshot row per accepted event.
 
     Merges are order-dependent (an event can bridge two sessions; maximumDuration makes a
@@ -98,9 +98,9 @@ def _sessions(
     since a worker's batches only grow across partitions (older ones are rejected), so
     carried positions rank below events, and among themselves by (batch, seq).
     """
-    domains = _domains(keyset, spec.aggregators)
+    domains = value_domains(keyset, spec.aggregators)
     carried, carried_batch, carried_seq = _carried_sessions(spec.aggregators, keyset, domains)
-    inputs = _event_inputs(sorted_events, spec.aggregators, domains)
+    inputs = event_inputs(sorted_events, spec.aggregators, domains)
     loop = _SessionLoop(spec, sorted_events, key_batches, idle, keyset, inputs)
     for key in sorted(set(key_batches.g.tolist()) | set(carried)):
         loop.run_key(key, carried.get(key, []), flush_at_end)
@@ -113,7 +113,7 @@ def _sessions(
         event_seq = np.arange(sorted_events.n, dtype=np.int64) - key_batches.start[key_batches.of_event]
     all_batch, all_seq = np.concatenate([carried_batch, sorted_events.batch]), np.concatenate([carried_seq, event_seq])
     for agg, partial in zip(spec.aggregators, groups.partials):
-        if isinstance(agg, _ArrivalAggregator) and agg.keeps_arrival:
+        if isinstance(agg, ArrivalAggregator) and agg.keeps_arrival:
             at = np.where(partial.code >= 0, partial.position + len(carried_batch), 0)
             partial.arrival = (all_batch[at], all_seq[at]) if len(all_batch) else (at, at)
     groups.reopenable = loop.reopenable()
@@ -160,7 +160,7 @@ class _SessionLoop:
         self.fire, self.fire_batch = idle.kb_fire.tolist(), idle.kb_batch.tolist()
         self.fire_time = idle.kb_time.tolist()
         self.event_batch = sorted_events.batch.tolist()
-        self.snapshot_time = _snapshot_times(sorted_events, key_batches, idle).tolist()
+        self.snapshot_time = snapshot_times(sorted_events, key_batches, idle).tolist()
 
     def emit(self, key: int, s: _Session, reason: int, batch: int, watermark: int, time: int) -> None:
         window = (key, s.start, s.end)
@@ -303,7 +303,7 @@ def _carried_sessions(
     rows = np.flatnonzero(keyset.kind == STATE_WINDOW)
     if not len(rows):
         return {}, np.zeros(0, np.int64), np.zeros(0, np.int64)
-    partials = _state_partials(aggregators, keyset, rows, domains)
+    partials = state_partials(aggregators, keyset, rows, domains)
     positions, at_batch, at_seq = _carried_positions(aggregators, partials)
     t = keyset.table
     starts = state_column(t, "window_start_ms", rows).to_numpy().tolist()
@@ -320,12 +320,12 @@ def _carried_sessions(
 def _carried_positions(
     aggregators: list[Aggregator], partials: list[Any]
 ) -> tuple[list[np.ndarray | None], np.ndarray, np.ndarray]:
-    """Arrival positions (see :func:`_sessions`) of carried ``first`` / ``last`` values.
+    """Arrival positions (see :func:`session_windows`) of carried ``first`` / ``last`` values.
 
     Returns, per aggregate, the positions of its carried values (None for aggregates
     that keep none), and the (batch, seq) of positions ``-K .. -1`` in order.
     """
-    keeping = [i for i, agg in enumerate(aggregators) if isinstance(agg, _ArrivalAggregator) and agg.keeps_arrival]
+    keeping = [i for i, agg in enumerate(aggregators) if isinstance(agg, ArrivalAggregator) and agg.keeps_arrival]
     out: list[np.ndarray | None] = [None] * len(partials)
     if not keeping:
         return out, np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -340,8 +340,8 @@ def _carried_positions(
     return out, batch[order], seq[order]
 
 
-def _rows_to_groups(spec: Spec, domains: Domains, rows: list[_SessionRow]) -> _Groups:
-    groups = _Groups(spec, domains)
+def _rows_to_groups(spec: Spec, domains: Domains, rows: list[_SessionRow]) -> Groups:
+    groups = Groups(spec, domains)
     partials = [agg.collect([r.accs[i] for r in rows]) for i, agg in enumerate(spec.aggregators)]
 
     def column(name: str) -> np.ndarray:

@@ -22,7 +22,7 @@ from windowing.lateness.options import KIND, Counters, Histogram, LatenessOption
 from windowing.lateness.tables import COST_MISSED, COST_WINDOWS, worst_windows
 from windowing.lateness.variants import Variant
 from windowing.runner import columns
-from windowing.validation import _jsonable
+from windowing.validation import jsonable
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -105,7 +105,7 @@ def summarise(
         "cost": {
             "windows": fc.get(COST_WINDOWS, 0),
             "missed_events": fc.get(COST_MISSED, 0),
-            "worst_windows": [{k: _jsonable(v) for k, v in r.items()} for r in worst[: options.worst]],
+            "worst_windows": [{k: jsonable(v) for k, v in r.items()} for r in worst[: options.worst]],
         },
         "lateness_histogram": bins,
         "late_by_hour": [
@@ -114,7 +114,7 @@ def summarise(
                 hours["hour"].to_pylist(), hours["events_sum"].to_pylist(), hours["late_events_sum"].to_pylist()
             )
         ],
-        "late_by_worker": [{k: _jsonable(v) for k, v in w.items()} for w in workers[:50]],
+        "late_by_worker": [{k: jsonable(v) for k, v in w.items()} for w in workers[:50]],
         "future_skew": skew_figures,
         "counters": counters,
     }

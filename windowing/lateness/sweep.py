@@ -343,9 +343,9 @@ def _replay_at(
     )
     aggregates = pa.table(
         {
-            "window_end": K._ts(end[closed]),
+            "window_end": K.ts_array(end[closed]),
             "emit_reason": pa.array([WATERMARK_REASON] * int(closed.sum()), pa.string()),
-            "emit_time": K._ts(emit_time),
+            "emit_time": K.ts_array(emit_time),
         }
     )
     late_pairs = int(np.count_nonzero(sl.pair >= delay))

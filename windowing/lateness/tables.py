@@ -208,8 +208,8 @@ def cost(
     cols.update(
         missed_events=pa.array(missed),
         max_lateness_ms=pa.array(max_late),
-        first_missed_arrival=K._ts(first_arr),
-        last_missed_arrival=K._ts(last_arr),
+        first_missed_arrival=K.ts_array(first_arr),
+        last_missed_arrival=K.ts_array(last_arr),
     )
     # The last emission of each window in this replay.
     pos = np.searchsorted(uniq, agg_id)
@@ -372,7 +372,7 @@ def by_hour(events: pa.Table, full: K.KernelOutput, wi: WhatIf, schema: pa.Schem
     if p.source.worker:
         cols[p.source.worker] = events[p.source.worker].take(pa.array(first))
     cols.update(
-        hour=K._ts(hour[first] * HOUR_MS),
+        hour=K.ts_array(hour[first] * HOUR_MS),
         events=pa.array(np.bincount(inv, minlength=len(first)).astype(np.int64)),
         late_events=pa.array(np.bincount(inv[at], minlength=len(first)).astype(np.int64)),
         late_event_windows=pa.array(np.bincount(inv[at], weights=pairs, minlength=len(first)).astype(np.int64)),

@@ -42,7 +42,7 @@ instead: there is exactly one per accepted (event, window), so
 
 Times are compared as integer epoch milliseconds, as in the engine (docs/semantics.md).
 
-:func:`run_checks` takes the counts of every check in one pass (``base._Pass``: one Spark
+:func:`run_checks` takes the counts of every check in one pass (``base.CountPass``: one Spark
 action over every dataset, its groupings in one ``groupBy``), pandera's included: the
 nulls and data checks it would spend a Spark job a column on are counted there, and pandera
 validates the data of only the columns with a finding (``schemas._pandera``), reporting
@@ -62,10 +62,10 @@ from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
     CheckResult,
-    _jsonable,
     as_key,
     blocking_failures,
     failures,
+    jsonable,
 )
 from windowing.validation.conservation import conservation_check
 from windowing.validation.metrics import metrics_check
@@ -102,7 +102,7 @@ __all__ = [
     "INPUT_CHECKS",
     "RECOMPUTE_CHECK",
     "REJECTING_CHECKS",
-    "_jsonable",
+    "jsonable",
     "aggregates_checks",
     "aggregates_schema",
     "allowed_reasons",

@@ -74,15 +74,15 @@ def blocking_failures(results: Iterable[CheckResult]) -> list[CheckResult]:
     return [r for r in results if not r.passed and r.blocking]
 
 
-def _skip(name: str, description: str, why: str) -> CheckResult:
+def skip_result(name: str, description: str, why: str) -> CheckResult:
     return CheckResult(name, True, 0, [], f"{description} (skipped: {why})", skipped=True, skip_reason=why)
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple, set)):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, (_dt.datetime, _dt.date)):
         return v.isoformat()
     if isinstance(v, decimal.Decimal):
@@ -92,7 +92,7 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return repr(v)
     if hasattr(v, "asDict"):
-        return _jsonable(v.asDict(recursive=True))
+        return jsonable(v.asDict(recursive=True))
     if v is None or isinstance(v, (str, int, float, bool)):
         return v
     return str(v)
@@ -101,18 +101,18 @@ def _jsonable(v: Any) -> Any:
 # =========================================================================== Spark helpers
 
 
-def _col_ms(name: str) -> Column:
+def col_ms(name: str) -> Column:
     """A timestamp column as epoch milliseconds (floored, like the engine)."""
     return F.unix_millis(_col(name))
 
 
-def _holds(cond: Column) -> Column:
+def rule_holds(cond: Column) -> Column:
     """True only when ``cond`` is true (null counts as not holding)."""
     return F.coalesce(cond, F.lit(False))
 
 
 @dataclass(frozen=True)
-class _Rule:
+class Rule:
     """A row rule: rows where ``applies`` and not ``ok`` fail. ``ok=None``: not applicable."""
 
     name: str
@@ -122,22 +122,22 @@ class _Rule:
     why_skipped: str = "not applicable to this pipeline"
 
     def fail(self) -> Column:
-        cond = ~_holds(self.ok)
-        return cond if self.applies is None else (_holds(self.applies) & cond)
+        cond = ~rule_holds(self.ok)
+        return cond if self.applies is None else (rule_holds(self.applies) & cond)
 
 
-def _wanted(only: Collection[str] | None, name: str) -> bool:
+def wanted(only: Collection[str] | None, name: str) -> bool:
     return only is None or name in only
 
 
-#: What planning a check returns: computes its results once its :class:`_Pass` has run.
+#: What planning a check returns: computes its results once its :class:`CountPass` has run.
 Finish = Callable[[], "list[CheckResult]"]
 
 
-class _Sums:
-    """The sums one :meth:`_Pass.add` or :meth:`_Pass.group` asked for, by name (once the pass has run)."""
+class PassSums:
+    """The sums one :meth:`CountPass.add` or :meth:`CountPass.group` asked for, by name (once the pass has run)."""
 
-    def __init__(self, owner: _Pass, columns: dict[Hashable, str]):
+    def __init__(self, owner: CountPass, columns: dict[Hashable, str]):
         self._owner, self._columns = owner, columns
 
     def __getitem__(self, name: Hashable) -> Any:
@@ -150,7 +150,7 @@ Resolve = Callable[[str], "Column"]
 
 @dataclass(frozen=True)
 class _Grouping:
-    """One :meth:`_Pass.group` request."""
+    """One :meth:`CountPass.group` request."""
 
     df: DataFrame
     keys: list[Column]
@@ -160,7 +160,7 @@ class _Grouping:
     columns: dict[Hashable, str]
 
 
-class _Pass:
+class CountPass:
     """Sums over the rows of one or more DataFrames, and over groups of rows, computed by
     one Spark action.
 
@@ -200,11 +200,11 @@ class _Pass:
             self._count += 1
         return out
 
-    def add(self, df: DataFrame, values: dict[Any, Column]) -> _Sums:
+    def add(self, df: DataFrame, values: dict[Any, Column]) -> PassSums:
         """Sums over the rows of ``df`` of each of ``values`` (per-row numbers, null adding nothing)."""
         columns = self._columns(values)
         self._add(df, {columns[n]: v for n, v in values.items()})
-        return _Sums(self, columns)
+        return PassSums(self, columns)
 
     def _add(self, df: DataFrame, values: dict[str, Column]) -> None:
         mine = next((sums for frame, sums in self._frames if frame is df), None)
@@ -220,7 +220,7 @@ class _Pass:
         aggs: Callable[[Resolve], dict[str, Column]],
         values: Callable[[Resolve], dict[Hashable, Column]],
         having: Callable[[Resolve], Column] | None = None,
-    ) -> tuple[DataFrame, _Sums]:
+    ) -> tuple[DataFrame, PassSums]:
         """Sums of ``values`` over the groups of ``df.groupBy(*keys).agg(*aggs).where(having)``.
 
         ``aggs`` (by name) take the columns of ``df`` from the resolver they are given;
@@ -235,7 +235,7 @@ class _Pass:
             grouped = grouped.where(having(_col))
         columns = self._columns(values(_col))
         self._groupings.append(_Grouping(df, keys, aggs, having, values, columns))
-        return grouped, _Sums(self, columns)
+        return grouped, PassSums(self, columns)
 
     def _grouped(self) -> None:
         """Every grouping as one ``groupBy`` of the union of their rows, tagged: each
@@ -321,24 +321,24 @@ class _Pass:
         return self._values[column]
 
 
-def _run(plan: Callable[[_Pass], Finish]) -> list[CheckResult]:
+def run_alone(plan: Callable[[CountPass], Finish]) -> list[CheckResult]:
     """The results of checks planned on a pass of their own."""
-    p = _Pass()
+    p = CountPass()
     finish = plan(p)
     p.run()
     return finish()
 
 
-def _then(*finishes: Finish) -> Finish:
+def then(*finishes: Finish) -> Finish:
     """The results of ``finishes``, in order."""
     return lambda: [r for f in finishes for r in f()]
 
 
-def _rules(
-    p: _Pass, df: DataFrame, rules: Sequence[_Rule], sample_size: int, only: Collection[str] | None = None
+def rule_checks(
+    p: CountPass, df: DataFrame, rules: Sequence[Rule], sample_size: int, only: Collection[str] | None = None
 ) -> Finish:
     """All rules of one DataFrame, counted on ``p``; samples only for failing rules."""
-    rules = [r for r in rules if _wanted(only, r.name)]
+    rules = [r for r in rules if wanted(only, r.name)]
     active = [r for r in rules if r.ok is not None]
     sums = p.add(df, {r.name: F.when(r.fail(), 1) for r in active}) if active else None
 
@@ -346,12 +346,12 @@ def _rules(
         out = []
         for r in rules:
             if r.ok is None:
-                out.append(_skip(r.name, r.description, r.why_skipped))
+                out.append(skip_result(r.name, r.description, r.why_skipped))
                 continue
             assert sums is not None
             n = int(sums[r.name])
             failing = df.where(r.fail()).limit(sample_size).collect() if n else []
-            sample = [_jsonable(x.asDict(recursive=True)) for x in failing]
+            sample = [jsonable(x.asDict(recursive=True)) for x in failing]
             out.append(CheckResult(r.name, n == 0, n, sample, r.description))
         return out
 
@@ -371,7 +371,7 @@ def _has_float(dtype: DataType) -> bool:
 
 
 #: ``to_json`` options that keep every timestamp digit (the default drops microseconds).
-_JSON_EXACT = {
+JSON_EXACT = {
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
     "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
 }
@@ -391,11 +391,13 @@ def as_key(c: Column, dtype: DataType) -> Column:
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
         return c.cast("string")
     if _has_float(dtype):
-        return F.to_json(c, _JSON_EXACT)
+        return F.to_json(c, JSON_EXACT)
     return c
 
 
-def _duplicates(p: _Pass, name: str, description: str, df: DataFrame, cols: list[str], sample_size: int) -> Finish:
+def duplicates_check(
+    p: CountPass, name: str, description: str, df: DataFrame, cols: list[str], sample_size: int
+) -> Finish:
     """Groups of ``cols`` (keys as the engine tells them apart) found more than once, counted on ``p``."""
     types = {f.name: f.dataType for f in df.schema.fields}
     dup, sums = p.group(
@@ -408,13 +410,13 @@ def _duplicates(p: _Pass, name: str, description: str, df: DataFrame, cols: list
 
     def finish() -> list[CheckResult]:
         n = int(sums["groups"])
-        sample = [_jsonable(r.asDict(recursive=True)) for r in dup.limit(sample_size).collect()] if n else []
+        sample = [jsonable(r.asDict(recursive=True)) for r in dup.limit(sample_size).collect()] if n else []
         return [CheckResult(name, n == 0, n, sample, description)]
 
     return finish
 
 
-def _all(conds: list[Column]) -> Column | None:
+def all_of(conds: list[Column]) -> Column | None:
     if not conds:
         return None
     out = conds[0]
@@ -423,7 +425,7 @@ def _all(conds: list[Column]) -> Column | None:
     return out
 
 
-def _any(conds: list[Column]) -> Column:
+def any_of(conds: list[Column]) -> Column:
     out = conds[0]
     for c in conds[1:]:
         out = out | c

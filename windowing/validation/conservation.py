@@ -16,19 +16,19 @@ from windowing.runner.columns import epoch_ms
 from windowing.validation.base import (
     DEFAULT_SAMPLE_SIZE,
     CheckResult,
+    CountPass,
     Finish,
+    PassSums,
     Resolve,
-    _any,
-    _col_ms,
-    _holds,
-    _jsonable,
-    _Pass,
-    _run,
-    _skip,
-    _Sums,
+    any_of,
     as_key,
+    col_ms,
+    jsonable,
+    rule_holds,
+    run_alone,
+    skip_result,
 )
-from windowing.validation.rules import _group_columns, _plain_count
+from windowing.validation.rules import group_columns, plain_count
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -117,15 +117,15 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
     parts = [
         _memberships(pipeline, input_df, plan.key_types, 1, "input"),
         _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
-        plan.rows(outputs.late_events, _col_ms("window_start"), _col_ms("window_end"), F.lit(-1), "late"),
+        plan.rows(outputs.late_events, col_ms("window_start"), col_ms("window_end"), F.lit(-1), "late"),
     ]
     reason = _col("emit_reason")
     aggs = outputs.aggregates
     if plan.by_counts:
         assert plan.plain is not None
-        emitted = aggs.where(~_holds(reason == AGGREGATE_REASON))
+        emitted = aggs.where(~rule_holds(reason == AGGREGATE_REASON))
         parts.append(
-            plan.rows(emitted, _col_ms("window_start"), _col_ms("window_end"), -_col(plan.plain.name), "emitted")
+            plan.rows(emitted, col_ms("window_start"), col_ms("window_end"), -_col(plan.plain.name), "emitted")
         )
         st = outputs.state.where(_col("state_kind") == WINDOW_KIND)
         parts.append(plan.rows(st, _col("window_start_ms"), _col("window_end_ms"), -_col("events"), "open"))
@@ -133,12 +133,12 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
             pst = prev_state.where(_col("state_kind") == WINDOW_KIND)
             parts.append(plan.rows(pst, _col("window_start_ms"), _col("window_end_ms"), _col("events"), "prev_open"))
     if plan.by_snapshots:
-        snaps = aggs.where(_holds(reason == AGGREGATE_REASON))
-        parts.append(plan.rows(snaps, _col_ms("window_start"), _col_ms("window_end"), F.lit(-1), "snapshots"))
+        snaps = aggs.where(rule_holds(reason == AGGREGATE_REASON))
+        parts.append(plan.rows(snaps, col_ms("window_start"), col_ms("window_end"), F.lit(-1), "snapshots"))
     return parts
 
 
-def _unbalanced(p: _Pass, plan: _Plan, parts: list[DataFrame]) -> tuple[DataFrame, _Sums]:
+def _unbalanced(p: CountPass, plan: _Plan, parts: list[DataFrame]) -> tuple[DataFrame, PassSums]:
     """The groups whose balance (by counts, by snapshots) is not zero, with each side, and
     (on ``p``) how many there are."""
     allrows = parts[0]
@@ -173,7 +173,7 @@ def _unbalanced(p: _Pass, plan: _Plan, parts: list[DataFrame]) -> tuple[DataFram
         allrows,
         group,
         sides,
-        having=lambda g: _any([g(n) != 0 for n in balances]),
+        having=lambda g: any_of([g(n) != 0 for n in balances]),
         values=lambda g: {"groups": F.lit(1)},
     )
 
@@ -187,7 +187,7 @@ def _sample(bad: DataFrame, sample_size: int) -> list[dict[str, Any]]:
             v = d.pop(short, None)
             if v is not None:
                 d[full] = _dt.datetime.fromtimestamp(v / 1000, tz=_dt.timezone.utc)
-        sample.append(_jsonable(d))
+        sample.append(jsonable(d))
     return sample
 
 
@@ -203,11 +203,11 @@ def conservation_check(
     Balances are per (worker, key, window) for tumbling/sliding windows and per
     (worker, key) for sessions; a failing group's sample shows each side.
     """
-    return _run(lambda p: _conservation_check(p, pipeline, outputs, input_df, prev_state, sample_size))[0]
+    return run_alone(lambda p: plan_conservation_check(p, pipeline, outputs, input_df, prev_state, sample_size))[0]
 
 
-def _conservation_check(
-    p: _Pass,
+def plan_conservation_check(
+    p: CountPass,
     pipeline: Pipeline,
     outputs: Any,
     input_df: DataFrame | None,
@@ -219,17 +219,19 @@ def _conservation_check(
     session = pipeline.window.type is WindowType.SESSION
     desc = _description(session, by_counts=True)
     if input_df is None:
-        return lambda: [_skip(name, desc, "no input given")]
-    plain = _plain_count(pipeline)
+        return lambda: [skip_result(name, desc, "no input given")]
+    plain = plain_count(pipeline)
     by_counts = Trigger.AT_WINDOW_END in pipeline.triggers and plain is not None
     by_snapshots = Trigger.AT_AGGREGATE in pipeline.triggers
     if not (by_counts or by_snapshots):
-        return lambda: [_skip(name, desc, "no plain count aggregate and no atAggregate snapshots to count events")]
+        return lambda: [
+            skip_result(name, desc, "no plain count aggregate and no atAggregate snapshots to count events")
+        ]
     in_types = {f.name: f.dataType for f in input_df.schema.fields}
     missing = [c for c in pipeline.input_columns if c not in in_types]
     if missing:
-        return lambda: [_skip(name, desc, f"input lacks configured column(s) {', '.join(missing)}")]
-    plan = _Plan(pipeline, {c: in_types[c] for c in _group_columns(pipeline)}, plain, by_counts, by_snapshots)
+        return lambda: [skip_result(name, desc, f"input lacks configured column(s) {', '.join(missing)}")]
+    plan = _Plan(pipeline, {c: in_types[c] for c in group_columns(pipeline)}, plain, by_counts, by_snapshots)
     bad, sums = _unbalanced(p, plan, _parts(plan, outputs, input_df, prev_state))
     by = " and ".join(k for k, on in (("counts", by_counts), ("snapshots", by_snapshots)) if on)
 

@@ -10,9 +10,18 @@ from windowing.config import Pipeline, Trigger
 from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS, WINDOW_COLUMNS, WINDOW_KIND
 from windowing.metrics import VOLTSP_METRICS
 from windowing.runner.columns import col as _col
-from windowing.validation.base import CheckResult, Finish, Resolve, _holds, _Pass, _run, _skip, as_key
+from windowing.validation.base import (
+    CheckResult,
+    CountPass,
+    Finish,
+    Resolve,
+    as_key,
+    rule_holds,
+    run_alone,
+    skip_result,
+)
 from windowing.validation.recompute import canonical_rows
-from windowing.validation.rules import _group_columns
+from windowing.validation.rules import group_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -30,10 +39,10 @@ def metrics_check(pipeline: Pipeline, outputs: Any, input_df: DataFrame | None =
     block: each total is its figure (docs/semantics.md, "Metrics") and the sum of its
     workers.
     """
-    return _run(lambda p: _metrics_check(p, pipeline, outputs, input_df))[0]
+    return run_alone(lambda p: plan_metrics_check(p, pipeline, outputs, input_df))[0]
 
 
-def _metrics_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None) -> Finish:
+def plan_metrics_check(p: CountPass, pipeline: Pipeline, outputs: Any, input_df: DataFrame | None) -> Finish:
     """:func:`metrics_check`, planned on ``p``: every count it compares is a sum of the pass."""
     name, desc = "metrics_consistent", "metrics.json counts equal the written datasets' row counts"
     m = getattr(outputs, "metrics", None)
@@ -41,14 +50,14 @@ def _metrics_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFra
         path = getattr(outputs, "path", None)
         where = f"{str(path).rstrip('/')}/metrics.json is missing" if path else "the outputs carry none"
         carried = " and no commit record carries them" if path else ""
-        return lambda: [_skip(name, desc, f"no metrics: {where}{carried}")]
+        return lambda: [skip_result(name, desc, f"no metrics: {where}{carried}")]
     reason = _col("emit_reason")
     a = p.add(
         outputs.aggregates,
         {
-            "emitted": F.when(_holds(reason == AGGREGATE_REASON), 0).otherwise(1),
-            "snapshots": F.when(_holds(reason == AGGREGATE_REASON), 1).otherwise(0),
-            **{r: F.when(_holds(reason == r), 1).otherwise(0) for r in CLOSE_REASONS},
+            "emitted": F.when(rule_holds(reason == AGGREGATE_REASON), 0).otherwise(1),
+            "snapshots": F.when(rule_holds(reason == AGGREGATE_REASON), 1).otherwise(0),
+            **{r: F.when(rule_holds(reason == r), 1).otherwise(0) for r in CLOSE_REASONS},
         },
     )
     late = outputs.late_events
@@ -71,7 +80,7 @@ def _metrics_check(p: _Pass, pipeline: Pipeline, outputs: Any, input_df: DataFra
     late_rows = p.add(late, {"rows": F.lit(1)})
     rejected_rows = p.add(outputs.rejected, {"rows": F.lit(1)})
     state = p.add(outputs.state, {"open": F.when(_col("state_kind") == WINDOW_KIND, 1)})
-    keys = _group_columns(pipeline)
+    keys = group_columns(pipeline)
     held_sums = None
     if keys:
         open_windows = outputs.state.where(_col("state_kind") == WINDOW_KIND)

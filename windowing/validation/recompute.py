@@ -13,7 +13,7 @@ from windowing.contract import END_OF_INPUT_REASON
 from windowing.runner.columns import col as _col
 from windowing.runner.normalise import StateMismatchError
 from windowing.runner.replay import replay
-from windowing.validation.base import _JSON_EXACT, DEFAULT_SAMPLE_SIZE, CheckResult, _jsonable, _skip
+from windowing.validation.base import DEFAULT_SAMPLE_SIZE, JSON_EXACT, CheckResult, jsonable, skip_result
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -35,7 +35,7 @@ def canonical_rows(df: DataFrame) -> DataFrame:
         if isinstance(t, (T.FloatType, T.DoubleType)):
             c = c.cast("string")
         elif isinstance(t, (T.ArrayType, T.MapType, T.StructType)):
-            c = F.to_json(c, _JSON_EXACT)
+            c = F.to_json(c, JSON_EXACT)
         cols.append(c.alias(f.name))
     return df.select(*cols)
 
@@ -63,7 +63,7 @@ def compare_frames(
     for side, frame, n in (("output", only_out, n_out), ("replay", only_replay, n_replay)):
         if n:
             sample += [
-                {"dataset": dataset, "only_in": side, "row": _jsonable(r.asDict(recursive=True))}
+                {"dataset": dataset, "only_in": side, "row": jsonable(r.asDict(recursive=True))}
                 for r in frame.limit(sample_size).collect()
             ]
     # interleave so that a changed row shows both versions first
@@ -98,7 +98,7 @@ def replay_check(
         "writes these outputs row for row, floats bit for bit, and these metrics"
     )
     if input_df is None:
-        return _skip(
+        return skip_result(
             name,
             desc,
             "no input given: nothing to recompute from (pass the input, and the state the replay started from)",

@@ -16,20 +16,20 @@ from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
     CheckResult,
+    CountPass,
     Finish,
-    _Pass,
-    _skip,
-    _wanted,
+    skip_result,
+    wanted,
 )
-from windowing.validation.conservation import _conservation_check
-from windowing.validation.metrics import _metrics_check
+from windowing.validation.conservation import plan_conservation_check
+from windowing.validation.metrics import plan_metrics_check
 from windowing.validation.recompute import RECOMPUTE_CHECK, replay_check
 from windowing.validation.rules import (
-    _aggregates_checks,
-    _input_checks,
-    _late_checks,
-    _rejected_checks,
-    _state_checks,
+    plan_aggregates_checks,
+    plan_input_checks,
+    plan_late_checks,
+    plan_rejected_checks,
+    plan_state_checks,
 )
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def load_outputs(spark: SparkSession, outputs: Any) -> Any:
     return outputs
 
 
-def _row_counts(p: _Pass, o: Any, input_df: DataFrame) -> Callable[[], tuple[int, int]]:
+def _row_counts(p: CountPass, o: Any, input_df: DataFrame) -> Callable[[], tuple[int, int]]:
     """(input rows, rejected rows) of the replay being checked: from its metrics, or counted on ``p``."""
     m = getattr(o, "metrics", None) or {}
     if isinstance(m.get("input_rows"), int) and isinstance(m.get("rejected_rows"), int):
@@ -128,7 +128,7 @@ def run_checks(
         One :class:`CheckResult` per check run, in a stable order; skipped ones included.
 
     Every check is planned first and their counts are taken in one pass over the outputs
-    (:class:`~windowing.validation.base._Pass`: one Spark job, plus one per shuffle stage of
+    (:class:`~windowing.validation.base.CountPass`: one Spark job, plus one per shuffle stage of
     the uniqueness, conservation and metrics groupings); a check that fails then samples its
     failing rows with a query of its own.
     """
@@ -138,11 +138,11 @@ def run_checks(
             raise ValueError(f"unknown check(s) {sorted(unknown)}; known: {', '.join(CHECK_NAMES)}")
     o = load_outputs(spark, outputs)
     types = input_types_of(o, input_df)
-    p = _Pass()
+    p = CountPass()
     planned: list[Finish] = []
     if input_df is not None:
-        inputs = _input_checks(p, pipeline, input_df, max_skew_ms, sample_size, only)
-        counts = _row_counts(p, o, input_df) if any(_wanted(only, n) for n in REJECTING_CHECKS) else None
+        inputs = plan_input_checks(p, pipeline, input_df, max_skew_ms, sample_size, only)
+        counts = _row_counts(p, o, input_df) if any(wanted(only, n) for n in REJECTING_CHECKS) else None
 
         def policed() -> list[CheckResult]:
             found = inputs()
@@ -152,24 +152,24 @@ def run_checks(
 
         planned.append(policed)
     else:
-        skipped = [_skip(n, "input events", "no input given") for n in INPUT_CHECKS if _wanted(only, n)]
+        skipped = [skip_result(n, "input events", "no input given") for n in INPUT_CHECKS if wanted(only, n)]
         planned.append(lambda: skipped)
-    planned.append(_aggregates_checks(p, pipeline, o.aggregates, types, sample_size, only))
-    planned.append(_late_checks(p, pipeline, o.late_events, types, sample_size, only))
-    planned.append(_state_checks(p, pipeline, o.state, types, sample_size, only))
-    planned.append(_rejected_checks(p, pipeline, o.rejected, types, sample_size, only))
-    if _wanted(only, "conservation"):
-        planned.append(_conservation_check(p, pipeline, o, input_df, prev_state, sample_size))
-    if _wanted(only, "metrics_consistent"):
-        planned.append(_metrics_check(p, pipeline, o, input_df))
+    planned.append(plan_aggregates_checks(p, pipeline, o.aggregates, types, sample_size, only))
+    planned.append(plan_late_checks(p, pipeline, o.late_events, types, sample_size, only))
+    planned.append(plan_state_checks(p, pipeline, o.state, types, sample_size, only))
+    planned.append(plan_rejected_checks(p, pipeline, o.rejected, types, sample_size, only))
+    if wanted(only, "conservation"):
+        planned.append(plan_conservation_check(p, pipeline, o, input_df, prev_state, sample_size))
+    if wanted(only, "metrics_consistent"):
+        planned.append(plan_metrics_check(p, pipeline, o, input_df))
     p.run()
     results = [r for finish in planned for r in finish()]
-    if _wanted(only, RECOMPUTE_CHECK):
+    if wanted(only, RECOMPUTE_CHECK):
         if recompute or (only is not None and RECOMPUTE_CHECK in only):
             results.append(replay_check(spark, pipeline, o, input_df, prev_state, flush_at_end, sample_size))
         else:
             results.append(
-                _skip(
+                skip_result(
                     RECOMPUTE_CHECK,
                     "a fresh replay of the input writes these outputs row for row",
                     "not asked for (run_checks(recompute=True); rewindow verify --input does)",

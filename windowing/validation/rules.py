@@ -28,27 +28,27 @@ from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
     CheckResult,
+    CountPass,
     Finish,
-    _all,
-    _any,
-    _col_ms,
-    _duplicates,
-    _holds,
-    _Pass,
-    _Rule,
-    _rules,
-    _run,
-    _skip,
-    _then,
-    _wanted,
+    Rule,
+    all_of,
+    any_of,
+    col_ms,
+    duplicates_check,
+    rule_checks,
+    rule_holds,
+    run_alone,
+    skip_result,
+    then,
+    wanted,
 )
 from windowing.validation.schemas import (
-    _pandera,
-    _schema_check,
     aggregates_schema,
     input_schema,
     late_schema,
+    pandera_check,
     rejected_schema,
+    schema_check,
     state_schema,
 )
 
@@ -63,12 +63,12 @@ def _aggregate_names(pipeline: Pipeline, typ: str, column: str | None | Ellipsis
     return [a for a in pipeline.aggregates if a.type == typ and (anyc or a.column == column)]
 
 
-def _plain_count(pipeline: Pipeline) -> Aggregate | None:
+def plain_count(pipeline: Pipeline) -> Aggregate | None:
     found = _aggregate_names(pipeline, "count", None)
     return found[0] if found else None
 
 
-def _group_columns(pipeline: Pipeline) -> list[str]:
+def group_columns(pipeline: Pipeline) -> list[str]:
     return [c for c in (pipeline.source.worker, pipeline.window.key) if c]
 
 
@@ -102,18 +102,23 @@ def input_checks(
       failing this go to ``rejected``);
     * ``input_event_time_skew``: ``|event time - arrival time| <= max_skew_ms``.
     """
-    return _run(lambda p: _input_checks(p, pipeline, events_df, max_skew_ms, sample_size, only))
+    return run_alone(lambda p: plan_input_checks(p, pipeline, events_df, max_skew_ms, sample_size, only))
 
 
-def _input_checks(
-    p: _Pass, pipeline: Pipeline, events_df: DataFrame, max_skew_ms: int, sample_size: int, only: Collection[str] | None
+def plan_input_checks(
+    p: CountPass,
+    pipeline: Pipeline,
+    events_df: DataFrame,
+    max_skew_ms: int,
+    sample_size: int,
+    only: Collection[str] | None,
 ) -> Finish:
     """:func:`input_checks`, planned on ``p``."""
     types = {f.name: f.dataType for f in events_df.schema.fields}
     out: list[Finish] = []
-    if _wanted(only, "input_schema"):
+    if wanted(only, "input_schema"):
         out.append(
-            _pandera(
+            pandera_check(
                 p,
                 "input_schema",
                 "configured columns present, with usable types",
@@ -127,20 +132,20 @@ def _input_checks(
     if any(c not in types for c in names):
         missing = ", ".join(c for c in names if c not in types)
         skipped = [
-            _skip(n, "arrival/event times present, parseable and close", f"missing {missing}")
+            skip_result(n, "arrival/event times present, parseable and close", f"missing {missing}")
             for n in ("input_times_parseable", "input_event_time_skew")
-            if _wanted(only, n)
+            if wanted(only, n)
         ]
-        return _then(*out, lambda: skipped)
+        return then(*out, lambda: skipped)
     arr = epoch_ms(src.arrival_time, types[src.arrival_time])
     evt = epoch_ms(w.event_time, types[w.event_time]) if w.event_time else arr
     rules = [
-        _Rule(
+        Rule(
             "input_times_parseable",
             "arrival and event times present and parseable (failing rows are rejected by the replay)",
             arr.isNotNull() & evt.isNotNull(),
         ),
-        _Rule(
+        Rule(
             "input_event_time_skew",
             f"|event time - arrival time| <= {max_skew_ms} ms (max_skew)",
             F.abs(evt - arr) <= F.lit(int(max_skew_ms)) if w.event_time else None,
@@ -148,7 +153,7 @@ def _input_checks(
             why_skipped="processing time: event time is the arrival time",
         ),
     ]
-    return _then(*out, _rules(p, events_df, rules, sample_size, only))
+    return then(*out, rule_checks(p, events_df, rules, sample_size, only))
 
 
 def aggregates_checks(
@@ -159,11 +164,11 @@ def aggregates_checks(
     only: Collection[str] | None = None,
 ) -> list[CheckResult]:
     """Checks of the ``aggregates`` output (emitted windows and ``AGGREGATE`` snapshots)."""
-    return _run(lambda p: _aggregates_checks(p, pipeline, aggregates, input_types, sample_size, only))
+    return run_alone(lambda p: plan_aggregates_checks(p, pipeline, aggregates, input_types, sample_size, only))
 
 
-def _aggregates_checks(
-    p: _Pass,
+def plan_aggregates_checks(
+    p: CountPass,
     pipeline: Pipeline,
     aggregates: DataFrame,
     input_types: dict[str, DataType] | None,
@@ -173,7 +178,7 @@ def _aggregates_checks(
     """:func:`aggregates_checks`, planned on ``p``."""
     w = pipeline.window
     session = w.type is WindowType.SESSION
-    schema = _schema_check(
+    schema = schema_check(
         p,
         "aggregates_schema",
         "columns and types of the kernel's aggregates schema; "
@@ -186,10 +191,10 @@ def _aggregates_checks(
         sample_size,
         only,
     )
-    ws, we, wm = _col_ms("window_start"), _col_ms("window_end"), _col_ms("emit_watermark")
+    ws, we, wm = col_ms("window_start"), col_ms("window_end"), col_ms("emit_watermark")
     reason = _col("emit_reason")
     rules = [
-        _Rule(
+        Rule(
             "aggregates_window_bounds",
             "window_end >= window_start (sessions)" if session else "window_end > window_start",
             (we >= ws) if session else (we > ws),
@@ -197,7 +202,7 @@ def _aggregates_checks(
     ]
     if w.type is WindowType.SESSION:
         rules.append(
-            _Rule(
+            Rule(
                 "aggregates_window_span",
                 "session span window_end - window_start < maximumDuration",
                 (we - ws) < F.lit(w.maximum_duration_ms) if w.maximum_duration_ms else None,
@@ -207,7 +212,7 @@ def _aggregates_checks(
     else:
         step = w.span_ms if w.type is WindowType.TUMBLING else w.slide_ms
         rules.append(
-            _Rule(
+            Rule(
                 "aggregates_window_span",
                 f"window_end - window_start == {w.span_ms} ms and window_start aligned to "
                 f"{step} ms (+ offset {w.offset_ms} ms)",
@@ -216,10 +221,10 @@ def _aggregates_checks(
         )
     counts = _aggregate_names(pipeline, "count", None)
     rules.append(
-        _Rule(
+        Rule(
             "aggregates_count_positive",
             "count >= 1 (every window holds an event)",
-            _all([_col(a.name) >= 1 for a in counts]),
+            all_of([_col(a.name) >= 1 for a in counts]),
             why_skipped="no plain count aggregate",
         )
     )
@@ -230,7 +235,7 @@ def _aggregates_checks(
     if session and w.maximum_duration_ms:
         wm_ok = wm_ok.when(reason == MAX_DURATION_REASON, wm >= ws + F.lit(w.maximum_duration_ms))
     rules.append(
-        _Rule(
+        Rule(
             "aggregates_emit_watermark",
             "WATERMARK emissions: emit_watermark >= window_end"
             + (" + gap" if session else "")
@@ -243,24 +248,24 @@ def _aggregates_checks(
         )
     )
     allowed = allowed_reasons(pipeline)
-    rules.append(_Rule("aggregates_emit_reason", f"emit_reason in {allowed}", reason.isin(allowed)))
-    out = [schema, _rules(p, aggregates, rules, sample_size, only)]
-    key = _group_columns(pipeline) + [*WINDOW_COLUMNS, "emission"]
-    if _wanted(only, "aggregates_unique_emission"):
+    rules.append(Rule("aggregates_emit_reason", f"emit_reason in {allowed}", reason.isin(allowed)))
+    out = [schema, rule_checks(p, aggregates, rules, sample_size, only)]
+    key = group_columns(pipeline) + [*WINDOW_COLUMNS, "emission"]
+    if wanted(only, "aggregates_unique_emission"):
         out.append(
-            _duplicates(
+            duplicates_check(
                 p,
                 "aggregates_unique_emission",
                 f"({', '.join(key)}) unique among emitted (non-AGGREGATE) rows",
-                aggregates.where(~_holds(reason == AGGREGATE_REASON)),
+                aggregates.where(~rule_holds(reason == AGGREGATE_REASON)),
                 key,
                 sample_size,
             )
         )
-    return _then(*out)
+    return then(*out)
 
 
-def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
+def _min_avg_max_rule(pipeline: Pipeline) -> Rule:
     """min <= avg <= max over one column, with values ordered as Spark orders them.
 
     * NaN equals NaN and is greater than every other value, +inf included; ``-0.0``
@@ -275,7 +280,7 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
       no -inf; -inf the mirror image. Without a plain count any overflow is possible.
     """
     inf, top = float("inf"), sys.float_info.max
-    plain = _plain_count(pipeline)
+    plain = plain_count(pipeline)
     n = _col(plain.name).cast("double") if plain is not None else None
 
     def num(a: Aggregate) -> Column:
@@ -296,7 +301,7 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
         return ~nan(lo) & ((lo == F.lit(-inf)) | grow)
 
     def every(conds: list[Column]) -> Column:
-        out = _all(conds) if conds else F.lit(True)
+        out = all_of(conds) if conds else F.lit(True)
         assert out is not None
         return out
 
@@ -325,7 +330,7 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
             nan_ok = every([nan(hi) | (reaches_up(hi) & every([reaches_down(lo) for lo in los])) for hi in his])
             up_ok = every([reaches_up(hi) for hi in his] + [~nan(lo) & (lo != F.lit(-inf)) for lo in los])
             down_ok = every([reaches_down(lo) for lo in los] + [~nan(hi) & (hi != F.lit(inf)) for hi in his])
-            null = _any([_col(x.name).isNull() for x in (av, *mins, *maxs)])
+            null = any_of([_col(x.name).isNull() for x in (av, *mins, *maxs)])
             conds.append(
                 F.when(null, True)
                 .when(nan(a), nan_ok)
@@ -333,26 +338,26 @@ def _min_avg_max_rule(pipeline: Pipeline) -> _Rule:
                 .when(a == F.lit(-inf), down_ok)
                 .otherwise(within)
             )
-    return _Rule(
+    return Rule(
         "aggregates_min_avg_max",
         "min <= avg <= max over the same column (Spark's order: NaN above +inf, -0.0 == 0.0; "
         "a NaN or infinite avg only with the amounts or overflow that explain it)",
-        _all(conds),
+        all_of(conds),
         why_skipped="no two of min/avg/max over one column",
     )
 
 
-def _distinct_rule(pipeline: Pipeline) -> _Rule:
+def _distinct_rule(pipeline: Pipeline) -> Rule:
     conds = []
-    plain = _plain_count(pipeline)
+    plain = plain_count(pipeline)
     for d in _aggregate_names(pipeline, "distinct"):
         same = _aggregate_names(pipeline, "count", d.column)
         for cnt in same or ([plain] if plain else []):
             conds.append(F.when(_col(cnt.name).isNull(), True).otherwise(_col(d.name) <= _col(cnt.name)))
-    return _Rule(
+    return Rule(
         "aggregates_distinct_le_count",
         "distinct <= count",
-        _all(conds),
+        all_of(conds),
         why_skipped="no distinct aggregate with a count to compare",
     )
 
@@ -373,11 +378,11 @@ def late_checks(
 ) -> list[CheckResult]:
     """Checks of ``late_events``: the lateness rule of the pipeline's mode, ``lateness_ms``,
     and that each row names a window its event belongs to."""
-    return _run(lambda p: _late_checks(p, pipeline, late, input_types, sample_size, only))
+    return run_alone(lambda p: plan_late_checks(p, pipeline, late, input_types, sample_size, only))
 
 
-def _late_checks(
-    p: _Pass,
+def plan_late_checks(
+    p: CountPass,
     pipeline: Pipeline,
     late: DataFrame,
     input_types: dict[str, DataType] | None,
@@ -387,7 +392,7 @@ def _late_checks(
     """:func:`late_checks`, planned on ``p``."""
     w = pipeline.window
     session = w.type is WindowType.SESSION
-    schema = _schema_check(
+    schema = schema_check(
         p,
         "late_events_schema",
         "columns and types of the kernel's late_events schema",
@@ -400,20 +405,20 @@ def _late_checks(
         only,
     )
     t = _event_ms_in(pipeline, late)
-    ws, we, wm = _col_ms("window_start"), _col_ms("window_end"), _col_ms("watermark")
+    ws, we, wm = col_ms("window_start"), col_ms("window_end"), col_ms("watermark")
     no_t = "the event time column is not in late_events"
     if w.lateness is Lateness.WINDOW_CLOSED:
         if session:
-            rule = _Rule(
+            rule = Rule(
                 "late_rule",
                 "WINDOW_CLOSED sessions: event time + gap <= watermark",
                 (t + F.lit(w.idle_timeout_ms) <= wm) if t is not None else None,
                 why_skipped=no_t,
             )
         else:
-            rule = _Rule("late_rule", "WINDOW_CLOSED: window_end <= watermark", we <= wm)
+            rule = Rule("late_rule", "WINDOW_CLOSED: window_end <= watermark", we <= wm)
     else:
-        rule = _Rule(
+        rule = Rule(
             "late_rule",
             "BEFORE_WATERMARK: event time < watermark",
             (t < wm) if t is not None else None,
@@ -437,15 +442,15 @@ def _late_checks(
         member_desc = "the event belongs to the (aligned) window it is late for"
     rules = [
         rule,
-        _Rule(
+        Rule(
             "late_lateness_ms",
             "lateness_ms == watermark - event time",
             (_col("lateness_ms") == wm - t) if t is not None else None,
             why_skipped=no_t,
         ),
-        _Rule("late_window_membership", member_desc, member, why_skipped=no_t),
+        Rule("late_window_membership", member_desc, member, why_skipped=no_t),
     ]
-    return _then(schema, _rules(p, late, rules, sample_size, only))
+    return then(schema, rule_checks(p, late, rules, sample_size, only))
 
 
 def state_checks(
@@ -457,11 +462,11 @@ def state_checks(
 ) -> list[CheckResult]:
     """Checks of ``state``: kinds, one (this pipeline's) fingerprint, window bounds, and
     no duplicate worker, key or window rows."""
-    return _run(lambda p: _state_checks(p, pipeline, state, input_types, sample_size, only))
+    return run_alone(lambda p: plan_state_checks(p, pipeline, state, input_types, sample_size, only))
 
 
-def _state_checks(
-    p: _Pass,
+def plan_state_checks(
+    p: CountPass,
     pipeline: Pipeline,
     state: DataFrame,
     input_types: dict[str, DataType] | None,
@@ -470,7 +475,7 @@ def _state_checks(
 ) -> Finish:
     """:func:`state_checks`, planned on ``p``."""
     session = pipeline.window.type is WindowType.SESSION
-    schema = _schema_check(
+    schema = schema_check(
         p,
         "state_schema",
         "columns and types of the kernel's state schema; state_kind and fingerprint non-null",
@@ -487,9 +492,9 @@ def _state_checks(
     fp = pipeline.fingerprint()
     bounds = (we >= ws) if session else (we > ws)
     rules = [
-        _Rule("state_kind", f"state_kind in {list(STATE_KINDS)}", kind.isin(list(STATE_KINDS))),
-        _Rule("state_fingerprint", f"one fingerprint, this pipeline's ({fp})", _col("fingerprint") == F.lit(fp)),
-        _Rule(
+        Rule("state_kind", f"state_kind in {list(STATE_KINDS)}", kind.isin(list(STATE_KINDS))),
+        Rule("state_fingerprint", f"one fingerprint, this pipeline's ({fp})", _col("fingerprint") == F.lit(fp)),
+        Rule(
             "state_window_bounds",
             "window/emitted rows: window_end_ms " + (">=" if session else ">") + " window_start_ms; "
             "open windows hold events >= 1; emitted counters >= 1",
@@ -497,15 +502,15 @@ def _state_checks(
             applies=kind.isin(WINDOW_KIND, EMITTED_KIND),
         ),
     ]
-    out = [schema, _rules(p, state, rules, sample_size, only)]
-    if not _wanted(only, "state_unique"):
-        return _then(*out)
+    out = [schema, rule_checks(p, state, rules, sample_size, only)]
+    if not wanted(only, "state_unique"):
+        return then(*out)
     # A window is either open or a re-openable emitted counter, never both, never twice.
     cls = F.when(kind.isin(WINDOW_KIND, EMITTED_KIND), F.lit(WINDOW_KIND)).otherwise(kind)
-    key = _group_columns(pipeline)
+    key = group_columns(pipeline)
     keyed = state.select(cls.alias("state_class"), *[_col(c) for c in key], "window_start_ms", "window_end_ms")
     out.append(
-        _duplicates(
+        duplicates_check(
             p,
             "state_unique",
             "no duplicate worker, key or (worker, key, window) rows",
@@ -514,7 +519,7 @@ def _state_checks(
             sample_size,
         )
     )
-    return _then(*out)
+    return then(*out)
 
 
 def rejected_checks(
@@ -525,11 +530,11 @@ def rejected_checks(
     only: Collection[str] | None = None,
 ) -> list[CheckResult]:
     """Checks of ``rejected``: the schema and known reasons."""
-    return _run(lambda p: _rejected_checks(p, pipeline, rejected, input_types, sample_size, only))
+    return run_alone(lambda p: plan_rejected_checks(p, pipeline, rejected, input_types, sample_size, only))
 
 
-def _rejected_checks(
-    p: _Pass,
+def plan_rejected_checks(
+    p: CountPass,
     pipeline: Pipeline,
     rejected: DataFrame,
     input_types: dict[str, DataType] | None,
@@ -537,7 +542,7 @@ def _rejected_checks(
     only: Collection[str] | None,
 ) -> Finish:
     """:func:`rejected_checks`, planned on ``p``."""
-    schema = _schema_check(
+    schema = schema_check(
         p,
         "rejected_schema",
         "the input columns and a non-null reason",
@@ -549,12 +554,12 @@ def _rejected_checks(
         sample_size,
         only,
     )
-    return _then(
+    return then(
         schema,
-        _rules(
+        rule_checks(
             p,
             rejected,
-            [_Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}", _col("reason").isin(list(REJECT_REASONS)))],
+            [Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}", _col("reason").isin(list(REJECT_REASONS)))],
             sample_size,
             only,
         ),

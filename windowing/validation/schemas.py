@@ -12,7 +12,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 from windowing.config import Pipeline, arrow_schemas
 from windowing.config.model import NUMERIC_AGGREGATES
 from windowing.contract import LATE_ADDED_COLUMNS, STATE_HEAD_COLUMNS
-from windowing.validation.base import CheckResult, Finish, _jsonable, _Pass, _skip, _Sums, _wanted
+from windowing.validation.base import CheckResult, CountPass, Finish, PassSums, jsonable, skip_result, wanted
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,7 +36,7 @@ def _screened(check: Any, column: str, dtype: DataType) -> Column | None:
     return F.when(~(F.col(column) >= check.statistics["min_value"]), 1)
 
 
-def _screen(p: _Pass, schema: DataFrameSchema, df: DataFrame) -> tuple[dict[str, list[Hashable]], _Sums | None]:
+def _screen(p: CountPass, schema: DataFrameSchema, df: DataFrame) -> tuple[dict[str, list[Hashable]], PassSums | None]:
     """Count, on ``p``, what pandera's pyspark backend would spend a Spark job on per column
     (a null in a non-nullable column; each failing row of a data check), for the columns it
     can be counted for: present, with the declared type, and only checks :func:`_screened`
@@ -64,7 +64,9 @@ def _screen(p: _Pass, schema: DataFrameSchema, df: DataFrame) -> tuple[dict[str,
     return screened, (p.add(df, counters) if counters else None)
 
 
-def _pandera(p: _Pass, name: str, description: str, schema: DataFrameSchema, df: DataFrame, sample_size: int) -> Finish:
+def pandera_check(
+    p: CountPass, name: str, description: str, schema: DataFrameSchema, df: DataFrame, sample_size: int
+) -> Finish:
     """Validate ``df`` with a pandera pyspark schema, planned on ``p``; any recorded error fails the check.
 
     pandera's pyspark backend spends a Spark job on each non-nullable column and on each data
@@ -106,7 +108,7 @@ def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFram
             name, False, 1, [{"error": "pandera recorded no report (validation disabled?)"}], description
         )
     errors = [
-        {"scope": scope, "reason": reason, **{k: _jsonable(v) for k, v in e.items()}}
+        {"scope": scope, "reason": reason, **{k: jsonable(v) for k, v in e.items()}}
         for scope, by_reason in dict(cast(Any, report)).items()
         for reason, items in dict(by_reason).items()
         for e in items
@@ -114,8 +116,8 @@ def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFram
     return CheckResult(name, not errors, len(errors), errors[:sample_size], description)
 
 
-def _schema_check(
-    p: _Pass,
+def schema_check(
+    p: CountPass,
     name: str,
     description: str,
     skip_description: str,
@@ -127,11 +129,11 @@ def _schema_check(
     only: Collection[str] | None,
 ) -> Finish:
     """An output's pandera schema check, planned on ``p``; skipped when the input column types are unknown."""
-    if not _wanted(only, name):
+    if not wanted(only, name):
         return lambda: []
     if input_types is None:
-        return lambda: [_skip(name, skip_description, "input types unknown")]
-    return _pandera(p, name, description, schema_of(pipeline, input_types), df, sample_size)
+        return lambda: [skip_result(name, skip_description, "input types unknown")]
+    return pandera_check(p, name, description, schema_of(pipeline, input_types), df, sample_size)
 
 
 def _schema(columns: dict[str, Any], name: str) -> DataFrameSchema:
