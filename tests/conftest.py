@@ -52,10 +52,10 @@ def pytest_configure(config):
     if " ".join(str(config.getoption("markexpr", "") or "").split()) == "not spark":
         os.environ.setdefault("REWINDOW_CASES_SCALE", FAST_TIER_CASES)
     elif not hasattr(config, "workerinput"):
-        # Spark drivers map their classes from one archive (tests/spark_classes.py), made once
+        # Spark drivers map their classes from one archive (tests/support/spark_classes.py), made once
         # per pyspark and JVM while the first tests run; pytest-xdist's processes, started
         # after this, inherit SPARK_SUBMIT_OPTS.
-        from tests.spark_classes import ENV, archive_opts, archive_path, make_in_background, submit_opts
+        from tests.support.spark_classes import ENV, archive_opts, archive_path, make_in_background, submit_opts
 
         archive = archive_path()
         if archive is not None and not archive.is_file():
@@ -131,16 +131,16 @@ LONG_UNITS = (
     "tests/test_cli.py",
     "tests/assets/test_matches_live.py",
     "tests/orchestration/test_partition_end.py",
-    "tests/windowing/test_kernel_vs_model.py",
+    "tests/windowing/kernel/test_kernel_vs_model.py",
     "tests/windowing/test_golden.py",
     "tests/windowing/lateness/test_lateness.py",
     "tests/orchestration/test_demo.py",
     "tests/assets/test_lateness_asset.py",
-    "tests/windowing/test_decimal.py",
+    "tests/windowing/kernel/test_decimal.py",
     "tests/windowing/runner/test_metrics.py",
     "tests/windowing/storage/test_io.py",
     "tests/windowing/runner/test_engine_settings.py",
-    "tests/windowing/test_validation.py",
+    "tests/windowing/validation/test_validation.py",
     "tests/test_partition_jobs.py",
     "tests/test_cli_errors.py",
     "tests/windowing/config/test_voltsp_yaml.py",

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.lake.services import QUICK_JVM_OPTS
-from tests.outputs import commits, run_dir
-from tests.outputs import metrics as metrics_of
+from tests.support.outputs import commits, run_dir
+from tests.support.outputs import metrics as metrics_of
+from tests.support.services import QUICK_JVM_OPTS
 from windowing.cli import main
 from windowing.runner.session import DEFAULT_CONF, LOCAL_DEFAULT_CONF, REQUIRED_CONF
 

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.lake.services import QUICK_JVM_OPTS
+from tests.support.services import QUICK_JVM_OPTS
 from windowing.cli import main
 from windowing.commands.common import key_value as _key_value
 from windowing.config import ConfigError, load_pipeline

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lake.services import QUICK_JVM_OPTS
+from tests.support.services import QUICK_JVM_OPTS
 
 ROOT = Path(__file__).resolve().parent.parent
 

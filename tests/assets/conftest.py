@@ -1,3 +1,3 @@
-"""Fixtures of the asset tests: tests/dagster_harness.py."""
+"""Fixtures of the asset tests: tests/support/dagster_harness.py."""
 
-from tests.dagster_harness import history, pipelines_dir  # noqa: F401  (fixtures)
+from tests.support.dagster_harness import history, pipelines_dir  # noqa: F401  (fixtures)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dagster as dg
 
 from orchestration.schedules import LATENESS_JOB, REPLAY_JOB
-from tests.dagster_harness import DAYS, Replayer, failure_message
+from tests.support.dagster_harness import DAYS, Replayer, failure_message
 from windowing.lateness.outputs import read_lateness
 from windowing.storage.lake import Lake
 

@@ -18,8 +18,8 @@ import dagster as dg
 import pytest
 
 from assets.matches_live import LIVE_CHECK
-from tests.dagster_harness import DAYS, PIPELINE_YAML, Replayer, failure_message
-from tests.outputs import metrics as metrics_of
+from tests.support.dagster_harness import DAYS, PIPELINE_YAML, Replayer, failure_message
+from tests.support.outputs import metrics as metrics_of
 
 AGG = dg.AssetKey(["clicks_hourly", "windowed_aggregates"])
 CHECK = dg.AssetCheckKey(AGG, LIVE_CHECK)

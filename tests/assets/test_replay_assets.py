@@ -9,10 +9,10 @@ import dagster as dg
 import pytest
 
 from assets.pipelines import CHECK_NAME
-from tests.dagster_harness import DAYS, Replayer, failure_message, lineage, rows
-from tests.histories import landing_with_odd_row as _landing_with_odd_row
-from tests.outputs import current
-from tests.outputs import metrics as metrics_of
+from tests.support.dagster_harness import DAYS, Replayer, failure_message, lineage, rows
+from tests.support.histories import landing_with_odd_row as _landing_with_odd_row
+from tests.support.outputs import current
+from tests.support.outputs import metrics as metrics_of
 from windowing.metrics import render_prometheus
 from windowing.storage.store import state_content_hash
 
@@ -392,7 +392,7 @@ def test_rejected_rows_warn_within_the_pipelines_limit_and_block_above_it(spark,
     """One row of 301 (0.33 %) with a null event time: it is rejected either way. Within
     quality.maxRejectedShare (1 %) the input check warns and the partition is committed;
     above it (the default 0.1 %, or 0) it blocks and nothing is committed."""
-    from tests.dagster_harness import PIPELINE_YAML
+    from tests.support.dagster_harness import PIPELINE_YAML
 
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()

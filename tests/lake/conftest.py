@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lake.services import Lake, SparkConnectServer, SparkStandalone, pid_alive
+from tests.support.services import Lake, SparkConnectServer, SparkStandalone, pid_alive
 
 #: The viewfs mount table name of the session lake: ``viewfs://lake/data/...``.
 LAKE_MOUNT = "lake"
@@ -95,6 +95,6 @@ def spark_remote(spark_connect):
     session = spark_connect.session()
     yield session
     # spark_connect.stop() closes it too; closing here first keeps the order explicit.
-    from tests.lake.services import close_connect_session
+    from tests.support.services import close_connect_session
 
     close_connect_session(session)

@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from tests.lake import conftest as lake_conftest
-from tests.lake.services import HOST, base_env, free_port, pid_alive, process_table, tail
-from tests.outputs import OUTPUTS, snapshot
+from tests.support.outputs import OUTPUTS, snapshot
+from tests.support.services import HOST, base_env, free_port, pid_alive, process_table, tail
 
 pytestmark = pytest.mark.cluster
 

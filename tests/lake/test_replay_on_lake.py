@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.lake import conftest as lake_conftest
-from tests.lake.services import base_env, hadoop_viewfs_conf, viewfs_conf
-from tests.outputs import OUTPUTS, commits, current, run_dir, snapshot
-from tests.quality.processes import commit_folders, run_folders
+from tests.support.outputs import OUTPUTS, commits, current, run_dir, snapshot
+from tests.support.processes import commit_folders, run_folders
+from tests.support.services import base_env, hadoop_viewfs_conf, viewfs_conf
 
 pytestmark = pytest.mark.cluster
 
@@ -128,7 +128,7 @@ def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(
     (``commit``) appears: the previous output stays byte for byte, the current run is
     the previous one whole (or, killed mid-commit, the new one whole), and a rerun
     commits day 1's rows and sweeps what the killed run left."""
-    from tests.quality.processes import kill_when, start_replay, tree_digest
+    from tests.support.processes import kill_when, start_replay, tree_digest
     from windowing import cli
     from windowing.commands import common
     from windowing.runner.session import session_conf

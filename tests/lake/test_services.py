@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.lake.services import (
+from tests.support.services import (
     QUICK_JVM_OPTS,
     SparkConnectServer,
     SparkStandalone,

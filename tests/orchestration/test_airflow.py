@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.dagster_harness import DAYS, START, rows
 from tests.orchestration.test_backfill_cli import _cli
+from tests.support.dagster_harness import DAYS, START, rows
 from windowing.chain import COMMITTED, FAILED, Chain, Partitions
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.dagster_harness import DAYS
+from tests.support.dagster_harness import DAYS
 from windowing.cli import main
 
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
@@ -102,7 +102,7 @@ def test_damaged_records_and_states_of_a_history_are_named_and_resume_reruns_the
     "committed", --resume "nothing to do"), a state part deleted (--rerun-from lost events)."""
     import shutil
 
-    from tests.outputs import current, run_dir
+    from tests.support.outputs import current, run_dir
 
     config = pipelines_dir / "clicks-hourly.yaml"
     root = tmp_path / "out"
@@ -210,7 +210,7 @@ def test_two_concurrent_backfills_of_one_range_lose_nothing(spark, history, pipe
     a backfill run alone."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tests.dagster_harness import START
+    from tests.support.dagster_harness import START
     from windowing.chain import COMMITTED, Chain, Partitions
     from windowing.config import load_pipeline
     from windowing.storage.outputs import read_outputs

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from tests.dagster_harness import DAYS, Replayer, failure_message
-from tests.lake.services import base_env
-from tests.outputs import commits, snapshot
+from tests.support.dagster_harness import DAYS, Replayer, failure_message
+from tests.support.outputs import commits, snapshot
+from tests.support.services import base_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).parent / "dagster")

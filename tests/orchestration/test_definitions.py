@@ -14,7 +14,7 @@ from assets.resources import StorageResource
 from orchestration.definitions import build_definitions, load_pipelines
 from orchestration.partitions import PartitionSettings
 from orchestration.schedules import LATENESS_JOB, REPLAY_JOB
-from tests.dagster_harness import PIPELINE_YAML
+from tests.support.dagster_harness import PIPELINE_YAML
 
 REPO = Path(__file__).resolve().parents[2]
 ASSETS = {"window_state", "windowed_aggregates", "late_events", "rejected_events", "lateness"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from orchestration import demo
-from tests.outputs import metrics as metrics_of
+from tests.support.outputs import metrics as metrics_of
 
 
 def test_demo_generates_replays_and_summarises(spark, pipelines_dir, tmp_path, capsys, monkeypatch):

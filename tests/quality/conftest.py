@@ -175,7 +175,7 @@ def cli_runs(replayed, tmp_path_factory):
 
     The killed runs' outputs hold day 2's output beforehand, so old and new differ.
     """
-    from tests.quality.processes import CliRuns
+    from tests.support.processes import CliRuns
 
     r = replayed("clicks")
     runs = CliRuns.start(r.config, r.day1, r.day2, r.out2, tmp_path_factory.mktemp("cli-runs"))

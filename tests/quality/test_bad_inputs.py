@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.outputs import run_dir
 from tests.quality.conftest import rows
+from tests.support.outputs import run_dir
 from windowing import parse_pipeline, replay
 from windowing import validation as V
 from windowing.config import ConfigError

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.lake.services import QUICK_JVM_OPTS
-from tests.outputs import commits, current, metrics, run_dir
 from tests.quality.conftest import rows
-from tests.quality.processes import TIMEOUT_S, run_folders, tree_digest
+from tests.support.outputs import commits, current, metrics, run_dir
+from tests.support.processes import TIMEOUT_S, run_folders, tree_digest
+from tests.support.services import QUICK_JVM_OPTS
 from windowing.contract import OUTPUTS
 from windowing.storage.commits import new_run_id, prune
 from windowing.storage.errors import OutputError

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tests.outputs import run_dir
+from tests.support.outputs import run_dir
 from windowing import contract, replay
 from windowing import validation as V
 from windowing.runner.columns import MAX_EPOCH_MS, MIN_EPOCH_MS

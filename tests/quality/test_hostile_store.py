@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.outputs import commits, current, run_dir
 from tests.quality.conftest import copy_tree, rows
+from tests.support.outputs import commits, current, run_dir
 from windowing.storage import commits as commit_records
 from windowing.storage.commits import prune
 from windowing.storage.errors import StateError

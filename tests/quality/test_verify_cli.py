@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.outputs import run_dir
 from tests.quality.conftest import copy_tree
+from tests.support.outputs import run_dir
 from windowing import validation as V
 
 

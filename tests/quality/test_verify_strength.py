@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.outputs import run_dir
 from tests.quality.conftest import copy_tree
+from tests.support.outputs import run_dir
 from windowing import cli
 from windowing import validation as V
 from windowing.commands import common

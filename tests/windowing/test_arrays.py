@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.generators import cases
+from tests.support.generators import cases
 from windowing.arrays import MIN_TIMESTAMP, searchsorted_left, seg_cummax, seg_searchsorted, value_order_keys
 
 VALUES = st.one_of(

@@ -8,7 +8,7 @@ Embedded Derby admits one process at a time, and the pyspark package cannot star
 shared metastore (the standalone ``HiveMetaStore`` lacks the LMAX disruptor jar, and
 Derby's network server jar is not shipped). So the history is published first, in
 three processes one after the other: a Dagster backfill (into a database of its own); six
-``rewindow`` commands in one process (tests/windowing/catalog_cli_runs.py: one Spark
+``rewindow`` commands in one process (tests/support/catalog_cli_runs.py: one Spark
 start-up): the backfill, ``rewindow status``, a rerun of the middle day with a changed
 input, a rerun blocked by a failing check, a single ``rewindow replay --partition`` (into
 a database of its own) and a ``rewindow reconcile`` whose both sides are tables; and a
@@ -37,10 +37,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.dagster_harness import PIPELINE_YAML
-from tests.lake.services import ManagedProcess, base_env, free_port, port_open, spark_home
-from tests.outputs import commits, current
-from tests.quality.processes import kill_when
+from tests.support.dagster_harness import PIPELINE_YAML
+from tests.support.outputs import commits, current
+from tests.support.processes import kill_when
+from tests.support.services import ManagedProcess, base_env, free_port, port_open, spark_home
 from windowing.catalog import CatalogSpec, parse_output, published_table, run_id_of, with_overrides
 from windowing.config import ConfigError, parse_pipeline
 from windowing.metastore import session_conf, thrift_server_command
@@ -159,11 +159,11 @@ def _rewindow(*argv, cwd: Path, check: bool = True) -> subprocess.CompletedProce
 
 def _rewindow_runs(*commands, cwd: Path) -> list[SimpleNamespace]:
     """``rewindow`` ``commands`` (argument lists) one after the other in one process
-    (tests/windowing/catalog_cli_runs.py): each one's ``returncode``, ``stdout`` and ``stderr``."""
+    (tests/support/catalog_cli_runs.py): each one's ``returncode``, ``stdout`` and ``stderr``."""
     env = base_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])})
     argvs = [[*map(str, argv), *SPARK_ARGS] for argv in commands]
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.windowing.catalog_cli_runs", json.dumps(argvs)],
+        [sys.executable, "-m", "tests.support.catalog_cli_runs", json.dumps(argvs)],
         capture_output=True,
         text=True,
         env=env,
@@ -262,7 +262,7 @@ def published(tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "tests.windowing.catalog_dagster_run",
+            "tests.support.catalog_dagster_run",
             str(dagster_landing),
             str(pipelines),
             str(base / "dagster_out"),
@@ -286,7 +286,7 @@ def published(tmp_path_factory):
     facts["dagster"] = json.loads(proc.stdout.strip().splitlines()[-1])
     facts["dagster_folders"] = {d: base / "dagster_out" / "clicks-hourly" / d for d in DAYS}
 
-    # 2. six commands in one process (tests/windowing/catalog_cli_runs.py), one Spark start-up:
+    # 2. six commands in one process (tests/support/catalog_cli_runs.py), one Spark start-up:
     # the backfill, every partition committed, then published; `rewindow status`; the middle day
     # rerun with a changed input: a new run, published in its place; a rerun blocked by a failing
     # check (an event 30 days before its arrival): not committed; one partition replayed alone

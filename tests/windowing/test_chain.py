@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.histories import landing_with_odd_row
-from tests.lake.services import QUICK_JVM_OPTS
+from tests.support.histories import landing_with_odd_row
+from tests.support.services import QUICK_JVM_OPTS
 from windowing.chain import COMMITTED, FAILED, MISSING, OUT_OF_DATE, Chain, ChainError, Partitions
 from windowing.config import load_pipeline
 from windowing.storage.store import state_content_hash

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.engine_harness import run_engine
-from tests.kernel_harness import local_replay
-from tests.reference_model import reference_replay
+from tests.support.engine_harness import run_engine
+from tests.support.kernel_harness import local_replay
+from tests.support.reference_model import reference_replay
 from windowing.config import parse_pipeline
 
 S = 1000

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from tests.engine_harness import canon, run_engine
-from tests.kernel_harness import local_replay
-from tests.reference_model import reference_replay
+from tests.support.engine_harness import canon, run_engine
+from tests.support.kernel_harness import local_replay
+from tests.support.reference_model import reference_replay
 from windowing.config import ConfigError, parse_pipeline
 from windowing.runner.normalise import StateMismatchError, mismatch_message
 from windowing.storage.outputs import read_state

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.reference_model import reference_replay, window_bounds
+from tests.support.reference_model import reference_replay, window_bounds
 from windowing.config import parse_pipeline
 
 S = 1000  # one second in ms

@@ -709,7 +709,7 @@ def test_a_refused_offset_names_one_with_the_same_windows(edits, given_ms, sugge
     negative offset is called negative, not "not a duration"."""
     import numpy as np
 
-    from tests.reference_model import window_bounds
+    from tests.support.reference_model import window_bounds
     from windowing.kernel import assign_windows
 
     with pytest.raises(ConfigError) as info:

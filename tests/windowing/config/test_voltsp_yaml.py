@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.engine_harness import canon
-from tests.reference_model import reference_replay
+from tests.support.engine_harness import canon
+from tests.support.reference_model import reference_replay
 from windowing import ConfigError, load_pipeline, parse_pipeline
 from windowing.config import AGGREGATE_TYPES, Aggregate, bean_property, check_input_columns, ignored_fields_note
 
@@ -751,7 +751,7 @@ def test_seed_session_block_replays_end_to_end(spark, tmp_path, monkeypatch, cap
         ["replay", "--config", str(config), "--input", str(events), "--output", str(tmp_path / "out"), "--flush-at-end"]
     )
     assert code == 0, capsys.readouterr().err
-    from tests.outputs import run_dir
+    from tests.support.outputs import run_dir
 
     written = pq.read_table(run_dir(tmp_path / "out") / "aggregates").to_pylist()
     for r in written:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_harness import run_engine, to_df
-from tests.reference_model import reference_replay
-from tests.windowing.lateness.harness import local_lateness, model_figures
+from tests.support.engine_harness import run_engine, to_df
+from tests.support.lateness_harness import local_lateness, model_figures
+from tests.support.reference_model import reference_replay
 from windowing.config import Lateness, parse_pipeline
 from windowing.lateness.curves import smallest_delay, weighted_percentiles
 from windowing.lateness.job import lateness

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from tests.generators import cases, histories, pipelines, split_points
-from tests.reference_model import reference_replay
-from tests.windowing.lateness.harness import local_lateness, model_figures
+from tests.support.generators import cases, histories, pipelines, split_points
+from tests.support.lateness_harness import local_lateness, model_figures
+from tests.support.reference_model import reference_replay
 from windowing.config import Lateness, Trigger, WatermarkStrategy, parse_pipeline
 from windowing.lateness.curves import smallest_delay, weighted_percentiles
 from windowing.lateness.options import LatenessOptions
@@ -294,7 +294,7 @@ def test_weighted_percentiles_interpolate_as_numpy():
 
 
 def _ms(v):
-    from tests.engine_harness import to_ms
+    from tests.support.engine_harness import to_ms
 
     return None if v is None else to_ms(v)
 
@@ -354,8 +354,8 @@ def test_max_future_skew_kernel_matches_model(pipeline, rows):
     """``source.maxFutureSkew``: events too far ahead are rejected (FUTURE_SKEW) before they
     move a watermark, in the kernel's runner as in the model, and every row is accounted
     for: rejected, or in a window (emitted or open) or late for each of its windows."""
-    from tests.engine_harness import canon
-    from tests.kernel_harness import local_replay
+    from tests.support.engine_harness import canon
+    from tests.support.kernel_harness import local_replay
 
     ref = reference_replay(pipeline, rows, flush_at_end=True)
     aggs, late, rejected, _ = local_replay(pipeline, rows, flush_at_end=True)

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from tests.generators import cases, histories, pipelines, split_points
-from tests.windowing.lateness.harness import local_lateness
+from tests.support.generators import cases, histories, pipelines, split_points
+from tests.support.lateness_harness import local_lateness
 from tests.windowing.lateness.test_sweep import _assert_same, _named
 from windowing.config import Lateness, parse_pipeline
 from windowing.lateness import skew_subset, whatif

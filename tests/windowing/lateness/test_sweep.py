@@ -14,8 +14,8 @@ import pytest
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from tests.generators import cases, histories, pipelines, split_points
-from tests.windowing.lateness.harness import local_lateness
+from tests.support.generators import cases, histories, pipelines, split_points
+from tests.support.lateness_harness import local_lateness
 from windowing.config import Lateness, parse_pipeline
 from windowing.lateness.options import LatenessOptions
 from windowing.lateness.sweep import sweepable

@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.generators import cases, histories, pipelines
-from tests.kernel_harness import events_table, normalise_rows, summary_table
+from tests.support.generators import cases, histories, pipelines
+from tests.support.kernel_harness import events_table, normalise_rows, summary_table
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
 from windowing.runner.timelines import summary_timelines

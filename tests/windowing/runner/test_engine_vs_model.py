@@ -9,10 +9,10 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.engine_harness import GENERATED_COLUMNS, canon, run_engine
-from tests.generators import cases, histories, pipelines, silent_gap_histories, split_points
-from tests.outputs import late_events_in
-from tests.reference_model import reference_replay
+from tests.support.engine_harness import GENERATED_COLUMNS, canon, run_engine
+from tests.support.generators import cases, histories, pipelines, silent_gap_histories, split_points
+from tests.support.outputs import late_events_in
+from tests.support.reference_model import reference_replay
 from windowing.config import parse_pipeline
 from windowing.runner.session import session_conf
 from windowing.storage.outputs import read_state

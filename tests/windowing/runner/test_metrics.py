@@ -1,7 +1,7 @@
 """A replay's metrics (docs/semantics.md section 10) and VoltSP's window metrics.
 
 Every expected figure is computed independently of the engine's counters: from the
-reference model (tests/reference_model.py), replayed over all events and over each
+reference model (tests/support/reference_model.py), replayed over all events and over each
 worker's events alone (workers never interact), or from the written datasets.
 
 The history (``_history``), on three workers, one second per batch::
@@ -24,10 +24,10 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from tests.engine_harness import rows_of, to_df
-from tests.outputs import late_events_in, run_dir
-from tests.outputs import metrics as metrics_of
-from tests.reference_model import reference_replay, window_bounds
+from tests.support.engine_harness import rows_of, to_df
+from tests.support.outputs import late_events_in, run_dir
+from tests.support.outputs import metrics as metrics_of
+from tests.support.reference_model import reference_replay, window_bounds
 from windowing import metrics as M
 from windowing.config import Trigger, parse_pipeline
 from windowing.runner.replay import replay

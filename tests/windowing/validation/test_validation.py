@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from tests.engine_harness import to_df
+from tests.support.engine_harness import to_df
 from windowing import contract
 from windowing import validation as V
 from windowing.config import arrow_schemas, parse_pipeline

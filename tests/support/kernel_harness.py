@@ -13,7 +13,7 @@ import zlib
 
 import pyarrow as pa
 
-from tests.engine_harness import to_ms
+from tests.support.engine_harness import to_ms
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
 from windowing.kernel import slices as KS

@@ -5,7 +5,7 @@ The catalog test's published history runs its ``status`` and its two reruns of t
 day this way. One JSON line per command on stdout: its exit code, and what it printed on
 stdout and stderr (rewindow's own lines; Spark's logs go to the process's stderr):
 
-    python -m tests.windowing.catalog_cli_runs '[["status", ...], ["backfill", ...]]'
+    python -m tests.support.catalog_cli_runs '[["status", ...], ["backfill", ...]]'
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the asset and orchestration tests share: a tiny history, its pipeline, and a way
 to run the replay job in process (``Replayer``). ``tests/assets/conftest.py`` and
-``tests/dagster_harness.py`` register the fixtures.
+``tests/support/dagster_harness.py`` register the fixtures.
 
 The Spark session is the suite's shared one (``spark`` in tests/conftest.py); tests
 that run Dagster ask for it first, so the Spark resource reuses it.
@@ -108,14 +108,14 @@ class Replayer:
 
     def current(self, partition: str) -> Path:
         """The partition's current run folder."""
-        from tests.outputs import run_dir
+        from tests.support.outputs import run_dir
 
         return run_dir(self.folder(partition))
 
 
 def lineage(folder: Path):
     """The lineage the partition's current commit record carries."""
-    from tests.outputs import current
+    from tests.support.outputs import current
     from windowing.storage.store import Lineage
 
     doc = current(folder)["extra"]["lineage"]

@@ -17,12 +17,12 @@ installs beside it);
 :func:`submit_opts` is what ``SPARK_SUBMIT_OPTS`` gets, so every ``spark-submit`` started
 from the test process or its subprocesses uses it once it is there.
 ``REWINDOW_SPARK_CLASSES=off`` runs the suite without it. The standalone cluster's daemons
-and executors (tests/lake/services.py) get the same options through
+and executors (tests/support/services.py) get the same options through
 ``REWINDOW_TEST_JVM_ARCHIVE`` (:data:`ENV`): their class path is the drivers'. A JVM whose
 class path or build does not match the archive (Airflow's environment has its own pyspark)
 ignores it; its CDS messages are off, so no output changes.
 
-    python -m tests.spark_classes ARCHIVE    # the run that writes the archive
+    python -m tests.support.spark_classes ARCHIVE    # the run that writes the archive
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 #: The environment variable with :func:`archive_opts`, for JVMs that ``SPARK_SUBMIT_OPTS``
-#: does not reach (tests/lake/services.py's ``QUICK_JVM_OPTS``).
+#: does not reach (tests/support/services.py's ``QUICK_JVM_OPTS``).
 ENV = "REWINDOW_TEST_JVM_ARCHIVE"
 #: Part of the archive's key: raise it when :func:`_dump` loads other classes.
 DUMP_VERSION = 2
@@ -94,7 +94,7 @@ def make(archive: Path, timeout: float = 600) -> bool:
         archive.parent.mkdir(parents=True, exist_ok=True)
         # capture_output: the run returns when the driver's JVM, which shares the pipes, is gone
         proc = subprocess.run(
-            [sys.executable, "-m", "tests.spark_classes", str(partial)],
+            [sys.executable, "-m", "tests.support.spark_classes", str(partial)],
             env=env,
             cwd=ROOT,
             capture_output=True,

@@ -35,7 +35,7 @@ from typing import Mapping, Sequence
 HOST = "127.0.0.1"
 
 #: Quick JVM start-up for short test jobs (the C1 tier only, a serial GC), and under pytest
-#: the archive of Spark's classes (tests/spark_classes.py: tests/conftest.py sets
+#: the archive of Spark's classes (tests/support/spark_classes.py: tests/conftest.py sets
 #: REWINDOW_TEST_JVM_ARCHIVE; the daemons and executors do not read SPARK_SUBMIT_OPTS).
 QUICK_JVM_OPTS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {os.environ.get('REWINDOW_TEST_JVM_ARCHIVE', '')}".strip()
 

@@ -1,7 +1,7 @@
 """Run the lateness analysis (windowing.lateness.whatif) without Spark, on model-style rows.
 
 The Spark runner's steps (normalise, the (worker, batch) summary with both watermark
-candidates, the shuffle by key) are redone in plain Python as tests/kernel_harness.py does
+candidates, the shuffle by key) are redone in plain Python as tests/support/kernel_harness.py does
 for a replay, so many generated cases can check the curves against reference-model replays
 in seconds. The Spark path itself is checked on a few cases (tests/windowing/lateness/test_lateness.py).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from tests.kernel_harness import events_table, key_partitions, normalise_rows
+from tests.support.kernel_harness import events_table, key_partitions, normalise_rows
 from windowing import kernel as K
 from windowing import metrics as M
 from windowing.lateness.curves import late_counts

@@ -3,7 +3,7 @@
 Each case is a random pipeline (window type, watermark strategy, delay, lateness mode,
 idle timeout and clock, keys, workers, batches, triggers, aggregates) and a random
 history with out-of-order, late, future and unprocessable events, whose ``amount``
-column is float64 or, in about one case in four, a decimal (tests/generators.py).
+column is float64 or, in about one case in four, a decimal (tests/support/generators.py).
 """
 
 from __future__ import annotations
@@ -12,10 +12,17 @@ import pytest
 from hypothesis import assume, event, example, given
 from hypothesis import strategies as st
 
-from tests.engine_harness import canon
-from tests.generators import bridging_sessions, cases, pipelines, silent_gap_histories, split_points, typed_histories
-from tests.kernel_harness import local_replay
-from tests.reference_model import reference_replay
+from tests.support.engine_harness import canon
+from tests.support.generators import (
+    bridging_sessions,
+    cases,
+    pipelines,
+    silent_gap_histories,
+    split_points,
+    typed_histories,
+)
+from tests.support.kernel_harness import local_replay
+from tests.support.reference_model import reference_replay
 from windowing.config import parse_pipeline
 from windowing.kernel.slices import sliceable
 

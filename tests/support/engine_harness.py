@@ -25,7 +25,7 @@ COLUMN_TYPES = {
 }
 
 
-#: The columns of tests/generators.py histories (used when a history is empty).
+#: The columns of tests/support/generators.py histories (used when a history is empty).
 GENERATED_COLUMNS = ["arrival", "event_time", "batch", "offset", "worker", "user", "amount", "qty", "tag"]
 
 

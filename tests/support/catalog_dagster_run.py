@@ -2,7 +2,7 @@
 session needs Hive support, which the suite's shared session has not), printing what the
 asset catalog recorded as one JSON line:
 
-    python -m tests.windowing.catalog_dagster_run LANDING PIPELINES_DIR OUTPUT_ROOT FIRST LAST
+    python -m tests.support.catalog_dagster_run LANDING PIPELINES_DIR OUTPUT_ROOT FIRST LAST
 
 The metastore folder comes from ``REWINDOW_METASTORE_DIR`` (``SparkResource.metastore_dir``).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from tests.dagster_harness import Replayer
+from tests.support.dagster_harness import Replayer
 
 
 def main(landing: str, pipelines: str, output_root: str, first: str, last: str) -> None:

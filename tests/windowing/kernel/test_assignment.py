@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.kernel_harness import local_replay
-from tests.reference_model import reference_replay
+from tests.support.kernel_harness import local_replay
+from tests.support.reference_model import reference_replay
 from windowing.config import WindowType, parse_pipeline
 from windowing.kernel import assign_windows
 

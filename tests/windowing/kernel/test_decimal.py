@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from tests.engine_harness import canon, rows_of, run_engine, to_df
-from tests.generators import dec, decimal_values
-from tests.kernel_harness import local_replay
-from tests.reference_model import reference_replay
+from tests.support.engine_harness import canon, rows_of, run_engine, to_df
+from tests.support.generators import dec, decimal_values
+from tests.support.kernel_harness import local_replay
+from tests.support.reference_model import reference_replay
 from windowing import kernel as K
 from windowing.config import parse_pipeline
 
