@@ -11,6 +11,11 @@ Each aggregate type is one :class:`Aggregator` subclass holding all its rules: r
 running value (``atAggregate``), session accumulators, state columns, final value and
 types. Adding an aggregate is one class here and its name in :data:`AGGREGATORS`.
 
+Why one module of over a thousand lines: it is one concept, the aggregators, and every
+one of them is built on the same domain coding and fold helpers at its top; they are
+read side by side when one is added or changed (the same rules for every aggregate), and
+split by type they would only import each other's helpers.
+
 Invariants: carried partials come first in every fold; a code of -1 is null; a partial
 written to state does not depend on input row order (distinct members are sorted).
 """
