@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _state_manifest_check(spark: Any, outputs: Any) -> Any:
     """``state_manifest``: the state's parts, row counts and window-rows hash against the
-    manifest the run wrote (windowing.manifest), with or without ``--input``."""
+    manifest the run wrote (windowing.storage.manifest), with or without ``--input``."""
     from windowing.storage.manifest import verify_problem  # noqa: PLC0415 - keeps the CLI fast: manifest imports pyspark
     from windowing.validation import CheckResult  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
 

@@ -251,7 +251,7 @@ def batch_summaries(summary: pa.Table) -> dict[bool, pa.Table]:
 
 
 def timeline_summary(rows: pa.Table, strategy: WatermarkStrategy) -> pa.Table:
-    """The (worker, batch) summary :func:`windowing.engine.summary_timelines` reads, for
+    """The (worker, batch) summary :func:`windowing.runner.timelines.summary_timelines` reads, for
     one strategy, from one of :func:`batch_summaries`."""
     cand = "cand_min" if strategy is WatermarkStrategy.MIN_EVENT_TIME else "cand_max"
     return pa.table(

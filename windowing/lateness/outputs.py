@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from windowing.config import Pipeline
 from windowing.lateness.options import FIGURES, KIND, REPORT, TABLES, LatenessResult
 from windowing.lateness.report import render_report
-from windowing.storage.commits import current_commit
-from windowing.storage.commits import new_run_id as _new_run_id
+from windowing.storage.commits import current_commit, new_run_id
 from windowing.storage.errors import InputError
 from windowing.storage.lake import Lake, glob_escape, join
 from windowing.storage.manifest import write_manifest
@@ -31,19 +30,19 @@ def write_lateness(
     result: LatenessResult, out_dir: str | Path, pipeline: Pipeline, inputs: Sequence[str] = ()
 ) -> Commit:
     """Write the tables (Parquet), ``figures.json`` and ``report.html`` into a new run
-    folder of ``out_dir`` and commit it (as :mod:`windowing.io` commits a replay: a crash
-    leaves the previous run current). Returns the :class:`windowing.io.Commit`."""
+    folder of ``out_dir`` and commit it (as :mod:`windowing.storage.outputs` commits a replay: a crash
+    leaves the previous run current). Returns the :class:`windowing.storage.commits.Commit`."""
     out = str(out_dir)
     spark = result.tables["curves"].sparkSession
     check_output_target(spark, out, inputs)
-    staged = Staged(spark, out, _new_run_id(), result.figures, pipeline.name, pipeline.fingerprint())
+    staged = Staged(spark, out, new_run_id(), result.figures, pipeline.name, pipeline.fingerprint())
     frames = dict(result.tables)
     frames[FIGURES] = spark.createDataFrame(
         [(json.dumps(result.figures, sort_keys=True, default=str),)], "value string"
     ).coalesce(1)
 
     write_datasets(staged, frames, text=(FIGURES,), workers=6)
-    if "state" in frames:  # the next partition's --state-in: whole or refused (windowing.manifest)
+    if "state" in frames:  # the next partition's --state-in: whole or refused (windowing.storage.manifest)
         staged.state_manifest = write_manifest(spark, join(staged.path, "state")).to_dict()
     Lake(spark).put_text(join(staged.path, REPORT), render_report(result.figures))
     return staged.commit({"kind": KIND, "tables": sorted(result.tables)})

@@ -15,9 +15,7 @@ from windowing.config import ConfigError, Pipeline, load_pipeline
 from windowing.config.fields import nearest_name
 from windowing.config.reconcile import LiveSource, ReconcileSpec
 from windowing.reconcile.vocabulary import FIELD
-from windowing.storage.errors import InputError
-from windowing.storage.errors import first_line as _first_line
-from windowing.storage.errors import missing_path as _missing_path
+from windowing.storage.errors import InputError, first_line, missing_path
 from windowing.storage.lake import Lake
 
 if TYPE_CHECKING:
@@ -49,7 +47,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
             df.schema  # noqa: B018 - resolve now: a missing table fails here, named
             return df
         except Exception as exc:  # Spark raises its own types
-            raise InputError(f"{FIELD}.live.table {live.table!r}: cannot read the table: {_first_line(exc)}") from exc
+            raise InputError(f"{FIELD}.live.table {live.table!r}: cannot read the table: {first_line(exc)}") from exc
     where = path or live.path
     if not where:
         raise ConfigError(f"--live: no live aggregates given; pass --live or set {FIELD}.live.path or .table")
@@ -57,7 +55,7 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
     try:
         found = Lake(spark).exists(where)
     except Exception as exc:  # no FileSystem for the scheme (a missing jar), ...
-        raise InputError(f"{where}: cannot reach the live aggregates: {_first_line(exc)}") from exc
+        raise InputError(f"{where}: cannot reach the live aggregates: {first_line(exc)}") from exc
     if not found:
         raise InputError(f"{where}: the live aggregates do not exist")
     reader = spark.read.format(fmt or live.format)
@@ -69,11 +67,9 @@ def read_live(spark: SparkSession, spec: ReconcileSpec, path: str | None = None,
         df = reader.load(where)
         df.schema  # noqa: B018
     except Exception as exc:
-        if _missing_path(exc):
+        if missing_path(exc):
             raise InputError(f"{where}: the live aggregates do not exist") from exc
-        raise InputError(
-            f"{where}: cannot read the live aggregates ({fmt or live.format}): {_first_line(exc)}"
-        ) from exc
+        raise InputError(f"{where}: cannot read the live aggregates ({fmt or live.format}): {first_line(exc)}") from exc
     return df
 
 

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from windowing.config import Pipeline
 from windowing.reconcile.compare import ReconcileResult
 from windowing.reconcile.vocabulary import FIGURES, OUTPUTS
-from windowing.storage.commits import current_commit
-from windowing.storage.commits import new_run_id as _new_run_id
+from windowing.storage.commits import current_commit, new_run_id
 from windowing.storage.errors import InputError
 from windowing.storage.lake import glob_escape, join
 from windowing.storage.outputs import Staged, check_output_target, write_datasets
@@ -42,7 +41,7 @@ def write_reconcile(
     staged = Staged(
         spark,
         out,
-        _new_run_id(),
+        new_run_id(),
         result.figures,
         pipeline.name if pipeline else result.pipeline,
         pipeline.fingerprint() if pipeline else "",
