@@ -2,7 +2,7 @@
 
 The live side is any dataset Spark reads (a path or URI in a format, or a catalog table)
 holding the windows the live pipeline emitted; a column mapping (the ``reconcile:`` block
-of the pipeline YAML, :func:`windowing.config.parse_reconcile`) says which of its columns hold the key,
+of the pipeline YAML, :func:`windowing.config.reconcile.parse_reconcile`) says which of its columns hold the key,
 the window bounds, the aggregates and, optionally, the worker, the emission number and
 the emit time. :func:`windowing.reconcile.compare.reconcile` compares it with a replay's ``aggregates`` output, all
 in Spark DataFrame expressions (no Python per row).

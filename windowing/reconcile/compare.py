@@ -96,7 +96,7 @@ def reconcile(
     Args:
         spark: the SparkSession.
         pipeline: the pipeline both sides ran.
-        spec: the ``reconcile:`` block (:func:`windowing.config.parse_reconcile`).
+        spec: the ``reconcile:`` block (:func:`windowing.config.reconcile.parse_reconcile`).
         replay_aggregates_df: the replay's ``aggregates`` output (one partition, several
             unioned, or one replay over everything).
         live_df: the live aggregates (:func:`windowing.reconcile.live.read_live`), any row order.
