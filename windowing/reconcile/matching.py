@@ -16,13 +16,12 @@ from pyspark.sql import types as T
 
 from windowing.config import Aggregate, Pipeline
 from windowing.config.reconcile import LiveColumns, ReconcileSpec, Tolerance
-from windowing.contract import CLOSE_REASONS
+from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS
 from windowing.reconcile.live import NUMERIC, type_family
 from windowing.reconcile.vocabulary import (
     EXTRA_IN_REPLAY,
     MATCH,
     MISSING_IN_REPLAY,
-    SNAPSHOT_REASON,
     VALUE_MISMATCH,
 )
 from windowing.runner.columns import col as _col
@@ -258,7 +257,7 @@ def _replay_rows(
     """The replay's windows (snapshots left out): side 0, window columns, ``__em``,
     ``__emit_ms``, ``__reason`` (a code), the values; ``__worker_order`` when the live
     side has no worker (the replay's emissions are then renumbered over the workers)."""
-    kept = df.where(F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit(SNAPSHOT_REASON)))
+    kept = df.where(F.col("emit_reason").isNull() | (F.col("emit_reason") != F.lit(AGGREGATE_REASON)))
     emit_ms = (
         _as_ms(F.col("emit_time"), replay_types["emit_time"])
         if "emit_time" in replay_types

@@ -3,8 +3,6 @@ mismatch, the datasets a reconcile run writes and its summary's columns. Plain c
 
 from __future__ import annotations
 
-from windowing.contract import AGGREGATE_REASON
-
 MATCH = "MATCH"
 VALUE_MISMATCH = "VALUE_MISMATCH"
 MISSING_IN_REPLAY = "MISSING_IN_REPLAY"
@@ -74,6 +72,4 @@ SUMMARY_SCHEMA = (
     "live_rows long, compared long, match long, value_mismatch long, missing_in_replay long, "
     "extra_in_replay long, explained long, unexplained long, match_rate double"
 )
-#: The emit reason of a snapshot (``atAggregate``), not a window's close.
-SNAPSHOT_REASON = AGGREGATE_REASON
 FIELD = "reconcile"
