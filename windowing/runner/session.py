@@ -38,6 +38,12 @@ DEFAULT_CONF = {
     # command line's own progress lines; a classic session started from Python shows them
     # unless told otherwise.
     "spark.ui.showConsoleProgress": "false",
+    # PySpark records the Python call site of every DataFrame and Column call in the JVM
+    # (five py4j round trips each) for the query context of Spark's own error messages.
+    # Planning a partition's replay and checks makes thousands of such calls: measured at
+    # ~0.5 s of a 4.3 s hourly partition (bench/replay_bench.py --backfill). rewindow's
+    # errors name the field, file or row themselves; `--conf` it back on to debug Spark's.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 #: Defaults for the embedded `local[*]` session (a cluster brings its own).
@@ -222,7 +228,8 @@ def _workers_key(spark: SparkSession) -> tuple[str, ...] | None:
         if is_connect(spark):
             return ("connect", str(getattr(spark, "session_id")))  # noqa: B009 - a Connect session's own attribute
         sc = spark.sparkContext
-        return ("classic", str(sc.applicationId), str(sc.pythonExec), str(sc.getConf().get("spark.pyspark.python", "")))
+        # spark.conf reads one setting; sc.getConf() would copy all of them (once a partition).
+        return ("classic", str(sc.applicationId), str(sc.pythonExec), str(spark.conf.get("spark.pyspark.python", "")))
     except Exception:  # noqa: BLE001 - a session that cannot say: probe it, keyed on the object
         return None
 
