@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Iterable, Iterator, Sequence
@@ -45,7 +46,7 @@ from windowing.runner.replay import replay
 from windowing.storage import landing, store
 from windowing.storage.commits import FAILURES, commits_under, current_commits_under, orphaned_message, run_is_whole
 from windowing.storage.errors import InputError, OutputError, StateError, missing_path
-from windowing.storage.lake import glob_escape, inside, join
+from windowing.storage.lake import Lake, glob_escape, inside, join
 from windowing.storage.outputs import read_state, stage_outputs
 from windowing.validation import blocking_failures, run_checks
 
@@ -208,6 +209,33 @@ class PartitionStatus:
     run_path: str | None = None
     #: The committed run's metrics; None for a missing or failed partition.
     metrics: ReplayMetrics | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class _StagedPartition:
+    """A partition replayed and staged, its outputs read back: not yet checked or committed.
+    The next partition can start from it (``key``, ``run_path``, ``state``)."""
+
+    key: str
+    staged: Any  # windowing.storage.outputs.Staged
+    outputs: Any  # its ReplayOutputs, read back from the staged run
+    events: Any  # the partition's events, as the replay read them (for the input checks)
+    metrics: ReplayMetrics
+    flush: bool
+    seconds: float  # replay and write time
+    spark: Any
+
+    @property
+    def run_path(self) -> str:
+        return str(self.staged.path)
+
+    @property
+    def state(self) -> Any:
+        return self.outputs.state
+
+    def discard(self) -> None:
+        """Delete the staged run (never committed: nothing points at it)."""
+        Lake(self.spark).delete(self.staged.path)
 
 
 # --------------------------------------------------------------------------- the chain
@@ -500,29 +528,60 @@ class Chain:
             except CatalogError as exc:
                 raise ChainError(f"Cannot replay pipeline {self.pipeline.name}: {exc}", keys[0]) from exc
         run_id = run_id or _run_id()
-        carried = self.starting_state(keys[0])
-        for i, key in enumerate(keys, 1):
-            began = time.monotonic()
-            flush = flush_at_end and key == keys[-1]
-            carried = self.replay_one(key, carried, flush=flush, checks=checks, run_id=run_id)
-            m = carried.metrics
-            self.log.info(
-                f"[{i}/{len(keys)}] {self.pipeline.name} {key}: {m.input_rows} events, "
-                f"{m.windows_closed} windows closed {m.closed_by_reason} "
-                f"({m.windows_emitted} emitted, {m.snapshots_emitted} snapshots), "
-                f"{m.late_events} late events ({m.late_event_windows} late (event, window) pairs), "
-                f"{m.rejected_rows} rejected, watermark "
-                f"{m.watermark_reached}{' (flushed at end)' if flush else ''} "
-                f"in {time.monotonic() - began:.1f}s -> {carried.run_path}"
+        before = self.starting_state(keys[0])
+        # Partition K's checks and commit (its audit) run in a thread of their own while
+        # partition K+1 replays from K's staged state: the files K's commit makes current,
+        # so the outputs are those of one partition after the other. The audits run one at
+        # a time, in order, and K+1's starts once K is committed; if K is not committed,
+        # K+1's staged run is deleted and the chain stops, as it would have before K+1.
+        # Half of a small partition's time is driver work between Spark jobs (planning,
+        # py4j): this overlaps it with the next partition's jobs.
+        start: PartitionResult | _StagedPartition | None = before
+        staged: _StagedPartition | None = None  # replayed, not yet handed to an audit
+        audit: tuple[int, Future[PartitionResult]] | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rewindow-audit") as audits:
+            try:
+                for i, key in enumerate(keys, 1):
+                    try:
+                        staged = self._stage(key, start, flush=flush_at_end and key == keys[-1])
+                    except Exception:
+                        if audit is not None:  # the partition before is committed, as without the overlap
+                            yield self._audited(*audit, len(keys))
+                        raise
+                    if audit is not None:
+                        before = self._audited(*audit, len(keys))
+                        audit = None
+                        yield before
+                        if not before.committed:
+                            return
+                    audit = (i, audits.submit(self._audit, staged, before, checks, run_id))
+                    start, staged = staged, None
+                if audit is not None:
+                    yield self._audited(*audit, len(keys))
+            finally:
+                if staged is not None:  # replayed after a partition that was not committed
+                    staged.discard()
+
+    def _audited(self, i: int, audit: Future[PartitionResult], n: int) -> PartitionResult:
+        """The result of partition ``i`` of ``n``'s audit (waited for), logged."""
+        done = audit.result()
+        m = done.metrics
+        self.log.info(
+            f"[{i}/{n}] {self.pipeline.name} {done.key}: {m.input_rows} events, "
+            f"{m.windows_closed} windows closed {m.closed_by_reason} "
+            f"({m.windows_emitted} emitted, {m.snapshots_emitted} snapshots), "
+            f"{m.late_events} late events ({m.late_event_windows} late (event, window) pairs), "
+            f"{m.rejected_rows} rejected, watermark "
+            f"{m.watermark_reached}{' (flushed at end)' if done.lineage.flushed_at_end else ''} "
+            f"in {done.seconds:.1f}s -> {done.run_path}"
+        )
+        if not done.committed:
+            self.log.error(
+                f"{self.pipeline.name} {done.key}: data-quality checks failed "
+                f"({', '.join(done.lineage.failed_checks)}); not replaying the partitions after it. "
+                f"Details: the check results of {done.run_path}"
             )
-            yield carried
-            if not carried.committed:
-                self.log.error(
-                    f"{self.pipeline.name} {key}: data-quality checks failed "
-                    f"({', '.join(carried.lineage.failed_checks)}); not replaying the partitions after it. "
-                    f"Details: the check results of {carried.run_path}"
-                )
-                return
+        return done
 
     def read_events(self, key: str) -> tuple[Any, list[str] | None]:
         """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.storage.landing`)."""
@@ -553,16 +612,20 @@ class Chain:
         no blocking check failed (write-audit-publish). A failing partition's staged run is
         left uncommitted, for inspection, with a failure record: the previous committed
         output stays current."""
+        return self._audit(self._stage(key, start, flush=flush), start, checks, run_id)
+
+    def _stage(
+        self, key: str, start: PartitionResult | _StagedPartition | None, *, flush: bool = False
+    ) -> _StagedPartition:
+        """Replay partition ``key`` from ``start``'s state and stage its outputs (read back)."""
         began = time.monotonic()
-        folder = self.folder(key)
         try:
             events, files = self.read_events(key)
             if files is not None and not files:
                 self.log.warning(f"{key}: no landing files for this partition; replayed as a partition without events")
             result = replay(self.spark, self.pipeline, events, state=start.state if start else None, flush_at_end=flush)
-            metrics = result.metrics
             try:
-                staged = stage_outputs(result, folder, pipeline=self.pipeline, inputs=[self.landing_zone])
+                staged = stage_outputs(result, self.folder(key), pipeline=self.pipeline, inputs=[self.landing_zone])
             finally:
                 result.unpersist()
         except (StateMismatchError, StateError) as exc:
@@ -572,14 +635,22 @@ class Chain:
             ) from exc
         except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
             raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
-        seconds = time.monotonic() - began
-        outputs = staged.read()
+        return _StagedPartition(
+            key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began, self.spark
+        )
+
+    def _audit(
+        self, part: _StagedPartition, start: PartitionResult | None, checks: bool = True, run_id: str | None = None
+    ) -> PartitionResult:
+        """Check ``part``'s staged outputs and commit them with their lineage and check
+        results, unless a blocking check failed (then record the failure)."""
+        key, staged, outputs, folder = part.key, part.staged, part.outputs, self.folder(part.key)
         results: tuple[Any, ...] = ()
         failed: tuple[str, ...] = ()
         if checks:
             results = tuple(
                 run_checks(
-                    self.spark, self.pipeline, outputs, input_df=events, prev_state=start.state if start else None
+                    self.spark, self.pipeline, outputs, input_df=part.events, prev_state=start.state if start else None
                 )
             )
             failed = tuple(r.name for r in blocking_failures(results))
@@ -592,18 +663,21 @@ class Chain:
             start_state_hash=start.lineage.state_hash if start else None,
             # Computed with the state's manifest, in the same job, when the outputs were staged.
             state_hash=staged.state_hash or store.state_content_hash(state),
-            flushed_at_end=flush,
+            flushed_at_end=part.flush,
             run_id=run_id or _run_id(),
             failed_checks=failed,
         )
+        metrics = part.metrics
         if failed:  # write-audit-publish: a partition that fails its checks is not published
             self._record_failure(key, staged, lineage)
-            return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds, committed=False)
+            return PartitionResult(
+                key, folder, staged.path, metrics, lineage, state, results, part.seconds, committed=False
+            )
         if self.publisher is None:
             staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
         else:
             self._commit_and_publish(key, staged, {**lineage.to_extra(), **store.checks_extra(results)})
-        return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, seconds)
+        return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
     def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> None:
         """Commit (pruning never deletes the runs the tables point at), then point the

@@ -160,6 +160,8 @@ def test_a_failing_partition_is_not_committed_stops_the_chain_and_shows_failed(s
     assert status["2024-01-02"].status == FAILED and "input_event_time_skew" in status["2024-01-02"].detail
     assert status["2024-01-02"].run_path == parts[1].run_path  # the staged run, kept for inspection
     assert status["2024-01-03"].status == MISSING
+    # Day 3 replays while day 2 is checked; day 2 failed, so its staged run is gone again.
+    assert not list(Path(chain.folder("2024-01-03")).glob("runs/*"))
     assert [s.key for s in chain.status()] == DAYS[:2]  # the history ends at the failed partition
     with pytest.raises(ChainError, match="state of partition 2024-01-02 is missing"):
         list(chain.replay(["2024-01-03"]))
@@ -199,10 +201,13 @@ def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history,
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True
     )
+    day1_commits = out / "clicks-hourly" / "2024-01-01" / "_commits"
     day2_runs = out / "clicks-hourly" / "2024-01-02" / "runs"
     deadline = time.monotonic() + 180
     try:
-        while not (day2_runs.is_dir() and any(day2_runs.iterdir())):
+        # Day 2 replays while day 1 is committed (its audit overlaps the next replay): wait
+        # for both, so that the kill lands with day 1 committed and day 2 being written.
+        while not (any(day1_commits.glob("*/_SUCCESS")) and day2_runs.is_dir() and any(day2_runs.iterdir())):
             assert proc.poll() is None, "the backfill ended before it could be killed"
             assert time.monotonic() < deadline, "day 2 never started"
             time.sleep(0.05)
