@@ -17,7 +17,7 @@ from windowing.config import ConfigError
 from windowing.runner import chunks, placement
 from windowing.runner.placement import int_setting, session_slots, slices_on, with_task
 from windowing.runner.session import session_conf
-from windowing.runner.tasks import ROWS_PER_FILE, kernel_job_conf, write_tasks
+from windowing.runner.tasks import ROWS_PER_FILE, ROWS_PER_TASK, kernel_job_conf, write_tasks
 from windowing.runner.timelines import COMMITS_CONF, commits_mode
 from windowing.sample import generate_history
 from windowing.storage.inputs import read_events
@@ -50,9 +50,13 @@ PIPELINE = parse_pipeline(
     "rows, most, slots, expected",
     [
         (0, 8, 2, 1),  # an empty output is still one (empty) file
-        (ROWS_PER_FILE // 2, 8, 2, 1),
+        (ROWS_PER_TASK - 1, 8, 2, 1),  # a small output: one file
+        (ROWS_PER_FILE // 2, 8, 2, 2),  # half a file's worth: shared by the 2 idle slots
+        (ROWS_PER_FILE // 2, 8, 16, 3),  # ... in tasks of at least ROWS_PER_TASK rows
+        (ROWS_PER_FILE // 2, 1, 16, 1),  # never more than the kernel's tasks
+        (ROWS_PER_FILE // 2, 8, None, 1),  # Spark Connect: slots unknown
         (int(2.8 * ROWS_PER_FILE), 40, 2, 4),  # 3 files' worth on 2 slots: two even waves of 2
-        (int(2.8 * ROWS_PER_FILE), 40, 200, 3),  # a big cluster runs the 3 at once
+        (int(2.8 * ROWS_PER_FILE), 40, 200, 18),  # a big cluster shares it out: 18 tasks of ROWS_PER_TASK+ rows
         (int(2.8 * ROWS_PER_FILE), 40, None, 3),  # Spark Connect: slots unknown
         (int(9.5 * ROWS_PER_FILE), 8, 2, 8),  # never more than the kernel's tasks
         (int(5.5 * ROWS_PER_FILE), 40, 4, 8),
