@@ -224,14 +224,23 @@ def event_log_conf(folder: Path) -> dict[str, str]:
     }
 
 
-def job_starts(folder: Path) -> list[tuple[int, str]]:
-    """Every job the event logs in ``folder`` record: ``(submission time in ms, call site)``
-    (the Python call site; else, for a job started by Spark itself, as adaptive execution
-    and the writers do, the JVM method that started it)."""
+def job_starts(folder: Path) -> list[tuple[int, str, str | None]]:
+    """Every job the event logs in ``folder`` record: ``(submission time in ms, call site,
+    partition)``: the Python call site (else, for a job started by Spark itself, as adaptive
+    execution and the writers do, the JVM method that started it), and the partition whose
+    job it is, from the chain's job tag (``windowing.chain.PARTITION_TAG``; None: untagged).
+    A partition's checks run beside the next partition's replay, so jobs are counted by tag,
+    not by when they ran."""
     import json
+    import re
 
+    from windowing.chain import PARTITION_TAG
+
+    tagged = re.compile(re.escape(PARTITION_TAG) + r"([^,]+)")
     jobs = []
-    for log in sorted(folder.iterdir()):
+    for log in sorted(folder.rglob("*")):
+        if not log.is_file() or log.name.startswith("appstatus"):
+            continue
         with open(log, encoding="utf-8") as f:
             for line in f:
                 if '"SparkListenerJobStart"' not in line:
@@ -240,7 +249,8 @@ def job_starts(folder: Path) -> list[tuple[int, str]]:
                 props = event.get("Properties") or {}
                 details = (event.get("Stage Infos") or [{}])[-1].get("Details") or "?"
                 site = props.get("callSite.short") or details.splitlines()[0]
-                jobs.append((int(event["Submission Time"]), str(site)))
+                tag = tagged.search(props.get("spark.job.tags") or "")
+                jobs.append((int(event["Submission Time"]), str(site), tag.group(1) if tag else None))
     return jobs
 
 
@@ -271,20 +281,17 @@ def backfill(args: argparse.Namespace) -> None:
     conf = {**event_log_conf(logs), **dict(kv.split("=", 1) for kv in args.conf)}
     spark = spark_session(args.master, conf)
     chain = Chain(spark, pipeline, str(landing), str(work / "output"), partitions)
-    spans: list[tuple[str, int, int]] = []
+    done: list[str] = []
     began = time.monotonic()
-    t = time.time_ns() // 1_000_000
     for part in chain.replay(keys, checks=not args.no_checks):
-        now = time.time_ns() // 1_000_000
-        spans.append((part.key, t, now))
-        t = now
+        done.append(part.key)
         if not part.committed:
             raise SystemExit(f"{part.key}: not committed ({', '.join(part.lineage.failed_checks)})")
     elapsed = time.monotonic() - began
     spark.stop()  # the event log is complete once the session stops
     jobs = job_starts(logs)
-    per_partition = [sum(1 for at, _ in jobs if lo <= at < hi) for _, lo, hi in spans]
-    sites = Counter(site for at, site in jobs if spans[0][1] <= at < spans[-1][2])
+    per_partition = [sum(1 for _, _, part in jobs if part == key) for key in done]
+    sites = Counter(site for _, site, part in jobs if part is not None)
     print(
         f"jobs per partition: min {min(per_partition)}, max {max(per_partition)}, "
         f"first {per_partition[0]}, last {per_partition[-1]}"
@@ -292,12 +299,12 @@ def backfill(args: argparse.Namespace) -> None:
     print(f"jobs by partition: {' '.join(map(str, per_partition))}")
     print("jobs by call site (all partitions):")
     for site, n in sites.most_common():
-        print(f"  {n / len(spans):6.2f}  {site}")
+        print(f"  {n / len(done):6.2f}  {site}")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"backfilled {len(spans)} partitions in {elapsed:.1f}s")
-    print(f"seconds_per_partition={elapsed / len(spans):.2f}")
-    print(f"jobs_per_partition={sum(per_partition) / len(spans):.1f}")
+    print(f"backfilled {len(done)} partitions in {elapsed:.1f}s")
+    print(f"seconds_per_partition={elapsed / len(done):.2f}")
+    print(f"jobs_per_partition={sum(per_partition) / len(done):.1f}")
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ NOT_PYTHON_IO = (
     "hadoop.fs.Path",
     "jvm.",
     "fs.open(",
+    'ParquetFileReader").open(',
     "lake.read_text(",
     "LocalFileCodeReference(",
     "file_path=str(Path(",

@@ -32,6 +32,7 @@ import logging
 import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Iterable, Iterator, Sequence
@@ -44,7 +45,14 @@ from windowing.metrics import ReplayMetrics
 from windowing.runner.normalise import StateMismatchError
 from windowing.runner.replay import replay
 from windowing.storage import landing, store
-from windowing.storage.commits import FAILURES, commits_under, current_commits_under, orphaned_message, run_is_whole
+from windowing.storage.commits import (
+    FAILURES,
+    RUNS,
+    commits_under,
+    current_commits_under,
+    orphaned_message,
+    run_is_whole,
+)
 from windowing.storage.errors import InputError, OutputError, StateError, missing_path
 from windowing.storage.lake import Lake, glob_escape, inside, join
 from windowing.storage.outputs import read_state, stage_outputs
@@ -234,8 +242,13 @@ class _StagedPartition:
         return self.outputs.state
 
     def discard(self) -> None:
-        """Delete the staged run (never committed: nothing points at it)."""
-        Lake(self.spark).delete(self.staged.path)
+        """Delete the staged run (never committed: nothing points at it), and the partition's
+        ``runs/`` and own folder if that leaves them empty (a partition never replayed before)."""
+        lake = Lake(self.spark)
+        if lake.delete(self.staged.path):
+            for folder in (join(self.staged.output, RUNS), self.staged.output):
+                if not lake.delete_if_empty(folder):
+                    break
 
 
 # --------------------------------------------------------------------------- the chain
@@ -618,6 +631,10 @@ class Chain:
         self, key: str, start: PartitionResult | _StagedPartition | None, *, flush: bool = False
     ) -> _StagedPartition:
         """Replay partition ``key`` from ``start``'s state and stage its outputs (read back)."""
+        with partition_jobs(self.spark, key):
+            return self._staged(key, start, flush)
+
+    def _staged(self, key: str, start: PartitionResult | _StagedPartition | None, flush: bool) -> _StagedPartition:
         began = time.monotonic()
         try:
             events, files = self.read_events(key)
@@ -644,6 +661,12 @@ class Chain:
     ) -> PartitionResult:
         """Check ``part``'s staged outputs and commit them with their lineage and check
         results, unless a blocking check failed (then record the failure)."""
+        with partition_jobs(self.spark, part.key):
+            return self._audited_run(part, start, checks, run_id)
+
+    def _audited_run(
+        self, part: _StagedPartition, start: PartitionResult | None, checks: bool, run_id: str | None
+    ) -> PartitionResult:
         key, staged, outputs, folder = part.key, part.staged, part.outputs, self.folder(part.key)
         results: tuple[Any, ...] = ()
         failed: tuple[str, ...] = ()
@@ -710,6 +733,22 @@ class Chain:
 
 
 FAILURE_SCHEMA = "run_id string, run_path string, failed_checks string, recorded_at string"
+
+
+#: Every Spark job a partition runs carries the tag ``PARTITION_TAG + key`` (Spark's job
+#: tags: in the event log, the UI's REST API, and ``SparkSession.interruptTag`` cancels them).
+PARTITION_TAG = "rewindow-partition-"
+
+
+@contextmanager
+def partition_jobs(spark: Any, key: str) -> Iterator[None]:
+    """Tag the Spark jobs this thread starts inside the block as partition ``key``'s."""
+    tag = PARTITION_TAG + key.replace(",", "_")
+    spark.addTag(tag)
+    try:
+        yield
+    finally:
+        spark.removeTag(tag)
 
 
 def _run_id() -> str:

@@ -143,7 +143,7 @@ class Lake:
 
     def _parquet_reader(self, path: str) -> Any:
         """An open ``ParquetFileReader`` of ``path``, with the session's Hadoop settings.
-        (``ParquetFileReader.open(file)`` alone builds its options on a new Hadoop
+        (``ParquetFileReader.open`` given the file alone builds its options on a new Hadoop
         ``Configuration``, which parses Hadoop's default XML resources again for every file.)"""
         conf = self._hadoop_conf()
         input_file = self._class("org.apache.parquet.hadoop.util.HadoopInputFile").fromPath(self._path(path), conf)
