@@ -17,7 +17,10 @@ The rules, over a pipeline, a landing zone, an output root and :class:`Partition
   (:func:`windowing.validation.run_checks`), and committed with their lineage and check
   results only when no blocking check failed. A failing partition is not committed: its
   staged run stays for inspection, a failure record (``_failures/``) says why, and the
-  chain stops before the next partition.
+  chain stops before the next partition. (The next partition replays from the staged
+  state while a partition is audited, and is staged only: if the audit fails, its staged
+  run is deleted, and what the chain committed and reported is what it would have been
+  one partition after the other.)
 * **Reruns.** A rerun of a past partition that changes its state marks every later
   committed partition out of date (:func:`windowing.storage.store.out_of_date_partitions`);
   replaying from there makes them equal to a fresh full run again. A rerun that
@@ -547,8 +550,9 @@ class Chain:
         # so the outputs are those of one partition after the other. The audits run one at
         # a time, in order, and K+1's starts once K is committed; if K is not committed,
         # K+1's staged run is deleted and the chain stops, as it would have before K+1.
-        # Half of a small partition's time is driver work between Spark jobs (planning,
-        # py4j): this overlaps it with the next partition's jobs.
+        # A small partition's time is mostly fixed cost (planning in the driver, py4j,
+        # starting small jobs) that leaves cores idle between its jobs: two partitions
+        # fill them (72 hourly partitions: 2.58 s a partition; docs/architecture.md).
         start: PartitionResult | _StagedPartition | None = before
         staged: _StagedPartition | None = None  # replayed, not yet handed to an audit
         audit: tuple[int, Future[PartitionResult]] | None = None
@@ -557,10 +561,17 @@ class Chain:
                 for i, key in enumerate(keys, 1):
                     try:
                         staged = self._stage(key, start, flush=flush_at_end and key == keys[-1])
-                    except Exception:
-                        if audit is not None:  # the partition before is committed, as without the overlap
-                            yield self._audited(*audit, len(keys))
-                        raise
+                    except Exception as exc:
+                        if audit is None:
+                            raise
+                        # The partition before ends as it would have without the overlap:
+                        # committed (then this error), or not (then this one never ran).
+                        before = self._audited(*audit, len(keys))
+                        audit = None
+                        yield before
+                        if not before.committed:
+                            return
+                        raise exc
                     if audit is not None:
                         before = self._audited(*audit, len(keys))
                         audit = None

@@ -171,6 +171,22 @@ def test_a_failing_partition_is_not_committed_stops_the_chain_and_shows_failed(s
     assert part.committed and chain.status(["2024-01-02"])[0].status == COMMITTED
 
 
+def test_after_a_failing_partition_the_next_ones_errors_are_not_reported(spark, history, tmp_path):
+    """Day 3 replays while day 2 is checked. Day 2 fails its checks and day 3's input is not
+    Parquet: the run ends at day 2, as it would have without the overlap, not with day 3's error."""
+    landing = landing_with_odd_row(history, tmp_path, "2024-01-02", event_time=lambda t: t - timedelta(days=30))
+    (landing / "date=2024-01-03" / "zz-broken.parquet").write_bytes(b"not parquet")
+    chain = _chain(spark, landing, tmp_path / "out")
+    parts = list(chain.replay(DAYS))
+    assert [(p.key, p.committed) for p in parts] == [("2024-01-01", True), ("2024-01-02", False)]
+    assert not Path(chain.folder("2024-01-03")).exists()
+    # Day 2 fixed: the run goes on to day 3, whose error is then the run's.
+    (landing / "date=2024-01-02" / "zz-odd.parquet").unlink()
+    with pytest.raises(ChainError, match="zz-broken.parquet"):
+        list(chain.replay(DAYS[1:]))
+    assert chain.status(DAYS[1:2])[0].status == COMMITTED
+
+
 def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history, whole, tmp_path):
     """``rewindow backfill`` killed (SIGKILL) while day 2 is being written: ``--resume``
     keeps day 1 as it is and replays 2..3; the history equals the one-go replay."""

@@ -86,6 +86,10 @@ class ReplayOutputs:
     commit: Commit | None = None
 
 
+#: Times :func:`check_output_target`'s write probe tries to create the output's folder.
+PROBE_ATTEMPTS = 3
+
+
 def check_output_target(spark: SparkSession, out: PathArg, inputs: Iterable[PathArg] = ()) -> None:
     """Refuse, before any work, an output that is not rewindow's to write (module docstring).
 
@@ -124,11 +128,17 @@ def check_output_target(spark: SparkSession, out: PathArg, inputs: Iterable[Path
         if "/" not in rest:
             break  # the first folder of a relative path (``out``)
         parent = parent.rsplit("/", 1)[0]
-    try:
-        made = lake.connect or lake.mkdirs(join(out, RUNS)) or lake.exists(join(out, RUNS))
-        why = "the filesystem refused to create a folder (read-only? no permission?)"
-    except Exception as exc:  # noqa: BLE001 - Hadoop's AccessControlException, IOException, ...
-        made, why = False, root_cause(exc)
+    made, why = False, "the filesystem refused to create a folder (read-only? no permission?)"
+    # Tried again: a concurrent run's probe of the same output removes the empty folders it
+    # made, which can be the parents this mkdirs is creating (Hadoop's local mkdirs then
+    # says False). A target that refuses writes refuses every time.
+    for _ in range(PROBE_ATTEMPTS):
+        try:
+            made = lake.connect or lake.mkdirs(join(out, RUNS)) or lake.exists(join(out, RUNS))
+        except Exception as exc:  # noqa: BLE001 - Hadoop's AccessControlException, IOException, ...
+            made, why = False, root_cause(exc)
+        if made:
+            break
     if not made:
         raise OutputError(f"{out}: cannot write here: {why}")
     if created and lake.delete_if_empty(join(out, RUNS)):
