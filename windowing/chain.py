@@ -234,7 +234,6 @@ class _StagedPartition:
     metrics: ReplayMetrics
     flush: bool
     seconds: float  # replay and write time
-    spark: Any
 
     @property
     def run_path(self) -> str:
@@ -247,11 +246,9 @@ class _StagedPartition:
     def discard(self) -> None:
         """Delete the staged run (never committed: nothing points at it), and the partition's
         ``runs/`` and own folder if that leaves them empty (a partition never replayed before)."""
-        lake = Lake(self.spark)
+        lake = Lake(self.staged.spark)
         if lake.delete(self.staged.path):
-            for folder in (join(self.staged.output, RUNS), self.staged.output):
-                if not lake.delete_if_empty(folder):
-                    break
+            lake.delete_empty_folders([join(self.staged.output, RUNS), self.staged.output])
 
 
 # --------------------------------------------------------------------------- the chain
@@ -643,29 +640,28 @@ class Chain:
     ) -> _StagedPartition:
         """Replay partition ``key`` from ``start``'s state and stage its outputs (read back)."""
         with partition_jobs(self.spark, key):
-            return self._staged(key, start, flush)
-
-    def _staged(self, key: str, start: PartitionResult | _StagedPartition | None, flush: bool) -> _StagedPartition:
-        began = time.monotonic()
-        try:
-            events, files = self.read_events(key)
-            if files is not None and not files:
-                self.log.warning(f"{key}: no landing files for this partition; replayed as a partition without events")
-            result = replay(self.spark, self.pipeline, events, state=start.state if start else None, flush_at_end=flush)
+            began = time.monotonic()
             try:
-                staged = stage_outputs(result, self.folder(key), pipeline=self.pipeline, inputs=[self.landing_zone])
-            finally:
-                result.unpersist()
-        except (StateMismatchError, StateError) as exc:
-            source = f" (the carried state is partition {start.key}'s, run {start.run_path})" if start else ""
-            raise ChainError(
-                f"Cannot replay partition {key} of pipeline {self.pipeline.name}{source}: {exc}", key
-            ) from exc
-        except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
-            raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
-        return _StagedPartition(
-            key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began, self.spark
-        )
+                events, files = self.read_events(key)
+                if files is not None and not files:
+                    self.log.warning(
+                        f"{key}: no landing files for this partition; replayed as a partition without events"
+                    )
+                result = replay(
+                    self.spark, self.pipeline, events, state=start.state if start else None, flush_at_end=flush
+                )
+                try:
+                    staged = stage_outputs(result, self.folder(key), pipeline=self.pipeline, inputs=[self.landing_zone])
+                finally:
+                    result.unpersist()
+            except (StateMismatchError, StateError) as exc:
+                source = f" (the carried state is partition {start.key}'s, run {start.run_path})" if start else ""
+                raise ChainError(
+                    f"Cannot replay partition {key} of pipeline {self.pipeline.name}{source}: {exc}", key
+                ) from exc
+            except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
+                raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
+            return _StagedPartition(key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began)
 
     def _audit(
         self, part: _StagedPartition, start: PartitionResult | None, checks: bool = True, run_id: str | None = None
@@ -673,45 +669,44 @@ class Chain:
         """Check ``part``'s staged outputs and commit them with their lineage and check
         results, unless a blocking check failed (then record the failure)."""
         with partition_jobs(self.spark, part.key):
-            return self._audited_run(part, start, checks, run_id)
-
-    def _audited_run(
-        self, part: _StagedPartition, start: PartitionResult | None, checks: bool, run_id: str | None
-    ) -> PartitionResult:
-        key, staged, outputs, folder = part.key, part.staged, part.outputs, self.folder(part.key)
-        results: tuple[Any, ...] = ()
-        failed: tuple[str, ...] = ()
-        if checks:
-            results = tuple(
-                run_checks(
-                    self.spark, self.pipeline, outputs, input_df=part.events, prev_state=start.state if start else None
+            key, staged, outputs, folder = part.key, part.staged, part.outputs, self.folder(part.key)
+            results: tuple[Any, ...] = ()
+            failed: tuple[str, ...] = ()
+            if checks:
+                results = tuple(
+                    run_checks(
+                        self.spark,
+                        self.pipeline,
+                        outputs,
+                        input_df=part.events,
+                        prev_state=start.state if start else None,
+                    )
                 )
+                failed = tuple(r.name for r in blocking_failures(results))
+            state = outputs.state
+            lineage = store.Lineage(
+                pipeline=self.pipeline.name,
+                fingerprint=self.pipeline.fingerprint(),
+                partition=key,
+                previous_partition=self.partitions.previous(key),
+                start_state_hash=start.lineage.state_hash if start else None,
+                # Computed with the state's manifest, in the same job, when the outputs were staged.
+                state_hash=staged.state_hash or store.state_content_hash(state),
+                flushed_at_end=part.flush,
+                run_id=run_id or _run_id(),
+                failed_checks=failed,
             )
-            failed = tuple(r.name for r in blocking_failures(results))
-        state = outputs.state
-        lineage = store.Lineage(
-            pipeline=self.pipeline.name,
-            fingerprint=self.pipeline.fingerprint(),
-            partition=key,
-            previous_partition=self.partitions.previous(key),
-            start_state_hash=start.lineage.state_hash if start else None,
-            # Computed with the state's manifest, in the same job, when the outputs were staged.
-            state_hash=staged.state_hash or store.state_content_hash(state),
-            flushed_at_end=part.flush,
-            run_id=run_id or _run_id(),
-            failed_checks=failed,
-        )
-        metrics = part.metrics
-        if failed:  # write-audit-publish: a partition that fails its checks is not published
-            self._record_failure(key, staged, lineage)
-            return PartitionResult(
-                key, folder, staged.path, metrics, lineage, state, results, part.seconds, committed=False
-            )
-        if self.publisher is None:
-            staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
-        else:
-            self._commit_and_publish(key, staged, {**lineage.to_extra(), **store.checks_extra(results)})
-        return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
+            metrics = part.metrics
+            if failed:  # write-audit-publish: a partition that fails its checks is not published
+                self._record_failure(key, staged, lineage)
+                return PartitionResult(
+                    key, folder, staged.path, metrics, lineage, state, results, part.seconds, committed=False
+                )
+            if self.publisher is None:
+                staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
+            else:
+                self._commit_and_publish(key, staged, {**lineage.to_extra(), **store.checks_extra(results)})
+            return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
     def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> None:
         """Commit (pruning never deletes the runs the tables point at), then point the

@@ -26,7 +26,7 @@ import re
 import uuid
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 #: A folder or URI as callers give it (made a string before use).
 PathArg = str | os.PathLike[str]
@@ -231,6 +231,13 @@ class Lake:
             return bool(fs.exists(p)) and not list(fs.listStatus(p)) and bool(fs.delete(p, False))
         except Exception:  # noqa: BLE001 - not empty after all (a concurrent writer): leave it
             return False
+
+    def delete_empty_folders(self, folders: Iterable[str]) -> None:
+        """Delete ``folders`` in turn (deepest first), each only if empty; stop at the first
+        that is not (or that this session cannot delete)."""
+        for folder in folders:
+            if not self.delete_if_empty(folder):
+                return
 
     def delete(self, path: str) -> bool:
         """Delete ``path`` recursively; False where this session cannot (Spark Connect)."""

@@ -141,10 +141,8 @@ def check_output_target(spark: SparkSession, out: PathArg, inputs: Iterable[Path
             break
     if not made:
         raise OutputError(f"{out}: cannot write here: {why}")
-    if created and lake.delete_if_empty(join(out, RUNS)):
-        for folder in created:
-            if not lake.delete_if_empty(folder):
-                break
+    if created:
+        lake.delete_empty_folders([join(out, RUNS), *created])
 
 
 @dataclass
