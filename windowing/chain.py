@@ -648,7 +648,13 @@ class Chain:
                         f"{key}: no landing files for this partition; replayed as a partition without events"
                     )
                 result = replay(
-                    self.spark, self.pipeline, events, state=start.state if start else None, flush_at_end=flush
+                    self.spark,
+                    self.pipeline,
+                    events,
+                    state=start.state if start else None,
+                    flush_at_end=flush,
+                    # A staged partition's state summary was computed as its state was written.
+                    state_summary=start.staged.state_summary if isinstance(start, _StagedPartition) else None,
                 )
                 try:
                     staged = stage_outputs(result, self.folder(key), pipeline=self.pipeline, inputs=[self.landing_zone])

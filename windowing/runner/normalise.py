@@ -46,6 +46,7 @@ from windowing.runner.columns import (
 from windowing.runner.session import SMALL_JOB_CONF, session_conf
 from windowing.storage.errors import StateError
 from windowing.storage.lake import display
+from windowing.storage.manifest import StateSummary
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -199,13 +200,19 @@ def reject_committed(
 
 
 def split_state(
-    spark: SparkSession, pipeline: Pipeline, state: DataFrame | None, events_df: DataFrame
+    spark: SparkSession,
+    pipeline: Pipeline,
+    state: DataFrame | None,
+    events_df: DataFrame,
+    summary: StateSummary | None = None,
 ) -> tuple[list[dict[str, Any]], DataFrame | None]:
     """Worker rows (collected: one per worker) and key/window rows (for the kernel).
 
     The state is checked first (:func:`state_problems`): another pipeline's state is a
     :class:`StateMismatchError`, missing columns or columns of other types than this
     pipeline writes for these inputs a :class:`~windowing.storage.errors.StateError` naming them.
+    ``summary``: the state's fingerprints and worker rows when known (computed as the state
+    was written: ``Staged.state_summary``); else one small Spark job reads them.
     """
     if state is None:
         return [], None
@@ -221,19 +228,24 @@ def split_state(
             f"{_state_location(state)}: the carried state does not fit pipeline {pipeline.name!r} "
             f"and these events: {'; '.join(problems)}"
         )
-    found, worker_rows = _state_summary(state, wcol)
+    found, worker_rows = (
+        (list(summary.fingerprints), list(summary.worker_rows)) if summary is not None else _state_summary(state, wcol)
+    )
     if any(f != fp for f in found):  # another pipeline's state
         raise StateMismatchError(mismatch_message(pipeline, found))
     types = dict(events_df.dtypes)
-    worker_state = [
-        {
-            "worker": (r[wcol] if wcol else 0),
-            "batch": r["batch"],
-            "watermark_ms": r["watermark_ms"],
-            "clock_ms": r["clock_ms"],
-        }
-        for r in worker_rows
-    ]
+    worker_state = sorted(  # in worker order, however the rows were read
+        (
+            {
+                "worker": (r[wcol] if wcol else 0),
+                "batch": r["batch"],
+                "watermark_ms": r["watermark_ms"],
+                "clock_ms": r["clock_ms"],
+            }
+            for r in worker_rows
+        ),
+        key=lambda w: repr(K.hashable(w["worker"])),
+    )
     kind = (
         F.when(F.col("state_kind") == KEY_KIND, F.lit(K.STATE_KEY))
         .when(F.col("state_kind") == WINDOW_KIND, F.lit(K.STATE_WINDOW))

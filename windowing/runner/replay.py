@@ -63,6 +63,8 @@ from windowing.storage.outputs import ReplayOutputs
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
 
+    from windowing.storage.manifest import StateSummary
+
 
 @dataclass(frozen=True, eq=False)
 class ReplayResult(ReplayOutputs):
@@ -90,6 +92,8 @@ def replay(
     events_df: DataFrame,
     state: DataFrame | None = None,
     flush_at_end: bool | None = None,
+    *,
+    state_summary: StateSummary | None = None,
 ) -> ReplayResult:
     """Replay ``events_df`` through ``pipeline``'s window, continuing from ``state``.
 
@@ -101,6 +105,9 @@ def replay(
             or None to start from nothing.
         flush_at_end: emit every still-open window with reason ``END_OF_INPUT`` after
             the last batch; defaults to ``pipeline.flush_at_end``.
+        state_summary: ``state``'s fingerprints and worker rows, when the caller has them
+            (``Staged.state_summary`` of the run that wrote it: the partition chain); else
+            a small Spark job reads them from ``state``.
 
     Returns:
         :class:`ReplayResult` with ``aggregates``, ``late_events``, ``rejected`` and
@@ -117,7 +124,7 @@ def replay(
     flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
     input_cols = list(events_df.columns)
     norm = _checked_input(spark, pipeline, events_df)
-    worker_state, key_state = split_state(spark, pipeline, state, events_df)
+    worker_state, key_state = split_state(spark, pipeline, state, events_df, state_summary)
     if worker_state:
         norm = reject_committed(spark, pipeline, norm, worker_state)
     inputs = events_df.inputFiles()

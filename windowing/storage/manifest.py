@@ -23,17 +23,19 @@ A state written before manifests existed (no manifest anywhere) is read as befor
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
-from windowing.contract import WINDOW_KIND
-from windowing.storage.lake import Lake, display, glob_escape, join
+from windowing.contract import WINDOW_KIND, WORKER_KIND
+from windowing.storage.lake import Lake, display, glob_escape, is_connect, join
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
     from pyspark.sql.types import StructType
 
 #: The manifest's file name inside the state folder.
@@ -82,6 +84,14 @@ def content_hash(df: DataFrame) -> str:
 def content_hashes(df: DataFrame, where: Column | None = None) -> tuple[str, str | None]:
     """:func:`content_hash` of ``df``, and of its rows where ``where`` holds (None without
     it), from one aggregation: the same strings as two calls, one job."""
+    first = df.select(*_hash_aggregates(df, where)).first()
+    assert first is not None  # a global aggregate has exactly one row
+    return _hash_strings(list(first), where is not None)
+
+
+def _hash_aggregates(df: DataFrame, where: Column | None) -> list[Column]:
+    """The aggregates :func:`content_hashes` computes: rows and the exact sum of their
+    hashes, then the same over the rows where ``where`` holds (with ``where``)."""
     cols = []
     for field in sorted(df.schema.fields, key=lambda f: f.name):
         c = F.col(f"`{field.name}`")
@@ -89,13 +99,71 @@ def content_hashes(df: DataFrame, where: Column | None = None) -> tuple[str, str
             c = F.array_sort(F.map_entries(c))
         cols.append(c)
     row = (F.xxhash64(*cols) if cols else F.lit(0)).cast("decimal(38,0)")
-    aggs = [F.count(F.lit(1)), F.coalesce(F.sum(row), F.lit(0))]
+    aggs = [F.count(F.lit(1)).alias("n"), F.coalesce(F.sum(row), F.lit(0)).alias("s")]
     if where is not None:
         chosen = F.coalesce(where, F.lit(False))
-        aggs += [F.count(F.when(chosen, F.lit(1))), F.coalesce(F.sum(F.when(chosen, row)), F.lit(0))]
-    first = df.select(*aggs).first()
-    assert first is not None  # a global aggregate has exactly one row
-    return f"{first[0]}-{first[1]}", (f"{first[2]}-{first[3]}" if where is not None else None)
+        aggs += [
+            F.count(F.when(chosen, F.lit(1))).alias("n_where"),
+            F.coalesce(F.sum(F.when(chosen, row)), F.lit(0)).alias("s_where"),
+        ]
+    return aggs
+
+
+def _hash_strings(values: list[Any], with_where: bool) -> tuple[str, str | None]:
+    return f"{values[0]}-{values[1]}", (f"{values[2]}-{values[3]}" if with_where else None)
+
+
+@dataclass(frozen=True)
+class StateSummary:
+    """What a replay continuing from a state reads of it before its kernel
+    (``windowing.runner.normalise.split_state``): its distinct ``fingerprints`` (at most
+    three; none without the column) and its ``worker_rows`` (``state_kind = 'worker'``:
+    one per worker, with at least the worker column, ``batch``, ``watermark_ms`` and
+    ``clock_ms``)."""
+
+    fingerprints: tuple[str, ...]
+    worker_rows: tuple[Row, ...]
+
+
+class ObservedState:
+    """A state DataFrame whose :func:`content_hash` (whole, and of its window rows) Spark
+    computes while the state is written: ``frame`` is what to write, :meth:`hashes` the two
+    strings once the write has succeeded (the same strings as :func:`content_hashes` of the
+    state read back, without reading it: one job fewer per replay). On a classic session
+    only (a Spark Connect write does not report observed metrics): elsewhere ``frame`` is
+    the state as given and :meth:`hashes` is None."""
+
+    def __init__(self, state: DataFrame) -> None:
+        self.where = F.col("state_kind") == WINDOW_KIND if "state_kind" in state.columns else None
+        self.observation: Observation | None = None
+        self.frame = state
+        if not is_connect(state.sparkSession):
+            aggs = _hash_aggregates(state, self.where)
+            if self.where is not None:  # and the summary the next replay reads (StateSummary)
+                worker = F.col("state_kind") == WORKER_KIND
+                aggs.append(F.collect_list(F.when(worker, F.struct(*map(F.col, state.columns)))).alias("workers"))
+                if "fingerprint" in state.columns:
+                    aggs.append(F.collect_set("fingerprint").alias("fingerprints"))
+            self.observation = Observation(f"rewindow_state_hashes_{uuid.uuid4().hex}")
+            self.frame = state.observe(self.observation, *aggs)
+
+    def hashes(self) -> tuple[str, str] | None:
+        """``(whole, window rows)`` of the written state (both the whole hash without a
+        ``state_kind`` column); call after the write has succeeded."""
+        if self.observation is None:
+            return None
+        got = self.observation.get
+        keys = ("n", "s", "n_where", "s_where") if self.where is not None else ("n", "s")
+        whole, windows = _hash_strings([got[k] for k in keys], self.where is not None)
+        return whole, windows or whole
+
+    def summary(self) -> StateSummary | None:
+        """The written state's :class:`StateSummary` (None where not observed: over Spark
+        Connect, or for a state without ``state_kind``); call after the write."""
+        if self.observation is None or self.where is None:
+            return None
+        got = self.observation.get
+        return StateSummary(tuple(sorted(got.get("fingerprints") or ()))[:3], tuple(got["workers"]))
 
 
 def window_rows_hash(state: DataFrame) -> str:
@@ -128,20 +196,26 @@ def write_manifest(spark: SparkSession, folder: str) -> StateManifest:
 
 
 def write_state_manifest(
-    spark: SparkSession, folder: str, schema: StructType | None = None
+    spark: SparkSession, folder: str, schema: StructType | None = None, hashes: tuple[str, str] | None = None
 ) -> tuple[StateManifest, str]:
     """:func:`write_manifest`, and :func:`content_hash` of the whole state as written (the
-    partition's lineage records it), both from one read of the state: ``schema`` is the
-    state's as Spark reads it back, when known (else inferred, a job of its own)."""
+    partition's lineage records it). ``hashes``: the whole state's and its window rows'
+    hashes when Spark computed them as it wrote the state (:class:`ObservedState`); else
+    both come from one read of the state, with ``schema``, the state's as Spark reads it
+    back, when known (else inferred, a job of its own)."""
     lake = Lake(spark)
     parts = tuple(sorted(part_rows(lake, folder).items()))
-    reader = spark.read.schema(schema) if schema is not None else spark.read
-    state = reader.parquet(glob_escape(folder))
-    if "state_kind" in state.columns:
-        whole, windows = content_hashes(state, F.col("state_kind") == WINDOW_KIND)
-    else:  # every row (window_rows_hash)
-        whole = windows = content_hash(state)
-    assert windows is not None  # asked for
+    if hashes is not None:
+        whole, windows = hashes
+    else:
+        reader = spark.read.schema(schema) if schema is not None else spark.read
+        state = reader.parquet(glob_escape(folder))
+        if "state_kind" in state.columns:
+            whole, found = content_hashes(state, F.col("state_kind") == WINDOW_KIND)
+            assert found is not None  # asked for
+            windows = found
+        else:  # every row (window_rows_hash)
+            whole = windows = content_hash(state)
     manifest = StateManifest(parts, sum(n for _, n in parts), windows)
     lake.put_text(join(folder, MANIFEST), json.dumps(manifest.to_dict(), sort_keys=True))
     return manifest, whole

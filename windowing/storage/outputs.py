@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
 
 from pyspark.sql import types as T
+from pyspark.util import inheritable_thread_target
 
 from windowing.contract import OUTPUTS, STATE_REQUIRED_COLUMNS
 from windowing.metrics import ReplayMetrics, render_prometheus
@@ -49,7 +50,7 @@ from windowing.storage.errors import (
     root_cause,
 )
 from windowing.storage.inputs import check_parquet_files
-from windowing.storage.lake import Lake, PathArg, display, glob_escape, inside, join, qualify
+from windowing.storage.lake import Lake, PathArg, display, glob_escape, inside, is_connect, join, qualify
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -164,6 +165,9 @@ class Staged:
     #: :func:`windowing.storage.manifest.content_hash` of the whole written state (computed with
     #: the manifest's, in the same job); None when not computed.
     state_hash: str | None = None
+    #: What a replay continuing from the written state reads of it first (computed as it was
+    #: written); None when not computed.
+    state_summary: manifest.StateSummary | None = None
 
     @property
     def run(self) -> str:
@@ -257,7 +261,8 @@ def stage_outputs(
     )
     files = list(result.input_files)
     frames = {name: getattr(result, name) for name in OUTPUTS}
-    write_datasets(staged, frames, files=files)
+    state = manifest.ObservedState(frames["state"])  # its hashes, computed as it is written
+    write_datasets(staged, {**frames, "state": state.frame}, files=files)
     # The two small text datasets, from the driver (no Spark job): the bytes Spark's text
     # writer wrote for them, one line of JSON and the Prometheus text (one file each).
     texts = {
@@ -274,13 +279,14 @@ def stage_outputs(
     staged.schemas = {name: nullable(frames[name].schema) for name in OUTPUTS}
     try:
         written, staged.state_hash = manifest.write_state_manifest(
-            spark, join(staged.path, "state"), staged.schemas["state"]
+            spark, join(staged.path, "state"), staged.schemas["state"], state.hashes()
         )
     except Exception as exc:  # Spark/Hadoop raise many types
         raise OutputError(
             f"{join(staged.path, 'state', manifest.MANIFEST)}: cannot write the state manifest: {root_cause(exc)}"
         ) from exc
     staged.state_manifest = written.to_dict()
+    staged.state_summary = state.summary()
     return staged
 
 
@@ -328,8 +334,12 @@ def write_datasets(
                 raise err from exc
             raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
 
+    # Each write in a thread of its own, with this thread's job tags (a partition's tag,
+    # windowing.chain.partition_jobs) and local properties: its jobs are the partition's too.
+    # (Over Spark Connect, tags are the client thread's own: the writes go untagged.)
+    tagged = write if is_connect(staged.spark) else inheritable_thread_target(staged.spark)(write)
     with ThreadPoolExecutor(max_workers=workers or len(frames)) as pool:
-        futures = [pool.submit(write, name) for name in frames]
+        futures = [pool.submit(tagged, name) for name in frames]
     errors = [e for e in (f.exception() for f in futures) if e is not None]
     if errors:
         raise errors[0]

@@ -71,3 +71,37 @@ def test_outputs_are_read_back_with_the_schema_spark_infers(spark, tmp_path):
     )
     df.write.parquet(str(tmp_path / "t"))
     assert spark.read.parquet(str(tmp_path / "t")).schema == nullable(df.schema)
+
+
+def test_the_state_hashes_and_summary_computed_as_it_is_written_are_those_read_back(spark, tmp_path):
+    """A staged run's state hash, its manifest's window rows hash and the summary the next
+    partition starts from are computed while Spark writes the state (no job of their own):
+    they are what reading the written state back gives."""
+    from datetime import datetime, timezone
+
+    from windowing import load_pipeline, replay
+    from windowing.runner.normalise import split_state
+    from windowing.sample import generate_history
+    from windowing.storage.inputs import read_events
+    from windowing.storage.manifest import content_hashes, stored_manifest
+    from windowing.storage.outputs import read_run, stage_outputs
+
+    examples = Path(__file__).parents[3] / "examples" / "pipelines"
+    days = generate_history(
+        tmp_path / "in", datetime(2024, 1, 1, tzinfo=timezone.utc), days=2, events_per_day=400, keys=12
+    )
+    for name in ("clicks-hourly", "sessions"):
+        pipeline = load_pipeline(examples / f"{name}.yaml")
+        result = replay(spark, pipeline, read_events(spark, [str(days[0])]))
+        staged = stage_outputs(result, tmp_path / name, pipeline=pipeline)
+        result.unpersist()
+        state = read_run(spark, staged.path, staged.schemas).state
+        whole, windows = content_hashes(state, state["state_kind"] == "window")
+        assert staged.state_hash == whole and int(whole.split("-")[0]) > 0
+        assert stored_manifest(spark, f"{staged.path}/state", None).window_rows_hash == windows
+        summary = staged.state_summary
+        assert summary is not None and summary.fingerprints == (pipeline.fingerprint(),)
+        events = read_events(spark, [str(days[1])])
+        observed, _ = split_state(spark, pipeline, state, events, summary)
+        read_back, _ = split_state(spark, pipeline, state, events)
+        assert observed == read_back and len(read_back) > 1  # one row per worker
