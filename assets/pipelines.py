@@ -39,10 +39,11 @@ from assets.events import EVENTS_KEY
 from assets.matches_live import LivePartition, live_check_results, live_check_spec
 from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
-from windowing.chain import Chain, ChainError, PartitionResult, Partitions
+from windowing.chain import Chain, ChainError, PartitionResult
 from windowing.config import Pipeline, Trigger, ignored_fields_note
 from windowing.contract import CLOSE_REASONS, IDLE_REASON, WATERMARK_REASON, WINDOW_COLUMNS
 from windowing.metrics import ReplayMetrics
+from windowing.partitions import Partitions
 from windowing.storage import store
 from windowing.storage.lake import join, qualify
 from windowing.validation.registry import quality_checks

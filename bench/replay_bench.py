@@ -258,8 +258,9 @@ def backfill(args: argparse.Namespace) -> None:
     """``--backfill``: the per-partition cost of a backfill of many small partitions."""
     from collections import Counter
 
-    from windowing.chain import Chain, Partitions
+    from windowing.chain import Chain
     from windowing.config import load_pipeline
+    from windowing.partitions import Partitions
     from windowing.runner.session import spark_session
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="rewindow-backfill-bench-"))

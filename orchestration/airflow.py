@@ -33,7 +33,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "or run scripts/airflow-env, which makes .venv-airflow"
     ) from exc
 
-from windowing.chain import COMMITTED, Chain, ChainError, Partitions
+from windowing.chain import COMMITTED, Chain, ChainError
+from windowing.partitions import Partitions
 
 SCHEDULES = {"day": "@daily", "hour": "@hourly"}
 #: Fields templated by Airflow (``{{ var.value.rewindow_output_root }}``, ...).

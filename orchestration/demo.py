@@ -236,7 +236,7 @@ def run_demo(args: argparse.Namespace, start: datetime | None) -> int:
 
     print(f"done       run {result.run_id} in {elapsed:.1f}s\n")
     keys = partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(first, last))
-    from windowing.chain import summary_table
+    from windowing.history import summary_table
     from windowing.runner.session import spark_session
     from windowing.storage.commits import current_commits_under
     from windowing.storage.lake import join

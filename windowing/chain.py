@@ -27,17 +27,22 @@ The rules, over a pipeline, a landing zone, an output root and :class:`Partition
   reproduces the same state (replays are deterministic) changes nothing.
 * **Resume.** After a killed run, :meth:`Chain.resume_point` is the first partition of a
   range that is not committed and current: nothing before it is replayed again.
+
+One module over the ~600 lines of the others, for one concept: these rules read the same
+store they write, and a refusal (:meth:`Chain.starting_state`), a status
+(:meth:`Chain.status`) and a commit must agree on what "committed and current" means.
+The partition calendar is :mod:`windowing.partitions`; reports over a stored history are
+:mod:`windowing.history`.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
 
 from pyspark.sql import functions as F
@@ -45,6 +50,7 @@ from pyspark.sql import functions as F
 from windowing.catalog import CatalogError
 from windowing.config import ConfigError
 from windowing.metrics import ReplayMetrics
+from windowing.partitions import Partitions
 from windowing.runner.normalise import StateMismatchError
 from windowing.runner.replay import replay
 from windowing.storage import landing, store
@@ -52,7 +58,6 @@ from windowing.storage.commits import (
     FAILURES,
     RUNS,
     commits_under,
-    current_commits_under,
     orphaned_message,
     run_is_whole,
 )
@@ -61,7 +66,6 @@ from windowing.storage.lake import Lake, glob_escape, inside, join
 from windowing.storage.outputs import read_state, stage_outputs
 from windowing.validation import blocking_failures, run_checks
 
-GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
 #: A partition whose newest commit record is damaged, or whose committed run is gone (issue 26).
@@ -77,106 +81,6 @@ class ChainError(RuntimeError):
         super().__init__(message)
         self.partition = partition
         self.metadata = metadata or {}
-
-
-# --------------------------------------------------------------------------- partitions
-
-
-@dataclass(frozen=True)
-class Partitions:
-    """Arrival-time partitions of a history: ``grain`` (``day`` or ``hour``) from ``start``
-    (the first partition of the history, which starts from no state), in UTC.
-
-    Keys are Dagster's: ``2024-01-01`` for days, ``2024-01-01-05:00`` for hours, so that
-    a history written by ``rewindow backfill``, Airflow and Dagster is the same store.
-    """
-
-    grain: str
-    start: datetime
-
-    def __post_init__(self) -> None:
-        if self.grain not in GRAINS:
-            raise ValueError(f"grain: {self.grain!r} is not one of {', '.join(GRAINS)}")
-        start = _utc(self.start)
-        if start != self._floor(start):
-            article = "an" if self.grain == "hour" else "a"
-            raise ValueError(f"history start {start.isoformat()} is not the start of {article} {self.grain}")
-        object.__setattr__(self, "start", start)
-
-    @property
-    def step(self) -> timedelta:
-        return GRAINS[self.grain]
-
-    def _floor(self, t: datetime) -> datetime:
-        t = _utc(t)
-        return (
-            t.replace(minute=0, second=0, microsecond=0)
-            if self.grain == "hour"
-            else t.replace(hour=0, minute=0, second=0, microsecond=0)
-        )
-
-    def key_of(self, t: datetime) -> str:
-        """The key of the partition holding arrival time ``t``."""
-        t = self._floor(t)
-        return f"{t:%Y-%m-%d-%H:%M}" if self.grain == "hour" else f"{t:%Y-%m-%d}"
-
-    def start_of(self, key: str) -> datetime:
-        """The start of partition ``key`` (refuses keys of another grain)."""
-        fmt = "%Y-%m-%d-%H:%M" if self.grain == "hour" else "%Y-%m-%d"
-        try:
-            t = datetime.strptime(key, fmt).replace(tzinfo=timezone.utc)
-        except ValueError:
-            raise ValueError(
-                f"partition {key!r} is not a{'n' if self.grain == 'hour' else ''} {self.grain} "
-                f"key ({'YYYY-MM-DD-HH:00' if self.grain == 'hour' else 'YYYY-MM-DD'})"
-            ) from None
-        if t != self._floor(t):
-            raise ValueError(f"partition {key!r} is not the start of an hour")
-        return t
-
-    def window(self, key: str) -> tuple[datetime, datetime]:
-        """``[start, end)`` of partition ``key``."""
-        start = self.start_of(key)
-        return start, start + self.step
-
-    def previous(self, key: str) -> str | None:
-        """The partition before ``key``; None for the first partition of the history."""
-        start = self.start_of(key)
-        if start < self.start:
-            raise ValueError(f"partition {key} is before the start of the history ({self.key_of(self.start)})")
-        return None if start == self.start else self.key_of(start - self.step)
-
-    def keys(self, first: str | None = None, last: str | None = None) -> list[str]:
-        """The keys from ``first`` (default: the start of the history) to ``last``, both included."""
-        t = self.start_of(first) if first else self.start
-        end = self.start_of(last) if last else t
-        if t < self.start:
-            raise ValueError(f"partition {first} is before the start of the history ({self.key_of(self.start)})")
-        out = []
-        while t <= end:
-            out.append(self.key_of(t))
-            t += self.step
-        return out
-
-    def span(self, first: str, last: str) -> list[str]:
-        """``first``..``last`` given as dates (``YYYY-MM-DD``, a whole day of hours) or keys."""
-        return self.keys(self._bound(first, end=False), self._bound(last, end=True))
-
-    def _bound(self, text: str, end: bool) -> str:
-        if self.grain == "hour" and re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            day = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
-            return self.key_of(day + timedelta(hours=23) if end else day)
-        if self.grain == "day" and re.fullmatch(r"\d{4}-\d{2}-\d{2}[T -]\d{2}(:\d{2})?", text):
-            raise ValueError(f"{text!r}: an hour, but the partitions are days (use --grain hour)")
-        if re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}(:\d{2})?", text):
-            text = text.replace("T", "-") + ("" if ":" in text else ":00")
-        return self.key_of(self.start_of(text))
-
-
-def _utc(t: datetime | date) -> datetime:
-    if not isinstance(t, datetime):
-        t = datetime(t.year, t.month, t.day)
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
 def check_roots(output_root: str, landing_zone: str) -> None:
@@ -765,47 +669,3 @@ def partition_jobs(spark: Any, key: str) -> Iterator[None]:
 
 def _run_id() -> str:
     return f"chain-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
-
-
-def stored_history(spark: Any, output_root: str, pipeline_name: str) -> tuple[str, str] | None:
-    """``(grain, first partition)`` of the history committed under ``output_root`` for a
-    pipeline, from its folder names and lineage; None when nothing is committed.
-
-    The first partition is the one whose lineage has no previous partition (it started
-    from no state), else the oldest committed one.
-    """
-    found = current_commits_under(spark, join(str(output_root), pipeline_name))
-    keys = {}
-    for name, commit in found.items():
-        if re.fullmatch(r"\d{4}-\d{2}-\d{2}-\d{4}", name):
-            keys[f"{name[:-2]}:{name[-2:]}"] = ("hour", commit)
-        elif re.fullmatch(r"\d{4}-\d{2}-\d{2}", name):
-            keys[name] = ("day", commit)
-    if not keys:
-        return None
-    grains = {g for g, _ in keys.values()}
-    if len(grains) > 1:
-        raise ChainError(
-            f"{join(str(output_root), pipeline_name)} holds both day and hour partitions: one history has one grain"
-        )
-    grain = grains.pop()
-    firsts = sorted(k for k, (_, c) in keys.items() if (lin := store.Lineage.of(c)) and lin.previous_partition is None)
-    return grain, (firsts[0] if firsts else min(keys))
-
-
-def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict[str, Any]) -> str:
-    """The per-partition table ``rewindow backfill`` and the demo end with."""
-    header = f"{'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}"
-    lines = [f"  {header}  watermark reached"]
-    for key in keys:
-        commit = commits.get(key)
-        if commit is None:
-            lines.append(f"  {key:<18}{'(not committed)':>46}")
-            continue
-        m = ReplayMetrics.from_dict(commit.metrics)
-        lines.append(
-            f"  {key:<18}{m.input_rows:>10,}{m.windows_emitted:>10,}"
-            f"{m.late_events:>8,}{m.rejected_rows:>10,}{m.open_windows:>8,}"
-            f"  {m.watermark_reached}"
-        )
-    return "\n".join(lines)

@@ -20,7 +20,8 @@ import pytest
 
 from tests.orchestration.test_backfill_cli import _cli
 from tests.support.dagster_harness import DAYS, START, rows
-from windowing.chain import COMMITTED, FAILED, Chain, Partitions
+from windowing.chain import COMMITTED, FAILED, Chain
+from windowing.partitions import Partitions
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_FILE = ROOT / "examples" / "airflow" / "rewindow_clicks_hourly.py"

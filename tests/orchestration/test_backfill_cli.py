@@ -211,8 +211,9 @@ def test_two_concurrent_backfills_of_one_range_lose_nothing(spark, history, pipe
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.support.dagster_harness import START
-    from windowing.chain import COMMITTED, Chain, Partitions
+    from windowing.chain import COMMITTED, Chain
     from windowing.config import load_pipeline
+    from windowing.partitions import Partitions
     from windowing.storage.outputs import read_outputs
 
     pipeline = load_pipeline(pipelines_dir / "clicks-hourly.yaml")

@@ -595,7 +595,8 @@ def test_a_catalog_that_cannot_hold_the_tables_is_refused_before_any_work(spark,
     import yaml
 
     from windowing.catalog import Publisher
-    from windowing.chain import Chain, ChainError, Partitions
+    from windowing.chain import Chain, ChainError
+    from windowing.partitions import Partitions
 
     pipeline = parse_pipeline(yaml.safe_load(CATALOG_YAML))
     out = tmp_path / "out"

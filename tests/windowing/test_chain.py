@@ -14,8 +14,9 @@ import pytest
 
 from tests.support.histories import landing_with_odd_row
 from tests.support.services import QUICK_JVM_OPTS
-from windowing.chain import COMMITTED, FAILED, MISSING, OUT_OF_DATE, Chain, ChainError, Partitions
+from windowing.chain import COMMITTED, FAILED, MISSING, OUT_OF_DATE, Chain, ChainError
 from windowing.config import load_pipeline
+from windowing.partitions import Partitions
 from windowing.storage.store import state_content_hash
 
 ROOT = Path(__file__).resolve().parents[2]

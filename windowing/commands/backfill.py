@@ -79,13 +79,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from windowing.chain import (  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
-        Chain,
-        ChainError,
-        Partitions,
-        stored_history,
-        summary_table,
-    )
+    from windowing.chain import Chain, ChainError  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+    from windowing.history import stored_history, summary_table  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.partitions import Partitions  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.storage.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant

@@ -29,11 +29,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from windowing.chain import (  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
-        Chain,
-        Partitions,
-        stored_history,
-    )
+    from windowing.chain import Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+    from windowing.history import stored_history  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.partitions import Partitions  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
 
     pipeline = load_pipeline(args.config) if args.config else None
     output_root = absolute(args.output)

@@ -1,0 +1,58 @@
+"""What a stored history holds, for the commands that report on it and go on from it:
+its grain and first partition (:func:`stored_history`), and the per-partition table
+``rewindow backfill`` and the demo end with (:func:`summary_table`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from windowing.chain import ChainError
+from windowing.metrics import ReplayMetrics
+from windowing.storage import store
+from windowing.storage.commits import current_commits_under
+from windowing.storage.lake import join
+
+
+def stored_history(spark: Any, output_root: str, pipeline_name: str) -> tuple[str, str] | None:
+    """``(grain, first partition)`` of the history committed under ``output_root`` for a
+    pipeline, from its folder names and lineage; None when nothing is committed.
+
+    The first partition is the one whose lineage has no previous partition (it started
+    from no state), else the oldest committed one.
+    """
+    found = current_commits_under(spark, join(str(output_root), pipeline_name))
+    keys = {}
+    for name, commit in found.items():
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}-\d{4}", name):
+            keys[f"{name[:-2]}:{name[-2:]}"] = ("hour", commit)
+        elif re.fullmatch(r"\d{4}-\d{2}-\d{2}", name):
+            keys[name] = ("day", commit)
+    if not keys:
+        return None
+    grains = {g for g, _ in keys.values()}
+    if len(grains) > 1:
+        raise ChainError(
+            f"{join(str(output_root), pipeline_name)} holds both day and hour partitions: one history has one grain"
+        )
+    grain = grains.pop()
+    firsts = sorted(k for k, (_, c) in keys.items() if (lin := store.Lineage.of(c)) and lin.previous_partition is None)
+    return grain, (firsts[0] if firsts else min(keys))
+
+
+def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict[str, Any]) -> str:
+    """The per-partition table ``rewindow backfill`` and the demo end with."""
+    header = f"{'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}"
+    lines = [f"  {header}  watermark reached"]
+    for key in keys:
+        commit = commits.get(key)
+        if commit is None:
+            lines.append(f"  {key:<18}{'(not committed)':>46}")
+            continue
+        m = ReplayMetrics.from_dict(commit.metrics)
+        lines.append(
+            f"  {key:<18}{m.input_rows:>10,}{m.windows_emitted:>10,}"
+            f"{m.late_events:>8,}{m.rejected_rows:>10,}{m.open_windows:>8,}"
+            f"  {m.watermark_reached}"
+        )
+    return "\n".join(lines)
