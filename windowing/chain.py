@@ -62,7 +62,7 @@ from windowing.storage.commits import (
     run_is_whole,
 )
 from windowing.storage.errors import InputError, OutputError, StateError, missing_path
-from windowing.storage.lake import Lake, glob_escape, inside, join
+from windowing.storage.lake import Lake, glob_escape, inside, is_connect, join
 from windowing.storage.outputs import read_state, stage_outputs
 from windowing.validation import blocking_failures, run_checks
 
@@ -455,13 +455,14 @@ class Chain:
         # starting small jobs) that leaves cores idle between its jobs: two partitions
         # fill them (72 hourly partitions: 2.58 s a partition; docs/architecture.md).
         start: PartitionResult | _StagedPartition | None = before
+        known = landing.KnownSchemas()  # the landing zone's schema, inferred once for the run
         staged: _StagedPartition | None = None  # replayed, not yet handed to an audit
         audit: tuple[int, Future[PartitionResult]] | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rewindow-audit") as audits:
             try:
                 for i, key in enumerate(keys, 1):
                     try:
-                        staged = self._stage(key, start, flush=flush_at_end and key == keys[-1])
+                        staged = self._stage(key, start, flush=flush_at_end and key == keys[-1], known=known)
                     except Exception as exc:
                         if audit is None:
                             raise
@@ -508,8 +509,9 @@ class Chain:
             )
         return done
 
-    def read_events(self, key: str) -> tuple[Any, list[str] | None]:
-        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.storage.landing`)."""
+    def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[Any, list[str] | None]:
+        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.storage.landing`);
+        ``known``: the schemas the partitions before in the same run inferred."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(
             self.spark,
@@ -521,6 +523,7 @@ class Chain:
             pipeline=self.pipeline,
             partition_column=self.partition_column,
             unplaced=self.partitions.previous(key) is None,
+            known=known,
         )
 
     def replay_one(
@@ -540,13 +543,18 @@ class Chain:
         return self._audit(self._stage(key, start, flush=flush), start, checks, run_id)
 
     def _stage(
-        self, key: str, start: PartitionResult | _StagedPartition | None, *, flush: bool = False
+        self,
+        key: str,
+        start: PartitionResult | _StagedPartition | None,
+        *,
+        flush: bool = False,
+        known: landing.KnownSchemas | None = None,
     ) -> _StagedPartition:
         """Replay partition ``key`` from ``start``'s state and stage its outputs (read back)."""
         with partition_jobs(self.spark, key):
             began = time.monotonic()
             try:
-                events, files = self.read_events(key)
+                events, files = self.read_events(key, known)
                 if files is not None and not files:
                     self.log.warning(
                         f"{key}: no landing files for this partition; replayed as a partition without events"
@@ -652,7 +660,8 @@ FAILURE_SCHEMA = "run_id string, run_path string, failed_checks string, recorded
 
 
 #: Every Spark job a partition runs carries the tag ``PARTITION_TAG + key`` (Spark's job
-#: tags: in the event log, the UI's REST API, and ``SparkSession.interruptTag`` cancels them).
+#: tags: in the event log, the UI's REST API; ``SparkSession.interruptTag`` cancels its queries,
+#: ``SparkContext.cancelJobsWithTag`` every job).
 PARTITION_TAG = "rewindow-partition-"
 
 
@@ -661,10 +670,17 @@ def partition_jobs(spark: Any, key: str) -> Iterator[None]:
     """Tag the Spark jobs this thread starts inside the block as partition ``key``'s."""
     tag = PARTITION_TAG + key.replace(",", "_")
     spark.addTag(tag)
+    # Spark's own jobs outside a query (a Parquet schema inference) carry only the Spark
+    # context's tags: tag those too, on a classic session.
+    context = None if is_connect(spark) else spark.sparkContext
+    if context is not None:
+        context.addJobTag(tag)
     try:
         yield
     finally:
         spark.removeTag(tag)
+        if context is not None:
+            context.removeJobTag(tag)
 
 
 def _run_id() -> str:

@@ -21,6 +21,7 @@ listing folders in Python:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,18 @@ class LandingZoneError(RuntimeError):
     """The landing zone is missing or holds no events to read a schema from."""
 
 
+@dataclass
+class KnownSchemas:
+    """The schemas Spark inferred from a landing zone's files, kept for the partitions of
+    one run (a backfill): the zone's, inferred once rather than by a Spark job a partition
+    (Spark takes it from one file either way), and each day's column types
+    (:func:`check_day_types`: the hourly partitions of a day share them). A file that lands
+    meanwhile is still read: the files are listed again for every partition."""
+
+    zone: dict[tuple[Any, ...], T.StructType] = field(default_factory=dict)
+    days: dict[tuple[str, ...], dict[str, T.DataType]] = field(default_factory=dict)
+
+
 def day_of(start: datetime, end: datetime) -> datetime:
     """The UTC day ``[start, end)`` lies in; refuses windows that straddle days."""
     day = start.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -57,11 +70,16 @@ def read_landing(
     landing_zone: str,
     source: Source | None = None,
     partition_column: str | None = DEFAULT_PARTITION_COLUMN,
+    known: KnownSchemas | None = None,
 ) -> DataFrame:
-    """The whole landing zone as one DataFrame (lazy: filters decide what is read)."""
+    """The whole landing zone as one DataFrame (lazy: filters decide what is read).
+    ``known``: schemas inferred earlier in the same run (the zone's is reused, else kept)."""
     reader = spark.read.format(source.format if source else "parquet")
+    key = (landing_zone, source.format if source else "parquet", source.options if source else (), partition_column)
     if source is not None and source.schema:
         reader = reader.schema(source.schema)
+    elif known is not None and key in known.zone:
+        reader = reader.schema(known.zone[key])
     for k, v in source.options if source else ():
         reader = reader.option(k, v)
     if partition_column is None:
@@ -86,6 +104,8 @@ def read_landing(
             f"landing zone {landing_zone}: no {partition_column}=... folders (partition column {partition_column!r} "
             f"not found; columns: {', '.join(df.columns)}); set the partition column or none"
         )
+    if known is not None and not (source is not None and source.schema):
+        known.zone.setdefault(key, df.schema)
     return df
 
 
@@ -128,6 +148,7 @@ def read_partition_events(
     pipeline: Pipeline | None = None,
     partition_column: str | None = DEFAULT_PARTITION_COLUMN,
     unplaced: bool = False,
+    known: KnownSchemas | None = None,
 ) -> tuple[DataFrame, list[Any] | None]:
     """The events of the arrival window ``[start, end)`` as a Spark DataFrame.
 
@@ -138,10 +159,11 @@ def read_partition_events(
     (:class:`windowing.storage.lake.Entry`, checked first: each footer readable, the pipeline's
     columns present with one type) when the partition column tells them, else ``None``. See the module
     docstring for which
-    rows belong to the window.
+    rows belong to the window. ``known``: the schemas inferred by the partitions before in
+    the same run (:class:`KnownSchemas`).
     """
     landing_zone = str(landing_zone)
-    df = read_landing(spark, landing_zone, source, partition_column)
+    df = read_landing(spark, landing_zone, source, partition_column, known)
     arrival = _as_timestamp(df, arrival_column)
     if partition_column is None:
         inside = (arrival >= F.lit(start)) & (arrival < F.lit(end))
@@ -155,7 +177,7 @@ def read_partition_events(
         folder = join(landing_zone, f"{partition_column}={day:%Y-%m-%d}")
         files = lake.files(folder)
         check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
-        check_day_types(spark, folder, [e.path for e in files], df, pipeline)
+        check_day_types(spark, folder, [e.path for e in files], df, pipeline, known)
     events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
         return events, files
@@ -167,7 +189,12 @@ def read_partition_events(
 
 
 def check_day_types(
-    spark: SparkSession, folder: str, files: list[str], landing: DataFrame, pipeline: Pipeline | None
+    spark: SparkSession,
+    folder: str,
+    files: list[str],
+    landing: DataFrame,
+    pipeline: Pipeline | None,
+    known: KnownSchemas | None = None,
 ) -> None:
     """Refuse a day whose files hold a column the pipeline reads with another type than the
     landing zone's schema (which Spark takes from one file, of another day): read as it is,
@@ -176,7 +203,12 @@ def check_day_types(
     state they carried forward) hold the other type."""
     if not files or pipeline is None:
         return
-    day_types = {f.name: f.dataType for f in spark.read.parquet(*[glob_escape(f) for f in files]).schema.fields}
+    if known is not None and tuple(files) in known.days:
+        day_types = known.days[tuple(files)]
+    else:  # Spark's schema of the day's files (a Spark job)
+        day_types = {f.name: f.dataType for f in spark.read.parquet(*[glob_escape(f) for f in files]).schema.fields}
+        if known is not None:
+            known.days[tuple(files)] = day_types
     zone_types = {f.name: f.dataType for f in landing.schema.fields}
     for column in pipeline.input_columns:
         here, there = day_types.get(column), zone_types.get(column)
