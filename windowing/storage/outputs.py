@@ -162,8 +162,9 @@ class Staged:
     #: The written datasets' schemas, as Spark reads them back (every field nullable): the
     #: staged outputs are read with them, with no schema inference (a Spark job each).
     schemas: dict[str, StructType] | None = None
-    #: :func:`windowing.storage.manifest.content_hash` of the whole written state (computed with
-    #: the manifest's, in the same job); None when not computed.
+    #: :func:`windowing.storage.manifest.content_hash` of the whole written state (computed by
+    #: Spark as it wrote the state, with the manifest's: ``manifest.ObservedState``); None when
+    #: not computed.
     state_hash: str | None = None
     #: What a replay continuing from the written state reads of it first (computed as it was
     #: written); None when not computed.
