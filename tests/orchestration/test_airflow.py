@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -30,8 +31,29 @@ DRIVER = Path(__file__).with_name("airflow_driver.py")
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 
 
+#: Seconds to wait for an Airflow environment still being installed (.ci/run installs it
+#: while the suite starts, and sets REWINDOW_AIRFLOW_ENV_STATUS to the file its exit status
+#: lands in).
+AIRFLOW_ENV_WAIT_S = 900
+
+
+def _wait_for_airflow_env() -> None:
+    status = os.environ.get("REWINDOW_AIRFLOW_ENV_STATUS")
+    if not status:
+        return
+    deadline = time.monotonic() + AIRFLOW_ENV_WAIT_S
+    while not Path(status).is_file() or not Path(status).read_text().strip():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the Airflow environment is still installing after {AIRFLOW_ENV_WAIT_S} s ({status})")
+        time.sleep(1)
+    code = Path(status).read_text().strip()
+    if code != "0":
+        pytest.fail(f"scripts/airflow-env failed (exit status {code}): see .venv/airflow-env.log")
+
+
 @pytest.fixture(scope="module")
 def airflow_python() -> Path:
+    _wait_for_airflow_env()
     python = Path(os.environ.get("REWINDOW_AIRFLOW_PYTHON", ROOT / ".venv-airflow" / "bin" / "python"))
     if not python.exists():
         message = f"no Airflow environment at {python}: run scripts/airflow-env (CI does)"
