@@ -23,6 +23,7 @@ A state written before manifests existed (no manifest anywhere) is read as befor
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
@@ -113,6 +114,10 @@ def _hash_strings(values: list[Any], with_where: bool) -> tuple[str, str | None]
     return f"{values[0]}-{values[1]}", (f"{values[2]}-{values[3]}" if with_where else None)
 
 
+#: Seconds :class:`ObservedState` waits, after the write, for Spark to report the metrics.
+OBSERVED_WAIT_S = 30.0
+
+
 @dataclass(frozen=True)
 class StateSummary:
     """What a replay continuing from a state reads of it before its kernel
@@ -136,6 +141,7 @@ class ObservedState:
     def __init__(self, state: DataFrame) -> None:
         self.where = F.col("state_kind") == WINDOW_KIND if "state_kind" in state.columns else None
         self.observation: Observation | None = None
+        self._metrics: dict[str, Any] | None = None
         self.frame = state
         if not is_connect(state.sparkSession):
             aggs = _hash_aggregates(state, self.where)
@@ -147,12 +153,32 @@ class ObservedState:
             self.observation = Observation(f"rewindow_state_hashes_{uuid.uuid4().hex}")
             self.frame = state.observe(self.observation, *aggs)
 
+    def _observed(self) -> dict[str, Any] | None:
+        """The observed metrics once Spark has reported them (its listener reports them just
+        after the write returns), else None: a plan Spark ran without the observation is
+        read back instead of waiting for metrics that will not come."""
+        if self.observation is None:
+            return None
+        if self._metrics is None:
+            jo = self.observation._jo  # the JVM Observation: its future says whether Spark reported
+            if jo is None:
+                return None
+            future = jo.future()
+            deadline = time.monotonic() + OBSERVED_WAIT_S
+            while not future.isCompleted() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if not future.isCompleted():
+                self.observation = None
+                return None
+            self._metrics = self.observation.get
+        return self._metrics
+
     def hashes(self) -> tuple[str, str] | None:
         """``(whole, window rows)`` of the written state (both the whole hash without a
         ``state_kind`` column); call after the write has succeeded."""
-        if self.observation is None:
+        got = self._observed()
+        if got is None:
             return None
-        got = self.observation.get
         keys = ("n", "s", "n_where", "s_where") if self.where is not None else ("n", "s")
         whole, windows = _hash_strings([got[k] for k in keys], self.where is not None)
         return whole, windows or whole
@@ -160,9 +186,9 @@ class ObservedState:
     def summary(self) -> StateSummary | None:
         """The written state's :class:`StateSummary` (None where not observed: over Spark
         Connect, or for a state without ``state_kind``); call after the write."""
-        if self.observation is None or self.where is None:
+        got = self._observed() if self.where is not None else None
+        if got is None:
             return None
-        got = self.observation.get
         return StateSummary(tuple(sorted(got.get("fingerprints") or ()))[:3], tuple(got["workers"]))
 
 

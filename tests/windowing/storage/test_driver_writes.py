@@ -105,3 +105,14 @@ def test_the_state_hashes_and_summary_computed_as_it_is_written_are_those_read_b
         observed, _ = split_state(spark, pipeline, state, events, summary)
         read_back, _ = split_state(spark, pipeline, state, events)
         assert observed == read_back and len(read_back) > 1  # one row per worker
+
+
+def test_a_state_written_without_its_metrics_reported_is_hashed_by_reading_it_back(spark, monkeypatch):
+    """Should Spark run the write without reporting the observed metrics, staging does not
+    wait for them: the hashes and the summary are None, so the state is read back instead."""
+    from windowing.storage import manifest
+
+    monkeypatch.setattr(manifest, "OBSERVED_WAIT_S", 0.05)
+    observed = manifest.ObservedState(spark.createDataFrame([("worker", 1)], "state_kind string, batch long"))
+    assert observed.observation is not None
+    assert observed.hashes() is None and observed.summary() is None  # no action ran: nothing reported
