@@ -608,7 +608,7 @@ class Chain:
                 partition=key,
                 previous_partition=self.partitions.previous(key),
                 start_state_hash=start.lineage.state_hash if start else None,
-                # Computed with the state's manifest, in the same job, when the outputs were staged.
+                # Computed by Spark as the staged state was written (manifest.ObservedState).
                 state_hash=staged.state_hash or store.state_content_hash(state),
                 flushed_at_end=part.flush,
                 run_id=run_id or _run_id(),
