@@ -6,6 +6,7 @@ element (e.g. one segment per key). Every helper here works on all segments at o
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -210,3 +211,50 @@ def value_order_keys(arr: pa.Array | pa.ChunkedArray) -> list[np.ndarray]:
 
 
 _INT_OF = {32: pa.int32(), 64: pa.int64()}
+
+
+def packed_keys(keys: list[np.ndarray]) -> list[np.ndarray]:
+    """Sort keys (least significant first, as ``np.lexsort`` takes them) as one int64 of
+    mixed-radix digits when their ranges fit (one sort pass instead of one per key), else
+    as they are. Ties are the same either way.
+
+    A key whose values lie on a lattice (window starts a slide apart, say) is first
+    divided by the lattice's step: the order is the same and its digit far smaller."""
+    if not len(keys[0]):
+        return keys
+    lows = [int(k.min()) for k in keys]
+    steps = [1] * len(keys)
+    spans = [int(k.max()) - low + 1 for k, low in zip(keys, lows)]
+    if math.prod(spans) >= 2**62:
+        if max(spans) > 2**63:  # the differences overflow int64: no lattice to find
+            return keys
+        steps = [max(1, int(np.gcd.reduce(k.astype(np.int64) - low))) for k, low in zip(keys, lows)]
+        spans = [(span - 1) // step + 1 for span, step in zip(spans, steps)]
+        if math.prod(spans) >= 2**62:
+            return keys
+    packed = np.zeros(len(keys[0]), np.int64)
+    for k, low, step, span in zip(reversed(keys), reversed(lows), reversed(steps), reversed(spans)):
+        digit = k.astype(np.int64) - low
+        packed = packed * span + (digit // step if step > 1 else digit)
+    return [packed]
+
+
+def sort_order(keys: list[np.ndarray], stable: bool = False) -> np.ndarray:
+    """The order by ``keys`` (``np.lexsort``'s, least significant first). Ties: in input
+    order with ``stable``, else in no particular order (the caller orders them if it must)."""
+    if not len(keys[0]):
+        return np.zeros(0, dtype=np.int64)
+    if len(keys) > 1:
+        return np.lexsort(keys)
+    return np.argsort(keys[0], kind="stable" if stable else None)
+
+
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer array, sorted (``np.unique`` without its extras)."""
+    if not len(values):
+        return values
+    ordered = np.sort(values)
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]

@@ -8,7 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.generators import cases
-from windowing.arrays import MIN_TIMESTAMP, searchsorted_left, seg_cummax, seg_searchsorted, value_order_keys
+from windowing.arrays import (
+    MIN_TIMESTAMP,
+    packed_keys,
+    searchsorted_left,
+    seg_cummax,
+    seg_searchsorted,
+    sort_order,
+    sorted_distinct,
+    value_order_keys,
+)
 
 VALUES = st.one_of(
     st.integers(-50, 50),
@@ -85,3 +94,45 @@ def test_value_order_keys_orders_floats_totally_and_nulls_first():
         "1.0",
         "nan",
     ]
+
+
+# A key's values: a few distinct ones, on a lattice (window starts an hour apart from an
+# odd offset), or spread over the whole int64 range (no packing possible).
+KEY = st.one_of(
+    st.lists(st.integers(-3, 3), min_size=1, max_size=1),
+    st.lists(st.integers(0, 2_000), min_size=1, max_size=1).map(lambda v: [7 + 3_600_000 * v[0]]),
+    st.lists(st.sampled_from([MIN_TIMESTAMP, -(2**62), 2**62, 2**63 - 1]), min_size=1, max_size=1),
+)
+
+
+@cases(300)
+@given(st.integers(1, 4).flatmap(lambda k: st.lists(st.tuples(*[KEY] * k), min_size=1, max_size=40)))
+def test_packed_keys_sort_as_numpys_lexsort_whatever_the_ranges(rows):
+    keys = [np.array([r[i][0] for r in rows], dtype=np.int64) for i in range(len(rows[0]))]
+    expected = np.lexsort(keys)
+    packed = packed_keys(keys)
+    got = sort_order(packed, stable=True)
+    # The same order, ties (equal in every key) in input order as lexsort leaves them.
+    assert got.tolist() == expected.tolist()
+    if len(packed) == 1:  # packed: equal rows get equal values, and only they
+        same = [tuple(k[i] for k in keys) == tuple(k[j] for k in keys) for i in range(len(rows)) for j in range(len(rows))]
+        assert same == [packed[0][i] == packed[0][j] for i in range(len(rows)) for j in range(len(rows))]
+
+
+def test_packed_keys_divide_a_lattice_by_its_step():
+    """Window starts an hour apart over 2 days and event ids: too wide as they are (ms),
+    one int64 once the starts are counted in hours."""
+    rng = np.random.default_rng(3)
+    start = 1_700_000_000_000 + 3_600_000 * rng.integers(0, 48, 10_000)
+    event = rng.permutation(10_000)
+    key = rng.integers(0, 2**20, 10_000)
+    keys = [event, start + 3_600_000 - start, start, start + 3_600_000, key]
+    assert len(packed_keys(keys)) == 1
+    assert sort_order(packed_keys(keys)).tolist() == np.lexsort(keys).tolist()
+
+
+@cases(200)
+@given(st.lists(st.sampled_from([0, 1, -1, 5, 2**62, -(2**63)]), max_size=30))
+def test_sorted_distinct_is_numpys_unique(values):
+    v = np.array(values, dtype=np.int64)
+    assert sorted_distinct(v).tolist() == np.unique(v).tolist()

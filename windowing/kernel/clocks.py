@@ -26,9 +26,11 @@ import pyarrow as pa
 from windowing.arrays import (
     MIN_TIMESTAMP,
     group_codes,
+    packed_keys,
     sat_add,
     sat_sub,
     searchsorted_left,
+    sort_order,
 )
 from windowing.config import Clock, Pipeline, WatermarkStrategy
 from windowing.contract import WORKER_KIND
@@ -95,11 +97,14 @@ def commit_summary(table: pa.Table, spec: "Spec") -> dict[Any, tuple[np.ndarray,
     rows = np.flatnonzero(table["__kind"].to_numpy() == EVENT)
     if not len(rows):
         return {}
-    take = pa.array(rows)
-    batch, evt, arr = (as_int64(table[c].take(take)) for c in ("__batch", "__evt", "__arr"))
     wcol = spec.worker_col
-    codes = group_codes(table[wcol].take(take)) if wcol else np.zeros(len(rows), dtype=np.int64)
-    order = np.lexsort((batch, codes))
+    events = table.select(["__batch", "__evt", "__arr", *([wcol] if wcol else [])])
+    if len(rows) < table.num_rows:
+        events = events.take(pa.array(rows))
+    batch, evt, arr = (as_int64(events[c]) for c in ("__batch", "__evt", "__arr"))
+    codes = group_codes(events[wcol]) if wcol else np.zeros(len(rows), dtype=np.int64)
+    # By (worker, batch); the order within a batch does not matter (its max and min).
+    order = sort_order(packed_keys([batch, codes]))
     codes, batch, evt, arr = codes[order], batch[order], evt[order], arr[order]
     starts = np.flatnonzero(np.concatenate([[True], (codes[1:] != codes[:-1]) | (batch[1:] != batch[:-1])]))
     pick = np.minimum if spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else np.maximum

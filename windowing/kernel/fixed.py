@@ -24,9 +24,11 @@ import pyarrow.compute as pc
 from windowing.arrays import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
+    packed_keys,
     sat_sub,
     seg_rank,
     seg_searchsorted,
+    sort_order,
 )
 from windowing.config import Lateness
 from windowing.contract import AGGREGATE, END_OF_INPUT, IDLE, OPEN, WATERMARK
@@ -235,7 +237,9 @@ def _group_windows(
     start = np.concatenate([carried.start, accepted.start])
     end = np.concatenate([carried.end, accepted.end])
     event = np.concatenate([np.full(n_carried, -1, np.int64), accepted.event])  # arrival order; carried first
-    order = np.lexsort((event, end, start, generation, key))
+    # One sort of the keys packed into an int64 when they fit (by end - start: the same
+    # order for equal starts, and one value for windows of one size).
+    order = sort_order(packed_keys([event, end - start, start, generation, key]), stable=True)
     key, generation, start, end, event = (x[order] for x in (key, generation, start, end, event))
     if len(order):
         new_group = np.concatenate(

@@ -14,7 +14,7 @@ order; a key id's value carries no meaning (only equality); watermarks never go 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -25,8 +25,10 @@ from windowing.arrays import (
     MIN_TIMESTAMP,
     group_codes,
     order_codes,
+    packed_keys,
     sat_sub,
     seg_cummax,
+    sort_order,
     starts_of,
     value_order_keys,
 )
@@ -216,10 +218,12 @@ class SortedEvents:
         if ranked:
             order = _by_key_and_rank(keyset.gid[rows], as_int64(sub[ARRIVAL_RANK]))
         else:
-            keys = [order_codes(sub[c]) for c in reversed(src.arrival_order)]
-            keys += _packed_digits([arr, batch, keyset.gid[rows]])
-            order = np.lexsort(keys) if len(rows) else np.zeros(0, dtype=np.int64)
-            order = _break_ties(order, keys, table, rows, spec)
+            # (key, batch, arrival) in one sort (packed into an int64 when it fits); the
+            # rare events equal in all three are then ordered by the configured arrival
+            # order, computed for them alone (a second full sort cost ~4x the first).
+            primary = packed_keys([arr, batch, keyset.gid[rows]])
+            order = sort_order(primary)
+            order = _break_ties(order, primary, sub, src.arrival_order, table, rows, spec)
         self.rows = rows[order]  # table row of each sorted event
         self.n = len(self.rows)
         self.g = keyset.gid[self.rows]
@@ -241,22 +245,6 @@ def with_arrival_ranks(table: pa.Table, spec: Spec) -> pa.Table:
     return table.append_column(ARRIVAL_RANK, pa.array(rank)).append_column(KEY_ID, pa.array(keys.gid))
 
 
-def _packed_digits(keys: list[np.ndarray]) -> list[np.ndarray]:
-    """Sort keys (least significant first, as ``np.lexsort`` takes them) as one int64 of
-    mixed-radix digits when their ranges fit (one sort pass instead of one per key), else
-    as they are. Ties are the same either way."""
-    if not len(keys[0]):
-        return keys
-    lows = [int(k.min()) for k in keys]
-    spans = [int(k.max()) - low + 1 for k, low in zip(keys, lows)]
-    if math.prod(spans) >= 2**62:
-        return keys
-    packed = np.zeros(len(keys[0]), np.int64)
-    for k, low, span in zip(reversed(keys), reversed(lows), reversed(spans)):
-        packed = packed * span + (k.astype(np.int64) - low)
-    return [packed]
-
-
 def _by_key_and_rank(gid: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """The order by (key id, rank): one sort of the pair packed into an int64 (the ranks of
     a key are distinct, so the order is total), else a two-key lexsort."""
@@ -269,34 +257,63 @@ def _by_key_and_rank(gid: np.ndarray, rank: np.ndarray) -> np.ndarray:
     return np.lexsort((rank, gid))
 
 
-def _break_ties(order: np.ndarray, keys: list[np.ndarray], table: pa.Table, rows: np.ndarray, spec: Spec) -> np.ndarray:
-    """Order events equal in (key, batch, arrival, arrivalOrder) by their other columns.
-
-    The contract's arrival order ends with "the row's remaining columns": runs of tied
-    events are sorted by every input column's value, columns taken by name, so the
-    order is total on distinct rows and does not depend on how the input came.
-    """
+def _tied_runs(order: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The positions in ``order`` of events equal in every key to a neighbour, and a run
+    number per position (equal for the events of one run of ties)."""
     if len(order) < 2:
-        return order
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     same = np.ones(len(order) - 1, dtype=bool)
     for key in keys:
         ks = key[order]
         same &= ks[1:] == ks[:-1]
     if not same.any():
-        return order
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     tied = np.zeros(len(order), dtype=bool)
     tied[1:] |= same
     tied[:-1] |= same
     pos = np.flatnonzero(tied)
-    run = np.cumsum(np.concatenate(([True], ~same)))[pos]
-    take = pa.array(rows[order[pos]])
+    return pos, np.cumsum(np.concatenate(([True], ~same)))[pos]
+
+
+def _break_ties(
+    order: np.ndarray,
+    keys: list[np.ndarray],
+    sub: pa.Table,
+    arrival_order: Sequence[str],
+    table: pa.Table,
+    rows: np.ndarray,
+    spec: Spec,
+) -> np.ndarray:
+    """Order events equal in (key, batch, arrival) (``keys``, by which ``order`` sorts
+    ``sub``'s rows) by the configured arrival order, then by their other columns.
+
+    The contract's arrival order ends with "the row's remaining columns": runs of events
+    tied in the arrival order too are sorted by every input column's value, columns taken
+    by name, so the order is total on distinct rows and does not depend on how the input
+    came. Only the tied events' values are read.
+    """
+    pos, run = _tied_runs(order, keys)
+    if not len(pos):
+        return order
+    order = order.copy()
+    at = pa.array(order[pos])
+    arrival = [order_codes(sub[c].take(at)) for c in reversed(arrival_order)]
+    by_arrival = np.lexsort([*arrival, run])
+    order[pos] = order[pos][by_arrival]
+    arrival, run = [k[by_arrival] for k in arrival], run[by_arrival]
+    # Runs tied in the arrival order too: by every input column's value.
+    local = np.arange(len(pos))
+    still, still_run = _tied_runs(local, [*arrival, run])
+    if not len(still):
+        return order
+    take = pa.array(rows[order[pos[still]]])
     sort_keys = []
     for c in sorted(spec.input_types, reverse=True):
         sort_keys += value_order_keys(table[c].take(take))
-    sub = np.lexsort([*sort_keys, run])
-    out = order.copy()
-    out[pos] = order[pos][sub]
-    return out
+    sub_order = np.lexsort([*sort_keys, still_run])
+    tied_at = pos[still]
+    order[tied_at] = order[tied_at][sub_order]
+    return order
 
 
 def as_int64(col: pa.ChunkedArray) -> NDArray[np.int64]:
