@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 from urllib.parse import unquote
 
+from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 from windowing.contract import OUTPUTS
@@ -50,7 +51,7 @@ from windowing.storage.records import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Row, SparkSession
+    from pyspark.sql import SparkSession
 
 RUNS = "runs"
 COMMITS = "_commits"
@@ -112,13 +113,11 @@ def list_commits(spark: SparkSession, out: PathArg) -> list[Commit]:
 def read_records(spark: SparkSession, out: str) -> tuple[list[Commit], list[DamagedRecord]]:
     """``(the trusted commit records of out, oldest first; the damaged ones)``: every record
     is checked (:func:`windowing.storage.records.record_problem`), none is followed unchecked."""
+    pattern = join(glob_escape(out), COMMITS, "*")
     try:
-        rows = (
-            spark.read.schema(COMMIT_SCHEMA)
-            .json(join(glob_escape(out), COMMITS, "*"))
-            .withColumn("__file", F.input_file_name())
-            .collect()
-        )
+        rows = _driver_rows(spark, pattern)
+        if rows is None:
+            rows = spark.read.schema(COMMIT_SCHEMA).json(pattern).withColumn("__file", F.input_file_name()).collect()
     except Exception as exc:
         if missing_path(exc):
             return [], []
@@ -127,6 +126,49 @@ def read_records(spark: SparkSession, out: str) -> tuple[list[Commit], list[Dama
     for r in rows:
         by_folder.setdefault(_record_folder(r["__file"]), []).append(r)
     return _judge(by_folder, out)
+
+
+#: Up to this many record files, an output's records are read from the driver (no Spark job).
+DRIVER_RECORD_FILES = 64
+
+
+def _driver_rows(spark: SparkSession, pattern: str) -> list[Row] | None:
+    """The rows Spark's JSON reader gives for the record files of ``pattern`` with
+    :data:`COMMIT_SCHEMA` (and ``__file``), read from the driver through Hadoop's
+    ``FileSystem``: one row per non-blank line, all fields null for a line that is not a
+    JSON object (a truncated or foreign file), a field null where its value has another
+    type. None over Spark Connect or past :data:`DRIVER_RECORD_FILES` files."""
+    lake = Lake(spark)
+    files = lake.glob_files(pattern, DRIVER_RECORD_FILES)
+    if files is None:
+        return None
+    rows = []
+    for path, uri in files:
+        for line in lake.read_text(path).split("\n"):  # Spark's line ends (not str.splitlines')
+            if line.strip():
+                rows.append(Row(**_record_fields(line), __file=uri))
+    return rows
+
+
+def _record_fields(line: str) -> dict[str, Any]:
+    """One line of a record file as Spark's JSON reader reads it under :data:`COMMIT_SCHEMA`."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return dict.fromkeys(_COMMIT_FIELDS)
+    out: dict[str, Any] = {}
+    for name in _COMMIT_FIELDS:
+        v = doc.get(name)
+        if name == "seq":
+            out[name] = v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else None
+        elif v is None or isinstance(v, str):
+            out[name] = v
+        else:  # Spark reads any other JSON value into a string column as its JSON text
+            # (a nested one with its source spacing, here compact: only a damaged record has one)
+            out[name] = json.dumps(v, separators=(",", ":"))
+    return out
 
 
 def _judge(by_folder: Mapping[str, list[Row]], out: str) -> tuple[list[Commit], list[DamagedRecord]]:

@@ -213,6 +213,28 @@ class Lake:
             raise
         return sorted((Entry(r["path"], False, int(r["length"])) for r in rows), key=lambda e: e.path)
 
+    def glob_files(self, pattern: str, most: int) -> list[tuple[str, str]] | None:
+        """The data files Spark's readers read for the glob ``pattern`` (a matched folder:
+        the files under it, hidden names skipped), sorted, each as ``(path, uri)``: its
+        path for :meth:`read_text` and its URI, %-quoted, as Spark's ``input_file_name``
+        gives it; [] when nothing matches. None over Spark Connect, or past ``most`` files
+        (reading them one at a time from the driver would then cost more than Spark's job)."""
+        if self.connect:
+            return None
+        fs, p = self._fs(pattern)
+        matched = fs.globStatus(p)
+        out: list[tuple[str, str]] = []
+        pending = [s for s in (matched or []) if not hidden(str(s.getPath().getName()))]
+        while pending:
+            s = pending.pop()
+            if s.isDirectory():
+                pending += [c for c in fs.listStatus(s.getPath()) if not hidden(str(c.getPath().getName()))]
+            else:
+                out.append((str(s.getPath().toString()), str(s.getPath().toUri().toString())))
+                if len(out) > most:
+                    return None
+        return sorted(out)
+
     # ------------------------------------------------------------------ changes
 
     def mkdirs(self, path: str) -> bool:

@@ -1,14 +1,19 @@
 """The small files a run writes from the driver through Hadoop (issue 29: no Spark job for
 them) are the files Spark's own writers wrote: ``metrics.json``, ``metrics.prom`` and the
-commit record, byte for byte, with the same files beside them."""
+commit record, byte for byte, with the same files beside them; and an output's commit
+records read from the driver are the rows Spark's JSON reader reads."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+from pyspark.sql import functions as F
+
+from windowing.storage import commits
 from windowing.storage.commits import COMMIT_SCHEMA, record_json_line
-from windowing.storage.lake import Lake
+from windowing.storage.lake import Lake, glob_escape
 from windowing.storage.outputs import nullable
 
 #: Strings that need escaping, and some that must not be (non-ASCII, "/", DEL, U+2028).
@@ -116,3 +121,39 @@ def test_a_state_written_without_its_metrics_reported_is_hashed_by_reading_it_ba
     observed = manifest.ObservedState(spark.createDataFrame([("worker", 1)], "state_kind string, batch long"))
     assert observed.observation is not None
     assert observed.hashes() is None and observed.summary() is None  # no action ran: nothing reported
+
+
+RECORD_LINES = {
+    "good": record_json_line({"seq": 3, "run_id": "r", "run": "runs/r", "metrics": AWKWARD, "extra": "{}"}),
+    "spaced": '{"seq": 4, "run_id": "x", "run": "runs/x", "committed_at": null}\r\n',
+    "two records": '{"seq": 1, "run_id": "a"}\n\n{"seq": 2, "run_id": "b"}\n',
+    "truncated": '{"seq": 5, "run_id": "20260101T0000',
+    "empty object": "{}\n",
+    "not json": "garbage\n",
+    "an array": "[1, 2]\n",
+    # (A nested value is read as its JSON text: Spark's keeps its source spacing, the
+    # driver's is compact; only a damaged record can hold one.)
+    "odd types": '{"seq": "7", "run_id": 8, "run": {"a":[1,true]}, "pipeline": false, "fingerprint": 1.5}\n',
+    "a float seq": '{"seq": 2.5, "run_id": "f"}\n',
+    "blank": "\n \n",
+}
+
+
+@pytest.mark.parametrize("name", ["plain", "odd n\u00e4me %20#,;", "br[1]"])
+def test_commit_records_read_from_the_driver_are_the_rows_sparks_json_reader_reads(spark, tmp_path, name):
+    out = tmp_path / name
+    for i, (what, text) in enumerate(RECORD_LINES.items()):
+        folder = out / "_commits" / f"{i:010d}-{what.replace(' ', '_')}"
+        folder.mkdir(parents=True)
+        (folder / "part-00000.json").write_text(text)
+        (folder / "_SUCCESS").write_text("")
+        (folder / "_hidden.json").write_text(RECORD_LINES["good"])  # hidden: skipped by both
+    (out / "_commits" / "0000000099-interrupted" / "_temporary" / "0").mkdir(parents=True)
+    pattern = f"{glob_escape(str(out))}/_commits/*"
+    spark_rows = spark.read.schema(COMMIT_SCHEMA).json(pattern).withColumn("__file", F.input_file_name()).collect()
+    driver_rows = commits._driver_rows(spark, pattern)
+    assert driver_rows is not None
+    assert sorted(map(repr, driver_rows)) == sorted(map(repr, spark_rows))
+    # What readers make of them is the same too: the good record trusted, the others damaged.
+    trusted, damaged = commits.read_records(spark, str(out))
+    assert (len(trusted), len(damaged)) == (0, len(RECORD_LINES) - 1)  # no folder is a real record's
