@@ -26,9 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (docs/architecture.md, "A partition's fixed cost"). Since the state's hashes and summary
 #: are observed as the state is written, and a run infers the landing zone's schema once:
 #: 8 in a partition carrying state, and 3 more in the first partition of a run (the zone's
-#: and the day's schemas, the probe of the workers). Every job counted, its own or Spark's
-#: (the chain tags both).
-LATER_JOBS = 8
+#: and the day's schemas, the probe of the workers). Since the kernel's stage is planned
+#: without adaptive execution (one job, not three): 6. Every job counted, its own or
+#: Spark's (the chain tags both).
+LATER_JOBS = 6
 FIRST_JOBS = LATER_JOBS + 3
 #: Spark jobs the checks add to a partition: the counts of every check are taken in one pass
 #: (``windowing.validation.base.CountPass``), a no-op write whose groupBy's shuffle stage adaptive
