@@ -115,8 +115,9 @@ def test_packed_keys_sort_as_numpys_lexsort_whatever_the_ranges(rows):
     # The same order, ties (equal in every key) in input order as lexsort leaves them.
     assert got.tolist() == expected.tolist()
     if len(packed) == 1:  # packed: equal rows get equal values, and only they
-        same = [tuple(k[i] for k in keys) == tuple(k[j] for k in keys) for i in range(len(rows)) for j in range(len(rows))]
-        assert same == [packed[0][i] == packed[0][j] for i in range(len(rows)) for j in range(len(rows))]
+        pairs = [(i, j) for i in range(len(rows)) for j in range(len(rows))]
+        same = [tuple(k[i] for k in keys) == tuple(k[j] for k in keys) for i, j in pairs]
+        assert same == [packed[0][i] == packed[0][j] for i, j in pairs]
 
 
 def test_packed_keys_divide_a_lattice_by_its_step():
