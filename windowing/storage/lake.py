@@ -26,7 +26,7 @@ import re
 import uuid
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 #: A folder or URI as callers give it (made a string before use).
 PathArg = str | os.PathLike[str]
@@ -192,12 +192,7 @@ class Lake:
             fs, p = self._fs(path)
             if not fs.exists(p):
                 return []
-            out, it = [], fs.listFiles(p, True)
-            while it.hasNext():
-                s = it.next()
-                rel = str(s.getPath().toString())[len(str(fs.makeQualified(p).toString())) :]
-                if not any(hidden(part) for part in rel.split("/") if part):
-                    out.append(Entry(str(s.getPath().toString()), False, int(s.getLen())))
+            out = [Entry(str(s.getPath().toString()), False, int(s.getLen())) for s in self._leaf_files(fs, p)]
             return sorted(out, key=lambda e: e.path)
         try:
             rows = (
@@ -222,18 +217,26 @@ class Lake:
         if self.connect:
             return None
         fs, p = self._fs(pattern)
-        matched = fs.globStatus(p)
         out: list[tuple[str, str]] = []
-        pending = [s for s in (matched or []) if not hidden(str(s.getPath().getName()))]
-        while pending:
-            s = pending.pop()
-            if s.isDirectory():
-                pending += [c for c in fs.listStatus(s.getPath()) if not hidden(str(c.getPath().getName()))]
-            else:
+        for match in fs.globStatus(p) or []:
+            if hidden(str(match.getPath().getName())):
+                continue
+            for s in self._leaf_files(fs, match.getPath()) if match.isDirectory() else [match]:
                 out.append((str(s.getPath().toString()), str(s.getPath().toUri().toString())))
                 if len(out) > most:
                     return None
         return sorted(out)
+
+    @staticmethod
+    def _leaf_files(fs: Any, p: Any) -> Iterator[Any]:
+        """The status of every file under the folder ``p`` that Spark's readers read
+        (recursive; a hidden name anywhere below ``p`` skips it)."""
+        root = len(str(fs.makeQualified(p).toString()))
+        it = fs.listFiles(p, True)
+        while it.hasNext():
+            s = it.next()
+            if not any(hidden(part) for part in str(s.getPath().toString())[root:].split("/") if part):
+                yield s
 
     # ------------------------------------------------------------------ changes
 
