@@ -216,7 +216,8 @@ class SortedEvents:
             sub = sub.take(pa.array(rows))
         arr, batch = as_int64(sub["__arr"]), as_int64(sub["__batch"])
         if ranked:
-            order = _by_key_and_rank(keyset.gid[rows], as_int64(sub[ARRIVAL_RANK]))
+            # By (key id, rank): a key's ranks are distinct, so the order is total.
+            order = sort_order(packed_keys([as_int64(sub[ARRIVAL_RANK]), keyset.gid[rows]]))
         else:
             # (key, batch, arrival) in one sort (packed into an int64 when it fits); the
             # rare events equal in all three are then ordered by the configured arrival
@@ -243,18 +244,6 @@ def with_arrival_ranks(table: pa.Table, spec: Spec) -> pa.Table:
     rank = np.zeros(table.num_rows, np.int64)
     rank[events.rows] = np.arange(events.n, dtype=np.int64)
     return table.append_column(ARRIVAL_RANK, pa.array(rank)).append_column(KEY_ID, pa.array(keys.gid))
-
-
-def _by_key_and_rank(gid: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """The order by (key id, rank): one sort of the pair packed into an int64 (the ranks of
-    a key are distinct, so the order is total), else a two-key lexsort."""
-    if not len(rank):
-        return np.zeros(0, dtype=np.int64)
-    span = int(rank.max()) + 1
-    if (int(gid.max()) + 1) * span < 2**62:
-        packed: NDArray[np.int64] = gid.astype(np.int64) * span + rank
-        return np.argsort(packed)
-    return np.lexsort((rank, gid))
 
 
 def _tied_runs(order: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
