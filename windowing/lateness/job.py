@@ -182,6 +182,7 @@ class _Task:
         self.schema = pa.schema([pa.field(tasks.SIDE_OUTPUT, pa.string()), pa.field(tasks.SIDE_DATA, pa.binary())])
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tasks.settle_worker()
         table = tasks.task_table(batches, self.names)
         if table is None:
             return

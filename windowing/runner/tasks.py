@@ -11,6 +11,7 @@ byte cap (:func:`kernel_job_conf`), its output held without column compression
 
 from __future__ import annotations
 
+import ctypes
 import gc
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, cast
 
@@ -77,7 +78,7 @@ class KernelTask:
         self.schema = pa.schema([pa.field(SIDE_OUTPUT, pa.string()), pa.field(SIDE_DATA, pa.binary())])
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        freeze_worker_heap()
+        settle_worker()
         source = chunks.TaskInput(batches, self.names, self.spec, self.chunk_events, summarise=self.carried is not None)
         try:
             if source.table is not None:
@@ -205,8 +206,18 @@ def _counters_table(by_worker: Mapping[str, Mapping[str, int]], rows: Mapping[st
 # --------------------------------------------------------------------------- worker heap
 
 
-def freeze_worker_heap() -> None:
-    """In a Spark Python worker, once: collect, then freeze the heap (``gc.freeze``).
+def settle_worker() -> None:
+    """In a Spark Python worker, once, at its first task: freeze the heap and keep freed
+    memory for the next allocations (:func:`_freeze_heap`, :func:`keep_freed_memory`).
+    Outside a Spark task (the driver, the tests' in-process harness) nothing happens."""
+    if gc.get_freeze_count() or TaskContext.get() is None:
+        return
+    _freeze_heap()
+    keep_freed_memory()
+
+
+def _freeze_heap() -> None:
+    """Collect, then freeze the heap (``gc.freeze``).
 
     A reused worker runs a full ``gc.collect()`` after every task (PySpark's daemon), and
     each walks every object the imports made (pyarrow, NumPy, pandas, PySpark, rewindow:
@@ -214,15 +225,41 @@ def freeze_worker_heap() -> None:
     collections after each task see only what later tasks made. Measured at 1 M events
     (``bench/replay_bench.py --quick``): ~0.4 s of the Python workers' CPU a replay went
     to those collections. Objects are still freed by reference counting; only cycles among
-    the frozen ones (made before the first task's start) are never collected. Outside a
-    Spark task (the driver, the tests' in-process harness) nothing happens.
+    the frozen ones (made before the first task's start) are never collected.
     """
-    if gc.get_freeze_count():
-        return
-    if TaskContext.get() is None:
-        return
     gc.collect()
     gc.freeze()
+
+
+#: glibc's ``mallopt`` parameters (malloc.h) and the values :func:`keep_freed_memory` sets.
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+#: Allocations up to this size come from the heap, freed memory is given back to the
+#: system past this much at its top, and the heap grows by this much more than asked.
+KEEP_MMAP_BELOW, KEEP_TRIM_ABOVE, KEEP_TOP_PAD = 256 << 20, 512 << 20, 64 << 20
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's ``malloc`` keep the memory NumPy frees for its next arrays (Linux with
+    glibc; elsewhere nothing changes and this returns False).
+
+    By default glibc serves each allocation over 128 KiB to 32 MiB with a fresh ``mmap``
+    and returns it to the system when freed, so every array of the kernel's columns (4 MB
+    for 500,000 int64s) is new memory, zeroed by the kernel page by page. At 1 M events
+    (``bench/replay_bench.py --quick``) that was ~1 s of the workers' system CPU a replay,
+    40 % of their CPU; kept, 0.1 s. A worker then holds at most about its peak memory
+    between tasks (it gives back what lies past :data:`KEEP_TRIM_ABOVE` at the top of its
+    heap), not more: the peak is the same.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS): its own allocator's defaults
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # An older glibc refuses a threshold over 32 MiB (its largest): then that one.
+    mmap_set = mallopt(_M_MMAP_THRESHOLD, KEEP_MMAP_BELOW) == 1 or mallopt(_M_MMAP_THRESHOLD, 32 << 20) == 1
+    trim_set = mallopt(_M_TRIM_THRESHOLD, KEEP_TRIM_ABOVE) == 1
+    return bool(mmap_set and trim_set and mallopt(_M_TOP_PAD, KEEP_TOP_PAD) == 1)
 
 
 # --------------------------------------------------------------------------- blobs
@@ -250,7 +287,7 @@ class DecodeTask:
         self.schema = schema
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        freeze_worker_heap()
+        settle_worker()
         for batch in batches:
             for data in batch.column(0):
                 yield from decode_blob(data.as_buffer()).cast(self.schema).to_batches()
