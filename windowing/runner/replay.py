@@ -58,6 +58,7 @@ from windowing.runner.tasks import (
 )
 from windowing.runner.timelines import WorkerCommits, commits_mode, split_timeline_rows, worker_commits
 from windowing.storage.errors import naming_bad_files
+from windowing.storage.lake import is_connect
 from windowing.storage.outputs import ReplayOutputs
 
 if TYPE_CHECKING:
@@ -277,9 +278,21 @@ def _datasets(spark: SparkSession, kernel: _Kernel, side: _SideOutputs) -> tuple
         for name in ("aggregates", "late_events", "state")
     )
     if side.worker_rows:
-        workers = pa.Table.from_pylist(side.worker_rows, schema=schemas["state"])
-        state_out = state_out.unionByName(spark.createDataFrame(workers.to_pylist(), spark_schema(schemas["state"])))
+        state_out = state_out.unionByName(_worker_rows(spark, side.worker_rows, schemas["state"]))
     return aggregates, late, state_out
+
+
+def _worker_rows(spark: SparkSession, rows: list[dict[str, Any]], schema: pa.Schema) -> DataFrame:
+    """The workers' state rows as a DataFrame of the state's schema: one part of their own
+    (a few rows a worker), not one per task slot, which Spark spreads a local table over
+    (hundreds of tiny files on a cluster). One partition of an RDD rather than
+    ``coalesce(1)``: Spark would merge two single-partition sides of the state's union into
+    one part, and the window rows must keep parts of their own (a deleted one is named by
+    the manifest check). Over Spark Connect (no RDDs), a local table."""
+    data = pa.Table.from_pylist(rows, schema=schema).to_pylist()
+    if is_connect(spark):
+        return spark.createDataFrame(data, spark_schema(schema))
+    return spark.createDataFrame(spark.sparkContext.parallelize(data, 1), spark_schema(schema))
 
 
 def _rejected(norm: DataFrame, input_cols: list[str], rejected_counts: dict[str, int]) -> DataFrame:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pyarrow.parquet as pq
 import pytest
 
 from windowing import parse_pipeline, replay
@@ -21,6 +22,7 @@ from windowing.runner.tasks import ROWS_PER_FILE, ROWS_PER_TASK, kernel_job_conf
 from windowing.runner.timelines import COMMITS_CONF, commits_mode
 from windowing.sample import generate_history
 from windowing.storage.inputs import read_events
+from windowing.storage.outputs import write_outputs
 
 ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
@@ -380,3 +382,21 @@ def test_the_packed_timeline_rows_do_not_depend_on_the_input_order(spark, hot):
     }
     assert batches == {1200}  # 3,600 events, 3 a batch: the worker's 1,200 batches in one pack
     assert packed[0] == packed[1] == packed[2]
+
+
+def test_the_workers_state_rows_are_one_part_of_their_own_whatever_the_slots(spark, tmp_path):
+    """Spark spreads a local table over every task slot: the workers' state rows (a few a
+    worker) were one tiny file per slot. They are one part now, beside the window rows'."""
+    folder = tmp_path / "events"
+    generate_history(
+        folder, datetime(2024, 1, 1, tzinfo=timezone.utc), 1, 3_000, 40, seed=5, partitions=6, files_per_day=3
+    )
+    out = tmp_path / "out"
+    write_outputs(replay(spark, PIPELINE, read_events(spark, str(folder))), out)
+    (state,) = (out / "runs").glob("*/state")
+    kinds = [pq.read_table(p, columns=["state_kind"])["state_kind"].to_pylist() for p in sorted(state.glob("part-*"))]
+    assert spark.sparkContext.defaultParallelism > 1  # a local table would have been spread
+    worker_parts = [k for k in kinds if "worker" in k]
+    assert len(worker_parts) == 1 and set(worker_parts[0]) == {"worker"}
+    assert worker_parts[0].count("worker") == 6  # every worker, once
+    assert any("window" in k for k in kinds)  # the window rows in parts of their own
