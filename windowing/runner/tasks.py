@@ -242,13 +242,14 @@ def keep_freed_memory() -> bool:
     """Make glibc's ``malloc`` keep the memory NumPy frees for its next arrays (Linux with
     glibc; elsewhere nothing changes and this returns False).
 
-    By default glibc serves each allocation over 128 KiB to 32 MiB with a fresh ``mmap``
-    and returns it to the system when freed, so every array of the kernel's columns (4 MB
-    for 500,000 int64s) is new memory, zeroed by the kernel page by page. At 1 M events
-    (``bench/replay_bench.py --quick``) that was ~1 s of the workers' system CPU a replay,
-    40 % of their CPU; kept, 0.1 s. A worker then holds at most about its peak memory
-    between tasks (it gives back what lies past :data:`KEEP_TRIM_ABOVE` at the top of its
-    heap), not more: the peak is the same.
+    By default glibc serves a large allocation (from 128 KiB, a threshold it moves up to
+    at most 32 MiB as such blocks are freed) with a fresh ``mmap`` and hands it back to
+    the system when it is freed, and trims its heap's free top past 128 KiB: the kernel's
+    column arrays (4 MB for 500,000 int64s) kept coming back as new memory, zeroed by the
+    operating system page by page. At 1 M events (``bench/replay_bench.py --quick``) that
+    was ~1 s of the workers' system CPU a replay, 40 % of their CPU; kept, 0.1 s. A worker
+    then holds at most its peak memory between tasks (it gives back what lies free past
+    :data:`KEEP_TRIM_ABOVE` at the top of its heap): the peak is the same.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
