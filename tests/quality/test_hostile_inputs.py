@@ -216,7 +216,7 @@ def test_a_state_part_with_another_column_type_is_named(spark, replayed, tmp_pat
         read_state(spark, folder)
     msg = str(err.value)
     first, second = sorted(folder.glob("part-*.parquet"))[:2]
-    assert msg.startswith(f"{second}: state column 'user_id' is BINARY (STRING) here but INT64 in {first}"), msg
+    assert msg.startswith(f"{second}: state column 'user_id' is string here but bigint in {first}"), msg
 
 
 STATE_LACKS = {  # column every part lacks -> what the message says

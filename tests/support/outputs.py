@@ -20,7 +20,7 @@ def commits(out: Path) -> list[dict]:
     for d in sorted(folder.iterdir()) if folder.is_dir() else []:
         parts = [p for p in d.glob("part-*") if p.is_file()]
         if not parts:
-            continue  # a commit still being written (only _temporary/)
+            continue  # a commit still being written (only a hidden _part-... file)
         (line,) = [ln for p in parts for ln in p.read_text().splitlines() if ln.strip()]
         rec = json.loads(line)
         rec["metrics"] = json.loads(rec["metrics"])

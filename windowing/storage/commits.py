@@ -303,8 +303,9 @@ def prune(
 ) -> list[str]:
     """Delete runs beyond the last :data:`KEEP_RUNS` committed, abandoned run folders,
     damaged records older than the current one, and commit folders a killed commit left
-    without a record (``_commits/<seq>-<run id>/_temporary/``) once abandoned; never the
-    runs of ``keep`` (run ids: the runs catalog tables point at, see :mod:`windowing.catalog`).
+    without a record (only a hidden ``_part-...`` file, or an older version's ``_temporary/``)
+    once abandoned; never the runs of ``keep`` (run ids: the runs catalog tables point at,
+    see :mod:`windowing.catalog`).
 
     Only what rewindow made is deleted: folders directly under ``out/runs/`` and
     ``out/_commits/`` whose names are its run ids and record folders
