@@ -244,8 +244,8 @@ class Lake:
 
         A local folder is walked with ``listStatus``: Hadoop's recursive ``listFiles``
         builds a ``LocatedFileStatus`` per file, which loads the file's owner and
-        permissions, and without Hadoop's native library that is a ``stat`` process per
-        file (measured: 8 ms a file, 0.13 s of a 16-file input's read, against 0.03 s
+        permissions, and without Hadoop's native library that is an ``ls -ld`` process per
+        file (measured: ~6 ms a file, 0.13 s of a 16-file input's read, against 0.01 s
         walked). Any other store keeps ``listFiles``, which an object store answers with
         one flat listing rather than a request per folder.
         """
