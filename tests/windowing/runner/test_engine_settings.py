@@ -18,7 +18,7 @@ from windowing.config import ConfigError
 from windowing.runner import chunks, placement
 from windowing.runner.placement import int_setting, session_slots, slices_on, with_task
 from windowing.runner.session import session_conf
-from windowing.runner.tasks import ROWS_PER_FILE, ROWS_PER_TASK, kernel_job_conf, write_tasks
+from windowing.runner.tasks import KERNEL_BATCH_ROWS, ROWS_PER_FILE, ROWS_PER_TASK, kernel_job_conf, write_tasks
 from windowing.runner.timelines import COMMITS_CONF, commits_mode
 from windowing.sample import generate_history
 from windowing.storage.inputs import read_events
@@ -26,6 +26,7 @@ from windowing.storage.outputs import write_outputs
 
 ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+ARROW_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 PIPELINE = parse_pipeline(
     {
@@ -86,16 +87,36 @@ def _replay(spark, events):
 
 
 def test_a_replay_leaves_the_session_settings_as_it_found_them(spark, events):
-    before = {k: spark.conf.get(k) for k in (ARROW_BYTES, CACHE_COMPRESSED)}
-    assert kernel_job_conf(spark) == {ARROW_BYTES: "2147483647"}  # Spark's default cap: lifted for the kernel
+    before = {k: spark.conf.get(k) for k in (ARROW_BYTES, ARROW_ROWS, CACHE_COMPRESSED)}
+    # Spark's defaults: the byte cap lifted for the kernel, its batches 100,000 rows.
+    assert kernel_job_conf(spark) == {ARROW_BYTES: "2147483647", ARROW_ROWS: str(KERNEL_BATCH_ROWS)}
     assert _replay(spark, events) > 0
     assert {k: spark.conf.get(k) for k in before} == before
+
+
+def _rows(spark, events):
+    result = replay(spark, PIPELINE, events)
+    try:
+        return sorted(tuple(r) for r in result.aggregates.collect()), sorted(tuple(r) for r in result.state.collect())
+    finally:
+        result.unpersist()
+
+
+def test_batch_rows_the_user_set_are_kept_and_give_the_same_windows(spark, events):
+    baseline = _rows(spark, events)
+    spark.conf.set(ARROW_ROWS, "7")  # the kernel's input in batches of 7 rows
+    try:
+        assert kernel_job_conf(spark) == {ARROW_BYTES: "2147483647"}
+        assert _rows(spark, events) == baseline
+        assert spark.conf.get(ARROW_ROWS) == "7"
+    finally:
+        spark.conf.unset(ARROW_ROWS)
 
 
 def test_a_cap_the_user_set_is_kept(spark, events):
     spark.conf.set(ARROW_BYTES, "8m")
     try:
-        assert kernel_job_conf(spark) == {}
+        assert kernel_job_conf(spark) == {ARROW_ROWS: str(KERNEL_BATCH_ROWS)}
         baseline = _replay(spark, events)
         assert spark.conf.get(ARROW_BYTES) == "8m"
     finally:
