@@ -228,9 +228,9 @@ class Lake:
             if hidden(str(match.getPath().getName())):
                 continue
             if match.isDirectory():
-                leaves = list(self._leaf_files(fs, match.getPath()))
+                leaves = self._leaf_files(fs, match.getPath())
             else:
-                leaves = [(str(match.getPath().toString()), match)]
+                leaves = iter([(str(match.getPath().toString()), match)])
             for name, s in leaves:
                 out.append((name, str(s.getPath().toUri().toString())))
                 if len(out) > most:
@@ -408,10 +408,10 @@ class Lake:
         finally:
             reader.close()
         try:
-            converted = self._schema_converter().convert(footer).json()
-        except Exception:  # noqa: BLE001 - a type Spark does not read: Parquet's own words
+            converted = StructType.fromJson(json.loads(self._schema_converter().convert(footer).json()))
+        except Exception:  # noqa: BLE001 - a type Spark (or PySpark) does not read: Parquet's own words
             return self._parquet_types(footer)
-        return {f.name: f.dataType.simpleString() for f in StructType.fromJson(json.loads(converted)).fields}
+        return {f.name: f.dataType.simpleString() for f in converted.fields}
 
     def _schema_converter(self) -> Any:
         """Spark's ``ParquetToSparkSchemaConverter`` under the session's SQL settings (the one
