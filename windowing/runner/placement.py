@@ -306,7 +306,9 @@ def kernel_input(
         kernel_in = with_task(kernel_in, pipeline, plan)
         if timeline_rows is not None:
             kernel_in = kernel_in.unionByName(timeline_rows, allowMissingColumns=True)
-        salt = F.element_at(F.array(*[F.lit(v) for v in salts(nparts)]), F.col(TASK_COLUMN) + 1)
+        # Each task's salt from a literal array, one SQL expression (one py4j call, not a ``lit``
+        # per task: hundreds on a cluster), as :func:`_literal_map` builds its maps.
+        salt = F.element_at(F.expr(f"array({', '.join(map(str, salts(nparts)))})"), F.col(TASK_COLUMN) + 1)
         kernel_in = kernel_in.repartition(nparts, salt).drop(TASK_COLUMN)
     else:
         part_cols = [col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
