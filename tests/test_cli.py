@@ -420,3 +420,23 @@ def test_a_malformed_conf_is_a_usage_error_before_anything_runs(tmp_path, capsys
         f"rewindow {command}: error: argument --conf: expected KEY=VALUE, got 'spark.sql.shuffle.partitions'"
     )
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["--days", "-3"], "argument --days: expected at least 1, got -3"),
+        (["--days", "0"], "argument --days: expected at least 1, got 0"),
+        (["--keys", "0"], "argument --keys: expected at least 1, got 0"),
+        (["--events-per-day", "ten"], "argument --events-per-day: expected a whole number, got 'ten'"),
+        (["--start", "2024-13-01"], "argument --start: expected a day as YYYY-MM-DD, got '2024-13-01'"),
+    ],
+)
+def test_generate_refuses_a_bad_count_or_day_before_writing(tmp_path, capsys, bad, message):
+    """``rewindow generate --days -3`` used to exit 0 having written nothing."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--output", str(tmp_path / "h"), *bad])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[-1] == f"rewindow generate: error: {message}"
+    assert not (tmp_path / "h").exists()

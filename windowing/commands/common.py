@@ -40,6 +40,17 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def positive_int(text: str) -> int:
+    """A count of at least 1 (``--days``, ``--keys``, ...), refused by argparse otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
 def spark_for(args: argparse.Namespace) -> Any:
     """The Spark session of a command: ``--master`` or ``--remote`` with the ``--conf``
     settings (the catalog's added by :func:`catalog_setup`). Tests replace this function
