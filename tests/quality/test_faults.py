@@ -215,3 +215,41 @@ def test_the_write_probe_of_a_relative_output_leaves_nothing_behind(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_write_probe_never_removes_folders_a_concurrent_run_is_writing_into(spark, tmp_path, monkeypatch):
+    """Two backfills of one range start together on a missing output. The first one's probe
+    used to create ``out/runs``, and then remove it as its own empty leftovers, while the
+    other run had started writing into it (Spark's write then failed: "Mkdirs failed").
+    The probe now removes only its own uniquely named folder."""
+    from windowing.storage import outputs
+    from windowing.storage.lake import Lake
+
+    out = tmp_path / "root" / "clicks"
+    concurrent = out / "runs" / new_run_id()
+    real_mkdirs = Lake.mkdirs
+
+    def mkdirs_while_another_run_starts(self, path):
+        made = real_mkdirs(self, path)
+        # The other run's mkdirs, halfway: it made (or found) out/runs, and has yet to make its own folder in it.
+        concurrent.parent.mkdir(parents=True, exist_ok=True)
+        return made
+
+    monkeypatch.setattr(Lake, "mkdirs", mkdirs_while_another_run_starts)
+    outputs.check_output_target(spark, str(out))
+    concurrent.mkdir()  # the other run's last step: its run folder in out/runs (which must still be there)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]  # the probe itself is gone
+    assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["clicks"]
+
+
+def test_a_probe_in_progress_is_not_taken_for_a_foreign_file(spark, tmp_path):
+    """A concurrent run's probe folder, seen for a moment in an existing output, is rewindow's own."""
+    from windowing.storage import outputs
+
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / f"{outputs.PROBE_PREFIX}0123").mkdir()
+    outputs.check_output_target(spark, str(out))
+    (out / "thesis.tex").write_text("x")
+    with pytest.raises(OutputError, match="thesis.tex"):
+        outputs.check_output_target(spark, str(out))

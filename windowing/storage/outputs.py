@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -87,8 +88,8 @@ class ReplayOutputs:
     commit: Commit | None = None
 
 
-#: Times :func:`check_output_target`'s write probe tries to create the output's folder.
-PROBE_ATTEMPTS = 3
+#: The name of :func:`check_output_target`'s write probe folder, before a unique suffix.
+PROBE_PREFIX = ".rewindow-probe-"
 
 
 def check_output_target(spark: SparkSession, out: PathArg, inputs: Iterable[PathArg] = ()) -> None:
@@ -111,39 +112,46 @@ def check_output_target(spark: SparkSession, out: PathArg, inputs: Iterable[Path
         if lake.exists(out) and lake.is_file(out):
             raise OutputError(f"{out}: is a file, not an output folder")
         ours = (RUNS, COMMITS, FAILURES)
-        foreign = [e for e in lake.children(out) if e.path.rstrip("/").rsplit("/", 1)[-1] not in ours]
+        names = ((e, e.path.rstrip("/").rsplit("/", 1)[-1]) for e in lake.children(out))
+        foreign = [e for e, name in names if name not in ours and not name.startswith(PROBE_PREFIX)]
     if foreign:
         raise OutputError(
             f"{out}: exists and is not a rewindow output (it holds {display(foreign[0].path)}); "
             "rewindow replaces only what it wrote: choose an empty or new folder"
         )
-    # A write probe: a read-only target fails now, not after the replay. What the probe
-    # created is removed again if still empty, so a refused run leaves nothing behind.
-    created: list[str] = []  # the folders the probe will create: out and its missing parents, deepest first
-    parent = out.rstrip("/")
-    while not lake.connect and parent and not lake.exists(parent):
-        rest = parent.split("://", 1)[-1].strip("/")
-        if "/" not in rest and "://" in parent:
-            break  # a bucket or a host's root: never created by the probe
-        created.append(parent)
-        if "/" not in rest:
-            break  # the first folder of a relative path (``out``)
-        parent = parent.rsplit("/", 1)[0]
-    made, why = False, "the filesystem refused to create a folder (read-only? no permission?)"
-    # Tried again: a concurrent run's probe of the same output removes the empty folders it
-    # made, which can be the parents this mkdirs is creating (Hadoop's local mkdirs then
-    # says False). A target that refuses writes refuses every time.
-    for _ in range(PROBE_ATTEMPTS):
-        try:
-            made = lake.connect or lake.mkdirs(join(out, RUNS)) or lake.exists(join(out, RUNS))
-        except Exception as exc:  # noqa: BLE001 - Hadoop's AccessControlException, IOException, ...
-            made, why = False, root_cause(exc)
-        if made:
-            break
+    # A write probe: a read-only target fails now, not after the replay. The probe is a
+    # folder of its own, named for this call, in ``out`` or in the nearest folder that
+    # exists above it (where ``out`` will be created), and only it is removed again: a
+    # refused run leaves nothing behind, and a concurrent run of the same output never
+    # sees its folders vanish (removing the empty ``out/runs`` a probe had made did that).
+    if lake.connect:
+        return
+    home, name = _probe_home(lake, out), f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+    probe = join(home, name) if home else name  # "": relative to the working folder
+    try:
+        made, why = lake.mkdirs(probe), "the filesystem refused to create a folder (read-only? no permission?)"
+    except Exception as exc:  # noqa: BLE001 - Hadoop's AccessControlException, IOException, ...
+        made, why = False, root_cause(exc)
     if not made:
         raise OutputError(f"{out}: cannot write here: {why}")
-    if created:
-        lake.delete_empty_folders([join(out, RUNS), *created])
+    lake.delete(probe)
+
+
+def _probe_home(lake: Lake, out: str) -> str:
+    """``out`` if it exists, else the nearest folder above it that does: where the write
+    probe goes. A bucket's or host's root counts as existing; ``""`` is the working folder
+    (a relative ``out`` whose first folder is missing)."""
+    path = out.rstrip("/")
+    while path and not lake.exists(path):
+        rest = path.split("://", 1)[-1].strip("/")
+        if "://" in path and "/" not in rest:
+            break  # a bucket or a host's root
+        cut = path.rfind("/")
+        if cut < 0:
+            return ""
+        parent = path[:cut]
+        path = parent if parent and not parent.endswith(":") else parent + "/"  # "/x" -> "/", "file:/x" -> "file:/"
+    return path
 
 
 @dataclass
