@@ -12,6 +12,7 @@ from pyspark.sql import types as T
 
 from tests.quality.test_bad_inputs import jobs_run_by
 from windowing import validation as V
+from windowing.runner.session import session_conf
 from windowing.validation.base import DEFAULT_SAMPLE_SIZE, CountPass
 from windowing.validation.schemas import _validate
 
@@ -28,10 +29,12 @@ def _add(df, **changes):
     return df.unionByName(row)
 
 
-def test_a_pass_sums_what_separate_queries_count(spark):
+@pytest.mark.parametrize("small", [False, True], ids=["spread", "small"])
+def test_a_pass_sums_what_separate_queries_count(spark, small):
     """Sums over rows (two asks on one frame share its scan), and over the groups of several
     groupings done in one groupBy: float keys apart as the engine tells them (-0.0, 0.0),
-    null keys grouped, a grouping of no rows with no group; all in one Spark job."""
+    null keys grouped, a grouping of no rows with no group; all in one Spark job. A small
+    pass (a small partition's) finds the same in one task, with adaptive execution on."""
     nan = float("nan")
     a = spark.createDataFrame(
         [
@@ -48,7 +51,7 @@ def test_a_pass_sums_what_separate_queries_count(spark):
     )
     b = spark.createDataFrame([("x", 1), ("x", 1), (None, None), (None, 2), ("z", 3)], "s string, n long")
     empty = spark.createDataFrame([], "s string, n long")
-    p = CountPass()
+    p = CountPass(small=small)
     rows_a = p.add(a, {"rows": F.lit(1), "big": F.when(F.col("n") > 2, 1), "n": F.col("n"), "half": F.col("n") / 2})
     nulls_a = p.add(a, {"nulls": F.when(F.col("s").isNull(), 1)})
     rows_empty = p.add(empty, {"rows": F.lit(1), "n": F.col("n")})
@@ -72,7 +75,14 @@ def test_a_pass_sums_what_separate_queries_count(spark):
         having=lambda g: g("n") != 0,
         values=lambda g: {"groups": F.lit(1)},
     )
-    assert len(jobs_run_by(spark, p.run)) == 1  # the suite runs without adaptive execution
+    if small:
+        with session_conf(spark, {"spark.sql.adaptive.enabled": "true"}):
+            jobs = jobs_run_by(spark, p.run)
+        tracker = spark.sparkContext.statusTracker()
+        stages = [s for j in jobs for s in tracker.getJobInfo(j).stageIds]
+        assert len(jobs) == 1 and [tracker.getStageInfo(s).numTasks for s in stages] == [1], stages
+    else:
+        assert len(jobs_run_by(spark, p.run)) == 1  # the suite runs without adaptive execution
 
     assert (rows_a["rows"], rows_a["big"], rows_a["n"], rows_a["half"], nulls_a["nulls"]) == (8, 5, 28, 14.0, 2)
     assert isinstance(rows_a["half"], float) and isinstance(rows_a["n"], int)

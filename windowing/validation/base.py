@@ -148,6 +148,12 @@ class PassSums:
 Resolve = Callable[[str], "Column"]
 
 
+#: The rows (input, outputs and state together) up to which a :class:`CountPass` is ``small``.
+SMALL_PASS_ROWS = 200_000
+#: The types a pass sums as they are (any other value is summed as a long).
+_SUMMABLE = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType)
+
+
 @dataclass(frozen=True)
 class _Grouping:
     """One :meth:`CountPass.group` request."""
@@ -185,7 +191,14 @@ class CountPass:
     ``metrics_consistent`` ran Spark jobs of its own (one to three), the checks run these.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, small: bool = False) -> None:
+        #: The frames hold a few hundred thousand rows at most (:data:`SMALL_PASS_ROWS`): the
+        #: pass then reads and groups them in one task, one job. One partition needs no
+        #: shuffle to group, so none is planned, and no setting is changed (the chain's
+        #: audits run beside the next partition's replay, in the same session). A small
+        #: partition's pass used to be two jobs (adaptive execution) of ~15 tasks and 8,
+        #: each task costing more to start than its share of the rows.
+        self.small = small
         self._frames: list[tuple[DataFrame, dict[str, Column]]] = []
         self._groupings: list[_Grouping] = []
         self._count = 0
@@ -242,7 +255,6 @@ class CountPass:
         grouping's keys, and the columns its ``aggs`` read, are a struct column of its own
         (null in the other groupings' rows), so groups never mix."""
         own: list[dict[str, Column]] = []  # each grouping's struct columns
-        types: dict[str, DataType] = {}
         for t, g in enumerate(self._groupings):
             read: dict[str, None] = {}
 
@@ -254,18 +266,18 @@ class CountPass:
             mine = {f"__k{t}": F.struct(*g.keys) if g.keys else F.struct(F.lit(0).alias("_"))}
             if read:
                 mine[f"__r{t}"] = F.struct(*[_col(n).alias(n) for n in read])
-            types.update({f.name: f.dataType for f in g.df.select(*[v.alias(n) for n, v in mine.items()]).schema})
             own.append(mine)
+        # Each grouping's rows carry only its own columns; the union fills the others with
+        # nulls (by name), so no null column is built per grouping and name (py4j calls).
         union = reduce(
-            lambda a, b: a.union(b),
+            lambda a, b: a.unionByName(b, allowMissingColumns=True),
             [
-                g.df.select(
-                    F.lit(t).alias("__t"),
-                    *[(own[t][n] if n in own[t] else F.lit(None).cast(typ)).alias(n) for n, typ in types.items()],
-                )
+                g.df.select(F.lit(t).alias("__t"), *[v.alias(n) for n, v in own[t].items()])
                 for t, g in enumerate(self._groupings)
             ],
         )
+        if self.small:
+            union = union.coalesce(1)
         aggs, outputs = [], []
         for t, g in enumerate(self._groupings):
 
@@ -276,7 +288,7 @@ class CountPass:
             out = {n: f"__a{t}_{i}" for i, n in enumerate(mine_aggs)}
             aggs += [v.alias(out[n]) for n, v in mine_aggs.items()]
             outputs.append(out)
-        keys = ["__t", *[n for n in types if n.startswith("__k")]]
+        keys = ["__t", *[n for mine in own for n in mine if n.startswith("__k")]]
         grouped = union.groupBy(*keys).agg(*aggs) if aggs else union.groupBy(*keys).count()
         values: dict[str, Column] = {}
         for t, g in enumerate(self._groupings):
@@ -301,17 +313,23 @@ class CountPass:
         if not self._frames:
             self._values = {}
             return
-        every: dict[str, str] = {}
+        # Each frame's values, named; a value neither integral nor floating (a decimal) as a
+        # long, as the sums' types promise. The union fills the others' columns with nulls
+        # (by name): a null column per frame and value cost py4j calls in the thousands.
+        every: list[str] = []
+        branches = []
         for df, mine in self._frames:
-            for f in df.select(*[v.alias(c) for c, v in mine.items()]).schema.fields:
-                every[f.name] = "double" if isinstance(f.dataType, (T.FloatType, T.DoubleType)) else "long"
-        branches = [
-            df.select(*[(mine[c] if c in mine else F.lit(None)).cast(t).alias(c) for c, t in every.items()])
-            for df, mine in self._frames
-        ]
-        union = reduce(lambda a, b: a.union(b), branches)
+            own = df.select(*[v.alias(c) for c, v in mine.items()])
+            fields = own.schema.fields
+            every += [f.name for f in fields]
+            odd = [f.name for f in fields if not isinstance(f.dataType, _SUMMABLE)]
+            if odd:
+                own = own.select(*[F.col(c).cast("long").alias(c) if c in odd else F.col(c) for c in mine])
+            branches.append(own)
+        union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), branches)
         observation = Observation()
-        union.observe(observation, *[F.sum(c).alias(c) for c in every]).write.format("noop").mode("overwrite").save()
+        observed = union.coalesce(1) if self.small else union
+        observed.observe(observation, *[F.sum(c).alias(c) for c in every]).write.format("noop").mode("overwrite").save()
         got = observation.get
         self._values = {c: (got.get(c) or 0) for c in every}
 

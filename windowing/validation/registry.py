@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from pyspark.sql import functions as F
 
@@ -15,6 +15,7 @@ from windowing.storage.outputs import read_outputs
 from windowing.validation.base import (
     DEFAULT_MAX_SKEW_MS,
     DEFAULT_SAMPLE_SIZE,
+    SMALL_PASS_ROWS,
     CheckResult,
     CountPass,
     Finish,
@@ -94,6 +95,16 @@ def _row_counts(p: CountPass, o: Any, input_df: DataFrame) -> Callable[[], tuple
     return lambda: (int(rows["rows"]), int(rejected["rows"]))
 
 
+def _pass_rows(o: Any) -> int | None:
+    """About how many rows the checks' pass reads, from the replay's metrics (None: unknown):
+    the input, the emitted rows, the late rows and, twice (before and after), the open windows."""
+    m = getattr(o, "metrics", None)
+    get = m.get if isinstance(m, Mapping) else (lambda k: getattr(m, k, None))
+    names = ("input_rows", "windows_emitted", "snapshots_emitted", "late_event_windows", "open_windows", "open_windows")
+    counts = [c for c in map(get, names) if isinstance(c, int)]
+    return sum(counts) if len(counts) == len(names) else None
+
+
 def run_checks(
     spark: SparkSession,
     pipeline: Pipeline,
@@ -138,7 +149,8 @@ def run_checks(
             raise ValueError(f"unknown check(s) {sorted(unknown)}; known: {', '.join(CHECK_NAMES)}")
     o = load_outputs(spark, outputs)
     types = input_types_of(o, input_df)
-    p = CountPass()
+    rows = _pass_rows(o)
+    p = CountPass(small=rows is not None and rows <= SMALL_PASS_ROWS)
     planned: list[Finish] = []
     if input_df is not None:
         inputs = plan_input_checks(p, pipeline, input_df, max_skew_ms, sample_size, only)
