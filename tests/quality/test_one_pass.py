@@ -87,14 +87,14 @@ def test_a_pass_sums_what_separate_queries_count(spark, small):
     assert (rows_a["rows"], rows_a["big"], rows_a["n"], rows_a["half"], nulls_a["nulls"]) == (8, 5, 28, 14.0, 2)
     assert isinstance(rows_a["half"], float) and isinstance(rows_a["n"], int)
     assert (rows_empty["rows"], rows_empty["n"]) == (0, 0)
-    assert sorted(map(tuple, dup_a.collect()), key=repr) == [
+    assert sorted(map(tuple, dup_a().collect()), key=repr) == [
         ("0.0", "x", 2, 7),
         ("NaN", None, 2, 5),
         (None, "y", 2, 13),
     ]
-    assert (sums_a["groups"], sums_a["n"]) == (dup_a.count(), 25)
-    assert (sums_b["groups"], sums_b["copies"], sums_b["per"]) == (groups_b.count(), 5, 1.0 + 1.0 + 3.0)
-    assert sums_none["groups"] == none.count() == 0
+    assert (sums_a["groups"], sums_a["n"]) == (dup_a().count(), 25)
+    assert (sums_b["groups"], sums_b["copies"], sums_b["per"]) == (groups_b().count(), 5, 1.0 + 1.0 + 3.0)
+    assert sums_none["groups"] == none().count() == 0
     with pytest.raises(RuntimeError, match="has run"):
         p.add(a, {"rows": F.lit(1)})
 

@@ -233,19 +233,21 @@ class CountPass:
         aggs: Callable[[Resolve], dict[str, Column]],
         values: Callable[[Resolve], dict[Hashable, Column]],
         having: Callable[[Resolve], Column] | None = None,
-    ) -> tuple[DataFrame, PassSums]:
+    ) -> tuple[Callable[[], DataFrame], PassSums]:
         """Sums of ``values`` over the groups of ``df.groupBy(*keys).agg(*aggs).where(having)``.
 
         ``aggs`` (by name) take the columns of ``df`` from the resolver they are given;
-        ``having`` and ``values``, the columns of a group (its ``aggs`` by name). Returns that
-        grouped DataFrame itself (for samples: it is planned as ever) and the sums, which the
-        pass computes with every other grouping in one ``groupBy``. Over no rows there is no
-        group (a global aggregate of no keys would have one, of nulls: give a ``having`` that
-        does not hold for it).
+        ``having`` and ``values``, the columns of a group (its ``aggs`` by name). Returns a
+        function giving that grouped DataFrame itself (for samples, planned only when a
+        failing check asks for them) and the sums, which the pass computes with every other
+        grouping in one ``groupBy``. Over no rows there is no group (a global aggregate of no
+        keys would have one, of nulls: give a ``having`` that does not hold for it).
         """
-        grouped = df.groupBy(*keys).agg(*[v.alias(n) for n, v in aggs(_col).items()])
-        if having is not None:
-            grouped = grouped.where(having(_col))
+
+        def grouped() -> DataFrame:
+            out = df.groupBy(*keys).agg(*[v.alias(n) for n, v in aggs(_col).items()])
+            return out.where(having(_col)) if having is not None else out
+
         columns = self._columns(values(_col))
         self._groupings.append(_Grouping(df, keys, aggs, having, values, columns))
         return grouped, PassSums(self, columns)
@@ -255,14 +257,18 @@ class CountPass:
         grouping's keys, and the columns its ``aggs`` read, are a struct column of its own
         (null in the other groupings' rows), so groups never mix."""
         own: list[dict[str, Column]] = []  # each grouping's struct columns
+        aggs, outputs = [], []
         for t, g in enumerate(self._groupings):
             read: dict[str, None] = {}
 
-            def record(n: str, read: dict[str, None] = read) -> Column:
-                read[n] = None
-                return F.lit(None)
+            def field(n: str, t: int = t, read: dict[str, None] = read) -> Column:
+                read[n] = None  # the columns the aggregates read, found as they are built
+                return F.col(f"__r{t}").getField(n)
 
-            g.aggs(record)
+            mine_aggs = g.aggs(field)
+            out = {n: f"__a{t}_{i}" for i, n in enumerate(mine_aggs)}
+            aggs += [v.alias(out[n]) for n, v in mine_aggs.items()]
+            outputs.append(out)
             mine = {f"__k{t}": F.struct(*g.keys) if g.keys else F.struct(F.lit(0).alias("_"))}
             if read:
                 mine[f"__r{t}"] = F.struct(*[_col(n).alias(n) for n in read])
@@ -278,16 +284,6 @@ class CountPass:
         )
         if self.small:
             union = union.coalesce(1)
-        aggs, outputs = [], []
-        for t, g in enumerate(self._groupings):
-
-            def field(n: str, t: int = t) -> Column:
-                return F.col(f"__r{t}").getField(n)
-
-            mine_aggs = g.aggs(field)
-            out = {n: f"__a{t}_{i}" for i, n in enumerate(mine_aggs)}
-            aggs += [v.alias(out[n]) for n, v in mine_aggs.items()]
-            outputs.append(out)
         keys = ["__t", *[n for mine in own for n in mine if n.startswith("__k")]]
         grouped = union.groupBy(*keys).agg(*aggs) if aggs else union.groupBy(*keys).count()
         values: dict[str, Column] = {}
@@ -428,7 +424,7 @@ def duplicates_check(
 
     def finish() -> list[CheckResult]:
         n = int(sums["groups"])
-        sample = [jsonable(r.asDict(recursive=True)) for r in dup.limit(sample_size).collect()] if n else []
+        sample = [jsonable(r.asDict(recursive=True)) for r in dup().limit(sample_size).collect()] if n else []
         return [CheckResult(name, n == 0, n, sample, description)]
 
     return finish

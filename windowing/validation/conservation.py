@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pyspark.sql import functions as F
 
@@ -138,9 +138,9 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
     return parts
 
 
-def _unbalanced(p: CountPass, plan: _Plan, parts: list[DataFrame]) -> tuple[DataFrame, PassSums]:
-    """The groups whose balance (by counts, by snapshots) is not zero, with each side, and
-    (on ``p``) how many there are."""
+def _unbalanced(p: CountPass, plan: _Plan, parts: list[DataFrame]) -> tuple[Callable[[], DataFrame], PassSums]:
+    """The groups whose balance (by counts, by snapshots) is not zero, with each side (a
+    function giving them), and (on ``p``) how many there are."""
     allrows = parts[0]
     for part in parts[1:]:
         allrows = allrows.unionByName(part)
@@ -237,7 +237,7 @@ def plan_conservation_check(
 
     def finish() -> list[CheckResult]:
         n = int(sums["groups"])
-        sample = _sample(bad, sample_size) if n else []
+        sample = _sample(bad(), sample_size) if n else []
         return [CheckResult(name, n == 0, n, sample, _description(session, by_counts) + f" (by {by})")]
 
     return finish
