@@ -10,6 +10,7 @@ stopped at the end of the session).
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -263,10 +264,12 @@ from windowing import load_pipeline, replay
 from windowing.storage.inputs import read_events
 from windowing.storage.outputs import read_state, write_outputs
 from windowing.storage.lake import is_connect
+from windowing.validation import run_checks
 
 assert is_connect(spark), type(spark)
 pipeline = load_pipeline({config!r})
 prev = None
+checks = {{}}
 for day in {days!r}:
     state = read_state(spark, prev) if prev else None
     events = read_events(spark, "{url}/landing/date=" + day, pipeline=pipeline, state=state)
@@ -274,8 +277,10 @@ for day in {days!r}:
     out = "{url}/connect/" + day
     write_outputs(result, out, pipeline=pipeline, inputs=["{url}/landing"])
     result.unpersist()
+    found = run_checks(spark, pipeline, out, input_df=events, prev_state=state)
+    checks[day] = {{r.name: (r.passed, r.failure_count) for r in found if not r.skipped}}
     prev = out
-print(json.dumps({{"done": True}}))
+print(json.dumps({{"done": True, "checks": checks}}))
 """
 
 
@@ -288,4 +293,10 @@ def test_spark_connect_python_api_replay_equals_local_folders(spark, spark_conne
     )
     TIMINGS["Spark Connect Python API, 3 partitions"] = time.monotonic() - began
     assert '"done": true' in proc.stdout
+    # The data-quality checks over Connect too: every one runs, and passes, in each partition.
+    [report] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"done"')]
+    assert sorted(report["checks"]) == sorted(DAYS)
+    for day, found in report["checks"].items():
+        assert {"conservation", "metrics_consistent", "input_schema"} <= set(found), (day, sorted(found))
+        assert all(passed for passed, _ in found.values()), (day, found)
     _assert_same(spark, reference, lambda day: lake_dir.local("connect", day))
