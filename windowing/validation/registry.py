@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from pyspark.sql import functions as F
 
@@ -98,10 +98,9 @@ def _row_counts(p: CountPass, o: Any, input_df: DataFrame) -> Callable[[], tuple
 def _pass_rows(o: Any) -> int | None:
     """About how many rows the checks' pass reads, from the replay's metrics (None: unknown):
     the input, the emitted rows, the late rows and, twice (before and after), the open windows."""
-    m = getattr(o, "metrics", None)
-    get = m.get if isinstance(m, Mapping) else (lambda k: getattr(m, k, None))
+    m = getattr(o, "metrics", None) or {}  # a dict read back, or ReplayMetrics (dict-like), as in _row_counts
     names = ("input_rows", "windows_emitted", "snapshots_emitted", "late_event_windows", "open_windows", "open_windows")
-    counts = [c for c in map(get, names) if isinstance(c, int)]
+    counts = [c for c in map(m.get, names) if isinstance(c, int)]
     return sum(counts) if len(counts) == len(names) else None
 
 
