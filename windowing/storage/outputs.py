@@ -109,7 +109,7 @@ def check_output_target(spark: SparkSession, out: PathArg, inputs: Iterable[Path
     if lake.connect:
         foreign = [e for e in lake.files(out) if not inside(e.path, join(qualify(out), RUNS))]
     else:
-        if lake.exists(out) and lake.is_file(out):
+        if lake.is_file(out):  # is_file checks existence itself
             raise OutputError(f"{out}: is a file, not an output folder")
         ours = (RUNS, COMMITS, FAILURES)
         names = ((e, e.path.rstrip("/").rsplit("/", 1)[-1]) for e in lake.children(out))
