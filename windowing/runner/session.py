@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
+from windowing.runner.jvm_lookups import remember_jvm_lookups
 from windowing.storage.lake import is_connect
 
 if TYPE_CHECKING:
@@ -168,6 +169,8 @@ def spark_session(
         # a builder would overwrite its settings with ours. Only correctness is asserted.
         for k, v in REQUIRED_CONF.items():
             active.conf.set(k, v)
+        if not is_connect(active):
+            remember_jvm_lookups()
         return active
     master = master or "local[*]"
     check_reachable(master)  # Spark would retry for a minute, then end in a Py4J traceback
@@ -182,6 +185,7 @@ def spark_session(
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    remember_jvm_lookups()
     return spark
 
 
@@ -262,6 +266,8 @@ def check_workers(spark: SparkSession) -> None:
         WorkerEnvironmentError: naming the workers' interpreter, what it lacks, and what
             to set (``PYSPARK_PYTHON``).
     """
+    if not is_connect(spark):
+        remember_jvm_lookups()  # a session rewindow did not build (a notebook's, Dagster's) plans as fast
     key = _workers_key(spark)
     if (key in _WORKERS_OK) if key is not None else (spark in _SESSIONS_OK):
         return

@@ -1,0 +1,99 @@
+"""py4j's lookups of JVM classes and static methods, made once per JVM rather than per call.
+
+Every ``pyspark.sql.functions`` call in a classic session (``F.col``, ``F.lit``,
+``F.when``, ...) finds its JVM function again: ``getattr(jvm, "org.apache.spark.sql.functions")``
+asks the JVM for the class, then ``getattr(that_class, "col")`` for the method, two py4j
+round trips before the call itself; ``select`` and ``groupBy`` find
+``PythonUtils.toSeq`` the same way. Planning one hourly partition's replay and checks
+made ~6,500 round trips, ~1,700 of them such lookups (measured with
+``bench/replay_bench.py --backfill``'s partitions, docs/architecture.md).
+
+What such a lookup finds does not change while the JVM runs: a class by its full name,
+a class's static method, its nested class. :func:`remember_jvm_lookups` makes py4j keep
+them, per gateway connection (``GatewayClient``), for as long as that gateway lives.
+What can change is looked up each time, as before: a static *field* (a value), a name
+that is not found (an error, every time), and a short class name other than PySpark's
+own (:data:`PYSPARK_SHORT_NAMES`), which resolves through the view's imports and a
+later ``java_import`` can redirect.
+
+Process-wide and idempotent; a Spark Connect session uses no py4j and is unaffected.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+#: Short names PySpark itself looks up on ``SparkContext._jvm`` (through the imports it
+#: sets up when it starts the gateway): remembered like full names. Any other short name
+#: is looked up each time.
+PYSPARK_SHORT_NAMES = frozenset({"functions", "PythonUtils", "PythonSQLUtils", "SerDeUtil", "PythonRDD"})
+
+#: The attribute each gateway client keeps its remembered lookups in.
+_CACHE_ATTR = "_rewindow_jvm_lookups"
+
+_installed = False
+_lock = threading.Lock()
+
+
+def remember_jvm_lookups() -> None:
+    """Make py4j remember class and static-method lookups (the module docstring); once
+    per process, later calls do nothing."""
+    global _installed
+    if _installed:
+        return
+    with _lock:
+        if _installed:
+            return
+        from py4j import java_gateway as gw  # noqa: PLC0415 - py4j comes with pyspark, imported only when a session is
+
+        gw.JVMView.__getattr__ = _remembered_view(gw.JVMView.__getattr__, gw.JavaClass)
+        gw.JavaClass.__getattr__ = _remembered_member(gw.JavaClass.__getattr__, (gw.JavaMember, gw.JavaClass))
+        _installed = True
+
+
+def _cache(client: Any) -> dict[tuple[str, ...], Any]:
+    """``client``'s remembered lookups (made on first use: they live as long as it does)."""
+    cache: dict[tuple[str, ...], Any] | None = getattr(client, _CACHE_ATTR, None)
+    if cache is None:
+        cache = {}
+        setattr(client, _CACHE_ATTR, cache)
+    return cache
+
+
+def _remembered_view(lookup: Callable[[Any, str], Any], java_class: type) -> Callable[[Any, str], Any]:
+    """``JVMView.__getattr__`` that remembers the classes a full name (or one of
+    :data:`PYSPARK_SHORT_NAMES`) finds; packages and other short names as before."""
+
+    def __getattr__(self: Any, name: str) -> Any:
+        if "." not in name and name not in PYSPARK_SHORT_NAMES:
+            return lookup(self, name)
+        cache = _cache(self._gateway_client)
+        key = ("view", self._id, name)
+        found = cache.get(key)
+        if found is None:
+            found = lookup(self, name)  # raises for a name the JVM does not have: not remembered
+            if isinstance(found, java_class):
+                cache[key] = found
+        return found
+
+    return __getattr__
+
+
+def _remembered_member(lookup: Callable[[Any, str], Any], kept: tuple[type, ...]) -> Callable[[Any, str], Any]:
+    """``JavaClass.__getattr__`` that remembers static methods and nested classes; a static
+    field's value is read each time."""
+
+    def __getattr__(self: Any, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            return lookup(self, name)  # py4j's own handling of Python's special names
+        cache = _cache(self._gateway_client)
+        key = ("member", self._fqn, name)
+        found = cache.get(key)
+        if found is None:
+            found = lookup(self, name)
+            if isinstance(found, kept):
+                cache[key] = found
+        return found
+
+    return __getattr__
