@@ -12,7 +12,8 @@ What such a lookup finds does not change while the JVM runs: a class by its full
 a class's static method, its nested class. :func:`remember_jvm_lookups` makes py4j keep
 them, per gateway connection (``GatewayClient``), for as long as that gateway lives.
 What can change is looked up each time, as before: a static *field* (a value), a name
-that is not found (an error, every time), and a short class name other than PySpark's
+that is not a class (py4j takes it for a package, and asks again next time) or a member
+that is not there (an error, every time), and a short class name other than PySpark's
 own (:data:`PYSPARK_SHORT_NAMES`), which resolves through the view's imports and a
 later ``java_import`` can redirect.
 
@@ -72,7 +73,7 @@ def _remembered_view(lookup: Callable[[Any, str], Any], java_class: type) -> Cal
         key = ("view", self._id, name)
         found = cache.get(key)
         if found is None:
-            found = lookup(self, name)  # raises for a name the JVM does not have: not remembered
+            found = lookup(self, name)  # a name that is no class comes back as a package: not remembered
             if isinstance(found, java_class):
                 cache[key] = found
         return found
