@@ -25,11 +25,12 @@ import json
 import os
 import re
 import uuid
-import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from pyspark.sql.types import StructType
+
+from windowing.runner.jvm_lookups import remember_jvm_lookups
 
 #: A folder or URI as callers give it (made a string before use).
 PathArg = str | os.PathLike[str]
@@ -105,10 +106,6 @@ class Entry:
     size: int
 
 
-#: JVM classes :meth:`Lake._class` looked up, per py4j JVM view (a stopped session's go with it).
-_CLASSES: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
 class Lake:
     """Filesystem operations for one Spark session (see the module docstring)."""
 
@@ -132,12 +129,11 @@ class Lake:
         """The JVM class ``name`` (fully qualified), looked up once per JVM: py4j resolves
         ``jvm.org.apache...`` one package at a time, each step a round trip and a failed
         class lookup that searches every jar on Spark's class path (measured: 5 % of the
-        driver JVM's time in an hourly backfill, with the Parquet footers' own cost below)."""
-        jvm = self.spark._jvm
-        classes = _CLASSES.setdefault(jvm, {})
-        if name not in classes:
-            classes[name] = getattr(jvm, name)
-        return classes[name]
+        driver JVM's time in an hourly backfill, with the Parquet footers' own cost below).
+        By its full name, in one lookup that py4j remembers (:mod:`windowing.runner.jvm_lookups`),
+        as it does the class's static methods."""
+        remember_jvm_lookups()
+        return getattr(self.spark._jvm, name)
 
     def _path(self, *parts: Any) -> Any:
         return self._class("org.apache.hadoop.fs.Path")(*parts)
