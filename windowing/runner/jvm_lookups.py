@@ -53,13 +53,19 @@ def remember_jvm_lookups() -> None:
         _installed = True
 
 
-def _cache(client: Any) -> dict[tuple[str, ...], Any]:
-    """``client``'s remembered lookups (made on first use: they live as long as it does)."""
+def _recall(client: Any, key: tuple[str, ...], find: Callable[[], Any], kept: type | tuple[type, ...]) -> Any:
+    """What ``find()`` gives for ``key``: remembered in ``client`` (on first use; it lives as
+    long as the client does) when it is one of ``kept``, else asked again next time."""
     cache: dict[tuple[str, ...], Any] | None = getattr(client, _CACHE_ATTR, None)
     if cache is None:
         cache = {}
         setattr(client, _CACHE_ATTR, cache)
-    return cache
+    found = cache.get(key)
+    if found is None:
+        found = find()
+        if isinstance(found, kept):
+            cache[key] = found
+    return found
 
 
 def _remembered_view(lookup: Callable[[Any, str], Any], java_class: type) -> Callable[[Any, str], Any]:
@@ -69,14 +75,8 @@ def _remembered_view(lookup: Callable[[Any, str], Any], java_class: type) -> Cal
     def __getattr__(self: Any, name: str) -> Any:
         if "." not in name and name not in PYSPARK_SHORT_NAMES:
             return lookup(self, name)
-        cache = _cache(self._gateway_client)
-        key = ("view", self._id, name)
-        found = cache.get(key)
-        if found is None:
-            found = lookup(self, name)  # a name that is no class comes back as a package: not remembered
-            if isinstance(found, java_class):
-                cache[key] = found
-        return found
+        # A name that is no class comes back as a package: not remembered.
+        return _recall(self._gateway_client, ("view", self._id, name), lambda: lookup(self, name), java_class)
 
     return __getattr__
 
@@ -88,13 +88,6 @@ def _remembered_member(lookup: Callable[[Any, str], Any], kept: tuple[type, ...]
     def __getattr__(self: Any, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             return lookup(self, name)  # py4j's own handling of Python's special names
-        cache = _cache(self._gateway_client)
-        key = ("member", self._fqn, name)
-        found = cache.get(key)
-        if found is None:
-            found = lookup(self, name)
-            if isinstance(found, kept):
-                cache[key] = found
-        return found
+        return _recall(self._gateway_client, ("member", self._fqn, name), lambda: lookup(self, name), kept)
 
     return __getattr__
