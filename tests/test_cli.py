@@ -7,10 +7,12 @@ reused; one test runs the installed console script in a subprocess, end to end.
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -348,48 +350,77 @@ def test_in_process_run_leaves_the_session_settings_alone(spark, tmp_path):
         _restore_conf(spark, before)
 
 
-def test_console_script_end_to_end(spark, history, day1_run):
-    """The installed ``rewindow`` script in its own process (own Spark session, one core)
-    gives the same outputs as the in-process run on two cores."""
+def test_console_script_end_to_end(spark, history, day1_run, tmp_path):
+    """``rewindow``'s entry point (``windowing.cli:script``, what the installed script runs)
+    in its own process (own Spark session, one core) gives the same outputs as the
+    in-process run on two cores, and ends the Spark application it started before it
+    returns: no context left active, the event log closed, rather than left to the JVM's
+    shutdown hook after the process exited. (Output to files, not pipes: a pipe would
+    also wait for the JVM, which inherits it.)"""
     out1, _ = day1_run
-    script = Path(sys.executable).parent / "rewindow"
-    assert script.exists(), script
-    target = history["base"] / "runs" / "subprocess"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    proc = subprocess.run(
-        [
-            str(script),
-            "replay",
-            "--config",
-            str(CLICKS),
-            "--input",
-            str(history["day1"]),
-            "--output",
-            str(target),
-            "--master",
-            "local[1]",
-            "--conf",
-            "spark.sql.shuffle.partitions=1",
-            "--conf",
-            "spark.driver.memory=1g",
-            "--conf",
-            f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=history["base"],
+    entry = (
+        "import sys; from pyspark import SparkContext; from windowing.cli import script; "
+        "sys.argv = ['rewindow', *sys.argv[1:]]; rc = script(); "
+        "print('spark context active after the script:', SparkContext._active_spark_context is not None); sys.exit(rc)"
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in proc.stdout
+    target = history["base"] / "runs" / "subprocess"
+    events = tmp_path / "eventlog"
+    events.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                entry,
+                "replay",
+                "--config",
+                str(CLICKS),
+                "--input",
+                str(history["day1"]),
+                "--output",
+                str(target),
+                "--master",
+                "local[1]",
+                "--conf",
+                "spark.sql.shuffle.partitions=1",
+                "--conf",
+                "spark.driver.memory=1g",
+                "--conf",
+                f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
+                "--conf",
+                "spark.eventLog.enabled=true",
+                "--conf",
+                f"spark.eventLog.dir={events.as_uri()}",
+                "--conf",
+                "spark.eventLog.compress=false",
+                "--conf",
+                "spark.eventLog.rolling.enabled=false",
+            ],
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=history["base"],
+        )
+    returned_ms = time.time() * 1000
+    logs = sorted(p.name for p in events.iterdir())
+    out, err = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    assert proc.returncode == 0, err[-3000:]
+    assert len(logs) == 1 and not logs[0].endswith(".inprogress"), logs
+    assert "spark context active after the script: False" in out
+    ends = [e for e in map(json.loads, (events / logs[0]).read_text().splitlines()) if e["Event"].endswith("End")]
+    assert [e["Event"] for e in ends][-1] == "SparkListenerApplicationEnd"
+    assert ends[-1]["Timestamp"] <= returned_ms, "the application ended after rewindow had returned"
+    assert f"replayed {history['rows1']:,} events of pipeline 'clicks-hourly'" in out
     # Its own progress, one line per phase on stderr, and none of Spark's progress bars (issue 10).
-    assert [line for line in proc.stderr.splitlines() if line.startswith("rewindow: [")] == [
+    assert [line for line in err.splitlines() if line.startswith("rewindow: [")] == [
         "rewindow: [1/3] starting Spark (local[1])",
         f"rewindow: [2/3] replaying {history['day1']} through pipeline 'clicks-hourly'",
         f"rewindow: [3/3] writing outputs to {target}",
     ]
-    assert "[Stage" not in proc.stderr + proc.stdout
+    assert "[Stage" not in err + out
     for name in OUTPUTS:
         assert _rows(spark, run_dir(target) / name) == _rows(spark, run_dir(out1) / name), name
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any, Protocol
 
-from windowing.commands import backfill, generate, replay, status, verify
+from windowing.commands import backfill, common, generate, replay, status, verify
 from windowing.config import ConfigError
 from windowing.lateness import cli as lateness
 from windowing.reconcile import cli as reconcile
@@ -49,5 +49,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def script() -> int:
+    """The installed ``rewindow`` script: :func:`main` on ``sys.argv``, then the Spark
+    session it started stopped before the process exits (:func:`common.stop_started`).
+    :func:`main` itself leaves it running, for callers that run several commands in one
+    process on one session."""
+    try:
+        return main()
+    finally:
+        common.stop_started()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script())

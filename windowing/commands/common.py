@@ -13,6 +13,9 @@ import os
 import sys
 from typing import Any
 
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
 from windowing.runner.session import spark_session
 from windowing.storage.lake import join
 
@@ -51,11 +54,33 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: The sessions :func:`spark_for` started in this process (no session or context was active
+#: before: never one a caller made), which :func:`stop_started` stops when the command ends.
+STARTED: list[Any] = []
+
+
 def spark_for(args: argparse.Namespace) -> Any:
     """The Spark session of a command: ``--master`` or ``--remote`` with the ``--conf``
     settings (the catalog's added by :func:`catalog_setup`). Tests replace this function
     to run a command on their own session (module docstring)."""
-    return spark_session(args.master, dict(args.conf), remote=args.remote)
+    started = SparkSession.getActiveSession() is None and SparkContext._active_spark_context is None
+    spark = spark_session(args.master, dict(args.conf), remote=args.remote)
+    if started:
+        STARTED.append(spark)
+    return spark
+
+
+def stop_started() -> None:
+    """Stop the sessions :func:`spark_for` started, before the command returns: Spark then
+    ends its application (event log closed, executors released, a Spark Connect session
+    let go) while ``rewindow`` still runs, not in the JVM's shutdown hook after it exited.
+    A session that fails to stop (its cluster gone) is left to that hook."""
+    while STARTED:
+        spark = STARTED.pop()
+        try:
+            spark.stop()
+        except Exception as exc:  # noqa: BLE001 - the command's own result stands; the JVM's hook ends it
+            print(f"rewindow: note: Spark did not stop cleanly: {exc}", file=sys.stderr)
 
 
 def progress(step: int, of: int, what: str) -> None:
