@@ -156,12 +156,8 @@ def _kill_mid_kernel(proc: subprocess.Popen, cluster, ui_port: int, victim: str)
 
 
 def _events(log_dir: Path, app: str) -> list[dict]:
-    """The application's Spark event log (uncompressed, one file), once complete: the
-    driver's JVM may outlive the ``rewindow`` process by a moment, its shutdown hook
-    stopping the application and renaming ``<app>.inprogress`` to ``<app>``."""
-    deadline = time.monotonic() + 60
-    while not (log_dir / app).exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    """The application's Spark event log (uncompressed, one file): complete once
+    ``rewindow`` has returned, which stops its session before it exits."""
     return [json.loads(line) for line in (log_dir / app).read_text().splitlines() if line.strip()]
 
 
