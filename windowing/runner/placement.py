@@ -90,6 +90,9 @@ class TaskPlan:
     hot: Mapping[tuple[Any, Any], tuple[int, int]] = field(default_factory=dict)
     #: The events a task was planned for.
     share: int = field(default=0, compare=False)
+    #: Every worker whole, in task ``pmod(hash(worker), tasks)`` (:func:`hashed_plan`): a
+    #: plan made without counting the rows per worker.
+    hashed: bool = False
 
     @property
     def split(self) -> dict[Any, tuple[int, int]]:
@@ -138,6 +141,38 @@ def plan_tasks(
         (spread if keyed else sliced)[w] = (next_task, n)
         next_task += n
     return TaskPlan(max(1, next_task), whole, spread, sliced, share=share)
+
+
+#: A small input's tasks per task slot, when its workers are placed by hash
+#: (:func:`hashed_plan`): Spark hands the tasks to slots as they free, which evens out
+#: what the hash does not (8 workers numbered 0-7 on 2 slots: the longest slot holds 4,
+#: as a plan from their counts gives; with 2 tasks, 5).
+HASHED_TASKS_PER_SLOT = 4
+#: ... and at least this many of its rows a task (a task has a fixed cost: an hour of the
+#: quick start's history, ~800 events, is one task, not eight).
+HASHED_TASK_ROWS = 50_000
+#: Worker types Spark's ``hash`` places as the kernel tells workers apart (not floats:
+#: Spark hashes -0.0 and 0.0 apart, and they are one value for its equality).
+HASHABLE_WORKER_TYPES = ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp")
+
+
+def hashed_plan(worker_type: str | None, slots: int | None, rows: int | None, most: int) -> TaskPlan | None:
+    """A plan without the rows per worker: every worker whole, in task
+    ``pmod(hash(worker), n)``, ``n`` being :data:`HASHED_TASKS_PER_SLOT` tasks per slot, but
+    one per :data:`HASHED_TASK_ROWS` of the input's ``rows`` at most (or ``most`` tasks
+    when they are not known); one task without a worker column (one worker). None when
+    the workers' type (``worker_type``, Spark's ``typeName``; None: no worker column) does
+    not hash as the kernel tells them apart.
+
+    The rows are the same whatever the plan; it only places the work. Made for an input
+    of at most one task's worth of events (``spark.rewindow.eventsPerTask``), where a
+    count of its rows per worker (a Spark job) costs more than the balance it buys
+    (docs/architecture.md, "A plan without the count")."""
+    if worker_type is not None and worker_type not in HASHABLE_WORKER_TYPES:
+        return None
+    cap = most if rows is None else -(-rows // HASHED_TASK_ROWS)
+    tasks = 1 if worker_type is None else max(1, min(HASHED_TASKS_PER_SLOT * max(1, slots or 1), cap))
+    return TaskPlan(tasks, hashed=True)
 
 
 #: The settings :func:`task_slots` reads.
@@ -384,6 +419,10 @@ def _key_hash(pipeline: Pipeline, df: DataFrame) -> Column:
 def with_task(df: DataFrame, pipeline: Pipeline, plan: TaskPlan) -> DataFrame:
     """``df`` with :data:`TASK_COLUMN`: the task of each row's worker and key under ``plan`` (a
     sliced worker's rows: of their windows, :func:`_slice_offsets`)."""
+    if plan.hashed:
+        wcol = pipeline.source.worker
+        task = F.pmod(F.hash(col(wcol)), F.lit(plan.tasks)) if wcol and plan.tasks > 1 else F.lit(0)
+        return df.withColumn(TASK_COLUMN, task.cast("int"))
     df, first, n = placement_columns(df, pipeline, plan)
     if plan.sliced or plan.hot:
         for c, t in (("__kind", "byte"), (f"{K.STATE_PREFIX}window_start_ms", "bigint")):

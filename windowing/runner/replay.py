@@ -46,6 +46,7 @@ from windowing.runner.session import check_workers, session_conf
 from windowing.runner.tasks import (
     LATENESS_COLLECTED,
     LATENESS_HELD,
+    REJECTED_COUNTER,
     SIDE_DATA,
     SIDE_OUTPUT,
     DecodeTask,
@@ -58,6 +59,7 @@ from windowing.runner.tasks import (
 )
 from windowing.runner.timelines import WorkerCommits, commits_mode, split_timeline_rows, worker_commits
 from windowing.storage.errors import naming_bad_files
+from windowing.storage.inputs import rows_at_most
 from windowing.storage.lake import is_connect
 from windowing.storage.outputs import ReplayOutputs
 
@@ -129,19 +131,20 @@ def replay(
     if worker_state:
         norm = reject_committed(spark, pipeline, norm, worker_state)
     inputs = events_df.inputFiles()
-    commits = worker_commits(spark, pipeline, norm, worker_state, inputs)
+    commits = worker_commits(spark, pipeline, norm, worker_state, inputs, rows_at_most(events_df))
     kernel = _launch_kernel(spark, pipeline, events_df, norm, input_cols, key_state, commits, flush)
     try:
         side = _collect_side_outputs(kernel, spark, pipeline, inputs, commits.worker_rows)
     except BaseException:
         kernel.out.unpersist()
         raise
+    rejected_counts = commits.rejected_counts if commits.rejected_counts is not None else side.rejected_counts
     aggregates, late, state_out = _datasets(spark, kernel, side)
-    rejected = _rejected(norm, input_cols, commits.rejected_counts)
+    rejected = _rejected(norm, input_cols, rejected_counts)
     metrics = build_metrics(
         side.counts,
         lateness_percentiles(side.counts.get("late", 0), late, F, side.lateness_ms),
-        commits.rejected_counts,
+        rejected_counts,
         side.worker_rows,
         pipeline,
         side.by_worker,
@@ -193,7 +196,11 @@ def _launch_kernel(
     # A sliced worker's events are placed by window, from their event time: kept for them.
     sliced = commits.plan is not None and bool(commits.plan.sliced or commits.plan.hot)
     derived = K.task_derived(spec) - ({"__evt"} if sliced else set())
-    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *derived)
+    # Rejected rows not counted yet (a plan made without a count) go to the tasks, which
+    # count them by reason and leave them out: no job of their own for those counts.
+    count_rejected = commits.rejected_counts is None
+    events = norm if count_rejected else norm.where(F.col(REJECT_REASON).isNull())
+    events = events.drop(*derived) if count_rejected else events.drop(REJECT_REASON, *derived)
     timeline_rows = split_timeline_rows(pipeline, norm, commits.plan) if commits.plan else None
     kernel_in, names, nparts = placement.kernel_input(spark, pipeline, events, key_state, commits.plan, timeline_rows)
     schemas = output_schemas(spec)
@@ -206,6 +213,7 @@ def _launch_kernel(
         lateness_share=DRIVER_PERCENTILES_MAX // max(1, nparts),
         carried=commits.carried if commits.plan else None,
         chunk_events=placement.int_setting(spark, placement.EVENTS_PER_CHUNK_CONF, placement.EVENTS_PER_CHUNK),
+        rejected_column=REJECT_REASON if count_rejected else None,
     )
     # The tasks hand their outputs back through Spark, which holds them for the writes: no
     # shared folder between driver and executors. Each output comes back as a few rows
@@ -218,21 +226,24 @@ def _launch_kernel(
 @dataclass
 class _SideOutputs:
     """What the kernel job brings back to the driver: the counters summed, in total and
-    per worker label, every worker state row (sorted by worker), and the lateness values
-    when the driver computes the percentiles (None: a Spark job does, or none are late)."""
+    per worker label, every worker state row (sorted by worker), the lateness values
+    when the driver computes the percentiles (None: a Spark job does, or none are late),
+    and the rejected rows by reason the tasks counted (when they count them)."""
 
     counts: dict[str, int]
     by_worker: dict[str, dict[str, int]]
     worker_rows: list[dict[str, Any]]
     lateness_ms: np.ndarray | None
+    rejected_counts: dict[str, int]
 
 
 def _collect_side_outputs(
-    kernel: _Kernel, spark: SparkSession, pipeline: Pipeline, inputs: Sequence[str], worker_rows: list[dict[str, Any]]
+    kernel: _Kernel, spark: SparkSession, pipeline: Pipeline, inputs: Sequence[str], driver_rows: list[dict[str, Any]]
 ) -> _SideOutputs:
     """Run the kernel: one job brings back the counters, the worker state rows of tasks
-    holding whole workers (added to ``worker_rows``), and the lateness values of the tasks
-    that had at most their share of :data:`DRIVER_PERCENTILES_MAX` late events."""
+    holding whole workers (with ``driver_rows``, those the driver built, but for the
+    workers a task wrote), and the lateness values of the tasks that had at most their
+    share of :data:`DRIVER_PERCENTILES_MAX` late events."""
     wcol = pipeline.source.worker
     with naming_bad_files(inputs), session_conf(spark, kernel_job_conf(spark)):
         rows = (
@@ -242,16 +253,25 @@ def _collect_side_outputs(
         )
     counters: list[pa.Table] = []
     values: list[np.ndarray] = []
+    task_rows: list[dict[str, Any]] = []
     for row in rows:
         table = decode_blob(row[SIDE_DATA])
         if row[SIDE_OUTPUT] == "counters":
             counters.append(table)
         elif row[SIDE_OUTPUT] == "workers":  # worker state rows, from tasks holding whole workers
-            worker_rows += table.to_pylist()
+            task_rows += table.to_pylist()
         else:
             values.append(table["lateness_ms"].to_numpy())
     counts, by_worker = sum_counters(counters)
-    worker_rows.sort(key=lambda r: repr(K.hashable(r.get(wcol) if wcol else 0)))
+    counted = [n for n in counts if n.startswith(REJECTED_COUNTER)]  # by the tasks, when they count them
+    rejected_counts = {n[len(REJECTED_COUNTER) :]: counts.pop(n) for n in counted}
+
+    def worker(r: dict[str, Any]) -> Any:
+        return K.hashable(r.get(wcol) if wcol else 0)
+
+    written = {worker(r) for r in task_rows}  # a task that had a worker's events wrote its row
+    worker_rows = [r for r in driver_rows if worker(r) not in written] + task_rows
+    worker_rows.sort(key=lambda r: repr(worker(r)))
     lateness_ms = None
     if 0 < counts.get("late", 0) <= DRIVER_PERCENTILES_MAX:  # 8 bytes a late event, from the held rows
         if sum(len(v) for v in values) < counts["late"]:  # a task had more than its share: fetch the rest
@@ -260,7 +280,7 @@ def _collect_side_outputs(
                 for r in kernel.out.where(F.col(SIDE_OUTPUT) == LATENESS_HELD).select(SIDE_DATA).collect()
             ]
         lateness_ms = np.concatenate(values)
-    return _SideOutputs(counts, by_worker, worker_rows, lateness_ms)
+    return _SideOutputs(counts, by_worker, worker_rows, lateness_ms, rejected_counts)
 
 
 def _datasets(spark: SparkSession, kernel: _Kernel, side: _SideOutputs) -> tuple[DataFrame, DataFrame, DataFrame]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from windowing import kernel as K
@@ -66,8 +67,14 @@ class KernelTask:
         lateness_share: int = 0,
         carried: Mapping[Any, dict[str, Any]] | None = None,
         chunk_events: int | None = None,
+        rejected_column: str | None = None,
     ) -> None:
         self.spec, self.timelines, self.flush = spec, timelines, flush
+        #: The column naming why a row is rejected, when rejected rows come with the events
+        #: (a plan made without counting them, :func:`windowing.runner.placement.hashed_plan`):
+        #: the task counts them by reason (counters ``rejected:<reason>``) and leaves them out.
+        self.rejected_column = rejected_column
+        self.rejected: dict[str, int] = {}
         #: The carried worker rows, when each task holds whole workers and builds their
         #: timelines itself (None: ``timelines`` has every worker's).
         self.carried = carried
@@ -79,6 +86,9 @@ class KernelTask:
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         settle_worker()
+        self.rejected = {}
+        if self.rejected_column is not None:
+            batches = self._accepted(batches, self.rejected_column)
         source = chunks.TaskInput(batches, self.names, self.spec, self.chunk_events, summarise=self.carried is not None)
         try:
             if source.table is not None:
@@ -93,8 +103,28 @@ class KernelTask:
                     side = _SideBlobs()
                     side.add("workers", workers)
                     yield side.batch(self.schema)
+            elif self.rejected:  # rejected rows only: their counts
+                side = _SideBlobs()
+                side.add("counters", encode_blob(_counters_table({}, side.rows, self.rejected)))
+                yield side.batch(self.schema)
         finally:
             source.close()
+
+    def _accepted(self, batches: Iterable[pa.RecordBatch], column: str) -> Iterator[pa.RecordBatch]:
+        """``batches`` without ``column`` and without their rejected rows (those with a
+        reason in it), counted by reason into ``self.rejected``."""
+        for batch in batches:
+            i = batch.schema.get_field_index(column)
+            reasons = batch.column(i)
+            rest = [j for j in range(batch.num_columns) if j != i]
+            if reasons.null_count == batch.num_rows:
+                yield batch.select(rest)
+                continue
+            for r in pc.value_counts(reasons.drop_null()).to_pylist():
+                self.rejected[r["values"]] = self.rejected.get(r["values"], 0) + int(r["counts"])
+            accepted = batch.filter(pc.is_null(reasons)).select(rest)
+            if accepted.num_rows:
+                yield accepted
 
     def _task_timelines(
         self, source: chunks.TaskInput, own: Mapping[Any, tuple[np.ndarray, ...]]
@@ -126,7 +156,7 @@ class KernelTask:
         out = K.process(table, self.spec, timelines, self.flush, source.window_slice)
         del table
         self._add_outputs(side, out, with_state=True, window_slice=source.window_slice)
-        side.add("counters", encode_blob(_counters_table(out.counters_by_worker, side.rows)))
+        side.add("counters", encode_blob(_counters_table(out.counters_by_worker, side.rows, self.rejected)))
         yield side.batch(self.schema)
 
     def _in_pieces(self, source: chunks.TaskInput) -> Iterator[pa.RecordBatch]:
@@ -145,7 +175,8 @@ class KernelTask:
             seen |= keys
             yield side.batch(self.schema)
             side = _SideBlobs(side.rows)
-        side.add("counters", encode_blob(_counters_table(chunks.merged_counters(counters, seen, self.spec), side.rows)))
+        merged = chunks.merged_counters(counters, seen, self.spec)
+        side.add("counters", encode_blob(_counters_table(merged, side.rows, self.rejected)))
         yield side.batch(self.schema)
 
     def _add_outputs(
@@ -185,14 +216,23 @@ class _SideBlobs:
         )
 
 
-def _counters_table(by_worker: Mapping[str, Mapping[str, int]], rows: Mapping[str, int]) -> pa.Table:
+#: A task's count of rejected rows with a reason, when it counts them: counter
+#: ``rejected:<reason>`` (worker null).
+REJECTED_COUNTER = "rejected:"
+
+
+def _counters_table(
+    by_worker: Mapping[str, Mapping[str, int]], rows: Mapping[str, int], rejected: Mapping[str, int] | None = None
+) -> pa.Table:
     """A task's counters as rows (worker, name, value): the kernel's per worker label
-    (windowing.metrics.COUNTERS, zeros left out) and the task's output row counts
-    (``rows_<output>``, worker null)."""
+    (windowing.metrics.COUNTERS, zeros left out), the task's output row counts
+    (``rows_<output>``, worker null) and the rejected rows it counted by reason
+    (:data:`REJECTED_COUNTER`)."""
     out: list[tuple[str | None, str, int]] = [
         (worker, name, v) for worker, counters in by_worker.items() for name, v in counters.items() if v
     ]
     out += [(None, f"rows_{name}", rows.get(name, 0)) for name in ("aggregates", "late_events", "state")]
+    out += [(None, REJECTED_COUNTER + reason, n) for reason, n in (rejected or {}).items()]
     worker, name, value = zip(*out)
     return pa.table(
         {

@@ -37,12 +37,15 @@ if TYPE_CHECKING:
 
 @dataclass
 class WorkerCommits:
-    """Phase 2's results: rejected rows per reason, the carried worker state by worker,
-    the kernel stage's task plan (None: the (worker, batch) summary was collected to the
-    driver, ``spark.rewindow.commits=driver``), the workers' timelines built in the driver
-    and their state rows so far."""
+    """Phase 2's results: rejected rows per reason (None: the kernel's job counts them, the
+    plan being made without a count, :func:`windowing.runner.placement.hashed_plan`), the
+    carried worker state by worker, the kernel stage's task plan (None: the (worker, batch)
+    summary was collected to the driver, ``spark.rewindow.commits=driver``), the workers'
+    timelines built in the driver and their state rows so far (with a hashed plan, every
+    carried worker's as if it had no events: a task that has its events builds them
+    again, and its rows replace these)."""
 
-    rejected_counts: dict[str, int]
+    rejected_counts: dict[str, int] | None
     carried: dict[Any, Any]
     plan: placement.TaskPlan | None
     timelines: dict[Any, Any]
@@ -50,7 +53,12 @@ class WorkerCommits:
 
 
 def worker_commits(
-    spark: SparkSession, pipeline: Pipeline, norm: DataFrame, worker_state: list[dict[str, Any]], inputs: Sequence[str]
+    spark: SparkSession,
+    pipeline: Pipeline,
+    norm: DataFrame,
+    worker_state: list[dict[str, Any]],
+    inputs: Sequence[str],
+    rows_at_most: int | None = None,
 ) -> WorkerCommits:
     """Phase 2: the workers' commits. Rows per worker (and rejected rows per reason) first;
     from them the kernel stage's plan (:func:`windowing.runner.placement.plan_tasks`): tasks
@@ -58,14 +66,30 @@ def worker_commits(
     spread over several get its (worker, batch) summary from Spark with their rows. Only
     carried workers without events in this replay get their timelines here. With
     ``spark.rewindow.commits=driver`` the summary is collected and every task gets every
-    timeline (kept to compare: the output is the same)."""
+    timeline (kept to compare: the output is the same).
+
+    An input of at most one task's worth of events (``rows_at_most``, from its files'
+    footers, up to ``spark.rewindow.eventsPerTask``) is not counted: its workers are
+    placed whole by the hash of their value (:func:`windowing.runner.placement.hashed_plan`),
+    and the kernel's job counts its rejected rows (``spark.rewindow.commits=hash`` plans
+    every input so, ``count`` none)."""
     wcol = pipeline.source.worker
+    carried = {K.hashable(s["worker"]): s for s in worker_state}
+    mode = commits_mode(spark)
+    if mode == "hash" or (mode == "auto" and rows_at_most is not None):
+        events_per_task = placement.int_setting(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK)
+        hashed = None
+        if mode == "hash" or cast(int, rows_at_most) <= events_per_task:
+            worker_type = norm.schema[wcol].dataType.typeName() if wcol else None
+            most = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # rows not known: as Spark would
+            hashed = placement.hashed_plan(worker_type, placement.session_slots(spark), rows_at_most, most)
+        if hashed is not None:
+            timelines, worker_rows = K.worker_timelines(pipeline, {}, carried)
+            return WorkerCommits(None, carried, hashed, timelines, worker_rows)
     wexpr = col(wcol) if wcol else F.lit(0)
     with naming_bad_files(inputs):
         folded = _fold(norm, wexpr)
     rejected_counts, worker_events = _folded_counts(folded)
-    carried = {K.hashable(s["worker"]): s for s in worker_state}
-    mode = commits_mode(spark)
     if mode != "driver":
         sliceable = slices.sliceable(pipeline.window) and placement.slices_on(spark)
         plan = placement.plan_tasks(
@@ -154,18 +178,23 @@ def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
     return out
 
 
-#: ``spark.rewindow.commits``: where the workers' commits are summed up: ``auto``
-#: (default: :func:`windowing.runner.placement.plan_tasks`), ``tasks`` (every worker whole in a
-#: task) or ``driver`` (one Spark aggregation per (worker, batch), collected to the driver
-#: and shipped to every task: the earlier design, kept to compare).
+#: ``spark.rewindow.commits``: how the kernel stage is planned and where the workers'
+#: commits are summed up: ``auto`` (default: ``hash`` for an input of at most one task's
+#: worth of events, by its files' footers; else ``count``), ``count`` (the rows per worker
+#: counted first: :func:`windowing.runner.placement.plan_tasks`), ``hash`` (every worker
+#: whole, placed by the hash of its value: :func:`windowing.runner.placement.hashed_plan`),
+#: ``tasks`` (counted, every worker whole in a task) or ``driver`` (one Spark aggregation
+#: per (worker, batch), collected to the driver and shipped to every task: the earlier
+#: design, kept to compare).
 COMMITS_CONF = "spark.rewindow.commits"
+COMMITS_MODES = ("auto", "count", "hash", "tasks", "driver")
 
 
 def commits_mode(spark: SparkSession) -> str:
     """The :data:`COMMITS_CONF` setting, checked."""
     mode = (spark.conf.get(COMMITS_CONF, "auto") or "auto").strip().lower()
-    if mode not in ("auto", "tasks", "driver"):
-        raise ConfigError(f"{COMMITS_CONF}: {mode!r} is not one of auto, tasks, driver")
+    if mode not in COMMITS_MODES:
+        raise ConfigError(f"{COMMITS_CONF}: {mode!r} is not one of {', '.join(COMMITS_MODES)}")
     return mode
 
 

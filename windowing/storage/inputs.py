@@ -16,6 +16,7 @@ state's types).
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence, cast
 
 import pyarrow.dataset as pads
@@ -30,6 +31,27 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from windowing.config import Pipeline, Source
+
+
+#: For DataFrames read here from Parquet files, at most how many rows each holds: its files'
+#: rows, from the footers read to check them (a view of some of their rows, as a landing
+#: zone's hour of a day's files, is noted with all of them). The kernel stage of a small
+#: input is planned from it, without a Spark job counting its rows per worker
+#: (:func:`windowing.runner.placement.hashed_plan`). A DataFrame made from one of these
+#: (filtered, joined) is not noted: it is counted.
+_ROWS_AT_MOST: weakref.WeakKeyDictionary[DataFrame, int] = weakref.WeakKeyDictionary()
+
+
+def note_rows_at_most(df: DataFrame, rows: int | None) -> DataFrame:
+    """Note that ``df`` holds at most ``rows`` rows (None: not known); returns ``df``."""
+    if rows is not None:
+        _ROWS_AT_MOST[df] = rows
+    return df
+
+
+def rows_at_most(df: DataFrame) -> int | None:
+    """At most how many rows ``df`` holds, when it was read here (:func:`note_rows_at_most`)."""
+    return _ROWS_AT_MOST.get(df)
 
 
 def read_events(
@@ -96,6 +118,7 @@ def read_events(
         # Columns missing from the whole input are the engine's to report (naming the YAML
         # field); here, a column some files have and others lack, or hold as another type.
         check_columns(footers, pipeline, InputError, only=set(df.columns))
+        note_rows_at_most(df, lake.rows_in(footers))
     return df
 
 

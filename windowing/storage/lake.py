@@ -26,7 +26,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, cast
 
 from pyspark.sql.types import StructType
 
@@ -115,6 +115,9 @@ class Lake:
         self._conf: Any = None  # a py4j JavaObject (Hadoop Configuration): no Python type
         self._converter: Any = None  # likewise (Spark's Parquet schema converter)
         self._read_options: Any = None  # likewise (Parquet's read options)
+        #: The rows of each Parquet file whose footer :meth:`parquet_columns` read (classic
+        #: sessions): what :meth:`rows_in` sums.
+        self.footer_rows: dict[str, int] = {}
 
     # ------------------------------------------------------------------ JVM side
 
@@ -401,6 +404,7 @@ class Lake:
         reader = self._parquet_reader(path)
         try:
             footer = reader.getFooter().getFileMetaData().getSchema()
+            self.footer_rows[path] = int(reader.getRecordCount())
         finally:
             reader.close()
         try:
@@ -408,6 +412,12 @@ class Lake:
         except Exception:  # noqa: BLE001 - a type Spark (or PySpark) does not read: Parquet's own words
             return self._parquet_types(footer)
         return {f.name: f.dataType.simpleString() for f in converted.fields}
+
+    def rows_in(self, files: Iterable[str]) -> int | None:
+        """The rows of ``files``, from the footers :meth:`parquet_columns` read (None when
+        it read one of them not, or over Spark Connect)."""
+        rows = [self.footer_rows.get(f) for f in files]
+        return None if any(r is None for r in rows) else sum(cast(int, r) for r in rows)
 
     def _schema_converter(self) -> Any:
         """Spark's ``ParquetToSparkSchemaConverter`` under the session's SQL settings (the one

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from windowing.storage.errors import InputError
-from windowing.storage.inputs import check_parquet_files
+from windowing.storage.inputs import check_parquet_files, note_rows_at_most
 from windowing.storage.lake import Entry, Lake, glob_escape, join
 
 if TYPE_CHECKING:
@@ -178,14 +178,16 @@ def read_partition_events(
         files = lake.files(folder)
         check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
         check_day_types(spark, folder, [e.path for e in files], df, pipeline, known)
+    # At most the day's files' rows (their footers were read to check them): what plans a small replay.
+    rows = lake.rows_in([e.path for e in files]) if files is not None else None
     events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
-        return events, files
+        return note_rows_at_most(events, rows), files
     # Hourly (or finer) partitions: the row's arrival time clamped into its day.
     arrival = _as_timestamp(events, arrival_column)
     first, last = F.lit(day), F.lit(day + DAY - timedelta(microseconds=1))
     placed = F.coalesce(F.least(F.greatest(arrival, first), last), first)
-    return events.where((placed >= F.lit(start)) & (placed < F.lit(end))), files
+    return note_rows_at_most(events.where((placed >= F.lit(start)) & (placed < F.lit(end))), rows), files
 
 
 def check_day_types(

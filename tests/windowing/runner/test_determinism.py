@@ -213,8 +213,11 @@ VARIANTS = {
         "history",
         {"spark.sql.shuffle.partitions": "8", "spark.sql.adaptive.enabled": "true"},
     ),
-    # The baseline's 4 workers on 2 slots: kernel tasks hold whole workers and build their
-    # timelines; here the driver builds them from one Spark aggregation per (worker, batch).
+    # The baseline's 4 workers on 2 slots: a small input (by its files' footers), so kernel
+    # tasks hold whole workers placed by their hash, build their timelines and count the
+    # rejected rows; here the rows per worker are counted first and the plan made from them;
+    # and the driver builds the timelines from one Spark aggregation per (worker, batch).
+    "workers counted first": ("history", {"spark.rewindow.commits": "count"}),
     "commits summed by the driver": ("history", {"spark.rewindow.commits": "driver"}),
     # Scale-out (windowing.runner.placement, windowing.runner.chunks): 300 events a task spreads each
     # worker's keys over many tasks, its timeline sent to them as rows; 200 events a chunk

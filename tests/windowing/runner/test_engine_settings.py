@@ -10,19 +10,22 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 from windowing import parse_pipeline, replay
 from windowing.config import ConfigError
 from windowing.runner import chunks, placement
 from windowing.runner.placement import int_setting, session_slots, slices_on, with_task
-from windowing.runner.session import session_conf
+from windowing.runner.session import check_workers, session_conf
 from windowing.runner.tasks import KERNEL_BATCH_ROWS, ROWS_PER_FILE, ROWS_PER_TASK, kernel_job_conf, write_tasks
 from windowing.runner.timelines import COMMITS_CONF, commits_mode
 from windowing.sample import generate_history
 from windowing.storage.inputs import read_events
-from windowing.storage.outputs import write_outputs
+from windowing.storage.outputs import read_state, write_outputs
 
 ARROW_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
@@ -421,3 +424,106 @@ def test_the_workers_state_rows_are_one_part_of_their_own_whatever_the_slots(spa
     assert len(worker_parts) == 1 and set(worker_parts[0]) == {"worker"}
     assert worker_parts[0].count("worker") == 6  # every worker, once
     assert any("window" in k for k in kinds)  # the window rows in parts of their own
+
+
+# --------------------------------------------------------------------------- a plan without the count
+
+
+@pytest.fixture(scope="module")
+def two_days(tmp_path_factory):
+    """Two days of 3 workers read from Parquet; day 2 has no events of worker 2 (its state
+    is carried through a day without events) and 3 rows without an event time (rejected)."""
+    base = tmp_path_factory.mktemp("plan-days")
+    days = generate_history(
+        base, datetime(2024, 1, 1, tzinfo=timezone.utc), 2, 3_000, 30, seed=9, partitions=3, files_per_day=2
+    )
+    day2 = sorted(days)[1]
+    files = sorted(day2.glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    for f in files:
+        f.unlink()
+    kept = table.filter(pc.not_equal(table["partition"], 2))
+    pq.write_table(kept, day2 / "part-0.parquet")
+    rejected = kept.slice(0, 3).set_column(
+        kept.schema.get_field_index("event_time"), "event_time", pa.nulls(3, kept.schema.field("event_time").type)
+    )
+    pq.write_table(rejected, day2 / "part-1.parquet")
+    return sorted(days)
+
+
+_GROUPS = iter(range(1_000_000))
+
+
+def _day(spark, folder, state, conf, state_dir):
+    """One day replayed under ``conf``, its state written to ``state_dir``: its outputs and
+    metrics, and the Spark jobs of the replay itself (up to the kernel's job: the writes
+    are the same whatever the plan)."""
+    sc, group = spark.sparkContext, f"plan-{next(_GROUPS)}"
+    with session_conf(spark, conf):
+        events = read_events(spark, str(folder))
+        sc.setJobGroup(group, "a replay")
+        try:
+            result = replay(spark, PIPELINE, events, state=state)
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        jobs = len(sc.statusTracker().getJobIdsForGroup(group))
+        try:
+            out = {
+                name: sorted(map(repr, getattr(result, name).collect()))
+                for name in ("aggregates", "late_events", "rejected", "state")
+            }
+            out["metrics"] = result.metrics.to_dict()
+            result.state.write.parquet(str(state_dir))
+        finally:
+            result.unpersist()
+    return out, jobs
+
+
+def test_a_small_input_is_planned_without_counting_its_workers(spark, two_days, tmp_path, monkeypatch):
+    """An input of at most one task's worth of events (by its files' footers) is placed
+    by the hash of its workers, with no Spark job counting its rows per worker; its
+    rejected rows are counted by the kernel's job. The rows, state and metrics are those
+    of the plan made from the counts, across a day without one worker's events."""
+    check_workers(spark)  # the session's one probe of its Python workers, before the jobs are counted
+    monkeypatch.setattr(placement, "HASHED_TASK_ROWS", 500)  # ~3,000 rows a day: 6 tasks, not 1
+    results, jobs = {}, {}
+    modes = {
+        "auto": {},
+        "count": {COMMITS_CONF: "count"},
+        "hash": {COMMITS_CONF: "hash"},
+        # Over one task's worth of events (4,000 rows > 1,000): auto counts.
+        "auto, a large input": {placement.EVENTS_PER_TASK_CONF: "1000"},
+        "count, a large input": {placement.EVENTS_PER_TASK_CONF: "1000", COMMITS_CONF: "count"},
+    }
+    for mode, conf in modes.items():
+        state = None
+        for i, day in enumerate(two_days):
+            state_dir = tmp_path / f"{mode}-{i}"
+            results[mode, i], jobs[mode, i] = _day(spark, day, state, conf, state_dir)
+            state = read_state(spark, state_dir)
+    for i in (0, 1):
+        assert results["auto", i] == results["count", i] == results["hash", i] == results["auto, a large input", i]
+        # One job fewer: the count of rows per worker; the same as counting over the threshold.
+        assert jobs["auto", i] == jobs["hash", i] == jobs["count", i] - 1
+        assert jobs["auto, a large input", i] == jobs["count, a large input", i] == jobs["count", i]
+    day2 = results["auto", 1]
+    assert day2["metrics"]["rejected_by_reason"] == {"event time is null": 3}
+    assert len(day2["rejected"]) == 3
+    workers = [r for r in day2["state"] if "state_kind='worker'" in r]
+    assert len(workers) == 3 and any("partition=2" in r for r in workers)  # carried through its day without events
+    assert results["auto", 0]["metrics"]["rejected_rows"] == 0 and not results["auto", 0]["rejected"]
+
+
+def test_the_hashed_plan(spark):
+    hashed, per_slot, rows = placement.hashed_plan, placement.HASHED_TASKS_PER_SLOT, placement.HASHED_TASK_ROWS
+    plan = hashed("integer", 2, 1_000_000, 200)
+    assert plan is not None and plan.hashed and plan.tasks == 2 * per_slot  # the 1 M bench on 2 slots: 8 tasks
+    assert hashed("integer", 1000, 1_000_000, 200).tasks == 1_000_000 // rows  # not 4,000 nearly empty tasks
+    assert hashed("string", 2, 800, 200).tasks == 1  # an hour of the quick start: one task
+    assert hashed("integer", 1000, None, 200).tasks == 200  # rows not known: the shuffle's partitions
+    assert hashed(None, 8, 1_000_000, 200) == placement.TaskPlan(1, hashed=True)  # one worker: one task
+    assert hashed("double", 2, 10, 2) is None  # Spark hashes -0.0 and 0.0 apart: counted
+    # Spark's hash places the rows: each worker's rows in one task.
+    df = spark.createDataFrame([(w, k) for w in range(8) for k in range(3)], "partition int, user_id int")
+    tasks = with_task(df, PIPELINE, plan).groupBy("partition").agg(F.countDistinct("__task").alias("n")).collect()
+    assert {r["n"] for r in tasks} == {1} and len(tasks) == 8

@@ -58,7 +58,7 @@ def test_engine_matches_model(spark, pipeline, rows, flush, seed):
     st.booleans(),
     st.sampled_from([1, 4, 25]),
     st.sampled_from([1, 3, 10**6]),
-    st.sampled_from(["auto", "tasks"]),
+    st.sampled_from(["auto", "tasks", "hash"]),
 )
 def test_scaled_out_engine_matches_model(spark, pipeline, rows, flush, per_task, per_chunk, commits):
     """The kernel stage sized from the data (``spark.rewindow.eventsPerTask``: a worker's
@@ -125,14 +125,24 @@ def test_hot_keys_sliced_over_tasks_match_them_whole_and_the_model(spark, pipeli
 
 
 @cases(10)
-@given(pipelines(), histories(nulls=False), st.lists(st.floats(0, 1), min_size=1, max_size=2), st.booleans())
-def test_pieces_through_parquet_state_match_model(spark, tmp_path_factory, pipeline, rows, cuts, flush):
+@given(
+    pipelines(),
+    histories(nulls=False),
+    st.lists(st.floats(0, 1), min_size=1, max_size=2),
+    st.booleans(),
+    st.sampled_from(["auto", "hash"]),
+)
+def test_pieces_through_parquet_state_match_model(spark, tmp_path_factory, pipeline, rows, cuts, flush, commits):
+    """Pieces replayed one after another through Parquet state, the plans made from the
+    counts of rows per worker or from the workers' hash (a worker without events in a
+    piece: its state carried by the task its hash names)."""
     rows, columns = _input(pipeline, rows)
     ref = reference_replay(pipeline, rows, flush_at_end=flush)
     pieces = split_points(pipeline, rows, cuts)
-    aggs, late = _through_parquet_state(
-        spark, tmp_path_factory.mktemp(f"pieces{next(_tmp)}"), pipeline, pieces, flush, columns
-    )
+    with session_conf(spark, {"spark.rewindow.commits": commits}):
+        aggs, late = _through_parquet_state(
+            spark, tmp_path_factory.mktemp(f"pieces{next(_tmp)}"), pipeline, pieces, flush, columns
+        )
     assert canon(late) == canon(ref.late_events)
     assert canon(aggs) == canon(ref.aggregates)
 
