@@ -26,6 +26,10 @@ The driver knows each worker's accepted events (one small aggregation). From the
   when a worker is spread: :func:`with_hot_keys`) are sliced the same way, over tasks
   of their own.
 
+An input of at most one task's worth of events, by its files' footers, is not counted:
+:func:`hashed_plan` places every worker whole by the hash of its value, over a few tasks a
+slot, and the tasks count its rejected rows (one Spark job fewer a small replay).
+
 A task's memory is bounded apart from this, by ``eventsPerChunk`` (:mod:`windowing.runner.chunks`):
 the plan decides parallelism, not what fits.
 
