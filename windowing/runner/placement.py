@@ -155,8 +155,9 @@ HASHED_TASKS_PER_SLOT = 4
 #: ... and at least this many of its rows a task (a task has a fixed cost: an hour of the
 #: quick start's history, ~800 events, is one task, not eight).
 HASHED_TASK_ROWS = 50_000
-#: Worker types Spark's ``hash`` places as the kernel tells workers apart (not floats:
-#: Spark hashes -0.0 and 0.0 apart, and they are one value for its equality).
+#: Worker types Spark tells apart as the kernel does, looked up in a literal map
+#: (:func:`placement_columns`) or placed by their hash (:func:`hashed_plan`). Not floats:
+#: Spark hashes -0.0 and 0.0 apart, and they are one value for its equality.
 HASHABLE_WORKER_TYPES = ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp")
 
 
@@ -375,8 +376,7 @@ def placement_columns(df: DataFrame, pipeline: Pipeline, plan: TaskPlan) -> tupl
         first, n = entries.get(0, (0, 1))
         return df, F.lit(first), F.lit(n)
     dtype = df.schema[wcol].dataType
-    placeable = ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp")
-    if len(entries) <= MAX_WORKER_MAP and dtype.typeName() in placeable:
+    if len(entries) <= MAX_WORKER_MAP and dtype.typeName() in HASHABLE_WORKER_TYPES:
         cols = []
         for i in (0, 1):
             keyed = [(w, v[i]) for w, v in entries.items() if w is not None]  # a null worker: no map key

@@ -199,8 +199,10 @@ def _launch_kernel(
     # Rejected rows not counted yet (a plan made without a count) go to the tasks, which
     # count them by reason and leave them out: no job of their own for those counts.
     count_rejected = commits.rejected_counts is None
-    events = norm if count_rejected else norm.where(F.col(REJECT_REASON).isNull())
-    events = events.drop(*derived) if count_rejected else events.drop(REJECT_REASON, *derived)
+    if count_rejected:
+        events = norm.drop(*derived)
+    else:
+        events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *derived)
     timeline_rows = split_timeline_rows(pipeline, norm, commits.plan) if commits.plan else None
     kernel_in, names, nparts = placement.kernel_input(spark, pipeline, events, key_state, commits.plan, timeline_rows)
     schemas = output_schemas(spec)

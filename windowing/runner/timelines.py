@@ -76,13 +76,12 @@ def worker_commits(
     wcol = pipeline.source.worker
     carried = {K.hashable(s["worker"]): s for s in worker_state}
     mode = commits_mode(spark)
-    if mode == "hash" or (mode == "auto" and rows_at_most is not None):
-        events_per_task = placement.int_setting(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK)
-        hashed = None
-        if mode == "hash" or cast(int, rows_at_most) <= events_per_task:
-            worker_type = norm.schema[wcol].dataType.typeName() if wcol else None
-            most = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # rows not known: as Spark would
-            hashed = placement.hashed_plan(worker_type, placement.session_slots(spark), rows_at_most, most)
+    events_per_task = placement.int_setting(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK)
+    small = rows_at_most is not None and rows_at_most <= events_per_task
+    if mode == "hash" or (mode == "auto" and small):
+        worker_type = norm.schema[wcol].dataType.typeName() if wcol else None
+        most = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # rows not known: as Spark would
+        hashed = placement.hashed_plan(worker_type, placement.session_slots(spark), rows_at_most, most)
         if hashed is not None:
             timelines, worker_rows = K.worker_timelines(pipeline, {}, carried)
             return WorkerCommits(None, carried, hashed, timelines, worker_rows)
@@ -95,7 +94,7 @@ def worker_commits(
         plan = placement.plan_tasks(
             worker_events,
             pipeline.window.key is not None,
-            placement.int_setting(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK),
+            events_per_task,
             placement.session_slots(spark),
             force_whole=mode == "tasks",
             sliceable=sliceable,

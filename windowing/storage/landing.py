@@ -172,14 +172,14 @@ def read_partition_events(
     day = day_of(start, end)
     day_rows = df.where(F.col(f"`{partition_column}`").cast("date") == F.lit(day.date()))
     files: list[Entry] | None = None
+    rows: int | None = None  # at most: the day's files' (their footers, read to check them), what plans a small replay
     if (source.format if source else "parquet") == "parquet":
         lake = Lake(spark)
         folder = join(landing_zone, f"{partition_column}={day:%Y-%m-%d}")
         files = lake.files(folder)
         check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
         check_day_types(spark, folder, [e.path for e in files], df, pipeline, known)
-    # At most the day's files' rows (their footers were read to check them): what plans a small replay.
-    rows = lake.rows_in([e.path for e in files]) if files is not None else None
+        rows = lake.rows_in([e.path for e in files])
     events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
         return note_rows_at_most(events, rows), files

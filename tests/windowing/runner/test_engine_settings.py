@@ -8,6 +8,7 @@ every setting as it was, and a cap the user chose is theirs to keep.
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -451,7 +452,7 @@ def two_days(tmp_path_factory):
     return sorted(days)
 
 
-_GROUPS = iter(range(1_000_000))
+_GROUPS = itertools.count()
 
 
 def _day(spark, folder, state, conf, state_dir):
