@@ -27,8 +27,9 @@ The driver knows each worker's accepted events (one small aggregation). From the
   of their own.
 
 An input of at most one task's worth of events, by its files' footers, is not counted:
-:func:`hashed_plan` places every worker whole by the hash of its value, over a few tasks a
-slot, and the tasks count its rejected rows (one Spark job fewer a small replay).
+:func:`hashed_plan` places every worker whole by its value (integers: Kafka partitions, one
+a task) or the hash of it, over a few tasks a slot, and the tasks count its rejected rows
+(one Spark job fewer a small replay).
 
 A task's memory is bounded apart from this, by ``eventsPerChunk`` (:mod:`windowing.runner.chunks`):
 the plan decides parallelism, not what fits.
@@ -94,8 +95,9 @@ class TaskPlan:
     hot: Mapping[tuple[Any, Any], tuple[int, int]] = field(default_factory=dict)
     #: The events a task was planned for.
     share: int = field(default=0, compare=False)
-    #: Every worker whole, in task ``pmod(hash(worker), tasks)`` (:func:`hashed_plan`): a
-    #: plan made without counting the rows per worker.
+    #: Every worker whole, in task ``pmod(worker, tasks)`` for integer workers, else
+    #: ``pmod(hash(worker), tasks)`` (:func:`hashed_plan`, :func:`worker_spread`): a plan
+    #: made without counting the rows per worker.
     hashed: bool = False
 
     @property
@@ -147,10 +149,9 @@ def plan_tasks(
     return TaskPlan(max(1, next_task), whole, spread, sliced, share=share)
 
 
-#: A small input's tasks per task slot, when its workers are placed by hash
+#: A small input's tasks per task slot, when its workers are placed without a count
 #: (:func:`hashed_plan`): Spark hands the tasks to slots as they free, which evens out
-#: what the hash does not (8 workers numbered 0-7 on 2 slots: the longest slot holds 4,
-#: as a plan from their counts gives; with 2 tasks, 5).
+#: what the placement does not (workers of other values than 0 to n-1, a hash's collisions).
 HASHED_TASKS_PER_SLOT = 4
 #: ... and at least this many of its rows a task (a task has a fixed cost: an hour of the
 #: quick start's history, ~800 events, is one task, not eight).
@@ -159,11 +160,16 @@ HASHED_TASK_ROWS = 50_000
 #: (:func:`placement_columns`) or placed by their hash (:func:`hashed_plan`). Not floats:
 #: Spark hashes -0.0 and 0.0 apart, and they are one value for its equality.
 HASHABLE_WORKER_TYPES = ("string", "integer", "long", "short", "byte", "boolean", "date", "timestamp")
+#: Worker types placed by their value itself under a plan without the count: Kafka
+#: partitions, numbered from 0, land one a task (their hashes collide: workers 0-7 over 8
+#: tasks by hash left 3 tasks empty and gave one 3 workers).
+INTEGRAL_WORKER_TYPES = ("integer", "long", "short", "byte")
 
 
 def hashed_plan(worker_type: str | None, slots: int | None, rows: int | None, most: int) -> TaskPlan | None:
     """A plan without the rows per worker: every worker whole, in task
-    ``pmod(hash(worker), n)``, ``n`` being :data:`HASHED_TASKS_PER_SLOT` tasks per slot, but
+    ``pmod(worker, n)`` (:func:`worker_spread`: integer workers by their value, others by
+    their Spark hash), ``n`` being :data:`HASHED_TASKS_PER_SLOT` tasks per slot, but
     one per :data:`HASHED_TASK_ROWS` of the input's ``rows`` at most (or ``most`` tasks
     when they are not known); one task without a worker column (one worker). None when
     the workers' type (``worker_type``, Spark's ``typeName``; None: no worker column) does
@@ -400,7 +406,7 @@ def _literal_map(pairs: list[tuple[Any, int]], dtype: DataType) -> Column:
     """A literal map of ``pairs`` (worker -> int), its keys of type ``dtype``. Integer
     workers (Kafka partitions) as one SQL expression, one py4j call; others as one
     ``lit`` per key and value (three calls a worker: 0.05 s of each replay of 8 workers)."""
-    if dtype.typeName() in ("integer", "long", "short", "byte") and all(type(w) is int for w, _ in pairs):
+    if dtype.typeName() in INTEGRAL_WORKER_TYPES and all(type(w) is int for w, _ in pairs):
         sql = dtype.simpleString()
         return F.expr("map(" + ", ".join(f"CAST({w} AS {sql}), {v}" for w, v in pairs) + ")")
     literals: list[Column] = []
@@ -420,12 +426,20 @@ def _key_hash(pipeline: Pipeline, df: DataFrame) -> Column:
     return F.hash(keyed)
 
 
+def worker_spread(df: DataFrame, wcol: str) -> Column:
+    """What places a worker under a plan without the count (``pmod(_, tasks)``): an integer
+    worker's value (null: 0), any other's Spark hash."""
+    if df.schema[wcol].dataType.typeName() in INTEGRAL_WORKER_TYPES:
+        return F.coalesce(col(wcol).cast("long"), F.lit(0).cast("long"))
+    return F.hash(col(wcol))
+
+
 def with_task(df: DataFrame, pipeline: Pipeline, plan: TaskPlan) -> DataFrame:
     """``df`` with :data:`TASK_COLUMN`: the task of each row's worker and key under ``plan`` (a
     sliced worker's rows: of their windows, :func:`_slice_offsets`)."""
     if plan.hashed:
         wcol = pipeline.source.worker
-        task = F.pmod(F.hash(col(wcol)), F.lit(plan.tasks)) if wcol and plan.tasks > 1 else F.lit(0)
+        task = F.pmod(worker_spread(df, wcol), F.lit(plan.tasks)) if wcol and plan.tasks > 1 else F.lit(0)
         return df.withColumn(TASK_COLUMN, task.cast("int"))
     df, first, n = placement_columns(df, pipeline, plan)
     if plan.sliced or plan.hot:

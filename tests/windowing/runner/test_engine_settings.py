@@ -524,7 +524,18 @@ def test_the_hashed_plan(spark):
     assert hashed("integer", 1000, None, 200).tasks == 200  # rows not known: the shuffle's partitions
     assert hashed(None, 8, 1_000_000, 200) == placement.TaskPlan(1, hashed=True)  # one worker: one task
     assert hashed("double", 2, 10, 2) is None  # Spark hashes -0.0 and 0.0 apart: counted
-    # Spark's hash places the rows: each worker's rows in one task.
-    df = spark.createDataFrame([(w, k) for w in range(8) for k in range(3)], "partition int, user_id int")
-    tasks = with_task(df, PIPELINE, plan).groupBy("partition").agg(F.countDistinct("__task").alias("n")).collect()
-    assert {r["n"] for r in tasks} == {1} and len(tasks) == 8
+    # Each worker's rows in one task. Integer workers (Kafka partitions 0-7) by their value:
+    # one a task (by their hash, 3 of the 8 tasks were empty and one held 3 workers).
+    df = spark.createDataFrame([(w, k) for w in [*range(8), None] for k in range(3)], "partition int, user_id int")
+    tasks = (
+        with_task(df, PIPELINE, plan)
+        .groupBy("partition")
+        .agg(F.countDistinct("__task").alias("n"), F.first("__task").alias("task"))
+        .collect()
+    )
+    assert {r["n"] for r in tasks} == {1} and len(tasks) == 9
+    assert sorted(r["task"] for r in tasks if r["partition"] is not None) == list(range(8))
+    # Other worker types by their Spark hash: still whole.
+    named = df.withColumn("partition", F.concat(F.lit("p"), F.col("partition").cast("string")))
+    tasks = with_task(named, PIPELINE, plan).groupBy("partition").agg(F.countDistinct("__task").alias("n")).collect()
+    assert {r["n"] for r in tasks} == {1} and len(tasks) == 9
