@@ -321,8 +321,10 @@ def test_a_broken_parquet_file_is_an_error_naming_the_file(spark, replayed, tmp_
 
     r = replayed("clicks")
     day = shutil.copytree(r.day1, tmp_path / "date=2024-01-01")
-    bad = sorted(day.glob("*.parquet"))[1]
+    files = sorted(day.glob("*.parquet"))
+    bad = files[1]
     damage(bad)
+    damage(files[-1])  # a second bad file, later in the list: the first is named
     with pytest.raises(InputError) as err:
         read_events(spark, [str(day)])
     assert str(err.value).startswith(f"{bad}: not a readable Parquet file")

@@ -17,6 +17,7 @@ state's types).
 from __future__ import annotations
 
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence, cast
 
 import pyarrow.dataset as pads
@@ -171,18 +172,40 @@ def _empty_events(
     return _empty_frame(spark, schema)
 
 
+#: Footers read at once from a store other than the local filesystem (:func:`read_footers`):
+#: there each footer is a round trip (tens of milliseconds to an object store), and a day
+#: of a topic with many partitions has many files. Local footers are read one at a time:
+#: ~2 ms each, the driver's own work, and no faster in threads (16 files: 35 ms one at a
+#: time, 29-44 ms over 2 to 8 threads).
+FOOTER_THREADS = 8
+
+
 def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = InputError) -> dict[str, dict[str, str]]:
-    """Every file's top-level columns and types, from its Parquet footer (never data pages);
-    raises ``error`` naming the first file that is not readable Parquet."""
-    footers: dict[str, dict[str, str]] = {}
-    for f in files:
+    """Every file's top-level columns and types, from its Parquet footer (never data pages),
+    :data:`FOOTER_THREADS` files at a time off the local filesystem; raises ``error``
+    naming the first file, in the order given, that is not readable Parquet."""
+    files = list(files)
+    remote = any(qualify(f).split(":", 1)[0] != "file" for f in files)
+
+    def columns(f: str) -> dict[str, str] | BaseException:
         try:
-            footers[f] = lake.parquet_columns(f)
-        except Exception as exc:  # Hadoop/Spark raise many types for bad files
+            return lake.parquet_columns(f)
+        except Exception as exc:  # noqa: BLE001 - Hadoop/Spark raise many types for bad files
+            return exc
+
+    if remote and len(files) > 1:
+        with ThreadPoolExecutor(max_workers=min(FOOTER_THREADS, len(files))) as pool:
+            results = list(pool.map(columns, files))
+    else:
+        results = [columns(f) for f in files]
+    footers: dict[str, dict[str, str]] = {}
+    for f, got in zip(files, results):
+        if isinstance(got, BaseException):
             raise error(
                 f"{display(f)}: not a readable Parquet file (corrupted, truncated or another format?): "
-                f"{root_cause(exc)}"
-            ) from exc
+                f"{root_cause(got)}"
+            ) from got
+        footers[f] = got
     return footers
 
 

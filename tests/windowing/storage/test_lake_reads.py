@@ -126,3 +126,40 @@ def test_a_file_holding_a_column_as_another_type_is_named_with_sparks_types(spar
         read_events(spark, str(folder), pipeline=pipeline)
     msg = str(err.value)
     assert msg.startswith(f"{folder / 'b.parquet'}: column 'user_id' is bigint here but string in"), msg
+
+
+def test_footers_are_read_several_at_a_time_and_the_first_bad_file_in_order_is_named():
+    """read_footers reads an object store's files side by side (it answers each in tens of
+    milliseconds), local files one at a time; whichever fails first in time, the error
+    names the first bad file of the list, and a good input's columns come back in its order."""
+    import threading
+    import time
+
+    from windowing.storage import inputs
+
+    class SlowLake:
+        def __init__(self, bad: set[str]) -> None:
+            self.bad, self.at_once, self.running, self.lock = bad, 0, 0, threading.Lock()
+
+        def parquet_columns(self, path: str) -> dict[str, str]:
+            with self.lock:
+                self.running += 1
+                self.at_once = max(self.at_once, self.running)
+            time.sleep(0.2 if path.endswith("/f1") else 0.02)  # the first bad file answers last
+            with self.lock:
+                self.running -= 1
+            if path in self.bad:
+                raise OSError(f"{path} is not Parquet")
+            return {"x": "bigint", "file": path}
+
+    files = [f"s3a://bucket/day/f{i}" for i in range(12)]
+    lake = SlowLake({files[1], files[9]})
+    with pytest.raises(InputError, match=r"^s3a://bucket/day/f1: not a readable Parquet file .*f1 is not Parquet"):
+        inputs.read_footers(lake, files)  # type: ignore[arg-type]
+    assert lake.at_once > 1
+    good = SlowLake(set())
+    assert list(inputs.read_footers(good, files)) == files  # type: ignore[arg-type]
+    assert 1 < good.at_once <= inputs.FOOTER_THREADS
+    local = SlowLake(set())
+    assert list(inputs.read_footers(local, ["file:/day/a", "/day/b", "c"])) == ["file:/day/a", "/day/b", "c"]  # type: ignore[arg-type]
+    assert local.at_once == 1
