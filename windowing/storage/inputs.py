@@ -195,9 +195,9 @@ def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = Inp
 
     if remote and len(files) > 1:
         with ThreadPoolExecutor(max_workers=min(FOOTER_THREADS, len(files))) as pool:
-            results = list(pool.map(columns, files))
+            results: Iterable[dict[str, str] | BaseException] = list(pool.map(columns, files))
     else:
-        results = [columns(f) for f in files]
+        results = map(columns, files)  # lazily: one at a time, none read after a bad one
     footers: dict[str, dict[str, str]] = {}
     for f, got in zip(files, results):
         if isinstance(got, BaseException):
