@@ -1,7 +1,8 @@
-"""Files on any filesystem Spark reaches, through Spark and Hadoop only.
+"""Files on any filesystem Spark reaches, through Spark and Hadoop.
 
 rewindow never opens, lists, renames or locks a data path with Python's ``os``,
-``pathlib`` or ``shutil``: a data path may be ``s3a://``, ``gs://``, ``abfss://``,
+``pathlib`` or ``shutil`` (but for the driver's own small files on its own disk, below):
+a data path may be ``s3a://``, ``gs://``, ``abfss://``,
 ``hdfs://`` or ``viewfs://`` as well as a local folder, and on a cluster the driver
 and the executors share no ``/tmp``. Datasets are read and written by Spark's own
 readers and writers. The few operations a writer needs besides (does a path exist,
@@ -10,6 +11,13 @@ footer) go through :class:`Lake`:
 
 * on a classic session, Hadoop's ``FileSystem`` API in the driver's JVM (the same
   code and settings, ``spark.hadoop.*``, Spark's own readers use);
+* the small files the driver itself writes on a local folder (a run's ``metrics.json``
+  and ``metrics.prom``, the state manifest, the commit record, the write probe): Python's
+  own calls, writing the files Hadoop's local filesystem would (the same names, bytes and
+  ``.crc`` checksum files beside them). Without Hadoop's native library (the pyspark
+  package has none) Hadoop starts a ``chmod`` process for every folder and file it
+  creates on a local disk: ~7 ms each, 18 of them in a replay's driver, one after
+  the other. Everything else, Spark's writers included, goes through Hadoop;
 * over Spark Connect (no JVM in the client), Spark reads: the ``binaryFile`` source
   lists files (its content column is never read) and Parquet footers come from Spark's
   schema inference of one file. Deletions are not available there: old runs are left
@@ -25,6 +33,7 @@ import json
 import os
 import re
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, cast
 
@@ -99,6 +108,34 @@ def hidden(name: str) -> bool:
     return name.startswith(("_", "."))
 
 
+#: Bytes per checksum of Hadoop's local ``.crc`` files (``file.bytes-per-checksum``).
+_CRC_CHUNK = 512
+
+
+def local_crc(data: bytes) -> bytes:
+    """The ``.crc`` file Hadoop's local filesystem (``ChecksumFileSystem``) writes beside a
+    file of ``data``: ``crc\\0``, the bytes per checksum, then a CRC-32 of every 512 bytes."""
+    out = bytearray(b"crc\x00" + _CRC_CHUNK.to_bytes(4, "big"))
+    for i in range(0, len(data), _CRC_CHUNK):
+        out += zlib.crc32(data[i : i + _CRC_CHUNK]).to_bytes(4, "big")
+    return bytes(out)
+
+
+def _crc_path(path: str) -> str:
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.crc")
+
+
+def _write_local(path: str, data: bytes) -> None:
+    """Write a new local file and its ``.crc`` file, as Hadoop's local filesystem does
+    (parent folders made; ``FileExistsError`` when ``path`` exists)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "xb") as f:
+        f.write(data)
+    with open(_crc_path(path), "wb") as f:
+        f.write(local_crc(data))
+
+
 @dataclass(frozen=True)
 class Entry:
     path: str
@@ -118,6 +155,17 @@ class Lake:
         #: The rows of each Parquet file whose footer :meth:`parquet_columns` read (classic
         #: sessions): what :meth:`rows_in` sums.
         self.footer_rows: dict[str, int] = {}
+
+    def _local(self, path: str) -> str | None:
+        """``path`` on the driver's own disk (``file:`` or no scheme; a classic session):
+        the small files the driver writes there are written with Python's calls (module
+        docstring). None for any other filesystem."""
+        if self.connect:
+            return None
+        uri = qualify(path)
+        if not uri.startswith("file:/") or uri.startswith("file://"):
+            return None
+        return uri[len("file:") :]
 
     # ------------------------------------------------------------------ JVM side
 
@@ -248,7 +296,7 @@ class Lake:
         walked). Any other store keeps ``listFiles``, which an object store answers with
         one flat listing rather than a request per folder.
         """
-        if str(fs.getScheme()) == "file":
+        if str(fs.getUri().getScheme()) == "file":
             top = fs.getFileStatus(p)
             if top.isDirectory():
                 yield from Lake._walk(fs, p)
@@ -282,6 +330,10 @@ class Lake:
         """Create ``path`` and its parents (a write probe); False where this session cannot."""
         if self.connect:
             return False
+        local = self._local(path)
+        if local is not None:
+            os.makedirs(local, exist_ok=True)
+            return True
         fs, p = self._fs(path)
         return bool(fs.mkdirs(p))
 
@@ -312,12 +364,17 @@ class Lake:
     def put_text(self, path: str, text: str) -> None:
         """Write one small text file (a report) at ``path``, UTF-8, refusing to overwrite.
 
-        Through Hadoop's ``FileSystem.create`` on a classic session. Over Spark Connect
+        Through Hadoop's ``FileSystem.create`` on a classic session (on the driver's own
+        disk, Python's calls: the module docstring). Over Spark Connect
         (no JVM here) Spark's text writer writes it instead: ``path`` is then a folder
         holding the text as its one part file.
         """
         if self.connect:
             (self.spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("error").text(path))
+            return
+        local = self._local(path)
+        if local is not None:
+            _write_local(local, text.encode("utf-8"))
             return
         fs, p = self._fs(path)
         out = fs.create(p, False)
@@ -332,7 +389,8 @@ class Lake:
         holding ``text`` as it is (give it its final newline), then an empty ``_SUCCESS``;
         refused (``FileExistsError``) when ``folder`` exists.
 
-        On a classic session, from the driver through Hadoop's ``FileSystem``, with no
+        On a classic session, from the driver through Hadoop's ``FileSystem`` (on the
+        driver's own disk, Python's calls, writing the same files), with no
         Spark job: the file is written under a hidden name in ``folder`` (``_part-...``,
         which Spark's readers skip) and renamed into place, so a reader sees the whole file
         or none. (Not under ``folder/_temporary/<job>/`` as Spark's committer does: on a
@@ -350,10 +408,23 @@ class Lake:
                 .text(folder)
             )
             return
+        name = f"part-00000-{uuid.uuid4()}-c000.{extension}"
+        local = self._local(folder)
+        if local is not None:
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            try:
+                os.mkdir(local)
+            except FileExistsError:
+                raise FileExistsError(f"path {folder} already exists") from None
+            staged_local = os.path.join(local, f"_{name}")
+            _write_local(staged_local, text.encode("utf-8"))
+            os.rename(staged_local, os.path.join(local, name))
+            os.rename(_crc_path(staged_local), _crc_path(os.path.join(local, name)))
+            _write_local(os.path.join(local, "_SUCCESS"), b"")
+            return
         fs, target = self._fs(folder)
         if fs.exists(target):
             raise FileExistsError(f"path {folder} already exists")
-        name = f"part-00000-{uuid.uuid4()}-c000.{extension}"
         staged = self._path(target, f"_{name}")
         out = fs.create(staged, False)
         try:

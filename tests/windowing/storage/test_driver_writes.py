@@ -1,7 +1,8 @@
-"""The small files a run writes from the driver through Hadoop (issue 29: no Spark job for
-them) are the files Spark's own writers wrote: ``metrics.json``, ``metrics.prom`` and the
-commit record, byte for byte, with the same files beside them; and an output's commit
-records read from the driver are the rows Spark's JSON reader reads."""
+"""The small files a run writes from the driver (issue 29: no Spark job for them, and on a
+local folder no Hadoop either) are the files Spark's own writers wrote: ``metrics.json``,
+``metrics.prom`` and the commit record, byte for byte, with the same files beside them
+(Hadoop's ``.crc`` checksum files too); and an output's commit records read from the
+driver are the rows Spark's JSON reader reads."""
 
 from __future__ import annotations
 
@@ -20,23 +21,32 @@ from windowing.storage.outputs import nullable
 AWKWARD = 'a "quoted" \\ back/slash\t\n\r\b\f\x01\x1f\x7f é \u2028 \U0001f600'
 
 
-def _written(folder: Path) -> tuple[bytes, list[str]]:
-    """The data file's bytes, and every file's name with the part file's unique part cut."""
-    part = next(folder.glob("part-*"))
-    names = sorted(
-        ("part" + n.rsplit("-c000", 1)[1])
-        if n.startswith("part-")
-        else (".part" + n.rsplit("-c000", 1)[1])
-        if n.startswith(".part-")
-        else n
-        for n in (p.name for p in folder.iterdir())
-    )
-    return part.read_bytes(), names
+def _written(folder: Path) -> dict[str, bytes]:
+    """Every file's bytes, by its name with the part file's unique part cut (the ``.crc``
+    checksum files beside them included: a wrong checksum fails a later read)."""
+
+    def name(n: str) -> str:
+        if n.startswith("part-"):
+            return "part" + n.rsplit("-c000", 1)[1]
+        if n.startswith(".part-"):
+            return ".part" + n.rsplit("-c000", 1)[1]
+        return n
+
+    return {name(p.name): p.read_bytes() for p in folder.iterdir()}
 
 
-def test_text_datasets_and_commit_records_are_what_sparks_writers_wrote(spark, tmp_path):
-    lake = Lake(spark)
-    for i, text in enumerate(['{"a": 1, "b": "é"}\n', '# HELP x y\nx{a="b"} 1\ny 2\n', AWKWARD + "\n"]):
+@pytest.fixture(params=["python", "hadoop"])
+def lake(request, spark, monkeypatch):
+    """A Lake writing local files with Python's calls (as it does), or through Hadoop's
+    local filesystem (as it does any other filesystem's): the same files either way."""
+    if request.param == "hadoop":
+        monkeypatch.setattr(Lake, "_local", lambda self, path: None)
+    return Lake(spark)
+
+
+def test_text_datasets_and_commit_records_are_what_sparks_writers_wrote(spark, lake, tmp_path):
+    long_text = "".join(f"line {i} {AWKWARD}\n" for i in range(40))  # several 512-byte checksum chunks
+    for i, text in enumerate(['{"a": 1, "b": "é"}\n', '# HELP x y\nx{a="b"} 1\ny 2\n', AWKWARD + "\n", long_text]):
         spark.createDataFrame([(text.removesuffix("\n"),)], "value string").coalesce(1).write.mode("error").text(
             str(tmp_path / f"spark{i}")
         )
@@ -55,6 +65,23 @@ def test_text_datasets_and_commit_records_are_what_sparks_writers_wrote(spark, t
     spark.createDataFrame([record], COMMIT_SCHEMA).coalesce(1).write.mode("error").json(str(tmp_path / "spark-rec"))
     lake.put_text_dataset(str(tmp_path / "driver-rec"), record_json_line(record), "json")
     assert _written(tmp_path / "driver-rec") == _written(tmp_path / "spark-rec")
+    with pytest.raises(FileExistsError, match="already exists"):
+        lake.put_text_dataset(str(tmp_path / "driver-rec"), "again\n")
+
+
+def test_a_text_file_is_what_hadoops_create_wrote(spark, lake, tmp_path):
+    """put_text (the state manifest, the lateness report) writes the file and checksum
+    Hadoop's ``FileSystem.create`` writes, in a folder it makes, and never overwrites."""
+    text = "".join(f"{i} {AWKWARD}\n" for i in range(30))
+    fs = spark._jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration())
+    out = fs.create(spark._jvm.org.apache.hadoop.fs.Path(str(tmp_path / "hadoop" / "m.json")), False)
+    out.write(bytearray(text.encode("utf-8")))
+    out.close()
+    lake.put_text(str(tmp_path / "driver" / "m.json"), text)
+    assert _written(tmp_path / "driver") == _written(tmp_path / "hadoop")
+    with pytest.raises(Exception, match="exists"):
+        lake.put_text(str(tmp_path / "driver" / "m.json"), "again")
+    assert lake.mkdirs(str(tmp_path / "a" / "b")) and (tmp_path / "a" / "b").is_dir()
 
 
 def test_outputs_are_read_back_with_the_schema_spark_infers(spark, tmp_path):
