@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 
 from windowing.config import check_input_columns
 from windowing.storage.errors import InputError, first_line, missing_path, root_cause
-from windowing.storage.lake import Lake, PathArg, display, glob_escape, qualify
+from windowing.storage.lake import Lake, PathArg, display, glob_escape, is_connect, qualify
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -107,6 +107,10 @@ def read_events(
         if not footers:
             return _empty_events(spark, paths, schema, pipeline, state)
     reader = _reader(spark, src, recursive=True)
+    if footers and _infers_from_one_file(spark, src):
+        # The schema Spark would infer from the first file (by path, as its file index
+        # sorts them), read here from the footer: Spark runs a job for it otherwise.
+        reader = reader.schema(lake.parquet_schema(min(footers)))
     try:
         # Each path exists as written (checked above): escaped, Spark reads exactly it.
         df = reader.load([glob_escape(p) for p in paths])
@@ -121,6 +125,16 @@ def read_events(
         check_columns(footers, pipeline, InputError, only=set(df.columns))
         note_rows_at_most(df, lake.rows_in(footers))
     return df
+
+
+def _infers_from_one_file(spark: SparkSession, src: Source | None) -> bool:
+    """Whether Spark's Parquet reader would infer the input's schema from one file's footer:
+    a classic session, no schema given, ``mergeSchema`` off (the option and the setting)."""
+    if is_connect(spark) or (src is not None and src.schema):
+        return False
+    options = {k.lower(): str(v) for k, v in (src.options if src else ())}
+    merge = options.get("mergeschema", spark.conf.get("spark.sql.parquet.mergeSchema", "false"))
+    return str(merge).strip().lower() != "true"
 
 
 def _reader(spark: SparkSession, src: Source | None, recursive: bool) -> DataFrameReader:

@@ -484,6 +484,20 @@ class Lake:
             return self._parquet_types(footer)
         return {f.name: f.dataType.simpleString() for f in converted.fields}
 
+    def parquet_schema(self, path: str) -> StructType:
+        """The schema Spark's Parquet reader infers from the file ``path`` (classic sessions):
+        Spark's own ``ParquetFileFormat.readSchemaFromFooter``, the Spark schema the file
+        records if it does, else the footer converted under the session's settings. What
+        the reader infers when it reads one file's footer (``mergeSchema`` off): given to
+        the reader, it spares Spark the job it runs for it."""
+        reader = self._parquet_reader(path)
+        try:
+            footer = self._class("org.apache.parquet.hadoop.Footer")(self._path(path), reader.getFooter())
+        finally:
+            reader.close()
+        cls = self._class("org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat")
+        return StructType.fromJson(json.loads(cls.readSchemaFromFooter(footer, self._schema_converter()).json()))
+
     def rows_in(self, files: Iterable[str]) -> int | None:
         """The rows of ``files``, from the footers :meth:`parquet_columns` read (None when
         it read one of them not, or over Spark Connect)."""

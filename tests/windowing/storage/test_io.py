@@ -182,3 +182,59 @@ def test_the_landed_days_from_the_folders_or_the_arrival_times(spark, history, t
 def test_a_missing_landing_zone_is_named(spark, tmp_path):
     with pytest.raises(LandingZoneError, match=f"landing zone {tmp_path / 'none'} holds no events"):
         read_partition_events(spark, str(tmp_path / "none"), START, START + timedelta(days=1), "arrival_time")
+
+
+def test_parquet_is_read_with_the_schema_spark_infers_and_no_job_for_it(spark, tmp_path):
+    """read_events gives Spark's reader the schema it would infer from the first file's
+    footer (issue 29: a job fewer a partition): the same schema and rows as Spark's own
+    inference, for files pyarrow wrote (unsigned, INT96, decimal, nested) and files Spark
+    wrote (its recorded schema: char/varchar, timestamp without zone); with ``mergeSchema``
+    on, Spark infers it as before."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ts = datetime(2024, 1, 1, 12, 30)
+    table = pa.table(
+        {
+            "a": pa.array([1, None], pa.int8()),
+            "b": pa.array([1, 2], pa.uint32()),
+            "tz": pa.array([ts, ts], pa.timestamp("ms", tz="UTC")),
+            "dec": pa.array([decimal.Decimal("1.23"), None], pa.decimal128(10, 2)),
+            "l": pa.array([[1], []], pa.list_(pa.int64())),
+            "m": pa.array([[("k", 1)], None], pa.map_(pa.string(), pa.int64())),
+            "s": pa.array([{"x": 1}, {"x": None}]),
+        }
+    )
+    (tmp_path / "pa").mkdir()
+    pq.write_table(table, tmp_path / "pa" / "b.parquet")
+    pq.write_table(table.slice(1), tmp_path / "pa" / "c.parquet")
+    (tmp_path / "int96").mkdir()
+    pq.write_table(pa.table({"ts": pa.array([ts], pa.timestamp("us"))}), tmp_path / "int96" / "x.parquet",
+                   use_deprecated_int96_timestamps=True)  # fmt: skip
+    spark.sql(
+        "select cast('a' as char(3)) c, cast('b' as varchar(5)) v, 1 n, timestamp_ntz'2024-01-01 00:00:00' ntz"
+    ).write.parquet(str(tmp_path / "spark"))
+    sc = spark.sparkContext
+    for folder in ("pa", "int96", "spark"):
+        path = str(tmp_path / folder)
+        sc.setJobGroup(f"read-{folder}-{id(tmp_path)}", "read_events")
+        try:
+            df = read_events(spark, path)
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        assert list(sc.statusTracker().getJobIdsForGroup(f"read-{folder}-{id(tmp_path)}")) == [], folder
+        inferred = spark.read.option("recursiveFileLookup", "true").parquet(path)
+        assert df.schema == inferred.schema, folder
+        assert sorted(map(str, df.collect())) == sorted(map(str, inferred.collect())), folder
+    # mergeSchema: every file's columns, as Spark merges them (here: b.parquet has "b" only).
+    (tmp_path / "merge").mkdir()
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "merge" / "a.parquet")
+    pq.write_table(pa.table({"b": [2]}), tmp_path / "merge" / "b.parquet")
+    spark.conf.set("spark.sql.parquet.mergeSchema", "true")
+    try:
+        assert read_events(spark, str(tmp_path / "merge")).columns == ["a", "b"]
+    finally:
+        spark.conf.unset("spark.sql.parquet.mergeSchema")
+    assert read_events(spark, str(tmp_path / "merge")).columns == ["a"]
