@@ -5,8 +5,10 @@ Events, outputs, state and commit records go through Spark's readers and writers
 file operations are allowed only where the path is local by design: the pipeline YAML
 (``config/loading.py``), the pipelines folder and the Dagster home (``orchestration/``), the
 sample-history generator (``sample.py``, which writes local test and demo data), the
-embedded Derby metastore's folder (``metastore.py``), and a kernel task's spill folder
-(``chunks.py``: the executor's own local folder, ``SPARK_LOCAL_DIRS``, as Spark's shuffle).
+embedded Derby metastore's folder (``metastore.py``), a kernel task's spill folder
+(``chunks.py``: the executor's own local folder, ``SPARK_LOCAL_DIRS``, as Spark's shuffle),
+and the driver's own small files on a local folder (``storage/local_files.py``: ``Lake``
+calls it only for a path its ``_local`` finds on the driver's disk).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ LOCAL_BY_DESIGN = {
     "orchestration/definitions.py",
     "windowing/metastore.py",
     "windowing/runner/chunks.py",
+    "windowing/storage/local_files.py",
 }
 
 
@@ -54,3 +57,14 @@ def test_engine_and_assets_do_no_python_file_io_on_data_paths():
                 if FILE_IO.search(code) and not any(ok in code for ok in NOT_PYTHON_IO):
                     found.append(f"{rel}:{n}: {line.strip()}")
     assert not found, "Python file I/O on a data path:\n" + "\n".join(found)
+
+
+def test_the_local_files_module_is_reached_only_for_a_path_on_the_drivers_disk():
+    """Every call of ``local_files`` in ``Lake`` is under ``local = self._local(...)`` and
+    ``if local is not None``: a path Hadoop would write elsewhere never reaches it."""
+    lines = (ROOT / "windowing" / "storage" / "lake.py").read_text().splitlines()
+    calls = [n for n, line in enumerate(lines) if re.search(r"\blocal_files\.\w+\(", line)]
+    assert calls, "Lake no longer writes local files itself: drop this test and local_files.py's exemption"
+    for n in calls:
+        assert "(local" in lines[n] and lines[n - 1].strip() == "if local is not None:", lines[n]
+        assert lines[n - 2].strip().startswith("local = self._local("), lines[n - 2]

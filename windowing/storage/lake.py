@@ -12,12 +12,10 @@ footer) go through :class:`Lake`:
 * on a classic session, Hadoop's ``FileSystem`` API in the driver's JVM (the same
   code and settings, ``spark.hadoop.*``, Spark's own readers use);
 * the small files the driver itself writes on a local folder (a run's ``metrics.json``
-  and ``metrics.prom``, the state manifest, the commit record, the write probe): Python's
-  own calls, writing the files Hadoop's local filesystem would (the same names, bytes and
-  ``.crc`` checksum files beside them). Without Hadoop's native library (the pyspark
-  package has none) Hadoop starts a ``chmod`` process for every folder and file it
-  creates on a local disk: ~7 ms each, 18 of them in a replay's driver, one after
-  the other. Everything else, Spark's writers included, goes through Hadoop;
+  and ``metrics.prom``, the state manifest, the commit record, the write probe):
+  :mod:`windowing.storage.local_files`, the files Hadoop's local filesystem would write,
+  without the ``chmod`` process Hadoop starts for each. Everything else, Spark's writers
+  included, goes through Hadoop;
 * over Spark Connect (no JVM in the client), Spark reads: the ``binaryFile`` source
   lists files (its content column is never read) and Parquet footers come from Spark's
   schema inference of one file. Deletions are not available there: old runs are left
@@ -33,13 +31,13 @@ import json
 import os
 import re
 import uuid
-import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, cast
 
 from pyspark.sql.types import StructType
 
 from windowing.runner.jvm_lookups import remember_jvm_lookups
+from windowing.storage import local_files
 
 #: A folder or URI as callers give it (made a string before use).
 PathArg = str | os.PathLike[str]
@@ -106,34 +104,6 @@ def display(path: str) -> str:
 def hidden(name: str) -> bool:
     """Names Spark's file index skips (``_SUCCESS``, ``.crc`` files, ``_temporary/``)."""
     return name.startswith(("_", "."))
-
-
-#: Bytes per checksum of Hadoop's local ``.crc`` files (``file.bytes-per-checksum``).
-_CRC_CHUNK = 512
-
-
-def local_crc(data: bytes) -> bytes:
-    """The ``.crc`` file Hadoop's local filesystem (``ChecksumFileSystem``) writes beside a
-    file of ``data``: ``crc\\0``, the bytes per checksum, then a CRC-32 of every 512 bytes."""
-    out = bytearray(b"crc\x00" + _CRC_CHUNK.to_bytes(4, "big"))
-    for i in range(0, len(data), _CRC_CHUNK):
-        out += zlib.crc32(data[i : i + _CRC_CHUNK]).to_bytes(4, "big")
-    return bytes(out)
-
-
-def _crc_path(path: str) -> str:
-    head, name = os.path.split(path)
-    return os.path.join(head, f".{name}.crc")
-
-
-def _write_local(path: str, data: bytes) -> None:
-    """Write a new local file and its ``.crc`` file, as Hadoop's local filesystem does
-    (parent folders made; ``FileExistsError`` when ``path`` exists)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "xb") as f:
-        f.write(data)
-    with open(_crc_path(path), "wb") as f:
-        f.write(local_crc(data))
 
 
 @dataclass(frozen=True)
@@ -332,7 +302,7 @@ class Lake:
             return False
         local = self._local(path)
         if local is not None:
-            os.makedirs(local, exist_ok=True)
+            local_files.make_folders(local)
             return True
         fs, p = self._fs(path)
         return bool(fs.mkdirs(p))
@@ -374,7 +344,7 @@ class Lake:
             return
         local = self._local(path)
         if local is not None:
-            _write_local(local, text.encode("utf-8"))
+            local_files.write_file(local, text.encode("utf-8"))
             return
         fs, p = self._fs(path)
         out = fs.create(p, False)
@@ -411,16 +381,7 @@ class Lake:
         name = f"part-00000-{uuid.uuid4()}-c000.{extension}"
         local = self._local(folder)
         if local is not None:
-            os.makedirs(os.path.dirname(local), exist_ok=True)
-            try:
-                os.mkdir(local)
-            except FileExistsError:
-                raise FileExistsError(f"path {folder} already exists") from None
-            staged_local = os.path.join(local, f"_{name}")
-            _write_local(staged_local, text.encode("utf-8"))
-            os.rename(staged_local, os.path.join(local, name))
-            os.rename(_crc_path(staged_local), _crc_path(os.path.join(local, name)))
-            _write_local(os.path.join(local, "_SUCCESS"), b"")
+            local_files.write_text_dataset(local, name, text)
             return
         fs, target = self._fs(folder)
         if fs.exists(target):

@@ -1,0 +1,66 @@
+"""The small files a replay's driver writes itself, on the driver's own disk.
+
+:class:`windowing.storage.lake.Lake` writes a run's ``metrics.json`` and ``metrics.prom``,
+the state manifest, the commit record and the write probe from the driver. On a local
+folder (``file:`` or no scheme, a classic session: ``Lake._local``) it writes them here,
+with Python's calls, rather than through Hadoop's local filesystem: without Hadoop's
+native library (the pyspark package has none), Hadoop starts a ``chmod`` process for
+every folder and file it creates, ~7 ms each, 18 of them a replay. These are the files
+Hadoop writes: the same names, the same bytes, and the same ``.crc`` checksum file beside
+each (``tests/windowing/storage/test_driver_writes.py`` compares them byte for byte).
+Every other path, and every dataset Spark writes, goes through Hadoop.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+#: Bytes per checksum of Hadoop's local ``.crc`` files (``file.bytes-per-checksum``).
+CRC_CHUNK = 512
+
+
+def crc_file(data: bytes) -> bytes:
+    """The ``.crc`` file Hadoop's local filesystem (``ChecksumFileSystem``) writes beside a
+    file of ``data``: ``crc\\0``, the bytes per checksum, then a CRC-32 of every 512 bytes."""
+    out = bytearray(b"crc\x00" + CRC_CHUNK.to_bytes(4, "big"))
+    for i in range(0, len(data), CRC_CHUNK):
+        out += zlib.crc32(data[i : i + CRC_CHUNK]).to_bytes(4, "big")
+    return bytes(out)
+
+
+def crc_path(path: str) -> str:
+    """Where Hadoop keeps ``path``'s checksums: ``.<name>.crc`` beside it."""
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.crc")
+
+
+def make_folders(path: str) -> None:
+    """``path`` and its parents (as Hadoop's ``mkdirs``; an existing folder is fine)."""
+    os.makedirs(path, exist_ok=True)
+
+
+def write_file(path: str, data: bytes) -> None:
+    """A new file and its ``.crc`` file, parent folders made (``FileExistsError`` when
+    ``path`` exists: Hadoop's ``create`` without overwrite)."""
+    make_folders(os.path.dirname(path))
+    with open(path, "xb") as f:
+        f.write(data)
+    with open(crc_path(path), "wb") as f:
+        f.write(crc_file(data))
+
+
+def write_text_dataset(folder: str, name: str, text: str) -> None:
+    """A one-file dataset at the new folder ``folder``: ``name`` holding ``text`` (written
+    as ``_name`` and renamed into place, so a reader sees the whole file or none), then an
+    empty ``_SUCCESS``; ``FileExistsError`` when ``folder`` exists."""
+    make_folders(os.path.dirname(folder))
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        raise FileExistsError(f"path {folder} already exists") from None
+    staged = os.path.join(folder, f"_{name}")
+    write_file(staged, text.encode("utf-8"))
+    os.rename(staged, os.path.join(folder, name))
+    os.rename(crc_path(staged), crc_path(os.path.join(folder, name)))
+    write_file(os.path.join(folder, "_SUCCESS"), b"")
