@@ -217,14 +217,18 @@ def test_parquet_is_read_with_the_schema_spark_infers_and_no_job_for_it(spark, t
         "select cast('a' as char(3)) c, cast('b' as varchar(5)) v, 1 n, timestamp_ntz'2024-01-01 00:00:00' ntz"
     ).write.parquet(str(tmp_path / "spark"))
     sc = spark.sparkContext
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
     for folder in ("pa", "int96", "spark"):
         path = str(tmp_path / folder)
-        sc.setJobGroup(f"read-{folder}-{id(tmp_path)}", "read_events")
+        group = f"read-{folder}-{id(tmp_path)}"
+        before = {k: sc.getLocalProperty(k) for k in keys}
+        sc.setJobGroup(group, "read_events")
         try:
             df = read_events(spark, path)
         finally:
-            sc.setLocalProperty("spark.jobGroup.id", None)
-        assert list(sc.statusTracker().getJobIdsForGroup(f"read-{folder}-{id(tmp_path)}")) == [], folder
+            for k, v in before.items():  # this thread's jobs as they were (setJobGroup sets all three)
+                sc.setLocalProperty(k, v)  # None removes it
+        assert list(sc.statusTracker().getJobIdsForGroup(group)) == [], folder
         inferred = spark.read.option("recursiveFileLookup", "true").parquet(path)
         assert df.schema == inferred.schema, folder
         assert sorted(map(str, df.collect())) == sorted(map(str, inferred.collect())), folder
