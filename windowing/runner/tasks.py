@@ -35,8 +35,25 @@ SIDE_OUTPUT, SIDE_DATA = "__side_output", "__side_data"
 #: most its share of :data:`windowing.runner.replay.DRIVER_PERCENTILES_MAX` late events),
 #: or held for a second look.
 LATENESS_COLLECTED, LATENESS_HELD = "lateness", "lateness_held"
-#: Rows per Arrow IPC blob handed back by a kernel task (bounded, far below Spark's 2 GB).
+#: Rows per Arrow IPC blob handed back by a kernel task, at most (far below Spark's 2 GB).
 BLOB_ROWS = 262_144
+#: Bytes of Arrow data per blob, about (:func:`blob_slices`): a blob is copied whole several
+#: times in the JVM (into Spark's row, its cache, the Arrow batch for the write's Python
+#: task), and a copy of more than half a G1 heap region (1 MB regions under 2 GB of heap,
+#: 2 MB under 4 GB) is a "humongous" allocation, made and freed outside the young
+#: generation. At 1 M events (``bench/replay_bench.py --quick``) the windows came back as
+#: one 5.7 MB blob a task; in ~1 MB blobs the replay took 2.53 s instead of 2.71 (a median
+#: of ten alternating rounds; three such comparisons: 2.4 %, 3.5 % and 6.5 % faster).
+BLOB_BYTES = 512 << 10
+
+
+def blob_slices(table: pa.Table) -> Iterator[pa.Table]:
+    """``table`` in consecutive slices of about :data:`BLOB_BYTES` each (by its average
+    row's size), at most :data:`BLOB_ROWS` rows; none for an empty table."""
+    n = table.num_rows
+    rows = max(1, min(BLOB_ROWS, BLOB_BYTES * n // max(1, table.nbytes))) if n else 1
+    for start in range(0, n, rows):
+        yield table.slice(start, rows)
 
 
 def task_table(batches: Iterable[pa.RecordBatch], names: Mapping[str, str]) -> pa.Table | None:
@@ -52,7 +69,7 @@ def task_table(batches: Iterable[pa.RecordBatch], names: Mapping[str, str]) -> p
 class KernelTask:
     """What each Spark task runs over its partition: the kernel, then its outputs as
     ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
-    :data:`BLOB_ROWS` of its rows (the counters and the late events' lateness too).
+    :data:`BLOB_BYTES` of its rows (the counters and the late events' lateness too).
 
     A partition of more than ``chunk_events`` rows is replayed a bounded piece at a time
     (:mod:`windowing.runner.chunks`): same rows, memory bounded by the setting."""
@@ -194,8 +211,8 @@ class KernelTask:
         for name, table in outputs:
             result = table.cast(self.schemas[name])
             side.rows[name] = side.rows.get(name, 0) + result.num_rows
-            for start in range(0, result.num_rows, BLOB_ROWS):
-                side.add(name, encode_blob(result.slice(start, BLOB_ROWS)))
+            for part in blob_slices(result):
+                side.add(name, encode_blob(part))
 
 
 class _SideBlobs:
@@ -249,11 +266,22 @@ def _counters_table(
 def settle_worker() -> None:
     """In a Spark Python worker, once, at its first task: freeze the heap and keep freed
     memory for the next allocations (:func:`_freeze_heap`, :func:`keep_freed_memory`).
-    Outside a Spark task (the driver, the tests' in-process harness) nothing happens."""
-    if gc.get_freeze_count() or TaskContext.get() is None:
+    Outside a Spark task (the driver, the tests' in-process harness) nothing happens.
+
+    "Once" is this module's flag, not ``gc.get_freeze_count()``, which walks the list of
+    frozen objects: 1-2 ms in a fresh process, ~13 ms in a worker some tasks on (a tenth
+    of a 1 M-event replay's kernel CPU in Python, ``spark.sql.pyspark.udf.profiler``)."""
+    global _settled
+    if _settled or TaskContext.get() is None:
         return
+    _settled = True
     _freeze_heap()
     keep_freed_memory()
+
+
+#: Whether this process has settled (:func:`settle_worker`). A worker forked by PySpark's
+#: daemon imports this module after the fork (the daemon runs no task), so starts unsettled.
+_settled = False
 
 
 def _freeze_heap() -> None:
@@ -401,7 +429,7 @@ def kernel_job_conf(spark: SparkSession) -> dict[str, str]:
     each with its own round of Arrow messages, for ~7 MB of event rows a batch; the 1 M
     bench's kernel job took 1.92 s instead of 2.06, a median of six alternating replays).
     A value the session set itself is kept, for either. (The writes' input, Arrow blobs of
-    up to :data:`BLOB_ROWS` rows each, keeps both: the byte cap is what bounds their
+    about :data:`BLOB_BYTES` each, keeps both: the byte cap is what bounds their
     batches.)
     """
     conf: dict[str, str] = {}

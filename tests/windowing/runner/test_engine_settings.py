@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from windowing import parse_pipeline, replay
 from windowing.config import ConfigError
-from windowing.runner import chunks, placement
+from windowing.runner import chunks, placement, tasks
 from windowing.runner.placement import int_setting, session_slots, slices_on, with_task
 from windowing.runner.session import check_workers, session_conf
 from windowing.runner.tasks import KERNEL_BATCH_ROWS, ROWS_PER_FILE, ROWS_PER_TASK, kernel_job_conf, write_tasks
@@ -71,6 +71,21 @@ PIPELINE = parse_pipeline(
 )
 def test_write_tasks(rows, most, slots, expected):
     assert write_tasks(rows, most, slots) == expected
+
+
+def test_outputs_go_back_in_blobs_of_about_blob_bytes(monkeypatch):
+    n = 60_000  # ~24 bytes a row: ~1.4 MB
+    table = pa.table({"k": pa.array([f"user-{i % 977:05d}" for i in range(n)]), "v": pa.array(range(n), pa.int64())})
+    parts = list(tasks.blob_slices(table))
+    assert len(parts) == -(-table.nbytes // tasks.BLOB_BYTES)  # three, not one blob of 1.4 MB
+    assert all(p.nbytes <= tasks.BLOB_BYTES + 64 for p in parts)
+    assert pa.concat_tables(parts).equals(table)  # in order, every row once
+    assert [p.num_rows for p in tasks.blob_slices(table.slice(0, 10))] == [10]
+    assert list(tasks.blob_slices(table.slice(0, 0))) == []
+    wide = pa.table({"blob": pa.array([b"x" * (tasks.BLOB_BYTES * 2)] * 3)})
+    assert [p.num_rows for p in tasks.blob_slices(wide)] == [1, 1, 1]  # a row larger than a blob: alone
+    monkeypatch.setattr(tasks, "BLOB_ROWS", 7_000)
+    assert max(p.num_rows for p in tasks.blob_slices(table)) == 7_000
 
 
 @pytest.fixture(scope="module")

@@ -56,3 +56,14 @@ def test_nothing_is_settled_outside_a_spark_task():
     frozen = gc.get_freeze_count()
     tasks.settle_worker()  # the driver, the tests' in-process harness: no TaskContext
     assert gc.get_freeze_count() == frozen
+
+
+def test_a_worker_settles_at_its_first_task_only(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tasks, "_settled", False)
+    monkeypatch.setattr(tasks.TaskContext, "get", staticmethod(lambda: object()))  # as in a Spark task
+    monkeypatch.setattr(tasks, "_freeze_heap", lambda: calls.append("freeze"))
+    monkeypatch.setattr(tasks, "keep_freed_memory", lambda: calls.append("keep") or True)
+    for _ in range(3):  # three tasks in one reused worker
+        tasks.settle_worker()
+    assert calls == ["freeze", "keep"]
