@@ -43,7 +43,8 @@ BLOB_ROWS = 262_144
 #: 2 MB under 4 GB) is a "humongous" allocation, made and freed outside the young
 #: generation. At 1 M events (``bench/replay_bench.py --quick``) the windows came back as
 #: one 5.7 MB blob a task; in ~1 MB blobs the replay took 2.53 s instead of 2.71 (a median
-#: of ten alternating rounds; three such comparisons: 2.4 %, 3.5 % and 6.5 % faster).
+#: of ten alternating rounds; three such comparisons: 2.4 %, 3.5 % and 6.5 % faster), and in
+#: ~250 KB blobs 2.67 s: this size lies between the two (docs/architecture.md).
 BLOB_BYTES = 512 << 10
 
 
@@ -68,7 +69,7 @@ def task_table(batches: Iterable[pa.RecordBatch], names: Mapping[str, str]) -> p
 
 class KernelTask:
     """What each Spark task runs over its partition: the kernel, then its outputs as
-    ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of at most
+    ``(SIDE_OUTPUT, SIDE_DATA)`` rows: an output's name and an Arrow IPC blob of about
     :data:`BLOB_BYTES` of its rows (the counters and the late events' lateness too).
 
     A partition of more than ``chunk_events`` rows is replayed a bounded piece at a time
