@@ -52,7 +52,7 @@ def blob_slices(table: pa.Table) -> Iterator[pa.Table]:
     """``table`` in consecutive slices of about :data:`BLOB_BYTES` each (by its average
     row's size), at most :data:`BLOB_ROWS` rows; none for an empty table."""
     n = table.num_rows
-    rows = max(1, min(BLOB_ROWS, BLOB_BYTES * n // max(1, table.nbytes))) if n else 1
+    rows = max(1, min(BLOB_ROWS, BLOB_BYTES * n // max(1, table.nbytes)))
     for start in range(0, n, rows):
         yield table.slice(start, rows)
 
