@@ -108,9 +108,15 @@ def hidden(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Entry:
+    """A file or folder as a listing saw it. ``mtime``: its modification time in ms since
+    the epoch (0 where the listing gives none); ``rows``: a Parquet file's row count from its
+    footer, where the caller read it (None otherwise)."""
+
     path: str
     is_dir: bool
     size: int
+    mtime: int = 0
+    rows: int | None = None
 
 
 class Lake:
@@ -215,21 +221,26 @@ class Lake:
             fs, p = self._fs(path)
             if not fs.exists(p):
                 return []
-            out = [Entry(name, False, int(s.getLen())) for name, s in self._leaf_files(fs, p)]
+            out = [
+                Entry(name, False, int(s.getLen()), int(s.getModificationTime())) for name, s in self._leaf_files(fs, p)
+            ]
             return sorted(out, key=lambda e: e.path)
         try:
             rows = (
                 self.spark.read.format("binaryFile")
                 .option("recursiveFileLookup", "true")
                 .load(path)
-                .select("path", "length")
+                .select("path", "length", "modificationTime")
                 .collect()
             )
         except Exception as exc:
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
                 return []
             raise
-        return sorted((Entry(r["path"], False, int(r["length"])) for r in rows), key=lambda e: e.path)
+        return sorted(
+            (Entry(r["path"], False, int(r["length"]), int(r["modificationTime"].timestamp() * 1000)) for r in rows),
+            key=lambda e: e.path,
+        )
 
     def glob_files(self, pattern: str, most: int) -> list[tuple[str, str]] | None:
         """The data files Spark's readers read for the glob ``pattern`` (a matched folder:
