@@ -37,6 +37,7 @@ The partition calendar is :mod:`windowing.partitions`; reports over a stored his
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
 
+from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 from windowing.catalog import CatalogError
@@ -53,7 +55,7 @@ from windowing.metrics import ReplayMetrics
 from windowing.partitions import Partitions
 from windowing.runner.normalise import StateMismatchError
 from windowing.runner.replay import replay
-from windowing.storage import landing, store
+from windowing.storage import input_record, landing, store
 from windowing.storage.commits import (
     FAILURES,
     RUNS,
@@ -124,6 +126,10 @@ class PartitionStatus:
     run_path: str | None = None
     #: The committed run's metrics; None for a missing or failed partition.
     metrics: ReplayMetrics | None = field(default=None, compare=False)
+    #: How its landed files changed since its commit (:mod:`windowing.storage.input_record`); None: unchanged.
+    changes: input_record.InputChanges | None = field(default=None, compare=False)
+    #: Its commit records no input files (committed before they were recorded, or a flat landing zone).
+    input_unknown: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,8 @@ class _StagedPartition:
     metrics: ReplayMetrics
     flush: bool
     seconds: float  # replay and write time
+    #: The landed files the partition read (None: a flat landing zone, not tracked per partition).
+    inputs: input_record.InputRecord | None = None
 
     @property
     def run_path(self) -> str:
@@ -237,9 +245,22 @@ class Chain:
         longer follow from the state before them, oldest first."""
         commits = self.committed()
         keys = self._up_to(last, commits)
+        changed, _ = self.input_changes(commits, keys)
         return store.out_of_date_partitions(
-            commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in keys]
+            commits,
+            self.pipeline.fingerprint(),
+            [(k, self.partitions.previous(k)) for k in keys],
+            {k: c.describe() for k, c in changed.items()},
         )
+
+    def input_changes(
+        self, commits: dict[str, Any], keys: Iterable[str] | None = None
+    ) -> tuple[dict[str, input_record.InputChanges], list[str]]:
+        """``(how each committed partition's landed files changed since its commit, where
+        they did; the partitions whose commit records no files)``, over ``keys`` of
+        ``commits`` (default: all): each compared with the landing zone it was read from,
+        one listing a day folder (:mod:`windowing.storage.input_record`)."""
+        return input_record.input_changes(self.spark, commits, keys)
 
     def _up_to(self, last: str | None, known: Iterable[str]) -> list[str]:
         """Every partition from the start of the history to the newest of ``last`` and ``known``."""
@@ -253,10 +274,21 @@ class Chain:
         if wanted == {}:
             return {}
         try:
-            records = join(glob_escape(self.pipeline_dir), "*", FAILURES, "*")
-            rows = (
-                self.spark.read.schema(FAILURE_SCHEMA).json(records).withColumn("__file", F.input_file_name()).collect()
-            )
+            if self.spark is None:  # a local history, read with no JVM
+                rows = [
+                    Row(**{k: doc.get(k) for k in ("run_id", "run_path", "failed_checks", "recorded_at")}, __file=uri)
+                    for uri, text in Lake(None).on_driver(self.pipeline_dir, "texts", ("*", FAILURES, "*"))
+                    for line in text.split("\n")
+                    if line.strip() and isinstance(doc := _json_object(line), dict)
+                ]
+            else:
+                records = join(glob_escape(self.pipeline_dir), "*", FAILURES, "*")
+                rows = (
+                    self.spark.read.schema(FAILURE_SCHEMA)
+                    .json(records)
+                    .withColumn("__file", F.input_file_name())
+                    .collect()
+                )
         except Exception as exc:
             if missing_path(exc):
                 return {}
@@ -290,12 +322,17 @@ class Chain:
         if not keys:
             return []
         history = self._up_to(None, keys)
+        changed, unknown = self.input_changes(commits, history)
         stale = {
             s.partition: s.reason
             for s in store.out_of_date_partitions(
-                commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in history]
+                commits,
+                self.pipeline.fingerprint(),
+                [(k, self.partitions.previous(k)) for k in history],
+                {k: c.describe() for k, c in changed.items()},
             )
         }
+        unknown_inputs = set(unknown)
         out = []
         for key in keys:
             commit = commits.get(key)
@@ -318,13 +355,24 @@ class Chain:
             elif key in stale:
                 out.append(
                     PartitionStatus(
-                        key, OUT_OF_DATE, stale[key], commit.run_path, ReplayMetrics.from_dict(commit.metrics)
+                        key,
+                        OUT_OF_DATE,
+                        stale[key],
+                        commit.run_path,
+                        ReplayMetrics.from_dict(commit.metrics),
+                        changed.get(key),
+                        key in unknown_inputs,
                     )
                 )
             else:
                 out.append(
                     PartitionStatus(
-                        key, COMMITTED, f"run {commit.run_id}", commit.run_path, ReplayMetrics.from_dict(commit.metrics)
+                        key,
+                        COMMITTED,
+                        f"run {commit.run_id}",
+                        commit.run_path,
+                        ReplayMetrics.from_dict(commit.metrics),
+                        input_unknown=key in unknown_inputs,
                     )
                 )
         return out
@@ -369,8 +417,12 @@ class Chain:
                 first_key,
                 {"missing": missing},
             )
+        changed, _ = self.input_changes(commits, earlier)
         stale = store.out_of_date_partitions(
-            commits, self.pipeline.fingerprint(), [(k, self.partitions.previous(k)) for k in earlier]
+            commits,
+            self.pipeline.fingerprint(),
+            [(k, self.partitions.previous(k)) for k in earlier],
+            {k: c.describe() for k, c in changed.items()},
         )
         if stale:
             raise ChainError(
@@ -509,7 +561,7 @@ class Chain:
             )
         return done
 
-    def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[Any, list[str] | None]:
+    def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[Any, list[Any] | None]:
         """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.storage.landing`);
         ``known``: the schemas the partitions before in the same run inferred."""
         start, end = self.partitions.window(key)
@@ -579,7 +631,19 @@ class Chain:
                 ) from exc
             except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
                 raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
-            return _StagedPartition(key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began)
+            record = self._input_record(key, files)
+            return _StagedPartition(
+                key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began, record
+            )
+
+    def _input_record(self, key: str, files: list[Any] | None) -> input_record.InputRecord | None:
+        """What partition ``key`` read from the landing zone, for its commit record."""
+        if files is None or self.partition_column is None:
+            return None
+        day = landing.day_of(*self.partitions.window(key))
+        return input_record.InputRecord.of_listing(
+            self.landing_zone, landing.day_folder(self.partition_column, day), files
+        )
 
     def _audit(
         self, part: _StagedPartition, start: PartitionResult | None, checks: bool = True, run_id: str | None = None
@@ -615,15 +679,16 @@ class Chain:
                 failed_checks=failed,
             )
             metrics = part.metrics
+            inputs = part.inputs.to_extra() if part.inputs is not None else {}
             if failed:  # write-audit-publish: a partition that fails its checks is not published
                 self._record_failure(key, staged, lineage)
                 return PartitionResult(
                     key, folder, staged.path, metrics, lineage, state, results, part.seconds, committed=False
                 )
             if self.publisher is None:
-                staged.commit({**lineage.to_extra(), **store.checks_extra(results)})
+                staged.commit({**lineage.to_extra(), **store.checks_extra(results), **inputs})
             else:
-                self._commit_and_publish(key, staged, {**lineage.to_extra(), **store.checks_extra(results)})
+                self._commit_and_publish(key, staged, {**lineage.to_extra(), **store.checks_extra(results), **inputs})
             return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
     def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> None:
@@ -657,6 +722,14 @@ class Chain:
 
 
 FAILURE_SCHEMA = "run_id string, run_path string, failed_checks string, recorded_at string"
+
+
+def _json_object(line: str) -> Any:
+    """A failure record's line parsed (None when it is not JSON: Spark's reader skips it too)."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 #: Every Spark job a partition runs carries the tag ``PARTITION_TAG + key`` (Spark's job

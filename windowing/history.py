@@ -56,3 +56,17 @@ def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict[str, An
             f"  {m.watermark_reached}"
         )
     return "\n".join(lines)
+
+
+def changed_windows(spark: Any, old_run: str, new_run: str) -> int:
+    """The window emissions (rows of ``aggregates``) in one of two runs and not the other,
+    counted exactly (``exceptAll`` both ways: duplicates counted, one Spark job): 0 when a
+    rerun reproduced its partition."""
+    from windowing.storage.lake import glob_escape  # noqa: PLC0415
+
+    old = spark.read.parquet(glob_escape(join(old_run, "aggregates")))
+    new = spark.read.parquet(glob_escape(join(new_run, "aggregates")))
+    if sorted(old.columns) != sorted(new.columns):
+        return int(max(old.count(), new.count()))
+    new = new.select(*old.columns)
+    return int(old.exceptAll(new).unionAll(new.exceptAll(old)).count())

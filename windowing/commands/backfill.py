@@ -206,6 +206,8 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
         f"rewindow: backfilling {len(keys)} partition(s) {keys[0]}..{keys[-1]} of pipeline {name!r} "
         f"from {chain.landing_zone} into {chain.pipeline_dir}"
     )
+    before = chain.commits(keys)  # what a rerun replaces: told apart at the end
+    replayed = []
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(keys[0], total=len(keys), rate="")
         for part in chain.replay(keys, flush_at_end=args.flush_at_end, checks=not args.no_checks):
@@ -227,6 +229,10 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
             )
             if not part.committed:
                 failed = part
+            else:
+                replayed.append(part)
+    if before:
+        print(_what_changed(chain, before, replayed), file=sys.stderr)
     print(
         f"pipeline {name!r}: outputs in {chain.pipeline_dir}/<partition>/runs/<run>/"
         "{aggregates,late_events,rejected,state} (the current run: see _commits/)"
@@ -248,3 +254,34 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
         f"({rows / elapsed if elapsed else 0:,.0f} events/s)"
     )
     return 0
+
+
+def _what_changed(chain: Any, before: dict[str, Any], replayed: list[Any]) -> str:
+    """What a rerun changed, partition by partition: events in and windows emitted before
+    and after, and the emissions only in the old run or only in the new one (an exact
+    comparison of the two runs' aggregates, one Spark job a partition rerun)."""
+    from windowing.history import changed_windows  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.metrics import ReplayMetrics  # noqa: PLC0415 - keeps the CLI fast
+
+    lines, events, windows = [], 0, 0
+    for part in replayed:
+        old = before.get(part.key)
+        if old is None:
+            continue
+        then = ReplayMetrics.from_dict(old.metrics)
+        differ = changed_windows(chain.spark, old.run_path, part.run_path)
+        events += part.metrics.input_rows - then.input_rows
+        windows += differ
+        lines.append(
+            f"  {part.key}: events {then.input_rows:,} -> {part.metrics.input_rows:,}, windows emitted "
+            f"{then.windows_emitted:,} -> {part.metrics.windows_emitted:,}, {differ:,} emission(s) changed"
+        )
+    if not lines:
+        return "rewindow: no committed partition was replayed again"
+    return "\n".join(
+        [
+            f"rewindow: what changed: {len(lines)} partition(s) replayed again, {events:+,} events, "
+            f"{windows:,} window emission(s) changed (only in the old run or only in the new):",
+            *lines,
+        ]
+    )

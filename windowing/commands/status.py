@@ -4,6 +4,8 @@ out of date, failed, damaged or missing, with the catalog tables they are publis
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,14 +31,31 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from windowing.chain import Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
-    from windowing.history import stored_history  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
-    from windowing.partitions import Partitions  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.storage.lake import NeedsSpark  # noqa: PLC0415 - keeps the CLI fast: lake imports pyspark
 
     pipeline = load_pipeline(args.config) if args.config else None
     output_root = absolute(args.output)
     catalog = common.catalog_setup(args, pipeline, output_root)
-    spark = common.spark_for(args)
+    if catalog is None and not (args.master or args.remote or args.conf):
+        shown = io.StringIO()
+        try:  # a local history (and landing zone) is read with no Spark session: no JVM starts
+            with contextlib.redirect_stdout(shown):
+                code = _report(None, args, pipeline, output_root, catalog)
+        except NeedsSpark:  # a history, or a landing zone it was read from, that only Spark reaches
+            pass
+        else:
+            print(shown.getvalue(), end="")
+            return code
+    return _report(common.spark_for(args), args, pipeline, output_root, catalog)
+
+
+def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: str, catalog: Any) -> int:
+    """Print the status of each pipeline's history under ``output_root``; ``spark`` None:
+    read the local store and landing zone with Python's calls (``Lake.on_driver``)."""
+    from windowing.chain import Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+    from windowing.history import stored_history  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.partitions import Partitions  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+
     if pipeline is not None:
         names = [pipeline.name]
     else:
@@ -74,9 +93,26 @@ def run(args: argparse.Namespace) -> int:
             )
         counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
         print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))
+        unknown = [s.key for s in rows if s.input_unknown]
+        if unknown:
+            print(
+                f"  note: {len(unknown)} partition(s) ({_keys(unknown)}) committed without a record of their input "
+                "files (before rewindow kept one, or a flat landing zone): input unknown, so a file landing late "
+                "in them is not seen; a rerun records them"
+            )
+        stale = [s for s in rows if s.status == "out of date"]
+        if stale:
+            print(
+                f"  {len(stale)} partition(s) out of date from {stale[0].key}: bring them in line with "
+                f"rewindow backfill --config PIPELINE.yaml --output {output_root} --resume"
+            )
     if not shown and pipeline is None:
         print(f"no rewindow history under {output_root}")
     return 0
+
+
+def _keys(keys: list[str]) -> str:
+    return ", ".join(keys) if len(keys) <= 3 else f"{keys[0]}..{keys[-1]}"
 
 
 def _published(publisher: Any, key: str) -> str:

@@ -150,6 +150,19 @@ def _driver_rows(spark: SparkSession, pattern: str) -> list[Row] | None:
     return rows
 
 
+def text_rows(root: str, under: tuple[str, ...]) -> list[Row]:
+    """The rows Spark's JSON reader gives for the record files matching the glob ``under``
+    below the local folder ``root`` (and ``__file``), read with no session
+    (:meth:`windowing.storage.lake.Lake.on_driver`): what ``rewindow status`` reads of a
+    local history without starting Spark."""
+    rows = []
+    for uri, text in Lake(None).on_driver(root, "texts", under):
+        for line in text.split("\n"):  # Spark's line ends (not str.splitlines')
+            if line.strip():
+                rows.append(Row(**_record_fields(line), __file=uri))
+    return rows
+
+
 def _record_fields(line: str) -> dict[str, Any]:
     """One line of a record file as Spark's JSON reader reads it under :data:`COMMIT_SCHEMA`."""
     try:
@@ -224,12 +237,15 @@ def commits_under(spark: SparkSession, root: PathArg) -> tuple[dict[str, Commit]
     output directly under ``root``, in one read. An output is in one of the two at most."""
     root = str(root)
     try:
-        rows = (
-            spark.read.schema(COMMIT_SCHEMA)
-            .json(join(glob_escape(root), "*", COMMITS, "*"))
-            .withColumn("__file", F.input_file_name())
-            .collect()
-        )
+        if spark is None:  # a local history, read with no JVM (Lake.on_driver)
+            rows = text_rows(root, ("*", COMMITS, "*"))
+        else:
+            rows = (
+                spark.read.schema(COMMIT_SCHEMA)
+                .json(join(glob_escape(root), "*", COMMITS, "*"))
+                .withColumn("__file", F.input_file_name())
+                .collect()
+            )
     except Exception as exc:
         if missing_path(exc):
             return {}, {}

@@ -119,8 +119,13 @@ class Entry:
     rows: int | None = None
 
 
+class NeedsSpark(RuntimeError):
+    """A :class:`Lake` of no session was asked about a path only Spark reaches."""
+
+
 class Lake:
-    """Filesystem operations for one Spark session (see the module docstring)."""
+    """Filesystem operations for one Spark session (see the module docstring); ``Lake(None)``
+    answers a few queries of the driver's own disk with no session (:meth:`on_driver`)."""
 
     def __init__(self, spark: Any) -> None:  # Any: reaches the session's private py4j side (_jvm, _jsparkSession)
         self.spark = spark
@@ -182,6 +187,8 @@ class Lake:
     # ------------------------------------------------------------------ queries
 
     def exists(self, path: str) -> bool:
+        if self.spark is None:
+            return bool(self.on_driver(path, "exists"))
         if not self.connect:
             fs, p = self._fs(path)
             return bool(fs.exists(p))
@@ -205,6 +212,8 @@ class Lake:
 
         Over Spark Connect only files are seen (recursively), hidden ones not at all.
         """
+        if self.spark is None:
+            return [Entry(qualify(p), d, size, mtime) for p, d, size, mtime in self.on_driver(path, "children")]
         if self.connect:
             return self.files(path)
         fs, p = self._fs(path)
@@ -304,6 +313,20 @@ class Lake:
                 yield from Lake._walk(fs, s.getPath())
             else:
                 yield name, s
+
+    # ------------------------------------------------------------------ without a session
+
+    def on_driver(self, path: str, what: str, under: tuple[str, ...] = ()) -> Any:
+        """A query of the driver's own disk that a :class:`Lake` of no session (``Lake(None)``)
+        answers with Python's calls, starting no JVM (``rewindow status`` on a local history):
+        ``exists``, ``children``, ``data_files`` (:func:`local_files.data_files`) or ``texts``
+        (each file or folder matching the glob ``under`` below ``path``: its data files, as
+        ``(URI, text)``).
+        Raises :class:`NeedsSpark` for a path that is not on the driver's disk."""
+        local = self._local(path)
+        if local is not None:
+            return local_files.query(local, what, under)
+        raise NeedsSpark(f"{display(path)} is not on this machine's disk: reading it needs a Spark session")
 
     # ------------------------------------------------------------------ changes
 

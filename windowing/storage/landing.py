@@ -21,7 +21,7 @@ listing folders in Python:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -149,17 +149,15 @@ def read_partition_events(
     partition_column: str | None = DEFAULT_PARTITION_COLUMN,
     unplaced: bool = False,
     known: KnownSchemas | None = None,
-) -> tuple[DataFrame, list[Any] | None]:
+) -> tuple[DataFrame, list[Entry] | None]:
     """The events of the arrival window ``[start, end)`` as a Spark DataFrame.
 
-    (``files`` holds :class:`Entry` items; typed ``list[Any]`` because
-    ``windowing.chain.Chain.read_events`` still declares ``list[str]``.)
-
     Returns ``(events, files)``: ``files`` are the data files the partition reads
-    (:class:`windowing.storage.lake.Entry`, checked first: each footer readable, the pipeline's
-    columns present with one type) when the partition column tells them, else ``None``. See the module
-    docstring for which
-    rows belong to the window. ``known``: the schemas inferred by the partitions before in
+    (:class:`windowing.storage.lake.Entry`, with their modification times) when the
+    partition column tells them, else ``None``; Parquet files are checked first (each
+    footer readable, the pipeline's columns present with one type) and carry their
+    footers' row counts. See the module docstring for which rows belong to the window.
+    ``known``: the schemas inferred by the partitions before in
     the same run (:class:`KnownSchemas`).
     """
     landing_zone = str(landing_zone)
@@ -171,15 +169,15 @@ def read_partition_events(
         return events, None
     day = day_of(start, end)
     day_rows = df.where(F.col(f"`{partition_column}`").cast("date") == F.lit(day.date()))
-    files: list[Entry] | None = None
     rows: int | None = None  # at most: the day's files' (their footers, read to check them), what plans a small replay
+    lake = Lake(spark)
+    folder = join(landing_zone, day_folder(partition_column, day))
+    files: list[Entry] = lake.files(folder)
     if (source.format if source else "parquet") == "parquet":
-        lake = Lake(spark)
-        folder = join(landing_zone, f"{partition_column}={day:%Y-%m-%d}")
-        files = lake.files(folder)
         check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
         check_day_types(spark, folder, [e.path for e in files], df, pipeline, known)
         rows = lake.rows_in([e.path for e in files])
+        files = [replace(e, rows=lake.footer_rows.get(e.path)) for e in files]
     events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
         return note_rows_at_most(events, rows), files
@@ -188,6 +186,11 @@ def read_partition_events(
     first, last = F.lit(day), F.lit(day + DAY - timedelta(microseconds=1))
     placed = F.coalesce(F.least(F.greatest(arrival, first), last), first)
     return note_rows_at_most(events.where((placed >= F.lit(start)) & (placed < F.lit(end))), rows), files
+
+
+def day_folder(partition_column: str, day: datetime) -> str:
+    """The folder of ``day`` under the landing zone: ``<partition column>=YYYY-MM-DD``."""
+    return f"{partition_column}={day.date().isoformat()}"
 
 
 def check_day_types(

@@ -13,8 +13,11 @@ Every other path, and every dataset Spark writes, goes through Hadoop.
 
 from __future__ import annotations
 
+import glob
 import os
 import zlib
+from typing import Any
+from urllib.parse import quote
 
 #: Bytes per checksum of Hadoop's local ``.crc`` files (``file.bytes-per-checksum``).
 CRC_CHUNK = 512
@@ -64,3 +67,63 @@ def write_text_dataset(folder: str, name: str, text: str) -> None:
     os.rename(staged, os.path.join(folder, name))
     os.rename(crc_path(staged), crc_path(os.path.join(folder, name)))
     write_file(os.path.join(folder, "_SUCCESS"), b"")
+
+
+def data_files(folder: str) -> list[tuple[str, int, int]]:
+    """``(path, size, modification time in ms)`` of every file under the local ``folder``
+    that Spark's readers read (recursive; a name starting with ``_`` or ``.`` anywhere below
+    skipped, as ``Lake.files`` does through Hadoop), sorted by path; [] when it is missing.
+    The times are Hadoop's (``File.lastModified``: whole milliseconds)."""
+    out = []
+    for top, dirs, files in os.walk(folder, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        for name in files:
+            if name.startswith(("_", ".")):
+                continue
+            path = os.path.join(top, name)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:  # removed while listed
+                continue
+            out.append((path, st.st_size, st.st_mtime_ns // 1_000_000))
+    return sorted(out)
+
+
+def parquet_rows(path: str) -> int | None:
+    """A local Parquet file's row count from its footer (pyarrow); None when it is not
+    readable Parquet."""
+    import pyarrow.parquet as pq  # noqa: PLC0415 - only `rewindow status` reads a footer here
+
+    try:
+        return int(pq.read_metadata(path).num_rows)
+    except Exception:  # noqa: BLE001 - not Parquet, truncated, gone: the count is unknown
+        return None
+
+
+def query(path: str, what: str, under: tuple[str, ...] = ()) -> Any:
+    """What ``Lake.on_driver`` asks of a local ``path``: ``exists``; ``children``
+    (``(path, is folder, size, mtime ms)`` directly under it, sorted; [] when missing);
+    ``data_files`` (:func:`data_files`); ``texts`` (the glob ``under`` below ``path``:
+    the data files of each match, a folder's files below it, as ``(URI as Spark's
+    input_file_name gives it, text)``, sorted)."""
+    if what == "exists":
+        return os.path.exists(path)
+    if what == "children":
+        if not os.path.isdir(path):
+            return []
+        out = []
+        for e in os.scandir(path):
+            st = e.stat()
+            out.append((e.path, e.is_dir(), 0 if e.is_dir() else st.st_size, st.st_mtime_ns // 1_000_000))
+        return sorted(out)
+    if what == "data_files":
+        return data_files(path)
+    if what == "texts":
+        found = []
+        for match in sorted(glob.glob(os.path.join(glob.escape(path), *under))):
+            files = data_files(match) if os.path.isdir(match) else [(match, 0, 0)]
+            for file, _, _ in files:
+                with open(file, encoding="utf-8", errors="replace") as f:
+                    found.append(("file://" + quote(file), f.read()))
+        return sorted(found)
+    raise ValueError(f"unknown query {what!r}")

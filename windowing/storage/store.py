@@ -98,32 +98,42 @@ def out_of_date_partitions(
     commits: Mapping[str, Commit],
     fingerprint: str,
     partitions: Sequence[tuple[str, str | None]],
+    changed: Mapping[str, str] | None = None,
 ) -> list[OutOfDate]:
     """Check the state chain of the materialized partitions, oldest first.
 
     ``commits`` maps partition keys to their current commit (:func:`pipeline_commits`);
     ``partitions`` lists ``(partition key, previous partition key or None for the first
-    partition of the history)`` in time order; only committed ones are checked. A
-    partition is out of date when its commit has no lineage (written outside Dagster),
-    was computed under another pipeline configuration, its predecessor has no outputs,
-    its predecessor's current state is not the one it started from, or its predecessor
-    is itself out of date (the error carries forward).
+    partition of the history)`` in time order; only committed ones are checked;
+    ``changed`` maps the partitions whose landed files changed since their commit to what
+    changed (:mod:`windowing.storage.input_record`). A partition is out of date when its
+    commit has no lineage (written outside Dagster), was computed under another pipeline
+    configuration, its landing zone changed since its commit, its predecessor has no
+    outputs, its predecessor's current state is not the one it started from, or its
+    predecessor is itself out of date (the error carries forward).
     """
     out: list[OutOfDate] = []
-    stale: set[str] = set()
+    stale: dict[str, str] = {}  # out-of-date partition -> the changed partition it follows, if any
+    changed = changed or {}
     for key, prev in partitions:
         if key not in commits:
             continue
         lin = Lineage.of(commits[key])
         reason = None
+        origin = ""
         if lin is None:
             reason = "has no lineage in its commit record (written outside this chain): rerun it"
         elif lin.fingerprint != fingerprint:
             reason = "was computed with another window/time/aggregate configuration of the pipeline"
+        elif key in changed:
+            reason, origin = changed[key], key
         elif prev is not None:
             prev_lin = Lineage.of(commits.get(prev))
             if prev in stale:
-                reason = f"starts from partition {prev}, which is out of date"
+                origin = stale[prev]
+                reason = f"after a changed partition: starts from partition {prev}, which is out of date" + (
+                    f" ({origin}'s landing zone changed since its commit)" if origin else ""
+                )
             elif prev not in commits:
                 reason = f"its previous partition {prev} has no outputs"
             elif prev_lin is not None and prev_lin.state_hash != lin.start_state_hash:
@@ -131,7 +141,7 @@ def out_of_date_partitions(
             elif prev_lin is not None and prev_lin.flushed_at_end:
                 reason = f"continues from partition {prev}, which was replayed with flush_at_end"
         if reason:
-            stale.add(key)
+            stale[key] = origin
             out.append(OutOfDate(key, reason))
     return out
 
