@@ -1,0 +1,176 @@
+"""A file that lands late in a committed day is seen (issue 46): the commit records what a
+partition read, ``rewindow status`` compares it with the landing zone as it is now (with
+no Spark session for a local history), and ``rewindow backfill --resume`` brings the
+history back to exactly what a fresh backfill of the changed landing zone gives."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from windowing.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
+START = datetime(2024, 1, 1, tzinfo=timezone.utc)
+DAYS = ["2024-01-01", "2024-01-02"]
+OUTPUTS = ("aggregates", "late_events", "rejected", "state")
+
+
+def _cli(*argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main([str(a) for a in argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _history(tmp_path: Path) -> tuple[Path, Path]:
+    """Two generated days (four files each), backfilled into ``tmp_path/out``."""
+    from windowing.sample import generate_history
+
+    landing = tmp_path / "landing"
+    generate_history(landing, START, days=2, events_per_day=400, keys=20, seed=11)
+    out = tmp_path / "out"
+    rc, _, err = _cli("backfill", "--config", CLICKS, "--input", landing, "--output", out)
+    assert rc == 0, err
+    return landing, out
+
+
+def _status(out: Path, monkeypatch) -> dict[str, str]:
+    """``rewindow status`` lines by partition, with no Spark session allowed."""
+    import windowing.commands.common as common
+
+    def no_spark(args):
+        raise AssertionError("rewindow status started Spark for a local history")
+
+    with monkeypatch.context() as m:
+        m.setattr(common, "spark_for", no_spark)
+        rc, text, err = _cli("status", "--output", out)
+    assert rc == 0 and "Traceback" not in err, err
+    return {line.split()[0]: line for line in text.splitlines() if line.strip().startswith("2024-")} | {"": text}
+
+
+def _outputs(spark, out: Path) -> dict:
+    from tests.support.outputs import run_dir
+
+    found = {}
+    for day in DAYS:
+        run = run_dir(out / "clicks-hourly" / day)
+        for o in OUTPUTS:
+            found[day, o] = sorted((tuple(r) for r in spark.read.parquet(str(run / o)).collect()), key=repr)
+    return found
+
+
+def _state_hashes(out: Path) -> list[str]:
+    from tests.support.outputs import current
+
+    return [current(out / "clicks-hourly" / d)["extra"]["lineage"]["state_hash"] for d in DAYS]
+
+
+def _add(folder: Path) -> tuple[str, int]:
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(sorted(folder.glob("*.parquet"))[0])
+    pq.write_table(t.slice(0, 40), folder / "late-arrival.parquet")
+    return "1 file added: date=2024-01-01/late-arrival.parquet (40 rows)", +40
+
+
+def _remove(folder: Path) -> tuple[str, int]:
+    import pyarrow.parquet as pq
+
+    gone = sorted(folder.glob("*.parquet"))[-1]
+    rows = pq.read_metadata(gone).num_rows
+    gone.unlink()
+    crc = gone.with_name(f".{gone.name}.crc")
+    if crc.exists():
+        crc.unlink()
+    return f"1 file removed: date=2024-01-01/{gone.name} ({rows:,} rows)", -rows
+
+
+def _rewrite(folder: Path) -> tuple[str, int]:
+    import pyarrow.parquet as pq
+
+    f = sorted(folder.glob("*.parquet"))[1]
+    t = pq.read_table(f)
+    kept = t.num_rows // 2
+    stat = f.stat()
+    pq.write_table(t.slice(0, kept), f)
+    os.utime(f, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))  # a later time, whatever the clock's grain
+    crc = f.with_name(f".{f.name}.crc")
+    if crc.exists():
+        crc.unlink()
+    return f"1 file rewritten: date=2024-01-01/{f.name} ({t.num_rows:,} -> {kept:,} rows)", kept - t.num_rows
+
+
+@pytest.mark.parametrize("change", [_add, _remove, _rewrite], ids=["added", "removed", "rewritten"])
+def test_a_changed_committed_day_is_named_and_resume_equals_a_fresh_backfill(spark, tmp_path, monkeypatch, change):
+    landing, out = _history(tmp_path)
+    before = _status(out, monkeypatch)
+    assert "committed" in before[DAYS[0]] and "committed" in before[DAYS[1]], before[""]
+
+    said, events = change(landing / f"date={DAYS[0]}")
+    status = _status(out, monkeypatch)
+    assert "out of date" in status[DAYS[0]] and f"landing zone changed since its commit: {said}" in status[DAYS[0]]
+    assert "out of date" in status[DAYS[1]] and "after a changed partition" in status[DAYS[1]], status[""]
+    assert "--resume" in status[""]
+
+    # The chain refuses to go on from a changed day, before any work.
+    rc, _, err = _cli(
+        "backfill", "--config", CLICKS, "--input", landing, "--output", out, "--from", DAYS[0], "--to", DAYS[1],
+        "--rerun-from", DAYS[1],
+    )  # fmt: skip
+    assert rc == 1 and f"partition {DAYS[0]} landing zone changed since its commit" in err, err
+    assert f"Rerun {DAYS[0]}..{DAYS[1]}" in err
+
+    rc, _, err = _cli("backfill", "--config", CLICKS, "--input", landing, "--output", out, "--resume")
+    assert rc == 0 and f"resuming at {DAYS[0]}" not in err, err  # the first day is the first out of date
+    assert f"2 partition(s) replayed again, {events:+,} events" in err, err
+    assert all("committed" in line for k, line in _status(out, monkeypatch).items() if k), status[""]
+
+    fresh = tmp_path / "fresh"
+    rc, _, err = _cli("backfill", "--config", CLICKS, "--input", landing, "--output", fresh)
+    assert rc == 0, err
+    assert _outputs(spark, out) == _outputs(spark, fresh)
+    assert _state_hashes(out) == _state_hashes(fresh)
+
+
+def test_a_record_without_its_input_files_is_input_unknown_said_once(spark, tmp_path, monkeypatch):
+    """Records written before rewindow kept the files: still committed, the input unknown."""
+    landing, out = _history(tmp_path)
+    for day in DAYS:
+        [record] = (out / "clicks-hourly" / day / "_commits").glob("*/part-*.json")
+        doc = json.loads(record.read_text())
+        extra = json.loads(doc["extra"])
+        assert extra["inputs"]["folder"] == f"date={day}" and len(extra["inputs"]["files"]) == 4
+        del extra["inputs"]
+        record.write_text(json.dumps({**doc, "extra": json.dumps(extra)}) + "\n")
+        record.with_name(f".{record.name}.crc").unlink()
+    sorted((landing / f"date={DAYS[0]}").glob("*.parquet"))[0].unlink()  # unseen: nothing recorded to compare with
+    status = _status(out, monkeypatch)
+    assert "committed" in status[DAYS[0]] and "committed" in status[DAYS[1]], status[""]
+    assert status[""].count("without a record of their input files") == 1, status[""]
+    assert f"({DAYS[0]}, {DAYS[1]})" in status[""]
+
+
+def test_status_of_a_local_history_starts_no_jvm(spark, tmp_path):
+    """``rewindow status`` in a process of its own with no Java at all: it answers, naming the change."""
+    landing, out = _history(tmp_path)
+    _add(landing / f"date={DAYS[0]}")
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java"), "PATH": os.path.dirname(sys.executable)}
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "rewindow"), "status", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "late-arrival.parquet (40 rows)" in proc.stdout and "2 out of date" in proc.stdout, proc.stdout
