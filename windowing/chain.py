@@ -184,6 +184,10 @@ class Chain:
     log: Any = log_default
     #: Publishes each committed partition to catalog tables (:class:`windowing.catalog.Publisher`); None: not published.
     publisher: Any = None
+    #: Arrival ranges of the landed files read so far, by (path, size, mtime) (hourly records).
+    _arrivals: dict[tuple[str, int, int], tuple[int | None, int | None, int] | None] = field(
+        default_factory=dict, repr=False, init=False
+    )
 
     @property
     def pipeline_dir(self) -> str:
@@ -640,10 +644,25 @@ class Chain:
         """What partition ``key`` read from the landing zone, for its commit record."""
         if files is None or self.partition_column is None:
             return None
-        day = landing.day_of(*self.partitions.window(key))
-        return input_record.InputRecord.of_listing(
-            self.landing_zone, landing.day_folder(self.partition_column, day), files
-        )
+        start, end = self.partitions.window(key)
+        day = landing.day_of(start, end)
+        folder = landing.day_folder(self.partition_column, day)
+        if end - start >= landing.DAY:
+            return input_record.InputRecord.of_listing(self.landing_zone, folder, files)
+        # An hour of its day: each file's arrival range (footer statistics) tells later which
+        # hours a file landing in the day can change (once a file per chain: a day's hours share them).
+        column = self.pipeline.source.arrival_time
+        parquet = self.pipeline.source.format == "parquet"
+        lake = Lake(self.spark)
+
+        def arrival(e: Any) -> tuple[int | None, int | None, int] | None:
+            seen = (e.path, e.size, e.mtime)
+            if seen not in self._arrivals:
+                self._arrivals[seen] = input_record.arrival_range(lake, e.path, column) if parquet else None
+            return self._arrivals[seen]
+
+        window = (int(start.timestamp() * 1000), int(end.timestamp() * 1000))
+        return input_record.InputRecord.of_listing(self.landing_zone, folder, files, window, column, arrival)
 
     def _audit(
         self, part: _StagedPartition, start: PartitionResult | None, checks: bool = True, run_id: str | None = None

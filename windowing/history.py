@@ -58,12 +58,14 @@ def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict[str, An
     return "\n".join(lines)
 
 
-def changed_windows(spark: Any, old_run: str, new_run: str) -> int:
+def changed_windows(spark: Any, old_run: str, new_run: str) -> int | None:
     """The window emissions (rows of ``aggregates``) in one of two runs and not the other,
     counted exactly (``exceptAll`` both ways: duplicates counted, one Spark job): 0 when a
-    rerun reproduced its partition."""
-    from windowing.storage.lake import glob_escape  # noqa: PLC0415
+    rerun reproduced its partition; None when the old run is gone (a damaged output)."""
+    from windowing.storage.lake import Lake, glob_escape  # noqa: PLC0415
 
+    if not Lake(spark).exists(join(old_run, "aggregates", "_SUCCESS")):
+        return None
     old = spark.read.parquet(glob_escape(join(old_run, "aggregates")))
     new = spark.read.parquet(glob_escape(join(new_run, "aggregates")))
     if sorted(old.columns) != sorted(new.columns):

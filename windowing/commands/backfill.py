@@ -271,10 +271,11 @@ def _what_changed(chain: Any, before: dict[str, Any], replayed: list[Any]) -> st
         then = ReplayMetrics.from_dict(old.metrics)
         differ = changed_windows(chain.spark, old.run_path, part.run_path)
         events += part.metrics.input_rows - then.input_rows
-        windows += differ
+        windows += differ or 0
         lines.append(
             f"  {part.key}: events {then.input_rows:,} -> {part.metrics.input_rows:,}, windows emitted "
-            f"{then.windows_emitted:,} -> {part.metrics.windows_emitted:,}, {differ:,} emission(s) changed"
+            f"{then.windows_emitted:,} -> {part.metrics.windows_emitted:,}, "
+            + (f"{differ:,} emission(s) changed" if differ is not None else "the run it replaced was gone")
         )
     if not lines:
         return "rewindow: no committed partition was replayed again"

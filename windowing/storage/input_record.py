@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from windowing.storage import local_files
 from windowing.storage.lake import Entry, Lake, join, qualify
@@ -44,13 +44,19 @@ class InputFile:
     size: int
     mtime: int
     rows: int | None = None
+    #: ``(earliest, latest, nulls)`` of its arrival times in ms, from the footer's statistics
+    #: (earliest/latest None: every one null); None: not read or not told. Kept for a
+    #: partition narrower than its folder (an hour of a day), to tell which hours a change touches.
+    arrival: tuple[int | None, int | None, int] | None = None
 
     def same_bytes_as(self, other: "InputFile") -> bool:
         """Whether ``other`` is this file unchanged, as a listing can tell (size and time)."""
         return self.size == other.size and self.mtime == other.mtime
 
     def shown(self) -> str:
-        return f"{self.path} ({self.rows:,} rows)" if self.rows is not None else self.path
+        if self.rows is None:
+            return self.path
+        return f"{self.path} ({self.rows:,} row{'' if self.rows == 1 else 's'})"
 
 
 def digest_of(files: Iterable[InputFile]) -> str:
@@ -70,6 +76,11 @@ class InputRecord:
     landing_zone: str
     folder: str
     files: tuple[InputFile, ...]
+    #: ``[start, end)`` of the partition in ms when it is narrower than its folder (an hour
+    #: of a day folder); None: the partition is the whole folder.
+    window: tuple[int, int] | None = None
+    #: The arrival-time column the files' ranges are of (with ``window``).
+    arrival_column: str | None = None
 
     @property
     def digest(self) -> str:
@@ -81,21 +92,41 @@ class InputRecord:
         return None if any(r is None for r in rows) else sum(r for r in rows if r is not None)
 
     @classmethod
-    def of_listing(cls, landing_zone: str, folder: str, entries: Iterable[Entry]) -> "InputRecord":
-        """The record of the files ``entries`` (a listing of ``folder`` under ``landing_zone``)."""
+    def of_listing(
+        cls,
+        landing_zone: str,
+        folder: str,
+        entries: Iterable[Entry],
+        window: tuple[int, int] | None = None,
+        arrival_column: str | None = None,
+        arrival_of: Callable[[Entry], tuple[int | None, int | None, int] | None] | None = None,
+    ) -> "InputRecord":
+        """The record of the files ``entries`` (a listing of ``folder`` under ``landing_zone``);
+        with ``window`` (a partition narrower than its folder), each file's arrival range
+        from ``arrival_of``."""
         zone = qualify(landing_zone)
-        return cls(zone, folder, tuple(sorted((_file(zone, e) for e in entries), key=lambda f: f.path)))
+        files = []
+        for e in entries:
+            f = _file(zone, e)
+            if window is not None and arrival_of is not None:
+                f = replace(f, arrival=arrival_of(e))
+            files.append(f)
+        return cls(zone, folder, tuple(sorted(files, key=lambda f: f.path)), window, arrival_column)
 
     def to_extra(self) -> dict[str, Any]:
         """The record as the commit record's ``extra`` holds it."""
-        return {
-            EXTRA_KEY: {
-                "landing_zone": self.landing_zone,
-                "folder": self.folder,
-                "digest": self.digest,
-                "files": [[f.path, f.size, f.mtime, f.rows] for f in self.files],
-            }
+        doc: dict[str, Any] = {
+            "landing_zone": self.landing_zone,
+            "folder": self.folder,
+            "digest": self.digest,
+            "files": [
+                [f.path, f.size, f.mtime, f.rows, None if f.arrival is None else list(f.arrival)] for f in self.files
+            ],
         }
+        if self.window is not None:
+            doc["window"] = list(self.window)
+            doc["arrival_column"] = self.arrival_column
+        return {EXTRA_KEY: doc}
 
     @classmethod
     def of(cls, commit: "Commit | None") -> "InputRecord | None":
@@ -106,11 +137,62 @@ class InputRecord:
             return None
         try:
             files = tuple(
-                InputFile(str(p), int(s), int(m), None if r is None else int(r)) for p, s, m, r in doc["files"]
+                InputFile(
+                    str(f[0]),
+                    int(f[1]),
+                    int(f[2]),
+                    None if f[3] is None else int(f[3]),
+                    _range(f[4]) if len(f) > 4 else None,
+                )
+                for f in doc["files"]
             )
-            return cls(str(doc["landing_zone"]), str(doc["folder"]), files)
-        except (KeyError, TypeError, ValueError):
+            window = doc.get("window")
+            return cls(
+                str(doc["landing_zone"]),
+                str(doc["folder"]),
+                files,
+                (int(window[0]), int(window[1])) if window is not None else None,
+                doc.get("arrival_column"),
+            )
+        except (KeyError, TypeError, ValueError, IndexError):
             return None
+
+    def touched_by(self, then: InputFile | None, now: InputFile | None) -> bool:
+        """Whether a file's change can change this partition's rows: always for a partition
+        that is its whole folder; for one narrower (an hour of its day), when the file's
+        arrival times, clamped into the day as the landing zone places them, reach the
+        window (before or after the change), a null one reaching the day's first hour, or
+        when the footer does not tell."""
+        if self.window is None:
+            return True
+        return any(_reaches(f.arrival, self.window) for f in (then, now) if f is not None)
+
+
+def _range(doc: Any) -> tuple[int | None, int | None, int] | None:
+    if doc is None:
+        return None
+    lo, hi, nulls = doc
+    return (None if lo is None else int(lo), None if hi is None else int(hi), int(nulls))
+
+
+DAY_MS = 86_400_000
+
+
+def _reaches(arrival: tuple[int | None, int | None, int] | None, window: tuple[int, int]) -> bool:
+    """Whether rows with arrival times ``arrival`` (``(earliest, latest, nulls)`` ms) can be
+    placed in ``window``, an hour (or less) of a day (windowing.storage.landing: a row's
+    arrival time clamped into its folder's day; a null one in the day's first hour)."""
+    if arrival is None:
+        return True
+    lo, hi, nulls = arrival
+    start, end = window
+    day = start // DAY_MS * DAY_MS
+    if nulls and start == day:
+        return True
+    if lo is None or hi is None:
+        return False
+    lo, hi = min(max(lo, day), day + DAY_MS - 1), min(max(hi, day), day + DAY_MS - 1)
+    return lo < end and hi >= start
 
 
 def _file(zone: str, e: Entry) -> InputFile:
@@ -172,28 +254,67 @@ def changes(record: InputRecord, now: Sequence[InputFile]) -> InputChanges:
     )
 
 
-def list_folder(spark: Any, landing_zone: str, folder: str, rows_of: Iterable[str] = ()) -> list[InputFile]:
+def list_folder(
+    spark: Any,
+    landing_zone: str,
+    folder: str,
+    footers_of: Iterable[str] = (),
+    arrival_column: str | None = None,
+) -> list[InputFile]:
     """The data files of ``folder`` under ``landing_zone`` now, as :class:`InputFile` (paths
-    relative to the landing zone), with the row counts of those in ``rows_of`` (relative
-    paths: the added and rewritten ones, read from their footers). A local landing zone is
-    listed with Python's calls (``spark`` may be None: no JVM); any other through
-    :class:`windowing.storage.lake.Lake`, as the replay lists it."""
+    relative to the landing zone); those in ``footers_of`` (relative paths: the added and
+    rewritten ones) with their row counts and, given ``arrival_column``, arrival ranges,
+    read from their footers. A local landing zone is listed with Python's calls when
+    ``spark`` is None (no JVM; :class:`windowing.storage.lake.NeedsSpark` for any other);
+    else through :class:`windowing.storage.lake.Lake`, as the replay lists it."""
     zone = qualify(landing_zone)
     path = join(zone, folder)
-    wanted = set(rows_of)
-    if spark is None:  # the driver's own disk, no JVM (raises NeedsSpark for any other)
+    wanted = set(footers_of)
+    if spark is None:  # the driver's own disk, no JVM
         found = [Entry(qualify(p), False, size, mtime) for p, size, mtime in Lake(None).on_driver(path, "data_files")]
-        out = [_file(zone, e) for e in found]
-        rows = {
-            f.path: local_files.parquet_rows(e.path[len("file:") :]) for f, e in zip(out, found) if f.path in wanted
-        }
-        return [InputFile(f.path, f.size, f.mtime, rows[f.path]) if f.path in wanted else f for f in out]
+        out = []
+        for e in found:
+            f = _file(zone, e)
+            if f.path in wanted:
+                local = e.path[len("file:") :]
+                rows, arrival = local_files.parquet_footer(local, arrival_column)
+                f = replace(f, rows=rows, arrival=arrival)
+            out.append(f)
+        return out
     lake = Lake(spark)
-    out = [_file(zone, e) for e in lake.files(path)]
-    return [
-        InputFile(f.path, f.size, f.mtime, _remote_rows(lake, join(zone, f.path))) if f.path in wanted else f
-        for f in out
-    ]
+    out = []
+    for e in lake.files(path):
+        f = _file(zone, e)
+        if f.path in wanted:
+            f = replace(
+                f,
+                rows=_remote_rows(lake, e.path),
+                arrival=arrival_range(lake, e.path, arrival_column) if arrival_column else None,
+            )
+        out.append(f)
+    return out
+
+
+def arrival_range(lake: Lake, path: str, column: str) -> tuple[int | None, int | None, int] | None:
+    """A Parquet file's ``(earliest, latest, nulls)`` of the time column ``column`` in ms, from
+    its footer (:meth:`windowing.storage.lake.Lake.column_range`); None when it does not tell."""
+    try:
+        found = lake.column_range(path, column)
+    except Exception:  # noqa: BLE001 - not Parquet, unreadable: the range is unknown
+        return None
+    if found is None:
+        return None
+    lo, hi, nulls, kind = found
+    return (time_ms(lo, kind), time_ms(hi, kind), nulls) if kind is not None else None
+
+
+def time_ms(raw: int | None, kind: str) -> int | None:
+    """A time column's raw Parquet value in ms since the epoch, by its kind (``millis``,
+    ``micros``, ``nanos``, ``days`` or ``ms``: an integer of ms); floored, which keeps every
+    row in its hour (hour edges are whole ms)."""
+    if raw is None:
+        return None
+    return {"millis": raw, "ms": raw, "micros": raw // 1000, "nanos": raw // 1_000_000, "days": raw * DAY_MS}[kind]
 
 
 def _remote_rows(lake: Lake, path: str) -> int | None:
@@ -219,11 +340,17 @@ def compare(
     if not found:
         return found
     wanted = {f.path for f in found.added} | {now.path for _, now in found.rewritten}
-    with_rows = {f.path: f for f in list_folder(spark, record.landing_zone, record.folder, wanted)}
-    return InputChanges(
-        added=tuple(with_rows.get(f.path, f) for f in found.added),
-        removed=found.removed,
-        rewritten=tuple((then, with_rows.get(now.path, now)) for then, now in found.rewritten),
+    read = {
+        f.path: f
+        for f in list_folder(spark, record.landing_zone, record.folder, wanted, record.arrival_column)
+        if f.path in wanted
+    }
+    added = tuple(read.get(f.path, f) for f in found.added)
+    rewritten = tuple((then, read.get(now.path, now)) for then, now in found.rewritten)
+    return InputChanges(  # of these, the ones that can reach the partition's rows
+        added=tuple(f for f in added if record.touched_by(None, f)),
+        removed=tuple(f for f in found.removed if record.touched_by(f, None)),
+        rewritten=tuple((then, now) for then, now in rewritten if record.touched_by(then, now)),
     )
 
 

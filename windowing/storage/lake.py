@@ -522,6 +522,40 @@ class Lake:
                 out[t.getName()] = str(t).replace("\n", " ")
         return out
 
+    def column_range(self, path: str, column: str) -> tuple[int | None, int | None, int, str | None] | None:
+        """``(min, max, nulls, kind)`` of the top-level column ``column`` over a Parquet
+        file's row groups, from its footer's statistics (classic sessions): the raw values
+        and what they count (:func:`time_kind`: ``millis``, ``micros``, ``nanos``, ``days``,
+        ``ms`` for a plain integer, None for another type). None when a row group has no
+        statistics for it (or no null count), or the file has no such column."""
+        reader = self._parquet_reader(path)
+        try:
+            footer = reader.getFooter()
+        finally:
+            reader.close()
+        lo = hi = None
+        nulls = 0
+        kind: str | None = None
+        seen = False
+        for block in footer.getBlocks():
+            for chunk in block.getColumns():
+                names = list(chunk.getPath().toArray())
+                if names != [column]:
+                    continue
+                seen = True
+                stats = chunk.getStatistics()
+                if stats is None or stats.isEmpty() or not stats.isNumNullsSet():
+                    return None
+                primitive = chunk.getPrimitiveType()
+                kind = time_kind(str(primitive.getPrimitiveTypeName()), str(primitive.getLogicalTypeAnnotation()))
+                nulls += int(stats.getNumNulls())
+                if stats.hasNonNullValue():
+                    a, b = stats.genericGetMin(), stats.genericGetMax()
+                    if not isinstance(a, int) or not isinstance(b, int):
+                        return None
+                    lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
+        return (lo, hi, nulls, kind) if seen else None
+
     def parquet_rows(self, path: str) -> int:
         """A Parquet file's row count, from its footer only (over Spark Connect, a count)."""
         if self.connect:
@@ -531,3 +565,19 @@ class Lake:
             return int(reader.getRecordCount())
         finally:
             reader.close()
+
+
+def time_kind(physical: str, logical: str | None) -> str | None:
+    """What a Parquet column's raw integers count, from its physical type and its logical
+    type as parquet-java or pyarrow names it (``TIMESTAMP(MICROS,true)``, ``Timestamp(...,
+    timeUnit=microseconds, ...)``, ``DATE``/``Date``, ``INTEGER(64,true)``/``Int(...)``):
+    ``millis``, ``micros``, ``nanos``, ``days``, ``ms`` (an integer column of ms since the
+    epoch, docs/semantics.md §1), or None (a string, INT96, anything else)."""
+    text = (logical or "").lower()
+    if text.startswith("timestamp"):
+        return next((unit for unit in ("millis", "micros", "nanos") if unit in text), None)  # MICROS, microseconds
+    if text.startswith("date"):
+        return "days"
+    if physical in ("INT64", "INT32") and (text in ("", "none", "null") or text.startswith(("int", "integer"))):
+        return "ms"
+    return None

@@ -89,15 +89,47 @@ def data_files(folder: str) -> list[tuple[str, int, int]]:
     return sorted(out)
 
 
-def parquet_rows(path: str) -> int | None:
-    """A local Parquet file's row count from its footer (pyarrow); None when it is not
+def parquet_footer(path: str, column: str | None) -> tuple[int | None, tuple[int | None, int | None, int] | None]:
+    """``(rows, arrival range)`` of a local Parquet file from its footer (pyarrow): its row
+    count, and with ``column`` that column's ``(earliest, latest, nulls)`` in ms over its
+    row groups (None when the statistics do not tell); ``(None, None)`` when it is not
     readable Parquet."""
     import pyarrow.parquet as pq  # noqa: PLC0415 - only `rewindow status` reads a footer here
 
+    from windowing.storage.lake import time_kind  # noqa: PLC0415 - lake imports this module
+
     try:
-        return int(pq.read_metadata(path).num_rows)
-    except Exception:  # noqa: BLE001 - not Parquet, truncated, gone: the count is unknown
-        return None
+        meta = pq.read_metadata(path)
+    except Exception:  # noqa: BLE001 - not Parquet, truncated, gone: nothing known
+        return None, None
+    rows = int(meta.num_rows)
+    if column is None:
+        return rows, None
+    lo = hi = None
+    nulls = 0
+    seen = False
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        for j in range(group.num_columns):
+            chunk = group.column(j)
+            if chunk.path_in_schema != column:
+                continue
+            seen = True
+            stats = chunk.statistics
+            if stats is None or not stats.has_null_count:
+                return rows, None
+            kind = time_kind(chunk.physical_type, str(stats.logical_type))
+            if kind is None:
+                return rows, None
+            nulls += int(stats.null_count)
+            if stats.has_min_max:
+                a, b = _ms(stats.min_raw, kind), _ms(stats.max_raw, kind)
+                lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
+    return rows, ((lo, hi, nulls) if seen else None)
+
+
+def _ms(raw: int, kind: str) -> int:
+    return {"millis": raw, "ms": raw, "micros": raw // 1000, "nanos": raw // 1_000_000, "days": raw * 86_400_000}[kind]
 
 
 def query(path: str, what: str, under: tuple[str, ...] = ()) -> Any:
