@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         flush_at_end=args.flush_at_end,
     )
     if only is None:
-        results = [_state_manifest_check(spark, outputs), *results]
+        results = [_state_manifest_check(spark, outputs), _landing_check(spark, outputs), *results]
     failed = [r for r in results if not r.passed and r.blocking]
     warned = [r for r in results if not r.passed and not r.blocking]
     # A check asked for by name gives a verdict or an error, never a silent skip.
@@ -120,3 +120,19 @@ def _state_manifest_check(spark: Any, outputs: Any) -> Any:
         return CheckResult("state_manifest", True, 0, [], description, skipped=True, skip_reason=str(exc))
     sample = [] if problem is None else [{"problem": problem}]
     return CheckResult("state_manifest", problem is None, len(sample), sample, description)
+
+
+def _landing_check(spark: Any, outputs: Any) -> Any:
+    """``landing_files_unchanged`` (a warning): the files the committed run read, as its
+    commit recorded them, are the landing zone's files now (one listing; issue 46)."""
+    from windowing.storage.input_record import InputRecord, compare  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.validation import CheckResult  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
+
+    description = "the landed files the run read are the landing zone's files now (none added, removed or rewritten)"
+    record = InputRecord.of(outputs.commit)
+    if record is None:
+        reason = "the commit records no input files (a replay of --input, or committed before they were recorded)"
+        return CheckResult("landing_files_unchanged", True, 0, [], description, skipped=True, skip_reason=reason)
+    changes = compare(spark, record)
+    sample = [{"problem": changes.describe(), **changes.to_metadata()}] if changes else []
+    return CheckResult("landing_files_unchanged", not changes, len(sample), sample, description, blocking=False)
