@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from windowing.storage import local_files
-from windowing.storage.lake import Entry, Lake, join, qualify
+from windowing.storage.lake import Entry, Lake, NeedsSpark, display, join, qualify
 
 if TYPE_CHECKING:
     from windowing.storage.commits import Commit
@@ -270,27 +270,22 @@ def list_folder(
     zone = qualify(landing_zone)
     path = join(zone, folder)
     wanted = set(footers_of)
-    if spark is None:  # the driver's own disk, no JVM
-        found = [Entry(qualify(p), False, size, mtime) for p, size, mtime in Lake(None).on_driver(path, "data_files")]
-        out = []
-        for e in found:
-            f = _file(zone, e)
-            if f.path in wanted:
-                local = e.path[len("file:") :]
-                rows, arrival = local_files.parquet_footer(local, arrival_column)
-                f = replace(f, rows=rows, arrival=arrival)
-            out.append(f)
-        return out
     lake = Lake(spark)
+    if spark is None and lake.tree(path) is None:  # Lake(None) lists the driver's own disk only
+        raise NeedsSpark(f"{display(path)} is not on this machine's disk: listing it needs a Spark session")
     out = []
-    for e in lake.files(path):
+    for e in lake.files(path, within=zone):  # as the replay lists it (links resolved)
         f = _file(zone, e)
         if f.path in wanted:
-            f = replace(
-                f,
-                rows=_remote_rows(lake, e.path),
-                arrival=arrival_range(lake, e.path, arrival_column) if arrival_column else None,
-            )
+            if spark is None:  # no JVM: pyarrow reads the footer
+                rows, arrival = local_files.parquet_footer(e.path[len("file:") :], arrival_column)
+                f = replace(f, rows=rows, arrival=arrival)
+            else:
+                f = replace(
+                    f,
+                    rows=_remote_rows(lake, e.path),
+                    arrival=arrival_range(lake, e.path, arrival_column) if arrival_column else None,
+                )
         out.append(f)
     return out
 

@@ -12,10 +12,17 @@ a file that is not Parquet, and a file lacking a configured column or holding it
 another type than the other files, is named, with the column. An empty partition (no
 data files) is zero events with a schema derived from the pipeline (and the carried
 state's types).
+
+**Every file once.** On the driver's own disk, symbolic links are resolved before Spark
+reads (:func:`read_once`): a file reached by two paths is read once, by its real path, with
+a warning naming both; a link loop, or a link out of its input path, is an
+:class:`~windowing.storage.errors.InputError` naming the link and where it points. An upload
+in progress (``._COPYING_``) is skipped, as Spark's readers skip it.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence, cast
@@ -26,6 +33,7 @@ from pyspark.sql import types as T
 from windowing.config import check_input_columns
 from windowing.storage.errors import InputError, first_line, missing_path, root_cause
 from windowing.storage.lake import Lake, PathArg, display, glob_escape, is_connect, qualify
+from windowing.storage.local_files import LinkError, Tree
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -33,6 +41,8 @@ if TYPE_CHECKING:
 
     from windowing.config import Pipeline, Source
 
+
+log = logging.getLogger("rewindow.inputs")
 
 #: For DataFrames read here from Parquet files, at most how many rows each holds: its files'
 #: rows, from the footers read to check them (a view of some of their rows, as a landing
@@ -99,11 +109,12 @@ def read_events(
             raise InputError(f"{p}: cannot reach it: {root_cause(exc)}") from exc
         if not found:
             raise InputError(f"{p}: input does not exist")
+    files, load = read_once(lake, paths)
     footers = None
     if fmt == "parquet":
         # Every footer first: Spark infers the schema from one file and reads pages lazily,
         # so a damaged or foreign file would otherwise fail later, or unnamed.
-        footers = read_footers(lake, [e.path for p in paths for e in lake.files(p)], InputError)
+        footers = read_footers(lake, files, InputError)
         if not footers:
             return _empty_events(spark, paths, schema, pipeline, state)
     reader = _reader(spark, src, recursive=True)
@@ -113,7 +124,7 @@ def read_events(
         reader = reader.schema(lake.parquet_schema(min(footers)))
     try:
         # Each path exists as written (checked above): escaped, Spark reads exactly it.
-        df = reader.load([glob_escape(p) for p in paths])
+        df = reader.load([glob_escape(p) for p in load])
         df.schema  # noqa: B018 - resolve now: a bad path or format fails here, naming it
     except Exception as exc:  # Spark wraps everything in its own exception types
         if "UNABLE_TO_INFER_SCHEMA" in str(exc):
@@ -125,6 +136,53 @@ def read_events(
         check_columns(footers, pipeline, InputError, only=set(df.columns))
         note_rows_at_most(df, lake.rows_in(footers))
     return df
+
+
+def read_once(lake: Lake, paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(files, load)``: the data files under ``paths`` (:meth:`Lake.files`), each once, and
+    what to give Spark's reader so that it reads each of them once: ``paths`` themselves,
+    unless a symbolic link below one of them leads to files read already (Spark's readers
+    follow links), or two paths hold the same file. Then the link-free folders and files
+    that hold each file once (:meth:`Lake.tree`), and a warning names both paths of each
+    such file. A link loop, or a link out of its input path, is an :class:`InputError`
+    naming the link and where it points, before any work."""
+    files: list[str] = []
+    load: list[str] = []
+    seen: dict[str, str] = {}  # where each file really is -> the path it is read as
+    for p in paths:
+        try:
+            tree = lake.tree(p)
+        except LinkError as exc:
+            raise InputError(f"{p}: {exc}") from exc
+        if tree is None:  # not on the driver's disk: no links Spark follows
+            listed = [(e.path, e.path) for e in lake.files(p)]
+            roots = [p]
+        else:
+            note_tree(tree)
+            listed = [("file:" + f, "file:" + tree.real(f)) for f, _, _ in tree.files]
+            roots = tree.roots if tree.linked else [p]
+        again = [(f, seen[real]) for f, real in listed if real in seen]
+        for f, first in again:
+            log.warning(
+                f"{display(f)} is {display(first)} (also under another input path): read once, as {display(first)}"
+            )
+        fresh = [(f, real) for f, real in listed if real not in seen]
+        files.extend(f for f, _ in fresh)
+        load.extend(roots if not again else [f for f, _ in fresh])
+        seen.update((real, f) for f, real in fresh)
+    return files, load
+
+
+def note_tree(tree: Tree) -> None:
+    """Log what :func:`windowing.storage.local_files.walk` found that a reader should know:
+    each symbolic link and the path its files are read as, uploads in progress (skipped, as
+    Spark's readers skip them), links to nothing."""
+    for link, real in tree.aliases:
+        log.warning(f"{link} is a symbolic link to {real}: read once, as {real} (not again through the link)")
+    for f in tree.skipped:
+        log.warning(f"{f}: an upload in progress (._COPYING_), skipped as Spark's readers skip it")
+    for link, target in tree.dangling:
+        log.warning(f"{link} is a symbolic link to {target}, which does not exist: skipped")
 
 
 def _infers_from_one_file(spark: SparkSession, src: Source | None) -> bool:

@@ -102,8 +102,11 @@ def display(path: str) -> str:
 
 
 def hidden(name: str) -> bool:
-    """Names Spark's file index skips (``_SUCCESS``, ``.crc`` files, ``_temporary/``)."""
-    return name.startswith(("_", "."))
+    """Names Spark's file index skips (``_SUCCESS``, ``.crc`` files, ``_temporary/``), as
+    Spark 4's ``HadoopFSUtils.shouldFilterOutPathName`` and the file index's data-path
+    rule do: a name starting with ``_`` (unless it holds ``=``, a partition folder) or
+    ``.``, and an upload in progress (``part-9.parquet._COPYING_``)."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
 
 
 @dataclass(frozen=True)
@@ -224,8 +227,21 @@ class Lake:
             key=lambda e: e.path,
         )
 
-    def files(self, path: str) -> list[Entry]:
-        """The data files Spark would read under ``path`` (recursive, hidden skipped)."""
+    def files(self, path: str, within: str | None = None) -> list[Entry]:
+        """The data files Spark would read under ``path`` (recursive, hidden skipped), each
+        once, sorted, with its size and modification time.
+
+        On the driver's own disk symbolic links are resolved (:meth:`tree`): a file reached
+        by two paths is listed once, by its real path (spelled under ``within``, default
+        ``path``: the links below it resolved, the folder itself as given), and a file
+        whose real path is outside ``path`` but inside ``within`` (a day's link to another
+        day's file) is not listed, as it is read where it really is. A link loop, or a link
+        out of ``within``, raises :class:`windowing.storage.local_files.LinkError`. Other
+        filesystems have no links that Spark follows.
+        """
+        tree = self.tree(path, within, sizes=True)
+        if tree is not None:
+            return [Entry("file:" + name, False, size, mtime) for name, size, mtime in tree.files]
         if not self.connect:
             fs, p = self._fs(path)
             if not fs.exists(p):
@@ -250,6 +266,19 @@ class Lake:
             (Entry(r["path"], False, int(r["length"]), int(r["modificationTime"].timestamp() * 1000)) for r in rows),
             key=lambda e: e.path,
         )
+
+    def tree(self, path: str, within: str | None = None, sizes: bool = False) -> local_files.Tree | None:
+        """The data files under ``path`` on the driver's own disk, symbolic links resolved and
+        checked (:func:`windowing.storage.local_files.walk`: each file once, the paths through
+        links, the link-free folders that hold the files, uploads in progress); None for
+        any other filesystem (Hadoop's local filesystem follows links; HDFS has them off by
+        default, object stores have none). ``sizes``: each file's size and mtime too.
+        Raises :class:`windowing.storage.local_files.LinkError` for a loop or a link out of
+        ``within`` (default ``path``)."""
+        local = self._local(path)
+        if local is not None:
+            return local_files.walk(local, hidden, within=self._local(within) if within else None, sizes=sizes)
+        return None
 
     def glob_files(self, pattern: str, most: int) -> list[tuple[str, str]] | None:
         """The data files Spark's readers read for the glob ``pattern`` (a matched folder:
@@ -319,7 +348,7 @@ class Lake:
     def on_driver(self, path: str, what: str, under: tuple[str, ...] = ()) -> Any:
         """A query of the driver's own disk that a :class:`Lake` of no session (``Lake(None)``)
         answers with Python's calls, starting no JVM (``rewindow status`` on a local history):
-        ``exists``, ``children``, ``data_files`` (:func:`local_files.data_files`) or ``texts``
+        ``exists``, ``children`` or ``texts``
         (each file or folder matching the glob ``under`` below ``path``: its data files, as
         ``(URI, text)``).
         Raises :class:`NeedsSpark` for a path that is not on the driver's disk."""

@@ -21,6 +21,8 @@ listing folders in Python:
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,8 @@ from pyspark.sql import types as T
 
 from windowing.storage.errors import InputError
 from windowing.storage.inputs import check_parquet_files, note_rows_at_most
-from windowing.storage.lake import Entry, Lake, glob_escape, join
+from windowing.storage.lake import Entry, Lake, display, glob_escape, inside, join, qualify
+from windowing.storage.local_files import LinkError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -55,6 +58,11 @@ class KnownSchemas:
 
     zone: dict[tuple[Any, ...], T.StructType] = field(default_factory=dict)
     days: dict[tuple[str, ...], dict[str, T.DataType]] = field(default_factory=dict)
+    #: Local landing zones found without symbolic links (:func:`zone_paths`): not walked
+    #: again in this run. A zone with links is walked for every partition.
+    linkless: set[str] = field(default_factory=set)
+    #: The link warnings given in this run (each once, not once a partition).
+    warned: set[str] = field(default_factory=set)
 
 
 def day_of(start: datetime, end: datetime) -> datetime:
@@ -86,11 +94,19 @@ def read_landing(
         reader = reader.option("recursiveFileLookup", "true")
     else:
         reader = reader.option("basePath", landing_zone)
+    roots = zone_paths(spark, landing_zone, known)
     try:
-        df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
+        if roots is None:
+            df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
+        else:  # links below it: the folders and files that hold each file once
+            df = reader.load([glob_escape(r) for r in roots])
         df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
     except Exception as exc:  # Spark's AnalysisException and friends
         text = str(exc)
+        if partition_column is not None and (
+            "CONFLICTING_PARTITION_COLUMN_NAMES" in text or "CONFLICTING_DIRECTORY" in text
+        ):
+            raise InputError(_layout_error(landing_zone, partition_column, text)) from exc
         if "PATH_NOT_FOUND" in text or "UNABLE_TO_INFER_SCHEMA" in text or "does not exist" in text:
             raise LandingZoneError(
                 f"landing zone {landing_zone} holds no events"
@@ -172,7 +188,7 @@ def read_partition_events(
     rows: int | None = None  # at most: the day's files' (their footers, read to check them), what plans a small replay
     lake = Lake(spark)
     folder = join(landing_zone, day_folder(partition_column, day))
-    files: list[Entry] = lake.files(folder)
+    files: list[Entry] = lake.files(folder, within=landing_zone)
     if (source.format if source else "parquet") == "parquet":
         check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
         check_day_types(spark, folder, [e.path for e in files], df, pipeline, known)
@@ -240,3 +256,63 @@ def _as_timestamp(df: DataFrame, column: str) -> Column:
     if isinstance(dtype, T.StringType):
         return F.try_to_timestamp(c)
     return F.lit(None).cast("timestamp")
+
+
+# --------------------------------------------------------------------------- each file once (issue 46)
+
+log = logging.getLogger("rewindow.landing")
+
+
+def zone_paths(spark: SparkSession, landing_zone: str, known: KnownSchemas | None = None) -> list[str] | None:
+    """What Spark's reader is given for the landing zone so that it reads each file once:
+    None for the zone itself (no symbolic link below it, or not on the driver's disk: only
+    there are there links Spark follows), else the link-free folders and files that hold
+    each of its files once (:meth:`Lake.tree`; partition discovery is unchanged: ``basePath``
+    is the zone). Each link is logged (once a run), naming it and the path its files are
+    read as. A link loop, or a link whose real path leaves the zone, is an
+    :class:`InputError` naming the link and where it points. ``known``: a zone found
+    without links earlier in the run is not walked again (one ``scandir`` a folder, no
+    file opened or stat'ed, when it is)."""
+    if known is not None and landing_zone in known.linkless:
+        return None
+    try:
+        tree = Lake(spark).tree(landing_zone)
+    except LinkError as exc:
+        raise InputError(f"landing zone {landing_zone}: {exc}") from exc
+    if tree is None or not tree.linked:
+        if known is not None and tree is not None:
+            known.linkless.add(landing_zone)
+        return None
+    for link, real in tree.aliases:
+        message = f"landing zone {landing_zone}: {link} is a symbolic link to {real}: read once, as {real}"
+        if known is None or message not in known.warned:
+            log.warning(message + " (not again through the link)")
+            if known is not None:
+                known.warned.add(message)
+    return tree.roots
+
+
+def _layout_error(landing_zone: str, partition_column: str, spark_error: str) -> str:
+    """The landing zone's layout, said as rewindow expects it, naming the folders Spark's
+    partition discovery found out of place (its message lists the folders it compared, one
+    a line: those other than the zone and its day folders)."""
+    listed = []
+    for line in spark_error.splitlines():
+        path = line.strip().split(" SQLSTATE", 1)[0]
+        if path.startswith(("file:", "/")) or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path):
+            listed.append(path)
+    zone = qualify(landing_zone)
+
+    def out_of_place(path: str) -> bool:
+        rel = qualify(path)[len(zone) :].strip("/") if inside(path, landing_zone) else path
+        return bool(rel) and ("/" in rel or not rel.startswith(f"{partition_column}="))
+
+    folders = [display(qualify(f)) for f in listed if out_of_place(f)] or [display(qualify(f)) for f in listed]
+    first = spark_error.strip().splitlines()[0].rstrip(":").strip() if spark_error.strip() else ""
+    return (
+        f"landing zone {landing_zone}: "
+        + (f"{', '.join(dict.fromkeys(folders))}: " if folders else "")
+        + f"not a layout rewindow reads: it expects day folders {partition_column}=YYYY-MM-DD directly in "
+        "the landing zone, each holding that day's files, and no deeper partition folders (hour=...) "
+        f"nor other folders; move the files into their day folder (Spark: {first[:200]})"
+    )
