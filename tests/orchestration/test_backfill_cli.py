@@ -235,3 +235,33 @@ def test_two_concurrent_backfills_of_one_range_lose_nothing(spark, history, pipe
             assert sorted(map(tuple, getattr(got, name).collect()), key=repr) == sorted(
                 map(tuple, getattr(want, name).collect()), key=repr
             ), (day, name)
+
+
+def test_rerun_from_alone_goes_through_the_newest_committed_and_a_shorter_rerun_says_what_is_left(
+    spark, history, pipelines_dir, tmp_path
+):
+    """``--rerun-from D`` replayed only D, and said nothing of the later partitions it left
+    out of date (issue 48); it now replays D through the newest committed partition, and a
+    run that still leaves later ones out of date ends with the command that fixes them."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    landing = tmp_path / "landing"
+    shutil.copytree(history, landing)
+    config = pipelines_dir / "clicks-hourly.yaml"
+    root = tmp_path / "out"
+    base = ("backfill", "--config", config, "--input", landing, "--output", root)
+    rc, _, err = _cli(*base, "--from", DAYS[0], "--to", DAYS[-1])
+    assert rc == 0, err
+    folder = landing / f"date={DAYS[1]}"
+    pq.write_table(pq.read_table(sorted(folder.glob("*.parquet"))[0]).slice(0, 7), folder / "late.parquet")
+
+    rc, _, err = _cli(*base, "--rerun-from", DAYS[1], "--to", DAYS[1])
+    assert rc == 0, err
+    assert f"after {DAYS[1]} are out of date from {DAYS[2]}" in err and "--resume" in err, err
+    rc, _, err = _cli(*base, "--rerun-from", DAYS[1])
+    assert rc == 0 and f"backfilling 2 partition(s) {DAYS[1]}..{DAYS[2]}" in err, err
+    assert "are out of date" not in err, err
+    lines, _ = _status_lines(root, config)
+    assert all("committed" in lines[d] for d in DAYS), lines

@@ -70,7 +70,8 @@ def add_parser(subparsers: Any) -> None:
     how.add_argument(
         "--rerun-from",
         metavar="DATE",
-        help="replay from this partition to --to (later partitions become current again)",
+        help="replay from this partition to --to (default: the newest committed partition), "
+        "so that the later partitions become current again",
     )
     b.add_argument("--flush-at-end", action="store_true", help="emit the windows still open after --to")
     b.add_argument("--no-checks", action="store_true", help="skip the data-quality checks (not recommended)")
@@ -137,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
             partition_column=partition_column,
             publisher=common.publisher(spark, catalog, pipeline, output_root),
         )
+        if args.rerun_from and not args.first and not args.last:  # D through the newest committed, as --to's help says
+            committed = chain.committed_keys()
+            if committed and partitions.start_of(committed[-1]) > partitions.start_of(keys[-1]):
+                keys = partitions.keys(keys[0], committed[-1])
         if args.rerun_from:
             rerun = probe.span(args.rerun_from, args.rerun_from)[0]
             if rerun not in keys:
@@ -253,7 +258,21 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
         f"backfilled {len(keys)} partition(s), {rows:,} events in {elapsed:.1f}s "
         f"({rows / elapsed if elapsed else 0:,.0f} events/s)"
     )
+    _say_what_is_left(chain, keys[-1])
     return 0
+
+
+def _say_what_is_left(chain: Any, last: str) -> None:
+    """A run that leaves committed partitions after ``last`` out of date ends by saying so,
+    with the command that brings them in line."""
+    later = [s for s in chain.out_of_date() if chain.partitions.start_of(s.partition) > chain.partitions.start_of(last)]
+    if later:
+        print(
+            f"rewindow: {len(later)} committed partition(s) after {last} are out of date from {later[0].partition} "
+            f"({later[0].reason}); bring them in line with: rewindow backfill --config ... --input "
+            f"{chain.landing_zone} --output {chain.output_root} --resume",
+            file=sys.stderr,
+        )
 
 
 def _what_changed(chain: Any, before: dict[str, Any], replayed: list[Any]) -> str:
