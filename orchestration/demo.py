@@ -296,8 +296,21 @@ def run_demo(args: argparse.Namespace, start: datetime | None) -> int:
     print(f"\nBrowse it in the UI (http://127.0.0.1:3000), from {REPO}:")
     # Dagster 1.13's `dagster dev` says `dg dev` (another package) supersedes it: filtered here.
     hints["PYTHONWARNINGS"] = f"'{DEV_NOTICE}'"
-    print("  " + " ".join(f"{k}={v}" for k, v in hints.items()) + " dagster dev -w workspace.yaml")
+    print("  " + " ".join(f"{k}={v}" for k, v in hints.items()) + f" {venv_command('dagster')} dev -w workspace.yaml")
     return 0
+
+
+def venv_command(name: str) -> str:
+    """How to run the command ``name`` of this Python's environment from the repository:
+    ``.venv/bin/dagster`` (runs without the environment activated), or the absolute path
+    for an environment elsewhere; the bare name when it is not installed beside Python."""
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        return name
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def write_instance_settings(home: Path) -> None:

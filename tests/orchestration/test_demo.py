@@ -39,6 +39,10 @@ def test_demo_generates_replays_and_summarises(spark, pipelines_dir, tmp_path, c
     assert f"DAGSTER_HOME={tmp_path / 'home'}" in out
     # `dagster dev` starts the partitions at the oldest landed day by itself: no REWINDOW_HISTORY_START to set.
     assert "REWINDOW_HISTORY_START" not in out
+    # The printed UI command runs from the repository without the environment activated (issue 47).
+    [ui] = [line.split() for line in out.splitlines() if " dev -w workspace.yaml" in line]
+    dagster = ui[ui.index("dev") - 1]
+    assert dagster.endswith("/dagster") and (demo.REPO / dagster).is_file(), ui
     for day in days:
         metrics = metrics_of(tmp_path / "out" / "clicks-hourly" / day)
         assert metrics["input_rows"] == 200
