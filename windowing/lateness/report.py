@@ -250,8 +250,28 @@ def _late_share_plot(f: Mapping[str, Any]) -> str:
         f'stroke-dasharray="5,4"/><text x="{_W - _RIGHT - 4}" y="{ty - 4:.1f}" text-anchor="end">target '
         f"{_pct(f['target_late'])}</text>"
     )
-    body += _legend([(f"{s} {m}", c) for s, m, c in series], _LEFT + 10, _H - _BOTTOM - 14 * len(series) - 6)
+    labels = _coinciding_labels(series, {(s, m): tuple(map(tuple, points.get(f"{s}/{m}", []))) for s, m, _ in series})
+    body += _legend(labels, _LEFT + 10, _H - _BOTTOM - 14 * len(series) - 6)
     return _svg(body)
+
+
+def _coinciding_labels(
+    series: Sequence[tuple[str, str, str]], data: Mapping[tuple[str, str], tuple[Any, ...]]
+) -> list[tuple[str, str]]:
+    """``(label, colour)`` of each plotted series; a series whose curve is another's exactly
+    (the strategies often agree: one hides the other) says so: ``MAX per-key (same curve
+    as MIN per-key, drawn over it)``."""
+    out: list[tuple[str, str]] = []
+    seen: dict[tuple[Any, ...], str] = {}
+    for s, m, colour in series:
+        label = f"{s} {m}"
+        curve = data.get((s, m), ())
+        if curve and curve in seen:
+            label += f" (same curve as {seen[curve]}, drawn over it)"
+        elif curve:
+            seen[curve] = label
+        out.append((label, colour))
+    return out
 
 
 def _latency_plot(f: Mapping[str, Any]) -> str:
@@ -273,7 +293,14 @@ def _latency_plot(f: Mapping[str, Any]) -> str:
                     f'fill="{colour}"><title>{_e(s)} {_d(r["delay_ms"])} {key[8:11]}: '
                     f"{_ms_label(r[key])}</title></circle>"
                 )
-    body += _legend([(f"{s} {m}", c) for s, m, c in series], _LEFT + 10, _TOP + 12)
+    curves = {
+        (s, m): tuple(
+            (r["delay_ms"], r["latency_p50_ms"], r["latency_p99_ms"])
+            for r in sorted((r for r in rows if (r["strategy"], r["lateness"]) == (s, m)), key=lambda r: r["delay_ms"])
+        )
+        for s, m, _ in series
+    }
+    body += _legend(_coinciding_labels(series, curves), _LEFT + 10, _TOP + 12)
     return _svg(body)
 
 

@@ -573,3 +573,24 @@ def test_no_events_gives_an_empty_analysis_and_a_report():
     }
     page = render_report(figures)
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4
+
+
+def test_a_curve_that_coincides_with_another_says_so_in_the_legend():
+    """On the demo the MIN and MAX strategies' curves coincide, so one hid the other (issue 47):
+    the legend of the one drawn over says whose curve it is; distinct curves say nothing."""
+    from windowing.lateness.report import _late_share_plot, _latency_plot
+
+    def row(strategy, delay, share, p50):
+        return {"strategy": strategy, "lateness": "WINDOW_CLOSED", "delay_ms": delay, "late_share": share,
+                "latency_p50_ms": p50, "latency_p99_ms": p50 * 2}  # fmt: skip
+
+    same = [row(s, d, 0.01 / (1 + d), 100 + d) for s in ("MIN_EVENT_TIME", "MAX_EVENT_TIME") for d in (0, 1000)]
+    points = {f"{s}/WINDOW_CLOSED": [[0, 0.01], [1000, 0.005]] for s in ("MIN_EVENT_TIME", "MAX_EVENT_TIME")}
+    figures = {"curves": same, "late_curve_points": points, "delays_ms": [0, 1000], "target_late": 0.001}
+    note = "MAX_EVENT_TIME WINDOW_CLOSED (same curve as MIN_EVENT_TIME WINDOW_CLOSED, drawn over it)"
+    assert note in _late_share_plot(figures) and note in _latency_plot(figures)
+    figures["curves"] = [
+        dict(r, latency_p50_ms=r["latency_p50_ms"] + (r["strategy"] == "MAX_EVENT_TIME")) for r in same
+    ]
+    figures["late_curve_points"]["MAX_EVENT_TIME/WINDOW_CLOSED"] = [[0, 0.02], [1000, 0.005]]
+    assert "same curve" not in _late_share_plot(figures) and "same curve" not in _latency_plot(figures)
