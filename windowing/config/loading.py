@@ -4,7 +4,10 @@
 Every mistake raises :class:`~windowing.config.fields.ConfigError` naming the YAML field
 and the bad value. Unknown fields are refused too: a typo must not silently become a
 default. So are a key given twice in one mapping (plain YAML keeps the last one), a file
-that is not UTF-8, and a duration longer than ``durations.MAX_DURATION_MS`` (100 years).
+that is not UTF-8, a duration longer than ``durations.MAX_DURATION_MS`` (100 years), a file
+over :data:`MAX_PIPELINE_FILE_BYTES`, and a document that YAML's aliases expand beyond
+:data:`MAX_EXPANDED_NODES` nodes or :data:`MAX_EXPANDED_CHARS` characters (checked on the
+composed nodes, before anything is expanded).
 A VoltSP window block is read as its users write it (:mod:`windowing.config.voltsp`).
 """
 
@@ -55,14 +58,30 @@ from windowing.config.voltsp import (
     live_source_blocks,
 )
 
+#: The largest pipeline file read, in bytes: a pipeline is a few kilobytes, and PyYAML
+#: takes seconds over megabytes.
+MAX_PIPELINE_FILE_BYTES = 1_000_000
+#: The most YAML nodes (scalars, lists, mappings) a document may hold once its aliases
+#: are expanded: an alias (``*a``) repeats its anchor's whole value, so nested aliases
+#: grow a small file exponentially (840 bytes became a 226 MB reader option).
+MAX_EXPANDED_NODES = 100_000
+#: The most characters of scalars a document may hold once its aliases are expanded.
+MAX_EXPANDED_CHARS = 1_000_000
+
 
 def load_pipeline(path: str | Path) -> Pipeline:
     """Read and validate a pipeline YAML file (contract section 10)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with p.open("rb") as f:
+            data = f.read(MAX_PIPELINE_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read pipeline file: {exc.strerror or exc}") from exc
+    if len(data) > MAX_PIPELINE_FILE_BYTES:
+        raise ConfigError(
+            f"{p}: larger than {MAX_PIPELINE_FILE_BYTES:,} bytes: not a pipeline file "
+            "(a pipeline is a few kilobytes of YAML)"
+        )
     try:
         doc = yaml.load(_utf8_text(data), Loader=_StrictLoader)
         return parse_pipeline(doc)
@@ -70,6 +89,10 @@ def load_pipeline(path: str | Path) -> Pipeline:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
+    except RecursionError:  # PyYAML composes and constructs recursively
+        raise ConfigError(f"{p}: not valid YAML: nested too deeply for a pipeline file") from None
+    except ValueError as exc:  # PyYAML's int(): a number of more than 4300 digits
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -100,6 +123,7 @@ class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml ships no stu
     _MERGE_TAG = "tag:yaml.org,2002:merge"
 
     def construct_document(self, node: yaml.Node) -> Any:
+        _refuse_alias_expansion(node)  # before anything is constructed (or expanded by str())
         self._fields = _field_paths(node)  # for messages: mapping node -> its YAML field
         return super().construct_document(node)
 
@@ -147,6 +171,66 @@ def _field_paths(root: yaml.Node) -> dict[int, str]:
         elif isinstance(node, yaml.SequenceNode):
             todo.extend((v, f"{path}[{i}]") for i, v in enumerate(node.value))
     return paths
+
+
+def _expanded_sizes(root: yaml.Node) -> dict[int, tuple[int, int]]:
+    """``id(node) -> (nodes, characters of scalars)`` of every node, its aliases expanded.
+
+    Counted on the composed nodes, where an alias is the anchor's node again: each node is
+    sized once, from its children's sizes, so a bomb of nested aliases costs its file's
+    size to measure, never its expansion. An alias back to a node that holds it (a
+    recursive document) counts as one node.
+    """
+    sizes: dict[int, tuple[int, int]] = {}
+    entered: set[int] = set()
+    todo: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while todo:
+        node, children_sized = todo.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = (1, len(node.value))
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if children_sized:
+            nodes, chars = 1, 0
+            for child in children:
+                n, c = sizes.get(id(child), (1, 0))  # not sized yet: an alias back up (a cycle)
+                nodes, chars = nodes + n, chars + c
+            sizes[id(node)] = (nodes, chars)
+        elif id(node) not in entered:
+            entered.add(id(node))
+            todo.append((node, True))
+            todo.extend((child, False) for child in children if id(child) not in sizes)
+    return sizes
+
+
+def _refuse_alias_expansion(root: yaml.Node) -> None:
+    """Refuse a document larger than :data:`MAX_EXPANDED_NODES` nodes or
+    :data:`MAX_EXPANDED_CHARS` characters once its aliases are expanded, naming the
+    deepest field (through mappings) that is too large on its own."""
+    sizes = _expanded_sizes(root)
+
+    def too_large(node: yaml.Node) -> bool:
+        nodes, chars = sizes.get(id(node), (1, 0))
+        return nodes > MAX_EXPANDED_NODES or chars > MAX_EXPANDED_CHARS
+
+    if not too_large(root):
+        return
+    node, field = root, ""
+    while isinstance(node, yaml.MappingNode):
+        big = [(k, v) for k, v in node.value if too_large(v)]
+        if not big:
+            break
+        key, node = big[0]
+        name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+        field = f"{field}.{name}" if field else str(name)
+    nodes, chars = sizes[id(node)]
+    raise ConfigError(
+        f"{field or '<root>'}: expands to {nodes:,} YAML nodes and {chars:,} characters once its aliases (*name) "
+        f"are expanded; a pipeline holds at most {MAX_EXPANDED_NODES:,} nodes and {MAX_EXPANDED_CHARS:,} "
+        "characters: nested aliases repeat their anchors' values, write the values out instead"
+    )
 
 
 def parse_pipeline(doc: Any) -> Pipeline:

@@ -802,3 +802,69 @@ def test_yaml_tags_are_refused(tmp_path, tag):
     path = _write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {tag}"))
     with pytest.raises(ConfigError, match=r"not valid YAML: could not determine a constructor for the tag"):
         load_pipeline(path)
+
+
+# --------------------------------------------------------------------------- hostile run (issue 47)
+
+
+def _alias_bomb(levels: int, where: str = "source") -> str:
+    """A pipeline whose ``source.options`` (or an aggregate's name) nests ``levels`` lists of
+    aliases, each nine copies of the one before: 9**levels copies of "lol" once expanded."""
+    lines = ['    l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"    l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    if where == "source":
+        return PIPELINE_YAML.replace(
+            "  arrivalTime: arrival_time\n", "  arrivalTime: arrival_time\n  options:\n" + "\n".join(lines) + "\n"
+        )
+    anchors = "columns:\n" + "\n".join(line[2:] for line in lines) + "\n"
+    return anchors + PIPELINE_YAML.replace("      - type: count\n", f"      - {{type: count, name: *l{levels - 1}}}\n")
+
+
+@pytest.mark.parametrize(
+    ("where", "field"),
+    [("source", "source.options.l5"), ("columns", "columns.l5")],
+    ids=["source.options", "columns"],
+)
+def test_nested_aliases_are_refused_before_they_are_expanded(tmp_path, where, field):
+    """Finding 1: 840 bytes of nested aliases in source.options became a 226 MB reader option
+    (9.7 s; a level more, 198 s). The size is counted on the composed YAML nodes, each once."""
+    path = _write(tmp_path, _alias_bomb(7, where))
+    assert path.stat().st_size < 1000
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: {field}: expands to ") and "at most 100,000 nodes and 1,000,000 characters" in msg
+    # Forty levels (9**40 copies) cost no more to refuse: nothing is expanded.
+    with pytest.raises(ConfigError, match=f"{field}: expands to "):
+        load_pipeline(_write(tmp_path, _alias_bomb(40, where), "deep.yaml"))
+
+
+def test_aliases_within_the_bound_load_and_recursive_aliases_do_not_hang(tmp_path):
+    """The bound counts expanded values: a small alias is fine, and an alias back to its own
+    anchor (a recursive document) is sized once, not followed round its loop."""
+    text = PIPELINE_YAML.replace("version: 1\n", "version: 1\ncolumns: &c {}\n").replace(
+        "  arrivalTime: arrival_time\n", "  arrivalTime: arrival_time\n  options: &o {a: b}\nreplay: {}\n"
+    )
+    assert load_pipeline(_write(tmp_path, text)).source.options == (("a", "b"),)
+    loop = PIPELINE_YAML.replace(
+        "  arrivalTime: arrival_time\n", "  arrivalTime: arrival_time\n  options: &o {a: *o}\n"
+    )
+    assert load_pipeline(_write(tmp_path, loop, "loop.yaml")).source.options[0][0] == "a"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (PIPELINE_YAML + "# " + "x" * 10_000_000 + "\n", "larger than 1,000,000 bytes: not a pipeline file"),
+        (PIPELINE_YAML + "x: " + "[" * 100_000 + "]" * 100_000 + "\n", "not valid YAML: nested too deeply"),
+        (PIPELINE_YAML.replace("version: 1", "version: " + "1" * 5000), "not valid YAML: Exceeds the limit"),
+    ],
+    ids=["10MB", "deeply-nested", "5000-digits"],
+)
+def test_a_huge_or_deeply_nested_file_is_refused_naming_it(tmp_path, text, needle):
+    """Held in the hostile run (issue 47): a 10 MB pipeline took 2.5 s to parse, 100,000
+    nested lists raised RecursionError and a 5000-digit number a ValueError naming no file."""
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    assert str(err.value).startswith(f"{path}: {needle}"), str(err.value)[:300]
