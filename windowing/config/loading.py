@@ -36,6 +36,7 @@ from windowing.config.fields import (
 from windowing.config.model import (
     DEFAULT_BATCH_INTERVAL_MS,
     DEFAULT_HEARTBEAT_MS,
+    MAX_SLIDE_RATIO,
     Aggregate,
     Clock,
     Lateness,
@@ -296,7 +297,7 @@ def _parse_root(m: Mapping[str, Any]) -> tuple[str, list[str]]:
     )
     ignored = [k for k in m if k in LIVE_ONLY_ROOT_FIELDS]  # the live pipeline's sink, processors
     version = m.get("version", 1)
-    if version != 1:
+    if isinstance(version, bool) or version != 1:  # True == 1 in Python
         raise ConfigError(f"version: {version!r} is not supported; use 1")
     name = m.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -309,19 +310,28 @@ def _parse_root(m: Mapping[str, Any]) -> tuple[str, list[str]]:
 #: letter or digit. It becomes a folder (``<output root>/<name>/``) and part of read paths,
 #: so no path separator, no ``..``, no Hadoop glob character, no hidden name.
 _PIPELINE_NAME = re.compile(r"[^\W_][\w.-]*")
+#: The longest folder name most filesystems take (ext4, XFS, APFS, HDFS's default), in bytes.
+MAX_NAME_BYTES = 255
 
 
 def check_pipeline_name(name: str) -> None:
     """Refuse a pipeline ``name`` that is not one plain folder name (:data:`_PIPELINE_NAME`).
 
     ``../../x`` would write outside the output root, ``a/b`` a folder ``rewindow status``
-    does not list, and ``*`` would read every pipeline's partitions as its own.
+    does not list, and ``*`` would read every pipeline's partitions as its own. A name
+    over :data:`MAX_NAME_BYTES` bytes failed only when the first output was written
+    ("Mkdirs failed"), after the replay's work.
     """
     if not _PIPELINE_NAME.fullmatch(name) or ".." in name:
         raise ConfigError(
             f"name: {name!r} is not allowed: a pipeline name is one folder name under the output root; "
             "use letters, digits, '_', '-' and '.' (starting with a letter or digit, no '..'), "
             "for example 'clicks-hourly'"
+        )
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise ConfigError(
+            f"name: {name[:40]!r}... is {len(name.encode('utf-8')):,} bytes in UTF-8: a pipeline name is one folder "
+            f"name under the output root, and a folder name is at most {MAX_NAME_BYTES} bytes; use a shorter name"
         )
 
 
@@ -551,12 +561,24 @@ def _window_extent(wtype: WindowType, w: Mapping[str, Any], f: str) -> tuple[int
         assert span is not None  # sliding windows have a span (above)
         if slide > span:
             raise ConfigError(f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}")
+        if span > MAX_SLIDE_RATIO * slide:
+            raise ConfigError(
+                f"{f}.windowSlide: windowSpan {w['windowSpan']!r} / windowSlide {w['windowSlide']!r} is a ratio of "
+                f"{_ratio(span, slide)}: each event would belong to {-(-span // slide):,} windows; the ratio is at "
+                f"most {MAX_SLIDE_RATIO:,} (a typo, such as 1ms for 1m?)"
+            )
     if wtype in (WindowType.TUMBLING, WindowType.SLIDING) and "windowOffset" in w:
         assert span is not None  # tumbling and sliding windows have a span (above)
         offset = window_offset_field(w["windowOffset"], span, slide or span, w["windowSpan"], f"{f}.windowOffset")
     if wtype is WindowType.SESSION and "maximumDuration" in w:
         max_dur = positive_duration_field(w["maximumDuration"], f"{f}.maximumDuration")
     return span, slide, offset, max_dur
+
+
+def _ratio(span: int, slide: int) -> str:
+    """``span / slide`` for a message: ``3,600,000``, ``10,000.5``."""
+    whole, rest = divmod(span, slide)
+    return f"{whole:,}" if not rest else f"{span / slide:,.2f}".rstrip("0")
 
 
 def _idle_timeout(wtype: WindowType, w: Mapping[str, Any], tc: Mapping[str, Any], f: str) -> int | None:
@@ -614,12 +636,33 @@ def _parse_aggregates(doc: Any, f: str, columns: ColumnMap) -> tuple[tuple[Aggre
             name = typ if prop is None else f"{typ}_{prop}"
         elif not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{fi}.name: {name!r} must be a non-empty string")
+        _check_aggregate_name(name, typ, fi, explicit="name" in item)
         percentage = _percentage(item.get("percentage"), typ, f"{fi}.percentage")
         if percentage is None:
             out.append(Aggregate(type=typ, column=column, name=name))
         else:
             out.append(PercentileAggregate(type=typ, column=column, name=name, percentage=percentage))
     return tuple(out), [f"{f}[{i}].name" for i in range(len(out))]
+
+
+#: Characters an aggregate's output name may not hold: it is a column of the outputs (and
+#: ``partial_<name>`` one of the state), which Spark reads as a nested field (``.``), a
+#: quoted name (a backtick) and Hive-style layouts as a folder (``/``).
+_UNSAFE_NAME_CHARACTERS = ("/", ".", "`")
+
+
+def _check_aggregate_name(name: str, typ: str, fi: str, explicit: bool) -> None:
+    """Refuse an output name holding a character of :data:`_UNSAFE_NAME_CHARACTERS`,
+    naming the aggregate (its explicit ``name``, or the column its default name comes from)."""
+    bad = [c for c in _UNSAFE_NAME_CHARACTERS if c in name]
+    if not bad:
+        return
+    where = f"{fi}.name" if explicit else fi
+    fix = "give it another name" if explicit else f"give it a name of its own (name: {typ}_...)"
+    raise ConfigError(
+        f"{where}: aggregate {name!r} holds {', '.join(repr(c) for c in bad)}: an aggregate's name is a column "
+        f"of the outputs, and a column name with '/', '.' or '`' cannot be written and read back safely; {fix}"
+    )
 
 
 def _percentage(v: Any, typ: str, f: str) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import uuid
 from pathlib import Path
 
@@ -868,3 +869,88 @@ def test_a_huge_or_deeply_nested_file_is_refused_naming_it(tmp_path, text, needl
     with pytest.raises(ConfigError) as err:
         load_pipeline(path)
     assert str(err.value).startswith(f"{path}: {needle}"), str(err.value)[:300]
+
+
+@pytest.mark.parametrize(
+    ("span", "slide", "ratio", "windows"),
+    [("1h", "1ms", "3,600,000", "3,600,000"), ("1d", "8s", "10,800", "10,800"), ("10001s", "1s", "10,001", "10,001")],
+)
+def test_a_span_to_slide_ratio_over_10000_is_refused(span, slide, ratio, windows):
+    """Finding 2: windowSlide 1ms on 1h (a typo for 1m) is 3.6 M windows per event; the
+    kernel raised MemoryError at 100 events."""
+    with pytest.raises(ConfigError) as err:
+        parse_pipeline(_doc(_sliding(windowSpan=span, windowSlide=slide)))
+    msg = str(err.value)
+    assert msg.startswith(
+        f"emitter.sliding-time-window.windowSlide: windowSpan {span!r} / windowSlide {slide!r} is a ratio of {ratio}: "
+        f"each event would belong to {windows} windows; the ratio is at most 10,000"
+    ), msg
+
+
+@pytest.mark.parametrize(("span", "slide"), [("10000s", "1s"), ("1d", "9s"), ("1h", "1s")])
+def test_a_span_to_slide_ratio_up_to_10000_is_accepted(span, slide):
+    p = parse_pipeline(_doc(_sliding(windowSpan=span, windowSlide=slide)))
+    assert p.window.span_ms <= 10_000 * p.window.slide_ms
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("a" * 300, "is 300 bytes in UTF-8"),  # finding 3: "Mkdirs failed" after the replay's work
+        ("\xe9" * 128, "is 256 bytes in UTF-8"),  # 128 characters, 256 bytes
+        ("a/b", "is not allowed"),
+        ("a\0b", "is not allowed"),
+        (".", "is not allowed"),
+        ("..", "is not allowed"),
+    ],
+    ids=["300-chars", "256-bytes", "slash", "nul", "dot", "dotdot"],
+)
+def test_a_name_that_cannot_be_a_folder_name_is_refused_when_the_yaml_loads(tmp_path, name, needle):
+    path = _write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {json.dumps(name)}"))
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: name: ") and needle in msg and "folder name" in msg, msg
+
+
+def test_a_name_of_255_bytes_is_accepted(tmp_path):
+    name = "\xe9" * 127 + "a"
+    assert load_pipeline(_write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {name}"))).name == name
+
+
+@pytest.mark.parametrize(
+    ("edits", "needle"),
+    [
+        ([(("version",), True)], "version: True is not supported; use 1"),  # finding 4: True == 1 in Python
+        ([(("version",), 1.5)], "version: 1.5 is not supported"),
+        (
+            [(TW + ("aggregateDefinition", 0), {"type": "percentile", "column": "amount", "percentage": True})],
+            "percentage: True must be a number from 0 to 1",
+        ),
+        ([(("quality",), {"maxRejectedShare": True})], "quality.maxRejectedShare: True is not a share"),
+        ([(TW + ("windowSpan",), True)], f"{F}.windowSpan: True"),
+    ],
+    ids=["version", "version-float", "percentage", "maxRejectedShare", "duration"],
+)
+def test_a_boolean_where_a_number_is_expected_is_refused(edits, needle):
+    with pytest.raises(ConfigError) as err:
+        parse_pipeline(_doc(*edits))
+    assert needle in str(err.value), err.value
+
+
+@pytest.mark.parametrize(
+    ("item", "field", "shown"),
+    [
+        ({"type": "sum", "column": "amount", "name": "a/b"}, "[1].name", "'a/b'"),
+        ({"type": "sum", "column": "amount", "name": "sum.amount"}, "[1].name", "'sum.amount'"),
+        ({"type": "sum", "column": "amount", "name": "x`y"}, "[1].name", "'x`y'"),
+        ({"type": "sum", "column": "pay.amount"}, "[1]", "'sum_pay.amount'"),  # a default name, from the column
+    ],
+    ids=["slash", "dot", "backtick", "default-name"],
+)
+def test_an_aggregate_name_that_is_not_a_safe_column_name_is_refused(item, field, shown):
+    """Finding 5: such names cannot be a Parquet/Spark column name safely."""
+    with pytest.raises(ConfigError) as err:
+        parse_pipeline(_doc((TW + ("aggregateDefinition", 1), item)))
+    msg = str(err.value)
+    assert msg.startswith(f"{F}.aggregateDefinition{field}: aggregate {shown} holds "), msg
