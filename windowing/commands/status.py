@@ -31,9 +31,12 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from windowing.chain import Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
     from windowing.history import stored_history  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
-    from windowing.partitions import Partitions  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.partitions import Partitions, check_bound  # noqa: PLC0415 - keeps the CLI fast
 
     pipeline = load_pipeline(args.config) if args.config else None
+    for option, bound in (("--from", args.first), ("--to", args.last)):
+        if bound is not None:
+            check_bound(bound, option)  # before Spark starts
     output_root = absolute(args.output)
     catalog = common.catalog_setup(args, pipeline, output_root)
     spark = common.spark_for(args)
