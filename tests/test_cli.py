@@ -471,3 +471,63 @@ def test_generate_refuses_a_bad_count_or_day_before_writing(tmp_path, capsys, ba
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines()[-1] == f"rewindow generate: error: {message}"
     assert not (tmp_path / "h").exists()
+
+
+@pytest.mark.spark
+def test_ctrl_c_during_a_backfill_is_one_line_and_exit_130(history, tmp_path):
+    """Hostile run (issue 47), finding 11: SIGINT during a backfill printed six py4j and
+    ``KeyboardInterrupt`` tracebacks. The installed script, sent Ctrl-C (SIGINT to its
+    process group, as a terminal sends it) once the backfill is under way, prints
+    ``rewindow: interrupted`` and exits 130; its Spark JVM ends with it."""
+    import signal
+
+    argv = [
+        str(Path(sys.executable).with_name("rewindow")),
+        "backfill",
+        "--config",
+        str(CLICKS),
+        "--input",
+        str(history["base"] / "history"),
+        "--output",
+        str(tmp_path / "out"),
+        "--no-checks",
+        "--master",
+        "local[1]",
+        "--conf",
+        "spark.sql.shuffle.partitions=1",
+        "--conf",
+        f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
+    ]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    with open(tmp_path / "stderr", "w") as stderr:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=tmp_path, start_new_session=True
+        )
+    err = tmp_path / "stderr"
+    try:
+        deadline = time.monotonic() + 180
+        while "rewindow: backfilling" not in err.read_text():
+            assert proc.poll() is None, err.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the backfill never started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(60)
+        text = err.read_text()
+        assert rc == 130, text[-3000:]
+        assert "Traceback" not in text and "KeyboardInterrupt" not in text and "Py4J" not in text, text[-3000:]
+        assert text.rstrip().splitlines()[-1] == "rewindow: interrupted", text[-3000:]
+        for _ in range(200):  # the JVM, in the same process group, exits once its stdin closes
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("Spark's JVM outlived the interrupted rewindow")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own process group only
+        except ProcessLookupError:
+            pass

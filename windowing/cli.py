@@ -29,6 +29,9 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
+#: The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+
 #: The subcommands of ``rewindow``, in the order of its help.
 COMMANDS: tuple[Command, ...] = (replay, verify, reconcile, lateness, backfill, status, generate)
 
@@ -47,13 +50,18 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError, OSError, WorkerEnvironmentError) as exc:
         print(f"rewindow: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # in a process that did not call common.exit_on_signals
+        print("rewindow: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def script() -> int:
     """The installed ``rewindow`` script: :func:`main` on ``sys.argv``, then the Spark
     session it started stopped before the process exits (:func:`common.stop_started`).
     :func:`main` itself leaves it running, for callers that run several commands in one
-    process on one session."""
+    process on one session. Ctrl-C (SIGINT) and SIGTERM end it with one line and exit code
+    130 or 143, without a traceback (:func:`common.exit_on_signals`)."""
+    common.exit_on_signals()
     try:
         return main()
     finally:

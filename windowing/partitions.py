@@ -51,7 +51,7 @@ class Partitions:
     def key_of(self, t: datetime) -> str:
         """The key of the partition holding arrival time ``t``."""
         t = self._floor(t)
-        return f"{t:%Y-%m-%d-%H:%M}" if self.grain == "hour" else f"{t:%Y-%m-%d}"
+        return f"{day_key(t)}-{t:%H:%M}" if self.grain == "hour" else day_key(t)
 
     def start_of(self, key: str) -> datetime:
         """The start of partition ``key`` (refuses keys of another grain)."""
@@ -104,6 +104,39 @@ class Partitions:
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}(:\d{2})?", text):
             text = text.replace("T", "-") + ("" if ":" in text else ":00")
         return self.key_of(self.start_of(text))
+
+
+def day_key(t: datetime | date) -> str:
+    """``YYYY-MM-DD`` of ``t``, the year always four digits: ``strftime("%Y")`` gives
+    ``1-01-01`` for year 1 on glibc, which ``strptime`` then refuses."""
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}"
+
+
+#: The first year a partition may be in (:func:`check_bound`).
+MIN_YEAR = 1000
+
+
+def check_bound(text: str, option: str) -> None:
+    """Refuse a ``--from``/``--to``-style bound that is neither a day nor an hour
+    (``YYYY-MM-DD``, ``YYYY-MM-DDTHH``, ``YYYY-MM-DD-HH:MM``), or not a real one (``2024-02-30``),
+    naming the option: before Spark starts, not after the landing zone is listed. A day
+    before :data:`MIN_YEAR` is refused too."""
+    m = re.fullmatch(r"(\d{4}-\d{2}-\d{2})(?:[T -](\d{2})(?::(\d{2}))?)?", text.strip())
+    try:
+        if m is None:
+            raise ValueError
+        datetime.strptime(m[1], "%Y-%m-%d")
+        if int(m[2] or 0) > 23 or int(m[3] or 0) > 59:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"{option} {text!r}: not a day (YYYY-MM-DD) or an hour (YYYY-MM-DDTHH, with --grain hour)"
+        ) from None
+    if int(m[1][:4]) < MIN_YEAR:
+        raise ValueError(
+            f"{option} {text}: partitions before the year {MIN_YEAR} cannot be replayed: Spark's date literals "
+            "(java.sql.Date) need a four-digit year, which pyspark does not write for years before 1000"
+        )
 
 
 def utc(t: datetime | date) -> datetime:

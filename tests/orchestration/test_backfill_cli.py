@@ -169,6 +169,56 @@ def test_a_pipeline_name_that_leaves_the_output_root_is_refused_before_spark(his
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "root").exists()
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["backfill", "--from", "2024-13-45"], "--from '2024-13-45': not a day (YYYY-MM-DD) or an hour"),
+        (["backfill", "--from", "yesterday"], "--from 'yesterday': not a day"),
+        (["backfill", "--from", "2024-01-01", "--to", "2024-02-30"], "--to '2024-02-30': not a day"),
+        (["backfill", "--from", "2024-01-01T25", "--grain", "hour"], "--from '2024-01-01T25': not a day"),
+        (["backfill", "--from", "2024-01-01", "--rerun-from", "01/02/2024"], "--rerun-from '01/02/2024': not a day"),
+        (["status", "--to", "2024-1-2"], "--to '2024-1-2': not a day"),
+    ],
+    ids=["month-13", "word", "feb-30", "hour-25", "rerun-from", "status"],
+)
+def test_a_bad_from_or_to_is_refused_before_spark(history, pipelines_dir, tmp_path, monkeypatch, argv, message):
+    """Held in the hostile run (issue 47): a bad --from or --to was refused only after Spark
+    started and the landing zone was listed."""
+    from windowing.commands import common
+
+    monkeypatch.setattr(common, "spark_for", lambda args: pytest.fail("Spark started"))
+    command, *rest = argv
+    where = ["--input", history] if command == "backfill" else []
+    rc, _, err = _cli(
+        command, "--config", pipelines_dir / "clicks-hourly.yaml", *where, "--output", tmp_path / "out", *rest
+    )
+    assert rc == 2 and f"rewindow: error: {message}" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_year_1_is_echoed_with_four_digits(history, pipelines_dir, tmp_path, monkeypatch):
+    """Hostile run (issue 47), finding 6: ``--from 0001-01-01`` was echoed as ``1-01-01``
+    ("partition '1-01-01' is not a day key", after Spark started). Spark's date literals
+    cannot hold a year before 1000 (pyspark writes ``1-01-01`` too), so such a day is
+    refused before Spark starts, with four digits."""
+    from windowing.commands import common
+
+    monkeypatch.setattr(common, "spark_for", lambda args: pytest.fail("Spark started"))
+    rc, _, err = _cli(
+        "backfill",
+        "--config",
+        pipelines_dir / "clicks-hourly.yaml",
+        "--input",
+        history,
+        "--output",
+        tmp_path / "out",
+        "--from",
+        "0001-01-01",
+    )
+    assert rc == 2 and "rewindow: error: --from 0001-01-01: partitions before the year 1000" in err, err
+    assert " 1-01-01" not in err
+
+
 def test_a_column_whose_type_changed_between_days_is_named_with_both_types(spark, history, pipelines_dir, tmp_path):
     """``amount`` int on the first day, bigint on the second: Spark's
     SchemaColumnConvertNotSupportedException, naming neither the change nor its source."""

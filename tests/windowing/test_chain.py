@@ -42,6 +42,15 @@ def test_partition_keys_are_dagsters_and_chain_backwards_to_the_start():
     assert hours.key_of(START + timedelta(hours=3, minutes=59)) == "2024-01-01-03:00"
 
 
+def test_keys_of_year_1_have_four_digit_years():
+    """Hostile run (issue 47), finding 6: ``--from 0001-01-01`` was echoed as ``1-01-01``
+    (``strftime("%Y")`` on glibc), a key ``start_of`` then refused."""
+    year1 = datetime(1, 1, 1, tzinfo=timezone.utc)
+    assert Partitions("day", year1).span("0001-01-01", "0001-01-02") == ["0001-01-01", "0001-01-02"]
+    assert Partitions("hour", year1).span("0001-01-01T00", "0001-01-01T01") == ["0001-01-01-00:00", "0001-01-01-01:00"]
+    assert Partitions("day", START).key_of(datetime(999, 12, 31, 5, tzinfo=timezone.utc)) == "0999-12-31"
+
+
 @pytest.mark.parametrize(
     "call, message",
     [

@@ -82,10 +82,18 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from windowing.chain import Chain, ChainError  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
     from windowing.history import stored_history, summary_table  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
-    from windowing.partitions import Partitions  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.partitions import Partitions, check_bound, day_key  # noqa: PLC0415 - keeps the CLI fast
     from windowing.storage.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
+    for option, bound in (
+        ("--from", args.first),
+        ("--to", args.last),
+        ("--rerun-from", args.rerun_from),
+        ("--history-start", args.history_start),
+    ):
+        if bound is not None:
+            check_bound(bound, option)  # before Spark starts too
     landing_zone = args.input or pipeline.source.path
     if not landing_zone:
         raise ConfigError("--input: no landing zone given, and the pipeline has no source.path")
@@ -100,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         grain = args.grain or (stored[0] if stored else "day")
         if stored and stored[0] != grain:
             raise ConfigError(f"--grain {grain}: the history under {output_root} has {stored[0]} partitions")
-        probe = Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc))
+        probe = Partitions(grain, datetime(1, 1, 1, tzinfo=timezone.utc))  # any day: the probe only parses
         partition_column = args.partition_column.strip() or None
         landed = landed_days(
             spark, landing_zone, pipeline.source.arrival_time, source=pipeline.source, partition_column=partition_column
@@ -111,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                     f"--from: the landing zone {landing_zone} holds no events; which partition to "
                     "start at (YYYY-MM-DD)?"
                 )
-            args.first, args.last = landed[0].isoformat(), args.last or landed[-1].isoformat()
+            args.first, args.last = day_key(landed[0]), args.last or day_key(landed[-1])
             print(f"rewindow: replaying the landed days {args.first}..{args.last}", file=sys.stderr)
         first = probe.span(args.first or args.rerun_from, args.first or args.rerun_from)[0]
         last = probe.span(args.last or args.first or args.rerun_from, args.last or args.first or args.rerun_from)[-1]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from pyspark import SparkContext
@@ -67,7 +69,47 @@ def spark_for(args: argparse.Namespace) -> Any:
     spark = spark_session(args.master, dict(args.conf), remote=args.remote)
     if started:
         STARTED.append(spark)
+    if _EXIT_ON_SIGNALS:
+        exit_on_signals()  # pyspark's SparkContext installs its own SIGINT handler
     return spark
+
+
+#: Whether :func:`exit_on_signals` was called (by the ``rewindow`` script): :func:`spark_for`
+#: then installs the handlers again once Spark has started.
+_EXIT_ON_SIGNALS = False
+#: The signals a command ends on, and the word its one line says.
+SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+
+
+def exit_on_signals() -> None:
+    """Make SIGINT (Ctrl-C) and SIGTERM end the process at once, with one line
+    (``rewindow: interrupted``) and exit code 128 + the signal (130, 143), as a shell reports
+    them: no ``KeyboardInterrupt`` or py4j traceback from the main thread, the threads a
+    backfill overlaps its audit with, or Spark's jobs cancelled under them.
+
+    For the ``rewindow`` script only (:func:`windowing.cli.script`), not for callers of
+    :func:`windowing.cli.main` in a process of their own. Stopping there is as safe as a
+    SIGKILL, which rewindow's outputs are built for: nothing partial becomes current, and
+    an abandoned run folder is swept later. Spark's JVM ignores SIGINT (pyspark starts it
+    so) and exits when this process's end closes its standard input.
+    """
+    global _EXIT_ON_SIGNALS
+    _EXIT_ON_SIGNALS = True
+    for signum in SIGNALS:
+        signal.signal(signum, _exit_on_signal)
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    """:func:`exit_on_signals`' handler: one line on stderr, then ``os._exit`` (no unwinding:
+    ``finally`` blocks would call into a Spark that is stopping, and print its errors)."""
+    try:
+        sys.stdout.flush()
+        if sys.stderr.isatty():  # a progress bar may be drawn, with the cursor hidden
+            sys.stderr.write("\x1b[?25h\n")
+        sys.stderr.write(f"rewindow: {SIGNALS.get(signal.Signals(signum), 'stopped')}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(128 + signum)
 
 
 def stop_started() -> None:

@@ -31,9 +31,13 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from windowing.partitions import check_bound  # noqa: PLC0415 - keeps the CLI fast
     from windowing.storage.lake import NeedsSpark  # noqa: PLC0415 - keeps the CLI fast: lake imports pyspark
 
     pipeline = load_pipeline(args.config) if args.config else None
+    for option, bound in (("--from", args.first), ("--to", args.last)):
+        if bound is not None:
+            check_bound(bound, option)  # before Spark starts
     output_root = absolute(args.output)
     catalog = common.catalog_setup(args, pipeline, output_root)
     if catalog is None and not (args.master or args.remote or args.conf):

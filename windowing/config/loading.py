@@ -4,7 +4,10 @@
 Every mistake raises :class:`~windowing.config.fields.ConfigError` naming the YAML field
 and the bad value. Unknown fields are refused too: a typo must not silently become a
 default. So are a key given twice in one mapping (plain YAML keeps the last one), a file
-that is not UTF-8, and a duration longer than ``durations.MAX_DURATION_MS`` (100 years).
+that is not UTF-8, a duration longer than ``durations.MAX_DURATION_MS`` (100 years), a file
+over :data:`MAX_PIPELINE_FILE_BYTES`, and a document that YAML's aliases expand beyond
+:data:`MAX_EXPANDED_NODES` nodes or :data:`MAX_EXPANDED_CHARS` characters (checked on the
+composed nodes, before anything is expanded).
 A VoltSP window block is read as its users write it (:mod:`windowing.config.voltsp`).
 """
 
@@ -33,6 +36,7 @@ from windowing.config.fields import (
 from windowing.config.model import (
     DEFAULT_BATCH_INTERVAL_MS,
     DEFAULT_HEARTBEAT_MS,
+    MAX_SLIDE_RATIO,
     Aggregate,
     Clock,
     Lateness,
@@ -55,14 +59,30 @@ from windowing.config.voltsp import (
     live_source_blocks,
 )
 
+#: The largest pipeline file read, in bytes: a pipeline is a few kilobytes, and PyYAML
+#: takes seconds over megabytes.
+MAX_PIPELINE_FILE_BYTES = 1_000_000
+#: The most YAML nodes (scalars, lists, mappings) a document may hold once its aliases
+#: are expanded: an alias (``*a``) repeats its anchor's whole value, so nested aliases
+#: grow a small file exponentially (840 bytes became a 226 MB reader option).
+MAX_EXPANDED_NODES = 100_000
+#: The most characters of scalars a document may hold once its aliases are expanded.
+MAX_EXPANDED_CHARS = 1_000_000
+
 
 def load_pipeline(path: str | Path) -> Pipeline:
     """Read and validate a pipeline YAML file (contract section 10)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with p.open("rb") as f:
+            data = f.read(MAX_PIPELINE_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read pipeline file: {exc.strerror or exc}") from exc
+    if len(data) > MAX_PIPELINE_FILE_BYTES:
+        raise ConfigError(
+            f"{p}: larger than {MAX_PIPELINE_FILE_BYTES:,} bytes: not a pipeline file "
+            "(a pipeline is a few kilobytes of YAML)"
+        )
     try:
         doc = yaml.load(_utf8_text(data), Loader=_StrictLoader)
         return parse_pipeline(doc)
@@ -70,6 +90,10 @@ def load_pipeline(path: str | Path) -> Pipeline:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
+    except RecursionError:  # PyYAML composes and constructs recursively
+        raise ConfigError(f"{p}: not valid YAML: nested too deeply for a pipeline file") from None
+    except ValueError as exc:  # PyYAML's int(): a number of more than 4300 digits
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -100,6 +124,7 @@ class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml ships no stu
     _MERGE_TAG = "tag:yaml.org,2002:merge"
 
     def construct_document(self, node: yaml.Node) -> Any:
+        _refuse_alias_expansion(node)  # before anything is constructed (or expanded by str())
         self._fields = _field_paths(node)  # for messages: mapping node -> its YAML field
         return super().construct_document(node)
 
@@ -147,6 +172,66 @@ def _field_paths(root: yaml.Node) -> dict[int, str]:
         elif isinstance(node, yaml.SequenceNode):
             todo.extend((v, f"{path}[{i}]") for i, v in enumerate(node.value))
     return paths
+
+
+def _expanded_sizes(root: yaml.Node) -> dict[int, tuple[int, int]]:
+    """``id(node) -> (nodes, characters of scalars)`` of every node, its aliases expanded.
+
+    Counted on the composed nodes, where an alias is the anchor's node again: each node is
+    sized once, from its children's sizes, so a bomb of nested aliases costs its file's
+    size to measure, never its expansion. An alias back to a node that holds it (a
+    recursive document) counts as one node.
+    """
+    sizes: dict[int, tuple[int, int]] = {}
+    entered: set[int] = set()
+    todo: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while todo:
+        node, children_sized = todo.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = (1, len(node.value))
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if children_sized:
+            nodes, chars = 1, 0
+            for child in children:
+                n, c = sizes.get(id(child), (1, 0))  # not sized yet: an alias back up (a cycle)
+                nodes, chars = nodes + n, chars + c
+            sizes[id(node)] = (nodes, chars)
+        elif id(node) not in entered:
+            entered.add(id(node))
+            todo.append((node, True))
+            todo.extend((child, False) for child in children if id(child) not in sizes)
+    return sizes
+
+
+def _refuse_alias_expansion(root: yaml.Node) -> None:
+    """Refuse a document larger than :data:`MAX_EXPANDED_NODES` nodes or
+    :data:`MAX_EXPANDED_CHARS` characters once its aliases are expanded, naming the
+    deepest field (through mappings) that is too large on its own."""
+    sizes = _expanded_sizes(root)
+
+    def too_large(node: yaml.Node) -> bool:
+        nodes, chars = sizes.get(id(node), (1, 0))
+        return nodes > MAX_EXPANDED_NODES or chars > MAX_EXPANDED_CHARS
+
+    if not too_large(root):
+        return
+    node, field = root, ""
+    while isinstance(node, yaml.MappingNode):
+        big = [(k, v) for k, v in node.value if too_large(v)]
+        if not big:
+            break
+        key, node = big[0]
+        name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+        field = f"{field}.{name}" if field else str(name)
+    nodes, chars = sizes[id(node)]
+    raise ConfigError(
+        f"{field or '<root>'}: expands to {nodes:,} YAML nodes and {chars:,} characters once its aliases (*name) "
+        f"are expanded; a pipeline holds at most {MAX_EXPANDED_NODES:,} nodes and {MAX_EXPANDED_CHARS:,} "
+        "characters: nested aliases repeat their anchors' values, write the values out instead"
+    )
 
 
 def parse_pipeline(doc: Any) -> Pipeline:
@@ -212,7 +297,7 @@ def _parse_root(m: Mapping[str, Any]) -> tuple[str, list[str]]:
     )
     ignored = [k for k in m if k in LIVE_ONLY_ROOT_FIELDS]  # the live pipeline's sink, processors
     version = m.get("version", 1)
-    if version != 1:
+    if isinstance(version, bool) or version != 1:  # True == 1 in Python
         raise ConfigError(f"version: {version!r} is not supported; use 1")
     name = m.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -225,19 +310,28 @@ def _parse_root(m: Mapping[str, Any]) -> tuple[str, list[str]]:
 #: letter or digit. It becomes a folder (``<output root>/<name>/``) and part of read paths,
 #: so no path separator, no ``..``, no Hadoop glob character, no hidden name.
 _PIPELINE_NAME = re.compile(r"[^\W_][\w.-]*")
+#: The longest folder name most filesystems take (ext4, XFS, APFS, HDFS's default), in bytes.
+MAX_NAME_BYTES = 255
 
 
 def check_pipeline_name(name: str) -> None:
     """Refuse a pipeline ``name`` that is not one plain folder name (:data:`_PIPELINE_NAME`).
 
     ``../../x`` would write outside the output root, ``a/b`` a folder ``rewindow status``
-    does not list, and ``*`` would read every pipeline's partitions as its own.
+    does not list, and ``*`` would read every pipeline's partitions as its own. A name
+    over :data:`MAX_NAME_BYTES` bytes failed only when the first output was written
+    ("Mkdirs failed"), after the replay's work.
     """
     if not _PIPELINE_NAME.fullmatch(name) or ".." in name:
         raise ConfigError(
             f"name: {name!r} is not allowed: a pipeline name is one folder name under the output root; "
             "use letters, digits, '_', '-' and '.' (starting with a letter or digit, no '..'), "
             "for example 'clicks-hourly'"
+        )
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise ConfigError(
+            f"name: {name[:40]!r}... is {len(name.encode('utf-8')):,} bytes in UTF-8: a pipeline name is one folder "
+            f"name under the output root, and a folder name is at most {MAX_NAME_BYTES} bytes; use a shorter name"
         )
 
 
@@ -467,12 +561,24 @@ def _window_extent(wtype: WindowType, w: Mapping[str, Any], f: str) -> tuple[int
         assert span is not None  # sliding windows have a span (above)
         if slide > span:
             raise ConfigError(f"{f}.windowSlide: {w['windowSlide']!r} is larger than windowSpan {w['windowSpan']!r}")
+        if span > MAX_SLIDE_RATIO * slide:
+            raise ConfigError(
+                f"{f}.windowSlide: windowSpan {w['windowSpan']!r} / windowSlide {w['windowSlide']!r} is a ratio of "
+                f"{_ratio(span, slide)}: each event would belong to {-(-span // slide):,} windows; the ratio is at "
+                f"most {MAX_SLIDE_RATIO:,} (a typo, such as 1ms for 1m?)"
+            )
     if wtype in (WindowType.TUMBLING, WindowType.SLIDING) and "windowOffset" in w:
         assert span is not None  # tumbling and sliding windows have a span (above)
         offset = window_offset_field(w["windowOffset"], span, slide or span, w["windowSpan"], f"{f}.windowOffset")
     if wtype is WindowType.SESSION and "maximumDuration" in w:
         max_dur = positive_duration_field(w["maximumDuration"], f"{f}.maximumDuration")
     return span, slide, offset, max_dur
+
+
+def _ratio(span: int, slide: int) -> str:
+    """``span / slide`` for a message: ``3,600,000``, ``10,000.5``."""
+    whole, rest = divmod(span, slide)
+    return f"{whole:,}" if not rest else f"{span / slide:,.2f}".rstrip("0")
 
 
 def _idle_timeout(wtype: WindowType, w: Mapping[str, Any], tc: Mapping[str, Any], f: str) -> int | None:
@@ -530,12 +636,33 @@ def _parse_aggregates(doc: Any, f: str, columns: ColumnMap) -> tuple[tuple[Aggre
             name = typ if prop is None else f"{typ}_{prop}"
         elif not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{fi}.name: {name!r} must be a non-empty string")
+        _check_aggregate_name(name, typ, fi, explicit="name" in item)
         percentage = _percentage(item.get("percentage"), typ, f"{fi}.percentage")
         if percentage is None:
             out.append(Aggregate(type=typ, column=column, name=name))
         else:
             out.append(PercentileAggregate(type=typ, column=column, name=name, percentage=percentage))
     return tuple(out), [f"{f}[{i}].name" for i in range(len(out))]
+
+
+#: Characters an aggregate's output name may not hold: it is a column of the outputs (and
+#: ``partial_<name>`` one of the state), which Spark reads as a nested field (``.``), a
+#: quoted name (a backtick) and Hive-style layouts as a folder (``/``).
+_UNSAFE_NAME_CHARACTERS = ("/", ".", "`")
+
+
+def _check_aggregate_name(name: str, typ: str, fi: str, explicit: bool) -> None:
+    """Refuse an output name holding a character of :data:`_UNSAFE_NAME_CHARACTERS`,
+    naming the aggregate (its explicit ``name``, or the column its default name comes from)."""
+    bad = [c for c in _UNSAFE_NAME_CHARACTERS if c in name]
+    if not bad:
+        return
+    where = f"{fi}.name" if explicit else fi
+    fix = "give it another name" if explicit else f"give it a name of its own (name: {typ}_...)"
+    raise ConfigError(
+        f"{where}: aggregate {name!r} holds {', '.join(repr(c) for c in bad)}: an aggregate's name is a column "
+        f"of the outputs, and a column name with '/', '.' or '`' cannot be written and read back safely; {fix}"
+    )
 
 
 def _percentage(v: Any, typ: str, f: str) -> float | None:

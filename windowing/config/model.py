@@ -56,6 +56,10 @@ NUMERIC_AGGREGATES = ("sum", "avg", "stddev_pop", "stddev_samp", "percentile")
 #: The percentage of a ``percentile`` without one: the median.
 DEFAULT_PERCENTAGE = 0.5
 
+#: The largest ``windowSpan / windowSlide`` of a sliding window: each event belongs to about
+#: that many windows (``1h`` over ``1ms``, a typo for ``1m``, is 3.6 million per event).
+MAX_SLIDE_RATIO = 10_000
+
 #: Batch interval used when ``source.batch`` is not configured.
 DEFAULT_BATCH_INTERVAL_MS = 1_000
 

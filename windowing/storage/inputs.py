@@ -272,6 +272,13 @@ def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = Inp
         results = map(columns, files)  # lazily: one at a time, none read after a bad one
     footers: dict[str, dict[str, str]] = {}
     for f, got in zip(files, results):
+        if isinstance(got, BaseException) and "ChecksumException" in str(got):
+            raise error(
+                f"{display(f)}: does not match its checksum file {display(crc_path_of(f))} "
+                "(Hadoop's ChecksumException): a file rewritten after Spark or Hadoop wrote it leaves that "
+                "checksum stale; if the file was rewritten on purpose, the .crc file is stale and can be deleted "
+                "(Hadoop reads a file without one unchecked), else the file is damaged: write it again"
+            ) from got
         if isinstance(got, BaseException):
             raise error(
                 f"{display(f)}: not a readable Parquet file (corrupted, truncated or another format?): "
@@ -279,6 +286,12 @@ def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = Inp
             ) from got
         footers[f] = got
     return footers
+
+
+def crc_path_of(path: str) -> str:
+    """Where Hadoop's local filesystem keeps ``path``'s checksums: ``.<name>.crc`` beside it."""
+    head, _, name = path.rpartition("/")
+    return f"{head}/.{name}.crc"
 
 
 def check_columns(

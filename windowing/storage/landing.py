@@ -26,12 +26,13 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from windowing.storage.errors import InputError
-from windowing.storage.inputs import check_parquet_files, note_rows_at_most
+from windowing.storage.inputs import check_parquet_files, note_rows_at_most, read_footers
 from windowing.storage.lake import Entry, Lake, display, glob_escape, inside, join, qualify
 from windowing.storage.local_files import LinkError
 
@@ -135,13 +136,25 @@ def landed_days(
 ) -> list[date]:
     """The UTC days the landing zone holds events for, oldest first.
 
-    With a partition column: its values (Spark answers from the folder names, reading no
-    data file). Without one: every day from the earliest to the latest arrival time (one
-    aggregate over the arrival column).
+    With a partition column: its values (Spark answers from the folder names and the
+    files' footers, reading no data page), each folder's name checked first (:func:`check_day_folders`). Without one:
+    every day from the earliest to the latest arrival time (one aggregate over the arrival
+    column). A file Spark cannot read to infer the schema is named (:func:`name_unreadable_file`).
     """
-    df = read_landing(spark, str(landing_zone), source, partition_column)
     if partition_column is not None:
-        values = df.select(F.col(f"`{partition_column}`").cast("date").alias("d")).distinct().collect()
+        check_day_folders(spark, str(landing_zone), partition_column)
+    try:
+        df = read_landing(spark, str(landing_zone), source, partition_column)
+    except InputError as exc:
+        raise (name_unreadable_file(spark, str(landing_zone)) or exc) from exc
+    if partition_column is not None:
+        try:  # a scan of the files (their footers' row counts), not of their pages
+            values = df.select(F.col(f"`{partition_column}`").cast("date").alias("d")).distinct().collect()
+        except Exception as exc:
+            named = name_unreadable_file(spark, str(landing_zone))
+            if named is None:
+                raise
+            raise named from exc
         return sorted(r["d"] for r in values if r["d"] is not None)
     arrival = _as_timestamp(df, arrival_column)
     row = df.select(F.min(arrival).alias("lo"), F.max(arrival).alias("hi")).collect()[0]
@@ -221,7 +234,13 @@ def check_day_types(
     landing zone's schema (which Spark takes from one file, of another day): read as it is,
     Spark would fail deep in the replay with ``SchemaColumnConvertNotSupportedException``.
     The error names the day, the column, both types, and that the earlier days (and the
-    state they carried forward) hold the other type."""
+    state they carried forward) hold the other type. A column the pipeline reads that is
+    named like the partition column (``date``, in the files too) is refused as that, and the
+    landing zone's day folders are checked first (:func:`check_day_folders`)."""
+    zone, _, name = folder.rstrip("/").rpartition("/")
+    partition_column = name.partition("=")[0]
+    if zone and partition_column:
+        check_day_folders(spark, zone, partition_column)
     if not files or pipeline is None:
         return
     if known is not None and tuple(files) in known.days:
@@ -231,6 +250,15 @@ def check_day_types(
         if known is not None:
             known.days[tuple(files)] = day_types
     zone_types = {f.name: f.dataType for f in landing.schema.fields}
+    if partition_column in day_types and partition_column in pipeline.input_columns:
+        raise InputError(
+            f"{folder}: the data files hold a column {partition_column!r} "
+            f"({day_types[partition_column].simpleString()}), named like the partition column of the "
+            f"landing zone's {partition_column}=YYYY-MM-DD folders, and the pipeline reads it: Spark gives that "
+            "column the folder's value and type, and a partition's events leave it out. Rename the column in the "
+            f"files (and in the pipeline), or read the landing zone with another partition column "
+            "(--partition-column)"
+        )
     for column in pipeline.input_columns:
         here, there = day_types.get(column), zone_types.get(column)
         if here is not None and there is not None and here != there:
@@ -316,3 +344,70 @@ def _layout_error(landing_zone: str, partition_column: str, spark_error: str) ->
         "the landing zone, each holding that day's files, and no deeper partition folders (hour=...) "
         f"nor other folders; move the files into their day folder (Spark: {first[:200]})"
     )
+
+
+# --------------------------------------------------------------------------- day folders, unreadable files
+
+#: A day folder's value, as ``landed_days`` and ``read_partition_events`` read and write it.
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+#: Any spelling of a day Spark's cast to a date accepts (``2026-1-2``): a twin of a folder.
+_LOOSE_DAY = re.compile(r"(\d{1,4})-(\d{1,2})-(\d{1,2})")
+
+
+def check_day_folders(spark: SparkSession, landing_zone: str, partition_column: str) -> None:
+    """Refuse a landing zone whose ``<partition_column>=`` folders are not each one day, as
+    ``<partition_column>=YYYY-MM-DD``: a name such as ``date=20260103`` (Spark's cast of its
+    value failed deep in a job, ``CAST_INVALID_INPUT``), and twins such as ``date=2026-01-02``
+    and ``date=2026-1-2``, which Spark reads as one day although only the first one's files
+    are checked. One listing of the landing zone's top level; other names are left alone."""
+    prefix = f"{partition_column}="
+    days: dict[date, str] = {}
+    bad: list[str] = []
+    for entry in Lake(spark).children(landing_zone):
+        name = entry.path.rstrip("/").rsplit("/", 1)[-1]
+        if not entry.is_dir or not name.startswith(prefix):
+            continue
+        value = unquote(name[len(prefix) :])  # Hadoop escapes a partition value in a folder name
+        loose = _LOOSE_DAY.fullmatch(value)
+        try:
+            day = date(*(int(g) for g in loose.groups())) if loose else None
+        except ValueError:  # 2026-02-30
+            day = None
+        if day is not None and day in days:
+            first, twin = sorted((days[day], entry.path), key=lambda f: (not f.endswith(f"{prefix}{day_text(day)}"), f))
+            raise InputError(
+                f"{display(first)} and {display(twin)}: two folders of the day {day_text(day)}, which Spark reads as "
+                f"one day while only the files of {prefix}{day_text(day)} are checked: move the files of "
+                f"{display(twin)} into {display(first)} and delete it"
+            )
+        if day is not None:
+            days[day] = entry.path
+        if day is None or not _DAY.fullmatch(value):
+            bad.append(entry.path)
+    if bad:  # after every twin: a twin is named with its first folder
+        raise InputError(
+            f"{display(bad[0])}: not a day folder of the landing zone: a day folder is named "
+            f"{prefix}YYYY-MM-DD (such as {prefix}2024-01-31), which Spark reads as the {partition_column!r} "
+            "column; rename it, or move it out of the landing zone"
+        )
+
+
+def day_text(d: date) -> str:
+    """``YYYY-MM-DD``, the year always four digits (``strftime("%Y")`` gives ``1`` for year 1)."""
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
+
+
+def name_unreadable_file(spark: SparkSession, landing_zone: str) -> InputError | None:
+    """For a landing zone Spark could not read ("cannot read it: An error occurred while
+    calling o55.load"), the error naming the file: every data file's footer is read, as
+    ``rewindow replay`` reads its input's (:func:`~windowing.storage.inputs.read_footers`),
+    and the first that fails is named, with what to do about a stale checksum file. None
+    when every footer reads (or the files cannot be listed): the caller's error stands."""
+    lake = Lake(spark)
+    try:
+        read_footers(lake, [e.path for e in lake.files(landing_zone)], InputError)
+    except InputError as named:
+        return named
+    except Exception:  # noqa: BLE001 - the listing failed too: the caller's error stands
+        return None
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import uuid
 from pathlib import Path
 
@@ -802,3 +803,154 @@ def test_yaml_tags_are_refused(tmp_path, tag):
     path = _write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {tag}"))
     with pytest.raises(ConfigError, match=r"not valid YAML: could not determine a constructor for the tag"):
         load_pipeline(path)
+
+
+# --------------------------------------------------------------------------- hostile run (issue 47)
+
+
+def _alias_bomb(levels: int, where: str = "source") -> str:
+    """A pipeline whose ``source.options`` (or an aggregate's name) nests ``levels`` lists of
+    aliases, each nine copies of the one before: 9**levels copies of "lol" once expanded."""
+    lines = ['    l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"    l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    if where == "source":
+        return PIPELINE_YAML.replace(
+            "  arrivalTime: arrival_time\n", "  arrivalTime: arrival_time\n  options:\n" + "\n".join(lines) + "\n"
+        )
+    anchors = "columns:\n" + "\n".join(line[2:] for line in lines) + "\n"
+    return anchors + PIPELINE_YAML.replace("      - type: count\n", f"      - {{type: count, name: *l{levels - 1}}}\n")
+
+
+@pytest.mark.parametrize(
+    ("where", "field"),
+    [("source", "source.options.l5"), ("columns", "columns.l5")],
+    ids=["source.options", "columns"],
+)
+def test_nested_aliases_are_refused_before_they_are_expanded(tmp_path, where, field):
+    """Finding 1: 840 bytes of nested aliases in source.options became a 226 MB reader option
+    (9.7 s; a level more, 198 s). The size is counted on the composed YAML nodes, each once."""
+    path = _write(tmp_path, _alias_bomb(7, where))
+    assert path.stat().st_size < 1000
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: {field}: expands to ") and "at most 100,000 nodes and 1,000,000 characters" in msg
+    # Forty levels (9**40 copies) cost no more to refuse: nothing is expanded.
+    with pytest.raises(ConfigError, match=f"{field}: expands to "):
+        load_pipeline(_write(tmp_path, _alias_bomb(40, where), "deep.yaml"))
+
+
+def test_aliases_within_the_bound_load_and_recursive_aliases_do_not_hang(tmp_path):
+    """The bound counts expanded values: a small alias is fine, and an alias back to its own
+    anchor (a recursive document) is sized once, not followed round its loop."""
+    text = PIPELINE_YAML.replace("version: 1\n", "version: 1\ncolumns: &c {}\n").replace(
+        "  arrivalTime: arrival_time\n", "  arrivalTime: arrival_time\n  options: &o {a: b}\nreplay: {}\n"
+    )
+    assert load_pipeline(_write(tmp_path, text)).source.options == (("a", "b"),)
+    loop = PIPELINE_YAML.replace(
+        "  arrivalTime: arrival_time\n", "  arrivalTime: arrival_time\n  options: &o {a: *o}\n"
+    )
+    assert load_pipeline(_write(tmp_path, loop, "loop.yaml")).source.options[0][0] == "a"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (PIPELINE_YAML + "# " + "x" * 10_000_000 + "\n", "larger than 1,000,000 bytes: not a pipeline file"),
+        (PIPELINE_YAML + "x: " + "[" * 100_000 + "]" * 100_000 + "\n", "not valid YAML: nested too deeply"),
+        (PIPELINE_YAML.replace("version: 1", "version: " + "1" * 5000), "not valid YAML: Exceeds the limit"),
+    ],
+    ids=["10MB", "deeply-nested", "5000-digits"],
+)
+def test_a_huge_or_deeply_nested_file_is_refused_naming_it(tmp_path, text, needle):
+    """Held in the hostile run (issue 47): a 10 MB pipeline took 2.5 s to parse, 100,000
+    nested lists raised RecursionError and a 5000-digit number a ValueError naming no file."""
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    assert str(err.value).startswith(f"{path}: {needle}"), str(err.value)[:300]
+
+
+@pytest.mark.parametrize(
+    ("span", "slide", "ratio", "windows"),
+    [("1h", "1ms", "3,600,000", "3,600,000"), ("1d", "8s", "10,800", "10,800"), ("10001s", "1s", "10,001", "10,001")],
+)
+def test_a_span_to_slide_ratio_over_10000_is_refused(span, slide, ratio, windows):
+    """Finding 2: windowSlide 1ms on 1h (a typo for 1m) is 3.6 M windows per event; the
+    kernel raised MemoryError at 100 events."""
+    with pytest.raises(ConfigError) as err:
+        parse_pipeline(_doc(_sliding(windowSpan=span, windowSlide=slide)))
+    msg = str(err.value)
+    assert msg.startswith(
+        f"emitter.sliding-time-window.windowSlide: windowSpan {span!r} / windowSlide {slide!r} is a ratio of {ratio}: "
+        f"each event would belong to {windows} windows; the ratio is at most 10,000"
+    ), msg
+
+
+@pytest.mark.parametrize(("span", "slide"), [("10000s", "1s"), ("1d", "9s"), ("1h", "1s")])
+def test_a_span_to_slide_ratio_up_to_10000_is_accepted(span, slide):
+    p = parse_pipeline(_doc(_sliding(windowSpan=span, windowSlide=slide)))
+    assert p.window.span_ms <= 10_000 * p.window.slide_ms
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("a" * 300, "is 300 bytes in UTF-8"),  # finding 3: "Mkdirs failed" after the replay's work
+        ("\xe9" * 128, "is 256 bytes in UTF-8"),  # 128 characters, 256 bytes
+        ("a/b", "is not allowed"),
+        ("a\0b", "is not allowed"),
+        (".", "is not allowed"),
+        ("..", "is not allowed"),
+    ],
+    ids=["300-chars", "256-bytes", "slash", "nul", "dot", "dotdot"],
+)
+def test_a_name_that_cannot_be_a_folder_name_is_refused_when_the_yaml_loads(tmp_path, name, needle):
+    path = _write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {json.dumps(name)}"))
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: name: ") and needle in msg and "folder name" in msg, msg
+
+
+def test_a_name_of_255_bytes_is_accepted(tmp_path):
+    name = "\xe9" * 127 + "a"
+    assert load_pipeline(_write(tmp_path, PIPELINE_YAML.replace("name: t", f"name: {name}"))).name == name
+
+
+@pytest.mark.parametrize(
+    ("edits", "needle"),
+    [
+        ([(("version",), True)], "version: True is not supported; use 1"),  # finding 4: True == 1 in Python
+        ([(("version",), 1.5)], "version: 1.5 is not supported"),
+        (
+            [(TW + ("aggregateDefinition", 0), {"type": "percentile", "column": "amount", "percentage": True})],
+            "percentage: True must be a number from 0 to 1",
+        ),
+        ([(("quality",), {"maxRejectedShare": True})], "quality.maxRejectedShare: True is not a share"),
+        ([(TW + ("windowSpan",), True)], f"{F}.windowSpan: True"),
+    ],
+    ids=["version", "version-float", "percentage", "maxRejectedShare", "duration"],
+)
+def test_a_boolean_where_a_number_is_expected_is_refused(edits, needle):
+    with pytest.raises(ConfigError) as err:
+        parse_pipeline(_doc(*edits))
+    assert needle in str(err.value), err.value
+
+
+@pytest.mark.parametrize(
+    ("item", "field", "shown"),
+    [
+        ({"type": "sum", "column": "amount", "name": "a/b"}, "[1].name", "'a/b'"),
+        ({"type": "sum", "column": "amount", "name": "sum.amount"}, "[1].name", "'sum.amount'"),
+        ({"type": "sum", "column": "amount", "name": "x`y"}, "[1].name", "'x`y'"),
+        ({"type": "sum", "column": "pay.amount"}, "[1]", "'sum_pay.amount'"),  # a default name, from the column
+    ],
+    ids=["slash", "dot", "backtick", "default-name"],
+)
+def test_an_aggregate_name_that_is_not_a_safe_column_name_is_refused(item, field, shown):
+    """Finding 5: such names cannot be a Parquet/Spark column name safely."""
+    with pytest.raises(ConfigError) as err:
+        parse_pipeline(_doc((TW + ("aggregateDefinition", 1), item)))
+    msg = str(err.value)
+    assert msg.startswith(f"{F}.aggregateDefinition{field}: aggregate {shown} holds "), msg

@@ -7,6 +7,7 @@ any work, naming what is wrong.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from windowing.storage.errors import InputError
 from windowing.storage.inputs import read_events
 from windowing.storage.landing import LandingZoneError, landed_days, read_partition_events
 
+ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2024, 6, 1, tzinfo=timezone.utc)
 #: The generated files' columns, in their order (csv is positional).
 DDL = (
@@ -242,3 +244,103 @@ def test_parquet_is_read_with_the_schema_spark_infers_and_no_job_for_it(spark, t
     finally:
         spark.conf.unset("spark.sql.parquet.mergeSchema")
     assert read_events(spark, str(tmp_path / "merge")).columns == ["a"]
+
+
+# --------------------------------------------------------------------------- hostile landing zones (issue 47)
+
+
+def _landing_copy(history, tmp_path):
+    import shutil
+
+    base, _ = history
+    return shutil.copytree(base / "landing", tmp_path / "landing")
+
+
+@pytest.mark.parametrize("name", ["date=20240603", "date=2024-06-31", "date=June 3"])
+def test_a_day_folder_not_named_as_a_day_is_refused_naming_it(spark, history, tmp_path, name):
+    """Finding 7: ``date=20240603`` gave CAST_INVALID_INPUT (the cast to a date, under ANSI)."""
+    import shutil
+
+    landing = _landing_copy(history, tmp_path)
+    shutil.copytree(landing / "date=2024-06-02", landing / name)
+    message = f"{landing / name}: not a day folder of the landing zone: a day folder is named date=YYYY-MM-DD"
+    with pytest.raises(InputError) as err:
+        landed_days(spark, str(landing), "arrival_time")
+    assert str(err.value).startswith(message), err.value
+    day = START + timedelta(days=1)
+    with pytest.raises(InputError, match="not a day folder"):  # a partition's read refuses it too
+        read_partition_events(spark, str(landing), day, day + timedelta(days=1), "arrival_time", pipeline=_pipeline())
+
+
+def test_twin_day_folders_are_refused_naming_both(spark, history, tmp_path):
+    """Finding 8: ``date=2024-06-02`` and ``date=2024-6-2`` were read as one day, but only the
+    first one's files passed the footer check."""
+    import shutil
+
+    landing = _landing_copy(history, tmp_path)
+    shutil.copytree(landing / "date=2024-06-02", landing / "date=2024-6-2")
+    message = f"{landing / 'date=2024-06-02'} and {landing / 'date=2024-6-2'}: two folders of the day 2024-06-02"
+    with pytest.raises(InputError) as err:
+        landed_days(spark, str(landing), "arrival_time")
+    assert str(err.value).startswith(message), err.value
+    day = START + timedelta(days=1)
+    with pytest.raises(InputError, match="two folders of the day 2024-06-02"):
+        read_partition_events(spark, str(landing), day, day + timedelta(days=1), "arrival_time", pipeline=_pipeline())
+
+
+def test_files_holding_the_partition_column_the_pipeline_reads_are_named_as_such(spark, history, tmp_path):
+    """Finding 9: data files that also hold ``date`` got "a column's type must not change
+    between days", the wrong cause. A pipeline that does not read it replays as before."""
+    import dataclasses
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    landing = _landing_copy(history, tmp_path)
+    for f in landing.glob("date=*/*.parquet"):
+        t = pq.read_table(f)
+        pq.write_table(t.append_column("date", pa.array([f.parent.name[len("date=") :]] * t.num_rows)), f)
+    plain = _pipeline()
+    day = START + timedelta(days=1)
+    events, _ = read_partition_events(spark, str(landing), day, day + timedelta(days=1), "arrival_time", pipeline=plain)
+    assert events.count() == 800
+    keyed = dataclasses.replace(plain, window=dataclasses.replace(plain.window, key="date"))
+    with pytest.raises(InputError) as err:
+        read_partition_events(spark, str(landing), day, day + timedelta(days=1), "arrival_time", pipeline=keyed)
+    msg = str(err.value)
+    assert msg.startswith(
+        f"{landing / 'date=2024-06-02'}: the data files hold a column 'date' (string), named like the partition "
+        "column of the landing zone's date=YYYY-MM-DD folders, and the pipeline reads it"
+    ), msg
+    assert "Rename the column in the files" in msg and "must not change between days" not in msg
+
+
+def test_a_stale_checksum_file_is_named_with_its_file_and_what_to_do(spark, history, tmp_path, monkeypatch, capsys):
+    """Finding 10: a ``.crc`` left beside a rewritten file gave "cannot read it: An error
+    occurred while calling o55.load." during a backfill; ``rewindow replay`` named the file."""
+    import pyarrow.parquet as pq
+
+    from windowing import cli
+    from windowing.commands import common
+    from windowing.storage.local_files import crc_file, crc_path
+
+    landing = _landing_copy(history, tmp_path)
+    files = sorted(landing.glob("date=*/*.parquet"))
+    for f in files:
+        (landing / crc_path(str(f))).write_bytes(crc_file(f.read_bytes()))
+        pq.write_table(pq.read_table(f).slice(1), f)  # rewritten: its checksums are stale
+    with pytest.raises(InputError) as err:
+        landed_days(spark, str(landing), "arrival_time")
+    msg = str(err.value)
+    assert msg.startswith(f"{files[0]}: does not match its checksum file {crc_path(str(files[0]))}"), msg
+    assert "the .crc file is stale and can be deleted" in msg and "An error occurred" not in msg
+    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    config = tmp_path / "p.yaml"
+    config.write_text((ROOT / "examples/pipelines/clicks-hourly.yaml").read_text())
+    code = cli.main(["backfill", "--config", str(config), "--input", str(landing), "--output", str(tmp_path / "out")])
+    err_text = capsys.readouterr().err
+    assert code == 2 and f"rewindow: error: {files[0]}: does not match its checksum file" in err_text, err_text
+    crc_path_ = Path(crc_path(str(files[0])))
+    crc_path_.unlink()  # what the message says: the file is then read unchecked
+    with pytest.raises(InputError, match=str(files[1])):
+        landed_days(spark, str(landing), "arrival_time")
