@@ -19,6 +19,7 @@ Phases (see docs/architecture.md):
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import ModuleType
@@ -76,17 +77,43 @@ class ReplayResult(ReplayOutputs):
     ``aggregates``, ``late_events`` and ``state`` are views of the kernel's output, which
     Spark holds (persisted) from the one kernel pass; ``rejected`` is a lazy view of the
     input. Write them with :func:`windowing.storage.outputs.write_outputs`;
-    :meth:`unpersist` releases the kernel's output.
+    :meth:`unpersist` releases the kernel's output. A result is also a context manager
+    that releases it on leaving (``with replay(...) as result: ...``, as Spark's own
+    ``DataFrame.persist``/``unpersist`` pair is used), and a result dropped without either
+    is released when Python collects it: a long session (a notebook, a service, a year of
+    partitions) does not pile up cached outputs until the driver runs out of memory.
     """
 
     metrics: replay_metrics.ReplayMetrics
     _persisted: DataFrame | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        if self._persisted is not None:
+            # Holds the DataFrame, not the result: collected with the result, it releases the output.
+            release = weakref.finalize(self, _release, self._persisted)
+            release.atexit = False  # the JVM may be gone at exit; Spark frees everything then anyway
+            object.__setattr__(self, "_release", release)
+
     def unpersist(self) -> None:
         """Release the kernel's output Spark holds (the first call; later ones do nothing)."""
-        if self._persisted is not None:
-            self._persisted.unpersist()
-            object.__setattr__(self, "_persisted", None)  # frozen: the one field that changes, once
+        release = self.__dict__.get("_release")
+        if release is not None:
+            release()  # a finalizer runs once: later calls, and collection, do nothing
+        object.__setattr__(self, "_persisted", None)  # frozen: the one field that changes, once
+
+    def __enter__(self) -> "ReplayResult":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unpersist()
+
+
+def _release(persisted: DataFrame) -> None:
+    """Unpersist a dropped result's kernel output; a session already stopped has nothing to free."""
+    try:
+        persisted.unpersist()
+    except Exception:  # noqa: BLE001 - the session or its JVM is gone: nothing is held any more
+        pass
 
 
 def replay(
