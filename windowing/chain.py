@@ -518,7 +518,13 @@ class Chain:
             try:
                 for i, key in enumerate(keys, 1):
                     try:
-                        staged = self._stage(key, start, flush=flush_at_end and key == keys[-1], known=known)
+                        staged = self._stage(
+                            key,
+                            start,
+                            flush=flush_at_end and key == keys[-1],
+                            known=known,
+                            position=f" ({i} of {len(keys)})" if len(keys) > 1 else "",
+                        )
                     except Exception as exc:
                         if audit is None:
                             raise
@@ -548,14 +554,16 @@ class Chain:
         """The result of partition ``i`` of ``n``'s audit (waited for), logged."""
         done = audit.result()
         m = done.metrics
+        by_reason = ", ".join(f"{reason} {count:,}" for reason, count in sorted(m.closed_by_reason.items()))
         self.log.info(
-            f"[{i}/{n}] {self.pipeline.name} {done.key}: {m.input_rows} events, "
-            f"{m.windows_closed} windows closed {m.closed_by_reason} "
-            f"({m.windows_emitted} emitted, {m.snapshots_emitted} snapshots), "
-            f"{m.late_events} late events ({m.late_event_windows} late (event, window) pairs), "
-            f"{m.rejected_rows} rejected, watermark "
+            f"[{i}/{n}] {self.pipeline.name} {done.key}: {m.input_rows:,} events, "
+            f"{m.windows_closed:,} windows closed{f' ({by_reason})' if by_reason else ''}, "
+            f"{m.windows_emitted:,} emitted, {m.snapshots_emitted:,} snapshots, "
+            f"{m.late_events:,} late events ({m.late_event_windows:,} late (event, window) pairs), "
+            f"{m.rejected_rows:,} rejected, watermark "
             f"{m.watermark_reached}{' (flushed at end)' if done.lineage.flushed_at_end else ''} "
-            f"in {done.seconds:.1f}s -> {done.run_path}"
+            f"in {done.seconds:.1f}s ({m.input_rows / done.seconds if done.seconds else 0:,.0f} events/s) "
+            f"-> {done.run_path}"
         )
         if not done.committed:
             self.log.error(
@@ -605,16 +613,24 @@ class Chain:
         *,
         flush: bool = False,
         known: landing.KnownSchemas | None = None,
+        position: str = "",
     ) -> _StagedPartition:
-        """Replay partition ``key`` from ``start``'s state and stage its outputs (read back)."""
+        """Replay partition ``key`` from ``start``'s state and stage its outputs (read back).
+        ``position``: `` (3 of 72)`` in a range, for the log's phase lines."""
         with partition_jobs(self.spark, key):
             began = time.monotonic()
             try:
+                self.log.info(f"{self.pipeline.name} {key}{position}: reading its landed events")
                 events, files = self.read_events(key, known)
                 if files is not None and not files:
                     self.log.warning(
                         f"{key}: no landing files for this partition; replayed as a partition without events"
                     )
+                self.log.info(
+                    f"{self.pipeline.name} {key}{position}: replaying "
+                    + (f"{len(files):,} file(s) " if files is not None else "")
+                    + ("from the state of " + start.key if start is not None else "from no state")
+                )
                 result = replay(
                     self.spark,
                     self.pipeline,
@@ -674,6 +690,7 @@ class Chain:
             results: tuple[Any, ...] = ()
             failed: tuple[str, ...] = ()
             if checks:
+                self.log.info(f"{self.pipeline.name} {key}: checking the staged outputs")
                 results = tuple(
                     run_checks(
                         self.spark,
@@ -716,6 +733,7 @@ class Chain:
         try:
             pointed = self.publisher.pointed_runs(key)
             commit = staged.commit(extra, keep=pointed)
+            self.log.info(f"{self.pipeline.name} {key}: committed run {staged.run_id}; publishing it")
             published = self.publisher.publish(key, commit)
         except CatalogError as exc:
             raise ChainError(
