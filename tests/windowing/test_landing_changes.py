@@ -222,3 +222,38 @@ def test_an_hourly_history_marks_only_the_hours_a_late_file_reaches(spark, tmp_p
     status = {s.key: s for s in chain(None).status(keys)}
     assert status[keys[0]].status == "out of date" and "late-null.parquet (1 row)" in status[keys[0]].detail
     assert "late-06" not in status[keys[0]].detail
+
+
+@pytest.mark.parametrize("days", [3, 12], ids=["folder-by-folder", "one-zone-listing"])
+def test_changes_over_many_days_are_found_by_one_listing_of_the_zone_as_by_each_folder(tmp_path, days):
+    """Many committed days are compared from one listing of the zone (an object store's
+    recursive listing is a page per 1,000 files), with the answers folder listings give."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from windowing.storage import input_record as ir
+    from windowing.storage.commits import Commit
+    from windowing.storage.lake import Lake
+
+    zone = tmp_path / "zone"
+    table = pa.table({"arrival_time": pa.array([1, 2, 3], pa.int64())})
+    commits = {}
+    for d in range(days):
+        folder = zone / f"date=2024-01-{d + 1:02d}"
+        folder.mkdir(parents=True)
+        for n in range(2):
+            pq.write_table(table, folder / f"part-{n}.parquet")
+        record = ir.InputRecord.of_listing(str(zone), folder.name, Lake(None).files(str(folder), within=str(zone)))
+        commits[folder.name[5:]] = Commit(1, "r", "runs/r", "", "p", "f", {}, record.to_extra(), str(tmp_path))
+    assert ir.input_changes(None, commits) == ({}, [])
+    last = zone / f"date=2024-01-{days:02d}"
+    pq.write_table(table, last / "late.parquet")
+    (zone / "date=2024-01-01" / "part-1.parquet").unlink()
+    changed, unknown = ir.input_changes(None, commits)
+    assert unknown == [] and sorted(changed) == ["2024-01-01", f"2024-01-{days:02d}"]
+    assert (
+        changed[f"2024-01-{days:02d}"]
+        .describe()
+        .endswith(f"1 file added: date=2024-01-{days:02d}/late.parquet (3 rows)")
+    )
+    assert "1 file removed: date=2024-01-01/part-1.parquet" in changed["2024-01-01"].describe()

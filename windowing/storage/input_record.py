@@ -358,6 +358,7 @@ def input_changes(
     listed: dict[tuple[str, str], list[InputFile]] = {}
     changed: dict[str, InputChanges] = {}
     unknown: list[str] = []
+    records: dict[str, InputRecord] = {}
     for key in commits if keys is None else keys:
         commit = commits.get(key)
         if commit is None:
@@ -365,11 +366,41 @@ def input_changes(
         record = InputRecord.of(commit)
         if record is None:
             unknown.append(key)
-            continue
+        else:
+            records[key] = record
+    folders: dict[str, set[str]] = {}
+    for record in records.values():
+        folders.setdefault(record.landing_zone, set()).add(record.folder)
+    for zone, names in folders.items():
+        if len(names) >= ZONE_LISTING_FROM:
+            listed.update(list_zone(spark, zone, names))
+    for key, record in records.items():
         found = compare(spark, record, listed)
         if found:
             changed[key] = found
     return changed, unknown
+
+
+#: From this many day folders of one landing zone, :func:`input_changes` lists the zone
+#: once rather than folder by folder: an object store answers a recursive listing in
+#: pages of 1,000 files (three years of days, 4 files each: 5 requests, against 1,095).
+ZONE_LISTING_FROM = 8
+
+
+def list_zone(spark: Any, landing_zone: str, folders: Iterable[str]) -> dict[tuple[str, str], list[InputFile]]:
+    """The files of each of ``folders`` under ``landing_zone`` now, from one listing of the
+    whole zone (as :func:`list_folder` gives them; a folder with no file gives [])."""
+    zone = qualify(landing_zone)
+    lake = Lake(spark)
+    if spark is None and lake.tree(zone) is None:
+        raise NeedsSpark(f"{display(zone)} is not on this machine's disk: listing it needs a Spark session")
+    out: dict[tuple[str, str], list[InputFile]] = {(zone, f): [] for f in folders}
+    for e in lake.files(zone, within=zone):
+        f = _file(zone, e)
+        where = (zone, f.path.split("/", 1)[0])
+        if where in out:
+            out[where].append(f)
+    return out
 
 
 def dumps(record: InputRecord) -> str:
