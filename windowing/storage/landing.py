@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from windowing.contract import quoted
 from windowing.storage.errors import InputError
 from windowing.storage.inputs import check_parquet_files, note_rows_at_most
 from windowing.storage.lake import Entry, Lake, glob_escape, join
@@ -125,7 +126,7 @@ def landed_days(
     """
     df = read_landing(spark, str(landing_zone), source, partition_column)
     if partition_column is not None:
-        values = df.select(F.col(f"`{partition_column}`").cast("date").alias("d")).distinct().collect()
+        values = df.select(F.col(quoted(partition_column)).cast("date").alias("d")).distinct().collect()
         return sorted(r["d"] for r in values if r["d"] is not None)
     arrival = _as_timestamp(df, arrival_column)
     row = df.select(F.min(arrival).alias("lo"), F.max(arrival).alias("hi")).collect()[0]
@@ -170,7 +171,7 @@ def read_partition_events(
         events = df.where(inside | arrival.isNull()) if unplaced else df.where(inside)
         return events, None
     day = day_of(start, end)
-    day_rows = df.where(F.col(f"`{partition_column}`").cast("date") == F.lit(day.date()))
+    day_rows = df.where(F.col(quoted(partition_column)).cast("date") == F.lit(day.date()))
     files: list[Entry] | None = None
     rows: int | None = None  # at most: the day's files' (their footers, read to check them), what plans a small replay
     if (source.format if source else "parquet") == "parquet":
@@ -229,7 +230,7 @@ def _as_timestamp(df: DataFrame, column: str) -> Column:
     if column not in df.columns:
         return F.lit(None).cast("timestamp")
     dtype = df.schema[column].dataType
-    c = F.col(f"`{column}`")
+    c = F.col(quoted(column))
     if isinstance(dtype, (T.TimestampType, T.TimestampNTZType, T.DateType)):
         return c.cast("timestamp")
     if isinstance(dtype, (T.LongType, T.IntegerType, T.ShortType, T.ByteType)):
