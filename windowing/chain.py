@@ -501,6 +501,11 @@ class Chain:
             f"{m.watermark_reached}{' (flushed at end)' if done.lineage.flushed_at_end else ''} "
             f"in {done.seconds:.1f}s -> {done.run_path}"
         )
+        for r in done.checks if done.committed else ():
+            if not r.passed:  # failed, not blocking: a warning (rejected rows within quality.maxRejectedShare)
+                self.log.warning(
+                    f"{self.pipeline.name} {done.key}: committed with a warning: {r.name}: {r.description}"
+                )
         if not done.committed:
             self.log.error(
                 f"{self.pipeline.name} {done.key}: data-quality checks failed "
