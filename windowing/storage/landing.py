@@ -30,11 +30,19 @@ from pyspark.sql import types as T
 
 from windowing.contract import quoted
 from windowing.storage.errors import InputError
-from windowing.storage.inputs import check_parquet_files, note_rows_at_most
+from windowing.storage.inputs import (
+    check_parquet_files,
+    nanos_as_long,
+    nanos_columns,
+    nanos_error,
+    note_rows_at_most,
+    read_footers,
+    times_from_nanos,
+)
 from windowing.storage.lake import Entry, Lake, glob_escape, join
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 
     from windowing.config import Pipeline, Source
 
@@ -88,10 +96,17 @@ def read_landing(
     else:
         reader = reader.option("basePath", landing_zone)
     try:
-        df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
-        df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
+        try:
+            df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
+            df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
+        except Exception as exc:
+            if "PARQUET_TYPE_ILLEGAL" not in str(exc) or "NANOS" not in str(exc):
+                raise
+            df = _load_nanos_as_long(spark, reader, landing_zone, partition_column, exc)
     except Exception as exc:  # Spark's AnalysisException and friends
         text = str(exc)
+        if isinstance(exc, InputError):
+            raise
         if "PATH_NOT_FOUND" in text or "UNABLE_TO_INFER_SCHEMA" in text or "does not exist" in text:
             raise LandingZoneError(
                 f"landing zone {landing_zone} holds no events"
@@ -178,9 +193,10 @@ def read_partition_events(
         lake = Lake(spark)
         folder = join(landing_zone, f"{partition_column}={day:%Y-%m-%d}")
         files = lake.files(folder)
-        check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
+        footers = check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
         check_day_types(spark, folder, [e.path for e in files], df, pipeline, known)
         rows = lake.rows_in([e.path for e in files])
+        day_rows = times_from_nanos(day_rows, nanos_columns(footers))  # nanosecond timestamps as times
     events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
         return note_rows_at_most(events, rows), files
@@ -189,6 +205,23 @@ def read_partition_events(
     first, last = F.lit(day), F.lit(day + DAY - timedelta(microseconds=1))
     placed = F.coalesce(F.least(F.greatest(arrival, first), last), first)
     return note_rows_at_most(events.where((placed >= F.lit(start)) & (placed < F.lit(end))), rows), files
+
+
+def _load_nanos_as_long(
+    spark: SparkSession, reader: DataFrameReader, landing_zone: str, partition_column: str | None, exc: Exception
+) -> DataFrame:
+    """The landing zone with its Parquet ``TIMESTAMP(NANOS)`` columns as their bigint
+    nanoseconds (:func:`windowing.storage.inputs.nanos_as_long`), which each day's read turns
+    into times from its files' footers (:func:`read_partition_events`). Without a partition
+    column no footers are read: the first file holding such a column is named instead."""
+    if partition_column is None:
+        lake = Lake(spark)
+        footers = read_footers(lake, [e.path for e in lake.files(landing_zone)])
+        raise nanos_error(footers, nanos_columns(footers)) from exc
+    with nanos_as_long(spark):
+        df = reader.load(glob_escape(landing_zone))
+        df.schema  # noqa: B018 - inferred under the setting
+    return df
 
 
 def check_day_types(
@@ -208,8 +241,15 @@ def check_day_types(
         return
     if known is not None and tuple(files) in known.days:
         day_types = known.days[tuple(files)]
-    else:  # Spark's schema of the day's files (a Spark job)
-        day_types = {f.name: f.dataType for f in spark.read.parquet(*[glob_escape(f) for f in files]).schema.fields}
+    else:  # Spark's schema of the day's files (a Spark job); nanosecond timestamps as bigint, as the zone's
+        try:
+            day_schema = spark.read.parquet(*[glob_escape(f) for f in files]).schema
+        except Exception as exc:
+            if "PARQUET_TYPE_ILLEGAL" not in str(exc) or "NANOS" not in str(exc):
+                raise
+            with nanos_as_long(spark):
+                day_schema = spark.read.parquet(*[glob_escape(f) for f in files]).schema
+        day_types = {f.name: f.dataType for f in day_schema.fields}
         if known is not None:
             known.days[tuple(files)] = day_types
     zone_types = {f.name: f.dataType for f in landing.schema.fields}
