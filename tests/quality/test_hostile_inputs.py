@@ -426,14 +426,20 @@ def test_nanosecond_parquet_timestamps_replay_as_the_same_times(spark, replayed,
     assert rows(backfilled.aggregates) == rows(history.aggregates)
 
 
-def test_nanosecond_times_are_floored_to_the_millisecond(spark, tmp_path):
-    """Before 1970 too, and at the ends of int64 nanoseconds (1677 and 2262)."""
+@pytest.mark.parametrize("merge", [False, True], ids=["schema-from-the-footer", "mergeSchema"])
+def test_nanosecond_times_are_floored_to_the_millisecond(spark, tmp_path, merge):
+    """Before 1970 too, and at the ends of int64 nanoseconds (1677 and 2262); also when
+    Spark infers the schema itself (``mergeSchema``)."""
+    from windowing import parse_pipeline
     from windowing.runner.columns import epoch_ms
 
     ns = [-1, -999_999, -1_000_000, -1_000_001, 1_999_999, INT64_MIN, INT64_MAX]
     table = pa.table({"utc": pa.array(ns, pa.timestamp("ns", tz="UTC")), "local": pa.array(ns, pa.timestamp("ns"))})
     pq.write_table(table, tmp_path / "t.parquet", version="2.6")
-    df = read_events(spark, [str(tmp_path / "t.parquet")])
+    source = {"arrivalTime": "utc", **({"options": {"mergeSchema": True}} if merge else {})}
+    window = {"windowSpan": "1h", "aggregateDefinition": [{"type": "count"}]}
+    pipeline = parse_pipeline({"name": "nanos", "source": source, "emitter": {"tumbling-time-window": window}})
+    df = read_events(spark, [str(tmp_path / "t.parquet")], pipeline=pipeline)
     types = {f.name: f.dataType for f in df.schema.fields}
     got = df.select(*[epoch_ms(c, types[c]).alias(c) for c in ("utc", "local")]).toArrow().to_pylist()
     want = [v // 1_000_000 for v in ns]

@@ -121,14 +121,19 @@ def read_events(
         else:
             reader = reader.schema(lake.parquet_schema(first))
     try:
-        # Each path exists as written (checked above): escaped, Spark reads exactly it.
-        df = reader.load([glob_escape(p) for p in paths])
-        df.schema  # noqa: B018 - resolve now: a bad path or format fails here, naming it
+        try:
+            # Each path exists as written (checked above): escaped, Spark reads exactly it.
+            df = reader.load([glob_escape(p) for p in paths])
+            df.schema  # noqa: B018 - resolve now: a bad path or format fails here, naming it
+        except Exception as exc:
+            if not (nanos and refuses_nanos(exc)):
+                raise
+            with nanos_as_long(spark):  # Spark infers the schema itself (mergeSchema, say)
+                df = reader.load([glob_escape(p) for p in paths])
+                df.schema  # noqa: B018
     except Exception as exc:  # Spark wraps everything in its own exception types
         if "UNABLE_TO_INFER_SCHEMA" in str(exc):
             return _empty_events(spark, paths, schema, pipeline, state)
-        if footers and nanos and "PARQUET_TYPE_ILLEGAL" in str(exc):
-            raise nanos_error(footers, nanos) from exc
         raise _read_error(exc, fmt, paths) from exc
     if footers:
         # Columns missing from the whole input are the engine's to report (naming the YAML
@@ -164,6 +169,11 @@ def nanos_as_long(spark: SparkSession) -> Iterator[None]:
             spark.conf.unset(NANOS_AS_LONG)
         else:
             spark.conf.set(NANOS_AS_LONG, before)
+
+
+def refuses_nanos(exc: BaseException) -> bool:
+    """Whether ``exc`` is Spark refusing to infer a schema with a ``TIMESTAMP(NANOS)`` column."""
+    return "PARQUET_TYPE_ILLEGAL" in str(exc) and "NANOS" in str(exc)
 
 
 def nanos_columns(footers: Mapping[str, Mapping[str, str]]) -> dict[str, bool]:

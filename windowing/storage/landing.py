@@ -37,6 +37,7 @@ from windowing.storage.inputs import (
     nanos_error,
     note_rows_at_most,
     read_footers,
+    refuses_nanos,
     times_from_nanos,
 )
 from windowing.storage.lake import Entry, Lake, glob_escape, join
@@ -100,7 +101,7 @@ def read_landing(
             df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
             df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
         except Exception as exc:
-            if "PARQUET_TYPE_ILLEGAL" not in str(exc) or "NANOS" not in str(exc):
+            if not refuses_nanos(exc):
                 raise
             df = _load_nanos_as_long(spark, reader, landing_zone, partition_column, exc)
     except Exception as exc:  # Spark's AnalysisException and friends
@@ -245,7 +246,7 @@ def check_day_types(
         try:
             day_schema = spark.read.parquet(*[glob_escape(f) for f in files]).schema
         except Exception as exc:
-            if "PARQUET_TYPE_ILLEGAL" not in str(exc) or "NANOS" not in str(exc):
+            if not refuses_nanos(exc):
                 raise
             with nanos_as_long(spark):
                 day_schema = spark.read.parquet(*[glob_escape(f) for f in files]).schema
