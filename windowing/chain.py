@@ -565,6 +565,11 @@ class Chain:
             f"in {done.seconds:.1f}s ({m.input_rows / done.seconds if done.seconds else 0:,.0f} events/s) "
             f"-> {done.run_path}"
         )
+        for r in done.checks if done.committed else ():
+            if not r.passed:  # failed, not blocking: a warning (rejected rows within quality.maxRejectedShare)
+                self.log.warning(
+                    f"{self.pipeline.name} {done.key}: committed with a warning: {r.name}: {r.description}"
+                )
         if not done.committed:
             self.log.error(
                 f"{self.pipeline.name} {done.key}: data-quality checks failed "

@@ -128,6 +128,16 @@ MISMATCH_COLUMNS: Final = (
 #: Prefix of the kernel's carried partial-aggregate columns.
 STATE_PREFIX: Final = "__s_"
 
+# --------------------------------------------------------------------------- names
+
+
+def quoted(name: str) -> str:
+    """A column name quoted for Spark (``F.col``, SQL text): in backticks, each backtick
+    doubled, so that dots, spaces and backticks are part of the name (``user.id`` is one
+    column, not field ``id`` of ``user``). ``windowing.runner.columns.col`` builds on it."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 # --------------------------------------------------------------------------- types
 
 #: The most digits a decimal holds (Spark's, and Arrow's decimal128).

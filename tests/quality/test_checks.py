@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from windowing import validation as V
+from windowing.contract import BATCH_COMMITTED
 
 # --------------------------------------------------------------------------- passing
 
@@ -182,6 +183,14 @@ CORRUPTIONS = {
         "a rejected row with an unknown reason",
         lambda o, ev, st: (
             _with(o, rejected=o.rejected.unionByName(ev.limit(1).withColumn("reason", F.lit("looked odd")))),
+            ev,
+            st,
+        ),
+    ),
+    ("rejected_batch_committed", "clicks"): (
+        "a row rejected as its batch was already committed (found in a later day's folder)",
+        lambda o, ev, st: (
+            _with(o, rejected=o.rejected.unionByName(ev.limit(1).withColumn("reason", F.lit(BATCH_COMMITTED)))),
             ev,
             st,
         ),

@@ -357,3 +357,104 @@ def test_watermark_reached_is_exact_to_the_millisecond(ms):
     reached = datetime.fromisoformat(metrics["watermark_reached"])
     assert reached == datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
     assert reached.microsecond % 1000 == 0
+
+
+# --------------------------------------------------------------------------- issue 47: nanosecond timestamps
+
+
+def _nanos_tables(table: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``table`` (ms-aligned times) with sub-millisecond noise, as pandas writes it (Parquet
+    2.6: ``TIMESTAMP(NANOS)``; the arrival time adjusted to UTC, the event time and a plain
+    column ``seen_at`` local date-times), and the same times floored to microseconds."""
+    n = table.num_rows
+    noise = [(i * 7919 + 104729) % 1_000_000 for i in range(n)]
+    nanos, micros = table, table
+    for name, tz in (("arrival_time", "UTC"), ("event_time", None)):
+        ms = pc.cast(table[name], pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
+        ns = [m * 1_000_000 + d for m, d in zip(ms, noise)]
+        i = table.column_names.index(name)
+        nanos = nanos.set_column(i, name, pa.array(ns, pa.timestamp("ns", tz=tz)))
+        micros = micros.set_column(i, name, pa.array([v // 1000 for v in ns], pa.timestamp("us", tz=tz)))
+        if tz is None:
+            seen = [v - 123_456_789_001 for v in ns]  # before 1970 for none of them; floors all the same
+            nanos = nanos.append_column("seen_at", pa.array(seen, pa.timestamp("ns")))
+            micros = micros.append_column("seen_at", pa.array([v // 1000 for v in seen], pa.timestamp("us")))
+    return nanos, micros
+
+
+def test_nanosecond_parquet_timestamps_replay_as_the_same_times(spark, replayed, tmp_path):
+    """pandas' ``datetime64[ns]`` in Parquet 2.6 (``TIMESTAMP(NANOS)``): Spark refuses the
+    type (``PARQUET_TYPE_ILLEGAL``). rewindow reads it as the times it holds, floored to the
+    millisecond as every time: as the arrival time (adjusted to UTC), the event time (a local
+    date-time) and a column carried along, in a replay and in a backfill. The outputs equal
+    those of the same events written with microsecond timestamps, bit for bit, and the
+    windows and state those of the millisecond history (issue 47)."""
+    from tests.quality.conftest import START, rows
+    from windowing.chain import Chain
+    from windowing.partitions import Partitions
+    from windowing.storage.outputs import read_outputs
+
+    r = replayed("clicks")
+    nanos, micros = _nanos_tables(pq.read_table(r.day1))
+    landing = tmp_path / "landing"
+    for folder, table in ((landing / "date=2024-01-01", nanos), (tmp_path / "micros", micros)):
+        folder.mkdir(parents=True)
+        pq.write_table(table, folder / "part-0.parquet", version="2.6")
+    assert "timeUnit=nanoseconds" in str(pq.read_metadata(landing / "date=2024-01-01" / "part-0.parquet").schema)
+    got_events = read_events(spark, [str(landing / "date=2024-01-01")], pipeline=r.pipeline)
+    want_events = read_events(spark, [str(tmp_path / "micros")], pipeline=r.pipeline)
+    assert dict(got_events.dtypes) == dict(want_events.dtypes)
+    assert dict(got_events.dtypes)["event_time"] == "timestamp_ntz"
+    seen = [v for v in got_events.selectExpr("unix_micros(cast(seen_at as timestamp)) as v").toArrow()["v"].to_pylist()]
+    assert sorted(seen) == sorted(micros["seen_at"].cast(pa.int64()).to_pylist())  # exact, to the microsecond
+    got, want = replay(spark, r.pipeline, got_events), replay(spark, r.pipeline, want_events)
+    try:
+        for name in ("aggregates", "late_events", "rejected", "state"):
+            assert rows(getattr(got, name)) == rows(getattr(want, name)), name
+        assert got.late_events.count() > 0
+        history = read_outputs(spark, r.out1)  # the same events at millisecond times
+        for name in ("aggregates", "state"):
+            assert rows(getattr(got, name)) == rows(getattr(history, name)), name
+    finally:
+        got.unpersist()
+        want.unpersist()
+
+    chain = Chain(spark, r.pipeline, str(landing), str(tmp_path / "out"), Partitions("day", START))
+    [part] = chain.replay(["2024-01-01"])
+    assert part.committed, [c for c in part.checks if not c.passed]
+    backfilled = read_outputs(spark, part.folder)
+    assert rows(backfilled.aggregates) == rows(history.aggregates)
+
+
+@pytest.mark.parametrize("merge", [False, True], ids=["schema-from-the-footer", "mergeSchema"])
+def test_nanosecond_times_are_floored_to_the_millisecond(spark, tmp_path, merge):
+    """Before 1970 too, and at the ends of int64 nanoseconds (1677 and 2262); also when
+    Spark infers the schema itself (``mergeSchema``)."""
+    from windowing import parse_pipeline
+    from windowing.runner.columns import epoch_ms
+
+    ns = [-1, -999_999, -1_000_000, -1_000_001, 1_999_999, INT64_MIN, INT64_MAX]
+    table = pa.table({"utc": pa.array(ns, pa.timestamp("ns", tz="UTC")), "local": pa.array(ns, pa.timestamp("ns"))})
+    pq.write_table(table, tmp_path / "t.parquet", version="2.6")
+    source = {"arrivalTime": "utc", **({"options": {"mergeSchema": True}} if merge else {})}
+    window = {"windowSpan": "1h", "aggregateDefinition": [{"type": "count"}]}
+    pipeline = parse_pipeline({"name": "nanos", "source": source, "emitter": {"tumbling-time-window": window}})
+    df = read_events(spark, [str(tmp_path / "t.parquet")], pipeline=pipeline)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    got = df.select(*[epoch_ms(c, types[c]).alias(c) for c in ("utc", "local")]).toArrow().to_pylist()
+    want = [v // 1_000_000 for v in ns]
+    assert [g["utc"] for g in got] == want and [g["local"] for g in got] == want
+
+
+def test_nanosecond_times_in_a_flat_landing_zone_are_named_with_file_and_column(spark, tmp_path):
+    """Without day folders no footer is read before Spark infers the schema: the nanosecond
+    column cannot be turned into times, so the error names the file and the column."""
+    from windowing.storage.errors import InputError
+    from windowing.storage.landing import read_partition_events
+
+    pq.write_table(pa.table({"arrival_time": pa.array([0], pa.timestamp("ns"))}), tmp_path / "a.parquet", version="2.6")
+    start = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    with pytest.raises(InputError, match=r"a\.parquet: column 'arrival_time' is a Parquet INT64 \(TIMESTAMP\(NANOS"):
+        read_partition_events(
+            spark, str(tmp_path), start, start + timedelta(days=1), "arrival_time", partition_column=None
+        )

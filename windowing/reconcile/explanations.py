@@ -26,6 +26,7 @@ from windowing.reconcile.vocabulary import (
     ROUNDING_RELATIVE,
     VALUE_MISMATCH,
 )
+from windowing.runner.columns import col as _col
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -78,7 +79,7 @@ def _null_in_live(compared: list[Compared]) -> tuple[Column, Column]:
     cat, _, own = _row_columns()
     nulls = [
         F.when(
-            F.array_contains("__differing", F.lit(a.agg.name)) & F.col(a.live).isNull() & F.col(a.replay).isNotNull(),
+            F.array_contains("__differing", F.lit(a.agg.name)) & _col(a.live).isNull() & _col(a.replay).isNotNull(),
             F.lit(a.agg.name),
         )
         for a in compared
@@ -124,9 +125,9 @@ def _what_differs(compared: list[Compared]) -> list[Column]:
             F.array_contains("__differing", F.lit(a.agg.name)),
             F.concat(
                 F.lit(f"{a.agg.name}: live "),
-                F.coalesce(F.col(a.live).cast("string"), F.lit("null")),
+                F.coalesce(_col(a.live).cast("string"), F.lit("null")),
                 F.lit(" against replay "),
-                F.coalesce(F.col(a.replay).cast("string"), F.lit("null")),
+                F.coalesce(_col(a.replay).cast("string"), F.lit("null")),
             ),
         )
         for a in compared
@@ -301,7 +302,7 @@ def _float_rounding(compared: list[Compared]) -> tuple[Column, Column]:
     for a in compared:
         differs = F.array_contains("__differing", F.lit(a.agg.name))
         if a.floating:
-            r, lv = F.col(a.replay), F.col(a.live)
+            r, lv = _col(a.replay), _col(a.live)
             within = F.abs(r - lv) <= F.lit(ROUNDING_RELATIVE) * F.greatest(F.abs(r), F.abs(lv))
             only_rounding = only_rounding & (~differs | F.coalesce(within, F.lit(False)))
         else:

@@ -104,7 +104,7 @@ def equal_values(compared: list[Compared], tol: Tolerance) -> list[Column]:
     tolerance when floating), False where either side is missing."""
     equal = []
     for a in compared:
-        r, lv = F.col(a.replay), F.col(a.live)
+        r, lv = _col(a.replay), _col(a.live)
         same = r.eqNullSafe(lv)
         if a.floating:
             diff, scale = F.abs(r - lv), F.greatest(F.abs(r), F.abs(lv))
@@ -163,9 +163,7 @@ def hold_identities(
         F.when(keep, differing).alias("__differing"),
         *[
             (
-                F.col(c)
-                if count_agg is not None and c in (count_agg.replay, count_agg.live)
-                else F.when(keep, F.col(c))
+                _col(c) if count_agg is not None and c in (count_agg.replay, count_agg.live) else F.when(keep, _col(c))
             ).alias(c)
             for a in compared
             for c in (a.replay, a.live)
@@ -223,7 +221,7 @@ class Ids:
         return [F.coalesce(value, default).alias(name), value.isNull().alias(f"{name}_null")]
 
     def decode(self, name: str) -> Column:
-        return F.when(~F.col(f"{name}_null"), F.col(name))
+        return F.when(~_col(f"{name}_null"), _col(name))
 
 
 def _as_ms(col: Column, dtype: Any) -> Column:
@@ -360,7 +358,7 @@ def _number_emissions(
     if not (number_live or number_replay):
         return rows
     order = [] if by_values else [F.col("__emit_ms").asc_nulls_first()]
-    order += [F.col(a.value).asc_nulls_first() for a in compared]
+    order += [_col(a.value).asc_nulls_first() for a in compared]
     if number_replay:
         order.append(em.asc_nulls_first())
         if "__worker_order" in rows.columns:
@@ -399,14 +397,14 @@ def _identities(rows: DataFrame, compared: list[Compared], ids: Ids) -> DataFram
         F.min(F.when(is_live, F.col("__emit_ms"))).alias("__l_emit_ms"),
     ]
     if compared:  # copies of one live identity conflict when their values' hashes differ
-        live_hash = F.when(is_live, F.xxhash64(*[F.col(a.value) for a in compared]))
+        live_hash = F.when(is_live, F.xxhash64(*[_col(a.value) for a in compared]))
         aggs += [F.min(live_hash).alias("__l_hash_lo"), F.max(live_hash).alias("__l_hash_hi")]
     else:
         aggs += [F.lit(0).cast("long").alias("__l_hash_lo"), F.lit(0).cast("long").alias("__l_hash_hi")]
     for a in compared:
         aggs += [
-            F.max(F.when(is_replay, F.col(a.value))).alias(a.replay),
-            F.max(F.when(is_live, F.col(a.value))).alias(a.live),
+            F.max(F.when(is_replay, _col(a.value))).alias(a.replay),
+            F.max(F.when(is_live, _col(a.value))).alias(a.live),
         ]
     if "__late_n" in rows.columns:
         aggs += [
@@ -482,6 +480,6 @@ def mismatch_columns(
         ("live_emit_time", F.timestamp_millis(F.col("__l_emit_ms"))),
     ]
     for a in compared:
-        cols += [(f"live_{a.agg.name}", F.col(a.live)), (f"replay_{a.agg.name}", F.when(~live_only, F.col(a.replay)))]
+        cols += [(f"live_{a.agg.name}", _col(a.live)), (f"replay_{a.agg.name}", F.when(~live_only, _col(a.replay)))]
     cols += [("explanations", F.col("__explanations")), ("detail", F.col("__detail"))]
     return cols

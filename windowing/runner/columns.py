@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
+from windowing.contract import quoted
 from windowing.durations import DAY_MS
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ MAX_EPOCH_MS = 253_402_300_799_999
 
 def col(name: str) -> Column:
     """A column by its literal name (dots, spaces and backticks are part of the name)."""
-    return F.col("`" + name.replace("`", "``") + "`")
+    return F.col(quoted(name))
 
 
 def epoch_ms_unchecked(name: str, dtype: DataType) -> Column:

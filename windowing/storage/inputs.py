@@ -25,12 +25,15 @@ from __future__ import annotations
 import logging
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence, cast
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Iterator, Mapping, Sequence, cast
 
 import pyarrow.dataset as pads
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from windowing.config import check_input_columns
+from windowing.contract import quoted
 from windowing.storage.errors import InputError, first_line, missing_path, root_cause
 from windowing.storage.lake import Lake, PathArg, display, glob_escape, is_connect, qualify
 from windowing.storage.local_files import LinkError, Tree
@@ -118,14 +121,27 @@ def read_events(
         if not footers:
             return _empty_events(spark, paths, schema, pipeline, state)
     reader = _reader(spark, src, recursive=True)
+    nanos = nanos_columns(footers or {})
     if footers and _infers_from_one_file(spark, src):
         # The schema Spark would infer from the first file (by path, as its file index
         # sorts them), read here from the footer: Spark runs a job for it otherwise.
-        reader = reader.schema(lake.parquet_schema(min(footers)))
+        first = min(footers)
+        if nanos_columns({first: footers[first]}):
+            with nanos_as_long(spark):  # a converter of its own, made under the setting
+                reader = reader.schema(Lake(spark).parquet_schema(first))
+        else:
+            reader = reader.schema(lake.parquet_schema(first))
     try:
-        # Each path exists as written (checked above): escaped, Spark reads exactly it.
-        df = reader.load([glob_escape(p) for p in load])
-        df.schema  # noqa: B018 - resolve now: a bad path or format fails here, naming it
+        try:
+            # Each path exists as written (checked above): escaped, Spark reads exactly it.
+            df = reader.load([glob_escape(p) for p in load])
+            df.schema  # noqa: B018 - resolve now: a bad path or format fails here, naming it
+        except Exception as exc:
+            if not (nanos and refuses_nanos(exc)):
+                raise
+            with nanos_as_long(spark):  # Spark infers the schema itself (mergeSchema, say)
+                df = reader.load([glob_escape(p) for p in load])
+                df.schema  # noqa: B018
     except Exception as exc:  # Spark wraps everything in its own exception types
         if "UNABLE_TO_INFER_SCHEMA" in str(exc):
             return _empty_events(spark, paths, schema, pipeline, state)
@@ -134,6 +150,7 @@ def read_events(
         # Columns missing from the whole input are the engine's to report (naming the YAML
         # field); here, a column some files have and others lack, or hold as another type.
         check_columns(footers, pipeline, InputError, only=set(df.columns))
+        df = times_from_nanos(df, nanos)  # nanosecond timestamps, read as integers, as times
         note_rows_at_most(df, lake.rows_in(footers))
     return df
 
@@ -183,6 +200,82 @@ def note_tree(tree: Tree) -> None:
         log.warning(f"{f}: an upload in progress (._COPYING_), skipped as Spark's readers skip it")
     for link, target in tree.dangling:
         log.warning(f"{link} is a symbolic link to {target}, which does not exist: skipped")
+
+
+# --------------------------------------------------------------------------- nanosecond timestamps
+
+#: Spark's setting that reads Parquet ``TIMESTAMP(NANOS)`` columns as their integers
+#: (bigint nanoseconds); without it Spark refuses the file (``PARQUET_TYPE_ILLEGAL``).
+#: Only Spark's schema inference needs it: given a schema with bigint for such a column,
+#: its readers read the integers whatever the setting.
+NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
+#: How a Parquet footer describes a nanosecond timestamp column (``INT64
+#: (TIMESTAMP(NANOS,true))``: adjusted to UTC; ``false``: a local date-time, pandas' default).
+_NANOS = "TIMESTAMP(NANOS,"
+
+
+@contextmanager
+def nanos_as_long(spark: SparkSession) -> Iterator[None]:
+    """:data:`NANOS_AS_LONG` on for the block (a schema inferred in it has bigint for the
+    nanosecond columns), then as it was."""
+    before = spark.conf.get(NANOS_AS_LONG, None)
+    spark.conf.set(NANOS_AS_LONG, "true")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(NANOS_AS_LONG)
+        else:
+            spark.conf.set(NANOS_AS_LONG, before)
+
+
+def refuses_nanos(exc: BaseException) -> bool:
+    """Whether ``exc`` is Spark refusing to infer a schema with a ``TIMESTAMP(NANOS)`` column."""
+    return "PARQUET_TYPE_ILLEGAL" in str(exc) and "NANOS" in str(exc)
+
+
+def nanos_columns(footers: Mapping[str, Mapping[str, str]]) -> dict[str, bool]:
+    """The top-level columns that some file of ``footers`` (:func:`read_footers`) stores as
+    Parquet ``TIMESTAMP(NANOS)``: name -> whether adjusted to UTC."""
+    out: dict[str, bool] = {}
+    for cols in footers.values():
+        for c, t in cols.items():
+            if _NANOS in t:
+                out.setdefault(c, f"{_NANOS}true)" in t)
+    return out
+
+
+def times_from_nanos(df: DataFrame, nanos: Mapping[str, bool]) -> DataFrame:
+    """``df`` with each column of ``nanos`` (:func:`nanos_columns`) that Spark read as its
+    bigint nanoseconds turned into the time it is: a ``timestamp`` when adjusted to UTC, a
+    ``timestamp_ntz`` otherwise (as Spark reads micro- and millisecond Parquet timestamps).
+    Exact: nanoseconds are floor-divided into microseconds in 64-bit integers (every int64
+    nanosecond time, 1677 to 2262, is a Spark timestamp); the engine then floors them to
+    milliseconds as every timestamp's (docs/semantics.md section 1), so a time is floored
+    to the millisecond, before 1970 too."""
+    types = {f.name: f.dataType for f in df.schema.fields}
+    for c, utc in nanos.items():
+        if not isinstance(types.get(c), T.LongType):
+            continue
+        n = quoted(c)
+        micros = f"(({n}) div 1000 - if(({n}) % 1000 < 0, 1, 0))"  # floor; no overflow at the int64 ends
+        as_time = (
+            F.expr(f"timestamp_micros({micros})")
+            if utc
+            else F.expr(f"timestampadd(MICROSECOND, {micros}, TIMESTAMP_NTZ'1970-01-01 00:00:00')")
+        )
+        df = df.withColumn(c, as_time)
+    return df
+
+
+def nanos_error(footers: Mapping[str, Mapping[str, str]], nanos: Mapping[str, bool]) -> InputError:
+    """Spark could not read a nanosecond timestamp column here: the first file and column."""
+    f, c = next((f, c) for f, cols in footers.items() for c in cols if c in nanos)
+    return InputError(
+        f"{display(f)}: column {c!r} is a Parquet {footers[f][c]} (nanosecond) timestamp, which Spark "
+        f"cannot read here (it reads one given its schema, or with {NANOS_AS_LONG}=true as integers); "
+        "rewrite it with microsecond or millisecond timestamps"
+    )
 
 
 def _infers_from_one_file(spark: SparkSession, src: Source | None) -> bool:
@@ -319,9 +412,11 @@ def check_parquet_files(
     pipeline: Pipeline | None = None,
     error: type[ValueError] = InputError,
     only: Collection[str] | None = None,
-) -> None:
-    """:func:`read_footers` then :func:`check_columns`."""
-    check_columns(read_footers(lake, files, error), pipeline, error, only)
+) -> dict[str, dict[str, str]]:
+    """:func:`read_footers` then :func:`check_columns`; returns the footers."""
+    footers = read_footers(lake, files, error)
+    check_columns(footers, pipeline, error, only)
+    return footers
 
 
 def check_input_schema(pipeline: Pipeline, paths: Sequence[PathArg]) -> None:

@@ -31,13 +31,23 @@ from urllib.parse import unquote
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from windowing.contract import quoted
 from windowing.storage.errors import InputError
-from windowing.storage.inputs import check_parquet_files, note_rows_at_most, read_footers
+from windowing.storage.inputs import (
+    check_parquet_files,
+    nanos_as_long,
+    nanos_columns,
+    nanos_error,
+    note_rows_at_most,
+    read_footers,
+    refuses_nanos,
+    times_from_nanos,
+)
 from windowing.storage.lake import Entry, Lake, display, glob_escape, inside, join, qualify
 from windowing.storage.local_files import LinkError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 
     from windowing.config import Pipeline, Source
 
@@ -97,13 +107,20 @@ def read_landing(
         reader = reader.option("basePath", landing_zone)
     roots = zone_paths(spark, landing_zone, known)
     try:
-        if roots is None:
-            df = reader.load(glob_escape(landing_zone))  # exactly this folder, whatever its name holds
-        else:  # links below it: the folders and files that hold each file once
-            df = reader.load([glob_escape(r) for r in roots])
-        df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
+        # Exactly this folder, whatever its name holds; with links below it, the folders and
+        # files that hold each file once.
+        target: str | list[str] = glob_escape(landing_zone) if roots is None else [glob_escape(r) for r in roots]
+        try:
+            df = reader.load(target)
+            df.schema  # noqa: B018 - resolve now: a missing landing zone fails here, named
+        except Exception as exc:
+            if not refuses_nanos(exc):
+                raise
+            df = _load_nanos_as_long(spark, reader, landing_zone, target, partition_column, exc)
     except Exception as exc:  # Spark's AnalysisException and friends
         text = str(exc)
+        if isinstance(exc, InputError):
+            raise
         if partition_column is not None and (
             "CONFLICTING_PARTITION_COLUMN_NAMES" in text or "CONFLICTING_DIRECTORY" in text
         ):
@@ -149,7 +166,7 @@ def landed_days(
         raise (name_unreadable_file(spark, str(landing_zone)) or exc) from exc
     if partition_column is not None:
         try:  # a scan of the files (their footers' row counts), not of their pages
-            values = df.select(F.col(f"`{partition_column}`").cast("date").alias("d")).distinct().collect()
+            values = df.select(F.col(quoted(partition_column)).cast("date").alias("d")).distinct().collect()
         except Exception as exc:
             named = name_unreadable_file(spark, str(landing_zone))
             if named is None:
@@ -197,16 +214,17 @@ def read_partition_events(
         events = df.where(inside | arrival.isNull()) if unplaced else df.where(inside)
         return events, None
     day = day_of(start, end)
-    day_rows = df.where(F.col(f"`{partition_column}`").cast("date") == F.lit(day.date()))
+    day_rows = df.where(F.col(quoted(partition_column)).cast("date") == F.lit(day.date()))
     rows: int | None = None  # at most: the day's files' (their footers, read to check them), what plans a small replay
     lake = Lake(spark)
     folder = join(landing_zone, day_folder(partition_column, day))
     files: list[Entry] = lake.files(folder, within=landing_zone)
     if (source.format if source else "parquet") == "parquet":
-        check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
+        footers = check_parquet_files(lake, [e.path for e in files], pipeline, InputError, only=set(df.columns))
         check_day_types(spark, folder, [e.path for e in files], df, pipeline, known)
         rows = lake.rows_in([e.path for e in files])
         files = [replace(e, rows=lake.footer_rows.get(e.path)) for e in files]
+        day_rows = times_from_nanos(day_rows, nanos_columns(footers))  # nanosecond timestamps as times
     events = day_rows.drop(partition_column)
     if start == day and end == day + DAY:
         return note_rows_at_most(events, rows), files
@@ -220,6 +238,28 @@ def read_partition_events(
 def day_folder(partition_column: str, day: datetime) -> str:
     """The folder of ``day`` under the landing zone: ``<partition column>=YYYY-MM-DD``."""
     return f"{partition_column}={day.date().isoformat()}"
+
+
+def _load_nanos_as_long(
+    spark: SparkSession,
+    reader: DataFrameReader,
+    landing_zone: str,
+    target: str | list[str],
+    partition_column: str | None,
+    exc: Exception,
+) -> DataFrame:
+    """The landing zone with its Parquet ``TIMESTAMP(NANOS)`` columns as their bigint
+    nanoseconds (:func:`windowing.storage.inputs.nanos_as_long`), which each day's read turns
+    into times from its files' footers (:func:`read_partition_events`). Without a partition
+    column no footers are read: the first file holding such a column is named instead."""
+    if partition_column is None:
+        lake = Lake(spark)
+        footers = read_footers(lake, [e.path for e in lake.files(landing_zone)])
+        raise nanos_error(footers, nanos_columns(footers)) from exc
+    with nanos_as_long(spark):
+        df = reader.load(target)
+        df.schema  # noqa: B018 - inferred under the setting
+    return df
 
 
 def check_day_types(
@@ -245,8 +285,15 @@ def check_day_types(
         return
     if known is not None and tuple(files) in known.days:
         day_types = known.days[tuple(files)]
-    else:  # Spark's schema of the day's files (a Spark job)
-        day_types = {f.name: f.dataType for f in spark.read.parquet(*[glob_escape(f) for f in files]).schema.fields}
+    else:  # Spark's schema of the day's files (a Spark job); nanosecond timestamps as bigint, as the zone's
+        try:
+            day_schema = spark.read.parquet(*[glob_escape(f) for f in files]).schema
+        except Exception as exc:
+            if not refuses_nanos(exc):
+                raise
+            with nanos_as_long(spark):
+                day_schema = spark.read.parquet(*[glob_escape(f) for f in files]).schema
+        day_types = {f.name: f.dataType for f in day_schema.fields}
         if known is not None:
             known.days[tuple(files)] = day_types
     zone_types = {f.name: f.dataType for f in landing.schema.fields}
@@ -276,7 +323,7 @@ def _as_timestamp(df: DataFrame, column: str) -> Column:
     if column not in df.columns:
         return F.lit(None).cast("timestamp")
     dtype = df.schema[column].dataType
-    c = F.col(f"`{column}`")
+    c = F.col(quoted(column))
     if isinstance(dtype, (T.TimestampType, T.TimestampNTZType, T.DateType)):
         return c.cast("timestamp")
     if isinstance(dtype, (T.LongType, T.IntegerType, T.ShortType, T.ByteType)):

@@ -32,7 +32,7 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
-from windowing.contract import WINDOW_KIND, WORKER_KIND
+from windowing.contract import WINDOW_KIND, WORKER_KIND, quoted
 from windowing.storage.lake import Lake, display, glob_escape, is_connect, join
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def _hash_aggregates(df: DataFrame, where: Column | None) -> list[Column]:
     hashes, then the same over the rows where ``where`` holds (with ``where``)."""
     cols = []
     for field in sorted(df.schema.fields, key=lambda f: f.name):
-        c = F.col(f"`{field.name}`")
+        c = F.col(quoted(field.name))
         if isinstance(field.dataType, MapType):
             c = F.array_sort(F.map_entries(c))
         cols.append(c)
@@ -147,7 +147,11 @@ class ObservedState:
             aggs = _hash_aggregates(state, self.where)
             if self.where is not None:  # and the summary the next replay reads (StateSummary)
                 worker = F.col("state_kind") == WORKER_KIND
-                aggs.append(F.collect_list(F.when(worker, F.struct(*map(F.col, state.columns)))).alias("workers"))
+                aggs.append(
+                    F.collect_list(F.when(worker, F.struct(*[F.col(quoted(c)).alias(c) for c in state.columns]))).alias(
+                        "workers"
+                    )
+                )
                 if "fingerprint" in state.columns:
                     aggs.append(F.collect_set("fingerprint").alias("fingerprints"))
             self.observation = Observation(f"rewindow_state_hashes_{uuid.uuid4().hex}")

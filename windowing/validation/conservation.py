@@ -52,7 +52,7 @@ def _memberships(
     if w.type is WindowType.SESSION:
         ws = we = F.lit(None).cast("long")
         return base.select(
-            *key_types,
+            *map(_col, key_types),
             ws.alias("ws"),
             we.alias("we"),
             F.lit(source).alias("source"),
@@ -64,9 +64,9 @@ def _memberships(
     last = tcol - F.pmod(tcol - F.lit(off), F.lit(L))  # the latest window start <= t
     k = -(-S // L)  # windows an event can belong to, at most
     starts = F.sequence(last - F.lit((k - 1) * L), last, F.lit(L))
-    ex = base.select(*key_types, tcol, F.explode(starts).alias("ws")).where(F.col("ws") + F.lit(S) > tcol)
+    ex = base.select(*map(_col, key_types), tcol, F.explode(starts).alias("ws")).where(F.col("ws") + F.lit(S) > tcol)
     return ex.select(
-        *key_types,
+        *map(_col, key_types),
         "ws",
         (F.col("ws") + F.lit(S)).alias("we"),
         F.lit(source).alias("source"),

@@ -37,9 +37,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
-#: Input checks whose failing rows are rows the replay rejects (with a reason): they warn
-#: while the rejected rows are within ``quality.maxRejectedShare``, and block above it.
-REJECTING_CHECKS = ("input_times_parseable",)
+#: Checks whose failing rows are rows the replay rejects (with a reason): they warn while
+#: the rejected rows (all of them, whatever their reason) are within
+#: ``quality.maxRejectedShare`` of the input rows, and block above it.
+REJECTING_CHECKS = ("input_times_parseable", "rejected_batch_committed")
 
 
 def apply_rejection_policy(
@@ -86,11 +87,14 @@ def load_outputs(spark: SparkSession, outputs: Any) -> Any:
     return outputs
 
 
-def _row_counts(p: CountPass, o: Any, input_df: DataFrame) -> Callable[[], tuple[int, int]]:
-    """(input rows, rejected rows) of the replay being checked: from its metrics, or counted on ``p``."""
+def _row_counts(p: CountPass, o: Any, input_df: DataFrame | None) -> Callable[[], tuple[int, int] | None]:
+    """(input rows, rejected rows) of the replay being checked: from its metrics, or counted
+    on ``p`` (None without metrics or the input: unknown)."""
     m = getattr(o, "metrics", None) or {}
     if isinstance(m.get("input_rows"), int) and isinstance(m.get("rejected_rows"), int):
         return lambda: (m["input_rows"], m["rejected_rows"])
+    if input_df is None:
+        return lambda: None
     rows, rejected = p.add(input_df, {"rows": F.lit(1)}), p.add(o.rejected, {"rows": F.lit(1)})
     return lambda: (int(rows["rows"]), int(rejected["rows"]))
 
@@ -151,17 +155,9 @@ def run_checks(
     rows = _pass_rows(o)
     p = CountPass(small=rows is not None and rows <= SMALL_PASS_ROWS)
     planned: list[Finish] = []
+    counts = _row_counts(p, o, input_df) if any(wanted(only, n) for n in REJECTING_CHECKS) else None
     if input_df is not None:
-        inputs = plan_input_checks(p, pipeline, input_df, max_skew_ms, sample_size, only)
-        counts = _row_counts(p, o, input_df) if any(wanted(only, n) for n in REJECTING_CHECKS) else None
-
-        def policed() -> list[CheckResult]:
-            found = inputs()
-            if counts is not None and any(r.name in REJECTING_CHECKS and not r.passed for r in found):
-                found = apply_rejection_policy(pipeline, found, *counts())
-            return found
-
-        planned.append(policed)
+        planned.append(plan_input_checks(p, pipeline, input_df, max_skew_ms, sample_size, only))
     else:
         skipped = [skip_result(n, "input events", "no input given") for n in INPUT_CHECKS if wanted(only, n)]
         planned.append(lambda: skipped)
@@ -175,6 +171,10 @@ def run_checks(
         planned.append(plan_metrics_check(p, pipeline, o, input_df))
     p.run()
     results = [r for finish in planned for r in finish()]
+    if any(r.name in REJECTING_CHECKS and not r.passed for r in results):
+        found = counts() if counts is not None else None
+        if found is not None:
+            results = apply_rejection_policy(pipeline, results, *found)
     if wanted(only, RECOMPUTE_CHECK):
         if recompute or (only is not None and RECOMPUTE_CHECK in only):
             results.append(replay_check(spark, pipeline, o, input_df, prev_state, flush_at_end, sample_size))
@@ -223,7 +223,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     *_of("late_events", "late_events_schema", "late_rule", "late_lateness_ms", "late_window_membership"),
     *_of("state", "state_schema", "state_kind", "state_fingerprint", "state_window_bounds", "state_unique"),
-    *_of("rejected", "rejected_schema", "rejected_reason"),
+    *_of("rejected", "rejected_schema", "rejected_reason", "rejected_batch_committed"),
     *_of("state", "conservation"),
     *_of("aggregates", "metrics_consistent"),
     *_of(None, RECOMPUTE_CHECK),

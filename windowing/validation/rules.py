@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WindowType
 from windowing.contract import (
     AGGREGATE_REASON,
+    BATCH_COMMITTED,
     EMITTED_KIND,
     END_OF_INPUT_REASON,
     IDLE_REASON,
@@ -529,7 +530,8 @@ def rejected_checks(
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     only: Collection[str] | None = None,
 ) -> list[CheckResult]:
-    """Checks of ``rejected``: the schema and known reasons."""
+    """Checks of ``rejected``: the schema, known reasons, and no rows of batches already
+    committed (``rejected_batch_committed``: one of :data:`~windowing.validation.registry.REJECTING_CHECKS`)."""
     return run_alone(lambda p: plan_rejected_checks(p, pipeline, rejected, input_types, sample_size, only))
 
 
@@ -554,13 +556,14 @@ def plan_rejected_checks(
         sample_size,
         only,
     )
-    return then(
-        schema,
-        rule_checks(
-            p,
-            rejected,
-            [Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}", _col("reason").isin(list(REJECT_REASONS)))],
-            sample_size,
-            only,
+    rules = [
+        Rule("rejected_reason", f"reason in {list(REJECT_REASONS)}", _col("reason").isin(list(REJECT_REASONS))),
+        Rule(
+            "rejected_batch_committed",
+            f"no row rejected as {BATCH_COMMITTED!r}: arrivals of a batch their worker committed in an "
+            "earlier partition (events filed in a later day's folder, or a partition replayed again "
+            "from its own state)",
+            _col("reason").isNull() | (_col("reason") != F.lit(BATCH_COMMITTED)),
         ),
-    )
+    ]
+    return then(schema, rule_checks(p, rejected, rules, sample_size, only))

@@ -12,6 +12,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 from windowing.config import Pipeline, arrow_schemas
 from windowing.config.model import NUMERIC_AGGREGATES
 from windowing.contract import LATE_ADDED_COLUMNS, STATE_HEAD_COLUMNS
+from windowing.runner.columns import col as _col
 from windowing.validation.base import CheckResult, CountPass, Finish, PassSums, jsonable, skip_result, wanted
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def _screened(check: Any, column: str, dtype: DataType) -> Column | None:
         or not isinstance(dtype, T.NumericType)
     ):
         return None
-    return F.when(~(F.col(column) >= check.statistics["min_value"]), 1)
+    return F.when(~(_col(column) >= check.statistics["min_value"]), 1)
 
 
 def _screen(p: CountPass, schema: DataFrameSchema, df: DataFrame) -> tuple[dict[str, list[Hashable]], PassSums | None]:
@@ -50,7 +51,7 @@ def _screen(p: CountPass, schema: DataFrameSchema, df: DataFrame) -> tuple[dict[
             continue
         mine: dict[Hashable, Column] = {}
         if not column.nullable and field.nullable:
-            mine[(name, "null")] = F.when(F.col(name).isNull(), 1)
+            mine[(name, "null")] = F.when(_col(name).isNull(), 1)
         if column.checks:
             if column.dtype.type != field.dataType:
                 continue

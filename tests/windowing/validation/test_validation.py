@@ -59,9 +59,10 @@ def test_the_registry_lists_each_check_once_with_a_known_output():
     assert set(V.INPUT_CHECKS) == {n for n in names if n.startswith("input_")}
 
 
-def test_every_rejecting_check_is_a_registered_input_check():
+def test_every_rejecting_check_is_a_registered_check_of_the_input_or_the_rejected_rows():
     assert V.REJECTING_CHECKS
-    assert set(V.REJECTING_CHECKS) <= set(V.INPUT_CHECKS)
+    assert all(R.checks_of("rejected").count(n) == 1 for n in V.REJECTING_CHECKS)
+    assert all(n.startswith(("input_", "rejected_")) for n in V.REJECTING_CHECKS)
     assert {c.name for c in R.CHECKS if c.rejecting} == set(V.REJECTING_CHECKS)
 
 
