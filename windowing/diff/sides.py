@@ -36,8 +36,7 @@ from windowing.storage.commits import (
     run_is_whole,
 )
 from windowing.storage.errors import InputError
-from windowing.storage.lake import Lake, display, join
-from windowing.storage.outputs import read_run
+from windowing.storage.lake import Lake, display, glob_escape, join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -95,15 +94,24 @@ class Side:
     def frames(self, spark: SparkSession, partitioned: bool) -> dict[str, DataFrame]:
         """Each dataset of :data:`DATASETS`, every partition's rows in one DataFrame, with
         the partition key in :data:`PART` (null when ``partitioned`` is False)."""
-        per_run = {key: read_run(spark, run) for key, run in sorted(self.runs.items(), key=lambda kv: kv[0] or "")}
+        lake = Lake(spark)
+        runs = sorted(self.runs.items(), key=lambda kv: kv[0] or "")
         out: dict[str, DataFrame] = {}
         for name in DATASETS:
             parts = [
-                getattr(outputs, name).withColumn(PART, F.lit(key if partitioned else None).cast("string"))
-                for key, outputs in per_run.items()
+                _dataset(spark, lake, run, name).withColumn(PART, F.lit(key if partitioned else None).cast("string"))
+                for key, run in runs
             ]
             out[name] = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
         return out
+
+
+def _dataset(spark: SparkSession, lake: Lake, run: str, name: str) -> DataFrame:
+    """One dataset of a run folder (only the compared ones are read: not the state)."""
+    folder = join(run, name)
+    if not lake.exists(join(folder, "_SUCCESS")):
+        raise InputError(f"{display(folder)}: missing or incomplete output")
+    return spark.read.parquet(glob_escape(folder))
 
 
 def bound_key(text: str | None) -> str | None:

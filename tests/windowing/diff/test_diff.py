@@ -117,6 +117,8 @@ def test_a_changed_delay_counts_as_the_rows_compared_independently(spark, made):
     try:
         f = result.figures
         assert not result.equal and not f["partitioned"]
+        for held in result._held:  # the pairing is planned with one shuffle
+            assert held._jdf.queryExecution().executedPlan().toString().count("Exchange") == 1
         for dataset, ids in (
             ("aggregates", WINDOW_ID),
             ("late_events", None),
