@@ -12,7 +12,7 @@ import pytest
 
 from windowing.cli import main
 
-SUBCOMMANDS = ("replay", "verify", "reconcile", "lateness", "backfill", "status", "generate")
+SUBCOMMANDS = ("replay", "verify", "reconcile", "diff", "lateness", "backfill", "status", "generate")
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:

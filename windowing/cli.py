@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from windowing.commands import backfill, common, generate, replay, status, verify
 from windowing.config import ConfigError
+from windowing.diff import cli as diff
 from windowing.lateness import cli as lateness
 from windowing.reconcile import cli as reconcile
 from windowing.runner.session import WorkerEnvironmentError
@@ -33,7 +34,7 @@ class Command(Protocol):
 EXIT_INTERRUPTED = 130
 
 #: The subcommands of ``rewindow``, in the order of its help.
-COMMANDS: tuple[Command, ...] = (replay, verify, reconcile, lateness, backfill, status, generate)
+COMMANDS: tuple[Command, ...] = (replay, verify, reconcile, diff, lateness, backfill, status, generate)
 
 
 def main(argv: list[str] | None = None) -> int:
