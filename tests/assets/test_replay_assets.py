@@ -36,7 +36,9 @@ def backfill(spark, history, pipelines_dir, tmp_path_factory) -> Replayer:
     r = Replayer(history, pipelines_dir, tmp_path_factory.mktemp("backfill"))
     result = r.run(DAYS[0], DAYS[-1], checks=True)  # with the data-quality checks, as a scheduled run
     assert result.success, failure_message(result)
-    assert len(result.get_asset_materialization_events()) == 3 * 5  # 3 partitions x (events + 4 outputs)
+    assert len(result.get_asset_materialization_events()) == 3 * 4  # 3 partitions x 4 outputs
+    observed = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert len(observed) == 3  # historical_events: one observation per partition, first
     return r
 
 
