@@ -182,6 +182,8 @@ def build_landing_zone_sensor(
                     f"pipeline {pipeline.name}: its output root is not on this machine's disk; the chain checks "
                     "are reported by its next replay run"
                 )
+            except Exception as exc:  # noqa: BLE001 - a damaged record, a listing that failed: observe anyway
+                context.log.warning(f"pipeline {pipeline.name}: cannot evaluate the chain checks: {describe(exc)}")
         return out
 
     def _new_days(context: dg.SensorEvaluationContext, cursor: "_Cursor") -> dg.SkipReason | dg.SensorResult:
