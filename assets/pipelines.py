@@ -64,6 +64,10 @@ OUTPUTS = {  # asset name -> dataset of a committed run (windowing.storage.outpu
     "rejected_events": "rejected",
 }
 CHECK_NAME = "state_chain_in_sync"
+#: The check on the outputs but ``window_state`` (whose chain check says it too) that fails
+#: for a partition whose landed files changed since its commit, and every partition after it.
+INPUT_CHECK = "input_unchanged"
+INPUT_CHECKED = ("windowed_aggregates", "late_events", "rejected_events")
 #: Blocking data-quality checks per output asset: which windowing.validation checks each covers.
 #: Names, and prefixes ending in ``_``; derived from the check registry (windowing.validation.registry).
 QUALITY_CHECKS = {asset: quality_checks(dataset) for asset, dataset in OUTPUTS.items()}
@@ -168,6 +172,19 @@ def build_pipeline_assets(
         ),
     )
 
+    inputs = [
+        dg.AssetCheckSpec(
+            INPUT_CHECK,
+            asset=keys[name],
+            description=(
+                "The partition's landed files are the ones it read (its commit's record of them, compared with a "
+                "listing of its day folder now). Fails (warning) for a partition whose files were added, removed "
+                "or rewritten since its commit, naming them, and for every partition after it; its metadata "
+                "names the range to rerun. The landing-zone sensor evaluates it when a day's files change."
+            ),
+        )
+        for name in INPUT_CHECKED
+    ]
     quality = [
         dg.AssetCheckSpec(
             f"{name}_valid",
@@ -190,7 +207,7 @@ def build_pipeline_assets(
     @dg.multi_asset(
         name=f"{prefix}_replay",
         specs=specs,
-        check_specs=[check, *quality, *([live] if live else []), *([published] if published else [])],
+        check_specs=[check, *inputs, *quality, *([live] if live else []), *([published] if published else [])],
         # Subsettable so that a check can be executed on its own (against the committed
         # outputs); the four outputs are still written together by every replay.
         can_subset=True,
@@ -289,13 +306,14 @@ def build_pipeline_assets(
             )
         # A replay records the four outputs, so it evaluates the checks of all four, selected
         # or not (a check Dagster did not plan is recorded as its own execution).
-        every_check = {check.key, *(q.key for q in quality), *([live.key] if live else [])}
+        every_check = {check.key, *(i.key for i in inputs), *(q.key for q in quality), *([live.key] if live else [])}
         evaluated = every_check if any(p.committed for p in parts) else set(selected_checks)
         results: dict[dg.AssetCheckKey, PartitionResults] = {}
+        asked = context.partition_keys if not parts else [p.key for p in parts]
+        chain = pipeline_chain(spark, pipeline, storage, partitions_def)
         if check.key in evaluated:
-            asked = context.partition_keys if not parts else [p.key for p in parts]
-            chain = pipeline_chain(spark, pipeline, storage, partitions_def)
             results[check.key] = list(_chain_results(chain, state_key, asked, later_too=True))
+        results.update(_inputs_results(chain, [i.key for i in inputs if i.key in evaluated], asked, later_too=True))
         for name in OUTPUTS:
             key = dg.AssetCheckKey(keys[name], f"{name}_valid")
             if key in evaluated:
@@ -541,6 +559,8 @@ def _verify_committed(
     chain_key = dg.AssetCheckKey(state_key, CHECK_NAME)
     if chain_key in selected_checks:
         results[chain_key] = list(_chain_results(chain, state_key, asked, later_too=everything))
+    input_keys = [dg.AssetCheckKey(keys[name], INPUT_CHECK) for name in INPUT_CHECKED]
+    results.update(_inputs_results(chain, [k for k in input_keys if k in selected_checks], asked, everything))
     wanted = [name for name in OUTPUTS if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks]
     if wanted:
         commits = chain.commits({k for key in asked for k in (key, chain.partitions.previous(key)) if k})
@@ -726,6 +746,7 @@ def _chain_results(
     committed = chain.committed_keys()
     stale = {s.partition: s.reason for s in chain.out_of_date()}
     rerun = f"{min(stale, key=chain.partitions.start_of)}..{committed[-1]}" if stale else None
+    changed, _ = chain.input_changes(chain.committed()) if stale else ({}, [])
     keys = set(asked)
     if later_too and asked:
         first = min((chain.partitions.start_of(k) for k in asked))
@@ -739,6 +760,8 @@ def _chain_results(
             meta["out_of_date"] = dg.MetadataValue.md(
                 "| partition | why |\n|---|---|\n" + "\n".join(f"| {k} | {why} |" for k, why in stale.items())
             )
+        if changed:  # the landed files that changed since their partition's commit, named
+            meta["changed_files"] = dg.MetadataValue.json({k: c.to_metadata() for k, c in changed.items()})
         if key in stale:
             passed, description = False, f"partition {key} is out of date ({stale[key]}): rerun {rerun}"
         elif key in committed:
@@ -769,6 +792,93 @@ def _chain_results(
                 description=description,
             ),
         )
+
+
+def _inputs_results(
+    chain: Chain, check_keys: Sequence[dg.AssetCheckKey], asked: Sequence[str], later_too: bool
+) -> dict[dg.AssetCheckKey, PartitionResults]:
+    """``input_unchanged`` of each of ``check_keys`` for each partition of ``asked`` (and with
+    ``later_too`` each committed partition after the first of them), and every partition
+    whose landed files changed since its commit and each committed one after it, oldest
+    first: one listing per day folder for all of them (:meth:`Chain.input_changes`)."""
+    if not check_keys:
+        return {}
+    commits = chain.committed()
+    committed = list(commits)
+    changed, unknown = chain.input_changes(commits)
+    start_of = chain.partitions.start_of
+    first = min(changed, key=start_of) if changed else None
+    rerun = f"{first}..{committed[-1]}" if first else None
+    keys = set(asked)
+    if later_too and asked:
+        begin = min(start_of(k) for k in asked)
+        keys |= {k for k in committed if start_of(k) >= begin}
+    if first is not None:
+        keys |= {k for k in committed if start_of(k) >= start_of(first)}
+    meta: dict[str, Any] = {}
+    if first is not None:
+        meta = {
+            "changed_partitions": dg.MetadataValue.text(", ".join(sorted(changed, key=start_of))),
+            "changed_files": dg.MetadataValue.json({k: c.to_metadata() for k, c in changed.items()}),
+            "rerun_from": dg.MetadataValue.text(first),
+            "rerun_range": dg.MetadataValue.text(str(rerun)),
+        }
+    out: dict[dg.AssetCheckKey, PartitionResults] = {k: [] for k in check_keys}
+    for key in sorted(keys, key=start_of):
+        if key in changed:
+            passed, description = False, f"partition {key}: {changed[key].describe()}: rerun {rerun}"
+        elif first is not None and key in commits and start_of(key) > start_of(first):
+            passed = False
+            description = (
+                f"partition {key} comes after partition {first}, whose {changed[first].describe()}: rerun {rerun}"
+            )
+        elif key in commits:
+            passed = True
+            description = f"partition {key} read the files its day folder holds now" + (
+                " (its commit records no files: input unknown)" if key in unknown else ""
+            )
+        else:
+            passed = first is None
+            description = f"partition {key} is not materialized" + (f"; rerun {rerun}" if rerun else "")
+        for check_key in check_keys:
+            out[check_key].append(
+                (
+                    key,
+                    dg.AssetCheckResult(
+                        asset_key=check_key.asset_key,
+                        check_name=check_key.name,
+                        passed=passed,
+                        severity=dg.AssetCheckSeverity.WARN,
+                        metadata=meta,
+                        description=description,
+                    ),
+                )
+            )
+    return out
+
+
+def landing_change_evaluations(
+    instance: dg.DagsterInstance, chain: Chain, prefix: str, asked: Sequence[str]
+) -> list[dg.AssetCheckEvaluation]:
+    """What the landing-zone sensor reports when the files of the partitions ``asked``
+    changed (``orchestration/sensors.py``): ``state_chain_in_sync`` and ``input_unchanged``
+    of pipeline ``prefix`` (its asset prefix) for those partitions and every committed one
+    after them, each targeting its partition's materialization, the failing ones last.
+    ``chain`` may have no Spark session (a local history: commit records and listings only)."""
+    state_key = dg.AssetKey([prefix, "window_state"])
+    results: dict[dg.AssetCheckKey, PartitionResults] = {
+        dg.AssetCheckKey(state_key, CHECK_NAME): list(_chain_results(chain, state_key, asked, later_too=True))
+    }
+    results.update(
+        _inputs_results(
+            chain, [dg.AssetCheckKey(dg.AssetKey([prefix, n]), INPUT_CHECK) for n in INPUT_CHECKED], asked, True
+        )
+    )
+    return [
+        check_evaluation(instance, result, key, blocking=False)
+        for per_partition in results.values()
+        for key, result in sorted(per_partition, key=lambda kr: kr[1].passed, reverse=True)
+    ]
 
 
 def _quality_check(

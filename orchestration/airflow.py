@@ -7,7 +7,11 @@ Dagster and ``rewindow backfill`` (:mod:`windowing.chain`), into the same store.
   still succeeds: it pushes what happened to XCom, and the data-quality task decides.
 * :class:`PartitionChecksOperator` fails the run unless the interval's partition is
   committed and current (``Chain.status``): failed checks, a missing or an out-of-date
-  partition all fail it, naming the partition and why.
+  partition all fail it, naming the partition and why. An interval whose landed files
+  changed since its commit (a file added, removed or rewritten: issue 46) is out of date,
+  and so is every interval after it: the message names the intervals to clear, from the
+  first out-of-date one to the newest committed (:func:`orchestration.intervals.not_current`;
+  ``rewindow status`` is the source of truth).
 * :func:`replay_dag` builds the DAG from a pipeline YAML: ``replay >> data_quality``, one
   run at a time (``max_active_runs=1``), each interval's replay waiting for the previous
   interval's replay *and its data-quality task* (``depends_on_past`` with
@@ -33,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "or run scripts/airflow-env, which makes .venv-airflow"
     ) from exc
 
+from orchestration.intervals import not_current
 from windowing.chain import COMMITTED, Chain, ChainError
 from windowing.partitions import Partitions
 
@@ -153,13 +158,8 @@ class PartitionChecksOperator(_ChainOperator):
         chain = self.chain()
         key = self.partition_key(chain, context)
         (status,) = chain.status([key])
-        if status.status != COMMITTED:
-            raise AirflowException(
-                f"partition {key} of pipeline {chain.pipeline.name} is {status.status}: {status.detail}"
-                + (f" (run {status.run_path})" if status.run_path else "")
-                + ". The next interval will not run until this one passes: fix the input and clear this run's "
-                "replay task (or rewindow backfill ... --rerun-from " + key + ")"
-            )
+        if status.status != COMMITTED:  # out of date: it names the intervals to clear
+            raise AirflowException(not_current(chain, status, self.dag_id, self.pipeline_file))
         self.log.info(
             "partition %s of pipeline %s: committed and current (%s)", key, chain.pipeline.name, status.detail
         )
@@ -233,7 +233,9 @@ def replay_dag(
         doc_md=f"Replays pipeline `{pipeline.name}` ({str(pipeline_file).rsplit('/', 1)[-1]}) "
         f"one {grain} at a time from "
         f"{landing_zone} into {output_root}, each partition from the state of the one before "
-        "(rewindow's windowing.chain).",
+        "(rewindow's windowing.chain). When the landed files of a committed interval change, it and "
+        "every interval after it are out of date: `data_quality` fails naming the files and the intervals "
+        f"to clear (`rewindow status --output {output_root}` is the source of truth).",
         **dag_kwargs,
     ) as dag:
         replay = ReplayPartitionOperator(

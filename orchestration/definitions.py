@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from assets.events import build_events_asset
+from assets.events import EVENTS_KEY, build_events_asset
 from assets.lateness import build_lateness_asset
 from assets.pipelines import DEFAULT_OWNERS, asset_prefix, build_pipeline_assets
 from assets.resources import (
@@ -104,10 +104,13 @@ def build_definitions(
             "ignore", message="Class `(CodeReferencesMetadataValue|LocalFileCodeReference)`", category=dg.BetaWarning
         )
         warnings.filterwarnings("ignore", message="Parameter `use_user_code_server`", category=dg.BetaWarning)
+        # historical_events is an observable asset (its data version per partition: assets/events.py).
+        warnings.filterwarnings("ignore", message="Function `multi_observable_source_asset`", category=dg.BetaWarning)
         owners = asset_owners()
         assets = [build_events_asset(partitions_def, owners)]
         assets += [build_pipeline_assets(p, f, partitions_def, owners) for p, f in pipelines]
-        replayed = [k for a in assets for k in a.keys]  # what the replay job (and its sensor) materializes
+        # What the replay job materializes (historical_events is observed, never materialized).
+        replayed = [k for a in assets for k in a.keys if k != EVENTS_KEY]
         assets += [build_lateness_asset(p, f, partitions_def) for p, f in pipelines]
         rerun_sensor = rerun_out_of_date_sensor([k for k in replayed if k.path[-1] == "window_state"])
     job = replay_job()
@@ -116,7 +119,10 @@ def build_definitions(
         asset_checks=[build_freshness_check(partitions.grain)],
         jobs=[job, lateness_job()],
         schedules=[newest_partition_schedule(job, partitions.grain)],
-        sensors=[build_landing_zone_sensor(job, partitions, storage, replayed), rerun_sensor],
+        sensors=[
+            build_landing_zone_sensor(job, partitions, storage, replayed, [p for p, _ in pipelines]),
+            rerun_sensor,
+        ],
         resources={"pyspark": spark, "storage": storage},
         executor=dg.in_process_executor,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -20,11 +21,16 @@ LATENESS_JOB = "lateness_report"
 
 
 def replay_job() -> dg.UnresolvedAssetJobDefinition:
-    """The events and each pipeline's replay, partitioned alike (not the analyses)."""
+    """The events' observation and each pipeline's replay, partitioned alike (not the
+    analyses): a run observes ``historical_events`` first (its data versions), then replays,
+    so each replayed partition records the digest of the files it read."""
+    with warnings.catch_warnings():  # Dagster marks `include_sources` beta; rewindow relies on it knowingly
+        warnings.filterwarnings("ignore", message="Parameter `include_sources`", category=dg.BetaWarning)
+        everything = dg.AssetSelection.all(include_sources=True)
     return dg.define_asset_job(
         REPLAY_JOB,
-        selection=dg.AssetSelection.all() - dg.AssetSelection.tag(*ANALYSIS_TAG),
-        description="Register the landing zone's events and replay every pipeline over them.",
+        selection=everything - dg.AssetSelection.tag(*ANALYSIS_TAG),
+        description="Observe the landing zone's events and replay every pipeline over them.",
     )
 
 

@@ -10,6 +10,13 @@ REWINDOW_LANDING_ZONE, REWINDOW_OUTPUT_ROOT, REWINDOW_HISTORY_START (the first d
 history, which starts from no state), REWINDOW_PARTITION_GRAIN (`daily` or `hourly`), and
 REWINDOW_SPARK_MASTER and REWINDOW_SPARK_CONF (`k=v,k=v`) for a cluster. Past days: `airflow backfill create --dag-id
 rewindow_clicks_hourly --from-date 2024-01-01 --to-date 2024-01-03`.
+
+When a file is added to, removed from or rewritten in a day already committed, that day
+and every one after it are out of date: their `data_quality` task fails (and a later
+interval's `replay` refuses to build on them), naming the files and the intervals to
+clear, from the first out-of-date one to the newest committed, with the `airflow tasks
+clear ... -t replay -s ... -e ... -d -y` command (or one `rewindow backfill
+--rerun-from`). `rewindow status --output $REWINDOW_OUTPUT_ROOT` is the source of truth.
 """
 
 import os

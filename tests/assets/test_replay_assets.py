@@ -36,7 +36,9 @@ def backfill(spark, history, pipelines_dir, tmp_path_factory) -> Replayer:
     r = Replayer(history, pipelines_dir, tmp_path_factory.mktemp("backfill"))
     result = r.run(DAYS[0], DAYS[-1], checks=True)  # with the data-quality checks, as a scheduled run
     assert result.success, failure_message(result)
-    assert len(result.get_asset_materialization_events()) == 3 * 5  # 3 partitions x (events + 4 outputs)
+    assert len(result.get_asset_materialization_events()) == 3 * 4  # 3 partitions x 4 outputs
+    observed = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert len(observed) == 3  # historical_events: one observation per partition, first
     return r
 
 
@@ -183,7 +185,7 @@ def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfi
         assert series and not {k: v for k, v in series.items() if not any(v)}, series
 
 
-def test_rerun_of_a_past_partition_is_identical_and_marks_later_ones(spark, one_by_one):
+def test_rerun_of_a_past_partition_is_identical_and_leaves_later_ones_in_sync(spark, one_by_one):
     from dagster._core.definitions.data_version import StaleStatus
     from dagster._utils.test.data_versions import get_stale_status_resolver
 
@@ -200,10 +202,11 @@ def test_rerun_of_a_past_partition_is_identical_and_marks_later_ones(spark, one_
     checks = {c.partition: c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME}
     assert sorted(checks) == DAYS[1:] and all(c.passed for c in checks.values()), checks
 
-    # Dagster marks the next partition as depending on a newer materialization (unsynced).
+    # Dagster sees the rerun read the same input (the day's observed digest) with the same code
+    # version: its data version is unchanged, so the next partition is not marked unsynced.
     assets = list(one_by_one.defs.resolve_asset_graph().assets_defs)
     resolver = get_stale_status_resolver(one_by_one.instance, assets)
-    assert resolver.get_status(STATE, DAYS[2]) == StaleStatus.STALE
+    assert resolver.get_status(STATE, DAYS[2]) == StaleStatus.FRESH
     assert resolver.get_status(STATE, DAYS[0]) == StaleStatus.FRESH
 
 
@@ -462,8 +465,9 @@ def test_checks_executed_on_their_own_verify_the_committed_outputs(spark, histor
         instance=r.instance, raise_on_error=False, run_config={"ops": {"clicks_hourly_replay": {"config": {}}}}
     )
     assert unpartitioned.success, failure_message(unpartitioned)
-    got = [(e.check_name, e.partition, e.passed) for e in unpartitioned.get_asset_check_evaluations()]
-    assert sorted(got, key=repr) == sorted([(n, p, True) for n in names for p in (None, *DAYS[:2])], key=repr)
+    got = [(e.asset_key, e.check_name, e.partition, e.passed) for e in unpartitioned.get_asset_check_evaluations()]
+    expected = [(k.asset_key, k.name, p, True) for k in _checks_of(r) for p in (None, *DAYS[:2])]
+    assert sorted(got, key=repr) == sorted(expected, key=repr)  # (input_unchanged: one per output asset)
     summary = next(e for e in unpartitioned.get_asset_check_evaluations() if e.partition is None)
     assert summary.description == f"2 partition(s) checked ({DAYS[0]}..{DAYS[1]}): all passed"
     history_rows = r.instance.event_log_storage.get_asset_check_execution_history(

@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets.events import EVENTS_KEY
 from assets.resources import StorageResource
 from orchestration.definitions import build_definitions
 from orchestration.partitions import PartitionSettings, landed_day_folders
@@ -245,7 +246,10 @@ def evaluate(defs, instance, cursor=None):
     sensor = defs.resolve_sensor_def(SENSOR_NAME)
     with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as context:
         result = sensor(context)
-    return result, (result.cursor if isinstance(result, dg.SensorResult) else cursor)
+    cursor = result.cursor if isinstance(result, dg.SensorResult) else cursor
+    if isinstance(result, dg.SensorResult) and result.skip_reason and not result.run_requests:
+        result = result.skip_reason  # a skip that also saved the days' digests in the cursor
+    return result, cursor
 
 
 def report(instance, defs, *partitions):
@@ -359,6 +363,49 @@ def test_the_sensors_range_request_runs_and_replays_every_landed_day(spark, hist
         )
         assert run.success
         for key in defs.resolve_job_def(REPLAY_JOB).asset_layer.selected_asset_keys:  # analyses: their own job
-            assert instance.get_materialized_partitions(key) == set(DAYS), key
+            if key == EVENTS_KEY:  # observed, not materialized: one observation per landed day
+                observed = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=key), limit=10).records
+                assert sorted(r.partition_key for r in observed) == DAYS
+            else:
+                assert instance.get_materialized_partitions(key) == set(DAYS), key
         after, _ = evaluate(defs, instance, cursor=cursor)
         assert isinstance(after, dg.SkipReason), after
+
+
+def test_sensor_observes_a_changed_day_as_every_hour_of_it_with_one_data_version(tmp_path, pipelines_dir):
+    """Issue 46, listings only: a day the sensor has a digest for is observed again when a
+    file lands in it, each of its hourly partitions with the day folder's new digest as its
+    data version; a day never observed is only remembered; an unchanged day is left alone."""
+    from assets.events import observation
+    from orchestration.sensors import day_files
+    from windowing.storage.input_record import digest_of
+
+    landing = land(tmp_path / "landing", *DAYS)
+    storage = StorageResource(
+        landing_zone=str(landing), pipelines_dir=str(pipelines_dir), output_root=str(tmp_path / "out")
+    )
+    defs = build_definitions(storage=storage, partitions=PartitionSettings(grain="hourly", start="2024-01-01"))
+    hours = {day: [k for k in partition_keys(defs) if k.startswith(day)] for day in DAYS}
+    assert len(hours[DAYS[1]]) == 24
+    with dg.DagsterInstance.ephemeral() as instance:
+        report(instance, defs, *partition_keys(defs))  # replayed: the sensor requests nothing
+        for key in hours[DAYS[1]]:  # day 2 observed as a replay run observes it (day 1 and 3: never)
+            instance.report_runless_asset_event(observation(key, day_files(str(landing), f"date={DAYS[1]}")))
+        result, cursor = evaluate(defs, instance)
+        assert isinstance(result, dg.SkipReason), result  # nothing changed; the days' digests are remembered
+        assert cursor is not None and DAYS[0] in cursor and DAYS[2] in cursor
+
+        (landing / f"date={DAYS[1]}" / "late.parquet").write_bytes(b"late file")
+        with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as context:
+            result = defs.resolve_sensor_def(SENSOR_NAME)(context)
+        assert isinstance(result, dg.SensorResult), result
+        new = digest_of(day_files(str(landing), f"date={DAYS[1]}"))
+        observed = [e for e in result.asset_events if isinstance(e, dg.AssetObservation)]
+        assert [e.partition for e in observed] == hours[DAYS[1]]
+        assert {e.tags["dagster/data_version"] for e in observed} == {new}
+        assert {e.metadata["files"].value for e in observed} == {2}
+        assert not [e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation)]  # nothing committed
+        for event in result.asset_events:
+            instance.report_runless_asset_event(event)
+        again, _ = evaluate(defs, instance, cursor=result.cursor)
+        assert isinstance(again, dg.SkipReason), again  # observed once

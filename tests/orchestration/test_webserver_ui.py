@@ -61,6 +61,8 @@ REPO = Path(__file__).resolve().parents[2]
 DAYS = [(datetime.now(timezone.utc).date() - timedelta(days=n)).isoformat() for n in (3, 2, 1)]
 OUTPUTS = ("window_state", "windowed_aggregates", "late_events", "rejected_events")
 CHAIN_CHECK = "state_chain_in_sync"
+#: On the outputs but window_state: the partition's landed files are the ones it read (assets/pipelines.py).
+INPUT_CHECK = "input_unchanged"
 #: Runs after the commit and the publish, so it warns rather than blocks (assets/catalog.py).
 PUBLISHED_CHECK = "published_matches_commit"
 #: What the UI's Plots -> Partitions tab and the asset sidebar ask for (ui-core AssetEventMetadataEntriesTable).
@@ -361,7 +363,7 @@ def _expected_checks() -> dict[tuple, set[str]]:
         for name in OUTPUTS:
             out[(prefix, name)] = (
                 {f"{name}_valid"}
-                | ({CHAIN_CHECK} if name == "window_state" else set())
+                | ({CHAIN_CHECK} if name == "window_state" else {INPUT_CHECK})
                 | ({LIVE_CHECK} if name == "windowed_aggregates" and prefix in LIVE_CHECKED else set())
                 | ({PUBLISHED_CHECK} if name == "windowed_aggregates" else set())
             )
@@ -396,9 +398,10 @@ def test_the_catalog_lists_every_pipeline_asset_and_check(ui):
 
 
 def test_every_asset_shows_the_three_demo_partitions_materialized(ui):
-    """The asset graph's and catalog's partition counts: 3 of 3 materialized, none failed."""
+    """The asset graph's and catalog's partition counts: 3 of 3 materialized, none failed
+    (historical_events is observed, never materialized: assets/events.py)."""
     assets = _assets(ui)
-    keys = [("historical_events",)] + [(p, name) for p in PREFIXES for name in OUTPUTS]
+    keys = [(p, name) for p in PREFIXES for name in OUTPUTS]
     stats = {"/".join(k): assets[k]["partitionStats"] for k in keys}
     want = {"numMaterialized": 3, "numMaterializing": 0, "numPartitions": 3, "numFailed": 0}
     # numPartitions == 3: partitions end after the last landed day (orchestration.partitions,
@@ -410,7 +413,7 @@ def test_every_asset_shows_the_three_demo_partitions_materialized(ui):
 
 def test_the_partitions_page_shows_one_materialized_range(ui):
     assets = _assets(ui)
-    for key in [("historical_events",)] + [(p, name) for p in PREFIXES for name in OUTPUTS]:
+    for key in [(p, name) for p in PREFIXES for name in OUTPUTS]:  # historical_events: observed
         statuses = assets[key]["assetPartitionStatuses"]
         assert statuses["__typename"] == "TimePartitionStatuses", key
         assert statuses["ranges"] == [{"status": "MATERIALIZED", "startKey": DAYS[0], "endKey": DAYS[-1]}], key
@@ -448,8 +451,8 @@ def test_no_partition_plot_is_a_flat_zero_or_has_gaps(ui, demo):
     """Every Int/Float entry is a plot in Plots -> Partitions (extractNumericData): on every
     asset, each numeric series is given on every demo partition (a missing one is a gap the
     UI draws as no data) and is not zero on all of them (a flat line at zero says nothing),
-    but Dagster's standard keys."""
-    keys = [("historical_events",)] + [(p, name) for p in PREFIXES for name in OUTPUTS]
+    but Dagster's standard keys. (historical_events is observed: no materialization to plot.)"""
+    keys = [(p, name) for p in PREFIXES for name in OUTPUTS]
     flat, gaps = {}, {}
     for key in keys:
         latest = _latest_by_partition(ui, key, DAYS)
@@ -494,7 +497,8 @@ def test_checks_tab_shows_every_check_passed_for_the_latest_materialization(ui, 
                 f"{key} {name}: {latest}"
             )
             assert latest["evaluation"]["success"] is passes, f"{key} {name}: {latest}"
-            assert checks[name]["blocking"] is (name not in (CHAIN_CHECK, LIVE_CHECK, PUBLISHED_CHECK)), f"{key} {name}"
+            warns = (CHAIN_CHECK, INPUT_CHECK, LIVE_CHECK, PUBLISHED_CHECK)
+            assert checks[name]["blocking"] is (name not in warns), f"{key} {name}"
             # The Checks tab's Execute button: a check runs on its own, against the committed outputs.
             assert checks[name]["canExecuteIndividually"] == "CAN_EXECUTE", f"{key} {name}"
 
@@ -603,8 +607,9 @@ query StandardMetadata($assetKey: AssetKeyInput!, $partitions: [String!]!) {
 
 def test_every_demo_partition_carries_dagsters_standard_metadata(ui):
     """The catalog's row count, Columns section and location (``dagster/row_count``,
-    ``dagster/column_schema``, ``dagster/uri``) on every asset of every demo partition."""
-    keys = [("historical_events",)] + [(p, name) for p in PREFIXES for name in OUTPUTS]
+    ``dagster/column_schema``, ``dagster/uri``) on every output of every demo partition
+    (historical_events carries them on its observations: tests/assets/test_landing_zone_observed.py)."""
+    keys = [(p, name) for p in PREFIXES for name in OUTPUTS]
     for key in keys:
         node = ui.query(STANDARD_METADATA_QUERY, assetKey=_key(*key), partitions=DAYS)["assetNodeOrError"]
         events = {e["partition"]: e for e in node["latestMaterializationByPartition"] if e}
@@ -1072,7 +1077,6 @@ def test_a_failing_rerun_leaves_the_previous_output_current(ui, demo, failed_rer
                 {"status": "MATERIALIZED", "startKey": DAYS[0], "endKey": DAYS[1]},
                 {"status": "FAILED", "startKey": day, "endKey": day},
             ], (prefix, name)
-    assert assets[("historical_events",)]["partitionStats"]["numMaterialized"] == 3
 
 
 # --------------------------------------------------------------------------- out of date, where people look
