@@ -19,7 +19,6 @@ orphaned partition is an :class:`~windowing.storage.errors.InputError` naming it
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from functools import reduce
@@ -130,7 +129,7 @@ def check_location(location: str, option: str) -> None:
     once Spark is up)."""
     if "://" in location or location.startswith("file:"):
         return
-    if not os.path.exists(location):
+    if not Lake(None).exists(location):  # the driver's own disk, no JVM
         raise InputError(f"{option} {location}: no such folder")
 
 
