@@ -1115,3 +1115,133 @@ def test_a_partition_out_of_date_shows_on_the_asset_and_is_what_automation_rerun
         assert execs[DAYS[2]]["evaluation"]["severity"] == "WARN"
         # The automation condition (its sensor is off by default) asks for exactly that partition.
         assert requested["/".join(state)] == [DAYS[2]], requested
+
+
+# --------------------------------------------------------------------------- a file lands late (issue 46)
+
+SENSORS_QUERY = """
+query { repositoriesOrError { ... on RepositoryConnection { nodes { name location { name }
+  sensors { name sensorState { status ticks(limit: 5) { status timestamp error { message } } } } } } } }
+"""
+STALE_QUERY = """
+query Stale($keys: [AssetKeyInput!], $partitions: [String!]) {
+  assetNodes(assetKeys: $keys) { assetKey { path } staleStatusByPartition(partitions: $partitions) }
+}
+"""
+RUNS_QUERY = """
+query { runsOrError(limit: 100) { ... on Runs { results { runId status jobName } } } }
+"""
+LATE_FILE = "late-arrival.parquet"
+LATE_ROWS = 40
+
+
+def _input_rows(ui: UI, prefix: str, day: str) -> int:
+    entry = _latest_by_partition(ui, (prefix, "windowed_aggregates"), [day])[day]
+    return int(next(e["intValue"] for e in entry["metadataEntries"] if e["label"] == "input_rows"))
+
+
+def _sensors(ui: UI) -> dict[str, dict]:
+    nodes = ui.query(SENSORS_QUERY)["repositoriesOrError"]["nodes"]
+    return {s["name"]: s["sensorState"] for n in nodes for s in n["sensors"]}
+
+
+def _toggle_sensor(page, ui: UI, name: str) -> None:
+    """On the Automation page, press the switch on the row of sensor ``name``, and wait
+    until Dagster has it running."""
+    from scripts.ui_screenshots import text_present
+
+    page.goto(f"{ui.url}/automation")
+    page.wait_for(text_present(name), f"the sensor {name} listed")
+    page.settle(1)
+    page.dismiss_dialogs()
+    pressed = page.js(
+        f"""(() => {{
+          const named = [...document.querySelectorAll('a, span, div')]
+            .filter(e => e.childElementCount === 0 && e.innerText && e.innerText.trim() === {json.dumps(name)});
+          for (const el of named) {{
+            for (let up = el; up; up = up.parentElement) {{
+              const box = up.querySelector('input[type="checkbox"]');
+              if (box) {{ box.scrollIntoView({{block: 'center'}}); box.click(); return true; }}
+            }}
+          }}
+          return false;
+        }})()"""
+    )
+    assert pressed, f"no switch beside {name} on the Automation page"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _sensors(ui)[name]["status"] != "RUNNING":
+        time.sleep(1)
+    assert _sensors(ui)[name]["status"] == "RUNNING", _sensors(ui)[name]
+
+
+@pytest.fixture(scope="module")
+def late_file(ui, demo, changed_input_rerun):
+    """A file lands late in the first committed demo day (and the last day's odd event of the
+    failing rerun is withdrawn). Runs last: it turns the sensors on and catches up."""
+    import pyarrow.parquet as pq
+
+    for odd in (demo.root / "landing" / f"date={DAYS[-1]}").glob("zz-odd.parquet"):
+        odd.unlink()
+    folder = demo.root / "landing" / f"date={DAYS[0]}"
+    table = pq.read_table(sorted(folder.glob("*.parquet"))[0])
+    pq.write_table(table.slice(0, LATE_ROWS), folder / LATE_FILE)
+    return {p: _input_rows(ui, p, DAYS[0]) for p in PREFIXES}
+
+
+def test_a_late_file_shows_unsynced_and_warns_then_automation_catches_up(ui, demo, late_file):
+    """The whole walkthrough in headless Chromium: the landing zone sensor turned on sees the
+    changed day (observed: the pipelines' partitions Unsynced, and the warning check naming
+    the file on the Checks tab, with no rerun); the automation sensor turned on catches the
+    history up in one run; then every check passes, with the late rows counted."""
+    import shutil
+    import tempfile
+
+    from scripts.ui_screenshots import Chromium, text_present
+
+    binary = shutil.which("chromium") or shutil.which("chromium-headless-shell")
+    assert binary, "Chromium is needed (apt-get install -y chromium; .ci/run installs it)"
+    aggregates = (PREFIXES[0], "windowed_aggregates")
+    runs_before = {r["runId"] for r in ui.query(RUNS_QUERY)["runsOrError"]["results"]}
+    profile = Path(tempfile.mkdtemp(prefix="rewindow-chromium-"))
+    browser = Chromium(binary, profile)
+    try:
+        page = browser.new_page()
+        _toggle_sensor(page, ui, "landing_zone_sensor")
+        # Its first tick observes the changed day and reports the warning checks.
+        deadline = time.monotonic() + 180
+        latest = {}
+        while time.monotonic() < deadline:
+            latest = _latest_check_status(ui, aggregates).get(INPUT_CHECK) or {}
+            if latest.get("status") == "FAILED" and latest.get("partition") == DAYS[0]:
+                break
+            time.sleep(2)
+        assert latest.get("status") == "FAILED", (latest, _sensors(ui)["landing_zone_sensor"])
+        assert LATE_FILE in latest["evaluation"]["description"], latest
+        assert latest["evaluation"]["severity"] == "WARN"
+        stale = ui.query(STALE_QUERY, keys=[_key(*aggregates)], partitions=DAYS)["assetNodes"][0]
+        assert stale["staleStatusByPartition"][0] == "STALE", stale  # Unsynced before any rerun
+        page.goto(f"{ui.url}/assets/{'/'.join(aggregates)}?view=checks")
+        page.wait_for(text_present(INPUT_CHECK), "the asset's checks")
+        page.settle(1)
+        page.click_text(INPUT_CHECK, "span, div", last=True)
+        page.wait_for(text_present(LATE_FILE), "the warning naming the late file")
+        assert not {r["runId"] for r in ui.query(RUNS_QUERY)["runsOrError"]["results"]} - runs_before  # no rerun yet
+
+        _toggle_sensor(page, ui, "rerun_out_of_date_partitions")
+    finally:
+        browser.close()
+        shutil.rmtree(profile, ignore_errors=True)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    new: list[dict] = []
+    while time.monotonic() < deadline and not new:
+        new = [r for r in ui.query(RUNS_QUERY)["runsOrError"]["results"] if r["runId"] not in runs_before]
+        time.sleep(3)
+    assert len(new) == 1, f"the automation sensor launched {len(new)} runs: {new}"
+    assert _wait_for_run(ui, new[0]["runId"])["status"] == "SUCCESS"
+    for prefix in PREFIXES:
+        for check, asset in ((INPUT_CHECK, "windowed_aggregates"), (CHAIN_CHECK, "window_state")):
+            execs = _run_executions(ui, (prefix, asset), check, new[0]["runId"])
+            assert {e["partition"] for e in execs} >= set(DAYS), (prefix, check, execs)
+            assert all(e["evaluation"]["success"] for e in execs), (prefix, check, execs)
+        rows = _input_rows(ui, prefix, DAYS[0])
+        assert rows == late_file[prefix] + LATE_ROWS, (prefix, rows)
