@@ -177,8 +177,9 @@ def _metadata(f: Mapping[str, Any], table: str, reproduce: str, live: LiveSource
         "live_rows",
     )
     return {
-        "match_rate": dg.MetadataValue.float(float(f["match_rate"])),
-        "min_match": dg.MetadataValue.float(float(f["min_match"])),
+        # Percentages, as the description says them (the rates' 16 digits read as noise).
+        "match_percent": dg.MetadataValue.float(round(100 * float(f["match_rate"]), 4)),
+        "min_match_percent": dg.MetadataValue.float(round(100 * float(f["min_match"]), 4)),
         **{name: dg.MetadataValue.int(int(f[name])) for name in counts},
         "explained_by": dg.MetadataValue.json({k: v for k, v in f["explained_by"].items() if v}),
         "live_rows_outside_partition": dg.MetadataValue.int(int(f["live_rows_outside_partitions"])),

@@ -26,7 +26,7 @@ the state from one to the next exactly as separate runs would.
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from assets.resources import SparkResource, StorageResource
 from windowing.chain import Chain, ChainError, PartitionResult
 from windowing.config import Pipeline, Trigger, ignored_fields_note
 from windowing.contract import CLOSE_REASONS, IDLE_REASON, WATERMARK_REASON, WINDOW_COLUMNS
+from windowing.durations import human_duration
 from windowing.metrics import ReplayMetrics
 from windowing.partitions import Partitions
 from windowing.storage import store
@@ -300,12 +301,13 @@ def build_pipeline_assets(
         # (Dagster plans a check execution per partition of a range run; a run-level result
         # would leave the others SKIPPED). The chain check covers every partition the run was
         # asked for, refused runs included; the quality checks the partitions it replayed.
-        if published is not None and published.key in selected_checks:
+        # A replay records the four outputs, so it evaluates the checks of all four, selected
+        # or not (a check Dagster did not plan is recorded as its own execution): a run of
+        # window_state alone, or the automation sensor's, leaves none "Not Evaluated" (issue 47).
+        if published is not None and (published.key in selected_checks or any(p.committed for p in parts)):
             yield from _published_checks(
                 context, spark, pipeline, storage, published, [p.key for p in parts] or context.partition_keys
             )
-        # A replay records the four outputs, so it evaluates the checks of all four, selected
-        # or not (a check Dagster did not plan is recorded as its own execution).
         every_check = {check.key, *(i.key for i in inputs), *(q.key for q in quality), *([live.key] if live else [])}
         evaluated = every_check if any(p.committed for p in parts) else set(selected_checks)
         results: dict[dg.AssetCheckKey, PartitionResults] = {}
@@ -469,10 +471,15 @@ def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, 
         "late_events": dg.MetadataValue.int(m.late_events),
         "late_event_windows": dg.MetadataValue.int(m.late_event_windows),
         "late_share": dg.MetadataValue.float(round(m.late_events / accepted, 6) if accepted else 0.0),
-        # Lateness of the late (event, window) pairs, whole milliseconds (0 without any).
+        # Lateness of the late (event, window) pairs: seconds for the plots (0 without any), and
+        # the same duration as text in the units it is read in (1h 32m 55.518s).
         **{
-            f"lateness_{q}_ms": dg.MetadataValue.int(round(v) if v is not None else 0)
+            name: value
             for q, v in (("p50", pct.p50), ("p90", pct.p90), ("p99", pct.p99), ("max", pct.max))
+            for name, value in (
+                (f"lateness_{q}_seconds", dg.MetadataValue.float(round(v / 1000, 3) if v is not None else 0.0)),
+                (f"lateness_{q}", dg.MetadataValue.text(human_duration(round(v)) if v is not None else "-")),
+            )
         },
         # Plotted on the rejected_events asset, as its row count; text here (zero on most days).
         "rejected_rows": dg.MetadataValue.text(f"{m.rejected_rows:,}"),
@@ -480,7 +487,7 @@ def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, 
         "keys_held": dg.MetadataValue.int(m.keys_held),
         "replay_seconds": dg.MetadataValue.float(round(part.seconds, 3)),
         "events_per_second": dg.MetadataValue.float(round(rows / part.seconds, 1) if part.seconds else 0.0),
-        "watermark_reached": dg.MetadataValue.text(str(m.watermark_reached)),
+        "watermark_reached": _timestamp(m.watermark_reached),
         "previous_partition": dg.MetadataValue.text(str(part.lineage.previous_partition)),
         "state_hash": dg.MetadataValue.text(part.lineage.state_hash),
         "flushed_at_end": dg.MetadataValue.bool(part.lineage.flushed_at_end),
@@ -502,6 +509,17 @@ def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, 
         meta["preview"] = table_preview(df.orderBy(*order) if order else df, descriptions=descriptions)
     meta.update(table_name_metadata(pipeline, OUTPUTS[name]))
     return meta
+
+
+def _timestamp(iso: str | None) -> dg.MetadataValue:
+    """An ISO-8601 time of the metrics as a Dagster timestamp (shown in the viewer's zone,
+    with it); text when there is none (no event yet)."""
+    if not iso:
+        return dg.MetadataValue.text("none")
+    try:
+        return dg.MetadataValue.timestamp(datetime.fromisoformat(iso))
+    except ValueError:
+        return dg.MetadataValue.text(iso)
 
 
 def _published_checks(

@@ -56,6 +56,9 @@ def _cell(value: object, dtype: DataType, T: ModuleType) -> str | int | float | 
     if isinstance(value, float):
         return float(f"{value:.{FLOAT_DIGITS}g}") if math.isfinite(value) else repr(value)
     if isinstance(value, dt.datetime):
-        return value.isoformat()
+        if value.tzinfo is None and isinstance(dtype, T.TimestampType):
+            # PySpark hands a timestamp back as this process's local time, naive: shown in UTC, saying so.
+            value = value.astimezone(dt.timezone.utc)
+        return value.isoformat().replace("+00:00", "Z")  # a timestamp_ntz stays a time with no zone
     text = str(value)
     return text.replace("\n", " ")[:200]

@@ -116,8 +116,8 @@ def test_a_live_output_equal_to_the_replay_matches_in_every_partition(replayed):
         emitted = metrics_of(r.folder(day))["windows_emitted"]
         assert e.passed, e.description
         assert e.description.startswith(f"partition {day}: 100.00 % of {emitted} window emissions"), e.description
-        assert (meta["match_rate"], meta["compared"], meta["match"], meta["replay_rows"], meta["live_rows"]) == (
-            1.0,
+        assert (meta["match_percent"], meta["compared"], meta["match"], meta["replay_rows"], meta["live_rows"]) == (
+            100.0,
             emitted,
             emitted,
             emitted,
@@ -155,7 +155,7 @@ def test_known_differences_fail_the_check_with_exactly_them(replayed):
         for category in ("VALUE_MISMATCH", "MISSING_IN_REPLAY", "EXTRA_IN_REPLAY"):
             assert meta[category.lower()] == sum(d.category == category for d in mine), (day, category, mine)
         assert meta["match"] == meta["compared"] - len(mine)
-        assert meta["match_rate"] == pytest.approx(meta["match"] / meta["compared"])
+        assert meta["match_percent"] == round(100 * meta["match"] / meta["compared"], 4)
         want = {}
         for d in mine:
             if d.explanation:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -13,6 +13,7 @@ from tests.support.dagster_harness import DAYS, Replayer, failure_message, linea
 from tests.support.histories import landing_with_odd_row as _landing_with_odd_row
 from tests.support.outputs import current
 from tests.support.outputs import metrics as metrics_of
+from windowing.durations import human_duration
 from windowing.metrics import render_prometheus
 from windowing.storage.store import state_content_hash
 
@@ -140,11 +141,17 @@ def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfi
             assert prom.read_text() == render_prometheus(metrics)
             assert meta["rejected_rows"] == dg.MetadataValue.text("0")  # text: the rejected_events asset plots them
             assert meta["unique_keys"].value == metrics["unique_keys"] > 0
-            assert meta["watermark_reached"].value.startswith(day)
-            # Lateness percentiles as whole milliseconds, typed (plotted), never a JSON blob.
+            # The watermark as a Dagster timestamp (the UI shows it in the viewer's zone), issue 47.
+            assert isinstance(meta["watermark_reached"], dg.TimestampMetadataValue)
+            reached = datetime.fromisoformat(metrics["watermark_reached"])
+            assert meta["watermark_reached"].value == reached.timestamp() and reached.date().isoformat() == day
+            # Lateness percentiles in seconds, typed (plotted), and as text in human units; never a JSON blob.
             assert "lateness_ms_percentiles" not in meta
             for q in ("p50", "p90", "p99", "max"):
-                assert meta[f"lateness_{q}_ms"].value == round(metrics["lateness_ms_percentiles"][q] or 0), q
+                ms = metrics["lateness_ms_percentiles"][q] or 0
+                assert meta[f"lateness_{q}_seconds"].value == round(ms / 1000, 3), q
+                assert meta[f"lateness_{q}"].value == (human_duration(round(ms)) if ms else "-"), q
+                assert not any(k.startswith("lateness_") and k.endswith("_ms") for k in meta), sorted(meta)
             # Dagster's standard keys: the catalog's row count, Columns section and location.
             folder = replayer.current(day) / "aggregates"
             assert meta["dagster/row_count"].value == spark.read.parquet(str(folder)).count() > 0
@@ -165,6 +172,9 @@ def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfi
                 == "double"
             )
             assert 0 < len(preview.records) <= 5 and isinstance(preview.records[0].data["count"], int)
+            # Times in the preview say their zone (issue 47): UTC, as the engine computes them.
+            start = preview.records[0].data["window_start"]
+            assert start.endswith("Z") and datetime.fromisoformat(start).utcoffset() == timedelta(0), start
             # Numbers Dagster plots over partitions, one series each: the reasons this pipeline
             # (tumbling, with an idle timeout) closes windows by; the exceptions in the JSON only.
             assert meta["closed_by_reason"].value == metrics["closed_by_reason"]
@@ -175,8 +185,8 @@ def test_materializations_carry_per_partition_metadata(spark, one_by_one, backfi
             assert "snapshots_emitted" not in meta  # atWindowEnd: no snapshot rows, by configuration
             accepted = metrics["input_rows"] - metrics["rejected_rows"]
             assert meta["late_share"].value == round(metrics["late_events"] / accepted, 6) > 0
-            assert meta["lateness_p99_ms"].value == round(metrics["lateness_ms_percentiles"]["p99"])
-            assert isinstance(meta["lateness_p50_ms"].value, int)
+            assert meta["lateness_p99_seconds"].value == round(metrics["lateness_ms_percentiles"]["p99"] / 1000, 3)
+            assert isinstance(meta["lateness_p50_seconds"].value, float)
             assert meta["replay_seconds"].value > 0 and meta["events_per_second"].value > 0
             for k, v in meta.items():
                 if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue)):

@@ -70,8 +70,8 @@ PLOTS_PARTITION_LIMIT = 120
 #: Numeric metadata of windowed_aggregates each demo partition must carry, by GraphQL type.
 PLOTTED = {
     "late_share": "FloatMetadataEntry",
-    "lateness_p50_ms": "IntMetadataEntry",
-    "lateness_p99_ms": "IntMetadataEntry",
+    "lateness_p50_seconds": "FloatMetadataEntry",
+    "lateness_p99_seconds": "FloatMetadataEntry",
     "windows_emitted": "IntMetadataEntry",
     "windows_emitted_watermark": "IntMetadataEntry",
     "windows_emitted_idle": "IntMetadataEntry",
@@ -442,7 +442,11 @@ def test_the_partition_plots_have_every_metric_for_every_demo_partition(ui, demo
         assert 0.0 <= values["late_share"] <= 1.0, f"{prefix} {day}: {values}"
         assert {label: entries[label]["__typename"] for label in NOT_PLOTTED if label in entries} == NOT_PLOTTED
         assert entries["rejected_rows"]["text"] == "0", f"{prefix} {day}"
-        assert values["lateness_p50_ms"] <= values["lateness_p99_ms"], f"{prefix} {day}: {values}"
+        assert values["lateness_p50_seconds"] <= values["lateness_p99_seconds"], f"{prefix} {day}: {values}"
+        # Durations also as text in human units, the watermark a timestamp (issue 47).
+        p99 = entries["lateness_p99"]["text"]
+        assert re.fullmatch(r"-|\d[\d.hms ]*", p99) and not p99.isdigit(), entries["lateness_p99"]
+        assert entries["watermark_reached"]["__typename"] == "TimestampMetadataEntry", entries["watermark_reached"]
         assert values["replay_seconds"] > 0 and values["events_per_second"] > 0, f"{prefix} {day}: {values}"
         assert _plotted(entries["input_rows"]) == 2000, f"{prefix} {day}"
 
@@ -551,7 +555,7 @@ def test_the_live_check_shows_the_demos_known_differences(ui, demo):
             table = meta["mismatches"]["mdStr"]
             rows = [line for line in table.splitlines() if line.startswith("| ") and "| category |" not in line]
             assert len(rows) == counts["compared"] - counts["match"], table
-            assert meta["match_rate"]["floatValue"] == counts["match"] / counts["compared"]
+            assert meta["match_percent"]["floatValue"] == round(100 * counts["match"] / counts["compared"], 4)
             mismatches += counts["compared"] - counts["match"]
             explained += counts["explained"]
         assert (mismatches, explained) == (len(LIVE_DIFFERENCE_KINDS), 3)
@@ -1239,7 +1243,13 @@ def test_a_late_file_shows_unsynced_and_warns_then_automation_catches_up(ui, dem
     assert len(new) == 1, f"the automation sensor launched {len(new)} runs: {new}"
     assert _wait_for_run(ui, new[0]["runId"])["status"] == "SUCCESS"
     for prefix in PREFIXES:
-        for check, asset in ((INPUT_CHECK, "windowed_aggregates"), (CHAIN_CHECK, "window_state")):
+        # The automation's run selects window_state alone: the checks of all four outputs are
+        # still evaluated, published_matches_commit too (it was "Not Evaluated", issue 47).
+        for check, asset in (
+            (INPUT_CHECK, "windowed_aggregates"),
+            (CHAIN_CHECK, "window_state"),
+            (PUBLISHED_CHECK, "windowed_aggregates"),
+        ):
             execs = _run_executions(ui, (prefix, asset), check, new[0]["runId"])
             assert {e["partition"] for e in execs} >= set(DAYS), (prefix, check, execs)
             assert all(e["evaluation"]["success"] for e in execs), (prefix, check, execs)
