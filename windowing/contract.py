@@ -55,6 +55,10 @@ EVENT_TIME_UNPARSEABLE: Final = "event time unparseable"
 #: Reasons of rows whose time lies outside [columns.MIN_EPOCH_MS, columns.MAX_EPOCH_MS].
 ARRIVAL_OUT_OF_RANGE: Final = "arrival time out of range"
 EVENT_OUT_OF_RANGE: Final = "event time out of range"
+#: A row whose windows would reach outside that range (a tumbling or sliding window
+#: starting before 0001-01-01 or ending after 9999-12-31T23:59:59.999): every time an
+#: output holds stays a datetime (docs/semantics.md section 1).
+WINDOW_OUT_OF_RANGE: Final = "window out of range"
 BATCH_NULL: Final = "batch is null"
 #: A batch the carried state has already committed (a partition replayed twice).
 BATCH_COMMITTED: Final = "batch already committed"
@@ -69,6 +73,7 @@ REJECT_REASONS: Final = (
     EVENT_TIME_UNPARSEABLE,
     ARRIVAL_OUT_OF_RANGE,
     EVENT_OUT_OF_RANGE,
+    WINDOW_OUT_OF_RANGE,
     BATCH_NULL,
     BATCH_COMMITTED,
     FUTURE_SKEW,

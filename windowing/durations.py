@@ -10,9 +10,10 @@ Why this bound is safe: the engine adds a handful of durations to a time (window
 = start + span, with offset; watermark - delay; session end + gap; start + maximum
 duration). Every time Python's ``datetime`` can hold (years 1 to 9999, within about
 2.6e14 ms of the epoch) plus or minus several such durations stays far inside int64
-epoch milliseconds (9.2e18) and Spark's int64 epoch microseconds (9.2e15 ms), and a
-window bound computed for an event of any realistic year (a century or more inside
-1..9999) is still a ``datetime``. No real window, delay or timeout comes near it.
+epoch milliseconds (9.2e18) and Spark's int64 epoch microseconds (9.2e15 ms). A row
+whose windows would still leave years 1..9999 is rejected (``window out of range``),
+and an effective watermark before year 1 is written as null (docs/semantics.md section 1),
+so every output time is a ``datetime``. No real window, delay or timeout comes near it.
 """
 
 from __future__ import annotations

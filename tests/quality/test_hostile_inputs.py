@@ -132,20 +132,22 @@ def test_integer_times_out_of_range_are_rejected_and_verify_runs(
 
 
 def test_times_at_the_edges_of_the_range_are_replayed(spark, history, configs, tmp_path):
-    """0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z are times like any other."""
+    """0001-01-01T00:00:00.000Z is a time like any other, and so is 9999-12-31T22:59:59.999Z
+    with 1-hour windows; at 9999-12-31T23:59:59.999Z the window would end at
+    10000-01-01T00:00:00.000Z, no datetime: that row is rejected (issue 47)."""
     from windowing import load_pipeline
 
     pipeline = load_pipeline(configs["clicks"])
-    edges = {5: {"event_time": MIN_EPOCH_MS}, 15: {"event_time": MAX_EPOCH_MS}}
+    span = 3_600_000
+    edges = {5: {"event_time": MIN_EPOCH_MS}, 15: {"event_time": MAX_EPOCH_MS - span}, 25: {"event_time": MAX_EPOCH_MS}}
     day, table = _day_with(history, tmp_path, edges)
     events = read_events(spark, [str(day)])
     result = replay(spark, pipeline, events, flush_at_end=True)
     try:
-        assert result.metrics["rejected_rows"] == 0
+        assert result.metrics["rejected_by_reason"] == {contract.WINDOW_OUT_OF_RANGE: 1}
         assert result.metrics["input_rows"] == table.num_rows
         ends = result.aggregates.selectExpr("unix_millis(window_start) s", "unix_millis(window_end) e")
-        span = 3_600_000
-        assert ends.where(f"s = {MAX_EPOCH_MS + 1 - span}").count() == 1  # the last hour of 9999
+        assert ends.where(f"e = {MAX_EPOCH_MS + 1 - span}").count() == 1  # the last hour of 9999 that ends in it
         first = MIN_EPOCH_MS  # an hour boundary
         found = (
             ends.where(f"s = {first}").count()
@@ -153,14 +155,186 @@ def test_times_at_the_edges_of_the_range_are_replayed(spark, history, configs, t
         )
         assert found == 1
         # One worker's batch held only the 9999 event (MIN_EVENT_TIME): its watermark, exactly.
-        assert result.metrics["watermark_reached"] == "9999-12-31T23:59:59.999000+00:00"
+        assert result.metrics["watermark_reached"] == "9999-12-31T22:59:59.999000+00:00"
         checks = V.run_checks(spark, pipeline, result, input_df=events)
-        # Every check runs; only the skew check flags the two edge events (by design).
-        assert {c.name: c.failure_count for c in V.failures(checks)} == {"input_event_time_skew": 2}, V.format_table(
+        # Every check runs; only the skew check flags the three edge events (by design).
+        assert {c.name: c.failure_count for c in V.failures(checks)} == {"input_event_time_skew": 3}, V.format_table(
             checks
         )
     finally:
         result.unpersist()
+
+
+# --------------------------------------------------------------------------- issue 47: windows beyond the range
+
+UTC = timezone.utc
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The first time whose value minus 100 years is a time: 0001-01-01 plus 36 525 days.
+FIRST_AFTER_A_CENTURY = EPOCH + timedelta(milliseconds=MIN_EPOCH_MS + 36_525 * 86_400_000)
+#: seq -> (key, event time): near both edges of the range, in keys of their own. (Times of
+#: 0001-01-01 itself stay out: PySpark turns no timestamp of that day into a datetime.)
+EDGE_EVENTS = {
+    1: ("top", datetime(9800, 6, 1, tzinfo=UTC)),
+    2: ("top", datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)),
+    3: ("top", datetime(9999, 6, 1, tzinfo=UTC)),
+    4: ("bottom", datetime(500, 6, 1, tzinfo=UTC)),
+    5: ("bottom", datetime(200, 6, 1, tzinfo=UTC)),  # late for the windows year 500 closed
+    6: ("bottom", datetime(50, 1, 1, tzinfo=UTC)),
+    7: ("bottom", datetime(100, 6, 1, tzinfo=UTC)),
+    8: ("mid", datetime(2024, 1, 1, tzinfo=UTC)),
+    9: ("bottom", FIRST_AFTER_A_CENTURY),
+    10: ("first", datetime(50, 6, 1, tzinfo=UTC)),  # alone: its watermark minus 100 years is no time
+}
+#: The longest span, slide, gap and delay the configuration allows (windowing/durations.py:
+#: 100 years).
+CENTURY_WINDOWS = {
+    "tumbling": {"tumbling-time-window": {"windowSpan": "36525d"}},
+    "sliding": {
+        "sliding-time-window": {
+            "windowSpan": "36525d",
+            "windowSlide": "3650d",
+            "windowOffset": "1d",
+            "timeConfig": {"delayWindowClose": "1d"},
+        }
+    },
+    "session": {
+        "session-window": {
+            "maximumDuration": "36525d",
+            "timeConfig": {"idleTimeout": "36525d", "delayWindowClose": "36525d"},
+        }
+    },
+}
+
+
+def _century_pipeline(kind: str, tmp_path: Path) -> Path:
+    import yaml
+
+    [(name, window)] = CENTURY_WINDOWS[kind].items()
+    window = dict(window)
+    time_config = {"eventTimeExtractor": "evt", **window.pop("timeConfig", {})}
+    doc = {
+        "version": 1,
+        "name": f"century-{kind}",
+        "source": {"arrivalTime": "arr", "arrivalOrder": ["seq"]},
+        "emitter": {
+            name: {
+                **window,
+                "keyExtractor": "k",
+                "timeConfig": time_config,
+                "aggregateDefinition": ["count", {"type": "sum", "column": "v"}, {"type": "min", "column": "evt"}],
+            }
+        },
+        "replay": {"flushAtEnd": True},
+    }
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _a_datetime(ms: int) -> bool:
+    """Whether epoch ms ``ms`` is a Python datetime (what pyarrow's and Spark's readers make)."""
+    try:
+        EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return False
+    return True
+
+
+def _beyond(pipeline, t: int) -> bool:
+    """Whether a bound of a window of the event at ``t`` is no datetime: the bounds from
+    the reference model (tumbling and sliding; a session's are its events' times)."""
+    from tests.support.reference_model import window_bounds
+    from windowing.config import WindowType
+
+    w = pipeline.window
+    bounds = [] if w.type is WindowType.SESSION else [b for pair in window_bounds(w, t) for b in pair]
+    return not all(_a_datetime(b) for b in bounds)
+
+
+def _read_back(spark, folder: Path) -> dict[str, list]:
+    """Every dataset of a written run, read with pyarrow and with Spark, down to Python values
+    (rows in a stable order)."""
+    rows = {}
+    for name in ("aggregates", "late_events", "rejected", "state"):
+        rows[name] = sorted(pq.read_table(folder / name).to_pylist(), key=repr)  # OverflowError beyond 9999
+        assert len(spark.read.parquet(str(folder / name)).collect()) == len(rows[name]), name
+    return rows
+
+
+@pytest.mark.parametrize("kind", list(CENTURY_WINDOWS))
+def test_windows_beyond_year_9999_or_before_year_1_are_rejected_and_outputs_read_back(
+    spark, tmp_path, monkeypatch, capsys, kind
+):
+    """Issue 47: a 100-year window of a year-9999 event used to end in year 10070 (and a
+    year-50 session's watermark minus a 100-year delay was in year -50), which neither
+    pyarrow nor Spark could read back. A row whose windows reach beyond the range is
+    rejected (``window out of range``); the others replay exactly (a session ending at
+    9999-12-31T23:59:59.999 included), an effective watermark before the range written as
+    null, planned from the count of rows per worker and without it
+    (``spark.rewindow.commits=hash``)."""
+    from windowing import load_pipeline
+    from windowing.runner.session import session_conf
+
+    config = _century_pipeline(kind, tmp_path)
+    pipeline = load_pipeline(config)
+    day = tmp_path / "day"
+    day.mkdir()
+    arrivals = [datetime(2024, 1, 1, tzinfo=UTC) + timedelta(seconds=seq) for seq in EDGE_EVENTS]
+    pq.write_table(
+        pa.table(
+            {
+                "arr": pa.array(arrivals, pa.timestamp("us", tz="UTC")),
+                "evt": pa.array([t for _, t in EDGE_EVENTS.values()], pa.timestamp("us", tz="UTC")),
+                "seq": pa.array(list(EDGE_EVENTS), pa.int64()),
+                "k": [k for k, _ in EDGE_EVENTS.values()],
+                "v": [float(seq) for seq in EDGE_EVENTS],
+            }
+        ),
+        day / "part-0.parquet",
+    )
+    want = {
+        seq: contract.WINDOW_OUT_OF_RANGE
+        for seq, (_, t) in EDGE_EVENTS.items()
+        if _beyond(pipeline, (t - EPOCH) // timedelta(milliseconds=1))
+    }
+    assert ({2, 6, 10} <= set(want)) if kind != "session" else not want
+    events = read_events(spark, [str(day)])
+    got = {}
+    for commits in ("count", "hash"):
+        with session_conf(spark, {"spark.rewindow.commits": commits}):
+            result = replay(spark, pipeline, events)
+            try:
+                assert {r["seq"]: r["reason"] for r in result.rejected.collect()} == want, commits
+                assert result.metrics["rejected_by_reason"] == (
+                    {contract.WINDOW_OUT_OF_RANGE: len(want)} if want else {}
+                )
+                [cons] = V.run_checks(spark, pipeline, result, input_df=events, only={"conservation"})
+                assert cons.passed, cons
+                write_outputs(result, tmp_path / commits, pipeline=pipeline)
+            finally:
+                result.unpersist()
+        got[commits] = _read_back(spark, run_dir(tmp_path / commits))
+    assert got["hash"] == got["count"]
+    rows = got["count"]
+    replayed = sum(r["count"] for r in rows["aggregates"])
+    late = {r["seq"] for r in rows["late_events"]}
+    assert (replayed if kind == "session" else len(rows["aggregates"])) > 0
+    if kind == "session":
+        assert replayed == len(EDGE_EVENTS) - len(want) - len(late)
+        ends = {r["window_end"] for r in rows["aggregates"]}
+        assert EDGE_EVENTS[2][1] in ends  # the range's last millisecond, exactly
+        # Year 50 minus a 100-year delay is before every time: no watermark, as minus infinity.
+        assert [r["emit_watermark"] for r in rows["aggregates"] if r["k"] == "first"] == [None]
+    else:
+        assert 5 in late  # a late row's window and watermark read back too
+    # rewindow verify --input: every check runs on it, conservation and the reasons pass.
+    code, io = _verify(spark, monkeypatch, capsys, config, tmp_path / "count", day)
+    assert "Traceback" not in io.err and "rewindow: error" not in io.err, io.err
+    results = {r["name"]: r for r in json.loads(io.out)}
+    for name in ("conservation", "rejected_reason", "replay_reproduces"):
+        assert results[name]["status"] == "PASS", results[name]
+    failed = {n for n, r in results.items() if r["status"] == "FAIL"}
+    assert failed <= {"input_event_time_skew"}, {n: results[n] for n in failed}  # events centuries from arrival
 
 
 # --------------------------------------------------------------------------- item 4: damaged or drifting state

@@ -106,9 +106,10 @@ def test_unicode_nul_and_one_megabyte_keys_are_kept_byte_for_byte(spark):
 
 
 def test_times_far_from_now_but_in_range_replay(spark):
-    """Years 1 and 9999 are valid times: replayed, not rejected."""
+    """Years 1 and 9999 are valid times: replayed, not rejected (the 10 s window of the
+    later ends at 9999-12-31T23:59:50, in the range: issue 47)."""
     p = small()
-    early, late = dt.datetime(1, 1, 1, 0, 0, 5), dt.datetime(9999, 12, 31, 23, 59, 50)
+    early, late = dt.datetime(1, 1, 1, 0, 0, 5), dt.datetime(9999, 12, 31, 23, 59, 49, 999_000)
     events = frame(spark, [(early, early, 1, "a", 1.0, "x1"), (late, late, 2, "a", 2.0, "x2")])
     result = replay(spark, p, events, flush_at_end=True)
     try:

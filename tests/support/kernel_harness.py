@@ -14,6 +14,7 @@ import zlib
 import pyarrow as pa
 
 from tests.support.engine_harness import to_ms
+from tests.support.reference_model import window_out_of_range
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
 from windowing.kernel import slices as KS
@@ -151,6 +152,8 @@ def normalise_rows(pipeline, rows, state_workers=(), decimals=None):
             reason = "arrival time is null"
         elif w.event_time and evt is None:
             reason = "event time is null"
+        elif evt is not None and window_out_of_range(w, evt):
+            reason = "window out of range"
         elif src.batch_column and batch is None:
             reason = "batch is null"
         elif src.max_future_skew_ms is not None and evt - arr > src.max_future_skew_ms:

@@ -321,6 +321,24 @@ def window_bounds(window, t: int) -> list[tuple[int, int]]:
     return sorted(out)
 
 
+#: The representable times (§1), epoch ms: 0001-01-01T00:00:00.000Z .. 9999-12-31T23:59:59.999Z.
+FIRST_MS, LAST_MS = -62_135_596_800_000, 253_402_300_799_999
+
+
+def window_out_of_range(window, t: int) -> bool:
+    """§1, issue 47: a bound of one of the fixed windows of the event at ``t`` (its end
+    included) lies outside the representable range (a session's bounds are its times)."""
+    if window.type is WindowType.SESSION:
+        return False
+    return any(not FIRST_MS <= b <= LAST_MS for bounds in window_bounds(window, t) for b in bounds)
+
+
+def _watermark_ms(wm) -> int | None:
+    """An output watermark: before the range (it decides as minus infinity does) or minus
+    infinity, None (§1)."""
+    return None if wm == MIN_TIMESTAMP or wm < FIRST_MS else int(wm)
+
+
 def _ms(t) -> int | None:
     """An output timestamp: minus infinity becomes None."""
     return None if t == MIN_TIMESTAMP else int(t)
@@ -368,6 +386,8 @@ class _Replay:
             reason = "arrival time is null"
         elif event is None:
             reason = "event time is null"
+        elif window_out_of_range(w, event):
+            reason = "window out of range"
         elif src.batch_column and batch is None:
             reason = "batch is null"
         elif src.max_future_skew_ms is not None and event - arrival > src.max_future_skew_ms:
@@ -587,7 +607,13 @@ class _Replay:
         row["window_start"], row["window_end"] = bounds
         for a in self.p.aggregates:
             row[a.name] = _final(a, acc[a.name], self.decimals.get(a.column))
-        row.update(emit_reason=reason, emit_batch=batch, emit_time=_ms(now), emit_watermark=_ms(eff), emission=emission)
+        row.update(
+            emit_reason=reason,
+            emit_batch=batch,
+            emit_time=_ms(now),
+            emit_watermark=_watermark_ms(eff),
+            emission=emission,
+        )
         return row
 
 

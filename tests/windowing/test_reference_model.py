@@ -677,3 +677,31 @@ def test_nan_keys_of_any_bit_pattern_are_one_key():
     res = reference_replay(p, rows, flush_at_end=True)
     counts = sorted((r["window_start"] // S, r["count"], repr(r["k"])) for r in res.aggregates)
     assert counts == [(0, 1, "-0.0"), (0, 1, "0.0"), (0, 3, "nan"), (30, 1, "nan")]
+
+
+def test_rows_whose_windows_leave_the_range_are_rejected():
+    """§1, issue 47: a 1-hour window of 9999-12-31T23:00 would end at 10000-01-01, no
+    datetime; the hour before fits, and so does a session's last millisecond."""
+    last = 253_402_300_799_999
+    rows = [ev("fits", None, 1, event_time=last - 3_600_000), ev("beyond", None, 2, event_time=last - 3_599_999)]
+    res = reference_replay(make_pipeline(windowSpan="1h"), rows, flush_at_end=True)
+    assert [(r["name"], r["reason"]) for r in res.rejected] == [("beyond", "window out of range")]
+    assert [r["count"] for r in res.aggregates] == [1]
+    session = make_pipeline("session-window", time={"eventTimeExtractor": "event_time", "idleTimeout": "36525d"})
+    assert reference_replay(session, [ev("last", None, 1, event_time=last)], flush_at_end=True).rejected == []
+
+
+def test_an_effective_watermark_before_the_range_is_written_as_none():
+    """§1: the watermark of an event 1 s after 0001-01-01 minus a 5 s delay is before every
+    time, deciding as minus infinity does: written as minus infinity is (the kernel's
+    ``FIRST_EPOCH_MS`` is the runner's first representable time)."""
+    from windowing.kernel.outputs import FIRST_EPOCH_MS
+    from windowing.runner.columns import MIN_EPOCH_MS
+
+    assert FIRST_EPOCH_MS == MIN_EPOCH_MS
+    first = MIN_EPOCH_MS
+    time = {"eventTimeExtractor": "event_time", "delayWindowClose": "5s"}
+    res = reference_replay(
+        make_pipeline(time=time, windowSpan="1h"), [ev("a", None, 1, event_time=first + 1000)], flush_at_end=True
+    )
+    assert [(r["window_start"], r["emit_watermark"]) for r in res.aggregates] == [(first, None)]

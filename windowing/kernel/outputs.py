@@ -103,7 +103,7 @@ class Groups:
         cols["emit_reason"] = pa.array(names[self.reason[sel]], pa.string())
         cols["emit_batch"] = pa.array(self.emit_batch[sel], pa.int64())
         cols["emit_time"] = ts_array(self.emit_time[sel])
-        cols["emit_watermark"] = ts_array(self.emit_watermark[sel])
+        cols["emit_watermark"] = watermark_array(self.emit_watermark[sel])
         cols["emission"] = pa.array(self.emission[sel], pa.int64())
         return pa.table(cols, schema=spec.aggregates_schema())
 
@@ -127,6 +127,20 @@ class Groups:
         cols["window_end_ms"] = pa.array(we, pa.int64())
         cols["emissions"] = pa.array(em, pa.int64())
         return fill_state(cols, len(g), spec)
+
+
+#: 0001-01-01T00:00:00.000Z in epoch ms: the first representable time
+#: (``windowing.runner.columns.MIN_EPOCH_MS``; the kernel imports nothing of Spark's).
+FIRST_EPOCH_MS = -62_135_596_800_000
+
+
+def watermark_array(ms: np.ndarray) -> pa.Array:
+    """Effective watermarks as timestamps: null for minus infinity, and for one before
+    0001-01-01 (``watermark - delayWindowClose`` of an event in the range's first
+    ``delayWindowClose``), which decides everything as minus infinity does: it is before
+    every window end and event time (docs/semantics.md section 1)."""
+    ms = np.asarray(ms, dtype=np.int64)
+    return ts_array(np.where(ms < FIRST_EPOCH_MS, MIN_TIMESTAMP, ms))
 
 
 def ts_array(ms: np.ndarray) -> pa.Array:
@@ -183,7 +197,7 @@ class LatePairs:
         cols["batch"] = pa.array(sorted_events.batch[self.event], pa.int64())
         cols["window_start"] = ts_array(self.start)
         cols["window_end"] = ts_array(self.end)
-        cols["watermark"] = ts_array(self.watermark)
+        cols["watermark"] = watermark_array(self.watermark)  # never before the range: nothing is late then
         cols["lateness_ms"] = pa.array(self.watermark - sorted_events.t[self.event], pa.int64())
         return pa.table(cols, schema=spec.late_schema())
 

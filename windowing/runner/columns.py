@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 #: 9999-12-31T23:59:59.999Z (both included), the range Spark timestamps and Python
 #: datetimes both hold. Input times outside it are rejected ("... out of range"), so every
 #: time the engine computes with (windows, watermarks, lateness) stays far from int64
-#: overflow and every output time converts to a datetime.
+#: overflow; rows whose windows would leave it are rejected too ("window out of range",
+#: ``normalise.window_out_of_range``), so every output time converts to a datetime.
 MIN_EPOCH_MS = -62_135_596_800_000
 MAX_EPOCH_MS = 253_402_300_799_999
 

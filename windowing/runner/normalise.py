@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping, cast
 from pyspark.sql import functions as F
 
 from windowing import kernel as K
-from windowing.config import ConfigError, Pipeline, check_input_columns
+from windowing.config import ConfigError, Pipeline, Window, WindowType, check_input_columns
 from windowing.contract import (
     ARRIVAL_NULL,
     ARRIVAL_OUT_OF_RANGE,
@@ -32,9 +32,12 @@ from windowing.contract import (
     FUTURE_SKEW,
     KEY_KIND,
     WINDOW_KIND,
+    WINDOW_OUT_OF_RANGE,
     WORKER_KIND,
 )
 from windowing.runner.columns import (
+    MAX_EPOCH_MS,
+    MIN_EPOCH_MS,
     arrow_types,
     col,
     epoch_ms,
@@ -137,6 +140,30 @@ def _floor_div(F: ModuleType, df: DataFrame, name: str, source: str, divisor: in
     return df.withColumn(name, F.expr(floor_div_expr(source, divisor)))
 
 
+def window_out_of_range(window: Window, t: Column) -> Column | None:
+    """Whether a window of an event at ``t`` (epoch ms, in range) would reach outside
+    [MIN_EPOCH_MS, MAX_EPOCH_MS] (docs/semantics.md section 1; None: never): the earliest
+    start or the latest end of its tumbling or sliding windows. A session's bounds are its
+    events' times. Exact in 64-bit integers (``t`` and every duration are far from
+    overflow). An effective watermark before the range is written as null, as minus
+    infinity (``kernel.outputs.watermark_array``): it rejects nothing."""
+    lo, hi = F.lit(MIN_EPOCH_MS), F.lit(MAX_EPOCH_MS)
+    offset = F.lit(window.offset_ms)
+    outside: list[Column] = []
+    if window.type is WindowType.TUMBLING:
+        span = F.lit(cast(int, window.span_ms))
+        start = t - F.pmod(t - offset, span)
+        outside += [start < lo, start + span > hi]
+    elif window.type is WindowType.SLIDING:
+        span, slide = F.lit(cast(int, window.span_ms)), F.lit(cast(int, window.slide_ms))
+        latest = t - F.pmod(t - offset, slide)  # the latest start at or before t
+        earliest = (t - span) - F.pmod(t - span - offset, slide) + slide  # the first start after t - span
+        outside += [earliest < lo, latest + span > hi]
+    if not outside:
+        return None
+    return outside[0] | outside[1]
+
+
 def normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
     """``df`` with the columns a replay computes from the input, as Spark expressions:
     ``__arr`` and ``__evt`` (arrival and event time, epoch ms), ``__batch`` and
@@ -165,6 +192,10 @@ def normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
             .when(epoch_ms_unchecked(w.event_time, types[w.event_time]).isNull(), F.lit(EVENT_TIME_UNPARSEABLE))
             .when(F.col("__evt").isNull(), F.lit(EVENT_OUT_OF_RANGE))
         )
+    # Then the windows the engine computes from the event time.
+    outside = window_out_of_range(w, F.col("__evt"))
+    if outside is not None:
+        reason = reason.when(outside, F.lit(WINDOW_OUT_OF_RANGE))
     if src.batch_column:
         reason = reason.when(col(src.batch_column).isNull(), F.lit(BATCH_NULL))
     if src.max_future_skew_ms is not None:

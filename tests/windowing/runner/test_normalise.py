@@ -27,14 +27,15 @@ INTS = [0, 1_999, -1_999, -1, MAX_EPOCH_MS, MIN_EPOCH_MS]  # the range's edges (
 
 
 def _pipeline(arrival: str, event: str, batch: dict) -> object:
+    # Sessions without a delay: every in-range time replays (a fixed window of the range's
+    # last millisecond would end beyond it and reject the row: "window out of range").
     return parse_pipeline(
         {
             "name": "n",
             "source": {"arrivalTime": arrival, "batch": batch},
             "emitter": {
-                "tumbling-time-window": {
-                    "windowSpan": "1s",
-                    "timeConfig": {"eventTimeExtractor": event},
+                "session-window": {
+                    "timeConfig": {"eventTimeExtractor": event, "idleTimeout": "1s"},
                     "aggregateDefinition": [{"type": "count"}],
                 }
             },
@@ -151,3 +152,53 @@ def test_timestamps_and_dates_beyond_the_range_are_rejected(spark):
         got = {r["id"]: r["reason"] for r in norm.select("id", "reason").collect()}
         bad = f"{which} time out of range"
         assert got == {1: None, 2: bad, 3: None, 4: bad, 5: None}, (arrival, event)
+
+
+# --------------------------------------------------------------------------- windows beyond the range (issue 47)
+
+HOUR = 3_600_000
+#: Event times (epoch ms) on both sides of every bound of the windows below.
+NEAR_EDGES = sorted(
+    {
+        t + d
+        for t in (MIN_EPOCH_MS, MIN_EPOCH_MS + 36_525 * 86_400_000, MAX_EPOCH_MS - 36_525 * 86_400_000, MAX_EPOCH_MS)
+        for d in (0, 1, -1, HOUR, -HOUR, HOUR + 1, -HOUR - 1, 2 * HOUR, -2 * HOUR, 86_400_000, -86_400_000)
+        if MIN_EPOCH_MS <= t + d <= MAX_EPOCH_MS
+    }
+)
+WINDOWS = {
+    "tumbling 1h": {"tumbling-time-window": {"windowSpan": "1h"}},
+    "tumbling 1h offset 1ms": {"tumbling-time-window": {"windowSpan": "1h", "windowOffset": "1ms"}},
+    "tumbling 100y": {"tumbling-time-window": {"windowSpan": "36525d"}},
+    "sliding 2h/1h offset 1ms, delay 1d": {
+        "sliding-time-window": {"windowSpan": "2h", "windowSlide": "1h", "windowOffset": "1ms"},
+        "delay": "1d",
+    },
+    "sliding 100y/7d": {"sliding-time-window": {"windowSpan": "36525d", "windowSlide": "7d"}},
+}
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+def test_rows_whose_windows_leave_the_range_are_rejected_as_the_model_says(spark, window):
+    """The Spark rule (normalise.window_out_of_range) agrees with the reference model's,
+    which takes each window's bounds from its own window_bounds, millisecond by millisecond
+    on both sides of each bound; a delay rejects nothing (an effective watermark before
+    the range is written as null). Sessions reject nothing: test_hostile_inputs.py."""
+    from tests.support.reference_model import window_out_of_range
+
+    spec = dict(WINDOWS[window])
+    delay = spec.pop("delay", None)
+    [(kind, fields)] = spec.items()
+    time_config = {"eventTimeExtractor": "t", **({"delayWindowClose": delay} if delay else {})}
+    pipeline = parse_pipeline(
+        {
+            "name": "n",
+            "source": {"arrivalTime": "a"},
+            "emitter": {kind: {**fields, "timeConfig": time_config, "aggregateDefinition": ["count"]}},
+        }
+    )
+    df = spark.createDataFrame([(0, t) for t in NEAR_EDGES], "a long, t long")
+    got = {r["t"]: r["reason"] for r in normalise(pipeline, df).select("t", "reason").collect()}
+    want = {t: "window out of range" if window_out_of_range(pipeline.window, t) else None for t in NEAR_EDGES}
+    assert got == want
+    assert None in got.values() and "window out of range" in got.values()
