@@ -284,7 +284,7 @@ query UIAssets {
       __typename
       ... on AssetChecks {
         checks { name blocking canExecuteIndividually
-          executionForLatestMaterialization { runId status partition evaluation { success description } } }
+          executionForLatestMaterialization { runId status partition evaluation { success severity description } } }
       }
     }
   }
@@ -1164,7 +1164,8 @@ def _toggle_sensor(page, ui: UI, name: str) -> None:
             .filter(e => e.childElementCount === 0 && e.innerText && e.innerText.trim() === {json.dumps(name)});
           for (const el of named) {{
             for (let up = el; up; up = up.parentElement) {{
-              const box = up.querySelector('input[type="checkbox"]');
+              // the row's on/off switch (the rows also have selection checkboxes)
+              const box = up.querySelector('label[class*="formatSwitch"] input[type="checkbox"]');
               if (box) {{ box.scrollIntoView({{block: 'center'}}); box.click(); return true; }}
             }}
           }}
