@@ -1180,10 +1180,19 @@ def _toggle_sensor(page, ui: UI, name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def late_file(ui, demo, changed_input_rerun):
+def late_file(ui, demo, changed_input_rerun, reruns):
     """A file lands late in the first committed demo day (and the last day's odd event of the
-    failing rerun is withdrawn). Runs last: it turns the sensors on and catches up."""
+    failing rerun is withdrawn). Runs last: it turns the sensors on and catches up. The reruns'
+    process is ended first: it holds the demo's embedded (one-process) Derby metastore, which
+    the daemon's catch-up run publishes to."""
     import pyarrow.parquet as pq
+
+    if reruns.proc.stdin:
+        reruns.proc.stdin.close()  # it ends its loop and exits
+    try:
+        reruns.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        _stop(reruns.proc)
 
     for odd in (demo.root / "landing" / f"date={DAYS[-1]}").glob("zz-odd.parquet"):
         odd.unlink()

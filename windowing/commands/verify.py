@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         flush_at_end=args.flush_at_end,
     )
     if only is None:
-        results = [_state_manifest_check(spark, outputs), _landing_check(spark, outputs), *results]
+        landing = _landing_check(spark, outputs)  # only for a run that recorded its landed files
+        results = [_state_manifest_check(spark, outputs), *([landing] if landing is not None else []), *results]
     failed = [r for r in results if not r.passed and r.blocking]
     warned = [r for r in results if not r.passed and not r.blocking]
     # A check asked for by name gives a verdict or an error, never a silent skip.
@@ -124,15 +125,15 @@ def _state_manifest_check(spark: Any, outputs: Any) -> Any:
 
 def _landing_check(spark: Any, outputs: Any) -> Any:
     """``landing_files_unchanged`` (a warning): the files the committed run read, as its
-    commit recorded them, are the landing zone's files now (one listing; issue 46)."""
+    commit recorded them, are the landing zone's files now (one listing; issue 46). None
+    for a run whose commit records no landed files."""
     from windowing.storage.input_record import InputRecord, compare  # noqa: PLC0415 - keeps the CLI fast
     from windowing.validation import CheckResult  # noqa: PLC0415 - keeps the CLI fast: validation imports pyspark
 
     description = "the landed files the run read are the landing zone's files now (none added, removed or rewritten)"
     record = InputRecord.of(outputs.commit)
-    if record is None:
-        reason = "the commit records no input files (a replay of --input, or committed before they were recorded)"
-        return CheckResult("landing_files_unchanged", True, 0, [], description, skipped=True, skip_reason=reason)
+    if record is None:  # a replay of --input, or committed before records kept its files: nothing to compare
+        return None
     changes = compare(spark, record)
     sample = [{"problem": changes.describe(), **changes.to_metadata()}] if changes else []
     return CheckResult("landing_files_unchanged", not changes, len(sample), sample, description, blocking=False)
