@@ -130,6 +130,14 @@ class PartitionStatus:
     changes: input_record.InputChanges | None = field(default=None, compare=False)
     #: Its commit records no input files (committed before they were recorded, or a flat landing zone).
     input_unknown: bool = field(default=False, compare=False)
+    #: The landing zone its commit read (a URI); None where the commit records none.
+    landing_zone: str | None = field(default=None, compare=False)
+
+
+def _zone_of(commit: Any) -> str | None:
+    """The landing zone ``commit`` records it read, if it records one."""
+    record = input_record.InputRecord.of(commit)
+    return record.landing_zone if record is not None else None
 
 
 @dataclass(frozen=True)
@@ -366,6 +374,7 @@ class Chain:
                         ReplayMetrics.from_dict(commit.metrics),
                         changed.get(key),
                         key in unknown_inputs,
+                        _zone_of(commit),
                     )
                 )
             else:
@@ -377,6 +386,7 @@ class Chain:
                         commit.run_path,
                         ReplayMetrics.from_dict(commit.metrics),
                         input_unknown=key in unknown_inputs,
+                        landing_zone=_zone_of(commit),
                     )
                 )
         return out

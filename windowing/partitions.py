@@ -116,6 +116,20 @@ def day_key(t: datetime | date) -> str:
 MIN_YEAR = 1000
 
 
+def _bound_hours(text: str, last: bool) -> tuple[str, int]:
+    """The day of a bound :func:`check_bound` passed, and its hour (a day alone: its first
+    hour, or its last as the end of a range)."""
+    m = re.fullmatch(r"(\d{4}-\d{2}-\d{2})(?:[T -](\d{2})(?::\d{2})?)?", text.strip())
+    assert m is not None, text
+    return m[1], int(m[2]) if m[2] else (23 if last else 0)
+
+
+def check_range(first: str | None, last: str | None) -> None:
+    """Refuse ``--to`` before ``--from`` (both passed by :func:`check_bound`), before Spark starts."""
+    if first and last and _bound_hours(last, last=True) < _bound_hours(first, last=False):
+        raise ValueError(f"--to {last} is before --from {first}")
+
+
 def check_bound(text: str, option: str) -> None:
     """Refuse a ``--from``/``--to``-style bound that is neither a day nor an hour
     (``YYYY-MM-DD``, ``YYYY-MM-DDTHH``, ``YYYY-MM-DD-HH:MM``), or not a real one (``2024-02-30``),

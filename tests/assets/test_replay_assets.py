@@ -79,10 +79,10 @@ def test_one_by_one_equals_backfill_equals_single_replay(spark, history, pipelin
 def test_the_cli_backfill_equals_the_dagster_backfill(spark, history, pipelines_dir, backfill, tmp_path):
     """``rewindow backfill`` over the same three partitions: the same outputs, row for row,
     the same schemas and the same lineage; and it reads the store Dagster wrote."""
-    from tests.orchestration.test_backfill_cli import _cli
+    from tests.support.cli import rewindow
 
     cli_root = tmp_path / "cli"
-    rc, out, err = _cli(
+    rc, out, err = rewindow(
         "backfill",
         "--config",
         pipelines_dir / "clicks-hourly.yaml",
@@ -115,7 +115,7 @@ def test_the_cli_backfill_equals_the_dagster_backfill(spark, history, pipelines_
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["partition", "events"])
     assert [line.split()[0] for line in lines[header + 1 : header + 4]] == DAYS
     assert "3/3" in err and "events/s" in err
-    rc, out, _ = _cli("status", "--output", backfill.output_root)  # the store Dagster wrote
+    rc, out, _ = rewindow("status", "--output", backfill.output_root)  # the store Dagster wrote
     assert rc == 0 and out.count(" committed ") == 3, out
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestration.test_backfill_cli import _cli
+from tests.support.cli import rewindow
 from tests.support.dagster_harness import DAYS, START, rows
 from windowing.chain import COMMITTED, FAILED, Chain
 from windowing.partitions import Partitions
@@ -128,7 +128,7 @@ def test_the_dag_replays_three_intervals_in_order_equal_to_the_cli_backfill(
     runs = _airflow(airflow_python, migrated_db, tmp_path / "airflow", history, tmp_path / "airflow-out", *DAYS)
     assert [(r["interval"], r["state"]) for r in runs] == [(d, "success") for d in DAYS]
     assert all(r["tasks"] == {"replay": "success", "data_quality": "success"} for r in runs)
-    rc, _, err = _cli(
+    rc, _, err = rewindow(
         "backfill",
         "--config",
         PIPELINE,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 
-from tests.orchestration.test_backfill_cli import _cli
+from tests.support.cli import rewindow
 from tests.support.dagster_harness import DAYS, START
 from windowing.chain import COMMITTED, OUT_OF_DATE, Chain
 from windowing.partitions import Partitions
@@ -21,7 +21,7 @@ def test_an_interval_whose_input_changed_names_the_intervals_to_clear(spark, his
     landing, out = tmp_path / "landing", tmp_path / "out"
     shutil.copytree(history, landing)
     config = pipelines_dir / "clicks-hourly.yaml"
-    rc, _, err = _cli("backfill", "--config", config, "--input", landing, "--output", out)
+    rc, _, err = rewindow("backfill", "--config", config, "--input", landing, "--output", out)
     assert rc == 0, err
     withdrawn = sorted((landing / f"date={DAYS[1]}").glob("*.parquet"))[0]
     withdrawn.unlink()  # a file of day 2 is withdrawn after its commit
@@ -44,5 +44,5 @@ def test_an_interval_whose_input_changed_names_the_intervals_to_clear(spark, his
     changed = not_current(chain, status[DAYS[1]], "rewindow_clicks_hourly", str(config))
     assert f"1 file removed: date={DAYS[1]}/{withdrawn.name}" in changed, changed  # it names the file
     # `rewindow status` agrees: the source of truth the message points to
-    rc, text, _ = _cli("status", "--output", out)
+    rc, text, _ = rewindow("status", "--output", out)
     assert rc == 0 and text.count("out of date") >= 2, text

@@ -82,7 +82,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from windowing.chain import Chain, ChainError  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
     from windowing.history import stored_history, summary_table  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
-    from windowing.partitions import Partitions, check_bound, day_key  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.partitions import Partitions, check_bound, check_range, day_key  # noqa: PLC0415 - keeps the CLI fast
     from windowing.storage.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
@@ -94,9 +94,11 @@ def run(args: argparse.Namespace) -> int:
     ):
         if bound is not None:
             check_bound(bound, option)  # before Spark starts too
+    check_range(args.first, args.last)
     landing_zone = args.input or pipeline.source.path
     if not landing_zone:
         raise ConfigError("--input: no landing zone given, and the pipeline has no source.path")
+    common.check_local_paths(args, [landing_zone], "the landing zone does not exist")
     note = ignored_fields_note(pipeline)
     if note:
         print(f"rewindow: note: {note}", file=sys.stderr)

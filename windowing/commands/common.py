@@ -12,6 +12,7 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Iterable
 from types import FrameType
 from typing import Any
 
@@ -19,7 +20,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from windowing.runner.session import spark_session
-from windowing.storage.lake import join
+from windowing.storage.errors import InputError
+from windowing.storage.lake import join, local_path
 
 
 def spark_args(p: argparse.ArgumentParser) -> None:
@@ -123,6 +125,19 @@ def stop_started() -> None:
             spark.stop()
         except Exception as exc:  # noqa: BLE001 - the command's own result stands; the JVM's hook ends it
             print(f"rewindow: note: Spark did not stop cleanly: {exc}", file=sys.stderr)
+
+
+def check_local_paths(args: argparse.Namespace, paths: Iterable[str | None], missing: str) -> None:
+    """Refuse a path on this machine's disk that is not there, before Spark starts (which
+    takes seconds): ``{path}: {missing}``, the line the command gives once Spark has looked.
+    A URI (``s3a:``, ``hdfs:``, ...) and every path of a Spark Connect session (the
+    server's disk, not this one's) are left to that look."""
+    if getattr(args, "remote", None):
+        return
+    for path in paths:
+        local = local_path(path) if path else None
+        if local is not None and not os.path.exists(local):
+            raise InputError(f"{path}: {missing}")
 
 
 def progress(step: int, of: int, what: str) -> None:

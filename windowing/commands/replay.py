@@ -40,8 +40,11 @@ def run(args: argparse.Namespace) -> int:
     note = ignored_fields_note(pipeline)
     if note:
         print(f"rewindow: note: {note}", file=sys.stderr)
-    # Local Parquet input lacking a configured column is refused before Spark starts, too.
-    check_input_schema(pipeline, args.input or ([pipeline.source.path] if pipeline.source.path else []))
+    inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
+    common.check_local_paths(args, inputs, "input does not exist")  # before Spark starts, as is
+    # local Parquet input lacking a configured column. (--state-in names a run's state as its
+    # output folder does, OUT/state, which may be no folder: read_state says what is missing.)
+    check_input_schema(pipeline, inputs)
     # The tables' root folders sit beside the output (OUT/../_tables), the embedded metastore in OUT/../_metastore.
     parent = absolute(args.output).rstrip("/").rsplit("/", 1)[0]
     catalog = common.catalog_setup(args, pipeline, parent)
@@ -59,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
         publisher = Publisher(spark, catalog, pipeline, parent)
         publisher.check()  # a catalog that cannot take a location swap fails before any work
     started = time.monotonic()
-    inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
     check_output_target(spark, args.output, inputs)  # before any work: never write over the events
     common.progress(2, 3, f"replaying {', '.join(map(str, inputs)) or 'no input'} through pipeline {pipeline.name!r}")
     state = read_state(spark, args.state_in) if args.state_in else None

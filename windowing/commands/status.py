@@ -11,7 +11,7 @@ from typing import Any
 
 from windowing.commands import common
 from windowing.config import load_pipeline
-from windowing.storage.lake import Lake, absolute, join
+from windowing.storage.lake import Lake, absolute, display, join
 
 NAME = "status"
 
@@ -31,14 +31,17 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from windowing.partitions import check_bound  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.partitions import check_bound, check_range  # noqa: PLC0415 - keeps the CLI fast
     from windowing.storage.lake import NeedsSpark  # noqa: PLC0415 - keeps the CLI fast: lake imports pyspark
 
     pipeline = load_pipeline(args.config) if args.config else None
     for option, bound in (("--from", args.first), ("--to", args.last)):
         if bound is not None:
             check_bound(bound, option)  # before Spark starts
+    check_range(args.first, args.last)
     output_root = absolute(args.output)
+    if pipeline is None:  # with --config, a history not started yet is a status ("nothing committed")
+        common.check_local_paths(args, [output_root], "no such folder")
     catalog = common.catalog_setup(args, pipeline, output_root)
     if catalog is None and not (args.master or args.remote or args.conf):
         shown = io.StringIO()
@@ -92,8 +95,8 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
             m = s.metrics
             tables = f"; {_published(publisher, s.key)}" if publisher is not None else ""
             print(
-                f"  {s.key:<18}{s.status:<13}{m.input_rows if m is not None else '':>10}"
-                f"{m.windows_emitted if m is not None else '':>10}  {s.detail}{tables}"
+                f"  {s.key:<18}{s.status:<13}{f'{m.input_rows:,}' if m is not None else '':>10}"
+                f"{f'{m.windows_emitted:,}' if m is not None else '':>10}  {s.detail}{tables}"
             )
         counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
         print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))
@@ -106,9 +109,11 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
             )
         stale = [s for s in rows if s.status == "out of date"]
         if stale:
+            zones = {s.landing_zone for s in rows if s.landing_zone}
+            where = f" --input {display(zones.pop())}" if len(zones) == 1 else ""
             print(
                 f"  {len(stale)} partition(s) out of date from {stale[0].key}: bring them in line with "
-                f"rewindow backfill --config PIPELINE.yaml --output {output_root} --resume"
+                f"rewindow backfill --config {args.config or 'PIPELINE.yaml'}{where} --output {output_root} --resume"
             )
     if not shown and pipeline is None:
         print(f"no rewindow history under {output_root}")

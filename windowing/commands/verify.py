@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         run_checks,
     )
 
+    common.check_local_paths(args, [args.output_dir], "no such folder")
+    common.check_local_paths(args, args.input or [], "input does not exist")
     spark = common.spark_for(args)
     outputs = read_outputs(spark, args.output_dir)
     prev = read_state(spark, args.state_in) if args.state_in else None

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         flush_at_end=args.flush_at_end,
     )
     inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
+    common.check_local_paths(args, inputs, "input does not exist")
     check_input_schema(pipeline, inputs)
     print(f"rewindow: [1/3] starting Spark ({args.remote or args.master or 'local[*]'})", file=sys.stderr, flush=True)
     spark = common.spark_for(args)

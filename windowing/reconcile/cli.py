@@ -98,6 +98,8 @@ def run(args: Any) -> int:
     if (replay_table or live_table) and not getattr(args, "remote", None):
         # The embedded metastore's settings join --conf (the last of a key wins), as catalog_setup adds its own.
         args.conf = [*conf.items(), *session_conf_for_tables(getattr(args, "metastore_dir", None), conf).items()]
+    common.check_local_paths(args, [None if replay_table else args.replay], "no such folder")
+    common.check_local_paths(args, [live_where], "input does not exist")
     spark = common.spark_for(args)
     inputs = ([] if replay_table else [args.replay]) + ([live_where] if live_where else [])
     check_output_target(spark, args.output, inputs)

@@ -35,7 +35,7 @@ from pyspark.sql import types as T
 from windowing.config import check_input_columns
 from windowing.contract import quoted
 from windowing.storage.errors import InputError, first_line, missing_path, root_cause
-from windowing.storage.lake import Lake, PathArg, display, glob_escape, is_connect, qualify
+from windowing.storage.lake import Lake, PathArg, display, glob_escape, is_connect, local_path, qualify
 from windowing.storage.local_files import LinkError, Tree
 
 if TYPE_CHECKING:
@@ -442,10 +442,10 @@ def _local_parquet_columns(paths: list[str]) -> set[str] | None:
     path is not local or pyarrow cannot read it."""
     local = []
     for p in paths:
-        uri = qualify(p)
-        if not uri.startswith("file:/") or uri.startswith("file://"):
+        path = local_path(p)
+        if path is None:
             return None
-        local.append(uri[len("file:") :])
+        local.append(path)
     names: set[str] = set()
     try:
         for path in local:

@@ -62,6 +62,15 @@ def qualify(path: str | os.PathLike[str]) -> str:
     return s.rstrip("/") if len(s.rstrip("/")) > len(s.split(":", 1)[0]) + 2 else s
 
 
+def local_path(path: str | os.PathLike[str]) -> str | None:
+    """``path`` on this machine's disk (``file:/...`` or no scheme) as a plain path; None for
+    any other filesystem (``file://host/...`` included)."""
+    uri = qualify(path)
+    if not uri.startswith("file:/") or uri.startswith("file://"):
+        return None
+    return uri[len("file:") :]
+
+
 def absolute(location: str | os.PathLike[str]) -> str:
     """A URI as it is; a local path made absolute (no filesystem access)."""
     s = os.fspath(location)
@@ -144,12 +153,7 @@ class Lake:
         """``path`` on the driver's own disk (``file:`` or no scheme; a classic session):
         the small files the driver writes there are written with Python's calls (module
         docstring). None for any other filesystem."""
-        if self.connect:
-            return None
-        uri = qualify(path)
-        if not uri.startswith("file:/") or uri.startswith("file://"):
-            return None
-        return uri[len("file:") :]
+        return None if self.connect else local_path(path)
 
     # ------------------------------------------------------------------ JVM side
 

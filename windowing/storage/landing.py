@@ -55,7 +55,7 @@ DAY = timedelta(days=1)
 DEFAULT_PARTITION_COLUMN = "date"
 
 
-class LandingZoneError(RuntimeError):
+class LandingZoneError(InputError):
     """The landing zone is missing or holds no events to read a schema from."""
 
 
@@ -129,8 +129,8 @@ def read_landing(
             raise LandingZoneError(
                 f"landing zone {landing_zone} holds no events"
                 + (f" in {partition_column}=YYYY-MM-DD folders" if partition_column else "")
-                + "; generate sample history with `python -m orchestration.demo` or point "
-                "REWINDOW_LANDING_ZONE at your events"
+                + ": point --input, the pipeline's source.path or (Dagster) REWINDOW_LANDING_ZONE at your "
+                "events, or write sample ones with `rewindow generate`"
             ) from exc
         raise InputError(f"landing zone {landing_zone}: cannot read it: {text.splitlines()[0][:300]}") from exc
     if partition_column is not None and partition_column not in df.columns:
@@ -162,6 +162,8 @@ def landed_days(
         check_day_folders(spark, str(landing_zone), partition_column)
     try:
         df = read_landing(spark, str(landing_zone), source, partition_column)
+    except LandingZoneError:  # no events: no file to name
+        raise
     except InputError as exc:
         raise (name_unreadable_file(spark, str(landing_zone)) or exc) from exc
     if partition_column is not None:
