@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from windowing.storage import local_files
-from windowing.storage.lake import Entry, Lake, NeedsSpark, display, join, qualify
+from windowing.storage.lake import Entry, Lake, NeedsSpark, display, join, qualify, time_ms
 
 if TYPE_CHECKING:
     from windowing.storage.commits import Commit
@@ -301,15 +301,6 @@ def arrival_range(lake: Lake, path: str, column: str) -> tuple[int | None, int |
         return None
     lo, hi, nulls, kind = found
     return (time_ms(lo, kind), time_ms(hi, kind), nulls) if kind is not None else None
-
-
-def time_ms(raw: int | None, kind: str) -> int | None:
-    """A time column's raw Parquet value in ms since the epoch, by its kind (``millis``,
-    ``micros``, ``nanos``, ``days`` or ``ms``: an integer of ms); floored, which keeps every
-    row in its hour (hour edges are whole ms)."""
-    if raw is None:
-        return None
-    return {"millis": raw, "ms": raw, "micros": raw // 1000, "nanos": raw // 1_000_000, "days": raw * DAY_MS}[kind]
 
 
 def _remote_rows(lake: Lake, path: str) -> int | None:

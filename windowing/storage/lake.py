@@ -600,6 +600,20 @@ class Lake:
             reader.close()
 
 
+#: Milliseconds per unit of a time column's raw integers, by :func:`time_kind` (a divisor
+#: below one unit of ms: micros, nanos).
+_PER_MS = {"millis": 1, "ms": 1, "micros": 1000, "nanos": 1_000_000}
+
+
+def time_ms(raw: int | None, kind: str) -> int | None:
+    """A time column's raw Parquet value (:func:`time_kind`: ``millis``, ``micros``,
+    ``nanos``, ``days`` or ``ms``) in ms since the epoch; floored, which keeps every row in
+    its hour (hour edges are whole ms)."""
+    if raw is None:
+        return None
+    return raw * 86_400_000 if kind == "days" else raw // _PER_MS[kind]
+
+
 def time_kind(physical: str, logical: str | None) -> str | None:
     """What a Parquet column's raw integers count, from its physical type and its logical
     type as parquet-java or pyarrow names it (``TIMESTAMP(MICROS,true)``, ``Timestamp(...,

@@ -79,7 +79,7 @@ def parquet_footer(path: str, column: str | None) -> tuple[int | None, tuple[int
     readable Parquet."""
     import pyarrow.parquet as pq  # noqa: PLC0415 - only `rewindow status` reads a footer here
 
-    from windowing.storage.lake import time_kind  # noqa: PLC0415 - lake imports this module
+    from windowing.storage.lake import time_kind, time_ms  # noqa: PLC0415 - lake imports this module
 
     try:
         meta = pq.read_metadata(path)
@@ -106,7 +106,8 @@ def parquet_footer(path: str, column: str | None) -> tuple[int | None, tuple[int
                 return rows, None
             nulls += int(stats.null_count)
             if stats.has_min_max:
-                a, b = _ms(stats.min_raw, kind), _ms(stats.max_raw, kind)
+                a, b = time_ms(stats.min_raw, kind), time_ms(stats.max_raw, kind)
+                assert a is not None and b is not None  # has_min_max
                 lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
     return rows, ((lo, hi, nulls) if seen else None)
 
@@ -114,10 +115,6 @@ def parquet_footer(path: str, column: str | None) -> tuple[int | None, tuple[int
 def _hidden(name: str) -> bool:
     """A commit or failure record's name that Spark's JSON reader skips (``_SUCCESS``, ``.crc``)."""
     return name.startswith(("_", "."))
-
-
-def _ms(raw: int, kind: str) -> int:
-    return {"millis": raw, "ms": raw, "micros": raw // 1000, "nanos": raw // 1_000_000, "days": raw * 86_400_000}[kind]
 
 
 def query(path: str, what: str, under: tuple[str, ...] = ()) -> Any:
