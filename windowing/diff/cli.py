@@ -54,12 +54,9 @@ def run(args: argparse.Namespace) -> int:
             if inside(str(args.output), side) or inside(side, str(args.output)):
                 raise ValueError(f"--output {args.output}: is, holds or lies inside {side}: choose another folder")
     spark = common.spark_for(args)
-    result = diff(spark, args.before, args.after, pipeline=pipeline, first=args.first, last=args.last)
-    try:
+    with diff(spark, args.before, args.after, pipeline=pipeline, first=args.first, last=args.last) as result:
         print(result.summary())
         if args.output:
             commit = write_diff(result, args.output, inputs=[args.before, args.after])
             print(f"differences, summary.json and report.html in {commit.run_path}/, committed as run {commit.seq}")
-    finally:
-        result.unpersist()
     return 0 if result.equal else 1

@@ -29,7 +29,7 @@ class DiffResult:
     and retyped per dataset, ``total`` and ``partitions``: per dataset the rows of each
     side and of each category, and per changed column its rows and largest difference);
     ``tables``: per dataset the differing rows (:func:`windowing.diff.compare.differences`),
-    held until :meth:`unpersist`."""
+    held until :meth:`unpersist` (or the end of a ``with diff(...) as result:`` block)."""
 
     before: Side
     after: Side
@@ -52,6 +52,12 @@ class DiffResult:
         for df in self._held:
             df.unpersist()
         self._held.clear()
+
+    def __enter__(self) -> "DiffResult":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unpersist()
 
 
 def diff(

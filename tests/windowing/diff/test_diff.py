@@ -3,9 +3,7 @@ compared, checked against the rows compared independently with pandas."""
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from datetime import datetime
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from windowing.cli import main
+from tests.support.cli import rewindow
 from windowing.commands import common
 from windowing.diff import diff
 from windowing.diff.outputs import read_diff
@@ -22,13 +20,6 @@ from windowing.sample import generate_history
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "pipelines" / "clicks-hourly.yaml"
 DAYS = ("2024-01-01", "2024-01-02")
 WINDOW_ID = ["partition", "user_id", "window_start", "window_end", "emission"]
-
-
-def _cli(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = main([str(a) for a in argv])
-    return rc, out.getvalue(), err.getvalue()
 
 
 def _yaml(folder: Path, name: str, edit=lambda s: s) -> Path:
@@ -60,12 +51,12 @@ def made(spark, tmp_path_factory):
     )
     assert "10m" in delay.read_text() and "avg" in avg.read_text()
     for name, cfg, last in (("before", base, DAYS[-1]), ("avg", avg, DAYS[0])):
-        rc, _, err = _cli(
+        rc, _, err = rewindow(
             "backfill", "--config", cfg, "--input", landing, "--output", root / name, "--no-checks", "--to", last
         )
         assert rc == 0, err
     for name, cfg in (("replay_base", base), ("replay_delay", delay)):
-        rc, _, err = _cli("replay", "--config", cfg, "--input", landing, "--output", root / name)
+        rc, _, err = rewindow("replay", "--config", cfg, "--input", landing, "--output", root / name)
         assert rc == 0, err
     yield root
     mp.undo()
@@ -95,8 +86,7 @@ def _independent(before: pd.DataFrame, after: pd.DataFrame, ids: list[str]) -> d
 
 
 def test_identical_histories_are_equal_every_count_0(spark, made):
-    result = diff(spark, str(made / "before"), str(made / "before" / "clicks-hourly"))
-    try:
+    with diff(spark, str(made / "before"), str(made / "before" / "clicks-hourly")) as result:
         f = result.figures
         assert result.equal and f["partitioned"]
         assert [p["partition_key"] for p in f["partitions"]] == list(DAYS)
@@ -108,13 +98,11 @@ def test_identical_histories_are_equal_every_count_0(spark, made):
         assert all(not c["added"] and not c["removed"] for c in f["columns"].values())
         assert result.tables["aggregates"].count() == 0
         assert "EQUAL" in result.summary()
-    finally:
-        result.unpersist()
+    assert result._held == [], "the with block let go of the differing rows"
 
 
 def test_a_changed_delay_counts_as_the_rows_compared_independently(spark, made):
-    result = diff(spark, str(made / "replay_base"), str(made / "replay_delay"))
-    try:
+    with diff(spark, str(made / "replay_base"), str(made / "replay_delay")) as result:
         f = result.figures
         assert not result.equal and not f["partitioned"]
         for held in result._held:  # the pairing is planned with one shuffle
@@ -138,13 +126,10 @@ def test_a_changed_delay_counts_as_the_rows_compared_independently(spark, made):
         assert len(table) == agg["changed"] + agg["only_in_before"] + agg["only_in_after"]
         assert set(table["category"]) <= {"changed", "only_in_before", "only_in_after"}
         assert {"before_count", "after_count", "changed"} <= set(table.columns)
-    finally:
-        result.unpersist()
 
 
 def test_an_added_aggregate_is_a_column_added_and_a_partition_only_before_is_not_missing(spark, made):
-    result = diff(spark, str(made / "before"), str(made / "avg"))
-    try:
+    with diff(spark, str(made / "before"), str(made / "avg")) as result:
         f = result.figures
         assert f["columns"]["aggregates"]["added"] == ["avg_amount"]
         assert f["columns"]["aggregates"]["removed"] == []
@@ -161,23 +146,18 @@ def test_an_added_aggregate_is_a_column_added_and_a_partition_only_before_is_not
         text = result.summary()
         assert "columns added in aggregates: avg_amount" in text
         assert f"partition {DAYS[1]}: only in BEFORE" in text
-    finally:
-        result.unpersist()
     # --from/--to keep the partitions both have: then only the column differs
-    result = diff(spark, str(made / "before"), str(made / "avg"), first=DAYS[0], last=DAYS[0])
-    try:
+    with diff(spark, str(made / "before"), str(made / "avg"), first=DAYS[0], last=DAYS[0]) as result:
         assert result.figures["partitions_only_in_before"] == []
         assert [p["partition_key"] for p in result.figures["partitions"]] == [DAYS[0]]
-    finally:
-        result.unpersist()
 
 
 def test_the_cli_exit_codes_and_output_files(spark, made, tmp_path):
-    rc, out, err = _cli("diff", made / "before", made / "before")
+    rc, out, err = rewindow("diff", made / "before", made / "before")
     assert rc == 0, err
     assert "EQUAL" in out
     report = tmp_path / "report"
-    rc, out, err = _cli("diff", made / "replay_base", made / "replay_delay", "--output", report)
+    rc, out, err = rewindow("diff", made / "replay_base", made / "replay_delay", "--output", report)
     assert rc == 1, err
     assert "DIFFERENT" in out
     written = read_diff(spark, str(report))
@@ -209,6 +189,6 @@ def test_the_cli_exit_codes_and_output_files(spark, made, tmp_path):
 )
 def test_usage_and_input_errors_exit_2_naming_them(spark, made, tmp_path, argv, message):
     names = {"missing": tmp_path / "nope", "before": made / "before", "landing": made / "landing"}
-    rc, out, err = _cli("diff", *[a.format(**names) for a in argv])
+    rc, out, err = rewindow("diff", *[a.format(**names) for a in argv])
     assert rc == 2, (out, err)
     assert message.format(**names) in err, err
