@@ -107,8 +107,8 @@ def build_landing_zone_sensor(
         except Exception as exc:  # noqa: BLE001 - a listing that failed: the new-day logic still answers
             context.log.warning(f"cannot compare the landed days with their last observation: {describe(exc)}")
             events, digests = [], cursor.digests
-        if not events and digests == cursor.digests:
-            return outcome
+        if not events and digests == cursor.digests and not isinstance(outcome, dg.SensorResult):
+            return outcome  # (a run request's cursor is the run key alone: it must carry the digests too)
         run_key = outcome.cursor if isinstance(outcome, dg.SensorResult) else cursor.run_key
         state = _Cursor(run_key, digests).dumps()
         if isinstance(outcome, dg.SensorResult):

@@ -130,11 +130,12 @@ def check_range(first: str | None, last: str | None) -> None:
         raise ValueError(f"--to {last} is before --from {first}")
 
 
-def check_bound(text: str, option: str) -> None:
+def check_bound(text: str, option: str, grain_option: bool = True) -> None:
     """Refuse a ``--from``/``--to``-style bound that is neither a day nor an hour
     (``YYYY-MM-DD``, ``YYYY-MM-DDTHH``, ``YYYY-MM-DD-HH:MM``), or not a real one (``2024-02-30``),
     naming the option: before Spark starts, not after the landing zone is listed. A day
-    before :data:`MIN_YEAR` is refused too."""
+    before :data:`MIN_YEAR` is refused too. ``grain_option``: the command has ``--grain``
+    (``backfill``), which an hour needs."""
     m = re.fullmatch(r"(\d{4}-\d{2}-\d{2})(?:[T -](\d{2})(?::(\d{2}))?)?", text.strip())
     try:
         if m is None:
@@ -144,7 +145,8 @@ def check_bound(text: str, option: str) -> None:
             raise ValueError
     except ValueError:
         raise ValueError(
-            f"{option} {text!r}: not a day (YYYY-MM-DD) or an hour (YYYY-MM-DDTHH, with --grain hour)"
+            f"{option} {text!r}: not a day (YYYY-MM-DD) or an hour (YYYY-MM-DDTHH"
+            + (", with --grain hour)" if grain_option else ")")
         ) from None
     if int(m[1][:4]) < MIN_YEAR:
         raise ValueError(

@@ -7,6 +7,7 @@ last test runs the sensor's request on the real engine.
 
 from __future__ import annotations
 
+import json
 import warnings
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -292,6 +293,21 @@ def test_sensor_replays_missing_earlier_partitions_in_one_range_run(tmp_path, pi
         (request,) = result.run_requests
         assert request.partition_key is None and request.run_key == "2024-01-01...2024-01-03"
         assert request.partition_key_range == dg.PartitionKeyRange("2024-01-01", "2024-01-03")
+
+
+def test_a_second_run_request_keeps_the_days_digests_in_the_cursor(tmp_path, pipelines_dir):
+    """Review finding: a tick that requested a run while no day's files changed returned the
+    run key alone as its cursor, so the next tick saw every landed day as never observed."""
+    defs = built_quietly(land(tmp_path / "landing", *DAYS), pipelines_dir)
+    with dg.DagsterInstance.ephemeral() as instance:
+        first, cursor = evaluate(defs, instance)
+        digests = json.loads(cursor)["digests"]
+        assert sorted(digests) == DAYS, cursor
+        report(instance, defs, "2024-01-01", "2024-01-02")  # the range run stopped before its last day
+        again, cursor = evaluate(defs, instance, cursor=cursor)
+        (request,) = again.run_requests
+        assert request.run_key == "2024-01-03"
+        assert json.loads(cursor) == {"run": "2024-01-03", "digests": digests}
 
 
 def test_sensor_says_a_day_landed_after_the_end_needs_a_reload(tmp_path, pipelines_dir):

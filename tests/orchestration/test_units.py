@@ -68,6 +68,21 @@ def test_out_of_date_reasons():
     assert "no lineage" in got[D4]
 
 
+def test_a_partition_after_another_configuration_is_not_blamed_on_the_landing_zone():
+    """Review finding: every partition after a stale one was said to follow "a changed
+    partition" (the wording of a landing-zone change), whatever made the first one stale."""
+    commits = {}
+    _lineage(commits, D1, None, None, "a", fingerprint="old")
+    _lineage(commits, D2, D1, "a", "b")
+    _lineage(commits, D3, D2, "b", "c")
+    got = {o.partition: o.reason for o in out_of_date_partitions(commits, "fp", CHAIN, {D3: "its files changed"})}
+    assert got[D2] == f"starts from partition {D1}, which is out of date"
+    assert got[D3] == "its files changed"
+    _lineage(commits, D1, None, None, "a")
+    got = {o.partition: o.reason for o in out_of_date_partitions(commits, "fp", CHAIN, {D1: "its files changed"})}
+    assert got[D2].startswith("after a changed partition: ") and f"({D1}'s landing zone changed" in got[D2]
+
+
 def test_first_missing():
     commits = {D1: _commit(D1, {})}
     assert first_missing(commits, [D1, D2, D3]) == D2

@@ -38,17 +38,17 @@ def run(args: argparse.Namespace) -> int:
     from windowing.diff.outputs import write_diff  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.diff.result import diff  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.diff.sides import check_location  # noqa: PLC0415
-    from windowing.partitions import check_bound  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.partitions import check_bound, check_range  # noqa: PLC0415 - keeps the CLI fast
     from windowing.storage.lake import inside  # noqa: PLC0415
 
     pipeline = load_pipeline(args.config).name if args.config else None
     for option, bound in (("--from", args.first), ("--to", args.last)):
         if bound is not None:
-            check_bound(bound, option)
-    if args.first and args.last and args.first > args.last:
-        raise ValueError(f"--to {args.last}: is before --from {args.first}")
-    check_location(args.before, "BEFORE")
-    check_location(args.after, "AFTER")
+            check_bound(bound, option, grain_option=False)
+    check_range(args.first, args.last)
+    if not args.remote:  # a Spark Connect server's paths are its own disk's
+        check_location(args.before, "BEFORE")
+        check_location(args.after, "AFTER")
     if args.output:
         for side in (args.before, args.after):
             if inside(str(args.output), side) or inside(side, str(args.output)):

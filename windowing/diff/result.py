@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from windowing.diff import compare
 from windowing.diff.compare import CATEGORIES, DIFFERING, IN_PARTITION_ONLY_IN_AFTER, IN_PARTITION_ONLY_IN_BEFORE
 from windowing.diff.sides import DATASETS, HISTORY, Side, bound_key, open_side
+from windowing.storage.errors import InputError
 from windowing.storage.lake import display
 
 if TYPE_CHECKING:
@@ -79,6 +80,11 @@ def diff(
     if (first or last) and not (b.partitioned and a.partitioned):
         raise ValueError("--from/--to: both sides must be histories (a replay output has no partitions)")
     b, a = b.within(bound_key(first), bound_key(last)), a.within(bound_key(first), bound_key(last))
+    for side, option in ((b, "BEFORE"), (a, "AFTER")):
+        if not side.runs:
+            raise InputError(
+                f"{option} {side.describe()}: no partition in --from {first or '...'} --to {last or '...'}"
+            )
     partitioned = b.kind == HISTORY and a.kind == HISTORY and b.grain == a.grain
     b_keys, a_keys = set(b.keys), set(a.keys)
     only_before = sorted(b_keys - a_keys) if partitioned else []

@@ -162,9 +162,10 @@ def landed_days(
         check_day_folders(spark, str(landing_zone), partition_column)
     try:
         df = read_landing(spark, str(landing_zone), source, partition_column)
-    except LandingZoneError:  # no events: no file to name
-        raise
-    except InputError as exc:
+    except InputError as exc:  # Spark's own "cannot read it" names no file: a footer read of each does
+        parquet = source is None or source.format == "parquet"
+        if not parquet or isinstance(exc, LandingZoneError) or ": cannot read it: " not in str(exc):
+            raise
         raise (name_unreadable_file(spark, str(landing_zone)) or exc) from exc
     if partition_column is not None:
         try:  # a scan of the files (their footers' row counts), not of their pages
