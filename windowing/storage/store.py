@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from windowing.validation import CheckResult
 
 STATE_DIR = "state"
+#: Why a partition committed under another fingerprint is out of date (:func:`out_of_date_partitions`).
+ANOTHER_CONFIGURATION = "was computed with another window/time/aggregate configuration of the pipeline"
 
 
 def partition_folder(partition_key: str) -> str:
@@ -124,15 +126,18 @@ def out_of_date_partitions(
         if lin is None:
             reason = "has no lineage in its commit record (written outside this chain): rerun it"
         elif lin.fingerprint != fingerprint:
-            reason = "was computed with another window/time/aggregate configuration of the pipeline"
+            reason = ANOTHER_CONFIGURATION
         elif key in changed:
             reason, origin = changed[key], key
         elif prev is not None:
             prev_lin = Lineage.of(commits.get(prev))
             if prev in stale:
                 origin = stale[prev]
-                reason = f"after a changed partition: starts from partition {prev}, which is out of date" + (
-                    f" ({origin}'s landing zone changed since its commit)" if origin else ""
+                reason = (
+                    f"after a changed partition: starts from partition {prev}, which is out of date "
+                    f"({origin}'s landing zone changed since its commit)"
+                    if origin
+                    else f"starts from partition {prev}, which is out of date"
                 )
             elif prev not in commits:
                 reason = f"its previous partition {prev} has no outputs"
