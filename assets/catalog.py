@@ -27,11 +27,12 @@ if TYPE_CHECKING:
 PUBLISHED_CHECK = "published_matches_commit"
 
 
-def publisher(spark: SparkSession, pipeline: Pipeline, output_root: str) -> Publisher | None:
-    """The pipeline's publisher, or None without an ``output.catalog`` block."""
+def publisher(spark: SparkSession, pipeline: Pipeline, output_root: str, version: str = "v1") -> Publisher | None:
+    """The pipeline's publisher of ``version`` of its history, or None without an
+    ``output.catalog`` block."""
     if pipeline.catalog is None:
         return None
-    return Publisher(spark, pipeline.catalog, pipeline, join(output_root, pipeline.name))
+    return Publisher(spark, pipeline.catalog, pipeline, join(output_root, pipeline.name), version=version)
 
 
 def table_metadata(spark: SparkSession, run_path: str, dataset: str, pipeline: Pipeline) -> dict[str, Any]:

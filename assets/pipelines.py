@@ -39,13 +39,14 @@ from assets.events import EVENTS_KEY
 from assets.matches_live import LivePartition, live_check_results, live_check_spec
 from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
+from windowing import rebuild
 from windowing.chain import Chain, ChainError, PartitionResult
 from windowing.config import Pipeline, Trigger, ignored_fields_note
 from windowing.contract import CLOSE_REASONS, IDLE_REASON, WATERMARK_REASON, WINDOW_COLUMNS
 from windowing.durations import human_duration
 from windowing.metrics import ReplayMetrics
 from windowing.partitions import Partitions
-from windowing.storage import store
+from windowing.storage import store, versions
 from windowing.storage.lake import join, qualify
 from windowing.validation.registry import quality_checks
 
@@ -352,20 +353,34 @@ def pipeline_chain(
     partitions_def: dg.TimeWindowPartitionsDefinition,
     log: dg.DagsterLogManager | None = None,
 ) -> Chain:
-    """The :class:`windowing.chain.Chain` of ``pipeline`` over the Dagster partitions."""
+    """The :class:`windowing.chain.Chain` of ``pipeline`` over the Dagster partitions: of
+    the history's current version, or of the version a changed pipeline is rebuilt as
+    (:func:`windowing.rebuild.plan`)."""
+    return _chain_and_plan(spark, pipeline, storage, partitions_def, log)[0]
+
+
+def _chain_and_plan(
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    storage: StorageResource,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    log: dg.DagsterLogManager | None = None,
+) -> tuple[Chain, rebuild.VersionPlan]:
     first = partitions_def.get_first_partition_key()
     window = partitions_def.time_window_for_partition_key(first)
     grain = "hour" if window.end - window.start <= timedelta(hours=1) else "day"
-    return Chain(
+    plan = rebuild.plan(spark, pipeline, storage.output_path())
+    chain = Chain(
         spark,
         pipeline,
         storage.landing_path(),
-        storage.output_path(),
+        plan.build_root,
         Partitions(grain, window.start),
         partition_column=storage.partition_column(),
         **({"log": log} if log is not None else {}),
-        publisher=publisher(spark, pipeline, storage.output_path()),
+        publisher=publisher(spark, pipeline, storage.output_path(), plan.version),
     )
+    return chain, plan
 
 
 def replay_partitions(
@@ -381,11 +396,23 @@ def replay_partitions(
 ) -> Iterator[PartitionResult]:
     """The chain's replay of ``partition_keys`` (:meth:`windowing.chain.Chain.replay`), a
     refusal raised as a :class:`dagster.Failure`."""
-    chain = pipeline_chain(spark, pipeline, storage, partitions_def, log)
+    chain, plan = _chain_and_plan(spark, pipeline, storage, partitions_def, log)
+    if plan.rebuild:
+        log.info(
+            f"{pipeline.name}: the pipeline changed since {plan.current} was built: these partitions go to "
+            f"{plan.version}, rebuilt beside it; {plan.current} stays current (and published) until {plan.version} "
+            "holds every partition it holds, then one switch"
+        )
     try:
         yield from chain.replay(partition_keys, flush_at_end=flush_at_end, checks=checks, run_id=run_id)
     except ChainError as exc:
         raise as_failure(exc) from exc
+    if plan.rebuild:
+        newest = max((*plan.current_keys, partition_keys[-1]), key=chain.partitions.start_of)
+        keys = chain.partitions.keys(None, newest)
+        rebuild.switch_if_whole(
+            chain, plan, keys, storage.output_path(), versions.KEEP_VERSIONS, say=lambda line: log.info(line)
+        )
 
 
 def as_failure(exc: ChainError) -> dg.Failure:

@@ -515,7 +515,11 @@ def test_ctrl_c_during_a_backfill_is_one_line_and_exit_130(history, tmp_path):
         text = err.read_text()
         assert rc == 130, text[-3000:]
         assert "Traceback" not in text and "KeyboardInterrupt" not in text and "Py4J" not in text, text[-3000:]
-        assert text.rstrip().splitlines()[-1] == "rewindow: interrupted", text[-3000:]
+        line = text.rstrip().splitlines()[-1]
+        assert line == (
+            "rewindow: interrupted: no partition committed by this run yet; go on with: rewindow backfill "
+            f"--config {CLICKS} --input {history['base'] / 'history'} --output {tmp_path / 'out'} --resume"
+        ), text[-3000:]
         for _ in range(200):  # the JVM, in the same process group, exits once its stdin closes
             try:
                 os.killpg(proc.pid, 0)

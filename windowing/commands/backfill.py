@@ -73,6 +73,13 @@ def add_parser(subparsers: Any) -> None:
         help="replay from this partition to --to (default: the newest committed partition), "
         "so that the later partitions become current again",
     )
+    b.add_argument(
+        "--keep-versions",
+        type=common.positive_int,
+        default=2,
+        metavar="N",
+        help="versions of the history kept after a rebuild is switched in (the current one included; default 2)",
+    )
     b.add_argument("--flush-at-end", action="store_true", help="emit the windows still open after --to")
     b.add_argument("--no-checks", action="store_true", help="skip the data-quality checks (not recommended)")
     common.catalog_args(b)
@@ -80,6 +87,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from windowing import rebuild  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.chain import Chain, ChainError  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
     from windowing.history import stored_history, summary_table  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.partitions import Partitions, check_bound, check_range, day_key  # noqa: PLC0415 - keeps the CLI fast
@@ -106,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     catalog = common.catalog_setup(args, pipeline, output_root)
     spark = common.spark_for(args)
     try:
-        stored = stored_history(spark, output_root, pipeline.name)
+        plan = rebuild.plan(spark, pipeline, output_root, rerun_from=args.rerun_from)
+        stored = stored_history(spark, plan.read_root, pipeline.name)
         grain = args.grain or (stored[0] if stored else "day")
         if stored and stored[0] != grain:
             raise ConfigError(f"--grain {grain}: the history under {output_root} has {stored[0]} partitions")
@@ -143,11 +152,13 @@ def run(args: argparse.Namespace) -> int:
             spark,
             pipeline,
             landing_zone,
-            output_root,
+            plan.build_root,
             partitions,
             partition_column=partition_column,
-            publisher=common.publisher(spark, catalog, pipeline, output_root),
+            publisher=common.publisher(spark, catalog, pipeline, output_root, plan.version),
         )
+        if plan.rebuild:
+            keys = _rebuild_range(plan, partitions, keys, args)
         if args.rerun_from and not args.first and not args.last:  # D through the newest committed, as --to's help says
             committed = chain.committed_keys()
             if committed and partitions.start_of(committed[-1]) > partitions.start_of(keys[-1]):
@@ -165,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 print(summary_table(pipeline.name, keys, chain.commits(keys)))
+                if plan.rebuild:  # built whole, but the run that built it stopped before its switch
+                    rebuild.switch_if_whole(chain, plan, keys, output_root, args.keep_versions, say=_say)
                 return 0
             if at != keys[0]:
                 print(
@@ -172,7 +185,17 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             keys = keys[keys.index(at) :]
-        return _run(chain, keys, args, summary_table)
+        whole = keys if not plan.rebuild else partitions.keys(None, keys[-1])
+        code = _run(chain, keys, args, summary_table, output_root)
+        if code == 0 and plan.rebuild:
+            rebuild.switch_if_whole(chain, plan, whole, output_root, args.keep_versions, say=_say)
+        elif plan.rebuild:
+            print(
+                f"rewindow: {plan.version} of {pipeline.name!r} is not switched in: {plan.current} stays current "
+                "(and published) until every partition of the rebuild is committed",
+                file=sys.stderr,
+            )
+        return code
     except ChainError as exc:
         print(f"rewindow: backfill: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -192,7 +215,9 @@ def _warn_if_not_landed(keys: list[str], partitions: Any, landed: list[Any], lan
         print(f"rewindow: warning: the landing zone {landing_zone} holds no events", file=sys.stderr)
 
 
-def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: Callable[..., str]) -> int:
+def _run(
+    chain: Any, keys: list[str], args: argparse.Namespace, summary_table: Callable[..., str], output_root: str
+) -> int:
     from rich.console import Console  # noqa: PLC0415 - keeps the CLI fast: rich only draws the progress bar
     from rich.progress import (  # noqa: PLC0415 - keeps the CLI fast: rich only draws the progress bar
         BarColumn,
@@ -217,6 +242,13 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
+    go_on = (
+        f"go on with: rewindow backfill --config {args.config} --input {chain.landing_zone} "
+        f"--output {output_root} --resume"
+    )
+    # Ctrl-C ends the process at once (common.exit_on_signals): the partition in flight is
+    # committed or not, whole (its commit record is written last, in one rename).
+    common.ON_SIGNAL_SAY[:] = [f"no partition committed by this run yet; {go_on}"]
     console.print(
         f"rewindow: backfilling {len(keys)} partition(s) {keys[0]}..{keys[-1]} of pipeline {name!r} "
         f"from {chain.landing_zone} into {chain.pipeline_dir}"
@@ -246,6 +278,7 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
                 failed = part
             else:
                 replayed.append(part)
+                common.ON_SIGNAL_SAY[:] = [f"partitions through {part.key} are committed; {go_on}"]
     if before:
         print(_what_changed(chain, before, replayed), file=sys.stderr)
     print(
@@ -268,19 +301,19 @@ def _run(chain: Any, keys: list[str], args: argparse.Namespace, summary_table: C
         f"backfilled {len(keys)} partition(s), {rows:,} events in {elapsed:.1f}s "
         f"({rows / elapsed if elapsed else 0:,.0f} events/s)"
     )
-    _say_what_is_left(chain, keys[-1])
+    _say_what_is_left(chain, keys[-1], output_root, args.config)
     return 0
 
 
-def _say_what_is_left(chain: Any, last: str) -> None:
+def _say_what_is_left(chain: Any, last: str, output_root: str, config: str) -> None:
     """A run that leaves committed partitions after ``last`` out of date ends by saying so,
     with the command that brings them in line."""
     later = [s for s in chain.out_of_date() if chain.partitions.start_of(s.partition) > chain.partitions.start_of(last)]
     if later:
         print(
             f"rewindow: {len(later)} committed partition(s) after {last} are out of date from {later[0].partition} "
-            f"({later[0].reason}); bring them in line with: rewindow backfill --config ... --input "
-            f"{chain.landing_zone} --output {chain.output_root} --resume",
+            f"({later[0].reason}); bring them in line with: rewindow backfill --config {config} --input "
+            f"{chain.landing_zone} --output {output_root} --resume",
             file=sys.stderr,
         )
 
@@ -315,3 +348,26 @@ def _what_changed(chain: Any, before: dict[str, Any], replayed: list[Any]) -> st
             *lines,
         ]
     )
+
+
+def _rebuild_range(plan: Any, partitions: Any, keys: list[str], args: argparse.Namespace) -> list[str]:
+    """A rebuild's partitions: the whole history, from its start through the newest the
+    current version holds (or ``keys``' last, if later)."""
+    newest = max((*plan.current_keys, keys[-1]), key=partitions.start_of)
+    whole: list[str] = partitions.keys(None, newest)
+    if args.first and whole[0] != keys[0]:
+        print(
+            f"rewindow: note: --from {args.first}: a rebuild replays the whole history, from {whole[0]}",
+            file=sys.stderr,
+        )
+    print(
+        f"rewindow: the pipeline changed since {plan.current} was built: building {plan.version} beside it, "
+        f"{len(whole)} partition(s) {whole[0]}..{whole[-1]}; {plan.current} stays current (and published) until "
+        f"{plan.version} is whole, then one switch",
+        file=sys.stderr,
+    )
+    return whole
+
+
+def _say(line: str) -> None:
+    print(f"rewindow: {line}", file=sys.stderr)

@@ -79,6 +79,9 @@ def spark_for(args: argparse.Namespace) -> Any:
 #: Whether :func:`exit_on_signals` was called (by the ``rewindow`` script): :func:`spark_for`
 #: then installs the handlers again once Spark has started.
 _EXIT_ON_SIGNALS = False
+#: What the one line says after the signal's word, when a command has set it: where a
+#: backfill stands and the command that goes on from there (``windowing.commands.backfill``).
+ON_SIGNAL_SAY: list[str] = []
 #: The signals a command ends on, and the word its one line says.
 SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
@@ -108,7 +111,8 @@ def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
         sys.stdout.flush()
         if sys.stderr.isatty():  # a progress bar may be drawn, with the cursor hidden
             sys.stderr.write("\x1b[?25h\n")
-        sys.stderr.write(f"rewindow: {SIGNALS.get(signal.Signals(signum), 'stopped')}\n")
+        said = f": {ON_SIGNAL_SAY[-1]}" if ON_SIGNAL_SAY else ""
+        sys.stderr.write(f"rewindow: {SIGNALS.get(signal.Signals(signum), 'stopped')}{said}\n")
         sys.stderr.flush()
     finally:
         os._exit(128 + signum)
@@ -186,11 +190,12 @@ def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> 
     return spec
 
 
-def publisher(spark: Any, catalog: Any, pipeline: Any, output_root: str) -> Any:
-    """The catalog publisher of a history (None without a catalog): each partition's run is
-    published as that table partition (:class:`windowing.catalog.Publisher`)."""
+def publisher(spark: Any, catalog: Any, pipeline: Any, output_root: str, version: str = "v1") -> Any:
+    """The catalog publisher of a history (None without a catalog): each partition's run of
+    ``version`` is published as that table partition of the version's tables
+    (:class:`windowing.catalog.Publisher`). ``output_root``: the history's (v1's) root."""
     if catalog is None:
         return None
     from windowing.catalog import Publisher  # noqa: PLC0415 - keeps the CLI fast
 
-    return Publisher(spark, catalog, pipeline, join(output_root, pipeline.name))
+    return Publisher(spark, catalog, pipeline, join(output_root, pipeline.name), version=version)

@@ -11,6 +11,7 @@ from typing import Any
 
 from windowing.commands import common
 from windowing.config import load_pipeline
+from windowing.storage import store, versions
 from windowing.storage.lake import Lake, absolute, display, join
 
 NAME = "status"
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.config) if args.config else None
     for option, bound in (("--from", args.first), ("--to", args.last)):
         if bound is not None:
-            check_bound(bound, option)  # before Spark starts
+            check_bound(bound, option, grain_option=False)  # before Spark starts (the history has its grain)
     check_range(args.first, args.last)
     output_root = absolute(args.output)
     if pipeline is None:  # with --config, a history not started yet is a status ("nothing committed")
@@ -69,14 +70,16 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
         names = sorted(e.path.rstrip("/").rsplit("/", 1)[-1] for e in Lake(spark).children(output_root))
     shown = 0
     for name in names:
-        stored = stored_history(spark, output_root, name)
+        current = versions.current_version(spark, output_root, name)
+        root = versions.version_root(output_root, name, current)
+        stored = stored_history(spark, root, name)
         if stored is None:
             if pipeline is not None:
-                print(f"pipeline {name!r}: nothing committed under {join(output_root, name)}")
+                print(f"pipeline {name!r}: nothing committed under {join(root, name)}")
             continue
         grain, start = stored
         partitions = Partitions(grain, Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc)).start_of(start))
-        chain = Chain(spark, pipeline or _NewestConfig(spark, output_root, name), "", output_root, partitions)
+        chain = Chain(spark, pipeline or _NewestConfig(spark, root, name), "", root, partitions)
         keys = None
         if args.first or args.last:
             committed = chain.committed_keys()
@@ -87,7 +90,7 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
         shown += 1
         publisher = common.publisher(spark, catalog, pipeline, output_root) if pipeline is not None else None
         print(
-            f"pipeline {name!r} ({grain} partitions from {start}) in {chain.pipeline_dir}"
+            f"pipeline {name!r} ({grain} partitions from {start}), version {current}, in {chain.pipeline_dir}"
             + (f"; tables {catalog.database}.{catalog.table}_*" if publisher is not None else "")
         )
         print(f"  {'partition':<18}{'status':<13}{'events':>10}{'emitted':>10}  detail")
@@ -108,7 +111,16 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
                 "in them is not seen; a rerun records them"
             )
         stale = [s for s in rows if s.status == "out of date"]
-        if stale:
+        others = _other_versions(spark, output_root, name, current, pipeline, partitions, [s.key for s in rows])
+        for line in others:
+            print(f"  {line}")
+        if stale and pipeline is not None and all(s.detail == store.ANOTHER_CONFIGURATION for s in stale):
+            print(
+                f"  the pipeline changed: rewindow backfill --config {args.config} --output {output_root} "
+                f"(--input ...) rebuilds the history as a new version beside {current}, which stays current "
+                "until the rebuild is whole"
+            )
+        elif stale:
             zones = {s.landing_zone for s in rows if s.landing_zone}
             where = f" --input {display(zones.pop())}" if len(zones) == 1 else ""
             print(
@@ -118,6 +130,34 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
     if not shown and pipeline is None:
         print(f"no rewindow history under {output_root}")
     return 0
+
+
+def _other_versions(
+    spark: Any, output_root: str, name: str, current: str, pipeline: Any, partitions: Any, keys: list[str]
+) -> list[str]:
+    """A line for each version of the history besides the current one: a rebuild under way
+    (k of n partitions), or one kept from before."""
+    from windowing.chain import COMMITTED, Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+
+    lines = []
+    for version in versions.versions(spark, output_root, name):
+        if version == current:
+            continue
+        root = versions.version_root(output_root, name, version)
+        if versions.number(version) < versions.number(current):
+            lines.append(f"version {version}: kept (the one before {current}), in {join(root, name)}")
+            continue
+        try:
+            config = pipeline or _NewestConfig(spark, root, name)
+        except ValueError:  # nothing committed in it yet
+            lines.append(f"version {version}: being built: 0 of {len(keys)} partition(s) committed")
+            continue
+        done = sum(s.status == COMMITTED for s in Chain(spark, config, "", root, partitions).status(keys))
+        lines.append(
+            f"version {version}: being built: {done} of {len(keys)} partition(s) committed; it becomes current "
+            f"when whole: rewindow backfill --config ... --output {output_root} --resume"
+        )
+    return lines
 
 
 def _keys(keys: list[str]) -> str:

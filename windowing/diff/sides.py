@@ -20,12 +20,13 @@ orphaned partition is an :class:`~windowing.storage.errors.InputError` naming it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from pyspark.sql import functions as F
 
+from windowing.storage import versions
 from windowing.storage.commits import (
     COMMITS,
     Commit,
@@ -124,9 +125,17 @@ def bound_key(text: str | None) -> str | None:
     return m[1] if m[2] is None else f"{m[1]}-{m[2]}:{m[3] or '00'}"
 
 
+def split_version(location: str) -> tuple[str, str | None]:
+    """``OUT/<pipeline>@v2`` -> ``(OUT/<pipeline>, "v2")``: a version of a history by name
+    (:mod:`windowing.storage.versions`); without ``@``, the current one (None)."""
+    m = re.fullmatch(r"(.+)@(v[1-9][0-9]*)", location)
+    return (m[1], m[2]) if m else (location, None)
+
+
 def check_location(location: str, option: str) -> None:
     """Refuse, before Spark starts, a local path that does not exist (a URI is checked
     once Spark is up)."""
+    location = split_version(location)[0]
     if "://" in location or location.startswith("file:"):
         return
     if not Lake(None).exists(location):  # the driver's own disk, no JVM
@@ -139,8 +148,21 @@ def open_side(spark: SparkSession, location: str, pipeline: str | None = None, o
     in errors (``BEFORE``, ``AFTER``)."""
     lake = Lake(spark)
     where = f"{option} {display(location)}".strip()
+    location, version = split_version(location)
     if not lake.exists(location):
         raise InputError(f"{where}: no such folder")
+    if version is not None:  # OUT/<pipeline>@vN, or OUT@vN with one pipeline (or --config)
+        top = location.rstrip("/")
+        if pipeline is not None and top.rsplit("/", 1)[-1] != pipeline:
+            top = join(top, pipeline)
+        parent, name = top.rsplit("/", 1)
+        have = versions.versions(spark, parent, name)
+        if version not in have:
+            raise InputError(f"{where}: {name!r} has no version {version} (it has {', '.join(have) or 'none'})")
+        side = _pipeline_history(spark, lake, join(versions.version_root(parent, name, version), name), None, where)
+        if side is None:
+            raise InputError(f"{where}: nothing committed in version {version} of {name!r}")
+        return replace(side, location=f"{top}@{version}")
     for detect in DETECTORS:
         side = detect(spark, lake, location, pipeline, where)
         if side is not None:
@@ -172,6 +194,10 @@ def _run_folder(spark: SparkSession, lake: Lake, location: str, pipeline: str | 
 
 
 def _pipeline_history(spark: SparkSession, lake: Lake, location: str, pipeline: str | None, where: str) -> Side | None:
+    parent, _, name = location.rstrip("/").rpartition("/")
+    current = versions.current_version(spark, parent, name) if parent else versions.FIRST
+    if current != versions.FIRST:  # a history rebuilt and switched: its current version's folder
+        location = join(versions.version_root(parent, name, current), name)
     found, damaged = commits_under(spark, location)
     keys = {name: _key(name) for name in [*found, *damaged]}
     if not any(keys.values()):

@@ -1,0 +1,96 @@
+"""Rebuilding a changed pipeline's history beside the current one
+(:mod:`windowing.storage.versions`): which version a run writes (:func:`plan`), and the
+switch once the rebuild is whole (:func:`switch_if_whole`). ``rewindow backfill`` and the
+Dagster assets run the same two steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from windowing.config import ConfigError
+from windowing.diff import diff
+from windowing.storage import versions
+from windowing.storage.commits import current_commits_under
+from windowing.storage.lake import join
+
+
+@dataclass(frozen=True)
+class VersionPlan:
+    """Which version of the history a backfill writes (:mod:`windowing.storage.versions`):
+    ``current`` (what readers read, at ``read_root``) or, for a pipeline whose fingerprint
+    is not the current version's (``rebuild``), ``version`` beside it at ``build_root``."""
+
+    current: str
+    version: str
+    read_root: str
+    build_root: str
+    current_keys: tuple[str, ...] = ()
+
+    @property
+    def rebuild(self) -> bool:
+        return self.version != self.current
+
+
+def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = None) -> VersionPlan:
+    """The current version, and the version this backfill builds: the current one while
+    its commits were made under this configuration (or it has none), else the rebuild under
+    way under this configuration (a version newer than the current one), else a new one."""
+    name, fingerprint = pipeline.name, pipeline.fingerprint()
+    current = versions.current_version(spark, output_root, name)
+    read_root = versions.version_root(output_root, name, current)
+    commits = current_commits_under(spark, join(read_root, name))
+    if not commits or {c.fingerprint for c in commits.values()} == {fingerprint}:
+        return VersionPlan(current, current, read_root, read_root)
+    if rerun_from:
+        raise ConfigError(
+            f"--rerun-from {rerun_from}: the pipeline changed since {current} of {name!r} was built (another "
+            "window/time/aggregate configuration): a rebuild replays the whole history into a new version beside "
+            f"{current}; run without --rerun-from (--resume continues a rebuild)"
+        )
+    building = None
+    for version in reversed(versions.versions(spark, output_root, name)):
+        if versions.number(version) <= versions.number(current):
+            break
+        found = current_commits_under(spark, join(versions.version_root(output_root, name, version), name))
+        if not found or {c.fingerprint for c in found.values()} == {fingerprint}:
+            building = version
+            break
+    version = building or versions.next_version(spark, output_root, name)
+    return VersionPlan(current, version, read_root, versions.version_root(output_root, name, version), tuple(commits))
+
+
+def switch_if_whole(
+    chain: Any, plan: VersionPlan, keys: list[str], output_root: str, keep: int, say: Callable[[str], None]
+) -> versions.Switch | None:
+    """Make the rebuilt version current once every partition of ``keys`` (the whole
+    history) is committed and current in it: what changed (:func:`windowing.diff.diff` of
+    the two versions, kept in the switch record), the switch record, the catalog's stable
+    names (:meth:`windowing.catalog.Publisher.switch`), then the versions beyond ``keep``
+    pruned. ``say``: one line to the user at each step. None: not whole yet."""
+    name = chain.pipeline.name
+    incomplete = chain.resume_point(keys)
+    if incomplete is not None:
+        say(
+            f"{plan.version} of {name!r} is not switched in: partition {incomplete} is not committed and current "
+            f"in it; {plan.current} stays current"
+        )
+        return None
+    with diff(chain.spark, plan.read_root, plan.build_root, pipeline=name) as result:
+        summary = result.summary()
+    switch = versions.record_switch(
+        chain.spark, output_root, name, plan.version, chain.pipeline.fingerprint(), keys[0], keys[-1], summary
+    )
+    say(
+        f"switched {name!r} from {plan.current} to {plan.version} ({len(keys)} partition(s) {keys[0]}..{keys[-1]}); "
+        f"what changed ({plan.current} -> {plan.version}):\n" + "\n".join(f"  {line}" for line in summary.splitlines())
+    )
+    if chain.publisher is not None:
+        say("\n".join(f"  {line}" for line in chain.publisher.switch(plan.version)))
+    pruned = versions.prune(chain.spark, output_root, name, keep)
+    for old in pruned:
+        if chain.publisher is not None:
+            chain.publisher.drop_version(old)
+    if pruned:
+        say(f"removed version(s) {', '.join(pruned)} (keep {keep} versions)")
+    return switch
