@@ -225,10 +225,13 @@ class Pipeline:
         return tuple(dict.fromkeys(cols))
 
     def fingerprint(self) -> str:
-        """Hash of everything that decides the carried state's meaning.
+        """Hash of everything that decides the carried state's meaning and the outputs.
 
         State written under one fingerprint is refused under another: windows,
-        watermarks and partial aggregates would silently mean something else.
+        watermarks and partial aggregates would silently mean something else. A history
+        committed under another fingerprint is rebuilt as a new version
+        (:mod:`windowing.storage.versions`); what only checks or compares a replay
+        (``quality:``, ``reconcile:``, ``output.catalog``, the source's location) is left out.
         """
         semantic: dict[str, Any] = {
             # maxFutureSkew off (None) leaves the fingerprint what it was before the option existed.
@@ -245,5 +248,10 @@ class Pipeline:
         # carried by those pipelines stays valid.
         if self.idle_heartbeat_ms:
             semantic["heartbeat_ms"] = self.idle_heartbeat_ms
+        # The triggers decide which rows are emitted (snapshots at each aggregate), not the
+        # state: part of what a version of the history holds. The default leaves the
+        # fingerprint what it was before they counted.
+        if self.triggers != (Trigger.AT_WINDOW_END,):
+            semantic["triggers"] = sorted(t.value for t in self.triggers)
         blob = json.dumps(semantic, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

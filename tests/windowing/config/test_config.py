@@ -249,6 +249,17 @@ def test_quality_max_rejected_share(given, share):
     assert p.fingerprint() == parse_pipeline(_doc()).fingerprint()
 
 
+def test_the_fingerprint_counts_what_changes_outputs_and_nothing_else():
+    """Issue 48: a version of a history is one fingerprint, so it must change with every
+    setting that changes the outputs (the triggers decide the snapshot rows) and with
+    nothing that only checks or compares them."""
+    base = parse_pipeline(_doc()).fingerprint()
+    assert parse_pipeline(_doc((("emitter", "triggers"), ["atWindowEnd"]))).fingerprint() == base
+    assert parse_pipeline(_doc((("emitter", "triggers"), ["atAggregate"]))).fingerprint() != base
+    assert parse_pipeline(_doc((("quality",), {"maxRejectedShare": 0.2}))).fingerprint() == base
+    assert parse_pipeline(_doc((TW + ("timeConfig", "delayWindowClose"), "9s"))).fingerprint() != base
+
+
 def test_base_doc_is_valid():
     """The mistakes above fail because of their edit, not because BASE is broken."""
     p = parse_pipeline(_doc())
