@@ -519,6 +519,8 @@ def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, 
         "state_hash": dg.MetadataValue.text(part.lineage.state_hash),
         "flushed_at_end": dg.MetadataValue.bool(part.lineage.flushed_at_end),
         "path": dg.MetadataValue.path(f"{part.run_path}/{OUTPUTS[name]}"),
+        # which version of the history this is (a rebuild's until it is switched in: docs/orchestration.md)
+        "history_version": dg.MetadataValue.text(versions.of_path(part.run_path)),
     }
     location = f"{part.run_path}/{OUTPUTS[name]}"
     df = spark.read.parquet(location)

@@ -64,4 +64,5 @@ def test_a_changed_pipeline_is_rebuilt_beside_and_switched_in_when_whole(spark, 
         dg.AssetRecordsFilter(asset_key=AGG, asset_partitions=[DAYS[-1]]), limit=1
     ).records[0]
     assert "/_versions/v2/" in mat.asset_materialization.metadata["dagster/uri"].value
+    assert mat.asset_materialization.metadata["history_version"].value == "v2"
     assert all(_stale(changed, d) == StaleStatus.FRESH for d in DAYS)

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -133,9 +133,7 @@ def test_a_rebuild_is_built_beside_switched_in_whole_and_pruned(spark, tmp_path)
     assert "version v2," in text and "version v1: kept" in text and "3 committed" in text, text
 
     # A reconcile: edit is not a new version.
-    v2_reconcile = _config(
-        tmp_path, "v2-reconcile", lambda s: _with_avg(s).replace("minMatch: 100%", "minMatch: 50%")
-    )
+    v2_reconcile = _config(tmp_path, "v2-reconcile", lambda s: _with_avg(s).replace("minMatch: 100%", "minMatch: 50%"))
     rc, _, err = rewindow("backfill", "--config", v2_reconcile, "--input", landing, "--output", out, "--resume")
     assert rc == 0 and "nothing to do" in err and "building" not in err, err
     assert versions.versions(spark, str(out), NAME) == ["v1", "v2"]
@@ -168,3 +166,78 @@ def test_keep_versions_must_be_at_least_1(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         rewindow("backfill", "--config", CLICKS, "--output", tmp_path, "--keep-versions", "0")
     assert stop.value.code == 2
+
+
+def test_a_rebuild_whose_checks_fail_never_switches(spark, tmp_path):
+    """A partition of the rebuild that fails a blocking check stops it there: the new
+    version is not switched in, the current one stays whole."""
+    from tests.support.histories import landing_with_odd_row
+    from windowing.sample import generate_history
+    from windowing.storage import versions
+
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    generate_history(clean, START, days=3, events_per_day=200, keys=10, seed=7)
+    v1 = _config(tmp_path, "v1")
+    rc, _, err = rewindow("backfill", "--config", v1, "--input", clean, "--output", out)
+    assert rc == 0, err
+    runs = _current_runs(out)
+    # a file landing late in the last day, its event 30 days before its arrival: input_event_time_skew blocks
+    landing = landing_with_odd_row(clean, tmp_path, DAYS[2], event_time=lambda t: t - timedelta(days=30))
+    rc, _, err = rewindow(
+        "backfill", "--config", _config(tmp_path, "v2", _with_avg), "--input", landing, "--output", out
+    )
+    assert rc == 1, err
+    assert f"partition {DAYS[2]} failed its data-quality checks (input_event_time_skew" in err, err
+    assert "v2 of 'clicks-hourly' is not switched in: v1 stays current" in err, err
+    assert versions.current_version(spark, str(out), NAME) == "v1" and _current_runs(out) == runs
+
+
+def test_sigint_at_random_points_then_resume_equals_an_uninterrupted_rebuild(spark, tmp_path):
+    """Five Ctrl-Cs at seeded random moments of one rebuild, each followed by ``--resume``:
+    the version switched in at the end is the uninterrupted rebuild's, bit for bit."""
+    import random
+
+    from windowing.sample import generate_history
+    from windowing.storage import versions
+
+    landing, out, fresh = tmp_path / "landing", tmp_path / "out", tmp_path / "fresh"
+    generate_history(landing, START, days=3, events_per_day=200, keys=10, seed=9)
+    rc, _, err = rewindow("backfill", "--config", _config(tmp_path, "v1"), "--input", landing, "--output", out)
+    assert rc == 0, err
+    v2 = _config(tmp_path, "v2", _with_avg)
+    draw = random.Random(48)
+    argv = [
+        str(Path(sys.executable).with_name("rewindow")),
+        "backfill", "--config", str(v2), "--input", str(landing), "--output", str(out), "--resume",
+        "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=1",
+        "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
+    ]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, "COLUMNS": "400"}
+    ended = []
+    for attempt in range(5):
+        err = tmp_path / f"attempt-{attempt}.stderr"
+        with open(err, "w") as stderr:
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while "rewindow: backfilling" not in err.read_text() and proc.poll() is None:
+                assert time.monotonic() < deadline, err.read_text()[-3000:]
+                time.sleep(0.05)
+            time.sleep(draw.uniform(0.0, 6.0))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)
+            ended.append(proc.wait(60))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert "Traceback" not in err.read_text(), err.read_text()[-3000:]
+    assert set(ended) <= {0, 130} and 130 in ended, ended
+    rc, _, err = rewindow("backfill", "--config", v2, "--input", landing, "--output", out, "--resume")
+    assert rc == 0, err
+    assert versions.current_version(spark, str(out), NAME) == "v2"
+    rc, _, err = rewindow("backfill", "--config", v2, "--input", landing, "--output", fresh)
+    assert rc == 0, err
+    v2_root = Path(versions.version_root(str(out), NAME, "v2"))
+    for day in DAYS:
+        for dataset in ("aggregates", "late_events", "rejected", "state"):
+            assert _rows(spark, v2_root, day, dataset) == _rows(spark, fresh, day, dataset), (day, dataset)

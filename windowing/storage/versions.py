@@ -56,6 +56,12 @@ def number(version: str) -> int:
     return int(m[1])
 
 
+def of_path(path: str) -> str:
+    """The version a run folder (or any path in a history) belongs to, from where it is."""
+    m = re.search(rf"/{VERSIONS}/(v[1-9][0-9]*)/", str(path))
+    return m[1] if m else FIRST
+
+
 def version_root(output_root: str, pipeline: str, version: str) -> str:
     """The output root that holds ``version`` of ``pipeline``'s history: ``output_root``
     itself for ``v1``, else ``<output_root>/<pipeline>/_versions/<version>``."""
