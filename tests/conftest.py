@@ -83,8 +83,9 @@ def pytest_report_header(config):
 
 
 #: Fixtures that start Spark: the session, or Spark in processes of their own
-#: (tests/windowing/test_catalog.py's published history and Thrift server).
-SPARK_FIXTURES = {"spark", "published"}
+#: (tests/windowing/test_catalog.py's published history and Thrift server,
+#: tests/windowing/test_catalog_versions.py's publishing process and its Thrift server).
+SPARK_FIXTURES = {"spark", "published", "published_versions"}
 
 
 def pytest_collection_modifyitems(config, items):
