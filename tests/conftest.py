@@ -83,8 +83,9 @@ def pytest_report_header(config):
 
 
 #: Fixtures that start Spark: the session, or Spark in processes of their own
-#: (tests/windowing/test_catalog.py's published history and Thrift server).
-SPARK_FIXTURES = {"spark", "published"}
+#: (tests/windowing/test_catalog.py's published history and Thrift server,
+#: tests/windowing/test_catalog_versions.py's publishing process and its Thrift server).
+SPARK_FIXTURES = {"spark", "published", "published_versions"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -115,9 +116,9 @@ def xdist_unit(nodeid: str) -> str:
 #: The units that take more than half a minute, longest first (CPU seconds of each alone,
 #: ``-n 0``, 2026-11-27: quality 470, lake 470, catalog 320, webserver 320, replay assets 260,
 #: engine vs model 190, backfill CLI 145, Airflow 135, determinism 130, chain 115,
-#: reconcile 110, concurrent runs 90, CLI 65, then 25 to 50). They start first, longest
-#: first, so the processes end together instead of one running a long unit after the other
-#: is done (the rest follows in collection order: seconds each).
+#: reconcile 110, catalog versions 105 (2026-12-02), concurrent runs 90, CLI 65, then 25 to
+#: 50). They start first, longest first, so the processes end together instead of one running
+#: a long unit after the other is done (the rest follows in collection order: seconds each).
 LONG_UNITS = (
     "tests/quality",
     "tests/lake",
@@ -130,6 +131,7 @@ LONG_UNITS = (
     "tests/windowing/runner/test_determinism.py",
     "tests/windowing/test_chain.py",
     "tests/windowing/reconcile/test_reconcile.py",
+    "tests/windowing/test_catalog_versions.py",
     "tests/orchestration/test_concurrent_runs.py",
     "tests/test_cli.py",
     "tests/assets/test_matches_live.py",

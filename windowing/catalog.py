@@ -12,18 +12,34 @@ partition's current run is also *published* as a partition of three external tab
 * Tables are created on first use, with the schema of the first run published, as
   external Parquet tables whose partitions point at the committed run folders: the data
   stays where rewindow committed it, nothing is copied. Their properties name the
-  pipeline (``rewindow.pipeline``), its configuration fingerprint
-  (``rewindow.fingerprint``) and the run published last (``rewindow.run``,
-  ``rewindow.partition``).
+  pipeline (``rewindow.pipeline``), the version of the history (``rewindow.version``), its
+  configuration fingerprint (``rewindow.fingerprint``) and the run published last
+  (``rewindow.run``, ``rewindow.partition``).
 * A partition is published after its commit, and only after its blocking checks passed
   (:meth:`windowing.chain.Chain.replay_one`): one metastore operation per table,
   ``ALTER TABLE ... ADD PARTITION ... LOCATION`` the first time, ``ALTER TABLE ...
   PARTITION ... SET LOCATION`` after, so a reader sees the old run or the new one, never
   a mix. A rerun repoints the partition; a blocked, failed or killed run publishes
   nothing, so the published partition stays as it was.
-* Pruning old runs (:func:`windowing.storage.commits.prune`) never deletes a run a table points at
-  (:meth:`Publisher.pointed_runs`).
+* Pruning old runs (:func:`windowing.storage.commits.prune`) never deletes a run a table
+  points at, the tables of every version included (:meth:`Publisher.pointed_runs`).
 * The state stays internal: it is not published.
+
+**Versions.** A history rebuilt after its pipeline changed is a new *version* of it
+(``v1`` is the history as first built, then ``v2``, ``v3``, ...), and each version has
+tables of its own, ``D.T_aggregates_v2`` and so on, with their own columns: an added or
+removed aggregate never needs a table dropped. The stable names then become views::
+
+    D.T_aggregates  =  VIEW AS SELECT * FROM D.T_aggregates_v2     (and _late_events, _rejected)
+
+:meth:`Publisher.switch` makes them serve another version once it is complete, one
+metastore operation per name, so a consumer of ``D.T_aggregates`` sees one version or the
+other, never a mix of partitions. A history published before versions existed keeps its
+three plain tables at the stable names (version ``v1``: publishing to them is unchanged)
+until its first switch, which renames each to ``D.T_<output>_v1`` first (external tables:
+only the metastore entry moves, the partitions keep their locations). Which of these
+steps the metastore makes atomic, and the one-time window of that first switch:
+:meth:`Publisher.switch`.
 
 **Where.** The catalog is the Spark session's: Spark's Hive support
 (``spark.sql.catalogImplementation=hive``) over an embedded Derby metastore in a local
@@ -42,6 +58,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from windowing.contract import EMIT_COLUMNS, WINDOW_COLUMNS
 from windowing.storage.lake import Lake, join
 
 if TYPE_CHECKING:
@@ -57,8 +74,22 @@ PARTITION_COLUMN = "partition_key"
 #: Where, under a pipeline's output folder, the tables' own root folders are (no data is written there).
 TABLES_DIR = "_tables"
 PROPERTY_PREFIX = "rewindow."
+#: The version of a history published before versions existed (and of one never rebuilt).
+FIRST_VERSION = "v1"
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VERSION = re.compile(r"v[1-9][0-9]*")
+
+
+def check_version(version: str) -> str:
+    """``version`` when it is ``v<N>`` (N >= 1), else ``ValueError``."""
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise ValueError(f"version {version!r}: expected v1, v2, ... (v and a whole number from 1)")
+    return version
+
+
+def _version_number(version: str) -> int:
+    return int(version[1:])
 
 
 class CatalogError(ValueError):
@@ -80,12 +111,18 @@ class CatalogSpec:
                     "(not starting with a digit)"
                 )
 
-    def table_name(self, output: str) -> str:
-        """``<table>_<output>``, lower case (how a Hive metastore stores it)."""
-        return f"{self.table}_{output}".lower()
+    def table_name(self, output: str, version: str | None = None) -> str:
+        """``<table>_<output>``, the stable name, or with a ``version`` that version's own
+        table ``<table>_<output>_<version>``; lower case (how a Hive metastore stores it)."""
+        name = f"{self.table}_{output}" if version is None else f"{self.table}_{output}_{check_version(version)}"
+        return name.lower()
 
-    def qualified(self, output: str) -> str:
-        return f"`{self.database.lower()}`.`{self.table_name(output)}`"
+    def qualified(self, output: str, version: str | None = None) -> str:
+        return self.quote(self.table_name(output, version))
+
+    def quote(self, table: str) -> str:
+        """``database.table`` quoted for SQL."""
+        return f"`{self.database.lower()}`.`{table}`"
 
 
 def parse_output(doc: Any) -> CatalogSpec | None:
@@ -166,19 +203,58 @@ def _ddl(schema: StructType) -> str:
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
 
 
+def _aggregate_columns(pipeline: Any) -> list[str] | None:
+    """The aggregates' column names in order, as
+    :func:`windowing.config.arrow_schemas.aggregates_schema` makes them: they follow from the
+    pipeline alone (some of their types follow the input's). None for a pipeline stand-in."""
+    try:
+        keys = [c for c in (pipeline.source.worker, pipeline.window.key) if c]
+        names = [a.name for a in pipeline.aggregates]
+    except AttributeError:
+        return None
+    return [*keys, *WINDOW_COLUMNS, *names, *EMIT_COLUMNS]
+
+
+@dataclass(frozen=True)
+class _Names:
+    """What a database holds, read once per call: the names of its tables and views (SHOW
+    TABLES lists both) and of its views."""
+
+    tables: frozenset[str]
+    views: frozenset[str]
+
+    def table(self, name: str) -> bool:
+        """``name`` is a table, not a view."""
+        return name in self.tables and name not in self.views
+
+
 @dataclass
 class Publisher:
-    """Publishes one pipeline's committed partitions to the catalog of ``spark``.
+    """Publishes one pipeline's committed partitions to the catalog of ``spark``, into the
+    tables of ``version`` of its history (:mod:`windowing.catalog`, "Versions").
 
-    ``pipeline_dir``: the pipeline's output folder (``<output root>/<pipeline>``); the
-    tables' root folders are ``<pipeline_dir>/_tables/<output>`` (every partition has
-    its own location, a run folder).
+    ``pipeline_dir``: the pipeline's output folder (``<output root>/<pipeline>``, whatever
+    the version); the tables' root folders are ``<pipeline_dir>/_tables/<output>`` (the
+    stable names' plain tables) and ``<pipeline_dir>/_tables/<output>_<version>`` (every
+    partition has its own location, a run folder: nothing is written there).
+
+    ``version`` (``v1``, ``v2``, ...): ``v1`` publishes to the stable names themselves while
+    they are plain tables (a history published before versions existed, or never rebuilt),
+    as rewindow always did; any other version, and ``v1`` once the stable names are views,
+    to that version's own tables ``<table>_<output>_<version>``.
     """
 
     spark: Any
     spec: CatalogSpec
     pipeline: Any
     pipeline_dir: str
+    version: str = FIRST_VERSION
+
+    def __post_init__(self) -> None:
+        try:
+            check_version(self.version)
+        except ValueError as exc:
+            raise CatalogError(f"output.catalog: {exc}") from None
 
     def _sql(self, text: str) -> Any:
         return self.spark.sql(text)
@@ -187,11 +263,89 @@ class Publisher:
         rows = self._sql(f"SHOW TABLES IN `{self.spec.database.lower()}`").collect()
         return {r["tableName"].lower() for r in rows}
 
+    def _names(self) -> _Names:
+        tables = self._tables()
+        try:
+            rows = self._sql(f"SHOW VIEWS IN `{self.spec.database.lower()}`").collect()
+            views = {r["viewName"].lower() for r in rows if not r["isTemporary"]}
+        except Exception:  # noqa: BLE001 - a catalog without SHOW VIEWS has no views of ours either
+            views = set()
+        return _Names(frozenset(tables), frozenset(views & tables))
+
+    def _names_or_none(self) -> _Names:
+        try:
+            return self._names()
+        except Exception:  # noqa: BLE001 - no database yet: nothing published
+            return _Names(frozenset(), frozenset())
+
+    def _table_of(self, output: str, version: str, names: _Names) -> str:
+        """The table ``version``'s ``output`` is published to: for ``v1`` the stable name while
+        it is not a view and no ``_v1`` table exists (what rewindow always published to), else
+        the version's own table."""
+        stable, own = self.spec.table_name(output), self.spec.table_name(output, version)
+        if version == FIRST_VERSION and stable not in names.views and own not in names.tables:
+            return stable
+        return own
+
+    def _every_table(self, names: _Names) -> list[str]:
+        """The tables of every version: the stable names while they are tables (``v1``'s),
+        and every ``<table>_<output>_v<N>``."""
+        found = []
+        for output in PUBLISHED:
+            stable = self.spec.table_name(output)
+            pattern = re.compile(re.escape(stable) + r"_v[1-9][0-9]*")
+            found += [stable] if names.table(stable) else []
+            found += sorted(t for t in names.tables if pattern.fullmatch(t) and names.table(t))
+        return found
+
+    def _view_version(self, output: str) -> tuple[str | None, str]:
+        """The version the view at ``output``'s stable name selects from, by its definition
+        (None when it is not ``SELECT * FROM`` one of this pipeline's version tables), and that
+        definition."""
+        rows = self._sql(f"DESCRIBE TABLE EXTENDED {self.spec.qualified(output)}").collect()
+        info = {r["col_name"].strip(): (r["data_type"] or "").strip() for r in rows}
+        text = info.get("View Text") or info.get("View Original Text") or ""
+        db, stable = re.escape(self.spec.database.lower()), re.escape(self.spec.table_name(output))
+        m = re.fullmatch(
+            rf"\s*SELECT\s+\*\s+FROM\s+(?:`?\w+`?\s*\.\s*)?`?{db}`?\s*\.\s*`?{stable}_(v[1-9][0-9]*)`?\s*",
+            text,
+            flags=re.IGNORECASE,
+        )
+        return (m.group(1) if m else None), text
+
+    def _served(self, names: _Names) -> dict[str, str]:
+        """The version each existing stable name serves (a plain table: ``v1``)."""
+        served = {}
+        for output in PUBLISHED:
+            stable = self.spec.table_name(output)
+            if stable in names.views:
+                version, text = self._view_version(output)
+                if version is None:
+                    raise CatalogError(self._foreign_view(output, text))
+                served[output] = version
+            elif stable in names.tables:
+                served[output] = FIRST_VERSION
+        return served
+
+    def _foreign_view(self, output: str, text: str) -> str:
+        return (
+            f"output.catalog: {self.spec.qualified(output)} is a view rewindow did not make (it is {text!r}, not "
+            f"SELECT * FROM one of {self.spec.qualified(output, 'v1')}, _v2, ...): drop it, or choose another "
+            "output.catalog.table"
+        )
+
     def check(self) -> None:
         """Before any work: the session's catalog takes external tables whose partitions
-        point at rewindow's folders, and the target tables, where they exist, are such
-        tables. Creates the database if missing; probes the location swap on a scratch
-        table, dropped again.
+        point at rewindow's folders, and the tables this version publishes to, where they
+        exist, are such tables, with the aggregates' columns this pipeline makes. Stable names
+        that are views must be rewindow's (``SELECT * FROM`` a version's table). A version
+        whose tables do not exist yet needs no column check: they are created with the
+        columns of its first run. Creates the database if missing; probes the location swap
+        on a scratch table, dropped again.
+
+        (Only the aggregates' column names follow from the pipeline alone; their types, and
+        the late events' and rejected rows' columns, which are the input's, are checked when
+        a run is published.)
 
         Raises:
             CatalogError: saying what the catalog cannot do, and what to configure.
@@ -210,16 +364,24 @@ class Publisher:
         try:
             if not self.spark.catalog.databaseExists(self.spec.database.lower()):  # asked first: quietly
                 self._sql(f"CREATE DATABASE IF NOT EXISTS `{self.spec.database.lower()}`")
-            existing = self._tables()
+            names = self._names()
         except Exception as exc:
             raise CatalogError(f"{where}: cannot use database {self.spec.database!r}: {_error_line(exc)}") from exc
+        self._served(names)  # a view at a stable name is one of rewindow's
         for output in PUBLISHED:
-            if self.spec.table_name(output) in existing:
-                self._check_table(output)
+            stable = self.spec.table_name(output)
+            if names.table(stable):  # v1's tables until the first switch renames them
+                self._check_table(stable)
+            table = self._table_of(output, self.version, names)
+            if table in names.tables:
+                if table != stable:
+                    self._check_table(table)
+                if output == "aggregates":
+                    self._check_aggregate_columns(table)
         self._probe_swap(where)
 
-    def _check_table(self, output: str) -> None:
-        name = self.spec.qualified(output)
+    def _check_table(self, table: str) -> None:
+        name = self.spec.quote(table)
         info = {
             r["col_name"].strip(): (r["data_type"] or "").strip()
             for r in self._sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
@@ -231,20 +393,49 @@ class Publisher:
                 "tables whose partitions point at its committed runs, and never writes into a managed table. "
                 "Drop it, or choose another output.catalog.table"
             )
-        parts = self._partition_columns(output)
+        parts = self._partition_columns(name)
         if parts != [PARTITION_COLUMN]:
             raise CatalogError(
                 f"output.catalog: table {name} exists and is partitioned by {parts or 'nothing'}, "
                 f"not by {PARTITION_COLUMN}: it is not rewindow's; choose another output.catalog.table"
             )
 
-    def _partition_columns(self, output: str) -> list[str]:
-        rows = self._sql(f"DESCRIBE TABLE {self.spec.qualified(output)}").collect()
+    def _partition_columns(self, name: str) -> list[str]:
+        rows = self._sql(f"DESCRIBE TABLE {name}").collect()
         names = [r["col_name"].strip() for r in rows]
         if "# Partition Information" not in names:
             return []
         after = names[names.index("# Partition Information") + 1 :]
         return [n for n in after if n and not n.startswith("#")]
+
+    def _columns(self, table: str) -> list[tuple[str, str]]:
+        """A table's columns but the partition column: (lower-case name, type) in order."""
+        fields = self._sql(f"SELECT * FROM {self.spec.quote(table)} LIMIT 0").schema.fields
+        return [(f.name.lower(), f.dataType.simpleString()) for f in fields if f.name != PARTITION_COLUMN]
+
+    def _check_aggregate_columns(self, table: str) -> None:
+        want = _aggregate_columns(self.pipeline)
+        if want is None:
+            return
+        have = [n for n, _ in self._columns(table)]
+        if have != [n.lower() for n in want]:
+            raise CatalogError(
+                f"output.catalog: table {self.spec.quote(table)} has columns {', '.join(have)} but this pipeline's "
+                f"aggregates are {', '.join(want)} (the pipeline's outputs changed): "
+                + self._rebuild_hint(table != self.spec.table_name("aggregates"))
+            )
+
+    def _rebuild_hint(self, own: bool) -> str:
+        """What to do when a table's columns are not the run's (``own``: a version's own table)."""
+        if own:
+            return (
+                f"a version's tables keep the columns it was first published with; rebuild the history as a new "
+                f"version (tables of its own), or drop {self.version}'s tables"
+            )
+        return (
+            "rebuild the history as a new version (tables of its own, which the stable names serve once "
+            "switched to), drop the table, or publish to another output.catalog.table"
+        )
 
     def _probe_swap(self, where: str) -> None:
         """Create a scratch external partitioned table, add a partition at one folder, move
@@ -304,36 +495,48 @@ class Publisher:
                 return str(r["data_type"]).strip()
         return None
 
+    def _published(self, table: str, partition: str, names: _Names) -> Published | None:
+        """Where ``table``'s ``partition`` points (None: no such table or partition)."""
+        if not names.table(table):
+            return None
+        name = self.spec.quote(table)
+        if not self._sql(f"SHOW PARTITIONS {name} PARTITION ({PARTITION_COLUMN}={_quote(partition)})").collect():
+            return None  # asked first: a missing partition is not an error the metastore logs
+        loc = self._location(name, partition)
+        return Published(table, partition, loc, run_id_of(loc)) if loc else None
+
     def pointed(self, partition: str) -> dict[str, Published | None]:
-        """Where each table's ``partition`` points (None: not published, or no table yet)."""
-        try:
-            existing = self._tables()
-        except Exception:  # noqa: BLE001 - no database yet
-            existing = set()
-        out: dict[str, Published | None] = {}
-        for output in PUBLISHED:
-            name = self.spec.table_name(output)
-            loc = self._location(self.spec.qualified(output), partition) if name in existing else None
-            out[output] = Published(name, partition, loc, run_id_of(loc)) if loc else None
-        return out
+        """Where each of this version's tables' ``partition`` points, by output (None: not
+        published, or no table yet): what ``rewindow status`` and the Dagster check compare
+        with the commit record. :meth:`pointed_runs` covers every version."""
+        names = self._names_or_none()
+        return {o: self._published(self._table_of(o, self.version, names), partition, names) for o in PUBLISHED}
 
     def pointed_runs(self, partition: str) -> set[str]:
-        """The run ids any table's ``partition`` points at (what pruning must keep)."""
-        return {p.run_id for p in self.pointed(partition).values() if p is not None and p.run_id}
+        """The run ids any table's ``partition`` points at, in the tables of every version
+        that has tables (v1..vN), the stable names' included: what pruning must keep."""
+        names = self._names_or_none()
+        found = (self._published(table, partition, names) for table in self._every_table(names))
+        return {p.run_id for p in found if p is not None and p.run_id}
 
     def publish(self, partition: str, commit: Commit) -> list[Published]:
-        """Point each table's ``partition`` at ``commit``'s run (creating the table on first
-        use): one ``ADD PARTITION ... LOCATION`` or ``SET LOCATION`` per table.
+        """Point each of this version's tables' ``partition`` at ``commit``'s run (creating
+        the table on first use): one ``ADD PARTITION ... LOCATION`` or ``SET LOCATION`` per table.
 
         Raises:
             CatalogError: a table's columns differ from the run's output (the pipeline's
                 outputs changed), or the metastore refused.
         """
-        existing = self._tables()
+        names = self._names()
         done = []
         for output in PUBLISHED:
             location = join(commit.run_path, output)
-            name = self.spec.qualified(output)
+            table = self._table_of(output, self.version, names)
+            name = self.spec.quote(table)
+            if table in names.views:
+                raise CatalogError(
+                    f"output.catalog: {name} is a view: version {self.version} publishes to tables; drop the view"
+                )
             schema = self.spark.read.parquet(location).schema
             if PARTITION_COLUMN in schema.fieldNames():
                 raise CatalogError(
@@ -341,10 +544,10 @@ class Publisher:
                     "the tables' partition column: rename that column"
                 )
             try:
-                if self.spec.table_name(output) not in existing:
-                    self._create(output, schema)
+                if table not in names.tables:
+                    self._create(output, table, schema)
                 else:
-                    self._check_columns(output, schema)
+                    self._check_columns(output, table, schema)
                 self._point(name, partition, location)
                 self._sql(
                     f"ALTER TABLE {name} SET TBLPROPERTIES ("
@@ -365,33 +568,35 @@ class Publisher:
                 raise CatalogError(
                     f"output.catalog: cannot publish partition {partition} to {name}: {_error_line(exc)}"
                 ) from exc
-            done.append(Published(self.spec.table_name(output), partition, location, commit.run_id))
+            done.append(Published(table, partition, location, commit.run_id))
         return done
 
-    def _create(self, output: str, schema: StructType) -> None:
-        root = join(self.pipeline_dir, TABLES_DIR, output)
-        props = {"pipeline": self.pipeline.name, "fingerprint": self.pipeline.fingerprint(), "output": output}
+    def _create(self, output: str, table: str, schema: StructType) -> None:
+        own = table != self.spec.table_name(output)  # a version's own table (else the stable name's)
+        root = join(self.pipeline_dir, TABLES_DIR, f"{output}_{self.version}" if own else output)
+        props = {
+            "pipeline": self.pipeline.name,
+            "fingerprint": self.pipeline.fingerprint(),
+            "output": output,
+            "version": self.version,
+        }
+        what = f"rewindow pipeline {self.pipeline.name}" + (f", version {self.version}" if own else "")
         self._sql(
-            f"CREATE TABLE IF NOT EXISTS {self.spec.qualified(output)} ({_ddl(schema)}, {PARTITION_COLUMN} STRING) "
+            f"CREATE TABLE IF NOT EXISTS {self.spec.quote(table)} ({_ddl(schema)}, {PARTITION_COLUMN} STRING) "
             f"USING parquet PARTITIONED BY ({PARTITION_COLUMN}) LOCATION {_quote(root)} "
-            f"COMMENT {_quote(f'rewindow pipeline {self.pipeline.name}: the {output} of each committed partition')} "
+            f"COMMENT {_quote(f'{what}: the {output} of each committed partition')} "
             "TBLPROPERTIES (" + ", ".join(f"{_quote(PROPERTY_PREFIX + k)}={_quote(v)}" for k, v in props.items()) + ")"
         )
 
-    def _check_columns(self, output: str, schema: StructType) -> None:
-        table = [
-            f
-            for f in self._sql(f"SELECT * FROM {self.spec.qualified(output)} LIMIT 0").schema.fields
-            if f.name != PARTITION_COLUMN
-        ]
-        have = [(f.name.lower(), f.dataType.simpleString()) for f in table]
+    def _check_columns(self, output: str, table: str, schema: StructType) -> None:
+        have = self._columns(table)
         want = [(f.name.lower(), f.dataType.simpleString()) for f in schema.fields]
         if have != want:
             raise CatalogError(
-                f"output.catalog: table {self.spec.qualified(output)} has columns "
+                f"output.catalog: table {self.spec.quote(table)} has columns "
                 f"{', '.join(f'{n} {t}' for n, t in have)} but this run's {output} has "
-                f"{', '.join(f'{n} {t}' for n, t in want)} (the pipeline's outputs changed): drop the table, or "
-                "publish to another output.catalog.table"
+                f"{', '.join(f'{n} {t}' for n, t in want)} (the pipeline's outputs changed): "
+                + self._rebuild_hint(table != self.spec.table_name(output))
             )
 
     def _point(self, name: str, partition: str, location: str) -> None:
@@ -411,6 +616,157 @@ class Publisher:
                 raise
             self._sql(f"ALTER TABLE {name} {spec} SET LOCATION {_quote(location)}")
 
+    # ----------------------------------------------------------------------- versions
+
+    def served_version(self) -> str | None:
+        """The version the stable names serve now: the one their views select from (read
+        from each view's definition, which :meth:`switch` changes in one operation), ``v1``
+        while they are plain tables, None when none exists (nothing published, or only
+        versions never switched to).
+
+        Raises:
+            CatalogError: a stable name is a view rewindow did not make, or the three serve
+                different versions (a switch was interrupted: run it again).
+        """
+        served = self._served(self._names_or_none())
+        versions = sorted(set(served.values()), key=_version_number)
+        if len(versions) > 1:
+            raise CatalogError(
+                f"output.catalog: the stable names serve different versions "
+                f"({', '.join(f'{self.spec.table_name(o)}: {v}' for o, v in served.items())}): a switch was "
+                f"interrupted; switch again to the version they should serve"
+            )
+        return versions[0] if versions else None
+
+    def switch(self, version: str) -> list[str]:
+        """Make the stable names ``D.T_aggregates``, ``D.T_late_events`` and ``D.T_rejected``
+        serve ``version``: each becomes (or stays) the view ``SELECT * FROM D.T_<output>_<version>``.
+        Returns what was done, one line per table. Everything is checked before anything is
+        changed.
+
+        One metastore operation per name, each atomic (the first switch of a history that has
+        plain tables at the stable names excepted, below): a consumer of ``D.T_x`` sees the
+        version before or the version after, whole, never a mix of their partitions.
+
+        * A view already there is changed with ``ALTER VIEW ... AS SELECT * FROM
+          D.T_x_<version>``: one ``alter_table`` call of the metastore, one transaction (its
+          definition and columns together). Not ``CREATE OR REPLACE VIEW``: Spark runs that on
+          an existing view as a drop, then a create (``CreateViewCommand``), two operations
+          between which the name does not exist.
+        * A stable name that is still a plain table (a history published before versions
+          existed: its ``v1``) is migrated once: ``ALTER TABLE D.T_x RENAME TO D.T_x_v1`` (one
+          ``alter_table`` call; an external table, so only the metastore entry moves and its
+          partitions keep their locations), then ``CREATE VIEW D.T_x ... AS SELECT * FROM
+          D.T_x_<version>`` (one ``create_table`` call). Between those two operations, a few
+          milliseconds once per table in a history's life, ``D.T_x`` does not exist: a query
+          then fails with "table not found" (it never sees wrong rows).
+        * The three names are three operations: for the moment between them one name may
+          serve the new version and another the old one.
+
+        The views' ``rewindow.version`` property is set after each switch, for people to
+        read: :meth:`served_version` goes by the views' definitions.
+
+        Raises:
+            CatalogError: ``version`` has no tables (publish its partitions first), a stable
+                name is a view rewindow did not make, or the migration would overwrite a table.
+        """
+        try:
+            check_version(version)
+        except ValueError as exc:
+            raise CatalogError(f"output.catalog: {exc}") from None
+        names = self._names()
+        served = self._served(names)
+        plan = []
+        for output in PUBLISHED:
+            stable, target = self.spec.table_name(output), self.spec.table_name(output, version)
+            migrate = names.table(stable)
+            first = self.spec.table_name(output, FIRST_VERSION)
+            if migrate:
+                self._check_table(stable)
+                if first in names.tables:
+                    raise CatalogError(
+                        f"output.catalog: {self.spec.quote(stable)} is a table (version {FIRST_VERSION}) and "
+                        f"{self.spec.quote(first)} exists too: the switch would rename the first onto the second. "
+                        "Drop the one that is not wanted"
+                    )
+            has = target in names.tables or (migrate and version == FIRST_VERSION)
+            if not has or target in names.views:
+                raise CatalogError(
+                    f"output.catalog: version {version} has no table {self.spec.quote(target)}: publish its "
+                    f"partitions first (rewindow publishes a version's partitions to tables of its own)"
+                )
+            plan.append((output, stable, target, migrate, served.get(output)))
+        lines = []
+        for output, stable, target, migrate, before in plan:
+            view, source = self.spec.quote(stable), self.spec.quote(target)
+            try:
+                if migrate:
+                    first = self.spec.qualified(output, FIRST_VERSION)
+                    self._sql(f"ALTER TABLE {view} RENAME TO {first}")
+                    self._create_view(output, version)
+                    self._sql(f"ALTER TABLE {first} SET TBLPROPERTIES ({self._version_property(FIRST_VERSION)})")
+                    lines.append(
+                        f"{view}: was version {FIRST_VERSION}'s table, now {first} (its partitions keep their "
+                        f"locations); {view} is a view serving {version}"
+                    )
+                elif before is None:
+                    self._create_view(output, version)
+                    lines.append(f"{view}: a view serving {version} (created)")
+                elif before == version:
+                    self._sql(f"ALTER VIEW {view} SET TBLPROPERTIES ({self._version_property(version)})")
+                    lines.append(f"{view}: serves {version} already")
+                else:
+                    self._sql(f"ALTER VIEW {view} AS SELECT * FROM {source}")  # the switch: one operation
+                    self._sql(f"ALTER VIEW {view} SET TBLPROPERTIES ({self._version_property(version)})")
+                    lines.append(f"{view}: serves {version} (was {before})")
+            except Exception as exc:
+                raise CatalogError(
+                    f"output.catalog: cannot switch {view} to version {version}: {_error_line(exc)}"
+                    + (f" (done before: {'; '.join(lines)})" if lines else "")
+                ) from exc
+        return lines
+
+    @staticmethod
+    def _version_property(version: str) -> str:
+        return f"{_quote(PROPERTY_PREFIX + 'version')}={_quote(version)}"
+
+    def _create_view(self, output: str, version: str) -> None:
+        comment = f"rewindow pipeline {self.pipeline.name}: the {output} of the version it selects from"
+        pipeline = f"{_quote(PROPERTY_PREFIX + 'pipeline')}={_quote(self.pipeline.name)}"
+        props = f"{pipeline}, {self._version_property(version)}"
+        self._sql(
+            f"CREATE VIEW {self.spec.qualified(output)} COMMENT {_quote(comment)} TBLPROPERTIES ({props}) "
+            f"AS SELECT * FROM {self.spec.qualified(output, version)}"
+        )
+
+    def drop_version(self, version: str) -> list[str]:
+        """Drop ``version``'s three tables (when its runs are pruned): metastore entries only,
+        external tables, so the run folders they point at stay where they are. Returns what
+        was dropped, one line per table.
+
+        Raises:
+            CatalogError: the stable names serve ``version`` (switch to another first).
+        """
+        try:
+            check_version(version)
+        except ValueError as exc:
+            raise CatalogError(f"output.catalog: {exc}") from None
+        served = self.served_version()
+        if served == version:
+            raise CatalogError(
+                f"output.catalog: {self.spec.database}.{self.spec.table}_* serve version {version}: switch them to "
+                "another version before dropping its tables"
+            )
+        names = self._names()
+        lines = []
+        for output in PUBLISHED:
+            table = self.spec.table_name(output, version)
+            if not names.table(table):
+                continue
+            self._sql(f"DROP TABLE {self.spec.quote(table)}")
+            lines.append(f"{self.spec.quote(table)}: dropped (the runs it pointed at stay)")
+        return lines
+
 
 @dataclass(frozen=True)
 class PublishedOutputs:
@@ -422,21 +778,25 @@ class PublishedOutputs:
 
 def read_published(spark: SparkSession, name: str) -> PublishedOutputs:
     """The outputs published as ``database.<table>_aggregates`` (``name`` may be that table or
-    ``database.<table>``), without the partition column.
+    view, ``database.<table>``, or one version's table ``database.<table>_aggregates_v2``),
+    without the partition column.
 
     Raises:
         CatalogError: a table is missing or unreadable, naming it.
     """
     database, table = name.split(".", 1)
-    prefix = table[: -len("_aggregates")] if table.lower().endswith("_aggregates") else table
+    m = re.fullmatch(r"(.*)_aggregates(_v[1-9][0-9]*)?", table, flags=re.IGNORECASE)
+    prefix, version = (m.group(1), m.group(2) or "") if m else (table, "")
     frames = {}
     for output in ("aggregates", "late_events"):
-        qualified = f"`{database}`.`{prefix}_{output}`"
+        qualified = f"`{database}`.`{prefix}_{output}{version}`"
         try:
             df = spark.table(qualified)
             df.schema  # noqa: B018 - resolve now: a missing table fails here, named
         except Exception as exc:
-            raise CatalogError(f"{database}.{prefix}_{output}: cannot read the table: {_error_line(exc)}") from exc
+            raise CatalogError(
+                f"{database}.{prefix}_{output}{version}: cannot read the table: {_error_line(exc)}"
+            ) from exc
         frames[output] = df.drop(PARTITION_COLUMN)
     return PublishedOutputs(**frames)
 
