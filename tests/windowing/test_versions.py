@@ -131,6 +131,12 @@ def test_a_rebuild_is_built_beside_switched_in_whole_and_pruned(spark, tmp_path)
             assert _rows(spark, v2_root, day, dataset) == _rows(spark, fresh, day, dataset), (day, dataset)
     rc, text, _ = rewindow("status", "--output", out)
     assert "version v2," in text and "version v1: kept" in text and "3 committed" in text, text
+    # Versions by name: the current one is the history itself.
+    rc, text, err = rewindow("diff", f"{out / NAME}@v1", f"{out / NAME}@v2")
+    assert rc == 1 and "columns added in aggregates: avg_amount" in text, (text, err)
+    assert rewindow("diff", out / NAME, f"{out / NAME}@v2")[0] == 0
+    rc, _, err = rewindow("diff", f"{out / NAME}@v7", out / NAME)
+    assert rc == 2 and "'clicks-hourly' has no version v7 (it has v1, v2)" in err, err
 
     # A reconcile: edit is not a new version.
     v2_reconcile = _config(tmp_path, "v2-reconcile", lambda s: _with_avg(s).replace("minMatch: 100%", "minMatch: 50%"))

@@ -159,7 +159,7 @@ def open_side(spark: SparkSession, location: str, pipeline: str | None = None, o
         have = versions.versions(spark, parent, name)
         if version not in have:
             raise InputError(f"{where}: {name!r} has no version {version} (it has {', '.join(have) or 'none'})")
-        side = _pipeline_history(spark, lake, join(versions.version_root(parent, name, version), name), None, where)
+        side = _history_at(spark, join(versions.version_root(parent, name, version), name), where)
         if side is None:
             raise InputError(f"{where}: nothing committed in version {version} of {name!r}")
         return replace(side, location=f"{top}@{version}")
@@ -197,7 +197,12 @@ def _pipeline_history(spark: SparkSession, lake: Lake, location: str, pipeline: 
     parent, _, name = location.rstrip("/").rpartition("/")
     current = versions.current_version(spark, parent, name) if parent else versions.FIRST
     if current != versions.FIRST:  # a history rebuilt and switched: its current version's folder
-        location = join(versions.version_root(parent, name, current), name)
+        return _history_at(spark, join(versions.version_root(parent, name, current), name), where)
+    return _history_at(spark, location, where)
+
+
+def _history_at(spark: SparkSession, location: str, where: str) -> Side | None:
+    """The history whose partition folders are directly under ``location`` (one version)."""
     found, damaged = commits_under(spark, location)
     keys = {name: _key(name) for name in [*found, *damaged]}
     if not any(keys.values()):
