@@ -38,8 +38,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from orchestration.intervals import not_current
+from windowing import rebuild
 from windowing.chain import COMMITTED, Chain, ChainError
 from windowing.partitions import Partitions
+from windowing.storage import versions
 
 SCHEDULES = {"day": "@daily", "hour": "@hourly"}
 #: Fields templated by Airflow (``{{ var.value.rewindow_output_root }}``, ...).
@@ -88,11 +90,13 @@ class _ChainOperator(BaseOperator):  # type: ignore[misc]
         if isinstance(start, str):
             start = datetime.fromisoformat(start)
         spark = spark_session(self.spark_master, self.spark_conf, remote=self.spark_remote)
+        # the history's current version, or the version a changed pipeline is rebuilt as
+        self.plan: rebuild.VersionPlan = rebuild.plan(spark, pipeline, absolute(self.output_root))
         return Chain(
             spark,
             pipeline,
             absolute(self.landing_zone),
-            absolute(self.output_root),
+            self.plan.build_root,
             Partitions(self.grain, start),
             partition_column=self.partition_column,
             log=self.log,
@@ -135,6 +139,16 @@ class ReplayPartitionOperator(_ChainOperator):
             )
         except ChainError as exc:
             raise AirflowException(str(exc)) from exc
+        if self.plan.rebuild and part.committed:  # the interval that completes a rebuild switches it in
+            newest = max((*self.plan.current_keys, key), key=chain.partitions.start_of)
+            rebuild.switch_if_whole(
+                chain,
+                self.plan,
+                chain.partitions.keys(None, newest),
+                self.plan.output_root,
+                versions.KEEP_VERSIONS,
+                say=self.log.info,
+            )
         m = part.metrics
         return {
             "partition": key,

@@ -50,7 +50,7 @@ from assets.events import EVENTS_KEY, observation
 from assets.pipelines import asset_prefix, landing_change_evaluations
 from assets.resources import StorageResource, resolved
 from orchestration.partitions import PartitionSettings, describe, landed_day_folders, landing_filesystem
-from windowing.storage import input_record
+from windowing.storage import input_record, versions
 from windowing.storage.lake import NeedsSpark, absolute
 
 if TYPE_CHECKING:
@@ -164,11 +164,16 @@ def build_landing_zone_sensor(
         assert first is not None  # there are partitions: ``changed`` holds some
         out: list[dg.AssetCheckEvaluation] = []
         for pipeline in pipelines:
+            root = absolute(resolved(storage.output_root))
+            try:  # the current version: what readers read (a rebuild's partitions are reported by its runs)
+                root = versions.version_root(root, pipeline.name, versions.current_version(None, root, pipeline.name))
+            except NeedsSpark:
+                pass
             chain = Chain(
                 None,
                 pipeline,
                 zone,
-                absolute(resolved(storage.output_root)),
+                root,
                 Partitions("hour" if settings.grain == "hourly" else "day", first.start),
                 partition_column=column,
             )
@@ -179,8 +184,8 @@ def build_landing_zone_sensor(
                     out += landing_change_evaluations(context.instance, chain, asset_prefix(pipeline.name), asked)
             except NeedsSpark:
                 context.log.info(
-                    f"pipeline {pipeline.name}: its output root is not on this machine's disk; the chain checks "
-                    "are reported by its next replay run"
+                    f"pipeline {pipeline.name}: its output root or landing zone is not on this machine's disk; "
+                    "the chain checks are reported by its next replay run"
                 )
             except Exception as exc:  # noqa: BLE001 - a damaged record, a listing that failed: observe anyway
                 context.log.warning(f"pipeline {pipeline.name}: cannot evaluate the chain checks: {describe(exc)}")

@@ -26,6 +26,8 @@ class VersionPlan:
     read_root: str
     build_root: str
     current_keys: tuple[str, ...] = ()
+    #: The history's own output root (v1's), under which every version is.
+    output_root: str = ""
 
     @property
     def rebuild(self) -> bool:
@@ -41,7 +43,7 @@ def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = N
     read_root = versions.version_root(output_root, name, current)
     commits = current_commits_under(spark, join(read_root, name))
     if not commits or {c.fingerprint for c in commits.values()} == {fingerprint}:
-        return VersionPlan(current, current, read_root, read_root)
+        return VersionPlan(current, current, read_root, read_root, output_root=output_root)
     if rerun_from:
         raise ConfigError(
             f"--rerun-from {rerun_from}: the pipeline changed since {current} of {name!r} was built (another "
@@ -57,7 +59,9 @@ def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = N
             building = version
             break
     version = building or versions.next_version(spark, output_root, name)
-    return VersionPlan(current, version, read_root, versions.version_root(output_root, name, version), tuple(commits))
+    return VersionPlan(
+        current, version, read_root, versions.version_root(output_root, name, version), tuple(commits), output_root
+    )
 
 
 def switch_if_whole(
