@@ -80,6 +80,8 @@ def switch_if_whole(
             f"in it; {plan.current} stays current"
         )
         return None
+    if chain.publisher is not None:
+        _publish_missing(chain, keys, say)
     with diff(chain.spark, plan.read_root, plan.build_root, pipeline=name) as result:
         summary = result.summary()
     switch = versions.record_switch(
@@ -98,3 +100,17 @@ def switch_if_whole(
     if pruned:
         say(f"removed version(s) {', '.join(pruned)} (keep {keep} versions)")
     return switch
+
+
+def _publish_missing(chain: Any, keys: list[str], say: Callable[[str], None]) -> None:
+    """Publish to the new version's tables each partition they do not point at its current
+    commit for (a run stopped between a commit and its publishing, then resumed past it):
+    the stable names must never switch to tables with a hole."""
+    commits = chain.commits(keys)
+    for key in keys:
+        commit = commits[key]
+        pointed = chain.publisher.pointed(key)
+        if any(p is None or p.run_id != commit.run_id for p in pointed.values()):
+            chain.publisher.publish(key, commit)
+            version = chain.publisher.version
+            say(f"published partition {key} of {version}, which its run had committed but not published")

@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -335,3 +335,49 @@ def test_the_aggregates_columns_follow_from_the_pipeline(published_versions):
     f = published_versions
     for version, text in (("v1", V1_YAML), ("v2", V2_YAML)):
         assert _aggregate_columns(parse_pipeline(yaml.safe_load(text))) == _run_columns(f, version)
+
+
+def test_the_command_line_rebuilds_a_published_history_and_switches_its_tables(tmp_path):
+    """The user's own path, issue 48: a published history, the pipeline changed (an aggregate
+    added), ``rewindow backfill`` of the new configuration. It used to commit day 1 and exit 1
+    ("table ... has columns ...: drop the table"); now it builds v2 beside v1, publishes it to
+    tables of its own, and switches the stable names to it as one step, no drop. Here the
+    rebuild's first run stops at a blocked day having committed two days it did not publish
+    (run without the catalog block): the switch publishes them first, never a hole."""
+    from tests.support.histories import landing_with_odd_row
+    from tests.support.outputs import current
+    from tests.windowing.test_catalog import CATALOG_YAML, DAYS, _rewindow_runs
+    from windowing.sample import generate_history
+
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    generate_history(landing, datetime(2024, 1, 1, tzinfo=timezone.utc), days=3, events_per_day=300, keys=10, seed=4)
+    odd = landing_with_odd_row(landing, tmp_path / "odd", DAYS[2], event_time=lambda t: t - timedelta(days=30))
+    added = "      - {type: sum, column: amount}\n      - {type: avg, column: amount}\n"
+    v1, v2, v2_unpublished = tmp_path / "v1.yaml", tmp_path / "v2.yaml", tmp_path / "v2-unpublished.yaml"
+    v1.write_text(CATALOG_YAML)
+    v2.write_text(CATALOG_YAML.replace("      - {type: sum, column: amount}\n", added))
+    catalog_block = "output:\n  catalog: {database: replay, table: clicks_hourly}\n"
+    assert catalog_block in v2.read_text()
+    v2_unpublished.write_text(v2.read_text().replace(catalog_block, ""))
+    span = ["--output", out, "--from", DAYS[0], "--to", DAYS[-1]]
+    first, stopped, rebuilt, status = _rewindow_runs(
+        ["backfill", "--config", v1, "--input", landing, *span],
+        ["backfill", "--config", v2_unpublished, "--input", odd, *span],
+        ["backfill", "--config", v2, "--input", landing, *span, "--resume"],
+        ["status", "--config", v2, "--output", out],
+        cwd=tmp_path,
+    )
+    assert first.returncode == 0, first.stderr
+    assert stopped.returncode == 1 and "v2 of 'clicks-hourly' is not switched in" in stopped.stderr, stopped.stderr
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert f"resuming at {DAYS[2]}" in rebuilt.stderr, rebuilt.stderr
+    for day in DAYS[:2]:
+        assert f"published partition {day} of v2, which its run had committed but not published" in rebuilt.stderr
+    assert "switched 'clicks-hourly' from v1 to v2" in rebuilt.stderr and "drop the table" not in rebuilt.stderr
+    assert "columns added in aggregates: avg_amount" in rebuilt.stderr
+    assert status.returncode == 0 and "version v2," in status.stdout, status.stdout
+    assert "version v1: kept" in status.stdout
+    for day in DAYS:
+        line = next(x for x in status.stdout.splitlines() if x.strip().startswith(day))
+        run = current(out / "clicks-hourly" / "_versions" / "v2" / "clicks-hourly" / day)["run_id"]
+        assert "committed" in line and f"published run {run}" in line, line

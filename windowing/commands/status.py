@@ -88,7 +88,7 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
             keys = partitions.keys(first, last)
         rows = chain.status(keys)
         shown += 1
-        publisher = common.publisher(spark, catalog, pipeline, output_root) if pipeline is not None else None
+        publisher = common.publisher(spark, catalog, pipeline, output_root, current) if pipeline is not None else None
         print(
             f"pipeline {name!r} ({grain} partitions from {start}), version {current}, in {chain.pipeline_dir}"
             + (f"; tables {catalog.database}.{catalog.table}_*" if publisher is not None else "")
