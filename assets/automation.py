@@ -1,4 +1,5 @@
-"""Declarative automation: rerun the partitions the state-chain check found out of date.
+"""Declarative automation: rerun the partitions the state-chain check found out of date,
+and rebuild the history when the pipeline changed.
 
 After a rerun changed a partition's state (its landed input changed), the partitions
 after it no longer follow from it: ``state_chain_in_sync`` reports each of them, failed,
@@ -49,6 +50,16 @@ class ChainOutOfDate(dg.AutomationCondition[dg.AssetKey]):
         return dg.AutomationResult(context, context.candidate_subset.compute_intersection_with_partition_keys(stale))
 
 
+#: The label of the rebuild the condition asks for when the pipeline changed.
+REBUILD_LABEL = "pipeline changed: rebuild"
+
+
 def rerun_out_of_date() -> dg.AutomationCondition[dg.AssetKey]:
-    """:class:`ChainOutOfDate`, and no run or backfill of the asset in progress."""
-    return (ChainOutOfDate() & ~dg.AutomationCondition.in_progress()).with_label(LABEL)
+    """:class:`ChainOutOfDate`, or the pipeline changed (a new code version: its
+    fingerprint) with the partitions materialized before: a rebuild of them, which the
+    replay writes as a new version of the history and switches in when whole
+    (:mod:`windowing.rebuild`); and no run or backfill of the asset in progress."""
+    changed = (dg.AutomationCondition.code_version_changed() & ~dg.AutomationCondition.missing()).with_label(
+        REBUILD_LABEL
+    )
+    return ((ChainOutOfDate() | changed) & ~dg.AutomationCondition.in_progress()).with_label(LABEL)

@@ -14,6 +14,7 @@ from tests.support.dagster_harness import DAYS, PIPELINE_YAML, Replayer, failure
 from tests.support.outputs import current
 
 AGG = dg.AssetKey(["clicks_hourly", "windowed_aggregates"])
+STATE = dg.AssetKey(["clicks_hourly", "window_state"])
 
 
 def _with_max(folder: Path) -> Path:
@@ -40,10 +41,16 @@ def test_a_changed_pipeline_is_rebuilt_beside_and_switched_in_when_whole(spark, 
     assert result.success, failure_message(result)
     v1_runs = {d: current(first.folder(d))["run_id"] for d in DAYS}
 
-    # The new code: another code version, so Dagster shows every partition Unsynced.
+    before = dg.evaluate_automation_conditions(defs=first.defs, instance=first.instance)
+    assert before.total_requested == 0
+
+    # The new code: another code version, so Dagster shows every partition Unsynced, and the
+    # automation sensor's condition asks for a rebuild of the partitions materialized before.
     changed = Replayer(history, _with_max(tmp_path / "v2-pipelines"), out)
     changed.instance = first.instance
     assert all(_stale(changed, d) == StaleStatus.STALE for d in DAYS)
+    asked = dg.evaluate_automation_conditions(defs=changed.defs, instance=changed.instance, cursor=before.cursor)
+    assert asked.get_requested_partitions(STATE) == set(DAYS)
 
     # One partition of the new code: built in v2; v1 stays current, untouched.
     result = changed.run(DAYS[0])
