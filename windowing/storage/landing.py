@@ -74,6 +74,9 @@ class KnownSchemas:
     linkless: set[str] = field(default_factory=set)
     #: The link warnings given in this run (each once, not once a partition).
     warned: set[str] = field(default_factory=set)
+    #: The (landing zone, partition column) whose day folders' names were checked in this
+    #: run (:func:`check_day_folders`: one listing of the zone's top level, not one a partition).
+    folders_checked: set[tuple[str, str]] = field(default_factory=set)
 
 
 def day_of(start: datetime, end: datetime) -> datetime:
@@ -282,8 +285,10 @@ def check_day_types(
     landing zone's day folders are checked first (:func:`check_day_folders`)."""
     zone, _, name = folder.rstrip("/").rpartition("/")
     partition_column = name.partition("=")[0]
-    if zone and partition_column:
+    if zone and partition_column and (known is None or (zone, partition_column) not in known.folders_checked):
         check_day_folders(spark, zone, partition_column)
+        if known is not None:
+            known.folders_checked.add((zone, partition_column))
     if not files or pipeline is None:
         return
     if known is not None and tuple(files) in known.days:

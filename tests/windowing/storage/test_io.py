@@ -288,6 +288,25 @@ def test_twin_day_folders_are_refused_naming_both(spark, history, tmp_path):
         read_partition_events(spark, str(landing), day, day + timedelta(days=1), "arrival_time", pipeline=_pipeline())
 
 
+def test_the_day_folders_are_checked_once_a_run(spark, history, tmp_path, monkeypatch):
+    """Review finding: every partition of a backfill listed the landing zone's top level
+    again to check its day folders' names, though the run had checked them."""
+    from windowing.storage import landing as landing_module
+    from windowing.storage.landing import KnownSchemas
+
+    landing = _landing_copy(history, tmp_path)
+    calls = []
+    checked = landing_module.check_day_folders
+    monkeypatch.setattr(landing_module, "check_day_folders", lambda *a, **k: calls.append(a) or checked(*a, **k))
+    known = KnownSchemas()
+    for n in range(2):
+        day = START + timedelta(days=n)
+        read_partition_events(
+            spark, str(landing), day, day + timedelta(days=1), "arrival_time", pipeline=_pipeline(), known=known
+        )
+    assert len(calls) == 1, calls
+
+
 def test_files_holding_the_partition_column_the_pipeline_reads_are_named_as_such(spark, history, tmp_path):
     """Finding 9: data files that also hold ``date`` got "a column's type must not change
     between days", the wrong cause. A pipeline that does not read it replays as before."""
