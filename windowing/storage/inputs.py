@@ -36,7 +36,7 @@ from windowing.config import check_input_columns
 from windowing.contract import quoted
 from windowing.storage.errors import InputError, first_line, missing_path, root_cause
 from windowing.storage.lake import Lake, PathArg, display, glob_escape, is_connect, local_path, qualify
-from windowing.storage.local_files import LinkError, Tree
+from windowing.storage.local_files import LinkError, Tree, crc_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -367,7 +367,7 @@ def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = Inp
     for f, got in zip(files, results):
         if isinstance(got, BaseException) and "ChecksumException" in str(got):
             raise error(
-                f"{display(f)}: does not match its checksum file {display(crc_path_of(f))} "
+                f"{display(f)}: does not match its checksum file {display(crc_path(f))} "
                 "(Hadoop's ChecksumException): a file rewritten after Spark or Hadoop wrote it leaves that "
                 "checksum stale; if the file was rewritten on purpose, the .crc file is stale and can be deleted "
                 "(Hadoop reads a file without one unchecked), else the file is damaged: write it again"
@@ -379,12 +379,6 @@ def read_footers(lake: Lake, files: Iterable[str], error: type[ValueError] = Inp
             ) from got
         footers[f] = got
     return footers
-
-
-def crc_path_of(path: str) -> str:
-    """Where Hadoop's local filesystem keeps ``path``'s checksums: ``.<name>.crc`` beside it."""
-    head, _, name = path.rpartition("/")
-    return f"{head}/.{name}.crc"
 
 
 def check_columns(

@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from windowing.contract import quoted
+from windowing.partitions import day_key
 from windowing.storage.errors import InputError
 from windowing.storage.inputs import (
     check_parquet_files,
@@ -429,10 +430,10 @@ def check_day_folders(spark: SparkSession, landing_zone: str, partition_column: 
         except ValueError:  # 2026-02-30
             day = None
         if day is not None and day in days:
-            first, twin = sorted((days[day], entry.path), key=lambda f: (not f.endswith(f"{prefix}{day_text(day)}"), f))
+            first, twin = sorted((days[day], entry.path), key=lambda f: (not f.endswith(f"{prefix}{day_key(day)}"), f))
             raise InputError(
-                f"{display(first)} and {display(twin)}: two folders of the day {day_text(day)}, which Spark reads as "
-                f"one day while only the files of {prefix}{day_text(day)} are checked: move the files of "
+                f"{display(first)} and {display(twin)}: two folders of the day {day_key(day)}, which Spark reads as "
+                f"one day while only the files of {prefix}{day_key(day)} are checked: move the files of "
                 f"{display(twin)} into {display(first)} and delete it"
             )
         if day is not None:
@@ -445,11 +446,6 @@ def check_day_folders(spark: SparkSession, landing_zone: str, partition_column: 
             f"{prefix}YYYY-MM-DD (such as {prefix}2024-01-31), which Spark reads as the {partition_column!r} "
             "column; rename it, or move it out of the landing zone"
         )
-
-
-def day_text(d: date) -> str:
-    """``YYYY-MM-DD``, the year always four digits (``strftime("%Y")`` gives ``1`` for year 1)."""
-    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
 
 
 def name_unreadable_file(spark: SparkSession, landing_zone: str) -> InputError | None:
