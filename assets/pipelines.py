@@ -510,6 +510,14 @@ def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, 
         },
         # Plotted on the rejected_events asset, as its row count; text here (zero on most days).
         "rejected_rows": dg.MetadataValue.text(f"{m.rejected_rows:,}"),
+        # Rows source.filter dropped before the window (not rejected: the live pipeline drops them too).
+        "filtered_rows": dg.MetadataValue.int(m.filtered_rows),
+        # The live pipeline's processors this replay did not run: its outputs stand before them.
+        **(
+            {"live_processors_ignored": dg.MetadataValue.text(", ".join(m.live_processors_ignored))}
+            if m.live_processors_ignored
+            else {}
+        ),
         "unique_keys": dg.MetadataValue.int(m.unique_keys),
         "keys_held": dg.MetadataValue.int(m.keys_held),
         "replay_seconds": dg.MetadataValue.float(round(part.seconds, 3)),

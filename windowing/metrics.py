@@ -274,7 +274,7 @@ class VoltspValue:
 
 
 #: The figures of :func:`figures` a :class:`ReplayMetrics` holds as they are (all but
-#: ``accepted_events``, which it reports as ``input_rows - rejected_rows``).
+#: ``accepted_events``, which it reports as ``input_rows - filtered_rows - rejected_rows``).
 _FIGURES = (
     "late_events",
     "late_event_windows",
@@ -310,6 +310,9 @@ class ReplayMetrics:
     input_rows: int = 0
     rejected_rows: int = 0
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    #: Rows ``source.filter`` dropped before the window (its condition false or null): not
+    #: rejected, not replayed. ``input_rows = filtered_rows + rejected_rows + accepted events``.
+    filtered_rows: int = 0
     #: Late events, each counted once however many windows it missed.
     late_events: int = 0
     #: Late (event, window) pairs: the rows of ``late_events``.
@@ -329,6 +332,9 @@ class ReplayMetrics:
     lateness_ms_percentiles: LatenessPercentiles = field(default_factory=LatenessPercentiles)
     #: VoltSP's window metrics by Prometheus name (:data:`VOLTSP_METRICS`).
     voltsp: dict[str, VoltspValue] = field(default_factory=dict)
+    #: The live pipeline's processors the replay did not run (``replay.liveProcessors:
+    #: ignore``): the outputs stand before them.
+    live_processors_ignored: list[str] = field(default_factory=list)
 
     @classmethod
     def of(
@@ -339,6 +345,8 @@ class ReplayMetrics:
         watermark_reached: str | None,
         lateness: LatenessPercentiles,
         by_worker: Mapping[str, Mapping[str, Any]],
+        filtered_rows: int = 0,
+        live_processors_ignored: Any = (),
     ) -> ReplayMetrics:
         """The metrics of a replay from the :func:`figures` of all its workers (``total``)
         and of each worker (``by_worker``, by worker label), its rejected rows per reason,
@@ -347,19 +355,21 @@ class ReplayMetrics:
         block = voltsp_block(total, by_worker)
         return cls(
             pipeline=pipeline,
-            input_rows=total["accepted_events"] + rejected,
+            input_rows=total["accepted_events"] + rejected + filtered_rows,
             rejected_rows=rejected,
             rejected_by_reason=dict(sorted(rejected_by_reason.items())),
+            filtered_rows=filtered_rows,
             **{k: total[k] for k in _FIGURES},
             watermark_reached=watermark_reached,
             lateness_ms_percentiles=lateness,
             voltsp={name: VoltspValue.from_dict(v) for name, v in block.items()},
+            live_processors_ignored=list(live_processors_ignored),
         )
 
     @property
     def accepted_events(self) -> int:
-        """Events not rejected: ``input_rows - rejected_rows``."""
-        return self.input_rows - self.rejected_rows
+        """Events neither filtered nor rejected: ``input_rows - filtered_rows - rejected_rows``."""
+        return self.input_rows - self.filtered_rows - self.rejected_rows
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: ``metrics.json``, the commit record's ``metrics``, byte for byte
@@ -373,6 +383,8 @@ class ReplayMetrics:
                 value = {name: v.to_dict() for name, v in value.items()}
             elif isinstance(value, dict):
                 value = dict(value)
+            elif isinstance(value, list):
+                value = list(value)
             out[f.name] = value
         return out
 
@@ -382,7 +394,11 @@ class ReplayMetrics:
         missing key takes the field's default (0, empty, None); unknown keys are left out."""
         d = d or {}
         known = {f.name for f in fields(cls)} - {"lateness_ms_percentiles", "voltsp"}
-        plain: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in d.items() if k in known}
+        plain: dict[str, Any] = {
+            k: (dict(v) if isinstance(v, Mapping) else list(v) if isinstance(v, list) else v)
+            for k, v in d.items()
+            if k in known
+        }
         return cls(
             **plain,
             lateness_ms_percentiles=LatenessPercentiles.from_dict(d.get("lateness_ms_percentiles")),

@@ -291,3 +291,78 @@ def split_points(pipeline, rows, cuts):
         pieces.append([r for r in rows if (lo is None or pos(r) >= lo) and (hi is None or pos(r) < hi)])
         lo = hi
     return pieces
+
+
+def _none_or(f):
+    """``f`` of the row, None when a value it reads is None (SQL's null in, null out)."""
+
+    def g(row):
+        try:
+            return f(row)
+        except TypeError:
+            return None
+
+    return g
+
+
+#: source.derive of generated cases: (name, Spark SQL, the same in Python for the model).
+DERIVATIONS = (
+    ("user_x", "concat(user, '-x')", _none_or(lambda r: r["user"] + "-x")),
+    ("qty10", "qty * 10", _none_or(lambda r: r["qty"] * 10)),
+    ("amount2", "amount * 2", _none_or(lambda r: r["amount"] * 2)),
+)
+#: source.filter of generated cases, with its Python (None where SQL gives null).
+FILTERS = (
+    ("qty > 1", _none_or(lambda r: r["qty"] > 1)),
+    ("amount >= 0.2", _none_or(lambda r: r["amount"] >= 0.2)),
+    ("qty10 < 20", _none_or(lambda r: r["qty10"] < 20)),
+    ("user_x = 'a-x'", _none_or(lambda r: r["user_x"] == "a-x")),
+)
+
+
+@st.composite
+def prewindow_pipelines(draw):
+    """(pipeline, derive functions, filter function) of :func:`pipelines` with every
+    :data:`DERIVATIONS` and one of :data:`FILTERS` (or none), the derived key ``user_x``
+    as the key or not, and aggregates over the derived ``qty10`` and ``amount2``."""
+    base = draw(pipelines())
+    doc = {
+        "name": "gen",
+        "source": {"arrivalTime": "arrival", "arrivalOrder": ["offset"], "derive": {n: e for n, e, _ in DERIVATIONS}},
+    }
+    src = base.source
+    doc["source"]["batch"] = {"column": "batch"} if src.batch_column else {"interval": f"{src.batch_interval_ms}ms"}
+    if src.worker:
+        doc["source"]["worker"] = "worker"
+    flt = draw(st.sampled_from((None, *FILTERS)))
+    if flt is not None:
+        doc["source"]["filter"] = flt[0]
+    w = base.window
+    window: dict = {}
+    tc: dict = {"watermarkStrategy": w.watermark_strategy.value, "lateness": w.lateness.value}
+    if w.event_time:
+        tc["eventTimeExtractor"] = "event_time"
+    if w.idle_timeout_ms:
+        tc["idleTimeout"] = f"{w.idle_timeout_ms}ms"
+        tc["idleTimeoutClock"] = w.idle_clock.value
+    tc["delayWindowClose"] = f"{w.delay_ms}ms"
+    if w.type.value == "session-window":
+        if w.maximum_duration_ms:
+            window["maximumDuration"] = f"{w.maximum_duration_ms}ms"
+    else:
+        window["windowSpan"] = f"{w.span_ms}ms"
+        if w.slide_ms:
+            window["windowSlide"] = f"{w.slide_ms}ms"
+    if draw(st.booleans()):
+        window["keyExtractor"] = "user_x"
+    window["timeConfig"] = tc
+    window["aggregateDefinition"] = [
+        {"type": "count"},
+        {"type": "sum", "column": "qty10"},
+        {"type": "max", "column": "amount2"},
+        {"type": "last", "column": "user_x"},
+    ]
+    doc["emitter"] = {w.type.value: window, "triggers": [t.value for t in base.triggers]}
+    doc["replay"] = {"heartbeat": f"{base.heartbeat_ms}ms"}
+    derive = {n: f for n, _, f in DERIVATIONS}
+    return parse_pipeline(doc), derive, (flt[1] if flt is not None else None)

@@ -348,9 +348,11 @@ def _ms(t) -> int | None:
 
 
 class _Replay:
-    def __init__(self, pipeline: Pipeline, state: ModelState, decimals=None):
+    def __init__(self, pipeline: Pipeline, state: ModelState, decimals=None, derive=None, keep=None):
         self.p, self.w, self.st = pipeline, pipeline.window, state
         self.decimals = dict(decimals or {})
+        #: source.derive and source.filter as Python functions of a row (given by the test).
+        self.derive, self.keep = dict(derive or {}), keep
         self.aggregates: list[dict] = []
         self.late: list[dict] = []
         self.rejected: list[dict] = []
@@ -359,6 +361,7 @@ class _Replay:
         self.m = dict.fromkeys(
             [
                 "input_rows",
+                "filtered_rows",
                 "rejected_rows",
                 "late_events",
                 "windows_created",
@@ -412,6 +415,13 @@ class _Replay:
         self.m["input_rows"] = len(rows)
         by_worker: dict[Hashable, list[_Event]] = {}
         for row in rows:
+            # Before the window (docs/configuration.md): derive in order, then filter (null drops).
+            row = dict(row)
+            for name, _ in self.p.source.derive:
+                row[name] = self.derive[name](row)
+            if self.p.source.filter is not None and self.keep(row) is not True:
+                self.m["filtered_rows"] += 1
+                continue
             ev = self.normalise(row)
             if ev is not None:
                 by_worker.setdefault(ev.worker, []).append(ev)
@@ -623,8 +633,14 @@ def reference_replay(
     state: ModelState | None = None,
     flush_at_end: bool | None = False,
     decimals=None,
+    derive=None,
+    keep=None,
 ) -> RefResult:
     """Replay ``rows`` through ``pipeline`` event by event (docs/semantics.md).
+
+    ``derive`` ({name: function of the row}) and ``keep`` (function of the derived row:
+    True keeps it, False or None filters it) are ``source.derive`` and ``source.filter``
+    written in Python by the test, not computed by Spark.
 
     ``state`` is a previous result's ``state`` (never mutated); ``flush_at_end=None``
     means ``pipeline.flush_at_end``; ``decimals``: {column: (precision, scale)} of the
@@ -637,6 +653,8 @@ def reference_replay(
         st = copy.deepcopy(state)
     if flush_at_end is None:
         flush_at_end = pipeline.flush_at_end
-    rp = _Replay(pipeline, st, decimals)
+    assert set(derive or {}) == set(pipeline.source.derived_names), "a function per derived name"
+    assert (keep is not None) == (pipeline.source.filter is not None), "a function for the filter"
+    rp = _Replay(pipeline, st, decimals, derive, keep)
     rp.run(rows, flush_at_end)
     return RefResult(rp.aggregates, rp.late, rp.rejected, copy.deepcopy(st), rp.m)

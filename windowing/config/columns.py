@@ -20,7 +20,9 @@ Labels = Mapping[str | tuple[str, int], str]
 
 def column_uses(pipeline: Pipeline) -> list[ColumnBinding]:
     """Every input column ``pipeline`` reads, with the YAML field that names it (and, for
-    extractors, how it became that column), in the order of the configuration."""
+    extractors, how it became that column), in the order of the configuration. A name
+    ``source.derive`` gives is not read (the columns its expression reads are checked when
+    it is analysed: :mod:`windowing.prewindow`)."""
     src, w = pipeline.source, pipeline.window
     wf = f"emitter.{w.type.value}"
     bound = {b.role: b for b in pipeline.column_bindings}
@@ -37,8 +39,9 @@ def column_uses(pipeline: Pipeline) -> list[ColumnBinding]:
         ],
     ]
     out = []
+    derived = set(src.derived_names)  # computed by the replay (source.derive), not read
     for role, field_, column in named:
-        if column:
+        if column and column not in derived:
             b = bound.get(role)
             out.append(b if b is not None and b.column == column else ColumnBinding(role, field_, column, column))
     return out

@@ -51,12 +51,15 @@ from windowing.config.model import (
 )
 from windowing.config.reconcile import parse_reconcile
 from windowing.config.voltsp import (
+    IGNORE_LIVE_PROCESSORS,
     LIVE_ONLY_ROOT_FIELDS,
     LIVE_ONLY_TRIGGER_FIELDS,
     LIVE_ONLY_WINDOW_FIELDS,
     ColumnMap,
     aggregate_shorthand,
+    live_processors,
     live_source_blocks,
+    refuse_live_processors,
 )
 
 #: The largest pipeline file read, in bytes: a pipeline is a few kilobytes, and PyYAML
@@ -253,8 +256,10 @@ def parse_pipeline(doc: Any) -> Pipeline:
     columns.refuse_unused()
     refuse_clashing_columns(source, window, aggregates, labels)
     _check_future_skew(m, source, window, wfield)
-    triggers = _parse_trigger_lists(m, emitter, wfield, wdoc, ignored)
-    flush, heartbeat = _parse_replay(m)
+    triggers, trigger_lists = _parse_trigger_lists(m, emitter, wfield, wdoc, ignored)
+    flush, heartbeat, ignore_processors = _parse_replay(m)
+    processors = refuse_live_processors(live_processors(m, trigger_lists), ignore_processors)
+    _check_derived_uses(source)
 
     pipeline = Pipeline(
         name=name.strip(),
@@ -268,6 +273,7 @@ def parse_pipeline(doc: Any) -> Pipeline:
         heartbeat_ms=heartbeat,
         column_bindings=tuple(columns.bindings),
         ignored_fields=tuple(ignored),
+        live_processors_ignored=processors,
     )
     try:
         catalog = parse_output(m.get("output"))
@@ -359,8 +365,9 @@ def _check_future_skew(m: Mapping[str, Any], source: Source, window: Window, wfi
 
 def _parse_trigger_lists(
     m: Mapping[str, Any], emitter: Mapping[str, Any], wfield: str, wdoc: Mapping[str, Any], ignored: list[str]
-) -> tuple[Trigger, ...]:
-    """The triggers, from the one place they are given (default ``atWindowEnd``)."""
+) -> tuple[tuple[Trigger, ...], list[tuple[str, Any]]]:
+    """The triggers, from the one place they are given (default ``atWindowEnd``), and
+    ``[(field, list as written)]`` of that place (none without one)."""
     # VoltSP writes triggers beside the window (under emitter) or inside the window block.
     given = [
         (f, d["triggers"])
@@ -373,13 +380,19 @@ def _parse_trigger_lists(
             "(which list would win is a guess)"
         )
     triggers_field, triggers_doc = given[0] if given else ("emitter.triggers", ["atWindowEnd"])
-    return _parse_triggers(triggers_doc, triggers_field, ignored)
+    return _parse_triggers(triggers_doc, triggers_field, ignored), given
 
 
-def _parse_replay(m: Mapping[str, Any]) -> tuple[bool, int]:
-    """The ``replay`` block: ``(flushAtEnd, heartbeat in ms)``."""
+def _parse_replay(m: Mapping[str, Any]) -> tuple[bool, int, bool]:
+    """The ``replay`` block: ``(flushAtEnd, heartbeat in ms, liveProcessors: ignore)``."""
     replay_doc = expect_mapping(m.get("replay", {}) or {}, "replay")
-    refuse_unknown(replay_doc, "replay", {"flushAtEnd", "heartbeat"})
+    refuse_unknown(replay_doc, "replay", {"flushAtEnd", "heartbeat", "liveProcessors"})
+    live = replay_doc.get("liveProcessors")
+    if live is not None and live != IGNORE_LIVE_PROCESSORS:
+        raise ConfigError(
+            f"replay.liveProcessors: {live!r} is not supported; the one value is {IGNORE_LIVE_PROCESSORS!r} "
+            "(replay without the live pipeline's processors, the outputs standing before them)"
+        )
     flush = replay_doc.get("flushAtEnd", False)
     if not isinstance(flush, bool):
         raise ConfigError(f"replay.flushAtEnd: {flush!r} must be true or false")
@@ -388,7 +401,7 @@ def _parse_replay(m: Mapping[str, Any]) -> tuple[bool, int]:
         if "heartbeat" in replay_doc
         else DEFAULT_HEARTBEAT_MS
     )
-    return flush, heartbeat
+    return flush, heartbeat, live is not None
 
 
 def _parse_quality(q: Mapping[str, Any]) -> Quality:
@@ -410,7 +423,54 @@ _SOURCE_FIELDS = {
     "batch",
     "worker",
     "maxFutureSkew",
+    "derive",
+    "filter",
 }
+
+
+def _parse_derive(doc: Any) -> tuple[tuple[str, str], ...]:
+    """``source.derive``: an ordered mapping name -> Spark SQL expression (the YAML's order).
+
+    Only the shape is checked here; each expression is analysed against the input's schema
+    before any work (:mod:`windowing.prewindow`)."""
+    if doc is None:
+        return ()
+    m = expect_mapping(doc, "source.derive")
+    out: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    for k, v in m.items():
+        name = column_field(k, "source.derive: a key", required=True)
+        f = f"source.derive.{name}"
+        if name.startswith("__"):
+            raise ConfigError(f"{f}: names starting with '__' are reserved for the engine; choose another name")
+        if name.lower() in seen:
+            raise ConfigError(
+                f"{f}: derived as source.derive.{seen[name.lower()]} too (names compare ignoring case, as Spark does)"
+            )
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(f"{f}: {v!r} must be a Spark SQL expression (such as amount * 0.92)")
+        seen[name.lower()] = name
+        out.append((name, v.strip()))
+    return tuple(out)
+
+
+def _parse_filter(v: Any) -> str | None:
+    """``source.filter``: a Spark SQL boolean expression (checked against the schema later)."""
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(f"source.filter: {v!r} must be a Spark SQL condition (such as amount > 0)")
+    return v.strip()
+
+
+def _check_derived_uses(source: Source) -> None:
+    """A derived name is read by the fields that name columns, never by ``partitionColumn``
+    (a folder of the landing zone, read before anything is derived)."""
+    if source.partition_column and source.partition_column in source.derived_names:
+        raise ConfigError(
+            f"source.partitionColumn: {source.partition_column!r} is a name source.derive gives; the partition "
+            "column is a folder of the landing zone (date=YYYY-MM-DD), read before anything is derived"
+        )
 
 
 def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
@@ -474,6 +534,8 @@ def _parse_source(s: Mapping[str, Any], ignored: list[str]) -> Source:
         max_future_skew_ms=(
             duration_field(s["maxFutureSkew"], "source.maxFutureSkew") if s.get("maxFutureSkew") is not None else None
         ),
+        derive=_parse_derive(s.get("derive")),
+        filter=_parse_filter(s.get("filter")),
     )
 
 

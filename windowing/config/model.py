@@ -125,9 +125,20 @@ class Source:
     #: time is rejected (reason ``FUTURE_SKEW``) before it moves any watermark. None: off
     #: (the live semantics, where such an event moves its key's and worker's watermarks).
     max_future_skew_ms: int | None = None
+    #: ``derive``: (name, Spark SQL expression) pairs, in order, computed before the window;
+    #: each may read the input's columns and the names derived before it.
+    derive: tuple[tuple[str, str], ...] = ()
+    #: ``filter``: a Spark SQL boolean expression over the input's columns and the derived
+    #: names; a row it does not hold for (false or null) is filtered, before the window.
+    filter: str | None = None
 
     #: Fields that say where events are, not what they mean (not in the fingerprint).
     LOCATION_FIELDS = ("path", "table", "format", "schema", "partition_column", "options")
+
+    @property
+    def derived_names(self) -> tuple[str, ...]:
+        """The names ``derive`` gives, in order: columns of the events the window sees, not of the input."""
+        return tuple(name for name, _ in self.derive)
 
 
 @dataclass(frozen=True)
@@ -203,6 +214,9 @@ class Pipeline:
     #: tables each committed partition is published to; None: not published. Not part of
     #: the meaning of a replay.
     catalog: Any = field(default=None, compare=False)
+    #: The live pipeline's ``processors`` a replay does not run (``processors[0] (javascript)``),
+    #: acknowledged by ``replay.liveProcessors: ignore``: the outputs stand before them.
+    live_processors_ignored: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def idle_heartbeat_ms(self) -> int:
@@ -216,13 +230,15 @@ class Pipeline:
 
     @property
     def input_columns(self) -> tuple[str, ...]:
-        """Every input column the configuration names, in a stable order."""
+        """Every input column the configuration names, in a stable order (a name
+        ``source.derive`` gives is not one: the replay computes it)."""
         cols: list[str] = [self.source.arrival_time, *self.source.arrival_order]
         for c in (self.source.batch_column, self.source.worker, self.window.key, self.window.event_time):
             if c:
                 cols.append(c)
         cols += [a.column for a in self.aggregates if a.column]
-        return tuple(dict.fromkeys(cols))
+        derived = set(self.source.derived_names)
+        return tuple(c for c in dict.fromkeys(cols) if c not in derived)
 
     def fingerprint(self) -> str:
         """Hash of everything that decides the carried state's meaning and the outputs.
@@ -234,11 +250,13 @@ class Pipeline:
         (``quality:``, ``reconcile:``, ``output.catalog``, the source's location) is left out.
         """
         semantic: dict[str, Any] = {
-            # maxFutureSkew off (None) leaves the fingerprint what it was before the option existed.
             "source": {
                 k: v
                 for k, v in asdict(self.source).items()
-                if k not in Source.LOCATION_FIELDS and not (k == "max_future_skew_ms" and v is None)
+                if k not in Source.LOCATION_FIELDS
+                # Off (None, no derivation) leaves the fingerprint what it was before the option existed.
+                and not (k in ("max_future_skew_ms", "filter") and v is None)
+                and not (k == "derive" and not v)
             },
             "window": asdict(self.window),
             "aggregates": [asdict(a) for a in self.aggregates],

@@ -24,6 +24,59 @@ LIVE_ONLY_WINDOW_FIELDS = ("exceptionHandler",)
 LIVE_ONLY_TRIGGER_FIELDS = ("processors", "sink")
 
 
+#: ``replay.liveProcessors``'s one value: the replay runs without the live pipeline's processors.
+IGNORE_LIVE_PROCESSORS = "ignore"
+
+
+def _processor_name(item: Any) -> str:
+    """What a processor item is called: its plugin key (``javascript: {...}``), or its text."""
+    if isinstance(item, Mapping) and item:
+        return ", ".join(str(k) for k in item)
+    return str(item)
+
+
+def live_processors(m: Mapping[str, Any], trigger_lists: list[tuple[str, Any]]) -> list[str]:
+    """Each processor of the live pipeline, as ``<field>[i] (<name>)``: the root ``processors``
+    (which run on events before the window) and those of the trigger items in
+    ``trigger_lists`` (``(field, list)``: they run on what the window emits). An empty block
+    (or the docs' ``...`` placeholder removed) holds none."""
+    blocks: list[tuple[str, Any]] = [("processors", m.get("processors"))]
+    for f, doc in trigger_lists:
+        for i, item in enumerate(doc if isinstance(doc, list) else [doc]):
+            if isinstance(item, Mapping) and "processors" in item:
+                blocks.append((f"{f}[{i}].processors", item["processors"]))
+    out: list[str] = []
+    for f, block in blocks:
+        if block is None or block == [] or block == {}:
+            continue
+        items = list(block.items()) if isinstance(block, Mapping) else block if isinstance(block, list) else [block]
+        for i, item in enumerate(items):
+            name = str(item[0]) if isinstance(block, Mapping) else _processor_name(item)
+            out.append(f"{f}[{i}] ({name})")
+    return out
+
+
+def refuse_live_processors(processors: list[str], acknowledged: bool) -> tuple[str, ...]:
+    """The live pipeline's ``processors`` (:func:`live_processors`) a replay leaves out: refused
+    unless ``replay.liveProcessors: ignore`` acknowledges them (then returned, for the metrics).
+
+    A replay runs none of them: a processor that drops or changes events before the window
+    would change every window, so loading them unread would drop their work silently."""
+    if not processors or acknowledged:
+        return tuple(processors)
+    after = any(".triggers" in p for p in processors)
+    raise ConfigError(
+        f"{processors[0].split('[')[0]}: the live pipeline runs {len(processors)} processor(s) a replay does not run: "
+        f"{', '.join(processors)}"
+        + (" (a trigger's processors run on what the window emits)" if after else "")
+        + ". Write what a processor before the window does as source.filter "
+        "(a Spark SQL condition: the rows it keeps) and source.derive (name: Spark SQL expression), "
+        'see docs/configuration.md, "What your live pipeline does before the window"; then, or to replay '
+        f"without them (the outputs then stand before those processors), set replay.liveProcessors: "
+        f"{IGNORE_LIVE_PROCESSORS}"
+    )
+
+
 def ignored_fields_note(pipeline: Pipeline) -> str | None:
     """One line listing the live-pipeline fields the replay ignores, or None if there are none.
 

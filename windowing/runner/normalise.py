@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping, cast
 from pyspark.sql import functions as F
 
 from windowing import kernel as K
+from windowing import prewindow
 from windowing.config import ConfigError, Pipeline, Window, WindowType, check_input_columns
 from windowing.contract import (
     ARRIVAL_NULL,
@@ -167,7 +168,9 @@ def window_out_of_range(window: Window, t: Column) -> Column | None:
 def normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
     """``df`` with the columns a replay computes from the input, as Spark expressions:
     ``__arr`` and ``__evt`` (arrival and event time, epoch ms), ``__batch`` and
-    :data:`REJECT_REASON` (null for a row the kernel replays, else why it is rejected)."""
+    :data:`REJECT_REASON` (null for a row the kernel replays, else why it is rejected, or
+    :data:`windowing.prewindow.FILTERED` for a row ``source.filter`` drops). ``df``: the
+    events with ``source.derive``'s columns (:func:`windowing.prewindow.derive`)."""
     types = {f.name: f.dataType for f in df.schema.fields}
     src, w = pipeline.source, pipeline.window
     cols = list(df.columns)
@@ -181,8 +184,11 @@ def normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
     else:
         # The configuration sets the interval whenever it sets no batch column.
         out = _floor_div(F, out, "__batch", "__arr", cast(int, src.batch_interval_ms))
+    # source.filter first (windowing.prewindow): a filtered row is never rejected.
+    drop = prewindow.filtered(src)
+    start = F.when(drop, F.lit(prewindow.FILTERED)) if drop is not None else F
     reason = (
-        F.when(col(src.arrival_time).isNull(), F.lit(ARRIVAL_NULL))
+        start.when(col(src.arrival_time).isNull(), F.lit(ARRIVAL_NULL))
         .when(arr_any.isNull(), F.lit(ARRIVAL_UNPARSEABLE))
         .when(F.col("__arr").isNull(), F.lit(ARRIVAL_OUT_OF_RANGE))
     )

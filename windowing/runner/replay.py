@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from windowing import kernel as K
 from windowing import metrics as replay_metrics
+from windowing import prewindow
 from windowing.config import Pipeline, Trigger
 from windowing.kernel import slices
 from windowing.runner import placement
@@ -60,7 +61,7 @@ from windowing.runner.tasks import (
 )
 from windowing.runner.timelines import WorkerCommits, commits_mode, split_timeline_rows, worker_commits
 from windowing.storage.errors import naming_bad_files
-from windowing.storage.inputs import rows_at_most
+from windowing.storage.inputs import note_rows_at_most, rows_at_most
 from windowing.storage.lake import is_connect
 from windowing.storage.outputs import ReplayOutputs
 
@@ -152,6 +153,9 @@ def replay(
             :func:`windowing.runner.session.check_workers`).
     """
     flush = pipeline.flush_at_end if flush_at_end is None else bool(flush_at_end)
+    # source.derive's columns, every expression analysed against the schema before any job;
+    # as many rows as read (the filter marks its rows in normalise, counted with the rejected).
+    events_df = note_rows_at_most(prewindow.derive(pipeline.source, events_df), rows_at_most(events_df))
     input_cols = list(events_df.columns)
     norm = _checked_input(spark, pipeline, events_df)
     worker_state, key_state = split_state(spark, pipeline, state, events_df, state_summary)
@@ -165,7 +169,8 @@ def replay(
     except BaseException:
         kernel.out.unpersist()
         raise
-    rejected_counts = commits.rejected_counts if commits.rejected_counts is not None else side.rejected_counts
+    rejected_counts = dict(commits.rejected_counts if commits.rejected_counts is not None else side.rejected_counts)
+    filtered_rows = rejected_counts.pop(prewindow.FILTERED, 0)
     aggregates, late, state_out = _datasets(spark, kernel, side)
     rejected = _rejected(norm, input_cols, rejected_counts)
     metrics = build_metrics(
@@ -175,6 +180,7 @@ def replay(
         side.worker_rows,
         pipeline,
         side.by_worker,
+        filtered_rows,
     )
     return ReplayResult(
         aggregates, late, rejected, state_out, metrics, input_files=tuple(inputs), _persisted=kernel.out
@@ -346,7 +352,10 @@ def _worker_rows(spark: SparkSession, rows: list[dict[str, Any]], schema: pa.Sch
 
 def _rejected(norm: DataFrame, input_cols: list[str], rejected_counts: dict[str, int]) -> DataFrame:
     """The rejected rows (a lazy view of the input): its columns and the reason."""
-    rejected = norm.where(F.col(REJECT_REASON).isNotNull()).select(*[col(c) for c in input_cols], REJECT_REASON)
+    reason = F.col(REJECT_REASON)
+    rejected = norm.where(reason.isNotNull() & (reason != F.lit(prewindow.FILTERED))).select(
+        *[col(c) for c in input_cols], REJECT_REASON
+    )
     if not rejected_counts:  # known from the summary: spare a scan of the input
         rejected = rejected.limit(0)
     return rejected
@@ -405,6 +414,7 @@ def build_metrics(
     worker_rows: list[dict[str, Any]],
     pipeline: Pipeline,
     by_worker: dict[str, dict[str, int]] | None = None,
+    filtered_rows: int = 0,
 ) -> replay_metrics.ReplayMetrics:
     """The replay's metrics (docs/semantics.md, "Metrics"): the figures of
     :func:`windowing.metrics.figures` over all workers, rejected rows, the watermark
@@ -422,6 +432,8 @@ def build_metrics(
             _num(lateness["p"], 0), _num(lateness["p"], 1), _num(lateness["p"], 2), lateness["mx"]
         ),
         {w: replay_metrics.figures(c, at_window_end) for w, c in (by_worker or {}).items()},
+        filtered_rows=filtered_rows,
+        live_processors_ignored=getattr(pipeline, "live_processors_ignored", ()),
     )
 
 

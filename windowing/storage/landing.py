@@ -31,6 +31,7 @@ from urllib.parse import unquote
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from windowing import prewindow
 from windowing.contract import quoted
 from windowing.partitions import day_key
 from windowing.storage.errors import InputError
@@ -180,7 +181,7 @@ def landed_days(
                 raise
             raise named from exc
         return sorted(r["d"] for r in values if r["d"] is not None)
-    arrival = _as_timestamp(df, arrival_column)
+    df, arrival = _placing_arrival(df, arrival_column, source)
     row = df.select(F.min(arrival).alias("lo"), F.max(arrival).alias("hi")).collect()[0]
     if row["lo"] is None:
         return []
@@ -215,11 +216,11 @@ def read_partition_events(
     """
     landing_zone = str(landing_zone)
     df = read_landing(spark, landing_zone, source, partition_column, known)
-    arrival = _as_timestamp(df, arrival_column)
     if partition_column is None:
+        derived, arrival = _placing_arrival(df, arrival_column, source)
         inside = (arrival >= F.lit(start)) & (arrival < F.lit(end))
-        events = df.where(inside | arrival.isNull()) if unplaced else df.where(inside)
-        return events, None
+        kept = derived.where(inside | arrival.isNull()) if unplaced else derived.where(inside)
+        return kept.select(*[F.col(quoted(c)) for c in df.columns]), None
     day = day_of(start, end)
     day_rows = df.where(F.col(quoted(partition_column)).cast("date") == F.lit(day.date()))
     rows: int | None = None  # at most: the day's files' (their footers, read to check them), what plans a small replay
@@ -236,10 +237,24 @@ def read_partition_events(
     if start == day and end == day + DAY:
         return note_rows_at_most(events, rows), files
     # Hourly (or finer) partitions: the row's arrival time clamped into its day.
-    arrival = _as_timestamp(events, arrival_column)
+    derived, arrival = _placing_arrival(events, arrival_column, source)
     first, last = F.lit(day), F.lit(day + DAY - timedelta(microseconds=1))
     placed = F.coalesce(F.least(F.greatest(arrival, first), last), first)
-    return note_rows_at_most(events.where((placed >= F.lit(start)) & (placed < F.lit(end))), rows), files
+    hour = derived.where((placed >= F.lit(start)) & (placed < F.lit(end)))
+    return note_rows_at_most(hour.select(*[F.col(quoted(c)) for c in events.columns]), rows), files
+
+
+def _placing_arrival(df: DataFrame, arrival_column: str, source: Source | None) -> tuple[DataFrame, Column]:
+    """``(frame, arrival time)`` that places ``df``'s rows in partitions: the arrival column
+    as a timestamp (:func:`_as_timestamp`); when ``source.derive`` gives it, computed first
+    (:func:`windowing.prewindow.derive`, its expressions analysed before any job), so that a
+    row lands in the partition of the arrival time its replay reads. The expressions are
+    deterministic (refused otherwise), so the replay derives the same value again. The
+    caller selects ``df``'s own columns back."""
+    if source is None or arrival_column not in source.derived_names:
+        return df, _as_timestamp(df, arrival_column)
+    derived = prewindow.derive(replace(source, filter=None), df)
+    return derived, _as_timestamp(derived, arrival_column)
 
 
 def day_folder(partition_column: str, day: datetime) -> str:

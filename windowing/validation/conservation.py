@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pyspark.sql import functions as F
 
+from windowing import prewindow
 from windowing.config import Aggregate, Pipeline, Trigger, WindowType
 from windowing.contract import AGGREGATE_REASON, WINDOW_KIND
 from windowing.runner.columns import col as _col
@@ -104,10 +105,10 @@ def _description(session: bool, by_counts: bool) -> str:
     per = "(worker, key)" if session else "(worker, key, window)"
     if by_counts:
         return (
-            "input memberships - rejected + open events(previous state) == emitted counts + open events(state) "
-            "+ late rows, per " + per
+            "input memberships - filtered - rejected + open events(previous state) == emitted counts "
+            "+ open events(state) + late rows, per " + per
         )
-    return "input memberships - rejected == AGGREGATE snapshots + late rows, per " + per
+    return "input memberships - filtered - rejected == AGGREGATE snapshots + late rows, per " + per
 
 
 def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame | None) -> list[DataFrame]:
@@ -116,6 +117,11 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
     pipeline = plan.pipeline
     parts = [
         _memberships(pipeline, input_df, plan.key_types, 1, "input"),
+        *(
+            [_memberships(pipeline, input_df.where(drop), plan.key_types, -1, "filtered")]
+            if (drop := prewindow.filtered(pipeline.source)) is not None
+            else []
+        ),
         _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
         plan.rows(outputs.late_events, col_ms("window_start"), col_ms("window_end"), F.lit(-1), "late"),
     ]
@@ -154,6 +160,7 @@ def _unbalanced(p: CountPass, plan: _Plan, parts: list[DataFrame]) -> tuple[Call
 
         out = {
             "input": side("input"),
+            "filtered": -side("filtered"),
             "rejected": -side("rejected"),
             "prev_open": side("prev_open"),
             "emitted": -side("emitted"),
@@ -162,9 +169,9 @@ def _unbalanced(p: CountPass, plan: _Plan, parts: list[DataFrame]) -> tuple[Call
             "snapshots": -side("snapshots"),
         }
         if plan.by_counts:
-            out["balance"] = side("input", "rejected", "prev_open", "emitted", "open", "late")
+            out["balance"] = side("input", "filtered", "rejected", "prev_open", "emitted", "open", "late")
         if plan.by_snapshots:
-            out["balance_snapshots"] = side("input", "rejected", "late", "snapshots")
+            out["balance_snapshots"] = side("input", "filtered", "rejected", "late", "snapshots")
         return out
 
     group = [as_key(_col(c), t).alias(c) for c, t in plan.key_types.items()]
@@ -198,7 +205,9 @@ def conservation_check(
     prev_state: DataFrame | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> CheckResult:
-    """Every valid input event is accounted for exactly once (see the package docstring).
+    """Every valid input event is accounted for exactly once (see the package docstring):
+    filtered (``source.filter``), rejected, or in a window (emitted, open, late).
+    ``input_df``: the events with ``source.derive``'s columns (:func:`windowing.prewindow.derive`).
 
     Balances are per (worker, key, window) for tumbling/sliding windows and per
     (worker, key) for sessions; a failing group's sample shows each side.

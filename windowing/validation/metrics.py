@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
+from windowing import prewindow
 from windowing.config import Pipeline, Trigger
 from windowing.contract import AGGREGATE_REASON, CLOSE_REASONS, WINDOW_COLUMNS, WINDOW_KIND
 from windowing.metrics import VOLTSP_METRICS
@@ -92,6 +93,10 @@ def plan_metrics_check(p: CountPass, pipeline: Pipeline, outputs: Any, input_df:
             values=lambda g: {"keys": F.lit(1)},
         )
     input_rows = p.add(input_df, {"rows": F.lit(1)}) if input_df is not None else None
+    drop = prewindow.filtered(pipeline.source)
+    filtered_rows = (
+        p.add(input_df.where(drop), {"rows": F.lit(1)}) if input_df is not None and drop is not None else None
+    )
 
     def finish() -> list[CheckResult]:
         late_events = late_sums["events"]
@@ -113,6 +118,8 @@ def plan_metrics_check(p: CountPass, pipeline: Pipeline, outputs: Any, input_df:
             found["closed_by_reason"] = found["emitted_by_reason"]
         if input_rows is not None:
             found["input_rows"] = int(input_rows["rows"])
+        if filtered_rows is not None:
+            found["filtered_rows"] = int(filtered_rows["rows"])
         return [_compare(name, desc, m, found)]
 
     return finish

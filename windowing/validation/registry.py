@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from pyspark.sql import functions as F
 
+from windowing import prewindow
 from windowing.config import Pipeline
 from windowing.storage.outputs import read_outputs
 from windowing.validation.base import (
@@ -151,13 +152,19 @@ def run_checks(
         if unknown:
             raise ValueError(f"unknown check(s) {sorted(unknown)}; known: {', '.join(CHECK_NAMES)}")
     o = load_outputs(spark, outputs)
+    # The checks read the events as the window's stage sees them: source.derive's columns
+    # added (the outputs carry them); the input checks only the rows source.filter keeps.
+    raw_input = input_df
+    if input_df is not None:
+        input_df = prewindow.derive(pipeline.source, input_df)
     types = input_types_of(o, input_df)
     rows = _pass_rows(o)
     p = CountPass(small=rows is not None and rows <= SMALL_PASS_ROWS)
     planned: list[Finish] = []
     counts = _row_counts(p, o, input_df) if any(wanted(only, n) for n in REJECTING_CHECKS) else None
     if input_df is not None:
-        planned.append(plan_input_checks(p, pipeline, input_df, max_skew_ms, sample_size, only))
+        kept = prewindow.window_input(pipeline.source, input_df)
+        planned.append(plan_input_checks(p, pipeline, kept, max_skew_ms, sample_size, only))
     else:
         skipped = [skip_result(n, "input events", "no input given") for n in INPUT_CHECKS if wanted(only, n)]
         planned.append(lambda: skipped)
@@ -177,7 +184,7 @@ def run_checks(
             results = apply_rejection_policy(pipeline, results, *found)
     if wanted(only, RECOMPUTE_CHECK):
         if recompute or (only is not None and RECOMPUTE_CHECK in only):
-            results.append(replay_check(spark, pipeline, o, input_df, prev_state, flush_at_end, sample_size))
+            results.append(replay_check(spark, pipeline, o, raw_input, prev_state, flush_at_end, sample_size))
         else:
             results.append(
                 skip_result(

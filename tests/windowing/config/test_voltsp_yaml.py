@@ -510,6 +510,7 @@ def test_live_only_fields_are_listed_never_dropped(tmp_path):
         "    - trigger: org.voltdb.stream.api.pipeline.emitter.ExceptionTrigger#onError\n"
         "      sink: {stdout: {}}\n"
         "processors: [{javascript: {script: x}}]\nsink:\n  kafka: {topicName: out}\n"
+        "replay: {liveProcessors: ignore}\n"  # processors a replay does not run: acknowledged
     )
     f = tmp_path / "p.yaml"
     f.write_text(text)

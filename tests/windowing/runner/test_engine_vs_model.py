@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.engine_harness import GENERATED_COLUMNS, canon, run_engine
-from tests.support.generators import cases, histories, pipelines, silent_gap_histories, split_points
+from tests.support.generators import (
+    cases,
+    histories,
+    pipelines,
+    prewindow_pipelines,
+    silent_gap_histories,
+    split_points,
+)
 from tests.support.outputs import late_events_in
 from tests.support.reference_model import reference_replay
 from windowing.config import parse_pipeline
@@ -49,6 +56,29 @@ def test_engine_matches_model(spark, pipeline, rows, flush, seed):
     assert metrics["late_event_windows"] == len(ref.late_events)  # (event, window) pairs
     assert metrics["late_events"] == late_events_in(ref.late_events)  # distinct events
     assert metrics["rejected_rows"] == len(ref.rejected)
+
+
+@cases(12)
+@given(prewindow_pipelines(), histories(nulls=False), st.booleans(), st.integers(0, 3), st.floats(0, 1))
+def test_derive_and_filter_match_model_shuffled_and_in_pieces(spark, tmp_path_factory, case, rows, flush, seed, cut):
+    """source.derive (a derived key, numeric columns aggregated) and source.filter on
+    generated cases: the model's rows and counts, with the input shuffled and split into
+    Spark partitions, and replayed in two pieces through Parquet state."""
+    pipeline, derive, keep = case
+    rows, columns = _input(pipeline, rows)
+    ref = reference_replay(pipeline, rows, flush_at_end=flush, derive=derive, keep=keep)
+    aggs, late, rejected, _, metrics = run_engine(
+        spark, pipeline, rows, flush_at_end=flush, seed=seed, partitions=seed + 1, columns=columns if not rows else None
+    )
+    assert canon(late) == canon(ref.late_events)
+    assert canon(aggs) == canon(ref.aggregates)
+    assert canon(rejected) == canon(ref.rejected)
+    assert (metrics["input_rows"], metrics["filtered_rows"]) == (len(rows), ref.metrics["filtered_rows"])
+    pieces = split_points(pipeline, rows, [cut])
+    aggs2, late2 = _through_parquet_state(
+        spark, tmp_path_factory.mktemp(f"pre{next(_tmp)}"), pipeline, pieces, flush, columns
+    )
+    assert canon(aggs2) == canon(aggs) and canon(late2) == canon(late)
 
 
 @cases(15)

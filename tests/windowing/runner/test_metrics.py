@@ -501,6 +501,7 @@ def test_replay_metrics_are_the_dict_of_earlier_versions():
         "input_rows": 13,
         "rejected_rows": 3,
         "rejected_by_reason": {"BAD_TIME": 1, "NULL_KEY": 2},
+        "filtered_rows": 0,
         "late_events": 2,
         "late_event_windows": 5,
         "windows_created": 7,
@@ -516,6 +517,7 @@ def test_replay_metrics_are_the_dict_of_earlier_versions():
         "watermark_reached": "1970-01-01T00:00:01+00:00",
         "lateness_ms_percentiles": {"p50": 1.0, "p90": 2.5, "p99": 3.0, "max": 4},
         "voltsp": {name: {"total": n, "by_worker": {"0": n}} for name, n in voltsp.items()},
+        "live_processors_ignored": [],
     }
     assert list(m.to_dict().items()) == list(expected.items())
     assert list(M.ReplayMetrics.from_dict(expected).to_dict().items()) == list(expected.items())
