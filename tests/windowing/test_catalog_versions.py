@@ -337,6 +337,7 @@ def test_the_aggregates_columns_follow_from_the_pipeline(published_versions):
         assert _aggregate_columns(parse_pipeline(yaml.safe_load(text))) == _run_columns(f, version)
 
 
+@pytest.mark.spark  # rewindow in a process of its own, which starts Spark
 def test_the_command_line_rebuilds_a_published_history_and_switches_its_tables(tmp_path):
     """The user's own path, issue 48: a published history, the pipeline changed (an aggregate
     added), ``rewindow backfill`` of the new configuration. It used to commit day 1 and exit 1

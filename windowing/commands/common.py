@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from windowing.runner.session import spark_session
 from windowing.storage.errors import InputError
-from windowing.storage.lake import join, local_path
+from windowing.storage.lake import Lake, join, local_path
 
 
 def spark_args(p: argparse.ArgumentParser) -> None:
@@ -140,7 +140,7 @@ def check_local_paths(args: argparse.Namespace, paths: Iterable[str | None], mis
         return
     for path in paths:
         local = local_path(path) if path else None
-        if local is not None and not os.path.exists(local):
+        if local is not None and not Lake(None).exists(local):
             raise InputError(f"{path}: {missing}")
 
 

@@ -41,6 +41,12 @@ def crc_path(path: str) -> str:
     return os.path.join(head, f".{name}.crc")
 
 
+def text_of(path: str) -> str:
+    """A small local file's text (UTF-8): a record the driver wrote."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def make_folders(path: str) -> None:
     """``path`` and its parents (as Hadoop's ``mkdirs``; an existing folder is fine)."""
     os.makedirs(path, exist_ok=True)

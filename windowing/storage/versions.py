@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from windowing.storage import local_files
 from windowing.storage.lake import Lake, NeedsSpark, join, local_path
 
 VERSIONS = "_versions"
@@ -99,8 +100,7 @@ def _texts(spark: Any, folder: str, names: re.Pattern[str]) -> list[tuple[str, s
             continue
         local = local_path(entry.path)
         if local is not None:
-            with open(local, encoding="utf-8") as f:
-                text = f.read()
+            text = local_files.text_of(local)
         elif spark is None:
             raise NeedsSpark(f"{folder} is not on this machine's disk: reading it needs a Spark session")
         else:
