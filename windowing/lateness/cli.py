@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         REPORT,
         TABLES,
         LatenessOptions,
+        check_analysable,
         parse_delays,
         parse_modes,
     )
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from windowing.storage.outputs import check_output_target  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
 
     pipeline = load_pipeline(args.config)
+    check_analysable(pipeline)  # before Spark starts
     future = (
         None
         if str(args.future_skew).strip().lower() in ("off", "none")

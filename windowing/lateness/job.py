@@ -42,7 +42,7 @@ from windowing.config import Pipeline, WatermarkStrategy
 from windowing.contract import FUTURE_SKEW, IDLE_REASON, KEY_KIND, WINDOW_KIND, WORKER_KIND
 from windowing.lateness.figures import summarise
 from windowing.lateness.latency import latency_figures
-from windowing.lateness.options import Counters, LatenessOptions, LatenessResult, LatenessStateError
+from windowing.lateness.options import Counters, LatenessOptions, LatenessResult, LatenessStateError, check_analysable
 from windowing.lateness.tables import (
     SKEW_ATTRIBUTED_PAIRS,
     SKEW_CAUSED_EVENTS,
@@ -84,6 +84,7 @@ def lateness(
     pipeline configuration and variants, else :class:`LatenessStateError`).
     """
     started = time.monotonic()
+    check_analysable(pipeline)
     flush = pipeline.flush_at_end if options.flush_at_end is None else bool(options.flush_at_end)
     variants = options.variants(pipeline)
     _check_state(pipeline, variants, state, state_figures)

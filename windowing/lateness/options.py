@@ -127,3 +127,17 @@ class LatenessResult:
         for df in self._held:
             df.unpersist()
         self._held = []
+
+
+def check_analysable(pipeline: Pipeline) -> None:
+    """Refuse a pipeline whose ``source.derive`` or ``source.filter`` the analysis does not
+    apply (it reads the raw input): its figures would be of other events than the
+    replay's. Before Spark starts (the command line) or any job (the Dagster asset)."""
+    source = pipeline.source
+    given = [f"source.{name}" for name, on in (("derive", source.derive), ("filter", source.filter)) if on]
+    if given:
+        raise ConfigError(
+            f"pipeline {pipeline.name!r}: rewindow lateness does not apply {' and '.join(given)} yet (it analyses "
+            "the raw input, so its figures would be of other events than the replay's); analyse a copy of the "
+            "pipeline without them"
+        )
