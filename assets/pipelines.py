@@ -510,8 +510,9 @@ def _metadata(spark: "SparkSession", pipeline: Pipeline, part: PartitionResult, 
         },
         # Plotted on the rejected_events asset, as its row count; text here (zero on most days).
         "rejected_rows": dg.MetadataValue.text(f"{m.rejected_rows:,}"),
-        # Rows source.filter dropped before the window (not rejected: the live pipeline drops them too).
-        "filtered_rows": dg.MetadataValue.int(m.filtered_rows),
+        # Rows source.filter dropped before the window (not rejected: the live pipeline drops them too);
+        # plotted only for a pipeline with a filter (without one it is zero by its configuration).
+        **({"filtered_rows": dg.MetadataValue.int(m.filtered_rows)} if pipeline.source.filter else {}),
         # The live pipeline's processors this replay did not run: its outputs stand before them.
         **(
             {"live_processors_ignored": dg.MetadataValue.text(", ".join(m.live_processors_ignored))}

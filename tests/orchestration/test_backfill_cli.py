@@ -199,7 +199,7 @@ def test_a_bad_from_or_to_is_refused_before_spark(history, pipelines_dir, tmp_pa
         (["reconcile", "--replay", "{missing}", "--live", "{here}", "--output", "{out}"], "{missing}: no such folder"),
         (
             ["reconcile", "--replay", "{here}", "--live", "{missing}", "--output", "{out}"],
-            "{missing}: input does not exist",
+            "{missing}: the live aggregates do not exist",
         ),
         (["lateness", "--input", "{missing}", "--output", "{out}"], "{missing}: input does not exist"),
         (["backfill", "--input", "{missing}", "--output", "{out}"], "{missing}: the landing zone does not exist"),

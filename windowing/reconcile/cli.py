@@ -99,7 +99,7 @@ def run(args: Any) -> int:
         # The embedded metastore's settings join --conf (the last of a key wins), as catalog_setup adds its own.
         args.conf = [*conf.items(), *session_conf_for_tables(getattr(args, "metastore_dir", None), conf).items()]
     common.check_local_paths(args, [None if replay_table else args.replay], "no such folder")
-    common.check_local_paths(args, [live_where], "input does not exist")
+    common.check_local_paths(args, [live_where], "the live aggregates do not exist")
     spark = common.spark_for(args)
     inputs = ([] if replay_table else [args.replay]) + ([live_where] if live_where else [])
     check_output_target(spark, args.output, inputs)
