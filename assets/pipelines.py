@@ -408,11 +408,8 @@ def replay_partitions(
     except ChainError as exc:
         raise as_failure(exc) from exc
     if plan.rebuild:
-        newest = max((*plan.current_keys, partition_keys[-1]), key=chain.partitions.start_of)
-        keys = chain.partitions.keys(None, newest)
-        rebuild.switch_if_whole(
-            chain, plan, keys, storage.output_path(), versions.KEEP_VERSIONS, say=lambda line: log.info(line)
-        )
+        keys = plan.whole(chain.partitions, partition_keys[-1])
+        rebuild.switch_if_whole(chain, plan, keys, versions.KEEP_VERSIONS, say=lambda line: log.info(line))
 
 
 def as_failure(exc: ChainError) -> dg.Failure:

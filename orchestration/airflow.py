@@ -140,15 +140,8 @@ class ReplayPartitionOperator(_ChainOperator):
         except ChainError as exc:
             raise AirflowException(str(exc)) from exc
         if self.plan.rebuild and part.committed:  # the interval that completes a rebuild switches it in
-            newest = max((*self.plan.current_keys, key), key=chain.partitions.start_of)
-            rebuild.switch_if_whole(
-                chain,
-                self.plan,
-                chain.partitions.keys(None, newest),
-                self.plan.output_root,
-                versions.KEEP_VERSIONS,
-                say=self.log.info,
-            )
+            whole = self.plan.whole(chain.partitions, key)
+            rebuild.switch_if_whole(chain, self.plan, whole, versions.KEEP_VERSIONS, say=self.log.info)
         m = part.metrics
         return {
             "partition": key,

@@ -33,6 +33,19 @@ class VersionPlan:
     def rebuild(self) -> bool:
         return self.version != self.current
 
+    def whole(self, partitions: Any, last: str) -> list[str]:
+        """A rebuild's partitions: the whole history, from its start through the newest the
+        current version holds, or ``last`` if later."""
+        newest = max((*self.current_keys, last), key=partitions.start_of)
+        return list(partitions.keys(None, newest))
+
+
+def _built_with(spark: Any, root: str, name: str, fingerprint: str) -> tuple[dict[str, Any], bool]:
+    """The commits of the history under ``root``, and whether none was made under another
+    fingerprint than ``fingerprint`` (true when there are none)."""
+    commits = current_commits_under(spark, join(root, name))
+    return commits, {c.fingerprint for c in commits.values()} <= {fingerprint}
+
 
 def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = None) -> VersionPlan:
     """The current version, and the version this backfill builds: the current one while
@@ -41,8 +54,8 @@ def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = N
     name, fingerprint = pipeline.name, pipeline.fingerprint()
     current = versions.current_version(spark, output_root, name)
     read_root = versions.version_root(output_root, name, current)
-    commits = current_commits_under(spark, join(read_root, name))
-    if not commits or {c.fingerprint for c in commits.values()} == {fingerprint}:
+    commits, same = _built_with(spark, read_root, name, fingerprint)
+    if same:
         return VersionPlan(current, current, read_root, read_root, output_root=output_root)
     if rerun_from:
         raise ConfigError(
@@ -54,8 +67,7 @@ def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = N
     for version in reversed(versions.versions(spark, output_root, name)):
         if versions.number(version) <= versions.number(current):
             break
-        found = current_commits_under(spark, join(versions.version_root(output_root, name, version), name))
-        if not found or {c.fingerprint for c in found.values()} == {fingerprint}:
+        if _built_with(spark, versions.version_root(output_root, name, version), name, fingerprint)[1]:
             building = version
             break
     version = building or versions.next_version(spark, output_root, name)
@@ -65,7 +77,7 @@ def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = N
 
 
 def switch_if_whole(
-    chain: Any, plan: VersionPlan, keys: list[str], output_root: str, keep: int, say: Callable[[str], None]
+    chain: Any, plan: VersionPlan, keys: list[str], keep: int, say: Callable[[str], None]
 ) -> versions.Switch | None:
     """Make the rebuilt version current once every partition of ``keys`` (the whole
     history) is committed and current in it: what changed (:func:`windowing.diff.diff` of
@@ -85,7 +97,7 @@ def switch_if_whole(
     with diff(chain.spark, plan.read_root, plan.build_root, pipeline=name) as result:
         summary = result.summary()
     switch = versions.record_switch(
-        chain.spark, output_root, name, plan.version, chain.pipeline.fingerprint(), keys[0], keys[-1], summary
+        chain.spark, plan.output_root, name, plan.version, chain.pipeline.fingerprint(), keys[0], keys[-1], summary
     )
     say(
         f"switched {name!r} from {plan.current} to {plan.version} ({len(keys)} partition(s) {keys[0]}..{keys[-1]}); "
@@ -93,7 +105,7 @@ def switch_if_whole(
     )
     if chain.publisher is not None:
         say("\n".join(f"  {line}" for line in chain.publisher.switch(plan.version)))
-    pruned = versions.prune(chain.spark, output_root, name, keep)
+    pruned = versions.prune(chain.spark, plan.output_root, name, keep)
     for old in pruned:
         if chain.publisher is not None:
             chain.publisher.drop_version(old)

@@ -15,11 +15,14 @@ import argparse
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from windowing.commands import common
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
 from windowing.storage.lake import absolute
+
+if TYPE_CHECKING:
+    from windowing.rebuild import VersionPlan
 
 EXIT_FAILED = 1
 
@@ -177,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 print(summary_table(pipeline.name, keys, chain.commits(keys)))
                 if plan.rebuild:  # built whole, but the run that built it stopped before its switch
-                    rebuild.switch_if_whole(chain, plan, keys, output_root, args.keep_versions, say=_say)
+                    rebuild.switch_if_whole(chain, plan, keys, args.keep_versions, say=_say)
                 return 0
             if at != keys[0]:
                 print(
@@ -185,10 +188,10 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             keys = keys[keys.index(at) :]
-        whole = keys if not plan.rebuild else partitions.keys(None, keys[-1])
+        whole = plan.whole(partitions, keys[-1]) if plan.rebuild else keys
         code = _run(chain, keys, args, summary_table, output_root)
         if code == 0 and plan.rebuild:
-            rebuild.switch_if_whole(chain, plan, whole, output_root, args.keep_versions, say=_say)
+            rebuild.switch_if_whole(chain, plan, whole, args.keep_versions, say=_say)
         elif plan.rebuild:
             print(
                 f"rewindow: {plan.version} of {pipeline.name!r} is not switched in: {plan.current} stays current "
@@ -350,11 +353,10 @@ def _what_changed(chain: Any, before: dict[str, Any], replayed: list[Any]) -> st
     )
 
 
-def _rebuild_range(plan: Any, partitions: Any, keys: list[str], args: argparse.Namespace) -> list[str]:
+def _rebuild_range(plan: VersionPlan, partitions: Any, keys: list[str], args: argparse.Namespace) -> list[str]:
     """A rebuild's partitions: the whole history, from its start through the newest the
     current version holds (or ``keys``' last, if later)."""
-    newest = max((*plan.current_keys, keys[-1]), key=partitions.start_of)
-    whole: list[str] = partitions.keys(None, newest)
+    whole = plan.whole(partitions, keys[-1])
     if args.first and whole[0] != keys[0]:
         print(
             f"rewindow: note: --from {args.first}: a rebuild replays the whole history, from {whole[0]}",
