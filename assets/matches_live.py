@@ -199,7 +199,7 @@ def _mismatch_table(pipeline: Pipeline, result: ReconcileResult) -> str:
     if not total:
         return "No mismatches: every window emission matches the live output."
     mismatches = result.mismatches
-    named = [c for c in (pipeline.source.worker, pipeline.window.key) if c and c in mismatches.columns]
+    named = [c for c in pipeline.id_columns if c in mismatches.columns]
     rows = (
         mismatches.orderBy("window_start", *named, "emission", "category")
         .limit(MISMATCH_ROWS)

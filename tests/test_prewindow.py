@@ -28,7 +28,11 @@ DAYS = ("2024-05-06", "2024-05-07")
 
 #: The live pipeline's processors, written as rewindow's derive and filter.
 BEFORE = {
-    "derive": {"amount_eur": "amount * 0.92", "user_key": "concat(user_id, '-x')"},
+    "derive": {
+        "amount_eur": "amount * 0.92",
+        "user_key": "concat(user_id, '-x')",
+        "tier": "if(amount >= 10, 'high', 'low')",
+    },
     "filter": "amount_eur > 9.5 AND partition = 0 OR amount_eur < 2",
 }
 
@@ -36,7 +40,12 @@ BEFORE = {
 def _by_hand(row: dict) -> dict | None:
     """``BEFORE`` in Python: the derived row, or None when the filter drops it."""
     eur = None if row["amount"] is None else row["amount"] * 0.92
-    row = {**row, "amount_eur": eur, "user_key": None if row["user_id"] is None else row["user_id"] + "-x"}
+    row = {
+        **row,
+        "amount_eur": eur,
+        "user_key": None if row["user_id"] is None else row["user_id"] + "-x",
+        "tier": "high" if row["amount"] is not None and row["amount"] >= 10 else "low",  # SQL's if: null is false
+    }
     keep = eur is not None and (eur > 9.5 and row["partition"] == 0 or eur < 2)
     return row if keep else None
 
@@ -46,7 +55,7 @@ def _doc(before: bool) -> dict:
     doc.pop("reconcile")
     doc["source"].pop("path")
     window = doc["emitter"]["tumbling-time-window"]
-    window["keyExtractor"] = "user_key"
+    window["keyExtractor"] = ["user_key", "tier"]  # a key of two columns, both derived
     window["aggregateDefinition"] = [{"type": "count"}, {"type": "sum", "column": "amount_eur"}]
     if before:
         doc["source"].update(copy.deepcopy(BEFORE))
@@ -63,7 +72,9 @@ def zones(tmp_path_factory):
     for day in DAYS:
         table = pq.read_table(base / "raw" / f"date={day}")
         kept = [r for r in map(_by_hand, table.to_pylist()) if r is not None]
-        schema = table.schema.append(pa.field("amount_eur", pa.float64())).append(pa.field("user_key", pa.string()))
+        schema = table.schema
+        for name, type_ in (("amount_eur", pa.float64()), ("user_key", pa.string()), ("tier", pa.string())):
+            schema = schema.append(pa.field(name, type_))
         (base / "hand" / f"date={day}").mkdir(parents=True)
         pq.write_table(pa.Table.from_pylist(kept, schema=schema), base / "hand" / f"date={day}" / "part-0.parquet")
     for name, before in (("with.yaml", True), ("without.yaml", False)):
@@ -105,12 +116,26 @@ def test_replay_of_derive_and_filter_equals_the_input_derived_by_hand(spark, zon
 
 
 def test_backfill_of_derive_and_filter_equals_the_input_derived_by_hand(spark, zones):
+    printed = {}
     for config, zone, out in (("with.yaml", "raw", "b1"), ("without.yaml", "hand", "b2")):
-        rc, _, err = rewindow(
+        rc, printed[out], err = rewindow(
             "backfill", "--config", zones / config, "--input", zones / zone, "--output", zones / out,
             "--from", DAYS[0], "--to", DAYS[-1],
         )  # fmt: skip
         assert rc == 0, err
+    # The rows the filter dropped are in the backfill's lines and table, and in status's table.
+    raw = {day: pq.read_table(zones / "raw" / f"date={day}").num_rows for day in DAYS}
+    hand = {day: pq.read_table(zones / "hand" / f"date={day}").num_rows for day in DAYS}
+    rc, status, err = rewindow("status", "--output", zones / "b1")
+    assert rc == 0, err
+    for out in (printed["b1"], status):
+        header = next(line for line in out.splitlines() if line.strip().startswith("partition"))
+        names = header.split()
+        assert names[names.index("events") + 1] == "filtered", header
+        for day in DAYS:
+            line = next(line for line in out.splitlines() if line.split()[:1] == [day])  # the table's row
+            assert f"{raw[day]:,}" in line.split() and f"{raw[day] - hand[day]:,}" in line.split(), line
+    assert "filtered" not in printed["b2"]
     one = sorted(p for p in (zones / "b1").rglob("aggregates") if p.is_dir())
     two = sorted(p for p in (zones / "b2").rglob("aggregates") if p.is_dir())
     assert len(one) == len(two) >= 2
@@ -144,6 +169,8 @@ def test_conservation_counts_the_filtered_rows(spark, zones):
 def _with(**source) -> dict:
     doc = _doc(True)
     doc["source"].update(source)
+    if isinstance(doc["source"]["derive"], dict):  # the key's second column
+        doc["source"]["derive"] = {"tier": "'low'", **doc["source"]["derive"]}
     return doc
 
 
@@ -256,3 +283,48 @@ def test_lateness_refuses_a_pipeline_it_would_analyse_unfiltered(tmp_path, monke
     rc, _, err = rewindow("lateness", "--config", config, "--input", tmp_path, "--output", tmp_path / "out")
     assert rc == 2 and "rewindow lateness does not apply source.derive and source.filter yet" in err, err
     check_analysable(parse_pipeline(_doc(False)))  # without them: analysed as before
+
+
+def test_a_dagster_run_of_derive_and_filter_equals_the_input_derived_by_hand(spark, zones):
+    """The replay asset over the raw zone with derive, filter and a key of two columns, and
+    over the zone derived by hand without them: the same rows, partition by partition, and
+    the filtered rows in the materializations' metadata."""
+    import dagster as dg
+
+    from assets.resources import StorageResource
+    from orchestration.definitions import build_definitions
+    from orchestration.partitions import PartitionSettings
+    from orchestration.schedules import REPLAY_JOB
+
+    folders = {}
+    for config, zone in (("with.yaml", "raw"), ("without.yaml", "hand")):
+        pipelines = zones / f"dagster-{zone}"
+        pipelines.mkdir()
+        (pipelines / "clicks-hourly.yaml").write_text((zones / config).read_text())
+        storage = StorageResource(
+            landing_zone=str(zones / zone), pipelines_dir=str(pipelines), output_root=str(zones / f"d-{zone}")
+        )
+        defs = build_definitions(
+            storage=storage, partitions=PartitionSettings(grain="daily", start=DAYS[0], end="2024-05-08")
+        )
+        instance = dg.DagsterInstance.ephemeral()
+        result = defs.resolve_job_def(REPLAY_JOB).execute_in_process(
+            instance=instance,
+            tags={"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[-1]},
+            raise_on_error=False,
+        )
+        assert result.success
+        key = dg.AssetKey(["clicks_hourly", "windowed_aggregates"])
+        events = instance.fetch_materializations(key, limit=10).records
+        filtered = {e.partition_key: e.asset_materialization.metadata.get("filtered_rows") for e in events}
+        assert set(filtered) == set(DAYS)
+        if zone == "raw":
+            raw = {day: pq.read_table(zones / "raw" / f"date={day}").num_rows for day in DAYS}
+            hand = {day: pq.read_table(zones / "hand" / f"date={day}").num_rows for day in DAYS}
+            assert {k: v.value for k, v in filtered.items()} == {day: raw[day] - hand[day] for day in DAYS}
+        else:
+            assert set(filtered.values()) == {None}  # no filter: no filtered_rows to plot
+        folders[zone] = sorted(p for p in (zones / f"d-{zone}").rglob("aggregates") if p.is_dir())
+    assert len(folders["raw"]) == len(folders["hand"]) >= 2
+    for a, b in zip(folders["raw"], folders["hand"]):
+        assert _rows(spark, a) == _rows(spark, b)

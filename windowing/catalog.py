@@ -208,7 +208,7 @@ def _aggregate_columns(pipeline: Any) -> list[str] | None:
     :func:`windowing.config.arrow_schemas.aggregates_schema` makes them: they follow from the
     pipeline alone (some of their types follow the input's). None for a pipeline stand-in."""
     try:
-        keys = [c for c in (pipeline.source.worker, pipeline.window.key) if c]
+        keys = list(pipeline.id_columns)
         names = [a.name for a in pipeline.aggregates]
     except AttributeError:
         return None

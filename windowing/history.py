@@ -41,18 +41,22 @@ def stored_history(spark: Any, output_root: str, pipeline_name: str) -> tuple[st
 
 
 def summary_table(pipeline_name: str, keys: Sequence[str], commits: dict[str, Any]) -> str:
-    """The per-partition table ``rewindow backfill`` and the demo end with."""
-    header = f"{'partition':<18}{'events':>10}{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}"
+    """The per-partition table ``rewindow backfill``, ``rewindow status`` and the demo end
+    with; a ``filtered`` column when a partition's ``source.filter`` dropped rows."""
+    metrics = {key: ReplayMetrics.from_dict(c.metrics) for key, c in commits.items() if key in keys}
+    filtered = any(m.filtered_rows for m in metrics.values())
+    header = f"{'partition':<18}{'events':>10}" + (f"{'filtered':>10}" if filtered else "")
+    header += f"{'emitted':>10}{'late':>8}{'rejected':>10}{'open':>8}"
     lines = [f"  {header}  watermark reached"]
     for key in keys:
-        commit = commits.get(key)
-        if commit is None:
-            lines.append(f"  {key:<18}{'(not committed)':>46}")
+        m = metrics.get(key)
+        if m is None:
+            lines.append(f"  {key:<18}{'(not committed)':>{56 if filtered else 46}}")
             continue
-        m = ReplayMetrics.from_dict(commit.metrics)
         lines.append(
-            f"  {key:<18}{m.input_rows:>10,}{m.windows_emitted:>10,}"
-            f"{m.late_events:>8,}{m.rejected_rows:>10,}{m.open_windows:>8,}"
+            f"  {key:<18}{m.input_rows:>10,}"
+            + (f"{m.filtered_rows:>10,}" if filtered else "")
+            + f"{m.windows_emitted:>10,}{m.late_events:>8,}{m.rejected_rows:>10,}{m.open_windows:>8,}"
             f"  {m.watermark_reached}"
         )
     return "\n".join(lines)

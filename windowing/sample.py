@@ -199,11 +199,13 @@ def write_sample_live(
     Returns the differences made, in kind order.
 
     Raises:
-        ConfigError: the pipeline has no ``reconcile:`` block.
+        ConfigError: the pipeline has no ``reconcile:`` block, or a key of several columns.
     """
     spec = pipeline.reconcile
     if spec is None:
         raise ConfigError(f"pipeline {pipeline.name!r} has no reconcile: block to name the live columns by")
+    if len(pipeline.window.keys) > 1:
+        raise ConfigError(f"pipeline {pipeline.name!r}: the sample live output is made for a key of one column")
     result = replay(spark, pipeline, events_df)
     try:
         windows = result.aggregates.where(
@@ -214,7 +216,7 @@ def write_sample_live(
         cols = spec.columns
         named = [
             (pipeline.source.worker, cols.worker),
-            (pipeline.window.key, cols.key),
+            *zip(pipeline.window.keys, cols.keys),
             ("window_start", cols.window_start),
             ("window_end", cols.window_end),
             ("emission", cols.emission),
@@ -248,12 +250,17 @@ def _sample_aggregates(
     return count, total
 
 
+def _key(pipeline: Pipeline) -> str | None:
+    """The key's one column (the sample live output is made for a key of one column)."""
+    return pipeline.window.keys[0] if pipeline.window.keys else None
+
+
 def _pick_differences(pipeline: Pipeline, spec: ReconcileSpec, windows: Any, late_events: Any) -> list[KnownDifference]:
     """Choose the window of each kind (see :func:`write_sample_live`): one Spark job ranks
     a few candidate windows per day (:func:`_candidates`), then each kind takes the first
     that fits, each kind starting on its own day."""
     count, total = _sample_aggregates(pipeline, spec, windows)
-    worker, key = pipeline.source.worker, pipeline.window.key
+    worker, key = pipeline.source.worker, _key(pipeline)
     by_day: dict[Any, list[Any]] = {}
     for r in sorted(
         _candidates(pipeline, windows, late_events, count, total), key=lambda r: (r["__day"], r["__late"], r["__rank"])
@@ -302,7 +309,7 @@ def _candidates(
     their identity: windows emitted once, within one day, with non-null ids. One Spark job;
     the rows carry their identity, the count and sum aggregates and the late events' count
     and sum."""
-    worker, key = pipeline.source.worker, pipeline.window.key
+    worker, key = pipeline.source.worker, _key(pipeline)
     ids = [c for c in (worker, key) if c] + ["window_start", "window_end"]
     arrival = pipeline.source.arrival_time
     late = late_events.groupBy(*ids).agg(
@@ -401,7 +408,7 @@ def _with_differences(pipeline: Pipeline, windows: Any, made: list[KnownDifferen
             & (F.unix_millis("window_end") == F.lit(d.window_end_ms))
             & (F.col("emission") == F.lit(d.emission))
         )
-        for c, v in ((pipeline.source.worker, d.worker), (pipeline.window.key, d.key)):
+        for c, v in ((pipeline.source.worker, d.worker), (_key(pipeline), d.key)):
             if c:
                 cond = cond & (col(c) == F.lit(v))
         return cond

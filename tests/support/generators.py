@@ -68,6 +68,10 @@ def decimal_values(precision: int, scale: int) -> list[Decimal]:
 FIRST_LAST = [{"type": "first", "column": "tag"}, {"type": "last", "column": "qty"}]
 
 
+#: ``keyExtractor`` of generated pipelines with a key: one column (twice as often), or
+#: several, of strings and integers with nulls, in either order.
+KEYS = ["user", "user", ["user", "qty"], ["tag", "user", "qty"], ["qty", "tag"]]
+
 #: ``replay.heartbeat`` of generated pipelines (None: not given, the default 60 s):
 #: shorter than the silent gaps and idle timeouts of :func:`histories`, and off.
 HEARTBEATS = [None, "1s", "2s", "5s", "1500ms", "0s"]
@@ -115,7 +119,8 @@ def pipelines(
     if "idleTimeout" in tc and event_time and (processing_idle or draw(st.booleans())):
         tc["idleTimeoutClock"] = "PROCESSING_TIME"
     if draw(st.booleans()):
-        window["keyExtractor"] = "user"
+        # A key of one column, or of several (issue 49): a null in any part is part of the key.
+        window["keyExtractor"] = draw(st.sampled_from(KEYS))
     window["timeConfig"] = tc
     aggs = draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=5, unique_by=lambda a: repr(a)))
     if first_last:
@@ -353,8 +358,9 @@ def prewindow_pipelines(draw):
         window["windowSpan"] = f"{w.span_ms}ms"
         if w.slide_ms:
             window["windowSlide"] = f"{w.slide_ms}ms"
-    if draw(st.booleans()):
-        window["keyExtractor"] = "user_x"
+    window["keyExtractor"] = draw(st.sampled_from([None, "user_x", ["user_x", "qty10"], ["tag", "user_x"]]))
+    if window["keyExtractor"] is None:
+        del window["keyExtractor"]
     window["timeConfig"] = tc
     window["aggregateDefinition"] = [
         {"type": "count"},

@@ -96,7 +96,7 @@ def local_replay(
     table = events_table(valid, types)
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(spec, state.rows, types)], promote_options="default")
-    subs = key_partitions(table, [c for c in (wcol, None if by_worker else w.key) if c], partitions)
+    subs = key_partitions(table, [c for c in (wcol, *(() if by_worker else w.keys)) if c], partitions)
     counters: dict = {}
     if slices is not None:
         outs = [
@@ -287,7 +287,7 @@ def _resolved(counters: dict) -> dict:
 
 
 def _state_rows(spec, st: pa.Table, types) -> pa.Table:
-    keep = [c for c in (spec.worker_col, spec.key_col) if c]
+    keep = list(spec.id_cols)
     kind = {"key": K.STATE_KEY, "window": K.STATE_WINDOW, "emitted": K.STATE_EMITTED}
     cols = {c: st[c] for c in keep}
     for c in st.column_names:

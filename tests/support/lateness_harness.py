@@ -98,10 +98,7 @@ def local_lateness(
     table = table.append_column(SKEWED, pa.array(skewed, pa.bool_()))
     if state is not None and state.rows.num_rows:
         table = pa.concat_tables([table, _state_rows(pipeline, state.rows)], promote_options="default")
-    results = [
-        analyse(sub, wi)
-        for sub in key_partitions(table, [c for c in (pipeline.source.worker, pipeline.window.key) if c], partitions)
-    ]
+    results = [analyse(sub, wi) for sub in key_partitions(table, list(pipeline.id_columns), partitions)]
     schemas = output_schemas(wi)
     tables = {
         name: pa.concat_tables([getattr(r, name).cast(schemas[name]) for r in results])
@@ -153,7 +150,7 @@ def local_lateness(
 
 def _state_rows(pipeline, st: pa.Table) -> pa.Table:
     """The carried state of every variant as kernel input rows (``engine`` does it in Spark)."""
-    keep = [c for c in (pipeline.source.worker, pipeline.window.key) if c]
+    keep = list(pipeline.id_columns)
     kind = {"key": K.STATE_KEY, "window": K.STATE_WINDOW, "emitted": K.STATE_EMITTED}
     cols = {c: st[c] for c in keep}
     for c in st.column_names:

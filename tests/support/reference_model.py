@@ -408,7 +408,10 @@ class _Replay:
         tiebreak = tuple((row.get(c) is not None, row.get(c)) for c in src.arrival_order)  # nulls first
         rest = tuple(_value_order(row.get(c)) for c in sorted(row))  # §2: then the remaining columns
         order = (batch, arrival, tiebreak, rest)
-        key = _identity(row.get(w.key)) if w.key else None
+        # A key of several columns is the tuple of their values (a null in any part is part
+        # of the key, as a null key is).
+        parts = tuple(_identity(row.get(c)) for c in w.keys)
+        key = (parts[0] if len(parts) == 1 else parts) if parts else None
         return _Event(row, worker, key, batch, arrival, event, order)
 
     def run(self, rows: list[dict], flush_at_end: bool) -> None:
@@ -612,8 +615,10 @@ class _Replay:
         row: dict[str, Any] = {}
         if self.p.source.worker:
             row[self.p.source.worker] = worker
-        if self.w.key:
-            row[self.w.key] = key
+        if len(self.w.keys) == 1:
+            row[self.w.keys[0]] = key
+        else:
+            row.update(zip(self.w.keys, key or ()))
         row["window_start"], row["window_end"] = bounds
         for a in self.p.aggregates:
             row[a.name] = _final(a, acc[a.name], self.decimals.get(a.column))

@@ -272,8 +272,9 @@ def _run(
                 description=keys[done] if done < len(keys) else part.key,
             )
             verdict = "committed" if part.committed else f"FAILED {', '.join(part.lineage.failed_checks)}"
+            filtered = f"{m.filtered_rows:,} filtered, " if m.filtered_rows else ""
             progress.console.print(
-                f"  {part.key}: {m.input_rows:,} events, {m.windows_emitted:,} windows emitted, "
+                f"  {part.key}: {m.input_rows:,} events, {filtered}{m.windows_emitted:,} windows emitted, "
                 f"{m.late_events:,} late, {m.rejected_rows:,} rejected in {part.seconds:.1f}s: "
                 f"{verdict}"
             )

@@ -93,13 +93,20 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
             f"pipeline {name!r} ({grain} partitions from {start}), version {current}, in {chain.pipeline_dir}"
             + (f"; tables {catalog.database}.{catalog.table}_*" if publisher is not None else "")
         )
-        print(f"  {'partition':<18}{'status':<13}{'events':>10}{'emitted':>10}  detail")
+        # The rows source.filter dropped, once a partition has some (input = filtered + rejected + replayed).
+        filtered = any(s.metrics is not None and s.metrics.filtered_rows for s in rows)
+        print(
+            f"  {'partition':<18}{'status':<13}{'events':>10}"
+            + (f"{'filtered':>10}" if filtered else "")
+            + f"{'emitted':>10}  detail"
+        )
         for s in rows:
             m = s.metrics
             tables = f"; {_published(publisher, s.key)}" if publisher is not None else ""
             print(
                 f"  {s.key:<18}{s.status:<13}{f'{m.input_rows:,}' if m is not None else '':>10}"
-                f"{f'{m.windows_emitted:,}' if m is not None else '':>10}  {s.detail}{tables}"
+                + (f"{f'{m.filtered_rows:,}' if m is not None else '':>10}" if filtered else "")
+                + f"{f'{m.windows_emitted:,}' if m is not None else '':>10}  {s.detail}{tables}"
             )
         counts = {st: sum(1 for s in rows if s.status == st) for st in dict.fromkeys(s.status for s in rows)}
         print("  " + ", ".join(f"{n} {st}" for st, n in counts.items()))

@@ -87,7 +87,7 @@ def aggregate_state_fields(
 
 def key_fields(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> list[pa.Field]:
     """The worker and key columns, as the input has them."""
-    return [pa.field(c, input_types[c]) for c in (pipeline.source.worker, pipeline.window.key) if c]
+    return [pa.field(c, input_types[c]) for c in pipeline.id_columns]
 
 
 def aggregates_schema(pipeline: Pipeline, input_types: Mapping[str, pa.DataType]) -> pa.Schema:

@@ -31,7 +31,11 @@ def column_uses(pipeline: Pipeline) -> list[ColumnBinding]:
         *[(f"arrivalOrder[{i}]", f"source.arrivalOrder[{i}]", c) for i, c in enumerate(src.arrival_order)],
         ("batch", "source.batch.column", src.batch_column),
         ("worker", "source.worker", src.worker),
-        ("keyExtractor", f"{wf}.keyExtractor", w.key),
+        *(
+            [("keyExtractor", f"{wf}.keyExtractor", w.keys[0])]
+            if len(w.keys) == 1
+            else [(f"keyExtractor[{i}]", f"{wf}.keyExtractor[{i}]", c) for i, c in enumerate(w.keys)]
+        ),
         ("eventTimeExtractor", f"{wf}.timeConfig.eventTimeExtractor", w.event_time),
         *[
             (f"aggregate[{i}]", f"{wf}.aggregateDefinition[{i}].column", a.column)
@@ -122,10 +126,15 @@ def _output_owners(
         return [_OutputColumn(c, "", f"the column {c!r} rewindow adds") for c in names]
 
     ids = []
-    for role, column in (("worker", source.worker), ("key", window.key)):
-        if column:
-            field_ = labels.get(role, "source.worker" if role == "worker" else f"{wf}.keyExtractor")
-            ids.append(_OutputColumn(column, field_, f"the {role} column {column!r}"))
+    if source.worker:
+        field_ = labels.get("worker", "source.worker")
+        ids.append(_OutputColumn(source.worker, field_, f"the worker column {source.worker!r}"))
+    for i, column in enumerate(window.keys):
+        if len(window.keys) == 1:
+            field_ = labels.get("key", f"{wf}.keyExtractor")
+        else:
+            field_ = labels.get(("key", i), f"{wf}.keyExtractor[{i}]")
+        ids.append(_OutputColumn(column, field_, f"the key column {column!r}"))
     aggs, partials = [], []
     for i, a in enumerate(aggregates):
         field_ = labels.get(("aggregate", i), f"{wf}.aggregateDefinition[{i}].name")

@@ -567,7 +567,7 @@ def _parse_window(
 
     span, slide, offset, max_dur = _window_extent(wtype, w, f)
     idle = _idle_timeout(wtype, w, tc, f)
-    key, _ = columns.resolve(w.get("keyExtractor"), f"{f}.keyExtractor", "keyExtractor")
+    keys = _key_columns(w.get("keyExtractor"), f"{f}.keyExtractor", columns)
     event_time, _ = columns.resolve(
         tc.get("eventTimeExtractor"), f"{f}.timeConfig.eventTimeExtractor", "eventTimeExtractor"
     )
@@ -589,7 +589,7 @@ def _parse_window(
         slide_ms=slide,
         offset_ms=offset,
         maximum_duration_ms=max_dur,
-        key=key,
+        keys=keys,
         event_time=event_time,
         watermark_strategy=strategy,
         delay_ms=delay,
@@ -600,10 +600,33 @@ def _parse_window(
     aggregates, agg_fields = _parse_aggregates(w.get("aggregateDefinition"), f"{f}.aggregateDefinition", columns)
     labels: dict[str | tuple[str, int], str] = {
         "worker": "source.worker",
-        "key": f"{f}.keyExtractor",
+        **(
+            {"key": f"{f}.keyExtractor"}
+            if len(keys) == 1
+            else {("key", i): f"{f}.keyExtractor[{i}]" for i in range(len(keys))}
+        ),
         **{("aggregate", i): fi for i, fi in enumerate(agg_fields)},
     }
     return window, aggregates, labels
+
+
+def _key_columns(v: Any, f: str, columns: ColumnMap) -> tuple[str, ...]:
+    """``keyExtractor``'s columns: one name (or extractor), or a list of them for a key of
+    several columns (each part resolved as one would be)."""
+    if not isinstance(v, list):
+        key, _ = columns.resolve(v, f, "keyExtractor")
+        return (key,) if key else ()
+    if not v:
+        raise ConfigError(f"{f}: an empty list; name the key's columns, or leave keyExtractor out for no key")
+    keys: list[str] = []
+    for i, part in enumerate(v):
+        key, _ = columns.resolve(part, f"{f}[{i}]", f"keyExtractor[{i}]")
+        if key is None:
+            raise ConfigError(f"{f}[{i}]: {part!r} must be a column name")
+        if key in keys:
+            raise ConfigError(f"{f}[{i}]: column {key!r} is already part of the key ({f}[{keys.index(key)}])")
+        keys.append(key)
+    return tuple(keys)
 
 
 def _window_extent(wtype: WindowType, w: Mapping[str, Any], f: str) -> tuple[int | None, int | None, int, int | None]:

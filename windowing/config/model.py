@@ -156,13 +156,20 @@ class Window:
     slide_ms: int | None = None
     offset_ms: int = 0
     maximum_duration_ms: int | None = None
-    key: str | None = None
+    #: ``keyExtractor``: the key's columns (one, several for a key of several columns, or
+    #: none: one window per worker).
+    keys: tuple[str, ...] = ()
     event_time: str | None = None
     watermark_strategy: WatermarkStrategy = WatermarkStrategy.MIN_EVENT_TIME
     delay_ms: int = 0
     idle_timeout_ms: int | None = None
     idle_clock: Clock = Clock.PROCESSING_TIME
     lateness: Lateness = Lateness.WINDOW_CLOSED
+
+    @property
+    def key_label(self) -> str:
+        """The key's columns as a message names them: ``account`` or ``(account, region)``."""
+        return self.keys[0] if len(self.keys) == 1 else f"({', '.join(self.keys)})"
 
     @property
     def gap_ms(self) -> int:
@@ -229,11 +236,17 @@ class Pipeline:
         return self.heartbeat_ms
 
     @property
+    def id_columns(self) -> tuple[str, ...]:
+        """The columns that tell one (worker, key) from another: the worker's, then the
+        key's (a window belongs to one of each)."""
+        return tuple(c for c in (self.source.worker, *self.window.keys) if c)
+
+    @property
     def input_columns(self) -> tuple[str, ...]:
         """Every input column the configuration names, in a stable order (a name
         ``source.derive`` gives is not one: the replay computes it)."""
         cols: list[str] = [self.source.arrival_time, *self.source.arrival_order]
-        for c in (self.source.batch_column, self.source.worker, self.window.key, self.window.event_time):
+        for c in (self.source.batch_column, self.source.worker, *self.window.keys, self.window.event_time):
             if c:
                 cols.append(c)
         cols += [a.column for a in self.aggregates if a.column]
@@ -258,7 +271,7 @@ class Pipeline:
                 and not (k in ("max_future_skew_ms", "filter") and v is None)
                 and not (k == "derive" and not v)
             },
-            "window": asdict(self.window),
+            "window": _window_meaning(self.window),
             "aggregates": [asdict(a) for a in self.aggregates],
         }
         # The heartbeat changes the replay only where it flushes idle keys; elsewhere (and
@@ -273,3 +286,13 @@ class Pipeline:
             semantic["triggers"] = sorted(t.value for t in self.triggers)
         blob = json.dumps(semantic, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _window_meaning(window: Window) -> dict[str, Any]:
+    """The window's fields for the fingerprint: a key of one column (or none) as the one
+    ``key`` field it was before keys of several columns existed, so state carried by those
+    pipelines stays valid."""
+    d = asdict(window)
+    keys = d.pop("keys")
+    d["key"] = keys[0] if len(keys) == 1 else (list(keys) if keys else None)
+    return d

@@ -45,7 +45,8 @@ class LiveColumns:
     YAML (their columns are the replay's own names), for messages.
     """
 
-    key: str | None
+    #: The live column of each of the key's columns, in ``keyExtractor``'s order.
+    keys: tuple[str, ...]
     window_start: str = "window_start"
     window_end: str = "window_end"
     aggregates: tuple[tuple[str, str], ...] = ()
@@ -59,7 +60,7 @@ class LiveColumns:
         f = f"{_RECONCILE_FIELD}.columns"
         named = [
             ("worker", self.worker),
-            ("key", self.key),
+            *([("key", self.keys[0])] if len(self.keys) == 1 else [(f"key[{i}]", k) for i, k in enumerate(self.keys)]),
             ("windowStart", self.window_start),
             ("windowEnd", self.window_end),
             ("emission", self.emission),
@@ -193,7 +194,7 @@ def _parse_columns(c: Mapping[str, Any], pipeline: Pipeline) -> LiveColumns:
             raise ConfigError(f"{f}.{name}: {v!r} must be a column name")
         return v.strip()
 
-    if "key" in c and pipeline.window.key is None:
+    if "key" in c and not pipeline.window.keys:
         raise ConfigError(f"{f}.key: the pipeline has no keyExtractor, so its windows have no key to match")
     if "worker" in c and pipeline.source.worker is None:
         raise ConfigError(f"{f}.worker: the pipeline has no source.worker, so its windows have no worker to match")
@@ -221,7 +222,7 @@ def _parse_columns(c: Mapping[str, Any], pipeline: Pipeline) -> LiveColumns:
             pairs.append((name, col.strip()))
         aggregates = tuple(pairs)
     columns = LiveColumns(
-        key=column("key", pipeline.window.key),
+        keys=_live_keys(c, f, pipeline, defaulted),
         worker=column("worker", None),
         # a non-None default: never None
         window_start=cast(str, column("windowStart", "window_start")),
@@ -237,6 +238,32 @@ def _parse_columns(c: Mapping[str, Any], pipeline: Pipeline) -> LiveColumns:
         if first != fld:
             raise ConfigError(f"{fld}: live column {col!r} is already mapped by {first}; each field needs its own")
     return columns
+
+
+def _live_keys(c: Mapping[str, Any], f: str, pipeline: Pipeline, defaulted: set[str]) -> tuple[str, ...]:
+    """``columns.key``: the live column of the key (a name), or of each of its columns (a
+    list, in ``keyExtractor``'s order, for a key of several); the replay's names when absent."""
+    keys = pipeline.window.keys
+    v = c.get("key")
+    if v is None:
+        if keys:
+            defaulted.update([f"{f}.key"] if len(keys) == 1 else [f"{f}.key[{i}]" for i in range(len(keys))])
+        return keys
+    if len(keys) == 1:
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(f"{f}.key: {v!r} must be a column name")
+        return (v.strip(),)
+    if not isinstance(v, list) or len(v) != len(keys):
+        raise ConfigError(
+            f"{f}.key: the key has {len(keys)} columns ({', '.join(keys)}); "
+            f"name the live column of each, in that order, as a list of {len(keys)} names"
+        )
+    out = []
+    for i, name in enumerate(v):
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{f}.key[{i}]: {name!r} must be a column name")
+        out.append(name.strip())
+    return tuple(out)
 
 
 def _number(v: Any, f: str) -> float:
@@ -258,9 +285,13 @@ def _refuse_clashes(pipeline: Pipeline, columns: LiveColumns) -> None:
     taken = {c.lower() for c in MISMATCH_COLUMNS}
     for name, _ in columns.aggregates:
         taken |= {f"live_{name}".lower(), f"replay_{name}".lower()}
+    key_field = f"emitter.{pipeline.window.type.value}.keyExtractor"
     for fld, col in (
         ("source.worker", pipeline.source.worker),
-        (f"emitter.{pipeline.window.type.value}.keyExtractor", pipeline.window.key),
+        *[
+            (key_field + (f"[{i}]" if len(pipeline.window.keys) > 1 else ""), k)
+            for i, k in enumerate(pipeline.window.keys)
+        ],
     ):
         if col and col.lower() in taken:
             raise ConfigError(

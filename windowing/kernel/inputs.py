@@ -119,7 +119,7 @@ def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
     if "__evt" not in names:
         evt = _epoch_ms(table[w.event_time]) if w.event_time else table["__arr"].to_numpy()
         table = table.append_column("__evt", pa.array(evt))
-    for c in {spec.key_col, spec.worker_col} - {None}:
+    for c in spec.id_cols:
         if c in names:
             table = table.set_column(names.index(c), table.schema.field(c), one_nan(table[c]))
     if "__batch" not in names:
@@ -155,20 +155,15 @@ class KeyIds:
         n = table.num_rows
         self.kind = table["__kind"].to_numpy().astype(np.int8)
         codes = []
-        for c in (spec.worker_col, spec.key_col):
-            if c and KEY_ID not in table.column_names:
-                codes.append(group_codes(table[c]))
+        if KEY_ID not in table.column_names:
+            codes = [group_codes(table[c]) for c in spec.id_cols]
         if KEY_ID in table.column_names:  # ids of a table these rows were taken from: made dense again
             ids = as_int64(table[KEY_ID])
             seen = np.zeros(int(ids.max(initial=-1)) + 1, dtype=np.int64)
             seen[ids] = 1
             self.gid = (np.cumsum(seen) - 1)[ids]
         elif codes:
-            enc = codes[0] + 1
-            if len(codes) == 2:
-                enc = enc * (codes[1].max(initial=0) + 2) + codes[1] + 1
-            # Dense ids by hashing (no sort): the ids' order carries no meaning.
-            self.gid = pc.dictionary_encode(pa.array(enc, pa.int64())).indices.to_numpy().astype(np.int64)
+            self.gid = _combined_ids(codes)
         else:
             self.gid = np.zeros(n, dtype=np.int64)
         self.n = int(self.gid.max()) + 1 if n else 0
@@ -192,7 +187,25 @@ class KeyIds:
 
     def take_key_columns(self, gids: np.ndarray, spec: Spec) -> dict[str, pa.Array]:
         rows = pa.array(self.rep_row[gids])
-        return {c: self.table[c].take(rows) for c in (spec.worker_col, spec.key_col) if c}
+        return {c: self.table[c].take(rows) for c in spec.id_cols}
+
+
+def _combined_ids(codes: list[np.ndarray]) -> np.ndarray:
+    """Dense ids of the distinct tuples of per-column codes (:func:`group_codes`: an
+    integer column is its own code, of any sign and size), by hashing (no sort): the ids'
+    order carries no meaning. Each column's codes are made dense first and the tuple is
+    combined one column at a time, made dense again, so no two tuples mix to one value
+    and the mixed value stays within int64."""
+    gid = _dense(codes[0])
+    for more in codes[1:]:
+        dense = _dense(more)
+        gid = _dense(gid * (int(dense.max(initial=0)) + 1) + dense)
+    return gid
+
+
+def _dense(codes: np.ndarray) -> np.ndarray:
+    dense: np.ndarray = pc.dictionary_encode(pa.array(codes, pa.int64())).indices.to_numpy().astype(np.int64)
+    return dense
 
 
 #: Optional input column: each event's place in the arrival order of a table its rows were

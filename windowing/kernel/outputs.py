@@ -284,7 +284,8 @@ def _slice_facts(
             counters[metrics.KEYS_SEEN] = 0
     key_values = keyset.take_key_columns(np.arange(keyset.n), spec)
     worker = key_values[spec.worker_col].to_pylist() if spec.worker_col else [0] * keyset.n
-    key = key_values[spec.key_col].to_pylist() if spec.key_col else [0] * keyset.n
+    parts = [key_values[c].to_pylist() for c in spec.key_cols]
+    key: list[Any] = parts[0] if len(parts) == 1 else list(zip(*parts)) if parts else [0] * keyset.n
 
     def add(counter: str, g: int, *about: Any) -> None:
         out[labels[worker_of[g]]][slices.fact(counter, *slices.key_token(worker[g], key[g]), *about)] = 1

@@ -68,7 +68,7 @@ def state_input_rows(state: pa.Table, spec: Spec) -> pa.Table:
     """The kernel's ``state`` output as carried state rows of its input: the worker and key
     columns as they are, every other column under :data:`STATE_PREFIX`, ``__kind`` from
     ``state_kind`` (as the engine reads a carried state dataset, ``windowing.runner.normalise.split_state``)."""
-    keep = [c for c in (spec.worker_col, spec.key_col) if c]
+    keep = list(spec.id_cols)
     cols: dict[str, Any] = {c: state[c] for c in keep}
     for c in state.column_names:
         if c not in keep and c != "fingerprint":
@@ -132,7 +132,7 @@ def keys_seen(table: pa.Table, spec: Spec, window_slice: WindowSlice | None = No
         return set()
     kind = table["__kind"]
     events = table.filter(pc.or_(pc.equal(kind, EVENT), pc.equal(kind, KEY_BATCH)))
-    cols = [c for c in (spec.worker_col, spec.key_col) if c]
+    cols = list(spec.id_cols)
     if not cols:
         return {(0,)} if events.num_rows else set()
     distinct = events.select(cols).group_by(cols).aggregate([])

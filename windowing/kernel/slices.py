@@ -165,7 +165,7 @@ def key_batch_rows(table: pa.Table, spec: Spec) -> pa.Table:
     the worker and key columns, ``__kind`` and :data:`~windowing.kernel.inputs.KB_COLUMNS`."""
     table = with_event_columns(table, spec)
     events = table.filter(pc.equal(table["__kind"], EVENT))
-    keys = [c for c in (spec.worker_col, spec.key_col) if c]
+    keys = list(spec.id_cols)
     cand = "min" if spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else "max"
     events = (
         events.select([*keys, "__batch"])

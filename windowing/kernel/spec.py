@@ -72,8 +72,14 @@ class Spec:
         return self.pipeline.source.worker
 
     @property
-    def key_col(self) -> str | None:
-        return self.pipeline.window.key
+    def key_cols(self) -> tuple[str, ...]:
+        """The key's columns (none: one window per worker)."""
+        return self.pipeline.window.keys
+
+    @property
+    def id_cols(self) -> tuple[str, ...]:
+        """The columns that identify a (worker, key): the worker's, then the key's."""
+        return self.pipeline.id_columns
 
     @property
     def snapshots(self) -> bool:

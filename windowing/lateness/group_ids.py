@@ -13,7 +13,7 @@ from windowing.config import Pipeline
 
 
 def key_columns(p: Pipeline) -> list[str]:
-    return [c for c in (p.source.worker, p.window.key) if c]
+    return list(p.id_columns)
 
 
 def keys_of(t: pa.Table, kcols: Sequence[str]) -> list[Any]:

@@ -339,9 +339,8 @@ def _worker_state(spark: SparkSession, pipeline: Pipeline, state: DataFrame | No
 
 def _state_rows(pipeline: Pipeline, wi: WhatIf, state: DataFrame, events_df: DataFrame) -> DataFrame:
     """Key, window and emitted rows of the carried state, shaped as kernel input rows."""
-    wcol, kcol = pipeline.source.worker, pipeline.window.key
     types = dict(events_df.dtypes)
-    keep = [c for c in (wcol, kcol) if c]
+    keep = list(pipeline.id_columns)
     kind = (
         F.when(F.col("state_kind") == KEY_KIND, F.lit(K.STATE_KEY))
         .when(F.col("state_kind") == WINDOW_KIND, F.lit(K.STATE_WINDOW))

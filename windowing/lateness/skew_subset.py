@@ -54,7 +54,10 @@ def skew_dirty_rows(
     moves its worker's clocks that idleness reads, for every key of the worker: None.
     """
     p = wi.pipeline
-    kcol = p.window.key or p.source.worker
+    # The rows of every key sharing a value of this column with a dirty key: for a key of
+    # several columns, its first (a superset of the dirty keys, as the same key of another
+    # worker is).
+    kcol = p.window.keys[0] if p.window.keys else p.source.worker
     if not wi.skew_subset or p.window.idle_timeout_ms is not None or kcol is None or not is_event.any():
         return None
     dirty = is_event & skewed

@@ -87,7 +87,7 @@ def _lean_aggregate(base: Pipeline) -> Aggregate:
 def _identity_columns(p: Pipeline) -> set[str]:
     return {
         c
-        for c in (p.source.arrival_time, p.source.batch_column, p.source.worker, p.window.key, p.window.event_time)
+        for c in (p.source.arrival_time, p.source.batch_column, p.source.worker, *p.window.keys, p.window.event_time)
         if c
     }
 

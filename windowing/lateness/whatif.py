@@ -79,7 +79,7 @@ class Analysis:
 def output_schemas(wi: WhatIf) -> dict[str, pa.Schema]:
     """The schema of each table :func:`analyse` returns (the Spark side's output schemas)."""
     p = wi.pipeline
-    key_fields = [pa.field(c, wi.input_types[c]) for c in (p.source.worker, p.window.key) if c]
+    key_fields = [pa.field(c, wi.input_types[c]) for c in p.id_columns]
     worker_fields = [pa.field(p.source.worker, wi.input_types[p.source.worker])] if p.source.worker else []
     full_spec = wi.spec(wi.full)
     aggs = [

@@ -188,7 +188,7 @@ def _partitions_of(
 def _check_replay_columns(pipeline: Pipeline, spec: ReconcileSpec, df: DataFrame) -> None:
     """Refuse replay aggregates lacking a column reconcile reads (not a rewindow output?)."""
     wanted = ["window_start", "window_end", "emission", "emit_reason", *[n for n, _ in spec.columns.aggregates]]
-    wanted += [c for c in (pipeline.window.key, pipeline.source.worker) if c]
+    wanted += [*pipeline.window.keys, *([pipeline.source.worker] if pipeline.source.worker else [])]
     missing = [c for c in wanted if c not in df.columns]
     if missing:
         raise InputError(

@@ -145,8 +145,8 @@ def check_live_columns(
             if agg_types[name] in ("sum", "avg") and family not in NUMERIC:
                 refuse(f"a number (aggregate {name!r} is a {agg_types[name]})")
             replay_col = name
-        elif role == "key":
-            replay_col = pipeline.window.key
+        elif role == "key" or role.startswith("key["):
+            replay_col = pipeline.window.keys[int(role[4:-1]) if role != "key" else 0]
         elif role == "worker":
             replay_col = pipeline.source.worker
         else:

@@ -196,13 +196,22 @@ class Ids:
 
     def __init__(self, pipeline: Pipeline, cols: LiveColumns, replay_types: Mapping[str, Any]) -> None:
         self.worker = pipeline.source.worker if cols.worker is not None else None
-        self.key = pipeline.window.key
+        #: (union column, replay column) of each of the key's columns.
+        self.keys = [(f"__k{i}", k) for i, k in enumerate(pipeline.window.keys)]
         self.types: dict[str, Any] = {
             "__w": replay_types.get(self.worker) if self.worker is not None else None,
-            "__k": replay_types.get(self.key) if self.key is not None else None,
+            **{name: replay_types.get(k) for name, k in self.keys},
         }
-        named = [c for c, name in (("__w", self.worker), ("__k", self.key)) if name]
+        named = [*(["__w"] if self.worker else []), *[name for name, _ in self.keys]]
         self.window = [n for c in named for n in (c, f"{c}_null")] + ["__ws", "__we"]
+
+    def encode_keys(self, columns: Sequence[str], cast_to_replay: bool = False) -> list[Column]:
+        """The key's columns (``columns``: where each is on this side) encoded (:meth:`encode`)."""
+        out: list[Column] = []
+        for (name, _), c in zip(self.keys, columns):
+            value = _col(c).try_cast(self.types[name]) if cast_to_replay else _col(c)
+            out += self.encode(name, value)
+        return out
 
     def encode(self, name: str, value: Column) -> list[Column]:
         """``value`` (in the replay's type) as the columns ``name`` and ``name_null``."""
@@ -264,8 +273,7 @@ def _replay_rows(
     select = [F.lit(_REPLAY).alias("__side")]
     if ids.worker:
         select += ids.encode("__w", _col(ids.worker))
-    if ids.key:
-        select += ids.encode("__k", _col(ids.key))
+    select += ids.encode_keys([k for _, k in ids.keys])
     select += [
         _as_ms(F.col("window_start"), replay_types["window_start"]).alias("__ws"),
         _as_ms(F.col("window_end"), replay_types["window_end"]).alias("__we"),
@@ -294,8 +302,7 @@ def _live_rows(
     select = [F.lit(_LIVE).alias("__side")]
     if ids.worker:
         select += ids.encode("__w", _col(cast(str, cols.worker)).try_cast(ids.types["__w"]))  # mapped: ids.worker
-    if ids.key:
-        select += ids.encode("__k", _col(cast(str, cols.key)).try_cast(ids.types["__k"]))  # mapped: ids.key
+    select += ids.encode_keys(cols.keys, cast_to_replay=True)  # mapped: one per replay key column
     select += [
         _as_ms(_col(cols.window_start), live_types[cols.window_start]).alias("__ws"),
         _as_ms(_col(cols.window_end), live_types[cols.window_end]).alias("__we"),
@@ -319,8 +326,7 @@ def _late_rows(pipeline: Pipeline, late: DataFrame | None, ids: Ids) -> DataFram
     keyed = []
     if ids.worker:
         keyed += ids.encode("__w", _col(ids.worker))
-    if ids.key:
-        keyed += ids.encode("__k", _col(ids.key))
+    keyed += ids.encode_keys([k for _, k in ids.keys])
     keyed += [
         _as_ms(F.col("window_start"), types["window_start"]).alias("__ws"),
         _as_ms(F.col("window_end"), types["window_end"]).alias("__we"),
@@ -462,8 +468,7 @@ def mismatch_columns(
     cols = [("partition_key", part_key), ("category", F.col("__category"))]
     if ids.worker:
         cols.append((ids.worker, ids.decode("__w")))
-    if ids.key:
-        cols.append((ids.key, ids.decode("__k")))
+    cols += [(k, ids.decode(name)) for name, k in ids.keys]
     live_only = F.col("__copy") > 0  # a further live copy has no replay values
     cols += [
         ("window_start", F.timestamp_millis(F.col("__ws"))),

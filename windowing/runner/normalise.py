@@ -104,7 +104,7 @@ def check_columns(pipeline: Pipeline, df: DataFrame) -> None:
         *[(f"source.arrivalOrder[{i}]", c) for i, c in enumerate(pipeline.source.arrival_order)],
         ("source.batch.column", pipeline.source.batch_column),
         ("source.worker", pipeline.source.worker),
-        ("keyExtractor", w.key),
+        *[("keyExtractor" + (f"[{i}]" if len(w.keys) > 1 else ""), c) for i, c in enumerate(w.keys)],
         ("timeConfig.eventTimeExtractor", w.event_time),
         *[(f"aggregateDefinition[{i}].column", a.column) for i, a in enumerate(pipeline.aggregates)],
     ]
@@ -255,7 +255,7 @@ def split_state(
         return [], None
     problems = state_problems(spark, pipeline, state, events_df)  # no Spark job
     fp = pipeline.fingerprint()
-    wcol, kcol = pipeline.source.worker, pipeline.window.key
+    wcol = pipeline.source.worker
     if problems:
         if "fingerprint" in state.columns:  # another pipeline's state: say that, not what it lacks
             found = [r[0] for r in state.select("fingerprint").distinct().limit(3).collect()]
@@ -289,7 +289,7 @@ def split_state(
         .otherwise(F.lit(K.STATE_EMITTED))
         .cast("byte")
     )
-    keep = [c for c in (wcol, kcol) if c]
+    keep = list(pipeline.id_columns)
     rows = state.where(F.col("state_kind") != WORKER_KIND)
     cols = [col(c).cast(types[c]).alias(c) for c in keep]
     cols += [col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
@@ -368,7 +368,9 @@ def state_problems(spark: SparkSession, pipeline: Pipeline, state: DataFrame, ev
             }
         }
     input_types = dict(events_df.dtypes)
-    roles = {c: r for r, c in (("worker", pipeline.source.worker), ("key", pipeline.window.key)) if c}
+    roles = {c: "key" for c in pipeline.window.keys}
+    if pipeline.source.worker:
+        roles[pipeline.source.worker] = "worker"
     owner = {f.name: a for a in pipeline.aggregates for f in spec.partial_fields(a)}
     out: list[str] = []
     for reason, errors in dict(report.get("SCHEMA", {})).items():

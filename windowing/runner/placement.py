@@ -357,7 +357,7 @@ def kernel_input(
         salt = F.element_at(F.expr(f"array({', '.join(map(str, salts(nparts)))})"), F.col(TASK_COLUMN) + 1)
         kernel_in = kernel_in.repartition(nparts, salt).drop(TASK_COLUMN)
     else:
-        part_cols = [col(c) for c in (pipeline.source.worker, pipeline.window.key) if c]
+        part_cols = [col(c) for c in pipeline.id_columns]
         nparts = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # set in every session
         kernel_in = kernel_in.repartition(nparts, *part_cols) if part_cols else kernel_in.repartition(1)
     names = kernel_in.columns
@@ -416,14 +416,16 @@ def _literal_map(pairs: list[tuple[Any, int]], dtype: DataType) -> Column:
 
 
 def _key_hash(pipeline: Pipeline, df: DataFrame) -> Column:
-    """Spark's hash of the key column, every NaN as one (the kernel's one NaN key)."""
-    key = pipeline.window.key
-    if key is None:
+    """Spark's hash of the key's columns, every NaN as one (the kernel's one NaN key)."""
+    if not pipeline.window.keys:
         return F.lit(0)
-    keyed = col(key)
-    if df.schema[key].dataType.typeName() in ("float", "double"):
-        keyed = F.when(F.isnan(keyed), F.lit(float("nan")).cast(df.schema[key].dataType)).otherwise(keyed)
-    return F.hash(keyed)
+    parts = []
+    for key in pipeline.window.keys:
+        keyed = col(key)
+        if df.schema[key].dataType.typeName() in ("float", "double"):
+            keyed = F.when(F.isnan(keyed), F.lit(float("nan")).cast(df.schema[key].dataType)).otherwise(keyed)
+        parts.append(keyed)
+    return F.hash(*parts)
 
 
 def worker_spread(df: DataFrame, wcol: str) -> Column:
@@ -506,8 +508,8 @@ def hot_keys(pipeline: Pipeline, norm: DataFrame, plan: TaskPlan) -> dict[tuple[
     (Bernoulli, a fixed seed) and the events estimated: the plan only places the work,
     whatever it says the rows are the same (a hot key's slices replay what the key would
     whole), and counting every (worker, key) of a billion rows is a pass over them."""
-    key = cast(str, pipeline.window.key)
-    if norm.schema[key].dataType.typeName() not in _HOT_KEY_TYPES:
+    keys = pipeline.window.keys
+    if any(norm.schema[k].dataType.typeName() not in _HOT_KEY_TYPES for k in keys):
         return {}
     wcol = pipeline.source.worker
     accepted = norm.where(F.col(REJECT_REASON).isNull())
@@ -517,27 +519,40 @@ def hot_keys(pipeline: Pipeline, norm: DataFrame, plan: TaskPlan) -> dict[tuple[
     accepted = accepted.where(n.isNotNull())
     if fraction < 1.0:
         accepted = accepted.sample(fraction=fraction, seed=0)
-    group = [*([col(wcol).alias("__w")] if wcol else []), col(key).alias("__k")]
+    group = [*([col(wcol).alias("__w")] if wcol else []), *[col(k).alias(f"__k{i}") for i, k in enumerate(keys)]]
     counted = (
         accepted.groupBy(*group).agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > threshold * fraction).toArrow()
     )
     return {
-        (K.hashable(r["__w"]) if wcol else 0, r["__k"]): int(round(int(r["n"]) / fraction)) for r in counted.to_pylist()
+        (K.hashable(r["__w"]) if wcol else 0, key_value(r, len(keys))): int(round(int(r["n"]) / fraction))
+        for r in counted.to_pylist()
     }
 
 
+def key_value(row: Mapping[str, Any], parts: int, prefix: str = "__k") -> Any:
+    """A hot key as :attr:`TaskPlan.hot` holds it, from ``row``'s ``__k0``, ``__k1``, ...: the
+    value of a key of one column, the tuple of a key of several."""
+    values = tuple(row[f"{prefix}{i}"] for i in range(parts))
+    return values[0] if parts == 1 else values
+
+
+def key_parts(key: Any, parts: int) -> tuple[Any, ...]:
+    """The columns' values of a hot key as :func:`key_value` gives it."""
+    return (key,) if parts == 1 else tuple(key)
+
+
 def _hot_table(df: DataFrame, pipeline: Pipeline, plan: TaskPlan) -> DataFrame:
-    """The plan's hot keys as a small table: worker ``__hw``, key ``__hk``, first task
-    ``__hfirst`` and slices ``__hn``."""
-    wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
+    """The plan's hot keys as a small table: worker ``__hw``, key ``__hk0``, ``__hk1``, ...,
+    first task ``__hfirst`` and slices ``__hn``."""
+    wcol, keys = pipeline.source.worker, pipeline.window.keys
     fields = [
         *([StructField("__hw", df.schema[wcol].dataType)] if wcol else []),
-        StructField("__hk", df.schema[key].dataType),
+        *[StructField(f"__hk{i}", df.schema[k].dataType) for i, k in enumerate(keys)],
         StructField("__hfirst", IntegerType()),
         StructField("__hn", IntegerType()),
     ]
     rows = [
-        (*([float(w) if isinstance(w, float) else w] if wcol else []), k, first, n)
+        (*([float(w) if isinstance(w, float) else w] if wcol else []), *key_parts(k, len(keys)), first, n)
         for (w, k), (first, n) in plan.hot.items()
     ]
     return df.sparkSession.createDataFrame(rows, StructType(fields))
@@ -546,8 +561,11 @@ def _hot_table(df: DataFrame, pipeline: Pipeline, plan: TaskPlan) -> DataFrame:
 def with_hot(df: DataFrame, pipeline: Pipeline, plan: TaskPlan, how: str = "left") -> DataFrame:
     """``df`` joined (broadcast) with the hot keys: ``__hfirst`` and ``__hn`` set on the
     rows of a hot key."""
-    wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
-    cond = col(key).eqNullSafe(F.col("__hk"))
+    wcol, keys = pipeline.source.worker, pipeline.window.keys
+    cond = col(keys[0]).eqNullSafe(F.col("__hk0"))
+    for i, k in enumerate(keys[1:], 1):
+        cond = cond & col(k).eqNullSafe(F.col(f"__hk{i}"))
     if wcol:
         cond = cond & col(wcol).eqNullSafe(F.col("__hw"))
-    return df.join(F.broadcast(_hot_table(df, pipeline, plan)), cond, how).drop("__hw", "__hk")
+    hot = [f"__hk{i}" for i in range(len(keys))]
+    return df.join(F.broadcast(_hot_table(df, pipeline, plan)), cond, how).drop("__hw", *hot)

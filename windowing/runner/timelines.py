@@ -93,7 +93,7 @@ def worker_commits(
         sliceable = slices.sliceable(pipeline.window) and placement.slices_on(spark)
         plan = placement.plan_tasks(
             worker_events,
-            pipeline.window.key is not None,
+            bool(pipeline.window.keys),
             events_per_task,
             placement.session_slots(spark),
             force_whole=mode == "tasks",
@@ -272,7 +272,7 @@ def _packed(rows: DataFrame, header: list[str], batch: str, pipeline: Pipeline) 
     :class:`windowing.runner.chunks.PackRows`), sorted by ``batch``: the same bytes however the
     rows arrived (a map task run again must write the same rows: Spark 4 checks it)."""
     fields = [c for c in rows.columns if c not in header]
-    names = {_PACK_WORKER: pipeline.source.worker, _PACK_KEY: pipeline.window.key}
+    names = {_PACK_WORKER: pipeline.source.worker, **{f"{_PACK_KEY}{i}": k for i, k in enumerate(pipeline.window.keys)}}
     real = [names.get(c) or c for c in fields]
     blocked = rows.withColumn("__block", F.expr(floor_div_expr(batch, PACK_BATCHES)))
     schema = StructType([*[rows.schema[h] for h in header], StructField("__blob", BinaryType())])
@@ -301,11 +301,11 @@ def _pack_header(kind: int, owner: Column, slice_index: Column | None, slices: C
 
 def _hot_key_batch_packs(pipeline: Pipeline, norm: DataFrame, plan: placement.TaskPlan, cand: Column) -> DataFrame:
     """The hot keys' key-batch rows (:mod:`windowing.kernel.slices`), packed, a copy per slice."""
-    wcol, key = pipeline.source.worker, cast(str, pipeline.window.key)
+    wcol, keys = pipeline.source.worker, pipeline.window.keys
     accepted = placement.with_hot(norm.where(F.col(REJECT_REASON).isNull()), pipeline, plan, how="inner")
     group = [
         *([col(wcol).alias(_PACK_WORKER)] if wcol else []),
-        col(key).alias(_PACK_KEY),
+        *[col(k).alias(f"{_PACK_KEY}{i}") for i, k in enumerate(keys)],
         F.col("__batch").alias(K.KB_BATCH),
         F.col("__hfirst"),
         F.col("__hn"),

@@ -480,7 +480,7 @@ def empty_events_schema(pipeline: Pipeline, state: DataFrame | None = None) -> S
     for c in src.arrival_order:
         put(c, T.LongType())
     put(src.batch_column, T.LongType())
-    for id_column in (src.worker, w.key):
+    for id_column in (src.worker, *w.keys):
         put(id_column, state_types.get(id_column, T.StringType()) if id_column else T.StringType())
     for a in pipeline.aggregates:
         if a.column is None:

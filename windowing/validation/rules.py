@@ -70,7 +70,7 @@ def plain_count(pipeline: Pipeline) -> Aggregate | None:
 
 
 def group_columns(pipeline: Pipeline) -> list[str]:
-    return [c for c in (pipeline.source.worker, pipeline.window.key) if c]
+    return list(pipeline.id_columns)
 
 
 def allowed_reasons(pipeline: Pipeline) -> list[str]:

@@ -176,7 +176,7 @@ def input_schema(pipeline: Pipeline, input_types: dict[str, DataType] | None = N
         cols.setdefault(w.event_time, _column(want(w.event_time, times, T.TimestampType())))
     if src.batch_column:
         cols.setdefault(src.batch_column, _column(want(src.batch_column, integral, T.LongType())))
-    for c in (*src.arrival_order, src.worker, w.key):
+    for c in (*src.arrival_order, src.worker, *w.keys):
         if c:
             cols.setdefault(c, _column(None))
     for a in pipeline.aggregates:

@@ -249,6 +249,23 @@ def test_quality_max_rejected_share(given, share):
     assert p.fingerprint() == parse_pipeline(_doc()).fingerprint()
 
 
+@pytest.mark.parametrize(
+    "example, fingerprint", [("clicks-hourly.yaml", "0bc5ca02fc804cba"), ("sessions.yaml", "e00cfdc0b0aa8c05")]
+)
+def test_the_examples_fingerprints_stay_what_their_carried_state_was_written_under(example, fingerprint):
+    """A changed fingerprint refuses every carried state and rebuilds every history: the
+    examples' fingerprints are pinned as they were before keys of several columns (issue 49)."""
+    assert load_pipeline(ROOT / "examples" / "pipelines" / example).fingerprint() == fingerprint
+
+
+def test_a_key_of_several_columns_is_part_of_the_fingerprint():
+    """Issue 49: the key's columns, their order included, decide the windows."""
+    base = parse_pipeline(_doc((TW + ("keyExtractor",), ["user_id", "country"])))
+    assert base.window.keys == ("user_id", "country")
+    assert base.fingerprint() != parse_pipeline(_doc()).fingerprint()
+    assert base.fingerprint() != parse_pipeline(_doc((TW + ("keyExtractor",), ["country", "user_id"]))).fingerprint()
+
+
 def test_the_fingerprint_counts_what_changes_outputs_and_nothing_else():
     """Issue 48: a version of a history is one fingerprint, so it must change with every
     setting that changes the outputs (the triggers decide the snapshot rows) and with

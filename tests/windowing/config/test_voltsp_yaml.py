@@ -141,7 +141,7 @@ COUNT_ONLY = "aggregateDefinition:\n  builder:\n  - type: count\n"
 def test_seed_pipeline_loads_as_written(tmp_path):
     p = load_seed(tmp_path, SEED_PIPELINE)
     w = p.window
-    assert (w.span_ms, w.key, w.event_time, w.idle_timeout_ms) == (3_600_000, "userId", "timestamp", 300_000)
+    assert (w.span_ms, w.keys, w.event_time, w.idle_timeout_ms) == (3_600_000, ("userId",), "timestamp", 300_000)
     assert p.aggregates == (Aggregate("count", None, "count"),)
     assert [t.value for t in p.triggers] == ["atWindowEnd"]  # the trigger inside the window block
     assert p.ignored_fields == (
@@ -153,7 +153,7 @@ def test_seed_pipeline_loads_as_written(tmp_path):
 def test_seed_session_block_loads_as_written(tmp_path):
     p = load_seed(tmp_path, SEED_SESSION)
     w = p.window
-    assert (w.gap_ms, w.maximum_duration_ms, w.key, w.event_time) == (300_000, 600_000, "userId", "timestamp")
+    assert (w.gap_ms, w.maximum_duration_ms, w.keys, w.event_time) == (300_000, 600_000, ("userId",), "timestamp")
     assert [(a.type, a.column, a.name) for a in p.aggregates] == [
         ("count", None, "count"),
         ("sum", "amount", "sum_amount"),
@@ -176,7 +176,7 @@ def test_seed_fragments_load_once_their_window_is_complete(tmp_path, block, rest
     """These blocks elide the rest of the window (`...`), aggregates included, which
     VoltSP requires too; completed where the `...` stood, they load as written."""
     p = load_seed(tmp_path, block, rest)
-    assert (p.window.key, p.window.event_time) == (key, event_time)
+    assert (p.window.keys, p.window.event_time) == ((key,) if key else (), event_time)
 
 
 def test_seed_time_config_loads_as_written(tmp_path):
@@ -293,7 +293,7 @@ def test_shorthand_mistakes_name_the_field(item, needles):
 )
 def test_bean_convention(extractor, column):
     p = parse_pipeline(doc(keyExtractor=extractor))
-    assert p.window.key == column
+    assert p.window.keys == (column,)
     assert bean_property(extractor.split("::")[1].strip()) == column
 
 
@@ -305,7 +305,7 @@ def test_extractors_in_every_column_field():
             timeConfig={"eventTimeExtractor": "com.example.Event::getTimestamp"},
         )
     )
-    assert (p.window.key, p.window.event_time) == ("userId", "timestamp")
+    assert (p.window.keys, p.window.event_time) == (("userId",), "timestamp")
     assert [(a.column, a.name) for a in p.aggregates] == [("amount", "max_amount"), ("active", "last_active")]
     assert [(b.field, b.column, b.via) for b in p.column_bindings] == [
         (f"{W}.keyExtractor", "userId", "bean"),
@@ -344,13 +344,13 @@ def test_columns_map_overrides_the_bean_convention_and_keeps_output_names():
 
 def test_plain_column_names_keep_working():
     p = parse_pipeline(doc([{"type": "sum", "column": "amount"}], keyExtractor="user_id"))
-    assert (p.window.key, p.aggregates[0].column, p.aggregates[0].name) == ("user_id", "amount", "sum_amount")
+    assert (p.window.keys, p.aggregates[0].column, p.aggregates[0].name) == (("user_id",), "amount", "sum_amount")
     assert {b.via for b in p.column_bindings} == {None}
 
 
 def test_columns_map_for_java_code_that_is_no_extractor():
     lam = "e -> e.getUserId()"
-    assert parse_pipeline(with_top(doc(keyExtractor=lam), columns={lam: "user_id"})).window.key == "user_id"
+    assert parse_pipeline(with_top(doc(keyExtractor=lam), columns={lam: "user_id"})).window.keys == ("user_id",)
     with pytest.raises(ConfigError, match=r"keyExtractor: 'e -> e.getUserId\(\)' is neither a column name nor"):
         parse_pipeline(doc(keyExtractor=lam))
 
@@ -784,6 +784,50 @@ def test_the_documented_example_loads():
     section = text[text.index("## Copying a VoltSP window block") :]
     example = section[section.index("```yaml\n") + len("```yaml\n") : section.index("\n```", section.index("```yaml"))]
     p = parse_pipeline(yaml.safe_load(example))
-    assert (p.window.key, p.window.event_time, p.source.path) == ("user_id", "timestamp", "data/events")
+    assert (p.window.keys, p.window.event_time, p.source.path) == (("user_id",), "timestamp", "data/events")
     assert [a.name for a in p.aggregates] == ["count", "sum_amount", "distinct_id"]
     assert p.ignored_fields == ("source.kafka", "emitter.session-window.exceptionHandler", "emitter.triggers[0].sink")
+
+
+# --------------------------------------------------------------------------- keys of several columns
+
+
+def test_a_key_of_several_columns_is_written_the_same_way_in_the_voltsp_form():
+    """Issue 49: ``keyExtractor: [a, b]`` of Java extractors, columns or ``columns:`` entries;
+    each part resolves as a key of one would, and messages name the part."""
+    p = parse_pipeline(doc(keyExtractor=["org.acme.Event::getAccount", "region"]))
+    assert p.window.keys == ("account", "region")
+    assert p.id_columns == ("account", "region")
+    lam = "e -> e.region()"
+    mapped = parse_pipeline(with_top(doc(keyExtractor=["user_id", lam]), columns={lam: "region"}))
+    assert mapped.window.keys == ("user_id", "region")
+    roles = {b.role: (b.field, b.written, b.column) for b in mapped.column_bindings}
+    assert roles["keyExtractor[1]"] == ("emitter.tumbling-time-window.keyExtractor[1]", lam, "region")
+
+
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        ([], r"keyExtractor: an empty list; name the key's columns, or leave keyExtractor out"),
+        (["user_id", " user_id "], r"keyExtractor\[1\]: column 'user_id' is already part of the key"),
+        (["user_id", 3], r"keyExtractor\[1\]: 3 must be a column name"),
+        (["user_id", None], r"keyExtractor\[1\]: None must be a column name"),
+        (["user_id", "e -> e.x()"], r"keyExtractor\[1\]: 'e -> e.x\(\)' is neither a column name nor a Java extractor"),
+    ],
+)
+def test_a_bad_key_of_several_columns_is_refused_naming_its_part(key, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_pipeline(doc(keyExtractor=key))
+
+
+def test_a_missing_part_of_the_key_is_named_with_its_index():
+    p = parse_pipeline(doc(keyExtractor=["user_id", "region"]))
+    with pytest.raises(
+        ConfigError, match=r"^emitter.tumbling-time-window.keyExtractor\[1\]: column 'region' is not in"
+    ):
+        check_input_columns(p, ["arrival_time", "offset", "user_id", "amount", "timestamp"])
+
+
+def test_a_part_of_the_key_that_clashes_with_an_output_column_is_refused():
+    with pytest.raises(ConfigError, match=r"keyExtractor\[1\]"):
+        parse_pipeline(doc(keyExtractor=["user_id", "window_start"]))

@@ -300,7 +300,7 @@ def _ms(v):
 
 
 def _window_key(pipeline, r):
-    return tuple(r.get(c) for c in (pipeline.source.worker, pipeline.window.key) if c) + (
+    return tuple(r.get(c) for c in pipeline.id_columns) + (
         _ms(r["window_start"]) if not isinstance(r["window_start"], int) else r["window_start"],
         _ms(r["window_end"]) if not isinstance(r["window_end"], int) else r["window_end"],
     )
@@ -535,9 +535,12 @@ def test_max_future_skew_in_the_fingerprint_only_when_set():
         for k, v in asdict(plain.source).items()
         if k not in plain.source.LOCATION_FIELDS and k not in ("max_future_skew_ms", "filter", "derive")
     }
+    # The window as the fingerprint read it before keys of several columns: one ``key``.
+    window = {k: v for k, v in asdict(plain.window).items() if k != "keys"}
+    window["key"] = plain.window.keys[0] if plain.window.keys else None
     before = hashlib.sha256(
         json.dumps(
-            {"source": source, "window": asdict(plain.window), "aggregates": [asdict(a) for a in plain.aggregates]},
+            {"source": source, "window": window, "aggregates": [asdict(a) for a in plain.aggregates]},
             sort_keys=True,
             default=str,
         ).encode()

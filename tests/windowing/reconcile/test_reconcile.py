@@ -529,6 +529,74 @@ def test_null_keys_match_null_keys(spark):
         result.unpersist()
 
 
+def test_a_key_of_several_columns_matches_by_every_part(spark):
+    """Issue 49: windows match by the whole tuple (a null part is a value); the live side
+    names its column for each part, in the key's order, and mismatches carry each part."""
+    replay_rows = [
+        ("a", 1, 0, 3_600_000, 3, "WATERMARK", 1, 3_700_000),
+        ("a", 2, 0, 3_600_000, 2, "WATERMARK", 1, 3_700_000),
+        ("a", None, 0, 3_600_000, 4, "WATERMARK", 1, 3_700_000),
+        ("b", 1, 0, 3_600_000, 5, "WATERMARK", 1, 3_700_000),
+    ]
+    schema = "acct string, region int, ws long, we long, count long, emit_reason string, emission long, et long"
+    pipeline = parse_pipeline(
+        {
+            "name": "composite",
+            "source": {"arrivalTime": "t"},
+            "emitter": {
+                "tumbling-time-window": {
+                    "windowSpan": "1h",
+                    "keyExtractor": ["acct", "region"],
+                    "aggregateDefinition": [{"type": "count"}],
+                }
+            },
+        }
+    )
+    from pyspark.sql import functions as F
+
+    def frame(rows, names=("acct", "region")):
+        return (
+            spark.createDataFrame(rows, schema)
+            .withColumnsRenamed(dict(zip(("acct", "region"), names)))
+            .withColumn("window_start", F.timestamp_millis("ws"))
+            .withColumn("window_end", F.timestamp_millis("we"))
+            .withColumn("emit_time", F.timestamp_millis("et"))
+        )
+
+    # The live side swaps the counts of (a, 1) and (a, 2), and has no (b, 1) but a (b, 2).
+    live_rows = [
+        ("a", 1, 0, 3_600_000, 2, "", 1, 0),
+        ("a", 2, 0, 3_600_000, 3, "", 1, 0),
+        ("a", None, 0, 3_600_000, 4, "", 1, 0),
+        ("b", 2, 0, 3_600_000, 5, "", 1, 0),
+    ]
+    spec = parse_reconcile({"columns": {"key": ["live_acct", "live_region"]}}, pipeline)
+    assert spec.columns.keys == ("live_acct", "live_region")
+    result = reconcile(spark, pipeline, spec, frame(replay_rows), frame(live_rows, ("live_acct", "live_region")))
+    try:
+        got = sorted(
+            (
+                (r["acct"], r["region"], r["category"], r["live_count"], r["replay_count"])
+                for r in result.mismatches.collect()
+            ),
+            key=repr,
+        )
+        assert got == sorted(
+            [
+                ("a", 1, VALUE_MISMATCH, 2, 3),
+                ("a", 2, VALUE_MISMATCH, 3, 2),
+                ("b", 1, EXTRA_IN_REPLAY, None, 5),
+                ("b", 2, MISSING_IN_REPLAY, 5, None),
+            ],
+            key=repr,
+        )
+        assert result.figures["match"] == 1  # (a, null) on both sides
+    finally:
+        result.unpersist()
+    with pytest.raises(ConfigError, match=r"reconcile.columns.key: the key has 2 columns \(acct, region\)"):
+        parse_reconcile({"columns": {"key": "live_acct"}}, pipeline)
+
+
 # --------------------------------------------------------------------------- the live columns
 
 
@@ -634,7 +702,7 @@ def test_main_reconcile_needs_a_live_side(spark, replayed, tmp_path, monkeypatch
 
 def test_defaults():
     spec = parse_reconcile(None, PIPELINE)
-    assert spec.columns.key == "user_id" and spec.columns.worker is None and spec.columns.emission is None
+    assert spec.columns.keys == ("user_id",) and spec.columns.worker is None and spec.columns.emission is None
     assert (spec.columns.window_start, spec.columns.window_end) == ("window_start", "window_end")
     assert spec.columns.aggregates == tuple((a.name, a.name) for a in PIPELINE.aggregates)
     assert (spec.min_match, spec.blocking, spec.live) == (1.0, False, None)
@@ -707,7 +775,7 @@ def test_key_and_worker_need_the_pipeline_to_have_them():
         parse_reconcile({"columns": {"key": "user"}}, keyless)
     with pytest.raises(ConfigError, match="reconcile.columns.worker: the pipeline has no source.worker"):
         parse_reconcile({"columns": {"worker": "p"}}, keyless)
-    assert parse_reconcile({}, keyless).columns.key is None
+    assert parse_reconcile({}, keyless).columns.keys == ()
 
 
 def test_load_reconcile_reads_the_block_beside_the_pipeline(tmp_path):

@@ -323,7 +323,7 @@ def test_files_holding_the_partition_column_the_pipeline_reads_are_named_as_such
     day = START + timedelta(days=1)
     events, _ = read_partition_events(spark, str(landing), day, day + timedelta(days=1), "arrival_time", pipeline=plain)
     assert events.count() == 800
-    keyed = dataclasses.replace(plain, window=dataclasses.replace(plain.window, key="date"))
+    keyed = dataclasses.replace(plain, window=dataclasses.replace(plain.window, keys=("date",)))
     with pytest.raises(InputError) as err:
         read_partition_events(spark, str(landing), day, day + timedelta(days=1), "arrival_time", pipeline=keyed)
     msg = str(err.value)
