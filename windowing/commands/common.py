@@ -19,6 +19,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from windowing.config.outputs import with_overrides
 from windowing.runner.session import spark_session
 from windowing.storage.errors import InputError
 from windowing.storage.lake import Lake, join, local_path
@@ -175,7 +176,6 @@ def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> 
     """The pipeline's catalog (``output.catalog`` with the command line's overrides), or
     None; when set, the session settings publishing needs are added to ``args.conf``
     (Hive support, the embedded metastore: :func:`windowing.catalog.session_conf`)."""
-    from windowing.catalog import with_overrides  # noqa: PLC0415 - keeps the CLI fast
     from windowing.metastore import default_metastore_dir, session_conf  # noqa: PLC0415
 
     spec = with_overrides(
