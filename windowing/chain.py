@@ -66,7 +66,7 @@ from windowing.storage.commits import (
 from windowing.storage.errors import InputError, OutputError, StateError, missing_path
 from windowing.storage.lake import Lake, glob_escape, inside, is_connect, join
 from windowing.storage.outputs import read_state, stage_outputs
-from windowing.validation import blocking_failures, run_checks
+from windowing.validation import CheckResult, blocking_failures, run_checks
 
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
@@ -138,6 +138,12 @@ def _zone_of(commit: Any) -> str | None:
     """The landing zone ``commit`` records it read, if it records one."""
     record = input_record.InputRecord.of(commit)
     return record.landing_zone if record is not None else None
+
+
+def _checks_extra(results: Iterable[CheckResult]) -> dict[str, Any]:
+    """The partition's data-quality results, for its commit record (beside its lineage and
+    its input files)."""
+    return {"checks": [{"name": r.name, "passed": r.passed, **r.metadata()} for r in results]}
 
 
 @dataclass(frozen=True)
@@ -737,9 +743,9 @@ class Chain:
                     key, folder, staged.path, metrics, lineage, state, results, part.seconds, committed=False
                 )
             if self.publisher is None:
-                staged.commit({**lineage.to_extra(), **store.checks_extra(results), **inputs})
+                staged.commit({**lineage.to_extra(), **_checks_extra(results), **inputs})
             else:
-                self._commit_and_publish(key, staged, {**lineage.to_extra(), **store.checks_extra(results), **inputs})
+                self._commit_and_publish(key, staged, {**lineage.to_extra(), **_checks_extra(results), **inputs})
             return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
     def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> None:
