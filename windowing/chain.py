@@ -7,7 +7,7 @@ The rules, over a pipeline, a landing zone, an output root and :class:`Partition
 
 * **Order.** Partitions are replayed oldest to newest. The first partition of the history
   starts from no state (and takes the landing zone's unplaced rows: see
-  :mod:`windowing.storage.landing`); every other one starts from the current state of the
+  :mod:`windowing.landing`); every other one starts from the current state of the
   partition before it, read from the store (:mod:`windowing.storage.store`), never from memory,
   so a range in one go equals partition after partition, bit for bit.
 * **Refusals before any work.** A partition is not replayed when the one before it is
@@ -49,13 +49,14 @@ from typing import Any, Iterable, Iterator, Sequence
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 
+from windowing import landing
 from windowing.catalog import CatalogError
 from windowing.config import ConfigError
 from windowing.metrics import ReplayMetrics
 from windowing.partitions import Partitions
 from windowing.runner.normalise import StateMismatchError
 from windowing.runner.replay import replay
-from windowing.storage import input_record, landing, store
+from windowing.storage import input_record, store
 from windowing.storage.commits import (
     FAILURES,
     RUNS,
@@ -185,7 +186,7 @@ class Chain:
     """The partition chain of one pipeline (module docstring).
 
     ``landing_zone``: the events (any URI Spark reads; ``partition_column`` as in
-    :mod:`windowing.storage.landing`, None for a flat layout). ``output_root``: partition ``K``
+    :mod:`windowing.landing`, None for a flat layout). ``output_root``: partition ``K``
     is committed under ``<output_root>/<pipeline name>/<K without ':'>/``.
     """
 
@@ -595,7 +596,7 @@ class Chain:
         return done
 
     def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[Any, list[Any] | None]:
-        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.storage.landing`);
+        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`);
         ``known``: the schemas the partitions before in the same run inferred."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(

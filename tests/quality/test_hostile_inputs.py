@@ -623,8 +623,8 @@ def test_nanosecond_times_are_floored_to_the_millisecond(spark, tmp_path, merge)
 def test_nanosecond_times_in_a_flat_landing_zone_are_named_with_file_and_column(spark, tmp_path):
     """Without day folders no footer is read before Spark infers the schema: the nanosecond
     column cannot be turned into times, so the error names the file and the column."""
+    from windowing.landing import read_partition_events
     from windowing.storage.errors import InputError
-    from windowing.storage.landing import read_partition_events
 
     pq.write_table(pa.table({"arrival_time": pa.array([0], pa.timestamp("ns"))}), tmp_path / "a.parquet", version="2.6")
     start = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     from windowing import rebuild  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.chain import Chain, ChainError  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
     from windowing.history import stored_history, summary_table  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
     from windowing.partitions import Partitions, check_bound, check_range, day_key  # noqa: PLC0415 - keeps the CLI fast
-    from windowing.storage.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     for option, bound in (

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from windowing import parse_pipeline, replay
+from windowing.landing import LandingZoneError, landed_days, read_partition_events
 from windowing.sample import generate_history
 from windowing.storage.errors import InputError
 from windowing.storage.inputs import read_events
-from windowing.storage.landing import LandingZoneError, landed_days, read_partition_events
 
 ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2024, 6, 1, tzinfo=timezone.utc)
@@ -291,8 +291,8 @@ def test_twin_day_folders_are_refused_naming_both(spark, history, tmp_path):
 def test_the_day_folders_are_checked_once_a_run(spark, history, tmp_path, monkeypatch):
     """Review finding: every partition of a backfill listed the landing zone's top level
     again to check its day folders' names, though the run had checked them."""
-    from windowing.storage import landing as landing_module
-    from windowing.storage.landing import KnownSchemas
+    from windowing import landing as landing_module
+    from windowing.landing import KnownSchemas
 
     landing = _landing_copy(history, tmp_path)
     calls = []
