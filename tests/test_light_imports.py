@@ -32,6 +32,9 @@ LIGHT = (
     "windowing.storage",
     "windowing.storage.lake",
     "windowing.jvm_lookups",
+    # `rewindow --help` and every command's: the commands import pyspark inside run() only
+    "windowing.command_line",
+    "windowing.cli",
 )
 
 _PROBE = """

@@ -339,8 +339,7 @@ def test_a_stale_checksum_file_is_named_with_its_file_and_what_to_do(spark, hist
     occurred while calling o55.load." during a backfill; ``rewindow replay`` named the file."""
     import pyarrow.parquet as pq
 
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
     from windowing.storage.local_files import crc_file, crc_path
 
     landing = _landing_copy(history, tmp_path)
@@ -353,7 +352,7 @@ def test_a_stale_checksum_file_is_named_with_its_file_and_what_to_do(spark, hist
     msg = str(err.value)
     assert msg.startswith(f"{files[0]}: does not match its checksum file {crc_path(str(files[0]))}"), msg
     assert "the .crc file is stale and can be deleted" in msg and "An error occurred" not in msg
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     config = tmp_path / "p.yaml"
     config.write_text((ROOT / "examples/pipelines/clicks-hourly.yaml").read_text())
     code = cli.main(["backfill", "--config", str(config), "--input", str(landing), "--output", str(tmp_path / "out")])
