@@ -526,7 +526,7 @@ class Chain:
         # K+1's staged run is deleted and the chain stops, as it would have before K+1.
         # A small partition's time is mostly fixed cost (planning in the driver, py4j,
         # starting small jobs) that leaves cores idle between its jobs: two partitions
-        # fill them (72 hourly partitions: 2.58 s a partition; docs/architecture.md).
+        # fill them (measured in docs/architecture.md).
         start: PartitionResult | _StagedPartition | None = before
         known = landing.KnownSchemas()  # the landing zone's schema, inferred once for the run
         staged: _StagedPartition | None = None  # replayed, not yet handed to an audit

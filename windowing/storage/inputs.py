@@ -340,8 +340,7 @@ def _empty_events(
 #: Footers read at once from a store other than the local filesystem (:func:`read_footers`):
 #: there each footer is a round trip (tens of milliseconds to an object store), and a day
 #: of a topic with many partitions has many files. Local footers are read one at a time:
-#: ~2 ms each, the driver's own work, and no faster in threads (16 files: 35 ms one at a
-#: time, 29-44 ms over 2 to 8 threads).
+#: each is the driver's own short work, no faster in threads (docs/architecture.md).
 FOOTER_THREADS = 8
 
 

@@ -168,10 +168,10 @@ class Lake:
     def _class(self, name: str) -> Any:
         """The JVM class ``name`` (fully qualified), looked up once per JVM: py4j resolves
         ``jvm.org.apache...`` one package at a time, each step a round trip and a failed
-        class lookup that searches every jar on Spark's class path (measured: 5 % of the
-        driver JVM's time in an hourly backfill, with the Parquet footers' own cost below).
-        By its full name, in one lookup that py4j remembers (:mod:`windowing.jvm_lookups`),
-        as it does the class's static methods."""
+        class lookup that searches every jar on Spark's class path (a share of the driver
+        JVM's time worth saving in an hourly backfill: docs/architecture.md). By its full
+        name, in one lookup that py4j remembers (:mod:`windowing.jvm_lookups`), as it does
+        the class's static methods."""
         remember_jvm_lookups()
         return getattr(self.spark._jvm, name)
 
@@ -316,9 +316,9 @@ class Lake:
         A local folder is walked with ``listStatus``: Hadoop's recursive ``listFiles``
         builds a ``LocatedFileStatus`` per file, which loads the file's owner and
         permissions, and without Hadoop's native library that is an ``ls -ld`` process per
-        file (measured: ~6 ms a file, 0.13 s of a 16-file input's read, against 0.01 s
-        walked). Any other store keeps ``listFiles``, which an object store answers with
-        one flat listing rather than a request per folder.
+        file (most of a small input's read: docs/architecture.md). Any other store keeps
+        ``listFiles``, which an object store answers with one flat listing rather than a
+        request per folder.
         """
         if str(fs.getUri().getScheme()) == "file":
             top = fs.getFileStatus(p)
