@@ -450,8 +450,9 @@ def _local_parquet_columns(paths: list[str]) -> set[str] | None:
 
 
 def _empty_frame(spark: SparkSession, schema: StructType | str) -> DataFrame:
-    # A DDL column list ("a string, b long") parses to a StructType.
-    struct = cast("StructType", T._parse_datatype_string(schema)) if isinstance(schema, str) else schema
+    # A DDL column list ("a string, b long") parses to a StructType (pyspark's public parser,
+    # the session's own: the same types and errors as Spark's readers give such a schema).
+    struct = cast("StructType", T.DataType.fromDDL(schema)) if isinstance(schema, str) else schema
     return spark.createDataFrame([], struct)
 
 

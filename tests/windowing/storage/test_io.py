@@ -98,6 +98,24 @@ def test_other_formats_replay_to_the_same_output(spark, history, expected, tmp_p
         result.unpersist()
 
 
+def test_an_empty_partition_takes_the_schema_its_ddl_names(spark, tmp_path):
+    """No data files: zero events with exactly the columns and types of ``source.schema``
+    (a DDL string, parsed by pyspark's public ``DataType.fromDDL``)."""
+    (tmp_path / "empty").mkdir()
+    pipeline = _pipeline(path=str(tmp_path / "empty"), format="csv", schema=DDL)
+    df = read_events(spark, pipeline=pipeline)
+    assert df.count() == 0
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("arrival_time", "timestamp"),
+        ("event_time", "timestamp"),
+        ("offset", "bigint"),
+        ("partition", "int"),
+        ("user_id", "string"),
+        ("amount", "double"),
+        ("event_id", "string"),
+    ]
+
+
 def test_csv_and_json_need_a_schema():
     with pytest.raises(Exception, match="source.schema: source.format csv needs an explicit schema"):
         _pipeline(path="x", format="csv")
