@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from windowing.catalog import PUBLISHED, Publisher, published_table
+from windowing.catalog import Publisher, published_table
+from windowing.config.outputs import PUBLISHED
 from windowing.storage.lake import join
 
 if TYPE_CHECKING:

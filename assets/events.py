@@ -32,7 +32,8 @@ from dagster._core.definitions.source_asset import SYSTEM_METADATA_KEY_SOURCE_AS
 
 from assets.preview import column_schema, table_preview
 from assets.resources import SparkResource, StorageResource
-from windowing.storage import input_record, landing
+from windowing import landing
+from windowing.storage import input_record
 from windowing.storage.lake import qualify
 
 EVENTS_KEY = dg.AssetKey(["historical_events"])

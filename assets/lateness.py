@@ -28,10 +28,11 @@ from pydantic import Field
 
 from assets.pipelines import asset_prefix, check_evaluation, pipeline_chain
 from assets.resources import SparkResource, StorageResource
+from windowing import landing
 from windowing.config import Pipeline
 from windowing.contract import IDLE_REASON, MAX_DURATION_REASON, WATERMARK_REASON
 from windowing.metrics import ReplayMetrics
-from windowing.storage import landing, store
+from windowing.storage import store
 from windowing.storage.lake import join
 
 if TYPE_CHECKING:

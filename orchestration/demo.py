@@ -391,9 +391,9 @@ def write_live_outputs(
     runs in the process), built from ``spark_resource``'s settings."""
     import dagster as dg
 
+    from windowing.landing import read_partition_events
     from windowing.sample import write_sample_live
     from windowing.storage.lake import inside
-    from windowing.storage.landing import read_partition_events
 
     ours = [
         p

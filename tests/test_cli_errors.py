@@ -32,7 +32,7 @@ import pytest
 
 from tests.support.services import QUICK_JVM_OPTS
 from windowing.cli import main
-from windowing.commands.common import key_value as _key_value
+from windowing.command_line import key_value as _key_value
 from windowing.config import ConfigError, load_pipeline
 from windowing.runner.session import SparkUnreachableError, check_reachable, session_settings
 

@@ -274,12 +274,12 @@ def test_lateness_refuses_a_pipeline_it_would_analyse_unfiltered(tmp_path, monke
     of other events than the replay's, so it says so before Spark starts (and the job, for
     the Dagster asset, before any work)."""
     from tests.support.cli import rewindow
-    from windowing.commands import common
+    from windowing import command_line
     from windowing.lateness.options import check_analysable
 
     config = tmp_path / "with.yaml"
     config.write_text(yaml.safe_dump(_doc(True), sort_keys=False))
-    monkeypatch.setattr(common, "spark_for", lambda args: pytest.fail("Spark started"))
+    monkeypatch.setattr(command_line, "spark_for", lambda args: pytest.fail("Spark started"))
     rc, _, err = rewindow("lateness", "--config", config, "--input", tmp_path, "--output", tmp_path / "out")
     assert rc == 2 and "rewindow lateness does not apply source.derive and source.filter yet" in err, err
     check_analysable(parse_pipeline(_doc(False)))  # without them: analysed as before

@@ -7,7 +7,7 @@ The rules, over a pipeline, a landing zone, an output root and :class:`Partition
 
 * **Order.** Partitions are replayed oldest to newest. The first partition of the history
   starts from no state (and takes the landing zone's unplaced rows: see
-  :mod:`windowing.storage.landing`); every other one starts from the current state of the
+  :mod:`windowing.landing`); every other one starts from the current state of the
   partition before it, read from the store (:mod:`windowing.storage.store`), never from memory,
   so a range in one go equals partition after partition, bit for bit.
 * **Refusals before any work.** A partition is not replayed when the one before it is
@@ -49,13 +49,14 @@ from typing import Any, Iterable, Iterator, Sequence
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 
+from windowing import landing
 from windowing.catalog import CatalogError
 from windowing.config import ConfigError
 from windowing.metrics import ReplayMetrics
 from windowing.partitions import Partitions
 from windowing.runner.normalise import StateMismatchError
 from windowing.runner.replay import replay
-from windowing.storage import input_record, landing, store
+from windowing.storage import input_record, store
 from windowing.storage.commits import (
     FAILURES,
     RUNS,
@@ -66,7 +67,7 @@ from windowing.storage.commits import (
 from windowing.storage.errors import InputError, OutputError, StateError, missing_path
 from windowing.storage.lake import Lake, glob_escape, inside, is_connect, join
 from windowing.storage.outputs import read_state, stage_outputs
-from windowing.validation import blocking_failures, run_checks
+from windowing.validation import CheckResult, blocking_failures, run_checks
 
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
@@ -140,6 +141,12 @@ def _zone_of(commit: Any) -> str | None:
     return record.landing_zone if record is not None else None
 
 
+def _checks_extra(results: Iterable[CheckResult]) -> dict[str, Any]:
+    """The partition's data-quality results, for its commit record (beside its lineage and
+    its input files)."""
+    return {"checks": [{"name": r.name, "passed": r.passed, **r.metadata()} for r in results]}
+
+
 @dataclass(frozen=True)
 class _StagedPartition:
     """A partition replayed and staged, its outputs read back: not yet checked or committed.
@@ -179,7 +186,7 @@ class Chain:
     """The partition chain of one pipeline (module docstring).
 
     ``landing_zone``: the events (any URI Spark reads; ``partition_column`` as in
-    :mod:`windowing.storage.landing`, None for a flat layout). ``output_root``: partition ``K``
+    :mod:`windowing.landing`, None for a flat layout). ``output_root``: partition ``K``
     is committed under ``<output_root>/<pipeline name>/<K without ':'>/``.
     """
 
@@ -519,7 +526,7 @@ class Chain:
         # K+1's staged run is deleted and the chain stops, as it would have before K+1.
         # A small partition's time is mostly fixed cost (planning in the driver, py4j,
         # starting small jobs) that leaves cores idle between its jobs: two partitions
-        # fill them (72 hourly partitions: 2.58 s a partition; docs/architecture.md).
+        # fill them (measured in docs/architecture.md).
         start: PartitionResult | _StagedPartition | None = before
         known = landing.KnownSchemas()  # the landing zone's schema, inferred once for the run
         staged: _StagedPartition | None = None  # replayed, not yet handed to an audit
@@ -589,7 +596,7 @@ class Chain:
         return done
 
     def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[Any, list[Any] | None]:
-        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.storage.landing`);
+        """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`);
         ``known``: the schemas the partitions before in the same run inferred."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(
@@ -737,9 +744,9 @@ class Chain:
                     key, folder, staged.path, metrics, lineage, state, results, part.seconds, committed=False
                 )
             if self.publisher is None:
-                staged.commit({**lineage.to_extra(), **store.checks_extra(results), **inputs})
+                staged.commit({**lineage.to_extra(), **_checks_extra(results), **inputs})
             else:
-                self._commit_and_publish(key, staged, {**lineage.to_extra(), **store.checks_extra(results), **inputs})
+                self._commit_and_publish(key, staged, {**lineage.to_extra(), **_checks_extra(results), **inputs})
             return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
     def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@
 # commands: each is a module with NAME, add_parser(subparsers) and run(args) -> int (an
 # analysis's in its package, the others in windowing/commands/), listed below in the
 # order `rewindow --help` shows them. A command's Spark session comes from
-# windowing.commands.common.spark_for, which tests replace to inject their own.
+# windowing.command_line.spark_for, which tests replace to inject their own.
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import argparse
 import sys
 from typing import Any, Protocol
 
-from windowing.commands import backfill, common, generate, replay, status, verify
+from windowing import command_line
+from windowing.commands import backfill, generate, replay, status, verify
 from windowing.config import ConfigError
 from windowing.diff import cli as diff
 from windowing.lateness import cli as lateness
@@ -51,22 +52,22 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError, OSError, WorkerEnvironmentError) as exc:
         print(f"rewindow: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # in a process that did not call common.exit_on_signals
+    except KeyboardInterrupt:  # in a process that did not call command_line.exit_on_signals
         print("rewindow: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 def script() -> int:
     """The installed ``rewindow`` script: :func:`main` on ``sys.argv``, then the Spark
-    session it started stopped before the process exits (:func:`common.stop_started`).
+    session it started stopped before the process exits (:func:`command_line.stop_started`).
     :func:`main` itself leaves it running, for callers that run several commands in one
     process on one session. Ctrl-C (SIGINT) and SIGTERM end it with one line and exit code
-    130 or 143, without a traceback (:func:`common.exit_on_signals`)."""
-    common.exit_on_signals()
+    130 or 143, without a traceback (:func:`command_line.exit_on_signals`)."""
+    command_line.exit_on_signals()
     try:
         return main()
     finally:
-        common.stop_started()
+        command_line.stop_started()
 
 
 if __name__ == "__main__":

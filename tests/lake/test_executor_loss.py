@@ -164,14 +164,13 @@ def _events(log_dir: Path, app: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def undisturbed(spark, history, tmp_path_factory) -> dict:
     """The same replay, undisturbed: the suite's local session, the same settings."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
     from windowing.runner.session import session_conf
 
     out = tmp_path_factory.mktemp("undisturbed") / "out"
     began = time.monotonic()
     with pytest.MonkeyPatch.context() as mp, session_conf(spark, REPLAY_CONF):
-        mp.setattr(common, "spark_for", lambda args: spark)
+        mp.setattr(command_line, "spark_for", lambda args: spark)
         assert cli.main(["replay", "--config", str(CLICKS), "--input", str(history), "--output", str(out)]) == 0
     lake_conftest.TIMINGS["the replay undisturbed, local"] = time.monotonic() - began
     expected = snapshot(spark, out)

@@ -51,10 +51,9 @@ def landing(lake_dir):
 @pytest.fixture(scope="module")
 def reference(spark, landing, tmp_path_factory, monkeypatch_module):
     """Day after day on plain local folders, ``local[2]`` (the suite's session)."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
-    monkeypatch_module.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch_module.setattr(command_line, "spark_for", lambda args: spark)
     base = tmp_path_factory.mktemp("reference")
     prev = None
     for day in DAYS:
@@ -80,13 +79,12 @@ def _assert_same(spark, reference, out_for_day) -> None:
 
 def test_viewfs_replay_in_process_equals_local_folders(spark, lake_dir, landing, reference, monkeypatch):
     """The CLI on the suite's own session, every path a viewfs:// URI (a mount of its own)."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     mount = "inproc"
     for k, v in hadoop_viewfs_conf(mount, str(lake_dir.path)).items():
         spark.conf.set(k, v)  # Hadoop settings at runtime: Spark's readers and rewindow's Lake see them
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     url = f"viewfs://{mount}/data"
     prev = None
     for day in DAYS:
@@ -130,15 +128,14 @@ def test_a_replay_killed_mid_write_on_viewfs_leaves_the_previous_output_current(
     the previous one whole (or, killed mid-commit, the new one whole), and a rerun
     commits day 1's rows and sweeps what the killed run left."""
     from tests.support.processes import kill_when, start_replay, tree_digest
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
     from windowing.runner.session import session_conf
     from windowing.storage import commits as commit_records
 
     mount = f"killed-{moment}"  # a mount of its own: Hadoop caches a viewfs mount table per name
     url, out = f"viewfs://{mount}/data", lake_dir.local(f"killed-{moment}")
     replay = ["replay", "--config", str(CLICKS), "--output", f"{url}/killed-{moment}"]
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     with session_conf(spark, hadoop_viewfs_conf(mount, str(lake_dir.path))):
         assert cli.main([*replay, "--input", f"{url}/landing/date={DAYS[1]}"]) == 0
     previous, before, snap = current(out), tree_digest(out), snapshot(spark, out)

@@ -178,9 +178,9 @@ def test_a_pipeline_name_that_leaves_the_output_root_is_refused_before_spark(his
 def test_a_bad_from_or_to_is_refused_before_spark(history, pipelines_dir, tmp_path, monkeypatch, argv, message):
     """Held in the hostile run (issue 47): a bad --from or --to was refused only after Spark
     started and the landing zone was listed."""
-    from windowing.commands import common
+    from windowing import command_line
 
-    monkeypatch.setattr(common, "spark_for", lambda args: pytest.fail("Spark started"))
+    monkeypatch.setattr(command_line, "spark_for", lambda args: pytest.fail("Spark started"))
     command, *rest = argv
     where = ["--input", history] if command == "backfill" else []
     rc, _, err = rewindow(
@@ -234,9 +234,9 @@ def test_a_missing_local_path_or_a_backwards_range_is_refused_before_spark(
 ):
     """First hour of this session's fresh clone: a typo in a local folder, or ``--to`` before
     ``--from``, was refused only once Spark had started (seconds, and its log lines)."""
-    from windowing.commands import common
+    from windowing import command_line
 
-    monkeypatch.setattr(common, "spark_for", lambda args: pytest.fail("Spark started"))
+    monkeypatch.setattr(command_line, "spark_for", lambda args: pytest.fail("Spark started"))
     names = {"missing": tmp_path / "typo", "here": tmp_path, "out": tmp_path / "out"}
     command, *rest = (a.format(**names) for a in argv)
     rc, out, err = rewindow(command, "--config", pipelines_dir / "clicks-hourly.yaml", *rest)
@@ -263,9 +263,9 @@ def test_a_landing_zone_with_no_events_is_one_line_naming_the_options(spark, pip
 def test_status_of_a_folder_that_is_not_there_says_so(tmp_path, monkeypatch):
     """``rewindow status --output TYPO`` said "no rewindow history" and exited 0, as for an
     empty folder; with ``--config``, a history not started yet is a status, not an error."""
-    from windowing.commands import common
+    from windowing import command_line
 
-    monkeypatch.setattr(common, "spark_for", lambda args: pytest.fail("Spark started"))
+    monkeypatch.setattr(command_line, "spark_for", lambda args: pytest.fail("Spark started"))
     rc, out, err = rewindow("status", "--output", tmp_path / "typo")
     assert (rc, out, err.strip()) == (2, "", f"rewindow: error: {tmp_path / 'typo'}: no such folder")
     rc, out, err = rewindow("status", "--output", tmp_path)

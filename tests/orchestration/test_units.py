@@ -10,9 +10,9 @@ import pytest
 from assets.pipelines import asset_prefix
 from assets.resources import SparkResource
 from orchestration.partitions import PartitionSettings
+from windowing.landing import day_of
 from windowing.runner.session import parse_conf
 from windowing.storage.commits import Commit
-from windowing.storage.landing import day_of
 from windowing.storage.store import Lineage, first_missing, out_of_date_partitions
 
 D1, D2, D3, D4 = "2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"

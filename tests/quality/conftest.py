@@ -130,10 +130,9 @@ def replayed(spark, history, configs, tmp_path_factory):
 @pytest.fixture
 def verify(spark, monkeypatch, capsys):
     """``rewindow verify ARGS`` in this process (on the suite's Spark): (exit code, stdout, stderr)."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
 
     def run(*args):
         code = cli.main(["verify", *map(str, args)])

@@ -195,12 +195,11 @@ def test_a_configured_column_the_data_lacks_is_a_config_error_before_any_work(sp
 
 
 def test_a_missing_column_through_the_cli_writes_nothing(spark, replayed, tmp_path, monkeypatch, capsys):
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     r = replayed("clicks")
     (tmp_path / "p.yaml").write_text(r.config.read_text().replace("keyExtractor: user_id", "keyExtractor: user"))
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     code = cli.main(
         ["replay", "--config", str(tmp_path / "p.yaml"), "--input", str(r.day1), "--output", str(tmp_path / "out")]
     )
@@ -214,12 +213,11 @@ def test_a_missing_column_through_the_cli_writes_nothing(spark, replayed, tmp_pa
 
 def test_an_empty_partition_folder_replays_as_zero_events_carrying_the_state(spark, replayed, tmp_path, monkeypatch):
     """Through the CLI: no files in the day's folder; the schema comes from the pipeline and state."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     r = replayed("clicks")
     (tmp_path / "empty").mkdir()
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     code = cli.main(
         [
             "replay",
@@ -316,8 +314,7 @@ def _empty(f):
 
 @pytest.mark.parametrize("damage", [_garbage, _truncated, _empty], ids=["corrupted", "truncated", "zero-bytes"])
 def test_a_broken_parquet_file_is_an_error_naming_the_file(spark, replayed, tmp_path, monkeypatch, capsys, damage):
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     r = replayed("clicks")
     day = shutil.copytree(r.day1, tmp_path / "date=2024-01-01")
@@ -329,7 +326,7 @@ def test_a_broken_parquet_file_is_an_error_naming_the_file(spark, replayed, tmp_
         read_events(spark, [str(day)])
     assert str(err.value).startswith(f"{bad}: not a readable Parquet file")
     # The command line says the same and writes nothing.
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     assert cli.main(["replay", "--config", str(r.config), "--input", str(day), "--output", str(tmp_path / "o")]) == 2
     assert str(bad) in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
@@ -337,8 +334,7 @@ def test_a_broken_parquet_file_is_an_error_naming_the_file(spark, replayed, tmp_
 
 def test_damaged_data_pages_are_an_error_naming_the_file(spark, replayed, tmp_path, monkeypatch, capsys):
     """The footer is intact, so only Spark's first action finds out: the CLI still names the file."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     r = replayed("clicks")
     day = shutil.copytree(r.day1, tmp_path / "date=2024-01-01")
@@ -348,7 +344,7 @@ def test_damaged_data_pages_are_an_error_naming_the_file(spark, replayed, tmp_pa
         data[i] ^= 0x5A
     bad.write_bytes(bytes(data))
     read_events(spark, [str(day)])  # every footer still reads
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     assert cli.main(["replay", "--config", str(r.config), "--input", str(day), "--output", str(tmp_path / "o")]) == 2
     assert f"rewindow: error: {bad}: cannot read Parquet input" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
@@ -389,11 +385,10 @@ def test_state_of_another_pipeline_is_refused(spark, replayed):
 
 
 def test_the_cli_refuses_a_missing_state(spark, replayed, tmp_path, monkeypatch, capsys):
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     r = replayed("clicks")
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     code = cli.main(
         [
             "replay",

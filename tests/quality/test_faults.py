@@ -39,8 +39,7 @@ def assert_same_output(spark, a: Path, b: Path) -> None:
 def test_a_killed_replay_leaves_the_previous_output_current_and_a_rerun_completes_it(
     spark, replayed, cli_runs, monkeypatch, moment
 ):
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
     from windowing.storage import commits as commit_records
 
     r, k = replayed("clicks"), cli_runs.killed[moment]
@@ -64,7 +63,7 @@ def test_a_killed_replay_leaves_the_previous_output_current_and_a_rerun_complete
 
     # Rerun (the same command line, in this process's Spark): complete, as if never interrupted,
     # and the abandoned run folder is swept (its age limit set to zero for the test).
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     monkeypatch.setattr(commit_records, "ABANDONED_AFTER_S", 0)
     assert cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(out)]) == 0
     assert_same_output(spark, out, r.out1)
@@ -164,13 +163,12 @@ def _without_progress(err: str) -> str:
 
 def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, tmpfs, monkeypatch, capsys):
     """Issue 8 item 8: a read-only output used to fail only after the whole replay."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
     from windowing.runner import replay as job
 
     r = replayed("clicks")
     target = tmpfs("1m", read_only=True) / "out"
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     monkeypatch.setattr(job, "replay", lambda *a, **k: pytest.fail("the replay ran"))
     code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
     err = _without_progress(capsys.readouterr().err)
@@ -180,12 +178,11 @@ def test_a_read_only_target_fails_before_the_replay_naming_it(spark, replayed, t
 
 def test_a_full_disk_is_one_line_naming_the_dataset_and_commits_nothing(spark, replayed, tmpfs, monkeypatch, capsys):
     """Issue 8 item 8: a full disk gave a raw shutil.Error or a 600-line Java trace."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     r = replayed("clicks")
     target = tmpfs("24k") / "out"
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     code = cli.main(["replay", "--config", str(r.config), "--input", str(r.day1), "--output", str(target)])
     err = _without_progress(capsys.readouterr().err)
     assert code == 2, err

@@ -60,10 +60,9 @@ def _day_with(history, tmp_path: Path, changes: dict[int, dict]) -> tuple[Path, 
 
 
 def _verify(spark, monkeypatch, capsys, config, out, day):
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     code = cli.main(["verify", str(out), "--config", str(config), "--input", str(day), "--json"])
     return code, capsys.readouterr()
 
@@ -449,11 +448,10 @@ def test_a_partial_whose_type_changed_is_refused(spark, replayed, tmp_path):
 
 
 def test_the_cli_names_the_damaged_state_and_writes_nothing(spark, replayed, tmp_path, monkeypatch, capsys):
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     r = replayed("clicks")
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     for name, edit, parts in (
         ("one-part", _drop("watermark_ms"), "first"),
         ("all-parts", _drop("watermark_ms"), "all"),
@@ -623,8 +621,8 @@ def test_nanosecond_times_are_floored_to_the_millisecond(spark, tmp_path, merge)
 def test_nanosecond_times_in_a_flat_landing_zone_are_named_with_file_and_column(spark, tmp_path):
     """Without day folders no footer is read before Spark infers the schema: the nanosecond
     column cannot be turned into times, so the error names the file and the column."""
+    from windowing.landing import read_partition_events
     from windowing.storage.errors import InputError
-    from windowing.storage.landing import read_partition_events
 
     pq.write_table(pa.table({"arrival_time": pa.array([0], pa.timestamp("ns"))}), tmp_path / "a.parquet", version="2.6")
     start = datetime(1970, 1, 1, tzinfo=timezone.utc)

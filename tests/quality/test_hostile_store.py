@@ -37,10 +37,9 @@ def _rewrite(file: Path, text: str) -> None:
 
 
 def _cli(spark, monkeypatch, capsys, *argv) -> tuple[int, str, str]:
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     code = cli.main([str(a) for a in argv])
     out = capsys.readouterr()
     return code, out.out, out.err

@@ -23,9 +23,8 @@ import yaml
 
 from tests.quality.conftest import copy_tree
 from tests.support.outputs import run_dir
-from windowing import cli
+from windowing import cli, command_line
 from windowing import validation as V
-from windowing.commands import common
 
 
 def statuses(out: str) -> dict[str, str]:
@@ -102,7 +101,7 @@ def replay_case(base: Path, events) -> tuple[Path, Path, Path]:
 def test_signed_zero_keys_are_two_keys_for_the_engine_and_the_checks(spark, verify, monkeypatch, tmp_path):
     """-0.0 and 0.0 are different keys (and workers) to the engine, bit for bit; the checks
     group keys the same way, so the engine's correct output passes."""
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     events = [(s, w, k, float(s + 1)) for s in (1, 2) for w in (0.0, -0.0) for k in (0.0, -0.0)]
     events += [(12, w, k, 5.0) for w in (0.0, -0.0) for k in (0.0, -0.0)]  # closes the first windows
     config, inp, out = replay_case(tmp_path, events)
@@ -121,7 +120,7 @@ def test_nan_and_infinite_amounts_follow_sparks_order_and_pass(spark, verify, mo
     Spark: a NaN amount makes the window's max and sum NaN, its min ignores it unless every
     amount is NaN. avg is the sum (an IEEE left fold) over the count, so it is NaN or
     infinite exactly when the sum is; these are correct output and pass."""
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     cases = {
         1.0: [NAN],
         2.0: [1.0, NAN],
@@ -183,7 +182,7 @@ def test_nan_keys_and_workers_of_any_bit_pattern_are_one(spark, verify, monkeypa
     """NaN, -NaN and a NaN with a payload are one key (one worker) (docs/semantics.md
     section 1), as Spark's shuffle and writers treat them: the first window holds the
     three events and is emitted once, and the checks pass."""
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     nans = [NAN, NEG_NAN, PAYLOAD_NAN, NAN]
     events = [
         (s, 0.0, nan, v) if column == "k" else (s, nan, 0.0, v)
@@ -273,7 +272,7 @@ def test_recompute_needs_the_state_the_replay_started_from(verify, replayed):
 def test_recompute_flushes_as_the_replay_did(spark, verify, monkeypatch, tmp_path):
     """The pipeline does not flush; the replay was run with --flush-at-end: verify must be
     told (--flush-at-end), and says so when the output holds END_OF_INPUT emissions."""
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     config, inp = write_case(tmp_path, [(1, 0.0, 1.0, 1.0), (2, 0.0, 2.0, 2.0)])
     doc = yaml.safe_load(config.read_text())
     doc["replay"]["flushAtEnd"] = False

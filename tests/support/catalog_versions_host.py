@@ -141,7 +141,7 @@ class Host:
         """Switch to each of ``versions`` in turn while a reader (a session of its own, as a
         beeline connection has) resolves the stable names as fast as it can: how many of
         its reads found each name, and how many did not."""
-        from windowing.catalog import PUBLISHED
+        from windowing.config.outputs import PUBLISHED
 
         pub = self.publisher(config, pipeline_dir, versions[0])
         reader = self.spark.newSession()

@@ -11,7 +11,7 @@ from windowing.cli import main
 def rewindow(*argv: object) -> tuple[int, str, str]:
     """``rewindow ARGV...`` through :func:`windowing.cli.main` (each argument made a string);
     (exit code, stdout, stderr). The command gets its Spark session as the script does
-    (``common.spark_for``), which is the test run's shared one once it exists."""
+    (``command_line.spark_for``), which is the test run's shared one once it exists."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         rc = main([str(a) for a in argv])

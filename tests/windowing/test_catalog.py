@@ -41,8 +41,8 @@ from tests.support.dagster_harness import PIPELINE_YAML
 from tests.support.outputs import commits, current
 from tests.support.processes import kill_when
 from tests.support.services import ManagedProcess, base_env, free_port, port_open, spark_home
-from windowing.catalog import CatalogSpec, parse_output, published_table, run_id_of, with_overrides
-from windowing.config import ConfigError, parse_pipeline
+from windowing.catalog import published_table, run_id_of
+from windowing.config import parse_pipeline
 from windowing.metastore import session_conf, thrift_server_command
 
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
@@ -80,50 +80,7 @@ reconcile:   # the live side is this pipeline's own output here
 # --------------------------------------------------------------------------- configuration (no Spark)
 
 
-def _doc(output):
-    import yaml
-
-    doc = yaml.safe_load(PIPELINE_YAML)
-    doc["output"] = output
-    return doc
-
-
-def test_the_output_block_names_the_catalog_tables():
-    spec = parse_pipeline(_doc({"catalog": {"database": "replay", "table": "clicks_hourly"}})).catalog
-    assert spec == CatalogSpec("replay", "clicks_hourly")
-    assert [spec.table_name(o) for o in OUTPUTS] == [
-        "clicks_hourly_aggregates",
-        "clicks_hourly_late_events",
-        "clicks_hourly_rejected",
-    ]
-    assert parse_pipeline(_doc(None)).catalog is None
-    # the catalog is where outputs go, not what they mean: the fingerprint stays
-    assert (
-        parse_pipeline(_doc(None)).fingerprint()
-        == parse_pipeline(_doc({"catalog": {"database": "replay", "table": "x"}})).fingerprint()
-    )
-
-
-@pytest.mark.parametrize(
-    "output, message",
-    [
-        ({"catalog": {"database": "replay"}}, "output.catalog.table: required"),
-        ({"catalog": {"database": "re play", "table": "t"}}, "output.catalog.database: 're play'"),
-        ({"catalog": {"database": "d", "table": "t", "path": "x"}}, "output.catalog.path: unknown field"),
-        ({"table": "t"}, "output.table: unknown field"),
-        ({"catalog": "replay.t"}, "output.catalog: expected a mapping"),
-    ],
-)
-def test_a_bad_output_block_is_refused_naming_the_field(output, message):
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
-        parse_pipeline(_doc(output))
-
-
-def test_overrides_and_the_embedded_metastore_settings(tmp_path):
-    spec = parse_output({"catalog": {"database": "replay", "table": "clicks"}})
-    assert with_overrides(spec, database="staging") == CatalogSpec("staging", "clicks")
-    with pytest.raises(ValueError, match="--catalog-database/--catalog-table: the pipeline has no output.catalog"):
-        with_overrides(None, database="staging")
+def test_the_embedded_metastore_settings(tmp_path):
     conf = session_conf(str(tmp_path / "ms"), {"spark.driver.extraJavaOptions": "-Xss4m"})
     assert conf["spark.sql.catalogImplementation"] == "hive"
     assert f"databaseName={tmp_path / 'ms' / 'metastore_db'}" in conf["spark.hadoop.javax.jdo.option.ConnectionURL"]

@@ -37,13 +37,13 @@ def _history(tmp_path: Path) -> tuple[Path, Path]:
 
 def _status(out: Path, monkeypatch) -> dict[str, str]:
     """``rewindow status`` lines by partition, with no Spark session allowed."""
-    import windowing.commands.common as common
+    from windowing import command_line
 
     def no_spark(args):
         raise AssertionError("rewindow status started Spark for a local history")
 
     with monkeypatch.context() as m:
-        m.setattr(common, "spark_for", no_spark)
+        m.setattr(command_line, "spark_for", no_spark)
         rc, text, err = rewindow("status", "--output", out)
     assert rc == 0 and "Traceback" not in err, err
     return {line.split()[0]: line for line in text.splitlines() if line.strip().startswith("2024-")} | {"": text}

@@ -17,8 +17,10 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
-from windowing.commands import common
+from windowing import command_line
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
+from windowing.metrics import ReplayMetrics
+from windowing.partitions import Partitions, check_bound, check_range, day_key
 from windowing.storage.lake import absolute
 
 if TYPE_CHECKING:
@@ -78,23 +80,22 @@ def add_parser(subparsers: Any) -> None:
     )
     b.add_argument(
         "--keep-versions",
-        type=common.positive_int,
+        type=command_line.positive_int,
         default=2,
         metavar="N",
         help="versions of the history kept after a rebuild is switched in (the current one included; default 2)",
     )
     b.add_argument("--flush-at-end", action="store_true", help="emit the windows still open after --to")
     b.add_argument("--no-checks", action="store_true", help="skip the data-quality checks (not recommended)")
-    common.catalog_args(b)
-    common.spark_args(b)
+    command_line.catalog_args(b)
+    command_line.spark_args(b)
 
 
 def run(args: argparse.Namespace) -> int:
     from windowing import rebuild  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.chain import Chain, ChainError  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
     from windowing.history import stored_history, summary_table  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
-    from windowing.partitions import Partitions, check_bound, check_range, day_key  # noqa: PLC0415 - keeps the CLI fast
-    from windowing.storage.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
+    from windowing.landing import landed_days  # noqa: PLC0415 - keeps the CLI fast: landing imports pyspark
 
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
     for option, bound in (
@@ -109,13 +110,13 @@ def run(args: argparse.Namespace) -> int:
     landing_zone = args.input or pipeline.source.path
     if not landing_zone:
         raise ConfigError("--input: no landing zone given, and the pipeline has no source.path")
-    common.check_local_paths(args, [landing_zone], "the landing zone does not exist")
+    command_line.check_local_paths(args, [landing_zone], "the landing zone does not exist")
     note = ignored_fields_note(pipeline)
     if note:
         print(f"rewindow: note: {note}", file=sys.stderr)
     landing_zone, output_root = absolute(landing_zone), absolute(args.output)
-    catalog = common.catalog_setup(args, pipeline, output_root)
-    spark = common.spark_for(args)
+    catalog = command_line.catalog_setup(args, pipeline, output_root)
+    spark = command_line.spark_for(args)
     try:
         plan = rebuild.plan(spark, pipeline, output_root, rerun_from=args.rerun_from)
         stored = stored_history(spark, plan.read_root, pipeline.name)
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
             plan.build_root,
             partitions,
             partition_column=partition_column,
-            publisher=common.publisher(spark, catalog, pipeline, output_root, plan.version),
+            publisher=command_line.publisher(spark, catalog, pipeline, output_root, plan.version),
         )
         if plan.rebuild:
             keys = _rebuild_range(plan, partitions, keys, args)
@@ -249,9 +250,9 @@ def _run(
         f"go on with: rewindow backfill --config {args.config} --input {chain.landing_zone} "
         f"--output {output_root} --resume"
     )
-    # Ctrl-C ends the process at once (common.exit_on_signals): the partition in flight is
+    # Ctrl-C ends the process at once (command_line.exit_on_signals): the partition in flight is
     # committed or not, whole (its commit record is written last, in one rename).
-    common.ON_SIGNAL_SAY[:] = [f"no partition committed by this run yet; {go_on}"]
+    command_line.ON_SIGNAL_SAY[:] = [f"no partition committed by this run yet; {go_on}"]
     console.print(
         f"rewindow: backfilling {len(keys)} partition(s) {keys[0]}..{keys[-1]} of pipeline {name!r} "
         f"from {chain.landing_zone} into {chain.pipeline_dir}"
@@ -282,7 +283,7 @@ def _run(
                 failed = part
             else:
                 replayed.append(part)
-                common.ON_SIGNAL_SAY[:] = [f"partitions through {part.key} are committed; {go_on}"]
+                command_line.ON_SIGNAL_SAY[:] = [f"partitions through {part.key} are committed; {go_on}"]
     if before:
         print(_what_changed(chain, before, replayed), file=sys.stderr)
     print(
@@ -327,7 +328,6 @@ def _what_changed(chain: Any, before: dict[str, Any], replayed: list[Any]) -> st
     and after, and the emissions only in the old run or only in the new one (an exact
     comparison of the two runs' aggregates, one Spark job a partition rerun)."""
     from windowing.history import changed_windows  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
-    from windowing.metrics import ReplayMetrics  # noqa: PLC0415 - keeps the CLI fast
 
     lines, events, windows = [], 0, 0
     for part in replayed:

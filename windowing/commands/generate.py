@@ -8,7 +8,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from windowing.commands.common import positive_int
+from windowing.command_line import positive_int
 
 NAME = "generate"
 

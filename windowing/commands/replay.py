@@ -9,7 +9,8 @@ import sys
 import time
 from typing import Any
 
-from windowing.commands import common
+from windowing import command_line
+from windowing.catalog import Publisher
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
 from windowing.storage.lake import absolute
 
@@ -27,8 +28,8 @@ def add_parser(subparsers: Any) -> None:
         "--partition",
         help="with output.catalog: the table partition (partition_key) this run is published as, e.g. 2024-01-01",
     )
-    common.catalog_args(r)
-    common.spark_args(r)
+    command_line.catalog_args(r)
+    command_line.spark_args(r)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,36 +42,35 @@ def run(args: argparse.Namespace) -> int:
     if note:
         print(f"rewindow: note: {note}", file=sys.stderr)
     inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
-    common.check_local_paths(args, inputs, "input does not exist")  # before Spark starts, as is
+    command_line.check_local_paths(args, inputs, "input does not exist")  # before Spark starts, as is
     # local Parquet input lacking a configured column. (--state-in names a run's state as its
     # output folder does, OUT/state, which may be no folder: read_state says what is missing.)
     check_input_schema(pipeline, inputs)
     # The tables' root folders sit beside the output (OUT/../_tables), the embedded metastore in OUT/../_metastore.
     parent = absolute(args.output).rstrip("/").rsplit("/", 1)[0]
-    catalog = common.catalog_setup(args, pipeline, parent)
+    catalog = command_line.catalog_setup(args, pipeline, parent)
     if catalog is not None and not args.partition:
         raise ConfigError(
             "--partition: required when the pipeline publishes to a catalog (output.catalog): "
             "the table partition this run is published as (e.g. 2024-01-01)"
         )
-    common.progress(1, 3, f"starting Spark ({args.remote or args.master or 'local[*]'})")
-    spark = common.spark_for(args)
+    command_line.progress(1, 3, f"starting Spark ({args.remote or args.master or 'local[*]'})")
+    spark = command_line.spark_for(args)
     publisher = None
     if catalog is not None:
-        from windowing.catalog import Publisher  # noqa: PLC0415 - keeps the CLI fast
-
         publisher = Publisher(spark, catalog, pipeline, parent)
         publisher.check()  # a catalog that cannot take a location swap fails before any work
     started = time.monotonic()
     check_output_target(spark, args.output, inputs)  # before any work: never write over the events
-    common.progress(2, 3, f"replaying {', '.join(map(str, inputs)) or 'no input'} through pipeline {pipeline.name!r}")
+    what = ", ".join(map(str, inputs)) or "no input"
+    command_line.progress(2, 3, f"replaying {what} through pipeline {pipeline.name!r}")
     state = read_state(spark, args.state_in) if args.state_in else None
     # pipeline/state: an empty partition (no files) replays as zero events.
     events = read_events(spark, args.input, pipeline=pipeline, state=state)
     # Both name an input file Spark fails to read (a damaged data page) in an InputError.
     result = replay(spark, pipeline, events, state=state, flush_at_end=args.flush_at_end)
     try:
-        common.progress(3, 3, f"writing outputs to {args.output}")
+        command_line.progress(3, 3, f"writing outputs to {args.output}")
         staged = stage_outputs(result, args.output, pipeline=pipeline, inputs=inputs)
         if publisher is not None and _blocked(spark, pipeline, staged, events, state):
             return 1

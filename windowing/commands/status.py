@@ -9,10 +9,12 @@ import io
 from datetime import datetime, timezone
 from typing import Any
 
-from windowing.commands import common
+from windowing import command_line
+from windowing.catalog import published_table
 from windowing.config import load_pipeline
-from windowing.storage import store, versions
-from windowing.storage.lake import Lake, absolute, display, join
+from windowing.partitions import Partitions, check_bound, check_range
+from windowing.storage import versions
+from windowing.storage.lake import Lake, NeedsSpark, absolute, display, join
 
 NAME = "status"
 
@@ -27,14 +29,11 @@ def add_parser(subparsers: Any) -> None:
     )
     s.add_argument("--from", dest="first", help="first partition to list (default: the start of the history)")
     s.add_argument("--to", dest="last", help="last partition to list (default: the newest committed or failed)")
-    common.catalog_args(s)
-    common.spark_args(s)
+    command_line.catalog_args(s)
+    command_line.spark_args(s)
 
 
 def run(args: argparse.Namespace) -> int:
-    from windowing.partitions import check_bound, check_range  # noqa: PLC0415 - keeps the CLI fast
-    from windowing.storage.lake import NeedsSpark  # noqa: PLC0415 - keeps the CLI fast: lake imports pyspark
-
     pipeline = load_pipeline(args.config) if args.config else None
     for option, bound in (("--from", args.first), ("--to", args.last)):
         if bound is not None:
@@ -42,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     check_range(args.first, args.last)
     output_root = absolute(args.output)
     if pipeline is None:  # with --config, a history not started yet is a status ("nothing committed")
-        common.check_local_paths(args, [output_root], "no such folder")
-    catalog = common.catalog_setup(args, pipeline, output_root)
+        command_line.check_local_paths(args, [output_root], "no such folder")
+    catalog = command_line.catalog_setup(args, pipeline, output_root)
     if catalog is None and not (args.master or args.remote or args.conf):
         shown = io.StringIO()
         try:  # a local history (and landing zone) is read with no Spark session: no JVM starts
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(shown.getvalue(), end="")
             return code
-    return _report(common.spark_for(args), args, pipeline, output_root, catalog)
+    return _report(command_line.spark_for(args), args, pipeline, output_root, catalog)
 
 
 def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: str, catalog: Any) -> int:
@@ -62,7 +61,7 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
     read the local store and landing zone with Python's calls (``Lake.on_driver``)."""
     from windowing.chain import Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
     from windowing.history import stored_history  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
-    from windowing.partitions import Partitions  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.storage import store  # noqa: PLC0415 - keeps the CLI fast: the commit records are read with pyspark
 
     if pipeline is not None:
         names = [pipeline.name]
@@ -88,7 +87,7 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
             keys = partitions.keys(first, last)
         rows = chain.status(keys)
         shown += 1
-        publisher = common.publisher(spark, catalog, pipeline, output_root, current) if pipeline is not None else None
+        publisher = None if pipeline is None else command_line.publisher(spark, catalog, pipeline, output_root, current)
         print(
             f"pipeline {name!r} ({grain} partitions from {start}), version {current}, in {chain.pipeline_dir}"
             + (f"; tables {catalog.database}.{catalog.table}_*" if publisher is not None else "")
@@ -173,8 +172,6 @@ def _keys(keys: list[str]) -> str:
 
 def _published(publisher: Any, key: str) -> str:
     """What each catalog table's partition ``key`` points at, for ``rewindow status``."""
-    from windowing.catalog import published_table  # noqa: PLC0415 - keeps the CLI fast
-
     return published_table(publisher.pointed(key).values())
 
 

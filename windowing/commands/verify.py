@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from windowing.commands import common
+from windowing import command_line
 from windowing.config import ConfigError, load_pipeline
 from windowing.durations import parse_duration_ms
 
@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> None:
         help="run only this check (repeatable); one that cannot run is an error",
     )
     v.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
-    common.spark_args(v)
+    command_line.spark_args(v)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
         run_checks,
     )
 
-    common.check_local_paths(args, [args.output_dir], "no such folder")
-    common.check_local_paths(args, args.input or [], "input does not exist")
-    spark = common.spark_for(args)
+    command_line.check_local_paths(args, [args.output_dir], "no such folder")
+    command_line.check_local_paths(args, args.input or [], "input does not exist")
+    spark = command_line.spark_for(args)
     outputs = read_outputs(spark, args.output_dir)
     prev = read_state(spark, args.state_in) if args.state_in else None
     events = read_events(spark, args.input, pipeline=pipeline, state=prev) if args.input else None

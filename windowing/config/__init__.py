@@ -8,6 +8,7 @@ The modules, by role (each imports only modules listed below it, and never throu
 * :mod:`.voltsp`: VoltSP compatibility (extractors, ``columns:``, ``sum (amount)``, the
   live pipeline's settings a replay ignores);
 * :mod:`.reconcile`: the ``reconcile:`` block;
+* :mod:`.outputs`: the ``output:`` block (:class:`~windowing.config.outputs.CatalogSpec`, the catalog tables);
 * :mod:`.columns`: the columns a pipeline reads and its outputs have;
 * :mod:`.model`: the enums, the frozen dataclasses, :class:`Pipeline`;
 * :mod:`.fields`: :class:`ConfigError` and the helpers that read one field.

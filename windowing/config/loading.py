@@ -20,7 +20,6 @@ from typing import Any, Mapping
 
 import yaml
 
-from windowing.catalog import parse_output
 from windowing.config.columns import Labels, refuse_clashing_columns
 from windowing.config.fields import (
     ConfigError,
@@ -49,6 +48,7 @@ from windowing.config.model import (
     Window,
     WindowType,
 )
+from windowing.config.outputs import parse_output
 from windowing.config.reconcile import parse_reconcile
 from windowing.config.voltsp import (
     IGNORE_LIVE_PROCESSORS,

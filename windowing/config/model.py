@@ -217,7 +217,7 @@ class Pipeline:
     #: The ``reconcile:`` block (:class:`~windowing.config.reconcile.ReconcileSpec`): how to compare a
     #: replay with the live pipeline's output. Not part of the meaning of a replay.
     reconcile: Any = field(default=None, compare=False)
-    #: The ``output.catalog`` block (:class:`windowing.catalog.CatalogSpec`): the catalog
+    #: The ``output.catalog`` block (:class:`windowing.config.outputs.CatalogSpec`): the catalog
     #: tables each committed partition is published to; None: not published. Not part of
     #: the meaning of a replay.
     catalog: Any = field(default=None, compare=False)

@@ -7,7 +7,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from windowing.commands import common
+from windowing import command_line
+from windowing.config import load_pipeline
+from windowing.partitions import check_bound, check_range
+from windowing.storage.lake import inside
 
 NAME = "diff"
 
@@ -30,16 +33,13 @@ def add_parser(subparsers: Any) -> None:
     )
     d.add_argument("--from", dest="first", help="first partition of the histories to compare (YYYY-MM-DD[THH])")
     d.add_argument("--to", dest="last", help="last partition of the histories to compare, included")
-    common.spark_args(d)
+    command_line.spark_args(d)
 
 
 def run(args: argparse.Namespace) -> int:
-    from windowing.config import load_pipeline  # noqa: PLC0415 - keeps the CLI fast
     from windowing.diff.outputs import write_diff  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.diff.result import diff  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
-    from windowing.diff.sides import check_location  # noqa: PLC0415
-    from windowing.partitions import check_bound, check_range  # noqa: PLC0415 - keeps the CLI fast
-    from windowing.storage.lake import inside  # noqa: PLC0415
+    from windowing.diff.sides import check_location  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
 
     pipeline = load_pipeline(args.config).name if args.config else None
     for option, bound in (("--from", args.first), ("--to", args.last)):
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         for side in (args.before, args.after):
             if inside(str(args.output), side) or inside(side, str(args.output)):
                 raise ValueError(f"--output {args.output}: is, holds or lies inside {side}: choose another folder")
-    spark = common.spark_for(args)
+    spark = command_line.spark_for(args)
     with diff(spark, args.before, args.after, pipeline=pipeline, first=args.first, last=args.last) as result:
         print(result.summary())
         if args.output:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from windowing.commands import common
+from windowing import command_line
 from windowing.config import ConfigError, load_pipeline
 from windowing.config.fields import parse_share
 from windowing.durations import parse_duration_ms
@@ -30,7 +30,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--target-late",
         default=DEFAULT_TARGET_LATE,
-        help=f"late share to stay at or under, e.g. 0.1%% (default {common.escape(DEFAULT_TARGET_LATE)})",
+        help=f"late share to stay at or under, e.g. 0.1%% (default {command_line.escape(DEFAULT_TARGET_LATE)})",
     )
     p.add_argument(
         "--lateness-modes", default=None, help="configured (default), both, or WINDOW_CLOSED,BEFORE_WATERMARK"
@@ -42,7 +42,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--worst", type=int, default=DEFAULT_WORST, help="windows listed as the worst (default 20)")
     p.add_argument("--flush-at-end", action="store_true", default=None, help="emit open windows at the end")
-    common.spark_args(p)
+    command_line.spark_args(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,10 +81,10 @@ def run(args: argparse.Namespace) -> int:
         flush_at_end=args.flush_at_end,
     )
     inputs = args.input or ([pipeline.source.path] if pipeline.source.path else [])
-    common.check_local_paths(args, inputs, "input does not exist")
+    command_line.check_local_paths(args, inputs, "input does not exist")
     check_input_schema(pipeline, inputs)
     print(f"rewindow: [1/3] starting Spark ({args.remote or args.master or 'local[*]'})", file=sys.stderr, flush=True)
-    spark = common.spark_for(args)
+    spark = command_line.spark_for(args)
     check_output_target(spark, args.output, inputs + ([args.state_in] if args.state_in else []))
     state, state_figures = None, None
     if args.state_in:

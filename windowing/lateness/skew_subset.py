@@ -23,8 +23,8 @@ from windowing.lateness.variants import Variant, WhatIf
 
 #: The share of the events above which the skew-free variant is one whole pass (replaying
 #: the dirty keys twice, under both variants, costs more). Skewed events tend to fall on
-#: the busiest keys: on the full-size bench history 9 % of a task's keys are dirty and
-#: hold 56 % of its events, and the subset still costs 11 % less CPU than a whole pass.
+#: the busiest keys, so a small share of dirty keys can hold most of a task's events and
+#: the subset still cost less than a whole pass (measured in docs/lateness.md).
 SKEW_SUBSET_MAX_SHARE = 0.8
 
 

@@ -9,7 +9,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from windowing.commands import common
+from windowing import command_line as common
 from windowing.config import ConfigError
 from windowing.config.fields import parse_share
 from windowing.config.reconcile import LiveSource

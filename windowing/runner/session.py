@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from windowing.runner.jvm_lookups import remember_jvm_lookups
+from windowing.jvm_lookups import remember_jvm_lookups
 from windowing.storage.lake import is_connect
 
 if TYPE_CHECKING:

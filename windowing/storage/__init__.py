@@ -5,8 +5,9 @@
 runs back; :mod:`~windowing.storage.commits` is the commit protocol's records (which run
 is current), checked as data by :mod:`~windowing.storage.records`;
 :mod:`~windowing.storage.manifest` keeps a state whole; :mod:`~windowing.storage.store`
-lays out a pipeline's partitions and their lineage; :mod:`~windowing.storage.landing`
-reads a landing zone's days; :mod:`~windowing.storage.lake` is the filesystem (Hadoop's
-API, never Python file I/O); :mod:`~windowing.storage.errors` the errors naming paths.
-Nothing is imported here: the CLI imports :mod:`~windowing.storage.lake` without pyspark.
+lays out a pipeline's partitions and their lineage; :mod:`~windowing.storage.lake` is the
+filesystem (Hadoop's API, never Python file I/O); :mod:`~windowing.storage.errors` the
+errors naming paths. A landing zone's days are read above the storage, with the pipeline's
+derived columns (:mod:`windowing.landing`). Nothing is imported here, and
+:mod:`~windowing.storage.lake` imports no pyspark: the CLI uses its paths without Spark.
 """

@@ -180,7 +180,7 @@ DAY_MS = 86_400_000
 
 def _reaches(arrival: tuple[int | None, int | None, int] | None, window: tuple[int, int]) -> bool:
     """Whether rows with arrival times ``arrival`` (``(earliest, latest, nulls)`` ms) can be
-    placed in ``window``, an hour (or less) of a day (windowing.storage.landing: a row's
+    placed in ``window``, an hour (or less) of a day (windowing.landing: a row's
     arrival time clamped into its folder's day; a null one in the day's first hour)."""
     if arrival is None:
         return True

@@ -340,8 +340,7 @@ def _empty_events(
 #: Footers read at once from a store other than the local filesystem (:func:`read_footers`):
 #: there each footer is a round trip (tens of milliseconds to an object store), and a day
 #: of a topic with many partitions has many files. Local footers are read one at a time:
-#: ~2 ms each, the driver's own work, and no faster in threads (16 files: 35 ms one at a
-#: time, 29-44 ms over 2 to 8 threads).
+#: each is the driver's own short work, no faster in threads (docs/architecture.md).
 FOOTER_THREADS = 8
 
 
@@ -451,8 +450,9 @@ def _local_parquet_columns(paths: list[str]) -> set[str] | None:
 
 
 def _empty_frame(spark: SparkSession, schema: StructType | str) -> DataFrame:
-    # A DDL column list ("a string, b long") parses to a StructType.
-    struct = cast("StructType", T._parse_datatype_string(schema)) if isinstance(schema, str) else schema
+    # A DDL column list ("a string, b long") parses to a StructType (pyspark's public parser,
+    # the session's own: the same types and errors as Spark's readers give such a schema).
+    struct = cast("StructType", T.DataType.fromDDL(schema)) if isinstance(schema, str) else schema
     return spark.createDataFrame([], struct)
 
 

@@ -32,12 +32,13 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, cast
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
 
-from pyspark.sql.types import StructType
-
-from windowing.runner.jvm_lookups import remember_jvm_lookups
+from windowing.jvm_lookups import remember_jvm_lookups
 from windowing.storage import local_files
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 #: A folder or URI as callers give it (made a string before use).
 PathArg = str | os.PathLike[str]
@@ -167,10 +168,10 @@ class Lake:
     def _class(self, name: str) -> Any:
         """The JVM class ``name`` (fully qualified), looked up once per JVM: py4j resolves
         ``jvm.org.apache...`` one package at a time, each step a round trip and a failed
-        class lookup that searches every jar on Spark's class path (measured: 5 % of the
-        driver JVM's time in an hourly backfill, with the Parquet footers' own cost below).
-        By its full name, in one lookup that py4j remembers (:mod:`windowing.runner.jvm_lookups`),
-        as it does the class's static methods."""
+        class lookup that searches every jar on Spark's class path (a share of the driver
+        JVM's time worth saving in an hourly backfill: docs/architecture.md). By its full
+        name, in one lookup that py4j remembers (:mod:`windowing.jvm_lookups`), as it does
+        the class's static methods."""
         remember_jvm_lookups()
         return getattr(self.spark._jvm, name)
 
@@ -315,9 +316,9 @@ class Lake:
         A local folder is walked with ``listStatus``: Hadoop's recursive ``listFiles``
         builds a ``LocatedFileStatus`` per file, which loads the file's owner and
         permissions, and without Hadoop's native library that is an ``ls -ld`` process per
-        file (measured: ~6 ms a file, 0.13 s of a 16-file input's read, against 0.01 s
-        walked). Any other store keeps ``listFiles``, which an object store answers with
-        one flat listing rather than a request per folder.
+        file (most of a small input's read: docs/architecture.md). Any other store keeps
+        ``listFiles``, which an object store answers with one flat listing rather than a
+        request per folder.
         """
         if str(fs.getUri().getScheme()) == "file":
             top = fs.getFileStatus(p)
@@ -507,7 +508,7 @@ class Lake:
         finally:
             reader.close()
         try:
-            converted = StructType.fromJson(json.loads(self._schema_converter().convert(footer).json()))
+            converted = _struct_type(self._schema_converter().convert(footer).json())
         except Exception:  # noqa: BLE001 - a type Spark (or PySpark) does not read: Parquet's own words
             return self._parquet_types(footer)
         return {f.name: f.dataType.simpleString() for f in converted.fields}
@@ -524,7 +525,7 @@ class Lake:
         finally:
             reader.close()
         cls = self._class("org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat")
-        return StructType.fromJson(json.loads(cls.readSchemaFromFooter(footer, self._schema_converter()).json()))
+        return _struct_type(cls.readSchemaFromFooter(footer, self._schema_converter()).json())
 
     def rows_in(self, files: Iterable[str]) -> int | None:
         """The rows of ``files``, from the footers :meth:`parquet_columns` read (None when
@@ -603,6 +604,15 @@ class Lake:
 #: Milliseconds per unit of a time column's raw integers, by :func:`time_kind` (a divisor
 #: below one unit of ms: micros, nanos).
 _PER_MS = {"millis": 1, "ms": 1, "micros": 1000, "nanos": 1_000_000}
+
+
+def _struct_type(schema_json: str) -> StructType:
+    """A JVM schema's JSON as PySpark's ``StructType``. Only a classic session's JVM gives
+    one, so pyspark is loaded then, and importing this module (the command line's path
+    arithmetic, :class:`Entry`) needs none."""
+    from pyspark.sql.types import StructType  # noqa: PLC0415 - only with a session: keeps `import windowing` light
+
+    return StructType.fromJson(json.loads(schema_json))
 
 
 def time_ms(raw: int | None, kind: str) -> int | None:

@@ -6,7 +6,7 @@ pipeline and partition, committed by :mod:`windowing.storage.outputs`::
     <output_root>/<pipeline name>/<partition key>/
         runs/<run id>/aggregates/ late_events/ rejected/ state/ metrics.json/ metrics.prom/
         _commits/<seq>-<run id>/     the commit record: the current run, its metrics,
-                                     and this module's lineage and check results
+                                     this module's lineage, the check results (windowing.chain)
 
 ``state/`` of partition N's current run is the starting state of partition N+1. The
 lineage in the commit record says which state a partition started from and which
@@ -28,8 +28,6 @@ from windowing.storage.manifest import content_hash
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-    from windowing.validation import CheckResult
 
 STATE_DIR = "state"
 #: Why a partition committed under another fingerprint is out of date (:func:`out_of_date_partitions`).
@@ -163,8 +161,3 @@ def state_content_hash(state_df: DataFrame) -> str:
     """An order-independent hash of a state DataFrame's content
     (:func:`windowing.storage.manifest.content_hash`: ``<rows>-<sum of row hashes>``)."""
     return content_hash(state_df)
-
-
-def checks_extra(results: Iterable[CheckResult]) -> dict[str, Any]:
-    """The partition's data-quality results, for its commit record."""
-    return {"checks": [{"name": r.name, "passed": r.passed, **r.metadata()} for r in results]}

@@ -420,8 +420,7 @@ def _no_spark(args):
 
 
 def test_cli_refuses_a_missing_column_before_spark_starts_and_notes_ignored_fields_once(tmp_path, monkeypatch, capsys):
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     (tmp_path / "p.yaml").write_text(seed_yaml(SEED_PIPELINE))
     events = _write_events(
@@ -433,7 +432,7 @@ def test_cli_refuses_a_missing_column_before_spark_starts_and_notes_ignored_fiel
             "timestamp": pa.array([1_000], pa.int64()),
         },
     )
-    monkeypatch.setattr(common, "spark_for", _no_spark)
+    monkeypatch.setattr(command_line, "spark_for", _no_spark)
     code = cli.main(
         ["replay", "--config", str(tmp_path / "p.yaml"), "--input", str(events), "--output", str(tmp_path / "out")]
     )
@@ -730,8 +729,7 @@ def _session_history(seed: int = 11, n: int = 300) -> list[dict]:
 def test_seed_session_block_replays_end_to_end(spark, tmp_path, monkeypatch, capsys):
     """The seed's session window, as written, through ``rewindow replay`` on Parquet whose
     columns are named by the bean convention; the output is the reference model's."""
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
 
     rows = _session_history()
     config = tmp_path / "p.yaml"
@@ -747,7 +745,7 @@ def test_seed_session_block_replays_end_to_end(spark, tmp_path, monkeypatch, cap
             "id": pa.array([r["id"] for r in rows]),
         },
     )
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     code = cli.main(
         ["replay", "--config", str(config), "--input", str(events), "--output", str(tmp_path / "out"), "--flush-at-end"]
     )

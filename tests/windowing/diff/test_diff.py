@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.support.cli import rewindow
-from windowing.commands import common
+from windowing import command_line
 from windowing.diff import diff
 from windowing.diff.outputs import read_diff
 from windowing.sample import generate_history
@@ -35,7 +35,7 @@ def made(spark, tmp_path_factory):
     partitions), under the pipeline with an added ``avg`` (the first day only), and one-go
     replays under the example and under a longer ``delayWindowClose``."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(common, "spark_for", lambda args: spark)
+    mp.setattr(command_line, "spark_for", lambda args: spark)
     root = tmp_path_factory.mktemp("diff")
     landing = root / "landing"
     generate_history(landing, datetime(2024, 1, 1), days=2, events_per_day=300, keys=20, files_per_day=1)

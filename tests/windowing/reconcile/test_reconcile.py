@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from windowing.commands import common
+from windowing import command_line
 from windowing.config import ConfigError, parse_pipeline
 from windowing.config.reconcile import parse_reconcile
 from windowing.durations import DAY_MS
@@ -653,7 +653,7 @@ def test_missing_mapped_aggregate_column_is_named(spark, replayed):
 
 
 def test_write_read_and_main_reconcile(spark, replayed, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     live_rows, expected = _perturb(replayed)
     live_dir = tmp_path / "live"
     _live(spark, live_rows).write.parquet(str(live_dir))
@@ -684,7 +684,7 @@ def test_write_read_and_main_reconcile(spark, replayed, tmp_path, capsys, monkey
 
 
 def test_main_reconcile_needs_a_live_side(spark, replayed, tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     config = tmp_path / "clicks.yaml"
     config.write_text(yaml.safe_dump(_clicks_doc()))
     args = argparse.Namespace(

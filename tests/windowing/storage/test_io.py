@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from windowing import parse_pipeline, replay
+from windowing.landing import LandingZoneError, landed_days, read_partition_events
 from windowing.sample import generate_history
 from windowing.storage.errors import InputError
 from windowing.storage.inputs import read_events
-from windowing.storage.landing import LandingZoneError, landed_days, read_partition_events
 
 ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2024, 6, 1, tzinfo=timezone.utc)
@@ -96,6 +96,24 @@ def test_other_formats_replay_to_the_same_output(spark, history, expected, tmp_p
             assert _rows(getattr(result, name)) == rows, name
     finally:
         result.unpersist()
+
+
+def test_an_empty_partition_takes_the_schema_its_ddl_names(spark, tmp_path):
+    """No data files: zero events with exactly the columns and types of ``source.schema``
+    (a DDL string, parsed by pyspark's public ``DataType.fromDDL``)."""
+    (tmp_path / "empty").mkdir()
+    pipeline = _pipeline(path=str(tmp_path / "empty"), format="csv", schema=DDL)
+    df = read_events(spark, pipeline=pipeline)
+    assert df.count() == 0
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("arrival_time", "timestamp"),
+        ("event_time", "timestamp"),
+        ("offset", "bigint"),
+        ("partition", "int"),
+        ("user_id", "string"),
+        ("amount", "double"),
+        ("event_id", "string"),
+    ]
 
 
 def test_csv_and_json_need_a_schema():
@@ -291,8 +309,8 @@ def test_twin_day_folders_are_refused_naming_both(spark, history, tmp_path):
 def test_the_day_folders_are_checked_once_a_run(spark, history, tmp_path, monkeypatch):
     """Review finding: every partition of a backfill listed the landing zone's top level
     again to check its day folders' names, though the run had checked them."""
-    from windowing.storage import landing as landing_module
-    from windowing.storage.landing import KnownSchemas
+    from windowing import landing as landing_module
+    from windowing.landing import KnownSchemas
 
     landing = _landing_copy(history, tmp_path)
     calls = []
@@ -339,8 +357,7 @@ def test_a_stale_checksum_file_is_named_with_its_file_and_what_to_do(spark, hist
     occurred while calling o55.load." during a backfill; ``rewindow replay`` named the file."""
     import pyarrow.parquet as pq
 
-    from windowing import cli
-    from windowing.commands import common
+    from windowing import cli, command_line
     from windowing.storage.local_files import crc_file, crc_path
 
     landing = _landing_copy(history, tmp_path)
@@ -353,7 +370,7 @@ def test_a_stale_checksum_file_is_named_with_its_file_and_what_to_do(spark, hist
     msg = str(err.value)
     assert msg.startswith(f"{files[0]}: does not match its checksum file {crc_path(str(files[0]))}"), msg
     assert "the .crc file is stale and can be deleted" in msg and "An error occurred" not in msg
-    monkeypatch.setattr(common, "spark_for", lambda args: spark)
+    monkeypatch.setattr(command_line, "spark_for", lambda args: spark)
     config = tmp_path / "p.yaml"
     config.write_text((ROOT / "examples/pipelines/clicks-hourly.yaml").read_text())
     code = cli.main(["backfill", "--config", str(config), "--input", str(landing), "--output", str(tmp_path / "out")])

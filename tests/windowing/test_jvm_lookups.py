@@ -1,4 +1,4 @@
-"""py4j's class and static-method lookups, made once per JVM (windowing.runner.jvm_lookups):
+"""py4j's class and static-method lookups, made once per JVM (windowing.jvm_lookups):
 counted in py4j round trips on the test run's session, which rewindow built."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from py4j.protocol import Py4JError
 
-from windowing.runner.jvm_lookups import remember_jvm_lookups
+from windowing.jvm_lookups import remember_jvm_lookups
 
 pytestmark = pytest.mark.spark
 

@@ -25,12 +25,12 @@ import pytest
 from tests.support.outputs import metrics as metrics_of
 from windowing.cli import main
 from windowing.config import load_pipeline
+from windowing.landing import KnownSchemas, read_partition_events
 from windowing.storage.errors import InputError
 from windowing.storage.inputs import read_events
 from windowing.storage.lake import Lake
-from windowing.storage.landing import KnownSchemas, read_partition_events
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DAYS = ["2026-01-01", "2026-01-02"]

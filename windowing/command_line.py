@@ -1,8 +1,14 @@
-"""What the commands share: the Spark options (``--master``, ``--remote``, ``--conf``)
-and the session made from them (:func:`spark_for`), the catalog options, progress lines.
+"""What every ``rewindow`` command shares (:mod:`windowing.commands`' and the analyses'
+own, :mod:`windowing.diff.cli`, :mod:`windowing.lateness.cli`, :mod:`windowing.reconcile.cli`):
+the Spark options (``--master``, ``--remote``, ``--conf``) and the session made from them
+(:func:`spark_for`), the catalog options, progress lines, the exit on Ctrl-C.
+
+It stands below every command, so that an analysis's command and the commands that use an
+analysis (``rewindow backfill`` diffs a rebuilt history) never import each other. pyspark
+is imported when a session starts, never for ``--help``.
 
 :func:`spark_for` is the one place a command gets its Spark session: a test injects its own
-session by replacing it, ``monkeypatch.setattr(windowing.commands.common, "spark_for",
+session by replacing it, ``monkeypatch.setattr(windowing.command_line, "spark_for",
 lambda args: spark)`` (the commands call it through this module, never a copy of it).
 """
 
@@ -16,9 +22,9 @@ from collections.abc import Iterable
 from types import FrameType
 from typing import Any
 
-from pyspark import SparkContext
-from pyspark.sql import SparkSession
-
+from windowing.catalog import Publisher
+from windowing.config.outputs import with_overrides
+from windowing.metastore import default_metastore_dir, session_conf
 from windowing.runner.session import spark_session
 from windowing.storage.errors import InputError
 from windowing.storage.lake import Lake, join, local_path
@@ -67,6 +73,9 @@ def spark_for(args: argparse.Namespace) -> Any:
     """The Spark session of a command: ``--master`` or ``--remote`` with the ``--conf``
     settings (the catalog's added by :func:`catalog_setup`). Tests replace this function
     to run a command on their own session (module docstring)."""
+    from pyspark import SparkContext  # noqa: PLC0415 - the session starts here: `--help` needs no pyspark
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
     started = SparkSession.getActiveSession() is None and SparkContext._active_spark_context is None
     spark = spark_session(args.master, dict(args.conf), remote=args.remote)
     if started:
@@ -175,8 +184,6 @@ def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> 
     """The pipeline's catalog (``output.catalog`` with the command line's overrides), or
     None; when set, the session settings publishing needs are added to ``args.conf``
     (Hive support, the embedded metastore: :func:`windowing.catalog.session_conf`)."""
-    from windowing.catalog import with_overrides  # noqa: PLC0415 - keeps the CLI fast
-    from windowing.metastore import default_metastore_dir, session_conf  # noqa: PLC0415
 
     spec = with_overrides(
         pipeline.catalog if pipeline is not None else None,
@@ -196,6 +203,4 @@ def publisher(spark: Any, catalog: Any, pipeline: Any, output_root: str, version
     (:class:`windowing.catalog.Publisher`). ``output_root``: the history's (v1's) root."""
     if catalog is None:
         return None
-    from windowing.catalog import Publisher  # noqa: PLC0415 - keeps the CLI fast
-
     return Publisher(spark, catalog, pipeline, join(output_root, pipeline.name), version=version)

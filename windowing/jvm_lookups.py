@@ -4,9 +4,8 @@ Every ``pyspark.sql.functions`` call in a classic session (``F.col``, ``F.lit``,
 ``F.when``, ...) finds its JVM function again: ``getattr(jvm, "org.apache.spark.sql.functions")``
 asks the JVM for the class, then ``getattr(that_class, "col")`` for the method, two py4j
 round trips before the call itself; ``select`` and ``groupBy`` find
-``PythonUtils.toSeq`` the same way. Planning one hourly partition's replay and checks
-made ~6,500 round trips, ~1,700 of them such lookups (measured with
-``bench/replay_bench.py --backfill``'s partitions, docs/architecture.md).
+``PythonUtils.toSeq`` the same way: a good share of the round trips that planning one
+hourly partition's replay and checks makes (counted in docs/architecture.md).
 
 What such a lookup finds does not change while the JVM runs: a class by its full name,
 a class's static method, its nested class. :func:`remember_jvm_lookups` makes py4j keep
