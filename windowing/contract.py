@@ -132,6 +132,13 @@ MISMATCH_COLUMNS: Final = (
 
 #: Prefix of the kernel's carried partial-aggregate columns.
 STATE_PREFIX: Final = "__s_"
+#: The columns the engine adds to the events it hands the kernel (``windowing.runner.normalise``):
+#: each row's kind (an event, a carried state row, ...: ``windowing.kernel.inputs``), its
+#: arrival and event time in epoch milliseconds, and its batch id.
+KIND_COLUMN: Final = "__kind"
+ARRIVAL_MS_COLUMN: Final = "__arr"
+EVENT_MS_COLUMN: Final = "__evt"
+BATCH_COLUMN: Final = "__batch"
 
 # --------------------------------------------------------------------------- names
 

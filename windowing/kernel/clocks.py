@@ -33,7 +33,7 @@ from windowing.arrays import (
     sort_order,
 )
 from windowing.config import Clock, Pipeline, WatermarkStrategy
-from windowing.contract import WORKER_KIND
+from windowing.contract import ARRIVAL_MS_COLUMN, BATCH_COLUMN, EVENT_MS_COLUMN, KIND_COLUMN, WORKER_KIND
 from windowing.kernel.inputs import EVENT, KeyBatches, KeyIds, SortedEvents, as_int64, hashable
 from windowing.kernel.spec import Spec, Timeline
 
@@ -94,14 +94,14 @@ def commit_summary(table: pa.Table, spec: "Spec") -> dict[Any, tuple[np.ndarray,
     batches in order and, per batch, the watermark candidate, the greatest and the
     smallest arrival time. This is the engine's per-(worker, batch) Spark summary, for a
     task that holds every event of its workers."""
-    rows = np.flatnonzero(table["__kind"].to_numpy() == EVENT)
+    rows = np.flatnonzero(table[KIND_COLUMN].to_numpy() == EVENT)
     if not len(rows):
         return {}
     wcol = spec.worker_col
-    events = table.select(["__batch", "__evt", "__arr", *([wcol] if wcol else [])])
+    events = table.select([BATCH_COLUMN, EVENT_MS_COLUMN, ARRIVAL_MS_COLUMN, *([wcol] if wcol else [])])
     if len(rows) < table.num_rows:
         events = events.take(pa.array(rows))
-    batch, evt, arr = (as_int64(events[c]) for c in ("__batch", "__evt", "__arr"))
+    batch, evt, arr = (as_int64(events[c]) for c in (BATCH_COLUMN, EVENT_MS_COLUMN, ARRIVAL_MS_COLUMN))
     codes = group_codes(events[wcol]) if wcol else np.zeros(len(rows), dtype=np.int64)
     # By (worker, batch); the order within a batch does not matter (its max and min).
     order = sort_order(packed_keys([batch, codes]))

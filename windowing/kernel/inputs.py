@@ -33,7 +33,7 @@ from windowing.arrays import (
     value_order_keys,
 )
 from windowing.config import WatermarkStrategy
-from windowing.contract import STATE_PREFIX
+from windowing.contract import ARRIVAL_MS_COLUMN, BATCH_COLUMN, EVENT_MS_COLUMN, KIND_COLUMN, STATE_PREFIX
 from windowing.durations import DAY_MS
 
 if TYPE_CHECKING:
@@ -70,19 +70,19 @@ def task_derived(spec: Spec) -> frozenset[str]:
     src, w, types = spec.pipeline.source, spec.window, spec.input_types
     out = set()
     if _ms_derivable(types[src.arrival_time]):
-        out.add("__arr")
+        out.add(ARRIVAL_MS_COLUMN)
         if src.batch_column is None:
-            out.add("__batch")
+            out.add(BATCH_COLUMN)
         if w.event_time is None:
-            out.add("__evt")
+            out.add(EVENT_MS_COLUMN)
     if w.event_time is not None and _ms_derivable(types[w.event_time]):
-        out.add("__evt")
+        out.add(EVENT_MS_COLUMN)
     if (
         src.batch_column is not None
         and pa.types.is_integer(types[src.batch_column])
         and types[src.batch_column] != pa.uint64()
     ):
-        out.add("__batch")
+        out.add(BATCH_COLUMN)
     return frozenset(out)
 
 
@@ -109,25 +109,27 @@ def with_event_columns(table: pa.Table, spec: Spec) -> pa.Table:
     the one NaN (:func:`one_nan`)."""
     src, w = spec.pipeline.source, spec.window
     names = table.column_names
-    if "__kind" not in names:
-        table = table.append_column("__kind", pa.array(np.full(table.num_rows, EVENT, np.int8)))
-    elif table["__kind"].null_count:
-        table = table.set_column(names.index("__kind"), "__kind", pc.fill_null(table["__kind"], np.int8(EVENT)))
-    if "__arr" not in names:
+    if KIND_COLUMN not in names:
+        table = table.append_column(KIND_COLUMN, pa.array(np.full(table.num_rows, EVENT, np.int8)))
+    elif table[KIND_COLUMN].null_count:
+        table = table.set_column(
+            names.index(KIND_COLUMN), KIND_COLUMN, pc.fill_null(table[KIND_COLUMN], np.int8(EVENT))
+        )
+    if ARRIVAL_MS_COLUMN not in names:
         arr = _epoch_ms(table[src.arrival_time])
-        table = table.append_column("__arr", pa.array(arr))
-    if "__evt" not in names:
-        evt = _epoch_ms(table[w.event_time]) if w.event_time else table["__arr"].to_numpy()
-        table = table.append_column("__evt", pa.array(evt))
+        table = table.append_column(ARRIVAL_MS_COLUMN, pa.array(arr))
+    if EVENT_MS_COLUMN not in names:
+        evt = _epoch_ms(table[w.event_time]) if w.event_time else table[ARRIVAL_MS_COLUMN].to_numpy()
+        table = table.append_column(EVENT_MS_COLUMN, pa.array(evt))
     for c in spec.id_cols:
         if c in names:
             table = table.set_column(names.index(c), table.schema.field(c), one_nan(table[c]))
-    if "__batch" not in names:
+    if BATCH_COLUMN not in names:
         if src.batch_column:
             batch = pc.fill_null(table[src.batch_column].cast(pa.int64()), 0).to_numpy()
         else:
-            batch = np.floor_divide(table["__arr"].to_numpy(), cast(int, src.batch_interval_ms))
-        table = table.append_column("__batch", pa.array(batch))
+            batch = np.floor_divide(table[ARRIVAL_MS_COLUMN].to_numpy(), cast(int, src.batch_interval_ms))
+        table = table.append_column(BATCH_COLUMN, pa.array(batch))
     return table
 
 
@@ -153,7 +155,7 @@ class KeyIds:
     def __init__(self, table: pa.Table, spec: Spec):
         self.table = table
         n = table.num_rows
-        self.kind = table["__kind"].to_numpy().astype(np.int8)
+        self.kind = table[KIND_COLUMN].to_numpy().astype(np.int8)
         codes = []
         if KEY_ID not in table.column_names:
             codes = [group_codes(table[c]) for c in spec.id_cols]
@@ -224,10 +226,12 @@ class SortedEvents:
         src = spec.pipeline.source
         ranked = ARRIVAL_RANK in table.column_names
         # Only the sort columns, and only the event rows (state rows have nulls there).
-        sub = table.select([*([ARRIVAL_RANK] if ranked else src.arrival_order), "__arr", "__batch", "__evt"])
+        sub = table.select(
+            [*([ARRIVAL_RANK] if ranked else src.arrival_order), ARRIVAL_MS_COLUMN, BATCH_COLUMN, EVENT_MS_COLUMN]
+        )
         if len(rows) != table.num_rows:
             sub = sub.take(pa.array(rows))
-        arr, batch = as_int64(sub["__arr"]), as_int64(sub["__batch"])
+        arr, batch = as_int64(sub[ARRIVAL_MS_COLUMN]), as_int64(sub[BATCH_COLUMN])
         if ranked:
             # By (key id, rank): a key's ranks are distinct, so the order is total.
             order = sort_order(packed_keys([as_int64(sub[ARRIVAL_RANK]), keyset.gid[rows]]))
@@ -243,7 +247,7 @@ class SortedEvents:
         self.g = keyset.gid[self.rows]
         self.batch = batch[order]
         self.arr = arr[order]
-        self.t = as_int64(sub["__evt"])[order]
+        self.t = as_int64(sub[EVENT_MS_COLUMN])[order]
         self.table = table
 
 

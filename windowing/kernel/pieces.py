@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windowing import metrics
-from windowing.contract import EMITTED_KIND, KEY_KIND, STATE_PREFIX, WINDOW_KIND
+from windowing.contract import BATCH_COLUMN, EMITTED_KIND, KEY_KIND, KIND_COLUMN, STATE_PREFIX, WINDOW_KIND
 from windowing.kernel.inputs import EVENT, KEY_BATCH, STATE_EMITTED, STATE_KEY, STATE_WINDOW, hashable
 from windowing.kernel.slices import FACT, WindowSlice
 from windowing.kernel.spec import Spec, Timeline
@@ -74,7 +74,7 @@ def state_input_rows(state: pa.Table, spec: Spec) -> pa.Table:
         if c not in keep and c != "fingerprint":
             cols[STATE_PREFIX + c] = state[c]
     kinds = state["state_kind"].to_pylist()
-    cols["__kind"] = pa.array([_KINDS[k] for k in kinds], pa.int8())
+    cols[KIND_COLUMN] = pa.array([_KINDS[k] for k in kinds], pa.int8())
     return pa.table(cols)
 
 
@@ -106,8 +106,8 @@ def merged_commits(
 
 def batch_counts(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """The distinct batches of the table's events and their event counts."""
-    kind = table["__kind"].to_numpy()
-    batch = table["__batch"].to_numpy()[kind == EVENT]
+    kind = table[KIND_COLUMN].to_numpy()
+    batch = table[BATCH_COLUMN].to_numpy()[kind == EVENT]
     values, counts = np.unique(batch, return_counts=True)
     return values.astype(np.int64), counts.astype(np.int64)
 
@@ -130,7 +130,7 @@ def keys_seen(table: pa.Table, spec: Spec, window_slice: WindowSlice | None = No
     with key-batch rows, in the home slice only, :mod:`.slices`)."""
     if window_slice is not None and not window_slice.home:
         return set()
-    kind = table["__kind"]
+    kind = table[KIND_COLUMN]
     events = table.filter(pc.or_(pc.equal(kind, EVENT), pc.equal(kind, KEY_BATCH)))
     cols = list(spec.id_cols)
     if not cols:

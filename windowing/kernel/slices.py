@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from windowing import metrics
 from windowing.config import WatermarkStrategy, Window, WindowType
-from windowing.contract import KEY_KIND
+from windowing.contract import ARRIVAL_MS_COLUMN, BATCH_COLUMN, EVENT_MS_COLUMN, KEY_KIND, KIND_COLUMN
 from windowing.kernel.inputs import (
     EVENT,
     KB_BATCH,
@@ -164,21 +164,21 @@ def key_batch_rows(table: pa.Table, spec: Spec) -> pa.Table:
     """The key-batch rows of the events in ``table`` (as the engine sums them up in Spark):
     the worker and key columns, ``__kind`` and :data:`~windowing.kernel.inputs.KB_COLUMNS`."""
     table = with_event_columns(table, spec)
-    events = table.filter(pc.equal(table["__kind"], EVENT))
+    events = table.filter(pc.equal(table[KIND_COLUMN], EVENT))
     keys = list(spec.id_cols)
     cand = "min" if spec.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else "max"
     events = (
-        events.select([*keys, "__batch"])
-        .append_column("__c", events["__evt"])
-        .append_column("__m", events["__evt"])
-        .append_column("__a", events["__arr"])
+        events.select([*keys, BATCH_COLUMN])
+        .append_column("__c", events[EVENT_MS_COLUMN])
+        .append_column("__m", events[EVENT_MS_COLUMN])
+        .append_column("__a", events[ARRIVAL_MS_COLUMN])
     )
-    grouped = events.group_by([*keys, "__batch"], use_threads=False).aggregate(
+    grouped = events.group_by([*keys, BATCH_COLUMN], use_threads=False).aggregate(
         [("__c", cand), ("__m", "max"), ("__a", "max")]
     )
     cols = {c: grouped[c] for c in keys}
-    cols["__kind"] = pa.array(np.full(grouped.num_rows, KEY_BATCH, np.int8))
-    cols[KB_BATCH] = grouped["__batch"]
+    cols[KIND_COLUMN] = pa.array(np.full(grouped.num_rows, KEY_BATCH, np.int8))
+    cols[KB_BATCH] = grouped[BATCH_COLUMN]
     cols[KB_CAND], cols[KB_MAXEV], cols[KB_MAXARR] = grouped[f"__c_{cand}"], grouped["__m_max"], grouped["__a_max"]
     return pa.table(cols)
 
@@ -188,10 +188,10 @@ def slice_table(table: pa.Table, kb_rows: pa.Table, spec: Spec, sl: WindowSlice)
     its events (:func:`event_slices`), every key row and key-batch row, and the carried
     windows and counters of its blocks."""
     table = with_event_columns(table, spec)
-    kind = table["__kind"].to_numpy()
+    kind = table[KIND_COLUMN].to_numpy()
     keep = np.zeros(table.num_rows, bool)
     ev = np.flatnonzero(kind == EVENT)
-    counted, earliest = event_slices(table["__evt"].to_numpy()[ev], spec.window, sl.count)
+    counted, earliest = event_slices(table[EVENT_MS_COLUMN].to_numpy()[ev], spec.window, sl.count)
     keep[ev] = (counted == sl.index) | (earliest == sl.index)
     keep[kind == STATE_KEY] = True
     win = np.flatnonzero((kind == STATE_WINDOW) | (kind == STATE_EMITTED))

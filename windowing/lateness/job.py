@@ -39,7 +39,17 @@ from pyspark.sql import functions as F
 from windowing import kernel as K
 from windowing import metrics as M
 from windowing.config import Pipeline, WatermarkStrategy
-from windowing.contract import FUTURE_SKEW, IDLE_REASON, KEY_KIND, WINDOW_KIND, WORKER_KIND
+from windowing.contract import (
+    ARRIVAL_MS_COLUMN,
+    BATCH_COLUMN,
+    EVENT_MS_COLUMN,
+    FUTURE_SKEW,
+    IDLE_REASON,
+    KEY_KIND,
+    KIND_COLUMN,
+    WINDOW_KIND,
+    WORKER_KIND,
+)
 from windowing.lateness.figures import summarise
 from windowing.lateness.latency import latency_figures
 from windowing.lateness.options import Counters, LatenessOptions, LatenessResult, LatenessStateError, check_analysable
@@ -100,21 +110,25 @@ def lateness(
     if worker_rows.get(full.label):
         norm = normalise.reject_committed(spark, pipeline, norm, worker_rows[full.label])
     threshold = options.future_skew_ms if any(v.skew_free for v in variants) else None
-    skewed = (F.col("__evt") - F.col("__arr") > F.lit(threshold)) if threshold is not None else F.lit(False)
+    skewed = (
+        (F.col(EVENT_MS_COLUMN) - F.col(ARRIVAL_MS_COLUMN) > F.lit(threshold))
+        if threshold is not None
+        else F.lit(False)
+    )
     norm = norm.withColumn(SKEWED, skewed)
 
     wexpr = _col(pipeline.source.worker) if pipeline.source.worker else F.lit(0)
     stats = [
-        F.min("__evt").alias("cand_min"),
-        F.max("__evt").alias("cand_max"),
-        F.max("__arr").alias("maxarr"),
-        F.min("__arr").alias("minarr"),
+        F.min(EVENT_MS_COLUMN).alias("cand_min"),
+        F.max(EVENT_MS_COLUMN).alias("cand_max"),
+        F.max(ARRIVAL_MS_COLUMN).alias("maxarr"),
+        F.min(ARRIVAL_MS_COLUMN).alias("minarr"),
         F.count(F.lit(1)).alias("n"),
     ]
     # Skewed and other events apart (for the skew-free timelines): one more grouping column
     # costs less than conditional aggregates (docs/lateness.md).
     summary = (
-        norm.groupBy(F.col(normalise.REJECT_REASON), wexpr.alias("__w"), F.col("__batch"), F.col(SKEWED))
+        norm.groupBy(F.col(normalise.REJECT_REASON), wexpr.alias("__w"), F.col(BATCH_COLUMN), F.col(SKEWED))
         .agg(*stats)
         .toArrow()
     )
@@ -245,9 +259,9 @@ def batch_summaries(summary: pa.Table) -> dict[bool, pa.Table]:
     skewed = pc.fill_null(ok[SKEWED], False)
     every = ok
     if pc.any(skewed).as_py():  # a batch with skewed and other events: its two rows as one
-        both = ok.group_by(["__w", "__batch"], use_threads=False).aggregate(list(SUMMARY_STATS))
+        both = ok.group_by(["__w", BATCH_COLUMN], use_threads=False).aggregate(list(SUMMARY_STATS))
         every = pa.table(
-            {c: both[f"{c}_{how}"] if how else both[c] for c, how in (("__w", ""), ("__batch", ""), *SUMMARY_STATS)}
+            {c: both[f"{c}_{how}"] if how else both[c] for c, how in (("__w", ""), (BATCH_COLUMN, ""), *SUMMARY_STATS)}
         )
     return {False: every, True: ok.filter(pc.invert(skewed))}
 
@@ -260,7 +274,7 @@ def timeline_summary(rows: pa.Table, strategy: WatermarkStrategy) -> pa.Table:
         {
             normalise.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()),
             "__w": rows["__w"],
-            "__batch": rows["__batch"],
+            BATCH_COLUMN: rows[BATCH_COLUMN],
             "cand": rows[cand],
             "maxarr": rows["maxarr"],
             "minarr": rows["minarr"],
@@ -354,7 +368,7 @@ def _state_rows(pipeline: Pipeline, wi: WhatIf, state: DataFrame, events_df: Dat
         if c not in keep and c not in ("fingerprint", "variant")
     ]
     return state.where(F.col("state_kind") != WORKER_KIND).select(
-        *cols, kind.alias("__kind"), F.col("variant").alias(VARIANT)
+        *cols, kind.alias(KIND_COLUMN), F.col("variant").alias(VARIANT)
     )
 
 

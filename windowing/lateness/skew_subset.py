@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from windowing import kernel as K
 from windowing.config import Pipeline
-from windowing.contract import REASON_NAMES, WATERMARK, WINDOW_KIND
+from windowing.contract import KIND_COLUMN, REASON_NAMES, WATERMARK, WINDOW_KIND
 from windowing.lateness.group_ids import group_ids, key_columns
 from windowing.lateness.variants import Variant, WhatIf
 
@@ -246,7 +246,7 @@ def _state_changes(table: pa.Table, wi: WhatIf, v: Variant, variant_of: np.ndarr
     parts = []
     for i, r in enumerate(rows):
         t = table.take(pa.array(r))
-        kind = t["__kind"].combine_chunks()
+        kind = t[KIND_COLUMN].combine_chunks()
         cols: list[Any] = [t[c] for c in kcols] + [kind]
         cols += [
             t[K.STATE_PREFIX + c] if K.STATE_PREFIX + c in t.column_names else pa.nulls(len(r), pa.int64())

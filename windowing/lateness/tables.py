@@ -17,7 +17,16 @@ import pyarrow.compute as pc
 from windowing import kernel as K
 from windowing.arrays import order_codes, value_order_keys
 from windowing.config import WindowType
-from windowing.contract import CLOSE_REASONS, IDLE_REASON, MAX_DURATION_REASON, WATERMARK_REASON
+from windowing.contract import (
+    ARRIVAL_MS_COLUMN,
+    BATCH_COLUMN,
+    CLOSE_REASONS,
+    EVENT_MS_COLUMN,
+    IDLE_REASON,
+    KIND_COLUMN,
+    MAX_DURATION_REASON,
+    WATERMARK_REASON,
+)
 from windowing.lateness.curves import pair_slack
 from windowing.lateness.group_ids import group_ids, groups_of, key_columns, keys_of
 from windowing.lateness.variants import ROW_ID, Variant, WhatIf, perfect_pipeline
@@ -197,7 +206,7 @@ def cost(
     lateness = late["lateness_ms"].to_numpy()
     max_late = np.full(n, np.iinfo(np.int64).min, np.int64)
     np.maximum.at(max_late, inv, lateness)
-    arr = table["__arr"].to_numpy()[late[ROW_ID].to_numpy()]
+    arr = table[ARRIVAL_MS_COLUMN].to_numpy()[late[ROW_ID].to_numpy()]
     first_arr = np.full(n, np.iinfo(np.int64).max, np.int64)
     last_arr = np.full(n, np.iinfo(np.int64).min, np.int64)
     np.minimum.at(first_arr, inv, arr)
@@ -264,11 +273,11 @@ def _perfect(
     # The events and carried open windows of the windows that missed events, nothing else
     # (an event enters the perfect run when one of its windows missed events; its other
     # windows come out incomplete, and are not looked at).
-    kind = table["__kind"].to_numpy()
+    kind = table[KIND_COLUMN].to_numpy()
     carried = np.flatnonzero((kind == K.STATE_WINDOW) & (variant_of == wi.variants.index(wi.full)))
     events = np.flatnonzero(is_event)
-    pe, ws, _ = K.assign_windows(table["__evt"].to_numpy()[events], p.window)
-    keyed = table.select(kcols or ["__kind"])  # the key columns only (all the pairs)
+    pe, ws, _ = K.assign_windows(table[EVENT_MS_COLUMN].to_numpy()[events], p.window)
+    keyed = table.select(kcols or [KIND_COLUMN])  # the key columns only (all the pairs)
     ev_t, st_t = keyed.take(pa.array(events[pe])), table.take(pa.array(carried))
     ids = group_ids(
         [
@@ -364,7 +373,7 @@ def by_hour(events: pa.Table, full: K.KernelOutput, wi: WhatIf, schema: pa.Schem
     n = events.num_rows
     if not n:
         return schema.empty_table()
-    hour = np.floor_divide(events["__arr"].to_numpy(), HOUR_MS)
+    hour = np.floor_divide(events[ARRIVAL_MS_COLUMN].to_numpy(), HOUR_MS)
     inv, first = groups_of([events[p.source.worker] if p.source.worker else np.zeros(n, np.int64), hour])
     late_rows, pairs = _late_event_rows(full)
     at = _position_of(events[ROW_ID].to_numpy(), late_rows)
@@ -428,7 +437,7 @@ def skew(
     p = wi.pipeline
     kcols = key_columns(p)
     sk = np.flatnonzero(skewed)  # positions in ``events``
-    arr, evt, batch = (events[c].to_numpy() for c in ("__arr", "__evt", "__batch"))
+    arr, evt, batch = (events[c].to_numpy() for c in (ARRIVAL_MS_COLUMN, EVENT_MS_COLUMN, BATCH_COLUMN))
     free = next((v for v in outs if v.skew_free), None)
     late = outs[wi.full].late
     if free is not None and late.num_rows:

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from windowing import kernel as K
-from windowing.contract import KEY_KIND
+from windowing.contract import KEY_KIND, KIND_COLUMN
 from windowing.lateness import tables
 from windowing.lateness.skew_subset import (
     clock_changes_by_worker,
@@ -167,7 +167,7 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     table = _with_row_ids(_shared_key_rows(K.with_event_columns(table, full_spec), wi))
     # Every replay below orders its events by one sort of (key, rank), not the whole order.
     table = K.with_arrival_ranks(table, full_spec)
-    is_event = (table["__kind"].to_numpy() == K.EVENT) if table.num_rows else np.zeros(0, bool)
+    is_event = (table[KIND_COLUMN].to_numpy() == K.EVENT) if table.num_rows else np.zeros(0, bool)
     variant_of = _variant_codes(table, wi)  # -1: an event; else the row's variant's index in wi.variants
     skewed = (
         pc.fill_null(table[SKEWED], False).to_numpy(zero_copy_only=False).astype(bool)
@@ -223,7 +223,7 @@ def _swept_outputs(
 ) -> dict[Variant, K.KernelOutput]:
     """The outputs of the lean variants one delay sweep replays (:func:`_swept`), per variant."""
     outs: dict[Variant, K.KernelOutput] = {}
-    kind = table["__kind"].to_numpy()
+    kind = table[KIND_COLUMN].to_numpy()
     counters_carried = {wi.variants[i].label for i in np.unique(variant_of[kind == K.STATE_EMITTED]) if i >= 0}
     # Emitted-window counters (after a flush at end) need the kernel: those groups go to it.
     groups = [g for g in _swept(wi) if not counters_carried & {v.label for v in g}]
@@ -338,7 +338,7 @@ def _shared_key_rows(table: pa.Table, wi: WhatIf) -> pa.Table:
     out: they hold the same values."""
     if VARIANT not in table.column_names or not table.num_rows:
         return table
-    is_key = table["__kind"].to_numpy() == K.STATE_KEY
+    is_key = table[KIND_COLUMN].to_numpy() == K.STATE_KEY
     if not is_key.any():
         return table
     keys = table.filter(pa.array(is_key))

@@ -31,6 +31,7 @@ from windowing import kernel as K
 from windowing import metrics
 from windowing.arrays import group_codes
 from windowing.config import WatermarkStrategy
+from windowing.contract import BATCH_COLUMN, KIND_COLUMN
 from windowing.kernel import pieces
 
 #: ``__kind`` of a timeline row: one (worker, batch) commit of a worker spread over several
@@ -212,7 +213,7 @@ class TaskInput:
                 self.window_slice = K.WindowSlice.of(self.spec.window, int(pack["slice"]), int(pack["slices"]))
             kind = np.full(rows.num_rows, K.KEY_BATCH, np.int8)
             if pack["kind"] != TIMELINE_KIND:
-                key_batches.append(rows.append_column("__kind", pa.array(kind)))
+                key_batches.append(rows.append_column(KIND_COLUMN, pa.array(kind)))
                 continue
             timeline = rows.drop_columns([K.KB_MAXEV]).append_column(
                 TL_OWNER, pa.array(np.full(rows.num_rows, bool(pack["owner"])))
@@ -225,7 +226,7 @@ class TaskInput:
                         for c in rows.drop_columns([TL_MIN]).column_names
                     ]
                 )
-                key_batches.append(kb.append_column("__kind", pa.array(kind)))
+                key_batches.append(kb.append_column(KIND_COLUMN, pa.array(kind)))
 
     def _with_key_batches(self, table: pa.Table | None, lo: int | None, hi: int | None) -> pa.Table:
         """``table`` with the packed key-batch rows of batches in ``[lo, hi)``."""
@@ -303,9 +304,9 @@ class TaskInput:
             parts = []
             for i in range(reader.num_record_batches):
                 rb = reader.get_batch(i)
-                kind = rb.column("__kind")
+                kind = rb.column(KIND_COLUMN)
                 batched = pc.or_(pc.equal(kind, K.EVENT), pc.equal(kind, K.KEY_BATCH))
-                batch = pc.fill_null(rb.column("__batch"), 0)  # null on state rows
+                batch = pc.fill_null(rb.column(BATCH_COLUMN), 0)  # null on state rows
                 if K.KB_BATCH in rb.schema.names:  # a key-batch row's batch
                     batch = pc.if_else(pc.equal(kind, K.KEY_BATCH), pc.fill_null(rb.column(K.KB_BATCH), 0), batch)
                 keep = batched

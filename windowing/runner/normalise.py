@@ -22,16 +22,20 @@ from windowing import kernel as K
 from windowing import prewindow
 from windowing.config import ConfigError, Pipeline, Window, WindowType, check_input_columns
 from windowing.contract import (
+    ARRIVAL_MS_COLUMN,
     ARRIVAL_NULL,
     ARRIVAL_OUT_OF_RANGE,
     ARRIVAL_UNPARSEABLE,
+    BATCH_COLUMN,
     BATCH_COMMITTED,
     BATCH_NULL,
+    EVENT_MS_COLUMN,
     EVENT_OUT_OF_RANGE,
     EVENT_TIME_NULL,
     EVENT_TIME_UNPARSEABLE,
     FUTURE_SKEW,
     KEY_KIND,
+    KIND_COLUMN,
     WINDOW_KIND,
     WINDOW_OUT_OF_RANGE,
     WORKER_KIND,
@@ -177,35 +181,39 @@ def normalise(pipeline: Pipeline, df: DataFrame) -> DataFrame:
     # Times outside [MIN_EPOCH_MS, MAX_EPOCH_MS] are null here (and rejected below), so
     # nothing computed from them (the batch, windows, lateness) can overflow.
     arr_any = epoch_ms_unchecked(src.arrival_time, types[src.arrival_time])
-    out = df.withColumn("__arr", in_range(arr_any))
-    out = out.withColumn("__evt", epoch_ms(w.event_time, types[w.event_time]) if w.event_time else F.col("__arr"))
+    out = df.withColumn(ARRIVAL_MS_COLUMN, in_range(arr_any))
+    out = out.withColumn(
+        EVENT_MS_COLUMN, epoch_ms(w.event_time, types[w.event_time]) if w.event_time else F.col(ARRIVAL_MS_COLUMN)
+    )
     if src.batch_column:
-        out = out.withColumn("__batch", col(src.batch_column).cast("long"))
+        out = out.withColumn(BATCH_COLUMN, col(src.batch_column).cast("long"))
     else:
         # The configuration sets the interval whenever it sets no batch column.
-        out = _floor_div(F, out, "__batch", "__arr", cast(int, src.batch_interval_ms))
+        out = _floor_div(F, out, BATCH_COLUMN, ARRIVAL_MS_COLUMN, cast(int, src.batch_interval_ms))
     # source.filter first (windowing.prewindow): a filtered row is never rejected.
     drop = prewindow.filtered(src)
     start = F.when(drop, F.lit(prewindow.FILTERED)) if drop is not None else F
     reason = (
         start.when(col(src.arrival_time).isNull(), F.lit(ARRIVAL_NULL))
         .when(arr_any.isNull(), F.lit(ARRIVAL_UNPARSEABLE))
-        .when(F.col("__arr").isNull(), F.lit(ARRIVAL_OUT_OF_RANGE))
+        .when(F.col(ARRIVAL_MS_COLUMN).isNull(), F.lit(ARRIVAL_OUT_OF_RANGE))
     )
     if w.event_time:
         reason = (
             reason.when(col(w.event_time).isNull(), F.lit(EVENT_TIME_NULL))
             .when(epoch_ms_unchecked(w.event_time, types[w.event_time]).isNull(), F.lit(EVENT_TIME_UNPARSEABLE))
-            .when(F.col("__evt").isNull(), F.lit(EVENT_OUT_OF_RANGE))
+            .when(F.col(EVENT_MS_COLUMN).isNull(), F.lit(EVENT_OUT_OF_RANGE))
         )
     # Then the windows the engine computes from the event time.
-    outside = window_out_of_range(w, F.col("__evt"))
+    outside = window_out_of_range(w, F.col(EVENT_MS_COLUMN))
     if outside is not None:
         reason = reason.when(outside, F.lit(WINDOW_OUT_OF_RANGE))
     if src.batch_column:
         reason = reason.when(col(src.batch_column).isNull(), F.lit(BATCH_NULL))
     if src.max_future_skew_ms is not None:
-        reason = reason.when(F.col("__evt") - F.col("__arr") > F.lit(src.max_future_skew_ms), F.lit(FUTURE_SKEW))
+        reason = reason.when(
+            F.col(EVENT_MS_COLUMN) - F.col(ARRIVAL_MS_COLUMN) > F.lit(src.max_future_skew_ms), F.lit(FUTURE_SKEW)
+        )
     out = out.withColumn(REJECT_REASON if REJECT_REASON not in cols else "__reason_tmp", reason)
     if REJECT_REASON in cols:
         raise ConfigError(f"input column {REJECT_REASON!r} clashes with the rejected output's reason column")
@@ -224,7 +232,7 @@ def reject_committed(
     cond: Column | None = None
     for wv, b in last.items():
         match = wexpr.isNull() if wv is None else (wexpr == F.lit(wv))
-        c = match & (F.col("__batch") <= F.lit(b))
+        c = match & (F.col(BATCH_COLUMN) <= F.lit(b))
         cond = c if cond is None else (cond | c)
     assert cond is not None  # ``last`` has an entry
     return norm.withColumn(
@@ -293,7 +301,7 @@ def split_state(
     rows = state.where(F.col("state_kind") != WORKER_KIND)
     cols = [col(c).cast(types[c]).alias(c) for c in keep]
     cols += [col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c != "fingerprint"]
-    return worker_state, rows.select(*cols, kind.alias("__kind"))
+    return worker_state, rows.select(*cols, kind.alias(KIND_COLUMN))
 
 
 def _state_summary(state: DataFrame, wcol: str | None) -> tuple[list[str], list[Row]]:

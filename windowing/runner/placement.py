@@ -53,6 +53,7 @@ from pyspark.sql.types import DataType, IntegerType, StructField, StructType
 
 from windowing import kernel as K
 from windowing.config import ConfigError, Pipeline
+from windowing.contract import EVENT_MS_COLUMN, KIND_COLUMN
 from windowing.kernel import slices
 from windowing.runner.columns import col, floor_div_expr
 from windowing.runner.normalise import REJECT_REASON
@@ -445,7 +446,7 @@ def with_task(df: DataFrame, pipeline: Pipeline, plan: TaskPlan) -> DataFrame:
         return df.withColumn(TASK_COLUMN, task.cast("int"))
     df, first, n = placement_columns(df, pipeline, plan)
     if plan.sliced or plan.hot:
-        for c, t in (("__kind", "byte"), (f"{K.STATE_PREFIX}window_start_ms", "bigint")):
+        for c, t in ((KIND_COLUMN, "byte"), (f"{K.STATE_PREFIX}window_start_ms", "bigint")):
             if c not in df.columns:  # no carried state
                 df = df.withColumn(c, F.lit(None).cast(t))
     if plan.sliced:  # an unkeyed pipeline: n > 1 only for a sliced worker
@@ -473,12 +474,12 @@ def _slice_offsets(pipeline: Pipeline, n: Column) -> Column:
     block, off = slices.block_ms(w), w.offset_ms
     step = cast(int, w.span_ms if w.slide_ms is None else w.slide_ms)
     span = cast(int, w.span_ms)
-    latest = f"({floor_div_expr(f'__evt - {off}', step)}) * {step} + {off}"
-    earliest = f"({floor_div_expr(f'__evt - {span} - {off}', step)}) * {step} + {off + step}"
-    by_latest = F.pmod(F.expr(floor_div_expr(f"__evt - {off}", block)), n)
+    latest = f"({floor_div_expr(f'{EVENT_MS_COLUMN} - {off}', step)}) * {step} + {off}"
+    earliest = f"({floor_div_expr(f'{EVENT_MS_COLUMN} - {span} - {off}', step)}) * {step} + {off + step}"
+    by_latest = F.pmod(F.expr(floor_div_expr(f"{EVENT_MS_COLUMN} - {off}", block)), n)
     by_earliest = F.pmod(F.expr(floor_div_expr(f"least({earliest}, {latest}) - {off}", block)), n)
     by_window = F.pmod(F.expr(floor_div_expr(f"`{K.STATE_PREFIX}window_start_ms` - {off}", block)), n)
-    kind = F.col("__kind")
+    kind = F.col(KIND_COLUMN)
     return (
         F.when(kind.isNull() | (kind == K.EVENT), F.array_distinct(F.array(by_latest, by_earliest)))
         .when(kind == K.STATE_KEY, F.sequence(F.lit(0), n - 1))

@@ -33,6 +33,7 @@ from windowing import kernel as K
 from windowing import metrics as replay_metrics
 from windowing import prewindow
 from windowing.config import Pipeline, Trigger
+from windowing.contract import EVENT_MS_COLUMN
 from windowing.kernel import slices
 from windowing.runner import placement
 from windowing.runner.columns import arrow_types, col, spark_schema
@@ -228,7 +229,7 @@ def _launch_kernel(
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
     # A sliced worker's events are placed by window, from their event time: kept for them.
     sliced = commits.plan is not None and bool(commits.plan.sliced or commits.plan.hot)
-    derived = K.task_derived(spec) - ({"__evt"} if sliced else set())
+    derived = K.task_derived(spec) - ({EVENT_MS_COLUMN} if sliced else set())
     # Rejected rows not counted yet (a plan made without a count) go to the tasks, which
     # count them by reason and leave them out: no job of their own for those counts.
     count_rejected = commits.rejected_counts is None

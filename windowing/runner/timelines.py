@@ -24,6 +24,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from windowing import kernel as K
 from windowing.config import ConfigError, Pipeline, WatermarkStrategy
+from windowing.contract import ARRIVAL_MS_COLUMN, BATCH_COLUMN, EVENT_MS_COLUMN
 from windowing.kernel import slices
 from windowing.runner import chunks, placement
 from windowing.runner.columns import col, floor_div_expr
@@ -106,7 +107,11 @@ def worker_commits(
             pipeline, {}, {w: s for w, s in carried.items() if w not in worker_events}
         )
         return WorkerCommits(rejected_counts, carried, plan, timelines, worker_rows)
-    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else F.max("__evt")
+    cand = (
+        F.min(EVENT_MS_COLUMN)
+        if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME
+        else F.max(EVENT_MS_COLUMN)
+    )
     with naming_bad_files(inputs):
         summary = _summary(norm, cand, wexpr)
     timelines, worker_rows = summary_timelines(pipeline, summary, worker_state)
@@ -141,11 +146,11 @@ def _summary(norm: DataFrame, cand: Column, wexpr: Column) -> pa.Table:
     """
     per_batch = (
         norm.where(F.col(REJECT_REASON).isNull())
-        .groupBy(wexpr.alias("__w"), F.col("__batch"))
+        .groupBy(wexpr.alias("__w"), F.col(BATCH_COLUMN))
         .agg(
             cand.alias("cand"),
-            F.max("__arr").alias("maxarr"),
-            F.min("__arr").alias("minarr"),
+            F.max(ARRIVAL_MS_COLUMN).alias("maxarr"),
+            F.min(ARRIVAL_MS_COLUMN).alias("minarr"),
         )
     )
     return per_batch.toArrow()  # Arrow: one row per batch, fast to collect
@@ -169,7 +174,7 @@ def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
         return out
     enc = pc.dictionary_encode(summary["__w"].combine_chunks(), null_encoding="encode")
     ids = enc.indices.to_numpy(zero_copy_only=False)
-    cols = [summary[c].to_numpy() for c in ("__batch", "cand", "maxarr", "minarr")]
+    cols = [summary[c].to_numpy() for c in (BATCH_COLUMN, "cand", "maxarr", "minarr")]
     for i, wv in enumerate(enc.dictionary.to_pylist()):
         sel = np.flatnonzero(ids == i)
         sel = sel[np.argsort(cols[0][sel], kind="stable")]
@@ -218,18 +223,22 @@ def split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.Tas
     split_only = placement.TaskPlan(plan.tasks, {}, plan.split)
     accepted, first, n = placement.placement_columns(accepted, pipeline, split_only)
     accepted = accepted.withColumn("__pfirst", first).withColumn("__pn", n).where(F.col("__pn").isNotNull())
-    cand = F.min("__evt") if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else F.max("__evt")
+    cand = (
+        F.min(EVENT_MS_COLUMN)
+        if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME
+        else F.max(EVENT_MS_COLUMN)
+    )
     group = [
         *([col(wcol).alias(_PACK_WORKER)] if wcol else []),
-        F.col("__batch").alias(chunks.TL_BATCH),
+        F.col(BATCH_COLUMN).alias(chunks.TL_BATCH),
         F.col("__pfirst"),
         F.col("__pn"),
     ]
     summary = accepted.groupBy(*group).agg(
         cand.alias(chunks.TL_CAND),
-        F.max("__arr").alias(chunks.TL_MAX),
-        F.min("__arr").alias(chunks.TL_MIN),
-        F.max("__evt").alias(K.KB_MAXEV),
+        F.max(ARRIVAL_MS_COLUMN).alias(chunks.TL_MAX),
+        F.min(ARRIVAL_MS_COLUMN).alias(chunks.TL_MIN),
+        F.max(EVENT_MS_COLUMN).alias(K.KB_MAXEV),
     )
     packs = _packed(summary, ["__pfirst", "__pn"], chunks.TL_BATCH, pipeline)
     copies = packs.select("*", F.explode(F.sequence(F.lit(0), F.col("__pn") - 1)).alias("__bucket"))
@@ -306,12 +315,12 @@ def _hot_key_batch_packs(pipeline: Pipeline, norm: DataFrame, plan: placement.Ta
     group = [
         *([col(wcol).alias(_PACK_WORKER)] if wcol else []),
         *[col(k).alias(f"{_PACK_KEY}{i}") for i, k in enumerate(keys)],
-        F.col("__batch").alias(K.KB_BATCH),
+        F.col(BATCH_COLUMN).alias(K.KB_BATCH),
         F.col("__hfirst"),
         F.col("__hn"),
     ]
     summary = accepted.groupBy(*group).agg(
-        cand.alias(K.KB_CAND), F.max("__evt").alias(K.KB_MAXEV), F.max("__arr").alias(K.KB_MAXARR)
+        cand.alias(K.KB_CAND), F.max(EVENT_MS_COLUMN).alias(K.KB_MAXEV), F.max(ARRIVAL_MS_COLUMN).alias(K.KB_MAXARR)
     )
     packs = _packed(summary, ["__hfirst", "__hn"], K.KB_BATCH, pipeline)
     copies = packs.select("*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
