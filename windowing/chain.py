@@ -61,6 +61,7 @@ from windowing.storage.commits import (
     FAILURES,
     RUNS,
     commits_under,
+    current_commit,
     orphaned_message,
     run_is_whole,
 )
@@ -213,6 +214,14 @@ class Chain:
 
     def check_roots(self) -> None:
         check_roots(self.output_root, self.landing_zone)
+
+    def input_paths(self) -> list[str]:
+        """What the partitions read (an output may not be inside one, nor hold one)."""
+        return [self.landing_zone]
+
+    def previous_partition(self, key: str, start: PartitionResult | None) -> str | None:
+        """The partition before ``key`` in its lineage (None for the first of the history)."""
+        return self.partitions.previous(key)
 
     # ----------------------------------------------------------------- reading the store
 
@@ -663,7 +672,7 @@ class Chain:
                     state_summary=start.staged.state_summary if isinstance(start, _StagedPartition) else None,
                 )
                 try:
-                    staged = stage_outputs(result, self.folder(key), pipeline=self.pipeline, inputs=[self.landing_zone])
+                    staged = stage_outputs(result, self.folder(key), pipeline=self.pipeline, inputs=self.input_paths())
                 finally:
                     result.unpersist()
             except (StateMismatchError, StateError) as exc:
@@ -728,7 +737,7 @@ class Chain:
                 pipeline=self.pipeline.name,
                 fingerprint=self.pipeline.fingerprint(),
                 partition=key,
-                previous_partition=self.partitions.previous(key),
+                previous_partition=self.previous_partition(key, start),
                 start_state_hash=start.lineage.state_hash if start else None,
                 # Computed by Spark as the staged state was written (manifest.ObservedState).
                 state_hash=staged.state_hash or store.state_content_hash(state),
@@ -749,7 +758,7 @@ class Chain:
                 self._commit_and_publish(key, staged, {**lineage.to_extra(), **_checks_extra(results), **inputs})
             return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
-    def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> None:
+    def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> list[Any]:
         """Commit (pruning never deletes the runs the tables point at), then point the
         catalog tables' partition ``key`` at the committed run (:mod:`windowing.catalog`)."""
         try:
@@ -766,6 +775,7 @@ class Chain:
         self.log.info(
             f"{self.pipeline.name} {key}: published run {staged.run_id} to {', '.join(p.table for p in published)}"
         )
+        return list(published)
 
     def _record_failure(self, key: str, staged: Any, lineage: store.Lineage) -> None:
         """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not
@@ -817,3 +827,66 @@ def partition_jobs(spark: Any, key: str) -> Iterator[None]:
 
 def _run_id() -> str:
     return f"chain-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class OneRun(Chain):
+    """A history of one partition in one output folder: ``rewindow replay --output``.
+
+    The same write-audit-publish as every partition of a chain (:meth:`Chain.replay_one`:
+    stage, checks, commit with lineage and check results, publish), over events the caller
+    read (``events``, from ``inputs``) into the folder ``output``, from the state of
+    ``start`` (the ``--state-in`` output; None: no state). Its own rules are the caller's
+    arguments: whether the checks run, and the partition key the catalog publishes it as.
+    """
+
+    output: str = ""
+    events: Any = None
+    inputs: Sequence[str] = ()
+    #: The catalog tables the run was published to (:meth:`_commit_and_publish`).
+    published: list[Any] = field(default_factory=list, init=False)
+
+    def folder(self, key: str) -> str:
+        return self.output
+
+    def input_paths(self) -> list[str]:
+        return [str(p) for p in self.inputs]
+
+    def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[Any, list[Any] | None]:
+        return self.events, None
+
+    def previous_partition(self, key: str, start: PartitionResult | None) -> str | None:
+        return start.key if start is not None else None
+
+    def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> list[Any]:
+        self.published = super()._commit_and_publish(key, staged, extra)
+        return self.published
+
+
+def carried_start(spark: Any, state_in: str) -> PartitionResult:
+    """The start of a :class:`OneRun` from a previous replay's output (or its ``OUT/state``):
+    its state, and its lineage when its commit record has one (an output written before
+    replays recorded one: its state's content hash stands in)."""
+    state = read_state(spark, state_in)
+    folder = state_in.rstrip("/")
+    if folder.endswith("/state"):
+        folder = folder[: -len("/state")]
+    commit = current_commit(spark, folder)
+    lineage = store.Lineage.of(commit)
+    if lineage is None:
+        lineage = store.Lineage(
+            pipeline="",
+            fingerprint="",
+            partition=folder.rsplit("/", 1)[-1],
+            previous_partition=None,
+            start_state_hash=None,
+            state_hash=store.state_content_hash(state),
+            flushed_at_end=False,
+            run_id="",
+        )
+    metrics = ReplayMetrics.from_dict(commit.metrics) if commit is not None else ReplayMetrics()
+    run_path = commit.run_path if commit is not None else state_in
+    return PartitionResult(lineage.partition, folder, run_path, metrics, lineage, state)

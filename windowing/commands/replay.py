@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from windowing import command_line
-from windowing.catalog import Publisher
+from windowing.catalog import CatalogError, Publisher
 from windowing.config import ConfigError, ignored_fields_note, load_pipeline
 from windowing.storage.lake import absolute
 
@@ -28,15 +29,24 @@ def add_parser(subparsers: Any) -> None:
         "--partition",
         help="with output.catalog: the table partition (partition_key) this run is published as, e.g. 2024-01-01",
     )
+    r.add_argument(
+        "--checks",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the data-quality checks on the staged run before it is committed, and record them with it "
+        "(as rewindow backfill does); a blocking failure leaves it uncommitted (default: only when publishing)",
+    )
     command_line.catalog_args(r)
     command_line.spark_args(r)
 
 
 def run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.config)  # before Spark starts: config errors are instant
-    from windowing.runner.replay import replay  # noqa: PLC0415 - keeps the CLI fast: engine imports pyspark
+    from windowing.chain import ChainError, OneRun, carried_start  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
+    from windowing.partitions import Partitions  # noqa: PLC0415 - keeps the CLI fast
+    from windowing.storage.commits import current_commit  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.storage.inputs import check_input_schema, read_events  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
-    from windowing.storage.outputs import check_output_target, read_state, stage_outputs  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
+    from windowing.storage.outputs import check_output_target  # noqa: PLC0415 - keeps the CLI fast: io imports pyspark
 
     note = ignored_fields_note(pipeline)
     if note:
@@ -64,26 +74,43 @@ def run(args: argparse.Namespace) -> int:
     check_output_target(spark, args.output, inputs)  # before any work: never write over the events
     what = ", ".join(map(str, inputs)) or "no input"
     command_line.progress(2, 3, f"replaying {what} through pipeline {pipeline.name!r}")
-    state = read_state(spark, args.state_in) if args.state_in else None
+    start = carried_start(spark, args.state_in) if args.state_in else None
     # pipeline/state: an empty partition (no files) replays as zero events.
-    events = read_events(spark, args.input, pipeline=pipeline, state=state)
-    # Both name an input file Spark fails to read (a damaged data page) in an InputError.
-    result = replay(spark, pipeline, events, state=state, flush_at_end=args.flush_at_end)
+    events = read_events(spark, args.input, pipeline=pipeline, state=start.state if start else None)
+    # The chain's write-audit-publish, over one partition in this folder (windowing.chain.OneRun):
+    # staged, checked (when publishing, or --checks), committed with its lineage, published.
+    key = args.partition or absolute(args.output).rstrip("/").rsplit("/", 1)[-1]
+    one = OneRun(
+        # One partition: no partitions before or after it (its lineage's previous is --state-in's).
+        spark, pipeline, "", parent, Partitions("day", datetime(1970, 1, 1, tzinfo=timezone.utc)), publisher=publisher,
+        output=args.output, events=events, inputs=[str(i) for i in inputs],
+    )  # fmt: skip
+    checks = args.checks if args.checks is not None else publisher is not None
     try:
+        flush = pipeline.flush_at_end if args.flush_at_end is None else args.flush_at_end
         command_line.progress(3, 3, f"writing outputs to {args.output}")
-        staged = stage_outputs(result, args.output, pipeline=pipeline, inputs=inputs)
-        if publisher is not None and _blocked(spark, pipeline, staged, events, state):
-            return 1
-        commit = staged.commit(keep=publisher.pointed_runs(args.partition) if publisher is not None else ())
-    finally:
-        result.unpersist()
+        part = one.replay_one(key, start, flush=flush, checks=checks)
+    except ChainError as exc:
+        if isinstance(exc.__cause__, (ConfigError, ValueError, OSError)) and not isinstance(
+            exc.__cause__, CatalogError
+        ):
+            raise exc.__cause__ from None  # the message it had before the chain wrapped it
+        raise ConfigError(str(exc)) from exc
+    if not part.committed:
+        print(
+            f"rewindow: replay: blocking data-quality checks failed ({', '.join(part.lineage.failed_checks)}): "
+            f"the run is not committed nor published (kept at {part.run_path}); rewindow verify shows why",
+            file=sys.stderr,
+        )
+        return 1
+    commit = current_commit(spark, args.output)
+    assert commit is not None  # just committed
     if publisher is not None:
-        published = publisher.publish(args.partition, commit)
         print(
             f"published run {commit.run_id} as partition {args.partition} of "
-            f"{', '.join(f'{catalog.database}.{p.table}' for p in published)}"
+            f"{', '.join(f'{catalog.database}.{p.table}' for p in one.published)}"
         )
-    m = result.metrics
+    m = part.metrics
     print(
         f"replayed {m.input_rows:,} events of pipeline {pipeline.name!r} in {time.monotonic() - started:.1f}s: "
         f"{m.windows_closed:,} windows closed {m.closed_by_reason} ({m.windows_emitted:,} windows emitted, "
@@ -96,18 +123,3 @@ def run(args: argparse.Namespace) -> int:
         f"committed as run {commit.seq} of {args.output}"
     )
     return 0
-
-
-def _blocked(spark: Any, pipeline: Any, staged: Any, events: Any, state: Any) -> bool:
-    """Write-audit-publish for a published replay: the data-quality checks on the staged
-    run; True (and the run left uncommitted, unpublished) when a blocking one fails."""
-    from windowing.validation import blocking_failures, run_checks  # noqa: PLC0415 - keeps the CLI fast
-
-    failed = blocking_failures(run_checks(spark, pipeline, staged.read(), input_df=events, prev_state=state))
-    if failed:
-        print(
-            f"rewindow: replay: blocking data-quality checks failed ({', '.join(r.name for r in failed)}): "
-            f"the run is not committed nor published (kept at {staged.path}); rewindow verify shows why",
-            file=sys.stderr,
-        )
-    return bool(failed)
