@@ -174,8 +174,7 @@ def hold_identities(
 def _partitions(spark: SparkSession) -> int:
     """How many partitions the union is hashed into: ``spark.sql.shuffle.partitions``, but
     at least 4 per core. Each task pairs its windows in one hash table; smaller tables
-    were measured a little faster (a session of 2 partitions, as the tests use: 5-6 s
-    against 6-7 s at the bench's quick size), and the tasks balance better."""
+    were measured a little faster (docs/reconcile.md), and the tasks balance better."""
     shuffle = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # set in every session
     try:
         cores = spark.sparkContext.defaultParallelism

@@ -342,12 +342,12 @@ def state_problems(spark: SparkSession, pipeline: Pipeline, state: DataFrame, ev
     they have in these events, the partial values the type their aggregate keeps. A pandera
     schema checks it, at schema depth, on a zero-row view of the state: no data is read.
     """
-    import pandera.pyspark as pdr  # noqa: PLC0415 - pandera takes 1.4 s to import; only this check needs it
-    from pandera.config import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only this check needs it
+    import pandera.pyspark as pdr  # noqa: PLC0415 - pandera is slow to import; only this check needs it
+    from pandera.config import (  # noqa: PLC0415 - pandera is slow to import; only this check needs it
         ValidationDepth,
         config_context,
     )
-    from pandera.errors import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only this check needs it
+    from pandera.errors import (  # noqa: PLC0415 - pandera is slow to import; only this check needs it
         SchemaError,
         SchemaErrors,
     )

@@ -406,7 +406,7 @@ def placement_columns(df: DataFrame, pipeline: Pipeline, plan: TaskPlan) -> tupl
 def _literal_map(pairs: list[tuple[Any, int]], dtype: DataType) -> Column:
     """A literal map of ``pairs`` (worker -> int), its keys of type ``dtype``. Integer
     workers (Kafka partitions) as one SQL expression, one py4j call; others as one
-    ``lit`` per key and value (three calls a worker: 0.05 s of each replay of 8 workers)."""
+    ``lit`` per key and value (three py4j calls a worker)."""
     if dtype.typeName() in INTEGRAL_WORKER_TYPES and all(type(w) is int for w, _ in pairs):
         sql = dtype.simpleString()
         return F.expr("map(" + ", ".join(f"CAST({w} AS {sql}), {v}" for w, v in pairs) + ")")

@@ -41,9 +41,9 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     # PySpark records the Python call site of every DataFrame and Column call in the JVM
     # (five py4j round trips each) for the query context of Spark's own error messages.
-    # Planning a partition's replay and checks makes thousands of such calls: measured at
-    # ~0.5 s of a 4.3 s hourly partition (bench/replay_bench.py --backfill). rewindow's
-    # errors name the field, file or row themselves; `--conf` it back on to debug Spark's.
+    # Planning a partition's replay and checks makes thousands of such calls (measured:
+    # docs/architecture.md, "PySpark's call-site capture"). rewindow's errors name the
+    # field, file or row themselves; `--conf` it back on to debug Spark's.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 

@@ -41,10 +41,9 @@ BLOB_ROWS = 262_144
 #: times in the JVM (into Spark's row, its cache, the Arrow batch for the write's Python
 #: task), and a copy of more than half a G1 heap region (1 MB regions under 2 GB of heap,
 #: 2 MB under 4 GB) is a "humongous" allocation, made and freed outside the young
-#: generation. At 1 M events (``bench/replay_bench.py --quick``) the windows came back as
-#: one 5.7 MB blob a task; in ~1 MB blobs the replay took 2.53 s instead of 2.71 (a median
-#: of ten alternating rounds; three such comparisons: 2.4 %, 3.5 % and 6.5 % faster), and in
-#: ~250 KB blobs 2.67 s: this size lies between the two (docs/architecture.md).
+#: generation. Blobs of about 1 MB replayed faster than one blob a task, and 250 KB ones
+#: no faster than 1 MB: this size lies between the two (measured: docs/architecture.md,
+#: "The kernel's outputs in blobs of ~512 KB").
 BLOB_BYTES = 512 << 10
 
 
@@ -405,7 +404,8 @@ def hold(spark: SparkSession, df: DataFrame) -> DataFrame:
 #:   encoding every value to save memory is not worth its CPU here;
 #: - without adaptive execution: the kernel's shuffle has the plan's own task count, which
 #:   adaptive execution must keep anyway, so all it would add is a job per stage and a
-#:   re-planning (one job instead of three for the kernel; at 1 M events, ~0.2 s of ~3 s).
+#:   re-planning (one job instead of three for the kernel: docs/architecture.md, "One job
+#:   for the kernel").
 HOLD_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false", "spark.sql.adaptive.enabled": "false"}
 
 

@@ -89,11 +89,11 @@ def pandera_check(
 
 def _validate(name: str, description: str, schema: DataFrameSchema, df: DataFrame, sample_size: int) -> CheckResult:
     """Validate ``df`` with a pandera pyspark schema; any recorded error fails the check."""
-    from pandera.config import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
+    from pandera.config import (  # noqa: PLC0415 - pandera is slow to import; only the checks need it
         ValidationDepth,
         config_context,
     )
-    from pandera.errors import (  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
+    from pandera.errors import (  # noqa: PLC0415 - pandera is slow to import; only the checks need it
         SchemaError,
         SchemaErrors,
     )
@@ -138,13 +138,13 @@ def schema_check(
 
 
 def _schema(columns: dict[str, Any], name: str) -> DataFrameSchema:
-    import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
+    import pandera.pyspark as pa  # noqa: PLC0415 - pandera is slow to import; only the checks need it
 
     return pa.DataFrameSchema(columns, name=name, strict=False)
 
 
 def _column(dtype: DataType | None, nullable: bool = True, checks: list[Any] | None = None) -> Any:
-    import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
+    import pandera.pyspark as pa  # noqa: PLC0415 - pandera is slow to import; only the checks need it
 
     return pa.Column(cast(Any, dtype), nullable=nullable, checks=checks or None, required=True)
 
@@ -210,7 +210,7 @@ def _output_schema(
 
 def aggregates_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``aggregates`` (``windowing.config.arrow_schemas.aggregates_schema``)."""
-    import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
+    import pandera.pyspark as pa  # noqa: PLC0415 - pandera is slow to import; only the checks need it
 
     not_null = {"window_start", "window_end", "emit_reason", "emit_batch", "emit_time", "emission"}
     not_null |= {a.name for a in pipeline.aggregates if a.type in ("count", "distinct")}
@@ -220,7 +220,7 @@ def aggregates_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> D
 
 def late_schema(pipeline: Pipeline, input_types: dict[str, DataType]) -> DataFrameSchema:
     """pandera schema of ``late_events`` (``windowing.config.arrow_schemas.late_schema``)."""
-    import pandera.pyspark as pa  # noqa: PLC0415 - pandera takes 1.4 s to import; only the checks need it
+    import pandera.pyspark as pa  # noqa: PLC0415 - pandera is slow to import; only the checks need it
 
     return _output_schema(
         f"{pipeline.name}.late_events",
