@@ -44,7 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence
 
 from pyspark.sql import Row
 from pyspark.sql import functions as F
@@ -69,12 +69,29 @@ from windowing.storage.lake import Lake, glob_escape, inside, is_connect, join
 from windowing.storage.outputs import read_state, stage_outputs
 from windowing.validation import CheckResult, blocking_failures, run_checks
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from windowing.catalog import Publisher
+    from windowing.config import Pipeline
+
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
 #: A partition whose newest commit record is damaged, or whose committed run is gone (issue 26).
 DAMAGED = "damaged"
 
 log_default = logging.getLogger("rewindow.chain")
+
+
+class ChainLog(Protocol):
+    """Where the chain says what it does: a :class:`logging.Logger`, Dagster's log manager,
+    Airflow's task log (the three levels it uses, each with one message)."""
+
+    def info(self, msg: str, /) -> None: ...
+
+    def warning(self, msg: str, /) -> None: ...
+
+    def error(self, msg: str, /) -> None: ...
 
 
 class ChainError(RuntimeError):
@@ -109,8 +126,8 @@ class PartitionResult:
     run_path: str  # the committed run this result is
     metrics: ReplayMetrics
     lineage: store.Lineage
-    state: Any  # the state as written, read back: the next partition's start
-    checks: tuple[Any, ...] = ()  # windowing.validation.CheckResult of this partition (empty: not run)
+    state: DataFrame | None  # the state as written, read back: the next partition's start (None: not read)
+    checks: tuple[CheckResult, ...] = ()  # this partition's data-quality results (empty: not run)
     seconds: float = 0.0  # replay and write time of the partition
     #: False: a blocking check failed, so the run was staged but not committed (run_path
     #: is the staged run, kept for inspection; the previous committed output stays current).
@@ -190,19 +207,26 @@ class Chain:
     is committed under ``<output_root>/<pipeline name>/<K without ':'>/``.
     """
 
-    spark: Any
-    pipeline: Any
+    #: None: a local history, read with no JVM (commit records and listings only: no replay).
+    spark: SparkSession | None
+    pipeline: Pipeline
     landing_zone: str
     output_root: str
     partitions: Partitions
     partition_column: str | None = landing.DEFAULT_PARTITION_COLUMN
-    log: Any = log_default
-    #: Publishes each committed partition to catalog tables (:class:`windowing.catalog.Publisher`); None: not published.
-    publisher: Any = None
+    log: ChainLog = log_default
+    #: Publishes each committed partition to catalog tables; None: not published.
+    publisher: Publisher | None = None
     #: Arrival ranges of the landed files read so far, by (path, size, mtime) (hourly records).
     _arrivals: dict[tuple[str, int, int], tuple[int | None, int | None, int] | None] = field(
         default_factory=dict, repr=False, init=False
     )
+
+    @property
+    def session(self) -> SparkSession:
+        """The Spark session, for the work that needs one (replaying, checking, reading a state)."""
+        assert self.spark is not None, "a chain without a Spark session reads its history only"
+        return self.spark
 
     @property
     def pipeline_dir(self) -> str:
@@ -482,7 +506,7 @@ class Chain:
                 {"damaged": prev},
             )
         try:
-            state = read_state(self.spark, commit.output)
+            state = read_state(self.session, commit.output)
         except StateError as exc:
             raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: {exc}", first_key) from exc
         return PartitionResult(
@@ -600,7 +624,7 @@ class Chain:
         ``known``: the schemas the partitions before in the same run inferred."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(
-            self.spark,
+            self.session,
             self.landing_zone,
             start,
             end,
@@ -654,7 +678,7 @@ class Chain:
                     + ("from the state of " + start.key if start is not None else "from no state")
                 )
                 result = replay(
-                    self.spark,
+                    self.session,
                     self.pipeline,
                     events,
                     state=start.state if start else None,
@@ -715,7 +739,7 @@ class Chain:
                 self.log.info(f"{self.pipeline.name} {key}: checking the staged outputs")
                 results = tuple(
                     run_checks(
-                        self.spark,
+                        self.session,
                         self.pipeline,
                         outputs,
                         input_df=part.events,
@@ -746,17 +770,19 @@ class Chain:
             if self.publisher is None:
                 staged.commit({**lineage.to_extra(), **_checks_extra(results), **inputs})
             else:
-                self._commit_and_publish(key, staged, {**lineage.to_extra(), **_checks_extra(results), **inputs})
+                self._commit_and_publish(
+                    self.publisher, key, staged, {**lineage.to_extra(), **_checks_extra(results), **inputs}
+                )
             return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
-    def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> None:
+    def _commit_and_publish(self, publisher: Publisher, key: str, staged: Any, extra: dict[str, Any]) -> None:
         """Commit (pruning never deletes the runs the tables point at), then point the
         catalog tables' partition ``key`` at the committed run (:mod:`windowing.catalog`)."""
         try:
-            pointed = self.publisher.pointed_runs(key)
+            pointed = publisher.pointed_runs(key)
             commit = staged.commit(extra, keep=pointed)
             self.log.info(f"{self.pipeline.name} {key}: committed run {staged.run_id}; publishing it")
-            published = self.publisher.publish(key, commit)
+            published = publisher.publish(key, commit)
         except CatalogError as exc:
             raise ChainError(
                 f"Partition {key} of pipeline {self.pipeline.name} is committed ({staged.path}) but "
@@ -777,7 +803,7 @@ class Chain:
             "recorded_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         }
         target = join(self.folder(key), FAILURES, staged.run_id)
-        self.spark.createDataFrame([record], FAILURE_SCHEMA).coalesce(1).write.mode("overwrite").json(target)
+        self.session.createDataFrame([record], FAILURE_SCHEMA).coalesce(1).write.mode("overwrite").json(target)
 
 
 FAILURE_SCHEMA = "run_id string, run_path string, failed_checks string, recorded_at string"
