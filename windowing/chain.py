@@ -44,7 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Protocol, Sequence
 
 from pyspark.sql import Row
 from pyspark.sql import functions as F
@@ -571,25 +571,30 @@ class Chain:
                             raise
                         # The partition before ends as it would have without the overlap:
                         # committed (then this error), or not (then this one never ran).
-                        before = self._audited(*audit, len(keys))
-                        audit = None
-                        yield before
-                        if not before.committed:
-                            return
-                        raise exc
+                        if (yield from self._finish(audit, len(keys))).committed:
+                            raise exc
+                        return
                     if audit is not None:
-                        before = self._audited(*audit, len(keys))
+                        before = yield from self._finish(audit, len(keys))
                         audit = None
-                        yield before
                         if not before.committed:
                             return
                     audit = (i, audits.submit(self._audit, staged, before, checks, run_id))
                     start, staged = staged, None
                 if audit is not None:
-                    yield self._audited(*audit, len(keys))
+                    yield from self._finish(audit, len(keys))
             finally:
                 if staged is not None:  # replayed after a partition that was not committed
                     staged.discard()
+
+    def _finish(
+        self, audit: tuple[int, Future[PartitionResult]], n: int
+    ) -> Generator[PartitionResult, None, PartitionResult]:
+        """Wait for the audit of the partition before, yield its result, and return it: the
+        caller goes on only if it was committed."""
+        done = self._audited(*audit, n)
+        yield done
+        return done
 
     def _audited(self, i: int, audit: Future[PartitionResult], n: int) -> PartitionResult:
         """The result of partition ``i`` of ``n``'s audit (waited for), logged."""
