@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     )
     from pyspark.sql import SparkSession
 
+    from windowing.storage.commits import Commit
+
 #: ``(partition key, result)`` of one check, per partition.
 PartitionResults = list[tuple[str, dg.AssetCheckResult]]
 
@@ -765,7 +767,7 @@ def _recheck_partition(
     spark: "SparkSession",
     chain: Chain,
     pipeline: Pipeline,
-    commits: Mapping[str, Any],
+    commits: Mapping[str, "Commit"],
     key: str,
 ) -> PartitionResult | None:
     """Partition ``key``'s committed run with its checks re-run (``windowing.validation.run_checks``)

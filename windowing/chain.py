@@ -74,6 +74,9 @@ if TYPE_CHECKING:
 
     from windowing.catalog import Publisher
     from windowing.config import Pipeline
+    from windowing.storage.commits import Commit
+    from windowing.storage.lake import Entry
+    from windowing.storage.outputs import ReplayOutputs, Staged
 
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
@@ -152,7 +155,7 @@ class PartitionStatus:
     landing_zone: str | None = field(default=None, compare=False)
 
 
-def _zone_of(commit: Any) -> str | None:
+def _zone_of(commit: Commit) -> str | None:
     """The landing zone ``commit`` records it read, if it records one."""
     record = input_record.InputRecord.of(commit)
     return record.landing_zone if record is not None else None
@@ -170,9 +173,9 @@ class _StagedPartition:
     The next partition can start from it (``key``, ``run_path``, ``state``)."""
 
     key: str
-    staged: Any  # windowing.storage.outputs.Staged
-    outputs: Any  # its ReplayOutputs, read back from the staged run
-    events: Any  # the partition's events, as the replay read them (for the input checks)
+    staged: Staged
+    outputs: ReplayOutputs  # read back from the staged run
+    events: DataFrame  # the partition's events, as the replay read them (for the input checks)
     metrics: ReplayMetrics
     flush: bool
     seconds: float  # replay and write time
@@ -184,7 +187,7 @@ class _StagedPartition:
         return str(self.staged.path)
 
     @property
-    def state(self) -> Any:
+    def state(self) -> DataFrame:
         return self.outputs.state
 
     def discard(self) -> None:
@@ -240,11 +243,11 @@ class Chain:
 
     # ----------------------------------------------------------------- reading the store
 
-    def commits(self, keys: Iterable[str]) -> dict[str, Any]:
+    def commits(self, keys: Iterable[str]) -> dict[str, Commit]:
         """The current commit of each of ``keys`` that has one (one read)."""
         return store.pipeline_commits(self.spark, self.pipeline_dir, keys)
 
-    def committed(self) -> dict[str, Any]:
+    def committed(self) -> dict[str, Commit]:
         """Every committed partition of the history, oldest first: key -> current commit
         (one read of the commit records). Partitions whose newest record is damaged are
         not among them (:meth:`damaged`)."""
@@ -255,10 +258,11 @@ class Chain:
         (the record's file, what is wrong, and the way out)."""
         return self._store()[1]
 
-    def _store(self) -> tuple[dict[str, Any], dict[str, str]]:
+    def _store(self) -> tuple[dict[str, Commit], dict[str, str]]:
         current, broken = commits_under(self.spark, self.pipeline_dir)
-        found, damaged = {}, {}
-        for name, value in (*current.items(), *broken.items()):
+        found: dict[str, Commit] = {}
+        damaged: dict[str, str] = {}
+        for name in (*current, *broken):  # a name is in one of the two at most
             try:
                 key = self._key_of_folder(name)
             except ValueError:
@@ -266,7 +270,7 @@ class Chain:
             if self.partitions.start_of(key) < self.partitions.start:
                 continue
             if name in current:
-                found[key] = value
+                found[key] = current[name]
             else:
                 damaged[key] = (
                     f"{broken[name].message(join(self.pipeline_dir, name))}; "
@@ -297,7 +301,7 @@ class Chain:
         )
 
     def input_changes(
-        self, commits: dict[str, Any], keys: Iterable[str] | None = None
+        self, commits: dict[str, Commit], keys: Iterable[str] | None = None
     ) -> tuple[dict[str, input_record.InputChanges], list[str]]:
         """``(how each committed partition's landed files changed since its commit, where
         they did; the partitions whose commit records no files)``, over ``keys`` of
@@ -624,7 +628,7 @@ class Chain:
             )
         return done
 
-    def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[Any, list[Any] | None]:
+    def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[DataFrame, list[Entry] | None]:
         """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`);
         ``known``: the schemas the partitions before in the same run inferred."""
         start, end = self.partitions.window(key)
@@ -707,7 +711,7 @@ class Chain:
                 key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began, record
             )
 
-    def _input_record(self, key: str, files: list[Any] | None) -> input_record.InputRecord | None:
+    def _input_record(self, key: str, files: list[Entry] | None) -> input_record.InputRecord | None:
         """What partition ``key`` read from the landing zone, for its commit record."""
         if files is None or self.partition_column is None:
             return None
@@ -722,7 +726,7 @@ class Chain:
         parquet = self.pipeline.source.format == "parquet"
         lake = Lake(self.spark)
 
-        def arrival(e: Any) -> tuple[int | None, int | None, int] | None:
+        def arrival(e: Entry) -> tuple[int | None, int | None, int] | None:
             seen = (e.path, e.size, e.mtime)
             if seen not in self._arrivals:
                 self._arrivals[seen] = input_record.arrival_range(lake, e.path, column) if parquet else None
@@ -738,7 +742,7 @@ class Chain:
         results, unless a blocking check failed (then record the failure)."""
         with partition_jobs(self.spark, part.key):
             key, staged, outputs, folder = part.key, part.staged, part.outputs, self.folder(part.key)
-            results: tuple[Any, ...] = ()
+            results: tuple[CheckResult, ...] = ()
             failed: tuple[str, ...] = ()
             if checks:
                 self.log.info(f"{self.pipeline.name} {key}: checking the staged outputs")
@@ -780,7 +784,7 @@ class Chain:
                 )
             return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
-    def _commit_and_publish(self, publisher: Publisher, key: str, staged: Any, extra: dict[str, Any]) -> None:
+    def _commit_and_publish(self, publisher: Publisher, key: str, staged: Staged, extra: dict[str, Any]) -> None:
         """Commit (pruning never deletes the runs the tables point at), then point the
         catalog tables' partition ``key`` at the committed run (:mod:`windowing.catalog`)."""
         try:
@@ -798,7 +802,7 @@ class Chain:
             f"{self.pipeline.name} {key}: published run {staged.run_id} to {', '.join(p.table for p in published)}"
         )
 
-    def _record_failure(self, key: str, staged: Any, lineage: store.Lineage) -> None:
+    def _record_failure(self, key: str, staged: Staged, lineage: store.Lineage) -> None:
         """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not
         committed because blocking checks failed (what :meth:`status` reports as failed)."""
         record = {
