@@ -26,6 +26,7 @@ the state from one to the next exactly as separate runs would.
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
         AssetCheckEvaluationTargetMaterializationData,
     )
     from pyspark.sql import SparkSession
+
+    from windowing.storage.commits import Commit
 
 #: ``(partition key, result)`` of one check, per partition.
 PartitionResults = list[tuple[str, dg.AssetCheckResult]]
@@ -103,24 +106,136 @@ def asset_prefix(pipeline_name: str) -> str:
 #: Owners of the pipeline assets when none are given (``REWINDOW_ASSET_OWNERS``).
 DEFAULT_OWNERS = ("team:rewindow",)
 
+#: What each output asset holds (its description, before the pipeline's name).
+DESCRIPTIONS = {
+    "window_state": "Watermarks, clocks and open windows at the end of the partition: "
+    "the next partition starts from it.",
+    "windowed_aggregates": "Windows emitted during the partition (one row per emission).",
+    "late_events": "Events that arrived after their window had closed, one row per (event, window).",
+    "rejected_events": "Rows that could not be processed, with the reason.",
+}
+CHAIN_CHECK_DESCRIPTION = (
+    "Every materialized partition was computed from the current state of the partition before it. "
+    "Fails (warning) after a rerun changed an earlier partition's state; its metadata names the "
+    "partitions to rerun. Executed on its own, it "
+    "recomputes the chain over the committed partitions."
+)
+INPUT_CHECK_DESCRIPTION = (
+    "The partition's landed files are the ones it read (its commit's record of them, compared with a "
+    "listing of its day folder now). Fails (warning) for a partition whose files were added, removed "
+    "or rewritten since its commit, naming them, and for every partition after it; its metadata "
+    "names the range to rerun. The landing-zone sensor evaluates it when a day's files change."
+)
 
-def build_pipeline_assets(
-    pipeline: Pipeline,
-    pipeline_file: Path,
-    partitions_def: dg.TimeWindowPartitionsDefinition,
-    owners: tuple[str, ...] = DEFAULT_OWNERS,
-) -> dg.AssetsDefinition:
-    """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`).
 
-    Each asset carries Dagster's standard catalog fields: ``owners``, the pipeline's
-    fingerprint as its code version (a change of configuration makes Dagster show the
-    partitions replayed before it as unsynced) and code references to the pipeline's
-    YAML and to this module."""
+@dataclass(frozen=True)
+class _ReplayAssets:
+    """What one pipeline's replay asset is made of: the pipeline, its partitions, the keys of
+    its four outputs (output name -> key) and its check specs. Each step of a run reads it."""
+
+    pipeline: Pipeline
+    pipeline_file: Path
+    partitions_def: dg.TimeWindowPartitionsDefinition
+    prefix: str
+    keys: dict[str, dg.AssetKey]
+    chain_check: dg.AssetCheckSpec  # state_chain_in_sync
+    inputs: list[dg.AssetCheckSpec]  # input_unchanged, one per INPUT_CHECKED
+    quality: list[dg.AssetCheckSpec]  # <output>_valid, one per output
+    live: dg.AssetCheckSpec | None  # matches_live; None without reconcile.live
+    published: dg.AssetCheckSpec | None  # published_matches_commit; None without output.catalog
+
+    @property
+    def state_key(self) -> dg.AssetKey:
+        return self.keys["window_state"]
+
+    @property
+    def check_specs(self) -> list[dg.AssetCheckSpec]:
+        optional = [spec for spec in (self.live, self.published) if spec is not None]
+        return [self.chain_check, *self.inputs, *self.quality, *optional]
+
+    @property
+    def replay_checks(self) -> set[dg.AssetCheckKey]:
+        """The checks a replay that committed a partition evaluates, selected or not: all but
+        ``published_matches_commit`` (:func:`_published_checks` reports it)."""
+        live = [self.live.key] if self.live else []
+        return {self.chain_check.key, *(i.key for i in self.inputs), *(q.key for q in self.quality), *live}
+
+    def blocking(self, checks: Iterable[dg.AssetCheckKey]) -> dict[dg.AssetCheckKey, bool]:
+        """Whether each of ``checks`` blocks, as declared: the quality checks do, and
+        ``matches_live`` when its spec says so; the chain and input checks never do."""
+        live = self.live
+        return {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking) for k in checks}
+
+
+def _replay_assets(
+    pipeline: Pipeline, pipeline_file: Path, partitions_def: dg.TimeWindowPartitionsDefinition
+) -> _ReplayAssets:
+    """The keys and check specs of ``pipeline``'s replay asset."""
     prefix = asset_prefix(pipeline.name)
     keys = {name: dg.AssetKey([prefix, name]) for name in OUTPUTS}
-    state_key = keys["window_state"]
+    return _ReplayAssets(
+        pipeline,
+        pipeline_file,
+        partitions_def,
+        prefix,
+        keys,
+        chain_check=dg.AssetCheckSpec(CHECK_NAME, asset=keys["window_state"], description=CHAIN_CHECK_DESCRIPTION),
+        inputs=[
+            dg.AssetCheckSpec(INPUT_CHECK, asset=keys[name], description=INPUT_CHECK_DESCRIPTION)
+            for name in INPUT_CHECKED
+        ],
+        quality=[_quality_check_spec(keys[name], name) for name in OUTPUTS],
+        live=live_check_spec(pipeline, keys["windowed_aggregates"]),
+        published=published_check_spec(pipeline, keys["windowed_aggregates"]),
+    )
+
+
+def _quality_check_spec(asset_key: dg.AssetKey, name: str) -> dg.AssetCheckSpec:
+    """The blocking data-quality check of output ``name``."""
+    return dg.AssetCheckSpec(
+        f"{name}_valid",
+        asset=asset_key,
+        blocking=True,
+        description=(
+            "Data-quality checks of each partition a run replays, one result per partition (windowing.validation: "
+            + ", ".join(f"`{p}*`" if p.endswith("_") else f"`{p}`" for p in QUALITY_CHECKS[name])
+            + "). A partition that fails is not committed, and the run stops before the next one; rejected rows "
+            "within the pipeline's `quality.maxRejectedShare` only warn. Executed on its own, it re-runs them "
+            "on the "
+            "committed output of each partition, against its landed input."
+        ),
+    )
+
+
+def _asset_specs(assets: _ReplayAssets, owners: tuple[str, ...]) -> list[dg.AssetSpec]:
+    """The four output assets. ``window_state`` depends on its own previous partition."""
+    pipeline, pipeline_file = assets.pipeline, assets.pipeline_file
     previous = dg.TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
-    common = {
+    common = _common_metadata(pipeline, pipeline_file)
+    return [
+        dg.AssetSpec(
+            key,
+            deps=[EVENTS_KEY, dg.AssetDep(assets.state_key, partition_mapping=previous)]
+            if name == "window_state"
+            else [EVENTS_KEY],
+            description=f"{DESCRIPTIONS[name]} Pipeline `{pipeline.name}` ({pipeline_file.name}).",
+            group_name=assets.prefix,
+            partitions_def=assets.partitions_def,
+            metadata=common,
+            kinds={"spark", "parquet"},
+            owners=list(owners),
+            code_version=pipeline.fingerprint(),
+            # Off until the sensor rerun_out_of_date_partitions is turned on (orchestration/sensors.py).
+            automation_condition=rerun_out_of_date() if name == "window_state" else None,
+        )
+        for name, key in assets.keys.items()
+    ]
+
+
+def _common_metadata(pipeline: Pipeline, pipeline_file: Path) -> dict[str, Any]:
+    """The metadata every output asset carries: the pipeline, its fingerprint, its window,
+    and code references to its YAML and to this module."""
+    return {
         "pipeline": pipeline.name,
         "pipeline_file": str(pipeline_file),
         "fingerprint": pipeline.fingerprint(),
@@ -138,78 +253,26 @@ def build_pipeline_assets(
             ]
         ),
     }
-    descriptions = {
-        "window_state": "Watermarks, clocks and open windows at the end of the partition: "
-        "the next partition starts from it.",
-        "windowed_aggregates": "Windows emitted during the partition (one row per emission).",
-        "late_events": "Events that arrived after their window had closed, one row per (event, window).",
-        "rejected_events": "Rows that could not be processed, with the reason.",
-    }
-    specs = [
-        dg.AssetSpec(
-            key,
-            deps=[EVENTS_KEY, dg.AssetDep(state_key, partition_mapping=previous)]
-            if name == "window_state"
-            else [EVENTS_KEY],
-            description=f"{descriptions[name]} Pipeline `{pipeline.name}` ({pipeline_file.name}).",
-            group_name=prefix,
-            partitions_def=partitions_def,
-            metadata=common,
-            kinds={"spark", "parquet"},
-            owners=list(owners),
-            code_version=pipeline.fingerprint(),
-            # Off until the sensor rerun_out_of_date_partitions is turned on (orchestration/sensors.py).
-            automation_condition=rerun_out_of_date() if name == "window_state" else None,
-        )
-        for name, key in keys.items()
-    ]
-    check = dg.AssetCheckSpec(
-        CHECK_NAME,
-        asset=state_key,
-        description=(
-            "Every materialized partition was computed from the current state of the partition before it. "
-            "Fails (warning) after a rerun changed an earlier partition's state; its metadata names the "
-            "partitions to rerun. Executed on its own, it "
-            "recomputes the chain over the committed partitions."
-        ),
-    )
 
-    inputs = [
-        dg.AssetCheckSpec(
-            INPUT_CHECK,
-            asset=keys[name],
-            description=(
-                "The partition's landed files are the ones it read (its commit's record of them, compared with a "
-                "listing of its day folder now). Fails (warning) for a partition whose files were added, removed "
-                "or rewritten since its commit, naming them, and for every partition after it; its metadata "
-                "names the range to rerun. The landing-zone sensor evaluates it when a day's files change."
-            ),
-        )
-        for name in INPUT_CHECKED
-    ]
-    quality = [
-        dg.AssetCheckSpec(
-            f"{name}_valid",
-            asset=keys[name],
-            blocking=True,
-            description=(
-                "Data-quality checks of each partition a run replays, one result per partition (windowing.validation: "
-                + ", ".join(f"`{p}*`" if p.endswith("_") else f"`{p}`" for p in QUALITY_CHECKS[name])
-                + "). A partition that fails is not committed, and the run stops before the next one; rejected rows "
-                "within the pipeline's `quality.maxRejectedShare` only warn. Executed on its own, it re-runs them "
-                "on the "
-                "committed output of each partition, against its landed input."
-            ),
-        )
-        for name in OUTPUTS
-    ]
-    live = live_check_spec(pipeline, keys["windowed_aggregates"])  # None without reconcile.live
-    published = published_check_spec(pipeline, keys["windowed_aggregates"])  # None without output.catalog
+
+def build_pipeline_assets(
+    pipeline: Pipeline,
+    pipeline_file: Path,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    owners: tuple[str, ...] = DEFAULT_OWNERS,
+) -> dg.AssetsDefinition:
+    """The ``@multi_asset`` replaying ``pipeline`` (a :class:`windowing.Pipeline`).
+
+    Each asset carries Dagster's standard catalog fields: ``owners``, the pipeline's
+    fingerprint as its code version (a change of configuration makes Dagster show the
+    partitions replayed before it as unsynced) and code references to the pipeline's
+    YAML and to this module. A run's steps are the functions below it."""
+    assets = _replay_assets(pipeline, pipeline_file, partitions_def)
 
     @dg.multi_asset(
-        name=f"{prefix}_replay",
-        specs=specs,
-        check_specs=[check, *inputs, *quality, *([live] if live else []), *([published] if published else [])],
+        name=f"{assets.prefix}_replay",
+        specs=_asset_specs(assets, owners),
+        check_specs=assets.check_specs,
         # Subsettable so that a check can be executed on its own (against the committed
         # outputs); the four outputs are still written together by every replay.
         can_subset=True,
@@ -221,129 +284,183 @@ def build_pipeline_assets(
     ) -> Iterator[dg.Output[None] | dg.MaterializeResult[Any] | dg.AssetCheckEvaluation]:
         spark = pyspark.spark_session
         selected_checks = [k for k in context.assets_def.check_keys if k in context.selected_asset_check_keys]
-        for check_key in selected_checks:  # each selected check's output (Dagster requires them)
-            yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
+        yield from _check_outputs(context, selected_checks)
         if not context.selected_asset_keys:
-            # Checks executed on their own: verify what is committed, replay nothing. The UI's
-            # Execute button launches a run without a partition: then every committed one.
-            asked = (
-                list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None
-            )
-            if published is not None and published.key in selected_checks:
-                published_keys = (
-                    asked
-                    if asked is not None
-                    else sorted(pipeline_chain(spark, pipeline, storage, partitions_def).committed())
-                )
-                yield from _published_checks(context, spark, pipeline, storage, published, published_keys)
-            yield from _verify_committed(
-                context,
-                spark,
-                pipeline,
-                pipeline_file,
-                storage,
-                partitions_def,
-                keys,
-                state_key,
-                live,
-                selected_checks,
-                asked,
-            )
+            yield from _checks_only(context, spark, assets, storage, selected_checks)
             return
         _warn_about_ignored_settings(context.log, pipeline, pipeline_file, storage)
-        parts: list[PartitionResult] = []
-        refused = None
-        try:
-            for part in replay_partitions(
-                spark,
-                pipeline,
-                partitions_def,
-                storage,
-                context.partition_keys,
-                config.flush_at_end,
-                context.log,
-                context.run.run_id,
-                config.checks,
-            ):
-                parts.append(part)
-        except dg.Failure as exc:  # refused before or between partitions: still report the chain
-            refused = exc
-        bad = [p for p in parts if not p.committed]
-        # A replay writes the four outputs together: when only some were selected, the
-        # others are recorded as materialized too (events), so Dagster agrees with the disk.
-        selected = {name: k for name, k in keys.items() if k in context.selected_asset_keys}
-        if refused is None and not bad:
-            for part in parts:
-                for name, asset_key in keys.items():
-                    if name in selected:
-                        context.add_asset_metadata(
-                            _metadata(spark, pipeline, part, name), asset_key=asset_key, partition_key=part.key
-                        )
-                    else:
-                        context.log_event(
-                            dg.AssetMaterialization(
-                                asset_key=asset_key, partition=part.key, metadata=_metadata(spark, pipeline, part, name)
-                            )
-                        )
-            for asset_key in selected.values():
-                yield dg.MaterializeResult(asset_key=asset_key)
-        else:
-            # The run fails, but the partitions it committed before stopping are current on
-            # disk: record them as materialized, each under its own partition key, so that
-            # Dagster shows what the next partition will start from.
-            for part in (p for p in parts if p.committed):
-                for name, asset_key in keys.items():
-                    context.log_event(
-                        dg.AssetMaterialization(
-                            asset_key=asset_key, partition=part.key, metadata=_metadata(spark, pipeline, part, name)
-                        )
-                    )
-        # One evaluation per partition, each naming its partition and its own materialization
-        # (Dagster plans a check execution per partition of a range run; a run-level result
-        # would leave the others SKIPPED). The chain check covers every partition the run was
-        # asked for, refused runs included; the quality checks the partitions it replayed.
-        # A replay records the four outputs, so it evaluates the checks of all four, selected
-        # or not (a check Dagster did not plan is recorded as its own execution): a run of
-        # window_state alone, or the automation sensor's, leaves none "Not Evaluated" (issue 47).
-        if published is not None and (published.key in selected_checks or any(p.committed for p in parts)):
-            yield from _published_checks(
-                context, spark, pipeline, storage, published, [p.key for p in parts] or context.partition_keys
-            )
-        every_check = {check.key, *(i.key for i in inputs), *(q.key for q in quality), *([live.key] if live else [])}
-        evaluated = every_check if any(p.committed for p in parts) else set(selected_checks)
-        results: dict[dg.AssetCheckKey, PartitionResults] = {}
-        asked = context.partition_keys if not parts else [p.key for p in parts]
-        chain = pipeline_chain(spark, pipeline, storage, partitions_def)
-        if check.key in evaluated:
-            results[check.key] = list(_chain_results(chain, state_key, asked, later_too=True))
-        results.update(_inputs_results(chain, [i.key for i in inputs if i.key in evaluated], asked, later_too=True))
-        for name in OUTPUTS:
-            key = dg.AssetCheckKey(keys[name], f"{name}_valid")
-            if key in evaluated:
-                results[key] = [
-                    (part.key, _quality_check(keys[name], key.name, QUALITY_CHECKS[name], [part], config.checks))
-                    for part in parts
-                ]
-        if live is not None and live.key in evaluated:
-            runs = {p.key: (p.run_path, p.folder) for p in parts if p.committed}
-            results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live, runs))
-        blocking = {
-            k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking) for k in results
-        }
-        yield from _evaluations(context, results, blocking)
-        if refused is not None:
-            raise refused
-        if bad:
-            # Blocking: nothing after the failing partition was replayed, and its output
-            # was not committed (write-audit-publish).
-            raise dg.Failure(
-                f"partition {bad[0].key} of pipeline {pipeline.name} failed its data-quality checks "
-                f"({', '.join(bad[0].lineage.failed_checks)}); its output was not committed (the previous "
-                f"output of {bad[0].key}, if any, stays current; the staged run is kept for inspection at "
-                f"{bad[0].run_path}). The partitions after it were not replayed."
-            )
+        parts, refused = _replay(context, config, spark, assets, storage)
+        succeeded = refused is None and all(p.committed for p in parts)
+        yield from _record_materializations(context, spark, assets, parts, succeeded)
+        yield from _replay_evaluations(context, config, spark, assets, storage, parts, selected_checks)
+        _raise_failure(pipeline, parts, refused)
 
     return replay_pipeline
+
+
+# --------------------------------------------------------------------------- the steps of a run
+
+
+def _check_outputs(
+    context: dg.AssetExecutionContext, selected_checks: Sequence[dg.AssetCheckKey]
+) -> Iterator[dg.Output[None]]:
+    """Each selected check's output (Dagster requires them; the results are evaluations)."""
+    for check_key in selected_checks:
+        yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
+
+
+def _checks_only(
+    context: dg.AssetExecutionContext,
+    spark: "SparkSession",
+    assets: _ReplayAssets,
+    storage: StorageResource,
+    selected_checks: Sequence[dg.AssetCheckKey],
+) -> Iterator[dg.AssetCheckEvaluation]:
+    """Checks executed on their own: verify what is committed, replay nothing. The UI's
+    Execute button launches a run without a partition: then every committed one."""
+    asked = list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None
+    published = assets.published
+    if published is not None and published.key in selected_checks:
+        published_keys = (
+            asked
+            if asked is not None
+            else sorted(pipeline_chain(spark, assets.pipeline, storage, assets.partitions_def).committed())
+        )
+        yield from _published_checks(context, spark, assets.pipeline, storage, published, published_keys)
+    yield from _verify_committed(context, spark, assets, storage, selected_checks, asked)
+
+
+def _replay(
+    context: dg.AssetExecutionContext,
+    config: ReplayConfig,
+    spark: "SparkSession",
+    assets: _ReplayAssets,
+    storage: StorageResource,
+) -> tuple[list[PartitionResult], dg.Failure | None]:
+    """``(the run's partitions replayed, oldest first; the refusal that stopped the chain
+    before or between partitions, if one did)``: a refused run still reports the chain."""
+    parts: list[PartitionResult] = []
+    try:
+        for part in replay_partitions(
+            spark,
+            assets.pipeline,
+            assets.partitions_def,
+            storage,
+            context.partition_keys,
+            config.flush_at_end,
+            context.log,
+            context.run.run_id,
+            config.checks,
+        ):
+            parts.append(part)
+    except dg.Failure as exc:
+        return parts, exc
+    return parts, None
+
+
+def _record_materializations(
+    context: dg.AssetExecutionContext,
+    spark: "SparkSession",
+    assets: _ReplayAssets,
+    parts: Sequence[PartitionResult],
+    succeeded: bool,
+) -> Iterator[dg.MaterializeResult[Any]]:
+    """Each replayed partition's four outputs as materialized, with their metadata.
+
+    A replay writes the four outputs together: when only some were selected, the others
+    are recorded as materialized too (events), so Dagster agrees with the disk. When the
+    run fails (not ``succeeded``), the partitions it committed before stopping are current
+    on disk: they are recorded as materialized, each under its own partition key, so that
+    Dagster shows what the next partition will start from."""
+    selected = {name: k for name, k in assets.keys.items() if k in context.selected_asset_keys}
+    for part in (p for p in parts if p.committed):  # all of them when the run succeeded
+        for name, asset_key in assets.keys.items():
+            metadata = _metadata(spark, assets.pipeline, part, name)
+            if succeeded and name in selected:
+                context.add_asset_metadata(metadata, asset_key=asset_key, partition_key=part.key)
+            else:
+                context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=part.key, metadata=metadata))
+    if succeeded:
+        for asset_key in selected.values():
+            yield dg.MaterializeResult(asset_key=asset_key)
+
+
+def _replay_evaluations(
+    context: dg.AssetExecutionContext,
+    config: ReplayConfig,
+    spark: "SparkSession",
+    assets: _ReplayAssets,
+    storage: StorageResource,
+    parts: Sequence[PartitionResult],
+    selected_checks: Sequence[dg.AssetCheckKey],
+) -> Iterator[dg.AssetCheckEvaluation]:
+    """The checks' evaluations after a replay, one per partition, each naming its partition
+    and its own materialization (Dagster plans a check execution per partition of a range
+    run; a run-level result would leave the others SKIPPED).
+
+    A replay records the four outputs, so once it committed a partition it evaluates the
+    checks of all four, selected or not (a check Dagster did not plan is recorded as its
+    own execution): a run of window_state alone, or the automation sensor's, leaves none
+    "Not Evaluated" (issue 47). A run that committed nothing evaluates the selected ones."""
+    committed = any(p.committed for p in parts)
+    published = assets.published
+    if published is not None and (published.key in selected_checks or committed):
+        keys = [p.key for p in parts] or context.partition_keys
+        yield from _published_checks(context, spark, assets.pipeline, storage, published, keys)
+    evaluated = assets.replay_checks if committed else set(selected_checks)
+    results = _replay_results(context, config, spark, assets, storage, parts, evaluated)
+    yield from _evaluations(context, results, assets.blocking(results))
+
+
+def _replay_results(
+    context: dg.AssetExecutionContext,
+    config: ReplayConfig,
+    spark: "SparkSession",
+    assets: _ReplayAssets,
+    storage: StorageResource,
+    parts: Sequence[PartitionResult],
+    evaluated: set[dg.AssetCheckKey],
+) -> dict[dg.AssetCheckKey, PartitionResults]:
+    """The results of the ``evaluated`` checks after a replay, per partition. The chain and
+    input checks cover every partition the run was asked for, refused runs included; the
+    quality checks the partitions it replayed; ``matches_live`` those it committed."""
+    keys = assets.keys
+    results: dict[dg.AssetCheckKey, PartitionResults] = {}
+    asked = context.partition_keys if not parts else [p.key for p in parts]
+    chain = pipeline_chain(spark, assets.pipeline, storage, assets.partitions_def)
+    if assets.chain_check.key in evaluated:
+        results[assets.chain_check.key] = list(_chain_results(chain, assets.state_key, asked, later_too=True))
+    results.update(_inputs_results(chain, [i.key for i in assets.inputs if i.key in evaluated], asked, later_too=True))
+    for name in OUTPUTS:
+        key = dg.AssetCheckKey(keys[name], f"{name}_valid")
+        if key in evaluated:
+            results[key] = [
+                (part.key, _quality_check(keys[name], key.name, QUALITY_CHECKS[name], [part], config.checks))
+                for part in parts
+            ]
+    live = assets.live
+    if live is not None and live.key in evaluated:
+        runs = {p.key: (p.run_path, p.folder) for p in parts if p.committed}
+        results[live.key] = list(
+            _live_results(context, spark, assets.pipeline, assets.pipeline_file, assets.partitions_def, live, runs)
+        )
+    return results
+
+
+def _raise_failure(pipeline: Pipeline, parts: Sequence[PartitionResult], refused: dg.Failure | None) -> None:
+    """Fail the run, once its events are recorded: with the refusal that stopped the chain,
+    or with the first partition that failed its blocking checks (nothing after it was
+    replayed, and its output was not committed: write-audit-publish)."""
+    if refused is not None:
+        raise refused
+    bad = [p for p in parts if not p.committed]
+    if bad:
+        raise dg.Failure(
+            f"partition {bad[0].key} of pipeline {pipeline.name} failed its data-quality checks "
+            f"({', '.join(bad[0].lineage.failed_checks)}); its output was not committed (the previous "
+            f"output of {bad[0].key}, if any, stays current; the staged run is kept for inspection at "
+            f"{bad[0].run_path}). The partitions after it were not replayed."
+        )
 
 
 def pipeline_chain(
@@ -578,20 +695,14 @@ def _published_checks(
 def _verify_committed(
     context: dg.AssetExecutionContext,
     spark: "SparkSession",
-    pipeline: Pipeline,
-    pipeline_file: Path,
+    assets: _ReplayAssets,
     storage: StorageResource,
-    partitions_def: dg.TimeWindowPartitionsDefinition,
-    keys: Mapping[str, dg.AssetKey],
-    state_key: dg.AssetKey,
-    live: dg.AssetCheckSpec | None,
     selected_checks: Sequence[dg.AssetCheckKey],
     asked: list[str] | None,
 ) -> Iterator[dg.AssetCheckEvaluation]:
     """The selected checks, executed on their own: the chain check over the committed
-    partitions, each quality check re-run (``windowing.validation.run_checks``) on the
-    committed output of every partition asked for, against its landed input and the state
-    it started from, and ``matches_live``. Nothing is replayed or written.
+    partitions, each quality check re-run (:func:`_recheck_quality`) on the committed
+    output of every partition asked for, and ``matches_live``. Nothing is replayed or written.
 
     ``asked``: the run's partitions; None for a run without one (the UI's Execute button
     on the Checks tab), which checks every committed partition and first reports one
@@ -600,75 +711,107 @@ def _verify_committed(
     it and targeting its materialization. A blocking check that fails (ERROR) fails the
     run after every evaluation is recorded, so assets downstream in the same run do not
     run; otherwise the run succeeds whenever the checks ran, whatever they found."""
-    from windowing.storage.outputs import read_state
-    from windowing.validation import run_checks
-
-    chain = pipeline_chain(spark, pipeline, storage, partitions_def)
+    chain = pipeline_chain(spark, assets.pipeline, storage, assets.partitions_def)
     everything = asked is None
     committed = chain.committed()
     asked = sorted(committed if asked is None else asked, key=chain.partitions.start_of)
     results: dict[dg.AssetCheckKey, PartitionResults] = {}
-
-    chain_key = dg.AssetCheckKey(state_key, CHECK_NAME)
-    if chain_key in selected_checks:
-        results[chain_key] = list(_chain_results(chain, state_key, asked, later_too=everything))
-    input_keys = [dg.AssetCheckKey(keys[name], INPUT_CHECK) for name in INPUT_CHECKED]
-    results.update(_inputs_results(chain, [k for k in input_keys if k in selected_checks], asked, everything))
-    wanted = [name for name in OUTPUTS if dg.AssetCheckKey(keys[name], f"{name}_valid") in selected_checks]
+    if assets.chain_check.key in selected_checks:
+        results[assets.chain_check.key] = list(_chain_results(chain, assets.state_key, asked, later_too=everything))
+    results.update(
+        _inputs_results(chain, [i.key for i in assets.inputs if i.key in selected_checks], asked, everything)
+    )
+    wanted = [name for name in OUTPUTS if dg.AssetCheckKey(assets.keys[name], f"{name}_valid") in selected_checks]
     if wanted:
-        commits = chain.commits({k for key in asked for k in (key, chain.partitions.previous(key)) if k})
-        for key in asked:
-            commit = commits.get(key)
-            lineage = store.Lineage.of(commit)
-            if commit is None or lineage is None:
-                for name in wanted:
-                    results.setdefault(dg.AssetCheckKey(keys[name], f"{name}_valid"), []).append(
-                        (
-                            key,
-                            dg.AssetCheckResult(
-                                asset_key=keys[name],
-                                check_name=f"{name}_valid",
-                                passed=False,
-                                severity=dg.AssetCheckSeverity.WARN,
-                                description=f"partition {key}: nothing committed, materialize it first",
-                                metadata={
-                                    "partition": dg.MetadataValue.text(key),
-                                    "checked_partitions": dg.MetadataValue.int(0),
-                                },
-                            ),
-                        )
-                    )
-                continue
-            prev_key = chain.partitions.previous(key)
-            prev = commits.get(prev_key) if prev_key else None
-            prev_state = read_state(spark, prev.output) if prev is not None else None
-            events, _ = chain.read_events(key)
-            checked = tuple(
-                run_checks(
-                    spark,
-                    pipeline,
-                    commit.run_path,
-                    input_df=events,
-                    prev_state=prev_state,
-                    flush_at_end=lineage.flushed_at_end,
-                )
-            )
-            context.log.info(f"{pipeline.name} {key}: re-checked the committed run {commit.run_path}")
-            part = PartitionResult(
-                key, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage, None, checked
-            )
-            for name in wanted:
-                results.setdefault(dg.AssetCheckKey(keys[name], f"{name}_valid"), []).append(
-                    (key, _quality_check(keys[name], f"{name}_valid", QUALITY_CHECKS[name], [part], True))
-                )
+        results.update(_recheck_quality(context, spark, chain, assets, wanted, asked))
+    live = assets.live
     if live is not None and live.key in selected_checks:
         runs = {k: (c.run_path, c.output) if (c := committed.get(k)) else (None, None) for k in asked}
-        results[live.key] = list(_live_results(context, spark, pipeline, pipeline_file, partitions_def, live, runs))
-
+        results[live.key] = list(
+            _live_results(context, spark, assets.pipeline, assets.pipeline_file, assets.partitions_def, live, runs)
+        )
     # Blocking as declared: a failing blocking check stops what is downstream in the same run
     # (after every evaluation is recorded); the chain check never blocks.
-    blocking = {k: k.name.endswith("_valid") or (live is not None and k == live.key and live.blocking) for k in results}
-    yield from _evaluations(context, results, blocking, summary=everything)
+    yield from _evaluations(context, results, assets.blocking(results), summary=everything)
+
+
+def _recheck_quality(
+    context: dg.AssetExecutionContext,
+    spark: "SparkSession",
+    chain: Chain,
+    assets: _ReplayAssets,
+    wanted: Sequence[str],
+    asked: Sequence[str],
+) -> dict[dg.AssetCheckKey, PartitionResults]:
+    """The quality check of each output of ``wanted`` for each partition of ``asked``, oldest
+    first: its checks re-run on its committed run (:func:`_recheck_partition`), or failed
+    (a warning) when it has nothing committed."""
+    keys = assets.keys
+    results: dict[dg.AssetCheckKey, PartitionResults] = {}
+    commits = chain.commits({k for key in asked for k in (key, chain.partitions.previous(key)) if k})
+    for key in asked:
+        part = _recheck_partition(context, spark, chain, assets.pipeline, commits, key)
+        for name in wanted:
+            check_name = f"{name}_valid"
+            result = (
+                _not_committed_result(keys[name], check_name, key)
+                if part is None
+                else _quality_check(keys[name], check_name, QUALITY_CHECKS[name], [part], True)
+            )
+            results.setdefault(dg.AssetCheckKey(keys[name], check_name), []).append((key, result))
+    return results
+
+
+def _recheck_partition(
+    context: dg.AssetExecutionContext,
+    spark: "SparkSession",
+    chain: Chain,
+    pipeline: Pipeline,
+    commits: Mapping[str, "Commit"],
+    key: str,
+) -> PartitionResult | None:
+    """Partition ``key``'s committed run with its checks re-run (``windowing.validation.run_checks``)
+    against its landed input and the state it started from; None when nothing is committed."""
+    from windowing.storage.outputs import read_state
+    from windowing.validation import run_checks
+
+    commit = commits.get(key)
+    lineage = store.Lineage.of(commit)
+    if commit is None or lineage is None:
+        return None
+    prev_key = chain.partitions.previous(key)
+    prev = commits.get(prev_key) if prev_key else None
+    prev_state = read_state(spark, prev.output) if prev is not None else None
+    events, _ = chain.read_events(key)
+    checked = tuple(
+        run_checks(
+            spark,
+            pipeline,
+            commit.run_path,
+            input_df=events,
+            prev_state=prev_state,
+            flush_at_end=lineage.flushed_at_end,
+        )
+    )
+    context.log.info(f"{pipeline.name} {key}: re-checked the committed run {commit.run_path}")
+    return PartitionResult(
+        key, commit.output, commit.run_path, ReplayMetrics.from_dict(commit.metrics), lineage, None, checked
+    )
+
+
+def _not_committed_result(asset_key: dg.AssetKey, check_name: str, key: str) -> dg.AssetCheckResult:
+    """A quality check of partition ``key``, which has nothing committed to check (a warning)."""
+    return dg.AssetCheckResult(
+        asset_key=asset_key,
+        check_name=check_name,
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"partition {key}: nothing committed, materialize it first",
+        metadata={
+            "partition": dg.MetadataValue.text(key),
+            "checked_partitions": dg.MetadataValue.int(0),
+        },
+    )
 
 
 def _evaluations(

@@ -44,7 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Protocol, Sequence
 
 from pyspark.sql import Row
 from pyspark.sql import functions as F
@@ -70,12 +70,32 @@ from windowing.storage.lake import Lake, glob_escape, inside, is_connect, join
 from windowing.storage.outputs import read_state, stage_outputs
 from windowing.validation import CheckResult, blocking_failures, run_checks
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from windowing.catalog import Published, Publisher
+    from windowing.config import Pipeline
+    from windowing.storage.commits import Commit
+    from windowing.storage.lake import Entry
+    from windowing.storage.outputs import ReplayOutputs, Staged
+
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
 #: A partition whose newest commit record is damaged, or whose committed run is gone (issue 26).
 DAMAGED = "damaged"
 
 log_default = logging.getLogger("rewindow.chain")
+
+
+class ChainLog(Protocol):
+    """Where the chain says what it does: a :class:`logging.Logger`, Dagster's log manager,
+    Airflow's task log (the three levels it uses, each with one message)."""
+
+    def info(self, msg: str, /) -> None: ...
+
+    def warning(self, msg: str, /) -> None: ...
+
+    def error(self, msg: str, /) -> None: ...
 
 
 class ChainError(RuntimeError):
@@ -110,8 +130,8 @@ class PartitionResult:
     run_path: str  # the committed run this result is
     metrics: ReplayMetrics
     lineage: store.Lineage
-    state: Any  # the state as written, read back: the next partition's start
-    checks: tuple[Any, ...] = ()  # windowing.validation.CheckResult of this partition (empty: not run)
+    state: DataFrame | None  # the state as written, read back: the next partition's start (None: not read)
+    checks: tuple[CheckResult, ...] = ()  # this partition's data-quality results (empty: not run)
     seconds: float = 0.0  # replay and write time of the partition
     #: False: a blocking check failed, so the run was staged but not committed (run_path
     #: is the staged run, kept for inspection; the previous committed output stays current).
@@ -136,7 +156,7 @@ class PartitionStatus:
     landing_zone: str | None = field(default=None, compare=False)
 
 
-def _zone_of(commit: Any) -> str | None:
+def _zone_of(commit: Commit) -> str | None:
     """The landing zone ``commit`` records it read, if it records one."""
     record = input_record.InputRecord.of(commit)
     return record.landing_zone if record is not None else None
@@ -154,9 +174,9 @@ class _StagedPartition:
     The next partition can start from it (``key``, ``run_path``, ``state``)."""
 
     key: str
-    staged: Any  # windowing.storage.outputs.Staged
-    outputs: Any  # its ReplayOutputs, read back from the staged run
-    events: Any  # the partition's events, as the replay read them (for the input checks)
+    staged: Staged
+    outputs: ReplayOutputs  # read back from the staged run
+    events: DataFrame  # the partition's events, as the replay read them (for the input checks)
     metrics: ReplayMetrics
     flush: bool
     seconds: float  # replay and write time
@@ -168,7 +188,7 @@ class _StagedPartition:
         return str(self.staged.path)
 
     @property
-    def state(self) -> Any:
+    def state(self) -> DataFrame:
         return self.outputs.state
 
     def discard(self) -> None:
@@ -191,19 +211,26 @@ class Chain:
     is committed under ``<output_root>/<pipeline name>/<K without ':'>/``.
     """
 
-    spark: Any
-    pipeline: Any
+    #: None: a local history, read with no JVM (commit records and listings only: no replay).
+    spark: SparkSession | None
+    pipeline: Pipeline
     landing_zone: str
     output_root: str
     partitions: Partitions
     partition_column: str | None = landing.DEFAULT_PARTITION_COLUMN
-    log: Any = log_default
-    #: Publishes each committed partition to catalog tables (:class:`windowing.catalog.Publisher`); None: not published.
-    publisher: Any = None
+    log: ChainLog = log_default
+    #: Publishes each committed partition to catalog tables; None: not published.
+    publisher: Publisher | None = None
     #: Arrival ranges of the landed files read so far, by (path, size, mtime) (hourly records).
     _arrivals: dict[tuple[str, int, int], tuple[int | None, int | None, int] | None] = field(
         default_factory=dict, repr=False, init=False
     )
+
+    @property
+    def session(self) -> SparkSession:
+        """The Spark session, for the work that needs one (replaying, checking, reading a state)."""
+        assert self.spark is not None, "a chain without a Spark session reads its history only"
+        return self.spark
 
     @property
     def pipeline_dir(self) -> str:
@@ -225,11 +252,11 @@ class Chain:
 
     # ----------------------------------------------------------------- reading the store
 
-    def commits(self, keys: Iterable[str]) -> dict[str, Any]:
+    def commits(self, keys: Iterable[str]) -> dict[str, Commit]:
         """The current commit of each of ``keys`` that has one (one read)."""
         return store.pipeline_commits(self.spark, self.pipeline_dir, keys)
 
-    def committed(self) -> dict[str, Any]:
+    def committed(self) -> dict[str, Commit]:
         """Every committed partition of the history, oldest first: key -> current commit
         (one read of the commit records). Partitions whose newest record is damaged are
         not among them (:meth:`damaged`)."""
@@ -240,10 +267,11 @@ class Chain:
         (the record's file, what is wrong, and the way out)."""
         return self._store()[1]
 
-    def _store(self) -> tuple[dict[str, Any], dict[str, str]]:
+    def _store(self) -> tuple[dict[str, Commit], dict[str, str]]:
         current, broken = commits_under(self.spark, self.pipeline_dir)
-        found, damaged = {}, {}
-        for name, value in (*current.items(), *broken.items()):
+        found: dict[str, Commit] = {}
+        damaged: dict[str, str] = {}
+        for name in (*current, *broken):  # a name is in one of the two at most
             try:
                 key = self._key_of_folder(name)
             except ValueError:
@@ -251,7 +279,7 @@ class Chain:
             if self.partitions.start_of(key) < self.partitions.start:
                 continue
             if name in current:
-                found[key] = value
+                found[key] = current[name]
             else:
                 damaged[key] = (
                     f"{broken[name].message(join(self.pipeline_dir, name))}; "
@@ -282,7 +310,7 @@ class Chain:
         )
 
     def input_changes(
-        self, commits: dict[str, Any], keys: Iterable[str] | None = None
+        self, commits: dict[str, Commit], keys: Iterable[str] | None = None
     ) -> tuple[dict[str, input_record.InputChanges], list[str]]:
         """``(how each committed partition's landed files changed since its commit, where
         they did; the partitions whose commit records no files)``, over ``keys`` of
@@ -491,7 +519,7 @@ class Chain:
                 {"damaged": prev},
             )
         try:
-            state = read_state(self.spark, commit.output)
+            state = read_state(self.session, commit.output)
         except StateError as exc:
             raise ChainError(f"Cannot replay partition {first_key} of pipeline {name}: {exc}", first_key) from exc
         return PartitionResult(
@@ -556,25 +584,30 @@ class Chain:
                             raise
                         # The partition before ends as it would have without the overlap:
                         # committed (then this error), or not (then this one never ran).
-                        before = self._audited(*audit, len(keys))
-                        audit = None
-                        yield before
-                        if not before.committed:
-                            return
-                        raise exc
+                        if (yield from self._finish(audit, len(keys))).committed:
+                            raise exc
+                        return
                     if audit is not None:
-                        before = self._audited(*audit, len(keys))
+                        before = yield from self._finish(audit, len(keys))
                         audit = None
-                        yield before
                         if not before.committed:
                             return
                     audit = (i, audits.submit(self._audit, staged, before, checks, run_id))
                     start, staged = staged, None
                 if audit is not None:
-                    yield self._audited(*audit, len(keys))
+                    yield from self._finish(audit, len(keys))
             finally:
                 if staged is not None:  # replayed after a partition that was not committed
                     staged.discard()
+
+    def _finish(
+        self, audit: tuple[int, Future[PartitionResult]], n: int
+    ) -> Generator[PartitionResult, None, PartitionResult]:
+        """Wait for the audit of the partition before, yield its result, and return it: the
+        caller goes on only if it was committed."""
+        done = self._audited(*audit, n)
+        yield done
+        return done
 
     def _audited(self, i: int, audit: Future[PartitionResult], n: int) -> PartitionResult:
         """The result of partition ``i`` of ``n``'s audit (waited for), logged."""
@@ -604,12 +637,12 @@ class Chain:
             )
         return done
 
-    def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[Any, list[Any] | None]:
+    def read_events(self, key: str, known: landing.KnownSchemas | None = None) -> tuple[DataFrame, list[Entry] | None]:
         """``(events, files)`` of partition ``key`` from the landing zone (:mod:`windowing.landing`);
         ``known``: the schemas the partitions before in the same run inferred."""
         start, end = self.partitions.window(key)
         return landing.read_partition_events(
-            self.spark,
+            self.session,
             self.landing_zone,
             start,
             end,
@@ -663,7 +696,7 @@ class Chain:
                     + ("from the state of " + start.key if start is not None else "from no state")
                 )
                 result = replay(
-                    self.spark,
+                    self.session,
                     self.pipeline,
                     events,
                     state=start.state if start else None,
@@ -687,7 +720,7 @@ class Chain:
                 key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began, record
             )
 
-    def _input_record(self, key: str, files: list[Any] | None) -> input_record.InputRecord | None:
+    def _input_record(self, key: str, files: list[Entry] | None) -> input_record.InputRecord | None:
         """What partition ``key`` read from the landing zone, for its commit record."""
         if files is None or self.partition_column is None:
             return None
@@ -702,7 +735,7 @@ class Chain:
         parquet = self.pipeline.source.format == "parquet"
         lake = Lake(self.spark)
 
-        def arrival(e: Any) -> tuple[int | None, int | None, int] | None:
+        def arrival(e: Entry) -> tuple[int | None, int | None, int] | None:
             seen = (e.path, e.size, e.mtime)
             if seen not in self._arrivals:
                 self._arrivals[seen] = input_record.arrival_range(lake, e.path, column) if parquet else None
@@ -718,13 +751,13 @@ class Chain:
         results, unless a blocking check failed (then record the failure)."""
         with partition_jobs(self.spark, part.key):
             key, staged, outputs, folder = part.key, part.staged, part.outputs, self.folder(part.key)
-            results: tuple[Any, ...] = ()
+            results: tuple[CheckResult, ...] = ()
             failed: tuple[str, ...] = ()
             if checks:
                 self.log.info(f"{self.pipeline.name} {key}: checking the staged outputs")
                 results = tuple(
                     run_checks(
-                        self.spark,
+                        self.session,
                         self.pipeline,
                         outputs,
                         input_df=part.events,
@@ -755,17 +788,21 @@ class Chain:
             if self.publisher is None:
                 staged.commit({**lineage.to_extra(), **_checks_extra(results), **inputs})
             else:
-                self._commit_and_publish(key, staged, {**lineage.to_extra(), **_checks_extra(results), **inputs})
+                self._commit_and_publish(
+                    self.publisher, key, staged, {**lineage.to_extra(), **_checks_extra(results), **inputs}
+                )
             return PartitionResult(key, folder, staged.path, metrics, lineage, state, results, part.seconds)
 
-    def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> list[Any]:
+    def _commit_and_publish(
+        self, publisher: Publisher, key: str, staged: Staged, extra: dict[str, Any]
+    ) -> list[Published]:
         """Commit (pruning never deletes the runs the tables point at), then point the
         catalog tables' partition ``key`` at the committed run (:mod:`windowing.catalog`)."""
         try:
-            pointed = self.publisher.pointed_runs(key)
+            pointed = publisher.pointed_runs(key)
             commit = staged.commit(extra, keep=pointed)
             self.log.info(f"{self.pipeline.name} {key}: committed run {staged.run_id}; publishing it")
-            published = self.publisher.publish(key, commit)
+            published = publisher.publish(key, commit)
         except CatalogError as exc:
             raise ChainError(
                 f"Partition {key} of pipeline {self.pipeline.name} is committed ({staged.path}) but "
@@ -777,7 +814,7 @@ class Chain:
         )
         return list(published)
 
-    def _record_failure(self, key: str, staged: Any, lineage: store.Lineage) -> None:
+    def _record_failure(self, key: str, staged: Staged, lineage: store.Lineage) -> None:
         """``<partition>/_failures/<run id>``: a one-line JSON record of a run that was not
         committed because blocking checks failed (what :meth:`status` reports as failed)."""
         record = {
@@ -787,7 +824,7 @@ class Chain:
             "recorded_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         }
         target = join(self.folder(key), FAILURES, staged.run_id)
-        self.spark.createDataFrame([record], FAILURE_SCHEMA).coalesce(1).write.mode("overwrite").json(target)
+        self.session.createDataFrame([record], FAILURE_SCHEMA).coalesce(1).write.mode("overwrite").json(target)
 
 
 FAILURE_SCHEMA = "run_id string, run_path string, failed_checks string, recorded_at string"
@@ -847,7 +884,7 @@ class OneRun(Chain):
     events: Any = None
     inputs: Sequence[str] = ()
     #: The catalog tables the run was published to (:meth:`_commit_and_publish`).
-    published: list[Any] = field(default_factory=list, init=False)
+    published: list[Published] = field(default_factory=list, init=False)
 
     def folder(self, key: str) -> str:
         return self.output
@@ -861,8 +898,10 @@ class OneRun(Chain):
     def previous_partition(self, key: str, start: PartitionResult | None) -> str | None:
         return start.key if start is not None else None
 
-    def _commit_and_publish(self, key: str, staged: Any, extra: dict[str, Any]) -> list[Any]:
-        self.published = super()._commit_and_publish(key, staged, extra)
+    def _commit_and_publish(
+        self, publisher: Publisher, key: str, staged: Staged, extra: dict[str, Any]
+    ) -> list[Published]:
+        self.published = super()._commit_and_publish(publisher, key, staged, extra)
         return self.published
 
 

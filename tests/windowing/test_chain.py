@@ -66,6 +66,34 @@ def test_partitions_refuse_what_is_not_theirs(call, message):
         call()
 
 
+@pytest.mark.parametrize("committed", [True, False])
+def test_a_staging_error_first_finishes_the_audit_of_the_partition_before(committed, monkeypatch):
+    """Day 2 fails to stage while day 1 is audited: day 1 is yielded first, then day 2's
+    error is raised if day 1 was committed; if not, the chain stops there (no Spark: the
+    stage and the audit are stand-ins)."""
+    from types import SimpleNamespace
+
+    chain = Chain(None, load_pipeline(CLICKS), "/landing", "/out", Partitions("day", START))
+    monkeypatch.setattr(chain, "starting_state", lambda key: None)
+    staged_ok = SimpleNamespace(key=DAYS[0])
+
+    def stage(key, start, **kwargs):
+        if key == DAYS[1]:
+            raise ChainError(f"cannot stage {key}", key)
+        return staged_ok
+
+    monkeypatch.setattr(chain, "_stage", stage)
+    monkeypatch.setattr(chain, "_audit", lambda part, *args: SimpleNamespace(key=part.key, committed=committed))
+    monkeypatch.setattr(chain, "_audited", lambda i, audit, n: audit.result())
+    replay = chain.replay(DAYS)
+    assert next(replay).key == DAYS[0]
+    if committed:
+        with pytest.raises(ChainError, match=f"cannot stage {DAYS[1]}"):
+            next(replay)
+    else:
+        assert list(replay) == []
+
+
 # --------------------------------------------------------------------------- the chain on Spark
 
 

@@ -7,7 +7,7 @@ import argparse
 import contextlib
 import io
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from windowing import command_line
 from windowing.catalog import published_table
@@ -15,6 +15,10 @@ from windowing.config import load_pipeline
 from windowing.partitions import Partitions, check_bound, check_range
 from windowing.storage import versions
 from windowing.storage.lake import Lake, NeedsSpark, absolute, display, join
+
+if TYPE_CHECKING:
+    from windowing.chain import Chain
+    from windowing.config import Pipeline
 
 NAME = "status"
 
@@ -59,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
 def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: str, catalog: Any) -> int:
     """Print the status of each pipeline's history under ``output_root``; ``spark`` None:
     read the local store and landing zone with Python's calls (``Lake.on_driver``)."""
-    from windowing.chain import Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
     from windowing.history import stored_history  # noqa: PLC0415 - keeps the CLI fast: imports pyspark
     from windowing.storage import store  # noqa: PLC0415 - keeps the CLI fast: the commit records are read with pyspark
 
@@ -78,7 +81,7 @@ def _report(spark: Any, args: argparse.Namespace, pipeline: Any, output_root: st
             continue
         grain, start = stored
         partitions = Partitions(grain, Partitions(grain, datetime(1970, 1, 1, tzinfo=timezone.utc)).start_of(start))
-        chain = Chain(spark, pipeline or _NewestConfig(spark, root, name), "", root, partitions)
+        chain = _reading_chain(spark, pipeline or _NewestConfig(spark, root, name), root, partitions)
         keys = None
         if args.first or args.last:
             committed = chain.committed_keys()
@@ -143,7 +146,7 @@ def _other_versions(
 ) -> list[str]:
     """A line for each version of the history besides the current one: a rebuild under way
     (k of n partitions), or one kept from before."""
-    from windowing.chain import COMMITTED, Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+    from windowing.chain import COMMITTED  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
 
     lines = []
     for version in versions.versions(spark, output_root, name):
@@ -158,7 +161,7 @@ def _other_versions(
         except ValueError:  # nothing committed in it yet
             lines.append(f"version {version}: being built: 0 of {len(keys)} partition(s) committed")
             continue
-        done = sum(s.status == COMMITTED for s in Chain(spark, config, "", root, partitions).status(keys))
+        done = sum(s.status == COMMITTED for s in _reading_chain(spark, config, root, partitions).status(keys))
         lines.append(
             f"version {version}: being built: {done} of {len(keys)} partition(s) committed; it becomes current "
             f"when whole: rewindow backfill --config ... --output {output_root} --resume"
@@ -173,6 +176,14 @@ def _keys(keys: list[str]) -> str:
 def _published(publisher: Any, key: str) -> str:
     """What each catalog table's partition ``key`` points at, for ``rewindow status``."""
     return published_table(publisher.pointed(key).values())
+
+
+def _reading_chain(spark: Any, config: Pipeline | _NewestConfig, root: str, partitions: Partitions) -> Chain:
+    """The chain of the history under ``root``, to read its status: of ``config``, or of its
+    stand-in (a chain that reads its status asks the pipeline for its name and fingerprint only)."""
+    from windowing.chain import Chain  # noqa: PLC0415 - keeps the CLI fast: chain imports pyspark
+
+    return Chain(spark, cast("Pipeline", config), "", root, partitions)
 
 
 class _NewestConfig:

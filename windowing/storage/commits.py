@@ -225,14 +225,14 @@ def _commit_of(r: Row, output: str) -> Commit:
     )
 
 
-def current_commits_under(spark: SparkSession, root: PathArg) -> dict[str, Commit]:
+def current_commits_under(spark: SparkSession | None, root: PathArg) -> dict[str, Commit]:
     """The current commit of every output directly under ``root`` (``root/<name>/``),
     by name, in one read (e.g. every partition of a pipeline). An output whose newest
     record is damaged is left out (see :func:`commits_under`)."""
     return commits_under(spark, root)[0]
 
 
-def commits_under(spark: SparkSession, root: PathArg) -> tuple[dict[str, Commit], dict[str, DamagedRecord]]:
+def commits_under(spark: SparkSession | None, root: PathArg) -> tuple[dict[str, Commit], dict[str, DamagedRecord]]:
     """``(current commit by output name, the damaged newest record by output name)`` of every
     output directly under ``root``, in one read. An output is in one of the two at most."""
     root = str(root)
@@ -365,7 +365,7 @@ def prune(
     return deleted
 
 
-def run_is_whole(spark: SparkSession, commit: Commit) -> bool:
+def run_is_whole(spark: SparkSession | None, commit: Commit) -> bool:
     """Whether the run a commit record names is still there: every output with its ``_SUCCESS``."""
     lake = Lake(spark)
     return all(lake.exists(join(commit.run_path, name, "_SUCCESS")) for name in OUTPUTS)

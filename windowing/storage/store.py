@@ -80,7 +80,7 @@ class Lineage:
             return None
 
 
-def pipeline_commits(spark: SparkSession, pipeline_dir: str, partition_keys: Iterable[str]) -> dict[str, Commit]:
+def pipeline_commits(spark: SparkSession | None, pipeline_dir: str, partition_keys: Iterable[str]) -> dict[str, Commit]:
     """The current commit of each of ``partition_keys`` that has one, by key (one read)."""
     found = current_commits_under(spark, pipeline_dir)
     return {k: found[partition_folder(k)] for k in partition_keys if partition_folder(k) in found}
