@@ -195,14 +195,25 @@ class KeyIds:
 def _combined_ids(codes: list[np.ndarray]) -> np.ndarray:
     """Dense ids of the distinct tuples of per-column codes (:func:`group_codes`: an
     integer column is its own code, of any sign and size), by hashing (no sort): the ids'
-    order carries no meaning. Each column's codes are made dense first and the tuple is
-    combined one column at a time, made dense again, so no two tuples mix to one value
-    and the mixed value stays within int64."""
-    gid = _dense(codes[0])
+    order carries no meaning. The tuple is combined one column at a time, each part as a
+    small non-negative code (:func:`_small`), so no two tuples mix to one value and the
+    mixed value stays within int64; the combination is made dense again."""
+    gid = _small(codes[0])
     for more in codes[1:]:
-        dense = _dense(more)
-        gid = _dense(gid * (int(dense.max(initial=0)) + 1) + dense)
-    return gid
+        part = _small(more)
+        gid = _small(gid * (int(part.max(initial=0)) + 1) + part)
+    return _dense(gid)
+
+
+def _small(codes: np.ndarray) -> np.ndarray:
+    """``codes`` as values in ``[0, len]``: shifted by one when they already lie in
+    ``[-1, len)`` (a dictionary's indices, nulls -1; small integers), else made dense (an
+    integer column's own values: negative or large ones)."""
+    n = len(codes)
+    if n == 0 or (int(codes.min()) >= -1 and int(codes.max()) < n):
+        shifted: np.ndarray = codes + 1
+        return shifted
+    return _dense(codes)
 
 
 def _dense(codes: np.ndarray) -> np.ndarray:
