@@ -61,13 +61,12 @@ from windowing.storage.commits import (
     FAILURES,
     RUNS,
     commits_under,
-    current_commit,
     orphaned_message,
     run_is_whole,
 )
 from windowing.storage.errors import InputError, OutputError, StateError, missing_path
 from windowing.storage.lake import Lake, glob_escape, inside, is_connect, join
-from windowing.storage.outputs import read_state, stage_outputs
+from windowing.storage.outputs import read_state, read_state_and_commit, stage_outputs
 from windowing.validation import CheckResult, blocking_failures, run_checks
 
 if TYPE_CHECKING:
@@ -909,11 +908,8 @@ def carried_start(spark: Any, state_in: str) -> PartitionResult:
     """The start of a :class:`OneRun` from a previous replay's output (or its ``OUT/state``):
     its state, and its lineage when its commit record has one (an output written before
     replays recorded one: its state's content hash stands in)."""
-    state = read_state(spark, state_in)
-    folder = state_in.rstrip("/")
-    if folder.endswith("/state"):
-        folder = folder[: -len("/state")]
-    commit = current_commit(spark, folder)
+    state, commit = read_state_and_commit(spark, state_in)
+    folder = commit.output if commit is not None else state_in.rstrip("/").removesuffix("/state")
     lineage = store.Lineage.of(commit)
     if lineage is None:
         lineage = store.Lineage(

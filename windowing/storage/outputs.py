@@ -506,7 +506,13 @@ def check_manifest(spark: SparkSession, folder: str, commit: Commit | None, stat
 
 
 def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
-    """Read the state a previous replay wrote.
+    """Read the state a previous replay wrote (:func:`read_state_and_commit`, its state)."""
+    return read_state_and_commit(spark, state_dir)[0]
+
+
+def read_state_and_commit(spark: SparkSession, state_dir: PathArg) -> tuple[DataFrame, Commit | None]:
+    """Read the state a previous replay wrote, with the commit record of the run it is
+    read from (None for a plain state dataset folder).
 
     ``state_dir`` is a replay output (its current run's state is read), that output's
     ``state`` folder (``OUT/state``, the same), or a plain state dataset folder.
@@ -546,4 +552,4 @@ def read_state(spark: SparkSession, state_dir: PathArg) -> DataFrame:
     missing = [c for c in STATE_REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise StateError(f"{state_dir}: not a rewindow state (missing columns {', '.join(missing)})")
-    return df
+    return df, commit
