@@ -67,11 +67,12 @@ from windowing.kernel.inputs import (
     KeyIds,
     SortedEvents,
     hashable,
+    state_column,
     task_derived,
     with_arrival_ranks,
     with_event_columns,
 )
-from windowing.kernel.outputs import counters_table, key_state_rows, ts_array
+from windowing.kernel.outputs import LatePairs, counters_table, key_state_rows, state_rows, ts_array
 from windowing.kernel.sessions import session_windows
 from windowing.kernel.slices import WindowSlice
 from windowing.kernel.spec import TS, KernelOutput, Spec, Timeline
@@ -79,8 +80,11 @@ from windowing.kernel.spec import TS, KernelOutput, Spec, Timeline
 # The names other modules import from ``windowing.kernel``: the entry point and its types;
 # the row kinds and the state prefix of its input table, the columns late_events adds;
 # the phases' building blocks the delay sweep (``windowing.lateness.sweep``) runs itself (``KeyIds``,
-# ``SortedEvents``, ``KeyBatches``, ``IdleClocks``); ``hashable`` (worker values as keys);
-# and a private helper the lateness what-ifs and the tests share (``ts_array``).
+# ``SortedEvents``, ``KeyBatches``, ``IdleClocks``) and what it writes its outputs with
+# (``LatePairs``, ``key_state_rows``, ``state_rows``, ``state_column``: the carried state's
+# columns); ``hashable`` (worker values as keys); and ``ts_array`` (epoch ms as output
+# times, null at the sentinels). The lateness analyses use these names only
+# (tests/windowing/lateness/test_public_api.py).
 __all__ = [
     "EVENT",
     "LATE_ADDED_COLUMNS",
@@ -117,6 +121,10 @@ __all__ = [
     "KeyIds",
     "hashable",
     "ts_array",
+    "LatePairs",
+    "key_state_rows",
+    "state_column",
+    "state_rows",
 ]
 
 

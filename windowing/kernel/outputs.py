@@ -9,7 +9,7 @@ rows, and every key a ``key`` row with its watermark and clocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -167,6 +167,15 @@ def fill_state(cols: dict[str, pa.Array], m: int, spec: Spec) -> pa.Table:
     schema = spec.state_schema()
     arrays = [cols[f.name] if f.name in cols else pa.nulls(m, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def state_rows(spec: Spec, keyset: KeyIds, g: np.ndarray, kind: str, columns: Mapping[str, pa.Array]) -> pa.Table:
+    """State rows of ``kind`` for the keys ``g`` (ids of ``keyset``), as the kernel writes
+    them: the kind, the fingerprint and the key columns, then ``columns`` (by name), the
+    other columns of :meth:`Spec.state_schema` null."""
+    cols = state_base(spec, keyset, g, kind)
+    cols.update(columns)
+    return fill_state(cols, len(g), spec)
 
 
 def key_state_rows(keyset: KeyIds, key_batches: KeyBatches, spec: Spec) -> pa.Table:

@@ -21,7 +21,7 @@ from windowing.lateness.group_ids import key_columns
 from windowing.lateness.options import KIND, Counters, Histogram, LatenessOptions
 from windowing.lateness.tables import COST_MISSED, COST_WINDOWS, worst_windows
 from windowing.lateness.variants import Variant
-from windowing.runner import columns
+from windowing.runner.api import spark_schema
 from windowing.validation import jsonable
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def summarise(
         "cost": cost_df,
         "late_by_key": by_key,
         "late_by_hour": spark.createDataFrame(
-            hour_table.to_pylist() if not hour_table.num_rows else hour_table, columns.spark_schema(hour_table.schema)
+            hour_table.to_pylist() if not hour_table.num_rows else hour_table, spark_schema(hour_table.schema)
         ),
         **latency_tables,
         **skew_tables,

@@ -61,10 +61,25 @@ from windowing.lateness.tables import (
 )
 from windowing.lateness.variants import SKEWED, VARIANT, Variant, WhatIf
 from windowing.lateness.whatif import analyse, output_schemas
-from windowing.runner import columns, normalise, placement, session, tasks
-from windowing.runner.columns import col as _col
-from windowing.runner.session import check_workers
-from windowing.runner.timelines import summary_timelines
+from windowing.runner.api import (
+    REJECT_REASON,
+    SIDE_SCHEMA,
+    arrow_types,
+    check_input,
+    check_workers,
+    col,
+    collect_side_outputs,
+    hold,
+    kernel_input,
+    normalise,
+    reject_committed,
+    side_output_batch,
+    side_output_blobs,
+    side_output_frames,
+    spark_schema,
+    summary_timelines,
+    task_input,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,17 +113,16 @@ def lateness(
     flush = pipeline.flush_at_end if options.flush_at_end is None else bool(options.flush_at_end)
     variants = options.variants(pipeline)
     _check_state(pipeline, variants, state, state_figures)
-    normalise.check_columns(pipeline, events_df)
-    normalise.check_late_columns(pipeline, events_df)
+    check_input(pipeline, events_df)
     input_cols = list(events_df.columns)
-    norm = normalise.normalise(pipeline, events_df)
+    norm = normalise(pipeline, events_df)
     check_workers(spark)
-    arrow_types = columns.arrow_types(spark, events_df)
-    input_types = {c: arrow_types[c] for c in input_cols}
+    all_types = arrow_types(spark, events_df)
+    input_types = {c: all_types[c] for c in input_cols}
     full = variants[0]
     worker_rows = _worker_state(spark, pipeline, state)
     if worker_rows.get(full.label):
-        norm = normalise.reject_committed(spark, pipeline, norm, worker_rows[full.label])
+        norm = reject_committed(spark, pipeline, norm, worker_rows[full.label])
     threshold = options.future_skew_ms if any(v.skew_free for v in variants) else None
     skewed = (
         (F.col(EVENT_MS_COLUMN) - F.col(ARRIVAL_MS_COLUMN) > F.lit(threshold))
@@ -117,7 +131,7 @@ def lateness(
     )
     norm = norm.withColumn(SKEWED, skewed)
 
-    wexpr = _col(pipeline.source.worker) if pipeline.source.worker else F.lit(0)
+    wexpr = col(pipeline.source.worker) if pipeline.source.worker else F.lit(0)
     stats = [
         F.min(EVENT_MS_COLUMN).alias("cand_min"),
         F.max(EVENT_MS_COLUMN).alias("cand_max"),
@@ -128,41 +142,26 @@ def lateness(
     # Skewed and other events apart (for the skew-free timelines): one more grouping column
     # costs less than conditional aggregates (docs/lateness.md).
     summary = (
-        norm.groupBy(F.col(normalise.REJECT_REASON), wexpr.alias("__w"), F.col(BATCH_COLUMN), F.col(SKEWED))
-        .agg(*stats)
-        .toArrow()
+        norm.groupBy(F.col(REJECT_REASON), wexpr.alias("__w"), F.col(BATCH_COLUMN), F.col(SKEWED)).agg(*stats).toArrow()
     )
     rejected = _rejected_counts(summary)
     timelines, new_workers = strategy_timelines(pipeline, variants, summary, worker_rows)
     wi = WhatIf(pipeline, variants, input_types, timelines, flush, threshold, options.worst)
 
     full_spec = wi.spec(full)
-    events = norm.where(F.col(normalise.REJECT_REASON).isNull()).drop(
-        normalise.REJECT_REASON, *K.task_derived(full_spec)
-    )
+    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(full_spec))
     state_rows = _state_rows(pipeline, wi, state, events_df) if state is not None else None
-    kernel_in, names, nparts = placement.kernel_input(spark, pipeline, events, state_rows)
+    kernel_in, names, nparts = kernel_input(spark, pipeline, events, state_rows)
     schemas = output_schemas(wi)
     task = _Task(wi, names, schemas)
-    held = tasks.hold(spark, kernel_in.mapInArrow(task, columns.spark_schema(task.schema)))
+    held = hold(spark, kernel_in.mapInArrow(task, spark_schema(task.schema)))
     try:
         small = _collect_small(spark, held, schemas)
         counters = _sum_counters(small["counters"])
         rows = counters.pop(_ROWS, {})
-        slots = placement.session_slots(spark)
         # One decoding task per 1 M rows of an output (as a replay writes its outputs).
-        frames = {
-            name: held.where(F.col(tasks.SIDE_OUTPUT) == name)
-            .select(tasks.SIDE_DATA)
-            .coalesce(tasks.write_tasks(rows.get(name, 0), nparts, slots))
-            .mapInArrow(tasks.DecodeTask(schemas[name]), columns.spark_schema(schemas[name]))
-            for name in ("cost", "by_key", "skew_late", "skewed", "state")
-        }
-        latency = latency_figures(
-            spark,
-            held.where(F.col(tasks.SIDE_OUTPUT) == "latency").select(F.col(tasks.SIDE_DATA).alias("data")),
-            small["latency_coarse"],
-        )
+        frames = side_output_frames(spark, held, {name: schemas[name] for name in _LARGE}, rows, nparts)
+        latency = latency_figures(spark, side_output_blobs(held, "latency"), small["latency_coarse"])
         figures, tables = summarise(
             spark,
             pipeline,
@@ -194,11 +193,10 @@ class _Task:
 
     def __init__(self, wi: WhatIf, names: dict[str, str], schemas: dict[str, pa.Schema]):
         self.wi, self.names, self.schemas = wi, names, schemas
-        self.schema = pa.schema([pa.field(tasks.SIDE_OUTPUT, pa.string()), pa.field(tasks.SIDE_DATA, pa.binary())])
+        self.schema = SIDE_SCHEMA
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        tasks.settle_worker()
-        table = tasks.task_table(batches, self.names)
+        table = task_input(batches, self.names)
         if table is None:
             return
         result = analyse(table, self.wi)
@@ -212,37 +210,21 @@ class _Task:
                 ),
             ]
         )
-        names: list[str] = []
-        blobs: list[bytes] = []
-        for name in (*SMALL, "latency", *_LARGE):
-            t = getattr(result, name).cast(self.schemas[name])
-            for start in range(0, max(t.num_rows, 1 if name == "counters" else 0), tasks.BLOB_ROWS):
-                names.append(name)
-                blobs.append(tasks.encode_blob(t.slice(start, tasks.BLOB_ROWS), compression="lz4"))
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(names, pa.string()), pa.array(blobs, pa.binary())], schema=self.schema
-        )
+        outputs = ((name, getattr(result, name).cast(self.schemas[name])) for name in (*SMALL, "latency", *_LARGE))
+        yield side_output_batch(outputs, keep_empty=("counters",))
 
 
 def _collect_small(spark: SparkSession, held: DataFrame, schemas: Mapping[str, pa.Schema]) -> dict[str, pa.Table]:
     """The tasks' small side outputs (:data:`SMALL`), collected to the driver, one table each.
     This action runs the tasks (under the kernel job's settings); the large outputs are
     decoded from the cached blobs afterwards."""
-    with session.session_conf(spark, tasks.kernel_job_conf(spark)):
-        blobs = held.where(F.col(tasks.SIDE_OUTPUT).isin(*SMALL)).select(tasks.SIDE_OUTPUT, tasks.SIDE_DATA).collect()
-    pieces: dict[str, list[pa.Table]] = {}
-    for row in blobs:
-        pieces.setdefault(row[tasks.SIDE_OUTPUT], []).append(tasks.decode_blob(row[tasks.SIDE_DATA]))
+    pieces = collect_side_outputs(spark, held, SMALL)
     return {name: _concat(pieces.get(name, []), schemas[name]) for name in SMALL}
 
 
 def _rejected_counts(summary: pa.Table) -> dict[str, int]:
-    rej = (
-        summary.filter(summary[normalise.REJECT_REASON].is_valid())
-        .group_by(normalise.REJECT_REASON)
-        .aggregate([("n", "sum")])
-    )
-    return {r[normalise.REJECT_REASON]: int(r["n_sum"]) for r in rej.to_pylist()}
+    rej = summary.filter(summary[REJECT_REASON].is_valid()).group_by(REJECT_REASON).aggregate([("n", "sum")])
+    return {r[REJECT_REASON]: int(r["n_sum"]) for r in rej.to_pylist()}
 
 
 #: The (worker, batch) summary's statistics and how two rows of one batch combine.
@@ -255,7 +237,7 @@ def batch_summaries(summary: pa.Table) -> dict[bool, pa.Table]:
     worker ``__w``, batch, :data:`windowing.lateness.variants.SKEWED`) with both candidates
     (``cand_min``, ``cand_max``), the arrival bounds and the count (:data:`SUMMARY_STATS`);
     a batch of skewed events only is no commit of the skew-free replay."""
-    ok = summary.filter(pc.is_null(summary[normalise.REJECT_REASON]))
+    ok = summary.filter(pc.is_null(summary[REJECT_REASON]))
     skewed = pc.fill_null(ok[SKEWED], False)
     every = ok
     if pc.any(skewed).as_py():  # a batch with skewed and other events: its two rows as one
@@ -272,7 +254,7 @@ def timeline_summary(rows: pa.Table, strategy: WatermarkStrategy) -> pa.Table:
     cand = "cand_min" if strategy is WatermarkStrategy.MIN_EVENT_TIME else "cand_max"
     return pa.table(
         {
-            normalise.REJECT_REASON: pa.nulls(rows.num_rows, pa.string()),
+            REJECT_REASON: pa.nulls(rows.num_rows, pa.string()),
             "__w": rows["__w"],
             BATCH_COLUMN: rows[BATCH_COLUMN],
             "cand": rows[cand],
@@ -361,11 +343,9 @@ def _state_rows(pipeline: Pipeline, wi: WhatIf, state: DataFrame, events_df: Dat
         .otherwise(F.lit(K.STATE_EMITTED))
         .cast("byte")
     )
-    cols = [_col(c).cast(types[c]).alias(c) for c in keep]
+    cols = [col(c).cast(types[c]).alias(c) for c in keep]
     cols += [
-        _col(c).alias(K.STATE_PREFIX + c)
-        for c in state.columns
-        if c not in keep and c not in ("fingerprint", "variant")
+        col(c).alias(K.STATE_PREFIX + c) for c in state.columns if c not in keep and c not in ("fingerprint", "variant")
     ]
     return state.where(F.col("state_kind") != WORKER_KIND).select(
         *cols, kind.alias(KIND_COLUMN), F.col("variant").alias(VARIANT)
@@ -419,7 +399,7 @@ def _state_frame(
     if not rows:
         return state_rows
     workers = pa.Table.from_pylist(rows, schema=schema)
-    return state_rows.unionByName(spark.createDataFrame(workers.to_pylist(), columns.spark_schema(schema)))
+    return state_rows.unionByName(spark.createDataFrame(workers.to_pylist(), spark_schema(schema)))
 
 
 def _sum_counters(table: pa.Table) -> dict[str, dict[str, int]]:

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from windowing.lateness.tables import latency_bucket
-from windowing.runner import columns, tasks
+from windowing.runner.api import decode_blob, spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,7 +36,7 @@ def latency_figures(
     range of partitions can do the same).
     """
     if coarse is None:
-        coarse = exact.mapInArrow(_BucketTask(), columns.spark_schema(_COARSE_SCHEMA)).toArrow()
+        coarse = exact.mapInArrow(_BucketTask(), spark_schema(_COARSE_SCHEMA)).toArrow()
     merged: dict[tuple[str, int], list[int]] = {}
     for label, b, n, mx in zip(*(coarse[c].to_pylist() for c in ("variant", "bucket", "windows", "max_ms"))):
         acc = merged.setdefault((label, b), [0, mx])
@@ -58,7 +58,7 @@ def latency_figures(
                 wanted.setdefault(label, {})[r] = rows[int(np.searchsorted(cum, r + 1))][0]
     need = {label: sorted(set(ranks.values())) for label, ranks in wanted.items()}
     picked = (
-        exact.mapInArrow(_PickTask(need), columns.spark_schema(_LATENCY_SCHEMA)).toArrow()
+        exact.mapInArrow(_PickTask(need), spark_schema(_LATENCY_SCHEMA)).toArrow()
         if need
         else _LATENCY_SCHEMA.empty_table()
     )
@@ -107,7 +107,7 @@ class _BucketTask:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for data in batch.column(0):
-                t = tasks.decode_blob(data.as_buffer())
+                t = decode_blob(data.as_buffer())
                 codes, names = _label_codes(t["variant"])
                 for code, label in enumerate(names):
                     mine = codes == code
@@ -138,7 +138,7 @@ class _PickTask:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for data in batch.column(0):
-                t = tasks.decode_blob(data.as_buffer())
+                t = decode_blob(data.as_buffer())
                 if not t.num_rows:
                     continue
                 codes, names = _label_codes(t["variant"])

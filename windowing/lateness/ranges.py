@@ -18,7 +18,7 @@ from windowing.lateness.group_ids import key_columns
 from windowing.lateness.latency import latency_figures
 from windowing.lateness.options import LatenessOptions, LatenessResult, LatenessStateError
 from windowing.lateness.outputs import read_lateness
-from windowing.runner.columns import col as _col
+from windowing.runner.api import col
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -113,10 +113,10 @@ def combine_lateness(spark: SparkSession, pipeline: Pipeline, outputs: Sequence[
         latency_figures(spark, union("latency_exact")),
         cost,
         top,
-        (union("late_by_key").groupBy(*[_col(c) for c in kcols]) if kcols else union("late_by_key").groupBy()).agg(
+        (union("late_by_key").groupBy(*[col(c) for c in kcols]) if kcols else union("late_by_key").groupBy()).agg(
             *[F.sum(c).alias(c) for c in raw]
         ),
-        union("late_by_hour").select(*[_col(c) for c in ([wcol] if wcol else [])], "hour", *raw).toArrow(),
+        union("late_by_hour").select(*[col(c) for c in ([wcol] if wcol else [])], "hour", *raw).toArrow(),
         sorted(bins.values(), key=lambda b: (b["upper_ms"] < 0, b["upper_ms"])),
         rejected,
         {"future_skew": union("future_skew"), "skew_late": union("skew_late")},

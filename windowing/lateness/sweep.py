@@ -44,8 +44,6 @@ from windowing import metrics
 from windowing.arrays import MIN_TIMESTAMP, sat_sub, seg_searchsorted
 from windowing.config import Lateness, Pipeline, WatermarkStrategy, WindowType
 from windowing.contract import CLOSE_REASONS, WATERMARK_REASON, WINDOW_KIND
-from windowing.kernel.inputs import state_column as _state_column
-from windowing.kernel.outputs import LatePairs, fill_state, key_state_rows, state_base
 
 
 def sweepable(pipeline: Pipeline) -> bool:
@@ -199,7 +197,7 @@ def _strategy(
     rows = np.flatnonzero(keys.kind == K.STATE_KEY)
     rows = rows[np.isin(variant_of[rows], list(labels))]
     if len(rows):
-        keys.wm0[keys.gid[rows]] = _state_column(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
+        keys.wm0[keys.gid[rows]] = K.state_column(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
     key_batches = K.KeyBatches(sorted_events, keys, raw)
     return _Strategy(
         keys,
@@ -250,7 +248,7 @@ class _Carried:
 
 
 def _scol(table: pa.Table, name: str, rows: np.ndarray) -> np.ndarray:
-    return np.asarray(_state_column(table, name, rows).fill_null(0).to_numpy(), dtype=np.int64)
+    return np.asarray(K.state_column(table, name, rows).fill_null(0).to_numpy(), dtype=np.int64)
 
 
 def _at_delay(spec: K.Spec, delay_ms: int) -> K.Spec:
@@ -337,7 +335,7 @@ def _replay_at(
     events = np.concatenate([accepted, carried.events[apart][is_open[len(live) :]]])
     state = pa.concat_tables(
         [
-            key_state_rows(keyset, key_batches, spec),
+            K.key_state_rows(keyset, key_batches, spec),
             _window_state(spec, keyset, key[is_open], start[is_open], end[is_open], prior[is_open], events),
         ]
     )
@@ -351,7 +349,7 @@ def _replay_at(
     late_pairs = int(np.count_nonzero(sl.pair >= delay))
     if v.keep_late:
         rows = np.flatnonzero(sl.pair >= delay)
-        missed = LatePairs(
+        missed = K.LatePairs(
             wins.pair_event[rows], wins.pair_start[rows], wins.pair_end[rows], sat_sub(st.pair_watermark[rows], delay)
         )
         late_table = missed.table(sorted_events, spec)
@@ -392,12 +390,11 @@ def _window_state(
     """State rows of the windows left open, as the kernel writes them for a lean variant
     (its one aggregate is a plain count: its partial is the window's event count)."""
     (count,) = spec.pipeline.aggregates
-    cols = state_base(spec, keyset, key, WINDOW_KIND)
-    cols.update(
-        window_start_ms=pa.array(start, pa.int64()),
-        window_end_ms=pa.array(end, pa.int64()),
-        emissions=pa.array(emissions, pa.int64()),
-        events=pa.array(events, pa.int64()),
-    )
-    cols[f"partial_{count.name}"] = pa.array(events, pa.int64())
-    return fill_state(cols, len(key), spec)
+    columns = {
+        "window_start_ms": pa.array(start, pa.int64()),
+        "window_end_ms": pa.array(end, pa.int64()),
+        "emissions": pa.array(emissions, pa.int64()),
+        "events": pa.array(events, pa.int64()),
+        f"partial_{count.name}": pa.array(events, pa.int64()),
+    }
+    return K.state_rows(spec, keyset, key, WINDOW_KIND, columns)

@@ -18,7 +18,7 @@ from windowing import kernel as K
 from windowing.arrays import sat_sub
 from windowing.config import Aggregate, Lateness, Pipeline, Trigger, WatermarkStrategy, WindowType
 from windowing.durations import format_duration_ms
-from windowing.runner.columns import MAX_EPOCH_MS, MIN_EPOCH_MS
+from windowing.runner.api import MAX_EPOCH_MS, MIN_EPOCH_MS
 
 #: A column the analysis adds to the events: the row's position in the task's table. Its
 #: name sorts after every other column name, so it only orders rows that are equal in every
