@@ -20,7 +20,7 @@ import signal
 import sys
 from collections.abc import Iterable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from windowing.catalog import Publisher
 from windowing.config.outputs import with_overrides
@@ -28,6 +28,12 @@ from windowing.metastore import default_metastore_dir, session_conf
 from windowing.runner.session import spark_session
 from windowing.storage.errors import InputError
 from windowing.storage.lake import Lake, join, local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from windowing.config import Pipeline
+    from windowing.config.outputs import CatalogSpec
 
 
 def spark_args(p: argparse.ArgumentParser) -> None:
@@ -66,10 +72,10 @@ def positive_int(text: str) -> int:
 
 #: The sessions :func:`spark_for` started in this process (no session or context was active
 #: before: never one a caller made), which :func:`stop_started` stops when the command ends.
-STARTED: list[Any] = []
+STARTED: list[SparkSession] = []
 
 
-def spark_for(args: argparse.Namespace) -> Any:
+def spark_for(args: argparse.Namespace) -> SparkSession:
     """The Spark session of a command: ``--master`` or ``--remote`` with the ``--conf``
     settings (the catalog's added by :func:`catalog_setup`). Tests replace this function
     to run a command on their own session (module docstring)."""
@@ -180,7 +186,7 @@ def catalog_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> Any:
+def catalog_setup(args: argparse.Namespace, pipeline: Pipeline | None, output_root: str) -> CatalogSpec | None:
     """The pipeline's catalog (``output.catalog`` with the command line's overrides), or
     None; when set, the session settings publishing needs are added to ``args.conf``
     (Hive support, the embedded metastore: :func:`windowing.catalog.session_conf`)."""
@@ -197,7 +203,9 @@ def catalog_setup(args: argparse.Namespace, pipeline: Any, output_root: str) -> 
     return spec
 
 
-def publisher(spark: Any, catalog: Any, pipeline: Any, output_root: str, version: str = "v1") -> Any:
+def publisher(
+    spark: SparkSession, catalog: CatalogSpec | None, pipeline: Pipeline, output_root: str, version: str = "v1"
+) -> Publisher | None:
     """The catalog publisher of a history (None without a catalog): each partition's run of
     ``version`` is published as that table partition of the version's tables
     (:class:`windowing.catalog.Publisher`). ``output_root``: the history's (v1's) root."""

@@ -6,13 +6,22 @@ Dagster assets run the same two steps."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from windowing.config import ConfigError
 from windowing.diff import diff
 from windowing.storage import versions
 from windowing.storage.commits import current_commits_under
 from windowing.storage.lake import join
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from windowing.catalog import Publisher
+    from windowing.chain import Chain
+    from windowing.config import Pipeline
+    from windowing.partitions import Partitions
+    from windowing.storage.commits import Commit
 
 
 @dataclass(frozen=True)
@@ -33,21 +42,21 @@ class VersionPlan:
     def rebuild(self) -> bool:
         return self.version != self.current
 
-    def whole(self, partitions: Any, last: str) -> list[str]:
+    def whole(self, partitions: Partitions, last: str) -> list[str]:
         """A rebuild's partitions: the whole history, from its start through the newest the
         current version holds, or ``last`` if later."""
         newest = max((*self.current_keys, last), key=partitions.start_of)
         return list(partitions.keys(None, newest))
 
 
-def _built_with(spark: Any, root: str, name: str, fingerprint: str) -> tuple[dict[str, Any], bool]:
+def _built_with(spark: SparkSession, root: str, name: str, fingerprint: str) -> tuple[dict[str, Commit], bool]:
     """The commits of the history under ``root``, and whether none was made under another
     fingerprint than ``fingerprint`` (true when there are none)."""
     commits = current_commits_under(spark, join(root, name))
     return commits, {c.fingerprint for c in commits.values()} <= {fingerprint}
 
 
-def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = None) -> VersionPlan:
+def plan(spark: SparkSession, pipeline: Pipeline, output_root: str, rerun_from: str | None = None) -> VersionPlan:
     """The current version, and the version this backfill builds: the current one while
     its commits were made under this configuration (or it has none), else the rebuild under
     way under this configuration (a version newer than the current one), else a new one."""
@@ -77,7 +86,7 @@ def plan(spark: Any, pipeline: Any, output_root: str, rerun_from: str | None = N
 
 
 def switch_if_whole(
-    chain: Any, plan: VersionPlan, keys: list[str], keep: int, say: Callable[[str], None]
+    chain: Chain, plan: VersionPlan, keys: list[str], keep: int, say: Callable[[str], None]
 ) -> versions.Switch | None:
     """Make the rebuilt version current once every partition of ``keys`` (the whole
     history) is committed and current in it: what changed (:func:`windowing.diff.diff` of
@@ -93,7 +102,7 @@ def switch_if_whole(
         )
         return None
     if chain.publisher is not None:
-        _publish_missing(chain, keys, say)
+        _publish_missing(chain, chain.publisher, keys, say)
     with diff(chain.spark, plan.read_root, plan.build_root, pipeline=name) as result:
         summary = result.summary()
     switch = versions.record_switch(
@@ -114,15 +123,16 @@ def switch_if_whole(
     return switch
 
 
-def _publish_missing(chain: Any, keys: list[str], say: Callable[[str], None]) -> None:
-    """Publish to the new version's tables each partition they do not point at its current
-    commit for (a run stopped between a commit and its publishing, then resumed past it):
-    the stable names must never switch to tables with a hole."""
+def _publish_missing(chain: Chain, publisher: Publisher, keys: list[str], say: Callable[[str], None]) -> None:
+    """Publish to the new version's tables (``publisher``, the chain's) each partition they
+    do not point at its current commit for (a run stopped between a commit and its
+    publishing, then resumed past it): the stable names must never switch to tables with a
+    hole."""
     commits = chain.commits(keys)
     for key in keys:
         commit = commits[key]
-        pointed = chain.publisher.pointed(key)
+        pointed = publisher.pointed(key)
         if any(p is None or p.run_id != commit.run_id for p in pointed.values()):
-            chain.publisher.publish(key, commit)
-            version = chain.publisher.version
+            publisher.publish(key, commit)
+            version = publisher.version
             say(f"published partition {key} of {version}, which its run had committed but not published")

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if publisher is not None:
         print(
             f"published run {commit.run_id} as partition {args.partition} of "
-            f"{', '.join(f'{catalog.database}.{p.table}' for p in one.published)}"
+            f"{', '.join(f'{publisher.spec.database}.{p.table}' for p in one.published)}"
         )
     m = part.metrics
     print(

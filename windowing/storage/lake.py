@@ -38,6 +38,7 @@ from windowing.jvm_lookups import remember_jvm_lookups
 from windowing.storage import local_files
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
 #: A folder or URI as callers give it (made a string before use).
@@ -140,7 +141,7 @@ class Lake:
     """Filesystem operations for one Spark session (see the module docstring); ``Lake(None)``
     answers a few queries of the driver's own disk with no session (:meth:`on_driver`)."""
 
-    def __init__(self, spark: Any) -> None:  # Any: reaches the session's private py4j side (_jvm, _jsparkSession)
+    def __init__(self, spark: SparkSession | None) -> None:
         self.spark = spark
         self.connect = is_connect(spark)
         self._conf: Any = None  # a py4j JavaObject (Hadoop Configuration): no Python type
@@ -156,13 +157,20 @@ class Lake:
         docstring). None for any other filesystem."""
         return None if self.connect else local_path(path)
 
+    @property
+    def _session(self) -> SparkSession:
+        """The session, for what only Spark reaches (:class:`NeedsSpark` for ``Lake(None)``)."""
+        if self.spark is None:
+            raise NeedsSpark("this needs a Spark session: the Lake has none")
+        return self.spark
+
     # ------------------------------------------------------------------ JVM side
 
     def _hadoop_conf(self) -> Any:
         """The session's Hadoop settings as Spark's own readers see them (``spark.hadoop.*``
         at start-up and Hadoop keys set at runtime with ``spark.conf.set``)."""
         if self._conf is None:
-            self._conf = self.spark._jsparkSession.sessionState().newHadoopConf()
+            self._conf = self._session._jsparkSession.sessionState().newHadoopConf()
         return self._conf
 
     def _class(self, name: str) -> Any:
@@ -173,7 +181,7 @@ class Lake:
         name, in one lookup that py4j remembers (:mod:`windowing.jvm_lookups`), as it does
         the class's static methods."""
         remember_jvm_lookups()
-        return getattr(self.spark._jvm, name)
+        return getattr(self._session._jvm, name)
 
     def _path(self, *parts: Any) -> Any:
         return self._class("org.apache.hadoop.fs.Path")(*parts)
@@ -201,7 +209,7 @@ class Lake:
             fs, p = self._fs(path)
             return bool(fs.exists(p))
         try:
-            self.spark.read.format("binaryFile").load(path).select("path").limit(1).collect()
+            self._session.read.format("binaryFile").load(path).select("path").limit(1).collect()
             return True
         except Exception as exc:  # Spark reports a missing path as an AnalysisException
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
@@ -257,7 +265,7 @@ class Lake:
             return sorted(out, key=lambda e: e.path)
         try:
             rows = (
-                self.spark.read.format("binaryFile")
+                self._session.read.format("binaryFile")
                 .option("recursiveFileLookup", "true")
                 .load(path)
                 .select("path", "length", "modificationTime")
@@ -408,7 +416,7 @@ class Lake:
         holding the text as its one part file.
         """
         if self.connect:
-            (self.spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("error").text(path))
+            (self._session.createDataFrame([(text,)], "value string").coalesce(1).write.mode("error").text(path))
             return
         local = self._local(path)
         if local is not None:
@@ -440,7 +448,7 @@ class Lake:
         """
         if self.connect:
             (
-                self.spark.createDataFrame([(text.removesuffix("\n"),)], "value string")
+                self._session.createDataFrame([(text.removesuffix("\n"),)], "value string")
                 .coalesce(1)
                 .write.mode("error")
                 .text(folder)
@@ -466,7 +474,7 @@ class Lake:
 
     def get_text(self, path: str) -> str:
         """The text of a file :meth:`put_text` wrote (UTF-8)."""
-        rows = self.spark.read.option("wholetext", "true").text(path).collect()
+        rows = self._session.read.option("wholetext", "true").text(path).collect()
         return "".join(r[0] for r in rows)
 
     def read_text(self, path: str) -> str:
@@ -499,7 +507,7 @@ class Lake:
         of the one file. Raises whatever the reader raises for a file that is not Parquet.
         """
         if self.connect:
-            schema = self.spark.read.parquet(path).schema
+            schema = self._session.read.parquet(path).schema
             return {f.name: f.dataType.simpleString() for f in schema.fields}
         reader = self._parquet_reader(path)
         try:
@@ -538,7 +546,7 @@ class Lake:
         its Parquet reader infers schemas with), made once per :class:`Lake`."""
         if self._converter is None:
             cls = "org.apache.spark.sql.execution.datasources.parquet.ParquetToSparkSchemaConverter"
-            self._converter = self._class(cls)(self.spark._jsparkSession.sessionState().conf())
+            self._converter = self._class(cls)(self._session._jsparkSession.sessionState().conf())
         return self._converter
 
     @staticmethod
@@ -593,7 +601,7 @@ class Lake:
     def parquet_rows(self, path: str) -> int:
         """A Parquet file's row count, from its footer only (over Spark Connect, a count)."""
         if self.connect:
-            return int(self.spark.read.parquet(glob_escape(path)).count())
+            return int(self._session.read.parquet(glob_escape(path)).count())
         reader = self._parquet_reader(path)
         try:
             return int(reader.getRecordCount())

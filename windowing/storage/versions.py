@@ -35,10 +35,13 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING
 
 from windowing.storage import local_files
 from windowing.storage.lake import Lake, NeedsSpark, join, local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 VERSIONS = "_versions"
 SWITCHES = "_switches"
@@ -89,7 +92,7 @@ def _folder(output_root: str, pipeline: str) -> str:
     return join(str(output_root), pipeline, VERSIONS)
 
 
-def _texts(spark: Any, folder: str, names: re.Pattern[str]) -> list[tuple[str, str]]:
+def _texts(spark: SparkSession | None, folder: str, names: re.Pattern[str]) -> list[tuple[str, str]]:
     """``(file name, text)`` of each file directly in ``folder`` whose name matches ``names``
     (not the ``.crc`` beside it); [] when it is missing. A local folder is read with
     Python's calls (``spark`` may be None: ``rewindow status``)."""
@@ -109,7 +112,7 @@ def _texts(spark: Any, folder: str, names: re.Pattern[str]) -> list[tuple[str, s
     return sorted(out)
 
 
-def switches(spark: Any, output_root: str, pipeline: str) -> list[Switch]:
+def switches(spark: SparkSession | None, output_root: str, pipeline: str) -> list[Switch]:
     """The switch records of ``pipeline``'s history, oldest first (a record that does not
     parse is skipped: it cannot name a version)."""
     out = []
@@ -122,13 +125,13 @@ def switches(spark: Any, output_root: str, pipeline: str) -> list[Switch]:
     return sorted(out, key=lambda s: s.seq)
 
 
-def current_version(spark: Any, output_root: str, pipeline: str) -> str:
+def current_version(spark: SparkSession | None, output_root: str, pipeline: str) -> str:
     """The version readers of ``pipeline``'s history read: the newest switch's, else ``v1``."""
     found = switches(spark, output_root, pipeline)
     return found[-1].version if found else FIRST
 
 
-def versions(spark: Any, output_root: str, pipeline: str) -> list[str]:
+def versions(spark: SparkSession | None, output_root: str, pipeline: str) -> list[str]:
     """Every version of ``pipeline``'s history that has a folder (``v1``: partition folders
     at the pipeline's own folder), by number."""
     top = join(str(output_root), pipeline)
@@ -144,12 +147,12 @@ def _name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def next_version(spark: Any, output_root: str, pipeline: str) -> str:
+def next_version(spark: SparkSession | None, output_root: str, pipeline: str) -> str:
     return f"v{max((number(v) for v in versions(spark, output_root, pipeline)), default=1) + 1}"
 
 
 def record_switch(
-    spark: Any,
+    spark: SparkSession | None,
     output_root: str,
     pipeline: str,
     version: str,
@@ -180,7 +183,7 @@ def record_switch(
     return switch
 
 
-def prune(spark: Any, output_root: str, pipeline: str, keep: int = KEEP_VERSIONS) -> list[str]:
+def prune(spark: SparkSession | None, output_root: str, pipeline: str, keep: int = KEEP_VERSIONS) -> list[str]:
     """Delete the versions older than the newest ``keep`` up to the current one (the
     current one always kept, and every version newer than it: a rebuild under way);
     the versions deleted. ``v1`` (partition folders at the pipeline's own folder) is
