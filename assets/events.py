@@ -23,8 +23,8 @@ rerun. Two things observe it:
 
 # No `from __future__ import annotations`: Dagster reads the `context` annotation as a class.
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
@@ -35,6 +35,11 @@ from assets.resources import SparkResource, StorageResource
 from windowing import landing
 from windowing.storage import input_record
 from windowing.storage.lake import qualify
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from windowing.storage.lake import Entry
 
 EVENTS_KEY = dg.AssetKey(["historical_events"])
 
@@ -73,28 +78,11 @@ def build_events_asset(
     partitions_def: dg.TimeWindowPartitionsDefinition, owners: tuple[str, ...] = ("team:rewindow",)
 ) -> dg.AssetsDefinition:
     @dg.multi_observable_source_asset(  # type: ignore[untyped-decorator]  # (Dagster leaves it untyped)
-        name="historical_events",
-        specs=[
-            dg.AssetSpec(
-                EVENTS_KEY,
-                group_name="landing_zone",
-                description=(
-                    "Historical events from the Parquet landing zone, partitioned by arrival time. Observed: "
-                    "each partition's data version is the digest of its day folder's files, so a day whose "
-                    "files change shows the pipelines' partitions of that day Unsynced."
-                ),
-                kinds={"spark", "parquet"},
-                owners=list(owners),
-                partitions_def=partitions_def,
-            )
-        ],
-        partitions_def=partitions_def,
+        name="historical_events", specs=[_events_spec(partitions_def, owners)], partitions_def=partitions_def
     )
     def historical_events(
         context: dg.AssetExecutionContext, pyspark: SparkResource, storage: StorageResource
-    ) -> Iterator[Any]:
-        from pyspark.sql import functions as F
-
+    ) -> Iterator[dg.Output[None]]:
         spark = pyspark.spark_session
         column = storage.arrival_time_column
         zone = storage.landing_path()
@@ -105,45 +93,93 @@ def build_events_asset(
         )
         partition_column = storage.partition_column()
         for key in keys:
-            window = partitions_def.time_window_for_partition_key(key)
-            events, entries = landing.read_partition_events(
-                spark, zone, window.start, window.end, column, partition_column=partition_column
-            )
-            entries = entries or []
-            has_arrival = column in events.columns
-            row = events.select(
-                F.count(F.lit(1)),
-                F.min(column) if has_arrival else F.lit(None),
-                F.max(column) if has_arrival else F.lit(None),
-            ).first()
-            assert row is not None  # an aggregate without grouping: one row, always
-            rows, first, last = row
-            if partition_column is not None:
-                folder = day_folders(partitions_def, [key], partition_column)[key]
-                files = list(input_record.InputRecord.of_listing(zone, folder, entries).files)
-            else:  # a flat landing zone: no day folder, the files read
-                files = list(input_record.InputRecord.of_listing(zone, "", entries).files)
-            context.log.info(f"historical_events {key}: {rows} rows in {len(files)} files")
-            context.log_event(
-                observation(
-                    key,
-                    files,
-                    {
-                        "rows": dg.MetadataValue.int(rows),
-                        "first_arrival": dg.MetadataValue.text(str(first)),
-                        "last_arrival": dg.MetadataValue.text(str(last)),
-                        "path": dg.MetadataValue.path(zone),
-                        "preview": table_preview(events.orderBy(column) if has_arrival else events),
-                        # Dagster's standard keys (the catalog's row count, Columns and location).
-                        "dagster/row_count": dg.MetadataValue.int(rows),
-                        "dagster/column_schema": dg.MetadataValue.table_schema(column_schema(events)),
-                        "dagster/uri": dg.MetadataValue.url(qualify(zone)),
-                    },
-                )
-            )
+            observed = _observe_partition(spark, partitions_def, zone, column, partition_column, key, context.log.info)
+            context.log_event(observed)
         # The step's output, marked as the observations' own (Dagster then adds none of its own).
         yield dg.Output(None, output_name=EVENTS_KEY.to_python_identifier(), metadata={OWN_OBSERVATIONS: True})
 
     # One run observes a range (as the replay: the job's runs cover ranges).
     observed: dg.AssetsDefinition = historical_events
     return observed.with_attributes(backfill_policy=dg.BackfillPolicy.single_run())
+
+
+def _events_spec(partitions_def: dg.TimeWindowPartitionsDefinition, owners: tuple[str, ...]) -> dg.AssetSpec:
+    return dg.AssetSpec(
+        EVENTS_KEY,
+        group_name="landing_zone",
+        description=(
+            "Historical events from the Parquet landing zone, partitioned by arrival time. Observed: "
+            "each partition's data version is the digest of its day folder's files, so a day whose "
+            "files change shows the pipelines' partitions of that day Unsynced."
+        ),
+        kinds={"spark", "parquet"},
+        owners=list(owners),
+        partitions_def=partitions_def,
+    )
+
+
+def _observe_partition(
+    spark: "SparkSession",
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    zone: str,
+    column: str,
+    partition_column: str | None,
+    key: str,
+    say: Callable[[str], None],
+) -> dg.AssetObservation:
+    """The observation of partition ``key``: its files' digest (:func:`observation`), its
+    rows, arrival range and preview (read from its events). ``say``: one line to the log."""
+    window = partitions_def.time_window_for_partition_key(key)
+    events, entries = landing.read_partition_events(
+        spark, zone, window.start, window.end, column, partition_column=partition_column
+    )
+    has_arrival = column in events.columns
+    rows, first, last = _arrival_range(events, column if has_arrival else None)
+    files = _landed_files(partitions_def, zone, key, partition_column, entries or [])
+    say(f"historical_events {key}: {rows} rows in {len(files)} files")
+    return observation(
+        key,
+        files,
+        {
+            "rows": dg.MetadataValue.int(rows),
+            "first_arrival": dg.MetadataValue.text(str(first)),
+            "last_arrival": dg.MetadataValue.text(str(last)),
+            "path": dg.MetadataValue.path(zone),
+            "preview": table_preview(events.orderBy(column) if has_arrival else events),
+            # Dagster's standard keys (the catalog's row count, Columns and location).
+            "dagster/row_count": dg.MetadataValue.int(rows),
+            "dagster/column_schema": dg.MetadataValue.table_schema(column_schema(events)),
+            "dagster/uri": dg.MetadataValue.url(qualify(zone)),
+        },
+    )
+
+
+def _arrival_range(events: "DataFrame", column: str | None) -> tuple[int, Any, Any]:
+    """The rows of ``events``, and the least and greatest value of its arrival ``column``
+    (None, None without one), in one aggregate."""
+    from pyspark.sql import functions as F
+
+    row = events.select(
+        F.count(F.lit(1)),
+        F.min(column) if column is not None else F.lit(None),
+        F.max(column) if column is not None else F.lit(None),
+    ).first()
+    assert row is not None  # an aggregate without grouping: one row, always
+    rows, first, last = row
+    return rows, first, last
+
+
+def _landed_files(
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    zone: str,
+    key: str,
+    partition_column: str | None,
+    entries: "list[Entry]",
+) -> list[input_record.InputFile]:
+    """The files partition ``key`` read: those of its day folder (a flat landing zone, with
+    no partition column: those of the zone)."""
+    if partition_column is not None:
+        folder = day_folders(partitions_def, [key], partition_column)[key]
+        return list(input_record.InputRecord.of_listing(zone, folder, entries).files)
+    # a flat landing zone: no day folder, the files read
+    return list(input_record.InputRecord.of_listing(zone, "", entries).files)
