@@ -93,42 +93,19 @@ def build_lateness_asset(
         kinds={"spark", "parquet", "html"},
         tags=ANALYSIS_TAGS,
         metadata={"pipeline": pipeline.name, "pipeline_file": str(pipeline_file)},
-        description=(
-            f"What lateness cost pipeline `{pipeline.name}` and which delayWindowClose and watermark strategy "
-            "to run with: the history replayed under every strategy and the listed delays (exact late counts at "
-            "every delay, emission latency, IDLE closes), the windows that missed events, future skew, and a "
-            "report.html. Each partition continues from the previous one's analysis."
-        ),
-        check_specs=[
-            dg.AssetCheckSpec(
-                CHECK,
-                asset=key,
-                description="The analysis' configured replay reports what the replay partition reports (late events, "
-                "late pairs, windows closed by WATERMARK, IDLE and MAX_DURATION).",
-            )
-        ],
+        description=_description(pipeline),
+        check_specs=[_check_spec(key)],
     )
     def lateness_asset(
         context: dg.AssetExecutionContext, config: LatenessConfig, pyspark: SparkResource, storage: StorageResource
     ) -> Iterator[dg.Output[None] | dg.MaterializeResult[Any] | dg.AssetCheckEvaluation]:
-        from windowing.config import ConfigError
-        from windowing.storage.errors import InputError, OutputError
-
         spark = pyspark.spark_session
         check_keys = [k for k in context.assets_def.check_keys if k in context.selected_asset_check_keys]
         for check_key in check_keys:  # each selected check's output (Dagster requires them)
             yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
-        try:
-            options = _options(config)
-        except ConfigError as exc:
-            raise dg.Failure(f"lateness of {pipeline.name}: {exc}") from exc
+        options = _asked_options(pipeline, config)
         keys = sorted(context.partition_keys, key=lambda k: partitions_def.time_window_for_partition_key(k).start)
-        done: list[_Done] = []
-        try:
-            for part in analyse_partitions(spark, pipeline, partitions_def, storage, keys, options, context.log):
-                done.append(part)
-        except (ConfigError, InputError, OutputError, landing.LandingZoneError, ValueError) as exc:
-            raise dg.Failure(f"lateness of {pipeline.name}: {exc}") from exc
+        done = _analysed(spark, pipeline, partitions_def, storage, keys, options, context.log)
         for part in done:
             context.add_asset_metadata(part.metadata, partition_key=part.key)
         if len(done) > 1:
@@ -136,17 +113,72 @@ def build_lateness_asset(
         yield dg.MaterializeResult(asset_key=key)
         if check_keys:  # one evaluation per partition, each naming its own materialization
             for part in done:
-                result = dg.AssetCheckResult(
-                    asset_key=key,
-                    check_name=CHECK,
-                    passed=part.matches,
-                    metadata=part.check,
-                    severity=dg.AssetCheckSeverity.WARN,
-                    description=part.check_text,
-                )
-                yield check_evaluation(context.instance, result, part.key, blocking=False)
+                yield check_evaluation(context.instance, _check_result(key, part), part.key, blocking=False)
 
     return lateness_asset
+
+
+def _description(pipeline: Pipeline) -> str:
+    return (
+        f"What lateness cost pipeline `{pipeline.name}` and which delayWindowClose and watermark strategy "
+        "to run with: the history replayed under every strategy and the listed delays (exact late counts at "
+        "every delay, emission latency, IDLE closes), the windows that missed events, future skew, and a "
+        "report.html. Each partition continues from the previous one's analysis."
+    )
+
+
+def _check_spec(key: dg.AssetKey) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(
+        CHECK,
+        asset=key,
+        description="The analysis' configured replay reports what the replay partition reports (late events, "
+        "late pairs, windows closed by WATERMARK, IDLE and MAX_DURATION).",
+    )
+
+
+def _asked_options(pipeline: Pipeline, config: LatenessConfig) -> "LatenessOptions":
+    """The run config's options (:func:`_options`); one that does not parse fails the run."""
+    from windowing.config import ConfigError
+
+    try:
+        return _options(config)
+    except ConfigError as exc:
+        raise dg.Failure(f"lateness of {pipeline.name}: {exc}") from exc
+
+
+def _analysed(
+    spark: "SparkSession",
+    pipeline: Pipeline,
+    partitions_def: dg.TimeWindowPartitionsDefinition,
+    storage: StorageResource,
+    keys: Sequence[str],
+    options: "LatenessOptions",
+    log: dg.DagsterLogManager,
+) -> list["_Done"]:
+    """Every partition of ``keys`` analysed (:func:`analyse_partitions`); what a user can fix
+    (the configuration, the input, the output, the landing zone) fails the run, naming it."""
+    from windowing.config import ConfigError
+    from windowing.storage.errors import InputError, OutputError
+
+    done: list[_Done] = []
+    try:
+        for part in analyse_partitions(spark, pipeline, partitions_def, storage, keys, options, log):
+            done.append(part)
+    except (ConfigError, InputError, OutputError, landing.LandingZoneError, ValueError) as exc:
+        raise dg.Failure(f"lateness of {pipeline.name}: {exc}") from exc
+    return done
+
+
+def _check_result(key: dg.AssetKey, part: "_Done") -> dg.AssetCheckResult:
+    """``matches_replay`` of one analysed partition."""
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=CHECK,
+        passed=part.matches,
+        metadata=part.check,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=part.check_text,
+    )
 
 
 class _Done:
@@ -202,23 +234,10 @@ def analyse_partitions(
     """
     from windowing.lateness.job import lateness
     from windowing.lateness.outputs import read_lateness, write_lateness
-    from windowing.storage.errors import InputError
 
     chain = pipeline_chain(spark, pipeline, storage, partitions_def)
     root = storage.output_path()
-    state: DataFrame | None = None
-    figures: Mapping[str, Any] | None = None
-    prev = chain.partitions.previous(keys[0])
-    if prev is not None:
-        try:
-            out = read_lateness(spark, lateness_dir(root, pipeline.name, prev))
-        except InputError:
-            raise dg.Failure(
-                f"lateness of {pipeline.name}: partition {keys[0]} continues from the analysis of {prev}, which is "
-                f"not materialized; materialize {pipeline.name} lateness from the first partition (one backfill "
-                "runs them in a single run)"
-            ) from None
-        state, figures = out.tables["state"], out.figures
+    state, figures = _continued_from(spark, pipeline, root, keys[0], chain.partitions.previous(keys[0]))
     replays = store.pipeline_commits(spark, join(root, pipeline.name), keys)
     for i, key in enumerate(keys, 1):
         began = time.monotonic()
@@ -246,6 +265,28 @@ def analyse_partitions(
             seconds,
             ReplayMetrics.from_dict(replay.metrics) if replay is not None else None,
         )
+
+
+def _continued_from(
+    spark: "SparkSession", pipeline: Pipeline, root: str, first: str, prev: str | None
+) -> tuple["DataFrame | None", Mapping[str, Any] | None]:
+    """The carried state and the figures the analysis of partition ``first`` continues from:
+    the stored analysis of ``prev``, the partition before it (none for the first partition
+    of the history). A missing one fails the run, naming what to materialize first."""
+    from windowing.lateness.outputs import read_lateness
+    from windowing.storage.errors import InputError
+
+    if prev is None:
+        return None, None
+    try:
+        out = read_lateness(spark, lateness_dir(root, pipeline.name, prev))
+    except InputError:
+        raise dg.Failure(
+            f"lateness of {pipeline.name}: partition {first} continues from the analysis of {prev}, which is "
+            f"not materialized; materialize {pipeline.name} lateness from the first partition (one backfill "
+            "runs them in a single run)"
+        ) from None
+    return out.tables["state"], out.figures
 
 
 def metadata(figures: Mapping[str, Any], run_path: str, seconds: float) -> dict[str, Any]:
