@@ -27,7 +27,7 @@ import dagster as dg
 from windowing.storage.store import partition_folder
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from windowing.config import Pipeline
     from windowing.config.reconcile import LiveSource
@@ -83,20 +83,9 @@ def live_check_results(
     mapping (:class:`windowing.config.ConfigError`, :class:`windowing.storage.errors.InputError`,
     named), and a partition with nothing committed, fail the check with that message.
     """
-    from windowing.config import ConfigError
-    from windowing.reconcile.compare import reconcile
-    from windowing.reconcile.live import check_live_columns, read_live
-    from windowing.storage.errors import InputError
-    from windowing.storage.outputs import read_run
-
     spec = pipeline.reconcile
     severity = dg.AssetCheckSeverity.ERROR if spec.blocking else dg.AssetCheckSeverity.WARN
-    try:
-        live = read_live(spark, spec)
-        check_live_columns(spec, live, pipeline)
-        error = None
-    except (ConfigError, InputError) as exc:
-        live, error = None, f"the live output cannot be compared: {exc}"
+    live, error = _live_side(spark, pipeline)
     for part in partitions:
         if error is not None:
             yield part.key, _failed(asset_key, severity, error)
@@ -108,36 +97,69 @@ def live_check_results(
             )
             continue
         assert live is not None  # read when there is no error
-        try:
-            outputs = read_run(spark, part.run_path)
-            result = reconcile(
-                spark,
-                pipeline,
-                spec,
-                outputs.aggregates,
-                live,
-                outputs.late_events,
-                partition_edges=[part.start, part.end],
-                partition_keys=[part.key],
-            )
-        except (ConfigError, InputError) as exc:
-            yield part.key, _failed(asset_key, severity, f"partition {part.key} cannot be compared: {exc}")
-            continue
-        try:
-            table = _mismatch_table(pipeline, result)
-        finally:
-            result.unpersist()
-        yield (
-            part.key,
-            dg.AssetCheckResult(
-                asset_key=asset_key,
-                check_name=LIVE_CHECK,
-                passed=result.passed,
-                severity=severity,
-                description=f"partition {part.key}: {_description(result.figures)}",
-                metadata=_metadata(result.figures, table, _reproduce(pipeline, pipeline_file, part), spec.live),
-            ),
+        yield part.key, _compared(spark, pipeline, pipeline_file, asset_key, severity, live, part, part.run_path)
+
+
+def _live_side(spark: SparkSession, pipeline: Pipeline) -> tuple[DataFrame | None, str | None]:
+    """The live output, read once and checked against the mapping; or None and why it
+    cannot be compared (:class:`windowing.config.ConfigError`,
+    :class:`windowing.storage.errors.InputError`)."""
+    from windowing.config import ConfigError
+    from windowing.reconcile.live import check_live_columns, read_live
+    from windowing.storage.errors import InputError
+
+    spec = pipeline.reconcile
+    try:
+        live = read_live(spark, spec)
+        check_live_columns(spec, live, pipeline)
+    except (ConfigError, InputError) as exc:
+        return None, f"the live output cannot be compared: {exc}"
+    return live, None
+
+
+def _compared(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    pipeline_file: Path,
+    asset_key: dg.AssetKey,
+    severity: dg.AssetCheckSeverity,
+    live: DataFrame,
+    part: LivePartition,
+    run_path: str,
+) -> dg.AssetCheckResult:
+    """``matches_live`` of one committed partition (its run at ``run_path``) against ``live``."""
+    from windowing.config import ConfigError
+    from windowing.reconcile.compare import reconcile
+    from windowing.storage.errors import InputError
+    from windowing.storage.outputs import read_run
+
+    spec = pipeline.reconcile
+    try:
+        outputs = read_run(spark, run_path)
+        result = reconcile(
+            spark,
+            pipeline,
+            spec,
+            outputs.aggregates,
+            live,
+            outputs.late_events,
+            partition_edges=[part.start, part.end],
+            partition_keys=[part.key],
         )
+    except (ConfigError, InputError) as exc:
+        return _failed(asset_key, severity, f"partition {part.key} cannot be compared: {exc}")
+    try:
+        table = _mismatch_table(pipeline, result)
+    finally:
+        result.unpersist()
+    return dg.AssetCheckResult(
+        asset_key=asset_key,
+        check_name=LIVE_CHECK,
+        passed=result.passed,
+        severity=severity,
+        description=f"partition {part.key}: {_description(result.figures)}",
+        metadata=_metadata(result.figures, table, _reproduce(pipeline, pipeline_file, part), spec.live),
+    )
 
 
 def _failed(asset_key: dg.AssetKey, severity: dg.AssetCheckSeverity, description: str) -> dg.AssetCheckResult:
