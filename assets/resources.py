@@ -64,6 +64,7 @@ class SparkResource(PySparkResource):
     silently rewrite its runtime settings; only the UTC time zone is re-asserted.
     """
 
+    # Any: a run config may give a setting as a number or a boolean (each is str()ed: settings()).
     spark_config: dict[str, Any] = Field(default_factory=dict, description="Spark settings.")
     master: str = Field(default=DEFAULT_MASTER, description="Spark master URL.")
     extra_conf: str = Field(
