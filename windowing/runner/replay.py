@@ -92,7 +92,7 @@ class ReplayResult(ReplayOutputs):
     def __post_init__(self) -> None:
         if self._persisted is not None:
             # Holds the DataFrame, not the result: collected with the result, it releases the output.
-            release = weakref.finalize(self, _release, self._persisted)
+            release = weakref.finalize(self, release_held, self._persisted)
             release.atexit = False  # the JVM may be gone at exit; Spark frees everything then anyway
             object.__setattr__(self, "_release", release)
 
@@ -110,7 +110,7 @@ class ReplayResult(ReplayOutputs):
         self.unpersist()
 
 
-def _release(persisted: DataFrame) -> None:
+def release_held(persisted: DataFrame) -> None:
     """Unpersist a dropped result's kernel output; a session already stopped has nothing to free."""
     try:
         persisted.unpersist()
@@ -173,7 +173,7 @@ def replay(
     rejected_counts = dict(commits.rejected_counts if commits.rejected_counts is not None else side.rejected_counts)
     filtered_rows = rejected_counts.pop(prewindow.FILTERED, 0)
     aggregates, late, state_out = _datasets(spark, kernel, side)
-    rejected = _rejected(norm, input_cols, rejected_counts)
+    rejected = rejected_rows(norm, input_cols, rejected_counts)
     metrics = build_metrics(
         side.counts,
         lateness_percentiles(side.counts.get("late", 0), late, F, side.lateness_ms),
@@ -334,11 +334,11 @@ def _datasets(spark: SparkSession, kernel: _Kernel, side: _SideOutputs) -> tuple
         for name in ("aggregates", "late_events", "state")
     )
     if side.worker_rows:
-        state_out = state_out.unionByName(_worker_rows(spark, side.worker_rows, schemas["state"]))
+        state_out = state_out.unionByName(worker_rows_frame(spark, side.worker_rows, schemas["state"]))
     return aggregates, late, state_out
 
 
-def _worker_rows(spark: SparkSession, rows: list[dict[str, Any]], schema: pa.Schema) -> DataFrame:
+def worker_rows_frame(spark: SparkSession, rows: list[dict[str, Any]], schema: pa.Schema) -> DataFrame:
     """The workers' state rows as a DataFrame of the state's schema: one part of their own
     (a few rows a worker), not one per task slot, which Spark spreads a local table over
     (hundreds of tiny files on a cluster). One partition of an RDD rather than
@@ -351,7 +351,7 @@ def _worker_rows(spark: SparkSession, rows: list[dict[str, Any]], schema: pa.Sch
     return spark.createDataFrame(spark.sparkContext.parallelize(data, 1), spark_schema(schema))
 
 
-def _rejected(norm: DataFrame, input_cols: list[str], rejected_counts: dict[str, int]) -> DataFrame:
+def rejected_rows(norm: DataFrame, input_cols: list[str], rejected_counts: dict[str, int]) -> DataFrame:
     """The rejected rows (a lazy view of the input): its columns and the reason."""
     reason = F.col(REJECT_REASON)
     rejected = norm.where(reason.isNotNull() & (reason != F.lit(prewindow.FILTERED))).select(

@@ -117,12 +117,12 @@ class KernelTask:
                 # worker's state row is still this task's to write, if it is the first.
                 _, workers = self._task_timelines(source, {})
                 if workers is not None:
-                    side = _SideBlobs()
+                    side = SideBlobs()
                     side.add("workers", workers)
                     yield side.batch(self.schema)
             elif self.rejected:  # rejected rows only: their counts
-                side = _SideBlobs()
-                side.add("counters", encode_blob(_counters_table({}, side.rows, self.rejected)))
+                side = SideBlobs()
+                side.add("counters", encode_blob(counters_table({}, side.rows, self.rejected)))
                 yield side.batch(self.schema)
         finally:
             source.close()
@@ -164,7 +164,7 @@ class KernelTask:
         table = cast(pa.Table, source.table)
         source.table = None
         timelines: Mapping[Any, K.Timeline] = self.timelines
-        side = _SideBlobs()
+        side = SideBlobs()
         if self.carried is not None:
             table = K.with_event_columns(table, self.spec)
             timelines, workers = self._task_timelines(source, K.commit_summary(table, self.spec))
@@ -173,13 +173,13 @@ class KernelTask:
         out = K.process(table, self.spec, timelines, self.flush, source.window_slice)
         del table
         self._add_outputs(side, out, with_state=True, window_slice=source.window_slice)
-        side.add("counters", encode_blob(_counters_table(out.counters_by_worker, side.rows, self.rejected)))
+        side.add("counters", encode_blob(counters_table(out.counters_by_worker, side.rows, self.rejected)))
         yield side.batch(self.schema)
 
     def _in_pieces(self, source: chunks.TaskInput) -> Iterator[pa.RecordBatch]:
         """The spilled task: each piece's outputs handed back as soon as it is replayed."""
         timelines: Mapping[Any, K.Timeline] = self.timelines
-        side = _SideBlobs()
+        side = SideBlobs()
         if self.carried is not None:
             timelines, workers = self._task_timelines(source, source.commits)
             if workers is not None:
@@ -191,13 +191,13 @@ class KernelTask:
             counters.append(out.counters_by_worker)
             seen |= keys
             yield side.batch(self.schema)
-            side = _SideBlobs(side.rows)
+            side = SideBlobs(side.rows)
         merged = chunks.merged_counters(counters, seen, self.spec)
-        side.add("counters", encode_blob(_counters_table(merged, side.rows, self.rejected)))
+        side.add("counters", encode_blob(counters_table(merged, side.rows, self.rejected)))
         yield side.batch(self.schema)
 
     def _add_outputs(
-        self, side: _SideBlobs, out: K.KernelOutput, with_state: bool, window_slice: K.WindowSlice | None = None
+        self, side: SideBlobs, out: K.KernelOutput, with_state: bool, window_slice: K.WindowSlice | None = None
     ) -> None:
         if out.late.num_rows:  # the late events' lateness alone, for percentiles in the driver
             side.add(
@@ -215,7 +215,7 @@ class KernelTask:
                 side.add(name, encode_blob(part))
 
 
-class _SideBlobs:
+class SideBlobs:
     """A task's ``(SIDE_OUTPUT, SIDE_DATA)`` rows under way, and its output row counts."""
 
     def __init__(self, rows: dict[str, int] | None = None) -> None:
@@ -238,7 +238,7 @@ class _SideBlobs:
 REJECTED_COUNTER = "rejected:"
 
 
-def _counters_table(
+def counters_table(
     by_worker: Mapping[str, Mapping[str, int]], rows: Mapping[str, int], rejected: Mapping[str, int] | None = None
 ) -> pa.Table:
     """A task's counters as rows (worker, name, value): the kernel's per worker label
