@@ -52,6 +52,7 @@ _MAKING_ARCHIVE = pytest.StashKey["threading.Thread"]()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "spark: uses a Spark session (set automatically from the fixtures)")
+    config.addinivalue_line("markers", "slow: minutes on its own (the soak); run in CI all the same")
     if " ".join(str(config.getoption("markexpr", "") or "").split()) == "not spark":
         os.environ.setdefault("REWINDOW_CASES_SCALE", FAST_TIER_CASES)
     elif not hasattr(config, "workerinput"):
@@ -120,6 +121,7 @@ def xdist_unit(nodeid: str) -> str:
 #: 50). They start first, longest first, so the processes end together instead of one running
 #: a long unit after the other is done (the rest follows in collection order: seconds each).
 LONG_UNITS = (
+    "tests/windowing/test_soak.py",
     "tests/quality",
     "tests/lake",
     "tests/windowing/test_catalog.py",
