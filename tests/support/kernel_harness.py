@@ -18,6 +18,7 @@ from tests.support.reference_model import window_out_of_range
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
 from windowing.kernel import slices as KS
+from windowing.kernel.inputs import hashable
 from windowing.runner import chunks, tasks
 from windowing.runner.timelines import summary_timelines
 
@@ -86,10 +87,10 @@ def local_replay(
     pick = min if w.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else max
     workers = state.workers if state else []
     if by_worker:
-        with_events = {K.hashable(v[4]) for v in valid}
-        carried = {K.hashable(s["worker"]): s for s in workers}
+        with_events = {hashable(v[4]) for v in valid}
+        carried = {hashable(s["worker"]): s for s in workers}
         timelines, worker_rows = summary_timelines(
-            pipeline, summary_table([], pick), [s for s in workers if K.hashable(s["worker"]) not in with_events]
+            pipeline, summary_table([], pick), [s for s in workers if hashable(s["worker"]) not in with_events]
         )
     else:
         timelines, worker_rows = summary_timelines(pipeline, summary_table(valid, pick), workers)

@@ -34,7 +34,9 @@ The phases, one module each:
 * :mod:`.sessions`: session windows (:func:`session_windows`);
 * :mod:`.aggregates`: value domains, reductions, carried partials;
 * :mod:`.outputs`: the aggregates, late, state tables and the counters;
-* :mod:`.spec` and :mod:`.decimals`: the shared types and exact decimal arithmetic.
+* :mod:`.spec` and :mod:`.decimals`: the shared types and exact decimal arithmetic;
+* :mod:`.phases`: the phases' public building blocks, for callers that run them one at
+  a time (the delay sweep).
 """
 
 from __future__ import annotations
@@ -43,88 +45,52 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
-from windowing.arrays import MAX_TIMESTAMP, MIN_TIMESTAMP, seg_searchsorted
 from windowing.config import Trigger, WindowType
 from windowing.contract import LATE_ADDED_COLUMNS, STATE_PREFIX
 from windowing.kernel import slices
 from windowing.kernel.assignment import assign_windows
-from windowing.kernel.clocks import IdleClocks, commit_summary, worker_timelines
+from windowing.kernel.clocks import IdleClocks
 from windowing.kernel.fixed import fixed_windows
 from windowing.kernel.inputs import (
-    ARRIVAL_RANK,
     EVENT,
-    KB_BATCH,
-    KB_CAND,
-    KB_COLUMNS,
-    KB_MAXARR,
-    KB_MAXEV,
-    KEY_BATCH,
-    KEY_ID,
     STATE_EMITTED,
     STATE_KEY,
     STATE_WINDOW,
     KeyBatches,
     KeyIds,
     SortedEvents,
-    hashable,
-    state_column,
-    task_derived,
-    with_arrival_ranks,
     with_event_columns,
 )
-from windowing.kernel.outputs import LatePairs, counters_table, key_state_rows, state_rows, ts_array
+from windowing.kernel.outputs import counters_table, key_state_rows, ts_array
 from windowing.kernel.sessions import session_windows
 from windowing.kernel.slices import WindowSlice
 from windowing.kernel.spec import TS, KernelOutput, Spec, Timeline
 
-# The names other modules import from ``windowing.kernel``: the entry point and its types;
-# the row kinds and the state prefix of its input table, the columns late_events adds;
-# the phases' building blocks the delay sweep (``windowing.lateness.sweep``) runs itself (``KeyIds``,
-# ``SortedEvents``, ``KeyBatches``, ``IdleClocks``) and what it writes its outputs with
-# (``LatePairs``, ``key_state_rows``, ``state_rows``, ``state_column``: the carried state's
-# columns); ``hashable`` (worker values as keys); and ``ts_array`` (epoch ms as output
-# times, null at the sentinels). The lateness analyses use these names only
-# (tests/windowing/lateness/test_public_api.py).
+# The kernel's user-facing concepts, what callers outside its engine (windowing.runner)
+# import from here (the engine imports the submodules it drives directly):
+# - the entry point and its types: process, Spec, Timeline, KernelOutput, WindowSlice, TS;
+# - window assignment, a pure function of an event time: assign_windows;
+# - the row kinds of its input table and its state columns' prefix: EVENT, STATE_KEY,
+#   STATE_WINDOW, STATE_EMITTED, STATE_PREFIX;
+# - the columns late_events adds to an event: LATE_ADDED_COLUMNS;
+# - epoch ms as output times, null at the sentinels: ts_array.
+# The phases, for callers that run them one at a time (the delay sweep), are
+# windowing.kernel.phases. Kept short (tests/windowing/lateness/test_public_api.py).
 __all__ = [
-    "EVENT",
-    "LATE_ADDED_COLUMNS",
-    "MAX_TIMESTAMP",
-    "MIN_TIMESTAMP",
-    "STATE_EMITTED",
-    "STATE_KEY",
-    "STATE_PREFIX",
-    "STATE_WINDOW",
-    "TS",
-    "KernelOutput",
+    "process",
     "Spec",
     "Timeline",
-    "assign_windows",
-    "commit_summary",
-    "process",
-    "seg_searchsorted",
-    "task_derived",
-    "with_arrival_ranks",
-    "with_event_columns",
-    "worker_timelines",
-    "ARRIVAL_RANK",
-    "KEY_ID",
-    "KEY_BATCH",
-    "KB_BATCH",
-    "KB_CAND",
-    "KB_MAXEV",
-    "KB_MAXARR",
-    "KB_COLUMNS",
+    "KernelOutput",
     "WindowSlice",
-    "SortedEvents",
-    "IdleClocks",
-    "KeyBatches",
-    "KeyIds",
-    "hashable",
+    "TS",
+    "assign_windows",
+    "EVENT",
+    "STATE_KEY",
+    "STATE_WINDOW",
+    "STATE_EMITTED",
+    "STATE_PREFIX",
+    "LATE_ADDED_COLUMNS",
     "ts_array",
-    "LatePairs",
-    "key_state_rows",
-    "state_column",
-    "state_rows",
 ]
 
 

@@ -50,6 +50,7 @@ from windowing.contract import (
     WINDOW_KIND,
     WORKER_KIND,
 )
+from windowing.kernel.phases import task_derived
 from windowing.lateness.figures import summarise
 from windowing.lateness.latency import latency_figures
 from windowing.lateness.options import Counters, LatenessOptions, LatenessResult, LatenessStateError, check_analysable
@@ -149,7 +150,7 @@ def lateness(
     wi = WhatIf(pipeline, variants, input_types, timelines, flush, threshold, options.worst)
 
     full_spec = wi.spec(full)
-    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *K.task_derived(full_spec))
+    events = norm.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON, *task_derived(full_spec))
     state_rows = _state_rows(pipeline, wi, state, events_df) if state is not None else None
     kernel_in, names, nparts = kernel_input(spark, pipeline, events, state_rows)
     schemas = output_schemas(wi)

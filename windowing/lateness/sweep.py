@@ -13,7 +13,7 @@ the rules in two comparisons (contract sections 2, 4, 5):
 The raw watermarks ``W`` do not depend on D (candidates include late events), nor do the
 events' keys, batches, windows or the workers' clocks. So one pass computes what every D
 shares: the events in arrival order per key, the key batches with their raw watermarks
-(:class:`windowing.kernel.KeyBatches` at D = 0), every (event, window) pair and the
+(:class:`windowing.kernel.phases.KeyBatches` at D = 0), every (event, window) pair and the
 windows they form, sorted once. Per D it is then a comparison per pair (late or not), a
 count per window (its accepted events; a window exists under D when it has one, or was
 carried open from the previous partition under D) and a segmented binary search per
@@ -44,6 +44,17 @@ from windowing import metrics
 from windowing.arrays import MIN_TIMESTAMP, sat_sub, seg_searchsorted
 from windowing.config import Lateness, Pipeline, WatermarkStrategy, WindowType
 from windowing.contract import CLOSE_REASONS, WATERMARK_REASON, WINDOW_KIND
+from windowing.kernel.phases import (
+    IdleClocks,
+    KeyBatches,
+    KeyIds,
+    LatePairs,
+    SortedEvents,
+    key_state_rows,
+    state_column,
+    state_rows,
+    with_event_columns,
+)
 
 
 def sweepable(pipeline: Pipeline) -> bool:
@@ -81,7 +92,7 @@ class _Windows:
     event_first: np.ndarray | None  # per event, its first pair in ``by_event`` (None: an event has none)
 
 
-def _windows(sorted_events: K.SortedEvents, pipeline: Pipeline) -> _Windows:
+def _windows(sorted_events: SortedEvents, pipeline: Pipeline) -> _Windows:
     pe, ws, we = K.assign_windows(sorted_events.t, pipeline.window)
     pg = sorted_events.g[pe]
     order = np.lexsort((we, ws, pg))
@@ -115,9 +126,9 @@ class _Strategy:
     """What one watermark strategy's variants share: the key batches with their raw
     watermarks, the workers' clocks at them, and each pair's raw watermark before it."""
 
-    keys: K.KeyIds
-    batches: K.KeyBatches
-    clocks: K.IdleClocks
+    keys: KeyIds
+    batches: KeyBatches
+    clocks: IdleClocks
     pair_watermark: np.ndarray
     closing: "_Closing"
 
@@ -140,7 +151,7 @@ def sweep(
     """
     first = groups[0][0].spec
     raw = _at_delay(first, 0)
-    table = K.with_event_columns(table, raw)
+    table = with_event_columns(table, raw)
     variant_of = (
         np.asarray(table[variant_col].to_pylist(), dtype=object)
         if variant_col in table.column_names
@@ -148,8 +159,8 @@ def sweep(
     )
     # Keys and events are those of every variant; windows and pairs those of every
     # strategy, lateness mode and delay: computed once.
-    keys = K.KeyIds(table, raw)
-    sorted_events = K.SortedEvents(table, raw, keys)
+    keys = KeyIds(table, raw)
+    sorted_events = SortedEvents(table, raw, keys)
     wins = _windows(sorted_events, raw.pipeline)
     strategies: dict[WatermarkStrategy, _Strategy] = {}
     out = {}
@@ -182,8 +193,8 @@ def sweep(
 
 def _strategy(
     table: pa.Table,
-    keys: K.KeyIds,
-    sorted_events: K.SortedEvents,
+    keys: KeyIds,
+    sorted_events: SortedEvents,
     wins: _Windows,
     raw: K.Spec,
     variant_of: np.ndarray,
@@ -197,12 +208,12 @@ def _strategy(
     rows = np.flatnonzero(keys.kind == K.STATE_KEY)
     rows = rows[np.isin(variant_of[rows], list(labels))]
     if len(rows):
-        keys.wm0[keys.gid[rows]] = K.state_column(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
-    key_batches = K.KeyBatches(sorted_events, keys, raw)
+        keys.wm0[keys.gid[rows]] = state_column(table, "watermark_ms", rows).fill_null(MIN_TIMESTAMP).to_numpy()
+    key_batches = KeyBatches(sorted_events, keys, raw)
     return _Strategy(
         keys,
         key_batches,
-        K.IdleClocks(key_batches, keys, raw, timelines),
+        IdleClocks(key_batches, keys, raw, timelines),
         key_batches.eff_before[key_batches.of_event[wins.pair_event]],
         _Closing(key_batches.wm_after, key_batches.g, keys.n),
     )
@@ -248,7 +259,7 @@ class _Carried:
 
 
 def _scol(table: pa.Table, name: str, rows: np.ndarray) -> np.ndarray:
-    return np.asarray(K.state_column(table, name, rows).fill_null(0).to_numpy(), dtype=np.int64)
+    return np.asarray(state_column(table, name, rows).fill_null(0).to_numpy(), dtype=np.int64)
 
 
 def _at_delay(spec: K.Spec, delay_ms: int) -> K.Spec:
@@ -266,7 +277,7 @@ class _Slack:
     event: np.ndarray  # every event's (its greatest pair's): the late events
 
 
-def _slack(sorted_events: K.SortedEvents, st: _Strategy, wins: _Windows, lateness: Lateness) -> _Slack:
+def _slack(sorted_events: SortedEvents, st: _Strategy, wins: _Windows, lateness: Lateness) -> _Slack:
     wm = st.pair_watermark
     if lateness is Lateness.WINDOW_CLOSED:
         slack = wm - wins.pair_end  # late: end <= wm - D
@@ -285,7 +296,7 @@ def _slack(sorted_events: K.SortedEvents, st: _Strategy, wins: _Windows, latenes
 
 
 def _replay_at(
-    v: Lean, sorted_events: K.SortedEvents, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
+    v: Lean, sorted_events: SortedEvents, st: _Strategy, wins: _Windows, sl: _Slack, carried: _Carried
 ) -> K.KernelOutput:
     """One delay: the windows that exist, where each closes, the late pairs, the outputs.
 
@@ -335,7 +346,7 @@ def _replay_at(
     events = np.concatenate([accepted, carried.events[apart][is_open[len(live) :]]])
     state = pa.concat_tables(
         [
-            K.key_state_rows(keyset, key_batches, spec),
+            key_state_rows(keyset, key_batches, spec),
             _window_state(spec, keyset, key[is_open], start[is_open], end[is_open], prior[is_open], events),
         ]
     )
@@ -349,7 +360,7 @@ def _replay_at(
     late_pairs = int(np.count_nonzero(sl.pair >= delay))
     if v.keep_late:
         rows = np.flatnonzero(sl.pair >= delay)
-        missed = K.LatePairs(
+        missed = LatePairs(
             wins.pair_event[rows], wins.pair_start[rows], wins.pair_end[rows], sat_sub(st.pair_watermark[rows], delay)
         )
         late_table = missed.table(sorted_events, spec)
@@ -380,7 +391,7 @@ def _distinct(ids: np.ndarray, n: int) -> int:
 
 def _window_state(
     spec: K.Spec,
-    keyset: K.KeyIds,
+    keyset: KeyIds,
     key: np.ndarray,
     start: np.ndarray,
     end: np.ndarray,
@@ -397,4 +408,4 @@ def _window_state(
         "events": pa.array(events, pa.int64()),
         f"partial_{count.name}": pa.array(events, pa.int64()),
     }
-    return K.state_rows(spec, keyset, key, WINDOW_KIND, columns)
+    return state_rows(spec, keyset, key, WINDOW_KIND, columns)

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from windowing import kernel as K
 from windowing.contract import KEY_KIND, KIND_COLUMN
+from windowing.kernel.phases import with_arrival_ranks, with_event_columns
 from windowing.lateness import tables
 from windowing.lateness.skew_subset import (
     clock_changes_by_worker,
@@ -164,9 +165,9 @@ def analyse(table: pa.Table, wi: WhatIf) -> Analysis:
     ``kernel.STATE_PREFIX``, ``__kind``, :data:`VARIANT` naming the variant), in any order.
     """
     full_spec = wi.spec(wi.full)
-    table = _with_row_ids(_shared_key_rows(K.with_event_columns(table, full_spec), wi))
+    table = _with_row_ids(_shared_key_rows(with_event_columns(table, full_spec), wi))
     # Every replay below orders its events by one sort of (key, rank), not the whole order.
-    table = K.with_arrival_ranks(table, full_spec)
+    table = with_arrival_ranks(table, full_spec)
     is_event = (table[KIND_COLUMN].to_numpy() == K.EVENT) if table.num_rows else np.zeros(0, bool)
     variant_of = _variant_codes(table, wi)  # -1: an event; else the row's variant's index in wi.variants
     skewed = (

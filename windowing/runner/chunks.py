@@ -33,6 +33,8 @@ from windowing.arrays import group_codes
 from windowing.config import WatermarkStrategy
 from windowing.contract import BATCH_COLUMN, KIND_COLUMN
 from windowing.kernel import pieces
+from windowing.kernel.clocks import commit_summary
+from windowing.kernel.inputs import KB_BATCH, KB_CAND, KB_MAXARR, KB_MAXEV, KEY_BATCH, hashable, with_event_columns
 
 #: ``__kind`` of a timeline row: one (worker, batch) commit of a worker spread over several
 #: tasks, summed up by Spark (:func:`windowing.runner.timelines.split_timeline_rows`), in
@@ -142,14 +144,14 @@ class TaskInput:
                 else:
                     pending = [batch]
                 for b in pending:
-                    table = K.with_event_columns(self._named(pa.Table.from_batches([b])), spec)
+                    table = with_event_columns(self._named(pa.Table.from_batches([b])), spec)
                     if writer is None:
                         writer = pa.ipc.new_file(self.path, table.schema)
                         self._schema = table.schema
                     writer.write_table(table.cast(self._schema))
                     counted.append(pieces.batch_counts(table))
                     if summarise:
-                        summaries.append(K.commit_summary(table, spec))
+                        summaries.append(commit_summary(table, spec))
         except BaseException:
             if writer is not None:
                 writer.close()
@@ -211,18 +213,18 @@ class TaskInput:
             rows = unpacked(pack["rows"])
             if pack["slice"] is not None and self.window_slice is None:
                 self.window_slice = K.WindowSlice.of(self.spec.window, int(pack["slice"]), int(pack["slices"]))
-            kind = np.full(rows.num_rows, K.KEY_BATCH, np.int8)
+            kind = np.full(rows.num_rows, KEY_BATCH, np.int8)
             if pack["kind"] != TIMELINE_KIND:
                 key_batches.append(rows.append_column(KIND_COLUMN, pa.array(kind)))
                 continue
-            timeline = rows.drop_columns([K.KB_MAXEV]).append_column(
+            timeline = rows.drop_columns([KB_MAXEV]).append_column(
                 TL_OWNER, pa.array(np.full(rows.num_rows, bool(pack["owner"])))
             )
             self.timeline_rows.append(timeline)
             if pack["slice"] is not None:  # a sliced worker's timeline rows are its key's batches too
                 kb = rows.drop_columns([TL_MIN]).rename_columns(
                     [
-                        {TL_BATCH: K.KB_BATCH, TL_CAND: K.KB_CAND, TL_MAX: K.KB_MAXARR}.get(c, c)
+                        {TL_BATCH: KB_BATCH, TL_CAND: KB_CAND, TL_MAX: KB_MAXARR}.get(c, c)
                         for c in rows.drop_columns([TL_MIN]).column_names
                     ]
                 )
@@ -233,10 +235,10 @@ class TaskInput:
         kb = self.key_batch_rows
         if kb is None:
             return cast(pa.Table, table)
-        batch = kb[K.KB_BATCH]
+        batch = kb[KB_BATCH]
         if lo is not None:
             kb = kb.filter(pc.greater_equal(batch, lo))
-            batch = kb[K.KB_BATCH]
+            batch = kb[KB_BATCH]
         if hi is not None:
             kb = kb.filter(pc.less(batch, hi))
         if table is None:
@@ -275,7 +277,7 @@ class TaskInput:
         commits: dict[Any, tuple[np.ndarray, ...]] = {}
         owned: set[Any] = set()
         for v, a, b in zip(values, starts, ends):
-            w = K.hashable(v)
+            w = hashable(v)
             commits[w] = tuple(c[a:b] for c in cols)
             if owner[a:b].any():
                 owned.add(w)
@@ -305,10 +307,10 @@ class TaskInput:
             for i in range(reader.num_record_batches):
                 rb = reader.get_batch(i)
                 kind = rb.column(KIND_COLUMN)
-                batched = pc.or_(pc.equal(kind, K.EVENT), pc.equal(kind, K.KEY_BATCH))
+                batched = pc.or_(pc.equal(kind, K.EVENT), pc.equal(kind, KEY_BATCH))
                 batch = pc.fill_null(rb.column(BATCH_COLUMN), 0)  # null on state rows
-                if K.KB_BATCH in rb.schema.names:  # a key-batch row's batch
-                    batch = pc.if_else(pc.equal(kind, K.KEY_BATCH), pc.fill_null(rb.column(K.KB_BATCH), 0), batch)
+                if KB_BATCH in rb.schema.names:  # a key-batch row's batch
+                    batch = pc.if_else(pc.equal(kind, KEY_BATCH), pc.fill_null(rb.column(KB_BATCH), 0), batch)
                 keep = batched
                 if lo is not None:
                     keep = pc.and_(keep, pc.greater_equal(batch, lo))

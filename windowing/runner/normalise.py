@@ -40,6 +40,7 @@ from windowing.contract import (
     WINDOW_OUT_OF_RANGE,
     WORKER_KIND,
 )
+from windowing.kernel.inputs import hashable
 from windowing.runner.columns import (
     MAX_EPOCH_MS,
     MIN_EPOCH_MS,
@@ -225,7 +226,7 @@ def reject_committed(
 ) -> DataFrame:
     """Rows of a batch their worker already committed in an earlier partition."""
     wcol = pipeline.source.worker
-    last = {(K.hashable(r["worker"])): r["batch"] for r in worker_state if r["batch"] is not None}
+    last = {(hashable(r["worker"])): r["batch"] for r in worker_state if r["batch"] is not None}
     if not last:
         return norm
     wexpr = col(wcol) if wcol else F.lit(0)
@@ -289,7 +290,7 @@ def split_state(
             }
             for r in worker_rows
         ),
-        key=lambda w: repr(K.hashable(w["worker"])),
+        key=lambda w: repr(hashable(w["worker"])),
     )
     kind = (
         F.when(F.col("state_kind") == KEY_KIND, F.lit(K.STATE_KEY))

@@ -43,6 +43,8 @@ from windowing import prewindow
 from windowing.config import Pipeline
 from windowing.contract import BATCH_COLUMN, KIND_COLUMN
 from windowing.kernel import pieces
+from windowing.kernel.clocks import commit_summary, worker_timelines
+from windowing.kernel.inputs import hashable, task_derived, with_event_columns
 from windowing.runner import chunks, placement
 from windowing.runner.columns import arrow_types, spark_schema
 from windowing.runner.normalise import (
@@ -181,9 +183,7 @@ def replay_pass(
         return None  # not a hashed plan of whole workers (the kernel's job counts rejected rows)
     types = arrow_types(spark, plain)
     spec = K.Spec(pipeline=pipeline, input_types={c: types[c] for c in input_cols})
-    kernel_in, names, nparts = placement.kernel_input(
-        spark, pipeline, norm.drop(*K.task_derived(spec)), key_state, plan
-    )
+    kernel_in, names, nparts = placement.kernel_input(spark, pipeline, norm.drop(*task_derived(spec)), key_state, plan)
     schemas = output_schemas(spec)
     fn = PassTask(
         spec,
@@ -252,7 +252,7 @@ def _side_outputs(
     wcol = pipeline.source.worker
 
     def worker(r: dict[str, Any]) -> Any:
-        return K.hashable(r.get(wcol) if wcol else 0)
+        return hashable(r.get(wcol) if wcol else 0)
 
     sides = []
     for i in range(n):
@@ -370,7 +370,7 @@ class PassTask(KernelTask):
                     side.add(side_name("counters", i), encode_blob(counters_table({}, {}, self.rejected_by_part[i])))
                     yield side.batch(self.schema)
             return
-        table = K.with_event_columns(table, self.spec)
+        table = with_event_columns(table, self.spec)
         kind = table[KIND_COLUMN].to_numpy()
         is_event = kind == K.EVENT
         part = np.asarray(pc.fill_null(table[PART_COLUMN], -1).to_numpy(zero_copy_only=False), np.int64)
@@ -385,9 +385,9 @@ class PassTask(KernelTask):
             yield side.batch(self.schema)
             return
         table = table.drop_columns([PART_COLUMN])
-        own = K.commit_summary(table, self.spec)
+        own = commit_summary(table, self.spec)
         assert self.carried is not None
-        timelines, _ = K.worker_timelines(self.spec.pipeline, own, {w: s for w, s in self.carried.items() if w in own})
+        timelines, _ = worker_timelines(self.spec.pipeline, own, {w: s for w, s in self.carried.items() if w in own})
         timelines = {**self.timelines, **timelines}
         carried_rows: pa.Table | None = None
         state_rows = table.filter(pa.array(~is_event))
@@ -431,7 +431,7 @@ class PassTask(KernelTask):
                 before[w] = tuple(a[:k] for a in arrays)
         if not before:
             return None
-        _, rows = K.worker_timelines(self.spec.pipeline, before, {w: s for w, s in self.carried.items() if w in before})
+        _, rows = worker_timelines(self.spec.pipeline, before, {w: s for w, s in self.carried.items() if w in before})
         return encode_blob(pa.Table.from_pylist(rows, schema=self.schemas["state"]))
 
     def _add_part_outputs(self, side: SideBlobs, out: K.KernelOutput, i: int) -> None:

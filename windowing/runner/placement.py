@@ -55,6 +55,7 @@ from windowing import kernel as K
 from windowing.config import ConfigError, Pipeline
 from windowing.contract import EVENT_MS_COLUMN, KIND_COLUMN
 from windowing.kernel import slices
+from windowing.kernel.inputs import hashable
 from windowing.runner.columns import col, floor_div_expr
 from windowing.runner.normalise import REJECT_REASON
 
@@ -525,7 +526,7 @@ def hot_keys(pipeline: Pipeline, norm: DataFrame, plan: TaskPlan) -> dict[tuple[
         accepted.groupBy(*group).agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > threshold * fraction).toArrow()
     )
     return {
-        (K.hashable(r["__w"]) if wcol else 0, key_value(r, len(keys))): int(round(int(r["n"]) / fraction))
+        (hashable(r["__w"]) if wcol else 0, key_value(r, len(keys))): int(round(int(r["n"]) / fraction))
         for r in counted.to_pylist()
     }
 

@@ -35,6 +35,7 @@ from windowing import prewindow
 from windowing.config import Pipeline, Trigger
 from windowing.contract import EVENT_MS_COLUMN
 from windowing.kernel import slices
+from windowing.kernel.inputs import hashable, task_derived
 from windowing.runner import placement
 from windowing.runner.columns import arrow_types, col, spark_schema
 from windowing.runner.normalise import (
@@ -229,7 +230,7 @@ def _launch_kernel(
     # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
     # A sliced worker's events are placed by window, from their event time: kept for them.
     sliced = commits.plan is not None and bool(commits.plan.sliced or commits.plan.hot)
-    derived = K.task_derived(spec) - ({EVENT_MS_COLUMN} if sliced else set())
+    derived = task_derived(spec) - ({EVENT_MS_COLUMN} if sliced else set())
     # Rejected rows not counted yet (a plan made without a count) go to the tasks, which
     # count them by reason and leave them out: no job of their own for those counts.
     count_rejected = commits.rejected_counts is None
@@ -303,7 +304,7 @@ def _collect_side_outputs(
     rejected_counts = {n[len(REJECTED_COUNTER) :]: counts.pop(n) for n in counted}
 
     def worker(r: dict[str, Any]) -> Any:
-        return K.hashable(r.get(wcol) if wcol else 0)
+        return hashable(r.get(wcol) if wcol else 0)
 
     written = {worker(r) for r in task_rows}  # a task that had a worker's events wrote its row
     worker_rows = [r for r in driver_rows if worker(r) not in written] + task_rows

@@ -22,6 +22,8 @@ from pyspark import TaskContext
 
 from windowing import kernel as K
 from windowing.kernel import slices
+from windowing.kernel.clocks import commit_summary, worker_timelines
+from windowing.kernel.inputs import hashable, with_event_columns
 from windowing.runner import chunks, placement
 from windowing.runner.session import session_conf
 
@@ -152,11 +154,11 @@ class KernelTask:
         assert self.carried is not None
         spread, owned = source.timeline_commits(self.spec)
         commits = {**{w: c for w, c in own.items() if w not in spread}, **spread}
-        timelines, rows = K.worker_timelines(
+        timelines, rows = worker_timelines(
             self.spec.pipeline, commits, {w: s for w, s in self.carried.items() if w in commits}
         )
         wcol = self.spec.worker_col
-        rows = [r for r in rows if (w := K.hashable(r[wcol] if wcol else 0)) not in spread or w in owned]
+        rows = [r for r in rows if (w := hashable(r[wcol] if wcol else 0)) not in spread or w in owned]
         blob = encode_blob(pa.Table.from_pylist(rows, schema=self.schemas["state"])) if rows else None
         return {**self.timelines, **timelines}, blob
 
@@ -166,8 +168,8 @@ class KernelTask:
         timelines: Mapping[Any, K.Timeline] = self.timelines
         side = SideBlobs()
         if self.carried is not None:
-            table = K.with_event_columns(table, self.spec)
-            timelines, workers = self._task_timelines(source, K.commit_summary(table, self.spec))
+            table = with_event_columns(table, self.spec)
+            timelines, workers = self._task_timelines(source, commit_summary(table, self.spec))
             if workers is not None:
                 side.add("workers", workers)
         out = K.process(table, self.spec, timelines, self.flush, source.window_slice)

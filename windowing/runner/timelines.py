@@ -26,6 +26,8 @@ from windowing import kernel as K
 from windowing.config import ConfigError, Pipeline, WatermarkStrategy
 from windowing.contract import ARRIVAL_MS_COLUMN, BATCH_COLUMN, EVENT_MS_COLUMN
 from windowing.kernel import slices
+from windowing.kernel.clocks import worker_timelines
+from windowing.kernel.inputs import KB_BATCH, KB_CAND, KB_MAXARR, KB_MAXEV, KEY_BATCH, hashable
 from windowing.runner import chunks, placement
 from windowing.runner.columns import col, floor_div_expr
 from windowing.runner.normalise import REJECT_REASON
@@ -75,7 +77,7 @@ def worker_commits(
     and the kernel's job counts its rejected rows (``spark.rewindow.commits=hash`` plans
     every input so, ``count`` none)."""
     wcol = pipeline.source.worker
-    carried = {K.hashable(s["worker"]): s for s in worker_state}
+    carried = {hashable(s["worker"]): s for s in worker_state}
     mode = commits_mode(spark)
     events_per_task = placement.int_setting(spark, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK)
     small = rows_at_most is not None and rows_at_most <= events_per_task
@@ -84,7 +86,7 @@ def worker_commits(
         most = int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))  # rows not known: as Spark would
         hashed = placement.hashed_plan(worker_type, placement.session_slots(spark), rows_at_most, most)
         if hashed is not None:
-            timelines, worker_rows = K.worker_timelines(pipeline, {}, carried)
+            timelines, worker_rows = worker_timelines(pipeline, {}, carried)
             return WorkerCommits(None, carried, hashed, timelines, worker_rows)
     wexpr = col(wcol) if wcol else F.lit(0)
     with naming_bad_files(inputs):
@@ -103,7 +105,7 @@ def worker_commits(
         if plan.spread and sliceable:
             with naming_bad_files(inputs):
                 plan = placement.with_hot_keys(plan, placement.hot_keys(pipeline, norm, plan))
-        timelines, worker_rows = K.worker_timelines(
+        timelines, worker_rows = worker_timelines(
             pipeline, {}, {w: s for w, s in carried.items() if w not in worker_events}
         )
         return WorkerCommits(rejected_counts, carried, plan, timelines, worker_rows)
@@ -130,7 +132,7 @@ def _folded_counts(folded: pa.Table) -> tuple[dict[str, int], dict[Any, int]]:
     per_worker: dict[Any, int] = {}
     for r in folded.to_pylist():
         if r[REJECT_REASON] is None:
-            per_worker[K.hashable(r["__w"])] = per_worker.get(K.hashable(r["__w"]), 0) + int(r["n"])
+            per_worker[hashable(r["__w"])] = per_worker.get(hashable(r["__w"]), 0) + int(r["n"])
         else:
             rejected[r[REJECT_REASON]] = rejected.get(r[REJECT_REASON], 0) + int(r["n"])
     return rejected, per_worker
@@ -163,7 +165,7 @@ def summary_timelines(
     reject reason, if it has that column, are left out) and the carried worker rows."""
     if REJECT_REASON in summary.column_names:
         summary = summary.filter(pc.is_null(summary[REJECT_REASON]))
-    return K.worker_timelines(pipeline, _commits(summary), {K.hashable(s["worker"]): s for s in worker_state})
+    return worker_timelines(pipeline, _commits(summary), {hashable(s["worker"]): s for s in worker_state})
 
 
 def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
@@ -178,7 +180,7 @@ def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
     for i, wv in enumerate(enc.dictionary.to_pylist()):
         sel = np.flatnonzero(ids == i)
         sel = sel[np.argsort(cols[0][sel], kind="stable")]
-        out[K.hashable(wv)] = tuple(c[sel].astype(np.int64) for c in cols)
+        out[hashable(wv)] = tuple(c[sel].astype(np.int64) for c in cols)
     return out
 
 
@@ -238,7 +240,7 @@ def split_timeline_rows(pipeline: Pipeline, norm: DataFrame, plan: placement.Tas
         cand.alias(chunks.TL_CAND),
         F.max(ARRIVAL_MS_COLUMN).alias(chunks.TL_MAX),
         F.min(ARRIVAL_MS_COLUMN).alias(chunks.TL_MIN),
-        F.max(EVENT_MS_COLUMN).alias(K.KB_MAXEV),
+        F.max(EVENT_MS_COLUMN).alias(KB_MAXEV),
     )
     packs = _packed(summary, ["__pfirst", "__pn"], chunks.TL_BATCH, pipeline)
     copies = packs.select("*", F.explode(F.sequence(F.lit(0), F.col("__pn") - 1)).alias("__bucket"))
@@ -315,16 +317,16 @@ def _hot_key_batch_packs(pipeline: Pipeline, norm: DataFrame, plan: placement.Ta
     group = [
         *([col(wcol).alias(_PACK_WORKER)] if wcol else []),
         *[col(k).alias(f"{_PACK_KEY}{i}") for i, k in enumerate(keys)],
-        F.col(BATCH_COLUMN).alias(K.KB_BATCH),
+        F.col(BATCH_COLUMN).alias(KB_BATCH),
         F.col("__hfirst"),
         F.col("__hn"),
     ]
     summary = accepted.groupBy(*group).agg(
-        cand.alias(K.KB_CAND), F.max(EVENT_MS_COLUMN).alias(K.KB_MAXEV), F.max(ARRIVAL_MS_COLUMN).alias(K.KB_MAXARR)
+        cand.alias(KB_CAND), F.max(EVENT_MS_COLUMN).alias(KB_MAXEV), F.max(ARRIVAL_MS_COLUMN).alias(KB_MAXARR)
     )
-    packs = _packed(summary, ["__hfirst", "__hn"], K.KB_BATCH, pipeline)
+    packs = _packed(summary, ["__hfirst", "__hn"], KB_BATCH, pipeline)
     copies = packs.select("*", F.explode(F.sequence(F.lit(0), F.col("__hn") - 1)).alias("__bucket"))
     return copies.select(
         (F.col("__hfirst") + F.col("__bucket")).alias(placement.TASK_COLUMN),
-        _pack_header(K.KEY_BATCH, F.lit(False), F.col("__bucket"), F.col("__hn")),
+        _pack_header(KEY_BATCH, F.lit(False), F.col("__bucket"), F.col("__hn")),
     )

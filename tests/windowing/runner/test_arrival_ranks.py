@@ -18,6 +18,7 @@ from tests.support.generators import cases, histories, pipelines
 from tests.support.kernel_harness import events_table, normalise_rows, summary_table
 from windowing import kernel as K
 from windowing.config import WatermarkStrategy
+from windowing.kernel.inputs import ARRIVAL_RANK, with_arrival_ranks, with_event_columns
 from windowing.runner.timelines import summary_timelines
 
 
@@ -32,9 +33,9 @@ def test_a_ranked_subset_replays_as_the_same_rows_unranked(pipeline, rows, data)
     spec = K.Spec(pipeline=pipeline, input_types=types)
     pick = min if pipeline.window.watermark_strategy is WatermarkStrategy.MIN_EVENT_TIME else max
     timelines, _ = summary_timelines(pipeline, summary_table(valid, pick), [])
-    table = K.with_event_columns(events_table(valid, types), spec)
-    ranked = K.with_arrival_ranks(table, spec)
-    assert sorted(ranked[K.ARRIVAL_RANK].to_pylist()) == list(range(table.num_rows))
+    table = with_event_columns(events_table(valid, types), spec)
+    ranked = with_arrival_ranks(table, spec)
+    assert sorted(ranked[ARRIVAL_RANK].to_pylist()) == list(range(table.num_rows))
     keep = pa.array(data.draw(st.lists(st.booleans(), min_size=table.num_rows, max_size=table.num_rows)), pa.bool_())
     order = np.array(data.draw(st.permutations(range(pc.sum(keep.cast(pa.int64())).as_py() or 0))), np.int64)
     subset = ranked.filter(keep).take(pa.array(order, pa.int64()))  # any row order, as a task gets it

@@ -12,6 +12,7 @@ import pytest
 
 from windowing import kernel as K
 from windowing import parse_pipeline
+from windowing.kernel.inputs import task_derived, with_event_columns
 from windowing.runner.columns import MAX_EPOCH_MS, MIN_EPOCH_MS, arrow_types
 from windowing.runner.normalise import normalise
 
@@ -61,11 +62,11 @@ def test_tasks_derive_the_engines_time_columns(spark, case):
     df = spark.createDataFrame(rows, "ts timestamp, ts2 timestamp, n long, n2 long, d date, b long, b32 int")
     pipeline = _pipeline(arrival, event, batch)
     spec = K.Spec(pipeline=pipeline, input_types=arrow_types(spark, df))
-    derived = K.task_derived(spec)
+    derived = task_derived(spec)
     assert derived == {"__arr", "__evt", "__batch"}
     expected = normalise(pipeline, df).select("__arr", "__evt", "__batch", "reason").toArrow()
     assert expected["reason"].null_count == len(rows)  # every row is replayed
-    table = K.with_event_columns(df.toArrow(), spec)
+    table = with_event_columns(df.toArrow(), spec)
     for c in ("__arr", "__evt", "__batch"):
         assert table[c].to_pylist() == expected[c].to_pylist(), c
     assert set(table["__kind"].to_pylist()) == {K.EVENT}
@@ -75,7 +76,7 @@ def test_strings_and_local_timestamps_stay_with_spark(spark):
     df = spark.createDataFrame([("2024-01-01 00:00:00", datetime(2024, 1, 1))], "s string, l timestamp_ntz")
     for arrival in ("s", "l"):
         spec = K.Spec(pipeline=_pipeline(arrival, arrival, {"interval": "1s"}), input_types=arrow_types(spark, df))
-        assert K.task_derived(spec) == frozenset()
+        assert task_derived(spec) == frozenset()
 
 
 # --------------------------------------------------------------------------- the representable range
@@ -123,7 +124,7 @@ def test_integer_times_outside_the_range_are_rejected_without_overflow(spark, ba
     spec = K.Spec(pipeline=pipeline, input_types=arrow_types(spark, df))
     accepted = normalise(pipeline, df).where("reason is null")
     expected = accepted.select("__arr", "__evt", "__batch").toArrow()
-    table = K.with_event_columns(accepted.select(*df.columns).toArrow(), spec)
+    table = with_event_columns(accepted.select(*df.columns).toArrow(), spec)
     for c in ("__arr", "__evt", "__batch"):
         assert table[c].to_pylist() == expected[c].to_pylist(), c
 
