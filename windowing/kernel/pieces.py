@@ -81,7 +81,7 @@ def state_input_rows(state: pa.Table, spec: Spec) -> pa.Table:
 def merged_commits(
     parts: Iterable[Mapping[Any, tuple[np.ndarray, ...]]], minimum: bool
 ) -> dict[Any, tuple[np.ndarray, ...]]:
-    """Per-worker commit summaries (:func:`windowing.kernel.commit_summary`) of several
+    """Per-worker commit summaries (:func:`windowing.kernel.clocks.commit_summary`) of several
     slices of the same events, as one: per batch the candidate's min (``minimum``) or max,
     the greatest and the smallest arrival."""
     lists: dict[Any, list[tuple[np.ndarray, ...]]] = {}

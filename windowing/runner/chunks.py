@@ -4,7 +4,7 @@ replayed a bounded piece at a time.
 Spark hands a task its partition as a stream of Arrow batches. Up to ``limit`` rows
 (``spark.rewindow.eventsPerChunk``) they are kept and replayed in one kernel call, as
 before. Past it, every batch is written, with the columns the kernel derives
-(:func:`windowing.kernel.with_event_columns`), to an Arrow IPC file in the executor's
+(:func:`windowing.kernel.inputs.with_event_columns`), to an Arrow IPC file in the executor's
 local folder (``SPARK_LOCAL_DIRS``, where Spark spills its own shuffle files), while the
 events per batch are counted and, when the task builds its workers' timelines, their
 commits summed up batch by batch. The task's batches are then cut into pieces of at most
@@ -49,7 +49,7 @@ KB_SLICE, KB_SLICES = "__kb_slice", "__kb_slices"
 #: (:func:`windowing.runner.timelines.split_timeline_rows`): rows of their own, with one
 #: struct column (the events carry it null, not a dozen columns, each of which costs in
 #: the Arrow hand-over of every row): ``kind``
-#: (:data:`TIMELINE_KIND` or ``kernel.KEY_BATCH``), ``owner`` (the task writes the worker's
+#: (:data:`TIMELINE_KIND` or ``kernel.inputs.KEY_BATCH``), ``owner`` (the task writes the worker's
 #: state row), ``slice`` and ``slices`` (the task's slice, or null) and ``rows`` (a block
 #: of rows as Arrow IPC bytes, :class:`PackRows`).
 PACKED = "__packed"
@@ -100,7 +100,7 @@ class TaskInput:
     rows are in a local Arrow file, read back a piece at a time (:meth:`piece`), with
     ``batches``/``counts`` (the events per batch, batches sorted) and, with
     ``summarise``, ``commits`` (each worker's commits, as
-    :func:`windowing.kernel.commit_summary` gives them for the whole task).
+    :func:`windowing.kernel.clocks.commit_summary` gives them for the whole task).
     """
 
     def __init__(
@@ -260,7 +260,7 @@ class TaskInput:
 
     def timeline_commits(self, spec: K.Spec) -> tuple[dict[Any, tuple[np.ndarray, ...]], set[Any]]:
         """The spread workers' commits from the timeline rows (as
-        :func:`windowing.kernel.commit_summary` gives them), and the workers whose state
+        :func:`windowing.kernel.clocks.commit_summary` gives them), and the workers whose state
         row this task writes."""
         if not self.timeline_rows:
             return {}, set()

@@ -45,7 +45,7 @@ def epoch_ms_unchecked(name: str, dtype: DataType) -> Column:
     it has an offset). Anything else gives null. No value overflows here: integers are
     taken as they are, timestamps divided, dates (32-bit days) multiplied into 64 bits.
     Tasks compute the same from zoned timestamps, dates and integers
-    (``kernel.task_derived``), for the rows :func:`epoch_ms` accepts.
+    (``kernel.inputs.task_derived``), for the rows :func:`epoch_ms` accepts.
     """
     c = col(name)
     if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):

@@ -142,7 +142,7 @@ def check_columns(pipeline: Pipeline, df: DataFrame) -> None:
 
 def _floor_div(F: ModuleType, df: DataFrame, name: str, source: str, divisor: int) -> DataFrame:
     """``df`` with ``name`` = floor(``source`` / divisor), exact in 64-bit integers (Spark's
-    ``/`` goes through doubles). Tasks compute the same (``kernel.with_event_columns``)."""
+    ``/`` goes through doubles). Tasks compute the same (``kernel.inputs.with_event_columns``)."""
     return df.withColumn(name, F.expr(floor_div_expr(source, divisor)))
 
 

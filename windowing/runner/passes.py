@@ -9,7 +9,7 @@ state the one before left: the contract's "a replay in pieces equals a replay in
 (:mod:`windowing.kernel.pieces`), with a piece boundary at every partition edge. What a
 piece emits is its partition's (its aggregates, late events, counters and lateness
 values), and the state a piece leaves is its partition's closing state, with its workers'
-rows at that edge (:func:`windowing.kernel.worker_timelines` over the commits before it).
+rows at that edge (:func:`windowing.kernel.clocks.worker_timelines` over the commits before it).
 
 A pass is exact when each partition's rows lie in its own batches, and the batches of
 one partition come before the next one's (the contract: "a batch never straddles a

@@ -396,7 +396,7 @@ def placement_columns(df: DataFrame, pipeline: Pipeline, plan: TaskPlan) -> tupl
     schema = StructType(
         [StructField("__pw", dtype), StructField("__pfirst", IntegerType()), StructField("__pn", IntegerType())]
     )
-    # Plain values again (``kernel.hashable``'s one NaN is a float subclass Spark refuses).
+    # Plain values again (``kernel.inputs.hashable``'s one NaN is a float subclass Spark refuses).
     table = df.sparkSession.createDataFrame(
         [(float(w) if isinstance(w, float) else w, v[0], v[1]) for w, v in entries.items()], schema
     )

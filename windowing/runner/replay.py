@@ -227,7 +227,7 @@ def _launch_kernel(
     types = arrow_types(spark, events_df)
     spec = K.Spec(pipeline=pipeline, input_types={c: types[c] for c in input_cols})
     # Events go to the tasks as they came; the tasks compute the internal columns they can
-    # (kernel.task_derived) rather than have them shuffled and converted to Arrow.
+    # (kernel.inputs.task_derived) rather than have them shuffled and converted to Arrow.
     # A sliced worker's events are placed by window, from their event time: kept for them.
     sliced = commits.plan is not None and bool(commits.plan.sliced or commits.plan.hot)
     derived = task_derived(spec) - ({EVENT_MS_COLUMN} if sliced else set())

@@ -170,7 +170,7 @@ def summary_timelines(
 
 def _commits(summary: pa.Table) -> dict[Any, tuple[np.ndarray, ...]]:
     """:func:`_summary` per worker: batches in order, candidates, greatest and smallest
-    arrivals (the input of :func:`windowing.kernel.worker_timelines`)."""
+    arrivals (the input of :func:`windowing.kernel.clocks.worker_timelines`)."""
     out: dict[Any, tuple[np.ndarray, ...]] = {}
     if not summary.num_rows:
         return out
