@@ -329,8 +329,9 @@ class PassTask(KernelTask):
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         settle_worker()
         self.rejected_by_part = {}
+        assert self.rejected_column is not None
         source = chunks.TaskInput(
-            self._accepted_by_part(batches), self.names, self.spec, limit=1 << 62, summarise=False
+            self._accepted(batches, self.rejected_column), self.names, self.spec, limit=1 << 62, summarise=False
         )
         try:
             table = source.table
@@ -341,25 +342,12 @@ class PassTask(KernelTask):
         finally:
             source.close()
 
-    def _accepted_by_part(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """``batches`` without their rejected rows, counted by (partition, reason)."""
-        column = self.rejected_column
-        assert column is not None
-        for batch in batches:
-            i = batch.schema.get_field_index(column)
-            reasons = batch.column(i)
-            rest = [j for j in range(batch.num_columns) if j != i]
-            if reasons.null_count == batch.num_rows:
-                yield batch.select(rest)
-                continue
-            rejected = batch.filter(pc.is_valid(reasons))
-            counted = rejected.select([PART_COLUMN, column]).to_pandas().value_counts()
-            for (part, reason), n in counted.items():
-                by_reason = self.rejected_by_part.setdefault(int(part), {})
-                by_reason[reason] = by_reason.get(reason, 0) + int(n)
-            accepted = batch.filter(pc.is_null(reasons)).select(rest)
-            if accepted.num_rows:
-                yield accepted
+    def _count_rejected(self, batch: pa.RecordBatch, column: str) -> None:
+        """Count ``batch``'s rejected rows by (partition, reason) into ``self.rejected_by_part``."""
+        rejected = batch.filter(pc.is_valid(batch.column(column)))
+        for (part, reason), n in rejected.select([PART_COLUMN, column]).to_pandas().value_counts().items():
+            by_reason = self.rejected_by_part.setdefault(int(part), {})
+            by_reason[reason] = by_reason.get(reason, 0) + int(n)
 
     def _replay(self, table: pa.Table | None) -> Iterator[pa.RecordBatch]:
         n = len(self.ranges)

@@ -131,7 +131,7 @@ class KernelTask:
 
     def _accepted(self, batches: Iterable[pa.RecordBatch], column: str) -> Iterator[pa.RecordBatch]:
         """``batches`` without ``column`` and without their rejected rows (those with a
-        reason in it), counted by reason into ``self.rejected``."""
+        reason in it), each batch's rejected rows counted by :meth:`_count_rejected`."""
         for batch in batches:
             i = batch.schema.get_field_index(column)
             reasons = batch.column(i)
@@ -139,11 +139,15 @@ class KernelTask:
             if reasons.null_count == batch.num_rows:
                 yield batch.select(rest)
                 continue
-            for r in pc.value_counts(reasons.drop_null()).to_pylist():
-                self.rejected[r["values"]] = self.rejected.get(r["values"], 0) + int(r["counts"])
+            self._count_rejected(batch, column)
             accepted = batch.filter(pc.is_null(reasons)).select(rest)
             if accepted.num_rows:
                 yield accepted
+
+    def _count_rejected(self, batch: pa.RecordBatch, column: str) -> None:
+        """Count ``batch``'s rejected rows (a reason in ``column``) by reason into ``self.rejected``."""
+        for r in pc.value_counts(batch.column(column).drop_null()).to_pylist():
+            self.rejected[r["values"]] = self.rejected.get(r["values"], 0) + int(r["counts"])
 
     def _task_timelines(
         self, source: chunks.TaskInput, own: Mapping[Any, tuple[np.ndarray, ...]]
