@@ -13,6 +13,8 @@ import re
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
+from windowing.storage.names import display
+
 
 class InputError(ValueError):
     """Events cannot be read. The message names the path (the file, when one is bad)."""
@@ -65,8 +67,6 @@ def input_error_from(exc: BaseException, files: Iterable[str]) -> InputError | N
     Spark reads data pages lazily, at the first action: a file whose footer is fine but
     whose pages are damaged fails there, deep inside a job.
     """
-    from windowing.storage.lake import display  # noqa: PLC0415 - lake imports local_files, which imports this module
-
     bad = file_named_in(exc, files)
     if bad is None:
         return None

@@ -37,6 +37,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, cast
 from windowing.jvm_lookups import remember_jvm_lookups
 from windowing.storage import local_files
 
+# Re-exported: most callers take them from here, beside the Lake they display paths of.
+from windowing.storage.names import display as display
+from windowing.storage.names import hidden as hidden
+from windowing.storage.names import time_kind as time_kind
+from windowing.storage.names import time_ms as time_ms
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
@@ -103,21 +109,6 @@ def glob_escape(path: str) -> str:
     Every read path rewindow builds from a folder name goes through here; a pattern it adds
     itself (``*``) is appended after."""
     return _GLOB_CHARS.sub(r"\\\1", path)
-
-
-def display(path: str) -> str:
-    """How a path is shown in messages: local paths without ``file:``."""
-    if path.startswith("file:///"):
-        return path[len("file://") :]
-    return path[len("file:") :] if path.startswith("file:/") and not path.startswith("file://") else path
-
-
-def hidden(name: str) -> bool:
-    """Names Spark's file index skips (``_SUCCESS``, ``.crc`` files, ``_temporary/``), as
-    Spark 4's ``HadoopFSUtils.shouldFilterOutPathName`` and the file index's data-path
-    rule do: a name starting with ``_`` (unless it holds ``=``, a partition folder) or
-    ``.``, and an upload in progress (``part-9.parquet._COPYING_``)."""
-    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
 
 
 @dataclass(frozen=True)
@@ -609,11 +600,6 @@ class Lake:
             reader.close()
 
 
-#: Milliseconds per unit of a time column's raw integers, by :func:`time_kind` (a divisor
-#: below one unit of ms: micros, nanos).
-_PER_MS = {"millis": 1, "ms": 1, "micros": 1000, "nanos": 1_000_000}
-
-
 def _struct_type(schema_json: str) -> StructType:
     """A JVM schema's JSON as PySpark's ``StructType``. Only a classic session's JVM gives
     one, so pyspark is loaded then, and importing this module (the command line's path
@@ -621,28 +607,3 @@ def _struct_type(schema_json: str) -> StructType:
     from pyspark.sql.types import StructType  # noqa: PLC0415 - only with a session: keeps `import windowing` light
 
     return StructType.fromJson(json.loads(schema_json))
-
-
-def time_ms(raw: int | None, kind: str) -> int | None:
-    """A time column's raw Parquet value (:func:`time_kind`: ``millis``, ``micros``,
-    ``nanos``, ``days`` or ``ms``) in ms since the epoch; floored, which keeps every row in
-    its hour (hour edges are whole ms)."""
-    if raw is None:
-        return None
-    return raw * 86_400_000 if kind == "days" else raw // _PER_MS[kind]
-
-
-def time_kind(physical: str, logical: str | None) -> str | None:
-    """What a Parquet column's raw integers count, from its physical type and its logical
-    type as parquet-java or pyarrow names it (``TIMESTAMP(MICROS,true)``, ``Timestamp(...,
-    timeUnit=microseconds, ...)``, ``DATE``/``Date``, ``INTEGER(64,true)``/``Int(...)``):
-    ``millis``, ``micros``, ``nanos``, ``days``, ``ms`` (an integer column of ms since the
-    epoch, docs/semantics.md §1), or None (a string, INT96, anything else)."""
-    text = (logical or "").lower()
-    if text.startswith("timestamp"):
-        return next((unit for unit in ("millis", "micros", "nanos") if unit in text), None)  # MICROS, microseconds
-    if text.startswith("date"):
-        return "days"
-    if physical in ("INT64", "INT32") and (text in ("", "none", "null") or text.startswith(("int", "integer"))):
-        return "ms"
-    return None

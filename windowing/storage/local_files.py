@@ -21,6 +21,7 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from windowing.storage.errors import InputError
+from windowing.storage.names import time_kind, time_ms
 
 #: Bytes per checksum of Hadoop's local ``.crc`` files (``file.bytes-per-checksum``).
 CRC_CHUNK = 512
@@ -84,8 +85,6 @@ def parquet_footer(path: str, column: str | None) -> tuple[int | None, tuple[int
     row groups (None when the statistics do not tell); ``(None, None)`` when it is not
     readable Parquet."""
     import pyarrow.parquet as pq  # noqa: PLC0415 - only `rewindow status` reads a footer here
-
-    from windowing.storage.lake import time_kind, time_ms  # noqa: PLC0415 - lake imports this module
 
     try:
         meta = pq.read_metadata(path)
