@@ -7,7 +7,8 @@ file operations are allowed only where the path is local by design: the pipeline
 sample-history generator (``sample.py``, which writes local test and demo data), the
 embedded Derby metastore's folder (``metastore.py``), a kernel task's spill folder
 (``chunks.py``: the executor's own local folder, ``SPARK_LOCAL_DIRS``, as Spark's shuffle),
-and the driver's own small files on a local folder (``storage/local_files.py``: ``Lake``
+the driver JVM's archive of Spark's classes (``runner/jvm_classes.py``: the driver's cache
+folder, beside the java binary and pyspark's jars it is made for), and the driver's own small files on a local folder (``storage/local_files.py``: ``Lake``
 calls it only for a path its ``_local`` finds on the driver's disk).
 """
 
@@ -41,6 +42,7 @@ LOCAL_BY_DESIGN = {
     "orchestration/definitions.py",
     "windowing/metastore.py",
     "windowing/runner/chunks.py",
+    "windowing/runner/jvm_classes.py",
     "windowing/storage/local_files.py",
 }
 

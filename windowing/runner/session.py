@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from windowing.jvm_lookups import remember_jvm_lookups
+from windowing.runner import jvm_classes
 from windowing.storage.lake import is_connect
 
 if TYPE_CHECKING:
@@ -180,6 +181,7 @@ def spark_session(
         os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    jvm_classes.use_archive()  # the driver JVM maps Spark's classes from an archive, once there is one
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)
