@@ -1227,15 +1227,20 @@ def test_a_late_file_shows_unsynced_and_warns_then_automation_catches_up(ui, dem
     browser = Chromium(binary, profile)
     try:
         page = browser.new_page()
+        toggled = time.time()
         _toggle_sensor(page, ui, "landing_zone_sensor")
-        # Its first tick observes the changed day and reports the warning checks.
+        # Its first tick observes the changed days and reports the warning checks: the
+        # changed day's evaluation (the latest materialization's is the last day's).
         deadline = time.monotonic() + 180
-        latest = {}
-        while time.monotonic() < deadline:
-            latest = _latest_check_status(ui, aggregates).get(INPUT_CHECK) or {}
-            if latest.get("status") == "FAILED" and latest.get("partition") == DAYS[0]:
-                break
-            time.sleep(2)
+        latest: dict = {}
+        while time.monotonic() < deadline and not latest:
+            execs = ui.query(RUN_EXECUTIONS_QUERY, assetKey=_key(*aggregates), checkName=INPUT_CHECK)
+            reported = [
+                e for e in execs["assetCheckExecutions"] if e["partition"] == DAYS[0] and e["timestamp"] >= toggled - 1
+            ]
+            latest = max(reported, key=lambda e: e["timestamp"], default={})
+            if not latest:
+                time.sleep(2)
         assert latest.get("status") == "FAILED", (latest, _sensors(ui)["landing_zone_sensor"])
         assert LATE_FILE in latest["evaluation"]["description"], latest
         assert latest["evaluation"]["severity"] == "WARN"
