@@ -8,8 +8,9 @@ sample-history generator (``sample.py``, which writes local test and demo data),
 embedded Derby metastore's folder (``metastore.py``), a kernel task's spill folder
 (``chunks.py``: the executor's own local folder, ``SPARK_LOCAL_DIRS``, as Spark's shuffle),
 the driver JVM's archive of Spark's classes (``runner/jvm_classes.py``: the driver's cache
-folder, beside the java binary and pyspark's jars it is made for), and the driver's own small files on a local folder (``storage/local_files.py``: ``Lake``
-calls it only for a path its ``_local`` finds on the driver's disk).
+folder, beside the java binary and pyspark's jars it is made for), and the driver's own
+small files on a local folder (``storage/local_files.py``: ``Lake`` calls it only for a
+path its ``_local`` finds on the driver's disk).
 """
 
 from __future__ import annotations
