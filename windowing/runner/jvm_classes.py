@@ -2,8 +2,8 @@
 
 Every ``rewindow`` command and every Dagster or Airflow run is a process of its own, with a
 Spark driver JVM of its own. Loading and verifying Spark's classes is a large part of a
-short driver's time (measured: docs/architecture.md, "A cold process"). The JVM maps the archived classes instead of
-loading them (JDK 13+ dynamic archives: ``-XX:ArchiveClassesAtExit`` writes one,
+short driver's time (measured: docs/architecture.md, "A cold process"). The JVM maps the
+archived classes instead of loading them (JDK 13+ dynamic archives: ``-XX:ArchiveClassesAtExit`` writes one,
 ``-XX:SharedArchiveFile`` maps it); what runs is unchanged, and a JVM whose class path or
 build does not match the archive ignores it (silently: its CDS messages are off).
 
@@ -44,6 +44,8 @@ KEEP_OTHERS = 2
 QUIET = "-Xlog:cds*=off"
 #: A maker's lock older than this is taken as left by a killed maker.
 STALE_LOCK_S = 900
+#: The argument :func:`start_making` passes its maker: the maker removes the lock when done.
+HOLDING_LOCK = "--holding-lock"
 #: The JVM options that already choose an archive (the caller's, or the tests').
 _ARCHIVE_OPTS = ("SharedArchiveFile", "ArchiveClassesAtExit")
 
@@ -162,12 +164,11 @@ def start_making(archive: Path) -> bool:
     try:
         with open(archive.with_suffix(".log"), "wb") as log:
             subprocess.Popen(
-                [sys.executable, "-m", "windowing.runner.jvm_classes", str(archive)],
+                [sys.executable, "-m", "windowing.runner.jvm_classes", str(archive), HOLDING_LOCK],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # outlives this process: a short command does not wait for it
-                env={k: v for k, v in os.environ.items() if k != "SPARK_SUBMIT_OPTS"},
             )
     except OSError:
         lock.unlink(missing_ok=True)
@@ -225,14 +226,17 @@ def make(archive: Path, timeout: float = 600) -> bool:
 
 def main(argv: list[str]) -> int:
     os.nice(10)  # beside the runs that wanted it: they go first
-    archive = Path(argv[0]) if argv else archive_path()
+    holding = HOLDING_LOCK in argv
+    paths = [a for a in argv if a != HOLDING_LOCK]
+    archive = Path(paths[0]) if paths else archive_path()
     if archive is None:
         print(f"no archive: no java found, or {SWITCH_ENV}=off", file=sys.stderr)
         return 1
     try:
         ok = make(archive)
     finally:
-        _lock(archive).unlink(missing_ok=True)
+        if holding:  # the lock start_making took for this process (a maker by hand takes none)
+            _lock(archive).unlink(missing_ok=True)
     print(f"{archive}: {'written' if ok else 'not written'}", file=sys.stderr)
     return 0 if ok else 1
 
