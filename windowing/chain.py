@@ -42,7 +42,7 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Protocol, Sequence
 
@@ -54,8 +54,10 @@ from windowing.catalog import CatalogError
 from windowing.config import ConfigError
 from windowing.metrics import ReplayMetrics
 from windowing.partitions import Partitions
+from windowing.runner import placement
 from windowing.runner.normalise import StateMismatchError
-from windowing.runner.replay import replay
+from windowing.runner.passes import PART_COLUMN, batch_ranges, replay_pass
+from windowing.runner.replay import release_held, replay
 from windowing.storage import input_record, store
 from windowing.storage.commits import (
     FAILURES,
@@ -67,7 +69,8 @@ from windowing.storage.commits import (
 from windowing.storage.errors import InputError, OutputError, StateError, missing_path
 from windowing.storage.lake import Lake, glob_escape, inside, is_connect, join
 from windowing.storage.outputs import read_state, read_state_and_commit, stage_outputs
-from windowing.validation import CheckResult, blocking_failures, run_checks
+from windowing.storage.pass_outputs import stage_pass
+from windowing.validation import CheckResult, blocking_failures, run_checks, run_checks_together
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,6 +80,14 @@ if TYPE_CHECKING:
     from windowing.storage.commits import Commit
     from windowing.storage.lake import Entry
     from windowing.storage.outputs import ReplayOutputs, Staged
+
+#: Spark setting: partitions one pass replays at most (:meth:`Chain.pass_keys`); ``1``
+#: replays them one by one, ``0`` (the default) as many as the events allow.
+PASS_CONF = "spark.rewindow.partitionsPerPass"
+
+#: Partitions of a pass whose checks are counted in one Spark job (their plan grows with
+#: each: a day of hours).
+CHECKS_TOGETHER = 24
 
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
@@ -181,6 +192,8 @@ class _StagedPartition:
     seconds: float  # replay and write time
     #: The landed files the partition read (None: a flat landing zone, not tracked per partition).
     inputs: input_record.InputRecord | None = None
+    #: Its check results, when its pass ran every partition's checks together (None: not yet run).
+    checks: tuple[CheckResult, ...] | None = None
 
     @property
     def run_path(self) -> str:
@@ -566,17 +579,39 @@ class Chain:
         start: PartitionResult | _StagedPartition | None = before
         known = landing.KnownSchemas()  # the landing zone's schema, inferred once for the run
         staged: _StagedPartition | None = None  # replayed, not yet handed to an audit
+        queue: list[_StagedPartition] = []  # replayed by a pass, not yet handed to an audit
         audit: tuple[int, Future[PartitionResult]] | None = None
+        passes = self.passes_allowed()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rewindow-audit") as audits:
             try:
                 for i, key in enumerate(keys, 1):
                     try:
-                        staged = self._stage(
-                            key,
-                            start,
-                            flush=flush_at_end and key == keys[-1],
-                            known=known,
-                            position=f" ({i} of {len(keys)})" if len(keys) > 1 else "",
+                        if not queue:
+                            group = self.pass_keys(keys[i - 1 :]) if passes else [key]
+                            if len(group) > 1:
+                                queue = (
+                                    self._stage_pass(
+                                        group,
+                                        start,
+                                        flush=flush_at_end and group[-1] == keys[-1],
+                                        known=known,
+                                        first=i,
+                                        n=len(keys),
+                                        checks=checks,
+                                    )
+                                    or []
+                                )
+                                passes = bool(queue)  # refused once (the data's batches): refused again
+                        staged = (
+                            queue.pop(0)
+                            if queue
+                            else self._stage(
+                                key,
+                                start,
+                                flush=flush_at_end and key == keys[-1],
+                                known=known,
+                                position=f" ({i} of {len(keys)})" if len(keys) > 1 else "",
+                            )
                         )
                     except Exception as exc:
                         if audit is None:
@@ -596,8 +631,9 @@ class Chain:
                 if audit is not None:
                     yield from self._finish(audit, len(keys))
             finally:
-                if staged is not None:  # replayed after a partition that was not committed
-                    staged.discard()
+                for left in [staged, *queue]:  # replayed after a partition that was not committed
+                    if left is not None:
+                        left.discard()
 
     def _finish(
         self, audit: tuple[int, Future[PartitionResult]], n: int
@@ -719,6 +755,160 @@ class Chain:
                 key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began, record
             )
 
+    # ----------------------------------------------------------------- passes
+
+    def passes_allowed(self) -> bool:
+        """Whether this chain's runs may replay many partitions in one pass
+        (:mod:`windowing.runner.passes`): a classic session, a landing zone of Parquet day
+        folders, and :data:`PASS_CONF` not 1."""
+        if self.spark is None or is_connect(self.spark) or self.partition_column is None:
+            return False
+        if self.pipeline.source.format != "parquet" or type(self).read_events is not Chain.read_events:
+            return False
+        return placement.int_setting(self.spark, PASS_CONF, 0) != 1
+
+    def pass_keys(self, keys: Sequence[str]) -> list[str]:
+        """The first partitions of ``keys`` (oldest first) one pass replays: whole days of
+        them while their events (the day folders' footers) stay within one kernel task's
+        (``spark.rewindow.eventsPerTask``, what holds every worker whole in one task), and
+        at most :data:`PASS_CONF` partitions (0: no limit). At least the first."""
+        most = placement.int_setting(self.session, PASS_CONF, 0)
+        budget = placement.int_setting(self.session, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK)
+        assert self.partition_column is not None
+        lake = Lake(self.spark)
+        rows, day_seen, out = 0, None, []
+        for key in keys:
+            day = landing.day_of(*self.partitions.window(key))
+            if day != day_seen:
+                folder = join(self.landing_zone, landing.day_folder(self.partition_column, day))
+                try:
+                    rows += sum(lake.parquet_rows(e.path) for e in lake.files(folder, within=self.landing_zone))
+                except Exception:  # noqa: BLE001 - a bad file: its own partition's read names it
+                    break
+                if rows > budget:
+                    break
+                day_seen = day
+            out.append(key)
+            if most and len(out) >= most:
+                break
+        return out or list(keys[:1])
+
+    def _stage_pass(
+        self,
+        keys: list[str],
+        start: PartitionResult | _StagedPartition | None,
+        *,
+        flush: bool,
+        known: landing.KnownSchemas,
+        first: int,
+        n: int,
+        checks: bool = True,
+    ) -> list[_StagedPartition] | None:
+        """Replay ``keys`` (consecutive) in one pass from ``start``'s state and stage each
+        one's outputs as its own run (:func:`windowing.storage.pass_outputs.stage_pass`);
+        None, with nothing written, when the pass cannot vouch for its result (then the
+        partitions are replayed one by one). ``first`` of ``n``: where ``keys`` begin in the run."""
+        windows = [self.partitions.window(k) for k in keys]
+        edges = [int(w[0].timestamp() * 1000) for w in windows] + [int(windows[-1][1].timestamp() * 1000)]
+        ranges = batch_ranges(self.pipeline, edges)
+        if ranges is None:
+            return None
+        span = f"{keys[0]}..{keys[-1]}"
+        events: DataFrame | None = None
+        with partition_jobs(self.spark, span):
+            began = time.monotonic()
+            try:
+                self.log.info(
+                    f"{self.pipeline.name} {span} ({first}..{first + len(keys) - 1} of {n}): replaying "
+                    f"{len(keys)} partitions in one pass "
+                    + ("from the state of " + start.key if start is not None else "from no state")
+                )
+                read, files, _ = landing.read_pass_events(
+                    self.session,
+                    self.landing_zone,
+                    windows,
+                    self.pipeline.source.arrival_time,
+                    PART_COLUMN,
+                    source=self.pipeline.source,
+                    pipeline=self.pipeline,
+                    partition_column=self.partition_column or landing.DEFAULT_PARTITION_COLUMN,
+                    known=known,
+                )
+                # Held while the pass runs: the kernel reads the events once, the checks each
+                # partition's again (within eventsPerTask's bound, as the kernel's own input).
+                events = read.persist()
+                result = replay_pass(
+                    self.session,
+                    self.pipeline,
+                    events,
+                    ranges,
+                    state=start.state if start else None,
+                    flush_at_end=flush,
+                    state_summary=start.staged.state_summary if isinstance(start, _StagedPartition) else None,
+                    input_files=[[e.path for e in f] for f in files],
+                )
+                if result is None:
+                    self.log.info(f"{self.pipeline.name} {span}: replaying them one by one instead")
+                    return None
+                with result:
+                    staged = stage_pass(
+                        self.session,
+                        result.frames,
+                        PART_COLUMN,
+                        result.parts,
+                        [self.folder(k) for k in keys],
+                        self.pipeline,
+                        self.pipeline_dir,
+                        self.input_paths(),
+                        files=sorted({e.path for f in files for e in f}),
+                    )
+                out = self._pass_staged(keys, staged, events, files, [p.metrics for p in result.parts], flush)
+                if checks:
+                    self.log.info(f"{self.pipeline.name} {span}: checking every partition's staged outputs together")
+                    prev = [start.state if start is not None else None, *[p.state for p in out[:-1]]]
+                    parts = [(p.outputs, p.events, s) for p, s in zip(out, prev)]
+                    together = [
+                        r
+                        for at in range(0, len(parts), CHECKS_TOGETHER)
+                        for r in run_checks_together(self.session, self.pipeline, parts[at : at + CHECKS_TOGETHER])
+                    ]
+                    out = [replace(p, checks=tuple(r)) for p, r in zip(out, together)]
+            except (StateMismatchError, StateError) as exc:
+                source = f" (the carried state is partition {start.key}'s, run {start.run_path})" if start else ""
+                raise ChainError(
+                    f"Cannot replay partitions {span} of pipeline {self.pipeline.name}{source}: {exc}", keys[0]
+                ) from exc
+            except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
+                raise ChainError(
+                    f"Cannot replay partitions {span} of pipeline {self.pipeline.name}: {exc}", keys[0]
+                ) from exc
+            finally:
+                if events is not None:
+                    release_held(events)
+        seconds = (time.monotonic() - began) / len(keys)
+        return [replace(p, seconds=seconds) for p in out]
+
+    def _pass_staged(
+        self,
+        keys: list[str],
+        staged: list[Staged],
+        events: DataFrame,
+        files: list[list[Entry]],
+        metrics: list[ReplayMetrics],
+        flush: bool,
+    ) -> list[_StagedPartition]:
+        """A pass's staged runs as the partitions the chain audits, each with its own events."""
+        out = []
+        for i, (key, run) in enumerate(zip(keys, staged)):
+            if not files[i]:
+                self.log.warning(f"{key}: no landing files for this partition; replayed as a partition without events")
+            own = events.where(F.col(PART_COLUMN) == i).drop(PART_COLUMN)
+            last = flush and i == len(keys) - 1
+            out.append(
+                _StagedPartition(key, run, run.read(), own, metrics[i], last, 0.0, self._input_record(key, files[i]))
+            )
+        return out
+
     def _input_record(self, key: str, files: list[Entry] | None) -> input_record.InputRecord | None:
         """What partition ``key`` read from the landing zone, for its commit record."""
         if files is None or self.partition_column is None:
@@ -752,7 +942,9 @@ class Chain:
             key, staged, outputs, folder = part.key, part.staged, part.outputs, self.folder(part.key)
             results: tuple[CheckResult, ...] = ()
             failed: tuple[str, ...] = ()
-            if checks:
+            if checks and part.checks is not None:
+                results = part.checks
+            elif checks:
                 self.log.info(f"{self.pipeline.name} {key}: checking the staged outputs")
                 results = tuple(
                     run_checks(
@@ -763,7 +955,7 @@ class Chain:
                         prev_state=start.state if start else None,
                     )
                 )
-                failed = tuple(r.name for r in blocking_failures(results))
+            failed = tuple(r.name for r in blocking_failures(results))
             state = outputs.state
             lineage = store.Lineage(
                 pipeline=self.pipeline.name,

@@ -222,6 +222,28 @@ def read_partition_events(
         kept = derived.where(inside | arrival.isNull()) if unplaced else derived.where(inside)
         return kept.select(*[F.col(quoted(c)) for c in df.columns]), None
     day = day_of(start, end)
+    events, files, rows = _day_events(spark, df, landing_zone, day, source, pipeline, partition_column, known)
+    if start == day and end == day + DAY:
+        return note_rows_at_most(events, rows), files
+    # Hourly (or finer) partitions: the row's arrival time clamped into its day.
+    derived, placed = _placed(events, day, arrival_column, source)
+    hour = derived.where((placed >= F.lit(start)) & (placed < F.lit(end)))
+    return note_rows_at_most(hour.select(*[F.col(quoted(c)) for c in events.columns]), rows), files
+
+
+def _day_events(
+    spark: SparkSession,
+    df: DataFrame,
+    landing_zone: str,
+    day: datetime,
+    source: Source | None,
+    pipeline: Pipeline | None,
+    partition_column: str,
+    known: KnownSchemas | None,
+) -> tuple[DataFrame, list[Entry], int | None]:
+    """``(events, files, rows at most)`` of one day folder of the landing zone ``df``: its
+    files checked first (Parquet: footers readable, one type per column), ``rows`` from
+    their footers (None for other formats)."""
     day_rows = df.where(F.col(quoted(partition_column)).cast("date") == F.lit(day.date()))
     rows: int | None = None  # at most: the day's files' (their footers, read to check them), what plans a small replay
     lake = Lake(spark)
@@ -233,15 +255,66 @@ def read_partition_events(
         rows = lake.rows_in([e.path for e in files])
         files = [replace(e, rows=lake.footer_rows.get(e.path)) for e in files]
         day_rows = times_from_nanos(day_rows, nanos_columns(footers))  # nanosecond timestamps as times
-    events = day_rows.drop(partition_column)
-    if start == day and end == day + DAY:
-        return note_rows_at_most(events, rows), files
-    # Hourly (or finer) partitions: the row's arrival time clamped into its day.
+    return day_rows.drop(partition_column), files, rows
+
+
+def _placed(events: DataFrame, day: datetime, arrival_column: str, source: Source | None) -> tuple[DataFrame, Column]:
+    """``(frame, placed arrival)``: each row's arrival time clamped into its ``day`` (the
+    day's first instant when null or unreadable), the time that places it in an hour."""
     derived, arrival = _placing_arrival(events, arrival_column, source)
     first, last = F.lit(day), F.lit(day + DAY - timedelta(microseconds=1))
-    placed = F.coalesce(F.least(F.greatest(arrival, first), last), first)
-    hour = derived.where((placed >= F.lit(start)) & (placed < F.lit(end)))
-    return note_rows_at_most(hour.select(*[F.col(quoted(c)) for c in events.columns]), rows), files
+    return derived, F.coalesce(F.least(F.greatest(arrival, first), last), first)
+
+
+def read_pass_events(
+    spark: SparkSession,
+    landing_zone: str,
+    windows: list[tuple[datetime, datetime]],
+    arrival_column: str,
+    part_column: str,
+    *,
+    source: Source | None = None,
+    pipeline: Pipeline | None = None,
+    partition_column: str = DEFAULT_PARTITION_COLUMN,
+    known: KnownSchemas | None = None,
+) -> tuple[DataFrame, list[list[Entry]], int | None]:
+    """The events of consecutive partitions ``windows`` (each ``[start, end)`` inside one
+    day, of one length, the next starting where one ends), as one DataFrame: each row as
+    :func:`read_partition_events` places it, and ``part_column`` its window's index.
+
+    Each day folder is read once (checked once, one scan), however many of its hours the
+    windows hold. Returns ``(events, each window's files, rows at most)``."""
+    landing_zone = str(landing_zone)
+    df = read_landing(spark, landing_zone, source, partition_column, known)
+    step = windows[0][1] - windows[0][0]
+    days: dict[datetime, list[int]] = {}
+    for i, (start, end) in enumerate(windows):
+        if end - start != step or (i and start != windows[i - 1][1]):
+            raise ValueError("a pass reads consecutive partitions of one length")
+        days.setdefault(day_of(start, end), []).append(i)
+    frames: list[DataFrame] = []
+    files: list[list[Entry]] = [[] for _ in windows]
+    rows: int | None = 0
+    for day, parts in days.items():
+        events, found, day_rows = _day_events(spark, df, landing_zone, day, source, pipeline, partition_column, known)
+        rows = None if rows is None or day_rows is None else rows + day_rows
+        for i in parts:
+            files[i] = found
+        if step >= DAY:
+            frames.append(events.withColumn(part_column, F.lit(parts[0])))
+            continue
+        derived, placed = _placed(events, day, arrival_column, source)
+        first = windows[parts[0]][0]
+        # The index of the window holding the placed time: whole steps since the first's start.
+        micros = F.unix_micros(placed) - F.lit(int(first.timestamp() * 1_000_000))
+        offset = F.floor(micros / F.lit(step // timedelta(microseconds=1)))
+        index = (offset + F.lit(parts[0])).cast("int")
+        kept = derived.withColumn(part_column, index).where(F.col(part_column).between(parts[0], parts[-1]))
+        frames.append(kept.select(*[F.col(quoted(c)) for c in events.columns], part_column))
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return note_rows_at_most(out, rows), files, rows
 
 
 def _placing_arrival(df: DataFrame, arrival_column: str, source: Source | None) -> tuple[DataFrame, Column]:

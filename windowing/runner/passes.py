@@ -127,6 +127,10 @@ class PassResult:
     one held kernel output that :meth:`unpersist` (or leaving ``with``) releases."""
 
     parts: tuple[ReplayResult, ...]
+    #: Every partition's rows of each output (``aggregates``, ``late_events``, ``rejected``,
+    #: ``state``) in one DataFrame, :data:`PART_COLUMN` its partition's index: what one write
+    #: of each output (``partitionBy``) stores for all of them.
+    frames: Mapping[str, DataFrame] = field(default_factory=dict, repr=False)
     _persisted: DataFrame | None = field(default=None, repr=False)
 
     def unpersist(self) -> None:
@@ -206,10 +210,11 @@ def replay_pass(
             _part_result(spark, pipeline, out, schemas, nparts, norm, input_cols, i, side[i], input_files)
             for i in range(len(ranges))
         )
+        frames = _whole_frames(spark, out, schemas, nparts, norm, input_cols, side)
     except BaseException:
         out.unpersist()
         raise
-    return PassResult(parts, out)
+    return PassResult(parts, frames, out)
 
 
 @dataclass
@@ -311,6 +316,57 @@ def _part_result(
     )
     files = tuple(input_files[i]) if input_files is not None else ()
     return ReplayResult(aggregates, late, rejected, state, metrics, input_files=files)
+
+
+def _with_part(schema: pa.Schema) -> pa.Schema:
+    return schema.append(pa.field(PART_COLUMN, pa.int32(), nullable=False))
+
+
+def _whole_frames(
+    spark: SparkSession,
+    out: DataFrame,
+    schemas: Mapping[str, pa.Schema],
+    nparts: int,
+    norm: DataFrame,
+    input_cols: list[str],
+    sides: list[_PartSide],
+) -> dict[str, DataFrame]:
+    """Each output of every partition as one DataFrame (:attr:`PassResult.frames`): the
+    rows :func:`_part_result` gives each partition, tagged with its index."""
+    slots = placement.session_slots(spark)
+    frames: dict[str, DataFrame] = {}
+    for name in ("aggregates", "late_events", "state"):
+        rows = sum(s.counts.get(f"rows_{name}", 0) for s in sides)
+        schema = _with_part(schemas[name])
+        frames[name] = (
+            out.where(F.col(SIDE_OUTPUT).startswith(name + _SEP))
+            .select(SIDE_OUTPUT, SIDE_DATA)
+            .coalesce(write_tasks(rows, nparts, slots))
+            .mapInArrow(PartDecodeTask(schemas[name]), spark_schema(schema))
+        )
+    workers = [{**r, PART_COLUMN: i} for i, s in enumerate(sides) for r in s.worker_rows]
+    if workers:
+        frames["state"] = frames["state"].unionByName(worker_rows_frame(spark, workers, _with_part(schemas["state"])))
+    counted = {r for s in sides for r, n in s.rejected_counts.items() if n and r != prewindow.FILTERED}
+    rejected = rejected_rows(norm, [*input_cols, PART_COLUMN], {r: 1 for r in counted})
+    frames["rejected"] = rejected.select(*[c for c in rejected.columns if c != PART_COLUMN], PART_COLUMN)
+    return frames
+
+
+class PartDecodeTask:
+    """:class:`DecodeTask` over a pass's blobs of one output: each blob's rows, with the
+    index of the partition its name gives (:func:`side_name`) as :data:`PART_COLUMN`."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        settle_worker()
+        for batch in batches:
+            for name, data in zip(batch.column(0).to_pylist(), batch.column(1)):
+                table = decode_blob(data.as_buffer()).cast(self.schema)
+                part = pa.array(np.full(table.num_rows, int(name.rpartition(_SEP)[2]), np.int32))
+                yield from table.append_column(pa.field(PART_COLUMN, pa.int32(), nullable=False), part).to_batches()
 
 
 # --------------------------------------------------------------------------- the task

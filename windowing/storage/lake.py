@@ -398,6 +398,44 @@ class Lake:
         fs, p = self._fs(path)
         return bool(fs.delete(p, True))
 
+    def move(self, src: str, dst: str) -> None:
+        """Move the file or folder ``src`` to ``dst``, which must not exist (its parents are
+        made): a rename, on the driver (classic sessions)."""
+        local, local_dst = self._local(src), self._local(dst)
+        if local is not None and local_dst is not None:
+            local_files.move(local, local_dst)
+            return
+        fs, p = self._fs(src)
+        target = self._path(dst)
+        if fs.exists(target):
+            raise FileExistsError(f"path {dst} already exists")
+        fs.mkdirs(target.getParent())
+        if not fs.rename(p, target):
+            raise OSError(f"could not move {src} to {dst}")
+
+    def copy_file(self, src: str, dst: str) -> None:
+        """Copy the file ``src`` to ``dst`` (its parents made), on the driver (classic sessions)."""
+        local, local_dst = self._local(src), self._local(dst)
+        if local is not None and local_dst is not None:
+            local_files.copy_file(local, local_dst)
+            return
+        fs, p = self._fs(src)
+        target = self._path(dst)
+        util = self._class("org.apache.hadoop.fs.FileUtil")
+        if not util.copy(fs, p, target.getFileSystem(self._hadoop_conf()), target, False, self._hadoop_conf()):
+            raise OSError(f"could not copy {src} to {dst}")
+
+    def touch(self, path: str) -> None:
+        """An empty file at ``path`` (a ``_SUCCESS`` marker), replacing one that is there."""
+        local = self._local(path)
+        if local is not None:
+            if os.path.exists(local):
+                os.remove(local)
+            local_files.write_file(local, b"")
+            return
+        fs, p = self._fs(path)
+        fs.create(p, True).close()
+
     def put_text(self, path: str, text: str) -> None:
         """Write one small text file (a report) at ``path``, UTF-8, refusing to overwrite.
 

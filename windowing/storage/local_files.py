@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -77,6 +78,25 @@ def write_text_dataset(folder: str, name: str, text: str) -> None:
     os.rename(staged, os.path.join(folder, name))
     os.rename(crc_path(staged), crc_path(os.path.join(folder, name)))
     write_file(os.path.join(folder, "_SUCCESS"), b"")
+
+
+def move(src: str, dst: str) -> None:
+    """Move the file or folder ``src`` to the new path ``dst`` (parents made; a folder's
+    ``.crc`` files go with it, a file's beside it)."""
+    make_folders(os.path.dirname(dst))
+    if os.path.exists(dst):
+        raise FileExistsError(f"path {dst} already exists")
+    os.rename(src, dst)
+    if os.path.isfile(dst) and os.path.exists(crc_path(src)):
+        os.rename(crc_path(src), crc_path(dst))
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copy the file ``src`` to the new path ``dst``, with its ``.crc`` file when it has one."""
+    make_folders(os.path.dirname(dst))
+    shutil.copyfile(src, dst)
+    if os.path.exists(crc_path(src)):
+        shutil.copyfile(crc_path(src), crc_path(dst))
 
 
 def parquet_footer(path: str, column: str | None) -> tuple[int | None, tuple[int | None, int | None, int] | None]:

@@ -85,12 +85,12 @@ def content_hash(df: DataFrame) -> str:
 def content_hashes(df: DataFrame, where: Column | None = None) -> tuple[str, str | None]:
     """:func:`content_hash` of ``df``, and of its rows where ``where`` holds (None without
     it), from one aggregation: the same strings as two calls, one job."""
-    first = df.select(*_hash_aggregates(df, where)).first()
+    first = df.select(*hash_aggregates(df, where)).first()
     assert first is not None  # a global aggregate has exactly one row
     return _hash_strings(list(first), where is not None)
 
 
-def _hash_aggregates(df: DataFrame, where: Column | None) -> list[Column]:
+def hash_aggregates(df: DataFrame, where: Column | None) -> list[Column]:
     """The aggregates :func:`content_hashes` computes: rows and the exact sum of their
     hashes, then the same over the rows where ``where`` holds (with ``where``)."""
     cols = []
@@ -144,7 +144,7 @@ class ObservedState:
         self._metrics: dict[str, Any] | None = None
         self.frame = state
         if not is_connect(state.sparkSession):
-            aggs = _hash_aggregates(state, self.where)
+            aggs = hash_aggregates(state, self.where)
             if self.where is not None:  # and the summary the next replay reads (StateSummary)
                 worker = F.col("state_kind") == WORKER_KIND
                 aggs.append(
@@ -183,9 +183,7 @@ class ObservedState:
         got = self._observed()
         if got is None:
             return None
-        keys = ("n", "s", "n_where", "s_where") if self.where is not None else ("n", "s")
-        whole, windows = _hash_strings([got[k] for k in keys], self.where is not None)
-        return whole, windows or whole
+        return observed_hashes(got, self.where is not None)
 
     def summary(self) -> StateSummary | None:
         """The written state's :class:`StateSummary` (None where not observed: over Spark
@@ -193,7 +191,20 @@ class ObservedState:
         got = self._observed() if self.where is not None else None
         if got is None:
             return None
-        return StateSummary(tuple(sorted(got.get("fingerprints") or ()))[:3], tuple(got["workers"]))
+        return summary_of(got)
+
+
+def observed_hashes(got: Mapping[str, Any], with_where: bool) -> tuple[str, str]:
+    """``(whole, window rows)`` hashes from the values of :func:`hash_aggregates` (the whole
+    hash twice without ``where``)."""
+    keys = ("n", "s", "n_where", "s_where") if with_where else ("n", "s")
+    whole, windows = _hash_strings([got[k] for k in keys], with_where)
+    return whole, windows or whole
+
+
+def summary_of(got: Mapping[str, Any]) -> StateSummary:
+    """The :class:`StateSummary` from a state's aggregated ``workers`` and ``fingerprints``."""
+    return StateSummary(tuple(sorted(got.get("fingerprints") or ()))[:3], tuple(got.get("workers") or ()))
 
 
 def window_rows_hash(state: DataFrame) -> str:

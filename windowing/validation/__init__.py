@@ -82,6 +82,7 @@ from windowing.validation.registry import (
     load_outputs,
     quality_checks,
     run_checks,
+    run_checks_together,
 )
 from windowing.validation.rules import (
     aggregates_checks,
@@ -127,6 +128,7 @@ __all__ = [
     "rejected_schema",
     "replay_check",
     "run_checks",
+    "run_checks_together",
     "state_checks",
     "state_schema",
 ]

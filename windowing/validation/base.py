@@ -7,7 +7,6 @@ import datetime as _dt
 import decimal
 import math
 from dataclasses import dataclass
-from functools import reduce
 from typing import TYPE_CHECKING, Any, Callable, Collection, Hashable, Iterable, Sequence
 
 from pyspark.sql import functions as F
@@ -252,10 +251,11 @@ class CountPass:
         self._groupings.append(_Grouping(df, keys, aggs, having, values, columns))
         return grouped, PassSums(self, columns)
 
-    def _grouped(self) -> None:
+    def _grouping_plan(self) -> tuple[DataFrame, list[str], list[Column], dict[str, Column]]:
         """Every grouping as one ``groupBy`` of the union of their rows, tagged: each
         grouping's keys, and the columns its ``aggs`` read, are a struct column of its own
-        (null in the other groupings' rows), so groups never mix."""
+        (null in the other groupings' rows), so groups never mix. Returns ``(union, keys,
+        aggs, values)``: ``values`` are the sums' per-group values, over the grouped rows."""
         own: list[dict[str, Column]] = []  # each grouping's struct columns
         aggs, outputs = [], []
         for t, g in enumerate(self._groupings):
@@ -275,17 +275,13 @@ class CountPass:
             own.append(mine)
         # Each grouping's rows carry only its own columns; the union fills the others with
         # nulls (by name), so no null column is built per grouping and name (py4j calls).
-        union = reduce(
-            lambda a, b: a.unionByName(b, allowMissingColumns=True),
+        union = union_all(
             [
                 g.df.select(F.lit(t).alias("__t"), *[v.alias(n) for n, v in own[t].items()])
                 for t, g in enumerate(self._groupings)
-            ],
+            ]
         )
-        if self.small:
-            union = union.coalesce(1)
         keys = ["__t", *[n for mine in own for n in mine if n.startswith("__k")]]
-        grouped = union.groupBy(*keys).agg(*aggs) if aggs else union.groupBy(*keys).count()
         values: dict[str, Column] = {}
         for t, g in enumerate(self._groupings):
 
@@ -296,7 +292,27 @@ class CountPass:
             if g.having is not None:
                 mine_t = mine_t & g.having(of)
             values.update({g.columns[n]: F.when(mine_t, v) for n, v in g.values(of).items()})
+        return union, keys, aggs, values
+
+    def _grouped(self) -> None:
+        union, keys, aggs, values = self._grouping_plan()
+        if self.small:
+            union = union.coalesce(1)
+        grouped = union.groupBy(*keys).agg(*aggs) if aggs else union.groupBy(*keys).count()
         self._add(grouped, values)
+
+    def _branches(self, tag: Column | None = None) -> list[DataFrame]:
+        """Each frame's values, named (and ``tag`` as ``__part`` first); a value neither
+        integral nor floating (a decimal) as a long, as the sums' types promise."""
+        branches = []
+        for df, mine in self._frames:
+            own = df.select(*([tag.alias("__part")] if tag is not None else []), *[v.alias(c) for c, v in mine.items()])
+            fields = [f for f in own.schema.fields if f.name != "__part"]
+            odd = [f.name for f in fields if not isinstance(f.dataType, _SUMMABLE)]
+            if odd:
+                own = own.select(*[F.col(c).cast("long").alias(c) if c in odd else F.col(c) for c in own.columns])
+            branches.append(own)
+        return branches
 
     def run(self) -> None:
         """Compute every sum asked for (once)."""
@@ -309,20 +325,10 @@ class CountPass:
         if not self._frames:
             self._values = {}
             return
-        # Each frame's values, named; a value neither integral nor floating (a decimal) as a
-        # long, as the sums' types promise. The union fills the others' columns with nulls
-        # (by name): a null column per frame and value cost py4j calls in the thousands.
-        every: list[str] = []
-        branches = []
-        for df, mine in self._frames:
-            own = df.select(*[v.alias(c) for c, v in mine.items()])
-            fields = own.schema.fields
-            every += [f.name for f in fields]
-            odd = [f.name for f in fields if not isinstance(f.dataType, _SUMMABLE)]
-            if odd:
-                own = own.select(*[F.col(c).cast("long").alias(c) if c in odd else F.col(c) for c in mine])
-            branches.append(own)
-        union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), branches)
+        # The union fills the others' columns with nulls (by name): a null column per frame
+        # and value cost py4j calls in the thousands.
+        every = [c for _, mine in self._frames for c in mine]
+        union = union_all(self._branches())
         observation = Observation()
         observed = union.coalesce(1) if self.small else union
         observed.observe(observation, *[F.sum(c).alias(c) for c in every]).write.format("noop").mode("overwrite").save()
@@ -333,6 +339,87 @@ class CountPass:
         if self._values is None:
             raise RuntimeError("the pass has not run yet")
         return self._values[column]
+
+
+def union_all(frames: Sequence[DataFrame]) -> DataFrame:
+    """The union of ``frames`` by column name, a column missing from a frame null in its
+    rows: unioned in pairs, a balanced tree (a chain of N unions re-analyses the growing plan
+    N times, seconds for the hundred branches of a pass's checks)."""
+    level = list(frames)
+    while len(level) > 1:
+        pairs = [a.unionByName(b, allowMissingColumns=True) for a, b in zip(level[::2], level[1::2])]
+        level = pairs + ([level[-1]] if len(level) % 2 else [])
+    return level[0]
+
+
+class PartsPass:
+    """The check passes of many partitions computed together: :attr:`views` holds one
+    :class:`CountPass` per partition, planned as each partition's own; :meth:`run` takes
+    every view's sums in one Spark action (two with a shuffle stage), each sum grouped by
+    partition: the union of every view's frames, tagged with the view's index, one
+    ``groupBy`` of it, and every view's groupings in one ``groupBy`` by partition first.
+
+    The views' plans must be alike (the same checks over the same schemas: the partitions
+    of one pipeline's run); where they are not, each view runs its own pass. Each view's
+    sums are then its own pass's, exactly (float sums up to their last digit, as any).
+    """
+
+    def __init__(self, n: int, small: bool = False) -> None:
+        self.small = small
+        self.views = [CountPass(small) for _ in range(n)]
+
+    def _alike(self) -> bool:
+        def shape(v: CountPass) -> Any:
+            return (
+                [tuple(mine) for _, mine in v._frames],
+                [tuple(g.columns.items()) for g in v._groupings],
+            )
+
+        first = shape(self.views[0])
+        return all(shape(v) == first for v in self.views[1:])
+
+    def run(self) -> None:
+        views = self.views
+        if len(views) < 2 or not self._alike():
+            for v in views:
+                v.run()
+            return
+        branches: list[DataFrame] = []
+        if views[0]._groupings:
+            plans = [v._grouping_plan() for v in views]
+            union = union_all([u.select(F.lit(i).alias("__part"), *u.columns) for i, (u, _, _, _) in enumerate(plans)])
+            if self.small:
+                union = union.coalesce(1)
+            _, keys, aggs, values = plans[0]  # the views' names are alike
+            grouper = union.groupBy("__part", *keys)
+            grouped = grouper.agg(*aggs) if aggs else grouper.count()
+            branches += CountPassFrame(grouped, values).branches(F.col("__part"))
+            every = list(values)
+        else:
+            every = []
+        for k in range(len(views[0]._frames)):
+            for i, v in enumerate(views):
+                df, mine = v._frames[k]
+                branches += CountPassFrame(df, mine).branches(F.lit(i))
+            every += list(views[0]._frames[k][1])
+        union = union_all(branches)
+        if self.small:
+            union = union.coalesce(1)
+        found = {r["__part"]: r for r in union.groupBy("__part").agg(*[F.sum(c).alias(c) for c in every]).collect()}
+        for i, v in enumerate(views):
+            row = found.get(i)
+            v._values = {c: ((row[c] if row is not None else None) or 0) for c in every}
+
+
+class CountPassFrame(CountPass):
+    """One frame's sums, as a branch of a :class:`PartsPass` union."""
+
+    def __init__(self, df: DataFrame, values: dict[str, Column]) -> None:
+        super().__init__()
+        self._frames = [(df, values)]
+
+    def branches(self, tag: Column) -> list[DataFrame]:
+        return self._branches(tag)
 
 
 def run_alone(plan: Callable[[CountPass], Finish]) -> list[CheckResult]:

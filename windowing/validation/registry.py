@@ -20,6 +20,7 @@ from windowing.validation.base import (
     CheckResult,
     CountPass,
     Finish,
+    PartsPass,
     skip_result,
     wanted,
 )
@@ -147,19 +148,69 @@ def run_checks(
     the uniqueness, conservation and metrics groupings); a check that fails then samples its
     failing rows with a query of its own.
     """
+    _check_only(only)
+    o = load_outputs(spark, outputs)
+    rows = _pass_rows(o)
+    p = CountPass(small=rows is not None and rows <= SMALL_PASS_ROWS)
+    finish = plan_checks(
+        p, spark, pipeline, o, input_df, prev_state, max_skew_ms, sample_size, only, recompute, flush_at_end
+    )
+    p.run()
+    return finish()
+
+
+def _check_only(only: Collection[str] | None) -> None:
     if only is not None:
         unknown = set(only) - set(CHECK_NAMES)
         if unknown:
             raise ValueError(f"unknown check(s) {sorted(unknown)}; known: {', '.join(CHECK_NAMES)}")
-    o = load_outputs(spark, outputs)
+
+
+def run_checks_together(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    parts: Sequence[tuple[Any, DataFrame | None, DataFrame | None]],
+    max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+) -> list[list[CheckResult]]:
+    """:func:`run_checks` of many replays of one pipeline (``(outputs, input_df,
+    prev_state)`` each: the partitions of a pass), their counts taken in one pass for all
+    (:class:`~windowing.validation.base.PartsPass`, grouped by partition): each replay's
+    results are what :func:`run_checks` gives it alone."""
+    loaded = [(load_outputs(spark, o), i, s) for o, i, s in parts]
+    counts = [_pass_rows(o) for o, _, _ in loaded]
+    small = all(c is not None for c in counts) and sum(c or 0 for c in counts) <= SMALL_PASS_ROWS
+    together = PartsPass(len(loaded), small)
+    finishes = [
+        plan_checks(v, spark, pipeline, o, i, s, max_skew_ms, sample_size, None, False, None)
+        for v, (o, i, s) in zip(together.views, loaded)
+    ]
+    together.run()
+    return [finish() for finish in finishes]
+
+
+def plan_checks(
+    p: CountPass,
+    spark: SparkSession,
+    pipeline: Pipeline,
+    o: Any,
+    input_df: DataFrame | None,
+    prev_state: DataFrame | None,
+    max_skew_ms: int,
+    sample_size: int,
+    only: Collection[str] | None,
+    recompute: bool,
+    flush_at_end: bool | None,
+) -> Callable[[], list[CheckResult]]:
+    """Plan :func:`run_checks`' checks of the loaded outputs ``o`` on ``p``; the function
+    returned gives their results once ``p`` has run."""
+    _check_only(only)
     # The checks read the events as the window's stage sees them: source.derive's columns
     # added (the outputs carry them); the input checks only the rows source.filter keeps.
     raw_input = input_df
     if input_df is not None:
         input_df = prewindow.derive(pipeline.source, input_df)
     types = input_types_of(o, input_df)
-    rows = _pass_rows(o)
-    p = CountPass(small=rows is not None and rows <= SMALL_PASS_ROWS)
     planned: list[Finish] = []
     counts = _row_counts(p, o, input_df) if any(wanted(only, n) for n in REJECTING_CHECKS) else None
     if input_df is not None:
@@ -176,24 +227,27 @@ def run_checks(
         planned.append(plan_conservation_check(p, pipeline, o, input_df, prev_state, sample_size))
     if wanted(only, "metrics_consistent"):
         planned.append(plan_metrics_check(p, pipeline, o, input_df))
-    p.run()
-    results = [r for finish in planned for r in finish()]
-    if any(r.name in REJECTING_CHECKS and not r.passed for r in results):
-        found = counts() if counts is not None else None
-        if found is not None:
-            results = apply_rejection_policy(pipeline, results, *found)
-    if wanted(only, RECOMPUTE_CHECK):
-        if recompute or (only is not None and RECOMPUTE_CHECK in only):
-            results.append(replay_check(spark, pipeline, o, raw_input, prev_state, flush_at_end, sample_size))
-        else:
-            results.append(
-                skip_result(
-                    RECOMPUTE_CHECK,
-                    "a fresh replay of the input writes these outputs row for row",
-                    "not asked for (run_checks(recompute=True); rewindow verify --input does)",
+
+    def finish() -> list[CheckResult]:
+        results = [r for done in planned for r in done()]
+        if any(r.name in REJECTING_CHECKS and not r.passed for r in results):
+            found = counts() if counts is not None else None
+            if found is not None:
+                results = apply_rejection_policy(pipeline, results, *found)
+        if wanted(only, RECOMPUTE_CHECK):
+            if recompute or (only is not None and RECOMPUTE_CHECK in only):
+                results.append(replay_check(spark, pipeline, o, raw_input, prev_state, flush_at_end, sample_size))
+            else:
+                results.append(
+                    skip_result(
+                        RECOMPUTE_CHECK,
+                        "a fresh replay of the input writes these outputs row for row",
+                        "not asked for (run_checks(recompute=True); rewindow verify --input does)",
+                    )
                 )
-            )
-    return results
+        return results
+
+    return finish
 
 
 @dataclass(frozen=True)

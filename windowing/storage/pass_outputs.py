@@ -1,0 +1,199 @@
+"""Many partitions' outputs staged at once: one Spark write of each output for all of them.
+
+A pass (:mod:`windowing.runner.passes`) replays N partitions in one kernel job; staging
+its N results one after the other (:func:`windowing.storage.outputs.stage_outputs`) would
+still start four writes and their jobs per partition. :func:`stage_pass` writes each
+output of every partition once, ``partitionBy`` the partition's index, into a hidden
+folder of the pipeline (``<pipeline>/_passes/<id>/``), computes every partition's state
+hashes and summary in one aggregation of the written state, then moves each partition's
+folder into its own new run (``<partition>/runs/<run id>/<output>``) and completes the run
+as :func:`stage_outputs` does: ``_SUCCESS`` markers, ``metrics.json``, ``metrics.prom`` and
+the state manifest. What each run holds is what its own staging would have written, row
+for row (a partition without rows of an output gets the empty file Spark writes for one),
+and each run is committed on its own (:meth:`Staged.commit`), so every partition stays a
+partition: checked, committed, published, rerun alone.
+
+A crash part-way leaves runs that no commit record names (never read, pruned later) and
+the hidden folder, which the next pass of the pipeline removes.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.util import inheritable_thread_target
+
+from windowing.contract import OUTPUTS, WINDOW_KIND, WORKER_KIND, quoted
+from windowing.metrics import ReplayMetrics, render_prometheus
+from windowing.storage import manifest
+from windowing.storage.commits import new_run_id
+from windowing.storage.errors import OutputError, input_error_from, root_cause
+from windowing.storage.lake import Lake, glob_escape, join
+from windowing.storage.outputs import METRICS, PROMETHEUS, Staged, check_output_target, nullable
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from windowing.config import Pipeline
+    from windowing.storage.outputs import ReplayOutputs
+
+#: The hidden folder of a pipeline's output root where a pass writes before its runs exist.
+PASSES = "_passes"
+
+
+def stage_pass(
+    spark: SparkSession,
+    frames: Mapping[str, DataFrame],
+    part_column: str,
+    results: Sequence[ReplayOutputs],
+    outputs: Sequence[str],
+    pipeline: Pipeline,
+    pipeline_dir: str,
+    inputs: Sequence[str] = (),
+    files: Sequence[str] = (),
+) -> list[Staged]:
+    """Stage partition ``i``'s outputs (``results[i]``'s metrics, the rows of ``frames``
+    where ``part_column = i``) as a new run of the output folder ``outputs[i]``; returns
+    the staged runs, oldest first (module docstring). Raises :class:`OutputError` naming
+    the path when a target is refused or a write fails, :class:`InputError` naming the
+    input file of ``files`` Spark failed to read while computing the outputs."""
+    for out in outputs:
+        check_output_target(spark, out, inputs)
+    lake = Lake(spark)
+    lake.delete(join(pipeline_dir, PASSES))  # a crashed pass's leftovers: never read
+    work = join(pipeline_dir, PASSES, new_run_id())
+    try:
+        _write(spark, frames, part_column, work, files)
+        hashes = _state_hashes(spark, join(work, "state"), frames["state"], part_column)
+        empty = _empty_files(spark, lake, frames, part_column, work, len(outputs))
+        staged = [
+            _complete(spark, lake, work, i, out, results[i], frames, part_column, hashes.get(i), empty, pipeline)
+            for i, out in enumerate(outputs)
+        ]
+    finally:
+        lake.delete(work)
+        lake.delete_if_empty(join(pipeline_dir, PASSES))
+    return staged
+
+
+def _write(
+    spark: SparkSession, frames: Mapping[str, DataFrame], part_column: str, work: str, files: Sequence[str]
+) -> None:
+    """Each output of every partition in one write, side by side (one thread each, carrying
+    this thread's job tags, as :func:`windowing.storage.outputs.write_datasets`)."""
+
+    def write(name: str) -> None:
+        target = join(work, name)
+        try:
+            frames[name].write.mode("error").partitionBy(part_column).parquet(target)
+        except Exception as exc:  # Spark/Hadoop raise many types
+            err = input_error_from(exc, files) if files else None
+            if err is not None:
+                raise err from exc
+            raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
+
+    tagged = inheritable_thread_target(spark)(write)
+    with ThreadPoolExecutor(max_workers=len(OUTPUTS)) as pool:
+        futures = [pool.submit(tagged, name) for name in OUTPUTS]
+    errors = [e for e in (f.exception() for f in futures) if e is not None]
+    if errors:
+        raise errors[0]
+
+
+def _state_hashes(spark: SparkSession, folder: str, state: DataFrame, part_column: str) -> dict[int, dict[str, Any]]:
+    """Each partition's state hashes and summary (what :class:`manifest.ObservedState`
+    observes of one state as it is written), from one aggregation of the written states."""
+    own = [f for f in state.schema.fields if f.name != part_column]
+    schema = T.StructType([*nullable(T.StructType(own)).fields, T.StructField(part_column, T.IntegerType())])
+    written = spark.read.schema(schema).option("basePath", folder).parquet(glob_escape(folder))
+    rows = written.drop(part_column)
+    where = F.col("state_kind") == WINDOW_KIND if "state_kind" in rows.columns else None
+    aggs = manifest.hash_aggregates(rows, where)
+    if where is not None:
+        worker = F.col("state_kind") == WORKER_KIND
+        aggs.append(
+            F.collect_list(F.when(worker, F.struct(*[F.col(quoted(c)).alias(c) for c in rows.columns]))).alias(
+                "workers"
+            )
+        )
+        if "fingerprint" in rows.columns:
+            aggs.append(F.collect_set("fingerprint").alias("fingerprints"))
+    return {r[part_column]: r.asDict() for r in written.groupBy(part_column).agg(*aggs).collect()}
+
+
+def _empty_files(
+    spark: SparkSession, lake: Lake, frames: Mapping[str, DataFrame], part_column: str, work: str, n: int
+) -> dict[str, str]:
+    """For each output some partition has no rows of: the file Spark writes for an empty
+    DataFrame of its schema (written once, copied into each such partition's run)."""
+    out: dict[str, str] = {}
+    for name in OUTPUTS:
+        present = {e.path.rstrip("/").rsplit("=", 1)[-1] for e in lake.children(join(work, name))}
+        if all(str(i) in present for i in range(n)):
+            continue
+        own = T.StructType([f for f in frames[name].schema.fields if f.name != part_column])
+        target = join(work, f"_empty_{name}")
+        spark.createDataFrame([], own).coalesce(1).write.parquet(target)
+        out[name] = next(e.path for e in lake.files(target) if e.path.endswith(".parquet"))
+    return out
+
+
+def _complete(
+    spark: SparkSession,
+    lake: Lake,
+    work: str,
+    i: int,
+    out: str,
+    result: ReplayOutputs,
+    frames: Mapping[str, DataFrame],
+    part_column: str,
+    observed: dict[str, Any] | None,
+    empty: Mapping[str, str],
+    pipeline: Pipeline,
+) -> Staged:
+    """Partition ``i``'s run: its written folders moved in, completed as
+    :func:`windowing.storage.outputs.stage_outputs` completes a run."""
+    m = result.metrics
+    metrics = m.to_dict() if isinstance(m, ReplayMetrics) else dict(m or {})
+    staged = Staged(spark, out, new_run_id(), metrics, pipeline.name, pipeline.fingerprint())
+    for name in OUTPUTS:
+        target = join(staged.path, name)
+        try:
+            if name in empty and not lake.exists(join(work, name, f"{part_column}={i}")):
+                lake.copy_file(empty[name], join(target, empty[name].rstrip("/").rsplit("/", 1)[-1]))
+            else:
+                lake.move(join(work, name, f"{part_column}={i}"), target)
+            lake.touch(join(target, "_SUCCESS"))
+        except Exception as exc:  # Hadoop raises many types
+            raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
+    texts = {
+        METRICS: json.dumps(metrics, indent=None, sort_keys=True) + "\n",
+        PROMETHEUS: render_prometheus(metrics).removesuffix("\n") + "\n",
+    }
+    for name, text in texts.items():
+        target = join(staged.path, name)
+        try:
+            lake.put_text_dataset(target, text)
+        except Exception as exc:  # Spark/Hadoop raise many types
+            raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
+    staged.schemas = {
+        name: nullable(T.StructType([f for f in frames[name].schema.fields if f.name != part_column]))
+        for name in OUTPUTS
+    }
+    kinds = "state_kind" in staged.schemas["state"].fieldNames()
+    hashes = manifest.observed_hashes(observed or {"n": 0, "s": 0, "n_where": 0, "s_where": 0}, kinds)
+    try:
+        written, staged.state_hash = manifest.write_state_manifest(
+            spark, join(staged.path, "state"), staged.schemas["state"], hashes
+        )
+    except Exception as exc:  # Spark/Hadoop raise many types
+        raise OutputError(
+            f"{join(staged.path, 'state', manifest.MANIFEST)}: cannot write the state manifest: {root_cause(exc)}"
+        ) from exc
+    staged.state_manifest = written.to_dict()
+    staged.state_summary = manifest.summary_of(observed or {}) if kinds else None
+    return staged
