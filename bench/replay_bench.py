@@ -315,13 +315,17 @@ def backfill(args: argparse.Namespace) -> None:
     elapsed = time.monotonic() - began
     spark.stop()  # the event log is complete once the session stops
     jobs = job_starts(logs)
-    per_partition = [sum(1 for _, _, part in jobs if part == key) for key in done]
+    # A pass's jobs carry its range's tag (first..last): they are shared by its partitions.
+    tagged = [part for _, _, part in jobs if part is not None]
+    passes = Counter(part for part in tagged if ".." in part)
+    per_partition = [sum(1 for part in tagged if part == key) for key in done]
     sites = Counter(site for _, site, part in jobs if part is not None)
+    if passes:
+        print(f"passes: {len(passes)}, jobs each: {' '.join(map(str, passes.values()))}")
     print(
-        f"jobs per partition: min {min(per_partition)}, max {max(per_partition)}, "
+        f"jobs per partition of its own: min {min(per_partition)}, max {max(per_partition)}, "
         f"first {per_partition[0]}, last {per_partition[-1]}"
     )
-    print(f"jobs by partition: {' '.join(map(str, per_partition))}")
     print("jobs by call site (all partitions):")
     for site, n in sites.most_common():
         print(f"  {n / len(done):6.2f}  {site}")
@@ -329,7 +333,7 @@ def backfill(args: argparse.Namespace) -> None:
         shutil.rmtree(work, ignore_errors=True)
     print(f"backfilled {len(done)} partitions in {elapsed:.1f}s")
     print(f"seconds_per_partition={elapsed / len(done):.2f}")
-    print(f"jobs_per_partition={sum(per_partition) / len(done):.1f}")
+    print(f"jobs_per_partition={len(tagged) / len(done):.2f}")
 
 
 def main() -> None:

@@ -855,14 +855,14 @@ class Chain:
                         self.session,
                         result.frames,
                         PART_COLUMN,
-                        result.parts,
+                        result.metrics,
                         [self.folder(k) for k in keys],
                         self.pipeline,
                         self.pipeline_dir,
                         self.input_paths(),
                         files=sorted({e.path for f in files for e in f}),
                     )
-                out = self._pass_staged(keys, staged, events, files, [p.metrics for p in result.parts], flush)
+                out = self._pass_staged(keys, staged, events, files, list(result.metrics), flush)
                 if checks:
                     self.log.info(f"{self.pipeline.name} {span}: checking every partition's staged outputs together")
                     prev = [start.state if start is not None else None, *[p.state for p in out[:-1]]]

@@ -19,6 +19,7 @@ from windowing.partitions import Partitions
 
 ROOT = Path(__file__).resolve().parents[2]
 CLICKS = ROOT / "examples" / "pipelines" / "clicks-hourly.yaml"
+SESSIONS = ROOT / "examples" / "pipelines" / "sessions.yaml"
 START = datetime(2024, 1, 1, tzinfo=timezone.utc)
 OUTPUTS = ("aggregates", "late_events", "rejected", "state")
 
@@ -76,18 +77,30 @@ def history(tmp_path_factory) -> Path:
     return out
 
 
-def test_a_pass_commits_what_partition_after_partition_commits(spark, history, tmp_path):
-    chain = _chain(spark, history, tmp_path / "pass")
+@pytest.mark.parametrize("pipeline", [CLICKS, SESSIONS], ids=["tumbling", "sessions"])
+def test_a_pass_commits_what_partition_after_partition_commits(spark, history, tmp_path, pipeline):
+    """Eight hours across a day's edge, in one pass and one by one: tumbling windows with
+    idle timeouts, or sessions that span the partitions' edges; one row without an event
+    time (rejected, with its reason) in the sixth hour."""
+    landing = landing_with_odd_row(
+        history,
+        tmp_path,
+        "2024-01-02",
+        event_time=lambda t: None,
+        arrival_time=lambda t: datetime(2024, 1, 2, 1, 30, tzinfo=timezone.utc),
+    )
+    chain = _chain(spark, landing, tmp_path / "pass", pipeline=pipeline)
     keys = chain.partitions.keys(None, "2024-01-02-03:00")
     parts = list(chain.replay(keys))
     with one_by_one(spark):
-        single = _chain(spark, history, tmp_path / "single")
+        single = _chain(spark, landing, tmp_path / "single", pipeline=pipeline)
         singles = list(single.replay(keys))
     assert [p.key for p in parts] == keys and all(p.committed for p in parts)
     assert [_checks(p) for p in parts] == [_checks(p) for p in singles]
     assert [p.metrics for p in parts] == [p.metrics for p in singles]
     got, expected = _committed(spark, chain, keys), _committed(spark, single, keys)
-    assert sum(len(expected[k]["aggregates"]) for k in keys) > 80 and any(expected[k]["late_events"] for k in keys)
+    assert sum(len(expected[k]["aggregates"]) for k in keys) > 80
+    assert [len(expected[k]["rejected"]) for k in keys] == [0, 0, 0, 0, 0, 1, 0, 0]
     assert got == expected
 
 

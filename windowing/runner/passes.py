@@ -21,17 +21,18 @@ partition's batches (a row placed in the hour its day clamps it into, or a day f
 holding another day's arrivals). The caller then replays those partitions one after the
 other, as before.
 
-Not yet called by :class:`windowing.chain.Chain` (issue 50): measured on the 72-partition
-hourly bench, the pass's kernel job and the planning of 72 partitions' outputs took 14 s,
-and each partition's staging (its own writes) and checks then cost what they cost before,
-so the chain was no faster. Wiring it in needs one write job per output for the whole
-pass (``partitionBy``) and the checks grouped by partition: docs/architecture.md.
+:class:`windowing.chain.Chain` replays a range in passes (``Chain.pass_keys`` chooses how
+many partitions from the day folders' footers, within one task's events): each pass's
+outputs are written once each (:attr:`PassResult.frames`, ``partitionBy`` the partition
+index: :mod:`windowing.storage.pass_outputs`), its checks counted together
+(:func:`windowing.validation.run_checks_together`), and each partition committed on its own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +46,7 @@ from windowing.contract import BATCH_COLUMN, KIND_COLUMN
 from windowing.kernel import pieces
 from windowing.kernel.clocks import commit_summary, worker_timelines
 from windowing.kernel.inputs import hashable, task_derived, with_event_columns
+from windowing.metrics import ReplayMetrics
 from windowing.runner import chunks, placement
 from windowing.runner.columns import arrow_types, spark_schema
 from windowing.runner.normalise import (
@@ -126,12 +128,21 @@ class PassResult:
     """What one pass produced: a :class:`ReplayResult` per partition, oldest first, views of
     one held kernel output that :meth:`unpersist` (or leaving ``with``) releases."""
 
-    parts: tuple[ReplayResult, ...]
+    #: Each partition's metrics, as its own replay reports them.
+    metrics: tuple[ReplayMetrics, ...]
+    #: Partition ``i``'s :class:`ReplayResult` (its outputs' DataFrames planned when asked).
+    _part: Callable[[int], ReplayResult] = field(repr=False)
     #: Every partition's rows of each output (``aggregates``, ``late_events``, ``rejected``,
     #: ``state``) in one DataFrame, :data:`PART_COLUMN` its partition's index: what one write
     #: of each output (``partitionBy``) stores for all of them.
     frames: Mapping[str, DataFrame] = field(default_factory=dict, repr=False)
     _persisted: DataFrame | None = field(default=None, repr=False)
+
+    @cached_property
+    def parts(self) -> tuple[ReplayResult, ...]:
+        """A :class:`ReplayResult` per partition, oldest first (288 DataFrames planned for 72
+        partitions: the chain, which writes :attr:`frames`, reads only :attr:`metrics`)."""
+        return tuple(self._part(i) for i in range(len(self.metrics)))
 
     def unpersist(self) -> None:
         if self._persisted is not None:
@@ -206,15 +217,16 @@ def replay_pass(
         if side is None:
             out.unpersist()
             return None
-        parts = tuple(
-            _part_result(spark, pipeline, out, schemas, nparts, norm, input_cols, i, side[i], input_files)
-            for i in range(len(ranges))
-        )
+        metrics = tuple(_part_metrics(pipeline, out, schemas, nparts, spark, s, i) for i, s in enumerate(side))
         frames = _whole_frames(spark, out, schemas, nparts, norm, input_cols, side)
     except BaseException:
         out.unpersist()
         raise
-    return PassResult(parts, frames, out)
+
+    def part(i: int) -> ReplayResult:
+        return _part_result(spark, out, schemas, nparts, norm, input_cols, i, side[i], metrics[i], input_files)
+
+    return PassResult(metrics, part, frames, out)
 
 
 @dataclass
@@ -271,32 +283,37 @@ def _side_outputs(
     return sides
 
 
-def _part_result(
+def _part_frame(
     spark: SparkSession,
-    pipeline: Pipeline,
     out: DataFrame,
     schemas: Mapping[str, pa.Schema],
     nparts: int,
-    norm: DataFrame,
-    input_cols: list[str],
-    i: int,
+    name: str,
     side: _PartSide,
-    input_files: Sequence[Sequence[str]] | None,
-) -> ReplayResult:
-    """Partition ``i``'s outputs and metrics, as its own replay returns them."""
+    i: int,
+) -> DataFrame:
+    """Partition ``i``'s rows of the kernel output ``name``, decoded."""
     slots = placement.session_slots(spark)
-    aggregates, late, state = (
+    return (
         out.where(F.col(SIDE_OUTPUT) == side_name(name, i))
         .select(SIDE_DATA)
         .coalesce(write_tasks(side.counts.get(f"rows_{name}", 0), nparts, slots))
         .mapInArrow(DecodeTask(schemas[name]), spark_schema(schemas[name]))
-        for name in ("aggregates", "late_events", "state")
     )
-    if side.worker_rows:
-        state = state.unionByName(worker_rows_frame(spark, side.worker_rows, schemas["state"]))
+
+
+def _part_metrics(
+    pipeline: Pipeline,
+    out: DataFrame,
+    schemas: Mapping[str, pa.Schema],
+    nparts: int,
+    spark: SparkSession,
+    side: _PartSide,
+    i: int,
+) -> ReplayMetrics:
+    """Partition ``i``'s metrics, as its own replay reports them."""
     rejected_counts = dict(side.rejected_counts)
     filtered = rejected_counts.pop(prewindow.FILTERED, 0)
-    rejected = rejected_rows(norm.where(F.col(PART_COLUMN) == i), input_cols, rejected_counts)
     n_late = side.counts.get("late", 0)
     lateness_ms = None
     if 0 < n_late <= DRIVER_PERCENTILES_MAX:
@@ -305,15 +322,39 @@ def _part_result(
             held = out.where(F.col(SIDE_OUTPUT) == side_name(LATENESS_HELD, i)).select(SIDE_DATA).collect()
             found += [decode_blob(r[SIDE_DATA])["lateness_ms"].to_numpy() for r in held]
         lateness_ms = np.concatenate(found)
-    metrics = build_metrics(
+    late = _part_frame(spark, out, schemas, nparts, "late_events", side, i) if lateness_ms is None and n_late else None
+    return build_metrics(
         side.counts,
-        lateness_percentiles(n_late, late, F, lateness_ms),
+        lateness_percentiles(n_late, late, F, lateness_ms),  # type: ignore[arg-type]  # None: not read (n_late = 0)
         rejected_counts,
         side.worker_rows,
         pipeline,
         side.by_worker,
         filtered,
     )
+
+
+def _part_result(
+    spark: SparkSession,
+    out: DataFrame,
+    schemas: Mapping[str, pa.Schema],
+    nparts: int,
+    norm: DataFrame,
+    input_cols: list[str],
+    i: int,
+    side: _PartSide,
+    metrics: ReplayMetrics,
+    input_files: Sequence[Sequence[str]] | None,
+) -> ReplayResult:
+    """Partition ``i``'s outputs and metrics, as its own replay returns them."""
+    aggregates, late, state = (
+        _part_frame(spark, out, schemas, nparts, name, side, i) for name in ("aggregates", "late_events", "state")
+    )
+    if side.worker_rows:
+        state = state.unionByName(worker_rows_frame(spark, side.worker_rows, schemas["state"]))
+    rejected_counts = dict(side.rejected_counts)
+    rejected_counts.pop(prewindow.FILTERED, 0)
+    rejected = rejected_rows(norm.where(F.col(PART_COLUMN) == i), input_cols, rejected_counts)
     files = tuple(input_files[i]) if input_files is not None else ()
     return ReplayResult(aggregates, late, rejected, state, metrics, input_files=files)
 

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from windowing.config import Pipeline
-    from windowing.storage.outputs import ReplayOutputs
 
 #: The hidden folder of a pipeline's output root where a pass writes before its runs exist.
 PASSES = "_passes"
@@ -49,14 +48,14 @@ def stage_pass(
     spark: SparkSession,
     frames: Mapping[str, DataFrame],
     part_column: str,
-    results: Sequence[ReplayOutputs],
+    metrics: Sequence[ReplayMetrics | Mapping[str, Any]],
     outputs: Sequence[str],
     pipeline: Pipeline,
     pipeline_dir: str,
     inputs: Sequence[str] = (),
     files: Sequence[str] = (),
 ) -> list[Staged]:
-    """Stage partition ``i``'s outputs (``results[i]``'s metrics, the rows of ``frames``
+    """Stage partition ``i``'s outputs (``metrics[i]``, the rows of ``frames``
     where ``part_column = i``) as a new run of the output folder ``outputs[i]``; returns
     the staged runs, oldest first (module docstring). Raises :class:`OutputError` naming
     the path when a target is refused or a write fails, :class:`InputError` naming the
@@ -71,7 +70,7 @@ def stage_pass(
         hashes = _state_hashes(spark, join(work, "state"), frames["state"], part_column)
         empty = _empty_files(spark, lake, frames, part_column, work, len(outputs))
         staged = [
-            _complete(spark, lake, work, i, out, results[i], frames, part_column, hashes.get(i), empty, pipeline)
+            _complete(spark, lake, work, i, out, metrics[i], frames, part_column, hashes.get(i), empty, pipeline)
             for i, out in enumerate(outputs)
         ]
     finally:
@@ -148,7 +147,7 @@ def _complete(
     work: str,
     i: int,
     out: str,
-    result: ReplayOutputs,
+    m: ReplayMetrics | Mapping[str, Any],
     frames: Mapping[str, DataFrame],
     part_column: str,
     observed: dict[str, Any] | None,
@@ -157,8 +156,7 @@ def _complete(
 ) -> Staged:
     """Partition ``i``'s run: its written folders moved in, completed as
     :func:`windowing.storage.outputs.stage_outputs` completes a run."""
-    m = result.metrics
-    metrics = m.to_dict() if isinstance(m, ReplayMetrics) else dict(m or {})
+    metrics = m.to_dict() if isinstance(m, ReplayMetrics) else dict(m)
     staged = Staged(spark, out, new_run_id(), metrics, pipeline.name, pipeline.fingerprint())
     for name in OUTPUTS:
         target = join(staged.path, name)
