@@ -326,6 +326,7 @@ def backfill(args: argparse.Namespace) -> None:
         f"jobs per partition of its own: min {min(per_partition)}, max {max(per_partition)}, "
         f"first {per_partition[0]}, last {per_partition[-1]}"
     )
+    print(f"jobs by partition: {' '.join(map(str, per_partition))}")
     print("jobs by call site (all partitions):")
     for site, n in sites.most_common():
         print(f"  {n / len(done):6.2f}  {site}")

@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from windowing.storage.outputs import ReplayOutputs, Staged
 
 #: Spark setting: partitions one pass replays at most (:meth:`Chain.pass_keys`); ``1``
-#: replays them one by one, ``0`` (the default) as many as the events allow.
+#: replays them one by one; unset (the default), as many as the events allow.
 PASS_CONF = "spark.rewindow.partitionsPerPass"
 
 #: Partitions of a pass whose checks are counted in one Spark job (their plan grows with
@@ -771,7 +771,7 @@ class Chain:
         """The first partitions of ``keys`` (oldest first) one pass replays: whole days of
         them while their events (the day folders' footers) stay within one kernel task's
         (``spark.rewindow.eventsPerTask``, what holds every worker whole in one task), and
-        at most :data:`PASS_CONF` partitions (0: no limit). At least the first."""
+        at most :data:`PASS_CONF` partitions (unset: no limit). At least the first."""
         most = placement.int_setting(self.session, PASS_CONF, 0)
         budget = placement.int_setting(self.session, placement.EVENTS_PER_TASK_CONF, placement.EVENTS_PER_TASK)
         assert self.partition_column is not None

@@ -225,9 +225,12 @@ def test_after_a_failing_partition_the_next_ones_errors_are_not_reported(spark, 
     assert chain.status(DAYS[1:2])[0].status == COMMITTED
 
 
-def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history, whole, tmp_path):
+@pytest.mark.parametrize("passes", [False, True], ids=["one-by-one", "in-a-pass"])
+def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history, whole, tmp_path, passes):
     """``rewindow backfill`` killed (SIGKILL) while day 2 is being written: ``--resume``
-    keeps day 1 as it is and replays 2..3; the history equals the one-go replay."""
+    keeps day 1 as it is and replays 2..3; the history equals the one-go replay. In a pass
+    (the three days replayed together), killed while the pass writes: nothing of it is
+    committed, and ``--resume`` replays the three days."""
     out = tmp_path / "out"
     argv = [
         sys.executable,
@@ -251,17 +254,25 @@ def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history,
         "local[1]",
         "--conf",
         f"spark.driver.extraJavaOptions={QUICK_JVM_OPTS}",
+        *([] if passes else ["--conf", "spark.rewindow.partitionsPerPass=1"]),
     ]
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True
     )
     day1_commits = out / "clicks-hourly" / "2024-01-01" / "_commits"
     day2_runs = out / "clicks-hourly" / "2024-01-02" / "runs"
-    deadline = time.monotonic() + 180
-    try:
+    pass_writes = out / "clicks-hourly" / "_passes"
+
+    def ready() -> bool:
+        if passes:  # the pass's outputs being written, before any of its runs exist
+            return pass_writes.is_dir() and any(pass_writes.rglob("*.parquet"))
         # Day 2 replays while day 1 is committed (its audit overlaps the next replay): wait
         # for both, so that the kill lands with day 1 committed and day 2 being written.
-        while not (any(day1_commits.glob("*/_SUCCESS")) and day2_runs.is_dir() and any(day2_runs.iterdir())):
+        return any(day1_commits.glob("*/_SUCCESS")) and day2_runs.is_dir() and any(day2_runs.iterdir())
+
+    deadline = time.monotonic() + 180
+    try:
+        while not ready():
             assert proc.poll() is None, "the backfill ended before it could be killed"
             assert time.monotonic() < deadline, "day 2 never started"
             time.sleep(0.05)
@@ -273,8 +284,11 @@ def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history,
         proc.wait(30)
     chain = _chain(spark, history, out)
     before = chain.commits(DAYS)
-    assert list(before) == ["2024-01-01"]  # day 2 was staged at most, never committed
-    assert chain.resume_point(DAYS) == "2024-01-02"
+    if passes:
+        assert list(before) == [] and chain.resume_point(DAYS) == "2024-01-01"
+    else:
+        assert list(before) == ["2024-01-01"]  # day 2 was staged at most, never committed
+        assert chain.resume_point(DAYS) == "2024-01-02"
     from windowing.cli import main
 
     assert (
@@ -298,5 +312,6 @@ def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history,
         == 0
     )
     after = chain.commits(DAYS)
-    assert after["2024-01-01"].run_id == before["2024-01-01"].run_id  # not replayed again
+    if not passes:
+        assert after["2024-01-01"].run_id == before["2024-01-01"].run_id  # not replayed again
     assert _outputs(spark, chain) == _outputs(spark, whole)

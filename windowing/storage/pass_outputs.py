@@ -14,13 +14,15 @@ and each run is committed on its own (:meth:`Staged.commit`), so every partition
 partition: checked, committed, published, rerun alone.
 
 A crash part-way leaves runs that no commit record names (never read, pruned later) and
-the hidden folder, which the next pass of the pipeline removes.
+its folder of ``_passes/``, hidden from Spark's readers and the chain, which a pass of the
+pipeline removes once it is :data:`STALE_AFTER` old (never a concurrent pass's).
 """
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pyspark.sql import functions as F
@@ -63,7 +65,7 @@ def stage_pass(
     for out in outputs:
         check_output_target(spark, out, inputs)
     lake = Lake(spark)
-    lake.delete(join(pipeline_dir, PASSES))  # a crashed pass's leftovers: never read
+    _remove_stale(lake, join(pipeline_dir, PASSES))
     work = join(pipeline_dir, PASSES, new_run_id())
     try:
         _write(spark, frames, part_column, work, files)
@@ -77,6 +79,25 @@ def stage_pass(
         lake.delete(work)
         lake.delete_if_empty(join(pipeline_dir, PASSES))
     return staged
+
+
+#: A pass folder older than this is a crashed pass's (no pass of a pipeline runs this long
+#: between its first write and its last move): the next pass removes it.
+STALE_AFTER = timedelta(hours=12)
+
+
+def _remove_stale(lake: Lake, folder: str) -> None:
+    """Remove the pass folders a crashed pass left in ``folder`` (by the time their name,
+    a run id, gives), never one a concurrent pass of the pipeline is writing."""
+    now = datetime.now(timezone.utc)
+    for e in lake.children(folder):
+        name = e.path.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            began = datetime.strptime(name.split("-", 1)[0], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+        if now - began > STALE_AFTER:
+            lake.delete(e.path)
 
 
 def _write(
