@@ -7,6 +7,7 @@ state, the metrics, the lineage's state hashes and the check results."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -37,10 +38,12 @@ def one_by_one(spark):
 FIRST = START + timedelta(hours=20)
 
 
-def _chain(spark, landing, out, grain="hour") -> Chain:
-    return Chain(
-        spark, load_pipeline(CLICKS), str(landing), str(out), Partitions(grain, FIRST if grain == "hour" else START)
-    )
+def _chain(spark, landing, out, grain="hour", pipeline=CLICKS, rejected_share=None) -> Chain:
+    partitions = Partitions(grain, FIRST if grain == "hour" else START)
+    config = load_pipeline(pipeline)
+    if rejected_share is not None:  # a rejected row is then a warning of its partition's checks
+        config = replace(config, quality=replace(config.quality, max_rejected_share=rejected_share))
+    return Chain(spark, config, str(landing), str(out), partitions)
 
 
 def _rows(spark, path) -> list:
@@ -89,13 +92,15 @@ def test_a_pass_commits_what_partition_after_partition_commits(spark, history, t
         event_time=lambda t: None,
         arrival_time=lambda t: datetime(2024, 1, 2, 1, 30, tzinfo=timezone.utc),
     )
-    chain = _chain(spark, landing, tmp_path / "pass", pipeline=pipeline)
+    chain = _chain(spark, landing, tmp_path / "pass", pipeline=pipeline, rejected_share=0.1)
     keys = chain.partitions.keys(None, "2024-01-02-03:00")
     parts = list(chain.replay(keys))
     with one_by_one(spark):
-        single = _chain(spark, landing, tmp_path / "single", pipeline=pipeline)
+        single = _chain(spark, landing, tmp_path / "single", pipeline=pipeline, rejected_share=0.1)
         singles = list(single.replay(keys))
     assert [p.key for p in parts] == keys and all(p.committed for p in parts)
+    warned = [r.name for p in parts for r in p.checks if not r.passed]
+    assert warned and "input_times_parseable" in warned  # the rejected row, a warning
     assert [_checks(p) for p in parts] == [_checks(p) for p in singles]
     assert [p.metrics for p in parts] == [p.metrics for p in singles]
     got, expected = _committed(spark, chain, keys), _committed(spark, single, keys)

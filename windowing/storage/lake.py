@@ -401,9 +401,10 @@ class Lake:
     def move(self, src: str, dst: str) -> None:
         """Move the file or folder ``src`` to ``dst``, which must not exist (its parents are
         made): a rename, on the driver (classic sessions)."""
-        local, local_dst = self._local(src), self._local(dst)
-        if local is not None and local_dst is not None:
-            local_files.move(local, local_dst)
+        local_dst = self._local(dst)  # both on the driver's disk, or neither: Hadoop's
+        local = self._local(src) if local_dst is not None else None
+        if local is not None:
+            local_files.move(local, cast("str", local_dst))
             return
         fs, p = self._fs(src)
         target = self._path(dst)
@@ -415,9 +416,10 @@ class Lake:
 
     def copy_file(self, src: str, dst: str) -> None:
         """Copy the file ``src`` to ``dst`` (its parents made), on the driver (classic sessions)."""
-        local, local_dst = self._local(src), self._local(dst)
-        if local is not None and local_dst is not None:
-            local_files.copy_file(local, local_dst)
+        local_dst = self._local(dst)  # both on the driver's disk, or neither: Hadoop's
+        local = self._local(src) if local_dst is not None else None
+        if local is not None:
+            local_files.copy_file(local, cast("str", local_dst))
             return
         fs, p = self._fs(src)
         target = self._path(dst)
@@ -429,9 +431,7 @@ class Lake:
         """An empty file at ``path`` (a ``_SUCCESS`` marker), replacing one that is there."""
         local = self._local(path)
         if local is not None:
-            if os.path.exists(local):
-                os.remove(local)
-            local_files.write_file(local, b"")
+            local_files.touch(local)
             return
         fs, p = self._fs(path)
         fs.create(p, True).close()

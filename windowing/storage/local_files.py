@@ -91,6 +91,13 @@ def move(src: str, dst: str) -> None:
         os.rename(crc_path(src), crc_path(dst))
 
 
+def touch(path: str) -> None:
+    """An empty file at ``path`` and its ``.crc``, replacing one that is there."""
+    if os.path.exists(path):
+        os.remove(path)
+    write_file(path, b"")
+
+
 def copy_file(src: str, dst: str) -> None:
     """Copy the file ``src`` to the new path ``dst``, with its ``.crc`` file when it has one."""
     make_folders(os.path.dirname(dst))
