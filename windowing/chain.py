@@ -823,17 +823,22 @@ class Chain:
                     f"{len(keys)} partitions in one pass "
                     + ("from the state of " + start.key if start is not None else "from no state")
                 )
-                read, files, _ = landing.read_pass_events(
-                    self.session,
-                    self.landing_zone,
-                    windows,
-                    self.pipeline.source.arrival_time,
-                    PART_COLUMN,
-                    source=self.pipeline.source,
-                    pipeline=self.pipeline,
-                    partition_column=self.partition_column or landing.DEFAULT_PARTITION_COLUMN,
-                    known=known,
-                )
+                try:
+                    read, files, _ = landing.read_pass_events(
+                        self.session,
+                        self.landing_zone,
+                        windows,
+                        self.pipeline.source.arrival_time,
+                        PART_COLUMN,
+                        source=self.pipeline.source,
+                        pipeline=self.pipeline,
+                        partition_column=self.partition_column or landing.DEFAULT_PARTITION_COLUMN,
+                        known=known,
+                    )
+                except InputError as exc:  # a day refused before any work: one by one, the
+                    # partitions before it are committed and the error names the partition
+                    self.log.info(f"{self.pipeline.name} {span}: replaying them one by one ({exc})")
+                    return None
                 # Held while the pass runs: the kernel reads the events once, the checks each
                 # partition's again (within eventsPerTask's bound, as the kernel's own input).
                 events = read.persist()
@@ -1031,7 +1036,8 @@ def _json_object(line: str) -> Any:
 
 #: Every Spark job a partition runs carries the tag ``PARTITION_TAG + key`` (Spark's job
 #: tags: in the event log, the UI's REST API; ``SparkSession.interruptTag`` cancels its queries,
-#: ``SparkContext.cancelJobsWithTag`` every job).
+#: ``SparkContext.cancelJobsWithTag`` every job). A pass's jobs, shared by its partitions,
+#: carry ``PARTITION_TAG + "<first>..<last>"``; each partition's audit, its own key's.
 PARTITION_TAG = "rewindow-partition-"
 
 
