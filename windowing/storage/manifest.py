@@ -144,16 +144,7 @@ class ObservedState:
         self._metrics: dict[str, Any] | None = None
         self.frame = state
         if not is_connect(state.sparkSession):
-            aggs = hash_aggregates(state, self.where)
-            if self.where is not None:  # and the summary the next replay reads (StateSummary)
-                worker = F.col("state_kind") == WORKER_KIND
-                aggs.append(
-                    F.collect_list(F.when(worker, F.struct(*[F.col(quoted(c)).alias(c) for c in state.columns]))).alias(
-                        "workers"
-                    )
-                )
-                if "fingerprint" in state.columns:
-                    aggs.append(F.collect_set("fingerprint").alias("fingerprints"))
+            aggs = state_aggregates(state)
             self.observation = Observation(f"rewindow_state_hashes_{uuid.uuid4().hex}")
             self.frame = state.observe(self.observation, *aggs)
 
@@ -192,6 +183,24 @@ class ObservedState:
         if got is None:
             return None
         return summary_of(got)
+
+
+def state_aggregates(state: DataFrame) -> list[Column]:
+    """What :class:`ObservedState` observes of a state as it is written: its
+    :func:`hash_aggregates` (the window rows apart), and with a ``state_kind`` column the
+    summary the next replay reads (:class:`StateSummary`: ``workers``, ``fingerprints``)."""
+    where = F.col("state_kind") == WINDOW_KIND if "state_kind" in state.columns else None
+    aggs = hash_aggregates(state, where)
+    if where is not None:
+        worker = F.col("state_kind") == WORKER_KIND
+        aggs.append(
+            F.collect_list(F.when(worker, F.struct(*[F.col(quoted(c)).alias(c) for c in state.columns]))).alias(
+                "workers"
+            )
+        )
+        if "fingerprint" in state.columns:
+            aggs.append(F.collect_set("fingerprint").alias("fingerprints"))
+    return aggs
 
 
 def observed_hashes(got: Mapping[str, Any], with_where: bool) -> tuple[str, str]:

@@ -239,6 +239,22 @@ class Staged:
         return {**(extra or {}), manifest.RECORD_KEY: self.state_manifest}
 
 
+def write_texts(lake: Lake, run_path: str, metrics: Mapping[str, Any]) -> None:
+    """A run's two small text datasets, from the driver (no Spark job): the bytes Spark's
+    text writer wrote for them, ``metrics.json`` (one line of JSON) and ``metrics.prom``
+    (the Prometheus text), one file each."""
+    texts = {
+        METRICS: json.dumps(metrics, indent=None, sort_keys=True) + "\n",
+        PROMETHEUS: render_prometheus(metrics).removesuffix("\n") + "\n",
+    }
+    for name, text in texts.items():
+        target = join(run_path, name)
+        try:
+            lake.put_text_dataset(target, text)
+        except Exception as exc:  # Spark/Hadoop raise many types
+            raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
+
+
 def stage_outputs(
     result: ReplayOutputs,
     out_dir: PathArg,
@@ -272,19 +288,7 @@ def stage_outputs(
     frames = {name: getattr(result, name) for name in OUTPUTS}
     state = manifest.ObservedState(frames["state"])  # its hashes, computed as it is written
     write_datasets(staged, {**frames, "state": state.frame}, files=files)
-    # The two small text datasets, from the driver (no Spark job): the bytes Spark's text
-    # writer wrote for them, one line of JSON and the Prometheus text (one file each).
-    texts = {
-        METRICS: json.dumps(metrics, indent=None, sort_keys=True) + "\n",
-        PROMETHEUS: render_prometheus(metrics).removesuffix("\n") + "\n",
-    }
-    lake = Lake(spark)
-    for name, text in texts.items():
-        target = join(staged.path, name)
-        try:
-            lake.put_text_dataset(target, text)
-        except Exception as exc:  # Spark/Hadoop raise many types
-            raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
+    write_texts(Lake(spark), staged.path, metrics)
     staged.schemas = {name: nullable(frames[name].schema) for name in OUTPUTS}
     try:
         written, staged.state_hash = manifest.write_state_manifest(

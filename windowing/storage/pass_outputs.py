@@ -20,22 +20,20 @@ pipeline removes once it is :data:`STALE_AFTER` old (never a concurrent pass's).
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.util import inheritable_thread_target
 
-from windowing.contract import OUTPUTS, WINDOW_KIND, WORKER_KIND, quoted
-from windowing.metrics import ReplayMetrics, render_prometheus
+from windowing.contract import OUTPUTS
+from windowing.metrics import ReplayMetrics
 from windowing.storage import manifest
 from windowing.storage.commits import new_run_id
 from windowing.storage.errors import OutputError, input_error_from, root_cause
 from windowing.storage.lake import Lake, glob_escape, join
-from windowing.storage.outputs import METRICS, PROMETHEUS, Staged, check_output_target, nullable
+from windowing.storage.outputs import Staged, check_output_target, nullable, write_texts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,18 +128,7 @@ def _state_hashes(spark: SparkSession, folder: str, state: DataFrame, part_colum
     own = [f for f in state.schema.fields if f.name != part_column]
     schema = T.StructType([*nullable(T.StructType(own)).fields, T.StructField(part_column, T.IntegerType())])
     written = spark.read.schema(schema).option("basePath", folder).parquet(glob_escape(folder))
-    rows = written.drop(part_column)
-    where = F.col("state_kind") == WINDOW_KIND if "state_kind" in rows.columns else None
-    aggs = manifest.hash_aggregates(rows, where)
-    if where is not None:
-        worker = F.col("state_kind") == WORKER_KIND
-        aggs.append(
-            F.collect_list(F.when(worker, F.struct(*[F.col(quoted(c)).alias(c) for c in rows.columns]))).alias(
-                "workers"
-            )
-        )
-        if "fingerprint" in rows.columns:
-            aggs.append(F.collect_set("fingerprint").alias("fingerprints"))
+    aggs = manifest.state_aggregates(written.drop(part_column))
     return {r[part_column]: r.asDict() for r in written.groupBy(part_column).agg(*aggs).collect()}
 
 
@@ -189,16 +176,7 @@ def _complete(
             lake.touch(join(target, "_SUCCESS"))
         except Exception as exc:  # Hadoop raises many types
             raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
-    texts = {
-        METRICS: json.dumps(metrics, indent=None, sort_keys=True) + "\n",
-        PROMETHEUS: render_prometheus(metrics).removesuffix("\n") + "\n",
-    }
-    for name, text in texts.items():
-        target = join(staged.path, name)
-        try:
-            lake.put_text_dataset(target, text)
-        except Exception as exc:  # Spark/Hadoop raise many types
-            raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
+    write_texts(lake, staged.path, metrics)
     staged.schemas = {
         name: nullable(T.StructType([f for f in frames[name].schema.fields if f.name != part_column]))
         for name in OUTPUTS
