@@ -69,8 +69,8 @@ from windowing.storage.commits import (
 from windowing.storage.errors import InputError, OutputError, StateError, missing_path
 from windowing.storage.lake import Lake, glob_escape, inside, is_connect, join
 from windowing.storage.outputs import read_state, read_state_and_commit, stage_outputs
-from windowing.storage.pass_outputs import stage_pass
-from windowing.validation import CheckResult, blocking_failures, run_checks, run_checks_together
+from windowing.storage.pass_outputs import written_pass
+from windowing.validation import CheckResult, blocking_failures, run_checks, run_pass_checks
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -84,10 +84,6 @@ if TYPE_CHECKING:
 #: Spark setting: partitions one pass replays at most (:meth:`Chain.pass_keys`); ``1``
 #: replays them one by one; unset (the default), as many as the events allow.
 PASS_CONF = "spark.rewindow.partitionsPerPass"
-
-#: Partitions of a pass whose checks are counted in one Spark job (their plan grows with
-#: each: a day of hours).
-CHECKS_TOGETHER = 24
 
 #: Partition statuses of :meth:`Chain.status`.
 COMMITTED, OUT_OF_DATE, FAILED, MISSING = "committed", "out of date", "failed", "missing"
@@ -855,29 +851,38 @@ class Chain:
                 if result is None:
                     self.log.info(f"{self.pipeline.name} {span}: replaying them one by one instead")
                     return None
-                with result:
-                    staged = stage_pass(
+                stored = [json.loads(json.dumps(m.to_dict(), sort_keys=True)) for m in result.metrics]
+                with (
+                    result,
+                    written_pass(
                         self.session,
                         result.frames,
                         PART_COLUMN,
-                        result.metrics,
                         [self.folder(k) for k in keys],
-                        self.pipeline,
                         self.pipeline_dir,
                         self.input_paths(),
                         files=sorted({e.path for f in files for e in f}),
-                    )
+                    ) as written,
+                ):
+                    checked: list[tuple[CheckResult, ...]] | None = None
+                    if checks:  # every partition's checks at once, on the pass's outputs as written
+                        self.log.info(
+                            f"{self.pipeline.name} {span}: checking every partition's staged outputs together"
+                        )
+                        found = run_pass_checks(
+                            self.session,
+                            self.pipeline,
+                            written.read(),
+                            stored,
+                            events,
+                            start.state if start is not None else None,
+                            PART_COLUMN,
+                        )
+                        checked = [tuple(r) for r in found]
+                    staged = written.complete(result.metrics, [self.folder(k) for k in keys], self.pipeline)
                 out = self._pass_staged(keys, staged, events, files, list(result.metrics), flush)
-                if checks:
-                    self.log.info(f"{self.pipeline.name} {span}: checking every partition's staged outputs together")
-                    prev = [start.state if start is not None else None, *[p.state for p in out[:-1]]]
-                    parts = [(p.outputs, p.events, s) for p, s in zip(out, prev)]
-                    together = [
-                        r
-                        for at in range(0, len(parts), CHECKS_TOGETHER)
-                        for r in run_checks_together(self.session, self.pipeline, parts[at : at + CHECKS_TOGETHER])
-                    ]
-                    out = [replace(p, checks=tuple(r)) for p, r in zip(out, together)]
+                if checked is not None:
+                    out = [replace(p, checks=r) for p, r in zip(out, checked)]
             except (StateMismatchError, StateError) as exc:
                 source = f" (the carried state is partition {start.key}'s, run {start.run_path})" if start else ""
                 raise ChainError(

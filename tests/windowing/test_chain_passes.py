@@ -1,6 +1,6 @@
 """The chain's passes (issue 50): a range replayed many partitions at a time
 (``windowing.runner.passes``, staged by ``windowing.storage.pass_outputs``, checked together
-by ``windowing.validation.run_checks_together``) commits, partition by partition, what the
+by ``windowing.validation.run_pass_checks``) commits, partition by partition, what the
 same range replayed one partition after the other commits: every output's rows, the
 state, the metrics, the lineage's state hashes and the check results."""
 
@@ -51,7 +51,7 @@ def _rows(spark, path) -> list:
 
 
 def _checks(part) -> list:
-    return [(r.name, r.passed, r.blocking, r.failure_count, r.description) for r in part.checks]
+    return [(r.name, r.passed, r.blocking, r.failure_count, r.description, r.sample) for r in part.checks]
 
 
 def _committed(spark, chain: Chain, keys) -> dict:

@@ -24,8 +24,9 @@ other, as before.
 :class:`windowing.chain.Chain` replays a range in passes (``Chain.pass_keys`` chooses how
 many partitions from the day folders' footers, within one task's events): each pass's
 outputs are written once each (:attr:`PassResult.frames`, ``partitionBy`` the partition
-index: :mod:`windowing.storage.pass_outputs`), its checks counted together
-(:func:`windowing.validation.run_checks_together`), and each partition committed on its own.
+index: :mod:`windowing.storage.pass_outputs`), every partition's checks planned once over
+the written outputs (:func:`windowing.validation.run_pass_checks`), and each partition
+committed on its own.
 """
 
 from __future__ import annotations

@@ -8,10 +8,13 @@ folder of the pipeline (``<pipeline>/_passes/<id>/``), computes every partition'
 hashes and summary in one aggregation of the written state, then moves each partition's
 folder into its own new run (``<partition>/runs/<run id>/<output>``) and completes the run
 as :func:`stage_outputs` does: ``_SUCCESS`` markers, ``metrics.json``, ``metrics.prom`` and
-the state manifest. What each run holds is what its own staging would have written, row
-for row (a partition without rows of an output gets the empty file Spark writes for one),
-and each run is committed on its own (:meth:`Staged.commit`), so every partition stays a
-partition: checked, committed, published, rerun alone.
+the state manifest. Between the write and the runs, :func:`written_pass` lets the caller
+read every partition's outputs in one scan each (:meth:`WrittenPass.read`: the chain checks
+a pass's partitions there, all at once, before any run exists). What each run holds is
+what its own staging would have written, row for row (a partition without rows of an
+output gets the empty file Spark writes for one), and each run is committed on its own
+(:meth:`Staged.commit`), so every partition stays a partition: checked, committed,
+published, rerun alone.
 
 A crash part-way leaves runs that no commit record names (never read, pruned later) and
 its folder of ``_passes/``, hidden from Spark's readers and the chain, which a pass of the
@@ -21,8 +24,9 @@ pipeline removes once it is :data:`STALE_AFTER` old (never a concurrent pass's).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from pyspark.sql import types as T
 from pyspark.util import inheritable_thread_target
@@ -55,11 +59,30 @@ def stage_pass(
     inputs: Sequence[str] = (),
     files: Sequence[str] = (),
 ) -> list[Staged]:
-    """Stage partition ``i``'s outputs (``metrics[i]``, the rows of ``frames``
-    where ``part_column = i``) as a new run of the output folder ``outputs[i]``; returns
-    the staged runs, oldest first (module docstring). Raises :class:`OutputError` naming
-    the path when a target is refused or a write fails, :class:`InputError` naming the
-    input file of ``files`` Spark failed to read while computing the outputs."""
+    """Stage partition ``i``'s outputs (``metrics[i]``, the rows of ``frames`` where
+    ``part_column = i``) as a new run of the output folder ``outputs[i]``; returns the
+    staged runs, oldest first (module docstring): :func:`written_pass`, then
+    :meth:`WrittenPass.complete`."""
+    with written_pass(spark, frames, part_column, outputs, pipeline_dir, inputs, files) as written:
+        return written.complete(metrics, outputs, pipeline)
+
+
+@contextmanager
+def written_pass(
+    spark: SparkSession,
+    frames: Mapping[str, DataFrame],
+    part_column: str,
+    outputs: Sequence[str],
+    pipeline_dir: str,
+    inputs: Sequence[str] = (),
+    files: Sequence[str] = (),
+) -> Iterator[WrittenPass]:
+    """Write every partition's outputs (the rows of ``frames`` where ``part_column = i``,
+    for the output folder ``outputs[i]``) into a pass folder, which is removed on leaving
+    the block: what the block does not :meth:`~WrittenPass.complete` is not staged. Raises
+    :class:`OutputError` naming the path when a target is refused or a write fails,
+    :class:`InputError` naming the input file of ``files`` Spark failed to read while
+    computing the outputs."""
     for out in outputs:
         check_output_target(spark, out, inputs)
     lake = Lake(spark)
@@ -67,16 +90,53 @@ def stage_pass(
     work = join(pipeline_dir, PASSES, new_run_id())
     try:
         _write(spark, frames, part_column, work, files)
-        hashes = _state_hashes(spark, join(work, "state"), frames["state"], part_column)
-        empty = _empty_files(spark, lake, frames, part_column, work, len(outputs))
-        staged = [
-            _complete(spark, lake, work, i, out, metrics[i], frames, part_column, hashes.get(i), empty, pipeline)
-            for i, out in enumerate(outputs)
-        ]
+        yield WrittenPass(spark, lake, work, frames, part_column, len(outputs))
     finally:
         lake.delete(work)
         lake.delete_if_empty(join(pipeline_dir, PASSES))
-    return staged
+
+
+class WrittenPass:
+    """A pass's outputs written in its folder, before its runs exist (:func:`written_pass`)."""
+
+    def __init__(
+        self, spark: SparkSession, lake: Lake, work: str, frames: Mapping[str, DataFrame], part_column: str, n: int
+    ) -> None:
+        self.spark, self.lake, self.work, self.part_column, self.n = spark, lake, work, part_column, n
+        self.frames = frames
+        self._completed = False
+
+    def schema(self, name: str) -> T.StructType:
+        """Output ``name``'s schema as its runs hold it (nullable), without the partition column."""
+        own = [f for f in self.frames[name].schema.fields if f.name != self.part_column]
+        return nullable(T.StructType(own))
+
+    def read(self) -> dict[str, DataFrame]:
+        """Every output of every partition as written, one scan each: the rows the runs will
+        hold (:meth:`complete` moves these files in), with the partition's index in the
+        partition column (a partition without rows of an output has none here)."""
+        out = {}
+        for name in OUTPUTS:
+            folder = join(self.work, name)
+            schema = T.StructType([*self.schema(name).fields, T.StructField(self.part_column, T.IntegerType())])
+            out[name] = self.spark.read.schema(schema).option("basePath", folder).parquet(glob_escape(folder))
+        return out
+
+    def complete(
+        self, metrics: Sequence[ReplayMetrics | Mapping[str, Any]], outputs: Sequence[str], pipeline: Pipeline
+    ) -> list[Staged]:
+        """Each partition's run, staged: its folders moved in, completed as
+        :func:`windowing.storage.outputs.stage_outputs` completes a run (once)."""
+        if self._completed:
+            raise RuntimeError("this pass's runs are staged already")
+        self._completed = True
+        spark, lake, work, part_column = self.spark, self.lake, self.work, self.part_column
+        hashes = _state_hashes(self.read()["state"], part_column)
+        empty = _empty_files(spark, lake, self.frames, part_column, work, self.n)
+        return [
+            _complete(spark, lake, work, i, out, metrics[i], self.frames, part_column, hashes.get(i), empty, pipeline)
+            for i, out in enumerate(outputs)
+        ]
 
 
 #: A pass folder older than this is a crashed pass's (no pass of a pipeline runs this long
@@ -122,12 +182,9 @@ def _write(
         raise errors[0]
 
 
-def _state_hashes(spark: SparkSession, folder: str, state: DataFrame, part_column: str) -> dict[int, dict[str, Any]]:
+def _state_hashes(written: DataFrame, part_column: str) -> dict[int, dict[str, Any]]:
     """Each partition's state hashes and summary (what :class:`manifest.ObservedState`
     observes of one state as it is written), from one aggregation of the written states."""
-    own = [f for f in state.schema.fields if f.name != part_column]
-    schema = T.StructType([*nullable(T.StructType(own)).fields, T.StructField(part_column, T.IntegerType())])
-    written = spark.read.schema(schema).option("basePath", folder).parquet(glob_escape(folder))
     aggs = manifest.state_aggregates(written.drop(part_column))
     return {r[part_column]: r.asDict() for r in written.groupBy(part_column).agg(*aggs).collect()}
 

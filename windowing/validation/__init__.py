@@ -82,7 +82,7 @@ from windowing.validation.registry import (
     load_outputs,
     quality_checks,
     run_checks,
-    run_checks_together,
+    run_pass_checks,
 )
 from windowing.validation.rules import (
     aggregates_checks,
@@ -128,7 +128,7 @@ __all__ = [
     "rejected_schema",
     "replay_check",
     "run_checks",
-    "run_checks_together",
+    "run_pass_checks",
     "state_checks",
     "state_schema",
 ]

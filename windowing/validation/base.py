@@ -203,6 +203,24 @@ class CountPass:
         self._count = 0
         self._values: dict[str, Any] | None = None
 
+    #: The column every frame of the pass carries and every sum is taken by (a
+    #: :class:`KeyedPass`'s partition index); None: one sum over all rows.
+    key: str | None = None
+
+    @property
+    def carry(self) -> list[str]:
+        """The columns a check must keep in a frame it derives for the pass (``select``)."""
+        return [self.key] if self.key is not None else []
+
+    def rows(self, df: DataFrame) -> DataFrame:
+        """The rows of ``df`` a check's results are about (for its samples): all of them."""
+        return df
+
+    def shared(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``: what a check works out once for all the partitions of a
+        :class:`KeyedPass` (what depends on no partition's rows); here, once."""
+        return compute()
+
     def _columns(self, names: Iterable[Hashable]) -> dict[Hashable, str]:
         if self._values is not None:
             raise RuntimeError("this pass has run: plan a new one")
@@ -244,12 +262,16 @@ class CountPass:
         """
 
         def grouped() -> DataFrame:
-            out = df.groupBy(*keys).agg(*[v.alias(n) for n, v in aggs(_col).items()])
-            return out.where(having(_col)) if having is not None else out
+            out = self._scoped(df).groupBy(*keys).agg(*[v.alias(n) for n, v in aggs(_col).items()])
+            out = out.where(having(_col)) if having is not None else out
+            return out.drop(*self.carry)
 
         columns = self._columns(values(_col))
         self._groupings.append(_Grouping(df, keys, aggs, having, values, columns))
         return grouped, PassSums(self, columns)
+
+    def _scoped(self, df: DataFrame) -> DataFrame:
+        return df
 
     def _grouping_plan(self) -> tuple[DataFrame, list[str], list[Column], dict[str, Column]]:
         """Every grouping as one ``groupBy`` of the union of their rows, tagged: each
@@ -277,11 +299,11 @@ class CountPass:
         # nulls (by name), so no null column is built per grouping and name (py4j calls).
         union = union_all(
             [
-                g.df.select(F.lit(t).alias("__t"), *[v.alias(n) for n, v in own[t].items()])
+                g.df.select(*self.carry, F.lit(t).alias("__t"), *[v.alias(n) for n, v in own[t].items()])
                 for t, g in enumerate(self._groupings)
             ]
         )
-        keys = ["__t", *[n for mine in own for n in mine if n.startswith("__k")]]
+        keys = [*self.carry, "__t", *[n for mine in own for n in mine if n.startswith("__k")]]
         values: dict[str, Column] = {}
         for t, g in enumerate(self._groupings):
 
@@ -352,74 +374,77 @@ def union_all(frames: Sequence[DataFrame]) -> DataFrame:
     return level[0]
 
 
-class PartsPass:
-    """The check passes of many partitions computed together: :attr:`views` holds one
-    :class:`CountPass` per partition, planned as each partition's own; :meth:`run` takes
-    every view's sums in one Spark action (two with a shuffle stage), each sum grouped by
-    partition: the union of every view's frames, tagged with the view's index, one
-    ``groupBy`` of it, and every view's groupings in one ``groupBy`` by partition first.
-
-    The views' plans must be alike (the same checks over the same schemas: the partitions
-    of one pipeline's run); where they are not, each view runs its own pass. Each view's
-    sums are then its own pass's, exactly (float sums up to their last digit, as any).
+class KeyedPass(CountPass):
+    """A :class:`CountPass` over many partitions' rows at once, every sum taken per
+    partition: each frame carries the partition's index in ``key``, each :meth:`add` is
+    summed by it and each :meth:`group` groups by it first. Checks are planned once, over
+    the frames of every partition (a pass's outputs, read in one scan each), and
+    :meth:`results` gives each partition's results, reading the sums at that partition:
+    the results :func:`run_checks <windowing.validation.registry.run_checks>` gives the
+    partition alone, with one plan (one set of generated classes, each frame scanned once)
+    whatever the number of partitions. A check's samples come from its partition's rows
+    (:meth:`rows`), and what does not depend on the rows (a pandera schema's column types)
+    is worked out once (:meth:`shared`).
     """
 
-    def __init__(self, n: int, small: bool = False) -> None:
-        self.small = small
-        self.views = [CountPass(small) for _ in range(n)]
+    def __init__(self, key: str, n: int, small: bool = False) -> None:
+        super().__init__(small)
+        self.key = key
+        self.n = n
+        #: The partition whose results are being finished (:meth:`results`).
+        self.current: int | None = None
+        self._by_part: dict[int, dict[str, Any]] = {}
+        self._shared: dict[Hashable, Any] = {}
 
-    def _alike(self) -> bool:
-        def shape(v: CountPass) -> Any:
-            return (
-                [tuple(mine) for _, mine in v._frames],
-                [tuple(g.columns.items()) for g in v._groupings],
-            )
+    def rows(self, df: DataFrame) -> DataFrame:
+        """The rows of ``df`` of the partition being finished, without the key."""
+        return self._scoped(df).drop(*self.carry)
 
-        first = shape(self.views[0])
-        return all(shape(v) == first for v in self.views[1:])
+    def _scoped(self, df: DataFrame) -> DataFrame:
+        if self.current is None:
+            raise RuntimeError("no partition is being finished")
+        assert self.key is not None
+        return df.where(F.col(self.key) == F.lit(self.current))
+
+    def shared(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once for every partition: for what depends on no partition's rows."""
+        if key not in self._shared:
+            self._shared[key] = compute()
+        return self._shared[key]
 
     def run(self) -> None:
-        views = self.views
-        if len(views) < 2 or not self._alike():
-            for v in views:
-                v.run()
+        if self._values is not None:
             return
-        branches: list[DataFrame] = []
-        if views[0]._groupings:
-            plans = [v._grouping_plan() for v in views]
-            union = union_all([u.select(F.lit(i).alias("__part"), *u.columns) for i, (u, _, _, _) in enumerate(plans)])
+        assert self.key is not None
+        if self._groupings:
+            self._grouped()
+        every = [c for _, mine in self._frames for c in mine]
+        if every:
+            union = union_all(self._branches(F.col(self.key)))
             if self.small:
                 union = union.coalesce(1)
-            _, keys, aggs, values = plans[0]  # the views' names are alike
-            grouper = union.groupBy("__part", *keys)
-            grouped = grouper.agg(*aggs) if aggs else grouper.count()
-            branches += CountPassFrame(grouped, values).branches(F.col("__part"))
-            every = list(values)
-        else:
-            every = []
-        for k in range(len(views[0]._frames)):
-            for i, v in enumerate(views):
-                df, mine = v._frames[k]
-                branches += CountPassFrame(df, mine).branches(F.lit(i))
-            every += list(views[0]._frames[k][1])
-        union = union_all(branches)
-        if self.small:
-            union = union.coalesce(1)
-        found = {r["__part"]: r for r in union.groupBy("__part").agg(*[F.sum(c).alias(c) for c in every]).collect()}
-        for i, v in enumerate(views):
-            row = found.get(i)
-            v._values = {c: ((row[c] if row is not None else None) or 0) for c in every}
+            sums = union.groupBy("__part").agg(*[F.sum(c).alias(c) for c in every]).collect()
+            self._by_part = {r["__part"]: r.asDict() for r in sums}
+        self._values = {c: 0 for c in every}
 
+    def value(self, column: str) -> Any:
+        if self._values is None:
+            raise RuntimeError("the pass has not run yet")
+        if self.current is None:
+            raise RuntimeError("no partition is being finished")
+        return self._by_part.get(self.current, {}).get(column) or 0
 
-class CountPassFrame(CountPass):
-    """One frame's sums, as a branch of a :class:`PartsPass` union."""
-
-    def __init__(self, df: DataFrame, values: dict[str, Column]) -> None:
-        super().__init__()
-        self._frames = [(df, values)]
-
-    def branches(self, tag: Column) -> list[DataFrame]:
-        return self._branches(tag)
+    def results(self, finish: Finish) -> list[list[CheckResult]]:
+        """Each partition's results (``finish`` planned on this pass), in partition order."""
+        self.run()
+        out = []
+        try:
+            for i in range(self.n):
+                self.current = i
+                out.append(finish())
+        finally:
+            self.current = None
+        return out
 
 
 def run_alone(plan: Callable[[CountPass], Finish]) -> list[CheckResult]:
@@ -451,7 +476,7 @@ def rule_checks(
                 continue
             assert sums is not None
             n = int(sums[r.name])
-            failing = df.where(r.fail()).limit(sample_size).collect() if n else []
+            failing = p.rows(df).where(r.fail()).limit(sample_size).collect() if n else []
             sample = [jsonable(x.asDict(recursive=True)) for x in failing]
             out.append(CheckResult(r.name, n == 0, n, sample, r.description))
         return out

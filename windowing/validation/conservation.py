@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 
 
 def _memberships(
-    pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataType], sign: int, source: str
+    pipeline: Pipeline, df: DataFrame, key_types: dict[str, DataType], sign: int, source: str, carry: list[str]
 ) -> DataFrame:
-    """One row per (event, window) pair of the rows of ``df`` that can be processed."""
+    """One row per (event, window) pair of the rows of ``df`` that can be processed (with
+    the columns ``carry`` of the pass, :attr:`CountPass.carry`)."""
     w, src = pipeline.window, pipeline.source
     types = {f.name: f.dataType for f in df.schema.fields}
     arr = epoch_ms(src.arrival_time, types[src.arrival_time])
@@ -48,12 +49,13 @@ def _memberships(
     if src.batch_column:
         valid = valid & _col(src.batch_column).isNotNull()
     keys = [_col(c).cast(key_types[c]).alias(c) for c in key_types]
-    base = df.where(valid).select(*keys, t.alias("__t"))
+    base = df.where(valid).select(*carry, *keys, t.alias("__t"))
+    mine = [*carry, *key_types]
     tcol = F.col("__t")
     if w.type is WindowType.SESSION:
         ws = we = F.lit(None).cast("long")
         return base.select(
-            *map(_col, key_types),
+            *map(_col, mine),
             ws.alias("ws"),
             we.alias("we"),
             F.lit(source).alias("source"),
@@ -65,9 +67,9 @@ def _memberships(
     last = tcol - F.pmod(tcol - F.lit(off), F.lit(L))  # the latest window start <= t
     k = -(-S // L)  # windows an event can belong to, at most
     starts = F.sequence(last - F.lit((k - 1) * L), last, F.lit(L))
-    ex = base.select(*map(_col, key_types), tcol, F.explode(starts).alias("ws")).where(F.col("ws") + F.lit(S) > tcol)
+    ex = base.select(*map(_col, mine), tcol, F.explode(starts).alias("ws")).where(F.col("ws") + F.lit(S) > tcol)
     return ex.select(
-        *map(_col, key_types),
+        *map(_col, mine),
         "ws",
         (F.col("ws") + F.lit(S)).alias("we"),
         F.lit(source).alias("source"),
@@ -86,6 +88,8 @@ class _Plan:
     plain: Aggregate | None
     by_counts: bool
     by_snapshots: bool
+    #: The pass's columns every side keeps (:attr:`CountPass.carry`).
+    carry: tuple[str, ...] = ()
 
     @property
     def session(self) -> bool:
@@ -97,7 +101,12 @@ class _Plan:
             ws = we = F.lit(None).cast("long")
         kcols = [_col(c).cast(t).alias(c) for c, t in self.key_types.items()]
         return df.select(
-            *kcols, ws.alias("ws"), we.alias("we"), F.lit(source).alias("source"), n.cast("long").alias("n")
+            *self.carry,
+            *kcols,
+            ws.alias("ws"),
+            we.alias("we"),
+            F.lit(source).alias("source"),
+            n.cast("long").alias("n"),
         )
 
 
@@ -116,13 +125,13 @@ def _parts(plan: _Plan, outputs: Any, input_df: DataFrame, prev_state: DataFrame
     rows, and (by counts) emitted counts and open events, (by snapshots) the snapshots."""
     pipeline = plan.pipeline
     parts = [
-        _memberships(pipeline, input_df, plan.key_types, 1, "input"),
+        _memberships(pipeline, input_df, plan.key_types, 1, "input", list(plan.carry)),
         *(
-            [_memberships(pipeline, input_df.where(drop), plan.key_types, -1, "filtered")]
+            [_memberships(pipeline, input_df.where(drop), plan.key_types, -1, "filtered", list(plan.carry))]
             if (drop := prewindow.filtered(pipeline.source)) is not None
             else []
         ),
-        _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected"),
+        _memberships(pipeline, outputs.rejected, plan.key_types, -1, "rejected", list(plan.carry)),
         plan.rows(outputs.late_events, col_ms("window_start"), col_ms("window_end"), F.lit(-1), "late"),
     ]
     reason = _col("emit_reason")
@@ -240,7 +249,9 @@ def plan_conservation_check(
     missing = [c for c in pipeline.input_columns if c not in in_types]
     if missing:
         return lambda: [skip_result(name, desc, f"input lacks configured column(s) {', '.join(missing)}")]
-    plan = _Plan(pipeline, {c: in_types[c] for c in group_columns(pipeline)}, plain, by_counts, by_snapshots)
+    plan = _Plan(
+        pipeline, {c: in_types[c] for c in group_columns(pipeline)}, plain, by_counts, by_snapshots, tuple(p.carry)
+    )
     bad, sums = _unbalanced(p, plan, _parts(plan, outputs, input_df, prev_state))
     by = " and ".join(k for k, on in (("counts", by_counts), ("snapshots", by_snapshots)) if on)
 

@@ -120,7 +120,7 @@ def plan_metrics_check(p: CountPass, pipeline: Pipeline, outputs: Any, input_df:
             found["input_rows"] = int(input_rows["rows"])
         if filtered_rows is not None:
             found["filtered_rows"] = int(filtered_rows["rows"])
-        return [_compare(name, desc, m, found)]
+        return [_compare(name, desc, outputs.metrics, found)]  # a KeyedPass's partition's
 
     return finish
 

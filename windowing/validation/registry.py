@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from pyspark.sql import functions as F
 
@@ -20,7 +20,7 @@ from windowing.validation.base import (
     CheckResult,
     CountPass,
     Finish,
-    PartsPass,
+    KeyedPass,
     skip_result,
     wanted,
 )
@@ -90,21 +90,26 @@ def load_outputs(spark: SparkSession, outputs: Any) -> Any:
 
 
 def _row_counts(p: CountPass, o: Any, input_df: DataFrame | None) -> Callable[[], tuple[int, int] | None]:
-    """(input rows, rejected rows) of the replay being checked: from its metrics, or counted
-    on ``p`` (None without metrics or the input: unknown)."""
-    m = getattr(o, "metrics", None) or {}
-    if isinstance(m.get("input_rows"), int) and isinstance(m.get("rejected_rows"), int):
-        return lambda: (m["input_rows"], m["rejected_rows"])
-    if input_df is None:
-        return lambda: None
+    """(input rows, rejected rows) of the replay being checked: from its metrics (read as
+    the results are finished: a :class:`KeyedPass`'s partition's), or counted on ``p``
+    (None without metrics or the input: unknown)."""
+
+    def known() -> tuple[int, int] | None:
+        m = getattr(o, "metrics", None) or {}
+        if isinstance(m.get("input_rows"), int) and isinstance(m.get("rejected_rows"), int):
+            return m["input_rows"], m["rejected_rows"]
+        return None
+
+    if known() is not None or input_df is None:
+        return known
     rows, rejected = p.add(input_df, {"rows": F.lit(1)}), p.add(o.rejected, {"rows": F.lit(1)})
     return lambda: (int(rows["rows"]), int(rejected["rows"]))
 
 
-def _pass_rows(o: Any) -> int | None:
-    """About how many rows the checks' pass reads, from the replay's metrics (None: unknown):
+def _pass_rows(m: Any) -> int | None:
+    """About how many rows the checks' pass reads, from the replay's metrics ``m`` (None: unknown):
     the input, the emitted rows, the late rows and, twice (before and after), the open windows."""
-    m = getattr(o, "metrics", None) or {}  # a dict read back, or ReplayMetrics (dict-like), as in _row_counts
+    m = m or {}  # a dict read back, or ReplayMetrics (dict-like), as in _row_counts
     names = ("input_rows", "windows_emitted", "snapshots_emitted", "late_event_windows", "open_windows", "open_windows")
     counts = [c for c in map(m.get, names) if isinstance(c, int)]
     return sum(counts) if len(counts) == len(names) else None
@@ -150,7 +155,7 @@ def run_checks(
     """
     _check_only(only)
     o = load_outputs(spark, outputs)
-    rows = _pass_rows(o)
+    rows = _pass_rows(getattr(o, "metrics", None))
     p = CountPass(small=rows is not None and rows <= SMALL_PASS_ROWS)
     finish = plan_checks(
         p, spark, pipeline, o, input_df, prev_state, max_skew_ms, sample_size, only, recompute, flush_at_end
@@ -166,27 +171,55 @@ def _check_only(only: Collection[str] | None) -> None:
             raise ValueError(f"unknown check(s) {sorted(unknown)}; known: {', '.join(CHECK_NAMES)}")
 
 
-def run_checks_together(
+class _PassOutputs:
+    """A pass's outputs as the checks read them: the four datasets of every partition
+    (their rows carrying the partition's index in the pass's key) and, as a partition's
+    results are finished, that partition's ``metrics``."""
+
+    def __init__(self, frames: Mapping[str, DataFrame], metrics: Sequence[Mapping[str, Any]], p: KeyedPass) -> None:
+        self.aggregates, self.late_events = frames["aggregates"], frames["late_events"]
+        self.state, self.rejected = frames["state"], frames["rejected"]
+        self._metrics, self._pass = metrics, p
+
+    @property
+    def metrics(self) -> Mapping[str, Any]:
+        """The metrics of the partition being finished (while planning: the first's, all alike in form)."""
+        return self._metrics[self._pass.current or 0]
+
+
+def run_pass_checks(
     spark: SparkSession,
     pipeline: Pipeline,
-    parts: Sequence[tuple[Any, DataFrame | None, DataFrame | None]],
+    frames: Mapping[str, DataFrame],
+    metrics: Sequence[Mapping[str, Any]],
+    input_df: DataFrame,
+    start_state: DataFrame | None,
+    key: str,
     max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> list[list[CheckResult]]:
-    """:func:`run_checks` of many replays of one pipeline (``(outputs, input_df,
-    prev_state)`` each: the partitions of a pass), their counts taken in one pass for all
-    (:class:`~windowing.validation.base.PartsPass`, grouped by partition): each replay's
-    results are what :func:`run_checks` gives it alone."""
-    loaded = [(load_outputs(spark, o), i, s) for o, i, s in parts]
-    counts = [_pass_rows(o) for o, _, _ in loaded]
+    """:func:`run_checks` of every partition of a pass, planned once for all of them.
+
+    ``frames``: the pass's four outputs, each row carrying its partition's index (0 to
+    ``len(metrics) - 1``) in ``key``, as are the rows of ``input_df`` (the events the
+    pass read); ``metrics[i]``, partition ``i``'s metrics as stored; ``start_state``, the
+    state the first partition started from (each later one starts from the one before's
+    ``state``). Every check is planned once, on a :class:`~windowing.validation.base.KeyedPass`
+    (every count taken per partition, each dataset scanned once): partition ``i``'s
+    results are what :func:`run_checks` gives its outputs alone, with ``input_df``'s rows
+    of ``i`` and its previous state (samples from its own rows).
+    """
+    n = len(metrics)
+    counts = [_pass_rows(m) for m in metrics]
     small = all(c is not None for c in counts) and sum(c or 0 for c in counts) <= SMALL_PASS_ROWS
-    together = PartsPass(len(loaded), small)
-    finishes = [
-        plan_checks(v, spark, pipeline, o, i, s, max_skew_ms, sample_size, None, False, None)
-        for v, (o, i, s) in zip(together.views, loaded)
-    ]
-    together.run()
-    return [finish() for finish in finishes]
+    p = KeyedPass(key, n, small)
+    state = frames["state"]
+    prev = state.where(F.col(key) < F.lit(n - 1)).withColumn(key, F.col(key) + F.lit(1))
+    if start_state is not None:
+        prev = start_state.withColumn(key, F.lit(0)).unionByName(prev)
+    o = _PassOutputs(frames, metrics, p)
+    finish = plan_checks(p, spark, pipeline, o, input_df, prev, max_skew_ms, sample_size, None, False, None)
+    return p.results(finish)
 
 
 def plan_checks(
@@ -211,6 +244,8 @@ def plan_checks(
     if input_df is not None:
         input_df = prewindow.derive(pipeline.source, input_df)
     types = input_types_of(o, input_df)
+    if types is not None and p.key is not None:
+        types = {c: t for c, t in types.items() if c != p.key}
     planned: list[Finish] = []
     counts = _row_counts(p, o, input_df) if any(wanted(only, n) for n in REJECTING_CHECKS) else None
     if input_df is not None:

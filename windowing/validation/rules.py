@@ -509,7 +509,9 @@ def plan_state_checks(
     # A window is either open or a re-openable emitted counter, never both, never twice.
     cls = F.when(kind.isin(WINDOW_KIND, EMITTED_KIND), F.lit(WINDOW_KIND)).otherwise(kind)
     key = group_columns(pipeline)
-    keyed = state.select(cls.alias("state_class"), *[_col(c) for c in key], "window_start_ms", "window_end_ms")
+    keyed = state.select(
+        *p.carry, cls.alias("state_class"), *[_col(c) for c in key], "window_start_ms", "window_end_ms"
+    )
     out.append(
         duplicates_check(
             p,

@@ -132,15 +132,13 @@ def test_run_checks_reports_the_registrys_names_per_output(spark):
 def test_a_partition_is_checked_as_small_from_its_metrics_only_when_they_say_it_is():
     """The checks' pass reads a small partition in one task (base.CountPass(small=True)):
     decided from the replay's metrics (a dict read back, or ReplayMetrics), never guessed."""
-    from types import SimpleNamespace
-
     from windowing.metrics import ReplayMetrics
     from windowing.validation.base import SMALL_PASS_ROWS
 
     hourly = {"input_rows": 830, "windows_emitted": 300, "snapshots_emitted": 0, "late_event_windows": 20}
-    assert R._pass_rows(SimpleNamespace(metrics={**hourly, "open_windows": 500})) == 830 + 300 + 20 + 2 * 500
-    assert R._pass_rows(SimpleNamespace(metrics=ReplayMetrics(**hourly, open_windows=500))) == 2150
-    big = SimpleNamespace(metrics={**hourly, "open_windows": SMALL_PASS_ROWS})  # a tiny hour over a large state
+    assert R._pass_rows({**hourly, "open_windows": 500}) == 830 + 300 + 20 + 2 * 500
+    assert R._pass_rows(ReplayMetrics(**hourly, open_windows=500)) == 2150
+    big = {**hourly, "open_windows": SMALL_PASS_ROWS}  # a tiny hour over a large state
     assert R._pass_rows(big) > SMALL_PASS_ROWS
-    assert R._pass_rows(SimpleNamespace(metrics=None)) is None
-    assert R._pass_rows(SimpleNamespace(metrics={"input_rows": 5})) is None  # not all known: not small
+    assert R._pass_rows(None) is None
+    assert R._pass_rows({"input_rows": 5}) is None  # not all known: not small  # not all known: not small
