@@ -44,6 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Protocol, Sequence
 
 from pyspark.sql import Row
@@ -176,12 +177,13 @@ def _checks_extra(results: Iterable[CheckResult]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _StagedPartition:
-    """A partition replayed and staged, its outputs read back: not yet checked or committed.
-    The next partition can start from it (``key``, ``run_path``, ``state``)."""
+    """A partition replayed and staged: not yet checked or committed. The next partition
+    can start from it (``key``, ``run_path``, ``state``). Its outputs are read back from the
+    staged run when first asked for (a pass's partitions, checked together, need only their
+    state's)."""
 
     key: str
     staged: Staged
-    outputs: ReplayOutputs  # read back from the staged run
     events: DataFrame  # the partition's events, as the replay read them (for the input checks)
     metrics: ReplayMetrics
     flush: bool
@@ -195,9 +197,15 @@ class _StagedPartition:
     def run_path(self) -> str:
         return str(self.staged.path)
 
-    @property
+    @cached_property
+    def outputs(self) -> ReplayOutputs:
+        """The staged outputs, read back (:meth:`Staged.read`)."""
+        return self.staged.read()
+
+    @cached_property
     def state(self) -> DataFrame:
-        return self.outputs.state
+        """The staged state, read back (alone, unless the outputs are read already)."""
+        return self.outputs.state if "outputs" in self.__dict__ else self.staged.read_state()
 
     def discard(self) -> None:
         """Delete the staged run (never committed: nothing points at it), and the partition's
@@ -747,9 +755,7 @@ class Chain:
             except (ConfigError, InputError, OutputError, landing.LandingZoneError) as exc:
                 raise ChainError(f"Cannot replay partition {key} of pipeline {self.pipeline.name}: {exc}", key) from exc
             record = self._input_record(key, files)
-            return _StagedPartition(
-                key, staged, staged.read(), events, result.metrics, flush, time.monotonic() - began, record
-            )
+            return _StagedPartition(key, staged, events, result.metrics, flush, time.monotonic() - began, record)
 
     # ----------------------------------------------------------------- passes
 
@@ -914,9 +920,7 @@ class Chain:
                 self.log.warning(f"{key}: no landing files for this partition; replayed as a partition without events")
             own = events.where(F.col(PART_COLUMN) == i).drop(PART_COLUMN)
             last = flush and i == len(keys) - 1
-            out.append(
-                _StagedPartition(key, run, run.read(), own, metrics[i], last, 0.0, self._input_record(key, files[i]))
-            )
+            out.append(_StagedPartition(key, run, own, metrics[i], last, 0.0, self._input_record(key, files[i])))
         return out
 
     def _input_record(self, key: str, files: list[Entry] | None) -> input_record.InputRecord | None:
@@ -949,7 +953,7 @@ class Chain:
         """Check ``part``'s staged outputs and commit them with their lineage and check
         results, unless a blocking check failed (then record the failure)."""
         with partition_jobs(self.spark, part.key):
-            key, staged, outputs, folder = part.key, part.staged, part.outputs, self.folder(part.key)
+            key, staged, folder = part.key, part.staged, self.folder(part.key)
             results: tuple[CheckResult, ...] = ()
             failed: tuple[str, ...] = ()
             if checks and part.checks is not None:
@@ -960,13 +964,13 @@ class Chain:
                     run_checks(
                         self.session,
                         self.pipeline,
-                        outputs,
+                        part.outputs,
                         input_df=part.events,
                         prev_state=start.state if start else None,
                     )
                 )
             failed = tuple(r.name for r in blocking_failures(results))
-            state = outputs.state
+            state = part.state
             lineage = store.Lineage(
                 pipeline=self.pipeline.name,
                 fingerprint=self.pipeline.fingerprint(),

@@ -191,6 +191,13 @@ class Staged:
         they were written with, when known)."""
         return read_run(self.spark, self.path, self.schemas)
 
+    def read_state(self) -> DataFrame:
+        """The staged state alone: read with the schema it was written with (the run this
+        process just staged, its files not checked again), else as :meth:`read` reads it."""
+        if not self.schemas or "state" not in self.schemas:
+            return self.read().state
+        return self.spark.read.schema(self.schemas["state"]).parquet(glob_escape(join(self.path, "state")))
+
     def commit(self, extra: dict[str, Any] | None = None, keep: Collection[str] = ()) -> Commit:
         """Make this run the output's current one: write its commit record (last).
         ``keep``: run ids pruning must not delete (runs a catalog table points at)."""

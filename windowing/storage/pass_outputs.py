@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
+from pyspark import StorageLevel
 from pyspark.sql import types as T
 from pyspark.util import inheritable_thread_target
 
@@ -88,10 +89,14 @@ def written_pass(
     lake = Lake(spark)
     _remove_stale(lake, join(pipeline_dir, PASSES))
     work = join(pipeline_dir, PASSES, new_run_id())
+    written: WrittenPass | None = None
     try:
         _write(spark, frames, part_column, work, files)
-        yield WrittenPass(spark, lake, work, frames, part_column, len(outputs))
+        written = WrittenPass(spark, lake, work, frames, part_column, len(outputs))
+        yield written
     finally:
+        if written is not None:
+            written.release()
         lake.delete(work)
         lake.delete_if_empty(join(pipeline_dir, PASSES))
 
@@ -105,6 +110,7 @@ class WrittenPass:
         self.spark, self.lake, self.work, self.part_column, self.n = spark, lake, work, part_column, n
         self.frames = frames
         self._completed = False
+        self._read: dict[str, DataFrame] | None = None
 
     def schema(self, name: str) -> T.StructType:
         """Output ``name``'s schema as its runs hold it (nullable), without the partition column."""
@@ -112,15 +118,29 @@ class WrittenPass:
         return nullable(T.StructType(own))
 
     def read(self) -> dict[str, DataFrame]:
-        """Every output of every partition as written, one scan each: the rows the runs will
-        hold (:meth:`complete` moves these files in), with the partition's index in the
-        partition column (a partition without rows of an output has none here)."""
-        out = {}
-        for name in OUTPUTS:
-            folder = join(self.work, name)
-            schema = T.StructType([*self.schema(name).fields, T.StructField(self.part_column, T.IntegerType())])
-            out[name] = self.spark.read.schema(schema).option("basePath", folder).parquet(glob_escape(folder))
-        return out
+        """Every output of every partition as written: the rows the runs will hold
+        (:meth:`complete` moves these files in), with the partition's index in the partition
+        column (a partition without rows of an output has none here). Held in Spark's cache
+        from their first scan until the block ends: a pass's checks read each output many
+        times, and each is a file per partition (opening them costs more than their rows)."""
+        if self._read is None:
+            out = {}
+            for name in OUTPUTS:
+                folder = join(self.work, name)
+                schema = T.StructType([*self.schema(name).fields, T.StructField(self.part_column, T.IntegerType())])
+                read = self.spark.read.schema(schema).option("basePath", folder).parquet(glob_escape(folder))
+                out[name] = read.persist(StorageLevel.MEMORY_AND_DISK)
+            self._read = out
+        return self._read
+
+    def release(self) -> None:
+        """Drop :meth:`read`'s outputs from Spark's cache."""
+        for df in (self._read or {}).values():
+            try:
+                df.unpersist()
+            except Exception:  # noqa: BLE001 - the session or its JVM is gone: nothing is held any more
+                pass
+        self._read = None
 
     def complete(
         self, metrics: Sequence[ReplayMetrics | Mapping[str, Any]], outputs: Sequence[str], pipeline: Pipeline
