@@ -80,11 +80,26 @@ def history(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("pipeline", [CLICKS, SESSIONS], ids=["tumbling", "sessions"])
+def _sliding(tmp_path: Path) -> Path:
+    """The quick start's pipeline with 1 h windows sliding by 20 minutes, each event in three,
+    emitted at their end and as ``atAggregate`` snapshots too."""
+    text = CLICKS.read_text().replace(
+        "tumbling-time-window:\n    windowSpan: 1h", "sliding-time-window:\n    windowSpan: 1h\n    windowSlide: 20m"
+    )
+    text = text.replace("triggers: [atWindowEnd]", "triggers: [atWindowEnd, atAggregate]")
+    assert "windowSlide" in text and "atAggregate" in text
+    out = tmp_path / "sliding.yaml"
+    out.write_text(text)
+    return out
+
+
+@pytest.mark.parametrize("pipeline", [CLICKS, SESSIONS, None], ids=["tumbling", "sessions", "sliding-snapshots"])
 def test_a_pass_commits_what_partition_after_partition_commits(spark, history, tmp_path, pipeline):
     """Eight hours across a day's edge, in one pass and one by one: tumbling windows with
-    idle timeouts, or sessions that span the partitions' edges; one row without an event
-    time (rejected, with its reason) in the sixth hour."""
+    idle timeouts, sessions that span the partitions' edges, or sliding windows (an event in
+    three) with snapshots; one row without an event time (rejected, with its reason) in the
+    sixth hour."""
+    pipeline = pipeline or _sliding(tmp_path)
     landing = landing_with_odd_row(
         history,
         tmp_path,
