@@ -44,8 +44,10 @@ CHECK_JOBS = 1
 #: Spark jobs a pass pays for all its partitions, whatever their number (issue 50): the
 #: zone's and the day's schemas and the workers' probe (3), the kernel (1), the four
 #: outputs' writes and the empty file some partitions get (5), the states' hashes (2: a
-#: shuffle stage) and the checks of up to 24 partitions (1).
-PASS_JOBS = 12
+#: shuffle stage), the written outputs read into Spark's cache for the checks (1: were they
+#: read in the checks' job, adaptive execution would make each cache a job of its own) and
+#: every partition's checks, planned once (1).
+PASS_JOBS = 13
 
 
 def _backfill(tmp_path, partitions: int, *conf: str) -> str:

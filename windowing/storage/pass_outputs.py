@@ -29,6 +29,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from pyspark import StorageLevel
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.util import inheritable_thread_target
 
@@ -130,6 +131,11 @@ class WrittenPass:
                 schema = T.StructType([*self.schema(name).fields, T.StructField(self.part_column, T.IntegerType())])
                 read = self.spark.read.schema(schema).option("basePath", folder).parquet(glob_escape(folder))
                 out[name] = read.persist(StorageLevel.MEMORY_AND_DISK)
+            # Filled in one job (each cache read later by adaptive execution is a job of its own).
+            union = out[OUTPUTS[0]].select(F.lit(0).alias("_"))
+            for name in OUTPUTS[1:]:
+                union = union.unionByName(out[name].select(F.lit(0).alias("_")))
+            union.write.format("noop").mode("overwrite").save()
             self._read = out
         return self._read
 
