@@ -265,7 +265,10 @@ def test_resume_after_a_killed_backfill_goes_on_where_it_stopped(spark, history,
 
     def ready() -> bool:
         if passes:  # the pass's outputs being written, before any of its runs exist
-            return pass_writes.is_dir() and any(pass_writes.rglob("*.parquet"))
+            try:
+                return pass_writes.is_dir() and any(pass_writes.rglob("*.parquet"))
+            except FileNotFoundError:  # a folder Spark removed while it was walked
+                return False
         # Day 2 replays while day 1 is committed (its audit overlaps the next replay): wait
         # for both, so that the kill lands with day 1 committed and day 2 being written.
         return any(day1_commits.glob("*/_SUCCESS")) and day2_runs.is_dir() and any(day2_runs.iterdir())
