@@ -158,9 +158,10 @@ class WrittenPass:
         self._completed = True
         spark, lake, work, part_column = self.spark, self.lake, self.work, self.part_column
         hashes = _state_hashes(self.read()["state"], part_column)
+        schemas = {name: self.schema(name) for name in OUTPUTS}
         empty = _empty_files(spark, lake, self.frames, part_column, work, self.n)
         return [
-            _complete(spark, lake, work, i, out, metrics[i], self.frames, part_column, hashes.get(i), empty, pipeline)
+            _complete(spark, lake, work, i, out, metrics[i], schemas, part_column, hashes.get(i), empty, pipeline)
             for i, out in enumerate(outputs)
         ]
 
@@ -239,7 +240,7 @@ def _complete(
     i: int,
     out: str,
     m: ReplayMetrics | Mapping[str, Any],
-    frames: Mapping[str, DataFrame],
+    schemas: Mapping[str, T.StructType],
     part_column: str,
     observed: dict[str, Any] | None,
     empty: Mapping[str, str],
@@ -260,10 +261,7 @@ def _complete(
         except Exception as exc:  # Hadoop raises many types
             raise OutputError(f"{target}: cannot write: {root_cause(exc)}") from exc
     write_texts(lake, staged.path, metrics)
-    staged.schemas = {
-        name: nullable(T.StructType([f for f in frames[name].schema.fields if f.name != part_column]))
-        for name in OUTPUTS
-    }
+    staged.schemas = dict(schemas)
     kinds = "state_kind" in staged.schemas["state"].fieldNames()
     hashes = manifest.observed_hashes(observed or {"n": 0, "s": 0, "n_where": 0, "s_where": 0}, kinds)
     try:
