@@ -17,6 +17,12 @@ samples after the first quarter, in MB, or entries, per 1,000 replays).
 
     python bench/soak.py --replays 10000     # docs/architecture.md, "A Spark session that lasts"
 
+``--chain`` backfills ``--replays`` hourly partitions through one partition chain instead
+(:func:`chain_soak`: ``--every`` partitions a run, many of them a pass, each checked and
+committed on its own; 240 events a day), and samples after every run:
+
+    python bench/soak.py --chain --replays 2000 --every 100
+
 ``tests/windowing/test_soak.py`` runs 1,000 replays with :func:`soak` and asserts the
 slopes are flat.
 """
@@ -30,7 +36,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -174,6 +180,46 @@ def soak(
     return samples
 
 
+def chain_soak(
+    spark: Any,
+    partitions: int,
+    every: int,
+    workdir: Path,
+    report: Callable[[Sample], None] = lambda s: None,
+) -> list[Sample]:
+    """Backfill ``partitions`` hourly partitions of the quick start's pipeline through one
+    :class:`windowing.chain.Chain` in ``spark``'s session, ``every`` partitions a run (what a
+    service that backfills range after range, or a year's backfill, runs: many partitions a
+    pass, each checked and committed on its own); return a sample after every run.
+
+    Raises AssertionError if a run stops short or a partition is not committed (a failed
+    check, a replay that failed): a session that degrades shows here first."""
+    from windowing import load_pipeline
+    from windowing.chain import Chain
+    from windowing.partitions import Partitions
+    from windowing.sample import generate_history
+
+    first = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    days = -(-partitions // 24)
+    landing = workdir / "landing"
+    generate_history(landing, first, days, 240, 20, partitions=2, files_per_day=1)
+    chain = Chain(spark, load_pipeline(PIPELINE), str(landing), str(workdir / "out"), Partitions("hour", first))
+    keys = chain.partitions.keys(
+        chain.partitions.key_of(first), chain.partitions.key_of(first + timedelta(hours=partitions - 1))
+    )
+    began = time.monotonic()
+    samples = [sample(spark, 0, began)]
+    report(samples[-1])
+    for done in range(0, partitions, every):
+        results = list(chain.replay(keys[done : done + every]))
+        assert [r.key for r in results] == keys[done : done + every], f"runs from {keys[done]}: {len(results)} done"
+        refused = [r.key for r in results if not r.committed]
+        assert not refused, f"not committed: {refused}"
+        samples.append(sample(spark, done + len(results), began))
+        report(samples[-1])
+    return samples
+
+
 def slopes(samples: list[Sample], warm_up: float = 0.25) -> dict[str, float]:
     """Each figure's least-squares growth per 1,000 replays, over the samples after the
     first ``warm_up`` of the run (class loading, the JIT, the status store filling)."""
@@ -196,6 +242,9 @@ def _row(s: Sample) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--replays", type=int, default=2000)
+    ap.add_argument(
+        "--chain", action="store_true", help="--replays hourly partitions backfilled through the chain, --every a run"
+    )
     ap.add_argument("--every", type=int, default=0, help="sample every N replays (default: 20 samples)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="1g", help="Spark's default: the session that ran out of heap")
@@ -210,7 +259,7 @@ def main() -> None:
     )
     print("  ".join(f"{name:>9}" for name in ("replays", "seconds", *FIGURES)))
     with tempfile.TemporaryDirectory(prefix="rewindow-soak-") as tmp:
-        samples = soak(
+        samples = (chain_soak if args.chain else soak)(
             spark,
             args.replays,
             args.every or max(1, args.replays // 20),
