@@ -23,14 +23,15 @@ committed on its own; 240 events a day), and samples after every run:
 
     python bench/soak.py --chain --replays 2000 --every 100
 
-``tests/windowing/test_soak.py`` runs 1,000 replays with :func:`soak` and asserts the
-slopes are flat.
+``tests/windowing/test_soak.py`` runs this script twice (``--chain --replays 2000``,
+``--replays 150``, Spark's status store bounded at 50) and asserts the figures are flat.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 import tempfile
@@ -248,13 +249,18 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=0, help="sample every N replays (default: 20 samples)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="1g", help="Spark's default: the session that ran out of heap")
+    ap.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting of the session (repeatable)"
+    )
+    ap.add_argument("--json", type=Path, help="also write the samples and the slopes to this file")
     args = ap.parse_args()
+    conf = dict(kv.split("=", 1) for kv in args.conf)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from windowing.runner.session import spark_session
 
     spark = spark_session(
         args.master,
-        {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "2"},
+        {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "2", **conf},
         app_name="rewindow-soak",
     )
     print("  ".join(f"{name:>9}" for name in ("replays", "seconds", *FIGURES)))
@@ -269,8 +275,11 @@ def main() -> None:
     spark.stop()
     took = samples[-1].seconds
     print(f"seconds_per_replay={took / max(1, args.replays):.3f}")
-    for name, slope in slopes(samples).items():
+    growth = slopes(samples)
+    for name, slope in growth.items():
         print(f"growth_per_1000_replays_{name}={slope:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"samples": [asdict(s) for s in samples], "growth_per_1000": growth}))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,12 @@ DEFAULT_CONF = {
     # docs/architecture.md, "PySpark's call-site capture"). rewindow's errors name the
     # field, file or row themselves; `--conf` it back on to debug Spark's.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Spark keeps the file listings of every read in one cache per JVM, each read under a
+    # key of its own that no later read asks for again, until the cache weighs 250 MB (its
+    # default): a session that replays partition after partition (a year's backfill, a
+    # service) fills it with listings nothing reads (about 1 MB per 100 hourly partitions,
+    # bench/soak.py --chain). 16 MB still serves a catalog table's repeated queries.
+    "spark.sql.hive.filesourcePartitionFileCacheSize": str(16 * 2**20),
 }
 
 #: Defaults for the embedded `local[*]` session (a cluster brings its own).
